@@ -1,0 +1,306 @@
+"""Declarative run configuration: one frozen dataclass per TOML section, validated eagerly.
+
+Every invalid value raises :class:`~bayesprune.errors.ConfigError` naming the field
+(``prior.pi must lie in (0, 1), got 1.5``). Packaged configs live in ``bayesprune/configs`` and are
+addressed by file stem; any key can be overridden with ``section.key=value``.
+"""
+import math
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from importlib import resources
+from pathlib import Path
+
+import tomli_w
+
+from .errors import ConfigError
+
+
+def _require(condition: bool, key: str, expectation: str, value):
+    if not condition:
+        raise ConfigError(f"{key} must {expectation}, got {value!r}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """``[data]``: ``dataset`` names a loader of :mod:`bayesprune.data`; every other key is its option."""
+
+    dataset: str = "digits"
+    batch_size: int = 128
+    options: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        _require(isinstance(self.dataset, str), "data.dataset", "be a string", self.dataset)
+        _require(_is_int(self.batch_size) and self.batch_size > 0, "data.batch_size", "be a positive integer", self.batch_size)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """``[model]``: ``architecture`` names a builder of :mod:`bayesprune.models`; other keys are its options.
+
+    ``noise_scale`` fixes the Gaussian noise of regression; absent, it is learned.
+    """
+
+    architecture: str = "mlp"
+    noise_scale: float | None = None
+    options: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        _require(isinstance(self.architecture, str), "model.architecture", "be a string", self.architecture)
+        if self.noise_scale is not None:
+            _require(_is_number(self.noise_scale) and self.noise_scale > 0, "model.noise_scale", "be a positive number", self.noise_scale)
+
+
+@dataclass(frozen=True)
+class PriorConfig:
+    """``[prior]``: spike-and-slab hyper-parameters π, log τ0, log τ1 (paper 003, eq. 3.1)."""
+
+    name: str = "spike-slab"
+    pi: float = 0.5
+    log_tau0: float = -6.0
+    log_tau1: float = 1.0
+
+    def __post_init__(self):
+        _require(self.name == "spike-slab", "prior.name", "be 'spike-slab'", self.name)
+        _require(_is_number(self.pi) and 0 < self.pi < 1, "prior.pi", "lie in (0, 1)", self.pi)
+        _require(_is_number(self.log_tau0), "prior.log_tau0", "be a finite number", self.log_tau0)
+        _require(_is_number(self.log_tau1), "prior.log_tau1", "be a finite number", self.log_tau1)
+        _require(self.log_tau0 < self.log_tau1, "prior.log_tau0", f"be below prior.log_tau1 = {self.log_tau1} (tau0 < tau1)", self.log_tau0)
+
+
+@dataclass(frozen=True)
+class GuideConfig:
+    """``[guide]``: the variational family and the initial standard deviation of every weight."""
+
+    name: str = "spike-slab"
+    init_scale: float = 0.01
+
+    def __post_init__(self):
+        _require(self.name == "spike-slab", "guide.name", "be 'spike-slab'", self.name)
+        _require(_is_number(self.init_scale) and self.init_scale > 0, "guide.init_scale", "be a positive number", self.init_scale)
+
+
+@dataclass(frozen=True)
+class ObjectiveConfig:
+    """``[objective]``: the ELBO, its minibatch penalty scheme (eq. 4.2 or 4.3) and estimator."""
+
+    name: str = "analytic-kl"
+    penalty: str = "uniform"
+    local_reparameterization: bool = False
+    num_particles: int = 1
+
+    def __post_init__(self):
+        from .fit import PENALTIES
+        from .objectives import OBJECTIVES
+
+        _require(self.name in OBJECTIVES, "objective.name", f"be one of {sorted(OBJECTIVES)}", self.name)
+        _require(self.penalty in PENALTIES, "objective.penalty", f"be one of {sorted(PENALTIES)}", self.penalty)
+        _require(isinstance(self.local_reparameterization, bool), "objective.local_reparameterization", "be true or false", self.local_reparameterization)
+        _require(_is_int(self.num_particles) and self.num_particles > 0, "objective.num_particles", "be a positive integer", self.num_particles)
+
+
+SCHEDULES = ("constant", "exponential", "cosine")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """``[optim]``: optimiser, learning rate and its per-epoch schedule.
+
+    ``schedule = "exponential"`` multiplies the rate by ``gamma`` every epoch; ``"cosine"`` anneals it
+    to zero over the run.
+    """
+
+    name: str = "adam"
+    lr: float = 3e-3
+    schedule: str = "constant"
+    gamma: float = 0.99
+
+    def __post_init__(self):
+        _require(self.name in ("adam", "sgd"), "optim.name", "be 'adam' or 'sgd'", self.name)
+        _require(_is_number(self.lr) and self.lr > 0, "optim.lr", "be a positive number", self.lr)
+        _require(self.schedule in SCHEDULES, "optim.schedule", f"be one of {list(SCHEDULES)}", self.schedule)
+        _require(_is_number(self.gamma) and 0 < self.gamma <= 1, "optim.gamma", "lie in (0, 1]", self.gamma)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """``[train]``: epochs, Monte-Carlo draws for the predictive, checkpoint period."""
+
+    epochs: int = 200
+    predictive_samples: int = 20
+    checkpoint_every: int = 10
+
+    def __post_init__(self):
+        _require(_is_int(self.epochs) and self.epochs > 0, "train.epochs", "be a positive integer", self.epochs)
+        _require(_is_int(self.predictive_samples) and self.predictive_samples > 0, "train.predictive_samples", "be a positive integer", self.predictive_samples)
+        _require(_is_int(self.checkpoint_every) and self.checkpoint_every > 0, "train.checkpoint_every", "be a positive integer", self.checkpoint_every)
+
+
+@dataclass(frozen=True)
+class PruneConfig:
+    """``[prune]``: droprates of the pruning curve (fractions of all weights removed by inclusion probability)."""
+
+    droprates: tuple = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
+
+    def __post_init__(self):
+        _require(isinstance(self.droprates, (list, tuple)) and len(self.droprates) > 0, "prune.droprates", "be a non-empty list", self.droprates)
+        for rate in self.droprates:
+            _require(_is_number(rate) and 0 <= rate < 1, "prune.droprates", "contain only droprates in [0, 1)", rate)
+        object.__setattr__(self, "droprates", tuple(sorted(set(float(rate) for rate in self.droprates))))
+
+
+@dataclass(frozen=True)
+class BaselineConfig:
+    """``[baseline]``: a plain (non-Bayesian) network of the same shape trained on the same split."""
+
+    enabled: bool = True
+    epochs: int | None = None
+    lr: float | None = None
+
+    def __post_init__(self):
+        _require(isinstance(self.enabled, bool), "baseline.enabled", "be true or false", self.enabled)
+        if self.epochs is not None:
+            _require(_is_int(self.epochs) and self.epochs > 0, "baseline.epochs", "be a positive integer", self.epochs)
+        if self.lr is not None:
+            _require(_is_number(self.lr) and self.lr > 0, "baseline.lr", "be a positive number", self.lr)
+
+
+_SECTIONS = {
+    "data": DataConfig,
+    "model": ModelConfig,
+    "prior": PriorConfig,
+    "guide": GuideConfig,
+    "objective": ObjectiveConfig,
+    "optim": OptimConfig,
+    "train": TrainConfig,
+    "prune": PruneConfig,
+    "baseline": BaselineConfig,
+}
+_OPEN_SECTIONS = ("data", "model")  # unknown keys become options of the loader / architecture
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A whole run. Top-level keys: ``method``, ``description``, ``seed``, ``device``."""
+
+    method: str = "sbnn"
+    description: str = ""
+    seed: int = 0
+    device: str = "auto"
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    prior: PriorConfig = field(default_factory=PriorConfig)
+    guide: GuideConfig = field(default_factory=GuideConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    prune: PruneConfig = field(default_factory=PruneConfig)
+    baseline: BaselineConfig = field(default_factory=BaselineConfig)
+
+    def __post_init__(self):
+        _require(self.method == "sbnn", "method", "be 'sbnn'", self.method)
+        _require(_is_int(self.seed) and self.seed >= 0, "seed", "be a non-negative integer", self.seed)
+        _require(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "device", "be 'auto', 'cpu' or 'cuda[:N]'", self.device)
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "RunConfig":
+        """Build and validate a config from a nested dict (parsed TOML)."""
+        top = {f.name for f in fields(cls)} - set(_SECTIONS)
+        kwargs = {}
+        for key, value in raw.items():
+            if key in _SECTIONS:
+                _require(isinstance(value, dict), key, "be a table", value)
+                kwargs[key] = _section(key, value)
+            elif key in top:
+                kwargs[key] = value
+            else:
+                raise ConfigError(f"unknown config key {key!r}")
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict:
+        """Nested dict in TOML layout (options folded back into their sections, ``None`` dropped)."""
+        raw = asdict(self)
+        for name in _OPEN_SECTIONS:
+            raw[name].update(raw[name].pop("options"))
+        return _drop_none(raw)
+
+    def to_toml(self) -> str:
+        return tomli_w.dumps(self.to_dict())
+
+
+def _section(name: str, values: dict):
+    cls = _SECTIONS[name]
+    known = {f.name for f in fields(cls)} - {"options"}
+    unknown = {key: value for key, value in values.items() if key not in known}
+    if unknown and name not in _OPEN_SECTIONS:
+        raise ConfigError(f"unknown config key '{name}.{next(iter(unknown))}'")
+    kwargs = {key: value for key, value in values.items() if key in known}
+    if name in _OPEN_SECTIONS:
+        kwargs["options"] = unknown
+    return cls(**kwargs)
+
+
+def _drop_none(raw):
+    if isinstance(raw, dict):
+        return {key: _drop_none(value) for key, value in raw.items() if value is not None}
+    if isinstance(raw, tuple):
+        return list(raw)
+    return raw
+
+
+def packaged_configs() -> dict:
+    """Names of the packaged configs mapped to their descriptions."""
+    folder = resources.files("bayesprune") / "configs"
+    configs = {}
+    for entry in sorted(folder.iterdir(), key=lambda entry: entry.name):
+        if entry.name.endswith(".toml"):
+            configs[entry.name[: -len(".toml")]] = tomllib.loads(entry.read_text()).get("description", "")
+    return configs
+
+
+def _read_toml(text: str, source: str) -> dict:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{source}: invalid TOML ({error})") from None
+
+
+def parse_override(assignment: str) -> tuple:
+    """``"prior.pi=0.3"`` → ``(["prior", "pi"], 0.3)``; a value that is not TOML is taken as a string."""
+    key, sep, text = assignment.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set expects key=value, got {assignment!r}")
+    try:
+        value = tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        value = text
+    return key.strip().split("."), value
+
+
+def load_config(source: str | None = None, overrides=()) -> RunConfig:
+    """Resolve a packaged config name or a TOML path (default: ``default``), apply overrides, validate."""
+    source = source or "default"
+    path = Path(source)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"{source}: config file not found")
+        raw = _read_toml(path.read_text(), source)
+    elif source in packaged_configs():
+        raw = _read_toml((resources.files("bayesprune") / "configs" / f"{source}.toml").read_text(), source)
+    else:
+        raise ConfigError(f"unknown config {source!r}: not a file and not one of {sorted(packaged_configs())}")
+    for assignment in overrides:
+        keys, value = parse_override(assignment)
+        table = raw
+        for key in keys[:-1]:
+            table = table.setdefault(key, {})
+            _require(isinstance(table, dict), ".".join(keys[:-1]), "be a table", table)
+        table[keys[-1]] = value
+    return RunConfig.from_dict(raw)

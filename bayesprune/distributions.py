@@ -1,0 +1,162 @@
+"""Spike-and-slab prior and its mean-field variational partner (paper 003, section 3.1).
+
+The prior π(W, Z) (eq. 3.1) is represented by its marginal over W, :class:`SpikeAndSlab`; the
+variational family q(W) q(Z) (eq. 3.3) by :class:`SpikeSlabPosterior`, a Normal over W that carries
+the Bernoulli inclusion logits of Z. Their registered KL is the exact KL of the joint
+q(W, Z) ‖ π(W, Z), i.e. the penalty R(θ, p) of eq. 3.7 minus the constant 1/2 per weight, so every
+objective, bound and report that calls :func:`torch.distributions.kl_divergence` reads one KL.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+from pyro.distributions import TorchDistribution
+from torch.distributions import constraints
+from torch.distributions.kl import register_kl
+from torch.distributions.utils import broadcast_all
+
+_HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
+_OPEN_UNIT_INTERVAL = constraints.interval(0.0, 1.0)
+
+
+def _normal_log_prob(value, scale):
+    return -0.5 * (value / scale) ** 2 - scale.log() - _HALF_LOG_TWO_PI
+
+
+class SpikeAndSlab(TorchDistribution):
+    r"""Marginal spike-and-slab prior π·N(0, τ1²) + (1 − π)·N(0, τ0²) with τ0 < τ1 (paper 003, eq. 3.1).
+
+    Args:
+        pi: prior inclusion probability π, in (0, 1).
+        tau0: standard deviation τ0 of the spike.
+        tau1: standard deviation τ1 of the slab.
+    """
+
+    arg_constraints = {"pi": _OPEN_UNIT_INTERVAL, "tau0": constraints.positive, "tau1": constraints.positive}
+    support = constraints.real
+    has_rsample = False
+
+    def __init__(self, pi, tau0, tau1, validate_args=None):
+        self.pi, self.tau0, self.tau1 = broadcast_all(pi, tau0, tau1)
+        super().__init__(self.pi.shape, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(SpikeAndSlab, _instance)
+        batch_shape = torch.Size(batch_shape)
+        new.pi = self.pi.expand(batch_shape)
+        new.tau0 = self.tau0.expand(batch_shape)
+        new.tau1 = self.tau1.expand(batch_shape)
+        super(SpikeAndSlab, new).__init__(batch_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @property
+    def mean(self):
+        return torch.zeros_like(self.pi)
+
+    @property
+    def variance(self):
+        return self.pi * self.tau1**2 + (1 - self.pi) * self.tau0**2
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        slab = self.pi.log() + _normal_log_prob(value, self.tau1)
+        spike = torch.log1p(-self.pi) + _normal_log_prob(value, self.tau0)
+        return torch.logaddexp(slab, spike)
+
+    def sample(self, sample_shape=torch.Size()):
+        shape = self._extended_shape(sample_shape)
+        with torch.no_grad():
+            slab = torch.bernoulli(self.pi.expand(shape))
+            scale = torch.where(slab.bool(), self.tau1.expand(shape), self.tau0.expand(shape))
+            return torch.randn(shape, dtype=self.pi.dtype, device=self.pi.device) * scale
+
+
+class SpikeSlabPosterior(TorchDistribution):
+    r"""Mean-field q(w) = N(m, σ²) with an independent inclusion indicator Z ~ Bernoulli(p) (paper 003, eq. 3.3).
+
+    As a distribution over the weight it is the Normal N(m, σ²); the inclusion probability
+    p = sigmoid(``logits``) enters only through the KL to :class:`SpikeAndSlab`.
+
+    Args:
+        loc: variational mean m.
+        scale: variational standard deviation σ > 0.
+        logits: logit of the inclusion probability p.
+    """
+
+    arg_constraints = {"loc": constraints.real, "scale": constraints.positive, "logits": constraints.real}
+    support = constraints.real
+    has_rsample = True
+
+    def __init__(self, loc, scale, logits, validate_args=None):
+        self.loc, self.scale, self.logits = broadcast_all(loc, scale, logits)
+        super().__init__(self.loc.shape, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(SpikeSlabPosterior, _instance)
+        batch_shape = torch.Size(batch_shape)
+        new.loc = self.loc.expand(batch_shape)
+        new.scale = self.scale.expand(batch_shape)
+        new.logits = self.logits.expand(batch_shape)
+        super(SpikeSlabPosterior, new).__init__(batch_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @property
+    def probs(self):
+        """Inclusion probabilities p = q(Z = 1)."""
+        return torch.sigmoid(self.logits)
+
+    @property
+    def mean(self):
+        return self.loc
+
+    @property
+    def variance(self):
+        return self.scale**2
+
+    def rsample(self, sample_shape=torch.Size()):
+        shape = self._extended_shape(sample_shape)
+        eps = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+        return self.loc + self.scale * eps
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        return _normal_log_prob(value - self.loc, self.scale)
+
+    def entropy(self):
+        return 0.5 + _HALF_LOG_TWO_PI + self.scale.log()
+
+
+def inclusion_logits(loc, scale, pi, tau0, tau1):
+    r"""Logit of the optimal inclusion probability, B − A of eq. 3.8 (paper 003, Proposition 3.2).
+
+    p*(m, σ) = 1 / (1 + exp(A − B)) with A = (m² + σ²)/(2τ1²) + log(τ1/π) and
+    B = (m² + σ²)/(2τ0²) + log(τ0/(1 − π)). Algorithm 1, step 9 of the paper prints ``m + σ²`` in A;
+    eq. 3.8 and its proof (supplement S2) have m², which is what is implemented.
+    """
+    second_moment = loc**2 + scale**2
+    a = second_moment / (2 * tau1**2) + torch.log(tau1 / pi)
+    b = second_moment / (2 * tau0**2) + torch.log(tau0 / (1 - pi))
+    return b - a
+
+
+def spike_slab_penalty(loc, scale, logits, pi, tau0, tau1):
+    r"""Penalty R(θ, p) of eq. 3.7 (paper 003), elementwise, with p = sigmoid(logits).
+
+    R = p [ (m²+σ²)/(2τ1²) + log(τ1 p / (σ π)) ] + (1 − p) [ (m²+σ²)/(2τ0²) + log(τ0 (1−p) / (σ (1−π))) ].
+    Logits keep log p and log(1 − p) finite when p saturates.
+    """
+    second_moment = loc**2 + scale**2
+    p = torch.sigmoid(logits)
+    slab = second_moment / (2 * tau1**2) + torch.log(tau1 / (scale * pi)) + F.logsigmoid(logits)
+    spike = second_moment / (2 * tau0**2) + torch.log(tau0 / (scale * (1 - pi))) + F.logsigmoid(-logits)
+    return p * slab + (1 - p) * spike
+
+
+@register_kl(SpikeSlabPosterior, SpikeAndSlab)
+def _kl_spike_slab(q, p):
+    """KL(q(W) q(Z) ‖ π(W, Z)) = R(θ, p) − 1/2 per weight (paper 003, supplement S1)."""
+    return spike_slab_penalty(q.loc, q.scale, q.logits, p.pi, p.tau0, p.tau1) - 0.5

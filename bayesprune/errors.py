@@ -1,0 +1,17 @@
+"""Exceptions that the command line turns into a one-line message and exit status 2."""
+
+
+class BayesPruneError(Exception):
+    """Base class of every error a user can cause and fix (bad config, bad data, divergence)."""
+
+
+class ConfigError(BayesPruneError, ValueError):
+    """An invalid configuration value; the message names the field."""
+
+
+class DataError(BayesPruneError, ValueError):
+    """Missing, malformed or invalid data; the message names the file or field."""
+
+
+class TrainingDiverged(BayesPruneError, RuntimeError):
+    """The loss became NaN or infinite; the last good checkpoint is kept."""

@@ -1,0 +1,48 @@
+"""Prior policies: which distribution each parameter of a network gets (as TyXe places priors).
+
+A policy answers one question, :meth:`Prior.distribution`, for every parameter of every module; the
+model turns each answer into one Pyro sample site named after the parameter's path (``fc1.weight``).
+"""
+import math
+
+import torch
+
+from .distributions import SpikeAndSlab
+from .errors import ConfigError
+
+
+class Prior:
+    """Base policy. Subclasses implement :meth:`distribution` for one parameter."""
+
+    def distribution(self, name: str, param: torch.Tensor):
+        """The prior of the parameter ``name``: a distribution with event shape ``param.shape``."""
+        raise NotImplementedError
+
+
+class SpikeSlabPrior(Prior):
+    r"""Independent spike-and-slab prior π·N(0, τ1²) + (1 − π)·N(0, τ0²) on every weight and bias (paper 003, eq. 3.1).
+
+    Args:
+        pi: prior inclusion probability π in (0, 1).
+        tau0: spike standard deviation τ0.
+        tau1: slab standard deviation τ1 > τ0.
+
+    The defaults are the paper's regression setting (section 4.2): π = 0.5, log τ1 = 1, log τ0 = −6.
+    """
+
+    def __init__(self, *, pi=0.5, tau0=math.exp(-6.0), tau1=math.exp(1.0)):
+        if not 0.0 < pi < 1.0:
+            raise ConfigError(f"prior.pi must lie in (0, 1), got {pi}")
+        if not 0.0 < tau0 < tau1:
+            raise ConfigError(f"prior.tau0 must satisfy 0 < tau0 < tau1, got tau0={tau0}, tau1={tau1}")
+        self.pi, self.tau0, self.tau1 = float(pi), float(tau0), float(tau1)
+
+    def distribution(self, name, param):
+        options = {"dtype": param.dtype, "device": param.device}
+        base = SpikeAndSlab(
+            torch.tensor(self.pi, **options), torch.tensor(self.tau0, **options), torch.tensor(self.tau1, **options)
+        )
+        return base.expand(param.shape).to_event(param.dim())
+
+
+PRIORS = {"spike-slab": SpikeSlabPrior}

@@ -1,0 +1,47 @@
+"""Local reparameterization trick (Kingma et al., 2015): sample pre-activations, not weights.
+
+For a layer whose weight and bias have independent Gaussian posteriors, the pre-activation of each
+example is Gaussian with mean ``f(x, m_W, m_b)`` and variance ``f(x², σ_W², σ_b²)`` for the linear
+map f (``linear`` or ``conv2d``). Sampling it directly is an unbiased estimator of the same expected
+log-likelihood, with lower variance (noise is independent across examples) at the cost of two linear
+maps per layer.
+"""
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+_LINEAR_MAPS = (F.linear, F.conv2d)
+
+
+class LocalReparameterization(TorchFunctionMode):
+    """Replaces ``F.linear``/``F.conv2d`` on known weight tensors by a pre-activation draw.
+
+    Args:
+        posteriors: maps ``id(tensor)`` of a sampled weight or bias to its Gaussian posterior
+            (any distribution with ``loc`` and ``scale``). Tensors not in it are used as given.
+    """
+
+    def __init__(self, posteriors: dict):
+        super().__init__()
+        self.posteriors = posteriors
+
+    def _moments(self, tensor):
+        if tensor is None:
+            return None, None
+        posterior = self.posteriors.get(id(tensor))
+        if posterior is None:
+            return tensor, None
+        return posterior.loc, posterior.scale**2
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func not in _LINEAR_MAPS or id(args[1]) not in self.posteriors:
+            return func(*args, **kwargs)
+        x, weight, *rest = args
+        bias = rest[0] if rest else kwargs.pop("bias", None)
+        rest = rest[1:]
+        weight_mean, weight_var = self._moments(weight)
+        bias_mean, bias_var = self._moments(bias)
+        mean = func(x, weight_mean, bias_mean, *rest, **kwargs)
+        var = func(x**2, weight_var, bias_var, *rest, **kwargs)
+        return mean + var.clamp_min(1e-16).sqrt() * torch.randn_like(mean)

@@ -1,0 +1,17 @@
+"""Pyro model programs: Bayesian networks, likelihoods and the architectures they wrap."""
+from .architectures import ARCHITECTURES, build_architecture, lenet_5, lenet_300_100, mlp
+from .bnn import BayesianNetwork
+from .likelihoods import LIKELIHOODS, Categorical, Gaussian, Likelihood
+
+__all__ = [
+    "ARCHITECTURES",
+    "BayesianNetwork",
+    "Categorical",
+    "Gaussian",
+    "LIKELIHOODS",
+    "Likelihood",
+    "build_architecture",
+    "lenet_300_100",
+    "lenet_5",
+    "mlp",
+]

@@ -1,0 +1,71 @@
+"""Likelihoods own the data plate and the N/B minibatch rescaling (``dataset_size`` given once)."""
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro.nn import PyroModule, PyroParam
+from torch.distributions import constraints
+
+
+class Likelihood(PyroModule):
+    """Observes targets under ``pyro.plate("data", dataset_size)``.
+
+    A minibatch of B rows is scored with weight N/B, so the summed log-likelihood is an unbiased
+    estimate of the full-data log-likelihood whatever the batch size.
+
+    Args:
+        dataset_size: number N of training examples.
+    """
+
+    def __init__(self, dataset_size: int):
+        super().__init__()
+        self.dataset_size = int(dataset_size)
+
+    def distribution(self, output: torch.Tensor):
+        """Distribution of the targets given the network output."""
+        raise NotImplementedError
+
+    def mean(self, output: torch.Tensor) -> torch.Tensor:
+        """Predictive mean given one network output (class probabilities or regression mean)."""
+        raise NotImplementedError
+
+    def forward(self, output, y=None):
+        rows = torch.arange(output.shape[0], device=output.device)
+        with pyro.plate("data", size=self.dataset_size, subsample=rows):
+            return pyro.sample("obs", self.distribution(output), obs=y)
+
+
+class Categorical(Likelihood):
+    """Categorical likelihood on the network's logits (classification)."""
+
+    def distribution(self, output):
+        return dist.Categorical(logits=output)
+
+    def mean(self, output):
+        return torch.softmax(output, dim=-1)
+
+
+class Gaussian(Likelihood):
+    """Gaussian likelihood N(y; f(x), s²) for regression on a single output.
+
+    Args:
+        dataset_size: number N of training examples.
+        scale: the noise standard deviation s if fixed; ``None`` learns it as a point estimate
+            (type-II maximum likelihood), starting from ``init_scale``.
+        init_scale: starting value of a learned scale.
+    """
+
+    def __init__(self, dataset_size: int, *, scale: float | None = None, init_scale: float = 1.0):
+        super().__init__(dataset_size)
+        if scale is None:
+            self.scale = PyroParam(torch.tensor(float(init_scale)), constraint=constraints.positive)
+        else:
+            self.scale = float(scale)
+
+    def distribution(self, output):
+        return dist.Normal(output.squeeze(-1), self.scale)
+
+    def mean(self, output):
+        return output.squeeze(-1)
+
+
+LIKELIHOODS = {"classification": Categorical, "regression": Gaussian}
