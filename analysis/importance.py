@@ -1,0 +1,171 @@
+"""Feature and node importance from weight inclusion probabilities (paper 003, section 3.5).
+
+The inclusion probabilities p of a fitted sBNN are combined along paths, following the
+"connection weights" method of Olden et al. (2004): the importance of a node is the mean, over
+every path from that node to the output, of the product of the inclusion probabilities of the
+weights on the path. For input features this is ψ (eq. 3.18); φ is its min-max scaling (eq. 3.19).
+
+Layer l has n_l nodes; P^(l) ∈ R^{n_l × n_{l-1}} holds the inclusion probability of the weight from
+node j of layer l-1 to node i of layer l, for l = 1, ..., L+1 (layer 0 holds the inputs, layer
+L+1 the outputs). Biases do not start paths from an input and are ignored, as in the paper.
+
+Beyond the paper, which defines ψ for MLPs with one output only:
+
+* **Several outputs** (K-class classification): the mean is also taken over the K output units,
+  i.e. the paper's division by ∏_{i=1}^{L} n_i becomes a division by ∏_{i=1}^{L+1} n_i after
+  summing the rows of P^(L+1). With K = 1 this is exactly eq. 3.18.
+* **Convolutions**: the nodes of a convolution are its channels. A ``Conv2d`` weight
+  (out, in, kh, kw) is reduced to the (out, in) matrix of its mean inclusion probability over the
+  kernel positions, so a path between two channels has the average probability of the weights
+  that connect them. For a first convolution the input "features" are the input channels.
+* **Convolution → Flatten → Linear**: the linear layer sees channels × H × W inputs, laid out
+  channel-major by ``nn.Flatten``; its (out, C·H·W) matrix is folded to (out, C) by averaging over
+  the H·W spatial positions of each channel, so the chain of matrices stays (out × in) consistent.
+
+Only networks whose ``Linear``/``Conv2d`` layers form a chain in module order (``nn.Sequential``
+style, no branches or skip connections) are supported; a broken chain raises ``ValueError``.
+"""
+import torch
+from torch import nn
+
+from .plots import _save, plt
+
+_WEIGHTED_LAYERS = (nn.Linear, nn.Conv2d)
+
+
+def _weighted_layers(net: nn.Module) -> list:
+    """``(site name, module)`` of every ``Linear``/``Conv2d`` of ``net``, in module order."""
+    layers = []
+    for name, module in net.named_modules():
+        if isinstance(module, _WEIGHTED_LAYERS):
+            if isinstance(module, nn.Conv2d) and module.groups != 1:
+                raise ValueError(f"layer {name!r}: grouped convolutions (groups={module.groups}) are not supported")
+            layers.append((f"{name}.weight" if name else "weight", module))
+    if not layers:
+        raise ValueError("the network has no Linear or Conv2d layer")
+    return layers
+
+
+def _node_matrix(probs: torch.Tensor, previous, site: str) -> torch.Tensor:
+    """The (out, in) node matrix of one weight site whose inputs are the nodes of layer ``previous``.
+
+    ``previous`` is ``(node matrix, module)`` of the preceding layer, or ``None`` for the first.
+    """
+    if probs.dim() == 4:  # Conv2d (out, in, kh, kw): mean over the kernel positions
+        probs = probs.mean(dim=(2, 3))
+    if previous is None:
+        return probs
+    fan_in = previous[0].shape[0]
+    if probs.shape[1] == fan_in:
+        return probs
+    if not isinstance(previous[1], nn.Conv2d) or probs.shape[1] % fan_in:
+        raise ValueError(
+            f"site {site!r} has {probs.shape[1]} inputs, which do not match the {fan_in} nodes of the previous layer"
+        )
+    # Linear after Flatten of a (C, H, W) feature map: inputs are channel-major, fold them to the C channels.
+    return probs.reshape(probs.shape[0], fan_in, -1).mean(dim=2)
+
+
+def weight_inclusion_matrices(inclusion: dict, model_or_net) -> list:
+    """The node influence matrices P^(1), ..., P^(L+1) of section 3.5, in network order.
+
+    Args:
+        inclusion: site name → inclusion probabilities with the parameter's shape, as returned by
+            ``SpikeSlabGuide.inclusion_probabilities()``.
+        model_or_net: a ``BayesianNetwork`` (its ``net`` is used) or the plain ``nn.Module``.
+
+    Returns:
+        One (n_l, n_{l-1}) tensor per ``Linear``/``Conv2d`` layer: Linear weights as they are,
+        Conv2d weights averaged over the kernel, and a Linear after a flattened convolution folded
+        to the convolution's channels (see the module docstring).
+
+    Raises:
+        KeyError: a weight site is missing from ``inclusion``.
+        ValueError: the layers do not form a chain of matching widths.
+    """
+    net = getattr(model_or_net, "net", model_or_net)
+    matrices, previous = [], None
+    for site, module in _weighted_layers(net):
+        if site not in inclusion:
+            raise KeyError(f"no inclusion probabilities for weight site {site!r}")
+        matrices.append(_node_matrix(inclusion[site].detach(), previous, site))
+        previous = (matrices[-1], module)
+    return matrices
+
+
+def node_importance(matrices) -> list:
+    r"""Mean path probability from every node of every layer to the output.
+
+    With ψ^(L+1) = 1 for the output nodes, ψ^(l-1) = ψ^(l) P^(l) / n_l: every node of layer l has
+    the same number of downstream paths, so the mean over paths from a node of layer l-1 is the
+    mean over its successors i of p_i times the mean over paths from i. Unrolled for l = 0 this is
+    eq. 3.18, ψ = (1 / ∏_{i=1}^{L+1} n_i) 1ᵀ P^(L+1) ⋯ P^(1), with n_{L+1} = 1 in the paper.
+
+    Args:
+        matrices: P^(1), ..., P^(L+1) from :func:`weight_inclusion_matrices`.
+
+    Returns:
+        ``[ψ^(0), ψ^(1), ..., ψ^(L+1)]``: entry l holds the n_l node importances of layer l, so
+        entry 0 is the feature importance ψ and the last entry (outputs) is all ones.
+    """
+    importance = [torch.ones(matrices[-1].shape[0], dtype=matrices[-1].dtype, device=matrices[-1].device)]
+    for matrix in reversed(matrices):
+        importance.append(importance[-1] @ matrix / matrix.shape[0])
+    return importance[::-1]
+
+
+def feature_importance(matrices) -> torch.Tensor:
+    """Feature importance ψ_j of eq. 3.18: the mean path inclusion probability from input j to the output.
+
+    Args:
+        matrices: P^(1), ..., P^(L+1) from :func:`weight_inclusion_matrices`.
+
+    Returns:
+        ψ, one value per input node (per input channel for a convolution-first network).
+    """
+    return node_importance(matrices)[0]
+
+
+def scaled_importance(psi: torch.Tensor) -> torch.Tensor:
+    """Min-max scaled importance φ_j = (ψ_j − min ψ) / (max ψ − min ψ) of eq. 3.19, in [0, 1].
+
+    When all ψ_j are equal (e.g. a single feature) eq. 3.19 is 0/0; every feature then attains the
+    maximum and φ is all ones, so no threshold on φ drops a feature for lack of evidence.
+    """
+    low, span = psi.min(), psi.max() - psi.min()
+    if span == 0:
+        return torch.ones_like(psi)
+    return (psi - low) / span
+
+
+def importance_table(model, guide, feature_names=None) -> list:
+    """ψ (eq. 3.18) and φ (eq. 3.19) of every input of a fitted sBNN.
+
+    Args:
+        model: the fitted ``BayesianNetwork``.
+        guide: its ``SpikeSlabGuide``.
+        feature_names: one name per input node; defaults to ``x0, x1, ...``.
+
+    Returns:
+        One dict ``{"feature", "psi", "phi"}`` per input, in input order.
+    """
+    psi = feature_importance(weight_inclusion_matrices(guide.inclusion_probabilities(), model)).cpu()
+    phi = scaled_importance(psi)
+    names = feature_names if feature_names is not None else [f"x{j}" for j in range(len(psi))]
+    if len(names) != len(psi):
+        raise ValueError(f"got {len(names)} feature names for {len(psi)} inputs")
+    return [{"feature": name, "psi": float(s), "phi": float(f)} for name, s, f in zip(names, psi, phi)]
+
+
+def plot_importance(rows, path, *, title="Feature importance"):
+    """Horizontal bar plot of the scaled importance φ (eq. 3.19), most important feature on top.
+
+    Args:
+        rows: rows of :func:`importance_table`.
+        path: the PNG file to write.
+    """
+    rows = sorted(rows, key=lambda row: row["phi"])
+    figure, axis = plt.subplots(figsize=(5, 1.0 + 0.22 * len(rows)))
+    axis.barh([row["feature"] for row in rows], [row["phi"] for row in rows])
+    axis.set(xlabel="scaled importance φ", xlim=(0, 1.02), title=title)
+    _save(figure, path)

@@ -1,0 +1,134 @@
+"""End-to-end tests of the ``bayesprune`` command line: outputs of a run and rejection of bad input."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from bayesprune.cli import main
+
+QUICK = ["--quiet", "--set", "train.epochs=2", "--set", "baseline.epochs=1", "--set", "train.predictive_samples=2"]
+
+
+def run_cli(capsys, *args):
+    status = main(list(args))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_default_run_writes_a_complete_run_directory(tmp_path, capsys):
+    out = tmp_path / "run"
+    status, stdout, _ = run_cli(capsys, "run", "--out", str(out), *QUICK)
+    assert status == 0
+    expected = {"metrics.json", "pruning_curve.csv", "report.md", "elbo.png", "inclusion_cdf.png",
+                "pruning_curve.png", "checkpoint.pt", "config.toml", "elbo.csv", "inclusion_probabilities.npz"}
+    assert expected <= {path.name for path in out.iterdir()}
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in ("method", "dataset", "device", "n_weights", "train_seconds", "test_error", "baseline_test_error"):
+        assert key in metrics
+    assert metrics["n_weights"] == 64 * 100 + 100 + 100 * 10 + 10  # the default 64-100-10 MLP
+    rates = [row["droprate"] for row in metrics["pruning_curve"]]
+    assert rates == sorted(rates) and rates[0] == 0.0
+    # The curve's weights kept follow the droprates exactly (global ranking drops floor(d n)).
+    for row in metrics["pruning_curve"]:
+        assert row["n_weights_kept"] == metrics["n_weights"] - int(row["droprate"] * metrics["n_weights"])
+        assert 0.0 <= row["test_error"] <= 100.0
+    lines = (out / "pruning_curve.csv").read_text().splitlines()
+    assert lines[0].startswith("droprate,") and len(lines) == len(rates) + 1
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert state["metadata"]["epoch"] == 2
+    assert not any(path.name.startswith(".") for path in tmp_path.iterdir())  # no staging left behind
+
+
+def test_saved_config_reruns_and_force_is_needed_to_overwrite(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_cli(capsys, "run", "--out", str(out), *QUICK)[0] == 0
+    before = (out / "metrics.json").read_text()
+    status, _, err = run_cli(capsys, "run", str(out / "config.toml"), "--out", str(out), "--quiet")
+    assert status == 2 and "--force" in err and err.count("\n") == 1
+    assert (out / "metrics.json").read_text() == before
+    assert run_cli(capsys, "run", str(out / "config.toml"), "--out", str(out), "--quiet", "--force")[0] == 0
+    # Same config, same seed: a CPU run is reproducible.
+    assert json.loads((out / "metrics.json").read_text())["pruning_curve"] == json.loads(before)["pruning_curve"]
+
+
+BAD_SETTINGS = [
+    (["prior.pi=1.5"], "prior.pi"),
+    (["prior.log_tau0=2", "prior.log_tau1=1"], "prior.log_tau0"),
+    (["data.dataset=imagenet"], "imagenet"),
+    (["model.architecture=resnet-1000"], "model.architecture"),
+    (["train.epochs=-3"], "train.epochs"),
+    (["prune.droprates=[0.5, 1.0]"], "prune.droprates"),
+    (["optim.lr=0"], "optim.lr"),
+    (["prior.colour=1"], "prior.colour"),
+    (["data.dataset=mnist", "data.root='/nonexistent/mnist'"], "/nonexistent/mnist"),
+]
+
+
+@pytest.mark.parametrize("settings, named", BAD_SETTINGS)
+def test_bad_config_values_exit_2_naming_the_field_and_write_nothing(tmp_path, capsys, settings, named):
+    out = tmp_path / "run"
+    overrides = [arg for setting in settings for arg in ("--set", setting)]
+    status, _, err = run_cli(capsys, "run", "--out", str(out), "--quiet", *overrides)
+    assert status == 2
+    assert named in err and err.count("\n") == 1 and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def _write_uci(root, values):
+    folder = root / "toy"
+    folder.mkdir(parents=True)
+    (folder / "data.txt").write_text("\n".join(" ".join(str(v) for v in row) for row in values) + "\n")
+    (folder / "index_features.txt").write_text("0\n1\n")
+    (folder / "index_target.txt").write_text("2\n")
+    (folder / "index_train_0.txt").write_text("\n".join(str(i) for i in range(len(values) - 2)) + "\n")
+    (folder / "index_test_0.txt").write_text(f"{len(values) - 2}\n{len(values) - 1}\n")
+    (folder / "n_splits.txt").write_text("1\n")
+
+
+def test_nan_in_data_file_exits_2_naming_the_file(tmp_path, capsys):
+    values = [[i, 2 * i, 3 * i] for i in range(10)]
+    values[4][1] = float("nan")
+    _write_uci(tmp_path / "uci", values)
+    out = tmp_path / "run"
+    status, _, err = run_cli(capsys, "run", "--out", str(out), "--quiet", "--set", "data.dataset=uci",
+                             "--set", f"data.root='{tmp_path / 'uci'}'", "--set", "data.name=toy")
+    assert status == 2 and "data.txt" in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_divergence_exits_2_and_keeps_the_last_good_checkpoint(tmp_path, capsys, monkeypatch):
+    """The loss is made NaN from the third epoch on; the epoch-2 checkpoint must survive."""
+    import pyro.infer
+
+    real_step, calls = pyro.infer.SVI.step, []
+
+    def step(self, *args, **kwargs):
+        calls.append(1)
+        loss = real_step(self, *args, **kwargs)
+        return float("nan") if len(calls) > 2 * 12 else loss  # digits: 12 batches per epoch
+
+    monkeypatch.setattr(pyro.infer.SVI, "step", step)
+    out = tmp_path / "run"
+    status, _, err = run_cli(capsys, "run", "--out", str(out), "--quiet", "--set", "train.epochs=5",
+                             "--set", "train.checkpoint_every=1")
+    assert status == 2 and "nan" in err.lower() and err.count("\n") == 1
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["metadata"]["epoch"] == 2
+    assert not (out / "metrics.json").exists()
+
+
+def test_list_shows_the_packaged_default(capsys):
+    status, stdout, _ = run_cli(capsys, "list")
+    assert status == 0 and any(line.startswith("default") for line in stdout.splitlines())
+
+
+def test_console_script_reports_errors_without_traceback(tmp_path):
+    """The real process: exit status 2, one line on stderr."""
+    result = subprocess.run(
+        [sys.executable, "-m", "bayesprune", "run", "--out", str(tmp_path / "run"), "--set", "prior.pi=1.5"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "prior.pi" in result.stderr
