@@ -4,6 +4,7 @@ User errors (bad config values, bad data, an occupied output directory, a diverg
 line on stderr and exit with status 2, without a traceback.
 """
 import argparse
+import json
 import sys
 
 from .config import load_config, packaged_configs
@@ -18,7 +19,10 @@ class _Parser(argparse.ArgumentParser):
 def _run(args):
     from .runner import run  # heavy imports (torch, pyro) only when needed
 
-    config = load_config(args.config, args.overrides)
+    overrides = list(args.overrides)
+    if args.data_root is not None:
+        overrides.append(f"data.root={json.dumps(args.data_root)}")
+    config = load_config(args.config, overrides)
     metrics = run(config, args.out, force=args.force, progress=not args.quiet)
     metric = "test_error" if "test_error" in metrics else "test_rmse"
     print(f"{metrics['dataset']}: {metric} {metrics[metric]:.4g} (plain network: "
@@ -41,6 +45,7 @@ def build_parser():
     run.add_argument("--out", required=True, help="run directory to create")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config key, e.g. --set prior.pi=0.3 (repeatable)")
+    run.add_argument("--data-root", help="directory holding the data (sets data.root)")
     run.add_argument("--force", action="store_true", help="overwrite a non-empty --out directory")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(handler=_run)

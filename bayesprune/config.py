@@ -30,15 +30,26 @@ def _is_number(value) -> bool:
 
 @dataclass(frozen=True)
 class DataConfig:
-    """``[data]``: ``dataset`` names a loader of :mod:`bayesprune.data`; every other key is its option."""
+    """``[data]``: ``dataset`` names a loader of :mod:`bayesprune.data`; every other key is its option.
+
+    ``splits`` (UCI only) fits every listed split, or ``"all"`` of them, and reports the mean and
+    standard error over splits.
+    """
 
     dataset: str = "digits"
     batch_size: int = 128
+    splits: list | str | None = None
     options: dict = field(default_factory=dict)
 
     def __post_init__(self):
         _require(isinstance(self.dataset, str), "data.dataset", "be a string", self.dataset)
         _require(_is_int(self.batch_size) and self.batch_size > 0, "data.batch_size", "be a positive integer", self.batch_size)
+        if self.splits is not None:
+            _require(self.dataset == "uci", "data.splits", "only be set for data.dataset = 'uci'", self.splits)
+            valid = self.splits == "all" or (
+                isinstance(self.splits, list) and self.splits and all(_is_int(k) and k >= 0 for k in self.splits)
+            )
+            _require(valid, "data.splits", "be 'all' or a non-empty list of split indices", self.splits)
 
 
 @dataclass(frozen=True)

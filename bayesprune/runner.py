@@ -24,7 +24,7 @@ from bayesprune.models import LIKELIHOODS, BayesianNetwork, build_architecture
 
 from .baseline import train_plain
 from .checkpoint import Checkpoint
-from .data import load_dataset
+from .data import load_dataset, uci_num_splits
 from .errors import BayesPruneError, TrainingDiverged
 from .fit import PENALTIES, TensorBatches, fit, resolve_device
 from .objectives import OBJECTIVES
@@ -86,30 +86,54 @@ def fit_posterior(config, dataset, net, device, *, checkpoint=None, progress=Fal
     return model, guide, history, time.perf_counter() - start
 
 
+def load_datasets(config) -> list:
+    """The dataset of the config, or one per split when ``data.splits`` is set (UCI)."""
+    data = config.data
+    if data.splits is None:
+        return [load_dataset(data.dataset, **data.options)]
+    options = {key: value for key, value in data.options.items() if key != "split"}
+    first = load_dataset(data.dataset, **options)
+    splits = range(uci_num_splits(options["root"], options["name"])) if data.splits == "all" else data.splits
+    return [first if split == 0 else load_dataset(data.dataset, **options, split=split) for split in splits]
+
+
+def _new_net(config, dataset, seed):
+    pyro.set_rng_seed(seed)
+    return build_architecture(config.model.architecture, dataset.input_shape, dataset.output_dim, **config.model.options)
+
+
 def run(config, out, *, force: bool = False, progress: bool = False) -> dict:
     """Execute ``config`` and write its run directory ``out``; returns the metrics."""
     out = Path(out)
     check_output_dir(out, force=force)
-    dataset = load_dataset(config.data.dataset, **config.data.options)
-    net = build_architecture(config.model.architecture, dataset.input_shape, dataset.output_dim, **config.model.options)
+    datasets = load_datasets(config)
+    _new_net(config, datasets[0], config.seed)  # rejects a bad architecture before anything is written
     device = resolve_device(config.device)
-    baseline_net = copy.deepcopy(net)
 
     staging = out.parent / f".{out.name}.partial"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
         (staging / "config.toml").write_text(config.to_toml())
-        try:
-            model, guide, history, seconds = fit_posterior(
-                config, dataset, net, device, checkpoint=staging / CHECKPOINT, progress=progress
-            )
-        except TrainingDiverged:
-            if (staging / CHECKPOINT).exists():
-                _move_into_place(staging, out)
-            raise
-        metrics = _evaluate(config, dataset, model, guide, history, seconds, device, baseline_net)
-        _write_outputs(staging, metrics, history, guide)
+        per_split = []
+        for index, dataset in enumerate(datasets):
+            net = _new_net(config, dataset, config.seed + index)
+            baseline_net = copy.deepcopy(net)
+            try:
+                model, guide, history, seconds = fit_posterior(
+                    config, dataset, net, device, seed=config.seed + index, progress=progress,
+                    checkpoint=staging / CHECKPOINT if index == 0 else None,
+                )
+            except TrainingDiverged:
+                if (staging / CHECKPOINT).exists():
+                    _move_into_place(staging, out)
+                raise
+            per_split.append(_evaluate(config, dataset, model, guide, history, seconds, device, baseline_net))
+            if index == 0:
+                _write_fit(staging, history, guide)
+        metrics = _summarise(per_split)
+        (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        _write_curve(staging / "pruning_curve.csv", metrics["pruning_curve"])
         write_report(staging)
         _move_into_place(staging, out)
     finally:
@@ -119,13 +143,12 @@ def run(config, out, *, force: bool = False, progress: bool = False) -> dict:
 
 def _evaluate(config, dataset, model, guide, history, seconds, device, baseline_net):
     name = metric_name(dataset.task)
+    scores = guide.inclusion_probabilities()
     curve = pruning_curve(
-        model, guide, dataset,
-        scores=guide.inclusion_probabilities(), droprates=sorted({0.0, *config.prune.droprates}),
+        model, guide, dataset, scores=scores, droprates=sorted({0.0, *config.prune.droprates}),
         num_samples=config.train.predictive_samples, device=device,
     )
-    full = curve[0]
-    probs = torch.cat([p.flatten() for p in guide.inclusion_probabilities().values()])
+    probs = torch.cat([p.flatten() for p in scores.values()])
     metrics = {
         "method": config.method,
         "dataset": dataset.name,
@@ -136,8 +159,8 @@ def _evaluate(config, dataset, model, guide, history, seconds, device, baseline_
         "epochs": len(history.epoch_losses),
         "seed": config.seed,
         "train_seconds": round(seconds, 3),
-        name: full[name],
-        f"{name}_mc": full[f"{name}_mc"],
+        name: curve[0][name],
+        f"{name}_mc": curve[0][f"{name}_mc"],
         "final_elbo": history.elbo[-1],
         "fraction_inclusion_below_half": float((probs < 0.5).float().mean()),
         "pruning_curve": curve,
@@ -151,15 +174,46 @@ def _evaluate(config, dataset, model, guide, history, seconds, device, baseline_
     return metrics
 
 
-def _write_outputs(folder: Path, metrics: dict, history, guide):
-    (folder / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    curve = metrics["pruning_curve"]
+def _mean_and_stderr(values):
+    values = np.asarray(values, dtype=float)
+    return float(values.mean()), float(values.std() / np.sqrt(values.size))
+
+
+def _summarise(per_split: list) -> dict:
+    """One split's metrics as they are; several splits as mean and standard error (std / sqrt(n))."""
+    if len(per_split) == 1:
+        return per_split[0]
+    first = per_split[0]
+    name = metric_name(first["task"])
+    metrics = {key: value for key, value in first.items() if key != "pruning_curve"}
+    metrics["splits"] = len(per_split)
+    metrics["train_seconds"] = round(sum(m["train_seconds"] for m in per_split), 3)
+    for key in (name, f"{name}_mc", f"baseline_{name}", "final_elbo", "fraction_inclusion_below_half"):
+        if key in first:
+            metrics[key], stderr = _mean_and_stderr([m[key] for m in per_split])
+            metrics[f"{key}_mean"], metrics[f"{key}_stderr"] = metrics[key], stderr
+    curve = []
+    for rows in zip(*(m["pruning_curve"] for m in per_split)):
+        row = {"droprate": rows[0]["droprate"], "n_weights_kept": rows[0]["n_weights_kept"]}
+        for key in (name, f"{name}_mc"):
+            row[key], row[f"{key}_stderr"] = _mean_and_stderr([r[key] for r in rows])
+        curve.append(row)
+    metrics["pruning_curve"] = curve
+    metrics["per_split"] = [{name: m[name], f"{name}_mc": m[f"{name}_mc"]} for m in per_split]
+    return metrics
+
+
+def _write_curve(path: Path, curve: list):
     columns = list(curve[0])
     lines = [",".join(columns)] + [",".join(f"{row[column]:.6g}" for column in columns) for row in curve]
-    (folder / "pruning_curve.csv").write_text("\n".join(lines) + "\n")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _write_fit(folder: Path, history, guide):
     elbo = ["epoch,elbo"] + [f"{epoch + 1},{value:.8g}" for epoch, value in enumerate(history.elbo)]
     (folder / "elbo.csv").write_text("\n".join(elbo) + "\n")
-    np.savez(folder / "inclusion_probabilities.npz", **{n: p.cpu().numpy() for n, p in guide.inclusion_probabilities().items()})
+    probabilities = {name: p.cpu().numpy() for name, p in guide.inclusion_probabilities().items()}
+    np.savez(folder / "inclusion_probabilities.npz", **probabilities)
 
 
 def _move_into_place(staging: Path, out: Path):

@@ -1,0 +1,466 @@
+"""Fitted sBNN posteriors as ArviZ data: draws, posterior predictive, ELBO traces, diagnostics and plots.
+
+Chains are independent fits (restarts with different seeds) of the same model, one
+``(model, guide, history)`` per chain, so between-chain diagnostics (R-hat, ESS) compare restarts:
+they say whether restarts agree relative to the spread of q within one fit.
+
+Groups of the object :func:`to_inference_data` returns (``C`` chains, ``S`` draws per chain):
+
+``posterior``
+    - ``<site>`` (e.g. ``1.weight``): draws W ~ q(W), dims ``(chain, draw, <site>_dim_0, ...)``, for the
+      selected sites only (see ``sites``), float32.
+    - ``<site>.inclusion``: draws Z ~ Bernoulli(p) of the inclusion indicators of the same sites,
+      int8. Their R-hat compares the restarts' inclusion probabilities relative to the Bernoulli spread.
+    - ``inclusion_probability_mean`` (dim ``site``, every site): mean of p over the site's weights.
+    - ``fraction_included`` (dim ``site``) and ``network_fraction_included`` (scalar): fraction of the
+      weights with p ≥ 0.5 in each site and in the whole network.
+    - ``psi``, ``phi`` (dim ``feature``), or whatever the ``feature_importance`` callable returns.
+
+    The last three bullets are functions of q, not random draws: their value is one number per chain,
+    repeated over the draws. Their within-chain variance is zero, so ``sd`` of the pooled draws is the
+    spread between restarts, R-hat is infinite when the restarts differ (NaN when they agree) and ESS
+    is not meaningful. Read them per chain (a forest plot, ``.sel(chain=c)``) or by their ``sd``.
+``posterior_predictive``
+    ``obs``, dims ``(chain, draw, test_point)``: one draw y ~ p(y | x, W) per test input for the first
+    ``num_predictive_draws`` weight draws of each chain (regression in the targets' original units,
+    classification as class labels).
+``observed_data``
+    ``obs``, dim ``test_point``: the test targets, in original units for regression.
+``variational``
+    The variational parameters of the selected sites, one value per chain, no draw dimension:
+    ``<site>.loc`` (m), ``<site>.scale`` (σ), ``<site>.inclusion_probability`` (p), dims
+    ``(chain, <site>_dim_0, ...)``; and ``inclusion_probability_quantile``, dims
+    ``(chain, quantile)``: 101 quantiles of p over *all* weights of the network, enough to draw each
+    chain's CDF of inclusion probabilities without storing every weight.
+``optimization``
+    ``elbo``, dims ``(chain, epoch)``: the ELBO trace of each fit (NaN-padded when fits stopped at
+    different epochs). It lives in its own group because ArviZ's ``sample_stats`` is indexed by draw,
+    and the trace is indexed by epoch.
+
+The object is an ``arviz.InferenceData`` under ArviZ 0.x and an ``xarray.DataTree`` under ArviZ ≥ 1
+(which replaced ``InferenceData``); both write with ``.to_netcdf`` and load with ``arviz.from_netcdf``.
+"""
+from __future__ import annotations
+
+import datetime
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+import xarray as xr
+
+#: Default ``sites=None`` stores every site's weights when the network has at most this many weights,
+#: else only the first layer's sites if they fit, else no per-weight draws.
+MAX_DEFAULT_WEIGHTS = 20_000
+
+_QUANTILES = np.linspace(0.0, 1.0, 101)
+
+
+def to_inference_data(
+    fits,
+    dataset,
+    *,
+    num_draws: int = 100,
+    sites=None,
+    feature_importance=None,
+    seed: int = 0,
+    num_predictive_draws: int = 50,
+    max_test_points: int | None = None,
+    batch_size: int = 4096,
+):
+    """Convert independent fits (one per chain) to ArviZ data; the groups are listed in the module doc.
+
+    Args:
+        fits: a list of ``(model, guide, history)`` (longer tuples such as the output of
+            :func:`bayesprune.runner.fit_posterior` are accepted; the rest is ignored), one per chain.
+            Each guide provides ``posteriors()`` (a :class:`~bayesprune.guides.SpikeSlabGuide`).
+            ``history`` may be ``None`` (its ELBO trace is then all NaN).
+        dataset: the :class:`bayesprune.data.Dataset` the fits were trained on; its test split gives
+            the posterior predictive and observed data.
+        num_draws: draws per chain in the posterior group.
+        sites: names of the sites whose weights (and inclusion indicators and variational parameters)
+            are stored; ``"all"`` for every site; ``None`` for the default rule of
+            :data:`MAX_DEFAULT_WEIGHTS` (every site of small networks, the first layer of larger
+            ones, which is the layer feature importance reads).
+        feature_importance: optional callable ``guide -> {"psi": tensor, "phi": tensor, ...}``; each
+            returned 1-D tensor is stored per chain with dim ``feature``.
+        seed: seed of all draws; the global RNG state is restored afterwards.
+        num_predictive_draws: posterior predictive draws per chain (at most ``num_draws``).
+        max_test_points: keep only the first test points (``None``: all).
+        batch_size: test inputs per forward pass.
+    """
+    fits = [tuple(fit)[:3] for fit in fits]
+    if not fits:
+        raise ValueError("fits is empty: need at least one (model, guide, history)")
+    if num_draws < 1:
+        raise ValueError(f"num_draws must be positive, got {num_draws}")
+    num_predictive_draws = max(0, min(int(num_predictive_draws), int(num_draws)))
+    first_model, first_guide, _ = fits[0]
+    site_shapes = {name: tuple(shape) for name, shape in first_model.site_shapes.items()}
+    selected = _select_sites(site_shapes, sites)
+    x_test, y_test = dataset.x_test, dataset.y_test
+    if max_test_points is not None:
+        x_test, y_test = x_test[:max_test_points], y_test[:max_test_points]
+    regression = dataset.task == "regression"
+
+    chains = []
+    device = _device(first_model)
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), torch.no_grad():
+        torch.manual_seed(seed)
+        for model, guide, history in fits:
+            chains.append(
+                _chain(model, guide, history, selected, x_test, num_draws, num_predictive_draws,
+                       regression, dataset, batch_size, feature_importance)
+            )
+
+    coords = {"chain": np.arange(len(fits)), "draw": np.arange(num_draws)}
+    site_names = list(site_shapes)
+    posterior = {}
+    variational = {}
+    for name in selected:
+        dims = [f"{name}_dim_{axis}" for axis in range(len(site_shapes[name]))]
+        coords.update({dim: np.arange(size) for dim, size in zip(dims, site_shapes[name])})
+        posterior[name] = (["chain", "draw", *dims], np.stack([c["weights"][name] for c in chains]))
+        posterior[f"{name}.inclusion"] = (["chain", "draw", *dims], np.stack([c["inclusion"][name] for c in chains]))
+        for key in ("loc", "scale", "inclusion_probability"):
+            variational[f"{name}.{key}"] = (["chain", *dims], np.stack([c[key][name] for c in chains]))
+
+    def repeated(key):
+        return np.repeat(np.stack([c[key] for c in chains])[:, None], num_draws, axis=1)
+
+    posterior["inclusion_probability_mean"] = (["chain", "draw", "site"], repeated("site_mean"))
+    posterior["fraction_included"] = (["chain", "draw", "site"], repeated("site_fraction"))
+    posterior["network_fraction_included"] = (["chain", "draw"], repeated("network_fraction"))
+    coords["site"] = np.array(site_names, dtype=object)
+    if feature_importance is not None:
+        importance = {key: np.stack([c["importance"][key] for c in chains]) for key in chains[0]["importance"]}
+        for key, values in importance.items():
+            posterior[key] = (["chain", "draw", "feature"], np.repeat(values[:, None], num_draws, axis=1))
+        num_features = next(iter(importance.values())).shape[-1] if importance else 0
+        names = dataset.feature_names
+        coords["feature"] = (
+            np.array(names, dtype=object) if names is not None and len(names) == num_features else np.arange(num_features)
+        )
+
+    variational["inclusion_probability_quantile"] = (["chain", "quantile"], np.stack([c["quantiles"] for c in chains]))
+
+    test_coords = {"test_point": np.arange(len(y_test))}
+    y_observed = _original_units(y_test.detach().cpu(), dataset) if regression else y_test.detach().cpu()
+    predictive = np.stack([c["predictive"] for c in chains])
+
+    attrs = _attrs(fits, num_draws)
+    groups = {
+        "posterior": xr.Dataset(posterior, coords=_used(coords, posterior), attrs=attrs),
+        "posterior_predictive": xr.Dataset(
+            {"obs": (["chain", "draw", "test_point"], predictive)},
+            coords={"chain": coords["chain"], "draw": np.arange(num_predictive_draws), **test_coords},
+            attrs=attrs,
+        ),
+        "observed_data": xr.Dataset({"obs": (["test_point"], y_observed.numpy())}, coords=test_coords, attrs=attrs),
+        "variational": xr.Dataset(
+            variational,
+            coords={**_used(coords, variational), "quantile": _QUANTILES},
+            attrs={**attrs, "description": "variational parameters m, sigma, p of each chain's q"},
+        ),
+        "optimization": xr.Dataset(
+            {"elbo": (["chain", "epoch"], _elbo_traces([h for _, _, h in fits]))},
+            attrs={**attrs, "description": "ELBO per epoch of each chain's fit (NaN after a fit stopped)"},
+        ),
+    }
+    groups["optimization"] = groups["optimization"].assign_coords(
+        chain=coords["chain"], epoch=np.arange(1, groups["optimization"].sizes["epoch"] + 1)
+    )
+    return _container(groups)
+
+
+def write_posterior(idata, path) -> Path:
+    """Write ``idata`` to a netCDF file (``posterior.nc``) that :func:`arviz.from_netcdf` reads back."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    options = {}
+    try:
+        import h5netcdf  # noqa: F401
+
+        options["engine"] = "h5netcdf"
+    except ImportError:
+        pass
+    idata.to_netcdf(str(path), **options)
+    return path
+
+
+def summary_table(idata, var_names=None, *, kind: str = "all", round_to=2):
+    """:func:`arviz.summary` of the posterior group (mean, sd, interval, ESS, R-hat, MCSE per element).
+
+    Variables that are constant within each chain (importances, inclusion summaries) get an infinite
+    or NaN R-hat by construction; the divide-by-zero warnings this causes are silenced.
+    """
+    import arviz as az
+
+    names = [var_names] if isinstance(var_names, str) else var_names
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return az.summary(_for_arviz(idata), var_names=names, kind=kind, round_to=round_to)
+
+
+def plot_diagnostics(idata, folder) -> dict:
+    """Write diagnostic PNGs to ``folder``; returns ``{name: path}`` of the files written.
+
+    - ``forest_phi.png``: forest plot of ``phi`` per chain (only when ``phi`` is stored);
+    - ``ppc.png``: posterior predictive check of the test targets;
+    - ``inclusion_cdf.png``: CDF of the inclusion probabilities of all weights, one line per chain.
+
+    ArviZ draws the first two (``plot_forest``; ``plot_ppc`` under ArviZ 0.x, ``plot_ppc_dist`` under
+    ArviZ ≥ 1); if that fails, a plain matplotlib version is drawn instead and a warning says why.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    idata = _for_arviz(idata)
+    posterior = _group(idata, "posterior")
+    written = {}
+    if "phi" in posterior.data_vars:
+        path = folder / "forest_phi.png"
+        _arviz_or_fallback(
+            lambda az: az.plot_forest(idata, var_names=["phi"]),
+            lambda: _forest_fallback(posterior["phi"], plt),
+            path, plt, "forest plot",
+        )
+        written["forest_phi"] = path
+    if "posterior_predictive" in _group_names(idata) and "observed_data" in _group_names(idata):
+        path = folder / "ppc.png"
+        _arviz_or_fallback(
+            _arviz_ppc(idata),
+            lambda: _ppc_fallback(_group(idata, "posterior_predictive")["obs"], _group(idata, "observed_data")["obs"], plt),
+            path, plt, "posterior predictive check",
+        )
+        written["ppc"] = path
+    variational = _group(idata, "variational") if "variational" in _group_names(idata) else None
+    if variational is not None and "inclusion_probability_quantile" in variational.data_vars:
+        path = folder / "inclusion_cdf.png"
+        quantiles = variational["inclusion_probability_quantile"]
+        figure, axis = plt.subplots(figsize=(5, 3.5))
+        for chain in quantiles["chain"].values:
+            axis.plot(quantiles.sel(chain=chain).values, quantiles["quantile"].values, label=f"chain {chain}")
+        axis.set(xlabel="inclusion probability p", ylabel="fraction of weights ≤ p", xlim=(0, 1), ylim=(0, 1.01),
+                 title="CDF of inclusion probabilities")
+        axis.legend()
+        _save(figure, path, plt)
+        written["inclusion_cdf"] = path
+    return written
+
+
+# ----------------------------------------------------------------------------------------------------
+# Draws
+
+
+def _chain(model, guide, history, selected, x_test, num_draws, num_predictive_draws, regression, dataset,
+           batch_size, feature_importance):
+    posteriors = guide.posteriors()
+    device = _device(model)
+    x = x_test.to(device)
+    weights = {name: [] for name in selected}
+    inclusion = {name: [] for name in selected}
+    predictive = []
+    for draw in range(num_draws):
+        if draw < num_predictive_draws:
+            params = {name: q.sample() for name, q in posteriors.items()}
+            y = torch.cat([
+                model.likelihood.distribution(model.network(params, chunk)).sample()
+                for chunk in torch.split(x, batch_size)
+            ]).cpu()
+            predictive.append((_original_units(y, dataset) if regression else y).numpy())
+        else:
+            params = {name: posteriors[name].sample() for name in selected}
+        for name in selected:
+            weights[name].append(params[name].float().cpu().numpy())
+            inclusion[name].append(torch.bernoulli(posteriors[name].probs).to(torch.int8).cpu().numpy())
+
+    probs = {name: q.probs.detach().float().cpu() for name, q in posteriors.items()}
+    flat = torch.cat([p.flatten() for p in probs.values()]).double().numpy()
+    result = {
+        "weights": {name: np.stack(values) for name, values in weights.items()},
+        "inclusion": {name: np.stack(values) for name, values in inclusion.items()},
+        "loc": {name: posteriors[name].loc.detach().float().cpu().numpy() for name in selected},
+        "scale": {name: posteriors[name].scale.detach().float().cpu().numpy() for name in selected},
+        "inclusion_probability": {name: probs[name].numpy() for name in selected},
+        "site_mean": np.array([p.double().mean().item() for p in probs.values()]),
+        "site_fraction": np.array([(p >= 0.5).double().mean().item() for p in probs.values()]),
+        "network_fraction": float((flat >= 0.5).mean()),
+        "quantiles": np.quantile(flat, _QUANTILES),
+        "predictive": np.stack(predictive) if predictive else np.zeros((0, len(x_test))),
+        "importance": {},
+    }
+    if feature_importance is not None:
+        values = feature_importance(guide)
+        result["importance"] = {
+            key: torch.as_tensor(value).detach().double().cpu().reshape(-1).numpy() for key, value in values.items()
+        }
+    return result
+
+
+def _select_sites(site_shapes: dict, sites) -> list:
+    if sites == "all":
+        return list(site_shapes)
+    if sites is not None:
+        sites = [sites] if isinstance(sites, str) else list(sites)
+        unknown = [name for name in sites if name not in site_shapes]
+        if unknown:
+            raise ValueError(f"unknown sites {unknown}; the model's sites are {list(site_shapes)}")
+        return sites
+    sizes = {name: math.prod(shape) for name, shape in site_shapes.items()}
+    if sum(sizes.values()) <= MAX_DEFAULT_WEIGHTS:
+        return list(site_shapes)
+    layer = next(iter(site_shapes)).rpartition(".")[0]
+    first = [name for name in site_shapes if name.rpartition(".")[0] == layer]
+    return first if sum(sizes[name] for name in first) <= MAX_DEFAULT_WEIGHTS else []
+
+
+def _original_units(y: torch.Tensor, dataset) -> torch.Tensor:
+    return y.double() * dataset.target_std + dataset.target_mean
+
+
+def _elbo_traces(histories) -> np.ndarray:
+    traces = [list(h.elbo) if h is not None else [] for h in histories]
+    length = max((len(t) for t in traces), default=0)
+    out = np.full((len(traces), length), np.nan)
+    for row, trace in enumerate(traces):
+        out[row, : len(trace)] = trace
+    return out
+
+
+def _device(model) -> torch.device:
+    try:
+        return next(model.net.parameters()).device
+    except (AttributeError, StopIteration):
+        return torch.device("cpu")
+
+
+def _used(coords: dict, variables: dict) -> dict:
+    dims = {dim for dims, _ in variables.values() for dim in dims}
+    return {dim: values for dim, values in coords.items() if dim in dims}
+
+
+def _attrs(fits, num_draws) -> dict:
+    import arviz as az
+    import pyro
+
+    from bayesprune import __version__
+
+    return {
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "arviz_version": az.__version__,
+        "inference_library": "pyro",
+        "inference_library_version": pyro.__version__,
+        "bayesprune_version": __version__,
+        "inference": "mean-field spike-and-slab variational inference; chains are independent restarts",
+        "num_chains": len(fits),
+        "num_draws": num_draws,
+    }
+
+
+# ----------------------------------------------------------------------------------------------------
+# ArviZ 0.x / 1.x compatibility
+
+
+def _container(groups: dict):
+    """``arviz.InferenceData`` where it exists (ArviZ 0.x), else ``xarray.DataTree`` (ArviZ ≥ 1)."""
+    import arviz as az
+
+    inference_data = getattr(az, "InferenceData", None)
+    if inference_data is not None:
+        return inference_data(**groups)
+    return xr.DataTree.from_dict(groups)
+
+
+def _for_arviz(idata):
+    """A DataTree becomes an InferenceData under ArviZ 0.x, whose functions do not read DataTrees."""
+    import arviz as az
+
+    inference_data = getattr(az, "InferenceData", None)
+    if inference_data is not None and isinstance(idata, xr.DataTree) and hasattr(inference_data, "from_datatree"):
+        return inference_data.from_datatree(idata)
+    return idata
+
+
+def _group_names(idata) -> list:
+    if hasattr(idata, "children"):  # DataTree
+        return list(idata.children)
+    return list(idata.groups())
+
+
+def _group(idata, name) -> xr.Dataset:
+    group = idata[name]
+    return group.to_dataset() if hasattr(group, "to_dataset") and not isinstance(group, xr.Dataset) else group
+
+
+def _arviz_ppc(idata):
+    def draw(az):
+        if hasattr(az, "plot_ppc"):  # ArviZ 0.x
+            return az.plot_ppc(idata, num_pp_samples=min(50, _group(idata, "posterior_predictive").sizes["draw"]))
+        return az.plot_ppc_dist(idata)  # ArviZ >= 1
+
+    return draw
+
+
+def _arviz_or_fallback(arviz_plot, fallback, path, plt, what):
+    import arviz as az
+
+    before = set(plt.get_fignums())
+    try:
+        _save_result(arviz_plot(az), path, plt)
+    except Exception as error:  # noqa: BLE001 - any ArviZ failure falls back to a plain plot
+        warnings.warn(f"arviz could not draw the {what} ({type(error).__name__}: {error}); drawing a plain one",
+                      RuntimeWarning, stacklevel=3)
+        _save(fallback(), path, plt)
+    finally:
+        for number in set(plt.get_fignums()) - before:
+            plt.close(number)
+
+
+def _save_result(result, path, plt):
+    """Save what an ArviZ plot returned: matplotlib axes (0.x) or a PlotCollection (≥ 1)."""
+    if hasattr(result, "savefig"):
+        result.savefig(str(path))
+        return
+    axes = np.ravel(np.asarray(result, dtype=object))
+    figure = axes[0].figure if axes.size and hasattr(axes[0], "figure") else plt.gcf()
+    _save(figure, path, plt)
+
+
+def _save(figure, path, plt):
+    figure.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(figure)
+
+
+def _forest_fallback(phi: xr.DataArray, plt):
+    values = phi.isel(draw=0).transpose("chain", ...).values
+    figure, axis = plt.subplots(figsize=(5, 0.4 * values.shape[1] + 1.5))
+    positions = np.arange(values.shape[1])
+    for chain, row in enumerate(values):
+        axis.plot(row, positions + 0.1 * chain, "o", label=f"chain {chain}")
+    axis.set_yticks(positions, [str(v) for v in phi[phi.dims[-1]].values])
+    axis.set(xlabel="phi", title="feature importance per chain")
+    axis.legend()
+    return figure
+
+
+def _ppc_fallback(predicted: xr.DataArray, observed: xr.DataArray, plt):
+    figure, axis = plt.subplots(figsize=(5, 3.5))
+    draws = predicted.stack(sample=("chain", "draw")).transpose("sample", ...).values
+    bins = np.histogram_bin_edges(np.concatenate([draws.ravel(), observed.values.ravel()]), bins=30)
+    for row in draws[:50]:
+        axis.hist(row, bins=bins, density=True, histtype="step", color="C0", alpha=0.2)
+    axis.hist(observed.values, bins=bins, density=True, histtype="step", color="k", linewidth=2, label="observed")
+    axis.set(xlabel="obs", title="posterior predictive check")
+    axis.legend()
+    return figure
+
+
+__all__ = ["MAX_DEFAULT_WEIGHTS", "plot_diagnostics", "summary_table", "to_inference_data", "write_posterior"]
