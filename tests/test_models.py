@@ -1,0 +1,56 @@
+"""Architectures and the Bayesian network wrapper: shapes, site names, parameter counts from the literature."""
+import math
+
+import pyro
+import pytest
+import torch
+
+import bayesprune as bp
+from bayesprune.errors import ConfigError
+from bayesprune.guides import SpikeSlabGuide
+from bayesprune.models import BayesianNetwork, Categorical, Gaussian, build_architecture
+
+
+@pytest.mark.parametrize(
+    "name, input_shape, expected",
+    [
+        # LeNet-300-100: 784·300+300 + 300·100+100 + 100·10+10 (LeCun et al., 1998).
+        ("lenet-300-100", (1, 28, 28), 266_610),
+        # LeNet-5 (Caffe): 20·1·25+20 + 50·20·25+50 + 800·500+500 + 500·10+10.
+        ("lenet-5", (1, 28, 28), 431_080),
+    ],
+)
+def test_parameter_counts_match_the_published_architectures(name, input_shape, expected):
+    net = build_architecture(name, input_shape, 10)
+    assert sum(p.numel() for p in net.parameters()) == expected
+
+
+@pytest.mark.parametrize("local_reparameterization", [False, True])
+def test_lenet5_bnn_takes_a_finite_svi_step_with_one_site_per_tensor(local_reparameterization):
+    net = build_architecture("lenet-5", (1, 28, 28), 10)
+    model = BayesianNetwork(net, bp.SpikeSlabPrior(pi=0.5, tau0=math.exp(-5), tau1=1.0), Categorical(dataset_size=1000))
+    guide = SpikeSlabGuide(model)
+    x, y = torch.rand(8, 1, 28, 28), torch.randint(0, 10, (8,))
+    trace = pyro.poutine.trace(guide).get_trace(x, y)
+    sites = [name for name, site in trace.nodes.items() if site["type"] == "sample"]
+    assert sites == [name for name, _ in net.named_parameters()]
+    svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": 1e-3}),
+                         bp.AnalyticKLELBO(local_reparameterization=local_reparameterization))
+    before = guide.loc.detach().clone()
+    assert math.isfinite(svi.step(x, y))
+    assert not torch.equal(before, guide.loc.detach())
+
+
+def test_learned_gaussian_noise_is_a_parameter_and_fixed_noise_is_not():
+    learned, fixed = Gaussian(10), Gaussian(10, scale=0.5)
+    assert fixed.distribution(torch.zeros(3, 1)).scale.eq(0.5).all()
+    with pyro.poutine.trace(param_only=True) as capture:
+        learned(torch.zeros(3, 1), torch.zeros(3))
+    assert "scale" in capture.trace.nodes
+
+
+def test_bad_architecture_options_name_the_field():
+    with pytest.raises(ConfigError, match="model.hidden"):
+        build_architecture("mlp", (4,), 1, hidden=[0])
+    with pytest.raises(ConfigError, match="lenet-5"):
+        build_architecture("lenet-5", (1, 8, 8), 10)
