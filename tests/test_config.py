@@ -1,0 +1,48 @@
+"""Config resolution, overrides and validation."""
+import tomllib
+
+import pytest
+
+from bayesprune.config import RunConfig, load_config, packaged_configs, parse_override
+from bayesprune.errors import ConfigError
+
+
+@pytest.mark.parametrize("name", sorted(packaged_configs()))
+def test_every_packaged_config_validates_and_round_trips_through_toml(name):
+    config = load_config(name)
+    assert RunConfig.from_dict(tomllib.loads(config.to_toml())) == config
+
+
+def test_overrides_are_parsed_as_toml_values_or_strings():
+    assert parse_override("prior.pi=0.3") == (["prior", "pi"], 0.3)
+    assert parse_override("model.hidden=[50, 50]") == (["model", "hidden"], [50, 50])
+    assert parse_override("data.name=energy") == (["data", "name"], "energy")
+    config = load_config("default", ["prior.pi=0.25", "model.hidden=[7]", "data.seed=3"])
+    assert config.prior.pi == 0.25 and config.model.options["hidden"] == [7] and config.data.options["seed"] == 3
+
+
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ("prior.pi=0", "prior.pi"),
+        ("prior.pi=true", "prior.pi"),
+        ("guide.init_scale=-1", "guide.init_scale"),
+        ("objective.penalty='quadratic'", "objective.penalty"),
+        ("objective.num_particles=0", "objective.num_particles"),
+        ("optim.schedule='linear'", "optim.schedule"),
+        ("data.batch_size=0", "data.batch_size"),
+        ("data.splits='all'", "data.splits"),
+        ("seed=-1", "seed"),
+        ("colour=1", "colour"),
+        ("train.epochs=1.5", "train.epochs"),
+    ],
+)
+def test_invalid_values_name_their_field(override, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")) as error:
+        load_config("default", [override])
+    assert "\n" not in str(error.value)
+
+
+def test_missing_config_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="nope.toml"):
+        load_config(str(tmp_path / "nope.toml"))
