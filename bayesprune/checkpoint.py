@@ -1,6 +1,7 @@
 """Checkpoints that load with ``torch.load(weights_only=True)``: tensors and plain metadata only."""
 import os
 
+import pyro
 import torch
 
 
@@ -13,10 +14,19 @@ def save_checkpoint(path, *, model, guide, metadata=None):
 
 
 def load_checkpoint(path, *, model, guide) -> dict:
-    """Restore ``model`` and ``guide`` in place from ``path``; returns the saved metadata."""
+    """Restore ``model`` and ``guide`` in place from ``path``; returns the saved metadata.
+
+    Entries of Pyro's global param store under the same names are dropped: a ``PyroModule`` adopts
+    a stored value over its own on its next call, which would silently undo the load.
+    """
     state = torch.load(path, map_location="cpu", weights_only=True)
-    model.load_state_dict(state["model"])
-    guide.load_state_dict(state["guide"])
+    store = pyro.get_param_store()
+    for module, key in ((model, "model"), (guide, "guide")):
+        module.load_state_dict(state[key])
+        for name, _ in module.named_parameters():
+            stored_name = name.removesuffix("_unconstrained")
+            if stored_name in store:
+                del store[stored_name]
     return state["metadata"]
 
 

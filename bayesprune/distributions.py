@@ -16,7 +16,16 @@ from torch.distributions.kl import register_kl
 from torch.distributions.utils import broadcast_all
 
 _HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
-_OPEN_UNIT_INTERVAL = constraints.interval(0.0, 1.0)
+
+
+class _OpenUnitInterval(constraints.Constraint):
+    """The open interval (0, 1): π = 0 or 1 would make the KL of eq. 3.7 infinite."""
+
+    def check(self, value):
+        return (value > 0) & (value < 1)
+
+
+_OPEN_UNIT_INTERVAL = _OpenUnitInterval()
 
 
 def _normal_log_prob(value, scale):

@@ -3,6 +3,8 @@
 Scores are keyed by site name (inclusion probabilities, gate parameters, saliencies); no function here
 knows which method produced them.
 """
+import math
+
 import torch
 
 
@@ -19,7 +21,9 @@ def global_masks(scores: dict, droprate: float) -> dict:
         raise ValueError(f"droprate must lie in [0, 1), got {droprate}")
     flat = torch.cat([score.detach().flatten() for score in scores.values()])
     keep = torch.ones_like(flat, dtype=torch.bool)
-    keep[torch.argsort(flat, stable=True)[: int(droprate * flat.numel())]] = False
+    # Rounded first so that a decimal droprate counts exactly (0.29 · 100 is 28.999… in floating point).
+    num_dropped = math.floor(round(droprate * flat.numel(), 6))
+    keep[torch.argsort(flat, stable=True)[:num_dropped]] = False
     sizes = [score.numel() for score in scores.values()]
     return {
         name: chunk.view(score.shape)

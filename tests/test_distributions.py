@@ -304,19 +304,12 @@ def test_posterior_broadcast_expand_and_to_event():
 # Validation.
 
 
-PI_ENDPOINT_BUG = pytest.mark.xfail(
-    reason="distributions.py: _OPEN_UNIT_INTERVAL is constraints.interval(0, 1), which is closed, so pi = 0 or 1 "
-    "passes validation (and pi = 0 makes the KL infinite)",
-    strict=True,
-)
-
-
 @pytest.mark.parametrize(
     "pi, tau0, tau1",
     [
         (1.5, 0.1, 1.0),
-        pytest.param(0.0, 0.1, 1.0, marks=PI_ENDPOINT_BUG),
-        pytest.param(1.0, 0.1, 1.0, marks=PI_ENDPOINT_BUG),
+        (0.0, 0.1, 1.0),
+        (1.0, 0.1, 1.0),
         (-0.2, 0.1, 1.0),
         (0.5, -0.1, 1.0),
         (0.5, 0.1, 0.0),
