@@ -85,9 +85,11 @@ def to_inference_data(
             :data:`MAX_DEFAULT_WEIGHTS` (every site of small networks, the first layer of larger
             ones, which is the layer feature importance reads).
         feature_importance: optional callable ``guide -> {"psi": tensor, "phi": tensor, ...}``; each
-            returned 1-D tensor is stored per chain with dim ``feature``.
+            returned tensor (one value per input feature) is stored per chain with dim ``feature``,
+            labelled by ``dataset.feature_names`` when their number matches.
         seed: seed of all draws; the global RNG state is restored afterwards.
-        num_predictive_draws: posterior predictive draws per chain (at most ``num_draws``).
+        num_predictive_draws: posterior predictive draws per chain (at most ``num_draws``); draw d
+            of the posterior predictive uses the weights of posterior draw d.
         max_test_points: keep only the first test points (``None``: all).
         batch_size: test inputs per forward pass.
     """
@@ -97,7 +99,7 @@ def to_inference_data(
     if num_draws < 1:
         raise ValueError(f"num_draws must be positive, got {num_draws}")
     num_predictive_draws = max(0, min(int(num_predictive_draws), int(num_draws)))
-    first_model, first_guide, _ = fits[0]
+    first_model = fits[0][0]
     site_shapes = {name: tuple(shape) for name, shape in first_model.site_shapes.items()}
     selected = _select_sites(site_shapes, sites)
     x_test, y_test = dataset.x_test, dataset.y_test
@@ -110,9 +112,9 @@ def to_inference_data(
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices), torch.no_grad():
         torch.manual_seed(seed)
-        for model, guide, history in fits:
+        for model, guide, _ in fits:
             chains.append(
-                _chain(model, guide, history, selected, x_test, num_draws, num_predictive_draws,
+                _chain(model, guide, selected, x_test, num_draws, num_predictive_draws,
                        regression, dataset, batch_size, feature_importance)
             )
 
@@ -151,6 +153,7 @@ def to_inference_data(
     y_observed = _original_units(y_test.detach().cpu(), dataset) if regression else y_test.detach().cpu()
     predictive = np.stack([c["predictive"] for c in chains])
 
+    elbo = _elbo_traces([history for _, _, history in fits])
     attrs = _attrs(fits, num_draws)
     groups = {
         "posterior": xr.Dataset(posterior, coords=_used(coords, posterior), attrs=attrs),
@@ -166,13 +169,11 @@ def to_inference_data(
             attrs={**attrs, "description": "variational parameters m, sigma, p of each chain's q"},
         ),
         "optimization": xr.Dataset(
-            {"elbo": (["chain", "epoch"], _elbo_traces([h for _, _, h in fits]))},
+            {"elbo": (["chain", "epoch"], elbo)},
+            coords={"chain": coords["chain"], "epoch": np.arange(1, elbo.shape[1] + 1)},
             attrs={**attrs, "description": "ELBO per epoch of each chain's fit (NaN after a fit stopped)"},
         ),
     }
-    groups["optimization"] = groups["optimization"].assign_coords(
-        chain=coords["chain"], epoch=np.arange(1, groups["optimization"].sizes["epoch"] + 1)
-    )
     return _container(groups)
 
 
@@ -233,7 +234,8 @@ def plot_diagnostics(idata, folder) -> dict:
             path, plt, "forest plot",
         )
         written["forest_phi"] = path
-    if "posterior_predictive" in _group_names(idata) and "observed_data" in _group_names(idata):
+    groups = _group_names(idata)
+    if {"posterior_predictive", "observed_data"} <= set(groups) and _group(idata, "posterior_predictive").sizes["draw"]:
         path = folder / "ppc.png"
         _arviz_or_fallback(
             _arviz_ppc(idata),
@@ -241,7 +243,7 @@ def plot_diagnostics(idata, folder) -> dict:
             path, plt, "posterior predictive check",
         )
         written["ppc"] = path
-    variational = _group(idata, "variational") if "variational" in _group_names(idata) else None
+    variational = _group(idata, "variational") if "variational" in groups else None
     if variational is not None and "inclusion_probability_quantile" in variational.data_vars:
         path = folder / "inclusion_cdf.png"
         quantiles = variational["inclusion_probability_quantile"]
@@ -260,7 +262,7 @@ def plot_diagnostics(idata, folder) -> dict:
 # Draws
 
 
-def _chain(model, guide, history, selected, x_test, num_draws, num_predictive_draws, regression, dataset,
+def _chain(model, guide, selected, x_test, num_draws, num_predictive_draws, regression, dataset,
            batch_size, feature_importance):
     posteriors = guide.posteriors()
     device = _device(model)
@@ -308,8 +310,10 @@ def _chain(model, guide, history, selected, x_test, num_draws, num_predictive_dr
 def _select_sites(site_shapes: dict, sites) -> list:
     if sites == "all":
         return list(site_shapes)
+    if isinstance(sites, str):
+        raise ValueError(f"sites must be None, 'all' or a list of site names, got {sites!r}")
     if sites is not None:
-        sites = [sites] if isinstance(sites, str) else list(sites)
+        sites = list(sites)
         unknown = [name for name in sites if name not in site_shapes]
         if unknown:
             raise ValueError(f"unknown sites {unknown}; the model's sites are {list(site_shapes)}")
@@ -383,8 +387,8 @@ def _for_arviz(idata):
     """A DataTree becomes an InferenceData under ArviZ 0.x, whose functions do not read DataTrees."""
     import arviz as az
 
-    inference_data = getattr(az, "InferenceData", None)
-    if inference_data is not None and isinstance(idata, xr.DataTree) and hasattr(inference_data, "from_datatree"):
+    inference_data, tree = getattr(az, "InferenceData", None), getattr(xr, "DataTree", None)
+    if inference_data is not None and tree is not None and isinstance(idata, tree):
         return inference_data.from_datatree(idata)
     return idata
 

@@ -1,6 +1,7 @@
 """Shared pytest fixtures: a fixed seed, an empty Pyro parameter store and Pyro validation for every test."""
 import pyro
 import pytest
+import torch
 
 
 @pytest.fixture(autouse=True)
@@ -12,3 +13,17 @@ def pyro_state():
     yield
     pyro.clear_param_store()
     pyro.enable_validation(True)
+
+
+@pytest.fixture
+def single_thread():
+    """Run a test with one intra-op thread, restoring the previous setting afterwards.
+
+    Pyro steps on tiny networks are dominated by per-op overhead; with two OpenMP threads on a busy
+    machine the threads' spin-waits make them an order of magnitude slower. Opt in with
+    ``pytestmark = pytest.mark.usefixtures("single_thread")``.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
