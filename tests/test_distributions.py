@@ -28,7 +28,8 @@ def t(value):
 def joint_kl_closed_form(loc, scale, probs, pi, tau0, tau1):
     """KL(q(W)q(Z) || pi(W, Z)) from torch's own Gaussian and Bernoulli KLs.
 
-    The chain rule of KL gives KL(Bern(p) || Bern(pi)) + p KL(N(m, s) || N(0, tau1)) + (1 - p) KL(N(m, s) || N(0, tau0)).
+    The chain rule of KL gives
+    KL(Bern(p) || Bern(pi)) + p KL(N(m, s) || N(0, tau1)) + (1 - p) KL(N(m, s) || N(0, tau0)).
     """
     q_w = Normal(loc, scale)
     zero = torch.zeros_like(loc)
@@ -232,7 +233,8 @@ def test_spike_slab_batch_shapes_broadcast(pi_shape, tau0_shape, tau1_shape, bat
     assert d.sample((7,)).shape == (7, *batch_shape)
     value = torch.randn(batch_shape, dtype=DOUBLE)
     pi_b, tau0_b, tau1_b = torch.broadcast_tensors(pi, tau0, tau1)
-    expected = torch.log(pi_b * Normal(0.0, tau1_b).log_prob(value).exp() + (1 - pi_b) * Normal(0.0, tau0_b).log_prob(value).exp())
+    slab, spike = Normal(0.0, tau1_b).log_prob(value).exp(), Normal(0.0, tau0_b).log_prob(value).exp()
+    expected = torch.log(pi_b * slab + (1 - pi_b) * spike)
     torch.testing.assert_close(d.log_prob(value), expected, rtol=1e-10, atol=1e-10)
 
 
@@ -344,11 +346,14 @@ def test_prior_policy_shapes_and_density(shape):
     d = SpikeSlabPrior(pi=pi, tau0=tau0, tau1=tau1).distribution("layer.weight", param)
     assert d.batch_shape == () and d.event_shape == torch.Size(shape)
     value = torch.randn(shape, dtype=DOUBLE)
-    density = pi * Normal(t(0.0), t(tau1)).log_prob(value).exp() + (1 - pi) * Normal(t(0.0), t(tau0)).log_prob(value).exp()
+    slab, spike = Normal(t(0.0), t(tau1)).log_prob(value).exp(), Normal(t(0.0), t(tau0)).log_prob(value).exp()
+    density = pi * slab + (1 - pi) * spike
     torch.testing.assert_close(d.log_prob(value), density.log().sum(), rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("options", [{"pi": 0.0}, {"pi": 1.0}, {"tau0": 1.0, "tau1": 1.0}, {"tau0": 2.0, "tau1": 1.0}, {"tau0": 0.0}])
+@pytest.mark.parametrize(
+    "options", [{"pi": 0.0}, {"pi": 1.0}, {"tau0": 1.0, "tau1": 1.0}, {"tau0": 2.0, "tau1": 1.0}, {"tau0": 0.0}]
+)
 def test_prior_policy_rejects_invalid(options):
     """pi outside (0, 1) or not 0 < tau0 < tau1 raises ConfigError (a ValueError)."""
     with pytest.raises(ConfigError):
@@ -368,5 +373,6 @@ def test_penalty_gradient_matches_paper_eq_3_15():
     torch.testing.assert_close(grad, expected)
     # And with respect to m: m (p/tau1^2 + (1-p)/tau0^2).
     loc = loc.clone().requires_grad_()
-    (grad_m,) = torch.autograd.grad(spike_slab_penalty(loc, variance.detach().sqrt(), logits, pi, tau0, tau1).sum(), loc)
+    penalty = spike_slab_penalty(loc, variance.detach().sqrt(), logits, pi, tau0, tau1).sum()
+    (grad_m,) = torch.autograd.grad(penalty, loc)
     torch.testing.assert_close(grad_m, loc.detach() * (p / tau1**2 + (1 - p) / tau0**2))

@@ -21,6 +21,8 @@ from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
 from bayesprune.objectives import AnalyticKLELBO
 from bayesprune.priors import SpikeSlabPrior
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 DOUBLE = torch.float64
 PI, TAU0, TAU1 = 0.5, 0.05, 1.0
 NOISE = 0.7

@@ -85,6 +85,16 @@ def test_global_masks_count_uses_exact_decimal_droprate(droprate, n):
     assert int((~masks["w"]).sum()) == math.floor(Fraction(str(droprate)) * n)
 
 
+@pytest.mark.parametrize("n", [37, 100, 1000, 2662])
+def test_global_masks_count_for_every_two_decimal_droprate(n):
+    """For every droprate 0.00, 0.01, ..., 0.99 the count dropped is floor(d n) in exact rational arithmetic."""
+    scores = {"w": torch.rand(n, generator=torch.Generator().manual_seed(n))}
+    for hundredths in range(100):
+        droprate = float(f"0.{hundredths:02d}")
+        dropped = int((~global_masks(scores, droprate)["w"]).sum())
+        assert dropped == math.floor(Fraction(hundredths, 100) * n), droprate
+
+
 @pytest.mark.parametrize("shapes", SHAPES)
 def test_apply_masks_zeroes_exactly_the_masked_entries(shapes):
     """Masked entries become 0, kept entries are unchanged, tensors without a mask pass through untouched."""

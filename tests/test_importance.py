@@ -1,0 +1,167 @@
+"""Feature and node importance (paper 003, section 3.5, eqs. 3.18 and 3.19) against path enumeration."""
+import itertools
+import math
+
+import pyro
+import pytest
+import torch
+from torch import nn
+
+from bayesprune.analysis.importance import (
+    feature_importance,
+    importance_table,
+    node_importance,
+    plot_importance,
+    scaled_importance,
+    weight_inclusion_matrices,
+)
+from bayesprune.analysis.selection import simulation_config
+from bayesprune.data import load_dataset
+from bayesprune.models import build_architecture
+from bayesprune.models.architectures import lenet_5, mlp
+from bayesprune.runner import fit_posterior
+
+
+def random_inclusion(net, seed=0):
+    """Inclusion probabilities in (0, 1) for every parameter of ``net``, as a guide returns them."""
+    generator = torch.Generator().manual_seed(seed)
+    return {name: torch.rand(p.shape, generator=generator, dtype=torch.float64) for name, p in net.named_parameters()}
+
+
+def mean_path_probability(matrices, layer, node):
+    """Oracle: enumerate every path from ``node`` of ``layer`` to any output and average its product of p."""
+    widths = [m.shape[0] for m in matrices[layer:]]
+    products = []
+    for path in itertools.product(*(range(width) for width in widths)):
+        nodes = (node, *path)
+        products.append(math.prod(float(matrices[layer + k][nodes[k + 1], nodes[k]]) for k in range(len(path))))
+    return sum(products) / len(products)
+
+
+@pytest.mark.parametrize("outputs", [1, 3])
+def test_psi_equals_mean_over_enumerated_paths(outputs):
+    net = mlp((4,), outputs, hidden=(3, 2))
+    matrices = weight_inclusion_matrices(random_inclusion(net), net)
+    assert [tuple(m.shape) for m in matrices] == [(3, 4), (2, 3), (outputs, 2)]
+    expected = torch.tensor([mean_path_probability(matrices, 0, j) for j in range(4)], dtype=torch.float64)
+    torch.testing.assert_close(feature_importance(matrices), expected)
+
+
+def test_psi_is_the_matrix_product_of_eq_3_18_for_one_output():
+    net = mlp((5,), 1, hidden=(4, 3))
+    matrices = weight_inclusion_matrices(random_inclusion(net, seed=1), net)
+    product = matrices[2] @ matrices[1] @ matrices[0]  # P^(3) P^(2) P^(1), shape (1, 5)
+    torch.testing.assert_close(feature_importance(matrices), product.T.squeeze(1) / (4 * 3))
+
+
+def test_node_importance_of_every_layer_equals_path_enumeration():
+    net = mlp((4,), 2, hidden=(3, 2))
+    matrices = weight_inclusion_matrices(random_inclusion(net, seed=2), net)
+    importance = node_importance(matrices)
+    assert [len(v) for v in importance] == [4, 3, 2, 2]
+    torch.testing.assert_close(importance[0], feature_importance(matrices))
+    torch.testing.assert_close(importance[-1], torch.ones(2, dtype=torch.float64))
+    for layer in range(len(matrices)):
+        expected = [mean_path_probability(matrices, layer, k) for k in range(len(importance[layer]))]
+        torch.testing.assert_close(importance[layer], torch.tensor(expected, dtype=torch.float64))
+
+
+def test_matrices_follow_module_order_and_ignore_biases():
+    net = mlp((6,), 1, hidden=(5, 4))
+    inclusion = random_inclusion(net)
+    matrices = weight_inclusion_matrices(inclusion, net)
+    for matrix, site in zip(matrices, ["1.weight", "3.weight", "5.weight"]):
+        torch.testing.assert_close(matrix, inclusion[site])
+
+
+def test_accepts_a_bayesian_network_and_reports_missing_sites():
+    class Wrapper:
+        net = mlp((3,), 1, hidden=(2,))
+
+    inclusion = random_inclusion(Wrapper.net)
+    assert len(weight_inclusion_matrices(inclusion, Wrapper())) == 2
+    del inclusion["3.weight"]
+    with pytest.raises(KeyError, match="3.weight"):
+        weight_inclusion_matrices(inclusion, Wrapper())
+
+
+def test_conv_first_network_gives_per_channel_importance():
+    net = lenet_5((3, 16, 16), 4)
+    inclusion = random_inclusion(net)
+    matrices = weight_inclusion_matrices(inclusion, net)
+    assert [tuple(m.shape) for m in matrices] == [(20, 3), (50, 20), (500, 50), (4, 500)]
+    torch.testing.assert_close(matrices[0], inclusion["0.weight"].mean(dim=(2, 3)))
+    # conv → flatten → linear: the linear's 50·1·1 inputs (16 → 12 → 6 → 2 → 1) fold onto 50 channels
+    assert [len(v) for v in node_importance(matrices)] == [3, 20, 50, 500, 4]
+    assert feature_importance(matrices).shape == (3,)
+
+
+def test_flattened_feature_map_is_averaged_per_channel():
+    net = nn.Sequential(nn.Conv2d(2, 3, 3), nn.ReLU(), nn.Flatten(), nn.Linear(3 * 2 * 2, 1))  # 4x4 → 2x2 maps
+    inclusion = random_inclusion(net)
+    folded = weight_inclusion_matrices(inclusion, net)[1]
+    expected = torch.stack([inclusion["3.weight"][:, 4 * c : 4 * (c + 1)].mean(dim=1) for c in range(3)], dim=1)
+    torch.testing.assert_close(folded, expected)
+
+
+def test_inconsistent_chain_is_rejected():
+    net = nn.Sequential(nn.Linear(4, 3), nn.Linear(6, 1))  # not a valid forward pass: 3 nodes feed 6 inputs
+    with pytest.raises(ValueError, match="do not match"):
+        weight_inclusion_matrices(random_inclusion(net), net)
+
+
+def test_phi_is_min_max_scaled():
+    psi = torch.tensor([0.02, 0.5, 0.11, 0.3])
+    phi = scaled_importance(psi)
+    assert phi.min() == 0 and phi.max() == 1
+    torch.testing.assert_close(phi, (psi - 0.02) / 0.48)
+    assert torch.equal(phi.argsort(), psi.argsort())
+
+
+def test_phi_of_equal_importances_is_all_ones():
+    assert torch.equal(scaled_importance(torch.full((3,), 0.25)), torch.ones(3))
+
+
+def test_importance_table_and_plot(tmp_path):
+    net = mlp((3,), 1, hidden=(2,))
+    inclusion = random_inclusion(net)
+
+    class Guide:
+        def inclusion_probabilities(self):
+            return inclusion
+
+    class Model:
+        pass
+
+    Model.net = net
+    rows = importance_table(Model(), Guide(), feature_names=["a", "b", "c"])
+    assert [row["feature"] for row in rows] == ["a", "b", "c"]
+    assert {row["phi"] for row in rows} >= {0.0, 1.0}
+    psi = feature_importance(weight_inclusion_matrices(inclusion, net))
+    assert [row["psi"] for row in rows] == pytest.approx(psi.tolist())
+    with pytest.raises(ValueError, match="2 feature names"):
+        importance_table(Model(), Guide(), feature_names=["a", "b"])
+    plot_importance(rows, tmp_path / "importance.png")
+    assert (tmp_path / "importance.png").stat().st_size > 0
+
+
+def fit_simulation(dataset):
+    """Fit the paper's 20-10 sBNN (section 4.1) with :func:`simulation_config` on ``dataset``; returns ψ."""
+    pyro.enable_validation(False)  # argument validation makes each SVI step about 10x slower
+    config = simulation_config(data={"dataset": dataset.name})
+    net = build_architecture("mlp", dataset.input_shape, dataset.output_dim, **config.model.options)
+    model, guide, _, _ = fit_posterior(config, dataset, net, torch.device("cpu"))
+    return feature_importance(weight_inclusion_matrices(guide.inclusion_probabilities(), model))
+
+
+def test_fitted_sbnn_ranks_relevant_features_first():
+    dataset = load_dataset("linear-regression", n=2000, num_features=10, num_relevant=2)
+    psi = fit_simulation(dataset)
+    relevant = dataset.extras["relevant"]
+    assert psi[relevant].min() > 2 * psi[~relevant].max()
+
+
+def test_fitted_sbnn_tracks_relative_influence_of_two_features():
+    """Experiment 1: the importance of x_2 rises with alpha, that of x_1 falls."""
+    low, high = (fit_simulation(load_dataset("feature-importance-2var", alpha=alpha)) for alpha in (0.0, 1.0))
+    assert low[0] > 2 * low[1] and high[1] > 2 * high[0]

@@ -1,0 +1,113 @@
+"""Feature selection BNN_VS (paper 003, Algorithm 2 and the cross-validated threshold of section 4.1)."""
+import pyro
+import pytest
+import torch
+
+from bayesprune.analysis.importance import scaled_importance
+from bayesprune.analysis.selection import (
+    CrossValidatedSelection,
+    fold_indices,
+    least_squares_fit_predict,
+    mask_features,
+    sbnn_fit_predict,
+    select_by_cross_validation,
+    select_by_quantile,
+    selection_accuracy,
+    simulation_config,
+)
+
+
+@pytest.mark.parametrize("num_features", [10, 100, 37])
+def test_quantile_selection_keeps_the_top_fifth(num_features):
+    phi = torch.rand(num_features, generator=torch.Generator().manual_seed(num_features))
+    selected = select_by_quantile(phi, 0.8)
+    kept = int(selected.sum())
+    top = phi.argsort(descending=True)[:kept]
+    assert set(top.tolist()) == set(torch.nonzero(selected).flatten().tolist())
+    # r interpolates between order statistics 0.8(D-1) and the next: D - ceil(0.8(D-1)) survive
+    assert kept == {10: 2, 100: 20, 37: 8}[num_features]
+
+
+def test_selection_accuracy_matches_a_hand_count():
+    selected = torch.tensor([True, True, False, False, True, False])
+    truth = torch.tensor([True, False, False, True, True, False])
+    assert selection_accuracy(selected, truth) == pytest.approx(4 / 6)  # agree at 0, 2, 4, 5
+
+
+def test_mask_features_is_x_times_diag_w():
+    x = torch.arange(12.0).reshape(3, 4)
+    selected = torch.tensor([True, False, True, False])
+    torch.testing.assert_close(mask_features(x, selected), x @ torch.diag(selected.float()))
+    images = torch.ones(2, 3, 4, 4)
+    masked = mask_features(images, torch.tensor([False, True, False]))
+    assert masked[:, 1].eq(1).all() and masked[:, [0, 2]].eq(0).all()
+
+
+def test_folds_partition_the_rows():
+    folds = fold_indices(23, 5, seed=1)
+    assert len(folds) == 5 and sorted(torch.cat(folds).tolist()) == list(range(23))
+    with pytest.raises(ValueError):
+        fold_indices(5, 1)
+
+
+def sparse_linear_problem(n=600, num_features=20, num_active=5, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, num_features, generator=generator, dtype=torch.float64)
+    truth = torch.zeros(num_features, dtype=torch.bool)
+    truth[torch.randperm(num_features, generator=generator)[:num_active]] = True
+    beta = torch.where(truth, torch.linspace(0.5, 1.5, num_features, dtype=torch.float64), 0.0)
+    y = x @ beta + torch.randn(n, generator=generator, dtype=torch.float64)
+    return x, y, truth
+
+
+def ols_importance(x, y):
+    """φ from the absolute least-squares coefficients, a stand-in for the sBNN's ψ."""
+    return scaled_importance(torch.linalg.lstsq(x, y.unsqueeze(1)).solution.squeeze(1).abs())
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_cross_validated_threshold_recovers_the_active_set(seed):
+    x, y, truth = sparse_linear_problem(seed=seed)
+    result = select_by_cross_validation(
+        x, y, ols_importance(x, y), fit_predict=least_squares_fit_predict, folds=10, one_standard_error=True
+    )
+    assert isinstance(result, CrossValidatedSelection)
+    assert selection_accuracy(result.selected, truth) >= 0.9
+    assert result.active_proportion == pytest.approx(result.selected.double().mean().item())
+    assert result.selected.equal(ols_importance(x, y) >= result.threshold)
+
+
+def test_minimum_rule_takes_the_lowest_error_and_one_standard_error_is_sparser():
+    x, y, _ = sparse_linear_problem(seed=3)
+    phi = ols_importance(x, y)
+    minimum = select_by_cross_validation(x, y, phi, fit_predict=least_squares_fit_predict)
+    assert len(minimum.thresholds) == len(minimum.cv_error) == len(minimum.cv_std_error) == 20
+    best = minimum.cv_error.argmin()
+    assert minimum.threshold == minimum.thresholds[best]
+    sparse = select_by_cross_validation(x, y, phi, fit_predict=least_squares_fit_predict, one_standard_error=True)
+    assert sparse.threshold >= minimum.threshold
+    assert sparse.cv_error[sparse.thresholds == sparse.threshold] <= minimum.cv_error[best] + minimum.cv_std_error[best]
+
+
+def test_ties_go_to_the_sparser_model_and_identical_masks_are_fitted_once():
+    calls = []
+
+    def constant(x_train, y_train, x_test):
+        calls.append(1)
+        return torch.zeros(len(x_test))
+
+    x, y = torch.randn(20, 3), torch.randn(20)
+    phi = torch.tensor([0.0, 0.5, 1.0])
+    result = select_by_cross_validation(x, y, phi, fit_predict=constant, folds=4, thresholds=[0.0, 0.2, 0.5, 0.9, 1.0])
+    assert result.threshold == 1.0 and result.selected.tolist() == [False, False, True]
+    assert len(calls) == 3 * 4  # 5 thresholds, 3 distinct masks: {2} (1.0, 0.9), {1, 2} (0.5, 0.2), {0, 1, 2} (0.0)
+
+
+def test_sbnn_fit_predict_refits_the_network_on_a_fold():
+    pyro.enable_validation(False)
+    fit_predict = sbnn_fit_predict(simulation_config(train={"epochs": 2}))
+    x, y = torch.randn(64, 3), torch.randn(64)
+    prediction = fit_predict(x[:48], y[:48], x[48:])
+    assert prediction.shape == (16,) and torch.isfinite(prediction).all()
+    with pytest.raises(ValueError, match="regression"):
+        fit_predict(x[:48], y[:48].long(), x[48:])
