@@ -125,10 +125,11 @@ def test_list_shows_the_packaged_default(capsys):
 
 
 def test_console_script_reports_errors_without_traceback(tmp_path):
-    """The real process: exit status 2, one line on stderr."""
+    """The installed console script, in a real process: exit status 2, one line on stderr."""
+    script = os.path.join(os.path.dirname(sys.executable), "bayesprune")
     result = subprocess.run(
-        [sys.executable, "-m", "bayesprune", "run", "--out", str(tmp_path / "run"), "--set", "prior.pi=1.5"],
-        capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        [script, "run", "--out", str(tmp_path / "run"), "--set", "prior.pi=1.5"],
+        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "prior.pi" in result.stderr

@@ -17,6 +17,15 @@ from bayesprune.analysis.selection import (
 )
 
 
+@pytest.fixture(autouse=True)
+def single_thread():
+    """Small least-squares and SVI problems run far faster on one thread than on contended ones."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("num_features", [10, 100, 37])
 def test_quantile_selection_keeps_the_top_fifth(num_features):
     phi = torch.rand(num_features, generator=torch.Generator().manual_seed(num_features))
