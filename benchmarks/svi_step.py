@@ -262,8 +262,8 @@ def format_table(result):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object only")
-    parser.add_argument("--steps", type=int, default=50, help="timed steps per method per round")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
+    parser.add_argument("--steps", type=int, default=25, help="timed steps per method per round")
+    parser.add_argument("--rounds", type=int, default=10, help="interleaved timing rounds")
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps per method first")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")

@@ -1,0 +1,217 @@
+"""Feature selection from the scaled importance φ: BNN_VS (paper 003, Algorithm 2, section 4.1).
+
+Algorithm 2 keeps feature j when φ_j ≥ r (Ẑ_j = 1[φ_j ≥ r]) and refits the network on
+X·diag(Ẑ). The threshold r is either fixed, the 80th percentile of φ (:func:`select_by_quantile`),
+or chosen by 10-fold cross-validation (:func:`select_by_cross_validation`, the paper's "Cross
+Validation for Finding Optimal Threshold"): φ comes from one fit on all the training data, and
+every candidate threshold is scored by the cross-validated error of refitting on the features it
+keeps.
+
+Refitting is a pluggable ``fit_predict(x_train, y_train, x_test) -> y_pred``:
+:func:`sbnn_fit_predict` refits the sBNN of a :class:`~bayesprune.config.RunConfig` (the paper's
+choice), :func:`least_squares_fit_predict` is the linear-model baseline (LM) and a fast stand-in.
+"""
+from dataclasses import dataclass
+
+import torch
+
+# The paper's simulation network (section 4.1: two hidden layers of 20 and 10 nodes) with a prior
+# that separates relevant from irrelevant inputs on the simulated data (see tests/test_importance.py).
+SIMULATION_CONFIG = {
+    "device": "cpu",
+    "data": {"dataset": "feature-selection", "batch_size": 256},
+    "model": {"architecture": "mlp", "hidden": [20, 10]},
+    "prior": {"pi": 0.5, "log_tau0": -2.0, "log_tau1": 0.0},
+    "optim": {"lr": 0.01},
+    "train": {"epochs": 100},
+    "baseline": {"enabled": False},
+}
+
+
+def select_by_quantile(phi: torch.Tensor, quantile: float = 0.8) -> torch.Tensor:
+    """Ẑ_j = 1[φ_j ≥ r] with r the ``quantile`` of φ (Algorithm 2, lines 3–4; the paper uses 0.8).
+
+    r is interpolated linearly between order statistics (``torch.quantile``), so with distinct
+    values and quantile 0.8 the top 20% of D features are kept whenever 0.8·(D − 1) is not an integer.
+
+    Returns:
+        Boolean mask of the selected features.
+    """
+    if not 0.0 <= quantile <= 1.0:
+        raise ValueError(f"quantile must lie in [0, 1], got {quantile}")
+    return phi.double() >= torch.quantile(phi.double(), quantile)
+
+
+def mask_features(x: torch.Tensor, selected: torch.Tensor) -> torch.Tensor:
+    """X·diag(W) of Algorithm 2, line 9: unselected features are set to zero, the shape is kept.
+
+    ``selected`` indexes dimension 1 of ``x`` (tabular features, or the channels of ``(N, C, H, W)``
+    images, matching a convolution-first network's per-channel importance).
+    """
+    weights = selected.to(dtype=x.dtype, device=x.device)
+    return x * weights.reshape(weights.shape + (1,) * (x.dim() - 2))
+
+
+def selection_accuracy(selected: torch.Tensor, truth: torch.Tensor) -> float:
+    """Acc. = (1/D) Σ_j 1[Z_j = Ẑ_j] (section 4.1, Experiment 3)."""
+    if selected.shape != truth.shape:
+        raise ValueError(f"selected has shape {tuple(selected.shape)}, truth {tuple(truth.shape)}")
+    return (selected.bool() == truth.bool()).double().mean().item()
+
+
+def mean_squared_error(prediction: torch.Tensor, target: torch.Tensor) -> float:
+    """Mean squared error, the default cross-validation loss."""
+    return (prediction.reshape(target.shape).double() - target.double()).pow(2).mean().item()
+
+
+def least_squares_fit_predict(x_train, y_train, x_test):
+    """Ordinary least squares with an intercept (minimum-norm, so zeroed features are harmless)."""
+
+    def design(x):
+        x = x.reshape(x.shape[0], -1).double()
+        return torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype)], dim=1)
+
+    coefficients = torch.linalg.lstsq(design(x_train), y_train.double().unsqueeze(-1), driver="gelsd").solution
+    return (design(x_test) @ coefficients).squeeze(-1).to(y_train.dtype)
+
+
+def simulation_config(**sections):
+    """:data:`SIMULATION_CONFIG` as a :class:`~bayesprune.config.RunConfig`, ``sections`` updating its tables."""
+    from bayesprune.config import RunConfig
+
+    raw = {key: dict(value) if isinstance(value, dict) else value for key, value in SIMULATION_CONFIG.items()}
+    for key, value in sections.items():
+        raw[key] = {**raw[key], **value} if isinstance(value, dict) else value
+    return RunConfig.from_dict(raw)
+
+
+def sbnn_fit_predict(config=None, *, device=None):
+    """A ``fit_predict`` that fits the sBNN of ``config`` and predicts with its posterior-mean network.
+
+    Args:
+        config: a :class:`~bayesprune.config.RunConfig`; its model, prior, guide, objective, optim
+            and train sections are used. Defaults to :func:`simulation_config`.
+        device: training device; defaults to ``config.device``.
+
+    Returns:
+        ``fit_predict(x_train, y_train, x_test) -> y_pred`` for regression targets (float ``y``).
+    """
+    from bayesprune.data import REGRESSION, Dataset
+    from bayesprune.fit import resolve_device
+    from bayesprune.models import build_architecture
+    from bayesprune.predict import predict
+    from bayesprune.runner import fit_posterior
+
+    config = config if config is not None else simulation_config()
+    device = resolve_device(device or config.device)
+
+    def fit_predict(x_train, y_train, x_test):
+        if not y_train.is_floating_point():
+            raise ValueError("sbnn_fit_predict supports regression (floating-point targets) only")
+        fold = Dataset(
+            name="cross-validation-fold", task=REGRESSION, x_train=x_train, y_train=y_train,
+            x_test=x_test, y_test=torch.zeros(len(x_test)), input_shape=tuple(x_train.shape[1:]), num_classes=None,
+        )
+        net = build_architecture(config.model.architecture, fold.input_shape, fold.output_dim, **config.model.options)
+        model, guide, _, _ = fit_posterior(config, fold, net, device)
+        return predict(model, guide, x_test.to(device)).cpu()
+
+    return fit_predict
+
+
+@dataclass(frozen=True)
+class CrossValidatedSelection:
+    """Outcome of :func:`select_by_cross_validation`.
+
+    Attributes:
+        threshold: the chosen threshold r on φ.
+        selected: boolean mask Ẑ = 1[φ ≥ r].
+        thresholds: the candidate thresholds, in decreasing order.
+        cv_error: mean cross-validated loss of each candidate.
+        cv_std_error: standard error of that mean over the folds.
+    """
+
+    threshold: float
+    selected: torch.Tensor
+    thresholds: torch.Tensor
+    cv_error: torch.Tensor
+    cv_std_error: torch.Tensor
+
+    @property
+    def active_proportion(self) -> float:
+        """Fraction of the features kept, the paper's detected proportion of active features (Figure 7a)."""
+        return self.selected.double().mean().item()
+
+
+def fold_indices(n: int, folds: int, *, seed: int = 0) -> list:
+    """Test rows of each of ``folds`` random, disjoint folds covering ``range(n)``."""
+    if not 2 <= folds <= n:
+        raise ValueError(f"folds must lie in [2, {n}], got {folds}")
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    return list(torch.tensor_split(order, folds))
+
+
+def cross_validation_error(x, y, fit_predict, test_folds, *, loss=mean_squared_error) -> torch.Tensor:
+    """The loss of ``fit_predict`` on each held-out fold, trained on the other folds."""
+    errors = []
+    for test in test_folds:
+        train = torch.ones(len(x), dtype=torch.bool)
+        train[test] = False
+        errors.append(loss(fit_predict(x[train], y[train], x[test]), y[test]))
+    return torch.tensor(errors, dtype=torch.float64)
+
+
+def _choose(thresholds, mean, std_error, one_standard_error: bool) -> int:
+    """Index of the chosen threshold: the largest one within the tolerance of the lowest mean error."""
+    best = int(torch.argmin(mean))
+    tolerance = std_error[best] if one_standard_error else 0.0
+    eligible = torch.nonzero(mean <= mean[best] + tolerance).flatten()
+    return int(eligible[torch.argmax(thresholds[eligible])])
+
+
+def select_by_cross_validation(
+    x, y, phi, *, fit_predict=None, folds: int = 10, thresholds=None, one_standard_error: bool = False,
+    loss=mean_squared_error, seed: int = 0,
+) -> CrossValidatedSelection:
+    """Choose the threshold on φ by k-fold cross-validation of BNN_VS (paper 003, section 4.1).
+
+    Each candidate threshold t keeps the features with φ_j ≥ t; ``fit_predict`` is refitted on
+    X·diag(Ẑ) (:func:`mask_features`) in every fold, and the candidate with the lowest mean held-out
+    loss wins, ties going to the larger threshold (the sparser model). Candidates that keep the same
+    features are fitted once.
+
+    Args:
+        x, y: training inputs (features along dimension 1) and targets.
+        phi: scaled importance φ (eq. 3.19) of the features, from a fit on all of ``x``.
+        fit_predict: ``fit_predict(x_train, y_train, x_test) -> y_pred``; defaults to
+            :func:`sbnn_fit_predict` with :func:`simulation_config`.
+        folds: number of folds (the paper uses 10).
+        thresholds: candidate thresholds; defaults to every distinct value of φ, i.e. every nested
+            top-k set (D candidates — pass a coarser grid, e.g. ``torch.linspace(0, 1, 21)``,
+            with an expensive ``fit_predict``).
+        one_standard_error: take the largest threshold whose mean error is within one standard
+            error of the minimum instead of the minimum itself (a sparser, more stable choice).
+        loss: ``loss(prediction, target) -> float``; mean squared error by default.
+        seed: seed of the fold assignment.
+
+    Returns:
+        A :class:`CrossValidatedSelection`.
+    """
+    fit_predict = fit_predict if fit_predict is not None else sbnn_fit_predict()
+    candidates = torch.unique(phi if thresholds is None else torch.as_tensor(thresholds, dtype=phi.dtype))
+    candidates = candidates.flip(0).double()
+    test_folds = fold_indices(len(x), folds, seed=seed)
+    errors, cache = [], {}
+    for threshold in candidates:
+        selected = phi.double() >= threshold
+        key = tuple(selected.tolist())
+        if key not in cache:
+            cache[key] = cross_validation_error(mask_features(x, selected), y, fit_predict, test_folds, loss=loss)
+        errors.append(cache[key])
+    errors = torch.stack(errors)
+    mean, std_error = errors.mean(dim=1), errors.std(dim=1) / folds**0.5
+    chosen = _choose(candidates, mean, std_error, one_standard_error)
+    return CrossValidatedSelection(
+        threshold=candidates[chosen].item(), selected=phi.double() >= candidates[chosen],
+        thresholds=candidates, cv_error=mean, cv_std_error=std_error,
+    )
