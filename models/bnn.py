@@ -44,7 +44,10 @@ class BayesianNetwork(PyroModule):
 
     def network(self, params: dict, x: torch.Tensor) -> torch.Tensor:
         """Evaluate the architecture with the given parameter tensors."""
-        return functional_call(self.net, params, (x,))
+        # Read the net from _modules: ``self.net`` inside a running PyroModule issues pyro.module("net"),
+        # which registers its (unused, deterministic) parameters in the param store on every call, so
+        # SVI also builds and steps one idle optimizer per parameter.
+        return functional_call(self._modules["net"], params, (x,))
 
     def forward(self, x, y=None):
         params = {name: pyro.sample(name, prior) for name, prior in self.site_priors(x.device).items()}
