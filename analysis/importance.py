@@ -28,7 +28,9 @@ style, no branches or skip connections) are supported; a broken chain raises ``V
 import torch
 from torch import nn
 
-from .plots import _save, plt
+from .plots import save_figure  # selects the Agg backend before pyplot loads
+
+import matplotlib.pyplot as plt  # noqa: E402
 
 _WEIGHTED_LAYERS = (nn.Linear, nn.Conv2d)
 
@@ -168,4 +170,4 @@ def plot_importance(rows, path, *, title="Feature importance"):
     figure, axis = plt.subplots(figsize=(5, 1.0 + 0.22 * len(rows)))
     axis.barh([row["feature"] for row in rows], [row["phi"] for row in rows])
     axis.set(xlabel="scaled importance φ", xlim=(0, 1.02), title=title)
-    _save(figure, path)
+    save_figure(figure, path)

@@ -51,6 +51,8 @@ import numpy as np
 import torch
 import xarray as xr
 
+from .plots import plt, save_figure
+
 #: Default ``sites=None`` stores every site's weights when the network has at most this many weights,
 #: else only the first layer's sites if they fit, else no per-weight draws.
 MAX_DEFAULT_WEIGHTS = 20_000
@@ -216,11 +218,6 @@ def plot_diagnostics(idata, folder) -> dict:
     ArviZ draws the first two (``plot_forest``; ``plot_ppc`` under ArviZ 0.x, ``plot_ppc_dist`` under
     ArviZ ≥ 1); if that fails, a plain matplotlib version is drawn instead and a warning says why.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     idata = _for_arviz(idata)
@@ -253,7 +250,7 @@ def plot_diagnostics(idata, folder) -> dict:
         axis.set(xlabel="inclusion probability p", ylabel="fraction of weights ≤ p", xlim=(0, 1), ylim=(0, 1.01),
                  title="CDF of inclusion probabilities")
         axis.legend()
-        _save(figure, path, plt)
+        save_figure(figure, path)
         written["inclusion_cdf"] = path
     return written
 
@@ -422,7 +419,7 @@ def _arviz_or_fallback(arviz_plot, fallback, path, plt, what):
     except Exception as error:  # noqa: BLE001 - any ArviZ failure falls back to a plain plot
         warnings.warn(f"arviz could not draw the {what} ({type(error).__name__}: {error}); drawing a plain one",
                       RuntimeWarning, stacklevel=3)
-        _save(fallback(), path, plt)
+        save_figure(fallback(), path)
     finally:
         for number in set(plt.get_fignums()) - before:
             plt.close(number)
@@ -435,12 +432,7 @@ def _save_result(result, path, plt):
         return
     axes = np.ravel(np.asarray(result, dtype=object))
     figure = axes[0].figure if axes.size and hasattr(axes[0], "figure") else plt.gcf()
-    _save(figure, path, plt)
-
-
-def _save(figure, path, plt):
-    figure.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def _forest_fallback(phi: xr.DataArray, plt):

@@ -6,7 +6,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def _save(figure, path):
+def save_figure(figure, path):
+    """Write ``figure`` to ``path`` as a PNG and close it."""
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
@@ -17,7 +18,7 @@ def plot_elbo(elbo, path):
     figure, axis = plt.subplots(figsize=(5, 3.5))
     axis.plot(np.arange(1, len(elbo) + 1), elbo)
     axis.set(xlabel="epoch", ylabel="ELBO", title="ELBO trace")
-    _save(figure, path)
+    save_figure(figure, path)
 
 
 def plot_inclusion_cdf(probabilities, path):
@@ -27,7 +28,7 @@ def plot_inclusion_cdf(probabilities, path):
     axis.plot(values, np.arange(1, values.size + 1) / values.size)
     axis.set(xlabel="inclusion probability p", ylabel="fraction of weights ≤ p", xlim=(0, 1), ylim=(0, 1.01),
              title="CDF of inclusion probabilities")
-    _save(figure, path)
+    save_figure(figure, path)
 
 
 def plot_pruning_curve(curve, metric, path, *, baseline=None):
@@ -40,4 +41,4 @@ def plot_pruning_curve(curve, metric, path, *, baseline=None):
         axis.axhline(baseline, color="grey", linestyle=":", label="plain network")
     axis.set(xlabel="droprate (% of weights removed)", ylabel=metric.replace("_", " "), title="Pruning by inclusion probability")
     axis.legend()
-    _save(figure, path)
+    save_figure(figure, path)

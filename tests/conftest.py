@@ -15,9 +15,9 @@ def pyro_state():
     pyro.enable_validation(True)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def single_thread():
-    """Run a test with one intra-op thread, restoring the previous setting afterwards.
+    """Run a test module with one intra-op thread, restoring the previous setting afterwards.
 
     Pyro steps on tiny networks are dominated by per-op overhead; with two OpenMP threads on a busy
     machine the threads' spin-waits make them an order of magnitude slower. Opt in with

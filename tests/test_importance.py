@@ -148,13 +148,9 @@ def test_importance_table_and_plot(tmp_path):
 
 
 @pytest.fixture
-def fast_svi():
+def fast_svi(single_thread):
     """One CPU thread and no Pyro argument validation (about 10x faster SVI steps for this tiny network)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     pyro.enable_validation(False)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("architecture, input_shape", [(mlp, (5,)), (lenet_5, (2, 16, 16))])

@@ -26,13 +26,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 GROUPS = {"posterior", "posterior_predictive", "observed_data", "variational", "optimization"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """One intra-op thread for this module's fits and draws: tiny ops on two busy OpenMP threads are ~100x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny ops on two busy OpenMP threads are ~100x slower
 
 
 def _fit(dataset, likelihood, *, seed, epochs, hidden, lr):
@@ -72,7 +66,7 @@ def _network_means(model, guide, x, samples):
 
 
 @pytest.fixture(scope="module")
-def regression():
+def regression(single_thread):
     dataset = load_dataset("linear-regression", n=200)
     fits = [
         _fit(dataset, Gaussian(dataset.num_train), seed=seed, epochs=epochs, hidden=(8,), lr=0.05)

@@ -17,13 +17,7 @@ from bayesprune.analysis.selection import (
 )
 
 
-@pytest.fixture(autouse=True)
-def single_thread():
-    """Small least-squares and SVI problems run far faster on one thread than on contended ones."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 @pytest.mark.parametrize("num_features", [10, 100, 37])
