@@ -183,6 +183,22 @@ class BaselineConfig:
             _require(_is_number(self.lr) and self.lr > 0, "baseline.lr", "be a positive number", self.lr)
 
 
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """``[experiment]``: ``name`` turns the run into a packaged study (a sweep of fits, such as the
+    paper's simulations) instead of a single fit; every other key is an option of that study.
+    """
+
+    name: str | None = None
+    options: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.name is not None:
+            _require(isinstance(self.name, str), "experiment.name", "be a string", self.name)
+        else:
+            _require(not self.options, "experiment.name", "be set when experiment options are given", self.name)
+
+
 _SECTIONS = {
     "data": DataConfig,
     "model": ModelConfig,
@@ -193,18 +209,24 @@ _SECTIONS = {
     "train": TrainConfig,
     "prune": PruneConfig,
     "baseline": BaselineConfig,
+    "experiment": ExperimentConfig,
 }
-_OPEN_SECTIONS = ("data", "model")  # unknown keys become options of the loader / architecture
+_OPEN_SECTIONS = ("data", "model", "experiment")  # unknown keys become options of the loader / architecture
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """A whole run. Top-level keys: ``method``, ``description``, ``seed``, ``device``."""
+    """A whole run. Top-level keys: ``method``, ``description``, ``seed``, ``device``, ``chains``.
+
+    ``chains = N`` fits the posterior N times independently (seeds ``seed``, ``seed + 1``, ...), so
+    that R-hat and ESS across restarts are meaningful in ``posterior.nc``.
+    """
 
     method: str = "sbnn"
     description: str = ""
     seed: int = 0
     device: str = "auto"
+    chains: int = 1
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     prior: PriorConfig = field(default_factory=PriorConfig)
@@ -214,10 +236,12 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     prune: PruneConfig = field(default_factory=PruneConfig)
     baseline: BaselineConfig = field(default_factory=BaselineConfig)
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
 
     def __post_init__(self):
         _require(self.method == "sbnn", "method", "be 'sbnn'", self.method)
         _require(_is_int(self.seed) and self.seed >= 0, "seed", "be a non-negative integer", self.seed)
+        _require(_is_int(self.chains) and self.chains > 0, "chains", "be a positive integer", self.chains)
         _require(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "device", "be 'auto', 'cpu' or 'cuda[:N]'", self.device)
 
     @classmethod

@@ -26,6 +26,7 @@ from .baseline import train_plain
 from .checkpoint import Checkpoint
 from .data import load_dataset, uci_num_splits
 from .errors import BayesPruneError, TrainingDiverged
+from .experiments import get_experiment
 from .fit import PENALTIES, TensorBatches, fit, resolve_device
 from .objectives import OBJECTIVES
 from .priors import SpikeSlabPrior
@@ -107,13 +108,13 @@ def run(config, out, *, force: bool = False, progress: bool = False) -> dict:
     """Execute ``config`` and write its run directory ``out``; returns the metrics."""
     out = Path(out)
     check_output_dir(out, force=force)
+    if config.experiment.name is not None:
+        return _run_experiment(config, out, progress=progress)
     datasets = load_datasets(config)
     _new_net(config, datasets[0], config.seed)  # rejects a bad architecture before anything is written
     device = resolve_device(config.device)
 
-    staging = out.parent / f".{out.name}.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    staging = _staging_dir(out)
     try:
         (staging / "config.toml").write_text(config.to_toml())
         per_split = []
@@ -140,6 +141,27 @@ def run(config, out, *, force: bool = False, progress: bool = False) -> dict:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return metrics
+
+
+def _run_experiment(config, out: Path, *, progress: bool) -> dict:
+    experiment = get_experiment(config)
+    experiment.check(config)
+    staging = _staging_dir(out)
+    try:
+        (staging / "config.toml").write_text(config.to_toml())
+        metrics = experiment.run(config, staging, device=resolve_device(config.device), progress=progress)
+        (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        _move_into_place(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return metrics
+
+
+def _staging_dir(out: Path) -> Path:
+    staging = out.parent / f".{out.name}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    return staging
 
 
 def _evaluate(config, dataset, model, guide, history, seconds, device, baseline_net):
