@@ -14,12 +14,18 @@ Groups of the object :func:`to_inference_data` returns (``C`` chains, ``S`` draw
     - ``inclusion_probability_mean`` (dim ``site``, every site): mean of p over the site's weights.
     - ``fraction_included`` (dim ``site``) and ``network_fraction_included`` (scalar): fraction of the
       weights with p ≥ 0.5 in each site and in the whole network.
-    - ``psi``, ``phi`` (dim ``feature``), or whatever the ``feature_importance`` callable returns.
+    - ``psi``, ``phi`` (dim ``feature``), or whatever the ``feature_importance`` callable returns,
+      evaluated at a draw Z ~ q(Z) of the inclusion indicators of *every* weight. ψ of eq. 3.18 is
+      a mean over paths of products of inclusion probabilities of distinct, independent weights, so
+      ψ(Z) is an unbiased draw of ψ(p): its chain mean estimates eq. 3.18 and its within-chain
+      spread is the posterior uncertainty of the importance, which makes R-hat and ESS of ψ across
+      restarts meaningful. (φ(Z), the min-max scaling of ψ(Z), is not unbiased for φ(p).)
 
-    The last three bullets are functions of q, not random draws: their value is one number per chain,
-    repeated over the draws. Their within-chain variance is zero, so ``sd`` of the pooled draws is the
-    spread between restarts, R-hat is infinite when the restarts differ (NaN when they agree) and ESS
-    is not meaningful. Read them per chain (a forest plot, ``.sel(chain=c)``) or by their ``sd``.
+    ``inclusion_probability_mean``, ``fraction_included`` and ``network_fraction_included`` are
+    functions of q, not random draws: their value is one number per chain, repeated over the draws.
+    Their within-chain variance is zero, so ``sd`` of the pooled draws is the spread between
+    restarts, R-hat is infinite when the restarts differ (NaN when they agree) and ESS is not
+    meaningful. Read them per chain (``.sel(chain=c)``) or by their ``sd``.
 ``posterior_predictive``
     ``obs``, dims ``(chain, draw, test_point)``: one draw y ~ p(y | x, W) per test input for the first
     ``num_predictive_draws`` weight draws of each chain (regression in the targets' original units,
@@ -31,7 +37,8 @@ Groups of the object :func:`to_inference_data` returns (``C`` chains, ``S`` draw
     ``<site>.loc`` (m), ``<site>.scale`` (σ), ``<site>.inclusion_probability`` (p), dims
     ``(chain, <site>_dim_0, ...)``; and ``inclusion_probability_quantile``, dims
     ``(chain, quantile)``: 101 quantiles of p over *all* weights of the network, enough to draw each
-    chain's CDF of inclusion probabilities without storing every weight.
+    chain's CDF of inclusion probabilities without storing every weight; and the ``feature_importance``
+    values at p itself (``psi``, ``phi``: eqs. 3.18–3.19 exactly), dims ``(chain, feature)``.
 ``optimization``
     ``elbo``, dims ``(chain, epoch)``: the ELBO trace of each fit (NaN-padded when fits stopped at
     different epochs). It lives in its own group because ArviZ's ``sample_stats`` is indexed by draw,
@@ -86,9 +93,11 @@ def to_inference_data(
             are stored; ``"all"`` for every site; ``None`` for the default rule of
             :data:`MAX_DEFAULT_WEIGHTS` (every site of small networks, the first layer of larger
             ones, which is the layer feature importance reads).
-        feature_importance: optional callable ``guide -> {"psi": tensor, "phi": tensor, ...}``; each
-            returned tensor (one value per input feature) is stored per chain with dim ``feature``,
-            labelled by ``dataset.feature_names`` when their number matches.
+        feature_importance: optional callable ``inclusion -> {"psi": tensor, "phi": tensor, ...}``
+            taking ``{site: inclusion probabilities or indicators}`` of every site; each returned
+            tensor (one value per input feature) is stored with dim ``feature``, labelled by
+            ``dataset.feature_names`` when their number matches: per draw of Z in ``posterior``,
+            at p in ``variational``.
         seed: seed of all draws; the global RNG state is restored afterwards.
         num_predictive_draws: posterior predictive draws per chain (at most ``num_draws``); draw d
             of the posterior predictive uses the weights of posterior draw d.
@@ -140,10 +149,10 @@ def to_inference_data(
     posterior["network_fraction_included"] = (["chain", "draw"], repeated("network_fraction"))
     coords["site"] = np.array(site_names, dtype=object)
     if feature_importance is not None:
-        importance = {key: np.stack([c["importance"][key] for c in chains]) for key in chains[0]["importance"]}
-        for key, values in importance.items():
-            posterior[key] = (["chain", "draw", "feature"], np.repeat(values[:, None], num_draws, axis=1))
-        num_features = next(iter(importance.values())).shape[-1] if importance else 0
+        for key in chains[0]["importance"]:
+            posterior[key] = (["chain", "draw", "feature"], np.stack([c["importance"][key] for c in chains]))
+            variational[key] = (["chain", "feature"], np.stack([c["importance_at_p"][key] for c in chains]))
+        num_features = posterior[key][1].shape[-1] if chains[0]["importance"] else 0
         names = dataset.feature_names
         coords["feature"] = (
             np.array(names, dtype=object) if names is not None and len(names) == num_features else np.arange(num_features)
@@ -197,7 +206,7 @@ def write_posterior(idata, path) -> Path:
 def summary_table(idata, var_names=None, *, kind: str = "all", round_to=2):
     """:func:`arviz.summary` of the posterior group (mean, sd, interval, ESS, R-hat, MCSE per element).
 
-    Variables that are constant within each chain (importances, inclusion summaries) get an infinite
+    Variables that are constant within each chain (the inclusion summaries) get an infinite
     or NaN R-hat by construction; the divide-by-zero warnings this causes are silenced.
     """
     import arviz as az
@@ -208,10 +217,11 @@ def summary_table(idata, var_names=None, *, kind: str = "all", round_to=2):
         return az.summary(_for_arviz(idata), var_names=names, kind=kind, round_to=round_to)
 
 
-def plot_diagnostics(idata, folder) -> dict:
+def plot_diagnostics(idata, folder, *, max_features: int = 20) -> dict:
     """Write diagnostic PNGs to ``folder``; returns ``{name: path}`` of the files written.
 
-    - ``forest_phi.png``: forest plot of ``phi`` per chain (only when ``phi`` is stored);
+    - ``forest_phi.png``: forest plot of ``phi`` per chain (only when ``phi`` is stored), for the
+      ``max_features`` features of highest mean φ;
     - ``ppc.png``: posterior predictive check of the test targets;
     - ``inclusion_cdf.png``: CDF of the inclusion probabilities of all weights, one line per chain.
 
@@ -225,9 +235,11 @@ def plot_diagnostics(idata, folder) -> dict:
     written = {}
     if "phi" in posterior.data_vars:
         path = folder / "forest_phi.png"
+        phi = posterior["phi"]
+        top = phi["feature"].values[np.argsort(-phi.mean(("chain", "draw")).values, kind="stable")[:max_features]]
         _arviz_or_fallback(
-            lambda az: az.plot_forest(idata, var_names=["phi"]),
-            lambda: _forest_fallback(posterior["phi"], plt),
+            lambda az: az.plot_forest(idata, var_names=["phi"], coords={"feature": list(top)}),
+            lambda: _forest_fallback(phi.sel(feature=top), plt),
             path, plt, "forest plot",
         )
         written["forest_phi"] = path
@@ -295,13 +307,21 @@ def _chain(model, guide, selected, x_test, num_draws, num_predictive_draws, regr
         "quantiles": np.quantile(flat, _QUANTILES),
         "predictive": np.stack(predictive) if predictive else np.zeros((0, len(x_test))),
         "importance": {},
+        "importance_at_p": {},
     }
     if feature_importance is not None:
-        values = feature_importance(guide)
-        result["importance"] = {
-            key: torch.as_tensor(value).detach().double().cpu().reshape(-1).numpy() for key, value in values.items()
-        }
+        result["importance_at_p"] = _importance(feature_importance, {name: q.probs for name, q in posteriors.items()})
+        draws = [
+            _importance(feature_importance, {name: torch.bernoulli(q.probs) for name, q in posteriors.items()})
+            for _ in range(num_draws)
+        ]
+        result["importance"] = {key: np.stack([draw[key] for draw in draws]) for key in result["importance_at_p"]}
     return result
+
+
+def _importance(feature_importance, inclusion: dict) -> dict:
+    values = feature_importance(inclusion)
+    return {key: torch.as_tensor(value).detach().double().cpu().reshape(-1).numpy() for key, value in values.items()}
 
 
 def _select_sites(site_shapes: dict, sites) -> list:
@@ -436,11 +456,13 @@ def _save_result(result, path, plt):
 
 
 def _forest_fallback(phi: xr.DataArray, plt):
-    values = phi.isel(draw=0).transpose("chain", ...).values
-    figure, axis = plt.subplots(figsize=(5, 0.4 * values.shape[1] + 1.5))
-    positions = np.arange(values.shape[1])
-    for chain, row in enumerate(values):
-        axis.plot(row, positions + 0.1 * chain, "o", label=f"chain {chain}")
+    draws = phi.transpose("chain", "draw", ...).values
+    figure, axis = plt.subplots(figsize=(5, 0.4 * draws.shape[2] + 1.5))
+    positions = np.arange(draws.shape[2])
+    for chain, values in enumerate(draws):
+        low, high = np.quantile(values, [0.03, 0.97], axis=0)
+        axis.errorbar(values.mean(0), positions + 0.1 * chain, xerr=[values.mean(0) - low, high - values.mean(0)],
+                      fmt="o", label=f"chain {chain}")
     axis.set_yticks(positions, [str(v) for v in phi[phi.dims[-1]].values])
     axis.set(xlabel="phi", title="feature importance per chain")
     axis.legend()

@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 
 from .evaluation import metric_name
+from .inference_data import plot_diagnostics, summary_table
 from .plots import plot_elbo, plot_inclusion_cdf, plot_pruning_curve
 
 
@@ -18,7 +19,12 @@ def _markdown_table(rows, columns):
 
 
 def write_report(run_dir) -> Path:
-    """Write ``report.md`` with ``elbo.png``, ``inclusion_cdf.png`` and ``pruning_curve.png`` into ``run_dir``."""
+    """Write ``report.md`` with ``elbo.png``, ``inclusion_cdf.png`` and ``pruning_curve.png`` into ``run_dir``.
+
+    When the run has a ``posterior.nc``, the report adds its ArviZ diagnostics: ``az.summary`` of
+    the feature importance ψ across chains, ``forest_phi.png``, ``ppc.png``, and a per-chain CDF of
+    inclusion probabilities in place of the first chain's.
+    """
     run_dir = Path(run_dir)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     with open(run_dir / "elbo.csv", newline="") as handle:
@@ -29,7 +35,9 @@ def write_report(run_dir) -> Path:
     baseline = metrics.get(f"baseline_{metric}")
 
     plot_elbo(elbo, run_dir / "elbo.png")
-    plot_inclusion_cdf(probabilities, run_dir / "inclusion_cdf.png")
+    diagnostics = _diagnostics(run_dir) if (run_dir / "posterior.nc").exists() else []
+    if not diagnostics:
+        plot_inclusion_cdf(probabilities, run_dir / "inclusion_cdf.png")
     plot_pruning_curve(metrics["pruning_curve"], metric, run_dir / "pruning_curve.png", baseline=baseline)
 
     unit = " (%)" if metric == "test_error" else ""
@@ -55,7 +63,39 @@ def write_report(run_dir) -> Path:
         "![test metric against droprate](pruning_curve.png)",
         "## Inclusion probabilities\n\n![CDF of inclusion probabilities](inclusion_cdf.png)",
         "## Optimisation\n\n![ELBO trace](elbo.png)",
+        *diagnostics,
     ])
     path = run_dir / "report.md"
     path.write_text(text + "\n")
     return path
+
+
+def _diagnostics(run_dir: Path, top: int = 10) -> list:
+    """Report sections from ``posterior.nc``: ``az.summary`` of ψ and the ArviZ plots."""
+    import arviz as az
+
+    idata = az.from_netcdf(str(run_dir / "posterior.nc"))
+    written = plot_diagnostics(idata, run_dir)
+    chains = idata.posterior.sizes["chain"]
+    sections = [
+        f"## Posterior diagnostics (ArviZ, {chains} chain{'s' if chains > 1 else ''})\n\n"
+        "Chains are independent fits from different seeds (`chains = N` in the config); `posterior.nc` "
+        "holds draws from each q and loads with `arviz.from_netcdf`."
+    ]
+    if "psi" in idata.posterior.data_vars:
+        summary = summary_table(idata, "psi", round_to="none")
+        summary = summary.iloc[np.argsort(-summary["mean"].to_numpy(), kind="stable")]
+        text = (
+            f"Feature importance ψ (eq. 3.18) evaluated at draws of the inclusion indicators, the {min(top, len(summary))} "
+            f"most important of {len(summary)} features. R-hat and ESS compare the restarts."
+        )
+        if chains > 1:
+            rhat = summary["r_hat"].to_numpy(dtype=float)
+            text += f" Largest R-hat over all features: {np.nanmax(rhat):.3f}; features with R-hat > 1.01: {int((rhat > 1.01).sum())}."
+        columns = [c for c in ("mean", "sd", "hdi_3%", "hdi_97%", "ess_bulk", "r_hat") if c in summary.columns]
+        rows = [{"variable": name, **{c: float(row[c]) for c in columns}} for name, row in summary.head(top).iterrows()]
+        sections += [text, _markdown_table(rows, ["variable", *columns])]
+    captions = {"forest_phi": "forest plot of the scaled importance φ", "ppc": "posterior predictive check on the test set",
+                "inclusion_cdf": "CDF of inclusion probabilities per chain"}
+    sections += [f"![{captions[name]}]({path.name})" for name, path in written.items()]
+    return sections

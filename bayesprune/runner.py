@@ -18,6 +18,8 @@ import pyro.optim
 import torch
 
 from bayesprune.analysis.evaluation import metric_name, pruning_curve
+from bayesprune.analysis.importance import feature_importance, scaled_importance, weight_inclusion_matrices
+from bayesprune.analysis.inference_data import to_inference_data, write_posterior
 from bayesprune.analysis.report import write_report
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.models import LIKELIHOODS, BayesianNetwork, build_architecture
@@ -32,6 +34,9 @@ from .objectives import OBJECTIVES
 from .priors import SpikeSlabPrior
 
 CHECKPOINT = "checkpoint.pt"
+POSTERIOR = "posterior.nc"
+#: Test points in the posterior predictive of ``posterior.nc`` (it stores one draw per point per draw).
+PREDICTIVE_TEST_POINTS = 1000
 
 
 def check_output_dir(out: Path, *, force: bool):
@@ -119,21 +124,27 @@ def run(config, out, *, force: bool = False, progress: bool = False) -> dict:
         (staging / "config.toml").write_text(config.to_toml())
         per_split = []
         for index, dataset in enumerate(datasets):
-            net = _new_net(config, dataset, config.seed + index)
-            baseline_net = copy.deepcopy(net)
-            try:
-                model, guide, history, seconds = fit_posterior(
-                    config, dataset, net, device, seed=config.seed + index, progress=progress,
-                    checkpoint=staging / CHECKPOINT if index == 0 else None,
-                )
-            except TrainingDiverged:
-                if (staging / CHECKPOINT).exists():
-                    _move_into_place(staging, out)
-                raise
-            per_split.append(_evaluate(config, dataset, model, guide, history, seconds, device, baseline_net))
+            fits = []
+            for chain in range(config.chains if index == 0 else 1):
+                seed = config.seed + index + chain
+                net = _new_net(config, dataset, seed)
+                baseline_net = copy.deepcopy(net) if chain == 0 else None
+                try:
+                    model, guide, history, seconds = fit_posterior(
+                        config, dataset, net, device, seed=seed, progress=progress,
+                        checkpoint=staging / CHECKPOINT if index == chain == 0 else None,
+                    )
+                except TrainingDiverged:
+                    if (staging / CHECKPOINT).exists():
+                        _move_into_place(staging, out)
+                    raise
+                if chain == 0:
+                    per_split.append(_evaluate(config, dataset, model, guide, history, seconds, device, baseline_net))
+                fits.append((model, guide, history))
             if index == 0:
-                _write_fit(staging, history, guide)
-        metrics = _summarise(per_split)
+                _write_fit(staging, history=fits[0][2], guide=fits[0][1])
+                write_posterior(_inference_data(fits, dataset, config.seed), staging / POSTERIOR)
+        metrics = {**_summarise(per_split), "chains": config.chains}
         (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         _write_curve(staging / "pruning_curve.csv", metrics["pruning_curve"])
         write_report(staging)
@@ -162,6 +173,21 @@ def _staging_dir(out: Path) -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     return staging
+
+
+def _inference_data(fits, dataset, seed):
+    """ArviZ data of the chains, with ψ and φ (eqs. 3.18–3.19) per chain when the network is a chain of layers."""
+    structure = fits[0][0]
+
+    def importance(inclusion):
+        psi = feature_importance(weight_inclusion_matrices(inclusion, structure))
+        return {"psi": psi, "phi": scaled_importance(psi)}
+
+    try:
+        importance(fits[0][1].inclusion_probabilities())
+    except ValueError:  # branches or skip connections: no path importance
+        importance = None
+    return to_inference_data(fits, dataset, feature_importance=importance, seed=seed, max_test_points=PREDICTIVE_TEST_POINTS)
 
 
 def _evaluate(config, dataset, model, guide, history, seconds, device, baseline_net):

@@ -40,10 +40,9 @@ def _fit(dataset, likelihood, *, seed, epochs, hidden, lr):
     return model, guide, history
 
 
-def _importance(guide):
+def _importance(inclusion):
     """A stand-in for the feature-importance module: first-layer inclusion averaged over hidden units."""
-    p = guide.inclusion_probabilities()["1.weight"].double()
-    psi = p.mean(0)
+    psi = inclusion["1.weight"].double().mean(0)
     return {"psi": psi, "phi": (psi - psi.min()) / (psi.max() - psi.min() + 1e-12)}
 
 
@@ -124,14 +123,18 @@ def test_inclusion_draws_match_probabilities(regression):
         np.testing.assert_allclose(quantiles[[0, 50, 100]], [flat.min(), np.median(flat), flat.max()], rtol=1e-6)
 
 
-def test_feature_importance_is_stored_per_chain(regression):
+def test_feature_importance_is_exact_at_p_and_unbiased_over_inclusion_draws(regression):
     _, fits, idata = regression
     for chain, (_, guide, _) in enumerate(fits):
-        expected = _importance(guide)
+        p = guide.inclusion_probabilities()["1.weight"].double().numpy()
+        exact = _importance({"1.weight": torch.from_numpy(p)})
         for key in ("psi", "phi"):
-            values = idata.posterior[key].sel(chain=chain).values
-            np.testing.assert_allclose(values, np.broadcast_to(expected[key].numpy(), values.shape))
-
+            np.testing.assert_allclose(idata.variational[key].sel(chain=chain).values, exact[key].numpy())
+        # psi(Z) is the mean of independent Bernoulli(p) over hidden units: mean p, variance sum p(1-p) / n^2
+        draws = idata.posterior["psi"].sel(chain=chain).values
+        variance = (p * (1 - p)).sum(0) / p.shape[0] ** 2
+        assert (np.abs(draws.mean(0) - p.mean(0)) <= 5 * np.sqrt(variance / DRAWS) + 1e-12).all()
+        np.testing.assert_allclose(draws.var(0, ddof=1), variance, rtol=0.4, atol=1e-4)
 
 def test_posterior_predictive_matches_direct_prediction(regression):
     dataset, fits, idata = regression
