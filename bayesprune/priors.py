@@ -5,6 +5,7 @@ model turns each answer into one Pyro sample site named after the parameter's pa
 """
 import math
 
+import pyro.distributions as dist
 import torch
 
 from .distributions import SpikeAndSlab
@@ -45,4 +46,23 @@ class SpikeSlabPrior(Prior):
         return base.expand(param.shape).to_event(param.dim())
 
 
-PRIORS = {"spike-slab": SpikeSlabPrior}
+class GaussianPrior(Prior):
+    """Independent N(0, scale²) prior on every weight and bias: the plain BNN baseline of paper 003
+    (section 4.1, Experiment 3), fitted with :class:`bayesprune.guides.NormalGuide`.
+
+    Args:
+        scale: prior standard deviation (1.0 gives the N(0, 1) prior).
+    """
+
+    def __init__(self, *, scale=1.0):
+        if not scale > 0.0:
+            raise ConfigError(f"prior.scale must be positive, got {scale}")
+        self.scale = float(scale)
+
+    def distribution(self, name, param):
+        options = {"dtype": param.dtype, "device": param.device}
+        base = dist.Normal(torch.tensor(0.0, **options), torch.tensor(self.scale, **options))
+        return base.expand(param.shape).to_event(param.dim())
+
+
+PRIORS = {"spike-slab": SpikeSlabPrior, "gaussian": GaussianPrior}

@@ -1,6 +1,7 @@
 """Variational guides matching the model programs in :mod:`bayesprune.models`."""
+from .normal import NormalGuide
 from .spike_slab import SpikeSlabGuide
 
-GUIDES = {"spike-slab": SpikeSlabGuide}
+GUIDES = {"spike-slab": SpikeSlabGuide, "normal": NormalGuide}
 
-__all__ = ["GUIDES", "SpikeSlabGuide"]
+__all__ = ["GUIDES", "NormalGuide", "SpikeSlabGuide"]

@@ -27,3 +27,6 @@ def get_experiment(config):
     if name not in EXPERIMENTS:
         raise ConfigError(f"experiment.name must be one of {sorted(EXPERIMENTS)}, got {name!r}")
     return EXPERIMENTS[name]()
+
+
+from . import graded_features, selection, two_features  # noqa: E402,F401  (registers the studies)

@@ -1,0 +1,340 @@
+"""Shared machinery of the paper's simulation studies (paper 003, section 4.1).
+
+* :class:`Experiment`: the base of every registered study. It owns the option schema (defaults plus
+  one validator per key), so ``check`` rejects an unknown or malformed option with a one-line
+  :class:`~bayesprune.errors.ConfigError` that names the field (``experiment.alphas must ...``).
+* :func:`fit_importance`: fit the sBNN of a config on a dataset and return ψ (eq. 3.18) and φ (eq. 3.19).
+* Baseline fits on the same split: :func:`fit_plain_net` (NN, NN with dropout), :func:`fit_gaussian_bnn`
+  (mean-field Gaussian BNN with an N(0, s²) prior) and :func:`nn_fit_predict` (a cheap refit for
+  cross-validation).
+* :func:`pearson`, :func:`spearman`; :func:`write_csv`, :func:`markdown_table`, :func:`criterion`,
+  :func:`plot_series` for the tables, figures and ``report.md`` of a run.
+"""
+import csv
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyro
+import torch
+from torch import nn
+
+from bayesprune.analysis.importance import feature_importance, scaled_importance, weight_inclusion_matrices
+from bayesprune.analysis.plots import plt, save_figure
+from bayesprune.baseline import fit_plain
+from bayesprune.data import load_dataset
+from bayesprune.errors import ConfigError
+from bayesprune.fit import TensorBatches, fit
+from bayesprune.guides import NormalGuide
+from bayesprune.models import LIKELIHOODS, BayesianNetwork, build_architecture
+from bayesprune.objectives import OBJECTIVES
+from bayesprune.predict import predict
+from bayesprune.priors import GaussianPrior
+
+
+# ---------------------------------------------------------------------------------------------
+# Options
+# ---------------------------------------------------------------------------------------------
+
+def _fail(key, requirement, value):
+    raise ConfigError(f"experiment.{key} must {requirement}, got {value!r}")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def number(low=-math.inf, high=math.inf, *, open_low=False, integer=False):
+    """Validator of one number in [low, high] (or (low, high] with ``open_low``)."""
+    kind = "an integer" if integer else "a number"
+
+    def validate(key, value):
+        ok = _is_number(value) and (not integer or isinstance(value, int))
+        ok = ok and (value > low if open_low else value >= low) and value <= high
+        if not ok:
+            _fail(key, f"be {kind} in {'(' if open_low else '['}{low}, {high}]", value)
+        return value
+
+    return validate
+
+
+def number_list(low=-math.inf, high=math.inf, *, open_low=False, min_length=1):
+    """Validator of a list of at least ``min_length`` distinct numbers, each as :func:`number`."""
+    element = number(low, high, open_low=open_low)
+
+    def validate(key, value):
+        if not isinstance(value, (list, tuple)) or len(value) < min_length or len(set(value)) != len(value):
+            _fail(key, f"be a list of at least {min_length} distinct numbers", value)
+        for item in value:
+            try:
+                element(key, item)
+            except ConfigError:
+                _fail(key, f"contain only numbers in {'(' if open_low else '['}{low}, {high}]", item)
+        return [float(item) for item in value]
+
+    return validate
+
+
+def choice(choices):
+    """Validator of one of ``choices``."""
+
+    def validate(key, value):
+        if value not in choices:
+            _fail(key, f"be one of {sorted(choices)}", value)
+        return value
+
+    return validate
+
+
+def choice_list(choices):
+    """Validator of a non-empty list of distinct members of ``choices``."""
+
+    def validate(key, value):
+        if not isinstance(value, (list, tuple)) or not value or len(set(value)) != len(value) or any(v not in choices for v in value):
+            _fail(key, f"be a non-empty list of distinct members of {sorted(choices)}", value)
+        return list(value)
+
+    return validate
+
+
+def boolean(key, value):
+    """Validator of ``true`` / ``false``."""
+    if not isinstance(value, bool):
+        _fail(key, "be true or false", value)
+    return value
+
+
+class Experiment:
+    """A packaged study. Subclasses set ``dataset`` (the loader they sweep), ``options`` (option name →
+    ``(default, validator)``) and implement :meth:`run`.
+    """
+
+    dataset: str = ""
+    options: dict = {}
+
+    def resolve(self, config) -> dict:
+        """The experiment options of ``config`` over the defaults, validated."""
+        given = dict(config.experiment.options)
+        for key in given:
+            if key not in self.options:
+                raise ConfigError(f"experiment.{key} is not an option of {config.experiment.name!r}; "
+                                  f"options: {sorted(self.options)}")
+        return {key: validate(key, given.get(key, default)) for key, (default, validate) in self.options.items()}
+
+    def check(self, config):
+        """Reject a config this study cannot run (wrong dataset, bad options) before anything is written."""
+        if config.data.dataset != self.dataset:
+            raise ConfigError(f"data.dataset must be {self.dataset!r} for experiment {config.experiment.name!r}, "
+                              f"got {config.data.dataset!r}")
+        if config.model.architecture != "mlp":
+            raise ConfigError(f"model.architecture must be 'mlp' for experiment {config.experiment.name!r}, "
+                              f"got {config.model.architecture!r}")
+        self.validate(config, self.resolve(config))
+
+    def validate(self, config, options):
+        """Checks across options; the hook subclasses override."""
+
+    def run(self, config, folder: Path, *, device, progress: bool = False) -> dict:
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------------
+# Fits
+# ---------------------------------------------------------------------------------------------
+
+def load(config, **overrides):
+    """The config's dataset with its ``[data]`` options, ``overrides`` replacing some (e.g. ``alpha``)."""
+    return load_dataset(config.data.dataset, **{**config.data.options, **overrides})
+
+
+def new_net(config, input_dim: int, *, seed: int):
+    """A freshly initialised MLP of the config's shape for ``input_dim`` inputs and one output."""
+    pyro.set_rng_seed(seed)
+    return build_architecture(config.model.architecture, (input_dim,), 1, **config.model.options)
+
+
+@dataclass(frozen=True)
+class ImportanceFit:
+    """An sBNN fitted on one dataset, with its feature importances.
+
+    Attributes:
+        model, guide: the fitted ``BayesianNetwork`` and ``SpikeSlabGuide``.
+        psi: ψ of every input feature (eq. 3.18).
+        phi: φ, the min-max scaled ψ (eq. 3.19).
+        seconds: training time.
+    """
+
+    model: object
+    guide: object
+    psi: torch.Tensor
+    phi: torch.Tensor
+    seconds: float
+
+    def predict(self, x):
+        return predict(self.model, self.guide, x.to(self.guide.loc.device)).cpu()
+
+
+def fit_importance(config, dataset, *, device, seed=None) -> ImportanceFit:
+    """Fit the sBNN of ``config`` on ``dataset`` and compute ψ and φ of its inputs."""
+    from bayesprune.runner import fit_posterior  # the runner imports this package
+
+    seed = config.seed if seed is None else seed
+    net = new_net(config, dataset.input_shape[0], seed=seed)
+    model, guide, _, seconds = fit_posterior(config, dataset, net, device, seed=seed)
+    psi = feature_importance(weight_inclusion_matrices(guide.inclusion_probabilities(), model)).cpu()
+    return ImportanceFit(model, guide, psi, scaled_importance(psi), seconds)
+
+
+def with_dropout(net: nn.Sequential, rate: float) -> nn.Sequential:
+    """``net`` with ``nn.Dropout(rate)`` after every activation (the NN_Dr baseline)."""
+    layers = []
+    for layer in net:
+        layers.append(layer)
+        if not isinstance(layer, (nn.Linear, nn.Flatten)):
+            layers.append(nn.Dropout(rate))
+    return nn.Sequential(*layers)
+
+
+def fit_plain_net(config, x, y, *, seed: int, dropout: float = 0.0, epochs=None):
+    """A plain MLP of the config's shape trained by least squares (Adam, the config's lr and batch size)."""
+    net = new_net(config, x.shape[1], seed=seed)
+    if dropout > 0:
+        net = with_dropout(net, dropout)
+    return fit_plain(net, x, y, epochs=epochs or config.train.epochs, lr=config.optim.lr,
+                     batch_size=config.data.batch_size, seed=seed)
+
+
+def nn_fit_predict(config, *, epochs: int, seed: int):
+    """A ``fit_predict(x_train, y_train, x_test)`` refitting a plain MLP of the config's shape."""
+
+    def fit_predict(x_train, y_train, x_test):
+        net = fit_plain_net(config, x_train, y_train, seed=seed, epochs=epochs)
+        with torch.no_grad():
+            return net(x_test).squeeze(-1)
+
+    return fit_predict
+
+
+def fit_gaussian_bnn(config, dataset, *, device, seed: int, scale: float = 1.0):
+    """A mean-field Gaussian BNN with an N(0, scale²) prior on every weight (the plain "BNN" baseline).
+
+    Same network, likelihood, objective, optimiser, epochs and batch size as the config's sBNN.
+
+    Returns:
+        ``(model, guide)``; predict with :func:`bayesprune.predict.predict`.
+    """
+    from bayesprune.runner import build_optim
+
+    net = new_net(config, dataset.input_shape[0], seed=seed).to(device)
+    pyro.clear_param_store()
+    pyro.set_rng_seed(seed)
+    likelihood = LIKELIHOODS[dataset.task](dataset.num_train, scale=config.model.noise_scale)
+    model = BayesianNetwork(net, GaussianPrior(scale=scale), likelihood).to(device)
+    guide = NormalGuide(model, init_scale=config.guide.init_scale).to(device)
+    objective = OBJECTIVES[config.objective.name](num_particles=config.objective.num_particles)
+    batches = TensorBatches(dataset.x_train.to(device), dataset.y_train.to(device),
+                            batch_size=config.data.batch_size, seed=seed)
+    with pyro.validation_enabled(False):
+        fit(model, guide, batches, objective=objective, optim=build_optim(config), epochs=config.train.epochs)
+    return model, guide
+
+
+def mse_on_test(prediction: torch.Tensor, dataset) -> float:
+    """Test mean squared error in the targets' original units."""
+    residual = prediction.reshape(dataset.y_test.shape).double().cpu() - dataset.y_test.double()
+    return float(dataset.target_std**2 * residual.pow(2).mean())
+
+
+class Stopwatch:
+    """Seconds since creation (``float(watch)``)."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+
+    def __float__(self):
+        return time.perf_counter() - self.start
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics
+# ---------------------------------------------------------------------------------------------
+
+def pearson(x, y) -> float:
+    """Pearson correlation of two equally long sequences (NaN when either is constant)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.shape != y.shape or x.ndim != 1 or x.size < 2:
+        raise ValueError(f"pearson needs two 1-d sequences of equal length >= 2, got {x.shape} and {y.shape}")
+    x, y = x - x.mean(), y - y.mean()
+    denominator = math.sqrt(float(x @ x) * float(y @ y))
+    return float(x @ y) / denominator if denominator > 0 else float("nan")
+
+
+def ranks(values) -> np.ndarray:
+    """Ranks 1..n, ties sharing their average rank."""
+    values = np.asarray(values, dtype=float)
+    order = np.argsort(values, kind="mergesort")
+    result = np.empty(values.size)
+    sorted_values = values[order]
+    start = 0
+    while start < values.size:
+        stop = start
+        while stop + 1 < values.size and sorted_values[stop + 1] == sorted_values[start]:
+            stop += 1
+        result[order[start:stop + 1]] = (start + stop) / 2 + 1
+        start = stop + 1
+    return result
+
+
+def spearman(x, y) -> float:
+    """Spearman rank correlation: the Pearson correlation of the (average) ranks."""
+    return pearson(ranks(x), ranks(y))
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables, figures, report
+# ---------------------------------------------------------------------------------------------
+
+def _format(value, digits=4):
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def write_csv(path: Path, rows: list):
+    """Rows (dicts with the same keys) as a CSV file."""
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows([{key: _format(value, 8) for key, value in row.items()} for row in rows])
+
+
+def markdown_table(rows: list, columns=None, *, digits: int = 4) -> str:
+    """Rows (dicts) as a markdown table of ``columns`` (default: all keys of the first row)."""
+    columns = list(columns or rows[0])
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_format(row[column], digits) for column in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def criterion(text: str, passed: bool) -> str:
+    """One line of a report's done-when list."""
+    return f"- **{'PASS' if passed else 'FAIL'}**: {text}"
+
+
+def write_report(folder: Path, title: str, sections: list):
+    """``report.md``: a title, then the sections (markdown strings) separated by blank lines."""
+    (Path(folder) / "report.md").write_text("\n\n".join([f"# {title}", *sections]) + "\n")
+
+
+def plot_series(path: Path, x, series: dict, *, xlabel: str, ylabel: str, title: str, markers: str = "o-"):
+    """Line plot of ``series`` (label → y values) against ``x``."""
+    figure, axis = plt.subplots(figsize=(5.5, 3.8))
+    for label, values in series.items():
+        axis.plot(x, values, markers, label=label, markersize=4)
+    axis.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    axis.legend()
+    save_figure(figure, path)
