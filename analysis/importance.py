@@ -159,6 +159,24 @@ def importance_table(model, guide, feature_names=None) -> list:
     return [{"feature": name, "psi": float(s), "phi": float(f)} for name, s, f in zip(names, psi, phi)]
 
 
+def node_importance_table(model, guide) -> list:
+    """Node importance at every layer of a fitted sBNN (:func:`node_importance`), one row per node.
+
+    Returns:
+        Dicts ``{"layer", "node", "importance"}``: layer ``"input"`` holds ψ of eq. 3.18, then each
+        weighted layer's output nodes (channels for a convolution) under its module name, the last
+        being the network outputs (importance 1).
+    """
+    net = getattr(model, "net", model)
+    layers = ["input"] + [site.removesuffix(".weight") or "weight" for site, _ in _weighted_layers(net)]
+    importance = node_importance(weight_inclusion_matrices(guide.inclusion_probabilities(), model))
+    return [
+        {"layer": layer, "node": node, "importance": float(value)}
+        for layer, values in zip(layers, importance)
+        for node, value in enumerate(values.cpu())
+    ]
+
+
 def plot_importance(rows, path, *, title="Feature importance"):
     """Horizontal bar plot of the scaled importance φ (eq. 3.19), most important feature on top.
 

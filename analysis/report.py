@@ -63,11 +63,19 @@ def write_report(run_dir) -> Path:
         "![test metric against droprate](pruning_curve.png)",
         "## Inclusion probabilities\n\n![CDF of inclusion probabilities](inclusion_cdf.png)",
         "## Optimisation\n\n![ELBO trace](elbo.png)",
+        *(_IMPORTANCE if (run_dir / "importance.png").exists() else []),
         *diagnostics,
     ])
     path = run_dir / "report.md"
     path.write_text(text + "\n")
     return path
+
+
+_IMPORTANCE = [
+    "## Feature importance\n\nψ and φ (paper 003, eqs. 3.18–3.19) of the first chain, from `bayesprune importance`: "
+    "`importance.csv` (features), `node_importance.csv` (every layer).",
+    "![feature importance](importance.png)",
+]
 
 
 def _diagnostics(run_dir: Path, top: int = 10) -> list:

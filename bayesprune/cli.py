@@ -1,11 +1,13 @@
-"""The ``bayesprune`` command line: ``run`` a config, ``list`` the packaged configs.
+"""The ``bayesprune`` command line: ``run`` a config, ``report`` and ``importance`` of a saved run, ``list`` configs.
 
 User errors (bad config values, bad data, an occupied output directory, a diverged fit) print one
 line on stderr and exit with status 2, without a traceback.
 """
 import argparse
+import csv
 import json
 import sys
+from pathlib import Path
 
 from .config import load_config, packaged_configs
 from .errors import BayesPruneError
@@ -29,6 +31,45 @@ def _run(args):
           f"{metrics.get('baseline_' + metric, float('nan')):.4g}); results in {args.out}")
 
 
+def _report(args):
+    from .analysis.report import write_report
+
+    run_dir = Path(args.run_dir)
+    for name in ("metrics.json", "elbo.csv", "inclusion_probabilities.npz"):
+        if not (run_dir / name).is_file():
+            raise BayesPruneError(f"{run_dir}: not a run directory of a single fit (no {name})")
+    print(f"wrote {write_report(run_dir)}")
+
+
+def _importance(args):
+    from .analysis.importance import importance_table, node_importance_table, plot_importance
+    from .runner import load_run
+
+    run_dir = Path(args.run_dir)
+    outputs = [run_dir / name for name in ("importance.csv", "node_importance.csv", "importance.png")]
+    if any(path.exists() for path in outputs) and not args.force:
+        raise BayesPruneError(f"{run_dir}: importance.csv exists; pass --force to overwrite it")
+    _, dataset, model, guide = load_run(run_dir)
+    try:
+        rows = importance_table(model, guide, dataset.feature_names)
+        nodes = node_importance_table(model, guide)
+    except ValueError as error:
+        raise BayesPruneError(f"{run_dir}: {error}") from None
+    ranks = {row["feature"]: rank for rank, row in enumerate(sorted(rows, key=lambda row: -row["phi"]), start=1)}
+    _write_csv(outputs[0], [{**row, "rank": ranks[row["feature"]]} for row in rows])
+    _write_csv(outputs[1], nodes)
+    plot_importance(sorted(rows, key=lambda row: -row["phi"])[: args.top], outputs[2],
+                    title=f"Feature importance φ (top {min(args.top, len(rows))} of {len(rows)})")
+    print(f"wrote {', '.join(str(path) for path in outputs)}")
+
+
+def _write_csv(path, rows):
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def _list(args):
     configs = packaged_configs()
     width = max(map(len, configs))
@@ -49,6 +90,18 @@ def build_parser():
     run.add_argument("--force", action="store_true", help="overwrite a non-empty --out directory")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(handler=_run)
+
+    report = commands.add_parser("report", help="regenerate report.md and its plots from a run directory")
+    report.add_argument("run_dir")
+    report.set_defaults(handler=_report)
+
+    importance = commands.add_parser(
+        "importance", help="feature importance ψ, φ (paper 003, eqs. 3.18-3.19) and node importance of a run"
+    )
+    importance.add_argument("run_dir")
+    importance.add_argument("--top", type=int, default=30, help="features shown in importance.png (default 30)")
+    importance.add_argument("--force", action="store_true", help="overwrite existing importance files")
+    importance.set_defaults(handler=_importance)
 
     listing = commands.add_parser("list", help="list the packaged configs")
     listing.set_defaults(handler=_list)

@@ -10,6 +10,7 @@ import json
 import math
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,8 @@ from bayesprune.guides import SpikeSlabGuide
 from bayesprune.models import LIKELIHOODS, BayesianNetwork, build_architecture
 
 from .baseline import train_plain
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, load_checkpoint
+from .config import load_config
 from .data import load_dataset, uci_num_splits
 from .errors import BayesPruneError, TrainingDiverged
 from .experiments import get_experiment
@@ -102,6 +104,29 @@ def load_datasets(config) -> list:
     first = load_dataset(data.dataset, **options)
     splits = range(uci_num_splits(options["root"], options["name"])) if data.splits == "all" else data.splits
     return [first if split == 0 else load_dataset(data.dataset, **options, split=split) for split in splits]
+
+
+def load_run(run_dir):
+    """Restore a saved run: ``(config, dataset, model, guide)`` from its ``config.toml`` and ``checkpoint.pt``.
+
+    ``dataset`` is the run's first split, loaded again from the config (and ``data.root``) on the CPU;
+    the model and guide hold the first chain's fitted parameters.
+    """
+    run_dir = Path(run_dir)
+    for name in ("config.toml", CHECKPOINT):
+        if not (run_dir / name).is_file():
+            raise BayesPruneError(f"{run_dir}: not a run directory (no {name})")
+    config = load_config(str(run_dir / "config.toml"))
+    if config.experiment.name is not None:
+        raise BayesPruneError(f"{run_dir}: an experiment's directory has no single fitted network")
+    if config.data.splits is not None:
+        first = 0 if config.data.splits == "all" else config.data.splits[0]
+        config = replace(config, data=replace(config.data, splits=[first]))
+    dataset = load_datasets(config)[0]
+    model = build_model(config, dataset, _new_net(config, dataset, config.seed))
+    guide = SpikeSlabGuide(model, init_scale=config.guide.init_scale)
+    load_checkpoint(run_dir / CHECKPOINT, model=model, guide=guide)
+    return config, dataset, model, guide
 
 
 def _new_net(config, dataset, seed):

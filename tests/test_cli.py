@@ -1,4 +1,5 @@
 """End-to-end tests of the ``bayesprune`` command line: outputs of a run and rejection of bad input."""
+import csv
 import json
 import os
 import subprocess
@@ -8,6 +9,8 @@ import pytest
 import torch
 
 from bayesprune.cli import main
+
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny ops on two busy OpenMP threads are ~100x slower
 
 QUICK = ["--quiet", "--set", "train.epochs=2", "--set", "baseline.epochs=1", "--set", "train.predictive_samples=2"]
 
@@ -133,3 +136,84 @@ def test_console_script_reports_errors_without_traceback(tmp_path):
     )
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "prior.pi" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def two_chain_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("chains") / "run"
+    assert main(["run", "--out", str(out), *QUICK, "--set", "chains=2", "--set", "baseline.enabled=false"]) == 0
+    return out
+
+
+def test_chains_write_a_posterior_that_arviz_loads_and_summarises(two_chain_run):
+    import arviz as az
+    import numpy as np
+
+    idata = az.from_netcdf(str(two_chain_run / "posterior.nc"))
+    assert idata.posterior.sizes["chain"] == 2
+    summary = az.summary(idata, var_names=["psi"])
+    assert len(summary) == 64 and np.isfinite(summary["r_hat"].to_numpy(dtype=float)).all()
+    psi = idata.variational["psi"].values
+    assert not np.allclose(psi[0], psi[1])  # different seeds, different fits
+    assert json.loads((two_chain_run / "metrics.json").read_text())["chains"] == 2
+    report = (two_chain_run / "report.md").read_text()
+    assert "Posterior diagnostics (ArviZ, 2 chains)" in report
+    for name in ("forest_phi.png", "ppc.png", "inclusion_cdf.png"):
+        assert f"]({name})" in report and (two_chain_run / name).stat().st_size > 0
+
+
+def test_importance_command_matches_eq_3_18_from_the_saved_inclusion_probabilities(two_chain_run, capsys):
+    import numpy as np
+    import xarray as xr
+
+    assert run_cli(capsys, "importance", str(two_chain_run))[0] == 0
+    with open(two_chain_run / "importance.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    psi = np.array([float(row["psi"]) for row in rows])
+    # Oracle, eq. 3.18 by hand for the 64-100-10 MLP: psi_j = (1 / (100 * 10)) sum_{k,i} P2[k, i] P1[i, j]
+    with np.load(two_chain_run / "inclusion_probabilities.npz") as saved:
+        p1, p2 = saved["1.weight"].astype(float), saved["3.weight"].astype(float)
+    np.testing.assert_allclose(psi, p2.sum(0) @ p1 / (100 * 10), rtol=1e-5)
+    phi = np.array([float(row["phi"]) for row in rows])
+    np.testing.assert_allclose(phi, (psi - psi.min()) / (psi.max() - psi.min()), rtol=1e-5, atol=1e-7)
+    assert sorted(int(row["rank"]) for row in rows) == list(range(1, 65))
+    assert int(rows[int(np.argmax(phi))]["rank"]) == 1
+    # The same psi as chain 0's eq. 3.18 value in posterior.nc.
+    variational = xr.open_dataset(two_chain_run / "posterior.nc", group="variational")
+    np.testing.assert_allclose(variational["psi"].values[0], psi, rtol=1e-5)
+    with open(two_chain_run / "node_importance.csv") as handle:
+        nodes = list(csv.DictReader(handle))
+    assert [row["layer"] for row in nodes].count("1") == 100
+    np.testing.assert_allclose([float(row["importance"]) for row in nodes if row["layer"] == "input"], psi)
+    assert all(float(row["importance"]) == 1.0 for row in nodes if row["layer"] == "3")
+
+    status, _, err = run_cli(capsys, "importance", str(two_chain_run))
+    assert status == 2 and "--force" in err and err.count("\n") == 1
+    assert run_cli(capsys, "importance", str(two_chain_run), "--force")[0] == 0
+
+
+def test_report_regenerates_from_the_run_directory_alone(two_chain_run, capsys):
+    before = (two_chain_run / "report.md").read_text()
+    for name in ("report.md", "forest_phi.png", "ppc.png", "pruning_curve.png"):
+        (two_chain_run / name).unlink()
+    (two_chain_run / "checkpoint.pt").rename(two_chain_run / "moved.pt")  # no refit: the checkpoint is not read
+    try:
+        assert run_cli(capsys, "report", str(two_chain_run))[0] == 0
+    finally:
+        (two_chain_run / "moved.pt").rename(two_chain_run / "checkpoint.pt")
+    after = (two_chain_run / "report.md").read_text()
+    assert after.replace(_importance_section(after), "") == before.replace(_importance_section(before), "")
+    for name in ("forest_phi.png", "ppc.png", "pruning_curve.png"):
+        assert (two_chain_run / name).exists()
+
+
+def _importance_section(report):
+    start = report.find("## Feature importance")
+    return "" if start < 0 else report[start : report.index("## Posterior diagnostics")]
+
+
+@pytest.mark.parametrize("command", ["report", "importance"])
+def test_report_and_importance_reject_a_directory_that_is_not_a_run(tmp_path, capsys, command):
+    status, stdout, err = run_cli(capsys, command, str(tmp_path))
+    assert status == 2 and err.startswith("bayesprune: error:") and err.count("\n") == 1
+    assert str(tmp_path) in err and not list(tmp_path.iterdir())
