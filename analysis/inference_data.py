@@ -39,10 +39,10 @@ Groups of the object :func:`to_inference_data` returns (``C`` chains, ``S`` draw
     ``(chain, quantile)``: 101 quantiles of p over *all* weights of the network, enough to draw each
     chain's CDF of inclusion probabilities without storing every weight; and the ``feature_importance``
     values at p itself (``psi``, ``phi``: eqs. 3.18–3.19 exactly), dims ``(chain, feature)``.
-``optimization``
+``sample_stats``
     ``elbo``, dims ``(chain, epoch)``: the ELBO trace of each fit (NaN-padded when fits stopped at
-    different epochs). It lives in its own group because ArviZ's ``sample_stats`` is indexed by draw,
-    and the trace is indexed by epoch.
+    different epochs). A variational fit's statistics are per epoch, not per draw, so this group is
+    indexed by ``epoch`` where an MCMC run's would be indexed by ``draw``.
 
 The object is an ``arviz.InferenceData`` under ArviZ 0.x and an ``xarray.DataTree`` under ArviZ ≥ 1
 (which replaced ``InferenceData``); both write with ``.to_netcdf`` and load with ``arviz.from_netcdf``.
@@ -179,7 +179,7 @@ def to_inference_data(
             coords={**_used(coords, variational), "quantile": _QUANTILES},
             attrs={**attrs, "description": "variational parameters m, sigma, p of each chain's q"},
         ),
-        "optimization": xr.Dataset(
+        "sample_stats": xr.Dataset(
             {"elbo": (["chain", "epoch"], elbo)},
             coords={"chain": coords["chain"], "epoch": np.arange(1, elbo.shape[1] + 1)},
             attrs={**attrs, "description": "ELBO per epoch of each chain's fit (NaN after a fit stopped)"},

@@ -23,7 +23,7 @@ from bayesprune.priors import SpikeSlabPrior
 
 DRAWS = 400
 PNG = b"\x89PNG\r\n\x1a\n"
-GROUPS = {"posterior", "posterior_predictive", "observed_data", "variational", "optimization"}
+GROUPS = {"posterior", "posterior_predictive", "observed_data", "variational", "sample_stats"}
 
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny ops on two busy OpenMP threads are ~100x slower
@@ -166,7 +166,7 @@ def test_netcdf_round_trip_and_summary(regression, tmp_path):
     loaded = az.from_netcdf(str(path))
     assert loaded.posterior.sizes["chain"] == 2
     assert GROUPS <= set(idm._group_names(loaded))
-    elbo = loaded.optimization["elbo"].values
+    elbo = loaded.sample_stats["elbo"].values
     np.testing.assert_allclose(elbo[0], fits[0][2].elbo)
     np.testing.assert_allclose(elbo[1, :25], fits[1][2].elbo)
     assert np.isnan(elbo[1, 25:]).all()
@@ -244,5 +244,5 @@ def test_datatree_container_without_inference_data(regression, tmp_path, monkeyp
     monkeypatch.undo()
     with xr.open_datatree(path) as loaded:
         xr.testing.assert_allclose(loaded["posterior"]["1.weight"], tree["posterior"]["1.weight"])
-        np.testing.assert_allclose(loaded["optimization"]["elbo"].values[0], fits[0][2].elbo)
+        np.testing.assert_allclose(loaded["sample_stats"]["elbo"].values[0], fits[0][2].elbo)
     assert np.isfinite(summary_table(tree, ["1.bias"])["r_hat"].to_numpy(dtype=float)).all()
