@@ -35,8 +35,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 _WEIGHTED_LAYERS = (nn.Linear, nn.Conv2d)
 
 
-def _weighted_layers(net: nn.Module) -> list:
-    """``(site name, module)`` of every ``Linear``/``Conv2d`` of ``net``, in module order."""
+def weighted_layers(net: nn.Module) -> list:
+    """The layers importance paths run through: ``(site name, module)`` of every ``Linear``/``Conv2d``
+    of ``net``, in module order."""
     layers = []
     for name, module in net.named_modules():
         if isinstance(module, _WEIGHTED_LAYERS):
@@ -87,7 +88,7 @@ def weight_inclusion_matrices(inclusion: dict, model_or_net) -> list:
     """
     net = getattr(model_or_net, "net", model_or_net)
     matrices, previous = [], None
-    for site, module in _weighted_layers(net):
+    for site, module in weighted_layers(net):
         if site not in inclusion:
             raise KeyError(f"no inclusion probabilities for weight site {site!r}")
         matrices.append(_node_matrix(inclusion[site].detach(), previous, site))
@@ -168,7 +169,7 @@ def node_importance_table(model, guide) -> list:
         being the network outputs (importance 1).
     """
     net = getattr(model, "net", model)
-    layers = ["input"] + [site.removesuffix(".weight") or "weight" for site, _ in _weighted_layers(net)]
+    layers = ["input"] + [site.removesuffix(".weight") or "weight" for site, _ in weighted_layers(net)]
     importance = node_importance(weight_inclusion_matrices(guide.inclusion_probabilities(), model))
     return [
         {"layer": layer, "node": node, "importance": float(value)}

@@ -14,7 +14,7 @@ Groups of the object :func:`to_inference_data` returns (``C`` chains, ``S`` draw
     - ``inclusion_probability_mean`` (dim ``site``, every site): mean of p over the site's weights.
     - ``fraction_included`` (dim ``site``) and ``network_fraction_included`` (scalar): fraction of the
       weights with p ≥ 0.5 in each site and in the whole network.
-    - ``psi``, ``phi`` (dim ``feature``), or whatever the ``feature_importance`` callable returns,
+    - ``psi``, ``phi`` (dim ``feature``), node importances, or whatever the ``feature_importance`` callable returns,
       evaluated at a draw Z ~ q(Z) of the inclusion indicators of *every* weight. ψ of eq. 3.18 is
       a mean over paths of products of inclusion probabilities of distinct, independent weights, so
       ψ(Z) is an unbiased draw of ψ(p): its chain mean estimates eq. 3.18 and its within-chain
@@ -97,7 +97,8 @@ def to_inference_data(
             taking ``{site: inclusion probabilities or indicators}`` of every site; each returned
             tensor (one value per input feature) is stored with dim ``feature``, labelled by
             ``dataset.feature_names`` when their number matches: per draw of Z in ``posterior``,
-            at p in ``variational``.
+            at p in ``variational``. A ``(dim, tensor)`` pair is stored with its own dim instead
+            (node importances of a hidden layer, say).
         seed: seed of all draws; the global RNG state is restored afterwards.
         num_predictive_draws: posterior predictive draws per chain (at most ``num_draws``); draw d
             of the posterior predictive uses the weights of posterior draw d.
@@ -149,10 +150,14 @@ def to_inference_data(
     posterior["network_fraction_included"] = (["chain", "draw"], repeated("network_fraction"))
     coords["site"] = np.array(site_names, dtype=object)
     if feature_importance is not None:
-        for key in chains[0]["importance"]:
-            posterior[key] = (["chain", "draw", "feature"], np.stack([c["importance"][key] for c in chains]))
-            variational[key] = (["chain", "feature"], np.stack([c["importance_at_p"][key] for c in chains]))
-        num_features = posterior[key][1].shape[-1] if chains[0]["importance"] else 0
+        num_features = 0
+        for key, (dim, values) in chains[0]["importance_at_p"].items():
+            posterior[key] = (["chain", "draw", dim], np.stack([c["importance"][key] for c in chains]))
+            variational[key] = (["chain", dim], np.stack([c["importance_at_p"][key][1] for c in chains]))
+            if dim == "feature":
+                num_features = len(values)
+            else:
+                coords[dim] = np.arange(len(values))
         names = dataset.feature_names
         coords["feature"] = (
             np.array(names, dtype=object) if names is not None and len(names) == num_features else np.arange(num_features)
@@ -315,13 +320,17 @@ def _chain(model, guide, selected, x_test, num_draws, num_predictive_draws, regr
             _importance(feature_importance, {name: torch.bernoulli(q.probs) for name, q in posteriors.items()})
             for _ in range(num_draws)
         ]
-        result["importance"] = {key: np.stack([draw[key] for draw in draws]) for key in result["importance_at_p"]}
+        result["importance"] = {key: np.stack([draw[key][1] for draw in draws]) for key in result["importance_at_p"]}
     return result
 
 
 def _importance(feature_importance, inclusion: dict) -> dict:
-    values = feature_importance(inclusion)
-    return {key: torch.as_tensor(value).detach().double().cpu().reshape(-1).numpy() for key, value in values.items()}
+    """``{key: (dim, values)}``: dim ``feature`` unless the callable returned a ``(dim, values)`` pair."""
+    result = {}
+    for key, value in feature_importance(inclusion).items():
+        dim, value = value if isinstance(value, tuple) else ("feature", value)
+        result[key] = (dim, torch.as_tensor(value).detach().double().cpu().reshape(-1).numpy())
+    return result
 
 
 def _select_sites(site_shapes: dict, sites) -> list:

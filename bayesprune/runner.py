@@ -19,7 +19,7 @@ import pyro.optim
 import torch
 
 from bayesprune.analysis.evaluation import metric_name, pruning_curve
-from bayesprune.analysis.importance import feature_importance, scaled_importance, weight_inclusion_matrices
+from bayesprune.analysis.importance import node_importance, scaled_importance, weight_inclusion_matrices, weighted_layers
 from bayesprune.analysis.inference_data import to_inference_data, write_posterior
 from bayesprune.analysis.report import write_report
 from bayesprune.guides import SpikeSlabGuide
@@ -201,12 +201,17 @@ def _staging_dir(out: Path) -> Path:
 
 
 def _inference_data(fits, dataset, seed):
-    """ArviZ data of the chains, with ψ and φ (eqs. 3.18–3.19) per chain when the network is a chain of layers."""
+    """ArviZ data of the chains, with ψ, φ (eqs. 3.18–3.19) and the importance of every hidden node
+    (``node_importance.<layer>``) when the network is a chain of layers."""
     structure = fits[0][0]
+    hidden = [site.removesuffix(".weight") for site, _ in weighted_layers(structure.net)][:-1]
 
     def importance(inclusion):
-        psi = feature_importance(weight_inclusion_matrices(inclusion, structure))
-        return {"psi": psi, "phi": scaled_importance(psi)}
+        psi, *nodes, _ = node_importance(weight_inclusion_matrices(inclusion, structure))
+        values = {"psi": psi, "phi": scaled_importance(psi)}
+        for layer, value in zip(hidden, nodes):
+            values[f"node_importance.{layer}"] = (f"node_importance.{layer}_dim_0", value)
+        return values
 
     try:
         importance(fits[0][1].inclusion_probabilities())
