@@ -9,7 +9,7 @@ from bayesprune.config import load_config
 from bayesprune.data import load_dataset
 from bayesprune.errors import ConfigError
 from bayesprune.experiments import EXPERIMENTS, get_experiment
-from bayesprune.experiments.common import fit_importance, pearson, ranks, spearman, with_dropout
+from bayesprune.experiments.common import averaged_importance, fit_importance, pearson, ranks, spearman, with_dropout
 from bayesprune.experiments.selection import candidate_thresholds
 from bayesprune.guides import GUIDES, NormalGuide
 from bayesprune.models import BayesianNetwork, build_architecture
@@ -24,7 +24,8 @@ SIMULATIONS = ["feature-importance-2var", "feature-importance-many", "feature-se
 
 # Tiny settings: few rows, few epochs, few grid points.
 TINY = {
-    "feature-importance-2var": ["data.n=300", "train.epochs=3", "experiment.alphas=[0.0, 0.5, 1.0]"],
+    "feature-importance-2var": ["data.n=300", "train.epochs=3", "experiment.alphas=[0.0, 0.5, 1.0]",
+                                "experiment.repeats=2"],
     "feature-importance-many": ["data.n=300", "train.epochs=3", "experiment.alphas=[1.0, 4.0]",
                                 'experiment.functions=["linear"]'],
     "feature-selection": ["data.n=300", "data.num_features=10", "train.epochs=3", "experiment.folds=2",
@@ -49,6 +50,7 @@ def test_packaged_config_selects_its_registered_experiment(name):
     ("feature-importance-2var", "experiment.alphas=0.5", "experiment.alphas"),
     ("feature-importance-2var", "experiment.min_spearman=2", "experiment.min_spearman"),
     ("feature-importance-2var", "experiment.nonsense=1", "experiment.nonsense"),
+    ("feature-importance-2var", "experiment.repeats=0", "experiment.repeats"),
     ("feature-importance-many", "experiment.alphas=[0.0, 1.0]", "experiment.alphas"),
     ("feature-importance-many", 'experiment.functions=["cubic"]', "experiment.functions"),
     ("feature-selection", "experiment.folds=1", "experiment.folds"),
@@ -122,6 +124,17 @@ def test_selection_is_perfect_on_a_trivially_separable_design(tmp_path):
     metrics = run(config, tmp_path / "out")
     assert metrics["selection_accuracy"] == {"quantile": 1.0, "cv": 1.0}
     assert metrics["cv_active_proportion"] == {"0.2": 0.2}
+
+
+def test_averaged_importance_is_the_mean_over_restarts():
+    config = load_config("feature-importance-2var", ["data.n=200", "train.epochs=2"])
+    dataset = load_dataset(config.data.dataset, n=200)
+    cpu = torch.device("cpu")
+    averaged = averaged_importance(config, dataset, device=cpu, repeats=2)
+    first, second = (fit_importance(config, dataset, device=cpu, seed=seed).psi for seed in (0, 1))
+    assert not torch.equal(first, second)
+    assert torch.allclose(averaged.psi, (first + second) / 2)
+    assert torch.allclose(averaged.phi, (averaged.psi - averaged.psi.min()) / (averaged.psi.max() - averaged.psi.min()))
 
 
 def test_candidate_thresholds_keep_nested_top_fractions():

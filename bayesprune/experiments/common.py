@@ -187,6 +187,26 @@ def fit_importance(config, dataset, *, device, seed=None) -> ImportanceFit:
     return ImportanceFit(model, guide, psi, scaled_importance(psi), seconds)
 
 
+@dataclass(frozen=True)
+class AveragedImportance:
+    """ψ averaged over ``repeats`` independent sBNN fits (seeds ``config.seed``, ``+1``, …) and its φ."""
+
+    psi: torch.Tensor
+    phi: torch.Tensor
+    seconds: float
+
+
+def averaged_importance(config, dataset, *, device, repeats: int = 1) -> AveragedImportance:
+    """Mean ψ (eq. 3.18) over ``repeats`` fits from different initialisations, and φ (eq. 3.19) of that mean.
+
+    One fit's ψ carries the noise of its initialisation and minibatch order; averaging over restarts
+    estimates the posterior's importance rather than one optimisation path's.
+    """
+    fits = [fit_importance(config, dataset, device=device, seed=config.seed + r) for r in range(repeats)]
+    psi = torch.stack([fit.psi for fit in fits]).mean(dim=0)
+    return AveragedImportance(psi, scaled_importance(psi), sum(fit.seconds for fit in fits))
+
+
 def with_dropout(net: nn.Sequential, rate: float) -> nn.Sequential:
     """``net`` with ``nn.Dropout(rate)`` after every activation (the NN_Dr baseline)."""
     layers = []

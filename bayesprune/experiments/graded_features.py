@@ -7,7 +7,7 @@ every α and at least ``min_correlation_nonlinear`` for the non-linear f (paper:
 """
 from . import register_experiment
 from .common import (
-    Experiment, Stopwatch, choice_list, criterion, fit_importance, load, markdown_table, number, number_list,
+    Experiment, Stopwatch, averaged_importance, choice_list, criterion, load, markdown_table, number, number_list,
     pearson, plot_series, spearman, write_csv, write_report,
 )
 from .common import plt, save_figure
@@ -23,6 +23,7 @@ class GradedFeatureImportance(Experiment):
         alphas: α values, positive numbers (default 1, 2, …, 10).
         functions: links, a list of ``"linear"``, ``"nonlinear"`` (default both).
         min_correlation_linear, min_correlation_nonlinear: done-when bounds (default 0.9, 0.85).
+        repeats: sBNN fits per (f, α) whose ψ is averaged before scaling to φ (default 1).
     """
 
     dataset = "feature-importance-many"
@@ -31,6 +32,7 @@ class GradedFeatureImportance(Experiment):
         "functions": (list(LINKS), choice_list(LINKS)),
         "min_correlation_linear": (0.9, number(-1.0, 1.0)),
         "min_correlation_nonlinear": (0.85, number(-1.0, 1.0)),
+        "repeats": (1, number(1, 100, integer=True)),
     }
 
     def run(self, config, folder, *, device, progress=False):
@@ -40,7 +42,7 @@ class GradedFeatureImportance(Experiment):
         for link in options["functions"]:
             for alpha in sorted(options["alphas"]):
                 dataset = load(config, alpha=alpha, f=link)
-                result = fit_importance(config, dataset, device=device)
+                result = averaged_importance(config, dataset, device=device, repeats=options["repeats"])
                 beta = dataset.extras["beta"].tolist()
                 phi = result.phi.tolist()
                 rows.append({"f": link, "alpha": alpha, "pearson_phi_beta": pearson(phi, beta),
@@ -71,7 +73,7 @@ class GradedFeatureImportance(Experiment):
         _plot_phi_against_beta(folder / "phi_vs_beta.png", features, options["functions"], [alphas[0], alphas[-1]])
         write_report(folder, "Experiment 2: many features of graded importance (paper 003, section 4.1)", [
             f"y = Σ f(x_j) β_j + ε, β_j = j/α, D = {len(features) // max(len(rows), 1)} features, "
-            f"{len(rows)} fits of {config.train.epochs} epochs; {metrics['seconds']} s in all.",
+            f"{len(rows)} settings × {options['repeats']} fit(s) of {config.train.epochs} epochs; {metrics['seconds']} s in all.",
             "## Done when\n\n" + "\n".join(
                 criterion(f"{link} f: min over α of corr(φ, β) = {minimum[link]:.3f} ≥ {bounds[link]}",
                           metrics["criteria"][link]) for link in options["functions"]),

@@ -7,7 +7,7 @@ I = 1 − Σ(yᵢ − αx_{i2})² / Σyᵢ² of x₂. Done when ψ₂ rises and 
 """
 from . import register_experiment
 from .common import (
-    Experiment, Stopwatch, criterion, fit_importance, load, markdown_table, number, number_list, plot_series,
+    Experiment, Stopwatch, averaged_importance, criterion, load, markdown_table, number, number_list, plot_series,
     spearman, write_csv, write_report,
 )
 
@@ -21,12 +21,15 @@ class TwoFeatureImportance(Experiment):
     Options (``[experiment]``):
         alphas: the α grid, numbers in [0, 1] (at least 3; default the paper's 21 values).
         min_spearman: the done-when bound on |ρ| (default 0.9).
+        repeats: sBNN fits per α (seeds ``seed``, ``seed + 1``, …) whose ψ is averaged (default 1,
+            the paper's single fit).
     """
 
     dataset = "feature-importance-2var"
     options = {
         "alphas": (PAPER_ALPHAS, number_list(0.0, 1.0, min_length=3)),
         "min_spearman": (0.9, number(0.0, 1.0)),
+        "repeats": (1, number(1, 100, integer=True)),
     }
 
     def run(self, config, folder, *, device, progress=False):
@@ -35,7 +38,7 @@ class TwoFeatureImportance(Experiment):
         rows = []
         for alpha in sorted(options["alphas"]):
             dataset = load(config, alpha=alpha)
-            result = fit_importance(config, dataset, device=device)
+            result = averaged_importance(config, dataset, device=device, repeats=options["repeats"])
             psi, phi = result.psi.tolist(), result.phi.tolist()
             rows.append({"alpha": alpha, "importance": dataset.extras["importance"], "psi1": psi[0], "psi2": psi[1],
                          "phi1": phi[0], "phi2": phi[1], "train_seconds": round(result.seconds, 3)})
@@ -64,7 +67,7 @@ class TwoFeatureImportance(Experiment):
                     xlabel="α", ylabel="ψ (eq. 3.18)", title="Experiment 1: ψ paths vs α")
         write_report(folder, "Experiment 1: relationship between influence and ψ (paper 003, section 4.1)", [
             f"y = (1 − α)x1 + αx2 + ε, {len(rows)} values of α, sBNN {config.model.options.get('hidden')} "
-            f"fitted for {config.train.epochs} epochs per α; {metrics['seconds']} s in all.",
+            f"fitted for {config.train.epochs} epochs, ψ averaged over {options['repeats']} fit(s) per α; {metrics['seconds']} s in all.",
             "## Done when\n\n" + "\n".join([
                 criterion(f"ψ2 rises with α: Spearman ρ = {metrics['spearman_psi2_alpha']:.3f} ≥ {bound}",
                           metrics["criteria"]["psi2_rises"]),
