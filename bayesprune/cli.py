@@ -26,6 +26,9 @@ def _run(args):
         overrides.append(f"data.root={json.dumps(args.data_root)}")
     config = load_config(args.config, overrides)
     metrics = run(config, args.out, force=args.force, progress=not args.quiet)
+    if config.experiment.name is not None:
+        print(f"experiment {config.experiment.name}: results in {args.out}")
+        return
     metric = "test_error" if "test_error" in metrics else "test_rmse"
     print(f"{metrics['dataset']}: {metric} {metrics[metric]:.4g} (plain network: "
           f"{metrics.get('baseline_' + metric, float('nan')):.4g}); results in {args.out}")

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from bayesprune.cli import main
 from bayesprune.config import load_config
 from bayesprune.data import load_dataset
 from bayesprune.errors import ConfigError
@@ -181,3 +182,13 @@ def test_gaussian_prior_and_normal_guide_are_registered_and_give_the_normal_kl()
     params = guide.sample_params()
     nll = -torch.distributions.Normal(model.network(params, x).squeeze(-1), 1.0).log_prob(y).sum()
     assert loss.item() == pytest.approx((nll + kl).item(), rel=1e-4)
+
+
+def test_command_line_runs_an_experiment_and_refuses_to_overwrite_it(tmp_path, capsys):
+    out = tmp_path / "out"
+    settings = [arg for assignment in TINY["feature-importance-2var"] for arg in ("--set", assignment)]
+    assert main(["run", "feature-importance-2var", "--out", str(out), "--quiet", *settings]) == 0
+    assert f"results in {out}" in capsys.readouterr().out
+    assert main(["run", "feature-importance-2var", "--out", str(out), "--quiet", *settings]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert main(["report", str(out)]) == 2  # an experiment writes its own report; nothing to regenerate from
