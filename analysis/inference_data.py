@@ -49,7 +49,9 @@ The object is an ``arviz.InferenceData`` under ArviZ 0.x and an ``xarray.DataTre
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
+import logging
 import math
 import warnings
 from pathlib import Path
@@ -217,9 +219,21 @@ def summary_table(idata, var_names=None, *, kind: str = "all", round_to=2):
     import arviz as az
 
     names = [var_names] if isinstance(var_names, str) else var_names
-    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+    with _quiet_arviz(), np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         return az.summary(_for_arviz(idata), var_names=names, kind=kind, round_to=round_to)
+
+
+@contextlib.contextmanager
+def _quiet_arviz():
+    """Mute ArviZ's logged warnings: a single chain (the default run) logs one on every R-hat it computes."""
+    log = logging.getLogger("arviz")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def plot_diagnostics(idata, folder, *, max_features: int = 20) -> dict:
@@ -235,7 +249,11 @@ def plot_diagnostics(idata, folder, *, max_features: int = 20) -> dict:
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    idata = _for_arviz(idata)
+    with _quiet_arviz():
+        return _plot_diagnostics(_for_arviz(idata), folder, max_features)
+
+
+def _plot_diagnostics(idata, folder, max_features):
     posterior = _group(idata, "posterior")
     written = {}
     if "phi" in posterior.data_vars:
