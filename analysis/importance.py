@@ -160,6 +160,13 @@ def importance_table(model, guide, feature_names=None) -> list:
     return [{"feature": name, "psi": float(s), "phi": float(f)} for name, s, f in zip(names, psi, phi)]
 
 
+def node_layer_names(model_or_net) -> list:
+    """Names of the node layers :func:`node_importance` returns: ``"input"``, then each weighted
+    layer's module name (its output nodes), the last being the network outputs."""
+    net = getattr(model_or_net, "net", model_or_net)
+    return ["input"] + [site.removesuffix(".weight") or "weight" for site, _ in weighted_layers(net)]
+
+
 def node_importance_table(model, guide) -> list:
     """Node importance at every layer of a fitted sBNN (:func:`node_importance`), one row per node.
 
@@ -168,8 +175,7 @@ def node_importance_table(model, guide) -> list:
         weighted layer's output nodes (channels for a convolution) under its module name, the last
         being the network outputs (importance 1).
     """
-    net = getattr(model, "net", model)
-    layers = ["input"] + [site.removesuffix(".weight") or "weight" for site, _ in weighted_layers(net)]
+    layers = node_layer_names(model)
     importance = node_importance(weight_inclusion_matrices(guide.inclusion_probabilities(), model))
     return [
         {"layer": layer, "node": node, "importance": float(value)}

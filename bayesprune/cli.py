@@ -58,10 +58,11 @@ def _importance(args):
         nodes = node_importance_table(model, guide)
     except ValueError as error:
         raise BayesPruneError(f"{run_dir}: {error}") from None
-    ranks = {row["feature"]: rank for rank, row in enumerate(sorted(rows, key=lambda row: -row["phi"]), start=1)}
+    ordered = sorted(rows, key=lambda row: -row["phi"])
+    ranks = {row["feature"]: rank for rank, row in enumerate(ordered, start=1)}
     _write_csv(outputs[0], [{**row, "rank": ranks[row["feature"]]} for row in rows])
     _write_csv(outputs[1], nodes)
-    plot_importance(sorted(rows, key=lambda row: -row["phi"])[: args.top], outputs[2],
+    plot_importance(ordered[: args.top], outputs[2],
                     title=f"Feature importance φ (top {min(args.top, len(rows))} of {len(rows)})")
     print(f"wrote {', '.join(str(path) for path in outputs)}")
 

@@ -19,7 +19,7 @@ import pyro.optim
 import torch
 
 from bayesprune.analysis.evaluation import metric_name, pruning_curve
-from bayesprune.analysis.importance import node_importance, scaled_importance, weight_inclusion_matrices, weighted_layers
+from bayesprune.analysis.importance import node_importance, node_layer_names, scaled_importance, weight_inclusion_matrices
 from bayesprune.analysis.inference_data import to_inference_data, write_posterior
 from bayesprune.analysis.report import write_report
 from bayesprune.guides import SpikeSlabGuide
@@ -204,7 +204,6 @@ def _inference_data(fits, dataset, seed):
     """ArviZ data of the chains, with ψ, φ (eqs. 3.18–3.19) and the importance of every hidden node
     (``node_importance.<layer>``) when the network is a chain of layers."""
     structure = fits[0][0]
-    hidden = [site.removesuffix(".weight") for site, _ in weighted_layers(structure.net)][:-1]
 
     def importance(inclusion):
         psi, *nodes, _ = node_importance(weight_inclusion_matrices(inclusion, structure))
@@ -214,8 +213,9 @@ def _inference_data(fits, dataset, seed):
         return values
 
     try:
-        importance(fits[0][1].inclusion_probabilities())
-    except ValueError:  # branches or skip connections: no path importance
+        _, *hidden, _ = node_layer_names(structure)
+        weight_inclusion_matrices(fits[0][1].inclusion_probabilities(), structure)
+    except ValueError:  # no Linear/Conv2d chain (branches, grouped convolutions): no path importance
         importance = None
     return to_inference_data(fits, dataset, feature_importance=importance, seed=seed, max_test_points=PREDICTIVE_TEST_POINTS)
 

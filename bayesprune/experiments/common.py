@@ -25,6 +25,7 @@ from bayesprune.analysis.importance import feature_importance, scaled_importance
 from bayesprune.analysis.plots import plt, save_figure
 from bayesprune.baseline import fit_plain
 from bayesprune.data import load_dataset
+from bayesprune.config import _is_number
 from bayesprune.errors import ConfigError
 from bayesprune.fit import TensorBatches, fit
 from bayesprune.guides import NormalGuide
@@ -40,10 +41,6 @@ from bayesprune.priors import GaussianPrior
 
 def _fail(key, requirement, value):
     raise ConfigError(f"experiment.{key} must {requirement}, got {value!r}")
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def number(low=-math.inf, high=math.inf, *, open_low=False, integer=False):
