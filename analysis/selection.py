@@ -9,7 +9,8 @@ keeps.
 
 Refitting is a pluggable ``fit_predict(x_train, y_train, x_test) -> y_pred``:
 :func:`sbnn_fit_predict` refits the sBNN of a :class:`~bayesprune.config.RunConfig` (the paper's
-choice), :func:`least_squares_fit_predict` is the linear-model baseline (LM) and a fast stand-in.
+choice), :func:`least_squares_fit_predict` is the linear-model baseline (LM) and
+:func:`additive_spline_fit_predict` an additive regression spline, both fast stand-ins.
 """
 from dataclasses import dataclass
 
@@ -64,15 +65,57 @@ def mean_squared_error(prediction: torch.Tensor, target: torch.Tensor) -> float:
     return (prediction.reshape(target.shape).double() - target.double()).pow(2).mean().item()
 
 
-def least_squares_fit_predict(x_train, y_train, x_test):
-    """Ordinary least squares with an intercept (minimum-norm, so zeroed features are harmless)."""
+def _least_squares(design_train, y_train, design_test):
+    """Least squares with an intercept on design matrices; columns that are zero in every training row
+    (unselected features) are dropped.
+
+    Solved by the normal equations with a ridge of 1e-8 of their mean diagonal, which keeps repeated
+    columns solvable and is about 3x faster than an SVD solve, the cost that matters inside
+    cross-validation.
+    """
+    keep = design_train.abs().amax(dim=0) > 0
 
     def design(x):
-        x = x.reshape(x.shape[0], -1).double()
+        x = x[:, keep].double()
         return torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype)], dim=1)
 
-    coefficients = torch.linalg.lstsq(design(x_train), y_train.double().unsqueeze(-1), driver="gelsd").solution
-    return (design(x_test) @ coefficients).squeeze(-1).to(y_train.dtype)
+    train = design(design_train)
+    gram = train.T @ train
+    gram.diagonal().add_(1e-8 * gram.diagonal().mean())
+    coefficients = torch.cholesky_solve((train.T @ y_train.double()).unsqueeze(-1), torch.linalg.cholesky(gram))
+    return (design(design_test) @ coefficients).squeeze(-1).to(y_train.dtype)
+
+
+def least_squares_fit_predict(x_train, y_train, x_test):
+    """Ordinary least squares with an intercept: the linear-model baseline (LM)."""
+    return _least_squares(x_train.reshape(len(x_train), -1), y_train, x_test.reshape(len(x_test), -1))
+
+
+def hinge_basis(x, knots):
+    """Piecewise-linear spline basis of every column: [x_j, (x_j − k_1j)₊, …, (x_j − k_Kj)₊]_j.
+
+    Args:
+        x: ``(N, D)`` inputs.
+        knots: ``(K, D)`` knot positions per column.
+
+    Returns:
+        ``(N, D·(K + 1))`` basis.
+    """
+    x = x.double()
+    return torch.cat([x] + [torch.relu(x - knot) for knot in knots.double()], dim=1)
+
+
+def additive_spline_fit_predict(x_train, y_train, x_test, *, knots: int = 5):
+    """Additive regression spline y ≈ c + Σ_j s_j(x_j), each s_j piecewise linear, fitted by least squares.
+
+    s_j has ``knots`` knots at the 1/(knots + 1), …, knots/(knots + 1) quantiles of the training x_j
+    (:func:`hinge_basis`). A fast non-linear refit for :func:`select_by_cross_validation` on tabular
+    data: it fits non-linear effects the linear model misses, at a cost of milliseconds per fold.
+    """
+    x_train, x_test = x_train.reshape(len(x_train), -1), x_test.reshape(len(x_test), -1)
+    levels = torch.arange(1, knots + 1, dtype=torch.float64) / (knots + 1)
+    positions = torch.quantile(x_train.double(), levels, dim=0)
+    return _least_squares(hinge_basis(x_train, positions), y_train, hinge_basis(x_test, positions))
 
 
 def simulation_config(**sections):

@@ -113,11 +113,12 @@ def test_psi_follows_the_stronger_of_two_features():
         assert psi[stronger] > psi[1 - stronger]
 
 
-def test_selection_is_perfect_on_a_trivially_separable_design(tmp_path):
+@pytest.mark.parametrize("cv_fit", ["linear", "additive"])
+def test_selection_is_perfect_on_a_trivially_separable_design(tmp_path, cv_fit):
     """Experiment 3 oracle: 10 features, linear f, almost no noise: both thresholds find Z exactly."""
     config = load_config("feature-selection", [
         "data.n=600", "data.num_features=10", 'data.f="linear"', "data.noise=0.01", "data.pi=0.2", "data.alpha=0.5",
-        "train.epochs=40", "experiment.folds=3", 'experiment.cv_fit="linear"', "experiment.cv_grid=10",
+        "train.epochs=40", "experiment.folds=3", f'experiment.cv_fit="{cv_fit}"', "experiment.cv_grid=10",
         "experiment.cv_pis=[0.2]", "experiment.quantile=0.8",
     ])
     truth = load_dataset("feature-selection", n=600, num_features=10, f="linear", noise=0.01, alpha=0.5).extras["active"]

@@ -15,21 +15,25 @@ against the true one (the paper's Figure 7a).
 
 Deviations from the paper, for compute (two shared CPU cores):
 
-* The refit inside cross-validation is a plain MLP of the same 20-10 shape trained for ``cv_epochs``
-  epochs (``cv_fit = "nn"``), not the sBNN (``cv_fit = "sbnn"``, about 30x slower per fit), and
-  the candidate thresholds are the φ values that keep 1/``cv_grid``, 2/``cv_grid``, …, all of the
-  features, not every distinct φ. ``cv_fit = "linear"`` refits the linear model instead; the
-  packaged config uses it, because the 50-epoch NN refit underestimated the active proportion
-  badly for π ≥ 0.5 (measured 0.10 kept at a true 0.84).
+* The refit inside cross-validation is not the sBNN (``cv_fit = "sbnn"``, about 30x slower per fit
+  than the plain MLP) but, in the packaged config, an additive regression spline
+  (``cv_fit = "additive"``, :func:`~bayesprune.analysis.selection.additive_spline_fit_predict`,
+  5 knots per feature, milliseconds per fold), so that every distinct φ can be a candidate
+  threshold (``cv_grid`` ≥ D). ``cv_fit = "nn"`` (a plain 20-10 MLP for ``cv_epochs`` epochs) and
+  ``"linear"`` (the linear model) remain. Measured over four data seeds, the detected proportion
+  was within 0.1 of the truth in 19 of 20 (seed, π) cases with the additive refit against 11 of 20
+  with the linear one, which cannot see the non-linear f and stops early at large π; the 50-epoch
+  NN stopped far earlier still (0.10 kept at a true 0.84).
 * φ comes from one fit on all the training data (as in the paper); only the threshold is
   cross-validated.
 """
 import dataclasses
+import functools
 
 import torch
 
 from bayesprune.analysis.selection import (
-    least_squares_fit_predict, mask_features, select_by_cross_validation, select_by_quantile, selection_accuracy,
+    additive_spline_fit_predict, least_squares_fit_predict, mask_features, select_by_cross_validation, select_by_quantile, selection_accuracy,
 )
 from bayesprune.predict import predict
 
@@ -39,7 +43,7 @@ from .common import (
     markdown_table, mse_on_test, nn_fit_predict, number, number_list, plot_series, write_csv, write_report,
 )
 
-CV_FITS = ("nn", "sbnn", "linear")
+CV_FITS = ("nn", "sbnn", "linear", "additive")
 
 
 def candidate_thresholds(phi: torch.Tensor, grid: int) -> torch.Tensor:
@@ -56,7 +60,9 @@ class FeatureSelection(Experiment):
     Options (``[experiment]``):
         quantile: Algorithm 2's fixed threshold, a quantile of φ (default 0.8).
         folds: cross-validation folds (default 10, the paper's).
-        cv_fit: refit inside cross-validation: ``"nn"`` (default), ``"sbnn"`` or ``"linear"``.
+        cv_fit: refit inside cross-validation: ``"nn"`` (default), ``"sbnn"``, ``"linear"`` or
+            ``"additive"`` (an additive regression spline with ``cv_knots`` knots per feature).
+        cv_knots: knots of each feature's piecewise-linear function with ``cv_fit = "additive"`` (default 5).
         cv_epochs: epochs of each ``nn``/``sbnn`` refit inside cross-validation (default 50).
         cv_grid: number of candidate thresholds, keeping 1/cv_grid, …, all of the features (default 20).
         one_standard_error: take the sparsest threshold within one standard error of the best CV error.
@@ -73,6 +79,7 @@ class FeatureSelection(Experiment):
         "folds": (10, number(2, 100, integer=True)),
         "cv_fit": ("nn", choice(CV_FITS)),
         "cv_epochs": (50, number(1, 10_000, integer=True)),
+        "cv_knots": (5, number(1, 100, integer=True)),
         "cv_grid": (20, number(2, 1000, integer=True)),
         "one_standard_error": (False, boolean),
         "cv_pis": ([0.1, 0.3, 0.5, 0.7, 0.9], number_list(0.0, 1.0)),
@@ -85,6 +92,8 @@ class FeatureSelection(Experiment):
     def _fit_predict(self, config, options):
         if options["cv_fit"] == "linear":
             return least_squares_fit_predict
+        if options["cv_fit"] == "additive":
+            return functools.partial(additive_spline_fit_predict, knots=options["cv_knots"])
         if options["cv_fit"] == "nn":
             return nn_fit_predict(config, epochs=options["cv_epochs"], seed=config.seed)
         from bayesprune.analysis.selection import sbnn_fit_predict
