@@ -43,7 +43,7 @@ from .common import (
     markdown_table, mse_on_test, nn_fit_predict, number, number_list, plot_series, write_csv, write_report,
 )
 
-CV_FITS = ("nn", "sbnn", "linear", "additive")
+CV_FITS = ("additive", "linear", "nn", "sbnn")
 
 
 def candidate_thresholds(phi: torch.Tensor, grid: int) -> torch.Tensor:
@@ -60,11 +60,12 @@ class FeatureSelection(Experiment):
     Options (``[experiment]``):
         quantile: Algorithm 2's fixed threshold, a quantile of φ (default 0.8).
         folds: cross-validation folds (default 10, the paper's).
-        cv_fit: refit inside cross-validation: ``"nn"`` (default), ``"sbnn"``, ``"linear"`` or
-            ``"additive"`` (an additive regression spline with ``cv_knots`` knots per feature).
+        cv_fit: refit inside cross-validation: ``"additive"`` (default; an additive regression spline
+            with ``cv_knots`` knots per feature), ``"linear"``, ``"nn"`` or ``"sbnn"``.
         cv_knots: knots of each feature's piecewise-linear function with ``cv_fit = "additive"`` (default 5).
         cv_epochs: epochs of each ``nn``/``sbnn`` refit inside cross-validation (default 50).
-        cv_grid: number of candidate thresholds, keeping 1/cv_grid, …, all of the features (default 20).
+        cv_grid: number of candidate thresholds, keeping 1/cv_grid, …, all of the features (default
+            100: every distinct φ when D ≤ 100).
         one_standard_error: take the sparsest threshold within one standard error of the best CV error.
         cv_pis: the π values of the detected-sparsity sweep (default 0.1, 0.3, 0.5, 0.7, 0.9).
         dropout: dropout rate of NN_Dr (default 0.2).
@@ -77,10 +78,10 @@ class FeatureSelection(Experiment):
     options = {
         "quantile": (0.8, number(0.0, 1.0)),
         "folds": (10, number(2, 100, integer=True)),
-        "cv_fit": ("nn", choice(CV_FITS)),
+        "cv_fit": ("additive", choice(CV_FITS)),
         "cv_epochs": (50, number(1, 10_000, integer=True)),
         "cv_knots": (5, number(1, 100, integer=True)),
-        "cv_grid": (20, number(2, 1000, integer=True)),
+        "cv_grid": (100, number(2, 1000, integer=True)),
         "one_standard_error": (False, boolean),
         "cv_pis": ([0.1, 0.3, 0.5, 0.7, 0.9], number_list(0.0, 1.0)),
         "dropout": (0.2, number(0.0, 0.95)),
