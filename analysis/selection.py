@@ -141,9 +141,8 @@ def sbnn_fit_predict(config=None, *, device=None):
     """
     from bayesprune.data import REGRESSION, Dataset
     from bayesprune.fit import resolve_device
-    from bayesprune.models import build_architecture
     from bayesprune.predict import predict
-    from bayesprune.runner import fit_posterior
+    from bayesprune.runner import fit_posterior, new_net
 
     config = config if config is not None else simulation_config()
     device = resolve_device(device or config.device)
@@ -155,7 +154,7 @@ def sbnn_fit_predict(config=None, *, device=None):
             name="cross-validation-fold", task=REGRESSION, x_train=x_train, y_train=y_train,
             x_test=x_test, y_test=torch.zeros(len(x_test)), input_shape=tuple(x_train.shape[1:]), num_classes=None,
         )
-        net = build_architecture(config.model.architecture, fold.input_shape, fold.output_dim, **config.model.options)
+        net = new_net(config, fold.input_shape, fold.output_dim, seed=config.seed)
         model, guide, _, _ = fit_posterior(config, fold, net, device)
         return predict(model, guide, x_test.to(device)).cpu()
 

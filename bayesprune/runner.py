@@ -30,7 +30,6 @@ from .checkpoint import Checkpoint, load_checkpoint
 from .config import load_config
 from .data import load_dataset, uci_num_splits
 from .errors import BayesPruneError, TrainingDiverged
-from .experiments import get_experiment
 from .fit import PENALTIES, TensorBatches, fit, resolve_device
 from .objectives import OBJECTIVES
 from .priors import SpikeSlabPrior
@@ -49,9 +48,17 @@ def check_output_dir(out: Path, *, force: bool):
         raise BayesPruneError(f"--out {out}: directory is not empty; pass --force to overwrite it")
 
 
-def build_model(config, dataset, net):
-    """The Bayesian network of the config: prior policy and likelihood around ``net``."""
-    prior = SpikeSlabPrior(pi=config.prior.pi, tau0=math.exp(config.prior.log_tau0), tau1=math.exp(config.prior.log_tau1))
+def new_net(config, input_shape, output_dim: int, *, seed: int):
+    """A freshly initialised network of the config's architecture, seeded with ``seed``."""
+    pyro.set_rng_seed(seed)
+    return build_architecture(config.model.architecture, tuple(input_shape), output_dim, **config.model.options)
+
+
+def build_model(config, dataset, net, *, prior=None):
+    """The Bayesian network of the config around ``net``: ``prior`` (by default the config's
+    spike-and-slab) and the likelihood of the dataset's task."""
+    if prior is None:
+        prior = SpikeSlabPrior(pi=config.prior.pi, tau0=math.exp(config.prior.log_tau0), tau1=math.exp(config.prior.log_tau1))
     likelihood_cls = LIKELIHOODS[dataset.task]
     options = {"scale": config.model.noise_scale} if dataset.task == "regression" else {}
     return BayesianNetwork(net, prior, likelihood_cls(dataset.num_train, **options))
@@ -68,13 +75,18 @@ def build_optim(config):
     return pyro.optim.PyroOptim(torch_optim, args)
 
 
-def fit_posterior(config, dataset, net, device, *, checkpoint=None, progress=False, seed=None):
-    """Fit the sBNN of ``config`` on ``dataset``; returns ``(model, guide, history, seconds)``."""
+def fit_posterior(config, dataset, net, device, *, checkpoint=None, progress=False, seed=None, prior=None,
+                  guide_class=SpikeSlabGuide):
+    """Fit the sBNN of ``config`` on ``dataset``; returns ``(model, guide, history, seconds)``.
+
+    ``prior`` and ``guide_class`` replace the spike-and-slab pair (e.g. the plain Gaussian BNN
+    baseline); the objective, optimiser, batches and epochs stay the config's.
+    """
     seed = config.seed if seed is None else seed
     pyro.clear_param_store()
     pyro.set_rng_seed(seed)
-    model = build_model(config, dataset, net.to(device)).to(device)
-    guide = SpikeSlabGuide(model, init_scale=config.guide.init_scale).to(device)
+    model = build_model(config, dataset, net.to(device), prior=prior).to(device)
+    guide = guide_class(model, init_scale=config.guide.init_scale).to(device)
     objective = OBJECTIVES[config.objective.name](
         num_particles=config.objective.num_particles,
         local_reparameterization=config.objective.local_reparameterization,
@@ -123,15 +135,10 @@ def load_run(run_dir):
         first = 0 if config.data.splits == "all" else config.data.splits[0]
         config = replace(config, data=replace(config.data, splits=[first]))
     dataset = load_datasets(config)[0]
-    model = build_model(config, dataset, _new_net(config, dataset, config.seed))
+    model = build_model(config, dataset, new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed))
     guide = SpikeSlabGuide(model, init_scale=config.guide.init_scale)
     load_checkpoint(run_dir / CHECKPOINT, model=model, guide=guide)
     return config, dataset, model, guide
-
-
-def _new_net(config, dataset, seed):
-    pyro.set_rng_seed(seed)
-    return build_architecture(config.model.architecture, dataset.input_shape, dataset.output_dim, **config.model.options)
 
 
 def run(config, out, *, force: bool = False, progress: bool = False) -> dict:
@@ -141,7 +148,7 @@ def run(config, out, *, force: bool = False, progress: bool = False) -> dict:
     if config.experiment.name is not None:
         return _run_experiment(config, out, progress=progress)
     datasets = load_datasets(config)
-    _new_net(config, datasets[0], config.seed)  # rejects a bad architecture before anything is written
+    new_net(config, datasets[0].input_shape, datasets[0].output_dim, seed=config.seed)  # rejects a bad architecture before anything is written
     device = resolve_device(config.device)
 
     staging = _staging_dir(out)
@@ -152,7 +159,7 @@ def run(config, out, *, force: bool = False, progress: bool = False) -> dict:
             fits = []
             for chain in range(config.chains if index == 0 else 1):
                 seed = config.seed + index + chain
-                net = _new_net(config, dataset, seed)
+                net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
                 baseline_net = copy.deepcopy(net) if chain == 0 else None
                 try:
                     model, guide, history, seconds = fit_posterior(
@@ -180,6 +187,8 @@ def run(config, out, *, force: bool = False, progress: bool = False) -> dict:
 
 
 def _run_experiment(config, out: Path, *, progress: bool) -> dict:
+    from .experiments import get_experiment  # the studies fit through this module
+
     experiment = get_experiment(config)
     experiment.check(config)
     staging = _staging_dir(out)

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyro
 import torch
 from torch import nn
 
@@ -27,12 +26,10 @@ from bayesprune.baseline import fit_plain
 from bayesprune.data import load_dataset
 from bayesprune.config import _is_number
 from bayesprune.errors import ConfigError
-from bayesprune.fit import TensorBatches, fit
 from bayesprune.guides import NormalGuide
-from bayesprune.models import LIKELIHOODS, BayesianNetwork, build_architecture
-from bayesprune.objectives import OBJECTIVES
 from bayesprune.predict import predict
 from bayesprune.priors import GaussianPrior
+from bayesprune.runner import fit_posterior, new_net
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,12 +143,6 @@ def load(config, **overrides):
     return load_dataset(config.data.dataset, **{**config.data.options, **overrides})
 
 
-def new_net(config, input_dim: int, *, seed: int):
-    """A freshly initialised MLP of the config's shape for ``input_dim`` inputs and one output."""
-    pyro.set_rng_seed(seed)
-    return build_architecture(config.model.architecture, (input_dim,), 1, **config.model.options)
-
-
 @dataclass(frozen=True)
 class ImportanceFit:
     """An sBNN fitted on one dataset, with its feature importances.
@@ -175,10 +166,8 @@ class ImportanceFit:
 
 def fit_importance(config, dataset, *, device, seed=None) -> ImportanceFit:
     """Fit the sBNN of ``config`` on ``dataset`` and compute ψ and φ of its inputs."""
-    from bayesprune.runner import fit_posterior  # the runner imports this package
-
     seed = config.seed if seed is None else seed
-    net = new_net(config, dataset.input_shape[0], seed=seed)
+    net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
     model, guide, _, seconds = fit_posterior(config, dataset, net, device, seed=seed)
     psi = feature_importance(weight_inclusion_matrices(guide.inclusion_probabilities(), model)).cpu()
     return ImportanceFit(model, guide, psi, scaled_importance(psi), seconds)
@@ -216,7 +205,7 @@ def with_dropout(net: nn.Sequential, rate: float) -> nn.Sequential:
 
 def fit_plain_net(config, x, y, *, seed: int, dropout: float = 0.0, epochs=None):
     """A plain MLP of the config's shape trained by least squares (Adam, the config's lr and batch size)."""
-    net = new_net(config, x.shape[1], seed=seed)
+    net = new_net(config, x.shape[1:], 1, seed=seed)
     if dropout > 0:
         net = with_dropout(net, dropout)
     return fit_plain(net, x, y, epochs=epochs or config.train.epochs, lr=config.optim.lr,
@@ -237,24 +226,15 @@ def nn_fit_predict(config, *, epochs: int, seed: int):
 def fit_gaussian_bnn(config, dataset, *, device, seed: int, scale: float = 1.0):
     """A mean-field Gaussian BNN with an N(0, scale²) prior on every weight (the plain "BNN" baseline).
 
-    Same network, likelihood, objective, optimiser, epochs and batch size as the config's sBNN.
+    Same network, likelihood, objective, optimiser, epochs and batch size as the config's sBNN
+    (:func:`~bayesprune.runner.fit_posterior` with the Gaussian prior and guide).
 
     Returns:
         ``(model, guide)``; predict with :func:`bayesprune.predict.predict`.
     """
-    from bayesprune.runner import build_optim
-
-    net = new_net(config, dataset.input_shape[0], seed=seed).to(device)
-    pyro.clear_param_store()
-    pyro.set_rng_seed(seed)
-    likelihood = LIKELIHOODS[dataset.task](dataset.num_train, scale=config.model.noise_scale)
-    model = BayesianNetwork(net, GaussianPrior(scale=scale), likelihood).to(device)
-    guide = NormalGuide(model, init_scale=config.guide.init_scale).to(device)
-    objective = OBJECTIVES[config.objective.name](num_particles=config.objective.num_particles)
-    batches = TensorBatches(dataset.x_train.to(device), dataset.y_train.to(device),
-                            batch_size=config.data.batch_size, seed=seed)
-    with pyro.validation_enabled(False):
-        fit(model, guide, batches, objective=objective, optim=build_optim(config), epochs=config.train.epochs)
+    net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
+    model, guide, _, _ = fit_posterior(config, dataset, net, device, seed=seed, prior=GaussianPrior(scale=scale),
+                                       guide_class=NormalGuide)
     return model, guide
 
 
