@@ -8,14 +8,7 @@ import numpy as np
 from .evaluation import metric_name
 from .inference_data import plot_diagnostics, summary_table
 from .plots import plot_elbo, plot_inclusion_cdf, plot_pruning_curve
-
-
-def _markdown_table(rows, columns):
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        cells = [f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c]) for c in columns]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+from .tables import markdown_table
 
 
 def write_report(run_dir) -> Path:
@@ -59,7 +52,7 @@ def write_report(run_dir) -> Path:
         "| quantity | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in summary),
         "## Pruning by inclusion probability\n\nWeights are ranked globally by their variational inclusion "
         "probability p*(m, σ) and the lowest fraction (the droprate) is set to zero.",
-        _markdown_table(metrics["pruning_curve"], ["droprate", "n_weights_kept", metric, f"{metric}_mc"]),
+        markdown_table(metrics["pruning_curve"], ["droprate", "n_weights_kept", metric, f"{metric}_mc"]),
         "![test metric against droprate](pruning_curve.png)",
         "## Inclusion probabilities\n\n![CDF of inclusion probabilities](inclusion_cdf.png)",
         "## Optimisation\n\n![ELBO trace](elbo.png)",
@@ -102,7 +95,7 @@ def _diagnostics(run_dir: Path, top: int = 10) -> list:
             text += f" Largest R-hat over all features: {np.nanmax(rhat):.3f}; features with R-hat > 1.01: {int((rhat > 1.01).sum())}."
         columns = [c for c in ("mean", "sd", "hdi_3%", "hdi_97%", "ess_bulk", "r_hat") if c in summary.columns]
         rows = [{"variable": name, **{c: float(row[c]) for c in columns}} for name, row in summary.head(top).iterrows()]
-        sections += [text, _markdown_table(rows, ["variable", *columns])]
+        sections += [text, markdown_table(rows, ["variable", *columns])]
     captions = {"forest_phi": "forest plot of the scaled importance φ", "ppc": "posterior predictive check on the test set",
                 "inclusion_cdf": "CDF of inclusion probabilities per chain"}
     sections += [f"![{captions[name]}]({path.name})" for name, path in written.items()]

@@ -4,7 +4,6 @@ User errors (bad config values, bad data, an occupied output directory, a diverg
 line on stderr and exit with status 2, without a traceback.
 """
 import argparse
-import csv
 import json
 import sys
 from pathlib import Path
@@ -46,6 +45,7 @@ def _report(args):
 
 def _importance(args):
     from .analysis.importance import importance_table, node_importance_table, plot_importance
+    from .analysis.tables import write_csv
     from .runner import load_run
 
     run_dir = Path(args.run_dir)
@@ -60,18 +60,11 @@ def _importance(args):
         raise BayesPruneError(f"{run_dir}: {error}") from None
     ordered = sorted(rows, key=lambda row: -row["phi"])
     ranks = {row["feature"]: rank for rank, row in enumerate(ordered, start=1)}
-    _write_csv(outputs[0], [{**row, "rank": ranks[row["feature"]]} for row in rows])
-    _write_csv(outputs[1], nodes)
+    write_csv(outputs[0], [{**row, "rank": ranks[row["feature"]]} for row in rows])
+    write_csv(outputs[1], nodes)
     plot_importance(ordered[: args.top], outputs[2],
                     title=f"Feature importance φ (top {min(args.top, len(rows))} of {len(rows)})")
     print(f"wrote {', '.join(str(path) for path in outputs)}")
-
-
-def _write_csv(path, rows):
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def _list(args):

@@ -7,10 +7,9 @@
 * Baseline fits on the same split: :func:`fit_plain_net` (NN, NN with dropout), :func:`fit_gaussian_bnn`
   (mean-field Gaussian BNN with an N(0, s²) prior) and :func:`nn_fit_predict` (a cheap refit for
   cross-validation).
-* :func:`pearson`, :func:`spearman`; :func:`write_csv`, :func:`markdown_table`, :func:`criterion`,
-  :func:`plot_series` for the tables, figures and ``report.md`` of a run.
+* :func:`pearson`, :func:`spearman`; :func:`criterion`, :func:`write_report` and :func:`plot_series`
+  for the figures and ``report.md`` of a run (tables: :mod:`bayesprune.analysis.tables`).
 """
-import csv
 import math
 import time
 from dataclasses import dataclass
@@ -290,32 +289,8 @@ def spearman(x, y) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Tables, figures, report
+# Figures, report
 # ---------------------------------------------------------------------------------------------
-
-def _format(value, digits=4):
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}"
-    return str(value)
-
-
-def write_csv(path: Path, rows: list):
-    """Rows (dicts with the same keys) as a CSV file."""
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows([{key: _format(value, 8) for key, value in row.items()} for row in rows])
-
-
-def markdown_table(rows: list, columns=None, *, digits: int = 4) -> str:
-    """Rows (dicts) as a markdown table of ``columns`` (default: all keys of the first row)."""
-    columns = list(columns or rows[0])
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(_format(row[column], digits) for column in columns) + " |" for row in rows]
-    return "\n".join(lines)
-
 
 def criterion(text: str, passed: bool) -> str:
     """One line of a report's done-when list."""

@@ -5,10 +5,12 @@ For every link f and α of a grid, y = Σⱼ f(xⱼ)βⱼ + ε with βⱼ = j/α
 βⱼ is recorded. Done when the correlation is at least ``min_correlation_linear`` for the linear f at
 every α and at least ``min_correlation_nonlinear`` for the non-linear f (paper: 0.9–0.95).
 """
+from bayesprune.analysis.tables import markdown_table, write_csv
+
 from . import register_experiment
 from .common import (
-    Experiment, Stopwatch, averaged_importance, choice_list, criterion, load, markdown_table, number, number_list,
-    pearson, plot_series, spearman, write_csv, write_report,
+    Experiment, Stopwatch, averaged_importance, choice_list, criterion, load, number, number_list,
+    pearson, plot_series, spearman, write_report,
 )
 from .common import plt, save_figure
 
@@ -64,8 +66,8 @@ class GradedFeatureImportance(Experiment):
             "table": rows,
         }
         metrics["seconds"] = round(float(watch), 1)
-        write_csv(folder / "correlations.csv", rows)
-        write_csv(folder / "importances.csv", features)
+        write_csv(folder / "correlations.csv", rows, digits=8)
+        write_csv(folder / "importances.csv", features, digits=8)
         alphas = sorted(options["alphas"])
         plot_series(folder / "correlation_vs_alpha.png", alphas,
                     {link: [correlation[link][f"{a:g}"] for a in alphas] for link in options["functions"]},

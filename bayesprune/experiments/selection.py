@@ -33,14 +33,16 @@ import functools
 import torch
 
 from bayesprune.analysis.selection import (
-    additive_spline_fit_predict, least_squares_fit_predict, mask_features, select_by_cross_validation, select_by_quantile, selection_accuracy,
+    additive_spline_fit_predict, least_squares_fit_predict, mask_features, select_by_cross_validation, select_by_quantile,
+    selection_accuracy,
 )
+from bayesprune.analysis.tables import markdown_table, write_csv
 from bayesprune.predict import predict
 
 from . import register_experiment
 from .common import (
     Experiment, Stopwatch, boolean, choice, criterion, fit_gaussian_bnn, fit_importance, fit_plain_net, load,
-    markdown_table, mse_on_test, nn_fit_predict, number, number_list, plot_series, write_csv, write_report,
+    mse_on_test, nn_fit_predict, number, number_list, plot_series, write_report,
 )
 
 CV_FITS = ("additive", "linear", "nn", "sbnn")
@@ -181,10 +183,12 @@ class FeatureSelection(Experiment):
     def _write(self, folder, config, options, metrics, cv):
         mse, accuracy, sweep = metrics["test_mse"], metrics["selection_accuracy"], metrics["sweep"]
         criteria = metrics["criteria"]
-        write_csv(folder / "test_mse.csv", [{"model": name, "test_mse": value} for name, value in mse.items()])
-        write_csv(folder / "cv_sparsity.csv", sweep)
+        write_csv(folder / "test_mse.csv", [{"model": name, "test_mse": value} for name, value in mse.items()],
+                  digits=8)
+        write_csv(folder / "cv_sparsity.csv", sweep, digits=8)
         write_csv(folder / "cv_curve.csv", [{"threshold": t, "cv_mse": e, "cv_std_error": s} for t, e, s in
-                                            zip(cv.thresholds.tolist(), cv.cv_error.tolist(), cv.cv_std_error.tolist())])
+                                            zip(cv.thresholds.tolist(), cv.cv_error.tolist(), cv.cv_std_error.tolist())],
+                  digits=8)
         plot_series(folder / "cv_sparsity.png", [row["true_active_proportion"] for row in sweep],
                     {"detected by CV": [row["cv_active_proportion"] for row in sweep],
                      "y = x": [row["true_active_proportion"] for row in sweep]},

@@ -5,10 +5,12 @@ fitted and ψ₁, ψ₂ (eq. 3.18) are set against α and against the actual rel
 I = 1 − Σ(yᵢ − αx_{i2})² / Σyᵢ² of x₂. Done when ψ₂ rises and ψ₁ falls with α: Spearman's ρ of
 ψ₂ with α at least ``min_spearman`` and that of ψ₁ at most −``min_spearman``.
 """
+from bayesprune.analysis.tables import markdown_table, write_csv
+
 from . import register_experiment
 from .common import (
-    Experiment, Stopwatch, averaged_importance, criterion, load, markdown_table, number, number_list, plot_series,
-    spearman, write_csv, write_report,
+    Experiment, Stopwatch, averaged_importance, criterion, load, number, number_list, plot_series,
+    spearman, write_report,
 )
 
 PAPER_ALPHAS = [round(0.05 * k, 2) for k in range(21)]
@@ -58,7 +60,7 @@ class TwoFeatureImportance(Experiment):
             "psi1_falls": metrics["spearman_psi1_alpha"] <= -bound,
         }
         metrics["seconds"] = round(float(watch), 1)
-        write_csv(folder / "importance_paths.csv", rows)
+        write_csv(folder / "importance_paths.csv", rows, digits=8)
         plot_series(folder / "psi_vs_importance.png", [row["importance"] for row in rows],
                     {"ψ1": [row["psi1"] for row in rows], "ψ2": [row["psi2"] for row in rows]},
                     xlabel="actual relevance I of x2", ylabel="ψ (eq. 3.18)", title="Experiment 1: I vs ψ1, ψ2")
