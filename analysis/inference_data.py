@@ -60,7 +60,7 @@ import numpy as np
 import torch
 import xarray as xr
 
-from .plots import plt, save_figure
+from .plots import plot_inclusion_cdfs, plt, save_figure
 
 #: Default ``sites=None`` stores every site's weights when the network has at most this many weights,
 #: else only the first layer's sites if they fit, else no per-weight draws.
@@ -279,13 +279,8 @@ def _plot_diagnostics(idata, folder, max_features):
     if variational is not None and "inclusion_probability_quantile" in variational.data_vars:
         path = folder / "inclusion_cdf.png"
         quantiles = variational["inclusion_probability_quantile"]
-        figure, axis = plt.subplots(figsize=(5, 3.5))
-        for chain in quantiles["chain"].values:
-            axis.plot(quantiles.sel(chain=chain).values, quantiles["quantile"].values, label=f"chain {chain}")
-        axis.set(xlabel="inclusion probability p", ylabel="fraction of weights ≤ p", xlim=(0, 1), ylim=(0, 1.01),
-                 title="CDF of inclusion probabilities")
-        axis.legend()
-        save_figure(figure, path)
+        plot_inclusion_cdfs({f"chain {chain}": (quantiles.sel(chain=chain).values, quantiles["quantile"].values)
+                             for chain in quantiles["chain"].values}, path)
         written["inclusion_cdf"] = path
     return written
 

@@ -24,10 +24,19 @@ def plot_elbo(elbo, path):
 def plot_inclusion_cdf(probabilities, path):
     """Empirical CDF of the inclusion probabilities of all weights (paper 003, Figure 11)."""
     values = np.sort(np.asarray(probabilities).ravel())
+    plot_inclusion_cdfs({None: (values, np.arange(1, values.size + 1) / values.size)}, path)
+
+
+def plot_inclusion_cdfs(curves: dict, path):
+    """CDFs of inclusion probabilities, ``curves`` mapping a legend label (``None``: no legend) to
+    ``(p values, fraction of weights ≤ p)``."""
     figure, axis = plt.subplots(figsize=(5, 3.5))
-    axis.plot(values, np.arange(1, values.size + 1) / values.size)
+    for label, (values, fractions) in curves.items():
+        axis.plot(values, fractions, label=label)
     axis.set(xlabel="inclusion probability p", ylabel="fraction of weights ≤ p", xlim=(0, 1), ylim=(0, 1.01),
              title="CDF of inclusion probabilities")
+    if any(label is not None for label in curves):
+        axis.legend()
     save_figure(figure, path)
 
 
