@@ -139,7 +139,7 @@ class SpikeSlabPosterior(TorchDistribution):
         return 0.5 + _HALF_LOG_TWO_PI + self.scale.log()
 
 
-def _log_sigmoids(x):
+def log_sigmoids(x):
     """(log sigmoid(x), log sigmoid(−x)), as F.logsigmoid gives them, without subnormal intermediates.
 
     F.logsigmoid evaluates exp(−|x|), which is subnormal for 87 < |x| < 104, a range the logits of
@@ -172,7 +172,7 @@ def spike_slab_penalty(loc, scale, logits, pi, tau0, tau1):
     """
     second_moment = loc**2 + scale**2
     p = torch.sigmoid(logits)
-    log_p, log_1mp = _log_sigmoids(logits)
+    log_p, log_1mp = log_sigmoids(logits)
     slab = second_moment * (0.5 / tau1**2) + (log_p + torch.log(tau1 / pi))
     spike = second_moment * (0.5 / tau0**2) + (log_1mp + torch.log(tau0 / (1 - pi)))
     return p * slab + (1 - p) * spike - scale.log()

@@ -12,8 +12,9 @@ disk, no network), in three implementations of the same model:
   the cross-entropy summed over the batch times N/B, plus the KL
   sum_i R(m_i, sigma_i, p_i) - 1/2 (eq. 3.7) at p = p*(m, sigma) (eq. 3.8, detached), minimised by a
   single ``torch.optim.Adam`` over [m, rho] with zero_grad / backward / step. Its log p and
-  log(1 - p) avoid subnormal intermediates (:func:`log_sigmoids`), as careful CPU code should:
-  with ``F.logsigmoid`` the reference itself would be about a third slower at LeNet's initial weights.
+  log(1 - p) avoid subnormal intermediates (:func:`bayesprune.distributions.log_sigmoids`), as
+  careful CPU code should: with ``F.logsigmoid`` the reference itself would be about a third slower
+  at LeNet's initial weights.
 * ``naive Pyro``: the same ``BayesianNetwork`` model with ``pyro.infer.autoguide.AutoNormal`` and
   ``pyro.infer.Trace_ELBO`` (Monte-Carlo KL, weight sampling only: it has no local
   reparameterization), ``pyro.optim.Adam`` and ``SVI``.
@@ -46,6 +47,7 @@ from pyro.infer.autoguide import AutoNormal
 from pyro.infer.autoguide.initialization import init_to_value
 
 from bayesprune import AnalyticKLELBO, SpikeSlabPrior, resolve_device
+from bayesprune.distributions import log_sigmoids
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.models import BayesianNetwork, Categorical, lenet_300_100
 
@@ -91,17 +93,6 @@ def naive_pyro_step(device, local_reparameterization):
     init = init_to_value(values={name: param.detach() for name, param in model.net.named_parameters()})
     guide = AutoNormal(model, init_loc_fn=init, init_scale=INIT_SCALE)
     return svi_stepper(model, guide, Trace_ELBO())
-
-
-def log_sigmoids(x):
-    """(log sigmoid(x), log sigmoid(-x)), computed without subnormal intermediates.
-
-    F.logsigmoid evaluates exp(-|x|), which is subnormal for 87 < |x| < 104, where the logits of
-    eq. 3.8 lie for a few percent of LeNet's weights; subnormal arithmetic makes it ~10x slower on CPU.
-    Clamping |x| at 80 changes the results by less than 2e-35.
-    """
-    log1p_exp = torch.log1p(torch.exp(-x.abs().clamp_max(80)))
-    return x.clamp_max(0) - log1p_exp, (-x).clamp_max(0) - log1p_exp
 
 
 class PlainTorchSBNN:

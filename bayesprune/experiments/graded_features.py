@@ -5,6 +5,7 @@ For every link f and α of a grid, y = Σⱼ f(xⱼ)βⱼ + ε with βⱼ = j/α
 βⱼ is recorded. Done when the correlation is at least ``min_correlation_linear`` for the linear f at
 every α and at least ``min_correlation_nonlinear`` for the non-linear f (paper: 0.9–0.95).
 """
+from bayesprune.analysis.plots import plt, save_figure
 from bayesprune.analysis.tables import markdown_table, write_csv
 
 from . import register_experiment
@@ -12,7 +13,6 @@ from .common import (
     Experiment, Stopwatch, averaged_importance, choice_list, criterion, load, number, number_list,
     pearson, plot_series, spearman, write_report,
 )
-from .common import plt, save_figure
 
 LINKS = ("linear", "nonlinear")
 
