@@ -141,18 +141,18 @@ def scaled_importance(psi: torch.Tensor) -> torch.Tensor:
     return (psi - low) / span
 
 
-def importance_table(model, guide, feature_names=None) -> list:
-    """ψ (eq. 3.18) and φ (eq. 3.19) of every input of a fitted sBNN.
+def importance_table(net, inclusion: dict, feature_names=None) -> list:
+    """ψ (eq. 3.18) and φ (eq. 3.19) of every input of a fitted network.
 
     Args:
-        model: the fitted ``BayesianNetwork``.
-        guide: its ``SpikeSlabGuide``.
+        net: the network (or a ``BayesianNetwork`` around it).
+        inclusion: site name → inclusion probability of every weight (a fitted sBNN's scores).
         feature_names: one name per input node; defaults to ``x0, x1, ...``.
 
     Returns:
         One dict ``{"feature", "psi", "phi"}`` per input, in input order.
     """
-    psi = feature_importance(weight_inclusion_matrices(guide.inclusion_probabilities(), model)).cpu()
+    psi = feature_importance(weight_inclusion_matrices(inclusion, net)).cpu()
     phi = scaled_importance(psi)
     names = feature_names if feature_names is not None else [f"x{j}" for j in range(len(psi))]
     if len(names) != len(psi):
@@ -167,16 +167,16 @@ def node_layer_names(model_or_net) -> list:
     return ["input"] + [site.removesuffix(".weight") or "weight" for site, _ in weighted_layers(net)]
 
 
-def node_importance_table(model, guide) -> list:
-    """Node importance at every layer of a fitted sBNN (:func:`node_importance`), one row per node.
+def node_importance_table(net, inclusion: dict) -> list:
+    """Node importance at every layer of a fitted network (:func:`node_importance`), one row per node.
 
     Returns:
         Dicts ``{"layer", "node", "importance"}``: layer ``"input"`` holds ψ of eq. 3.18, then each
         weighted layer's output nodes (channels for a convolution) under its module name, the last
         being the network outputs (importance 1).
     """
-    layers = node_layer_names(model)
-    importance = node_importance(weight_inclusion_matrices(guide.inclusion_probabilities(), model))
+    layers = node_layer_names(net)
+    importance = node_importance(weight_inclusion_matrices(inclusion, net))
     return [
         {"layer": layer, "node": node, "importance": float(value)}
         for layer, values in zip(layers, importance)

@@ -13,41 +13,44 @@ def save_figure(figure, path):
     plt.close(figure)
 
 
-def plot_elbo(elbo, path):
-    """ELBO per epoch."""
+def plot_loss(losses, path):
+    """Training loss per epoch (the negative ELBO for a variational method)."""
     figure, axis = plt.subplots(figsize=(5, 3.5))
-    axis.plot(np.arange(1, len(elbo) + 1), elbo)
-    axis.set(xlabel="epoch", ylabel="ELBO", title="ELBO trace")
+    axis.plot(np.arange(1, len(losses) + 1), losses)
+    axis.set(xlabel="epoch", ylabel="training loss", title="Training loss")
     save_figure(figure, path)
 
 
-def plot_inclusion_cdf(probabilities, path):
-    """Empirical CDF of the inclusion probabilities of all weights (paper 003, Figure 11)."""
-    values = np.sort(np.asarray(probabilities).ravel())
-    plot_inclusion_cdfs({None: (values, np.arange(1, values.size + 1) / values.size)}, path)
+def plot_score_cdf(scores, path, *, score_name="inclusion probability"):
+    """Empirical CDF of the scores of all weights (for the sBNN: inclusion probabilities, paper 003, Figure 11)."""
+    values = np.sort(np.asarray(scores).ravel())
+    plot_inclusion_cdfs({None: (values, np.arange(1, values.size + 1) / values.size)}, path, score_name=score_name)
 
 
-def plot_inclusion_cdfs(curves: dict, path):
-    """CDFs of inclusion probabilities, ``curves`` mapping a legend label (``None``: no legend) to
-    ``(p values, fraction of weights ≤ p)``."""
+def plot_inclusion_cdfs(curves: dict, path, *, score_name="inclusion probability"):
+    """CDFs of scores, ``curves`` mapping a legend label (``None``: no legend) to
+    ``(score values, fraction of weights ≤ score)``."""
     figure, axis = plt.subplots(figsize=(5, 3.5))
     for label, (values, fractions) in curves.items():
         axis.plot(values, fractions, label=label)
-    axis.set(xlabel="inclusion probability p", ylabel="fraction of weights ≤ p", xlim=(0, 1), ylim=(0, 1.01),
-             title="CDF of inclusion probabilities")
+    probabilities = all(np.all((values >= 0) & (values <= 1)) for values, _ in curves.values())
+    limits = {"xlim": (0, 1)} if probabilities else {}
+    axis.set(xlabel=score_name, ylabel="fraction of weights ≤ score", ylim=(0, 1.01),
+             title=f"CDF of {score_name}s", **limits)
     if any(label is not None for label in curves):
         axis.legend()
     save_figure(figure, path)
 
 
-def plot_pruning_curve(curve, metric, path, *, baseline=None):
-    """Test metric against droprate for the posterior mean and the Monte-Carlo predictive."""
+def plot_pruning_curve(curve, metric, path, *, baseline=None, score_name="inclusion probability"):
+    """Test metric against droprate for the point estimate and, when present, the Monte-Carlo predictive."""
     rates = [100 * row["droprate"] for row in curve]
     figure, axis = plt.subplots(figsize=(5, 3.5))
-    axis.plot(rates, [row[metric] for row in curve], "o-", label="posterior mean")
-    axis.plot(rates, [row[f"{metric}_mc"] for row in curve], "s--", label="MC predictive")
+    axis.plot(rates, [row[metric] for row in curve], "o-", label="point estimate")
+    if f"{metric}_mc" in curve[0]:
+        axis.plot(rates, [row[f"{metric}_mc"] for row in curve], "s--", label="MC predictive")
     if baseline is not None:
         axis.axhline(baseline, color="grey", linestyle=":", label="plain network")
-    axis.set(xlabel="droprate (% of weights removed)", ylabel=metric.replace("_", " "), title="Pruning by inclusion probability")
+    axis.set(xlabel="droprate (% of weights removed)", ylabel=metric.replace("_", " "), title=f"Pruning by {score_name}")
     axis.legend()
     save_figure(figure, path)

@@ -7,31 +7,32 @@ import numpy as np
 
 from .evaluation import metric_name
 from .inference_data import plot_diagnostics, summary_table
-from .plots import plot_elbo, plot_inclusion_cdf, plot_pruning_curve
-from .tables import markdown_table
+from .plots import plot_loss, plot_pruning_curve, plot_score_cdf
+from .tables import format_value, markdown_table
 
 
 def write_report(run_dir) -> Path:
-    """Write ``report.md`` with ``elbo.png``, ``inclusion_cdf.png`` and ``pruning_curve.png`` into ``run_dir``.
+    """Write ``report.md`` with ``loss.png``, ``score_cdf.png`` and ``pruning_curve.png`` into ``run_dir``.
 
+    It reads ``metrics.json``, ``history.csv`` and ``scores.npz`` (``elbo.csv`` and
+    ``inclusion_probabilities.npz`` in run directories of earlier versions), whatever the method.
     When the run has a ``posterior.nc``, the report adds its ArviZ diagnostics: ``az.summary`` of
     the feature importance ψ across chains, ``forest_phi.png``, ``ppc.png``, and a per-chain CDF of
-    inclusion probabilities in place of the first chain's.
+    inclusion probabilities in place of the first chain's score CDF.
     """
     run_dir = Path(run_dir)
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    with open(run_dir / "elbo.csv", newline="") as handle:
-        elbo = [float(row["elbo"]) for row in csv.DictReader(handle)]
-    with np.load(run_dir / "inclusion_probabilities.npz") as saved:
-        probabilities = np.concatenate([saved[name].ravel() for name in saved.files])
+    losses = read_losses(run_dir)
+    scores = read_scores(run_dir)
     metric = metric_name(metrics["task"])
     baseline = metrics.get(f"baseline_{metric}")
+    score_name = metrics.get("score", "inclusion probability")
 
-    plot_elbo(elbo, run_dir / "elbo.png")
+    plot_loss(losses, run_dir / "loss.png")
     diagnostics = _diagnostics(run_dir) if (run_dir / "posterior.nc").exists() else []
     if not diagnostics:
-        plot_inclusion_cdf(probabilities, run_dir / "inclusion_cdf.png")
-    plot_pruning_curve(metrics["pruning_curve"], metric, run_dir / "pruning_curve.png", baseline=baseline)
+        plot_score_cdf(np.concatenate([value.ravel() for value in scores.values()]), run_dir / "score_cdf.png", score_name=score_name)
+    plot_pruning_curve(metrics["pruning_curve"], metric, run_dir / "pruning_curve.png", baseline=baseline, score_name=score_name)
 
     unit = " (%)" if metric == "test_error" else ""
     summary = [
@@ -42,26 +43,50 @@ def write_report(run_dir) -> Path:
         ("weights", metrics["n_weights"]),
         ("epochs", metrics["epochs"]),
         ("training time (s)", metrics["train_seconds"]),
-        (f"{metric}{unit}, posterior mean", f"{metrics[metric]:.4g}"),
-        (f"{metric}{unit}, MC predictive", f"{metrics[metric + '_mc']:.4g}"),
+        (f"{metric}{unit}, point estimate", f"{metrics[metric]:.4g}"),
+        *([(f"{metric}{unit}, MC predictive", f"{metrics[metric + '_mc']:.4g}")] if metric + "_mc" in metrics else []),
         (f"{metric}{unit}, plain network", "—" if baseline is None else f"{baseline:.4g}"),
-        ("weights with p < 0.5", f"{100 * metrics['fraction_inclusion_below_half']:.1f} %"),
+        *((key.replace("_", " "), format_value(value)) for key, value in metrics.items() if key not in _SHOWN and not isinstance(value, (list, dict))),
     ]
+    columns = ["droprate", "n_weights_kept", metric] + ([f"{metric}_mc"] if f"{metric}_mc" in metrics else [])
     text = "\n\n".join([
         f"# bayesprune run: {metrics['method']} on {metrics['dataset']}",
         "| quantity | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in summary),
-        "## Pruning by inclusion probability\n\nWeights are ranked globally by their variational inclusion "
-        "probability p*(m, σ) and the lowest fraction (the droprate) is set to zero.",
-        markdown_table(metrics["pruning_curve"], ["droprate", "n_weights_kept", metric, f"{metric}_mc"]),
+        f"## Pruning by {score_name}\n\nWeights are ranked globally by their {score_name} and the lowest "
+        "fraction (the droprate) is set to zero.",
+        markdown_table(metrics["pruning_curve"], columns),
         "![test metric against droprate](pruning_curve.png)",
-        "## Inclusion probabilities\n\n![CDF of inclusion probabilities](inclusion_cdf.png)",
-        "## Optimisation\n\n![ELBO trace](elbo.png)",
+        *([] if diagnostics else [f"## Scores\n\n![CDF of the {score_name} of every weight](score_cdf.png)"]),
+        "## Optimisation\n\n![training loss per epoch](loss.png)",
         *(_IMPORTANCE if (run_dir / "importance.png").exists() else []),
         *diagnostics,
     ])
     path = run_dir / "report.md"
     path.write_text(text + "\n")
     return path
+
+
+def read_losses(run_dir: Path) -> list:
+    """Training loss per epoch from ``history.csv`` (or the negated ELBO of an older ``elbo.csv``)."""
+    if (run_dir / "history.csv").is_file():
+        with open(run_dir / "history.csv", newline="") as handle:
+            return [float(row["loss"]) for row in csv.DictReader(handle)]
+    with open(run_dir / "elbo.csv", newline="") as handle:
+        return [-float(row["elbo"]) for row in csv.DictReader(handle)]
+
+
+def read_scores(run_dir: Path) -> dict:
+    """Site name → score array from ``scores.npz`` (or an older ``inclusion_probabilities.npz``)."""
+    path = run_dir / "scores.npz"
+    if not path.is_file():
+        path = run_dir / "inclusion_probabilities.npz"
+    with np.load(path, allow_pickle=False) as saved:
+        return {name: saved[name] for name in saved.files}
+
+
+_SHOWN = {"method", "dataset", "task", "device", "architecture", "n_weights", "epochs", "seed", "train_seconds",
+          "score", "chains", "test_error", "test_error_mc", "test_rmse", "test_rmse_mc",
+          "baseline_test_error", "baseline_test_rmse"}
 
 
 _IMPORTANCE = [

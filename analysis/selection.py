@@ -22,7 +22,7 @@ SIMULATION_CONFIG = {
     "device": "cpu",
     "data": {"dataset": "feature-selection", "batch_size": 256},
     "model": {"architecture": "mlp", "hidden": [20, 10]},
-    "prior": {"pi": 0.5, "log_tau0": -2.0, "log_tau1": 0.0},
+    "sbnn": {"pi": 0.5, "log_tau0": -2.0, "log_tau1": 0.0},
     "optim": {"lr": 0.01},
     "train": {"epochs": 100},
     "baseline": {"enabled": False},
@@ -141,8 +141,8 @@ def sbnn_fit_predict(config=None, *, device=None):
     """
     from bayesprune.data import REGRESSION, Dataset
     from bayesprune.fit import resolve_device
-    from bayesprune.predict import predict
-    from bayesprune.runner import fit_posterior, new_net
+    from bayesprune.methods.sbnn import fit_posterior
+    from bayesprune.runner import new_net
 
     config = config if config is not None else simulation_config()
     device = resolve_device(device or config.device)
@@ -155,8 +155,7 @@ def sbnn_fit_predict(config=None, *, device=None):
             x_test=x_test, y_test=torch.zeros(len(x_test)), input_shape=tuple(x_train.shape[1:]), num_classes=None,
         )
         net = new_net(config, fold.input_shape, fold.output_dim, seed=config.seed)
-        model, guide, _, _ = fit_posterior(config, fold, net, device)
-        return predict(model, guide, x_test.to(device)).cpu()
+        return fit_posterior(config, fold, net, device).predict(x_test.to(device)).cpu()
 
     return fit_predict
 

@@ -1,42 +1,77 @@
-"""Checkpoints that load with ``torch.load(weights_only=True)``: tensors and plain metadata only."""
+"""Checkpoints that load with ``torch.load(weights_only=True)``: tensors and plain metadata only.
+
+A checkpoint holds ``method`` (the registered name), ``structure`` (site name → shape of the network
+when saved, so a network that shrank while training can be rebuilt before its state is loaded),
+``state`` (the :meth:`~bayesprune.methods.Fitted.state_dict`), ``metadata`` (``epoch``, ...) and
+``versions``. Checkpoints of earlier versions (``{model, guide, metadata}``, sBNN only) still read.
+"""
 import os
+import pickle
+import zipfile
 
 import pyro
 import torch
 
+from .errors import BayesPruneError
 
-def save_checkpoint(path, *, model, guide, metadata=None):
-    """Write the model's and guide's state atomically (a crash never leaves a half-written file)."""
-    state = {"model": model.state_dict(), "guide": guide.state_dict(), "metadata": dict(metadata or {})}
+
+def save_checkpoint(path, fitted, *, metadata=None):
+    """Write the state of ``fitted`` atomically (a crash never leaves a half-written file)."""
+    from bayesprune import __version__
+
+    state = {
+        "method": fitted.method,
+        "structure": {name: list(shape) for name, shape in fitted.sites.items()},
+        "state": fitted.state_dict(),
+        "metadata": dict(metadata or {}),
+        "versions": {"bayesprune": __version__, "torch": str(torch.__version__)},
+    }
     partial = f"{path}.partial"
     torch.save(state, partial)
     os.replace(partial, path)
 
 
-def load_checkpoint(path, *, model, guide) -> dict:
-    """Restore ``model`` and ``guide`` in place from ``path``; returns the saved metadata.
+def read_checkpoint(path) -> dict:
+    """The checkpoint at ``path`` as saved by :func:`save_checkpoint` (older layouts converted).
 
-    Entries of Pyro's global param store under the same names are dropped: a ``PyroModule`` adopts
-    a stored value over its own on its next call, which would silently undo the load.
+    Raises:
+        BayesPruneError: the file is missing, not a checkpoint, or holds anything but tensors and plain data.
     """
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError) as error:
+        raise BayesPruneError(f"{path}: not a readable checkpoint ({' '.join(str(error).split())[:200]})") from None
+    if not isinstance(saved, dict):
+        raise BayesPruneError(f"{path}: not a bayesprune checkpoint")
+    if "method" not in saved and {"model", "guide"} <= saved.keys():
+        saved = {"method": "sbnn", "structure": None, "state": {"model": saved["model"], "guide": saved["guide"]},
+                 "metadata": saved.get("metadata", {}), "versions": {}}
+    if not {"method", "state"} <= saved.keys():
+        raise BayesPruneError(f"{path}: not a bayesprune checkpoint")
+    return saved
+
+
+def load_module_state(module, state: dict):
+    """``module.load_state_dict(state)``, then drop Pyro param-store entries of the same names.
+
+    A ``PyroModule`` adopts a stored value over its own on its next call, which would silently undo
+    the load.
+    """
+    module.load_state_dict(state)
     store = pyro.get_param_store()
-    for module, key in ((model, "model"), (guide, "guide")):
-        module.load_state_dict(state[key])
-        for name, _ in module.named_parameters():
-            stored_name = name.removesuffix("_unconstrained")
-            if stored_name in store:
-                del store[stored_name]
-    return state["metadata"]
+    for name, _ in module.named_parameters():
+        stored_name = name.removesuffix("_unconstrained")
+        if stored_name in store:
+            del store[stored_name]
 
 
 class Checkpoint:
-    """Fit callback that saves a checkpoint after every ``every`` epochs and after the last one."""
+    """Fit callback that saves ``fitted`` after every ``every`` epochs and after the last one."""
 
-    def __init__(self, path, *, model, guide, epochs: int, every: int = 1):
-        self.path, self.model, self.guide = path, model, guide
+    def __init__(self, path, fitted, *, epochs: int, every: int = 1):
+        self.path, self.fitted = path, fitted
         self.epochs, self.every = epochs, every
 
     def __call__(self, epoch, history):
         if (epoch + 1) % self.every == 0 or epoch + 1 == self.epochs:
-            save_checkpoint(self.path, model=self.model, guide=self.guide, metadata={"epoch": epoch + 1})
+            save_checkpoint(self.path, self.fitted, metadata={"epoch": epoch + 1})

@@ -37,9 +37,9 @@ def _report(args):
     from .analysis.report import write_report
 
     run_dir = Path(args.run_dir)
-    for name in ("metrics.json", "elbo.csv", "inclusion_probabilities.npz"):
-        if not (run_dir / name).is_file():
-            raise BayesPruneError(f"{run_dir}: not a run directory of a single fit (no {name})")
+    for names in (("metrics.json",), ("history.csv", "elbo.csv"), ("scores.npz", "inclusion_probabilities.npz")):
+        if not any((run_dir / name).is_file() for name in names):
+            raise BayesPruneError(f"{run_dir}: not a run directory of a single fit (no {names[0]})")
     print(f"wrote {write_report(run_dir)}")
 
 
@@ -52,10 +52,13 @@ def _importance(args):
     outputs = [run_dir / name for name in ("importance.csv", "node_importance.csv", "importance.png")]
     if any(path.exists() for path in outputs) and not args.force:
         raise BayesPruneError(f"{run_dir}: importance.csv exists; pass --force to overwrite it")
-    _, dataset, model, guide = load_run(run_dir)
+    _, dataset, fitted = load_run(run_dir)
+    scores = fitted.scores()
+    if any(bool(((score < 0) | (score > 1)).any()) for score in scores.values()):
+        raise BayesPruneError(f"{run_dir}: importance paths need probabilities as scores; method {fitted.method!r} scores are not")
     try:
-        rows = importance_table(model, guide, dataset.feature_names)
-        nodes = node_importance_table(model, guide)
+        rows = importance_table(fitted.net, scores, dataset.feature_names)
+        nodes = node_importance_table(fitted.net, scores)
     except ValueError as error:
         raise BayesPruneError(f"{run_dir}: {error}") from None
     ordered = sorted(rows, key=lambda row: -row["phi"])

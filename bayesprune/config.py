@@ -1,10 +1,9 @@
 """Declarative run configuration: one frozen dataclass per TOML section, validated eagerly.
 
 Every invalid value raises :class:`~bayesprune.errors.ConfigError` naming the field
-(``prior.pi must lie in (0, 1), got 1.5``). Packaged configs live in ``bayesprune/configs`` and are
+(``sbnn.pi must lie in (0, 1), got 1.5``). Packaged configs live in ``bayesprune/configs`` and are
 addressed by file stem; any key can be overridden with ``section.key=value``.
 """
-import math
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
@@ -13,19 +12,9 @@ from pathlib import Path
 import tomli_w
 
 from .errors import ConfigError
-
-
-def _require(condition: bool, key: str, expectation: str, value):
-    if not condition:
-        raise ConfigError(f"{key} must {expectation}, got {value!r}")
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+from .validation import is_int as _is_int
+from .validation import is_number as _is_number
+from .validation import require as _require
 
 
 @dataclass(frozen=True)
@@ -69,54 +58,6 @@ class ModelConfig:
             _require(_is_number(self.noise_scale) and self.noise_scale > 0, "model.noise_scale", "be a positive number", self.noise_scale)
 
 
-@dataclass(frozen=True)
-class PriorConfig:
-    """``[prior]``: spike-and-slab hyper-parameters π, log τ0, log τ1 (paper 003, eq. 3.1)."""
-
-    name: str = "spike-slab"
-    pi: float = 0.5
-    log_tau0: float = -6.0
-    log_tau1: float = 1.0
-
-    def __post_init__(self):
-        _require(self.name == "spike-slab", "prior.name", "be 'spike-slab'", self.name)
-        _require(_is_number(self.pi) and 0 < self.pi < 1, "prior.pi", "lie in (0, 1)", self.pi)
-        _require(_is_number(self.log_tau0), "prior.log_tau0", "be a finite number", self.log_tau0)
-        _require(_is_number(self.log_tau1), "prior.log_tau1", "be a finite number", self.log_tau1)
-        _require(self.log_tau0 < self.log_tau1, "prior.log_tau0", f"be below prior.log_tau1 = {self.log_tau1} (tau0 < tau1)", self.log_tau0)
-
-
-@dataclass(frozen=True)
-class GuideConfig:
-    """``[guide]``: the variational family and the initial standard deviation of every weight."""
-
-    name: str = "spike-slab"
-    init_scale: float = 0.01
-
-    def __post_init__(self):
-        _require(self.name == "spike-slab", "guide.name", "be 'spike-slab'", self.name)
-        _require(_is_number(self.init_scale) and self.init_scale > 0, "guide.init_scale", "be a positive number", self.init_scale)
-
-
-@dataclass(frozen=True)
-class ObjectiveConfig:
-    """``[objective]``: the ELBO, its minibatch penalty scheme (eq. 4.2 or 4.3) and estimator."""
-
-    name: str = "analytic-kl"
-    penalty: str = "uniform"
-    local_reparameterization: bool = False
-    num_particles: int = 1
-
-    def __post_init__(self):
-        from .fit import PENALTIES
-        from .objectives import OBJECTIVES
-
-        _require(self.name in OBJECTIVES, "objective.name", f"be one of {sorted(OBJECTIVES)}", self.name)
-        _require(self.penalty in PENALTIES, "objective.penalty", f"be one of {sorted(PENALTIES)}", self.penalty)
-        _require(isinstance(self.local_reparameterization, bool), "objective.local_reparameterization", "be true or false", self.local_reparameterization)
-        _require(_is_int(self.num_particles) and self.num_particles > 0, "objective.num_particles", "be a positive integer", self.num_particles)
-
-
 SCHEDULES = ("constant", "exponential", "cosine")
 
 
@@ -142,15 +83,13 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """``[train]``: epochs, Monte-Carlo draws for the predictive, checkpoint period."""
+    """``[train]``: epochs and checkpoint period."""
 
     epochs: int = 200
-    predictive_samples: int = 20
     checkpoint_every: int = 10
 
     def __post_init__(self):
         _require(_is_int(self.epochs) and self.epochs > 0, "train.epochs", "be a positive integer", self.epochs)
-        _require(_is_int(self.predictive_samples) and self.predictive_samples > 0, "train.predictive_samples", "be a positive integer", self.predictive_samples)
         _require(_is_int(self.checkpoint_every) and self.checkpoint_every > 0, "train.checkpoint_every", "be a positive integer", self.checkpoint_every)
 
 
@@ -202,9 +141,6 @@ class ExperimentConfig:
 _SECTIONS = {
     "data": DataConfig,
     "model": ModelConfig,
-    "prior": PriorConfig,
-    "guide": GuideConfig,
-    "objective": ObjectiveConfig,
     "optim": OptimConfig,
     "train": TrainConfig,
     "prune": PruneConfig,
@@ -218,6 +154,11 @@ _OPEN_SECTIONS = ("data", "model", "experiment")  # unknown keys become options 
 class RunConfig:
     """A whole run. Top-level keys: ``method``, ``description``, ``seed``, ``device``, ``chains``.
 
+    ``method`` names a registered :class:`~bayesprune.methods.Method`; its options come from the
+    table of the same name (``[sbnn]``) and are validated by the method's ``Options`` dataclass
+    (``method_options``). Keys of older layouts (``[prior]``, ``[guide]``, ``[objective]``,
+    ``train.predictive_samples``) are folded into that table when the method declares them.
+
     ``chains = N`` fits the posterior N times independently (seeds ``seed``, ``seed + 1``, ...), so
     that R-hat and ESS across restarts are meaningful in ``posterior.nc``.
     """
@@ -229,32 +170,45 @@ class RunConfig:
     chains: int = 1
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
-    prior: PriorConfig = field(default_factory=PriorConfig)
-    guide: GuideConfig = field(default_factory=GuideConfig)
-    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     prune: PruneConfig = field(default_factory=PruneConfig)
     baseline: BaselineConfig = field(default_factory=BaselineConfig)
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    method_options: object = None
 
     def __post_init__(self):
-        _require(self.method == "sbnn", "method", "be 'sbnn'", self.method)
+        from .methods import get_method
+
+        method = get_method(self.method)
+        if self.method_options is None:
+            object.__setattr__(self, "method_options", method.Options())
+        _require(isinstance(self.method_options, method.Options), self.method, f"be a {method.Options.__name__}", self.method_options)
         _require(_is_int(self.seed) and self.seed >= 0, "seed", "be a non-negative integer", self.seed)
         _require(_is_int(self.chains) and self.chains > 0, "chains", "be a positive integer", self.chains)
-        _require(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "device", "be 'auto', 'cpu' or 'cuda[:N]'", self.device)
+        _require(isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),
+                 "device", "be 'auto', 'cpu' or 'cuda[:N]'", self.device)
 
     @classmethod
     def from_dict(cls, raw: dict) -> "RunConfig":
         """Build and validate a config from a nested dict (parsed TOML)."""
-        top = {f.name for f in fields(cls)} - set(_SECTIONS)
+        from .methods import available_methods, get_method
+
+        method = get_method(raw.get("method", cls.method))
+        raw = _fold_legacy_keys(raw, method)
+        top = {f.name for f in fields(cls)} - set(_SECTIONS) - {"method_options"}
         kwargs = {}
         for key, value in raw.items():
             if key in _SECTIONS:
                 _require(isinstance(value, dict), key, "be a table", value)
                 kwargs[key] = _section(key, value)
+            elif key == method.name:
+                _require(isinstance(value, dict), key, "be a table", value)
+                kwargs["method_options"] = _options(method, value)
             elif key in top:
                 kwargs[key] = value
+            elif key in available_methods():
+                raise ConfigError(f"[{key}] holds the options of method {key!r}, but method = {method.name!r}")
             else:
                 raise ConfigError(f"unknown config key {key!r}")
         return cls(**kwargs)
@@ -264,10 +218,42 @@ class RunConfig:
         raw = asdict(self)
         for name in _OPEN_SECTIONS:
             raw[name].update(raw[name].pop("options"))
+        raw[self.method] = raw.pop("method_options")
         return _drop_none(raw)
 
     def to_toml(self) -> str:
         return tomli_w.dumps(self.to_dict())
+
+
+def _options(method, values: dict):
+    known = {f.name for f in fields(method.Options)}
+    for key in values:
+        if key not in known:
+            raise ConfigError(f"unknown config key '{method.name}.{key}' (options of {method.name!r}: {sorted(known)})")
+    return method.Options(**values)
+
+
+def _fold_legacy_keys(raw: dict, method) -> dict:
+    """``raw`` with the method's legacy keys (``prior.pi``) moved into its own table (``sbnn.pi``).
+
+    A key given under both names is refused rather than resolved silently.
+    """
+    raw = {key: dict(value) if isinstance(value, dict) else value for key, value in raw.items()}
+    for legacy, option in method.legacy_keys.items():
+        section, key = legacy.split(".")
+        if not isinstance(raw.get(section), dict) or key not in raw[section]:
+            continue
+        value = raw[section].pop(key)
+        if not raw[section] and section not in _SECTIONS:
+            del raw[section]
+        if option is None:
+            continue
+        table = raw.setdefault(method.name, {})
+        _require(isinstance(table, dict), method.name, "be a table", table)
+        if option in table:
+            raise ConfigError(f"{legacy} is the old name of {method.name}.{option}; give only {method.name}.{option}")
+        table[option] = value
+    return raw
 
 
 def _section(name: str, values: dict):
@@ -308,7 +294,7 @@ def _read_toml(text: str, source: str) -> dict:
 
 
 def parse_override(assignment: str) -> tuple:
-    """``"prior.pi=0.3"`` → ``(["prior", "pi"], 0.3)``; a value that is not TOML is taken as a string."""
+    """``"sbnn.pi=0.3"`` → ``(["sbnn", "pi"], 0.3)``; a value that is not TOML is taken as a string."""
     key, sep, text = assignment.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set expects key=value, got {assignment!r}")

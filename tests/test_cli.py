@@ -12,7 +12,7 @@ from bayesprune.cli import main
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny ops on two busy OpenMP threads are ~100x slower
 
-QUICK = ["--quiet", "--set", "train.epochs=2", "--set", "baseline.epochs=1", "--set", "train.predictive_samples=2"]
+QUICK = ["--quiet", "--set", "train.epochs=2", "--set", "baseline.epochs=1", "--set", "sbnn.predictive_samples=2"]
 
 
 def run_cli(capsys, *args):
@@ -25,8 +25,8 @@ def test_default_run_writes_a_complete_run_directory(tmp_path, capsys):
     out = tmp_path / "run"
     status, stdout, _ = run_cli(capsys, "run", "--out", str(out), *QUICK)
     assert status == 0
-    expected = {"metrics.json", "pruning_curve.csv", "report.md", "elbo.png", "inclusion_cdf.png",
-                "pruning_curve.png", "checkpoint.pt", "config.toml", "elbo.csv", "inclusion_probabilities.npz"}
+    expected = {"metrics.json", "pruning_curve.csv", "report.md", "loss.png", "inclusion_cdf.png",
+                "pruning_curve.png", "checkpoint.pt", "config.toml", "history.csv", "scores.npz", "posterior.nc"}
     assert expected <= {path.name for path in out.iterdir()}
     metrics = json.loads((out / "metrics.json").read_text())
     for key in ("method", "dataset", "device", "n_weights", "train_seconds", "test_error", "baseline_test_error"):
@@ -58,14 +58,14 @@ def test_saved_config_reruns_and_force_is_needed_to_overwrite(tmp_path, capsys):
 
 
 BAD_SETTINGS = [
-    (["prior.pi=1.5"], "prior.pi"),
-    (["prior.log_tau0=2", "prior.log_tau1=1"], "prior.log_tau0"),
+    (["sbnn.pi=1.5"], "sbnn.pi"),
+    (["sbnn.log_tau0=2", "sbnn.log_tau1=1"], "sbnn.log_tau0"),
     (["data.dataset=imagenet"], "imagenet"),
     (["model.architecture=resnet-1000"], "model.architecture"),
     (["train.epochs=-3"], "train.epochs"),
     (["prune.droprates=[0.5, 1.0]"], "prune.droprates"),
     (["optim.lr=0"], "optim.lr"),
-    (["prior.colour=1"], "prior.colour"),
+    (["sbnn.colour=1"], "sbnn.colour"),
     (["data.dataset=mnist", "data.root='/nonexistent/mnist'"], "/nonexistent/mnist"),
 ]
 
@@ -131,11 +131,11 @@ def test_console_script_reports_errors_without_traceback(tmp_path):
     """The installed console script, in a real process: exit status 2, one line on stderr."""
     script = os.path.join(os.path.dirname(sys.executable), "bayesprune")
     result = subprocess.run(
-        [script, "run", "--out", str(tmp_path / "run"), "--set", "prior.pi=1.5"],
+        [script, "run", "--out", str(tmp_path / "run"), "--set", "sbnn.pi=1.5"],
         capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
     assert result.returncode == 2
-    assert result.stderr.strip().count("\n") == 0 and "prior.pi" in result.stderr
+    assert result.stderr.strip().count("\n") == 0 and "sbnn.pi" in result.stderr
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +171,7 @@ def test_importance_command_matches_eq_3_18_from_the_saved_inclusion_probabiliti
         rows = list(csv.DictReader(handle))
     psi = np.array([float(row["psi"]) for row in rows])
     # Oracle, eq. 3.18 by hand for the 64-100-10 MLP: psi_j = (1 / (100 * 10)) sum_{k,i} P2[k, i] P1[i, j]
-    with np.load(two_chain_run / "inclusion_probabilities.npz") as saved:
+    with np.load(two_chain_run / "scores.npz") as saved:
         p1, p2 = saved["1.weight"].astype(float), saved["3.weight"].astype(float)
     np.testing.assert_allclose(psi, p2.sum(0) @ p1 / (100 * 10), rtol=1e-5)
     phi = np.array([float(row["phi"]) for row in rows])

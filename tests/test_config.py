@@ -14,21 +14,23 @@ def test_every_packaged_config_validates_and_round_trips_through_toml(name):
 
 
 def test_overrides_are_parsed_as_toml_values_or_strings():
-    assert parse_override("prior.pi=0.3") == (["prior", "pi"], 0.3)
+    assert parse_override("sbnn.pi=0.3") == (["sbnn", "pi"], 0.3)
     assert parse_override("model.hidden=[50, 50]") == (["model", "hidden"], [50, 50])
     assert parse_override("data.name=energy") == (["data", "name"], "energy")
-    config = load_config("default", ["prior.pi=0.25", "model.hidden=[7]", "data.seed=3"])
-    assert config.prior.pi == 0.25 and config.model.options["hidden"] == [7] and config.data.options["seed"] == 3
+    config = load_config("default", ["sbnn.pi=0.25", "model.hidden=[7]", "data.seed=3"])
+    assert config.method_options.pi == 0.25 and config.model.options["hidden"] == [7] and config.data.options["seed"] == 3
 
 
 @pytest.mark.parametrize(
     "override, field",
     [
-        ("prior.pi=0", "prior.pi"),
-        ("prior.pi=true", "prior.pi"),
-        ("guide.init_scale=-1", "guide.init_scale"),
-        ("objective.penalty='quadratic'", "objective.penalty"),
-        ("objective.num_particles=0", "objective.num_particles"),
+        ("sbnn.pi=0", "sbnn.pi"),
+        ("sbnn.pi=true", "sbnn.pi"),
+        ("sbnn.init_scale=-1", "sbnn.init_scale"),
+        ("sbnn.penalty='quadratic'", "sbnn.penalty"),
+        ("sbnn.num_particles=0", "sbnn.num_particles"),
+        ("sbnn.colour=1", "sbnn.colour"),
+        ("method='magic'", "method"),
         ("optim.schedule='linear'", "optim.schedule"),
         ("data.batch_size=0", "data.batch_size"),
         ("data.splits='all'", "data.splits"),

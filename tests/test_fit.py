@@ -14,11 +14,12 @@ from pyro.optim import SGD, Adam, ClippedAdam, StepLR
 from torch import nn
 from torch.distributions import Bernoulli, Normal, kl_divergence
 
-from bayesprune.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from bayesprune.checkpoint import Checkpoint, load_module_state, read_checkpoint, save_checkpoint
 from bayesprune.data import load_dataset
 from bayesprune.errors import TrainingDiverged
 from bayesprune.fit import GeometricPenalty, History, TensorBatches, UniformPenalty, fit
 from bayesprune.guides import SpikeSlabGuide
+from bayesprune.methods.sbnn import SBNNFitted
 from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
 from bayesprune.objectives import AnalyticKLELBO
 from bayesprune.predict import predict
@@ -269,7 +270,7 @@ def test_training_diverged_keeps_last_good_checkpoint(tmp_path):
     path = tmp_path / "last.pt"
     snapshots = []
     callbacks = [
-        Checkpoint(path, model=model, guide=guide, epochs=10),
+        Checkpoint(path, SBNNFitted(model, guide), epochs=10),
         lambda epoch, history: snapshots.append(snapshot(guide)),
     ]
     with pytest.raises(TrainingDiverged, match="epoch 3"):
@@ -320,15 +321,23 @@ def test_fits_with_the_same_seed_are_identical():
     assert other.step_losses != first.step_losses
 
 
+def load_checkpoint(path, *, model, guide) -> dict:
+    """Restore an sBNN's model and guide from a checkpoint; returns its metadata."""
+    saved = read_checkpoint(path)
+    load_module_state(model, saved["state"]["model"])
+    load_module_state(guide, saved["state"]["guide"])
+    return saved["metadata"]
+
+
 def test_checkpoint_round_trip_restores_guide(tmp_path):
-    """save_checkpoint/load_checkpoint restore every guide tensor exactly into a freshly initialised model/guide
+    """save_checkpoint/read_checkpoint restore every guide tensor exactly into a freshly initialised model/guide
     (new parameter store), and the restored pair gives the same predictions and the same loss at a fixed seed."""
     model, guide = regression_problem(0)
     x, y = torch.randn(20, 3), torch.randn(20)
     batches = TensorBatches(x, y, batch_size=10)
     fit(model, guide, batches, objective=AnalyticKLELBO(), optim=Adam({"lr": 0.05}), epochs=3)
     path = tmp_path / "model.pt"
-    save_checkpoint(path, model=model, guide=guide, metadata={"epoch": 3, "note": "round trip"})
+    save_checkpoint(path, SBNNFitted(model, guide), metadata={"epoch": 3, "note": "round trip"})
     expected = {name: value.clone() for name, value in guide.state_dict().items()}
     pyro.set_rng_seed(9)
     expected_loss = AnalyticKLELBO().loss(model, guide, x, y)
@@ -356,7 +365,7 @@ def test_checkpoint_load_survives_a_stale_param_store(tmp_path):
     batches = TensorBatches(x, y, batch_size=10)
     fit(model, guide, batches, objective=AnalyticKLELBO(), optim=Adam({"lr": 0.05}), epochs=2)
     path = tmp_path / "model.pt"
-    save_checkpoint(path, model=model, guide=guide)
+    save_checkpoint(path, SBNNFitted(model, guide))
     pyro.set_rng_seed(9)
     expected_loss = AnalyticKLELBO().loss(model, guide, x, y)
     fit(model, guide, batches, objective=AnalyticKLELBO(), optim=Adam({"lr": 0.1}), epochs=3)

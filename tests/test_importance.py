@@ -21,7 +21,7 @@ from bayesprune.data import load_dataset
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.models import build_architecture
 from bayesprune.models.architectures import lenet_5, mlp
-from bayesprune.runner import build_model, fit_posterior
+from bayesprune.methods.sbnn import build_model, fit_posterior
 
 
 def random_inclusion(net, seed=0):
@@ -127,22 +127,13 @@ def test_phi_of_equal_importances_is_all_ones():
 def test_importance_table_and_plot(tmp_path):
     net = mlp((3,), 1, hidden=(2,))
     inclusion = random_inclusion(net)
-
-    class Guide:
-        def inclusion_probabilities(self):
-            return inclusion
-
-    class Model:
-        pass
-
-    Model.net = net
-    rows = importance_table(Model(), Guide(), feature_names=["a", "b", "c"])
+    rows = importance_table(net, inclusion, feature_names=["a", "b", "c"])
     assert [row["feature"] for row in rows] == ["a", "b", "c"]
     assert {row["phi"] for row in rows} >= {0.0, 1.0}
     psi = feature_importance(weight_inclusion_matrices(inclusion, net))
     assert [row["psi"] for row in rows] == pytest.approx(psi.tolist())
     with pytest.raises(ValueError, match="2 feature names"):
-        importance_table(Model(), Guide(), feature_names=["a", "b"])
+        importance_table(net, inclusion, feature_names=["a", "b"])
     plot_importance(rows, tmp_path / "importance.png")
     assert (tmp_path / "importance.png").stat().st_size > 0
 
@@ -157,7 +148,7 @@ def fast_svi(single_thread):
 def test_importance_table_reads_the_sites_of_a_real_guide(architecture, input_shape):
     dataset = SimpleNamespace(task="classification", num_train=10)
     model = build_model(simulation_config(), dataset, architecture(input_shape, 3))
-    rows = importance_table(model, SpikeSlabGuide(model))
+    rows = importance_table(model, SpikeSlabGuide(model).inclusion_probabilities())
     assert [row["feature"] for row in rows] == [f"x{j}" for j in range(input_shape[0])]
     assert all(0 < row["psi"] < 1 and 0 <= row["phi"] <= 1 for row in rows)
 
@@ -166,8 +157,8 @@ def fit_simulation(dataset):
     """Fit the paper's 20-10 sBNN (section 4.1) with :func:`simulation_config` on ``dataset``; returns ψ."""
     config = simulation_config(data={"dataset": dataset.name})
     net = build_architecture("mlp", dataset.input_shape, dataset.output_dim, **config.model.options)
-    model, guide, _, _ = fit_posterior(config, dataset, net, torch.device("cpu"))
-    return feature_importance(weight_inclusion_matrices(guide.inclusion_probabilities(), model))
+    fitted = fit_posterior(config, dataset, net, torch.device("cpu"))
+    return feature_importance(weight_inclusion_matrices(fitted.scores(), fitted.net))
 
 
 def test_fitted_sbnn_ranks_relevant_features_first(fast_svi):

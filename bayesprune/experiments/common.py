@@ -28,7 +28,8 @@ from bayesprune.errors import ConfigError
 from bayesprune.guides import NormalGuide
 from bayesprune.predict import predict
 from bayesprune.priors import GaussianPrior
-from bayesprune.runner import fit_posterior, new_net
+from bayesprune.methods.sbnn import fit_posterior
+from bayesprune.runner import new_net
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,9 +168,9 @@ def fit_importance(config, dataset, *, device, seed=None) -> ImportanceFit:
     """Fit the sBNN of ``config`` on ``dataset`` and compute ψ and φ of its inputs."""
     seed = config.seed if seed is None else seed
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
-    model, guide, _, seconds = fit_posterior(config, dataset, net, device, seed=seed)
-    psi = feature_importance(weight_inclusion_matrices(guide.inclusion_probabilities(), model)).cpu()
-    return ImportanceFit(model, guide, psi, scaled_importance(psi), seconds)
+    fitted = fit_posterior(config, dataset, net, device, seed=seed)
+    psi = feature_importance(weight_inclusion_matrices(fitted.scores(), fitted.net)).cpu()
+    return ImportanceFit(fitted.model, fitted.guide, psi, scaled_importance(psi), fitted.seconds)
 
 
 @dataclass(frozen=True)
@@ -226,15 +227,15 @@ def fit_gaussian_bnn(config, dataset, *, device, seed: int, scale: float = 1.0):
     """A mean-field Gaussian BNN with an N(0, scale²) prior on every weight (the plain "BNN" baseline).
 
     Same network, likelihood, objective, optimiser, epochs and batch size as the config's sBNN
-    (:func:`~bayesprune.runner.fit_posterior` with the Gaussian prior and guide).
+    (:func:`~bayesprune.methods.sbnn.fit_posterior` with the Gaussian prior and guide).
 
     Returns:
         ``(model, guide)``; predict with :func:`bayesprune.predict.predict`.
     """
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
-    model, guide, _, _ = fit_posterior(config, dataset, net, device, seed=seed, prior=GaussianPrior(scale=scale),
-                                       guide_class=NormalGuide)
-    return model, guide
+    fitted = fit_posterior(config, dataset, net, device, seed=seed, prior=GaussianPrior(scale=scale),
+                           guide_class=NormalGuide)
+    return fitted.model, fitted.guide
 
 
 def mse_on_test(prediction: torch.Tensor, dataset) -> float:

@@ -1,0 +1,93 @@
+"""The two types every method shares: :class:`Method` (options, fit, restore) and :class:`Fitted`.
+
+Downstream code (the runner, evaluation, pruning, export, reports, the command line) reads a
+:class:`Fitted` and nothing else, so it never depends on one method's internals.
+"""
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+
+class Fitted:
+    """What a method hands over after fitting (or restoring from a checkpoint).
+
+    Attributes:
+        method: the registered name of the method that produced it.
+        net: the architecture in its current structure (smaller than built if the method removed
+            units while training); its parameter names are the site names.
+        history: the training :class:`~bayesprune.fit.History` (``None`` when restored).
+        seconds: training time.
+        predictive_samples: Monte-Carlo draws of the predictive; 0 for a method without a posterior.
+        score_name: what :meth:`scores` are, for tables and plots (``"inclusion probability"``).
+    """
+
+    method: str = ""
+    score_name: str = "score"
+
+    def __init__(self, net: nn.Module, *, history=None, seconds: float = 0.0, predictive_samples: int = 0):
+        self.net = net
+        self.history = history
+        self.seconds = seconds
+        self.predictive_samples = predictive_samples
+
+    @property
+    def sites(self) -> dict:
+        """Site name → shape of every prunable tensor, in network order."""
+        return {name: param.shape for name, param in self.net.named_parameters()}
+
+    def scores(self) -> dict:
+        """Site name → importance score tensor (higher = keep), as :func:`bayesprune.pruning.prune` reads."""
+        raise NotImplementedError
+
+    def predict(self, x: torch.Tensor, *, masks=None, num_samples: int = 0) -> torch.Tensor:
+        """Predictive mean (class probabilities, or regression means in training units) at inputs ``x``.
+
+        ``num_samples = 0`` evaluates the point estimate; ``S > 0`` averages over S posterior draws.
+        ``masks`` (site name → bool tensor) zero the pruned entries in every evaluation.
+        """
+        raise NotImplementedError
+
+    def network(self) -> nn.Module:
+        """A plain ``nn.Module`` (a copy) holding the point estimate the method predicts with."""
+        raise NotImplementedError
+
+    def metrics(self) -> dict:
+        """The method's own numbers for ``metrics.json`` (beside the shared test metrics)."""
+        return {}
+
+    def state_dict(self) -> dict:
+        """Tensors and plain data that :meth:`Method.restore` rebuilds this from (``weights_only`` loadable)."""
+        raise NotImplementedError
+
+
+class Method:
+    """A registered pruning method (:func:`bayesprune.methods.register_method`).
+
+    Class attributes:
+        name: the value of ``method`` in a config, and the name of the method's own TOML table.
+        Options: a frozen dataclass for that table, validated in ``__post_init__`` with
+            :class:`~bayesprune.errors.ConfigError` messages naming the field (``sbnn.pi``).
+        legacy_keys: ``"section.key"`` of older config layouts → option name (``None``: dropped),
+            folded into the method's table when such a config is loaded.
+    """
+
+    name: ClassVar[str] = ""
+    Options: ClassVar[type]
+    legacy_keys: ClassVar[dict] = {}
+
+    def fit(self, net: nn.Module, dataset, config, *, device, seed: int, checkpoint=None, progress: bool = False) -> Fitted:
+        """Fit on ``dataset`` starting from ``net``; ``config.method_options`` is an :attr:`Options`.
+
+        ``checkpoint`` is a path to save the state to during training (see
+        :class:`bayesprune.checkpoint.Checkpoint`), or ``None``.
+        """
+        raise NotImplementedError
+
+    def restore(self, net: nn.Module, dataset, config, state: dict) -> Fitted:
+        """Rebuild the :class:`Fitted` whose :meth:`Fitted.state_dict` is ``state`` around ``net``."""
+        raise NotImplementedError
+
+    def inference_data(self, fits: list, dataset, *, seed: int):
+        """ArviZ data of independent fits (chains) for ``posterior.nc``, or ``None`` without a posterior."""
+        return None

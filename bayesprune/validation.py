@@ -1,0 +1,20 @@
+"""Checks shared by every config section and method option: each failure names its field in one line."""
+import math
+
+from .errors import ConfigError
+
+
+def require(condition: bool, key: str, expectation: str, value):
+    """Raise ``ConfigError("<key> must <expectation>, got <value>")`` unless ``condition`` holds."""
+    if not condition:
+        raise ConfigError(f"{key} must {expectation}, got {value!r}")
+
+
+def is_int(value) -> bool:
+    """An integer that is not a boolean."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value) -> bool:
+    """A finite int or float that is not a boolean."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
