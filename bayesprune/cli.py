@@ -29,8 +29,9 @@ def _run(args):
         print(f"experiment {config.experiment.name}: results in {args.out}")
         return
     metric = "test_error" if "test_error" in metrics else "test_rmse"
-    print(f"{metrics['dataset']}: {metric} {metrics[metric]:.4g} (plain network: "
-          f"{metrics.get('baseline_' + metric, float('nan')):.4g}); results in {args.out}")
+    baseline = metrics.get(f"baseline_{metric}")
+    versus = "" if baseline is None else f" (plain network: {baseline:.4g})"
+    print(f"{metrics['dataset']}: {metric} {metrics[metric]:.4g}{versus}; results in {args.out}")
 
 
 def _report(args):
@@ -53,9 +54,9 @@ def _importance(args):
     if any(path.exists() for path in outputs) and not args.force:
         raise BayesPruneError(f"{run_dir}: importance.csv exists; pass --force to overwrite it")
     _, dataset, fitted = load_run(run_dir)
+    if not fitted.scores_are_probabilities:
+        raise BayesPruneError(f"{run_dir}: importance paths need inclusion probabilities; method {fitted.method!r} scores by {fitted.score_name}")
     scores = fitted.scores()
-    if any(bool(((score < 0) | (score > 1)).any()) for score in scores.values()):
-        raise BayesPruneError(f"{run_dir}: importance paths need probabilities as scores; method {fitted.method!r} scores are not")
     try:
         rows = importance_table(fitted.net, scores, dataset.feature_names)
         nodes = node_importance_table(fitted.net, scores)

@@ -20,10 +20,13 @@ class Fitted:
         seconds: training time.
         predictive_samples: Monte-Carlo draws of the predictive; 0 for a method without a posterior.
         score_name: what :meth:`scores` are, for tables and plots (``"inclusion probability"``).
+        scores_are_probabilities: the scores are inclusion probabilities, so importance paths
+            (paper 003, eqs. 3.18-3.19) can be read from them.
     """
 
     method: str = ""
     score_name: str = "score"
+    scores_are_probabilities: bool = False
 
     def __init__(self, net: nn.Module, *, history=None, seconds: float = 0.0, predictive_samples: int = 0):
         self.net = net

@@ -80,6 +80,7 @@ class SBNNFitted(Fitted):
 
     method = "sbnn"
     score_name = "inclusion probability"
+    scores_are_probabilities = True
 
     def __init__(self, model, guide, *, history=None, seconds=0.0, predictive_samples=0):
         super().__init__(model.net, history=history, seconds=seconds, predictive_samples=predictive_samples)
