@@ -86,7 +86,7 @@ def build_parser():
     run.add_argument("config", nargs="?", help="packaged config name or TOML path (default: the embedded default)")
     run.add_argument("--out", required=True, help="run directory to create")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a config key, e.g. --set prior.pi=0.3 (repeatable)")
+                     help="override a config key, e.g. --set sbnn.pi=0.3 (repeatable)")
     run.add_argument("--data-root", help="directory holding the data (sets data.root)")
     run.add_argument("--force", action="store_true", help="overwrite a non-empty --out directory")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
