@@ -1,6 +1,6 @@
 """Test metrics of a fitted network as weights are removed by their scores (paper 003, Tables 2 and 5)."""
 from bayesprune.predict import metric
-from bayesprune.pruning import global_masks
+from bayesprune.pruning import Budget, prune
 
 
 def pruning_curve(fitted, dataset, *, droprates, device=None) -> list:
@@ -23,7 +23,7 @@ def pruning_curve(fitted, dataset, *, droprates, device=None) -> list:
     evaluations = [("", 0)] + ([("_mc", fitted.predictive_samples)] if fitted.predictive_samples > 0 else [])
     rows = []
     for droprate in droprates:
-        masks = global_masks(scores, droprate)
+        masks = prune(scores, Budget(fraction=droprate))
         row = {"droprate": droprate, "n_weights_kept": int(sum(mask.sum() for mask in masks.values()))}
         for suffix, samples in evaluations:
             prediction = fitted.predict(x, num_samples=samples, masks=masks).cpu()

@@ -4,6 +4,6 @@ from .errors import BayesPruneError, ConfigError, DataError, TrainingDiverged
 from .fit import GeometricPenalty, History, TensorBatches, UniformPenalty, fit, resolve_device
 from .objectives import AnalyticKLELBO
 from .priors import SpikeSlabPrior
-from .pruning import apply_masks, global_masks, sparsity
+from .pruning import Budget, apply_masks, prune, sparsity
 
 __version__ = "0.1.0"

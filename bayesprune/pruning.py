@@ -1,34 +1,161 @@
-"""Pruning is one operation: scores plus a budget give boolean masks; export applies them.
+"""Pruning is one operation: scores plus a :class:`Budget` give boolean masks; export applies them.
 
-Scores are keyed by site name (inclusion probabilities, gate parameters, saliencies); no function here
-knows which method produced them.
+Scores are keyed by site name (inclusion probabilities, gate parameters, saliencies; higher = keep);
+no function here knows which method produced them. Weight-level masks are keyed by the same site
+names; unit-level masks by ``"<layer>.gate"`` (:mod:`bayesprune.structure`).
 """
 import math
+from dataclasses import dataclass
 
 import torch
 
+from .structure import layer_chain
+from .validation import is_int, is_number, require
 
-def global_masks(scores: dict, droprate: float) -> dict:
-    """Drop the ``floor(droprate · n)`` lowest-scoring entries across all tensors together.
+SCOPES = ("global", "layer")
+LEVELS = ("weight", "unit")
 
-    Ties are broken by position, so the number kept is exact. Masks live on the scores' devices.
+
+@dataclass(frozen=True)
+class Budget:
+    """How much to keep: exactly one of ``fraction``, ``keep`` and ``threshold``.
+
+    Attributes:
+        fraction: fraction of the entries removed, in [0, 1): ``floor(fraction · n)`` of them (the
+            product is rounded to 6 decimals first, so 0.29 · 100 removes 29).
+        keep: number of entries kept.
+        threshold: keep the entries whose score is at least this.
+        scope: ``"global"`` ranks all sites together; ``"layer"`` applies the budget to each site
+            (weight level) or layer (unit level) separately.
+        level: ``"weight"`` masks entries of every site; ``"unit"`` masks the hidden units
+            (filters) of each layer, scored per unit (gate sites, or :func:`unit_scores`).
+        min_keep: floor per site (weight level) or per layer (unit level): at least this many of
+            its highest-scoring entries are kept, so no layer is emptied. The floors are kept
+            first; the rest of the count goes by rank, so the total is the count asked for, or
+            the sum of the floors if that is larger.
+
+    Ties are broken by position: among equal scores, entries of earlier sites, and earlier entries
+    within a site, are removed first. Ranking is in float64, so pass scores in a form that does not
+    saturate (logits rather than probabilities rounded to 1).
+    """
+
+    fraction: float | None = None
+    keep: int | None = None
+    threshold: float | None = None
+    scope: str = "global"
+    level: str = "weight"
+    min_keep: int = 0
+
+    def __post_init__(self):
+        given = [name for name in ("fraction", "keep", "threshold") if getattr(self, name) is not None]
+        require(len(given) == 1, "budget", "set exactly one of fraction, keep and threshold", given)
+        if self.fraction is not None:
+            require(is_number(self.fraction) and 0 <= self.fraction < 1, "budget.fraction", "lie in [0, 1)", self.fraction)
+        if self.keep is not None:
+            require(is_int(self.keep) and self.keep >= 0, "budget.keep", "be a non-negative integer", self.keep)
+        if self.threshold is not None:
+            require(is_number(self.threshold), "budget.threshold", "be a finite number", self.threshold)
+        require(self.scope in SCOPES, "budget.scope", f"be one of {list(SCOPES)}", self.scope)
+        require(self.level in LEVELS, "budget.level", f"be one of {list(LEVELS)}", self.level)
+        require(is_int(self.min_keep) and self.min_keep >= 0, "budget.min_keep", "be a non-negative integer", self.min_keep)
+
+
+def prune(scores: dict, budget: Budget, *, net=None) -> dict:
+    """Boolean masks (``True`` = keep) of the entries ``budget`` keeps, on the scores' devices.
 
     Args:
-        scores: site name → score tensor; higher means more important.
-        droprate: fraction in [0, 1) of all entries to remove.
+        scores: site name → score tensor, higher = keep. At unit level, either one score per unit
+            under ``"<layer>.gate"`` or weight scores, reduced per unit by :func:`unit_scores`.
+        budget: what to keep.
+        net: the network, needed at unit level to know which weights form a unit.
+
+    Returns:
+        Weight level: a mask per site of ``scores``. Unit level: a mask of shape ``(units,)`` per
+        hidden layer under ``"<layer>.gate"`` (the output layer's units are never removed);
+        :func:`expand_unit_masks` turns them into weight masks.
     """
-    if not 0.0 <= droprate < 1.0:
-        raise ValueError(f"droprate must lie in [0, 1), got {droprate}")
-    flat = torch.cat([score.detach().flatten() for score in scores.values()])
-    keep = torch.ones_like(flat, dtype=torch.bool)
-    # Rounded first so that a decimal droprate counts exactly (0.29 · 100 is 28.999… in floating point).
-    num_dropped = math.floor(round(droprate * flat.numel(), 6))
-    keep[torch.argsort(flat, stable=True)[:num_dropped]] = False
+    if budget.level == "unit":
+        if net is None:
+            raise ValueError("a unit-level budget needs the network (net=...)")
+        scores = unit_scores(scores, net)
+    groups = [dict(scores)] if budget.scope == "global" else [{name: score} for name, score in scores.items()]
+    masks = {}
+    for group in groups:
+        masks.update(_select(group, budget))
+    return masks
+
+
+def _select(scores: dict, budget: Budget) -> dict:
+    flat = torch.cat([score.detach().flatten().to(torch.float64) for score in scores.values()])
+    n = flat.numel()
+    order = torch.argsort(flat, stable=True)  # removal order: lowest first, earlier position first on ties
+    keep = torch.zeros(n, dtype=torch.bool, device=flat.device)
+    forced = torch.zeros_like(keep)
+    start = 0
+    for score in scores.values():
+        size = score.numel()
+        floor = min(budget.min_keep, size)
+        if floor:
+            local = torch.argsort(flat[start:start + size], stable=True)[size - floor:]
+            forced[start + local] = True
+        start += size
+    if budget.threshold is not None:
+        keep = flat >= budget.threshold
+    else:
+        count = n - math.floor(round(budget.fraction * n, 6)) if budget.fraction is not None else min(budget.keep, n)
+        candidates = order[~forced[order]]
+        extra = max(count - int(forced.sum()), 0)
+        keep[candidates[candidates.numel() - extra:]] = True
+    keep |= forced
     sizes = [score.numel() for score in scores.values()]
-    return {
-        name: chunk.view(score.shape)
-        for (name, score), chunk in zip(scores.items(), torch.split(keep, sizes))
-    }
+    return {name: chunk.view(score.shape) for (name, score), chunk in zip(scores.items(), torch.split(keep, sizes))}
+
+
+def unit_scores(scores: dict, net, *, reduce: str = "mean") -> dict:
+    """One score per hidden unit (filter), keyed ``"<layer>.gate"``.
+
+    A ``"<layer>.gate"`` entry of ``scores`` is taken as it is; otherwise the unit's score is the
+    ``reduce`` (``"mean"``, ``"max"`` or ``"sum"``) of the scores of its incoming weights (its row
+    of a ``Linear``, its kernel across input channels of a ``Conv2d``), e.g. the mean inclusion
+    probability of the unit's weights. The bias is not counted. The last layer (the outputs) has no
+    gate.
+    """
+    reducers = {"mean": torch.mean, "max": lambda x, dim: torch.max(x, dim=dim).values, "sum": torch.sum}
+    if reduce not in reducers:
+        raise ValueError(f"reduce must be one of {sorted(reducers)}, got {reduce!r}")
+    units = {}
+    for layer in layer_chain(net)[:-1]:
+        if layer.gate_site in scores:
+            units[layer.gate_site] = scores[layer.gate_site]
+        elif layer.weight_site in scores:
+            weight = scores[layer.weight_site].detach().to(torch.float64)
+            units[layer.gate_site] = reducers[reduce](weight.flatten(1), dim=1)
+        else:
+            raise ValueError(f"no score for layer {layer.name!r}: expected {layer.gate_site!r} or {layer.weight_site!r}")
+    return units
+
+
+def expand_unit_masks(net, unit_masks: dict) -> dict:
+    """Weight-level masks equivalent to removing the masked units: each removed unit's weights and
+    bias, and the columns (input channels) of the next layer it feeds, are zeroed."""
+    masks = {}
+    params = dict(net.named_parameters())
+    layers = layer_chain(net)
+    incoming = None  # mask over the current layer's inputs
+    for layer in layers:
+        weight = params[layer.weight_site]
+        keep = torch.ones(weight.shape, dtype=torch.bool, device=weight.device)
+        if incoming is not None:
+            keep &= incoming.view(1, -1, *([1] * (weight.dim() - 2))).to(weight.device)
+        unit = unit_masks.get(layer.gate_site)
+        if unit is not None:
+            unit = unit.to(device=weight.device, dtype=torch.bool)
+            keep &= unit.view(-1, *([1] * (weight.dim() - 1)))
+            if layer.bias_site is not None:
+                masks[layer.bias_site] = unit.clone()
+        masks[layer.weight_site] = keep
+        incoming = None if unit is None else unit.repeat_interleave(layer.inputs_per_unit or 1)
+    return masks
 
 
 def apply_masks(params: dict, masks: dict) -> dict:

@@ -1,4 +1,4 @@
-"""Tests of bayesprune.pruning against a numpy oracle (sort of the concatenated scores) and exact counts."""
+"""Tests of bayesprune.pruning against a numpy oracle (sort of the concatenated scores), brute force and exact counts."""
 import math
 from fractions import Fraction
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from bayesprune.pruning import apply_masks, global_masks, sparsity
+from bayesprune.pruning import Budget, apply_masks, prune, sparsity
 
 SHAPES = [
     {"a": (3, 4), "b": (5,), "c": (2, 2, 2)},
@@ -23,10 +23,10 @@ def random_scores(shapes, generator):
 
 @pytest.mark.parametrize("shapes", SHAPES)
 @pytest.mark.parametrize("droprate", DROPRATES)
-def test_global_masks_drop_the_lowest_scores(shapes, droprate):
+def test_fraction_budget_drop_the_lowest_scores(shapes, droprate):
     """Exactly floor(d n) entries are dropped, and they are the floor(d n) smallest of the concatenated scores."""
     scores = random_scores(shapes, torch.Generator().manual_seed(len(shapes)))
-    masks = global_masks(scores, droprate)
+    masks = prune(scores, Budget(fraction=droprate))
     assert list(masks) == list(scores)
     flat = np.concatenate([s.numpy().ravel() for s in scores.values()])
     n = flat.size
@@ -40,34 +40,34 @@ def test_global_masks_drop_the_lowest_scores(shapes, droprate):
 
 
 @pytest.mark.parametrize("droprate", [0.2, 0.5, 0.8])
-def test_global_masks_break_ties_and_keep_exact_count(droprate):
+def test_fraction_budget_break_ties_and_keep_exact_count(droprate):
     """With all scores tied the mask still removes exactly floor(d n) entries."""
     scores = {"a": torch.ones(6, 5), "b": torch.ones(10)}
-    masks = global_masks(scores, droprate)
+    masks = prune(scores, Budget(fraction=droprate))
     dropped = sum(int((~m).sum()) for m in masks.values())
     assert dropped == math.floor(Fraction(str(droprate)) * 40)
 
 
-def test_global_masks_are_global_not_per_tensor():
+def test_fraction_budget_are_global_not_per_tensor():
     """A tensor of uniformly low scores is pruned entirely before any entry of a high-scoring tensor."""
     scores = {"low": torch.linspace(0.0, 0.1, 12).view(3, 4), "high": torch.linspace(0.5, 1.0, 12).view(4, 3)}
-    masks = global_masks(scores, 0.5)
+    masks = prune(scores, Budget(fraction=0.5))
     assert not masks["low"].any() and masks["high"].all()
 
 
-def test_global_masks_ignore_gradients_and_keep_devices():
+def test_fraction_budget_ignore_gradients_and_keep_devices():
     """Scores that require grad are accepted; masks are plain boolean tensors on the scores' device."""
     score = torch.tensor([0.3, 0.1, 0.2], requires_grad=True)
-    masks = global_masks({"w": score}, 0.5)
+    masks = prune({"w": score}, Budget(fraction=0.5))
     assert masks["w"].tolist() == [True, False, True]
     assert not masks["w"].requires_grad and masks["w"].device == score.device
 
 
 @pytest.mark.parametrize("droprate", [-0.1, 1.0, 1.5, float("nan")])
-def test_global_masks_reject_droprate_outside_unit_interval(droprate):
+def test_fraction_budget_reject_droprate_outside_unit_interval(droprate):
     """droprate must lie in [0, 1); anything else raises ValueError."""
     with pytest.raises(ValueError):
-        global_masks({"w": torch.rand(5)}, droprate)
+        prune({"w": torch.rand(5)}, Budget(fraction=droprate))
 
 
 @pytest.mark.parametrize(
@@ -79,19 +79,19 @@ def test_global_masks_reject_droprate_outside_unit_interval(droprate):
         (0.57, 100),
     ],
 )
-def test_global_masks_count_uses_exact_decimal_droprate(droprate, n):
+def test_fraction_budget_count_uses_exact_decimal_droprate(droprate, n):
     """A droprate given in decimal removes floor(d n) entries computed exactly (29 of 100 for d = 0.29)."""
-    masks = global_masks({"w": torch.rand(n)}, droprate)
+    masks = prune({"w": torch.rand(n)}, Budget(fraction=droprate))
     assert int((~masks["w"]).sum()) == math.floor(Fraction(str(droprate)) * n)
 
 
 @pytest.mark.parametrize("n", [37, 100, 1000, 2662])
-def test_global_masks_count_for_every_two_decimal_droprate(n):
+def test_fraction_budget_count_for_every_two_decimal_droprate(n):
     """For every droprate 0.00, 0.01, ..., 0.99 the count dropped is floor(d n) in exact rational arithmetic."""
     scores = {"w": torch.rand(n, generator=torch.Generator().manual_seed(n))}
     for hundredths in range(100):
         droprate = float(f"0.{hundredths:02d}")
-        dropped = int((~global_masks(scores, droprate)["w"]).sum())
+        dropped = int((~prune(scores, Budget(fraction=droprate))["w"]).sum())
         assert dropped == math.floor(Fraction(hundredths, 100) * n), droprate
 
 
@@ -127,8 +127,68 @@ def test_sparsity_counts_removed_fraction():
 def test_zero_droprate_keeps_everything():
     """droprate 0 keeps every entry, so apply_masks is the identity."""
     scores = {"a": torch.rand(3, 3), "b": torch.rand(2)}
-    masks = global_masks(scores, 0.0)
+    masks = prune(scores, Budget(fraction=0.0))
     assert all(m.all() for m in masks.values()) and sparsity(masks) == 0.0
     params = {"a": torch.randn(3, 3), "b": torch.randn(2)}
     for name, value in apply_masks(params, masks).items():
         assert torch.equal(value, params[name])
+
+
+def brute_force_keep(scores: dict, count: int, floor: int) -> set:
+    """Oracle: the kept (site, index) pairs, by enumerating entries in removal order by hand.
+
+    Each site first keeps its ``floor`` best entries; the rest of ``count`` goes to the best of the
+    others; on equal scores the later entry (later site, later index) ranks higher.
+    """
+    entries = [(float(value), site_rank, index, name)
+               for site_rank, (name, score) in enumerate(scores.items())
+               for index, value in enumerate(score.flatten().tolist())]
+    best_first = sorted(entries, key=lambda e: (e[0], e[1], e[2]), reverse=True)
+    kept = set()
+    for name in scores:
+        kept |= {(e[3], e[2]) for e in [e for e in best_first if e[3] == name][:floor]}
+    for entry in best_first:
+        if len(kept) >= max(count, 0):
+            break
+        kept.add((entry[3], entry[2]))
+    return kept
+
+
+def kept_pairs(masks):
+    return {(name, index) for name, mask in masks.items() for index in mask.flatten().nonzero().flatten().tolist()}
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("floor", [0, 1, 3])
+def test_keep_count_and_floors_against_brute_force(seed, floor):
+    """Scores drawn from 4 values (many ties): the kept set equals the hand enumeration, globally and per site."""
+    generator = torch.Generator().manual_seed(seed)
+    scores = {name: torch.randint(0, 4, shape, generator=generator).double() for name, shape in SHAPES[seed % 3].items()}
+    n = sum(s.numel() for s in scores.values())
+    for count in (0, 1, n // 3, n - 1, n):
+        masks = prune(scores, Budget(keep=count, min_keep=floor))
+        assert kept_pairs(masks) == brute_force_keep(scores, count, floor)
+        per_site = prune(scores, Budget(keep=count, scope="layer", min_keep=floor))
+        expected = set().union(*(brute_force_keep({name: s}, count, floor) for name, s in scores.items()))
+        assert kept_pairs(per_site) == expected
+
+
+def test_ties_remove_earlier_sites_and_entries_first():
+    scores = {"a": torch.tensor([0.5, 0.5, 0.1]), "b": torch.tensor([0.5, 0.9])}
+    masks = prune(scores, Budget(fraction=0.4))  # removes 2 of 5: the 0.1, then the first 0.5
+    assert masks["a"].tolist() == [False, True, False] and masks["b"].tolist() == [True, True]
+
+
+def test_threshold_keeps_scores_at_or_above_it_and_floors_still_hold():
+    scores = {"a": torch.tensor([0.2, 0.6, 0.4]), "b": torch.tensor([0.1, 0.3])}
+    masks = prune(scores, Budget(threshold=0.4))
+    assert masks["a"].tolist() == [False, True, True] and masks["b"].tolist() == [False, False]
+    masks = prune(scores, Budget(threshold=0.4, min_keep=1))
+    assert masks["b"].tolist() == [False, True]
+
+
+@pytest.mark.parametrize("fields", [{}, {"fraction": 0.1, "keep": 3}, {"keep": -1}, {"threshold": float("inf")},
+                                    {"keep": 1, "scope": "row"}, {"keep": 1, "level": "neuron"}, {"keep": 1, "min_keep": 1.5}])
+def test_invalid_budgets_name_the_field(fields):
+    with pytest.raises(ValueError, match="^budget"):
+        Budget(**fields)
