@@ -1,4 +1,4 @@
-"""The ``bayesprune`` command line: ``run`` a config, ``report`` and ``importance`` of a saved run, ``list`` configs.
+"""The ``bayesprune`` command line: ``run`` a config; ``report``, ``importance`` and ``export`` of a saved run; ``list`` configs.
 
 User errors (bad config values, bad data, an occupied output directory, a diverged fit) print one
 line on stderr and exit with status 2, without a traceback.
@@ -71,6 +71,74 @@ def _importance(args):
     print(f"wrote {', '.join(str(path) for path in outputs)}")
 
 
+def _export(args):
+    import os
+
+    import torch
+
+    from .export import count_macs, count_parameters, export, measure_latency, save_portable
+    from .pruning import Budget, apply_masks, expand_unit_masks, prune
+    from .runner import load_run
+
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise BayesPruneError(f"--out {out}: exists; pass --force to overwrite it")
+    budget = _budget(args.budget)
+    _, dataset, fitted = load_run(args.run_dir)
+    dense = fitted.network().eval()
+    try:
+        masks = prune(fitted.scores(), budget, net=dense)
+        exported = export(dense, masks).eval()
+    except ValueError as error:
+        raise BayesPruneError(f"export: {error}") from None
+    weight_masks = expand_unit_masks(dense, masks) if budget.level == "unit" else masks
+    x = dataset.x_test[:256]
+    with torch.no_grad():
+        masked = torch.func.functional_call(dense, apply_masks(dict(dense.named_parameters()), weight_masks), (x,))
+        difference = (exported(x) - masked).abs().max().item()
+    partial = out.with_name(f".{out.stem}.partial.pt2")
+    save_portable(exported, partial, x[:2])
+    os.replace(partial, out)
+
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    report = {"budget": {key: value for key, value in vars(budget).items() if value is not None},
+              "max_abs_difference_to_masked": difference, "file": str(out)}
+    for name, net in (("dense", dense), ("exported", exported)):
+        report[name] = {"parameters": count_parameters(net), "macs": count_macs(net, dataset.input_shape),
+                        "latency_seconds": {device: measure_latency(net, dataset.input_shape, device=device, repeats=args.repeats)
+                                            for device in devices}}
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    rows = [("parameters", "parameters", "total"), ("non-zero parameters", "parameters", "nonzero"), ("MACs", "macs", None)]
+    print(f"budget {report['budget']}; max |exported - masked dense| on {len(x)} test inputs: {difference:.2e}")
+    print(f"{'':<28}{'dense':>14}{'exported':>14}{'ratio':>8}")
+    for label, key, sub in rows:
+        values = [report[name][key][sub] if sub else report[name][key] for name in ("dense", "exported")]
+        print(f"{label:<28}{values[0]:>14,}{values[1]:>14,}{values[1] / values[0]:>8.3f}")
+    for device in devices:
+        for batch, seconds in report["dense"]["latency_seconds"][device].items():
+            small = report["exported"]["latency_seconds"][device][batch]
+            print(f"{f'latency {device}, batch {batch} (ms)':<28}{1e3 * seconds:>14.4f}{1e3 * small:>14.4f}{small / seconds:>8.3f}")
+    print(f"wrote {out}: torch.export.load(path).module() runs it with torch alone")
+
+
+def _budget(assignments) -> "Budget":
+    from .config import parse_override
+    from .pruning import Budget
+
+    fields = {"level": "unit", "min_keep": 1}
+    for assignment in assignments:
+        keys, value = parse_override(assignment)
+        fields[".".join(keys)] = value
+    if not {"fraction", "keep", "threshold"} & set(fields):
+        fields["fraction"] = 0.5
+    unknown = sorted(set(fields) - set(Budget.__dataclass_fields__))
+    if unknown:
+        raise BayesPruneError(f"--budget {unknown[0]}: not a budget field (one of {sorted(Budget.__dataclass_fields__)})")
+    return Budget(**fields)
+
+
 def _list(args):
     configs = packaged_configs()
     width = max(map(len, configs))
@@ -103,6 +171,19 @@ def build_parser():
     importance.add_argument("--top", type=int, default=30, help="features shown in importance.png (default 30)")
     importance.add_argument("--force", action="store_true", help="overwrite existing importance files")
     importance.set_defaults(handler=_importance)
+
+    exporting = commands.add_parser(
+        "export", help="prune a fitted run by a budget and write a smaller network that runs with torch alone"
+    )
+    exporting.add_argument("run_dir")
+    exporting.add_argument("--out", required=True, help="file to write (torch.export format, .pt2)")
+    exporting.add_argument("--budget", action="append", default=[], metavar="KEY=VALUE",
+                           help="a field of the budget (repeatable): fraction, keep or threshold; scope global|layer; "
+                                "level unit|weight; min_keep (default: fraction=0.5 level=unit min_keep=1)")
+    exporting.add_argument("--repeats", type=int, default=30, help="timed forward passes per batch size (default 30)")
+    exporting.add_argument("--json", action="store_true", help="print the measurements as JSON")
+    exporting.add_argument("--force", action="store_true", help="overwrite an existing --out file")
+    exporting.set_defaults(handler=_export)
 
     listing = commands.add_parser("list", help="list the packaged configs")
     listing.set_defaults(handler=_list)

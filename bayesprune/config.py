@@ -95,15 +95,32 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class PruneConfig:
-    """``[prune]``: droprates of the pruning curve (fractions of all weights removed by inclusion probability)."""
+    """``[prune]``: the pruning curve. At each droprate the fraction of all weights (``level =
+    "weight"``) or of all hidden units (``"unit"``) with the lowest scores is removed, ranked over the
+    whole network (``scope = "global"``) or within each layer (``"layer"``), keeping at least
+    ``min_keep`` per layer (:class:`bayesprune.pruning.Budget`)."""
 
     droprates: tuple = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
+    scope: str = "global"
+    level: str = "weight"
+    min_keep: int = 0
 
     def __post_init__(self):
+        from .pruning import LEVELS, SCOPES
+
         _require(isinstance(self.droprates, (list, tuple)) and len(self.droprates) > 0, "prune.droprates", "be a non-empty list", self.droprates)
         for rate in self.droprates:
             _require(_is_number(rate) and 0 <= rate < 1, "prune.droprates", "contain only droprates in [0, 1)", rate)
         object.__setattr__(self, "droprates", tuple(sorted(set(float(rate) for rate in self.droprates))))
+        _require(self.scope in SCOPES, "prune.scope", f"be one of {list(SCOPES)}", self.scope)
+        _require(self.level in LEVELS, "prune.level", f"be one of {list(LEVELS)}", self.level)
+        _require(_is_int(self.min_keep) and self.min_keep >= 0, "prune.min_keep", "be a non-negative integer", self.min_keep)
+
+    def budget(self, droprate: float):
+        """The :class:`~bayesprune.pruning.Budget` of one point of the curve."""
+        from .pruning import Budget
+
+        return Budget(fraction=droprate, scope=self.scope, level=self.level, min_keep=self.min_keep)
 
 
 @dataclass(frozen=True)

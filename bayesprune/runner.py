@@ -168,7 +168,8 @@ def _staged(out: Path):
 
 def _evaluate(config, dataset, fitted, device, baseline_net) -> dict:
     name = metric_name(dataset.task)
-    curve = pruning_curve(fitted, dataset, droprates=sorted({0.0, *config.prune.droprates}), device=device)
+    curve = pruning_curve(fitted, dataset, droprates=sorted({0.0, *config.prune.droprates}), device=device,
+                          budget=config.prune.budget)
     metrics = {
         "method": config.method,
         "dataset": dataset.name,

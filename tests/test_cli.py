@@ -219,3 +219,28 @@ def test_report_and_importance_reject_a_directory_that_is_not_a_run(tmp_path, ca
     status, stdout, err = run_cli(capsys, command, str(tmp_path))
     assert status == 2 and err.startswith("bayesprune: error:") and err.count("\n") == 1
     assert str(tmp_path) in err and not list(tmp_path.iterdir())
+
+
+def test_unit_level_pruning_curve_and_export_of_a_run(tmp_path, capsys):
+    """A run whose curve removes hidden units; `export` writes a smaller network whose outputs equal the
+    masked dense network's and that loads with torch alone."""
+    out = tmp_path / "run"
+    assert run_cli(capsys, "run", "--out", str(out), *QUICK, "--set", "prune.level='unit'",
+                   "--set", "prune.droprates=[0.5]", "--set", "prune.min_keep=1")[0] == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    row = metrics["pruning_curve"][1]
+    assert row["droprate"] == 0.5 and row["n_weights_kept"] == 7510 - 50 * (64 + 1 + 10)  # 50 of 100 hidden units
+    target = tmp_path / "small.pt2"
+    status, stdout, _ = run_cli(capsys, "export", str(out), "--out", str(target), "--budget", "keep=30", "--json",
+                                "--repeats", "2")
+    assert status == 0
+    report = json.loads(stdout)
+    assert report["max_abs_difference_to_masked"] < 1e-5
+    assert report["exported"]["parameters"]["total"] == 64 * 30 + 30 + 30 * 10 + 10
+    assert report["exported"]["macs"] == 64 * 30 + 30 * 10
+    assert set(report["dense"]["latency_seconds"]["cpu"]) == {"1", "64", "1024"}
+    assert torch.export.load(str(target)).module()(torch.zeros(3, 1, 8, 8)).shape == (3, 10)  # digits: 8x8 images
+    status, _, err = run_cli(capsys, "export", str(out), "--out", str(target))
+    assert status == 2 and "--force" in err
+    status, _, err = run_cli(capsys, "export", str(out), "--out", str(tmp_path / "x.pt2"), "--budget", "colour=1")
+    assert status == 2 and "--budget colour" in err and err.count("\n") == 1
