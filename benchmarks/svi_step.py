@@ -103,17 +103,20 @@ class PlainTorchSBNN:
             initial means.
         prior: the :class:`SpikeSlabPrior` (its float pi, tau0, tau1 are used).
         local_reparameterization: sample pre-activations instead of weights.
+        lr, init_scale, dataset_size: Adam's learning rate, the initial sigma, the N of N/B.
     """
 
-    def __init__(self, net, prior, *, local_reparameterization=False):
+    def __init__(self, net, prior, *, local_reparameterization=False, lr=LEARNING_RATE, init_scale=INIT_SCALE,
+                 dataset_size=DATASET_SIZE):
         linears = [module for module in net.modules() if isinstance(module, torch.nn.Linear)]
         self.shapes = [shape for layer in linears for shape in (layer.weight.shape, layer.bias.shape)]
         flat = torch.cat([tensor.detach().flatten() for layer in linears for tensor in (layer.weight, layer.bias)])
         self.loc = flat.clone().requires_grad_()
-        self.rho = torch.full_like(flat, INIT_SCALE + math.log(-math.expm1(-INIT_SCALE))).requires_grad_()
+        self.rho = torch.full_like(flat, init_scale + math.log(-math.expm1(-init_scale))).requires_grad_()
         self.pi, self.tau0, self.tau1 = prior.pi, prior.tau0, prior.tau1
         self.local_reparameterization = local_reparameterization
-        self.optimizer = torch.optim.Adam([self.loc, self.rho], lr=LEARNING_RATE)
+        self.dataset_size = dataset_size
+        self.optimizer = torch.optim.Adam([self.loc, self.rho], lr=lr)
 
     def _layers(self, flat):
         chunks = torch.split(flat, [shape.numel() for shape in self.shapes])
@@ -154,7 +157,7 @@ class PlainTorchSBNN:
 
     def loss(self, x, y):
         sigma = F.softplus(self.rho)
-        nll = F.cross_entropy(self.logits(x, sigma), y, reduction="sum") * (DATASET_SIZE / x.shape[0])
+        nll = F.cross_entropy(self.logits(x, sigma), y, reduction="sum") * (self.dataset_size / x.shape[0])
         return nll + self.kl(sigma)
 
     def step(self, x, y):

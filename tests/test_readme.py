@@ -24,3 +24,8 @@ def test_the_arviz_and_importance_example_reads_a_run_directory(tmp_path, monkey
                  "--set", "sbnn.predictive_samples=2"]) == 0
     exec(compile(EXAMPLES[1], "README example 2", "exec"), {})
     assert "'feature': 'x0'" in capsys.readouterr().out
+
+
+def test_the_budget_example_builds_a_784_90_30_10_network(capsys):
+    exec(compile(EXAMPLES[2], "README example 3", "exec"), {})
+    assert capsys.readouterr().out.split()[0] == str(784 * 90 + 90 + 90 * 30 + 30 + 30 * 10 + 10)

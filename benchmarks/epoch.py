@@ -1,0 +1,155 @@
+"""Time one training epoch of every method on full MNIST LeNet-300-100, against two references.
+
+What is measured: the wall-clock time of one epoch (60,000 images, batch 128) of each method as the
+runner calls it (``get_method(name).fit(net, dataset, config, ...)`` with the method's packaged
+``mnist-lenet-300-100`` config at one epoch: building the model and guide, moving the data once,
+the SVI loop), against, in the same run:
+
+* (a) the same objective hand-written in plain PyTorch over the same minibatches
+  (``svi_step.PlainTorchSBNN``: flat m and ρ, one ``torch.optim.Adam``, loss read back every step as
+  ``svi.step`` does), the target being a ratio of at most 1.15;
+* (b) deterministic training of the same network at the same batch size (cross-entropy, Adam),
+  the cost of not being Bayesian at all.
+
+Methods and references run in interleaved rounds; each reports the median over rounds. CPU runs use
+one intra-op thread by default (``--threads``). The sBNN's minibatch penalty is set to ``uniform``
+(eq. 4.2) in both it and its reference.
+
+Usage: ``python benchmarks/epoch.py [--json] [--rounds 3] [--device auto|cpu|cuda] [--threads 1]
+[--data mnist|synthetic]``. ``--data synthetic`` times random MNIST-shaped tensors (no fetch).
+"""
+import argparse
+import json
+import statistics
+import time
+
+import pyro
+import torch
+import torch.nn.functional as F
+
+from bayesprune import TensorBatches, resolve_device
+from bayesprune.config import load_config
+from bayesprune.data import CLASSIFICATION, Dataset, load_dataset
+from bayesprune.methods import get_method
+from bayesprune.runner import new_net
+from svi_step import PlainTorchSBNN
+
+#: Method name → overrides of its packaged LeNet-300-100 config for the benchmark.
+METHODS = {"sbnn": ("mnist-lenet-300-100", ["sbnn.penalty='uniform'"])}
+
+
+def mnist(kind: str) -> Dataset:
+    if kind == "mnist":
+        return load_dataset("mnist")
+    generator = torch.Generator().manual_seed(0)
+    x = torch.rand(60_000, 1, 28, 28, generator=generator)
+    y = torch.randint(10, (60_000,), generator=generator)
+    return Dataset(name="synthetic-mnist", task=CLASSIFICATION, x_train=x, y_train=y, x_test=x[:10], y_test=y[:10],
+                   input_shape=(1, 28, 28), num_classes=10)
+
+
+def method_epoch(name, dataset, device):
+    """One epoch of ``name`` through its ``Method.fit``, as the runner calls it."""
+    config_name, overrides = METHODS[name]
+    config = load_config(config_name, [*overrides, "train.epochs=1", f"device={str(device)!r}"])
+
+    def epoch():
+        net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
+        with pyro.validation_enabled(False):
+            get_method(name).fit(net, dataset, config, device=device, seed=config.seed)
+
+    return epoch, config
+
+
+def reference_epoch(config, dataset, device):
+    """(a): the sBNN objective in plain PyTorch over the same minibatches."""
+    net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed).to(device)
+    reference = PlainTorchSBNN(net, config.method_options.prior(), lr=config.optim.lr,
+                               init_scale=config.method_options.init_scale, dataset_size=dataset.num_train)
+    batches = TensorBatches(dataset.x_train.to(device), dataset.y_train.to(device), batch_size=config.data.batch_size)
+
+    def epoch():
+        for x, y in batches:
+            reference.step(x, y)
+
+    return epoch
+
+
+def deterministic_epoch(config, dataset, device):
+    """(b): maximum-likelihood training of the same network (cross-entropy, Adam)."""
+    net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed).to(device)
+    optimizer = torch.optim.Adam(net.parameters(), lr=config.optim.lr)
+    batches = TensorBatches(dataset.x_train.to(device), dataset.y_train.to(device), batch_size=config.data.batch_size)
+
+    def epoch():
+        for x, y in batches:
+            optimizer.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(net(x), y)
+            loss.backward()
+            optimizer.step()
+            loss.item()
+
+    return epoch
+
+
+def timed(epoch, device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    epoch()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+def run(args) -> dict:
+    device = resolve_device(args.device)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    dataset = mnist(args.data)
+    result = {"device": str(device), "data": dataset.name, "num_threads": torch.get_num_threads(),
+              "rounds": args.rounds, "torch_version": str(torch.__version__), "pyro_version": pyro.__version__}
+    for name in METHODS:
+        epoch, config = method_epoch(name, dataset, device)
+        epochs = {name: epoch, "plain_torch": reference_epoch(config, dataset, device),
+                  "deterministic": deterministic_epoch(config, dataset, device)}
+        samples = {key: [] for key in epochs}
+        keys = list(epochs)
+        for index in range(args.rounds):
+            shift = index % len(keys)
+            for key in keys[shift:] + keys[:shift]:
+                samples[key].append(timed(epochs[key], device))
+        seconds = {key: statistics.median(values) for key, values in samples.items()}
+        result[name] = {
+            "epoch_seconds": seconds[name],
+            "plain_torch_epoch_seconds": seconds["plain_torch"],
+            "deterministic_epoch_seconds": seconds["deterministic"],
+            "ratio_vs_plain_torch": seconds[name] / seconds["plain_torch"],
+            "ratio_vs_deterministic": seconds[name] / seconds["deterministic"],
+        }
+    return result
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object only")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (one epoch of each per round)")
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op CPU threads; 0 keeps torch's default")
+    parser.add_argument("--data", choices=("mnist", "synthetic"), default="mnist")
+    args = parser.parse_args(argv)
+    result = run(args)
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"one epoch of full MNIST LeNet-300-100, batch 128, on {result['device']} ({result['num_threads']} threads, "
+          f"median of {result['rounds']} rounds, data {result['data']})")
+    for name in METHODS:
+        r = result[name]
+        print(f"{name}: {r['epoch_seconds']:.2f} s; plain PyTorch, same objective: {r['plain_torch_epoch_seconds']:.2f} s "
+              f"(ratio {r['ratio_vs_plain_torch']:.3f}); deterministic training: {r['deterministic_epoch_seconds']:.2f} s "
+              f"(ratio {r['ratio_vs_deterministic']:.2f})")
+
+
+if __name__ == "__main__":
+    main()
