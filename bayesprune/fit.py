@@ -1,9 +1,10 @@
-"""A thin SVI loop: minibatches, penalty weights, learning-rate schedule, callbacks, divergence stop."""
+"""One training loop over any step, and its SVI step: minibatches, penalty weights, learning-rate schedule, callbacks, divergence stop."""
 import math
 from dataclasses import dataclass, field
 
 import torch
-from pyro.infer import SVI
+from pyro import poutine
+from pyro.infer.util import zero_grads
 from pyro.optim import PyroLRScheduler
 from pyro.poutine.messenger import Messenger
 from tqdm.auto import tqdm
@@ -94,8 +95,74 @@ class History:
         return [-loss for loss in self.epoch_losses]
 
 
+def train(step, batches, *, epochs: int, callbacks=(), scheduler=None, progress: bool = False) -> History:
+    """The one training loop: ``epochs`` passes of ``step`` over ``batches``, every method's fit runs on it.
+
+    Args:
+        step: ``step(x, y, index, num_batches)`` does one optimisation step on minibatch ``index``
+            and returns its loss as a 0-dim tensor (an SVI step, a plain optimiser step, a
+            projected step).
+        batches: an iterable of ``(x, y)`` minibatches with ``len()``, re-iterated every epoch.
+        epochs: number of passes.
+        callbacks: callables ``callback(epoch, history)`` run after every epoch (checkpoints,
+            schedules, structural changes); one returning ``True`` stops the fit early.
+        scheduler: stepped once per epoch (``.step()``), e.g. a ``pyro.optim.PyroLRScheduler``.
+        progress: show a progress bar with the epoch's loss.
+
+    Losses stay on the step's device until the end of the epoch, so a CUDA step never waits for the
+    host; a CPU loss is checked at once.
+
+    Raises:
+        TrainingDiverged: a loss became NaN or infinite, naming the first such step; callbacks of
+            earlier epochs (such as checkpoints) have already run, so their results are the last
+            good state.
+    """
+    history = History()
+    num_batches = len(batches)
+    bar = tqdm(range(epochs), disable=not progress, desc="fit", unit="epoch")
+    for epoch in bar:
+        losses = []
+        for index, (x, y) in enumerate(batches):
+            loss = step(x, y, index, num_batches)
+            if loss.device.type == "cpu":
+                _check_finite(loss.item(), epoch, index)
+            losses.append(loss)
+        values = torch.stack(losses).tolist()  # one host synchronisation per epoch
+        for index, value in enumerate(values):
+            _check_finite(value, epoch, index)
+        history.step_losses.extend(values)
+        history.epoch_losses.append(sum(values) / num_batches)
+        if scheduler is not None:
+            scheduler.step()
+        bar.set_postfix(loss=f"{history.epoch_losses[-1]:.4g}")
+        if any([callback(epoch, history) for callback in callbacks]):
+            break
+    return history
+
+
+def _check_finite(value: float, epoch: int, index: int):
+    if not math.isfinite(value):
+        raise TrainingDiverged(f"loss became {value} at epoch {epoch + 1}, step {index + 1}; lower optim.lr")
+
+
+def svi_step(model, guide, *, objective, optim, penalty=None):
+    """A :func:`train` step of stochastic variational inference: ``pyro.infer.SVI.step`` without
+    reading the loss back to the host, the KL weighted by ``penalty`` (:class:`PenaltyScale`)."""
+    penalty = penalty or UniformPenalty()
+
+    def step(x, y, index, num_batches):
+        with PenaltyScale(penalty.weight(index, num_batches)), poutine.trace(param_only=True) as capture:
+            loss = objective.loss_and_grads(model, guide, x, y)
+        params = {site["value"].unconstrained() for site in capture.trace.nodes.values()}
+        optim(params)
+        zero_grads(params)
+        return loss.detach() if torch.is_tensor(loss) else torch.tensor(loss)
+
+    return step
+
+
 def fit(model, guide, batches, *, objective, optim, epochs: int, penalty=None, callbacks=(), progress: bool = False) -> History:
-    """Fit ``guide`` to the posterior of ``model`` with ``pyro.infer.SVI``.
+    """Fit ``guide`` to the posterior of ``model`` by SVI: :func:`train` over :func:`svi_step`.
 
     Args:
         model, guide: Pyro programs called as ``model(x, y)``.
@@ -106,7 +173,7 @@ def fit(model, guide, batches, *, objective, optim, epochs: int, penalty=None, c
         penalty: minibatch penalty scheme (:class:`UniformPenalty` by default).
         callbacks: callables ``callback(epoch, history)`` run after every epoch; one returning
             ``True`` stops the fit early.
-        progress: show a progress bar with the running ELBO.
+        progress: show a progress bar with the running loss.
 
     Returns:
         The :class:`History` of losses.
@@ -115,24 +182,6 @@ def fit(model, guide, batches, *, objective, optim, epochs: int, penalty=None, c
         TrainingDiverged: the loss became NaN or infinite; callbacks of earlier epochs (such as
             checkpoints) have already run, so their results are the last good state.
     """
-    penalty = penalty or UniformPenalty()
-    svi = SVI(model, guide, optim, loss=objective)
-    history = History()
-    num_batches = len(batches)
-    bar = tqdm(range(epochs), disable=not progress, desc="fit", unit="epoch")
-    for epoch in bar:
-        total = 0.0
-        for index, (x, y) in enumerate(batches):
-            with PenaltyScale(penalty.weight(index, num_batches)):
-                loss = svi.step(x, y)
-            if not math.isfinite(loss):
-                raise TrainingDiverged(f"loss became {loss} at epoch {epoch + 1}, step {index + 1}; lower optim.lr")
-            history.step_losses.append(loss)
-            total += loss
-        history.epoch_losses.append(total / num_batches)
-        if isinstance(optim, PyroLRScheduler):
-            optim.step()
-        bar.set_postfix(elbo=f"{history.elbo[-1]:.4g}")
-        if any([callback(epoch, history) for callback in callbacks]):
-            break
-    return history
+    step = svi_step(model, guide, objective=objective, optim=optim, penalty=penalty)
+    scheduler = optim if isinstance(optim, PyroLRScheduler) else None
+    return train(step, batches, epochs=epochs, callbacks=callbacks, scheduler=scheduler, progress=progress)

@@ -78,9 +78,11 @@ class AnalyticKLELBO(ELBO):
             return self.differentiable_loss(model, guide, *args, **kwargs).item()
 
     def loss_and_grads(self, model, guide, *args, **kwargs):
+        """The loss, with its gradients accumulated; a detached tensor, so a CUDA step does not wait
+        for the host (``pyro.infer.SVI.step`` reads it back with ``.item()``)."""
         loss = self.differentiable_loss(model, guide, *args, **kwargs)
         loss.backward()
-        return loss.item()
+        return loss.detach()
 
 
 OBJECTIVES = {"analytic-kl": AnalyticKLELBO}

@@ -6,6 +6,7 @@ learning rates, and parameters snapshotted independently of the checkpoint code.
 """
 import math
 
+import numpy as np
 import pyro
 import pytest
 import torch
@@ -17,7 +18,7 @@ from torch.distributions import Bernoulli, Normal, kl_divergence
 from bayesprune.checkpoint import Checkpoint, load_module_state, read_checkpoint, save_checkpoint
 from bayesprune.data import load_dataset
 from bayesprune.errors import TrainingDiverged
-from bayesprune.fit import GeometricPenalty, History, TensorBatches, UniformPenalty, fit
+from bayesprune.fit import GeometricPenalty, History, TensorBatches, UniformPenalty, fit, train
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.methods.sbnn import SBNNFitted
 from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
@@ -374,3 +375,33 @@ def test_checkpoint_load_survives_a_stale_param_store(tmp_path):
     load_checkpoint(path, model=fresh_model, guide=fresh_guide)
     pyro.set_rng_seed(9)
     assert AnalyticKLELBO().loss(fresh_model, fresh_guide, x, y) == pytest.approx(expected_loss, rel=1e-6)
+
+
+def test_train_runs_any_step_to_its_optimum_least_squares():
+    """``train`` over a plain optimiser step: linear least squares reaches numpy's lstsq solution."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(200, 3, generator=generator, dtype=torch.float64)
+    y = x @ torch.tensor([1.5, -2.0, 0.5], dtype=torch.float64) + 0.1 * torch.randn(200, generator=generator, dtype=torch.float64)
+    weight = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    calls = []
+
+    def step(xb, yb, index, num_batches):
+        calls.append((index, num_batches))
+        optimizer.zero_grad()
+        loss = ((xb @ weight - yb) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    history = train(step, TensorBatches(x, y, batch_size=200), epochs=300)
+    expected = np.linalg.lstsq(x.numpy(), y.numpy(), rcond=None)[0]
+    np.testing.assert_allclose(weight.detach().numpy(), expected, atol=1e-8)
+    assert calls[0] == (0, 1) and len(history.epoch_losses) == 300 == len(history.step_losses)
+    assert history.epoch_losses[-1] == pytest.approx(float(((x @ torch.as_tensor(expected) - y) ** 2).mean()))
+
+
+def test_train_names_the_first_diverged_step():
+    losses = iter([1.0, 2.0, 3.0, float("nan"), float("inf")])
+    with pytest.raises(TrainingDiverged, match="epoch 2, step 2"):
+        train(lambda x, y, i, n: torch.tensor(next(losses)), [(None, None)] * 2, epochs=3)
