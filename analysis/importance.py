@@ -22,52 +22,17 @@ Beyond the paper, which defines ψ for MLPs with one output only:
   channel-major by ``nn.Flatten``; its (out, C·H·W) matrix is folded to (out, C) by averaging over
   the H·W spatial positions of each channel, so the chain of matrices stays (out × in) consistent.
 
-Only networks whose ``Linear``/``Conv2d`` layers form a chain in module order (``nn.Sequential``
-style, no branches or skip connections) are supported; a broken chain raises ``ValueError``.
+Only plain chains are supported (:func:`bayesprune.structure.layer_chain`: ``Linear``/``Conv2d``
+layers in module order with pooling, activations and ``Flatten`` between them, no branches, skip
+connections or batch norm); anything else raises ``ValueError``.
 """
 import torch
-from torch import nn
+
+from bayesprune.structure import layer_chain
 
 from .plots import save_figure  # selects the Agg backend before pyplot loads
 
 import matplotlib.pyplot as plt  # noqa: E402
-
-_WEIGHTED_LAYERS = (nn.Linear, nn.Conv2d)
-
-
-def weighted_layers(net: nn.Module) -> list:
-    """The layers importance paths run through: ``(site name, module)`` of every ``Linear``/``Conv2d``
-    of ``net``, in module order."""
-    layers = []
-    for name, module in net.named_modules():
-        if isinstance(module, _WEIGHTED_LAYERS):
-            if isinstance(module, nn.Conv2d) and module.groups != 1:
-                raise ValueError(f"layer {name!r}: grouped convolutions (groups={module.groups}) are not supported")
-            layers.append((f"{name}.weight" if name else "weight", module))
-    if not layers:
-        raise ValueError("the network has no Linear or Conv2d layer")
-    return layers
-
-
-def _node_matrix(probs: torch.Tensor, previous, site: str) -> torch.Tensor:
-    """The (out, in) node matrix of one weight site whose inputs are the nodes of layer ``previous``.
-
-    ``previous`` is ``(node matrix, module)`` of the preceding layer, or ``None`` for the first.
-    """
-    if probs.dim() == 4:  # Conv2d (out, in, kh, kw): mean over the kernel positions
-        probs = probs.mean(dim=(2, 3))
-    if previous is None:
-        return probs
-    fan_in = previous[0].shape[0]
-    if probs.shape[1] == fan_in:
-        return probs
-    if not isinstance(previous[1], nn.Conv2d) or probs.shape[1] % fan_in:
-        raise ValueError(
-            f"site {site!r} has {probs.shape[1]} inputs, which do not match the {fan_in} nodes of the previous layer"
-        )
-    # Linear after Flatten of a (C, H, W) feature map: inputs are channel-major, fold them to the C channels.
-    return probs.reshape(probs.shape[0], fan_in, -1).mean(dim=2)
-
 
 def weight_inclusion_matrices(inclusion: dict, model_or_net) -> list:
     """The node influence matrices P^(1), ..., P^(L+1) of section 3.5, in network order.
@@ -87,12 +52,17 @@ def weight_inclusion_matrices(inclusion: dict, model_or_net) -> list:
         ValueError: the layers do not form a chain of matching widths.
     """
     net = getattr(model_or_net, "net", model_or_net)
-    matrices, previous = [], None
-    for site, module in weighted_layers(net):
-        if site not in inclusion:
-            raise KeyError(f"no inclusion probabilities for weight site {site!r}")
-        matrices.append(_node_matrix(inclusion[site].detach(), previous, site))
-        previous = (matrices[-1], module)
+    matrices, inputs_per_node = [], 1
+    for layer in layer_chain(net):
+        if layer.weight_site not in inclusion:
+            raise KeyError(f"no inclusion probabilities for weight site {layer.weight_site!r}")
+        probs = inclusion[layer.weight_site].detach()
+        if probs.dim() == 4:  # Conv2d (out, in, kh, kw): mean over the kernel positions
+            probs = probs.mean(dim=(2, 3))
+        if inputs_per_node > 1:  # Linear after Flatten of a (C, H, W) map: fold the channel-major inputs to C
+            probs = probs.reshape(probs.shape[0], -1, inputs_per_node).mean(dim=2)
+        matrices.append(probs)
+        inputs_per_node = layer.inputs_per_unit or 1
     return matrices
 
 
@@ -164,7 +134,7 @@ def node_layer_names(model_or_net) -> list:
     """Names of the node layers :func:`node_importance` returns: ``"input"``, then each weighted
     layer's module name (its output nodes), the last being the network outputs."""
     net = getattr(model_or_net, "net", model_or_net)
-    return ["input"] + [site.removesuffix(".weight") or "weight" for site, _ in weighted_layers(net)]
+    return ["input"] + [layer.name or "weight" for layer in layer_chain(net)]
 
 
 def node_importance_table(net, inclusion: dict) -> list:

@@ -93,15 +93,15 @@ def _inputs_per_unit(net, module, following, input_shape, name) -> int:
     fan_in = next_module.weight.shape[1]
     if isinstance(next_module, nn.Conv2d) or isinstance(module, nn.Linear):
         if fan_in != units:
-            raise ValueError(f"module {next_name!r} takes {fan_in} inputs but {name!r} has {units} units")
+            raise ValueError(f"module {next_name!r} takes {fan_in} inputs, which do not match the {units} units of {name!r}")
         return 1
     # Conv2d → (pooling) → Flatten → Linear: each channel owns H·W consecutive columns.
     if fan_in % units:
-        raise ValueError(f"module {next_name!r} takes {fan_in} inputs, not a multiple of the {units} channels of {name!r}")
+        raise ValueError(f"module {next_name!r} takes {fan_in} inputs, which do not match the {units} channels of {name!r}")
     if input_shape is not None:
         spatial = _output_positions(net, module, input_shape)
         if spatial * units != fan_in:
-            raise ValueError(f"module {next_name!r} takes {fan_in} inputs but {name!r} feeds {units}×{spatial}")
+            raise ValueError(f"module {next_name!r} takes {fan_in} inputs, which do not match the {units}×{spatial} outputs of {name!r}")
     return fan_in // units
 
 
