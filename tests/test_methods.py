@@ -13,8 +13,10 @@ from bayesprune.checkpoint import read_checkpoint, save_checkpoint
 from bayesprune.cli import main
 from bayesprune.config import RunConfig, load_config, packaged_configs
 from bayesprune.errors import ConfigError
+from bayesprune.export import export
 from bayesprune.fit import History, TensorBatches
 from bayesprune.methods import METHODS, Fitted, Method, available_methods, get_method, register_method
+from bayesprune.pruning import Budget, prune
 from bayesprune.runner import load_run, run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -104,7 +106,8 @@ def test_a_run_directory_of_the_old_layout_still_loads_and_reports(tmp_path, cap
 
 
 class MagnitudeFitted(Fitted):
-    """A trained deterministic network scored by |w| (what a user's own plug-in might hand over)."""
+    """A trained deterministic network scored by |w| (what a user's own plug-in might hand over),
+    with half of its hidden units removed after training: its network is smaller than the config's."""
 
     method = "test-magnitude"
     score_name = "weight magnitude"
@@ -141,6 +144,8 @@ class MagnitudeMethod(Method):
                 optimizer.step()
                 total += loss.item()
             history.epoch_losses.append(total)
+        scores = {name: param.detach().abs() for name, param in net.named_parameters()}
+        net = export(net, prune(scores, Budget(fraction=0.5, level="unit"), net=net))
         fitted = MagnitudeFitted(net, history=history)
         save_checkpoint(checkpoint, fitted, metadata={"epoch": config.train.epochs})
         return fitted
@@ -172,7 +177,8 @@ def test_a_new_method_runs_through_the_shared_runner_report_and_restore(tmp_path
     assert {"report.md", "loss.png", "score_cdf.png", "pruning_curve.png", "history.csv", "scores.npz"} <= {
         path.name for path in out.iterdir()}
     _, dataset, fitted = load_run(out)
-    assert isinstance(fitted, MagnitudeFitted)
+    assert isinstance(fitted, MagnitudeFitted) and fitted.net[1].weight.shape == (50, 64)  # rebuilt shrunk
+    assert metrics["n_weights"] == 64 * 50 + 50 + 50 * 10 + 10
     error = 100 * (fitted.predict(dataset.x_test).argmax(-1) != dataset.y_test).float().mean().item()
     assert error == pytest.approx(metrics["test_error"])
     with np.load(out / "scores.npz") as saved:
