@@ -77,7 +77,7 @@ def _export(args):
     import torch
 
     from .export import count_macs, count_parameters, export, measure_latency, save_portable
-    from .pruning import Budget, apply_masks, expand_unit_masks, prune
+    from .pruning import apply_masks, expand_unit_masks, prune
     from .runner import load_run
 
     out = Path(args.out)
@@ -123,7 +123,8 @@ def _export(args):
     print(f"wrote {out}: torch.export.load(path).module() runs it with torch alone")
 
 
-def _budget(assignments) -> "Budget":
+def _budget(assignments):
+    """The :class:`~bayesprune.pruning.Budget` of ``--budget key=value`` assignments over the command's defaults."""
     from .config import parse_override
     from .pruning import Budget
 

@@ -34,7 +34,7 @@ class SpikeSlabGuide(MeanFieldGuide):
         for name, prior in priors.items():
             base = prior.base_dist
             loc, scale = locs[name], scales[name]
-            logits = inclusion_logits(loc.detach(), scale.detach(), base.pi, base.tau0, base.tau1)
+            logits = inclusion_logits(loc.detach(), scale.detach(), base.pi, base.tau0, base.tau1, constants=base.constants)
             posteriors[name] = SpikeSlabPosterior(loc, scale, logits)
         return posteriors
 

@@ -190,8 +190,9 @@ class SBNN(Method):
         try:
             _, *hidden, _ = node_layer_names(structure)
             weight_inclusion_matrices(fits[0].scores(), structure)
-        except ValueError:  # no Linear/Conv2d chain (branches, grouped convolutions): no path importance
-            importance = None
+            feature_importance = importance
+        except ValueError:  # not a plain Linear/Conv2d chain (branches, batch norm, grouped convolutions)
+            feature_importance = None
         chains = [(fitted.model, fitted.guide, fitted.history) for fitted in fits]
-        return to_inference_data(chains, dataset, feature_importance=importance, seed=seed,
+        return to_inference_data(chains, dataset, feature_importance=feature_importance, seed=seed,
                                  max_test_points=PREDICTIVE_TEST_POINTS)
