@@ -95,28 +95,67 @@ class History:
         return [-loss for loss in self.epoch_losses]
 
 
-def train(step, batches, *, epochs: int, callbacks=(), scheduler=None, progress: bool = False) -> History:
-    """The one training loop: ``epochs`` passes of ``step`` over ``batches``, every method's fit runs on it.
+class Callback:
+    """Base of :func:`train` callbacks; override either hook (both are optional).
+
+    A plain callable ``callback(epoch, history)`` is also accepted and acts as :meth:`on_epoch`.
+    """
+
+    def on_step(self, epoch: int, index: int, loss: torch.Tensor) -> None:
+        """After step ``index`` (0-based) of ``epoch`` (0-based), with its 0-dim loss tensor, still on
+        the step's device (projections, clipping, counters); reading it back forces a host sync."""
+
+    def on_epoch(self, epoch: int, history: "History") -> bool | None:
+        """After ``epoch``, its losses recorded in ``history`` (checkpoints, schedules, removing units,
+        early stopping); returning ``True`` stops training after this epoch."""
+
+
+def _hooks(callbacks) -> tuple:
+    on_step, on_epoch = [], []
+    for callback in callbacks:
+        if hasattr(callback, "on_step") or hasattr(callback, "on_epoch"):
+            if hasattr(callback, "on_step"):
+                on_step.append(callback.on_step)
+            if hasattr(callback, "on_epoch"):
+                on_epoch.append(callback.on_epoch)
+        elif callable(callback):
+            on_epoch.append(callback)
+        else:
+            raise TypeError(f"a callback needs on_step/on_epoch or must be callable as callback(epoch, history), got {callback!r}")
+    return on_step, on_epoch
+
+
+def train(step, batches, *, epochs: int, callbacks=(), progress: bool = False, scheduler=None) -> History:
+    """The one training loop: ``epochs`` passes of ``step`` over ``batches``; every method's fit runs on it.
 
     Args:
         step: ``step(x, y, index, num_batches)`` does one optimisation step on minibatch ``index``
-            and returns its loss as a 0-dim tensor (an SVI step, a plain optimiser step, a
+            (0-based) and returns its loss as a 0-dim tensor, without reading it back to the host
+            (an SVI step (:func:`svi_step`), a plain optimiser step (:func:`optimizer_step`), a
             projected step).
         batches: an iterable of ``(x, y)`` minibatches with ``len()``, re-iterated every epoch.
         epochs: number of passes.
-        callbacks: callables ``callback(epoch, history)`` run after every epoch (checkpoints,
-            schedules, structural changes); one returning ``True`` stops the fit early.
-        scheduler: stepped once per epoch (``.step()``), e.g. a ``pyro.optim.PyroLRScheduler``.
+        callbacks: objects with optional hooks ``on_step(epoch, index, loss)`` (run after every step,
+            in order) and ``on_epoch(epoch, history)`` (run after every epoch, in order; one returning
+            ``True`` stops training after that epoch, the others still run), see :class:`Callback`;
+            a plain callable ``callback(epoch, history)`` acts as ``on_epoch``.
         progress: show a progress bar with the epoch's loss.
+        scheduler: stepped once per epoch (``.step()``) before the epoch callbacks, e.g. a
+            ``pyro.optim.PyroLRScheduler`` or a ``torch.optim.lr_scheduler`` object.
 
-    Losses stay on the step's device until the end of the epoch, so a CUDA step never waits for the
-    host; a CPU loss is checked at once.
+    Returns:
+        The :class:`History`: every step's loss and each epoch's mean, the float64 sum of the steps'
+        losses in step order divided by the number of batches.
+
+    A CPU loss is checked at once; losses on another device stay there until the end of the epoch,
+    so a CUDA step never waits for the host (one synchronisation per epoch).
 
     Raises:
-        TrainingDiverged: a loss became NaN or infinite, naming the first such step; callbacks of
-            earlier epochs (such as checkpoints) have already run, so their results are the last
-            good state.
+        TrainingDiverged: a loss became NaN or infinite, naming the epoch and the first such step
+            (1-based); ``on_epoch`` callbacks of earlier epochs (such as checkpoints) have run, so
+            their results are the last good state.
     """
+    on_step, on_epoch = _hooks(callbacks)
     history = History()
     num_batches = len(batches)
     bar = tqdm(range(epochs), disable=not progress, desc="fit", unit="epoch")
@@ -127,7 +166,9 @@ def train(step, batches, *, epochs: int, callbacks=(), scheduler=None, progress:
             if loss.device.type == "cpu":
                 _check_finite(loss.item(), epoch, index)
             losses.append(loss)
-        values = torch.stack(losses).tolist()  # one host synchronisation per epoch
+            for hook in on_step:
+                hook(epoch, index, loss)
+        values = torch.stack(losses).tolist() if losses else []  # one host synchronisation per epoch
         for index, value in enumerate(values):
             _check_finite(value, epoch, index)
         history.step_losses.extend(values)
@@ -135,7 +176,7 @@ def train(step, batches, *, epochs: int, callbacks=(), scheduler=None, progress:
         if scheduler is not None:
             scheduler.step()
         bar.set_postfix(loss=f"{history.epoch_losses[-1]:.4g}")
-        if any([callback(epoch, history) for callback in callbacks]):
+        if any([bool(hook(epoch, history)) for hook in on_epoch]):
             break
     return history
 
@@ -143,6 +184,26 @@ def train(step, batches, *, epochs: int, callbacks=(), scheduler=None, progress:
 def _check_finite(value: float, epoch: int, index: int):
     if not math.isfinite(value):
         raise TrainingDiverged(f"loss became {value} at epoch {epoch + 1}, step {index + 1}; lower optim.lr")
+
+
+def optimizer_step(loss_fn, optimizer):
+    """A :func:`train` step of plain gradient descent: ``loss_fn(x, y)`` minimised by a ``torch.optim``
+    optimiser (gradients set to ``None`` before each backward pass).
+
+    Example (deterministic training of a classifier)::
+
+        step = optimizer_step(lambda x, y: F.cross_entropy(net(x), y), torch.optim.Adam(net.parameters()))
+        history = train(step, TensorBatches(x, y, batch_size=128), epochs=10)
+    """
+
+    def step(x, y, index, num_batches):
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(x, y)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return step
 
 
 def svi_step(model, guide, *, objective, optim, penalty=None):
@@ -171,8 +232,9 @@ def fit(model, guide, batches, *, objective, optim, epochs: int, penalty=None, c
         optim: a ``pyro.optim.PyroOptim``; a ``PyroLRScheduler`` is stepped once per epoch.
         epochs: number of passes over ``batches``.
         penalty: minibatch penalty scheme (:class:`UniformPenalty` by default).
-        callbacks: callables ``callback(epoch, history)`` run after every epoch; one returning
-            ``True`` stops the fit early.
+        callbacks: as in :func:`train`: objects with ``on_step(epoch, index, loss)`` and/or
+            ``on_epoch(epoch, history)``, or callables ``callback(epoch, history)`` run after every
+            epoch; one returning ``True`` stops the fit early.
         progress: show a progress bar with the running loss.
 
     Returns:

@@ -18,7 +18,7 @@ from torch.distributions import Bernoulli, Normal, kl_divergence
 from bayesprune.checkpoint import Checkpoint, load_module_state, read_checkpoint, save_checkpoint
 from bayesprune.data import load_dataset
 from bayesprune.errors import TrainingDiverged
-from bayesprune.fit import GeometricPenalty, History, TensorBatches, UniformPenalty, fit, train
+from bayesprune.fit import Callback, GeometricPenalty, History, TensorBatches, UniformPenalty, fit, optimizer_step, train
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.methods.sbnn import SBNNFitted
 from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
@@ -405,3 +405,80 @@ def test_train_names_the_first_diverged_step():
     losses = iter([1.0, 2.0, 3.0, float("nan"), float("inf")])
     with pytest.raises(TrainingDiverged, match="epoch 2, step 2"):
         train(lambda x, y, i, n: torch.tensor(next(losses)), [(None, None)] * 2, epochs=3)
+
+
+def test_train_with_optimizer_step_reaches_lstsq():
+    """``optimizer_step`` (Adam on a mean squared error, minibatches of 50, learning rate decayed per epoch by a
+    torch scheduler) ends at numpy's lstsq solution, up to the minibatch noise of the last small steps."""
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(200, 4, generator=generator, dtype=torch.float64)
+    y = x @ torch.tensor([0.5, -1.0, 2.0, 0.0], dtype=torch.float64) + 0.2 * torch.randn(200, generator=generator, dtype=torch.float64)
+    net = nn.Linear(4, 1, bias=False).double()
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.05)
+    schedule = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.98)
+    step = optimizer_step(lambda xb, yb: F.mse_loss(net(xb).squeeze(-1), yb), optimizer)
+    history = train(step, TensorBatches(x, y, batch_size=50, seed=2), epochs=400, scheduler=schedule)
+    expected = np.linalg.lstsq(x.numpy(), y.numpy(), rcond=None)[0]
+    np.testing.assert_allclose(net.weight.detach().numpy()[0], expected, atol=5e-5)
+    assert len(history.step_losses) == 400 * 4
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05 * 0.98**400)
+
+
+class Recorder(Callback):
+    """Logs every hook call into a shared list; stops after epoch ``stop`` (0-based) if given."""
+
+    def __init__(self, name, log, stop=None):
+        self.name, self.log, self.stop = name, log, stop
+
+    def on_step(self, epoch, index, loss):
+        assert torch.is_tensor(loss) and loss.dim() == 0
+        self.log.append((self.name, "step", epoch, index))
+
+    def on_epoch(self, epoch, history):
+        self.log.append((self.name, "epoch", epoch, len(history.epoch_losses)))
+        return epoch == self.stop
+
+
+class EpochOnly:
+    def __init__(self, log):
+        self.log = log
+
+    def on_epoch(self, epoch, history):
+        self.log.append(("epoch-only", "epoch", epoch, len(history.epoch_losses)))
+
+
+def counting_step(x, y, index, num_batches):
+    return torch.tensor(float(index + 1))
+
+
+def test_train_calls_hooks_in_order_and_stops_early():
+    """on_step runs after every step in list order, on_epoch after every epoch in list order (plain callables
+    too); one on_epoch returning True stops after that epoch, but every callback of that epoch still runs."""
+    log = []
+    callbacks = [Recorder("a", log), EpochOnly(log), lambda epoch, history: log.append(("plain", "epoch", epoch)),
+                 Recorder("b", log, stop=1)]
+    history = train(counting_step, [(None, None)] * 3, epochs=5, callbacks=callbacks)
+    expected = []
+    for epoch in range(2):
+        for index in range(3):
+            expected += [("a", "step", epoch, index), ("b", "step", epoch, index)]
+        expected += [("a", "epoch", epoch, epoch + 1), ("epoch-only", "epoch", epoch, epoch + 1),
+                     ("plain", "epoch", epoch), ("b", "epoch", epoch, epoch + 1)]
+    assert log == expected
+    assert history.epoch_losses == [2.0, 2.0] and history.step_losses == [1.0, 2.0, 3.0] * 2
+
+
+def test_train_divergence_names_epoch_and_step_after_earlier_epoch_callbacks():
+    """A NaN at epoch 2, step 3 raises TrainingDiverged naming them; epoch 1's on_epoch ran, epoch 2's did not,
+    and on_step ran for every step before the bad one."""
+    log = []
+    losses = iter([1.0, 1.0, 1.0, 1.0, 1.0, float("nan"), 1.0])
+    with pytest.raises(TrainingDiverged, match="epoch 2, step 3"):
+        train(lambda x, y, i, n: torch.tensor(next(losses)), [(None, None)] * 3, epochs=3, callbacks=[Recorder("r", log)])
+    assert [entry for entry in log if entry[1] == "epoch"] == [("r", "epoch", 0, 1)]
+    assert [entry[2:] for entry in log if entry[1] == "step"] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
+
+
+def test_train_rejects_a_callback_without_hooks():
+    with pytest.raises(TypeError, match="on_step/on_epoch"):
+        train(counting_step, [(None, None)], epochs=1, callbacks=[object()])
