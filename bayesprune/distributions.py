@@ -111,10 +111,12 @@ class SpikeSlabPosterior(TorchDistribution):
 
     def __init__(self, loc, scale, logits, validate_args=None):
         self.loc, self.scale, self.logits = broadcast_all(loc, scale, logits)
+        self._segment = None  # (SpikeSlabPosteriors, site index) when a site of a network-wide posterior
         super().__init__(self.loc.shape, validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(SpikeSlabPosterior, _instance)
+        new._segment = None
         batch_shape = torch.Size(batch_shape)
         new.loc = self.loc.expand(batch_shape)
         new.scale = self.scale.expand(batch_shape)
@@ -207,8 +209,66 @@ def spike_slab_penalty(loc, scale, logits, pi, tau0, tau1, *, constants=None):
     Logits keep log p and log(1 − p) finite when p saturates. ``constants`` as in :func:`inclusion_logits`.
     """
     constants = constants or spike_slab_constants(pi, tau0, tau1)
+    return _spike_slab_penalty(loc, scale, logits, torch.sigmoid(logits), constants)
+
+
+class SpikeSlabPosteriors:
+    r"""The sites of one network-wide mean-field posterior: flat m, σ and logits, one
+    :class:`SpikeSlabPosterior` per site whose parameters are views of them.
+
+    The KL of a site to one of ``priors`` (the model's spike-and-slab priors, which must share the
+    0-dim hyper-parameters π, τ0, τ1 of ``constants``) is read from one elementwise evaluation of eq.
+    3.7 over the whole flat vector, made at the first such KL of this object (this object lives for
+    one guide call, so it is never stale). That evaluation is ~30 tensor operations and autograd
+    nodes per step instead of ~30 per site; each site's KL keeps its own values and sum. The inclusion
+    probability p = sigmoid(logits) is still taken site by site: a CPU kernel computes the last
+    (size mod 16) elements of a tensor with scalar code whose sigmoid can differ from the vectorised
+    one in the last bit, so a flat sigmoid would change the numbers of today's fits.
+
+    Args:
+        loc, scale: flat m and σ of every weight, in site order.
+        logits: flat inclusion logits, without gradient (p is held fixed in the gradient step).
+        shapes: site name → shape, in the order of the flat vectors.
+        priors: the prior (``SpikeAndSlab``, no ``Independent`` wrapper) of every site.
+        constants: :class:`SpikeSlabConstants` (0-dim) equal to those of every prior in ``priors``.
+    """
+
+    def __init__(self, loc, scale, logits, shapes: dict, priors, constants: "SpikeSlabConstants"):
+        self.loc, self.scale, self.logits, self.constants = loc, scale, logits, constants
+        self.shapes = [torch.Size(shape) for shape in shapes.values()]
+        self.sizes = [shape.numel() for shape in self.shapes]
+        self._priors = {id(prior): prior for prior in priors}
+        self._kl = None
+        self.sites = {}
+        for index, (name, loc_site, scale_site, logits_site) in enumerate(
+            zip(shapes, *(_sites(flat, self.sizes, self.shapes) for flat in (loc, scale, logits)))
+        ):
+            site = SpikeSlabPosterior(loc_site, scale_site, logits_site)
+            site._segment = (self, index)
+            self.sites[name] = site
+
+    def kl_site(self, prior, index: int):
+        """KL of site ``index`` to ``prior``, or ``None`` if ``prior`` is not one of the priors this
+        posterior was built for."""
+        if self._priors.get(id(prior)) is not prior:
+            return None
+        if self._kl is None:
+            p = torch.empty_like(self.logits)
+            for logits, out in zip(self.logits.split(self.sizes), p.split(self.sizes)):
+                torch.sigmoid(logits, out=out)
+            kl = _spike_slab_penalty(self.loc, self.scale, self.logits, p, self.constants) - 0.5
+            self._kl = _sites(kl, self.sizes, self.shapes)
+        return self._kl[index]
+
+
+def _sites(flat, sizes, shapes) -> list:
+    """The site tensors of a flat vector: one ``split`` (one autograd node, whose backward is one
+    concatenation), and a view only where a site is not 1-dimensional."""
+    return [chunk if chunk.shape == shape else chunk.view(shape) for chunk, shape in zip(flat.split(sizes), shapes)]
+
+
+def _spike_slab_penalty(loc, scale, logits, p, constants):
     second_moment = loc**2 + scale**2
-    p = torch.sigmoid(logits)
     log_p, log_1mp = log_sigmoids(logits)
     slab = second_moment * constants.slab_quadratic + (log_p + constants.log_slab)
     spike = second_moment * constants.spike_quadratic + (log_1mp + constants.log_spike)
@@ -218,4 +278,9 @@ def spike_slab_penalty(loc, scale, logits, pi, tau0, tau1, *, constants=None):
 @register_kl(SpikeSlabPosterior, SpikeAndSlab)
 def _kl_spike_slab(q, p):
     """KL(q(W) q(Z) ‖ π(W, Z)) = R(θ, p) − 1/2 per weight (paper 003, supplement S1)."""
+    if q._segment is not None:
+        posteriors, index = q._segment
+        kl = posteriors.kl_site(p, index)
+        if kl is not None:
+            return kl
     return spike_slab_penalty(q.loc, q.scale, q.logits, p.pi, p.tau0, p.tau1, constants=p.constants) - 0.5

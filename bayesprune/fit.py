@@ -1,10 +1,10 @@
 """One training loop over any step, and its SVI step: minibatches, penalty weights, learning-rate schedule, callbacks, divergence stop."""
+import contextlib
 import math
 from dataclasses import dataclass, field
 
 import torch
 from pyro import poutine
-from pyro.infer.util import zero_grads
 from pyro.optim import PyroLRScheduler
 from pyro.poutine.messenger import Messenger
 from tqdm.auto import tqdm
@@ -212,11 +212,15 @@ def svi_step(model, guide, *, objective, optim, penalty=None):
     penalty = penalty or UniformPenalty()
 
     def step(x, y, index, num_batches):
-        with PenaltyScale(penalty.weight(index, num_batches)), poutine.trace(param_only=True) as capture:
+        weight = penalty.weight(index, num_batches)
+        # A weight of 1 leaves every scale as it is (x * 1.0 == x): no messenger on the stack then.
+        scaled = PenaltyScale(weight) if weight != 1.0 else contextlib.nullcontext()
+        with scaled, poutine.trace(param_only=True) as capture:
             loss = objective.loss_and_grads(model, guide, x, y)
         params = {site["value"].unconstrained() for site in capture.trace.nodes.values()}
         optim(params)
-        zero_grads(params)
+        for param in params:  # as pyro.infer.util.zero_grads, without allocating zeros for the next backward
+            param.grad = None
         return loss.detach() if torch.is_tensor(loss) else torch.tensor(loss)
 
     return step

@@ -1,7 +1,7 @@
 """Mean-field Gaussian × Bernoulli guide of the sparse BNN (paper 003, eq. 3.3 and Algorithm 1)."""
 import torch
 
-from bayesprune.distributions import SpikeSlabPosterior, inclusion_logits
+from bayesprune.distributions import SpikeAndSlab, SpikeSlabPosterior, SpikeSlabPosteriors, inclusion_logits
 
 from .mean_field import MeanFieldGuide
 
@@ -25,11 +25,36 @@ class SpikeSlabGuide(MeanFieldGuide):
     def __init__(self, model, *, init_scale: float = 1e-2):
         super().__init__(model, init_scale=init_scale)
         self._site_priors = model.site_priors
+        self._shared = {}
+
+    def _shared_constants(self, priors: dict):
+        """The prior constants of every site if all sites share one 0-dim spike-and-slab prior, else
+        ``None``; decided once per set of priors (the model builds them once per device)."""
+        key = tuple(id(prior) for prior in priors.values())
+        if key not in self._shared:
+            bases = [prior.base_dist for prior in priors.values()]
+            first = bases[0] if bases else None
+            shared = all(
+                type(base) is SpikeAndSlab and all(
+                    getattr(base, name).dim() == 0 and torch.equal(getattr(base, name), getattr(first, name))
+                    for name in ("pi", "tau0", "tau1")
+                )
+                for base in bases
+            ) and list(priors) == list(self.site_shapes)
+            self._shared[key] = (first.constants, bases) if shared and bases else None  # bases keep the ids valid
+        return self._shared[key]
 
     def posteriors(self) -> dict:
         """The variational distribution of every site, with p at its optimum p*(m, σ)."""
-        locs, scales = self._locs_and_scales()
         priors = self._site_priors(self.loc.device)
+        shared = self._shared_constants(priors)
+        if shared is not None:  # one network-wide posterior: p* and the KL in one pass over the flat vectors
+            constants, bases = shared
+            loc = self.loc
+            scale = torch.nn.functional.softplus(self.rho)
+            logits = inclusion_logits(loc.detach(), scale.detach(), None, None, None, constants=constants)
+            return SpikeSlabPosteriors(loc, scale, logits, self.site_shapes, bases, constants).sites
+        locs, scales = self._locs_and_scales()
         posteriors = {}
         for name, prior in priors.items():
             base = prior.base_dist

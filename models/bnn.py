@@ -26,6 +26,9 @@ class BayesianNetwork(PyroModule):
         self.prior = prior
         self.likelihood = likelihood
         self._site_priors = {}
+        # Parameters shared between modules appear once in named_parameters(); only then must
+        # functional_call search for the other names of a tensor on every call.
+        self._tied = len(list(net.named_parameters(remove_duplicate=False))) != len(list(net.named_parameters()))
 
     @property
     def site_shapes(self) -> dict:
@@ -47,7 +50,7 @@ class BayesianNetwork(PyroModule):
         # Read the net from _modules: ``self.net`` inside a running PyroModule issues pyro.module("net"),
         # which registers its (unused, deterministic) parameters in the param store on every call, so
         # SVI also builds and steps one idle optimizer per parameter.
-        return functional_call(self._modules["net"], params, (x,))
+        return functional_call(self._modules["net"], params, (x,), tie_weights=self._tied)
 
     def forward(self, x, y=None):
         params = {name: pyro.sample(name, prior) for name, prior in self.site_priors(x.device).items()}
