@@ -209,7 +209,8 @@ def spike_slab_penalty(loc, scale, logits, pi, tau0, tau1, *, constants=None):
     Logits keep log p and log(1 − p) finite when p saturates. ``constants`` as in :func:`inclusion_logits`.
     """
     constants = constants or spike_slab_constants(pi, tau0, tau1)
-    return _spike_slab_penalty(loc, scale, logits, torch.sigmoid(logits), constants)
+    second_moment = loc**2 + scale**2
+    return _spike_slab_penalty(second_moment, scale, logits, torch.sigmoid(logits), constants)
 
 
 class SpikeSlabPosteriors:
@@ -226,22 +227,28 @@ class SpikeSlabPosteriors:
     one in the last bit, so a flat sigmoid would change the numbers of today's fits.
 
     Args:
-        loc, scale: flat m and σ of every weight, in site order.
-        logits: flat inclusion logits, without gradient (p is held fixed in the gradient step).
+        loc, scale: flat m and σ of every weight, in site order; the logits of p*(m, σ) (eq. 3.8)
+            follow, detached (p is held fixed in the gradient step).
         shapes: site name → shape, in the order of the flat vectors.
         priors: the prior (``SpikeAndSlab``, no ``Independent`` wrapper) of every site.
         constants: :class:`SpikeSlabConstants` (0-dim) equal to those of every prior in ``priors``.
     """
 
-    def __init__(self, loc, scale, logits, shapes: dict, priors, constants: "SpikeSlabConstants"):
-        self.loc, self.scale, self.logits, self.constants = loc, scale, logits, constants
+    def __init__(self, loc, scale, shapes: dict, priors, constants: "SpikeSlabConstants"):
+        self.loc, self.scale, self.constants = loc, scale, constants
         self.shapes = [torch.Size(shape) for shape in shapes.values()]
         self.sizes = [shape.numel() for shape in self.shapes]
         self._priors = {id(prior): prior for prior in priors}
         self._kl = None
+        locs, scales = _sites(loc, self.sizes, self.shapes), _sites(scale, self.sizes, self.shapes)
+        # m² + σ², shared by p* (detached: the logits of eq. 3.8 as inclusion_logits computes them) and
+        # the KL; made after the sites' splits, so that backward accumulates σ's gradients in the order
+        # of the per-site evaluation (the same float sums).
+        self.second_moment = loc**2 + scale**2
+        self.logits = self.second_moment.detach() * constants.logit_quadratic + constants.logit_offset
         self.sites = {}
         for index, (name, loc_site, scale_site, logits_site) in enumerate(
-            zip(shapes, *(_sites(flat, self.sizes, self.shapes) for flat in (loc, scale, logits)))
+            zip(shapes, locs, scales, _sites(self.logits, self.sizes, self.shapes))
         ):
             site = SpikeSlabPosterior(loc_site, scale_site, logits_site)
             site._segment = (self, index)
@@ -256,7 +263,7 @@ class SpikeSlabPosteriors:
             p = torch.empty_like(self.logits)
             for logits, out in zip(self.logits.split(self.sizes), p.split(self.sizes)):
                 torch.sigmoid(logits, out=out)
-            kl = _spike_slab_penalty(self.loc, self.scale, self.logits, p, self.constants) - 0.5
+            kl = _spike_slab_penalty(self.second_moment, self.scale, self.logits, p, self.constants) - 0.5
             self._kl = _sites(kl, self.sizes, self.shapes)
         return self._kl[index]
 
@@ -267,8 +274,7 @@ def _sites(flat, sizes, shapes) -> list:
     return [chunk if chunk.shape == shape else chunk.view(shape) for chunk, shape in zip(flat.split(sizes), shapes)]
 
 
-def _spike_slab_penalty(loc, scale, logits, p, constants):
-    second_moment = loc**2 + scale**2
+def _spike_slab_penalty(second_moment, scale, logits, p, constants):
     log_p, log_1mp = log_sigmoids(logits)
     slab = second_moment * constants.slab_quadratic + (log_p + constants.log_slab)
     spike = second_moment * constants.spike_quadratic + (log_1mp + constants.log_spike)

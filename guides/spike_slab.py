@@ -52,8 +52,7 @@ class SpikeSlabGuide(MeanFieldGuide):
             constants, bases = shared
             loc = self.loc
             scale = torch.nn.functional.softplus(self.rho)
-            logits = inclusion_logits(loc.detach(), scale.detach(), None, None, None, constants=constants)
-            return SpikeSlabPosteriors(loc, scale, logits, self.site_shapes, bases, constants).sites
+            return SpikeSlabPosteriors(loc, scale, self.site_shapes, bases, constants).sites
         locs, scales = self._locs_and_scales()
         posteriors = {}
         for name, prior in priors.items():
