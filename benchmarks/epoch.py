@@ -11,16 +11,21 @@ the SVI loop), against, in the same run:
 * (b) deterministic training of the same network at the same batch size (cross-entropy, Adam),
   the cost of not being Bayesian at all.
 
-Methods and references run in interleaved rounds; each reports the median over rounds. CPU runs use
-one intra-op thread by default (``--threads``). The sBNN's minibatch penalty is set to ``uniform``
-(eq. 4.2) in both it and its reference.
+Methods and references run in interleaved rounds (the order rotates); each reports the median over
+rounds of its time per epoch (``--epochs`` epochs per sample). CPU runs use one intra-op thread by
+default (``--threads``). The sBNN's minibatch penalty is set to ``uniform`` (eq. 4.2) in both it and
+its reference. A new method adds one row to :data:`METHODS`.
 
-Usage: ``python benchmarks/epoch.py [--json] [--rounds 3] [--device auto|cpu|cuda] [--threads 1]
-[--data mnist|synthetic]``. ``--data synthetic`` times random MNIST-shaped tensors (no fetch).
+Usage: ``python benchmarks/epoch.py [--json] [--rounds 3] [--epochs 1] [--device auto|cpu|cuda]
+[--threads 1] [--data auto|mnist|synthetic]``. ``--data mnist`` reads full MNIST through
+``bayesprune.data.load_dataset("mnist")`` (fetched and cached once); ``synthetic`` times random
+tensors of MNIST's shape (content does not change the timing); ``auto`` (the default) is MNIST when it
+loads and synthetic otherwise.
 """
 import argparse
 import json
 import statistics
+import sys
 import time
 
 import pyro
@@ -30,6 +35,8 @@ import torch.nn.functional as F
 from bayesprune import TensorBatches, resolve_device
 from bayesprune.config import load_config
 from bayesprune.data import CLASSIFICATION, Dataset, load_dataset
+from bayesprune.errors import DataError
+from bayesprune.fit import optimizer_step, train
 from bayesprune.methods import get_method
 from bayesprune.runner import new_net
 from svi_step import PlainTorchSBNN
@@ -39,8 +46,14 @@ METHODS = {"sbnn": ("mnist-lenet-300-100", ["sbnn.penalty='uniform'"])}
 
 
 def mnist(kind: str) -> Dataset:
-    if kind == "mnist":
-        return load_dataset("mnist")
+    """Full MNIST (``mnist``), random tensors of its shape (``synthetic``), or MNIST if it loads (``auto``)."""
+    if kind in ("mnist", "auto"):
+        try:
+            return load_dataset("mnist")
+        except DataError as error:
+            if kind == "mnist":
+                raise
+            print(f"MNIST not available ({error}); timing synthetic data", file=sys.stderr)
     generator = torch.Generator().manual_seed(0)
     x = torch.rand(60_000, 1, 28, 28, generator=generator)
     y = torch.randint(10, (60_000,), generator=generator)
@@ -48,48 +61,44 @@ def mnist(kind: str) -> Dataset:
                    input_shape=(1, 28, 28), num_classes=10)
 
 
-def method_epoch(name, dataset, device):
-    """One epoch of ``name`` through its ``Method.fit``, as the runner calls it."""
+def method_epoch(name, dataset, device, epochs):
+    """``epochs`` epochs of ``name`` through its ``Method.fit``, as the runner calls it."""
     config_name, overrides = METHODS[name]
-    config = load_config(config_name, [*overrides, "train.epochs=1", f"device={str(device)!r}"])
+    config = load_config(config_name, [*overrides, f"train.epochs={epochs}", f"device={str(device)!r}"])
 
-    def epoch():
+    def run():
         net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
         with pyro.validation_enabled(False):
             get_method(name).fit(net, dataset, config, device=device, seed=config.seed)
 
-    return epoch, config
+    return run, config
 
 
-def reference_epoch(config, dataset, device):
+def reference_epoch(config, dataset, device, epochs):
     """(a): the sBNN objective in plain PyTorch over the same minibatches."""
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed).to(device)
     reference = PlainTorchSBNN(net, config.method_options.prior(), lr=config.optim.lr,
                                init_scale=config.method_options.init_scale, dataset_size=dataset.num_train)
     batches = TensorBatches(dataset.x_train.to(device), dataset.y_train.to(device), batch_size=config.data.batch_size)
 
-    def epoch():
-        for x, y in batches:
-            reference.step(x, y)
+    def run():
+        for _ in range(epochs):
+            for x, y in batches:
+                reference.step(x, y)
 
-    return epoch
+    return run
 
 
-def deterministic_epoch(config, dataset, device):
-    """(b): maximum-likelihood training of the same network (cross-entropy, Adam)."""
+def deterministic_epoch(config, dataset, device, epochs):
+    """(b): maximum-likelihood training of the same network (cross-entropy, Adam) on the library's loop."""
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed).to(device)
-    optimizer = torch.optim.Adam(net.parameters(), lr=config.optim.lr)
+    step = optimizer_step(lambda x, y: F.cross_entropy(net(x), y), torch.optim.Adam(net.parameters(), lr=config.optim.lr))
     batches = TensorBatches(dataset.x_train.to(device), dataset.y_train.to(device), batch_size=config.data.batch_size)
 
-    def epoch():
-        for x, y in batches:
-            optimizer.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(net(x), y)
-            loss.backward()
-            optimizer.step()
-            loss.item()
+    def run():
+        train(step, batches, epochs=epochs)
 
-    return epoch
+    return run
 
 
 def timed(epoch, device) -> float:
@@ -108,18 +117,18 @@ def run(args) -> dict:
         torch.set_num_threads(args.threads)
     dataset = mnist(args.data)
     result = {"device": str(device), "data": dataset.name, "num_threads": torch.get_num_threads(),
-              "rounds": args.rounds, "torch_version": str(torch.__version__), "pyro_version": pyro.__version__}
+              "rounds": args.rounds, "epochs": args.epochs, "torch_version": str(torch.__version__), "pyro_version": pyro.__version__}
     for name in METHODS:
-        epoch, config = method_epoch(name, dataset, device)
-        epochs = {name: epoch, "plain_torch": reference_epoch(config, dataset, device),
-                  "deterministic": deterministic_epoch(config, dataset, device)}
+        run_method, config = method_epoch(name, dataset, device, args.epochs)
+        epochs = {name: run_method, "plain_torch": reference_epoch(config, dataset, device, args.epochs),
+                  "deterministic": deterministic_epoch(config, dataset, device, args.epochs)}
         samples = {key: [] for key in epochs}
         keys = list(epochs)
         for index in range(args.rounds):
             shift = index % len(keys)
             for key in keys[shift:] + keys[:shift]:
                 samples[key].append(timed(epochs[key], device))
-        seconds = {key: statistics.median(values) for key, values in samples.items()}
+        seconds = {key: statistics.median(values) / args.epochs for key, values in samples.items()}
         result[name] = {
             "epoch_seconds": seconds[name],
             "plain_torch_epoch_seconds": seconds["plain_torch"],
@@ -136,14 +145,15 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (one epoch of each per round)")
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op CPU threads; 0 keeps torch's default")
-    parser.add_argument("--data", choices=("mnist", "synthetic"), default="mnist")
+    parser.add_argument("--epochs", type=int, default=1, help="epochs per timed sample (times are per epoch)")
+    parser.add_argument("--data", choices=("auto", "mnist", "synthetic"), default="auto")
     args = parser.parse_args(argv)
     result = run(args)
     if args.json:
         print(json.dumps(result))
         return
     print(f"one epoch of full MNIST LeNet-300-100, batch 128, on {result['device']} ({result['num_threads']} threads, "
-          f"median of {result['rounds']} rounds, data {result['data']})")
+          f"median of {result['rounds']} rounds of {result['epochs']} epoch(s), data {result['data']})")
     for name in METHODS:
         r = result[name]
         print(f"{name}: {r['epoch_seconds']:.2f} s; plain PyTorch, same objective: {r['plain_torch_epoch_seconds']:.2f} s "
