@@ -63,7 +63,12 @@ class AnalyticKLELBO(ELBO):
                 nll = nll - (site["fn"].log_prob(site["value"]) * site["scale"]).sum()
         kl = 0.0
         for name, site in _latent_sites(guide_trace):
-            kl = kl + kl_divergence(site["fn"], model_trace.nodes[name]["fn"]).sum() * site["scale"]
+            site_kl = kl_divergence(site["fn"], model_trace.nodes[name]["fn"])
+            if site_kl.dim():
+                site_kl = site_kl.sum()
+            # A scale of exactly 1 (no penalty weight, no plate) multiplies nothing: one node less per site.
+            scale = site["scale"]
+            kl = kl + (site_kl if isinstance(scale, (int, float)) and scale == 1 else site_kl * scale)
         return nll, kl
 
     def differentiable_loss(self, model, guide, *args, **kwargs):
