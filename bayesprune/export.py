@@ -12,10 +12,11 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
+from .pruning import expand_unit_masks
 from .structure import layer_chain
 
 
-def export(net: nn.Module, masks: dict) -> nn.Module:
+def export(net: nn.Module, masks: dict, *, input_shape=None) -> nn.Module:
     """A copy of ``net`` with ``masks`` applied.
 
     Weight-level masks (keyed by parameter name) zero the masked entries. Unit-level masks (keyed
@@ -24,9 +25,16 @@ def export(net: nn.Module, masks: dict) -> nn.Module:
     inputs (a flattened channel's H·W columns together). The result computes the same function as
     ``net`` with the equivalent masks of :func:`bayesprune.pruning.expand_unit_masks`.
 
+    Args:
+        net: the network; it is not changed.
+        masks: site name → boolean mask (``True`` = keep), as :func:`bayesprune.pruning.prune` gives.
+        input_shape: one input's shape without the batch dimension; with unit masks, lets
+            :func:`bayesprune.structure.layer_chain` check a convolutional network's forward by a
+            probe (default ``None``: a Linear-first network is probed all the same).
+
     Raises:
         ValueError: a unit mask on a network that is not a plain chain (naming the module), an
-            unknown mask name, or a mask that removes every unit of a layer.
+            unknown mask name, a mask of the wrong shape, or a mask that removes every unit of a layer.
     """
     net = copy.deepcopy(net)
     params = dict(net.named_parameters())
@@ -35,16 +43,22 @@ def export(net: nn.Module, masks: dict) -> nn.Module:
     unknown = sorted(set(weight_masks) - set(params))
     if unknown:
         raise ValueError(f"masks for parameters the network does not have: {unknown}")
+    for name, mask in weight_masks.items():
+        if mask.shape != params[name].shape:
+            raise ValueError(f"the mask of {name!r} has shape {tuple(mask.shape)}, the parameter {tuple(params[name].shape)}")
     with torch.no_grad():
         for name, mask in weight_masks.items():
             params[name].mul_(mask.to(params[name].device, params[name].dtype))
     if not unit_masks:
         return net
-    layers = layer_chain(net)
-    gates = {layer.gate_site for layer in layers[:-1]}
-    unknown = sorted(set(unit_masks) - gates)
+    layers = layer_chain(net, input_shape)
+    gates = {layer.gate_site: layer.units for layer in layers[:-1]}
+    unknown = sorted(set(unit_masks) - set(gates))
     if unknown:
         raise ValueError(f"unit masks for layers that are not hidden layers of the chain: {unknown}")
+    for name, mask in unit_masks.items():
+        if mask.shape != (gates[name],):
+            raise ValueError(f"the mask {name!r} has shape {tuple(mask.shape)}, the layer {gates[name]} units")
     inputs = None
     for layer in layers:
         outputs = unit_masks.get(layer.gate_site)
@@ -132,15 +146,31 @@ def count_macs(net: nn.Module, input_shape) -> int:
 def measure_latency(net, input_shape, *, batch_sizes=(1, 64, 1024), warmup: int = 5, repeats: int = 30, device=None) -> dict:
     """Median wall-clock seconds of one forward pass at each batch size, after ``warmup`` passes.
 
-    Inputs are random; gradients off. On CUDA every pass is bracketed by ``torch.cuda.synchronize``.
+    Inputs are random, of the parameters' dtype; gradients off; the network in eval mode (restored
+    afterwards). On CUDA every pass is bracketed by ``torch.cuda.synchronize``.
+
+    Args:
+        net: the network; measured on a copy when it lies on another device than ``device``.
+        input_shape: one input's shape, without the batch dimension.
+        batch_sizes: the batch sizes to time (default 1, 64 and 1024).
+        warmup: untimed passes first (default 5).
+        repeats: timed passes, of which the median is taken (default 30).
+        device: where to run (default: where ``net``'s parameters are).
+
+    Returns:
+        Batch size → median seconds of one forward pass.
     """
-    device = torch.device(device) if device is not None else next(net.parameters()).device
-    net = net.to(device).eval()
+    parameter = next(net.parameters())
+    device = torch.device(device) if device is not None else parameter.device
+    if parameter.device != device:
+        net = copy.deepcopy(net).to(device)
     synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    training = net.training
     result = {}
     with torch.no_grad():
+        net.eval()
         for batch in batch_sizes:
-            x = torch.randn(batch, *input_shape, device=device)
+            x = torch.randn(batch, *input_shape, device=device, dtype=parameter.dtype)
             for _ in range(warmup):
                 net(x)
             times = []
@@ -151,12 +181,18 @@ def measure_latency(net, input_shape, *, batch_sizes=(1, 64, 1024), warmup: int 
                 synchronize()
                 times.append(time.perf_counter() - start)
             result[batch] = statistics.median(times)
+    net.train(training)
     return result
 
 
 def save_portable(net: nn.Module, path, example_input: torch.Tensor):
     """Write ``net`` with :func:`torch.export.save`; ``torch.export.load(path).module()`` runs it with
-    only torch installed (no bayesprune, no Pyro, no pickled code) at any batch size."""
+    only torch installed (no bayesprune, no Pyro, no pickled code) at any batch size.
+
+    ``torch.export`` rather than TorchScript: from torch 2.14 ``torch.jit.script``, ``trace`` and
+    ``load`` warn that they are deprecated, while a file written here by torch 2.14 loads and runs
+    in torch 2.13 as well (checked by hand in a virtual environment with only torch).
+    """
     net = copy.deepcopy(net).eval().to(example_input.device)
     batch = torch.export.Dim("batch", min=1, max=1 << 20)
     program = torch.export.export(net, (example_input,), dynamic_shapes=({0: batch},))
@@ -173,14 +209,21 @@ class _Mask(nn.Module):
 
 
 def mask_parameters(net: nn.Module, masks: dict) -> nn.Module:
-    """Make ``masks`` (weight level) part of ``net`` so they survive fine-tuning: each masked
-    parameter becomes ``original · mask`` (a ``torch.nn.utils.parametrize`` parametrization), so
-    no optimiser step, weight decay included, can move a pruned weight off zero.
-    :func:`unmask_parameters` bakes the masked values in."""
+    """Make ``masks`` part of ``net`` so they survive fine-tuning: each masked parameter becomes
+    ``original · mask`` (a ``torch.nn.utils.parametrize`` parametrization), so no optimiser step,
+    weight decay included, can move a pruned weight off zero. Unit masks (``"<layer>.gate"``) are
+    applied as their weight masks (:func:`bayesprune.pruning.expand_unit_masks`), and with a
+    weight mask of the same parameter, both apply.
+    :func:`unmask_parameters` bakes the masked values in. Changes ``net`` in place and returns it."""
+    unit_masks = {name: mask for name, mask in masks.items() if name.endswith("gate")}
+    masks = {name: mask for name, mask in masks.items() if name not in unit_masks}
+    for name, mask in expand_unit_masks(net, unit_masks).items() if unit_masks else ():
+        masks[name] = masks[name].to(mask.device) & mask if name in masks else mask
     for name, mask in masks.items():
         module_name, _, param = name.rpartition(".")
         module = net.get_submodule(module_name) if module_name else net
-        parametrize.register_parametrization(module, param, _Mask(mask.to(getattr(module, param).dtype)))
+        value = getattr(module, param)
+        parametrize.register_parametrization(module, param, _Mask(mask.to(value.device, value.dtype)))
     return net
 
 

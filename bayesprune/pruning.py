@@ -74,6 +74,8 @@ def prune(scores: dict, budget: Budget, *, net=None) -> dict:
         hidden layer under ``"<layer>.gate"`` (the output layer's units are never removed);
         :func:`expand_unit_masks` turns them into weight masks.
     """
+    if not scores:
+        raise ValueError("no scores to prune")
     if budget.level == "unit":
         if net is None:
             raise ValueError("a unit-level budget needs the network (net=...)")
@@ -85,8 +87,18 @@ def prune(scores: dict, budget: Budget, *, net=None) -> dict:
     return masks
 
 
+def global_masks(scores: dict, droprate: float) -> dict:
+    """Masks that drop the ``floor(droprate · n)`` lowest of all n scores together (paper 003,
+    section 4.4): ``prune(scores, Budget(fraction=droprate))``."""
+    return prune(scores, Budget(fraction=droprate))
+
+
 def _select(scores: dict, budget: Budget) -> dict:
-    flat = torch.cat([score.detach().flatten().to(torch.float64) for score in scores.values()])
+    for name, score in scores.items():
+        if torch.isnan(score).any():
+            raise ValueError(f"the scores of site {name!r} contain NaN")
+    device = next(iter(scores.values())).device
+    flat = torch.cat([score.detach().flatten().to(device, torch.float64) for score in scores.values()])
     n = flat.numel()
     order = torch.argsort(flat, stable=True)  # removal order: lowest first, earlier position first on ties
     keep = torch.zeros(n, dtype=torch.bool, device=flat.device)
@@ -108,7 +120,7 @@ def _select(scores: dict, budget: Budget) -> dict:
         keep[candidates[candidates.numel() - extra:]] = True
     keep |= forced
     sizes = [score.numel() for score in scores.values()]
-    return {name: chunk.view(score.shape) for (name, score), chunk in zip(scores.items(), torch.split(keep, sizes))}
+    return {name: chunk.view(score.shape).to(score.device) for (name, score), chunk in zip(scores.items(), torch.split(keep, sizes))}
 
 
 def unit_scores(scores: dict, net, *, reduce: str = "mean") -> dict:

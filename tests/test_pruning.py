@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from bayesprune.pruning import Budget, apply_masks, prune, sparsity
+from bayesprune.models import mlp
+from bayesprune.pruning import Budget, apply_masks, global_masks, prune, sparsity
 
 SHAPES = [
     {"a": (3, 4), "b": (5,), "c": (2, 2, 2)},
@@ -192,3 +193,60 @@ def test_threshold_keeps_scores_at_or_above_it_and_floors_still_hold():
 def test_invalid_budgets_name_the_field(fields):
     with pytest.raises(ValueError, match="^budget"):
         Budget(**fields)
+
+
+@pytest.mark.parametrize("shapes", SHAPES)
+def test_global_masks_is_the_fraction_budget(shapes):
+    """The old entry point drops the same entries: the floor(d n) first of a stable numpy argsort."""
+    scores = random_scores(shapes, torch.Generator().manual_seed(7))
+    flat = np.concatenate([s.numpy().ravel() for s in scores.values()])
+    for droprate in DROPRATES:
+        masks = global_masks(scores, droprate)
+        kept = np.concatenate([masks[name].numpy().ravel() for name in scores])
+        dropped = np.argsort(flat, kind="stable")[:math.floor(Fraction(str(droprate)) * flat.size)]
+        assert set(np.flatnonzero(~kept).tolist()) == set(dropped.tolist())
+        assert all(torch.equal(masks[name], mask) for name, mask in prune(scores, Budget(fraction=droprate)).items())
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("floor", [0, 2])
+def test_fraction_and_threshold_per_layer_against_brute_force(seed, floor):
+    generator = torch.Generator().manual_seed(seed)
+    scores = {name: torch.randint(0, 5, shape, generator=generator).double() / 4 for name, shape in SHAPES[seed % 3].items()}
+    for fraction in (0.0, 0.3, 0.75):
+        masks = prune(scores, Budget(fraction=fraction, scope="layer", min_keep=floor))
+        expected = set().union(*(brute_force_keep({name: s}, s.numel() - math.floor(Fraction(str(fraction)) * s.numel()), floor)
+                                 for name, s in scores.items()))
+        assert kept_pairs(masks) == expected
+    for threshold in (0.0, 0.5, 1.0, 2.0):
+        above = {(name, i) for name, s in scores.items() for i, v in enumerate(s.flatten().tolist()) if v >= threshold}
+        floors = set().union(*(brute_force_keep({name: s}, 0, floor) for name, s in scores.items()))
+        for scope in ("global", "layer"):
+            assert kept_pairs(prune(scores, Budget(threshold=threshold, scope=scope, min_keep=floor))) == above | floors
+
+
+@pytest.mark.parametrize("floor", [0, 2])
+def test_unit_budgets_count_units_across_layers_against_brute_force(floor):
+    """Unit level, global: the kept units are the brute-force choice over the per-unit scores (ties included);
+    the output layer gets no mask."""
+    net = mlp((5,), 3, hidden=[6, 4])
+    generator = torch.Generator().manual_seed(3)
+    gates = {"1.gate": torch.randint(0, 3, (6,), generator=generator).double(),
+             "3.gate": torch.randint(0, 3, (4,), generator=generator).double()}
+    for keep in (0, 3, 7, 10):
+        masks = prune(gates, Budget(keep=keep, level="unit", min_keep=floor), net=net)
+        assert list(masks) == ["1.gate", "3.gate"]
+        assert kept_pairs(masks) == brute_force_keep(gates, keep, floor)
+
+
+def test_near_saturated_float64_scores_rank_as_given():
+    """Probabilities that round to 1 in float32 still rank by their float64 values."""
+    scores = {"w": torch.tensor([1 - 1e-12, 1 - 3e-12, 1 - 2e-12, 1.0], dtype=torch.float64)}
+    assert prune(scores, Budget(keep=2))["w"].tolist() == [True, False, False, True]
+
+
+def test_nan_scores_and_empty_scores_are_rejected():
+    with pytest.raises(ValueError, match="site 'b' contain NaN"):
+        prune({"a": torch.rand(3), "b": torch.tensor([0.1, float("nan")])}, Budget(keep=1))
+    with pytest.raises(ValueError, match="no scores"):
+        prune({}, Budget(keep=1))

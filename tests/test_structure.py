@@ -1,0 +1,122 @@
+"""Tests of bayesprune.structure: the layer chain against hand-written descriptions of small networks."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bayesprune.models import lenet_5, mlp
+from bayesprune.structure import layer_chain
+
+
+def describe(layers):
+    return [(l.name, l.kind, l.units, l.weight_site, l.bias_site, l.gate_site, l.consumer, l.inputs_per_unit)
+            for l in layers]
+
+
+class ClassicLeNet5(nn.Module):
+    """6-16-120-84 LeNet-5 written the usual way: a forward with functional ReLU, pooling and view."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(1, 6, 5), nn.Conv2d(6, 16, 5)
+        self.fc1, self.fc2, self.fc3 = nn.Linear(256, 120), nn.Linear(120, 84), nn.Linear(84, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2).view(x.shape[0], -1)
+        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+
+
+def test_an_mlp_chain_by_hand():
+    layers = layer_chain(mlp((5,), 2, hidden=[4, 3]))
+    assert describe(layers) == [
+        ("1", "linear", 4, "1.weight", "1.bias", "1.gate", "3", 1),
+        ("3", "linear", 3, "3.weight", "3.bias", "3.gate", "5", 1),
+        ("5", "linear", 2, "5.weight", "5.bias", "5.gate", None, None),
+    ]
+
+
+def test_nested_sequential_conv_flatten_linear_owns_h_times_w_columns_per_channel():
+    net = nn.Sequential(
+        nn.Sequential(nn.Conv2d(1, 20, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(20, 50, 5, bias=False), nn.ReLU(),
+                      nn.MaxPool2d(2)),
+        nn.Sequential(nn.Flatten(), nn.Linear(50 * 4 * 4, 500), nn.ReLU(), nn.Linear(500, 10)),
+    )
+    layers = layer_chain(net, (1, 28, 28))  # 28 → conv 24 → pool 12 → conv 8 → pool 4: 4·4 columns per channel
+    assert describe(layers) == [
+        ("0.0", "conv2d", 20, "0.0.weight", "0.0.bias", "0.0.gate", "0.3", 1),
+        ("0.3", "conv2d", 50, "0.3.weight", None, "0.3.gate", "1.1", 16),
+        ("1.1", "linear", 500, "1.1.weight", "1.1.bias", "1.1.gate", "1.3", 1),
+        ("1.3", "linear", 10, "1.3.weight", "1.3.bias", "1.3.gate", None, None),
+    ]
+    assert [l.inputs_per_unit for l in layer_chain(lenet_5((1, 28, 28), 10), (1, 28, 28))] == [1, 16, 1, None]
+
+
+def test_a_custom_forward_that_is_a_plain_chain_is_accepted():
+    layers = layer_chain(ClassicLeNet5(), (1, 28, 28))
+    assert [(l.name, l.units, l.consumer, l.inputs_per_unit) for l in layers] == [
+        ("conv1", 6, "conv2", 1), ("conv2", 16, "fc1", 16), ("fc1", 120, "fc2", 1), ("fc2", 84, "fc3", 1),
+        ("fc3", 10, None, None)]
+
+
+class Residual(nn.Module):
+    def __init__(self, width=4):
+        super().__init__()
+        self.fc1, self.fc2, self.out = nn.Linear(width, width), nn.Linear(width, width), nn.Linear(width, 2)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        return self.out(h + self.fc2(torch.relu(h)))
+
+
+class InputSkip(Residual):
+    def forward(self, x):
+        return self.out(self.fc2(torch.relu(self.fc1(x)))) + x[:, :2]
+
+
+class CalledTwice(Residual):
+    def forward(self, x):
+        return self.out(self.fc2(self.fc2(self.fc1(x))))
+
+
+class OutOfOrder(Residual):
+    def forward(self, x):
+        return self.out(self.fc1(self.fc2(x)))
+
+
+class MixesChannels(Residual):
+    def forward(self, x):
+        return self.out(self.fc2(torch.softmax(self.fc1(x), dim=1)))
+
+
+@pytest.mark.parametrize("net, match", [
+    (nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.ReLU(), nn.Linear(3, 2)), r"^module '1' \(BatchNorm1d\)"),
+    (nn.Sequential(nn.Conv2d(4, 4, 3, groups=2), nn.Flatten(), nn.Linear(16, 2)), r"^module '0' \(Conv2d with groups=2\)"),
+    (nn.Sequential(nn.Conv2d(4, 4, 3, groups=4), nn.Flatten(), nn.Linear(16, 2)), r"^module '0' \(Conv2d with groups=4\)"),
+    (nn.Sequential(nn.Linear(4, 3), nn.LayerNorm(3), nn.Linear(3, 2)), r"^module '1' \(LayerNorm\)"),
+    (nn.Sequential(nn.Linear(4, 3), nn.Linear(5, 2)), r"^module '1' takes 5 inputs"),
+    (nn.Sequential(nn.Sequential(Residual())), r"^module '0.0' \(Residual\) is not a plain chain: the output of '0.0.fc1' reaches "),
+    (InputSkip(), r"^the network \(InputSkip\) is not a plain chain: the input reaches"),
+    (CalledTwice(), r"^module 'fc2' \(Linear\) is not called once in registration order"),
+    (OutOfOrder(), r"^module 'fc2' \(Linear\) is not called once in registration order"),
+    (MixesChannels(), r"^the network \(MixesChannels\) is not a plain chain: unit 0 of 'fc1' changes inputs of 'fc2'"),
+])
+def test_what_is_not_a_plain_chain_is_named(net, match):
+    with pytest.raises(ValueError, match=match):
+        layer_chain(net, (4, 4, 4) if isinstance(net[0] if isinstance(net, nn.Sequential) else None, nn.Conv2d) else None)
+
+
+def test_the_flattened_width_is_checked_against_the_input_shape():
+    net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(2 * 5 * 5, 3))
+    assert layer_chain(net)[0].inputs_per_unit == 25
+    with pytest.raises(ValueError, match=r"does not run on inputs of shape \(1, 8, 8\)"):
+        layer_chain(net, (1, 8, 8))
+
+
+def test_the_probe_leaves_the_network_as_it_was():
+    net = ClassicLeNet5().train()
+    before = {name: p.clone() for name, p in net.state_dict().items()}
+    layer_chain(net, (1, 28, 28))
+    assert net.training and all(m.training for m in net.modules())
+    assert all(torch.equal(before[name], p) for name, p in net.state_dict().items())
+    assert not any(m._forward_hooks for m in net.modules())
