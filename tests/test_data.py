@@ -2,6 +2,7 @@
 
 import contextlib
 import dataclasses
+import hashlib
 import pickle
 import struct
 
@@ -236,28 +237,73 @@ def test_mnist_bad_limit(tmp_path):
         load_dataset("mnist", root=tmp_path, limit_train=0)
 
 
-def test_cifar10_channel_layout(tmp_path, monkeypatch):
-    # torchvision checks the real files' md5 sums; bypass that check to read fake batches.
-    import torchvision.datasets.cifar
+class _Py2Array:
+    """Pickles as Python 2 wrote numpy arrays (CIFAR-10's batches): byte strings as str, read back as latin-1."""
 
-    monkeypatch.setattr(torchvision.datasets.cifar, "check_integrity", lambda *args, **kwargs: True)
-    folder = tmp_path / "cifar-10-batches-py"
+    def __init__(self, array):
+        self.array = array
+
+    def __reduce__(self):
+        constructor, (cls, shape, kind), (*state, raw) = self.array.__reduce__()
+        return constructor, (cls, shape, kind.decode("latin1")), (*state, raw.decode("latin1"))
+
+
+def _fake_cifar10(root, monkeypatch, *, test_batch=None):
+    """Write CIFAR-10's six batch files (two images each) and make their md5 sums the expected ones."""
+    folder = root / "cifar-10-batches-py"
     folder.mkdir()
     rng = np.random.default_rng(0)
-    batches = {}
-    for batch in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        entry = {"data": rng.integers(0, 256, size=(2, 3072), dtype=np.uint8), "labels": [0, 9]}
-        (folder / batch).write_bytes(pickle.dumps(entry))
-        batches[batch] = entry
-    (folder / "batches.meta").write_bytes(pickle.dumps({"label_names": [f"c{i}" for i in range(10)]}))
+    batches, md5 = {}, {}
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        entry = {"batch_label": name, "data": rng.integers(0, 256, size=(2, 3072), dtype=np.uint8), "labels": [0, 9]}
+        content = pickle.dumps({**entry, "data": _Py2Array(entry["data"])}, protocol=2)
+        if name == "test_batch" and test_batch is not None:
+            content = test_batch
+        (folder / name).write_bytes(content)
+        batches[name], md5[name] = entry, hashlib.md5(content).hexdigest()
+    monkeypatch.setattr("bayesprune.data.CIFAR10_MD5", md5)
+    return batches
 
+
+def test_cifar10_channel_layout(tmp_path, monkeypatch):
+    batches = _fake_cifar10(tmp_path, monkeypatch)
     data = load_dataset("cifar10", root=tmp_path, limit_train=3)
     assert data.input_shape == (3, 32, 32) and data.num_classes == 10
     assert data.num_train == 3 and data.num_test == 2
     # CIFAR rows are 1024 red, then green, then blue values, each 32x32 row-major.
     expected = batches["test_batch"]["data"].reshape(2, 3, 32, 32) / 255.0
     np.testing.assert_allclose(data.x_test.numpy(), expected, rtol=1e-6)
+    second_batch = batches["data_batch_2"]["data"].reshape(2, 3, 32, 32)
+    np.testing.assert_allclose(data.x_train[2].numpy() * 255, second_batch[0], rtol=1e-6)
     np.testing.assert_array_equal(data.y_train.numpy(), [0, 9, 0])
+
+
+def test_cifar10_md5_mismatch_is_named(tmp_path, monkeypatch):
+    _fake_cifar10(tmp_path, monkeypatch)
+    path = tmp_path / "cifar-10-batches-py" / "data_batch_3"
+    path.write_bytes(path.read_bytes() + b"\0")
+    with raises_data_error(str(path), "md5"):
+        load_dataset("cifar10", root=tmp_path)
+
+
+def test_cifar10_batch_that_would_run_code_is_refused(tmp_path, monkeypatch):
+    marker = tmp_path / "ran"
+    program = b"cos\nsystem\n(S'touch " + str(marker).encode() + b"'\ntR."
+    _fake_cifar10(tmp_path, monkeypatch, test_batch=program)
+    with raises_data_error("test_batch", "refusing to unpickle os.system"):
+        load_dataset("cifar10", root=tmp_path)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("batch, needle", [
+    ({"data": np.zeros((2, 3072), np.float32), "labels": [0, 1]}, "uint8 'data'"),
+    ({"data": np.zeros((2, 3072), np.uint8), "labels": [0]}, "integer 'labels'"),
+    ([1, 2], "uint8 'data'"),
+])
+def test_cifar10_malformed_batch_is_named(tmp_path, monkeypatch, batch, needle):
+    _fake_cifar10(tmp_path, monkeypatch, test_batch=pickle.dumps(batch, protocol=4))
+    with raises_data_error("test_batch", needle):
+        load_dataset("cifar10", root=tmp_path)
 
 
 # UCI regression benchmarks.
