@@ -87,12 +87,6 @@ def prune(scores: dict, budget: Budget, *, net=None) -> dict:
     return masks
 
 
-def global_masks(scores: dict, droprate: float) -> dict:
-    """Masks that drop the ``floor(droprate · n)`` lowest of all n scores together (paper 003,
-    section 4.4): ``prune(scores, Budget(fraction=droprate))``."""
-    return prune(scores, Budget(fraction=droprate))
-
-
 def _select(scores: dict, budget: Budget) -> dict:
     for name, score in scores.items():
         if torch.isnan(score).any():

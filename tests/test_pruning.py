@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bayesprune.models import mlp
-from bayesprune.pruning import Budget, apply_masks, global_masks, prune, sparsity
+from bayesprune.pruning import Budget, apply_masks, prune, sparsity
 
 SHAPES = [
     {"a": (3, 4), "b": (5,), "c": (2, 2, 2)},
@@ -196,16 +196,15 @@ def test_invalid_budgets_name_the_field(fields):
 
 
 @pytest.mark.parametrize("shapes", SHAPES)
-def test_global_masks_is_the_fraction_budget(shapes):
-    """The old entry point drops the same entries: the floor(d n) first of a stable numpy argsort."""
+def test_fraction_budget_against_a_stable_numpy_argsort(shapes):
+    """A global fraction d drops the floor(d n) first entries of a stable numpy argsort."""
     scores = random_scores(shapes, torch.Generator().manual_seed(7))
     flat = np.concatenate([s.numpy().ravel() for s in scores.values()])
     for droprate in DROPRATES:
-        masks = global_masks(scores, droprate)
+        masks = prune(scores, Budget(fraction=droprate))
         kept = np.concatenate([masks[name].numpy().ravel() for name in scores])
         dropped = np.argsort(flat, kind="stable")[:math.floor(Fraction(str(droprate)) * flat.size)]
         assert set(np.flatnonzero(~kept).tolist()) == set(dropped.tolist())
-        assert all(torch.equal(masks[name], mask) for name, mask in prune(scores, Budget(fraction=droprate)).items())
 
 
 @pytest.mark.parametrize("seed", range(4))
