@@ -21,13 +21,13 @@ def plot_loss(losses, path):
     save_figure(figure, path)
 
 
-def plot_score_cdf(scores, path, *, score_name="inclusion probability"):
+def plot_score_cdf(scores, path, *, score_name="score"):
     """Empirical CDF of the scores of all weights (for the sBNN: inclusion probabilities, paper 003, Figure 11)."""
     values = np.sort(np.asarray(scores).ravel())
     plot_inclusion_cdfs({None: (values, np.arange(1, values.size + 1) / values.size)}, path, score_name=score_name)
 
 
-def plot_inclusion_cdfs(curves: dict, path, *, score_name="inclusion probability"):
+def plot_inclusion_cdfs(curves: dict, path, *, score_name="score"):
     """CDFs of scores, ``curves`` mapping a legend label (``None``: no legend) to
     ``(score values, fraction of weights ≤ score)``."""
     figure, axis = plt.subplots(figsize=(5, 3.5))
@@ -42,7 +42,7 @@ def plot_inclusion_cdfs(curves: dict, path, *, score_name="inclusion probability
     save_figure(figure, path)
 
 
-def plot_pruning_curve(curve, metric, path, *, baseline=None, score_name="inclusion probability"):
+def plot_pruning_curve(curve, metric, path, *, baseline=None, score_name="score"):
     """Test metric against droprate for the point estimate and, when present, the Monte-Carlo predictive."""
     rates = [100 * row["droprate"] for row in curve]
     figure, axis = plt.subplots(figsize=(5, 3.5))

@@ -54,9 +54,9 @@ def _importance(args):
     if any(path.exists() for path in outputs) and not args.force:
         raise BayesPruneError(f"{run_dir}: importance.csv exists; pass --force to overwrite it")
     _, dataset, fitted = load_run(run_dir)
-    if not fitted.scores_are_probabilities:
+    scores = fitted.inclusion_probabilities()
+    if scores is None:
         raise BayesPruneError(f"{run_dir}: importance paths need inclusion probabilities; method {fitted.method!r} scores by {fitted.score_name}")
-    scores = fitted.scores()
     try:
         rows = importance_table(fitted.net, scores, dataset.feature_names)
         nodes = node_importance_table(fitted.net, scores)

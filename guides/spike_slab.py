@@ -66,3 +66,15 @@ class SpikeSlabGuide(MeanFieldGuide):
     def inclusion_probabilities(self) -> dict:
         """p*(m, σ) of every weight, keyed by site name."""
         return {name: q.probs for name, q in self.posteriors().items()}
+
+    @torch.no_grad()
+    def inclusion_logits(self) -> dict:
+        """B − A of eq. 3.8 of every weight in float64, keyed by site name: the ranking that p* carries
+        before it rounds to exactly 1 in float32 (from B − A ≈ 17 on, most weights of a trained net)."""
+        locs, scales = self._locs_and_scales()
+        logits = {}
+        for name, prior in self._site_priors(self.loc.device).items():
+            base = prior.base_dist
+            pi, tau0, tau1 = (getattr(base, key).double() for key in ("pi", "tau0", "tau1"))
+            logits[name] = inclusion_logits(locs[name].double(), scales[name].double(), pi, tau0, tau1)
+        return logits

@@ -171,8 +171,8 @@ def test_importance_command_matches_eq_3_18_from_the_saved_inclusion_probabiliti
         rows = list(csv.DictReader(handle))
     psi = np.array([float(row["psi"]) for row in rows])
     # Oracle, eq. 3.18 by hand for the 64-100-10 MLP: psi_j = (1 / (100 * 10)) sum_{k,i} P2[k, i] P1[i, j]
-    with np.load(two_chain_run / "scores.npz") as saved:
-        p1, p2 = saved["1.weight"].astype(float), saved["3.weight"].astype(float)
+    with np.load(two_chain_run / "scores.npz") as saved:  # the inclusion logits B - A of eq. 3.8
+        p1, p2 = (0.5 * (1 + np.tanh(saved[name].astype(float) / 2)) for name in ("1.weight", "3.weight"))
     np.testing.assert_allclose(psi, p2.sum(0) @ p1 / (100 * 10), rtol=1e-5)
     phi = np.array([float(row["phi"]) for row in rows])
     np.testing.assert_allclose(phi, (psi - psi.min()) / (psi.max() - psi.min()), rtol=1e-5, atol=1e-7)

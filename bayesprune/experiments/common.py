@@ -169,7 +169,7 @@ def fit_importance(config, dataset, *, device, seed=None) -> ImportanceFit:
     seed = config.seed if seed is None else seed
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
     fitted = fit_posterior(config, dataset, net, device, seed=seed)
-    psi = feature_importance(weight_inclusion_matrices(fitted.scores(), fitted.net)).cpu()
+    psi = feature_importance(weight_inclusion_matrices(fitted.inclusion_probabilities(), fitted.net)).cpu()
     return ImportanceFit(fitted.model, fitted.guide, psi, scaled_importance(psi), fitted.seconds)
 
 

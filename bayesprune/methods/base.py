@@ -19,14 +19,11 @@ class Fitted:
         history: the training :class:`~bayesprune.fit.History` (``None`` when restored).
         seconds: training time.
         predictive_samples: Monte-Carlo draws of the predictive; 0 for a method without a posterior.
-        score_name: what :meth:`scores` are, for tables and plots (``"inclusion probability"``).
-        scores_are_probabilities: the scores are inclusion probabilities, so importance paths
-            (paper 003, eqs. 3.18-3.19) can be read from them.
+        score_name: what :meth:`scores` are, for tables and plots (``"inclusion logit"``).
     """
 
     method: str = ""
     score_name: str = "score"
-    scores_are_probabilities: bool = False
 
     def __init__(self, net: nn.Module, *, history=None, seconds: float = 0.0, predictive_samples: int = 0):
         self.net = net
@@ -40,8 +37,17 @@ class Fitted:
         return {name: param.shape for name, param in self.net.named_parameters()}
 
     def scores(self) -> dict:
-        """Site name → importance score tensor (higher = keep), as :func:`bayesprune.pruning.prune` reads."""
+        """Site name → importance score tensor (higher = keep), as :func:`bayesprune.pruning.prune` reads.
+
+        Scores must not saturate: a probability that rounds to 1.0 ties with its neighbours, and a
+        tied budget removes the earlier entries in network order. Return logits or float64 values.
+        """
         raise NotImplementedError
+
+    def inclusion_probabilities(self):
+        """Site name → inclusion probability of every weight, for importance paths (paper 003, eqs.
+        3.18-3.19); ``None`` for a method without them."""
+        return None
 
     def predict(self, x: torch.Tensor, *, masks=None, num_samples: int = 0) -> torch.Tensor:
         """Predictive mean (class probabilities, or regression means in training units) at inputs ``x``.

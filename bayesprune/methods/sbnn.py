@@ -75,18 +75,21 @@ class SBNNOptions:
 class SBNNFitted(Fitted):
     """A fitted sBNN: the :class:`~bayesprune.models.BayesianNetwork` and its :class:`~bayesprune.guides.SpikeSlabGuide`.
 
-    Its scores are the inclusion probabilities p*(m, σ); its point estimate is the posterior mean m.
+    Its scores are the logits B − A of the inclusion probabilities p*(m, σ) (eq. 3.8) in float64,
+    which rank the weights as p* does without rounding to 1; its point estimate is the posterior mean m.
     """
 
     method = "sbnn"
-    score_name = "inclusion probability"
-    scores_are_probabilities = True
+    score_name = "inclusion logit"
 
     def __init__(self, model, guide, *, history=None, seconds=0.0, predictive_samples=0):
         super().__init__(model.net, history=history, seconds=seconds, predictive_samples=predictive_samples)
         self.model, self.guide = model, guide
 
     def scores(self) -> dict:
+        return self.guide.inclusion_logits()
+
+    def inclusion_probabilities(self) -> dict:
         return self.guide.inclusion_probabilities()
 
     def predict(self, x, *, masks=None, num_samples=0):
@@ -98,7 +101,7 @@ class SBNNFitted(Fitted):
         return net
 
     def metrics(self) -> dict:
-        probs = torch.cat([p.flatten() for p in self.scores().values()])
+        probs = torch.cat([p.flatten() for p in self.inclusion_probabilities().values()])
         return {
             "final_elbo": self.history.elbo[-1],
             "fraction_inclusion_below_half": float((probs < 0.5).float().mean()),
@@ -189,7 +192,7 @@ class SBNN(Method):
 
         try:
             _, *hidden, _ = node_layer_names(structure)
-            weight_inclusion_matrices(fits[0].scores(), structure)
+            weight_inclusion_matrices(fits[0].inclusion_probabilities(), structure)
             feature_importance = importance
         except ValueError:  # not a plain Linear/Conv2d chain (branches, batch norm, grouped convolutions)
             feature_importance = None
