@@ -4,8 +4,9 @@ Every invalid value raises :class:`~bayesprune.errors.ConfigError` naming the fi
 (``sbnn.pi must lie in (0, 1), got 1.5``). Packaged configs live in ``bayesprune/configs`` and are
 addressed by file stem; any key can be overridden with ``section.key=value``.
 """
+import math
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 
@@ -22,23 +23,29 @@ class DataConfig:
     """``[data]``: ``dataset`` names a loader of :mod:`bayesprune.data`; every other key is its option.
 
     ``splits`` (UCI only) fits every listed split, or ``"all"`` of them, and reports the mean and
-    standard error over splits.
+    standard error over splits. ``batch_size = "auto"`` takes a hundredth of the training rows, at
+    least 32 (:meth:`batch_size_for`), so that an epoch is at most 100 steps on any set.
     """
 
     dataset: str = "digits"
-    batch_size: int = 128
+    batch_size: int | str = 128
     splits: list | str | None = None
     options: dict = field(default_factory=dict)
 
     def __post_init__(self):
         _require(isinstance(self.dataset, str), "data.dataset", "be a string", self.dataset)
-        _require(_is_int(self.batch_size) and self.batch_size > 0, "data.batch_size", "be a positive integer", self.batch_size)
+        _require(self.batch_size == "auto" or (_is_int(self.batch_size) and self.batch_size > 0), "data.batch_size",
+                 "be a positive integer or 'auto'", self.batch_size)
         if self.splits is not None:
             _require(self.dataset == "uci", "data.splits", "only be set for data.dataset = 'uci'", self.splits)
             valid = self.splits == "all" or (
                 isinstance(self.splits, list) and self.splits and all(_is_int(k) and k >= 0 for k in self.splits)
             )
             _require(valid, "data.splits", "be 'all' or a non-empty list of split indices", self.splits)
+
+    def batch_size_for(self, num_train: int) -> int:
+        """The minibatch size for ``num_train`` training rows."""
+        return max(32, math.ceil(num_train / 100)) if self.batch_size == "auto" else self.batch_size
 
 
 @dataclass(frozen=True)
@@ -83,13 +90,33 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """``[train]``: epochs and checkpoint period."""
+    """``[train]``: training length and checkpoint period.
 
-    epochs: int = 200
+    ``epochs`` passes over the training split, or ``steps``, a budget of gradient steps that becomes
+    the epochs reaching it on each data set (given, it replaces ``epochs``). ``validation`` > 0 holds out that fraction
+    of the training split and keeps the epoch whose point estimate scores best on it, stopping after
+    ``patience`` epochs without improvement (:mod:`bayesprune.early_stopping`); the test split is
+    only read after the fit.
+    """
+
+    epochs: int | None = None
+    steps: int | None = None
+    validation: float = 0.0
+    patience: int | None = None
     checkpoint_every: int = 10
 
     def __post_init__(self):
-        _require(_is_int(self.epochs) and self.epochs > 0, "train.epochs", "be a positive integer", self.epochs)
+        if self.steps is not None:
+            _require(_is_int(self.steps) and self.steps > 0, "train.steps", "be a positive integer", self.steps)
+            object.__setattr__(self, "epochs", None)  # the budget replaces them (an override of a config's epochs)
+        elif self.epochs is None:
+            object.__setattr__(self, "epochs", 200)
+        if self.epochs is not None:
+            _require(_is_int(self.epochs) and self.epochs > 0, "train.epochs", "be a positive integer", self.epochs)
+        _require(_is_number(self.validation) and 0 <= self.validation < 1, "train.validation", "lie in [0, 1)", self.validation)
+        if self.patience is not None:
+            _require(_is_int(self.patience) and self.patience > 0, "train.patience", "be a positive integer", self.patience)
+            _require(self.validation > 0, "train.patience", "come with train.validation > 0", self.patience)
         _require(_is_int(self.checkpoint_every) and self.checkpoint_every > 0, "train.checkpoint_every", "be a positive integer", self.checkpoint_every)
 
 
@@ -229,6 +256,15 @@ class RunConfig:
             else:
                 raise ConfigError(f"unknown config key {key!r}")
         return cls(**kwargs)
+
+    def for_data(self, num_train: int) -> "RunConfig":
+        """This config with a number for ``data.batch_size`` and ``train.epochs`` on ``num_train``
+        training rows (``batch_size = "auto"`` and ``train.steps`` resolved)."""
+        from .early_stopping import epochs_for_steps
+
+        batch_size = self.data.batch_size_for(num_train)
+        epochs = self.train.epochs if self.train.steps is None else epochs_for_steps(self.train.steps, num_train, batch_size)
+        return replace(self, data=replace(self.data, batch_size=batch_size), train=replace(self.train, epochs=epochs, steps=None))
 
     def to_dict(self) -> dict:
         """Nested dict in TOML layout (options folded back into their sections, ``None`` dropped)."""

@@ -25,12 +25,14 @@ from bayesprune.analysis.tables import write_csv
 from bayesprune.models import build_architecture
 
 from .baseline import train_plain
-from .checkpoint import read_checkpoint
+from .checkpoint import read_checkpoint, save_checkpoint
 from .config import load_config
 from .data import load_dataset, uci_num_splits
+from .early_stopping import EarlyStopping, hold_out
 from .errors import BayesPruneError, TrainingDiverged
 from .fit import resolve_device
 from .methods import get_method
+from .predict import metric
 
 CHECKPOINT = "checkpoint.pt"
 POSTERIOR = "posterior.nc"
@@ -112,21 +114,26 @@ def run(config, out, *, force: bool = False, progress: bool = False) -> dict:
         per_split = []
         for index, dataset in enumerate(datasets):
             fits = []
+            validation = None
+            if config.train.validation > 0:
+                dataset, *validation = hold_out(dataset, config.train.validation, seed=config.seed + index)
+            split_config = config.for_data(dataset.num_train)
             for chain in range(config.chains if index == 0 else 1):
                 seed = config.seed + index + chain
                 net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
                 baseline_net = copy.deepcopy(net) if chain == 0 else None
                 try:
                     fitted = method.fit(
-                        net, dataset, config, device=device, seed=seed, progress=progress,
+                        net, dataset, split_config, device=device, seed=seed, progress=progress,
                         checkpoint=staging / CHECKPOINT if index == chain == 0 else None,
+                        callbacks=[] if validation is None else [_early_stopping(split_config, dataset.task, validation, device)],
                     )
                 except TrainingDiverged:
                     if (staging / CHECKPOINT).exists():
                         _move_into_place(staging, out)
                     raise
                 if chain == 0:
-                    per_split.append(_evaluate(config, dataset, fitted, device, baseline_net))
+                    per_split.append(_evaluate(split_config, dataset, fitted, device, baseline_net, validation))
                 fits.append(fitted)
             if index == 0:
                 _write_fit(staging, fits[0])
@@ -166,7 +173,22 @@ def _staged(out: Path):
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _evaluate(config, dataset, fitted, device, baseline_net) -> dict:
+def _early_stopping(config, task, validation, device):
+    """A factory of :class:`~bayesprune.early_stopping.EarlyStopping` on the validation part's metric
+    of a fit's point estimate (:meth:`~bayesprune.methods.Fitted.predict`)."""
+    x, y = validation[0].to(device), validation[1]
+
+    def make(fitted):
+        def score():
+            return metric(task, fitted.predict(x).cpu(), y)
+
+        return EarlyStopping(score, fitted.state_dict, fitted.load_state_dict,
+                             epochs=config.train.epochs, patience=config.train.patience)
+
+    return make
+
+
+def _evaluate(config, dataset, fitted, device, baseline_net, validation=None) -> dict:
     name = metric_name(dataset.task)
     curve = pruning_curve(fitted, dataset, droprates=sorted({0.0, *config.prune.droprates}), device=device,
                           budget=config.prune.budget)
@@ -178,6 +200,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net) -> dict:
         "architecture": config.model.architecture,
         "n_weights": sum(shape.numel() for shape in fitted.sites.values()),
         "epochs": len(fitted.history.epoch_losses),
+        **({} if validation is None else {"n_validation": len(validation[1])}),
         "seed": config.seed,
         "train_seconds": round(fitted.seconds, 3),
         "score": fitted.score_name,
@@ -189,7 +212,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net) -> dict:
         metrics[f"baseline_{name}"] = train_plain(
             baseline_net.to(device), dataset,
             epochs=config.baseline.epochs or config.train.epochs, lr=config.baseline.lr or config.optim.lr,
-            batch_size=config.data.batch_size, seed=config.seed,
+            batch_size=config.data.batch_size, seed=config.seed, validation=validation, patience=config.train.patience,
         )
     return metrics
 
@@ -229,8 +252,10 @@ def _summarise(per_split: list) -> dict:
 
 
 def _write_fit(folder: Path, fitted):
-    """``history.csv`` (training loss per epoch) and ``scores.npz`` (the score of every site)."""
+    """The final checkpoint (early stopping may have put an earlier epoch back), ``history.csv``
+    (training loss per epoch) and ``scores.npz`` (the score of every site)."""
     losses = fitted.history.epoch_losses
+    save_checkpoint(folder / CHECKPOINT, fitted, metadata={"epoch": len(losses)})
     write_csv(folder / "history.csv", [{"epoch": epoch + 1, "loss": f"{loss:.8g}"} for epoch, loss in enumerate(losses)])
     np.savez(folder / "scores.npz", **{name: score.cpu().numpy() for name, score in fitted.scores().items()})
 

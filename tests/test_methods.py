@@ -133,7 +133,7 @@ class MagnitudeMethod(Method):
     name = "test-magnitude"
     Options = NoOptions
 
-    def fit(self, net, dataset, config, *, device, seed, checkpoint=None, progress=False):
+    def fit(self, net, dataset, config, *, device, seed, checkpoint=None, progress=False, callbacks=()):
         optimizer = torch.optim.Adam(net.parameters(), lr=config.optim.lr)
         history = History()
         for _ in range(config.train.epochs):

@@ -125,6 +125,11 @@ class Experiment:
         if config.model.architecture != "mlp":
             raise ConfigError(f"model.architecture must be 'mlp' for experiment {config.experiment.name!r}, "
                               f"got {config.model.architecture!r}")
+        adaptive = {"train.steps": config.train.steps is not None, "train.validation": config.train.validation > 0,
+                    "data.batch_size": config.data.batch_size == "auto"}
+        for key, given in adaptive.items():
+            if given:
+                raise ConfigError(f"{key}: a study's fits use fixed epochs and batches; not for experiment {config.experiment.name!r}")
         self.validate(config, self.resolve(config))
 
     def validate(self, config, options):

@@ -69,6 +69,10 @@ class Fitted:
         """Tensors and plain data that :meth:`Method.restore` rebuilds this from (``weights_only`` loadable)."""
         raise NotImplementedError
 
+    def load_state_dict(self, state: dict) -> None:
+        """Put a :meth:`state_dict` of this same fit back in place (early stopping's best epoch)."""
+        raise NotImplementedError
+
 
 class Method:
     """A registered pruning method (:func:`bayesprune.methods.register_method`).
@@ -85,11 +89,14 @@ class Method:
     Options: ClassVar[type]
     legacy_keys: ClassVar[dict] = {}
 
-    def fit(self, net: nn.Module, dataset, config, *, device, seed: int, checkpoint=None, progress: bool = False) -> Fitted:
+    def fit(self, net: nn.Module, dataset, config, *, device, seed: int, checkpoint=None, progress: bool = False,
+            callbacks=()) -> Fitted:
         """Fit on ``dataset`` starting from ``net``; ``config.method_options`` is an :attr:`Options`.
 
         ``checkpoint`` is a path to save the state to during training (see
-        :class:`bayesprune.checkpoint.Checkpoint`), or ``None``.
+        :class:`bayesprune.checkpoint.Checkpoint`), or ``None``. ``callbacks`` are factories
+        ``make(fitted) -> callback`` of training-loop callbacks (:class:`bayesprune.fit.Callback`)
+        that watch the fit being made, such as early stopping; the method adds them to its loop.
         """
         raise NotImplementedError
 

@@ -110,6 +110,10 @@ class SBNNFitted(Fitted):
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "guide": self.guide.state_dict()}
 
+    def load_state_dict(self, state):
+        load_module_state(self.model, state["model"])
+        load_module_state(self.guide, state["guide"])
+
 
 def build_model(config, dataset, net, *, prior=None):
     """The Bayesian network around ``net``: ``prior`` (by default the config's spike-and-slab) and
@@ -121,11 +125,12 @@ def build_model(config, dataset, net, *, prior=None):
 
 
 def fit_posterior(config, dataset, net, device, *, checkpoint=None, progress=False, seed=None, prior=None,
-                  guide_class=SpikeSlabGuide) -> SBNNFitted:
+                  guide_class=SpikeSlabGuide, callbacks=()) -> SBNNFitted:
     """Fit the sBNN of ``config`` on ``dataset``, starting from the weights of ``net``.
 
     ``prior`` and ``guide_class`` replace the spike-and-slab pair (e.g. the plain Gaussian BNN
-    baseline); the objective, optimiser, batches and epochs stay the config's.
+    baseline); the objective, optimiser, batches and epochs stay the config's. ``callbacks`` as in
+    :meth:`bayesprune.methods.Method.fit`.
     """
     options = config.method_options
     seed = config.seed if seed is None else seed
@@ -140,7 +145,7 @@ def fit_posterior(config, dataset, net, device, *, checkpoint=None, progress=Fal
     batches = TensorBatches(
         dataset.x_train.to(device), dataset.y_train.to(device), batch_size=config.data.batch_size, seed=seed
     )
-    callbacks = []
+    callbacks = [make(fitted) for make in callbacks]
     if checkpoint is not None:
         callbacks.append(Checkpoint(checkpoint, fitted, epochs=config.train.epochs, every=config.train.checkpoint_every))
     start = time.perf_counter()
@@ -168,8 +173,9 @@ class SBNN(Method):
         "train.predictive_samples": "predictive_samples",
     }
 
-    def fit(self, net, dataset, config, *, device, seed, checkpoint=None, progress=False):
-        return fit_posterior(config, dataset, net, device, seed=seed, checkpoint=checkpoint, progress=progress)
+    def fit(self, net, dataset, config, *, device, seed, checkpoint=None, progress=False, callbacks=()):
+        return fit_posterior(config, dataset, net, device, seed=seed, checkpoint=checkpoint, progress=progress,
+                             callbacks=callbacks)
 
     def restore(self, net, dataset, config, state):
         model = build_model(config, dataset, net)
