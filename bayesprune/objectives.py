@@ -32,8 +32,8 @@ class AnalyticKLELBO(ELBO):
 
     Args:
         num_particles: Monte-Carlo draws of W per step.
-        local_reparameterization: sample pre-activations of ``linear``/``conv2d`` layers instead of
-            weights (:class:`bayesprune.reparameterization.LocalReparameterization`).
+        local_reparameterization: sample pre-activations of ``linear`` layers instead of weights
+            (convolutions are refused) (:class:`bayesprune.reparameterization.LocalReparameterization`).
     """
 
     def __init__(self, *, num_particles: int = 1, local_reparameterization: bool = False):

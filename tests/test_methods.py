@@ -36,7 +36,8 @@ def test_default_run_reproduces_the_golden_metrics(tmp_path):
     """The default config at 2 epochs gives, on one CPU thread, the metrics.json recorded before the
     platform refactor (every key of the recording, float for float; timing excluded); its pruning curve
     re-recorded once, when scores became float64 inclusion logits (p* rounded to 1 tied most weights)."""
-    metrics = run(load_config("default", ["train.epochs=2", "device='cpu'"]), tmp_path / "run")
+    # The recording's prior: the default's log tau1 was 0 then.
+    metrics = run(load_config("default", ["train.epochs=2", "device='cpu'", "sbnn.log_tau1=0.0"]), tmp_path / "run")
     golden = json.loads(GOLDEN.read_text())
     assert {key: metrics[key] for key in golden} == golden
 

@@ -67,32 +67,27 @@ def test_linear_matches_weight_sampling(batch, fan_in, fan_out, with_bias):
     assert_same_gaussian_marginals(repeated_calls, explicit)
 
 
-@pytest.mark.parametrize("stride, padding, with_bias", [(1, 1, True), (2, 0, True), (1, 0, False)])
-def test_conv2d_matches_weight_sampling(stride, padding, with_bias):
-    """F.conv2d under the mode has the per-output mean and variance of F.conv2d with sampled kernels."""
-    g = torch.Generator().manual_seed(stride + 10 * padding)
-    x = torch.randn(2, 2, 6, 6, generator=g, dtype=DOUBLE)
-    q_weight = gaussian((3, 2, 3, 3), g)
-    q_bias = gaussian((3,), g) if with_bias else None
+def test_a_sampled_convolution_is_refused_and_why():
+    """Output positions sharing a kernel are correlated under weight sampling; independent draws per
+    position (what the trick would do) lose that: the variance of the sum over positions differs."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 1, 5, 5, generator=g, dtype=DOUBLE)
+    q_weight = gaussian((1, 1, 3, 3), g)
     weight = q_weight.sample()
-    bias = q_bias.sample() if with_bias else None
-    posteriors = {id(weight): q_weight} | ({id(bias): q_bias} if with_bias else {})
-    draws = 6000
-    with LocalReparameterization(posteriors):
-        lrt = F.conv2d(x.repeat(draws, 1, 1, 1), weight, bias, stride, padding)
-    lrt = lrt.view(draws, 2, *lrt.shape[1:])
-    # Oracle: all sampled kernels at once as one grouped-free conv with draws * 3 output channels.
-    kernels = q_weight.sample((draws,))
-    explicit = F.conv2d(x, kernels.reshape(draws * 3, 2, 3, 3), stride=stride, padding=padding)
-    explicit = explicit.view(2, draws, 3, *explicit.shape[2:]).transpose(0, 1)
-    if with_bias:
-        explicit = explicit + q_bias.sample((draws,))[:, None, :, None, None]
-    assert lrt.shape == explicit.shape
-    assert_same_gaussian_marginals(lrt, explicit)
+    with LocalReparameterization({id(weight): q_weight}), pytest.raises(ValueError, match="not exact for conv2d"):
+        F.conv2d(x, weight)
+    draws = 20_000
+    kernels = q_weight.sample((draws,)).reshape(draws, 1, 3, 3)
+    joint = F.conv2d(x, kernels).sum((-2, -1)).squeeze(0)  # weight sampling: one kernel for all 9 positions
+    mean = F.conv2d(x, q_weight.loc)
+    std = F.conv2d(x**2, q_weight.scale**2).sqrt()
+    independent = (mean + std * torch.randn((draws, 1, 1, 3, 3), generator=g, dtype=DOUBLE)).sum((-2, -1)).flatten()
+    ratio = joint.var() / independent.var()
+    assert abs(ratio.item() - 1) > 10 * math.sqrt(4 / draws)
 
 
 def test_conv_module_keyword_bias_and_module_path():
-    """nn.Conv2d / nn.Linear modules (positional bias) and F.linear(bias=...) (keyword) are both intercepted."""
+    """nn.Linear modules (positional bias) and F.linear(bias=...) (keyword) are both intercepted."""
     g = torch.Generator().manual_seed(5)
     linear = torch.nn.Linear(3, 2).double()
     q_weight = Normal(linear.weight.detach().clone(), torch.full((2, 3), 0.3, dtype=DOUBLE))

@@ -2,6 +2,7 @@
 import math
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -54,3 +55,17 @@ def test_a_tied_budget_removes_the_lowest_logits_not_the_first_in_network_order(
         by_probability = prune(fitted.inclusion_probabilities(), Budget(fraction=fraction))
         first = np.flatnonzero(~torch.cat([mask.flatten() for mask in by_probability.values()]).numpy())
         assert first.tolist() == list(range(len(expected))) and set(first) != set(expected)
+
+
+def test_local_reparameterization_on_a_convolution_is_refused_by_name():
+    from bayesprune.config import load_config
+    from bayesprune.data import Dataset
+    from bayesprune.errors import ConfigError
+    from bayesprune.methods.sbnn import fit_posterior
+
+    config = load_config("default", ["sbnn.local_reparameterization=true", "train.epochs=1"])
+    x, y = torch.randn(8, 1, 6, 6), torch.randint(0, 2, (8,))
+    dataset = Dataset("toy", "classification", x, y, x, y, (1, 6, 6), 2)
+    net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(32, 2))
+    with pytest.raises(ConfigError, match=r"^sbnn.local_reparameterization must be false .*\(0\)"):
+        fit_posterior(config, dataset, net, torch.device("cpu"))

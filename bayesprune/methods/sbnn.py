@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pyro
 import torch
+from torch import nn
 
 from bayesprune.analysis.importance import node_importance, node_layer_names, scaled_importance, weight_inclusion_matrices
 from bayesprune.analysis.inference_data import to_inference_data
@@ -41,7 +42,7 @@ class SBNNOptions:
         init_scale: initial σ of every weight in q.
         objective: a key of :data:`bayesprune.objectives.OBJECTIVES`.
         penalty: minibatch penalty scheme, ``uniform`` (eq. 4.2) or ``geometric`` (eq. 4.3).
-        local_reparameterization: sample pre-activations instead of weights.
+        local_reparameterization: sample pre-activations instead of weights (linear layers only).
         num_particles: Monte-Carlo draws of W per step.
         predictive_samples: draws W ~ q(W) of the Monte-Carlo predictive.
     """
@@ -133,6 +134,11 @@ def fit_posterior(config, dataset, net, device, *, checkpoint=None, progress=Fal
     :meth:`bayesprune.methods.Method.fit`.
     """
     options = config.method_options
+    if options.local_reparameterization:
+        convolutions = [name for name, module in net.named_modules() if isinstance(module, nn.modules.conv._ConvNd)]
+        require(not convolutions, "sbnn.local_reparameterization",
+                f"be false for a network with convolutions ({convolutions[0] if convolutions else ''}): it is exact "
+                "for linear layers only", True)
     seed = config.seed if seed is None else seed
     pyro.clear_param_store()
     pyro.set_rng_seed(seed)
