@@ -1,9 +1,9 @@
 """Test metrics of a fitted network as weights are removed by their scores (paper 003, Tables 2 and 5)."""
 from bayesprune.predict import metric
-from bayesprune.pruning import Budget, expand_unit_masks, prune
+from bayesprune.pruning import Budget, bias_sites, expand_unit_masks, prune
 
 
-def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None) -> list:
+def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, include_biases=True) -> list:
     """Test metric of the point estimate and, for a method with a posterior, of the Monte-Carlo predictive at each droprate.
 
     Args:
@@ -13,30 +13,53 @@ def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None) -> li
         droprates: fractions of all weights (or units) to remove.
         budget: ``droprate -> Budget`` (e.g. :meth:`bayesprune.config.PruneConfig.budget`); by default
             the global weight-level ``Budget(fraction=droprate)``.
+        include_biases: rank the biases with the weights (the droprate is a fraction of all
+            parameters); ``False`` keeps every bias and the droprate is a fraction of the weights.
+            Unit-level budgets remove a unit's bias with the unit either way.
 
     Returns:
-        One dict per droprate with ``droprate``, ``n_weights_kept`` and the metric under its name
+        One dict per droprate with ``droprate``, ``n_weights_kept`` (parameters kept, biases
+        included), ``sparsity`` (1 − kept / all parameters), ``sparsity_weights`` (the same over the
+        weights alone, biases left out of both counts) and the metric under its name
         (``test_error`` in percent, or ``test_rmse``) for the point estimate, and with suffix ``_mc``
         for the Monte-Carlo predictive when ``fitted.predictive_samples > 0``.
     """
     name = metric_name(dataset.task)
     x = dataset.x_test.to(device) if device is not None else dataset.x_test
     scores = fitted.scores()
+    biases = bias_sites(fitted.net) & set(fitted.sites)
     total = sum(shape.numel() for shape in fitted.sites.values())
+    total_weights = total - sum(fitted.sites[name].numel() for name in biases)
     evaluations = [("", 0)] + ([("_mc", fitted.predictive_samples)] if fitted.predictive_samples > 0 else [])
     rows = []
     for droprate in droprates:
         rule = budget(droprate) if budget is not None else Budget(fraction=droprate)
-        masks = prune(scores, rule, net=fitted.net)
+        ranked = scores if include_biases or rule.level == "unit" else {k: v for k, v in scores.items() if k not in biases}
+        masks = prune(ranked, rule, net=fitted.net)
         if rule.level == "unit":
             masks = expand_unit_masks(fitted.net, masks)
         removed = sum(int((~mask).sum()) for mask in masks.values())
-        row = {"droprate": droprate, "n_weights_kept": total - removed}
+        removed_weights = sum(int((~mask).sum()) for name, mask in masks.items() if name not in biases)
+        row = {"droprate": droprate, "n_weights_kept": total - removed, "sparsity": round(removed / total, 6),
+               "sparsity_weights": round(removed_weights / total_weights, 6)}
         for suffix, samples in evaluations:
             prediction = fitted.predict(x, num_samples=samples, masks=masks).cpu()
             row[name + suffix] = metric(dataset.task, prediction, dataset.y_test, target_std=dataset.target_std)
         rows.append(row)
     return rows
+
+
+# The sparsity of a pruned classifier that stays within half a point of the full model's test error
+# (the yardstick of paper 003's Tables 7 and 8).
+ERROR_MARGIN = 0.5
+ERROR_MARGIN_KEY = "sparsity_at_0.5_points_worse"
+
+
+def first_sparsity_worse_by(curve: list, metric: str, margin: float, *, key: str = "sparsity"):
+    """The ``key`` of the first point of ``curve`` (in droprate order) whose ``metric`` exceeds the
+    first point's (the full model's) by more than ``margin``; ``None`` if no point does."""
+    full = curve[0][metric]
+    return next((row[key] for row in curve if row[metric] > full + margin), None)
 
 
 def metric_name(task: str) -> str:

@@ -26,6 +26,7 @@ Only plain chains are supported (:func:`bayesprune.structure.layer_chain`: ``Lin
 layers in module order with pooling, activations and ``Flatten`` between them, no branches, skip
 connections or batch norm); anything else raises ``ValueError``.
 """
+import numpy as np
 import torch
 
 from bayesprune.structure import layer_chain
@@ -166,3 +167,25 @@ def plot_importance(rows, path, *, title="Feature importance"):
     axis.barh([row["feature"] for row in rows], [row["phi"] for row in rows])
     axis.set(xlabel="scaled importance φ", xlim=(0, 1.02), title=title)
     save_figure(figure, path)
+
+
+def plot_importance_image(rows, input_shape, path, *, title="Feature importance"):
+    """The scaled importance φ (eq. 3.19) of image inputs as a heat map of the image, one panel per channel.
+
+    Args:
+        rows: rows of :func:`importance_table`, one per pixel, in input (C, H, W) order.
+        input_shape: ``(C, H, W)``.
+        path: the PNG file to write.
+
+    Returns:
+        The φ image drawn, shape ``(C, H, W)``.
+    """
+    channels, height, width = input_shape
+    phi = np.asarray([row["phi"] for row in rows], dtype=float).reshape(channels, height, width)
+    figure, axes = plt.subplots(1, channels, figsize=(3.2 * channels + 0.8, 3.2), squeeze=False)
+    for channel, axis in enumerate(axes[0]):
+        image = axis.imshow(phi[channel], cmap="viridis", vmin=0, vmax=1)
+        axis.set(xticks=[], yticks=[], title=title if channels == 1 else f"{title}, channel {channel}")
+    figure.colorbar(image, ax=axes[0, -1], label="scaled importance φ")
+    save_figure(figure, path)
+    return phi

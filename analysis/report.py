@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .evaluation import metric_name
+from .evaluation import ERROR_MARGIN, ERROR_MARGIN_KEY, first_sparsity_worse_by, metric_name
 from .inference_data import plot_diagnostics, summary_table
 from .plots import plot_loss, plot_pruning_curve, plot_score_cdf
 from .tables import format_value, markdown_table
@@ -48,13 +48,15 @@ def write_report(run_dir) -> Path:
         (f"{metric}{unit}, plain network", "—" if baseline is None else f"{baseline:.4g}"),
         *((key.replace("_", " "), format_value(value)) for key, value in metrics.items() if key not in _SHOWN and not isinstance(value, (list, dict))),
     ]
-    columns = ["droprate", "n_weights_kept", metric] + ([f"{metric}_mc"] if f"{metric}_mc" in metrics else [])
+    curve, columns = _curve_with_reference(metrics, metric)
     text = "\n\n".join([
         f"# bayesprune run: {metrics['method']} on {metrics['dataset']}",
         "| quantity | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in summary),
         f"## Pruning by {score_name}\n\nWeights are ranked globally by their {score_name} and the lowest "
-        "fraction (the droprate) is set to zero.",
-        markdown_table(metrics["pruning_curve"], columns),
+        "fraction (the droprate) is set to zero. Sparsity counts all parameters; `sparsity_weights` "
+        "leaves the biases out.",
+        markdown_table(curve, columns),
+        *_error_margin_line(metrics),
         "![test metric against droprate](pruning_curve.png)",
         *([] if diagnostics else [f"## Scores\n\n![CDF of the {score_name} of every weight](score_cdf.png)"]),
         "## Optimisation\n\n![training loss per epoch](loss.png)",
@@ -64,6 +66,38 @@ def write_report(run_dir) -> Path:
     path = run_dir / "report.md"
     path.write_text(text + "\n")
     return path
+
+
+def _curve_with_reference(metrics: dict, metric: str):
+    """The pruning curve's rows and columns, with the ``[reference]`` value at each droprate it gives
+    (the paper's rows at other droprates are appended)."""
+    curve = [dict(row) for row in metrics["pruning_curve"]]
+    columns = [c for c in ("droprate", "sparsity", "sparsity_weights", "n_weights_kept", metric, f"{metric}_mc") if c in curve[0]]
+    reference = metrics.get("reference")
+    if not reference:
+        return curve, columns
+    source = reference["source"]
+    by_rate = {round(row["droprate"], 6): row for row in curve}
+    for row in reference["rows"]:
+        rate = round(row["droprate"], 6)
+        if rate not in by_rate:
+            by_rate[rate] = {"droprate": row["droprate"]}
+        by_rate[rate][source] = row["value"]
+    rows = [{column: by_rate[rate].get(column, "—") for column in [*columns, source]} for rate in sorted(by_rate)]
+    return rows, [*columns, source]
+
+
+def _error_margin_line(metrics: dict) -> list:
+    if ERROR_MARGIN_KEY not in metrics:
+        return []
+    found = metrics[ERROR_MARGIN_KEY]
+    text = (f"Sparsity at which the test error first exceeds the full model's by {ERROR_MARGIN:g} points: "
+            f"{'not reached' if found is None else f'{found:.4g}'}")
+    reference = metrics.get("reference")
+    if reference and reference["rows"][0]["droprate"] == 0:
+        paper = first_sparsity_worse_by(reference["rows"], "value", ERROR_MARGIN, key="droprate")
+        text += f" ({reference['source']}: {'not reached' if paper is None else f'{paper:.4g}'})"
+    return [text + "."]
 
 
 def read_losses(run_dir: Path) -> list:
@@ -86,7 +120,7 @@ def read_scores(run_dir: Path) -> dict:
 
 _SHOWN = {"method", "dataset", "task", "device", "architecture", "n_weights", "epochs", "seed", "train_seconds",
           "score", "chains", "test_error", "test_error_mc", "test_rmse", "test_rmse_mc",
-          "baseline_test_error", "baseline_test_rmse"}
+          "baseline_test_error", "baseline_test_rmse", "reference", ERROR_MARGIN_KEY}
 
 
 _IMPORTANCE = [

@@ -5,6 +5,7 @@ line on stderr and exit with status 2, without a traceback.
 """
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def _report(args):
 
 
 def _importance(args):
-    from .analysis.importance import importance_table, node_importance_table, plot_importance
+    from .analysis.importance import importance_table, node_importance_table, plot_importance, plot_importance_image
     from .analysis.tables import write_csv
     from .runner import load_run
 
@@ -66,8 +67,11 @@ def _importance(args):
     ranks = {row["feature"]: rank for rank, row in enumerate(ordered, start=1)}
     write_csv(outputs[0], [{**row, "rank": ranks[row["feature"]]} for row in rows])
     write_csv(outputs[1], nodes)
-    plot_importance(ordered[: args.top], outputs[2],
-                    title=f"Feature importance φ (top {min(args.top, len(rows))} of {len(rows)})")
+    if len(dataset.input_shape) == 3 and len(rows) == math.prod(dataset.input_shape):
+        plot_importance_image(rows, dataset.input_shape, outputs[2], title="Feature importance φ")
+    else:
+        plot_importance(ordered[: args.top], outputs[2],
+                        title=f"Feature importance φ (top {min(args.top, len(rows))} of {len(rows)})")
     print(f"wrote {', '.join(str(path) for path in outputs)}")
 
 
@@ -169,7 +173,7 @@ def build_parser():
         "importance", help="feature importance ψ, φ (paper 003, eqs. 3.18-3.19) and node importance of a run"
     )
     importance.add_argument("run_dir")
-    importance.add_argument("--top", type=int, default=30, help="features shown in importance.png (default 30)")
+    importance.add_argument("--top", type=int, default=30, help="features shown in the bar plot importance.png (default 30); image inputs get a heat map of every pixel")
     importance.add_argument("--force", action="store_true", help="overwrite existing importance files")
     importance.set_defaults(handler=_importance)
 

@@ -125,12 +125,15 @@ class PruneConfig:
     """``[prune]``: the pruning curve. At each droprate the fraction of all weights (``level =
     "weight"``) or of all hidden units (``"unit"``) with the lowest scores is removed, ranked over the
     whole network (``scope = "global"``) or within each layer (``"layer"``), keeping at least
-    ``min_keep`` per layer (:class:`bayesprune.pruning.Budget`)."""
+    ``min_keep`` per layer (:class:`bayesprune.pruning.Budget`). ``include_biases`` says whether the
+    biases are ranked and counted with the weights (paper 003 puts its prior on both) or always kept;
+    every point of the curve reports its sparsity both ways."""
 
     droprates: tuple = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
     scope: str = "global"
     level: str = "weight"
     min_keep: int = 0
+    include_biases: bool = True
 
     def __post_init__(self):
         from .pruning import LEVELS, SCOPES
@@ -142,6 +145,7 @@ class PruneConfig:
         _require(self.scope in SCOPES, "prune.scope", f"be one of {list(SCOPES)}", self.scope)
         _require(self.level in LEVELS, "prune.level", f"be one of {list(LEVELS)}", self.level)
         _require(_is_int(self.min_keep) and self.min_keep >= 0, "prune.min_keep", "be a non-negative integer", self.min_keep)
+        _require(isinstance(self.include_biases, bool), "prune.include_biases", "be true or false", self.include_biases)
 
     def budget(self, droprate: float):
         """The :class:`~bayesprune.pruning.Budget` of one point of the curve."""
@@ -167,6 +171,40 @@ class BaselineConfig:
 
 
 @dataclass(frozen=True)
+class ReferenceConfig:
+    """``[reference]``: published numbers the report prints beside the run's pruning curve.
+
+    ``values`` holds the test metric at each of ``droprates``: a list, or a table of lists keyed by
+    data set name (``data.name``, e.g. one row per UCI set of paper 003's Table 2). ``source`` says
+    where they come from (``"paper 003, Table 8, set 2"``).
+    """
+
+    source: str | None = None
+    droprates: tuple = ()
+    values: tuple | dict = ()
+
+    def __post_init__(self):
+        _require(self.source is None or isinstance(self.source, str), "reference.source", "be a string", self.source)
+        _require(isinstance(self.droprates, (list, tuple)), "reference.droprates", "be a list", self.droprates)
+        for rate in self.droprates:
+            _require(_is_number(rate) and 0 <= rate < 1, "reference.droprates", "contain only droprates in [0, 1)", rate)
+        rows = self.values.values() if isinstance(self.values, dict) else [self.values]
+        for row in rows:
+            _require(isinstance(row, (list, tuple)) and len(row) == len(self.droprates) and all(_is_number(v) for v in row),
+                     "reference.values", f"hold {len(self.droprates)} numbers (one per reference.droprates) per row", row)
+        _require(self.source is not None or not self.droprates, "reference.source", "be given with reference values", self.source)
+        object.__setattr__(self, "droprates", tuple(float(rate) for rate in self.droprates))
+        values = ({name: tuple(row) for name, row in self.values.items()} if isinstance(self.values, dict)
+                  else tuple(self.values))
+        object.__setattr__(self, "values", values)
+
+    def rows(self, data_name: str | None) -> list:
+        """``[{"droprate", "value"}]`` for the data set ``data_name`` (or the only row); empty if none."""
+        values = self.values.get(data_name, ()) if isinstance(self.values, dict) else self.values
+        return [{"droprate": float(rate), "value": float(value)} for rate, value in zip(self.droprates, values)]
+
+
+@dataclass(frozen=True)
 class ExperimentConfig:
     """``[experiment]``: ``name`` turns the run into a packaged study (a sweep of fits, such as the
     paper's simulations) instead of a single fit; every other key is an option of that study.
@@ -189,6 +227,7 @@ _SECTIONS = {
     "train": TrainConfig,
     "prune": PruneConfig,
     "baseline": BaselineConfig,
+    "reference": ReferenceConfig,
     "experiment": ExperimentConfig,
 }
 _OPEN_SECTIONS = ("data", "model", "experiment")  # unknown keys become options of the loader / architecture
@@ -218,6 +257,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     prune: PruneConfig = field(default_factory=PruneConfig)
     baseline: BaselineConfig = field(default_factory=BaselineConfig)
+    reference: ReferenceConfig = field(default_factory=ReferenceConfig)
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
     method_options: object = None
 

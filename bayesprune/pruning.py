@@ -169,6 +169,12 @@ def apply_masks(params: dict, masks: dict) -> dict:
     return {name: value * masks[name] if name in masks else value for name, value in params.items()}
 
 
+def bias_sites(net) -> set:
+    """Site names of the biases of ``net``'s modules (``"<module>.bias"``)."""
+    return {f"{name}.bias" if name else "bias" for name, module in net.named_modules()
+            if isinstance(getattr(module, "bias", None), torch.nn.Parameter)}
+
+
 def sparsity(masks: dict) -> float:
     """Fraction of entries removed: 1 − |w ≠ 0| / |w| (paper 003, section 4.4)."""
     kept = sum(int(mask.sum()) for mask in masks.values())

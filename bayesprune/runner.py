@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pyro
 
-from bayesprune.analysis.evaluation import metric_name, pruning_curve
+from bayesprune.analysis.evaluation import ERROR_MARGIN, ERROR_MARGIN_KEY, first_sparsity_worse_by, metric_name, pruning_curve
 from bayesprune.analysis.inference_data import write_posterior
 from bayesprune.analysis.report import write_report
 from bayesprune.analysis.tables import write_csv
@@ -140,7 +140,7 @@ def run(config, out, *, force: bool = False, progress: bool = False) -> dict:
                 idata = method.inference_data(fits, dataset, seed=config.seed)
                 if idata is not None:
                     write_posterior(idata, staging / POSTERIOR)
-        metrics = {**_summarise(per_split), "chains": config.chains}
+        metrics = _with_reference(config, {**_summarise(per_split), "chains": config.chains})
         (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         write_csv(staging / "pruning_curve.csv", metrics["pruning_curve"], digits=6)
         write_report(staging)
@@ -191,7 +191,7 @@ def _early_stopping(config, task, validation, device):
 def _evaluate(config, dataset, fitted, device, baseline_net, validation=None) -> dict:
     name = metric_name(dataset.task)
     curve = pruning_curve(fitted, dataset, droprates=sorted({0.0, *config.prune.droprates}), device=device,
-                          budget=config.prune.budget)
+                          budget=config.prune.budget, include_biases=config.prune.include_biases)
     metrics = {
         "method": config.method,
         "dataset": dataset.name,
@@ -214,6 +214,18 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None) ->
             epochs=config.baseline.epochs or config.train.epochs, lr=config.baseline.lr or config.optim.lr,
             batch_size=config.data.batch_size, seed=config.seed, validation=validation, patience=config.train.patience,
         )
+    return metrics
+
+
+def _with_reference(config, metrics: dict) -> dict:
+    """``metrics`` with, for classification, the sparsity at which the test error is first
+    ``ERROR_MARGIN`` points above the full model's (null if never), and the ``[reference]`` numbers
+    of this data set under ``reference``."""
+    if metrics["task"] == "classification":
+        metrics[ERROR_MARGIN_KEY] = first_sparsity_worse_by(metrics["pruning_curve"], "test_error", ERROR_MARGIN)
+    rows = config.reference.rows(config.data.options.get("name"))
+    if rows:
+        metrics["reference"] = {"source": config.reference.source, "rows": rows}
     return metrics
 
 
@@ -241,7 +253,7 @@ def _summarise(per_split: list) -> dict:
             metrics[f"{key}_mean"], metrics[f"{key}_stderr"] = metrics[key], stderr
     curve = []
     for rows in zip(*(m["pruning_curve"] for m in per_split)):
-        row = {"droprate": rows[0]["droprate"], "n_weights_kept": rows[0]["n_weights_kept"]}
+        row = {key: rows[0][key] for key in ("droprate", "n_weights_kept", "sparsity", "sparsity_weights")}
         for key in rows[0]:
             if key.startswith(name):
                 row[key], row[f"{key}_stderr"] = _mean_and_stderr([r[key] for r in rows])

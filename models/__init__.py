@@ -1,5 +1,5 @@
 """Pyro model programs: Bayesian networks, likelihoods and the architectures they wrap."""
-from .architectures import ARCHITECTURES, build_architecture, lenet_5, lenet_300_100, mlp
+from .architectures import ARCHITECTURES, build_architecture, lenet_5_caffe, lenet_5_classic, lenet_300_100, mlp
 from .bnn import BayesianNetwork
 from .likelihoods import LIKELIHOODS, Categorical, Gaussian, Likelihood
 
@@ -12,6 +12,7 @@ __all__ = [
     "Likelihood",
     "build_architecture",
     "lenet_300_100",
-    "lenet_5",
+    "lenet_5_caffe",
+    "lenet_5_classic",
     "mlp",
 ]

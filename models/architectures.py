@@ -10,7 +10,13 @@ from torch import nn
 
 from bayesprune.errors import ConfigError
 
-ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}
+ACTIVATIONS = {
+    "relu": nn.ReLU,
+    "tanh": nn.Tanh,
+    "sigmoid": nn.Sigmoid,
+    # Paper 004, section 7: leaky ReLU with slope 1e-3, so that a unit switched off still passes a gradient.
+    "leaky-relu": lambda: nn.LeakyReLU(1e-3),
+}
 
 
 def mlp(input_shape, output_dim, *, hidden=(100,), activation="relu"):
@@ -18,15 +24,14 @@ def mlp(input_shape, output_dim, *, hidden=(100,), activation="relu"):
 
     Inputs of any shape are flattened first.
     """
-    if activation not in ACTIVATIONS:
-        raise ConfigError(f"model.activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+    _activation(activation)
     hidden = list(hidden)
     if any(not isinstance(width, int) or isinstance(width, bool) or width < 1 for width in hidden):
         raise ConfigError(f"model.hidden must be a list of positive integers, got {hidden!r}")
     widths = [math.prod(input_shape), *hidden]
     layers = [nn.Flatten()]
     for fan_in, fan_out in zip(widths[:-1], widths[1:]):
-        layers += [nn.Linear(fan_in, fan_out), ACTIVATIONS[activation]()]
+        layers += [nn.Linear(fan_in, fan_out), _activation(activation)]
     layers.append(nn.Linear(widths[-1], output_dim))
     return nn.Sequential(*layers)
 
@@ -36,24 +41,57 @@ def lenet_300_100(input_shape, output_dim, *, activation="relu"):
     return mlp(input_shape, output_dim, hidden=(300, 100), activation=activation)
 
 
-def lenet_5(input_shape, output_dim):
-    """LeNet-5 as used in the pruning literature (Caffe variant, paper 003 section 4.4).
+def _activation(name):
+    if name not in ACTIVATIONS:
+        raise ConfigError(f"model.activation must be one of {sorted(ACTIVATIONS)}, got {name!r}")
+    return ACTIVATIONS[name]()
 
-    conv 5×5 (20) → max-pool 2 → conv 5×5 (50) → max-pool 2 → fc 500 → fc ``output_dim``, ReLU activations.
-    """
-    if len(input_shape) != 3 or min(input_shape[1:]) < 16:
-        raise ConfigError(f"model.architecture 'lenet-5' needs image inputs of at least 16x16, got shape {tuple(input_shape)}")
+
+def _lenet(name, input_shape, output_dim, *, filters, kernel, hidden, activation):
+    """conv (``filters[0]``) → max-pool 2 → conv (``filters[1]``) → max-pool 2 → fc ``hidden`` → fc
+    ``output_dim``, square kernels without padding."""
+    smallest = 3 * kernel + 1  # the smallest input that leaves one position after the second pool
+    if len(input_shape) != 3 or min(input_shape[1:]) < smallest:
+        raise ConfigError(f"model.architecture {name!r} needs image inputs of at least {smallest}x{smallest}, "
+                          f"got shape {tuple(input_shape)}")
     features = nn.Sequential(
-        nn.Conv2d(input_shape[0], 20, 5), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(20, 50, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(input_shape[0], filters[0], kernel), _activation(activation), nn.MaxPool2d(2),
+        nn.Conv2d(filters[0], filters[1], kernel), _activation(activation), nn.MaxPool2d(2),
         nn.Flatten(),
     )
     with torch.no_grad():
-        flat = features(torch.zeros(1, *input_shape)).shape[-1]
-    return nn.Sequential(*features, nn.Linear(flat, 500), nn.ReLU(), nn.Linear(500, output_dim))
+        widths = [features(torch.zeros(1, *input_shape)).shape[-1], *hidden]
+    layers = list(features)
+    for fan_in, fan_out in zip(widths[:-1], widths[1:]):
+        layers += [nn.Linear(fan_in, fan_out), _activation(activation)]
+    return nn.Sequential(*layers, nn.Linear(widths[-1], output_dim))
 
 
-ARCHITECTURES = {"mlp": mlp, "lenet-300-100": lenet_300_100, "lenet-5": lenet_5}
+def lenet_5_caffe(input_shape, output_dim, *, activation="relu"):
+    """LeNet-5-Caffe, the LeNet-5 of the pruning literature (paper 003, section 4.4, Tables 7-8).
+
+    conv 5×5 (20) → max-pool 2 → conv 5×5 (50) → max-pool 2 → fc 500 → fc ``output_dim``
+    (430,500 weights and 580 biases on 28×28 MNIST).
+    """
+    return _lenet("lenet-5-caffe", input_shape, output_dim, filters=(20, 50), kernel=5, hidden=(500,), activation=activation)
+
+
+def lenet_5_classic(input_shape, output_dim, *, activation="relu"):
+    """The classic LeNet-5 (LeCun et al., 1998) as paper 004, section 7 uses it.
+
+    conv 5×5 (6) → max-pool 2 → conv 5×5 (16) → max-pool 2 → fc 120 → fc 84 → fc ``output_dim``,
+    no padding: 44,190 weights on 28×28 MNIST, biases aside.
+    """
+    return _lenet("lenet-5-classic", input_shape, output_dim, filters=(6, 16), kernel=5, hidden=(120, 84), activation=activation)
+
+
+ARCHITECTURES = {
+    "mlp": mlp,
+    "lenet-300-100": lenet_300_100,
+    "lenet-5-caffe": lenet_5_caffe,
+    "lenet-5-classic": lenet_5_classic,
+    "lenet-5": lenet_5_caffe,  # the name of lenet-5-caffe before the classic LeNet-5 was added
+}
 
 
 def build_architecture(name, input_shape, output_dim, **options):

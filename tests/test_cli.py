@@ -45,6 +45,25 @@ def test_default_run_writes_a_complete_run_directory(tmp_path, capsys):
     assert not any(path.name.startswith(".") for path in tmp_path.iterdir())  # no staging left behind
 
 
+def test_the_report_sets_the_papers_rows_beside_the_curve_and_finds_the_half_point_sparsity(tmp_path, capsys):
+    out = tmp_path / "run"
+    reference = ["--set", "reference.source='paper X'", "--set", "reference.droprates=[0.0, 0.5, 0.6]",
+                 "--set", "reference.values=[1.0, 1.25, 1.75]"]
+    assert run_cli(capsys, "run", "--out", str(out), *QUICK, "--set", "prune.droprates=[0.25, 0.5, 0.75, 0.9]", *reference)[0] == 0
+    with open(out / "pruning_curve.csv", newline="") as handle:
+        curve = [{key: float(value) for key, value in row.items()} for row in csv.DictReader(handle)]
+    worse = [row["sparsity"] for row in curve if row["test_error"] > curve[0]["test_error"] + 0.5]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["sparsity_at_0.5_points_worse"] == pytest.approx(worse[0] if worse else None, abs=1e-6)
+    table = [line for line in (out / "report.md").read_text().splitlines() if line.startswith("| ")]
+    header = table[[line.startswith("| droprate |") for line in table].index(True)]
+    assert header.endswith("| paper X |")
+    by_rate = {line.split(" | ")[0].strip("| "): line.split(" | ")[-1].strip(" |") for line in table if line.startswith("| 0")}
+    assert (by_rate["0"], by_rate["0.25"], by_rate["0.5"], by_rate["0.6"]) == ("1", "—", "1.25", "1.75")
+    # The paper's own rows first exceed their full model's by 0.5 points at droprate 0.6.
+    assert "(paper X: 0.6)" in (out / "report.md").read_text()
+
+
 def test_saved_config_reruns_and_force_is_needed_to_overwrite(tmp_path, capsys):
     out = tmp_path / "run"
     assert run_cli(capsys, "run", "--out", str(out), *QUICK)[0] == 0

@@ -48,3 +48,15 @@ def test_invalid_values_name_their_field(override, field):
 def test_missing_config_file_is_named(tmp_path):
     with pytest.raises(ConfigError, match="nope.toml"):
         load_config(str(tmp_path / "nope.toml"))
+
+
+def test_reference_values_must_match_their_droprates_by_name():
+    with pytest.raises(ConfigError, match=r"^reference.values must hold 2 numbers"):
+        RunConfig.from_dict({"reference": {"source": "paper", "droprates": [0.0, 0.5], "values": [1.0]}})
+    with pytest.raises(ConfigError, match=r"^reference.values must hold 2 numbers"):
+        RunConfig.from_dict({"reference": {"source": "paper", "droprates": [0.0, 0.5], "values": {"wine": [1.0, "x"]}}})
+    with pytest.raises(ConfigError, match=r"^reference.source must be given"):
+        RunConfig.from_dict({"reference": {"droprates": [0.0], "values": [1.0]}})
+    config = RunConfig.from_dict({"reference": {"source": "p", "droprates": [0.0, 0.5], "values": {"wine": [1.0, 2.0]}}})
+    assert config.reference.rows("wine") == [{"droprate": 0.0, "value": 1.0}, {"droprate": 0.5, "value": 2.0}]
+    assert config.reference.rows("boston") == []

@@ -10,17 +10,9 @@ from torch import nn
 
 from bayesprune.export import (count_macs, count_parameters, export, mask_parameters, measure_latency, resize,
                                save_portable, unmask_parameters)
-from bayesprune.models import lenet_5, lenet_300_100, mlp
+from bayesprune.models import lenet_5_caffe, lenet_5_classic, lenet_300_100, mlp
 from bayesprune.pruning import Budget, apply_masks, expand_unit_masks, prune, sparsity, unit_scores
 from bayesprune.structure import layer_chain
-
-
-def classic_lenet_5():
-    """The 6-16-120-84 LeNet-5 of paper 004 (5×5 convolutions without padding on 28×28 inputs)."""
-    return nn.Sequential(
-        nn.Conv2d(1, 6, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(16 * 4 * 4, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10),
-    )
 
 
 class ClassicLeNet5(nn.Module):
@@ -40,8 +32,8 @@ class ClassicLeNet5(nn.Module):
 NETWORKS = {
     "mlp": (lambda: mlp((12,), 3, hidden=[9, 7]), (12,)),
     "lenet-300-100": (lambda: lenet_300_100((784,), 10), (784,)),
-    "lenet-5-caffe": (lambda: lenet_5((1, 28, 28), 10), (1, 28, 28)),
-    "lenet-5-classic": (classic_lenet_5, (1, 28, 28)),
+    "lenet-5-caffe": (lambda: lenet_5_caffe((1, 28, 28), 10), (1, 28, 28)),
+    "lenet-5-classic": (lambda: lenet_5_classic((1, 28, 28), 10), (1, 28, 28)),
     "lenet-5-classic-forward": (ClassicLeNet5, (1, 28, 28)),
 }
 
@@ -89,7 +81,7 @@ def test_unit_scores_are_row_means_of_the_weight_scores():
 
 
 def test_expand_unit_masks_zeroes_rows_biases_and_the_next_layers_channel_blocks():
-    net = lenet_5((1, 16, 16), 3)  # conv 20 → pool → conv 50 → pool → flatten (50·1·1) → fc 500 → fc 3
+    net = lenet_5_caffe((1, 16, 16), 3)  # conv 20 → pool → conv 50 → pool → flatten (50·1·1) → fc 500 → fc 3
     units = {"3.gate": torch.arange(50) % 2 == 0}
     masks = expand_unit_masks(net, units)
     assert masks["3.weight"][1].sum() == 0 and masks["3.weight"][0].all() and masks["3.bias"].tolist()[:2] == [True, False]
@@ -142,13 +134,13 @@ def test_lenet_300_100_macs_by_hand_and_a_conv_net():
 
 
 def test_a_shrunk_network_saved_and_restored_predicts_identically(tmp_path):
-    net = lenet_5((1, 28, 28), 10).eval()
+    net = lenet_5_caffe((1, 28, 28), 10).eval()
     units = prune(random_scores(net, torch.Generator().manual_seed(4)), Budget(keep=40, level="unit"), net=net)
     small = export(net, units)
     torch.save({"structure": {name: list(p.shape) for name, p in small.named_parameters()}, "state": small.state_dict()},
                tmp_path / "small.pt")
     saved = torch.load(tmp_path / "small.pt", weights_only=True)
-    rebuilt = resize(lenet_5((1, 28, 28), 10), saved["structure"]).eval()
+    rebuilt = resize(lenet_5_caffe((1, 28, 28), 10), saved["structure"]).eval()
     rebuilt.load_state_dict(saved["state"])
     x = torch.randn(5, 1, 28, 28)
     assert torch.equal(rebuilt(x), small(x))

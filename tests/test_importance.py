@@ -13,6 +13,7 @@ from bayesprune.analysis.importance import (
     importance_table,
     node_importance,
     plot_importance,
+    plot_importance_image,
     scaled_importance,
     weight_inclusion_matrices,
 )
@@ -20,7 +21,7 @@ from bayesprune.analysis.selection import simulation_config
 from bayesprune.data import load_dataset
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.models import build_architecture
-from bayesprune.models.architectures import lenet_5, mlp
+from bayesprune.models.architectures import lenet_5_caffe, mlp
 from bayesprune.methods.sbnn import build_model, fit_posterior
 
 
@@ -88,7 +89,7 @@ def test_accepts_a_bayesian_network_and_reports_missing_sites():
 
 
 def test_conv_first_network_gives_per_channel_importance():
-    net = lenet_5((3, 16, 16), 4)
+    net = lenet_5_caffe((3, 16, 16), 4)
     inclusion = random_inclusion(net)
     matrices = weight_inclusion_matrices(inclusion, net)
     assert [tuple(m.shape) for m in matrices] == [(20, 3), (50, 20), (500, 50), (4, 500)]
@@ -144,7 +145,7 @@ def fast_svi(single_thread):
     pyro.enable_validation(False)
 
 
-@pytest.mark.parametrize("architecture, input_shape", [(mlp, (5,)), (lenet_5, (2, 16, 16))])
+@pytest.mark.parametrize("architecture, input_shape", [(mlp, (5,)), (lenet_5_caffe, (2, 16, 16))])
 def test_importance_table_reads_the_sites_of_a_real_guide(architecture, input_shape):
     dataset = SimpleNamespace(task="classification", num_train=10)
     model = build_model(simulation_config(), dataset, architecture(input_shape, 3))
@@ -172,3 +173,20 @@ def test_fitted_sbnn_tracks_relative_influence_of_two_features(fast_svi):
     """Experiment 1: the importance of x_2 rises with alpha, that of x_1 falls."""
     low, high = (fit_simulation(load_dataset("feature-importance-2var", alpha=alpha)) for alpha in (0.0, 1.0))
     assert low[0] > 2 * low[1] and high[1] > 2 * high[0]
+
+
+def test_the_importance_of_image_inputs_is_drawn_where_each_pixel_lies(tmp_path):
+    """Only the pixels of one row and one column of a 2-channel 4x5 image keep their outgoing
+    weights (p = 1, all others p = 0): eq. 3.18 gives them the largest ψ (φ = 1) and every other
+    pixel ψ = 0 (φ = 0), and the heat map shows exactly that cross in the right channel."""
+    shape = (2, 4, 5)
+    net = mlp(shape, 3, hidden=(6,))
+    expected = torch.zeros(shape)
+    expected[1, 2, :], expected[1, :, 3] = 1.0, 1.0
+    inclusion = {name: torch.ones(p.shape, dtype=torch.float64) for name, p in net.named_parameters()}
+    inclusion["1.weight"] = expected.flatten().repeat(6, 1).double()
+    rows = importance_table(net, inclusion)
+    phi = plot_importance_image(rows, shape, tmp_path / "importance.png")
+    assert phi.shape == shape
+    assert torch.equal(torch.from_numpy(phi).float(), expected)
+    assert (tmp_path / "importance.png").stat().st_size > 0

@@ -17,12 +17,24 @@ from bayesprune.models import BayesianNetwork, Categorical, Gaussian, build_arch
         # LeNet-300-100: 784·300+300 + 300·100+100 + 100·10+10 (LeCun et al., 1998).
         ("lenet-300-100", (1, 28, 28), 266_610),
         # LeNet-5 (Caffe): 20·1·25+20 + 50·20·25+50 + 800·500+500 + 500·10+10.
-        ("lenet-5", (1, 28, 28), 431_080),
+        ("lenet-5-caffe", (1, 28, 28), 431_080),
+        ("lenet-5", (1, 28, 28), 431_080),  # its earlier name
+        # The classic LeNet-5 (paper 004, section 7): 44,190 weights, and 6+16+120+84+10 biases.
+        ("lenet-5-classic", (1, 28, 28), 44_190 + 236),
     ],
 )
 def test_parameter_counts_match_the_published_architectures(name, input_shape, expected):
     net = build_architecture(name, input_shape, 10)
     assert sum(p.numel() for p in net.parameters()) == expected
+
+
+def test_leaky_relu_has_paper_004s_slope_and_small_images_are_refused_by_name():
+    net = build_architecture("lenet-5-classic", (1, 28, 28), 10, activation="leaky-relu")
+    x = -torch.ones(3)
+    assert torch.allclose(net[1](x), -1e-3 * torch.ones(3))
+    build_architecture("lenet-5-classic", (1, 16, 16), 10)  # one position left after the second pool
+    with pytest.raises(ConfigError, match="lenet-5-classic' needs image inputs of at least 16x16"):
+        build_architecture("lenet-5-classic", (1, 15, 15), 10)
 
 
 @pytest.mark.parametrize("local_reparameterization", [False, True])

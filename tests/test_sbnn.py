@@ -69,3 +69,26 @@ def test_local_reparameterization_on_a_convolution_is_refused_by_name():
     net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(32, 2))
     with pytest.raises(ConfigError, match=r"^sbnn.local_reparameterization must be false .*\(0\)"):
         fit_posterior(config, dataset, net, torch.device("cpu"))
+
+
+def test_a_droprate_counts_biases_only_when_asked_and_both_sparsities_are_reported():
+    from bayesprune.analysis.evaluation import pruning_curve
+    from bayesprune.data import Dataset
+
+    options = SBNNOptions()
+    fitted = saturated_fit(options)  # 4-6-2: 24 + 12 weights, 6 + 2 biases
+    x = torch.randn(8, 4)
+    labels = torch.zeros(8, dtype=torch.long)
+    dataset = Dataset("toy", "classification", x, labels, x, labels, (4,), 2)
+    logits = eq_3_8_logits(fitted, options)
+    is_bias = np.zeros(logits.size, dtype=bool)
+    is_bias[24:30], is_bias[42:44] = True, True  # site order: 0.weight, 0.bias, 2.weight, 2.bias
+    with_biases, weights_only = (pruning_curve(fitted, dataset, droprates=[0.5], include_biases=flag)[0]
+                                 for flag in (True, False))
+    # Biases ranked with the weights: half of all 44 parameters go, the lowest logits among all.
+    removed_weights = int(np.sum(~is_bias[np.argsort(logits, kind="stable")[:22]]))
+    assert with_biases["n_weights_kept"] == 22 and with_biases["sparsity"] == 0.5
+    assert with_biases["sparsity_weights"] == round(removed_weights / 36, 6)
+    # Biases kept: half of the 36 weights go, and 18 of 44 parameters.
+    assert weights_only["sparsity_weights"] == 0.5 and weights_only["n_weights_kept"] == 26
+    assert weights_only["sparsity"] == round(18 / 44, 6)

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bayesprune.models import lenet_5, mlp
+from bayesprune.models import lenet_5_caffe, mlp
 from bayesprune.structure import layer_chain
 
 
@@ -49,7 +49,7 @@ def test_nested_sequential_conv_flatten_linear_owns_h_times_w_columns_per_channe
         ("1.1", "linear", 500, "1.1.weight", "1.1.bias", "1.1.gate", "1.3", 1),
         ("1.3", "linear", 10, "1.3.weight", "1.3.bias", "1.3.gate", None, None),
     ]
-    assert [l.inputs_per_unit for l in layer_chain(lenet_5((1, 28, 28), 10), (1, 28, 28))] == [1, 16, 1, None]
+    assert [l.inputs_per_unit for l in layer_chain(lenet_5_caffe((1, 28, 28), 10), (1, 28, 28))] == [1, 16, 1, None]
 
 
 def test_a_custom_forward_that_is_a_plain_chain_is_accepted():
