@@ -59,7 +59,15 @@ def export(net: nn.Module, masks: dict, *, input_shape=None) -> nn.Module:
     for name, mask in unit_masks.items():
         if mask.shape != (gates[name],):
             raise ValueError(f"the mask {name!r} has shape {tuple(mask.shape)}, the layer {gates[name]} units")
-    inputs = None
+    for layer, (out_index, in_index) in _kept_indices(layers, unit_masks).items():
+        _set_module(net, layer.name, _sliced(layer.module, out_index, in_index))
+    return net
+
+
+def _kept_indices(layers, unit_masks) -> dict:
+    """Layer → (indices of its kept output units, of its kept input columns) for every layer that
+    ``unit_masks`` changes."""
+    kept, inputs = {}, None
     for layer in layers:
         outputs = unit_masks.get(layer.gate_site)
         if outputs is not None:
@@ -67,17 +75,28 @@ def export(net: nn.Module, masks: dict, *, input_shape=None) -> nn.Module:
             if not outputs.any():
                 raise ValueError(f"the mask {layer.gate_site!r} removes every unit of layer {layer.name!r}")
         if outputs is not None or inputs is not None:
-            _set_module(net, layer.name, _sliced(layer.module, outputs, inputs))
+            weight = layer.module.weight
+            out_index = torch.arange(weight.shape[0]) if outputs is None else outputs.nonzero().flatten()
+            in_index = torch.arange(weight.shape[1]) if inputs is None else inputs.nonzero().flatten()
+            kept[layer] = (out_index.to(weight.device), in_index.to(weight.device))
         inputs = None if outputs is None else outputs.repeat_interleave(layer.inputs_per_unit)
-    return net
+    return kept
 
 
-def _sliced(module, outputs, inputs):
-    """``module`` restricted to the output units where ``outputs`` and the inputs where ``inputs`` is true."""
+def restrict(tensors: dict, net: nn.Module, unit_masks: dict) -> dict:
+    """Tensors shaped like ``net``'s parameters (by parameter name: gradients, optimiser moments)
+    cut to the kept units as :func:`export` cuts the parameters; others are returned as they are."""
+    cuts = {}
+    for layer, (out_index, in_index) in _kept_indices(layer_chain(net), unit_masks).items():
+        cuts[layer.weight_site] = lambda t, o=out_index, i=in_index: t[o.to(t.device)][:, i.to(t.device)]
+        if layer.bias_site is not None:
+            cuts[layer.bias_site] = lambda t, o=out_index: t[o.to(t.device)]
+    return {name: cuts[name](tensor) if name in cuts else tensor for name, tensor in tensors.items()}
+
+
+def _sliced(module, out_index, in_index):
+    """``module`` restricted to the output units ``out_index`` and the input columns ``in_index``."""
     weight = module.weight.detach()
-    out_index = torch.arange(weight.shape[0]) if outputs is None else outputs.nonzero().flatten()
-    in_index = torch.arange(weight.shape[1]) if inputs is None else inputs.nonzero().flatten()
-    out_index, in_index = out_index.to(weight.device), in_index.to(weight.device)
     new = _like(module, (len(out_index), len(in_index), *weight.shape[2:]))
     with torch.no_grad():
         new.weight.copy_(weight[out_index][:, in_index])

@@ -94,11 +94,27 @@ ARCHITECTURES = {
 }
 
 
-def build_architecture(name, input_shape, output_dim, **options):
-    """Build the registered architecture ``name``; bad names or options raise :class:`ConfigError`."""
+INITIALISATIONS = ("default", "xavier-normal")
+
+
+def build_architecture(name, input_shape, output_dim, *, init="default", **options):
+    """Build the registered architecture ``name``; bad names or options raise :class:`ConfigError`.
+
+    ``init = "xavier-normal"`` redraws every weight from Glorot's normal initialiser and zeroes the
+    biases (paper 004, section 7); ``"default"`` keeps PyTorch's.
+    """
     if name not in ARCHITECTURES:
         raise ConfigError(f"model.architecture must be one of {sorted(ARCHITECTURES)}, got {name!r}")
+    if init not in INITIALISATIONS:
+        raise ConfigError(f"model.init must be one of {list(INITIALISATIONS)}, got {init!r}")
     try:
-        return ARCHITECTURES[name](tuple(input_shape), output_dim, **options)
+        net = ARCHITECTURES[name](tuple(input_shape), output_dim, **options)
     except TypeError as error:
         raise ConfigError(f"model: invalid option for architecture {name!r}: {error}") from None
+    if init == "xavier-normal":
+        for module in net.modules():
+            if isinstance(module, (nn.Linear, nn.Conv2d)):
+                nn.init.xavier_normal_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+    return net

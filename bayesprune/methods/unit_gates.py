@@ -1,0 +1,360 @@
+"""Bernoulli unit/filter gates with Beta or Flattening hyper-priors, pruning while training (paper 004).
+
+Every hidden unit of fully connected layers and every filter of convolutions carries a gate
+ξ ~ Bernoulli(θ) (eq. 1); the weights are MAP estimates under N(0, λ⁻¹) (eqs. 4, 12), the data
+term the dataset-scaled sum (N/B)·Σ −log p of one minibatch with one gate sample (eq. 16).
+Algorithm 1 runs step by step: the weight gradient of eq. 17, θ's gradient of eq. 19 from an
+estimator of C1 − C0 (:mod:`bayesprune.gates`) and the hyper-prior's closed form
+(:mod:`bayesprune.hyperpriors`), Adam on both, θ clipped to [θ_l, θ_h], each unit's weights
+projected to ‖w_b‖² + ‖w_f‖² ≤ 2 φ_max, and a unit switched off for good when (i) θ < θ_tol or
+(ii) θ fell by θ_per below its running maximum after n0 steps. At the end of every epoch the
+switched-off units are removed from the network, its gates and the optimiser state, so later
+epochs cost less. After training, units with θ < ``final_threshold`` go, the rest are kept
+deterministically (ξ = 1) and the smaller network is fine-tuned (section 7.1).
+"""
+import copy
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from bayesprune.errors import ConfigError
+from bayesprune.export import export, restrict
+from bayesprune.fit import TensorBatches, optimizer_step, train
+from bayesprune.gates import ESTIMATORS, UnitGates, project_unit_weights, unit_weight_norms
+from bayesprune.hyperpriors import BetaHyperPrior, FlatteningHyperPrior, SALHyperPrior
+from bayesprune.validation import is_int, is_number, require
+
+from . import Fitted, Method, register_method
+
+HYPERPRIORS = ("flattening", "beta", "sal")
+CONDITIONS = ("tolerance", "drop")
+
+
+@dataclass(frozen=True)
+class UnitGatesOptions:
+    """``[unit-gates]``: the model, hyper-prior, estimator and Algorithm 1's settings (paper 004, section 7).
+
+    Attributes:
+        weight_precision: λ of the weight prior N(0, λ⁻¹) (eq. 4; 20 in section 7.1).
+        hyperprior: ``"flattening"`` (eq. 29), ``"beta"`` (section 4.1) or ``"sal"`` (π* = θ under
+            Beta(0.099, 0.99), the baseline of section 7).
+        log_gamma: log γ of the Flattening hyper-prior (−25 for LeNet-300-100, −100 for LeNet-5).
+        alpha, beta: the Beta hyper-prior's (0.9 and 1e10 by default) or SAL's (0.099, 0.99).
+        eps1, eps2: π* is kept in [ε1, 1 − ε2] (eq. 11); the flat part of the Flattening term needs ε1 ≪ γ.
+        estimator: ``"taylor"`` (eq. 22), ``"concrete"`` (eq. 23), ``"exact"`` (eq. 25) or ``"hybrid"``.
+        temperature: the Concrete relaxation's t.
+        hybrid_units: units per step that the hybrid estimator evaluates exactly.
+        theta_init: θ(0) of every unit.
+        theta_low, theta_high: θ is clipped to [θ_l, θ_h] after every step.
+        phi_max: bound on each unit's ‖w_b‖² + ‖w_f‖² / 2 (large: the projection rarely acts).
+        condition: pruning condition ``"tolerance"`` (i: θ < ``theta_tol``) or ``"drop"`` (ii: θ below
+            (1 − ``theta_per``) times its running maximum after ``n0`` steps).
+        final_threshold: after training, units with θ below it are removed, the others kept.
+        finetune_epochs, finetune_lr: fine-tuning of the deterministic smaller network.
+        input_threshold: after training, first-layer weights with |w| below it are zeroed (section
+            7.1.1 uses 1e-4 for LeNet-300-100); 0 turns it off.
+    """
+
+    weight_precision: float = 20.0
+    hyperprior: str = "flattening"
+    log_gamma: float = -25.0
+    alpha: float | None = None
+    beta: float | None = None
+    eps1: float = 1e-30
+    eps2: float = 1e-30
+    estimator: str = "taylor"
+    temperature: float = 0.1
+    hybrid_units: int = 10
+    theta_init: float = 0.5
+    theta_low: float = 1e-6
+    theta_high: float = 1 - 1e-6
+    phi_max: float = 1e6
+    condition: str = "tolerance"
+    theta_tol: float = 1e-3
+    theta_per: float = 0.1
+    n0: int = 2814
+    final_threshold: float = 1e-3
+    finetune_epochs: int = 10
+    finetune_lr: float = 1e-4
+    input_threshold: float = 0.0
+
+    def __post_init__(self):
+        key = "unit-gates."
+        require(is_number(self.weight_precision) and self.weight_precision >= 0, key + "weight_precision", "be a non-negative number", self.weight_precision)
+        require(self.hyperprior in HYPERPRIORS, key + "hyperprior", f"be one of {list(HYPERPRIORS)}", self.hyperprior)
+        require(self.estimator in ESTIMATORS, key + "estimator", f"be one of {sorted(ESTIMATORS)}", self.estimator)
+        require(self.condition in CONDITIONS, key + "condition", f"be one of {list(CONDITIONS)}", self.condition)
+        for name in ("temperature", "phi_max", "finetune_lr"):
+            require(is_number(getattr(self, name)) and getattr(self, name) > 0, key + name, "be a positive number", getattr(self, name))
+        for name in ("theta_init", "theta_low", "theta_high", "theta_tol", "theta_per", "final_threshold"):
+            require(is_number(getattr(self, name)) and 0 < getattr(self, name) < 1, key + name, "lie in (0, 1)", getattr(self, name))
+        require(self.theta_low < self.theta_init < self.theta_high, key + "theta_init", "lie between theta_low and theta_high", self.theta_init)
+        for name in ("n0", "finetune_epochs", "hybrid_units"):
+            require(is_int(getattr(self, name)) and getattr(self, name) >= 0, key + name, "be a non-negative integer", getattr(self, name))
+        require(is_number(self.input_threshold) and self.input_threshold >= 0, key + "input_threshold", "be a non-negative number", self.input_threshold)
+        try:
+            self.hyper_prior()
+        except ConfigError as error:
+            raise ConfigError(str(error).replace("hyperprior ", key)) from None
+
+    def hyper_prior(self):
+        """The :mod:`bayesprune.hyperpriors` object these options describe."""
+        if self.hyperprior == "flattening":
+            return FlatteningHyperPrior(self.log_gamma, eps1=self.eps1, eps2=self.eps2)
+        if self.hyperprior == "beta":
+            return BetaHyperPrior(_given(self.alpha, 0.9), _given(self.beta, 1e10), eps1=self.eps1, eps2=self.eps2)
+        return SALHyperPrior(_given(self.alpha, 0.099), _given(self.beta, 0.99))
+
+    def make_estimator(self):
+        if self.estimator == "concrete":
+            return ESTIMATORS["concrete"](self.temperature)
+        if self.estimator == "hybrid":
+            return ESTIMATORS["hybrid"](self.hybrid_units)
+        return ESTIMATORS[self.estimator]()
+
+
+def _given(value, default):
+    return default if value is None else value
+
+
+def data_cost(output, y, num_train: int, noise_scale: float | None) -> torch.Tensor:
+    """(N/B) Σ −log p(y | x, W, Ξ) of eq. 16: categorical, or Gaussian with fixed scale (eq. 2; 1 by default)."""
+    if y.is_floating_point():
+        scale = 1.0 if noise_scale is None else noise_scale
+        return num_train * F.mse_loss(output.squeeze(-1), y) / (2 * scale**2)
+    return num_train * F.cross_entropy(output, y)
+
+
+def weight_penalty(net, precision: float) -> torch.Tensor:
+    """λ/2 WᵀW of eq. 12 over every parameter (the bias is the weight of eq. 1's constant input)."""
+    return 0.5 * precision * sum(p.pow(2).sum() for p in net.parameters())
+
+
+class GateTraining:
+    """Algorithm 1 on one network: the :func:`bayesprune.fit.train` step and the epoch callback that
+    removes switched-off units. ``net``, ``gates`` and ``optimizer`` are replaced when units go."""
+
+    def __init__(self, net, options: UnitGatesOptions, *, num_train: int, lr: float, noise_scale=None, input_shape=None):
+        self.net, self.options, self.num_train, self.noise_scale = net, options, num_train, noise_scale
+        self.input_shape = input_shape
+        self.gates = UnitGates(net, init=options.theta_init, input_shape=input_shape)
+        self.hyper_prior, self.estimator = options.hyper_prior(), options.make_estimator()
+        self.optimizer = torch.optim.Adam([*net.parameters(), *self.gates.theta], lr=lr)
+        self.alive = [torch.ones_like(t, dtype=torch.bool) for t in self.gates.theta]
+        self.theta_max = [t.detach().clone() for t in self.gates.theta]
+        self.steps = 0
+        self.units_alive, self.epoch_seconds = [], []
+        self.theta_trajectories = []  # per epoch: θ of every starting unit (0 once removed)
+        self.starting_units = [t.numel() for t in self.gates.theta]
+        self._original = [torch.arange(t.numel()) for t in self.gates.theta]  # starting index of each unit
+        self._epoch_start = time.perf_counter()
+
+    def step(self, x, y, index, num_batches):
+        theta = list(self.gates.theta)
+        values = self.estimator.values(theta)  # a switched-off unit has θ = 0, so its gate is 0
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.gates.applied(self.net, values):
+            cost = data_cost(self.net(x), y, self.num_train, self.noise_scale)
+        (cost + weight_penalty(self.net, self.options.weight_precision)).backward()
+
+        def cost_of(gate_values):
+            with torch.no_grad(), self.gates.applied(self.net, gate_values):
+                return data_cost(self.net(x), y, self.num_train, self.noise_scale)
+
+        norms = unit_weight_norms(self.net, self.gates) if self.options.estimator == "hybrid" else None
+        data = self.estimator.data_gradient(theta, values, cost_of, norms)
+        for t, d, alive in zip(theta, data, self.alive):
+            t.grad = torch.where(alive, d + self.hyper_prior.theta_gradient(t.detach()), 0.0)
+        self.optimizer.step()
+        self._after_step()
+        return cost.detach() / self.num_train
+
+    @torch.no_grad()
+    def _after_step(self):
+        options = self.options
+        self.steps += 1
+        if options.phi_max < math.inf:
+            project_unit_weights(self.net, self.gates, options.phi_max)
+        for t, alive, peak in zip(self.gates.theta, self.alive, self.theta_max):
+            t.clamp_(options.theta_low, options.theta_high)
+            peak.copy_(torch.maximum(peak, t))
+            if options.condition == "tolerance":
+                off = t < options.theta_tol
+            else:
+                off = (t < peak * (1 - options.theta_per)) if self.steps > options.n0 else torch.zeros_like(alive)
+            off &= alive
+            if bool(off.any()) and int(alive.sum()) - int(off.sum()) >= 1:  # a layer keeps one unit
+                alive &= ~off
+            t.mul_(alive)
+
+    def on_epoch(self, epoch, history):
+        self.remove(self.alive)
+        self.units_alive.append(sum(t.numel() for t in self.gates.theta))
+        self.theta_trajectories.append(self.theta_by_original_unit())
+        now = time.perf_counter()
+        self.epoch_seconds.append(now - self._epoch_start)
+        self._epoch_start = now
+
+    def theta_by_original_unit(self) -> list:
+        """θ of every unit of the starting network, per layer (0 for a removed unit)."""
+        out = []
+        for original, t, start in zip(self._original, self.gates.theta, self.starting_units):
+            full = torch.zeros(start)
+            full[original] = t.detach().cpu()
+            out.append(full.tolist())
+        return out
+
+    def remove(self, keep: list):
+        """Remove the units where ``keep`` is false: a smaller network, gates and optimiser whose
+        state (Adam's moments and step counts) is the kept units' own."""
+        if all(bool(k.all()) for k in keep):
+            return
+        masks = {site: k for site, k in zip(self.gates.sites, keep)}
+        old_params = dict(self.net.named_parameters())
+        old_state = {name: self.optimizer.state.get(param, {}) for name, param in old_params.items()}
+        old_theta_state = [self.optimizer.state.get(t, {}) for t in self.gates.theta]
+        net = export(self.net, masks)
+        gates = UnitGates(net, input_shape=self.input_shape)
+        with torch.no_grad():
+            for new, old, k in zip(gates.theta, self.gates.theta, keep):
+                new.copy_(old[k])
+        optimizer = torch.optim.Adam([*net.parameters(), *gates.theta], lr=self.optimizer.param_groups[0]["lr"])
+        for key in ("exp_avg", "exp_avg_sq"):
+            moments = restrict({name: state[key] for name, state in old_state.items() if key in state}, self.net, masks)
+            for name, param in net.named_parameters():
+                if name in moments:
+                    optimizer.state[param][key] = moments[name].clone()
+            for new, state, k in zip(gates.theta, old_theta_state, keep):
+                if key in state:
+                    optimizer.state[new][key] = state[key][k].clone()
+        for name, param in net.named_parameters():
+            if "step" in old_state[name]:
+                optimizer.state[param]["step"] = old_state[name]["step"].clone()
+        for new, state in zip(gates.theta, old_theta_state):
+            if "step" in state:
+                optimizer.state[new]["step"] = state["step"].clone()
+        self._original = [o[k.cpu()] for o, k in zip(self._original, keep)]
+        self.theta_max = [peak[k] for peak, k in zip(self.theta_max, keep)]
+        self.alive = [a[k] for a, k in zip(self.alive, keep)]
+        self.net, self.gates, self.optimizer = net, gates, optimizer
+
+
+class UnitGatesFitted(Fitted):
+    """The fine-tuned smaller network; its scores are the logits of the final θ of every kept unit."""
+
+    method = "unit-gates"
+    score_name = "gate logit"
+
+    def __init__(self, net, theta: dict, *, history=None, seconds=0.0, report=None, task="classification"):
+        super().__init__(net, history=history, seconds=seconds)
+        self.theta, self.report, self.task = theta, report or {}, task
+
+    def scores(self) -> dict:
+        return {site: torch.logit(t.double()) for site, t in self.theta.items()}
+
+    def predict(self, x, *, masks=None, num_samples=0):
+        net = self.network()
+        if masks:
+            with torch.no_grad():
+                for name, param in net.named_parameters():
+                    if name in masks:
+                        param.mul_(masks[name].to(param.device, param.dtype))
+        net.eval()
+        with torch.no_grad():
+            output = net(x)
+        return torch.softmax(output, dim=-1) if self.task == "classification" else output.squeeze(-1)
+
+    def network(self):
+        return copy.deepcopy(self.net)
+
+    def metrics(self) -> dict:
+        return dict(self.report)
+
+    def state_dict(self) -> dict:
+        return {"net": self.net.state_dict(), "theta": {site: t.detach().clone() for site, t in self.theta.items()}}
+
+    def load_state_dict(self, state):
+        self.net.load_state_dict(state["net"])
+        self.theta = {site: t.clone() for site, t in state["theta"].items()}
+
+
+def _weights(net) -> int:
+    """Weights (not biases) of the Linear/Conv2d layers: the count of paper 004's pruning ratio."""
+    return sum(p.numel() for name, p in net.named_parameters() if name.endswith("weight"))
+
+
+@register_method
+class UnitGatesMethod(Method):
+    """Bernoulli unit/filter gates pruned while training (paper 004, Algorithm 1)."""
+
+    name = "unit-gates"
+    Options = UnitGatesOptions
+
+    def fit(self, net, dataset, config, *, device, seed, checkpoint=None, progress=False, callbacks=()):
+        options = config.method_options
+        if config.train.validation > 0:
+            raise ConfigError("train.validation must be 0 for unit-gates: the network shrinks while it trains")
+        if config.prune.level != "unit":
+            raise ConfigError("prune.level must be 'unit' for unit-gates: its scores are one gate per unit")
+        torch.manual_seed(seed)
+        net = net.to(device)
+        starting = _weights(net)
+        training = GateTraining(net, options, num_train=dataset.num_train, lr=config.optim.lr,
+                                noise_scale=config.model.noise_scale, input_shape=dataset.input_shape)
+        batches = TensorBatches(dataset.x_train.to(device), dataset.y_train.to(device), batch_size=config.data.batch_size, seed=seed)
+        start = time.perf_counter()
+        history = train(training.step, batches, epochs=config.train.epochs, callbacks=[training], progress=progress)
+        keep = [t.detach() >= options.final_threshold for t in training.gates.theta]
+        keep = [k if bool(k.any()) else t.detach() == t.detach().max() for k, t in zip(keep, training.gates.theta)]
+        training.remove(keep)
+        final = training.net
+        theta = {site: t.detach().clone() for site, t in zip(training.gates.sites, training.gates.theta)}
+        structured = 1 - _weights(final) / starting
+        first = next(p for name, p in final.named_parameters() if name.endswith("weight"))
+        input_mask = (first.detach().abs() >= options.input_threshold) if options.input_threshold > 0 else None
+        if options.finetune_epochs > 0:
+            _fine_tune(final, batches, options, dataset.num_train, config.model.noise_scale, first, input_mask)
+        seconds = time.perf_counter() - start
+        removed_inputs = 0 if input_mask is None else int((~input_mask).sum())
+        report = {
+            "pruning_ratio": structured,
+            "pruning_ratio_with_input_threshold": 1 - (_weights(final) - removed_inputs) / starting,
+            "learned_architecture": [t.numel() for t in theta.values()],
+            "starting_architecture": training.starting_units,
+            "units_alive": training.units_alive,
+            "epoch_seconds": [round(s, 3) for s in training.epoch_seconds],
+            "theta_trajectories": training.theta_trajectories,
+        }
+        return UnitGatesFitted(final, theta, history=history, seconds=seconds, report=report, task=dataset.task)
+
+    def restore(self, net, dataset, config, state):
+        net.load_state_dict(state["net"])
+        return UnitGatesFitted(net, dict(state["theta"]), task=dataset.task)
+
+
+def _fine_tune(net, batches, options, num_train, noise_scale, first, input_mask):
+    """Section 7.1: the deterministic smaller network trained further at ``finetune_lr``; zeroed
+    input weights stay zero."""
+    optimizer = torch.optim.Adam(net.parameters(), lr=options.finetune_lr)
+
+    def loss_fn(x, y):
+        return data_cost(net(x), y, num_train, noise_scale) + weight_penalty(net, options.weight_precision)
+
+    callbacks = []
+    if input_mask is not None:
+        with torch.no_grad():
+            first.mul_(input_mask)
+        callbacks.append(_KeepZero(first, input_mask))
+    train(optimizer_step(loss_fn, optimizer), batches, epochs=options.finetune_epochs, callbacks=callbacks)
+
+
+class _KeepZero:
+    def __init__(self, param, mask):
+        self.param, self.mask = param, mask
+
+    def on_step(self, epoch, index, loss):
+        with torch.no_grad():
+            self.param.mul_(self.mask)

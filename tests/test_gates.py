@@ -1,0 +1,123 @@
+"""Unit gates (paper 004): gating as eq. 1, C1 − C0 estimators against exact two-pass differences,
+and removal of units while training."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bayesprune.export import export
+from bayesprune.gates import Exact, Hybrid, Taylor, UnitGates, project_unit_weights, unit_weight_norms
+from bayesprune.methods.unit_gates import GateTraining, UnitGatesOptions
+from bayesprune.models import build_architecture
+
+
+def small_net(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 6), nn.Tanh(), nn.Linear(6, 3))
+
+
+def batch(seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(32, 5, generator=generator), torch.randint(0, 3, (32,), generator=generator)
+
+
+def cost_fn(net, gates, x, y):
+    def cost_of(values):
+        with torch.no_grad(), gates.applied(net, values):
+            return 100 * F.cross_entropy(net(x), y)
+    return cost_of
+
+
+def test_a_gate_at_zero_is_the_network_without_the_unit():
+    for name, shape in (("mlp", (5,)), ("lenet-5-classic", (1, 28, 28))):
+        torch.manual_seed(0)
+        net = build_architecture(name, shape, 3, **({"hidden": (7, 6)} if name == "mlp" else {}))
+        gates = UnitGates(net, input_shape=shape)
+        keep = [torch.rand(t.numel()) < 0.6 for t in gates.theta]
+        for k in keep:
+            k[0] = True
+        x = torch.randn(4, *shape)
+        with torch.no_grad(), gates.applied(net, [k.float() for k in keep]):
+            gated = net(x)
+        smaller = export(net, dict(zip(gates.sites, keep)))
+        with torch.no_grad():
+            assert torch.allclose(smaller(x), gated, atol=1e-5)
+
+
+def test_the_exact_difference_is_the_cost_with_the_unit_switched_on_minus_off():
+    net, (x, y) = small_net(), batch()
+    gates = UnitGates(net)
+    values = [torch.ones(7), torch.ones(6)]
+    differences = Exact().data_gradient(list(gates.theta), values, cost_fn(net, gates, x, y))
+    # Oracle: remove hidden unit 2 of the first layer by zeroing its outgoing weights instead.
+    without = small_net()
+    with torch.no_grad():
+        without[2].weight[:, 2] = 0
+        expected = 100 * F.cross_entropy(net(x), y) - 100 * F.cross_entropy(without(x), y)
+    assert float(differences[0][2]) == pytest.approx(float(expected), rel=1e-5)
+
+
+def test_the_taylor_estimate_becomes_exact_as_a_units_weights_shrink():
+    x, y = batch()
+    x = x.double()  # the exact difference of two costs near 100 needs float64 at small scales
+    errors = []
+    for scale in (1.0, 1e-1, 1e-2, 1e-3):
+        net = small_net().double()
+        with torch.no_grad():  # shrink the fan-out weights w_f of unit 3 of the first hidden layer
+            net[2].weight[:, 3] *= scale
+        gates = UnitGates(net)
+        taylor = Taylor()
+        values = [torch.ones(7, dtype=torch.float64).requires_grad_(), torch.ones(6, dtype=torch.float64).requires_grad_()]
+        with gates.applied(net, values):
+            (100 * F.cross_entropy(net(x), y)).backward()
+        estimate = taylor.data_gradient(list(gates.theta), values, None)[0][3]
+        exact = Exact().data_gradient(list(gates.theta), [v.detach() for v in values], cost_fn(net, gates, x, y))[0][3]
+        errors.append(abs(float(estimate - exact)) / abs(float(exact)))
+    assert errors[-1] < 1e-2 and errors == sorted(errors, reverse=True)
+
+
+def test_the_hybrid_estimator_is_exact_on_its_largest_units_and_taylor_elsewhere():
+    net, (x, y) = small_net(), batch()
+    gates = UnitGates(net)
+    values = [torch.ones(7).requires_grad_(), torch.ones(6).requires_grad_()]
+    with gates.applied(net, values):
+        (100 * F.cross_entropy(net(x), y)).backward()
+    norms = unit_weight_norms(net, gates)
+    hybrid = Hybrid(units=3).data_gradient(list(gates.theta), values, cost_fn(net, gates, x, y), norms)
+    exact = Exact().data_gradient(list(gates.theta), [v.detach() for v in values], cost_fn(net, gates, x, y))
+    largest = set(torch.topk(torch.cat(norms), 3).indices.tolist())
+    flat_hybrid, flat_exact = torch.cat(hybrid), torch.cat(exact)
+    flat_taylor = torch.cat([v.grad for v in values])
+    for index in range(13):
+        expected = flat_exact[index] if index in largest else flat_taylor[index]
+        assert float(flat_hybrid[index]) == pytest.approx(float(expected), rel=1e-6)
+
+
+def test_the_weight_projection_bounds_each_units_norm():
+    net = small_net()
+    gates = UnitGates(net)
+    project_unit_weights(net, gates, phi_max=0.2)
+    for norm in unit_weight_norms(net, gates):
+        assert bool((norm <= 0.4 + 1e-6).all())
+
+
+def test_removing_units_keeps_the_kept_units_weights_gates_and_adam_state():
+    net, (x, y) = small_net(), batch()
+    training = GateTraining(net, UnitGatesOptions(), num_train=100, lr=1e-3)
+    for index in range(3):
+        training.step(x, y, index, 3)
+    keep = [torch.tensor([1, 0, 1, 1, 0, 1, 1], dtype=torch.bool), torch.tensor([0, 1, 1, 1, 1, 1], dtype=torch.bool)]
+    before_net = training.net
+    weight = before_net[2].weight.detach().clone()
+    moments = training.optimizer.state[before_net[2].weight]["exp_avg_sq"].clone()
+    theta_moments = training.optimizer.state[training.gates.theta[0]]["exp_avg"].clone()
+    theta = training.gates.theta[0].detach().clone()
+    training.remove(keep)
+    after = training.net[2].weight
+    assert after.shape == (5, 5)
+    assert torch.equal(after.detach(), weight[keep[1]][:, keep[0]])
+    assert torch.equal(training.optimizer.state[after]["exp_avg_sq"], moments[keep[1]][:, keep[0]])
+    assert torch.equal(training.gates.theta[0].detach(), theta[keep[0]])
+    assert torch.equal(training.optimizer.state[training.gates.theta[0]]["exp_avg"], theta_moments[keep[0]])
+    assert int(training.optimizer.state[after]["step"]) == 3
+    training.step(x, y, 0, 1)  # and the smaller network trains on
