@@ -62,10 +62,18 @@ def write_report(run_dir) -> Path:
         "## Optimisation\n\n![training loss per epoch](loss.png)",
         *(_IMPORTANCE if (run_dir / "importance.png").exists() else []),
         *diagnostics,
+        *_method_sections(run_dir, metrics),
     ])
     path = run_dir / "report.md"
     path.write_text(text + "\n")
     return path
+
+
+def _method_sections(run_dir: Path, metrics: dict) -> list:
+    from bayesprune.methods import available_methods
+
+    method = available_methods().get(metrics["method"])
+    return [] if method is None else method().report_sections(run_dir, metrics)
 
 
 def _curve_with_reference(metrics: dict, metric: str):

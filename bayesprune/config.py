@@ -244,11 +244,15 @@ class RunConfig:
 
     ``chains = N`` fits the posterior N times independently (seeds ``seed``, ``seed + 1``, ...), so
     that R-hat and ESS across restarts are meaningful in ``posterior.nc``.
+
+    ``seeds = [s1, s2, ...]`` repeats the whole run (every split) from each seed in turn, in place of
+    ``seed``; ``metrics.json`` then holds the mean and standard deviation of every number over them.
     """
 
     method: str = "sbnn"
     description: str = ""
     seed: int = 0
+    seeds: tuple = ()
     device: str = "auto"
     chains: int = 1
     data: DataConfig = field(default_factory=DataConfig)
@@ -269,6 +273,9 @@ class RunConfig:
             object.__setattr__(self, "method_options", method.Options())
         _require(isinstance(self.method_options, method.Options), self.method, f"be a {method.Options.__name__}", self.method_options)
         _require(_is_int(self.seed) and self.seed >= 0, "seed", "be a non-negative integer", self.seed)
+        _require(isinstance(self.seeds, (list, tuple)) and all(_is_int(s) and s >= 0 for s in self.seeds)
+                 and len(set(self.seeds)) == len(self.seeds), "seeds", "be a list of distinct non-negative integers", self.seeds)
+        object.__setattr__(self, "seeds", tuple(self.seeds))
         _require(_is_int(self.chains) and self.chains > 0, "chains", "be a positive integer", self.chains)
         _require(isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),
                  "device", "be 'auto', 'cpu' or 'cuda[:N]'", self.device)

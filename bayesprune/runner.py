@@ -111,41 +111,48 @@ def run(config, out, *, force: bool = False, progress: bool = False) -> dict:
 
     with _staged(out) as staging:
         (staging / "config.toml").write_text(config.to_toml())
-        per_split = []
-        for index, dataset in enumerate(datasets):
-            fits = []
-            validation = None
-            if config.train.validation > 0:
-                dataset, *validation = hold_out(dataset, config.train.validation, seed=config.seed + index)
-            split_config = config.for_data(dataset.num_train)
-            for chain in range(config.chains if index == 0 else 1):
-                seed = config.seed + index + chain
-                net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
-                baseline_net = copy.deepcopy(net) if chain == 0 else None
-                try:
-                    fitted = method.fit(
-                        net, dataset, split_config, device=device, seed=seed, progress=progress,
-                        checkpoint=staging / CHECKPOINT if index == chain == 0 else None,
-                        callbacks=[] if validation is None else [_early_stopping(split_config, dataset.task, validation, device)],
-                    )
-                except TrainingDiverged:
-                    if (staging / CHECKPOINT).exists():
-                        _move_into_place(staging, out)
-                    raise
-                if chain == 0:
-                    per_split.append(_evaluate(split_config, dataset, fitted, device, baseline_net, validation))
-                fits.append(fitted)
-            if index == 0:
-                _write_fit(staging, fits[0])
-                idata = method.inference_data(fits, dataset, seed=config.seed)
-                if idata is not None:
-                    write_posterior(idata, staging / POSTERIOR)
-        metrics = _with_reference(config, {**_summarise(per_split), "chains": config.chains})
+        runs = [_fit_splits(replace(config, seed=seed), method, datasets, device, staging, out, first=number == 0, progress=progress)
+                for number, seed in enumerate(config.seeds or [config.seed])]
+        metrics = _with_reference(config, _summarise_seeds(runs, config.seeds) if len(runs) > 1 else runs[0])
         (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         write_csv(staging / "pruning_curve.csv", metrics["pruning_curve"], digits=6)
         write_report(staging)
         _move_into_place(staging, out)
     return metrics
+
+
+def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, first: bool, progress: bool) -> dict:
+    """Fit and evaluate every split from ``config.seed``; the first run writes its fit into ``staging``."""
+    per_split = []
+    for index, dataset in enumerate(datasets):
+        fits = []
+        validation = None
+        if config.train.validation > 0:
+            dataset, *validation = hold_out(dataset, config.train.validation, seed=config.seed + index)
+        split_config = config.for_data(dataset.num_train)
+        for chain in range(config.chains if index == 0 else 1):
+            seed = config.seed + index + chain
+            net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
+            baseline_net = copy.deepcopy(net) if chain == 0 else None
+            try:
+                fitted = method.fit(
+                    net, dataset, split_config, device=device, seed=seed, progress=progress,
+                    checkpoint=staging / CHECKPOINT if first and index == chain == 0 else None,
+                    callbacks=[] if validation is None else [_early_stopping(split_config, dataset.task, validation, device)],
+                )
+            except TrainingDiverged:
+                if (staging / CHECKPOINT).exists():
+                    _move_into_place(staging, out)
+                raise
+            if chain == 0:
+                per_split.append(_evaluate(split_config, dataset, fitted, device, baseline_net, validation))
+            fits.append(fitted)
+        if first and index == 0:
+            _write_fit(staging, fits[0])
+            idata = method.inference_data(fits, dataset, seed=config.seed)
+            if idata is not None:
+                write_posterior(idata, staging / POSTERIOR)
+    return {**_summarise(per_split), "chains": config.chains}
 
 
 def _run_experiment(config, out: Path, *, progress: bool) -> dict:
@@ -260,6 +267,42 @@ def _summarise(per_split: list) -> dict:
         curve.append(row)
     metrics["pruning_curve"] = curve
     metrics["per_split"] = [{key: m[key] for key in m if key.startswith(name)} for m in per_split]
+    return metrics
+
+
+def _summarise_seeds(runs: list, seeds) -> dict:
+    """Runs repeated from several seeds: every number, every list of numbers (elementwise) and every
+    point of the pruning curve as its mean (under its own name) and standard deviation (``_std``)."""
+    first = runs[0]
+
+    def numeric(value):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    def numeric_list(key):
+        values = [run.get(key) for run in runs]
+        return all(isinstance(v, list) and v and all(numeric(x) for x in v) and len(v) == len(values[0]) for v in values)
+
+    metrics = dict(first)
+    for key, value in first.items():
+        if key in _PER_RUN or key.endswith("_stderr") or key.endswith("_mean"):
+            continue
+        if numeric(value) and all(numeric(run.get(key)) for run in runs):
+            values = np.array([run[key] for run in runs], dtype=float)
+            metrics[key], metrics[f"{key}_std"] = float(values.mean()), float(values.std(ddof=1))
+        elif key != "pruning_curve" and numeric_list(key):
+            values = np.array([run[key] for run in runs], dtype=float)
+            metrics[key], metrics[f"{key}_std"] = values.mean(0).tolist(), values.std(0, ddof=1).tolist()
+    curve = []
+    for rows in zip(*(run["pruning_curve"] for run in runs)):
+        row = dict(rows[0])
+        for key in rows[0]:
+            if key.startswith(metric_name(first["task"])) and not key.endswith("_stderr"):
+                values = np.array([r[key] for r in rows], dtype=float)
+                row[key], row[f"{key}_std"] = float(values.mean()), float(values.std(ddof=1))
+        curve.append(row)
+    metrics["pruning_curve"] = curve
+    metrics["seeds"] = list(seeds)
+    metrics["per_seed"] = [{key: run[key] for key in run if not isinstance(run[key], (list, dict))} for run in runs]
     return metrics
 
 

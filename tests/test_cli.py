@@ -263,3 +263,19 @@ def test_unit_level_pruning_curve_and_export_of_a_run(tmp_path, capsys):
     assert status == 2 and "--force" in err
     status, _, err = run_cli(capsys, "export", str(out), "--out", str(tmp_path / "x.pt2"), "--budget", "colour=1")
     assert status == 2 and "--budget colour" in err and err.count("\n") == 1
+
+
+def test_seeds_repeat_the_run_and_report_mean_and_standard_deviation(tmp_path, capsys):
+    import numpy as np
+
+    quick = [*QUICK, "--set", "baseline.enabled=false", "--set", "sbnn.predictive_samples=1"]
+    assert run_cli(capsys, "run", "--out", str(tmp_path / "both"), *quick, "--set", "seeds=[0, 1]")[0] == 0
+    assert run_cli(capsys, "run", "--out", str(tmp_path / "one"), *quick, "--set", "seed=1")[0] == 0
+    both = json.loads((tmp_path / "both" / "metrics.json").read_text())
+    alone = json.loads((tmp_path / "one" / "metrics.json").read_text())
+    assert both["seeds"] == [0, 1] and both["per_seed"][1]["test_error"] == alone["test_error"]
+    values = [run["test_error"] for run in both["per_seed"]]
+    assert both["test_error"] == pytest.approx(np.mean(values))
+    assert both["test_error_std"] == pytest.approx(np.std(values, ddof=1))
+    errors = [row["test_error"] for row in both["pruning_curve"]]
+    assert errors[0] == pytest.approx(both["test_error"])

@@ -107,3 +107,8 @@ class Method:
     def inference_data(self, fits: list, dataset, *, seed: int):
         """ArviZ data of independent fits (chains) for ``posterior.nc``, or ``None`` without a posterior."""
         return None
+
+    def report_sections(self, run_dir, metrics: dict) -> list:
+        """Markdown sections of ``report.md`` of the method's own (writing their plots into
+        ``run_dir``), from the run's files alone; none by default."""
+        return []

@@ -16,6 +16,7 @@ import copy
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -137,8 +138,10 @@ class GateTraining:
     """Algorithm 1 on one network: the :func:`bayesprune.fit.train` step and the epoch callback that
     removes switched-off units. ``net``, ``gates`` and ``optimizer`` are replaced when units go."""
 
-    def __init__(self, net, options: UnitGatesOptions, *, num_train: int, lr: float, noise_scale=None, input_shape=None):
+    def __init__(self, net, options: UnitGatesOptions, *, num_train: int, lr: float, noise_scale=None, input_shape=None,
+                 test=None):
         self.net, self.options, self.num_train, self.noise_scale = net, options, num_train, noise_scale
+        self.test = test  # (x, y): the test error of the current network after each epoch (Fig. 3), classification
         self.input_shape = input_shape
         self.gates = UnitGates(net, init=options.theta_init, input_shape=input_shape)
         self.hyper_prior, self.estimator = options.hyper_prior(), options.make_estimator()
@@ -146,7 +149,7 @@ class GateTraining:
         self.alive = [torch.ones_like(t, dtype=torch.bool) for t in self.gates.theta]
         self.theta_max = [t.detach().clone() for t in self.gates.theta]
         self.steps = 0
-        self.units_alive, self.epoch_seconds = [], []
+        self.units_alive, self.epoch_seconds, self.epoch_test_error = [], [], []
         self.theta_trajectories = []  # per epoch: θ of every starting unit (0 once removed)
         self.starting_units = [t.numel() for t in self.gates.theta]
         self._original = [torch.arange(t.numel()) for t in self.gates.theta]  # starting index of each unit
@@ -192,11 +195,15 @@ class GateTraining:
 
     def on_epoch(self, epoch, history):
         self.remove(self.alive)
-        self.units_alive.append(sum(t.numel() for t in self.gates.theta))
-        self.theta_trajectories.append(self.theta_by_original_unit())
         now = time.perf_counter()
         self.epoch_seconds.append(now - self._epoch_start)
-        self._epoch_start = now
+        self.units_alive.append(sum(t.numel() for t in self.gates.theta))
+        self.theta_trajectories.append(self.theta_by_original_unit())
+        if self.test is not None:  # every gate of the smaller network at 1: the network fine-tuning would start from
+            with torch.no_grad():
+                predicted = self.net(self.test[0]).argmax(-1)
+            self.epoch_test_error.append(100 * float((predicted != self.test[1]).float().mean()))
+        self._epoch_start = time.perf_counter()
 
     def theta_by_original_unit(self) -> list:
         """θ of every unit of the starting network, per layer (0 for a removed unit)."""
@@ -302,8 +309,9 @@ class UnitGatesMethod(Method):
         torch.manual_seed(seed)
         net = net.to(device)
         starting = _weights(net)
+        test = (dataset.x_test.to(device), dataset.y_test.to(device)) if dataset.task == "classification" else None
         training = GateTraining(net, options, num_train=dataset.num_train, lr=config.optim.lr,
-                                noise_scale=config.model.noise_scale, input_shape=dataset.input_shape)
+                                noise_scale=config.model.noise_scale, input_shape=dataset.input_shape, test=test)
         batches = TensorBatches(dataset.x_train.to(device), dataset.y_train.to(device), batch_size=config.data.batch_size, seed=seed)
         start = time.perf_counter()
         history = train(training.step, batches, epochs=config.train.epochs, callbacks=[training], progress=progress)
@@ -326,9 +334,29 @@ class UnitGatesMethod(Method):
             "starting_architecture": training.starting_units,
             "units_alive": training.units_alive,
             "epoch_seconds": [round(s, 3) for s in training.epoch_seconds],
+            "epoch_test_error": training.epoch_test_error,
             "theta_trajectories": training.theta_trajectories,
         }
         return UnitGatesFitted(final, theta, history=history, seconds=seconds, report=report, task=dataset.task)
+
+    def report_sections(self, run_dir, metrics):
+        """Units alive and test error per epoch (paper 004, Fig. 3) and θ of every unit (Fig. 4)."""
+        from bayesprune.analysis.plots import plot_unit_gates
+
+        if "units_alive" not in metrics:
+            return []
+        plot_unit_gates(metrics, Path(run_dir) / "units.png", Path(run_dir) / "theta.png")
+        start, end = metrics["starting_architecture"], metrics["learned_architecture"]
+        seconds = metrics["epoch_seconds"]
+        return [
+            "## Units pruned while training (paper 004)\n\n"
+            f"Hidden units per layer: {' – '.join(map(str, start))} at the start, {' – '.join(map(str, end))} learned. "
+            f"Pruning ratio {100 * metrics['pruning_ratio']:.2f}% of the starting weights "
+            f"({100 * metrics['pruning_ratio_with_input_threshold']:.2f}% with the input-weight threshold). "
+            f"First epoch {seconds[0]:.2f} s, last {seconds[-1]:.2f} s.",
+            "![units alive and test error per epoch](units.png)",
+            "![θ of every unit per epoch](theta.png)",
+        ]
 
     def restore(self, net, dataset, config, state):
         net.load_state_dict(state["net"])
