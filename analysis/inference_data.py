@@ -195,6 +195,23 @@ def to_inference_data(
     return _container(groups)
 
 
+def gate_inference_data(chains: list, *, num_draws: int = 200, seed: int = 0):
+    """ArviZ data of Bernoulli gate posteriors q(ξ) = Bernoulli(θ), one ``{site: θ}`` per chain.
+
+    ``posterior`` holds draws ξ ~ q of every gate site (``<layer>.gate``, int8, dims ``(chain, draw,
+    <site>_unit)``); ``variational`` holds θ itself (dims ``(chain, <site>_unit)``).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    posterior, variational = {}, {}
+    for site in chains[0]:
+        theta = torch.stack([chain[site].detach().cpu().float() for chain in chains])
+        draws = torch.bernoulli(theta[:, None, :].expand(-1, num_draws, -1), generator=generator)
+        dims = ("chain", "draw", f"{site}_unit")
+        posterior[site] = xr.DataArray(draws.to(torch.int8).numpy(), dims=dims)
+        variational[f"{site}.theta"] = xr.DataArray(theta.numpy(), dims=("chain", f"{site}_unit"))
+    return _container({"posterior": xr.Dataset(posterior), "variational": xr.Dataset(variational)})
+
+
 def write_posterior(idata, path) -> Path:
     """Write ``idata`` to a netCDF file (``posterior.nc``) that :func:`arviz.from_netcdf` reads back."""
     path = Path(path)

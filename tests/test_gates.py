@@ -121,3 +121,40 @@ def test_removing_units_keeps_the_kept_units_weights_gates_and_adam_state():
     assert torch.equal(training.optimizer.state[training.gates.theta[0]]["exp_avg"], theta_moments[keep[0]])
     assert int(training.optimizer.state[after]["step"]) == 3
     training.step(x, y, 0, 1)  # and the smaller network trains on
+
+
+def test_the_gate_posterior_draws_follow_theta():
+    import arviz as az
+
+    from bayesprune.analysis.inference_data import gate_inference_data, write_posterior
+
+    theta = {"1.gate": torch.tensor([0.05, 0.5, 0.9]), "3.gate": torch.tensor([0.3, 0.99])}
+    idata = gate_inference_data([theta, theta], num_draws=4000, seed=0)
+    draws = idata["posterior"]["1.gate"].values
+    assert draws.shape == (2, 4000, 3)
+    mean = draws.reshape(-1, 3).mean(0)
+    stderr = (theta["1.gate"] * (1 - theta["1.gate"]) / 8000).sqrt().numpy()
+    assert (abs(mean - theta["1.gate"].numpy()) < 4 * stderr).all()
+
+
+def test_a_unit_gates_run_writes_a_smaller_network_and_its_gate_posterior(tmp_path):
+    import json
+
+    from bayesprune.config import load_config
+    from bayesprune.runner import load_run, run
+
+    config = load_config("unit-gates-lenet300", [
+        "data.dataset='digits'", "model.architecture='mlp'", "model.hidden=[40, 20]", "train.epochs=6",
+        "unit-gates.log_gamma=-3.0", "unit-gates.finetune_epochs=1", "baseline.epochs=1", "device='cpu'",
+    ])
+    metrics = run(config, tmp_path / "run")
+    learned = metrics["learned_architecture"]
+    assert metrics["starting_architecture"] == [40, 20] and sum(learned) == metrics["units_alive"][-1]
+    weights = 64 * learned[0] + learned[0] * learned[1] + learned[1] * 10
+    assert metrics["pruning_ratio"] == pytest.approx(1 - weights / (64 * 40 + 40 * 20 + 20 * 10))
+    assert len(metrics["epoch_seconds"]) == len(metrics["epoch_test_error"]) == 6
+    _, dataset, fitted = load_run(tmp_path / "run")  # rebuilt in the learned, smaller structure
+    assert [fitted.net[1].out_features, fitted.net[3].out_features] == learned
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["test_error"] == pytest.approx(
+        100 * float((fitted.predict(dataset.x_test).argmax(-1) != dataset.y_test).float().mean()))
+    assert (tmp_path / "run" / "posterior.nc").exists() and (tmp_path / "run" / "theta.png").exists()

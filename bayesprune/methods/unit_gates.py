@@ -339,6 +339,16 @@ class UnitGatesMethod(Method):
         }
         return UnitGatesFitted(final, theta, history=history, seconds=seconds, report=report, task=dataset.task)
 
+    def inference_data(self, fits, dataset, *, seed):
+        """q(ξ) = Bernoulli(θ) of every kept unit, one chain per fit
+        (:func:`~bayesprune.analysis.inference_data.gate_inference_data`); fits that learned another
+        architecture than the first have no units in common with it and are left out."""
+        from bayesprune.analysis.inference_data import gate_inference_data
+
+        shapes = {site: t.shape for site, t in fits[0].theta.items()}
+        same = [fit for fit in fits if {site: t.shape for site, t in fit.theta.items()} == shapes]
+        return gate_inference_data([fit.theta for fit in same], seed=seed)
+
     def report_sections(self, run_dir, metrics):
         """Units alive and test error per epoch (paper 004, Fig. 3) and θ of every unit (Fig. 4)."""
         from bayesprune.analysis.plots import plot_unit_gates
