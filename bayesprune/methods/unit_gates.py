@@ -152,7 +152,7 @@ class GateTraining:
         self.units_alive, self.epoch_seconds, self.epoch_test_error = [], [], []
         self.theta_trajectories = []  # per epoch: θ of every starting unit (0 once removed)
         self.starting_units = [t.numel() for t in self.gates.theta]
-        self._original = [torch.arange(t.numel()) for t in self.gates.theta]  # starting index of each unit
+        self.kept_units = [torch.arange(t.numel()) for t in self.gates.theta]  # starting index of each unit
         self._epoch_start = time.perf_counter()
 
     def step(self, x, y, index, num_batches):
@@ -208,7 +208,7 @@ class GateTraining:
     def theta_by_original_unit(self) -> list:
         """θ of every unit of the starting network, per layer (0 for a removed unit)."""
         out = []
-        for original, t, start in zip(self._original, self.gates.theta, self.starting_units):
+        for original, t, start in zip(self.kept_units, self.gates.theta, self.starting_units):
             full = torch.zeros(start)
             full[original] = t.detach().cpu()
             out.append(full.tolist())
@@ -243,7 +243,7 @@ class GateTraining:
         for new, state in zip(gates.theta, old_theta_state):
             if "step" in state:
                 optimizer.state[new]["step"] = state["step"].clone()
-        self._original = [o[k.cpu()] for o, k in zip(self._original, keep)]
+        self.kept_units = [o[k.cpu()] for o, k in zip(self.kept_units, keep)]
         self.theta_max = [peak[k] for peak, k in zip(self.theta_max, keep)]
         self.alive = [a[k] for a, k in zip(self.alive, keep)]
         self.net, self.gates, self.optimizer = net, gates, optimizer
@@ -332,6 +332,7 @@ class UnitGatesMethod(Method):
             "pruning_ratio_with_input_threshold": 1 - (_weights(final) - removed_inputs) / starting,
             "learned_architecture": [t.numel() for t in theta.values()],
             "starting_architecture": training.starting_units,
+            "kept_units": [original.tolist() for original in training.kept_units],
             "units_alive": training.units_alive,
             "epoch_seconds": [round(s, 3) for s in training.epoch_seconds],
             "epoch_test_error": training.epoch_test_error,

@@ -1,0 +1,116 @@
+"""A finished unit-gates run (paper 004) against the dense network and a magnitude-pruning baseline.
+
+For the run directory's first seed, the benchmark measures:
+
+1. **Speed**: the median CPU forward time at batch 1024 of the learned network against the dense
+   starting architecture (:func:`bayesprune.export.measure_latency`, one thread), as a ratio.
+2. **Equivalence**: the learned network against the starting architecture holding the same weights
+   at the kept units' positions with the removed units' gates at 0 (the gated deterministic
+   network): the largest absolute difference of their outputs on the test images.
+3. **A structured-pruning baseline at the same architecture and budget**, the procedure of
+   Torch-Pruning's magnitude pruner without the dependency: the plain starting network trained
+   for the run's epochs with the same objective (N/B-scaled cross-entropy plus λ/2 WᵀW, Adam),
+   each hidden layer cut to the learned width by the L1 norm of its units' incoming weights, and
+   fine-tuned for the run's fine-tuning epochs; its test error beside the gates'.
+
+Usage: ``python benchmarks/unit_gates.py RUN_DIR [--json] [--skip-baseline]``.
+"""
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from bayesprune.export import export, measure_latency
+from bayesprune.fit import TensorBatches, optimizer_step, train
+from bayesprune.gates import UnitGates
+from bayesprune.methods.unit_gates import data_cost, weight_penalty
+from bayesprune.predict import metric
+from bayesprune.runner import load_run, new_net
+from bayesprune.structure import layer_chain
+
+
+def gated_equivalent(config, dataset, learned, kept_units):
+    """The starting architecture holding ``learned``'s weights at the kept units' positions (zeros
+    elsewhere), its gates, and the gate values (1 kept, 0 removed) that make it compute ``learned``."""
+    shape = tuple(dataset.input_shape)
+    dense = new_net(config, shape, dataset.output_dim, seed=config.seed)
+    gates = UnitGates(dense, input_shape=shape)
+    values, columns = [], None
+    for index, (full, small) in enumerate(zip(layer_chain(dense, shape), layer_chain(learned, shape))):
+        rows = torch.tensor(kept_units[index]) if index < len(kept_units) else torch.arange(full.units)
+        if index < len(kept_units):
+            values.append(torch.zeros(full.units).index_fill_(0, rows, 1.0))
+        weight = full.module.weight
+        columns = torch.arange(weight.shape[1]) if columns is None else columns
+        with torch.no_grad():
+            weight.zero_()
+            weight[rows[:, None], columns[None, :]] = small.module.weight
+            if full.module.bias is not None:
+                full.module.bias.zero_()
+                full.module.bias[rows] = small.module.bias
+        per_unit = full.inputs_per_unit or 1
+        columns = (rows[:, None] * per_unit + torch.arange(per_unit)).flatten()
+    return dense, gates, values
+
+
+def magnitude_baseline(config, dataset, widths) -> float:
+    """Train the dense network as the gates were trained (without gates), cut every hidden layer to
+    ``widths`` by the L1 norm of incoming weights, fine-tune, and return the test error (%)."""
+    options = config.method_options
+    net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
+    batches = TensorBatches(dataset.x_train, dataset.y_train, batch_size=config.data.batch_size, seed=config.seed)
+
+    def fit(model, lr, epochs):
+        def loss_fn(x, y):
+            return data_cost(model(x), y, dataset.num_train, None) + weight_penalty(model, options.weight_precision)
+        train(optimizer_step(loss_fn, torch.optim.Adam(model.parameters(), lr=lr)), batches, epochs=epochs)
+
+    fit(net, config.optim.lr, config.train.epochs)
+    layers = UnitGates(net, input_shape=dataset.input_shape).layers
+    masks = {}
+    for layer, width in zip(layers, widths):
+        importance = layer.module.weight.detach().abs().flatten(1).sum(1)
+        keep = torch.zeros(layer.units, dtype=torch.bool)
+        keep[torch.topk(importance, width).indices] = True
+        masks[layer.gate_site] = keep
+    smaller = export(net, masks, input_shape=dataset.input_shape)
+    fit(smaller, options.finetune_lr, options.finetune_epochs)
+    with torch.no_grad():
+        return metric("classification", torch.softmax(smaller(dataset.x_test), -1), dataset.y_test)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--skip-baseline", action="store_true", help="only speed and equivalence")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    config, dataset, fitted = load_run(args.run_dir)
+    metrics = json.loads((args.run_dir / "metrics.json").read_text())
+    kept = metrics["kept_units"]
+    learned = fitted.net.eval()
+    dense, gates, values = gated_equivalent(config, dataset, learned, kept)
+    dense.eval()
+    with torch.no_grad(), gates.applied(dense, values):
+        gated = dense(dataset.x_test)
+    with torch.no_grad():
+        difference = float((gated - learned(dataset.x_test)).abs().max())
+    shape = tuple(dataset.input_shape)
+    dense_time = measure_latency(dense, shape, batch_sizes=(1024,), device="cpu")[1024]
+    learned_time = measure_latency(learned, shape, batch_sizes=(1024,), device="cpu")[1024]
+    result = {
+        "learned_architecture": metrics["learned_architecture"],
+        "max_abs_difference_gated_vs_learned": difference,
+        "forward_seconds_batch_1024": {"dense": dense_time, "learned": learned_time},
+        "speedup_batch_1024": dense_time / learned_time,
+        "unit_gates_test_error": metrics["test_error"] if "per_seed" not in metrics else metrics["per_seed"][0]["test_error"],
+    }
+    if not args.skip_baseline:
+        result["magnitude_baseline_test_error"] = magnitude_baseline(config, dataset, [len(units) for units in kept])
+    print(json.dumps(result, indent=1) if args.json else "\n".join(f"{key}: {value}" for key, value in result.items()))
+
+
+if __name__ == "__main__":
+    main()
