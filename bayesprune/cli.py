@@ -25,7 +25,10 @@ def _run(args):
     if args.data_root is not None:
         overrides.append(f"data.root={json.dumps(args.data_root)}")
     config = load_config(args.config, overrides)
-    metrics = run(config, args.out, force=args.force, progress=not args.quiet)
+    # A run's own config.toml may rerun it in place (it is read before anything is replaced).
+    own = (Path(args.out) / "config.toml").resolve()
+    config_file = [args.config] if args.config and Path(args.config).is_file() and Path(args.config).resolve() != own else []
+    metrics = run(config, args.out, force=args.force, progress=not args.quiet, inputs=config_file)
     if config.experiment.name is not None:
         print(f"experiment {config.experiment.name}: results in {args.out}")
         return

@@ -38,12 +38,36 @@ CHECKPOINT = "checkpoint.pt"
 POSTERIOR = "posterior.nc"
 
 
-def check_output_dir(out: Path, *, force: bool):
-    """Refuse to overwrite a non-empty directory (or a file) without ``force``."""
+NAME_MAX = 255
+
+
+def check_output_dir(out: Path, *, force: bool, inputs=()):
+    """Refuse, before any work, an output directory whose replacement could lose a user's files.
+
+    Refused: a symbolic link; the current directory or one above it; a directory that is or holds
+    one of ``inputs`` (the config file, the data root); a name too long for its staging directory;
+    a file; a non-empty directory without ``force``; and, even with ``force``, a non-empty directory
+    that is not a bayesprune run (no ``config.toml``): ``--force`` replaces earlier runs only.
+    """
+    if out.is_symlink():
+        raise BayesPruneError(f"--out {out}: is a symbolic link; give the directory it points to")
+    resolved, here = out.resolve(), Path.cwd().resolve()
+    if resolved == here or resolved in here.parents:
+        raise BayesPruneError(f"--out {out}: is the current directory or one above it; give a new directory")
+    for path in inputs:
+        held = Path(path).resolve()
+        if held == resolved or resolved in held.parents:
+            raise BayesPruneError(f"--out {out}: holds the input {path}; give a directory outside it")
+    if len(f".{out.name}.partial".encode()) > NAME_MAX:
+        raise BayesPruneError(f"--out {out}: name too long (at most {NAME_MAX - 9} bytes)")
     if out.exists() and not out.is_dir():
         raise BayesPruneError(f"--out {out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise BayesPruneError(f"--out {out}: directory is not empty; pass --force to overwrite it")
+    if out.is_dir() and any(out.iterdir()):
+        if not force:
+            raise BayesPruneError(f"--out {out}: directory is not empty; pass --force to overwrite it")
+        if not (out / "config.toml").is_file():
+            raise BayesPruneError(f"--out {out}: is not a bayesprune run directory (no config.toml); "
+                                  "--force replaces only earlier runs")
 
 
 def new_net(config, input_shape, output_dim: int, *, seed: int):
@@ -98,10 +122,14 @@ def load_run(run_dir):
     return config, dataset, fitted
 
 
-def run(config, out, *, force: bool = False, progress: bool = False) -> dict:
-    """Execute ``config`` and write its run directory ``out``; returns the metrics."""
+def run(config, out, *, force: bool = False, progress: bool = False, inputs=()) -> dict:
+    """Execute ``config`` and write its run directory ``out``; returns the metrics.
+
+    ``inputs`` are further paths ``out`` must not hold (the config file); the data root is one already.
+    """
     out = Path(out)
-    check_output_dir(out, force=force)
+    root = config.data.options.get("root")
+    check_output_dir(out, force=force, inputs=[*inputs, *([root] if isinstance(root, str) else [])])
     if config.experiment.name is not None:
         return _run_experiment(config, out, progress=progress)
     method = get_method(config.method)
@@ -140,7 +168,9 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
                     checkpoint=staging / CHECKPOINT if first and index == chain == 0 else None,
                     callbacks=[] if validation is None else [_early_stopping(split_config, dataset.task, validation, device)],
                 )
-            except TrainingDiverged:
+            except TrainingDiverged as error:
+                if (out / "metrics.json").exists():  # a complete earlier run is never replaced by a diverged one
+                    raise TrainingDiverged(f"{error}; {out} keeps the earlier complete run") from None
                 if (staging / CHECKPOINT).exists():
                     _move_into_place(staging, out)
                 raise

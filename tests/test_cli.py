@@ -141,6 +141,18 @@ def test_divergence_exits_2_and_keeps_the_last_good_checkpoint(tmp_path, capsys,
     assert not (out / "metrics.json").exists()
 
 
+def test_a_diverged_run_never_replaces_a_complete_one(tmp_path, capsys, monkeypatch):
+    from bayesprune.objectives import AnalyticKLELBO
+
+    out = tmp_path / "run"
+    assert run_cli(capsys, "run", "--out", str(out), *QUICK)[0] == 0
+    before = (out / "metrics.json").read_text()
+    monkeypatch.setattr(AnalyticKLELBO, "loss_and_grads", lambda self, *args, **kwargs: torch.tensor(float("nan")))
+    status, _, err = run_cli(capsys, "run", "--out", str(out), "--force", *QUICK)
+    assert status == 2 and "keeps the earlier complete run" in err and err.count("\n") == 1
+    assert (out / "metrics.json").read_text() == before
+
+
 def test_list_shows_the_packaged_default(capsys):
     status, stdout, _ = run_cli(capsys, "list")
     assert status == 0 and any(line.startswith("default") for line in stdout.splitlines())
@@ -279,3 +291,30 @@ def test_seeds_repeat_the_run_and_report_mean_and_standard_deviation(tmp_path, c
     assert both["test_error_std"] == pytest.approx(np.std(values, ddof=1))
     errors = [row["test_error"] for row in both["pruning_curve"]]
     assert errors[0] == pytest.approx(both["test_error"])
+
+
+def test_out_never_names_a_directory_the_run_did_not_create(tmp_path, capsys, monkeypatch):
+    folder = tmp_path / "work"
+    (folder / "data").mkdir(parents=True)
+    (folder / "notes.txt").write_text("mine")
+    (folder / "data" / "train.csv").write_text("1,2\n")
+    monkeypatch.chdir(folder)
+    config = folder / "my.toml"
+    config.write_text('method = "sbnn"\n')
+    (tmp_path / "link").symlink_to(folder / "data")
+    cases = {
+        ".": "is the current directory or one above it",
+        "..": "is the current directory or one above it",
+        str(folder / "data"): "holds the input",
+        str(tmp_path / "link"): "is a symbolic link",
+        "x" * 250: "name too long",
+    }
+    for out, message in cases.items():
+        extra = ["--data-root", str(folder / "data")] if "holds" in message else []
+        status, stdout, err = run_cli(capsys, "run", str(config), "--out", out, "--force", *QUICK, *extra)
+        assert status == 2 and message in err and err.count("\n") == 1, (out, err)
+    # --force replaces an earlier run, never a folder of the user's.
+    monkeypatch.chdir(tmp_path)
+    status, _, err = run_cli(capsys, "run", "--out", str(folder), "--force", *QUICK)
+    assert status == 2 and "not a bayesprune run directory" in err
+    assert (folder / "notes.txt").read_text() == "mine" and (folder / "data" / "train.csv").exists()
