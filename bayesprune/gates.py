@@ -50,7 +50,10 @@ class UnitGates(nn.Module):
         def gate(value, per_unit):
             def hook(module, args):
                 x = args[0]
-                scale = value.repeat_interleave(per_unit) if x.dim() == 2 else value.view(1, -1, *([1] * (x.dim() - 2)))
+                if x.dim() > 2:
+                    scale = value.view(1, -1, *([1] * (x.dim() - 2)))
+                else:
+                    scale = value if per_unit == 1 else value.repeat_interleave(per_unit)
                 return (x * scale.to(x.dtype),)
             return hook
 

@@ -24,7 +24,7 @@ import torch
 from bayesprune.export import export, measure_latency
 from bayesprune.fit import TensorBatches, optimizer_step, train
 from bayesprune.gates import UnitGates
-from bayesprune.methods.unit_gates import data_cost, weight_penalty
+from bayesprune.methods.unit_gates import adam, data_cost
 from bayesprune.predict import metric
 from bayesprune.runner import load_run, new_net
 from bayesprune.structure import layer_chain
@@ -63,8 +63,8 @@ def magnitude_baseline(config, dataset, widths) -> float:
 
     def fit(model, lr, epochs):
         def loss_fn(x, y):
-            return data_cost(model(x), y, dataset.num_train, None) + weight_penalty(model, options.weight_precision)
-        train(optimizer_step(loss_fn, torch.optim.Adam(model.parameters(), lr=lr)), batches, epochs=epochs)
+            return data_cost(model(x), y, dataset.num_train, None)
+        train(optimizer_step(loss_fn, adam(model, lr, options.weight_precision)), batches, epochs=epochs)
 
     fit(net, config.optim.lr, config.train.epochs)
     layers = UnitGates(net, input_shape=dataset.input_shape).layers

@@ -50,7 +50,8 @@ class UnitGatesOptions:
         hybrid_units: units per step that the hybrid estimator evaluates exactly.
         theta_init: θ(0) of every unit.
         theta_low, theta_high: θ is clipped to [θ_l, θ_h] after every step.
-        phi_max: bound on each unit's ‖w_b‖² + ‖w_f‖² / 2 (large: the projection rarely acts).
+        phi_max: bound on each unit's (‖w_b‖² + ‖w_f‖²) / 2; ``inf`` (the default) skips the
+            projection, which the paper finds practically unnecessary at a large φ_max (section 6).
         condition: pruning condition ``"tolerance"`` (i: θ < ``theta_tol``) or ``"drop"`` (ii: θ below
             (1 − ``theta_per``) times its running maximum after ``n0`` steps).
         final_threshold: after training, units with θ below it are removed, the others kept.
@@ -72,7 +73,7 @@ class UnitGatesOptions:
     theta_init: float = 0.5
     theta_low: float = 1e-6
     theta_high: float = 1 - 1e-6
-    phi_max: float = 1e6
+    phi_max: float = math.inf
     condition: str = "tolerance"
     theta_tol: float = 1e-3
     theta_per: float = 0.1
@@ -88,8 +89,10 @@ class UnitGatesOptions:
         require(self.hyperprior in HYPERPRIORS, key + "hyperprior", f"be one of {list(HYPERPRIORS)}", self.hyperprior)
         require(self.estimator in ESTIMATORS, key + "estimator", f"be one of {sorted(ESTIMATORS)}", self.estimator)
         require(self.condition in CONDITIONS, key + "condition", f"be one of {list(CONDITIONS)}", self.condition)
-        for name in ("temperature", "phi_max", "finetune_lr"):
+        for name in ("temperature", "finetune_lr"):
             require(is_number(getattr(self, name)) and getattr(self, name) > 0, key + name, "be a positive number", getattr(self, name))
+        require(self.phi_max == math.inf or (is_number(self.phi_max) and self.phi_max > 0), key + "phi_max",
+                "be a positive number or inf", self.phi_max)
         for name in ("theta_init", "theta_low", "theta_high", "theta_tol", "theta_per", "final_threshold"):
             require(is_number(getattr(self, name)) and 0 < getattr(self, name) < 1, key + name, "lie in (0, 1)", getattr(self, name))
         require(self.theta_low < self.theta_init < self.theta_high, key + "theta_init", "lie between theta_low and theta_high", self.theta_init)
@@ -129,9 +132,14 @@ def data_cost(output, y, num_train: int, noise_scale: float | None) -> torch.Ten
     return num_train * F.cross_entropy(output, y)
 
 
-def weight_penalty(net, precision: float) -> torch.Tensor:
-    """λ/2 WᵀW of eq. 12 over every parameter (the bias is the weight of eq. 1's constant input)."""
-    return 0.5 * precision * sum(p.pow(2).sum() for p in net.parameters())
+def adam(net, lr: float, precision: float, gates=()) -> torch.optim.Adam:
+    """Adam on the weights with the gradient λW of eq. 12's λ/2 WᵀW (Adam's ``weight_decay``: the
+    L2 term added to the gradient, every parameter, the bias being the weight of eq. 1's constant
+    input), and on the gate parameters θ without it."""
+    groups = [{"params": list(net.parameters()), "weight_decay": precision}]
+    if gates:
+        groups.append({"params": list(gates), "weight_decay": 0.0})
+    return torch.optim.Adam(groups, lr=lr, foreach=True)
 
 
 class GateTraining:
@@ -145,7 +153,7 @@ class GateTraining:
         self.input_shape = input_shape
         self.gates = UnitGates(net, init=options.theta_init, input_shape=input_shape)
         self.hyper_prior, self.estimator = options.hyper_prior(), options.make_estimator()
-        self.optimizer = torch.optim.Adam([*net.parameters(), *self.gates.theta], lr=lr)
+        self.optimizer = adam(net, lr, options.weight_precision, self.gates.theta)
         self.alive = [torch.ones_like(t, dtype=torch.bool) for t in self.gates.theta]
         self.theta_max = [t.detach().clone() for t in self.gates.theta]
         self.steps = 0
@@ -161,7 +169,7 @@ class GateTraining:
         self.optimizer.zero_grad(set_to_none=True)
         with self.gates.applied(self.net, values):
             cost = data_cost(self.net(x), y, self.num_train, self.noise_scale)
-        (cost + weight_penalty(self.net, self.options.weight_precision)).backward()
+        cost.backward()
 
         def cost_of(gate_values):
             with torch.no_grad(), self.gates.applied(self.net, gate_values):
@@ -228,7 +236,7 @@ class GateTraining:
         with torch.no_grad():
             for new, old, k in zip(gates.theta, self.gates.theta, keep):
                 new.copy_(old[k])
-        optimizer = torch.optim.Adam([*net.parameters(), *gates.theta], lr=self.optimizer.param_groups[0]["lr"])
+        optimizer = adam(net, self.optimizer.param_groups[0]["lr"], self.options.weight_precision, gates.theta)
         for key in ("exp_avg", "exp_avg_sq"):
             moments = restrict({name: state[key] for name, state in old_state.items() if key in state}, self.net, masks)
             for name, param in net.named_parameters():
@@ -377,10 +385,10 @@ class UnitGatesMethod(Method):
 def _fine_tune(net, batches, options, num_train, noise_scale, first, input_mask):
     """Section 7.1: the deterministic smaller network trained further at ``finetune_lr``; zeroed
     input weights stay zero."""
-    optimizer = torch.optim.Adam(net.parameters(), lr=options.finetune_lr)
+    optimizer = adam(net, options.finetune_lr, options.weight_precision)
 
     def loss_fn(x, y):
-        return data_cost(net(x), y, num_train, noise_scale) + weight_penalty(net, options.weight_precision)
+        return data_cost(net(x), y, num_train, noise_scale)
 
     callbacks = []
     if input_mask is not None:
