@@ -9,8 +9,12 @@ complete, so ``out`` is never left half-written; after a divergence only the las
 and the config are moved there.
 """
 import copy
+import fcntl
+import glob
 import json
 import shutil
+import sys
+import tempfile
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -58,8 +62,8 @@ def check_output_dir(out: Path, *, force: bool, inputs=()):
         held = Path(path).resolve()
         if held == resolved or resolved in held.parents:
             raise BayesPruneError(f"--out {out}: holds the input {path}; give a directory outside it")
-    if len(f".{out.name}.partial".encode()) > NAME_MAX:
-        raise BayesPruneError(f"--out {out}: name too long (at most {NAME_MAX - 9} bytes)")
+    if len(f".{out.name}.12345678.partial".encode()) > NAME_MAX:  # the staging directory's name
+        raise BayesPruneError(f"--out {out}: name too long (at most {NAME_MAX - 18} bytes)")
     if out.exists() and not out.is_dir():
         raise BayesPruneError(f"--out {out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()):
@@ -200,14 +204,28 @@ def _run_experiment(config, out: Path, *, progress: bool) -> dict:
 
 @contextmanager
 def _staged(out: Path):
-    """A fresh hidden staging directory beside ``out``, removed on exit (after a move, nothing is left)."""
-    staging = out.parent / f".{out.name}.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    """A fresh hidden staging directory beside ``out`` while holding ``out``'s lock, removed on exit
+    (after a move, nothing is left). A second run into the same ``out`` is refused while the first
+    holds the lock; the lock dies with its process, so a killed run never blocks the next one, whose
+    staging directory is new and leaves the old one (reported) in place."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = out.parent / f".{out.name}.lock"
+    lock = open(lock_path, "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise BayesPruneError(f"--out {out}: another run is writing it; wait for it or choose another directory") from None
+    for left in sorted(out.parent.glob(f".{glob.escape(out.name)}.*.partial")):
+        print(f"bayesprune: note: {left} is left from an interrupted run", file=sys.stderr)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     try:
         yield staging
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        lock_path.unlink(missing_ok=True)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
 
 
 def _early_stopping(config, task, validation, device):

@@ -318,3 +318,19 @@ def test_out_never_names_a_directory_the_run_did_not_create(tmp_path, capsys, mo
     status, _, err = run_cli(capsys, "run", "--out", str(folder), "--force", *QUICK)
     assert status == 2 and "not a bayesprune run directory" in err
     assert (folder / "notes.txt").read_text() == "mine" and (folder / "data" / "train.csv").exists()
+
+
+def test_a_second_run_into_the_same_directory_is_refused_while_the_first_writes(tmp_path, capsys):
+    import fcntl
+
+    out = tmp_path / "run"
+    with open(tmp_path / ".run.lock", "w") as lock:  # what a run in progress holds
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        status, _, err = run_cli(capsys, "run", "--out", str(out), *QUICK)
+    assert status == 2 and "another run is writing it" in err and err.count("\n") == 1
+    assert not out.exists()
+    # A staging directory left by a killed run is reported, not deleted, and does not block.
+    left = tmp_path / ".run.abcd1234.partial"
+    left.mkdir()
+    status, _, err = run_cli(capsys, "run", "--out", str(out), *QUICK)
+    assert status == 0 and f"{left} is left from an interrupted run" in err and left.exists()
