@@ -107,12 +107,12 @@ class TrainConfig:
 
     def __post_init__(self):
         if self.steps is not None:
-            _require(_is_int(self.steps) and self.steps > 0, "train.steps", "be a positive integer", self.steps)
+            _require(_is_int(self.steps) and 0 < self.steps <= MAX_COUNT, "train.steps", f"be a positive integer up to {MAX_COUNT}", self.steps)
             object.__setattr__(self, "epochs", None)  # the budget replaces them (an override of a config's epochs)
         elif self.epochs is None:
             object.__setattr__(self, "epochs", 200)
         if self.epochs is not None:
-            _require(_is_int(self.epochs) and self.epochs > 0, "train.epochs", "be a positive integer", self.epochs)
+            _require(_is_int(self.epochs) and 0 < self.epochs <= MAX_COUNT, "train.epochs", f"be a positive integer up to {MAX_COUNT}", self.epochs)
         _require(_is_number(self.validation) and 0 <= self.validation < 1, "train.validation", "lie in [0, 1)", self.validation)
         if self.patience is not None:
             _require(_is_int(self.patience) and self.patience > 0, "train.patience", "be a positive integer", self.patience)
@@ -165,7 +165,7 @@ class BaselineConfig:
     def __post_init__(self):
         _require(isinstance(self.enabled, bool), "baseline.enabled", "be true or false", self.enabled)
         if self.epochs is not None:
-            _require(_is_int(self.epochs) and self.epochs > 0, "baseline.epochs", "be a positive integer", self.epochs)
+            _require(_is_int(self.epochs) and 0 < self.epochs <= MAX_COUNT, "baseline.epochs", f"be a positive integer up to {MAX_COUNT}", self.epochs)
         if self.lr is not None:
             _require(_is_number(self.lr) and self.lr > 0, "baseline.lr", "be a positive number", self.lr)
 
@@ -220,6 +220,11 @@ class ExperimentConfig:
             _require(not self.options, "experiment.name", "be set when experiment options are given", self.name)
 
 
+# Seeds of a run are seed + split index + chain, and NumPy takes seeds below 2**32.
+MAX_SEED = 2**31
+# Epochs and steps beyond this are a typo, not a plan (and overflow a C index further on).
+MAX_COUNT = 10**7
+
 _SECTIONS = {
     "data": DataConfig,
     "model": ModelConfig,
@@ -272,9 +277,9 @@ class RunConfig:
         if self.method_options is None:
             object.__setattr__(self, "method_options", method.Options())
         _require(isinstance(self.method_options, method.Options), self.method, f"be a {method.Options.__name__}", self.method_options)
-        _require(_is_int(self.seed) and self.seed >= 0, "seed", "be a non-negative integer", self.seed)
-        _require(isinstance(self.seeds, (list, tuple)) and all(_is_int(s) and s >= 0 for s in self.seeds)
-                 and len(set(self.seeds)) == len(self.seeds), "seeds", "be a list of distinct non-negative integers", self.seeds)
+        _require(_is_int(self.seed) and 0 <= self.seed < MAX_SEED, "seed", "be a non-negative integer below 2**31", self.seed)
+        _require(isinstance(self.seeds, (list, tuple)) and all(_is_int(s) and 0 <= s < MAX_SEED for s in self.seeds)
+                 and len(set(self.seeds)) == len(self.seeds), "seeds", "be a list of distinct non-negative integers below 2**31", self.seeds)
         object.__setattr__(self, "seeds", tuple(self.seeds))
         _require(_is_int(self.chains) and self.chains > 0, "chains", "be a positive integer", self.chains)
         _require(isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),

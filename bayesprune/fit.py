@@ -9,14 +9,23 @@ from pyro.optim import PyroLRScheduler
 from pyro.poutine.messenger import Messenger
 from tqdm.auto import tqdm
 
-from .errors import TrainingDiverged
+from .errors import ConfigError, TrainingDiverged
 
 
 def resolve_device(device: str = "auto") -> torch.device:
-    """``"auto"`` picks CUDA when available, else CPU; anything else is passed to ``torch.device``."""
+    """``"auto"`` picks CUDA when available, else CPU; anything else is passed to ``torch.device``.
+
+    Raises:
+        ConfigError: CUDA asked for where there is none, or a device index it does not have.
+    """
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    resolved = torch.device(device)
+    if resolved.type == "cuda":
+        available = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (resolved.index or 0) >= available:
+            raise ConfigError(f"device must name an available device, got {device!r} ({available} CUDA device(s) here)")
+    return resolved
 
 
 class TensorBatches:

@@ -86,6 +86,11 @@ BAD_SETTINGS = [
     (["optim.lr=0"], "optim.lr"),
     (["sbnn.colour=1"], "sbnn.colour"),
     (["data.dataset=mnist", "data.root='/nonexistent/mnist'"], "/nonexistent/mnist"),
+    (["seed=4294967296"], "seed"),
+    (["seeds=[1, 1]"], "seeds"),
+    (["sbnn.log_tau1=1e308"], "sbnn.log_tau1"),
+    (["train.epochs=100000000000000000000"], "train.epochs"),
+    (["device='cuda:7'"], "device"),
 ]
 
 

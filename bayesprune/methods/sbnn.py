@@ -59,8 +59,9 @@ class SBNNOptions:
 
     def __post_init__(self):
         require(is_number(self.pi) and 0 < self.pi < 1, "sbnn.pi", "lie in (0, 1)", self.pi)
-        require(is_number(self.log_tau0), "sbnn.log_tau0", "be a finite number", self.log_tau0)
-        require(is_number(self.log_tau1), "sbnn.log_tau1", "be a finite number", self.log_tau1)
+        # τ = exp(log τ) is held in float32: beyond ±80 it overflows or vanishes.
+        require(is_number(self.log_tau0) and abs(self.log_tau0) <= 80, "sbnn.log_tau0", "lie in [-80, 80]", self.log_tau0)
+        require(is_number(self.log_tau1) and abs(self.log_tau1) <= 80, "sbnn.log_tau1", "lie in [-80, 80]", self.log_tau1)
         require(self.log_tau0 < self.log_tau1, "sbnn.log_tau0", f"be below sbnn.log_tau1 = {self.log_tau1} (tau0 < tau1)", self.log_tau0)
         require(is_number(self.init_scale) and self.init_scale > 0, "sbnn.init_scale", "be a positive number", self.init_scale)
         require(self.objective in OBJECTIVES, "sbnn.objective", f"be one of {sorted(OBJECTIVES)}", self.objective)
