@@ -42,6 +42,8 @@ class DataConfig:
                 isinstance(self.splits, list) and self.splits and all(_is_int(k) and k >= 0 for k in self.splits)
             )
             _require(valid, "data.splits", "be 'all' or a non-empty list of split indices", self.splits)
+            _require("split" not in self.options, "data.split", "not be given beside data.splits (set data.splits = [k] for split k)",
+                     self.options.get("split"))
 
     def batch_size_for(self, num_train: int) -> int:
         """The minibatch size for ``num_train`` training rows."""

@@ -86,6 +86,7 @@ BAD_SETTINGS = [
     (["optim.lr=0"], "optim.lr"),
     (["sbnn.colour=1"], "sbnn.colour"),
     (["data.dataset=mnist", "data.root='/nonexistent/mnist'"], "/nonexistent/mnist"),
+    (["data.dataset='uci'", "data.splits=[0]", "data.split=3"], "data.split"),
     (["seed=4294967296"], "seed"),
     (["seeds=[1, 1]"], "seeds"),
     (["sbnn.log_tau1=1e308"], "sbnn.log_tau1"),
