@@ -1,9 +1,13 @@
 """``report.md`` and its plots, regenerated from the files of a run directory alone."""
 import csv
 import json
+import zipfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+
+from bayesprune.errors import BayesPruneError
 
 from .evaluation import ERROR_MARGIN, ERROR_MARGIN_KEY, first_sparsity_worse_by, metric_name
 from .inference_data import plot_diagnostics, summary_table
@@ -21,7 +25,7 @@ def write_report(run_dir) -> Path:
     inclusion probabilities in place of the first chain's score CDF.
     """
     run_dir = Path(run_dir)
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics = read_metrics(run_dir)
     losses = read_losses(run_dir)
     scores = read_scores(run_dir)
     metric = metric_name(metrics["task"])
@@ -108,13 +112,46 @@ def _error_margin_line(metrics: dict) -> list:
     return [text + "."]
 
 
+@contextmanager
+def _reading(path: Path):
+    """Turn any failure to read ``path`` into one line naming the file."""
+    try:
+        yield
+    except BayesPruneError:
+        raise
+    except (OSError, EOFError, ValueError, KeyError, TypeError, IndexError, zipfile.BadZipFile, csv.Error) as error:
+        reason = " ".join(str(error).split())[:160] or type(error).__name__
+        raise BayesPruneError(f"{path}: not readable as bayesprune wrote it ({reason})") from None
+
+
+REQUIRED_METRICS = ("method", "dataset", "task", "n_weights", "epochs", "train_seconds", "pruning_curve")
+
+
+def read_metrics(run_dir: Path) -> dict:
+    """``metrics.json``, with the keys a report needs."""
+    path = run_dir / "metrics.json"
+    with _reading(path):
+        metrics = json.loads(path.read_text())
+        if not isinstance(metrics, dict):
+            raise ValueError("not a JSON object")
+        missing = [key for key in REQUIRED_METRICS if key not in metrics]
+        if missing:
+            raise ValueError(f"missing key {missing[0]!r}")
+        metric = metric_name(metrics["task"])
+        if not metrics["pruning_curve"] or metric not in metrics:
+            raise ValueError(f"missing key {metric!r} or an empty pruning_curve")
+    return metrics
+
+
 def read_losses(run_dir: Path) -> list:
     """Training loss per epoch from ``history.csv`` (or the negated ELBO of an older ``elbo.csv``)."""
-    if (run_dir / "history.csv").is_file():
-        with open(run_dir / "history.csv", newline="") as handle:
-            return [float(row["loss"]) for row in csv.DictReader(handle)]
-    with open(run_dir / "elbo.csv", newline="") as handle:
-        return [-float(row["elbo"]) for row in csv.DictReader(handle)]
+    new = (run_dir / "history.csv").is_file()
+    path = run_dir / ("history.csv" if new else "elbo.csv")
+    with _reading(path), open(path, newline="") as handle:
+        losses = [float(row["loss"]) if new else -float(row["elbo"]) for row in csv.DictReader(handle)]
+        if not losses:
+            raise ValueError("no epochs")
+    return losses
 
 
 def read_scores(run_dir: Path) -> dict:
@@ -122,7 +159,7 @@ def read_scores(run_dir: Path) -> dict:
     path = run_dir / "scores.npz"
     if not path.is_file():
         path = run_dir / "inclusion_probabilities.npz"
-    with np.load(path, allow_pickle=False) as saved:
+    with _reading(path), np.load(path, allow_pickle=False) as saved:
         return {name: saved[name] for name in saved.files}
 
 
@@ -142,7 +179,8 @@ def _diagnostics(run_dir: Path, top: int = 10) -> list:
     """Report sections from ``posterior.nc``: ``az.summary`` of ψ and the ArviZ plots."""
     import arviz as az
 
-    idata = az.from_netcdf(str(run_dir / "posterior.nc"))
+    with _reading(run_dir / "posterior.nc"):
+        idata = az.from_netcdf(str(run_dir / "posterior.nc"))
     written = plot_diagnostics(idata, run_dir)
     chains = idata.posterior.sizes["chain"]
     sections = [

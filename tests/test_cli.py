@@ -340,3 +340,22 @@ def test_a_second_run_into_the_same_directory_is_refused_while_the_first_writes(
     left.mkdir()
     status, _, err = run_cli(capsys, "run", "--out", str(out), *QUICK)
     assert status == 0 and f"{left} is left from an interrupted run" in err and left.exists()
+
+
+CORRUPTIONS = {
+    "metrics.json": [b"", b"{}", b"[1, 2]", b'{"method": "sbnn"'],
+    "scores.npz": [b"", b"garbage"],
+    "history.csv": [b"", b"a,b\n1,2\n"],
+    "posterior.nc": [b"garbage"],
+}
+
+
+@pytest.mark.parametrize("name, content", [(name, content) for name, contents in CORRUPTIONS.items() for content in contents])
+def test_report_names_a_corrupt_run_file_in_one_line(two_chain_run, tmp_path, capsys, name, content):
+    import shutil
+
+    run_dir = tmp_path / "copy"
+    shutil.copytree(two_chain_run, run_dir)
+    (run_dir / name).write_bytes(content)
+    status, _, err = run_cli(capsys, "report", str(run_dir))
+    assert status == 2 and err.count("\n") == 1 and f"{run_dir / name}:" in err
