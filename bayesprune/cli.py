@@ -6,11 +6,13 @@ line on stderr and exit with status 2, without a traceback.
 import argparse
 import json
 import math
+import signal
 import sys
 from pathlib import Path
 
 from .config import load_config, packaged_configs
-from .errors import BayesPruneError
+from .errors import BayesPruneError, Interrupted
+from .fit import STOP
 
 
 class _Parser(argparse.ArgumentParser):
@@ -200,12 +202,27 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    previous = {number: signal.signal(number, _request_stop) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         args.handler(args)
+    except Interrupted as error:
+        print(f"bayesprune: interrupted: {error}", file=sys.stderr)
+        return 128 + error.signal
     except BayesPruneError as error:
         print(f"bayesprune: error: {error}", file=sys.stderr)
         return 2
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        STOP.signal = None
     return 0
+
+
+def _request_stop(number, frame):
+    """Stop at the end of the training step in progress (a second signal stops at once)."""
+    if STOP.signal is not None:
+        raise KeyboardInterrupt
+    STOP.signal = number
 
 
 if __name__ == "__main__":

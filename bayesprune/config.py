@@ -105,7 +105,7 @@ class TrainConfig:
     steps: int | None = None
     validation: float = 0.0
     patience: int | None = None
-    checkpoint_every: int = 10
+    checkpoint_every: int = 1
 
     def __post_init__(self):
         if self.steps is not None:

@@ -15,3 +15,12 @@ class DataError(BayesPruneError, ValueError):
 
 class TrainingDiverged(BayesPruneError, RuntimeError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+class Interrupted(BayesPruneError):
+    """SIGINT or SIGTERM stopped training at the end of a step; ``signal`` is the signal's number
+    (the command line exits with 128 + it)."""
+
+    def __init__(self, message: str, signal: int):
+        super().__init__(message)
+        self.signal = signal

@@ -9,7 +9,7 @@ from pyro.optim import PyroLRScheduler
 from pyro.poutine.messenger import Messenger
 from tqdm.auto import tqdm
 
-from .errors import ConfigError, TrainingDiverged
+from .errors import ConfigError, Interrupted, TrainingDiverged
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -134,6 +134,16 @@ def _hooks(callbacks) -> tuple:
     return on_step, on_epoch
 
 
+class StopRequest:
+    """Set by a signal handler (the command line's, for SIGINT and SIGTERM): :func:`train` stops at the
+    end of the step in progress and raises :class:`~bayesprune.errors.Interrupted`."""
+
+    signal: int | None = None
+
+
+STOP = StopRequest()
+
+
 def train(step, batches, *, epochs: int, callbacks=(), progress: bool = False, scheduler=None) -> History:
     """The one training loop: ``epochs`` passes of ``step`` over ``batches``; every method's fit runs on it.
 
@@ -163,6 +173,8 @@ def train(step, batches, *, epochs: int, callbacks=(), progress: bool = False, s
         TrainingDiverged: a loss became NaN or infinite, naming the epoch and the first such step
             (1-based); ``on_epoch`` callbacks of earlier epochs (such as checkpoints) have run, so
             their results are the last good state.
+        Interrupted: :data:`STOP` was set (a signal); the step in progress finished, the epoch's
+            ``on_epoch`` callbacks did not run, so checkpoints hold the last completed epoch.
     """
     on_step, on_epoch = _hooks(callbacks)
     history = History()
@@ -177,6 +189,8 @@ def train(step, batches, *, epochs: int, callbacks=(), progress: bool = False, s
             losses.append(loss)
             for hook in on_step:
                 hook(epoch, index, loss)
+            if STOP.signal is not None:
+                raise Interrupted(f"stopped by signal {STOP.signal} in epoch {epoch + 1}", STOP.signal)
         values = torch.stack(losses).tolist() if losses else []  # one host synchronisation per epoch
         for index, value in enumerate(values):
             _check_finite(value, epoch, index)

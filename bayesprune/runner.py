@@ -33,7 +33,7 @@ from .checkpoint import read_checkpoint, save_checkpoint
 from .config import load_config
 from .data import load_dataset, uci_num_splits
 from .early_stopping import EarlyStopping, hold_out
-from .errors import BayesPruneError, TrainingDiverged
+from .errors import BayesPruneError, Interrupted, TrainingDiverged
 from .fit import resolve_device
 from .methods import get_method
 from .predict import metric
@@ -172,12 +172,8 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
                     checkpoint=staging / CHECKPOINT if first and index == chain == 0 else None,
                     callbacks=[] if validation is None else [_early_stopping(split_config, dataset.task, validation, device)],
                 )
-            except TrainingDiverged as error:
-                if (out / "metrics.json").exists():  # a complete earlier run is never replaced by a diverged one
-                    raise TrainingDiverged(f"{error}; {out} keeps the earlier complete run") from None
-                if (staging / CHECKPOINT).exists():
-                    _move_into_place(staging, out)
-                raise
+            except (TrainingDiverged, Interrupted) as error:
+                raise _stopped(error, staging, out) from None
             if chain == 0:
                 per_split.append(_evaluate(split_config, dataset, fitted, device, baseline_net, validation))
             fits.append(fitted)
@@ -316,6 +312,21 @@ def _summarise(per_split: list) -> dict:
     metrics["pruning_curve"] = curve
     metrics["per_split"] = [{key: m[key] for key in m if key.startswith(name)} for m in per_split]
     return metrics
+
+
+def _stopped(error, staging: Path, out: Path):
+    """The error of a fit that diverged or was interrupted, after keeping what can be kept: its last
+    checkpoint moves to ``out`` unless ``out`` holds a complete earlier run, which is never replaced."""
+    if (out / "metrics.json").exists():
+        where = f"{out} keeps the earlier complete run"
+    elif (staging / CHECKPOINT).exists():
+        epoch = read_checkpoint(staging / CHECKPOINT)["metadata"].get("epoch")
+        _move_into_place(staging, out)
+        where = f"the checkpoint of epoch {epoch} is in {out / CHECKPOINT}"
+    else:
+        where = "no checkpoint was written"
+    message = f"{error}; {where}"
+    return Interrupted(message, error.signal) if isinstance(error, Interrupted) else TrainingDiverged(message)
 
 
 def _summarise_seeds(runs: list, seeds) -> dict:

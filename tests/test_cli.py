@@ -359,3 +359,24 @@ def test_report_names_a_corrupt_run_file_in_one_line(two_chain_run, tmp_path, ca
     (run_dir / name).write_bytes(content)
     status, _, err = run_cli(capsys, "report", str(run_dir))
     assert status == 2 and err.count("\n") == 1 and f"{run_dir / name}:" in err
+
+
+@pytest.mark.parametrize("signal_name, status", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_stops_the_run_at_a_step_and_keeps_the_last_checkpoint(tmp_path, signal_name, status):
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "bayesprune", "run", "--out", str(out), "--quiet", "--set", "train.epochs=100000",
+               "--set", "baseline.enabled=false"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 120
+    while not list(tmp_path.glob(".run.*.partial/checkpoint.pt")) and time.time() < deadline:
+        time.sleep(0.2)
+    process.send_signal(getattr(signal, signal_name))
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == status
+    assert err.startswith("bayesprune: interrupted:") and err.count("\n") == 1 and "Traceback" not in err
+    epoch = torch.load(out / "checkpoint.pt", weights_only=True)["metadata"]["epoch"]
+    assert epoch >= 1 and f"epoch {epoch} is in" in err
+    assert not (out / "metrics.json").exists()
