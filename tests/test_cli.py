@@ -369,13 +369,15 @@ def test_a_signal_stops_the_run_at_a_step_and_keeps_the_last_checkpoint(tmp_path
     out = tmp_path / "run"
     command = [sys.executable, "-m", "bayesprune", "run", "--out", str(out), "--quiet", "--set", "train.epochs=100000",
                "--set", "baseline.enabled=false"]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    # cwd=tmp_path: the installed package, not the source tree (whose analysis/ is mapped in by setup.cfg)
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})
     deadline = time.time() + 120
     while not list(tmp_path.glob(".run.*.partial/checkpoint.pt")) and time.time() < deadline:
         time.sleep(0.2)
     process.send_signal(getattr(signal, signal_name))
     _, err = process.communicate(timeout=120)
-    assert process.returncode == status
+    assert process.returncode == status, err
     assert err.startswith("bayesprune: interrupted:") and err.count("\n") == 1 and "Traceback" not in err
     epoch = torch.load(out / "checkpoint.pt", weights_only=True)["metadata"]["epoch"]
     assert epoch >= 1 and f"epoch {epoch} is in" in err
