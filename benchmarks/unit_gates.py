@@ -2,21 +2,30 @@
 
 For the run directory's first seed, the benchmark measures:
 
-1. **Speed**: the median CPU forward time at batch 1024 of the learned network against the dense
-   starting architecture (:func:`bayesprune.export.measure_latency`, one thread), as a ratio.
-2. **Equivalence**: the learned network against the starting architecture holding the same weights
+1. **Speed**: the median CPU forward time (:func:`bayesprune.export.measure_latency`, one thread) of
+   the learned network against the dense starting architecture at batch sizes 1, 64 and 1024, as
+   ratios (and on CUDA too when there is one).
+2. **Training cost**: ``--steps`` steps of Algorithm 1 (gates on, the run's options) on the dense
+   starting network, on the learned network, and of plain training of the dense network, interleaved
+   over ``--rounds`` rounds on the same minibatches; the medians give the cost of a late epoch
+   against the first (the gates' removal at work) and the gates' overhead over plain training.
+3. **Equivalence**: the learned network against the starting architecture holding the same weights
    at the kept units' positions with the removed units' gates at 0 (the gated deterministic
    network): the largest absolute difference of their outputs on the test images.
-3. **A structured-pruning baseline at the same architecture and budget**, the procedure of
+4. **A structured-pruning baseline at the same architecture and budget**, the procedure of
    Torch-Pruning's magnitude pruner without the dependency: the plain starting network trained
    for the run's epochs with the same objective (N/B-scaled cross-entropy plus λ/2 WᵀW, Adam),
    each hidden layer cut to the learned width by the L1 norm of its units' incoming weights, and
    fine-tuned for the run's fine-tuning epochs; its test error beside the gates'.
 
-Usage: ``python benchmarks/unit_gates.py RUN_DIR [--json] [--skip-baseline]``.
+Usage: ``python benchmarks/unit_gates.py RUN_DIR [--json] [--skip-baseline] [--steps 300] [--rounds 3]``.
 """
 import argparse
+import copy
+import itertools
 import json
+import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -24,7 +33,7 @@ import torch
 from bayesprune.export import export, measure_latency
 from bayesprune.fit import TensorBatches, optimizer_step, train
 from bayesprune.gates import UnitGates
-from bayesprune.methods.unit_gates import adam, data_cost
+from bayesprune.methods.unit_gates import GateTraining, adam, data_cost
 from bayesprune.predict import metric
 from bayesprune.runner import load_run, new_net
 from bayesprune.structure import layer_chain
@@ -80,11 +89,43 @@ def magnitude_baseline(config, dataset, widths) -> float:
         return metric("classification", torch.softmax(smaller(dataset.x_test), -1), dataset.y_test)
 
 
+def training_costs(config, dataset, learned, *, steps: int, rounds: int) -> dict:
+    """Median seconds of ``steps`` training steps: Algorithm 1 on the starting network and on
+    ``learned``, and plain Adam on the starting network (the baseline's training), interleaved over
+    ``rounds``."""
+    options = config.method_options
+    batches = TensorBatches(dataset.x_train, dataset.y_train, batch_size=config.data.batch_size, seed=config.seed)
+    data = list(itertools.islice(iter(batches), steps))
+
+    def gated(net):
+        training = GateTraining(net.train(), options, num_train=dataset.num_train, lr=config.optim.lr,
+                                input_shape=dataset.input_shape)
+        return training.step
+
+    def fresh_dense():
+        return new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
+
+    plain_net = fresh_dense().train()
+    plain = optimizer_step(lambda x, y: data_cost(plain_net(x), y, dataset.num_train, None),
+                           adam(plain_net, config.optim.lr, options.weight_precision))
+    steppers = {"gates_dense": gated(fresh_dense()), "gates_learned": gated(copy.deepcopy(learned)), "plain_dense": plain}
+    times = {name: [] for name in steppers}
+    for _ in range(rounds):
+        for name, step in steppers.items():
+            start = time.perf_counter()
+            for index, (x, y) in enumerate(data):
+                step(x, y, index, len(data))
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--skip-baseline", action="store_true", help="only speed and equivalence")
+    parser.add_argument("--skip-baseline", action="store_true", help="only speed, training cost and equivalence")
+    parser.add_argument("--steps", type=int, default=300, help="training steps per timed round (default 300)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the training-cost timing")
     args = parser.parse_args()
     torch.set_num_threads(1)
     config, dataset, fitted = load_run(args.run_dir)
@@ -98,13 +139,22 @@ def main():
     with torch.no_grad():
         difference = float((gated - learned(dataset.x_test)).abs().max())
     shape = tuple(dataset.input_shape)
-    dense_time = measure_latency(dense, shape, batch_sizes=(1024,), device="cpu")[1024]
-    learned_time = measure_latency(learned, shape, batch_sizes=(1024,), device="cpu")[1024]
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    forward = {}
+    for device in devices:
+        dense_times = measure_latency(dense, shape, device=device)
+        learned_times = measure_latency(learned, shape, device=device)
+        forward[device] = {batch: {"dense": dense_times[batch], "learned": learned_times[batch],
+                                   "speedup": dense_times[batch] / learned_times[batch]} for batch in dense_times}
+    costs = training_costs(config, dataset, learned, steps=args.steps, rounds=args.rounds)
     result = {
         "learned_architecture": metrics["learned_architecture"],
         "max_abs_difference_gated_vs_learned": difference,
-        "forward_seconds_batch_1024": {"dense": dense_time, "learned": learned_time},
-        "speedup_batch_1024": dense_time / learned_time,
+        "forward_seconds": forward,
+        "speedup_batch_1024": forward["cpu"][1024]["speedup"],
+        f"training_seconds_per_{args.steps}_steps": costs,
+        "late_epoch_over_first": costs["gates_learned"] / costs["gates_dense"],
+        "gates_over_plain_training": costs["gates_dense"] / costs["plain_dense"],
         "unit_gates_test_error": metrics["test_error"] if "per_seed" not in metrics else metrics["per_seed"][0]["test_error"],
     }
     if not args.skip_baseline:
