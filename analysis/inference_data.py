@@ -243,14 +243,19 @@ def summary_table(idata, var_names=None, *, kind: str = "all", round_to=2):
 
 @contextlib.contextmanager
 def _quiet_arviz():
-    """Mute ArviZ's logged warnings: a single chain (the default run) logs one on every R-hat it computes."""
-    log = logging.getLogger("arviz")
-    level = log.level
-    log.setLevel(logging.ERROR)
+    """Mute ArviZ's logged warnings: a single chain (the default run) logs one on every R-hat it computes.
+    ArviZ 0.x logs them through ``arviz._log``, a ``Logger`` outside ``logging``'s registry."""
+    import arviz as az
+
+    logs = {logging.getLogger("arviz"), getattr(az, "_log", None)} - {None}
+    levels = {log: log.level for log in logs}
+    for log in logs:
+        log.setLevel(logging.ERROR)
     try:
         yield
     finally:
-        log.setLevel(level)
+        for log, level in levels.items():
+            log.setLevel(level)
 
 
 def plot_diagnostics(idata, folder, *, max_features: int = 20) -> dict:

@@ -415,15 +415,19 @@ def parse_override(assignment: str) -> tuple:
 def load_config(source: str | None = None, overrides=()) -> RunConfig:
     """Resolve a packaged config name or a TOML path (default: ``default``), apply overrides, validate."""
     source = source or "default"
-    path = Path(source)
-    if path.suffix == ".toml" or path.exists():
-        if not path.is_file():
-            raise ConfigError(f"{source}: config file not found")
-        raw = _read_toml(path.read_text(), source)
-    elif source in packaged_configs():
+    if source in packaged_configs():  # a packaged name wins over a same-named file; "./name" reads the file
         raw = _read_toml((resources.files("bayesprune") / "configs" / f"{source}.toml").read_text(), source)
     else:
-        raise ConfigError(f"unknown config {source!r}: not a file and not one of {sorted(packaged_configs())}")
+        path = Path(source)
+        if path.suffix != ".toml" and not path.exists():
+            raise ConfigError(f"unknown config {source!r}: not a file and not one of {sorted(packaged_configs())}")
+        if not path.is_file():
+            raise ConfigError(f"{source}: config file not found")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigError(f"{source}: cannot read the config ({getattr(error, 'strerror', None) or error})") from None
+        raw = _read_toml(text, source)
     for assignment in overrides:
         keys, value = parse_override(assignment)
         table = raw

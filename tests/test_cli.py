@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from bayesprune.cli import main
+from bayesprune.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny ops on two busy OpenMP threads are ~100x slower
 
@@ -173,6 +174,33 @@ def test_console_script_reports_errors_without_traceback(tmp_path):
     )
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "sbnn.pi" in result.stderr
+
+
+def test_a_successful_run_prints_its_result_line_and_nothing_else(tmp_path):
+    """No ArviZ log line (a single chain's R-hat), no FutureWarning: stdout holds the result, stderr nothing."""
+    script = os.path.join(os.path.dirname(sys.executable), "bayesprune")
+    result = subprocess.run([script, "run", "--out", str(tmp_path / "run"), *QUICK], capture_output=True, text=True,
+                            cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0 and result.stderr == ""
+    assert result.stdout.count("\n") == 1 and "results in" in result.stdout
+
+
+@pytest.mark.parametrize("name", ["default", "uci"])
+def test_a_packaged_name_is_not_shadowed_by_a_file_of_that_name(tmp_path, monkeypatch, name):
+    from bayesprune.config import load_config
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / name).write_text("notes, not a config\n")
+    assert load_config(name).method == "sbnn"
+    with pytest.raises(ConfigError, match=f"./{name}"):
+        load_config(f"./{name}")
+
+
+def test_a_config_that_is_not_utf8_is_named_in_one_line(tmp_path, capsys):
+    config = tmp_path / "latin1.toml"
+    config.write_bytes(b'description = "caf\xe9"\n')
+    status, _, err = run_cli(capsys, "run", str(config), "--out", str(tmp_path / "run"))
+    assert status == 2 and err.count("\n") == 1 and str(config) in err and not (tmp_path / "run").exists()
 
 
 @pytest.fixture(scope="module")
