@@ -2,8 +2,8 @@
 
 A checkpoint holds ``method`` (the registered name), ``structure`` (site name → shape of the network
 when saved, so a network that shrank while training can be rebuilt before its state is loaded),
-``state`` (the :meth:`~bayesprune.methods.Fitted.state_dict`), ``metadata`` (``epoch``, ...) and
-``versions``. Checkpoints of earlier versions (``{model, guide, metadata}``, sBNN only) still read.
+``state`` (the :meth:`~bayesprune.methods.Fitted.state_dict`), ``metadata`` (``epoch``, ...),
+``versions`` and, for a fit that can resume, ``loop`` (:class:`~bayesprune.fit.LoopState`). Checkpoints of earlier versions (``{model, guide, metadata}``, sBNN only) still read.
 """
 import os
 import pickle
@@ -13,10 +13,12 @@ import pyro
 import torch
 
 from .errors import BayesPruneError
+from .fit import LoopState, rng_state
 
 
-def save_checkpoint(path, fitted, *, metadata=None):
-    """Write the state of ``fitted`` atomically (a crash never leaves a half-written file)."""
+def save_checkpoint(path, fitted, *, metadata=None, loop=None):
+    """Write the state of ``fitted`` atomically (a crash never leaves a half-written file), with the
+    training loop's state ``loop`` (:meth:`~bayesprune.fit.LoopState.state_dict`) when given."""
     from bayesprune import __version__
 
     state = {
@@ -26,6 +28,8 @@ def save_checkpoint(path, fitted, *, metadata=None):
         "metadata": dict(metadata or {}),
         "versions": {"bayesprune": __version__, "torch": str(torch.__version__)},
     }
+    if loop is not None:
+        state["loop"] = loop
     partial = f"{path}.partial"
     torch.save(state, partial)
     os.replace(partial, path)
@@ -66,12 +70,23 @@ def load_module_state(module, state: dict):
 
 
 class Checkpoint:
-    """Fit callback that saves ``fitted`` after every ``every`` epochs and after the last one."""
+    """Fit callback that saves ``fitted`` after every ``every`` epochs and after the last one.
 
-    def __init__(self, path, fitted, *, epochs: int, every: int = 1):
+    Given the fit's ``optimizer`` (a ``pyro.optim.PyroOptim``) and ``batches``
+    (:class:`~bayesprune.fit.TensorBatches`), the checkpoint also holds the loop's
+    :class:`~bayesprune.fit.LoopState` under ``"loop"``, from which the fit resumes exactly;
+    ``stateful`` callbacks (with ``state_dict()``) are saved with it, in order.
+    """
+
+    def __init__(self, path, fitted, *, epochs: int, every: int = 1, optimizer=None, batches=None, stateful=()):
         self.path, self.fitted = path, fitted
         self.epochs, self.every = epochs, every
+        self.optimizer, self.batches, self.stateful = optimizer, batches, list(stateful)
 
     def __call__(self, epoch, history):
         if (epoch + 1) % self.every == 0 or epoch + 1 == self.epochs:
-            save_checkpoint(self.path, self.fitted, metadata={"epoch": epoch + 1})
+            loop = None
+            if self.optimizer is not None:
+                loop = LoopState(epoch + 1, history, self.optimizer.get_state(), self.batches.generator.get_state(),
+                                 rng_state(), [callback.state_dict() for callback in self.stateful]).state_dict()
+            save_checkpoint(self.path, self.fitted, metadata={"epoch": epoch + 1}, loop=loop)

@@ -21,8 +21,18 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _run(args):
-    from .runner import run  # heavy imports (torch, pyro) only when needed
+    from .runner import resume_run, run  # heavy imports (torch, pyro) only when needed
 
+    if args.resume is not None:
+        given = [flag for flag, value in (("a config", args.config), ("--out", args.out), ("--set", args.overrides),
+                                          ("--data-root", args.data_root), ("--force", args.force)) if value]
+        if given:
+            raise BayesPruneError(f"--resume continues the run with its own config.toml; drop {', '.join(given)}")
+        metrics = resume_run(args.resume, progress=not args.quiet)
+        _print_result(metrics, args.resume)
+        return
+    if args.out is None:
+        raise BayesPruneError("run needs --out DIR (or --resume DIR)")
     overrides = list(args.overrides)
     if args.data_root is not None:
         overrides.append(f"data.root={json.dumps(args.data_root)}")
@@ -34,10 +44,14 @@ def _run(args):
     if config.experiment.name is not None:
         print(f"experiment {config.experiment.name}: results in {args.out}")
         return
+    _print_result(metrics, args.out)
+
+
+def _print_result(metrics, out):
     metric = "test_error" if "test_error" in metrics else "test_rmse"
     baseline = metrics.get(f"baseline_{metric}")
     versus = "" if baseline is None else f" (plain network: {baseline:.4g})"
-    print(f"{metrics['dataset']}: {metric} {metrics[metric]:.4g}{versus}; results in {args.out}")
+    print(f"{metrics['dataset']}: {metric} {metrics[metric]:.4g}{versus}; results in {out}")
 
 
 def _report(args):
@@ -162,7 +176,8 @@ def build_parser():
 
     run = commands.add_parser("run", help="fit a config and write its run directory")
     run.add_argument("config", nargs="?", help="packaged config name or TOML path (default: the embedded default)")
-    run.add_argument("--out", required=True, help="run directory to create")
+    run.add_argument("--out", help="run directory to create")
+    run.add_argument("--resume", metavar="DIR", help="continue the interrupted run in DIR from its last checkpoint")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config key, e.g. --set sbnn.pi=0.3 (repeatable)")
     run.add_argument("--data-root", help="directory holding the data (sets data.root)")

@@ -51,6 +51,7 @@ class EarlyStopping(Callback):
         self.score, self.state, self.load = score, state, load
         self.epochs, self.patience = epochs, patience
         self.best_score, self.best_epoch, self._best = math.inf, -1, None
+        self.stopped = False
 
     def on_epoch(self, epoch, history):
         value = self.score()
@@ -60,5 +61,14 @@ class EarlyStopping(Callback):
         stop = self.patience is not None and epoch - self.best_epoch >= self.patience
         if stop or epoch == self.epochs - 1:
             self.load(self._best)
+            self.stopped = True
             return True
         return False
+
+    def state_dict(self) -> dict:
+        """The best score, its epoch and its state, for a checkpoint to resume from."""
+        return {"best_score": self.best_score, "best_epoch": self.best_epoch, "best": self._best, "stopped": self.stopped}
+
+    def load_state_dict(self, state: dict):
+        self.best_score, self.best_epoch, self._best = state["best_score"], state["best_epoch"], state["best"]
+        self.stopped = state["stopped"]

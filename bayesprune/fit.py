@@ -1,8 +1,10 @@
 """One training loop over any step, and its SVI step: minibatches, penalty weights, learning-rate schedule, callbacks, divergence stop."""
 import contextlib
 import math
+import random
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from pyro import poutine
 from pyro.optim import PyroLRScheduler
@@ -104,6 +106,63 @@ class History:
         return [-loss for loss in self.epoch_losses]
 
 
+@dataclass
+class LoopState:
+    """Where a :func:`train` loop stands after an epoch, in the tensors and plain data a checkpoint
+    holds: continuing from it gives the run an uninterrupted loop would have given (same minibatch
+    order, same random draws, same optimiser moments).
+
+    Attributes:
+        epoch: epochs completed.
+        history: the losses so far.
+        optimizer: the optimiser's state (``pyro.optim.PyroOptim.get_state`` or a ``state_dict``).
+        batches: the minibatch shuffler's generator state (:class:`TensorBatches`).
+        rng: the global random states of torch, ``random`` and NumPy (:func:`rng_state`).
+        callbacks: ``state_dict()`` of each stateful callback (such as early stopping), in order; one
+            holding ``"stopped": True`` ended training at this epoch, so a resumed loop runs no more.
+    """
+
+    epoch: int
+    history: History
+    optimizer: dict
+    batches: torch.Tensor
+    rng: dict
+    callbacks: list = field(default_factory=list)
+
+    @property
+    def stopped(self) -> bool:
+        return any(state.get("stopped", False) for state in self.callbacks)
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "step_losses": list(self.history.step_losses),
+                "epoch_losses": list(self.history.epoch_losses), "optimizer": self.optimizer,
+                "batches": self.batches, "rng": self.rng, "callbacks": self.callbacks}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> "LoopState":
+        history = History(list(state["step_losses"]), list(state["epoch_losses"]))
+        return cls(state["epoch"], history, state["optimizer"], state["batches"], state["rng"], list(state["callbacks"]))
+
+
+def rng_state() -> dict:
+    """The global random states of torch (CPU and CUDA), ``random`` and NumPy, as tensors and lists
+    (a checkpoint loads them with ``weights_only=True``)."""
+    kind, keys, position, has_gauss, cached = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "random": list(random.getstate()[1]), "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), position,
+                                                               has_gauss, cached]}
+
+
+def set_rng_state(state: dict):
+    """Put back the random states of :func:`rng_state`."""
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    random.setstate((3, tuple(state["random"]), None))
+    kind, keys, position, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), position, has_gauss, cached))
+
+
 class Callback:
     """Base of :func:`train` callbacks; override either hook (both are optional).
 
@@ -144,7 +203,8 @@ class StopRequest:
 STOP = StopRequest()
 
 
-def train(step, batches, *, epochs: int, callbacks=(), progress: bool = False, scheduler=None) -> History:
+def train(step, batches, *, epochs: int, callbacks=(), progress: bool = False, scheduler=None,
+          resume: "LoopState | None" = None) -> History:
     """The one training loop: ``epochs`` passes of ``step`` over ``batches``; every method's fit runs on it.
 
     Args:
@@ -161,6 +221,8 @@ def train(step, batches, *, epochs: int, callbacks=(), progress: bool = False, s
         progress: show a progress bar with the epoch's loss.
         scheduler: stepped once per epoch (``.step()``) before the epoch callbacks, e.g. a
             ``pyro.optim.PyroLRScheduler`` or a ``torch.optim.lr_scheduler`` object.
+        resume: a :class:`LoopState` to continue from: the loop starts after its epoch with its
+            history (the caller has restored the parameters and the optimiser).
 
     Returns:
         The :class:`History`: every step's loss and each epoch's mean, the float64 sum of the steps'
@@ -177,9 +239,10 @@ def train(step, batches, *, epochs: int, callbacks=(), progress: bool = False, s
             ``on_epoch`` callbacks did not run, so checkpoints hold the last completed epoch.
     """
     on_step, on_epoch = _hooks(callbacks)
-    history = History()
+    history = History() if resume is None else resume.history
     num_batches = len(batches)
-    bar = tqdm(range(epochs), disable=not progress, desc="fit", unit="epoch")
+    first = 0 if resume is None else epochs if resume.stopped else resume.epoch
+    bar = tqdm(range(first, epochs), disable=not progress, desc="fit", unit="epoch")
     for epoch in bar:
         losses = []
         for index, (x, y) in enumerate(batches):
@@ -249,7 +312,8 @@ def svi_step(model, guide, *, objective, optim, penalty=None):
     return step
 
 
-def fit(model, guide, batches, *, objective, optim, epochs: int, penalty=None, callbacks=(), progress: bool = False) -> History:
+def fit(model, guide, batches, *, objective, optim, epochs: int, penalty=None, callbacks=(), progress: bool = False,
+        resume: LoopState | None = None) -> History:
     """Fit ``guide`` to the posterior of ``model`` by SVI: :func:`train` over :func:`svi_step`.
 
     Args:
@@ -263,6 +327,7 @@ def fit(model, guide, batches, *, objective, optim, epochs: int, penalty=None, c
             ``on_epoch(epoch, history)``, or callables ``callback(epoch, history)`` run after every
             epoch; one returning ``True`` stops the fit early.
         progress: show a progress bar with the running loss.
+        resume: continue from this :class:`LoopState` (as :func:`train`).
 
     Returns:
         The :class:`History` of losses.
@@ -273,4 +338,4 @@ def fit(model, guide, batches, *, objective, optim, epochs: int, penalty=None, c
     """
     step = svi_step(model, guide, objective=objective, optim=optim, penalty=penalty)
     scheduler = optim if isinstance(optim, PyroLRScheduler) else None
-    return train(step, batches, epochs=epochs, callbacks=callbacks, scheduler=scheduler, progress=progress)
+    return train(step, batches, epochs=epochs, callbacks=callbacks, scheduler=scheduler, progress=progress, resume=resume)

@@ -126,10 +126,11 @@ def load_run(run_dir):
     return config, dataset, fitted
 
 
-def run(config, out, *, force: bool = False, progress: bool = False, inputs=()) -> dict:
+def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), resume=None) -> dict:
     """Execute ``config`` and write its run directory ``out``; returns the metrics.
 
     ``inputs`` are further paths ``out`` must not hold (the config file); the data root is one already.
+    ``resume`` is the checkpoint (as read) the first fit continues from (:func:`resume_run`).
     """
     out = Path(out)
     root = config.data.options.get("root")
@@ -143,7 +144,8 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=()) 
 
     with _staged(out) as staging:
         (staging / "config.toml").write_text(config.to_toml())
-        runs = [_fit_splits(replace(config, seed=seed), method, datasets, device, staging, out, first=number == 0, progress=progress)
+        runs = [_fit_splits(replace(config, seed=seed), method, datasets, device, staging, out, first=number == 0,
+                            progress=progress, resume=resume if number == 0 else None)
                 for number, seed in enumerate(config.seeds or [config.seed])]
         metrics = _with_reference(config, _summarise_seeds(runs, config.seeds) if len(runs) > 1 else runs[0])
         (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
@@ -153,8 +155,10 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=()) 
     return metrics
 
 
-def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, first: bool, progress: bool) -> dict:
-    """Fit and evaluate every split from ``config.seed``; the first run writes its fit into ``staging``."""
+def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, first: bool, progress: bool,
+                resume=None) -> dict:
+    """Fit and evaluate every split from ``config.seed``; the first run writes its fit into ``staging``
+    (continuing from ``resume``, the checkpoint of that fit, when given)."""
     per_split = []
     for index, dataset in enumerate(datasets):
         fits = []
@@ -171,6 +175,7 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
                     net, dataset, split_config, device=device, seed=seed, progress=progress,
                     checkpoint=staging / CHECKPOINT if first and index == chain == 0 else None,
                     callbacks=[] if validation is None else [_early_stopping(split_config, dataset.task, validation, device)],
+                    resume=resume if index == chain == 0 else None,
                 )
             except (TrainingDiverged, Interrupted) as error:
                 raise _stopped(error, staging, out) from None
@@ -183,6 +188,29 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
             if idata is not None:
                 write_posterior(idata, staging / POSTERIOR)
     return {**_summarise(per_split), "chains": config.chains}
+
+
+def resume_run(out, *, progress: bool = False) -> dict:
+    """Continue the interrupted run in ``out`` (its ``config.toml`` and the checkpoint that SIGINT,
+    SIGTERM or a divergence left) from its last completed epoch, and write the complete run there.
+
+    The minibatch order, random draws and optimiser state continue where they stopped, so on the
+    same device the metrics equal an uninterrupted run's (training time aside). Later fits of the run
+    (other splits, chains, seeds) are fitted again from their seeds.
+    """
+    out = Path(out)
+    for name in ("config.toml", CHECKPOINT):
+        if not (out / name).is_file():
+            raise BayesPruneError(f"--resume {out}: no {name}; nothing to resume")
+    if (out / "metrics.json").exists():
+        raise BayesPruneError(f"--resume {out}: the run is complete (it has metrics.json); nothing to resume")
+    config = load_config(str(out / "config.toml"))
+    if config.experiment.name is not None or not get_method(config.method).resumable:
+        raise BayesPruneError(f"--resume {out}: {config.experiment.name or config.method} runs do not resume; run them again")
+    saved = read_checkpoint(out / CHECKPOINT)
+    if saved["method"] != config.method or "loop" not in saved:
+        raise BayesPruneError(f"{out / CHECKPOINT}: holds no training-loop state of a {config.method} fit to resume from")
+    return run(config, out, force=True, progress=progress, resume=saved)
 
 
 def _run_experiment(config, out: Path, *, progress: bool) -> dict:
@@ -323,6 +351,8 @@ def _stopped(error, staging: Path, out: Path):
         epoch = read_checkpoint(staging / CHECKPOINT)["metadata"].get("epoch")
         _move_into_place(staging, out)
         where = f"the checkpoint of epoch {epoch} is in {out / CHECKPOINT}"
+        if isinstance(error, Interrupted) and "loop" in read_checkpoint(out / CHECKPOINT):
+            where += f"; continue with: bayesprune run --resume {out}"
     else:
         where = "no checkpoint was written"
     message = f"{error}; {where}"

@@ -148,7 +148,7 @@ def main():
                                    "speedup": dense_times[batch] / learned_times[batch]} for batch in dense_times}
     costs = training_costs(config, dataset, learned, steps=args.steps, rounds=args.rounds)
     result = {
-        "learned_architecture": metrics["learned_architecture"],
+        "learned_architecture": [len(units) for units in kept],
         "max_abs_difference_gated_vs_learned": difference,
         "forward_seconds": forward,
         "speedup_batch_1024": forward["cpu"][1024]["speedup"],

@@ -389,6 +389,79 @@ def test_report_names_a_corrupt_run_file_in_one_line(two_chain_run, tmp_path, ca
     assert status == 2 and err.count("\n") == 1 and f"{run_dir / name}:" in err
 
 
+RESUMABLE = ["--quiet", "--set", "train.epochs=40", "--set", "baseline.enabled=false", "--set", "train.validation=0.2",
+             "--set", "optim.schedule='cosine'", "--set", "sbnn.predictive_samples=2"]
+
+
+def test_sigterm_then_resume_gives_the_uninterrupted_run(tmp_path, capsys):
+    """Minibatch order, random draws, Adam moments, the cosine schedule and early stopping's best state
+    all continue where SIGTERM stopped them: every metric equals an uninterrupted run's."""
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-m", "bayesprune", "run", "--out", str(out), *RESUMABLE],
+                               stderr=subprocess.PIPE, text=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 120
+    while not list(tmp_path.glob(".run.*.partial/checkpoint.pt")) and time.time() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err
+    assert f"bayesprune run --resume {out}" in err
+    stopped_at = torch.load(out / "checkpoint.pt", weights_only=True)["metadata"]["epoch"]
+    assert 1 <= stopped_at < 40
+
+    status, stdout, _ = run_cli(capsys, "run", "--resume", str(out), "--quiet")
+    assert status == 0 and str(out) in stdout
+    status, _, _ = run_cli(capsys, "run", "--out", str(tmp_path / "whole"), *RESUMABLE)
+    assert status == 0
+    resumed, whole = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("run", "whole"))
+    resumed.pop("train_seconds"), whole.pop("train_seconds")
+    assert resumed == whole
+    assert (tmp_path / "run" / "history.csv").read_text() == (tmp_path / "whole" / "history.csv").read_text()
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("quick") / "run"
+    assert main(["run", "--out", str(out), *QUICK, "--set", "baseline.enabled=false"]) == 0
+    return out
+
+
+@pytest.mark.parametrize("case, named", [
+    ("complete", "is complete"),
+    ("no checkpoint", "no checkpoint.pt"),
+    ("no loop state", "checkpoint.pt: holds no training-loop state"),
+    ("not resumable", "unit-gates runs do not resume"),
+    ("with --set", "drop --set"),
+    ("missing", "no config.toml"),
+])
+def test_resume_refuses_what_it_cannot_continue(quick_run, tmp_path, capsys, case, named):
+    import shutil
+
+    run_dir = tmp_path / "copy"
+    shutil.copytree(quick_run, run_dir)
+    extra = []
+    if case != "complete":
+        (run_dir / "metrics.json").unlink()
+    if case == "no checkpoint":
+        (run_dir / "checkpoint.pt").unlink()
+    if case == "no loop state":  # a complete run's final checkpoint holds the fit alone
+        assert "loop" not in torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    if case == "not resumable":
+        text = (run_dir / "config.toml").read_text().replace('method = "sbnn"', 'method = "unit-gates"')
+        (run_dir / "config.toml").write_text(text.split("[sbnn]")[0])
+    if case == "with --set":
+        extra = ["--set", "train.epochs=3"]
+    if case == "missing":
+        run_dir = tmp_path / "nothing"
+    before = sorted(path.name for path in tmp_path.rglob("*"))
+    status, _, err = run_cli(capsys, "run", "--resume", str(run_dir), *extra)
+    assert status == 2 and err.count("\n") == 1 and named in err, err
+    assert sorted(path.name for path in tmp_path.rglob("*")) == before
+
+
 @pytest.mark.parametrize("signal_name, status", [("SIGINT", 130), ("SIGTERM", 143)])
 def test_a_signal_stops_the_run_at_a_step_and_keeps_the_last_checkpoint(tmp_path, signal_name, status):
     import signal

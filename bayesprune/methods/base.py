@@ -83,20 +83,26 @@ class Method:
             :class:`~bayesprune.errors.ConfigError` messages naming the field (``sbnn.pi``).
         legacy_keys: ``"section.key"`` of older config layouts → option name (``None``: dropped),
             folded into the method's table when such a config is loaded.
+        resumable: the method's checkpoints hold its loop's state and :meth:`fit` continues from one
+            (``bayesprune run --resume``).
     """
 
     name: ClassVar[str] = ""
     Options: ClassVar[type]
     legacy_keys: ClassVar[dict] = {}
+    resumable: ClassVar[bool] = False
 
     def fit(self, net: nn.Module, dataset, config, *, device, seed: int, checkpoint=None, progress: bool = False,
-            callbacks=()) -> Fitted:
+            callbacks=(), resume=None) -> Fitted:
         """Fit on ``dataset`` starting from ``net``; ``config.method_options`` is an :attr:`Options`.
 
         ``checkpoint`` is a path to save the state to during training (see
         :class:`bayesprune.checkpoint.Checkpoint`), or ``None``. ``callbacks`` are factories
         ``make(fitted) -> callback`` of training-loop callbacks (:class:`bayesprune.fit.Callback`)
         that watch the fit being made, such as early stopping; the method adds them to its loop.
+        ``resume`` is a checkpoint of this fit as read (:func:`bayesprune.checkpoint.read_checkpoint`),
+        holding the loop's :class:`~bayesprune.fit.LoopState` under ``"loop"``, to continue from
+        exactly; only a method whose :attr:`resumable` is true is given one.
         """
         raise NotImplementedError
 

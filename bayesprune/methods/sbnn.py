@@ -16,7 +16,7 @@ from torch import nn
 from bayesprune.analysis.importance import node_importance, node_layer_names, scaled_importance, weight_inclusion_matrices
 from bayesprune.analysis.inference_data import to_inference_data
 from bayesprune.checkpoint import Checkpoint, load_module_state
-from bayesprune.fit import PENALTIES, TensorBatches, fit
+from bayesprune.fit import PENALTIES, LoopState, TensorBatches, fit, set_rng_state
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.models import LIKELIHOODS, BayesianNetwork
 from bayesprune.objectives import OBJECTIVES
@@ -127,12 +127,12 @@ def build_model(config, dataset, net, *, prior=None):
 
 
 def fit_posterior(config, dataset, net, device, *, checkpoint=None, progress=False, seed=None, prior=None,
-                  guide_class=SpikeSlabGuide, callbacks=()) -> SBNNFitted:
+                  guide_class=SpikeSlabGuide, callbacks=(), resume=None) -> SBNNFitted:
     """Fit the sBNN of ``config`` on ``dataset``, starting from the weights of ``net``.
 
     ``prior`` and ``guide_class`` replace the spike-and-slab pair (e.g. the plain Gaussian BNN
-    baseline); the objective, optimiser, batches and epochs stay the config's. ``callbacks`` as in
-    :meth:`bayesprune.methods.Method.fit`.
+    baseline); the objective, optimiser, batches and epochs stay the config's. ``callbacks`` and
+    ``resume`` (a checkpoint of this fit, as read) as in :meth:`bayesprune.methods.Method.fit`.
     """
     options = config.method_options
     if options.local_reparameterization:
@@ -152,15 +152,27 @@ def fit_posterior(config, dataset, net, device, *, checkpoint=None, progress=Fal
     batches = TensorBatches(
         dataset.x_train.to(device), dataset.y_train.to(device), batch_size=config.data.batch_size, seed=seed
     )
+    optim = build_optim(config.optim, epochs=config.train.epochs)
     callbacks = [make(fitted) for make in callbacks]
+    stateful = [callback for callback in callbacks if hasattr(callback, "state_dict")]
     if checkpoint is not None:
-        callbacks.append(Checkpoint(checkpoint, fitted, epochs=config.train.epochs, every=config.train.checkpoint_every))
+        callbacks.append(Checkpoint(checkpoint, fitted, epochs=config.train.epochs, every=config.train.checkpoint_every,
+                                    optimizer=optim, batches=batches, stateful=stateful))
+    loop = None
+    if resume is not None:
+        loop = LoopState.from_state_dict(resume["loop"])
+        load_module_state(model, resume["state"]["model"])
+        load_module_state(guide, resume["state"]["guide"])
+        optim.set_state(loop.optimizer)
+        batches.generator.set_state(loop.batches)
+        for callback, state in zip(stateful, loop.callbacks, strict=True):
+            callback.load_state_dict(state)
+        set_rng_state(loop.rng)
     start = time.perf_counter()
     with pyro.validation_enabled(False):  # argument checks cost ~10x per step; the config was validated
         fitted.history = fit(
-            model, guide, batches,
-            objective=objective, optim=build_optim(config.optim, epochs=config.train.epochs), epochs=config.train.epochs,
-            penalty=PENALTIES[options.penalty](), callbacks=callbacks, progress=progress,
+            model, guide, batches, objective=objective, optim=optim, epochs=config.train.epochs,
+            penalty=PENALTIES[options.penalty](), callbacks=callbacks, progress=progress, resume=loop,
         )
     fitted.seconds = time.perf_counter() - start
     return fitted
@@ -171,6 +183,7 @@ class SBNN(Method):
     """Spike-and-slab BNN (paper 003): variational inclusion probabilities score every weight."""
 
     name = "sbnn"
+    resumable = True
     Options = SBNNOptions
     legacy_keys = {
         "prior.name": None, "prior.pi": "pi", "prior.log_tau0": "log_tau0", "prior.log_tau1": "log_tau1",
@@ -180,9 +193,9 @@ class SBNN(Method):
         "train.predictive_samples": "predictive_samples",
     }
 
-    def fit(self, net, dataset, config, *, device, seed, checkpoint=None, progress=False, callbacks=()):
+    def fit(self, net, dataset, config, *, device, seed, checkpoint=None, progress=False, callbacks=(), resume=None):
         return fit_posterior(config, dataset, net, device, seed=seed, checkpoint=checkpoint, progress=progress,
-                             callbacks=callbacks)
+                             callbacks=callbacks, resume=resume)
 
     def restore(self, net, dataset, config, state):
         model = build_model(config, dataset, net)
