@@ -35,7 +35,8 @@ def _run(args):
         raise BayesPruneError("run needs --out DIR (or --resume DIR)")
     overrides = list(args.overrides)
     if args.data_root is not None:
-        overrides.append(f"data.root={json.dumps(args.data_root)}")
+        # stored resolved, so the run directory's config.toml works from any directory
+        overrides.append(f"data.root={json.dumps(str(Path(args.data_root).resolve()))}")
     config = load_config(args.config, overrides)
     # A run's own config.toml may rerun it in place (it is read before anything is replaced).
     own = (Path(args.out) / "config.toml").resolve()

@@ -175,7 +175,7 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
                     net, dataset, split_config, device=device, seed=seed, progress=progress,
                     checkpoint=staging / CHECKPOINT if first and index == chain == 0 else None,
                     callbacks=[] if validation is None else [_early_stopping(split_config, dataset.task, validation, device)],
-                    resume=resume if index == chain == 0 else None,
+                    **({"resume": resume} if resume is not None and index == chain == 0 else {}),
                 )
             except (TrainingDiverged, Interrupted) as error:
                 raise _stopped(error, staging, out) from None

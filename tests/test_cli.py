@@ -196,6 +196,20 @@ def test_a_packaged_name_is_not_shadowed_by_a_file_of_that_name(tmp_path, monkey
         load_config(f"./{name}")
 
 
+def test_a_relative_data_root_is_stored_resolved(tmp_path, monkeypatch, capsys):
+    """The run directory's config.toml must work from any directory."""
+    seen = {}
+
+    def fake_run(config, out, **options):
+        seen["root"] = config.data.options["root"]
+        return {"dataset": "uci/toy", "test_rmse": 1.0}
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("bayesprune.runner.run", fake_run)
+    status, _, _ = run_cli(capsys, "run", "uci", "--out", "run", "--data-root", "uci", "--quiet")
+    assert status == 0 and seen["root"] == str(tmp_path / "uci")
+
+
 def test_a_config_that_is_not_utf8_is_named_in_one_line(tmp_path, capsys):
     config = tmp_path / "latin1.toml"
     config.write_bytes(b'description = "caf\xe9"\n')

@@ -308,7 +308,7 @@ class UnitGatesMethod(Method):
     name = "unit-gates"
     Options = UnitGatesOptions
 
-    def fit(self, net, dataset, config, *, device, seed, checkpoint=None, progress=False, callbacks=(), resume=None):
+    def fit(self, net, dataset, config, *, device, seed, checkpoint=None, progress=False, callbacks=()):
         options = config.method_options
         if config.train.validation > 0:
             raise ConfigError("train.validation must be 0 for unit-gates: the network shrinks while it trains")
