@@ -107,6 +107,8 @@ def _export(args):
     out = Path(args.out)
     if out.exists() and not args.force:
         raise BayesPruneError(f"--out {out}: exists; pass --force to overwrite it")
+    if not out.parent.is_dir():
+        raise BayesPruneError(f"--out {out}: the folder {out.parent} does not exist")
     budget = _budget(args.budget)
     _, dataset, fitted = load_run(args.run_dir)
     dense = fitted.network().eval()

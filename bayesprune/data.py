@@ -865,6 +865,14 @@ def load_uci(
     train = _read_indices(_uci_path(root, name, f"index_train_{split}.txt"), num_rows, "row")
     test = _read_indices(_uci_path(root, name, f"index_test_{split}.txt"), num_rows, "row")
 
+    columns = [*features.tolist(), int(target[0])]
+    with np.errstate(over="ignore", invalid="ignore"):
+        spread = data[train][:, columns].std(axis=0)
+    magnitude = np.abs(data[:, columns]).max(axis=0)
+    bad = np.flatnonzero(~np.isfinite(spread) | (magnitude > np.finfo(np.float32).max))
+    if bad.size:  # standardising or storing in float32 would turn the column into inf or NaN
+        raise DataError(f"{_uci_path(root, name, 'data.txt')}: column {columns[bad[0]]} has values too large to use "
+                        f"(up to {magnitude[bad[0]]:.3g}; float32 holds up to 3.4e38)")
     x, y = data[:, features], data[:, target[0]]
     return _regression_dataset(
         f"uci/{name}", x[train], y[train], x[test], y[test],

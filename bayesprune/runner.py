@@ -66,6 +66,9 @@ def check_output_dir(out: Path, *, force: bool, inputs=()):
         raise BayesPruneError(f"--out {out}: name too long (at most {NAME_MAX - 18} bytes)")
     if out.exists() and not out.is_dir():
         raise BayesPruneError(f"--out {out}: exists and is not a directory")
+    blocking = next((parent for parent in out.parents if parent.exists() and not parent.is_dir()), None)
+    if blocking is not None:
+        raise BayesPruneError(f"--out {out}: {blocking} is a file, not a folder")
     if out.is_dir() and any(out.iterdir()):
         if not force:
             raise BayesPruneError(f"--out {out}: directory is not empty; pass --force to overwrite it")

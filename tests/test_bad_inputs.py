@@ -1,0 +1,243 @@
+"""Every bad input answered with one line naming the field or file, exit status 2, no traceback, and
+nothing changed outside ``--out``: one case per row of :data:`CASES`.
+
+A case is ``(files, argv, named)``: ``files`` maps paths (relative to a fresh working directory) to
+their content (text, bytes, ``RUN`` for a copy of a complete small run, ``DIR`` for an empty folder,
+``("link", target)`` for a symbolic link); ``argv`` is the command line, run there; ``named`` must
+appear in the one line on stderr.
+"""
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from bayesprune.cli import main
+
+RUN, DIR = "<complete run>", "<directory>"
+QUICK = ["--quiet", "--set", "train.epochs=1", "--set", "baseline.enabled=false", "--set", "sbnn.predictive_samples=1"]
+
+
+def uci(values=None, **replace):
+    """Files of a UCI-layout set ``uci/toy`` (two features, target last), ``replace`` overriding files."""
+    rows = values or [[i, (3 * i) % 7, i % 5] for i in range(12)]
+    files = {
+        "uci/toy/data.txt": "\n".join(" ".join(str(v) for v in row) for row in rows) + "\n",
+        "uci/toy/index_features.txt": "0\n1\n",
+        "uci/toy/index_target.txt": "2\n",
+        "uci/toy/index_train_0.txt": "\n".join(str(i) for i in range(len(rows) - 3)) + "\n",
+        "uci/toy/index_test_0.txt": "\n".join(str(i) for i in range(len(rows) - 3, len(rows))) + "\n",
+        "uci/toy/n_splits.txt": "1\n",
+    }
+    files.update({f"uci/toy/{name}": content for name, content in replace.items()})
+    return files
+
+
+UCI_RUN = ["run", "uci", "--out", "out", "--data-root", "uci", "--set", "data.name='toy'", "--set", "train.steps=10", *QUICK]
+
+
+def settings(*assignments):
+    return ["run", "--out", "out", *QUICK, *[arg for assignment in assignments for arg in ("--set", assignment)]]
+
+
+def saved_checkpoint(content) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(content, buffer)
+    return buffer.getvalue()
+
+
+CASES = {
+    # config values reaching a check (--set)
+    "probability above 1": ({}, settings("sbnn.pi=1.5"), "sbnn.pi"),
+    "spike wider than slab": ({}, settings("sbnn.log_tau0=2", "sbnn.log_tau1=1"), "sbnn.log_tau0"),
+    "unknown dataset": ({}, settings("data.dataset=imagenet"), "imagenet"),
+    "unknown architecture": ({}, settings("model.architecture=resnet-1000"), "model.architecture"),
+    "negative epochs": ({}, settings("train.epochs=-3"), "train.epochs"),
+    "droprate 1": ({}, settings("prune.droprates=[0.5, 1.0]"), "prune.droprates"),
+    "zero learning rate": ({}, settings("optim.lr=0"), "optim.lr"),
+    "unknown method option": ({}, settings("sbnn.colour=1"), "sbnn.colour"),
+    "missing MNIST root": ({}, settings("data.dataset=mnist", "data.root='/nonexistent/mnist'"), "/nonexistent/mnist"),
+    "split beside splits": ({}, settings("data.dataset='uci'", "data.splits=[0]", "data.split=3"), "data.split"),
+    "seed of 2**32": ({}, settings("seed=4294967296"), "seed"),
+    "negative seed": ({}, settings("seed=-1"), "seed"),
+    "repeated seeds": ({}, settings("seeds=[1, 1]"), "seeds"),
+    "overflowing log tau": ({}, settings("sbnn.log_tau1=1e308"), "sbnn.log_tau1"),
+    "infinite learning rate": ({}, settings("optim.lr=inf"), "optim.lr"),
+    "epochs beyond 10**7": ({}, settings("train.epochs=100000000000000000000"), "train.epochs"),
+    "absent CUDA device": ({}, settings("device='cuda:7'"), "device"),
+    "device not a string": ({}, settings("device=3"), "device"),
+    "unknown device": ({}, settings("device='tpu'"), "device"),
+    "list as a dataset name": ({}, settings("data.dataset=[1, 2]"), "data.dataset"),
+    "table as an optimiser name": ({}, settings("optim.name={a=1}"), "optim.name"),
+    "list as a method": ({}, settings("method=[1]"), "method"),
+    "unknown method": ({}, settings("method='nosuch'"), "nosuch"),
+    "unknown optimiser": ({}, settings("optim.name='rmsprop'"), "optim.name"),
+    "unknown penalty": ({}, settings("sbnn.penalty='none'"), "sbnn.penalty"),
+    "zero batch size": ({}, settings("data.batch_size=0"), "data.batch_size"),
+    "hidden widths as text": ({}, settings("model.hidden='wide'"), "model.hidden"),
+    "validation fraction above 1": ({}, settings("train.validation=1.5"), "train.validation"),
+    "negative step budget": ({}, settings("train.steps=-1"), "train.steps"),
+    "zero chains": ({}, settings("chains=0"), "chains"),
+    "seeds not a list": ({}, settings("seeds=3"), "seeds"),
+    "theta above 1": ({}, ["run", "unit-gates-lenet300", "--out", "out", "--set", "unit-gates.theta_init=2"],
+                      "unit-gates.theta_init"),
+    "unit gates on weights": ({}, ["run", "unit-gates-lenet300", "--out", "out", "--set", "prune.level='weight'"],
+                              "prune.level"),
+    "method options of another method": ({}, settings("method='unit-gates'"), "[sbnn]"),
+    "assignment without =": ({}, ["run", "--out", "out", "--set", "sbnn.pi"], "sbnn.pi"),
+    "unparsable value": ({}, ["run", "--out", "out", "--set", "model.hidden=[1,"], "model.hidden"),
+    # config files and names
+    "unknown config name": ({}, ["run", "nosuchconfig", "--out", "out"], "nosuchconfig"),
+    "missing config file": ({}, ["run", "missing.toml", "--out", "out"], "missing.toml"),
+    "config is a directory": ({"cfg.toml": DIR}, ["run", "cfg.toml", "--out", "out"], "cfg.toml"),
+    "config not UTF-8": ({"latin.toml": b'description = "caf\xe9"\n'}, ["run", "latin.toml", "--out", "out"], "latin.toml"),
+    "config not TOML": ({"bad.toml": "method = \n"}, ["run", "bad.toml", "--out", "out"], "bad.toml"),
+    "config with a wrong type": ({"typed.toml": "[train]\nepochs = 'many'\n"}, ["run", "typed.toml", "--out", "out"],
+                                 "train.epochs"),
+    "config with an unknown section": ({"extra.toml": "[colours]\nred = 1\n"}, ["run", "extra.toml", "--out", "out"],
+                                       "colours"),
+    # --out
+    "out is the working directory": ({"notes.txt": "mine"}, ["run", "--out", ".", "--force", *QUICK], "current directory"),
+    "out is above it": ({"notes.txt": "mine"}, ["run", "--out", "..", "--force", *QUICK], "current directory"),
+    "out is a symbolic link": ({"real": DIR, "link": ("link", "real")}, ["run", "--out", "link", *QUICK], "symbolic link"),
+    "out holds the config": ({"mine/my.toml": 'method = "sbnn"\n'}, ["run", "mine/my.toml", "--out", "mine", "--force", *QUICK],
+                             "holds the input"),
+    "out is the data root": ({**uci()}, [*UCI_RUN[:3], "uci", *UCI_RUN[4:], "--force"], "holds the input"),
+    "out name too long": ({}, ["run", "--out", "x" * 250, *QUICK], "name too long"),
+    "out is a file": ({"out": "a file"}, ["run", "--out", "out", *QUICK], "not a directory"),
+    "out not empty": ({"out/notes.txt": "mine"}, ["run", "--out", "out", *QUICK], "--force"),
+    "force on a folder that is not a run": ({"out/notes.txt": "mine"}, ["run", "--out", "out", "--force", *QUICK],
+                                            "not a bayesprune run"),
+    "out under a file": ({"afile": "text"}, ["run", "--out", "afile/run", *QUICK], "afile"),
+    # data files
+    "NaN in the data": (uci([[i, float("nan") if i == 4 else i, i] for i in range(12)]), UCI_RUN, "data.txt"),
+    "huge feature column": (uci([[i, 1e308 * (-1) ** i, i] for i in range(12)]), UCI_RUN, "data.txt"),
+    "text in the data": (uci(**{"data.txt": "1 2 x\n" * 12}), UCI_RUN, "data.txt"),
+    "index past the rows": (uci(**{"index_test_0.txt": "99\n"}), UCI_RUN, "index_test_0.txt"),
+    "missing index file": ({k: v for k, v in uci().items() if not k.endswith("index_target.txt")}, UCI_RUN,
+                           "index_target.txt"),
+    "unknown UCI set": (uci(), [*UCI_RUN, "--set", "data.name='nope'"], "nope"),
+    # run directories read by report, importance, export, resume
+    "report of no run": ({}, ["report", "nothing"], "nothing"),
+    "report of an empty metrics.json": ({"done": RUN, "done/metrics.json": ""}, ["report", "done"], "metrics.json"),
+    "report of a keyless metrics.json": ({"done": RUN, "done/metrics.json": "{}\n"}, ["report", "done"], "metrics.json"),
+    "report of a corrupt history.csv": ({"done": RUN, "done/history.csv": "epoch,loss\n1,x\n"}, ["report", "done"],
+                                        "history.csv"),
+    "report of a corrupt scores.npz": ({"done": RUN, "done/scores.npz": b"PK\x03\x04broken"}, ["report", "done"],
+                                       "scores.npz"),
+    "report of a corrupt posterior.nc": ({"done": RUN, "done/posterior.nc": b"\x89HDF\r\n"}, ["report", "done"],
+                                         "posterior.nc"),
+    "importance of an empty checkpoint": ({"done": RUN, "done/checkpoint.pt": b""}, ["importance", "done", "--force"],
+                                          "checkpoint.pt"),
+    "importance of a truncated checkpoint": ({"done": RUN, "done/checkpoint.pt": "<truncated>"},
+                                             ["importance", "done", "--force"], "checkpoint.pt"),
+    "importance of a foreign checkpoint": ({"done": RUN, "done/checkpoint.pt": "<foreign>"},
+                                           ["importance", "done", "--force"], "checkpoint.pt"),
+    "export of another method's checkpoint": ({"done": RUN, "done/checkpoint.pt": "<other method>"},
+                                              ["export", "done", "--out", "net.pt2"], "unit-gates"),
+    "importance of a mismatched checkpoint": ({"done": RUN, "done/checkpoint.pt": "<empty state>"},
+                                              ["importance", "done", "--force"], "checkpoint.pt"),
+    "importance without config.toml": ({"done": RUN, "done/config.toml": None}, ["importance", "done", "--force"],
+                                       "config.toml"),
+    "importance over earlier files": ({"done": RUN, "done/importance.csv": "mine"}, ["importance", "done"], "--force"),
+    "export of a truncated checkpoint": ({"done": RUN, "done/checkpoint.pt": "<truncated>"},
+                                         ["export", "done", "--out", "net.pt2"], "checkpoint.pt"),
+    "export over a file": ({"done": RUN, "net.pt2": "mine"}, ["export", "done", "--out", "net.pt2"], "--force"),
+    "export with an unknown budget key": ({"done": RUN}, ["export", "done", "--out", "net.pt2", "--budget", "colour=1"],
+                                          "colour"),
+    "export with a fraction above 1": ({"done": RUN}, ["export", "done", "--out", "net.pt2", "--budget", "fraction=2"],
+                                       "fraction"),
+    "export into a missing folder": ({"done": RUN}, ["export", "done", "--out", "no/such/net.pt2"], "no/such"),
+    "resume a complete run": ({"done": RUN}, ["run", "--resume", "done"], "complete"),
+    "resume with a config": ({"done": RUN}, ["run", "default", "--resume", "done"], "a config"),
+}
+
+
+@pytest.fixture(scope="module")
+def complete_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("complete") / "run"
+    assert main(["run", "--out", str(out), *QUICK]) == 0
+    return out
+
+
+def _special(value, complete_run, path):
+    if value == "<truncated>":
+        return (complete_run / "checkpoint.pt").read_bytes()[:200]
+    if value == "<foreign>":
+        return saved_checkpoint({"weights": torch.zeros(3)})
+    if value == "<other method>":
+        return saved_checkpoint({"method": "unit-gates", "state": {}, "metadata": {}})
+    if value == "<empty state>":
+        return saved_checkpoint({"method": "sbnn", "state": {"model": {}, "guide": {}}, "metadata": {}})
+    return value
+
+
+def _build(files, root, complete_run):
+    for name, content in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if content == RUN:
+            shutil.copytree(complete_run, path)
+        elif content == DIR:
+            path.mkdir()
+        elif content is None:
+            path.unlink()
+        elif isinstance(content, tuple):
+            path.symlink_to(content[1])
+        else:
+            content = _special(content, complete_run, path)
+            path.write_bytes(content if isinstance(content, bytes) else content.encode())
+
+
+def _tree(root):
+    """Every path under ``root`` (and the parent's entries) with a digest of each file's bytes."""
+    entries = {}
+    for path in sorted(root.rglob("*")):
+        key = str(path.relative_to(root))
+        if path.is_symlink():
+            entries[key] = ("link", os.readlink(path))
+        elif path.is_file():
+            entries[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            entries[key] = "dir"
+    entries["<parent>"] = sorted(p.name for p in root.parent.iterdir())
+    return entries
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_bad_input_is_one_line_exit_2_and_changes_nothing(case, tmp_path, monkeypatch, capsys, complete_run):
+    files, argv, named = CASES[case]
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    _build(files, work, complete_run)
+    before = _tree(work)
+    status = main(list(argv))
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert err.startswith("bayesprune: error:") and err.count("\n") == 1 and named in err, err
+    assert _tree(work) == before
+
+
+def test_the_table_covers_every_class_of_the_issue():
+    assert len(CASES) >= 60
+
+
+@pytest.mark.parametrize("case", ["probability above 1", "config not UTF-8", "out is the working directory",
+                                  "importance of a truncated checkpoint"])
+def test_the_installed_console_script_answers_the_same(case, tmp_path, complete_run):
+    """A sample of the table through the real console script, in its own process."""
+    files, argv, named = CASES[case]
+    work = tmp_path / "work"
+    work.mkdir()
+    _build(files, work, complete_run)
+    before = _tree(work)
+    script = os.path.join(os.path.dirname(sys.executable), "bayesprune")
+    result = subprocess.run([script, *argv], capture_output=True, text=True, cwd=work,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and named in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and _tree(work) == before
