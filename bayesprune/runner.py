@@ -12,6 +12,7 @@ import copy
 import fcntl
 import glob
 import json
+import math
 import shutil
 import sys
 import tempfile
@@ -151,7 +152,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
                             progress=progress, resume=resume if number == 0 else None)
                 for number, seed in enumerate(config.seeds or [config.seed])]
         metrics = _with_reference(config, _summarise_seeds(runs, config.seeds) if len(runs) > 1 else runs[0])
-        (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        _write_metrics(staging / "metrics.json", metrics)
         write_csv(staging / "pruning_curve.csv", metrics["pruning_curve"], digits=6)
         write_report(staging)
         _move_into_place(staging, out)
@@ -224,7 +225,7 @@ def _run_experiment(config, out: Path, *, progress: bool) -> dict:
     with _staged(out) as staging:
         (staging / "config.toml").write_text(config.to_toml())
         metrics = experiment.run(config, staging, device=resolve_device(config.device), progress=progress)
-        (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        _write_metrics(staging / "metrics.json", metrics)
         _move_into_place(staging, out)
     return metrics
 
@@ -290,13 +291,31 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None) ->
         **fitted.metrics(),
         "pruning_curve": curve,
     }
-    if config.baseline.enabled:
-        metrics[f"baseline_{name}"] = train_plain(
-            baseline_net.to(device), dataset,
-            epochs=config.baseline.epochs or config.train.epochs, lr=config.baseline.lr or config.optim.lr,
-            batch_size=config.data.batch_size, seed=config.seed, validation=validation, patience=config.train.patience,
-        )
+    if config.baseline.enabled:  # a diverged plain network is reported, not allowed to sink the run
+        try:
+            metrics[f"baseline_{name}"] = train_plain(
+                baseline_net.to(device), dataset,
+                epochs=config.baseline.epochs or config.train.epochs, lr=config.baseline.lr or config.optim.lr,
+                batch_size=config.data.batch_size, seed=config.seed, validation=validation, patience=config.train.patience,
+            )
+        except TrainingDiverged as error:
+            metrics[f"baseline_{name}"], metrics["baseline_diverged"] = None, str(error)
     return metrics
+
+
+def _write_metrics(path: Path, metrics: dict):
+    """``metrics.json`` as strict JSON: a NaN or infinite number (a mean over a diverged baseline)
+    is written as null."""
+    def strict(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {key: strict(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [strict(item) for item in value]
+        return value
+
+    path.write_text(json.dumps(strict(metrics), indent=2, allow_nan=False) + "\n")
 
 
 def _with_reference(config, metrics: dict) -> dict:

@@ -148,6 +148,16 @@ def test_divergence_exits_2_and_keeps_the_last_good_checkpoint(tmp_path, capsys,
     assert not (out / "metrics.json").exists()
 
 
+def test_a_diverged_plain_baseline_is_null_in_strict_json(tmp_path, capsys):
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    out = tmp_path / "run"
+    status, _, _ = run_cli(capsys, "run", "--out", str(out), *QUICK, "--set", "baseline.lr=1e30", "--set", "baseline.epochs=2")
+    metrics = json.loads((out / "metrics.json").read_text(), parse_constant=refuse)
+    assert status == 0 and metrics["baseline_test_error"] is None and "nan" in metrics["baseline_diverged"]
+
+
 def test_a_diverged_run_never_replaces_a_complete_one(tmp_path, capsys, monkeypatch):
     from bayesprune.objectives import AnalyticKLELBO
 
