@@ -130,11 +130,12 @@ def load_run(run_dir):
     return config, dataset, fitted
 
 
-def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), resume=None) -> dict:
+def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), resume=None, resumed_from=None) -> dict:
     """Execute ``config`` and write its run directory ``out``; returns the metrics.
 
     ``inputs`` are further paths ``out`` must not hold (the config file); the data root is one already.
-    ``resume`` is the checkpoint (as read) the first fit continues from (:func:`resume_run`).
+    ``resume`` is the checkpoint (as read) the first fit continues from, found in ``resumed_from``
+    (:func:`resume_run`).
     """
     out = Path(out)
     root = config.data.options.get("root")
@@ -146,7 +147,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     new_net(config, datasets[0].input_shape, datasets[0].output_dim, seed=config.seed)  # rejects a bad architecture before anything is written
     device = resolve_device(config.device)
 
-    with _staged(out) as staging:
+    with _staged(out, resumed_from=resumed_from) as staging:
         (staging / "config.toml").write_text(config.to_toml())
         runs = [_fit_splits(replace(config, seed=seed), method, datasets, device, staging, out, first=number == 0,
                             progress=progress, resume=resume if number == 0 else None)
@@ -195,26 +196,35 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
 
 
 def resume_run(out, *, progress: bool = False) -> dict:
-    """Continue the interrupted run in ``out`` (its ``config.toml`` and the checkpoint that SIGINT,
-    SIGTERM or a divergence left) from its last completed epoch, and write the complete run there.
+    """Continue the interrupted run of ``out`` from its last completed epoch, and write the complete
+    run there.
 
-    The minibatch order, random draws and optimiser state continue where they stopped, so on the
-    same device the metrics equal an uninterrupted run's (training time aside). Later fits of the run
-    (other splits, chains, seeds) are fitted again from their seeds.
+    The checkpoint is the newest of ``out``'s own (left by SIGINT, SIGTERM or a divergence) and those
+    of staging directories a killed run (SIGKILL, power loss) left beside it; a staging directory
+    resumed from is removed once the run is complete. The minibatch order, random draws and
+    optimiser state continue where they stopped, so on the same device the metrics equal an
+    uninterrupted run's (training time aside). Later fits of the run (other splits, chains, seeds)
+    are fitted again from their seeds.
     """
     out = Path(out)
-    for name in ("config.toml", CHECKPOINT):
-        if not (out / name).is_file():
-            raise BayesPruneError(f"--resume {out}: no {name}; nothing to resume")
     if (out / "metrics.json").exists():
         raise BayesPruneError(f"--resume {out}: the run is complete (it has metrics.json); nothing to resume")
-    config = load_config(str(out / "config.toml"))
+    candidates = [out, *out.parent.glob(f".{glob.escape(out.name)}.*.partial")]
+    candidates = [path for path in candidates if (path / "config.toml").is_file() and (path / CHECKPOINT).is_file()]
+    if not candidates:
+        missing = next(name for name in ("config.toml", CHECKPOINT) if not (out / name).is_file())
+        raise BayesPruneError(f"--resume {out}: no {missing}; nothing to resume")
+    source = max(candidates, key=lambda path: (path / CHECKPOINT).stat().st_mtime)
+    config = load_config(str(source / "config.toml"))
     if config.experiment.name is not None or not get_method(config.method).resumable:
         raise BayesPruneError(f"--resume {out}: {config.experiment.name or config.method} runs do not resume; run them again")
-    saved = read_checkpoint(out / CHECKPOINT)
+    saved = read_checkpoint(source / CHECKPOINT)
     if saved["method"] != config.method or "loop" not in saved:
-        raise BayesPruneError(f"{out / CHECKPOINT}: holds no training-loop state of a {config.method} fit to resume from")
-    return run(config, out, force=True, progress=progress, resume=saved)
+        raise BayesPruneError(f"{source / CHECKPOINT}: holds no training-loop state of a {config.method} fit to resume from")
+    metrics = run(config, out, force=True, progress=progress, resume=saved, resumed_from=source)
+    if source != out:
+        shutil.rmtree(source)
+    return metrics
 
 
 def _run_experiment(config, out: Path, *, progress: bool) -> dict:
@@ -231,11 +241,11 @@ def _run_experiment(config, out: Path, *, progress: bool) -> dict:
 
 
 @contextmanager
-def _staged(out: Path):
+def _staged(out: Path, *, resumed_from=None):
     """A fresh hidden staging directory beside ``out`` while holding ``out``'s lock, removed on exit
     (after a move, nothing is left). A second run into the same ``out`` is refused while the first
     holds the lock; the lock dies with its process, so a killed run never blocks the next one, whose
-    staging directory is new and leaves the old one (reported) in place."""
+    staging directory is new and leaves the old one (reported, unless it is ``resumed_from``) in place."""
     out.parent.mkdir(parents=True, exist_ok=True)
     lock_path = out.parent / f".{out.name}.lock"
     lock = open(lock_path, "w")
@@ -244,7 +254,7 @@ def _staged(out: Path):
     except BlockingIOError:
         lock.close()
         raise BayesPruneError(f"--out {out}: another run is writing it; wait for it or choose another directory") from None
-    for left in sorted(out.parent.glob(f".{glob.escape(out.name)}.*.partial")):
+    for left in sorted(set(out.parent.glob(f".{glob.escape(out.name)}.*.partial")) - {resumed_from}):
         print(f"bayesprune: note: {left} is left from an interrupted run", file=sys.stderr)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     try:

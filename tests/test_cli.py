@@ -446,6 +446,29 @@ def test_sigterm_then_resume_gives_the_uninterrupted_run(tmp_path, capsys):
     assert (tmp_path / "run" / "history.csv").read_text() == (tmp_path / "whole" / "history.csv").read_text()
 
 
+def test_a_run_killed_by_sigkill_resumes_from_its_staging_directory(tmp_path, capsys):
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-m", "bayesprune", "run", "--out", str(out), *RESUMABLE],
+                               stderr=subprocess.PIPE, text=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 120
+    while not list(tmp_path.glob(".run.*.partial/checkpoint.pt")) and time.time() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=120)
+    [staging] = tmp_path.glob(".run.*.partial")
+    assert not out.exists() and (staging / "checkpoint.pt").is_file()
+
+    status, _, err = run_cli(capsys, "run", "--resume", str(out), "--quiet")
+    assert status == 0 and err == "" and not staging.exists()
+    assert run_cli(capsys, "run", "--out", str(tmp_path / "whole"), *RESUMABLE)[0] == 0
+    resumed, whole = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("run", "whole"))
+    resumed.pop("train_seconds"), whole.pop("train_seconds")
+    assert resumed == whole
+
+
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("quick") / "run"
