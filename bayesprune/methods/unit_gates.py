@@ -139,7 +139,7 @@ def adam(net, lr: float, precision: float, gates=()) -> torch.optim.Adam:
     groups = [{"params": list(net.parameters()), "weight_decay": precision}]
     if gates:
         groups.append({"params": list(gates), "weight_decay": 0.0})
-    return torch.optim.Adam(groups, lr=lr, foreach=True)
+    return torch.optim.Adam(groups, lr=lr, fused=True)
 
 
 class GateTraining:
