@@ -3,7 +3,8 @@
 A checkpoint holds ``method`` (the registered name), ``structure`` (site name → shape of the network
 when saved, so a network that shrank while training can be rebuilt before its state is loaded),
 ``state`` (the :meth:`~bayesprune.methods.Fitted.state_dict`), ``metadata`` (``epoch``, ...),
-``versions`` and, for a fit that can resume, ``loop`` (:class:`~bayesprune.fit.LoopState`). Checkpoints of earlier versions (``{model, guide, metadata}``, sBNN only) still read.
+``versions`` and, for a fit that can resume, ``loop`` (:class:`~bayesprune.fit.LoopState`).
+Checkpoints of earlier versions (``{model, guide, metadata}``, sBNN only) still read.
 """
 import os
 import pickle
