@@ -417,56 +417,52 @@ RESUMABLE = ["--quiet", "--set", "train.epochs=40", "--set", "baseline.enabled=f
              "--set", "optim.schedule='cosine'", "--set", "sbnn.predictive_samples=2"]
 
 
-def test_sigterm_then_resume_gives_the_uninterrupted_run(tmp_path, capsys):
-    """Minibatch order, random draws, Adam moments, the cosine schedule and early stopping's best state
-    all continue where SIGTERM stopped them: every metric equals an uninterrupted run's."""
-    import signal
+def signalled_run(tmp_path, args, signal_number):
+    """``bayesprune run --out tmp_path/run *args`` in its own process, sent ``signal_number`` once its
+    first checkpoint is written; returns ``(returncode, stderr)``. The process runs in ``tmp_path``
+    so that it imports the installed package, not the source tree (whose analysis/ setup.cfg maps in)."""
     import time
 
-    out = tmp_path / "run"
-    process = subprocess.Popen([sys.executable, "-m", "bayesprune", "run", "--out", str(out), *RESUMABLE],
+    process = subprocess.Popen([sys.executable, "-m", "bayesprune", "run", "--out", str(tmp_path / "run"), *args],
                                stderr=subprocess.PIPE, text=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
     deadline = time.time() + 120
     while not list(tmp_path.glob(".run.*.partial/checkpoint.pt")) and time.time() < deadline:
         time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(signal_number)
     _, err = process.communicate(timeout=120)
-    assert process.returncode == 143, err
-    assert f"bayesprune run --resume {out}" in err
-    stopped_at = torch.load(out / "checkpoint.pt", weights_only=True)["metadata"]["epoch"]
-    assert 1 <= stopped_at < 40
+    return process.returncode, err
 
-    status, stdout, _ = run_cli(capsys, "run", "--resume", str(out), "--quiet")
-    assert status == 0 and str(out) in stdout
-    status, _, _ = run_cli(capsys, "run", "--out", str(tmp_path / "whole"), *RESUMABLE)
-    assert status == 0
+
+def resumed_equals_uninterrupted(tmp_path, capsys):
+    """Resume ``tmp_path/run``, run the same config uninterrupted, and compare every metric but time."""
+    status, _, err = run_cli(capsys, "run", "--resume", str(tmp_path / "run"), "--quiet")
+    assert status == 0 and err == ""
+    assert run_cli(capsys, "run", "--out", str(tmp_path / "whole"), *RESUMABLE)[0] == 0
     resumed, whole = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("run", "whole"))
     resumed.pop("train_seconds"), whole.pop("train_seconds")
     assert resumed == whole
     assert (tmp_path / "run" / "history.csv").read_text() == (tmp_path / "whole" / "history.csv").read_text()
 
 
+def test_sigterm_then_resume_gives_the_uninterrupted_run(tmp_path, capsys):
+    """Minibatch order, random draws, Adam moments, the cosine schedule and early stopping's best state
+    all continue where SIGTERM stopped them: every metric equals an uninterrupted run's."""
+    import signal
+
+    status, err = signalled_run(tmp_path, RESUMABLE, signal.SIGTERM)
+    assert status == 143 and f"bayesprune run --resume {tmp_path / 'run'}" in err, err
+    assert 1 <= torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["metadata"]["epoch"] < 40
+    resumed_equals_uninterrupted(tmp_path, capsys)
+
+
 def test_a_run_killed_by_sigkill_resumes_from_its_staging_directory(tmp_path, capsys):
     import signal
-    import time
 
-    out = tmp_path / "run"
-    process = subprocess.Popen([sys.executable, "-m", "bayesprune", "run", "--out", str(out), *RESUMABLE],
-                               stderr=subprocess.PIPE, text=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    deadline = time.time() + 120
-    while not list(tmp_path.glob(".run.*.partial/checkpoint.pt")) and time.time() < deadline:
-        time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
-    process.communicate(timeout=120)
+    signalled_run(tmp_path, RESUMABLE, signal.SIGKILL)
     [staging] = tmp_path.glob(".run.*.partial")
-    assert not out.exists() and (staging / "checkpoint.pt").is_file()
-
-    status, _, err = run_cli(capsys, "run", "--resume", str(out), "--quiet")
-    assert status == 0 and err == "" and not staging.exists()
-    assert run_cli(capsys, "run", "--out", str(tmp_path / "whole"), *RESUMABLE)[0] == 0
-    resumed, whole = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("run", "whole"))
-    resumed.pop("train_seconds"), whole.pop("train_seconds")
-    assert resumed == whole
+    assert not (tmp_path / "run").exists() and (staging / "checkpoint.pt").is_file()
+    resumed_equals_uninterrupted(tmp_path, capsys)
+    assert not staging.exists()
 
 
 @pytest.fixture(scope="module")
@@ -512,20 +508,11 @@ def test_resume_refuses_what_it_cannot_continue(quick_run, tmp_path, capsys, cas
 @pytest.mark.parametrize("signal_name, status", [("SIGINT", 130), ("SIGTERM", 143)])
 def test_a_signal_stops_the_run_at_a_step_and_keeps_the_last_checkpoint(tmp_path, signal_name, status):
     import signal
-    import time
 
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "bayesprune", "run", "--out", str(out), "--quiet", "--set", "train.epochs=100000",
-               "--set", "baseline.enabled=false"]
-    # cwd=tmp_path: the installed package, not the source tree (whose analysis/ is mapped in by setup.cfg)
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                               env={**os.environ, "OMP_NUM_THREADS": "1"})
-    deadline = time.time() + 120
-    while not list(tmp_path.glob(".run.*.partial/checkpoint.pt")) and time.time() < deadline:
-        time.sleep(0.2)
-    process.send_signal(getattr(signal, signal_name))
-    _, err = process.communicate(timeout=120)
-    assert process.returncode == status, err
+    returncode, err = signalled_run(tmp_path, ["--quiet", "--set", "train.epochs=100000", "--set", "baseline.enabled=false"],
+                                    getattr(signal, signal_name))
+    assert returncode == status, err
     assert err.startswith("bayesprune: interrupted:") and err.count("\n") == 1 and "Traceback" not in err
     epoch = torch.load(out / "checkpoint.pt", weights_only=True)["metadata"]["epoch"]
     assert epoch >= 1 and f"epoch {epoch} is in" in err

@@ -124,9 +124,7 @@ def test_removing_units_keeps_the_kept_units_weights_gates_and_adam_state():
 
 
 def test_the_gate_posterior_draws_follow_theta():
-    import arviz as az
-
-    from bayesprune.analysis.inference_data import gate_inference_data, write_posterior
+    from bayesprune.analysis.inference_data import gate_inference_data
 
     theta = {"1.gate": torch.tensor([0.05, 0.5, 0.9]), "3.gate": torch.tensor([0.3, 0.99])}
     idata = gate_inference_data([theta, theta], num_draws=4000, seed=0)
