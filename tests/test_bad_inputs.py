@@ -227,8 +227,7 @@ def test_the_table_covers_every_class_of_the_issue():
     assert len(CASES) >= 60
 
 
-@pytest.mark.parametrize("case", ["probability above 1", "config not UTF-8", "out is the working directory",
-                                  "importance of a truncated checkpoint"])
+@pytest.mark.parametrize("case", ["config not UTF-8", "importance of a truncated checkpoint"])
 def test_the_installed_console_script_answers_the_same(case, tmp_path, complete_run):
     """A sample of the table through the real console script, in its own process."""
     files, argv, named = CASES[case]
