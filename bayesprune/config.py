@@ -75,19 +75,22 @@ class OptimConfig:
     """``[optim]``: optimiser, learning rate and its per-epoch schedule.
 
     ``schedule = "exponential"`` multiplies the rate by ``gamma`` every epoch; ``"cosine"`` anneals it
-    to zero over the run.
+    to zero over the run. ``momentum`` is SGD's (paper 000 trains with SGD and momentum 0.9).
     """
 
     name: str = "adam"
     lr: float = 3e-3
     schedule: str = "constant"
     gamma: float = 0.99
+    momentum: float = 0.0
 
     def __post_init__(self):
         _require(self.name in ("adam", "sgd"), "optim.name", "be 'adam' or 'sgd'", self.name)
         _require(_is_number(self.lr) and self.lr > 0, "optim.lr", "be a positive number", self.lr)
         _require(self.schedule in SCHEDULES, "optim.schedule", f"be one of {list(SCHEDULES)}", self.schedule)
         _require(_is_number(self.gamma) and 0 < self.gamma <= 1, "optim.gamma", "lie in (0, 1]", self.gamma)
+        _require(_is_number(self.momentum) and 0 <= self.momentum < 1, "optim.momentum", "lie in [0, 1)", self.momentum)
+        _require(self.momentum == 0 or self.name == "sgd", "optim.momentum", "be 0 unless optim.name = 'sgd'", self.momentum)
 
 
 @dataclass(frozen=True)

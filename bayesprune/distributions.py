@@ -5,6 +5,9 @@ variational family q(W) q(Z) (eq. 3.3) by :class:`SpikeSlabPosterior`, a Normal 
 the Bernoulli inclusion logits of Z. Their registered KL is the exact KL of the joint
 q(W, Z) ‖ π(W, Z), i.e. the penalty R(θ, p) of eq. 3.7 minus the constant 1/2 per weight, so every
 objective, bound and report that calls :func:`torch.distributions.kl_divergence` reads one KL.
+
+:class:`DiracSpikeSlab` is paper 000's spike-and-slab with a point mass at zero (eq. 5), the prior
+and posterior of PAC-Bayes pruning, with its registered KL of appendix B.4.
 """
 import math
 from typing import NamedTuple
@@ -290,3 +293,81 @@ def _kl_spike_slab(q, p):
         if kl is not None:
             return kl
     return spike_slab_penalty(q.loc, q.scale, q.logits, p.pi, p.tau0, p.tau1, constants=p.constants) - 0.5
+
+
+class DiracSpikeSlab(TorchDistribution):
+    r"""(1 − λ)·δ₀ + λ·N(μ, σ²): a weight pruned with probability 1 − λ, else Gaussian (paper 000, eq. 5).
+
+    ``sample`` draws it exactly, b·w with b ~ Bernoulli(λ) and w ~ N(μ, σ²). ``rsample`` draws the
+    relaxation the gradients of PBP flow through (appendix B.3): the Concrete(λ, 1 − λ) variable of
+    temperature β in place of b. ``log_prob`` is the density with respect to δ₀ + Lebesgue measure
+    (log(1 − λ) at 0, log λ + log N(w; μ, σ²) elsewhere), the measure the KL of appendix B.4 is taken in.
+
+    Args:
+        probs: keep-probability λ in [0, 1] (1 for a parameter that is never pruned, such as a bias).
+        loc: slab mean μ.
+        scale: slab standard deviation σ > 0.
+        temperature: β of the relaxation ``rsample`` draws (0.5 in the paper).
+    """
+
+    arg_constraints = {"probs": constraints.unit_interval, "loc": constraints.real, "scale": constraints.positive}
+    support = constraints.real
+    has_rsample = True
+
+    def __init__(self, probs, loc, scale, *, temperature: float = 0.5, validate_args=None):
+        self.probs, self.loc, self.scale = broadcast_all(probs, loc, scale)
+        self.temperature = temperature
+        super().__init__(self.loc.shape, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(DiracSpikeSlab, _instance)
+        batch_shape = torch.Size(batch_shape)
+        new.probs, new.loc, new.scale = (value.expand(batch_shape) for value in (self.probs, self.loc, self.scale))
+        new.temperature = self.temperature
+        super(DiracSpikeSlab, new).__init__(batch_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @property
+    def mean(self):
+        return self.probs * self.loc
+
+    @property
+    def variance(self):
+        return self.probs * (self.scale**2 + self.loc**2) - self.mean**2
+
+    def _slab(self, shape):
+        return self.loc + self.scale * torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+
+    def sample(self, sample_shape=torch.Size()):
+        shape = self._extended_shape(sample_shape)
+        with torch.no_grad():
+            return torch.bernoulli(self.probs.expand(shape)) * self._slab(shape)
+
+    def rsample(self, sample_shape=torch.Size()):
+        from .gates import relaxed_bernoulli
+
+        shape = self._extended_shape(sample_shape)
+        logits = torch.logit(self.probs, eps=1e-6).expand(shape)
+        return relaxed_bernoulli(logits, self.temperature) * self._slab(shape)
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        slab = torch.log(self.probs) + _normal_log_prob(value - self.loc, self.scale)
+        return torch.where(value == 0, torch.log1p(-self.probs), slab)
+
+
+def bernoulli_kl(q, p):
+    """kl(q ‖ p) = q log(q/p) + (1 − q) log((1 − q)/(1 − p)) of Bernoulli(q) to Bernoulli(p), 0·log 0 = 0."""
+    return torch.xlogy(q, q) - torch.xlogy(q, p) + torch.xlogy(1 - q, 1 - q) - torch.xlogy(1 - q, 1 - p)
+
+
+@register_kl(DiracSpikeSlab, DiracSpikeSlab)
+def _kl_dirac_spike_slab(q, p):
+    """KL(q ‖ p) = kl(λ ‖ λ⁰) + λ·KL(N(μ, σ²) ‖ N(μ⁰, σ⁰²)) (paper 000, appendix B.4), the squared mean
+    difference over the *prior* variance (the main text's (σ^f)² in its denominator is a typo); a
+    weight kept surely by both (λ = λ⁰ = 1) contributes its Gaussian KL alone."""
+    ratio = (q.scale / p.scale) ** 2
+    gaussian = 0.5 * ((q.loc - p.loc) ** 2 / p.scale**2 + ratio - torch.log(ratio) - 1)
+    return bernoulli_kl(q.probs, p.probs) + q.probs * gaussian

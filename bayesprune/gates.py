@@ -110,6 +110,14 @@ class Estimator:
         raise NotImplementedError
 
 
+def relaxed_bernoulli(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """A Concrete(θ, 1 − θ) draw of temperature t for θ = sigmoid(``logits``): σ((logit θ − logit u) / t)
+    with u ~ U(0, 1), the two-class Gumbel-softmax relaxation of a Bernoulli(θ) gate (paper 004, eq. 23;
+    paper 000, appendix B.3). As t → 0 it is 1 with probability θ."""
+    u = torch.rand_like(logits).clamp(1e-7, 1 - 1e-7)
+    return torch.sigmoid((logits - torch.log(u) + torch.log1p(-u)) / temperature)
+
+
 def bernoulli_sample(theta: list) -> list:
     return [torch.bernoulli(t.detach()) for t in theta]
 
@@ -133,12 +141,7 @@ class Concrete(Estimator):
         self.temperature = temperature
 
     def values(self, theta):
-        relaxed = []
-        for t in theta:
-            u = torch.rand_like(t).clamp(1e-7, 1 - 1e-7)
-            h = (torch.log1p(-t) - torch.log(t) + torch.log(u) - torch.log1p(-u)) / self.temperature
-            relaxed.append(1 - torch.sigmoid(h))
-        return relaxed
+        return [relaxed_bernoulli(torch.log(t) - torch.log1p(-t), self.temperature) for t in theta]
 
     def data_gradient(self, theta, values, cost_of, norms=None):
         return [t.grad.detach().clone() for t in theta]

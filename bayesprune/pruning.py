@@ -180,3 +180,21 @@ def sparsity(masks: dict) -> float:
     kept = sum(int(mask.sum()) for mask in masks.values())
     total = sum(mask.numel() for mask in masks.values())
     return 1.0 - kept / total
+
+
+def lexicographic_ranks(primary: dict, secondary: dict) -> dict:
+    """Scores without ties that order the entries by ``primary`` and, among equal ``primary`` scores,
+    by ``secondary`` (both keyed by site): each entry's rank 0 … n − 1 over all sites, in float64.
+
+    For scores that saturate by design (keep-probabilities clamped to exactly 1), so that a budget
+    does not fall back on network order among them.
+    """
+    sizes = [score.numel() for score in primary.values()]
+    first = torch.cat([score.detach().flatten().double().cpu() for score in primary.values()])
+    second = torch.cat([secondary[site].detach().flatten().double().cpu() for site in primary])
+    order = torch.argsort(second, stable=True)
+    order = order[torch.argsort(first[order], stable=True)]
+    ranks = torch.empty_like(first)
+    ranks[order] = torch.arange(first.numel(), dtype=torch.float64)
+    return {site: chunk.view(score.shape).to(score.device)
+            for (site, score), chunk in zip(primary.items(), torch.split(ranks, sizes))}

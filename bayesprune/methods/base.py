@@ -3,6 +3,7 @@
 Downstream code (the runner, evaluation, pruning, export, reports, the command line) reads a
 :class:`Fitted` and nothing else, so it never depends on one method's internals.
 """
+import copy
 from typing import ClassVar
 
 import torch
@@ -72,6 +73,33 @@ class Fitted:
     def load_state_dict(self, state: dict) -> None:
         """Put a :meth:`state_dict` of this same fit back in place (early stopping's best epoch)."""
         raise NotImplementedError
+
+
+class NetworkFitted(Fitted):
+    """A :class:`Fitted` whose result is one deterministic network (no posterior): it predicts with the
+    network, masked entries zeroed, and reports the method's numbers in ``report``."""
+
+    def __init__(self, net: nn.Module, *, history=None, seconds: float = 0.0, report=None, task: str = "classification"):
+        super().__init__(net, history=history, seconds=seconds)
+        self.report, self.task = report or {}, task
+
+    def predict(self, x, *, masks=None, num_samples=0):
+        net = self.network()
+        if masks:
+            with torch.no_grad():
+                for name, param in net.named_parameters():
+                    if name in masks:
+                        param.mul_(masks[name].to(param.device, param.dtype))
+        net.eval()
+        with torch.no_grad():
+            output = net(x)
+        return torch.softmax(output, dim=-1) if self.task == "classification" else output.squeeze(-1)
+
+    def network(self):
+        return copy.deepcopy(self.net)
+
+    def metrics(self) -> dict:
+        return dict(self.report)
 
 
 class Method:

@@ -12,7 +12,6 @@ switched-off units are removed from the network, its gates and the optimiser sta
 epochs cost less. After training, units with θ < ``final_threshold`` go, the rest are kept
 deterministically (ξ = 1) and the smaller network is fine-tuned (section 7.1).
 """
-import copy
 import math
 import time
 from dataclasses import dataclass
@@ -28,7 +27,8 @@ from bayesprune.gates import ESTIMATORS, UnitGates, project_unit_weights, unit_w
 from bayesprune.hyperpriors import BetaHyperPrior, FlatteningHyperPrior, SALHyperPrior
 from bayesprune.validation import is_int, is_number, require
 
-from . import Fitted, Method, register_method
+from . import Method, register_method
+from .base import NetworkFitted
 
 HYPERPRIORS = ("flattening", "beta", "sal")
 CONDITIONS = ("tolerance", "drop")
@@ -257,36 +257,18 @@ class GateTraining:
         self.net, self.gates, self.optimizer = net, gates, optimizer
 
 
-class UnitGatesFitted(Fitted):
+class UnitGatesFitted(NetworkFitted):
     """The fine-tuned smaller network; its scores are the logits of the final θ of every kept unit."""
 
     method = "unit-gates"
     score_name = "gate logit"
 
     def __init__(self, net, theta: dict, *, history=None, seconds=0.0, report=None, task="classification"):
-        super().__init__(net, history=history, seconds=seconds)
-        self.theta, self.report, self.task = theta, report or {}, task
+        super().__init__(net, history=history, seconds=seconds, report=report, task=task)
+        self.theta = theta
 
     def scores(self) -> dict:
         return {site: torch.logit(t.double()) for site, t in self.theta.items()}
-
-    def predict(self, x, *, masks=None, num_samples=0):
-        net = self.network()
-        if masks:
-            with torch.no_grad():
-                for name, param in net.named_parameters():
-                    if name in masks:
-                        param.mul_(masks[name].to(param.device, param.dtype))
-        net.eval()
-        with torch.no_grad():
-            output = net(x)
-        return torch.softmax(output, dim=-1) if self.task == "classification" else output.squeeze(-1)
-
-    def network(self):
-        return copy.deepcopy(self.net)
-
-    def metrics(self) -> dict:
-        return dict(self.report)
 
     def state_dict(self) -> dict:
         return {"net": self.net.state_dict(), "theta": {site: t.detach().clone() for site, t in self.theta.items()}}

@@ -1,0 +1,45 @@
+"""Tables and plots of stochastic pruning runs (paper 000: PFT and PBP), from ``metrics.json`` alone."""
+import numpy as np
+
+from .plots import plt, save_figure
+from .tables import markdown_table
+
+
+def pft_table(metrics: dict) -> str:
+    """One row per (start mask, sparsity): the one-shot mask's and PFT's test error after the same
+    fine-tuning, and the share of the start mask PFT kept."""
+    rows = [{"start mask": criterion, "sparsity": sparsity, "OSP test error": osp, "PFT test error": pft, "mask overlap": overlap}
+            for (criterion, sparsity), osp, pft, overlap in zip(metrics["grid"], metrics["osp_test_error"],
+                                                               metrics["pft_test_error"], metrics["mask_overlap"])]
+    return markdown_table(rows, list(rows[0]))
+
+
+def plot_pft(metrics: dict, folder):
+    """``mask_overlap.png`` (Fig. 2 left), ``perturbation.png`` (Fig. 2 right) and ``keep_probabilities.png`` (Fig. 11)."""
+    figure, axis = plt.subplots(figsize=(5, 3.5))
+    for criterion in dict.fromkeys(c for c, _ in metrics["grid"]):
+        points = [(s, overlap) for (c, s), overlap in zip(metrics["grid"], metrics["mask_overlap"]) if c == criterion]
+        axis.plot(*zip(*points), marker="o", label=criterion)
+    axis.set(xlabel="sparsity", ylabel="kept weights shared with the start mask", title="Mask overlap, start vs PFT", ylim=(0, 1.02))
+    axis.legend()
+    save_figure(figure, folder / "mask_overlap.png")
+
+    figure, axis = plt.subplots(figsize=(5, 3.5))
+    scales = metrics["perturbation_scales"]
+    axis.plot(scales, metrics["perturbation_increase_dense"], marker="o", label="dense (unpruned)")
+    axis.plot(scales, metrics["perturbation_increase_pft"], marker="o", label="PFT (pruned)")
+    axis.set(xlabel="noise std / layer weight RMS", ylabel="test error increase (points)", title="Weight perturbation")
+    axis.legend()
+    save_figure(figure, folder / "perturbation.png")
+    plot_keep_probabilities({"PFT": metrics["keep_probability_histogram"]}, folder / "keep_probabilities.png")
+
+
+def plot_keep_probabilities(histograms: dict, path):
+    """Histograms of keep-probabilities λ over [0, 1] (counts per equal bin), one bar series per label."""
+    figure, axis = plt.subplots(figsize=(5, 3.5))
+    for label, counts in histograms.items():
+        edges = np.linspace(0, 1, len(counts) + 1)
+        axis.stairs(counts, edges, label=label)
+    axis.set(xlabel="keep-probability λ", ylabel="weights", yscale="log", title="Keep-probabilities")
+    axis.legend()
+    save_figure(figure, path)

@@ -1,0 +1,262 @@
+"""Probabilistic fine-tuning of pruning masks (PFT, paper 000, section 2.1; appendices A.1, B, D.3, E).
+
+Stage 1 trains the dense network (skipped at initialisation, appendix E.2). For every start mask
+(a one-shot criterion of :mod:`bayesprune.saliency`) and sparsity s, the one-shot mask (OSP) is the
+top (1 − s) of the criterion's scores; PFT instead sets keep-probabilities λ from the scores (eq. 6,
+block-isotropic, or isotropic), minimises the empirical Gibbs risk E_b[R̂_S(b ∘ W)] in λ and W through
+the Concrete relaxation (appendix B.3), keeps the weights of largest λ (ties in λ broken by |W|)
+and fine-tunes the sparse network. The OSP mask is fine-tuned for the same epochs, so the two test
+errors compare masks, not training budgets. ``masks_only`` is appendix E.3: λ alone is trained on
+the random weights of initialisation, with no weight training before or after.
+
+The run's network is the first (start mask, sparsity) pair's; every pair's numbers are lists in
+``grid`` order in ``metrics.json``.
+"""
+import copy
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call
+
+from bayesprune.export import mask_parameters, unmask_parameters
+from bayesprune.fit import History, TensorBatches, optimizer_step, train
+from bayesprune.masks import INITS, PARAMETERIZATIONS, StochasticMasks, block_isotropic, isotropic, mask_overlap
+from bayesprune.optim import torch_optimizer
+from bayesprune.predict import metric
+from bayesprune.pruning import Budget, apply_masks, prune
+from bayesprune.saliency import CRITERIA, saliency
+from bayesprune.validation import is_int, is_number, require
+
+from . import Method, register_method
+from .base import NetworkFitted
+
+#: Bins of the keep-probability histogram in ``metrics.json`` (paper 000, Fig. 11).
+HISTOGRAM_BINS = 20
+
+
+@dataclass(frozen=True)
+class PFTOptions:
+    """``[pft]``: start masks, sparsities and the stages of PFT (paper 000, appendix D.3).
+
+    The mask stage runs ``train.epochs`` epochs; every stage uses ``[optim]`` (SGD with momentum 0.9 at
+    0.01 in the paper) and ``data.batch_size``.
+
+    Attributes:
+        start_masks: criteria of :data:`bayesprune.saliency.CRITERIA` (``magnitude``, ``snip``, ``random``).
+        sparsities: target sparsities s (fraction of the weights removed; biases are not pruned).
+        init: ``"block"`` (block-isotropic λ⁰ of eq. 6) or ``"isotropic"`` (λ⁰ = 1 − s, appendix A.1).
+        epsilon: ε of eq. 6.
+        parameterization: ``"clamp"`` (Fig. 1) or ``"sigmoid"`` (appendix B.1).
+        temperature: β of the Concrete relaxation (0.5).
+        pretrain_epochs, finetune_epochs: stage 1 and the fine-tuning of the sparse network.
+        at_initialization: skip stage 1: the masks are found on the weights at initialisation (E.2).
+        masks_only: train λ alone on the weights at initialisation, no weight training at all (E.3).
+        saliency_examples: training examples the data-dependent criteria (SNIP) read.
+        perturbation_scales: standard deviations, relative to each layer's weight RMS, of the Gaussian
+            noise added to the dense and the PFT network (Fig. 2 right).
+        perturbation_draws: noise draws per scale.
+    """
+
+    start_masks: tuple = ("magnitude", "snip", "random")
+    sparsities: tuple = (0.95, 0.99)
+    init: str = "block"
+    epsilon: float = 1e-4
+    parameterization: str = "clamp"
+    temperature: float = 0.5
+    pretrain_epochs: int = 30
+    finetune_epochs: int = 30
+    at_initialization: bool = False
+    masks_only: bool = False
+    saliency_examples: int = 1000
+    perturbation_scales: tuple = (0.1, 0.2, 0.5, 1.0)
+    perturbation_draws: int = 5
+
+    def __post_init__(self):
+        key = "pft."
+        for name in ("start_masks", "sparsities", "perturbation_scales"):
+            require(isinstance(getattr(self, name), (list, tuple)), key + name, "be a list", getattr(self, name))
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        require(len(self.start_masks) > 0 and all(name in CRITERIA for name in self.start_masks), key + "start_masks",
+                f"be a non-empty list of {sorted(CRITERIA)}", list(self.start_masks))
+        require(len(self.sparsities) > 0 and all(is_number(s) and 0 < s < 1 for s in self.sparsities), key + "sparsities",
+                "be a non-empty list of numbers in (0, 1)", list(self.sparsities))
+        require(self.init in INITS, key + "init", f"be one of {list(INITS)}", self.init)
+        require(self.parameterization in PARAMETERIZATIONS, key + "parameterization", f"be one of {list(PARAMETERIZATIONS)}",
+                self.parameterization)
+        require(is_number(self.epsilon) and 0 < self.epsilon < 1, key + "epsilon", "lie in (0, 1)", self.epsilon)
+        if self.init == "block":
+            worst = max(self.sparsities)
+            require(worst * self.epsilon / (1 - worst) < 1, key + "epsilon", f"satisfy s·ε/(1 − s) < 1 at s = {worst} (eq. 6)",
+                    self.epsilon)
+        require(is_number(self.temperature) and self.temperature > 0, key + "temperature", "be a positive number", self.temperature)
+        for name in ("pretrain_epochs", "finetune_epochs", "perturbation_draws"):
+            require(is_int(getattr(self, name)) and getattr(self, name) >= 0, key + name, "be a non-negative integer", getattr(self, name))
+        require(is_int(self.saliency_examples) and self.saliency_examples > 0, key + "saliency_examples", "be a positive integer",
+                self.saliency_examples)
+        for name in ("at_initialization", "masks_only"):
+            require(isinstance(getattr(self, name), bool), key + name, "be true or false", getattr(self, name))
+        require(all(is_number(s) and s > 0 for s in self.perturbation_scales), key + "perturbation_scales",
+                "be a list of positive numbers", list(self.perturbation_scales))
+
+
+def mean_loss(task: str):
+    """The mean training loss of a batch: cross-entropy on logits, or squared error for regression."""
+    if task == "classification":
+        return F.cross_entropy
+    return lambda output, y: F.mse_loss(output.squeeze(-1), y)
+
+
+def test_metric(net, dataset, device) -> float:
+    """The test error (%) or RMSE of a deterministic network."""
+    net.eval()
+    with torch.no_grad():
+        output = net(dataset.x_test.to(device)).cpu()
+    net.train()
+    prediction = output if dataset.task == "classification" else output.squeeze(-1)
+    return metric(dataset.task, prediction, dataset.y_test, target_std=dataset.target_std)
+
+
+def fine_tune(net, mask: dict, batches, optim_config, *, epochs: int, loss) -> History:
+    """Train the sparse network ``net ∘ mask`` for ``epochs``; pruned weights stay exactly zero (changes
+    ``net`` in place)."""
+    mask_parameters(net, mask)
+    history = train(optimizer_step(lambda x, y: loss(net(x), y), torch_optimizer(optim_config, net.parameters())),
+                    batches, epochs=epochs)
+    unmask_parameters(net)
+    return history
+
+
+def train_masks(net, masks: StochasticMasks, batches, optim_config, *, epochs: int, loss, weights: bool = True) -> History:
+    """Minimise the empirical Gibbs risk of ``b ∘ W`` over λ (and W when ``weights``) through the relaxed
+    masks, one Concrete draw per step (PFT stage 2.2)."""
+    params = [*masks.parameters(), *(net.parameters() if weights else ())]
+    optimizer = torch_optimizer(optim_config, params)
+
+    def gibbs_loss(x, y):
+        return loss(functional_call(net, apply_masks(dict(net.named_parameters()), masks.relaxed()), (x,)), y)
+
+    return train(optimizer_step(gibbs_loss, optimizer), batches, epochs=epochs)
+
+
+@torch.no_grad()
+def perturbation_increase(net, mask: dict | None, dataset, device, *, scales, draws: int, generator) -> list:
+    """Mean increase of the test metric when Gaussian noise of standard deviation ``scale`` × the layer's
+    weight RMS is added to every kept weight of ``net`` (paper 000, Fig. 2 right), one value per scale."""
+    base = test_metric(net, dataset, device)
+    increases = []
+    for scale in scales:
+        total = 0.0
+        for _ in range(draws):
+            noisy = copy.deepcopy(net)
+            for name, param in noisy.named_parameters():
+                if not name.endswith("weight"):
+                    continue
+                keep = mask[name] if mask and name in mask else param != 0
+                rms = param[keep].pow(2).mean().sqrt() if bool(keep.any()) else param.new_zeros(())
+                noise = torch.randn(param.shape, generator=generator).to(param.device)
+                param.add_(scale * rms * noise * keep)
+            total += test_metric(noisy, dataset, device) - base
+        increases.append(total / max(draws, 1))
+    return increases
+
+
+class PFTFitted(NetworkFitted):
+    """The fine-tuned sparse network of the first (start mask, sparsity) pair; its scores rank the weights
+    by their trained λ (ties by |W|), so a budget at the pair's sparsity keeps exactly its mask."""
+
+    method = "pft"
+    score_name = "keep-probability rank"
+
+    def __init__(self, net, ranks: dict, **kwargs):
+        super().__init__(net, **kwargs)
+        self.ranks = ranks
+
+    def scores(self) -> dict:
+        return dict(self.ranks)
+
+    def state_dict(self) -> dict:
+        return {"net": self.net.state_dict(), "ranks": {site: r.clone() for site, r in self.ranks.items()}}
+
+    def load_state_dict(self, state):
+        self.net.load_state_dict(state["net"])
+        self.ranks = {site: r.clone() for site, r in state["ranks"].items()}
+
+
+@register_method
+class PFTMethod(Method):
+    """Probabilistic fine-tuning of one-shot pruning masks (paper 000, section 2.1)."""
+
+    name = "pft"
+    Options = PFTOptions
+
+    def fit(self, net, dataset, config, *, device, seed, checkpoint=None, progress=False, callbacks=()):
+        options = config.method_options
+        torch.manual_seed(seed)
+        generator = torch.Generator().manual_seed(seed)
+        net = net.to(device)
+        loss = mean_loss(dataset.task)
+        batches = TensorBatches(dataset.x_train.to(device), dataset.y_train.to(device), batch_size=config.data.batch_size, seed=seed)
+        start = time.perf_counter()
+        history = History()
+        if options.pretrain_epochs and not (options.at_initialization or options.masks_only):
+            pretrain = optimizer_step(lambda x, y: loss(net(x), y), torch_optimizer(config.optim, net.parameters()))
+            history = train(pretrain, batches, epochs=options.pretrain_epochs, progress=progress)
+        rows = torch.randperm(dataset.num_train, generator=generator)[: options.saliency_examples]
+        x_saliency, y_saliency = dataset.x_train[rows].to(device), dataset.y_train[rows].to(device)
+        finetune_epochs = 0 if options.masks_only else options.finetune_epochs
+        grid, results, first = [], [], None
+        for criterion in options.start_masks:
+            scores = saliency(criterion, net, x=x_saliency, y=y_saliency, loss=loss, generator=generator)
+            for sparsity in options.sparsities:
+                start_mask = prune(scores, Budget(fraction=sparsity))
+                osp = copy.deepcopy(net)
+                fine_tune(osp, start_mask, batches, config.optim, epochs=finetune_epochs, loss=loss)
+                init = block_isotropic(scores, sparsity, options.epsilon) if options.init == "block" else isotropic(scores, sparsity)
+                masks = StochasticMasks(init, parameterization=options.parameterization, temperature=options.temperature).to(device)
+                tuned = copy.deepcopy(net)
+                mask_history = train_masks(tuned, masks, batches, config.optim, epochs=config.train.epochs, loss=loss,
+                                           weights=not options.masks_only)
+                params = dict(tuned.named_parameters())
+                magnitudes = {site: params[site].abs() for site in masks.sites}
+                end_mask = masks.top(sparsity, magnitudes)
+                finetune_history = fine_tune(tuned, end_mask, batches, config.optim, epochs=finetune_epochs, loss=loss)
+                grid.append([criterion, sparsity])
+                results.append({"osp_test_error": test_metric(osp, dataset, device),
+                                "pft_test_error": test_metric(tuned, dataset, device),
+                                "mask_overlap": mask_overlap(start_mask, end_mask),
+                                "pft_expected_sparsity": masks.expected_sparsity()})
+                if first is None:
+                    first = (tuned, masks.ranks(magnitudes), end_mask, masks)
+                    history = History(history.step_losses + mask_history.step_losses + finetune_history.step_losses,
+                                      history.epoch_losses + mask_history.epoch_losses + finetune_history.epoch_losses)
+        tuned, ranks, end_mask, masks = first
+        seconds = time.perf_counter() - start
+        report = {"grid": grid, **{key: [row[key] for row in results] for key in results[0]}}
+        lam = torch.cat([p.detach().flatten().cpu() for p in masks.probabilities().values()])
+        report["keep_probability_histogram"] = torch.histc(lam, bins=HISTOGRAM_BINS, min=0, max=1).tolist()
+        report["perturbation_scales"] = list(options.perturbation_scales)
+        report["perturbation_increase_dense"] = perturbation_increase(net, None, dataset, device, scales=options.perturbation_scales,
+                                                                    draws=options.perturbation_draws, generator=generator)
+        report["perturbation_increase_pft"] = perturbation_increase(tuned, end_mask, dataset, device, scales=options.perturbation_scales,
+                                                                  draws=options.perturbation_draws, generator=generator)
+        return PFTFitted(tuned, ranks, history=history, seconds=seconds, report=report, task=dataset.task)
+
+    def restore(self, net, dataset, config, state):
+        net.load_state_dict(state["net"])
+        return PFTFitted(net, dict(state["ranks"]), task=dataset.task)
+
+    def report_sections(self, run_dir, metrics):
+        """OSP against PFT per start mask and sparsity (Fig. 1), mask overlap (Fig. 2 left), noise
+        robustness (Fig. 2 right) and the histogram of λ (Fig. 11)."""
+        from bayesprune.analysis.stochastic_pruning import plot_pft, pft_table
+
+        if "grid" not in metrics:
+            return []
+        plot_pft(metrics, Path(run_dir))
+        return ["## Probabilistic fine-tuning (paper 000)\n\n" + pft_table(metrics),
+                "![mask overlap against sparsity](mask_overlap.png)",
+                "![test error increase under weight noise](perturbation.png)",
+                "![histogram of keep-probabilities](keep_probabilities.png)"]
