@@ -18,6 +18,8 @@ from torch.distributions import constraints
 from torch.distributions.kl import register_kl
 from torch.distributions.utils import broadcast_all
 
+from .bounds import kl_bernoulli
+
 _HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
 
 
@@ -358,11 +360,6 @@ class DiracSpikeSlab(TorchDistribution):
         return torch.where(value == 0, torch.log1p(-self.probs), slab)
 
 
-def bernoulli_kl(q, p):
-    """kl(q ‖ p) = q log(q/p) + (1 − q) log((1 − q)/(1 − p)) of Bernoulli(q) to Bernoulli(p), 0·log 0 = 0."""
-    return torch.xlogy(q, q) - torch.xlogy(q, p) + torch.xlogy(1 - q, 1 - q) - torch.xlogy(1 - q, 1 - p)
-
-
 @register_kl(DiracSpikeSlab, DiracSpikeSlab)
 def _kl_dirac_spike_slab(q, p):
     """KL(q ‖ p) = kl(λ ‖ λ⁰) + λ·KL(N(μ, σ²) ‖ N(μ⁰, σ⁰²)) (paper 000, appendix B.4), the squared mean
@@ -370,4 +367,4 @@ def _kl_dirac_spike_slab(q, p):
     weight kept surely by both (λ = λ⁰ = 1) contributes its Gaussian KL alone."""
     ratio = (q.scale / p.scale) ** 2
     gaussian = 0.5 * ((q.loc - p.loc) ** 2 / p.scale**2 + ratio - torch.log(ratio) - 1)
-    return bernoulli_kl(q.probs, p.probs) + q.probs * gaussian
+    return kl_bernoulli(q.probs, p.probs) + q.probs * gaussian

@@ -65,4 +65,22 @@ class GaussianPrior(Prior):
         return base.expand(param.shape).to_event(param.dim())
 
 
+class GivenPrior(Prior):
+    """A prior fixed per site in advance, such as PAC-Bayes pruning's data-dependent prior (paper 000,
+    section 5.1), trained on a part S_P of the data before the posterior sees the rest.
+
+    Args:
+        distributions: site name → distribution with the parameter's shape as batch shape.
+    """
+
+    def __init__(self, distributions: dict):
+        self.distributions = distributions
+
+    def distribution(self, name, param):
+        prior = self.distributions[name]
+        if prior.batch_shape != param.shape:
+            raise ValueError(f"the prior of {name!r} has shape {tuple(prior.batch_shape)}, the parameter {tuple(param.shape)}")
+        return prior.to_event(param.dim())
+
+
 PRIORS = {"spike-slab": SpikeSlabPrior, "gaussian": GaussianPrior}

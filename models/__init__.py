@@ -1,11 +1,12 @@
 """Pyro model programs: Bayesian networks, likelihoods and the architectures they wrap."""
 from .architectures import ARCHITECTURES, build_architecture, lenet_5_caffe, lenet_5_classic, lenet_300_100, mlp
 from .bnn import BayesianNetwork
-from .likelihoods import LIKELIHOODS, Categorical, Gaussian, Likelihood
+from .likelihoods import LIKELIHOODS, BoundedCategorical, Categorical, Gaussian, Likelihood
 
 __all__ = [
     "ARCHITECTURES",
     "BayesianNetwork",
+    "BoundedCategorical",
     "Categorical",
     "Gaussian",
     "LIKELIHOODS",

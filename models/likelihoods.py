@@ -1,4 +1,6 @@
 """Likelihoods own the data plate and the N/B minibatch rescaling (``dataset_size`` given once)."""
+import math
+
 import pyro
 import pyro.distributions as dist
 import torch
@@ -69,3 +71,33 @@ class Gaussian(Likelihood):
 
 
 LIKELIHOODS = {"classification": Categorical, "regression": Gaussian}
+
+
+class _BoundedCrossEntropy(dist.Categorical):
+    """A categorical whose ``log_prob`` is log max(p_y, p_min) / log(1/p_min): minus a loss in [0, 1]."""
+
+    def __init__(self, logits, min_prob: float, validate_args=None):
+        super().__init__(logits=logits, validate_args=validate_args)
+        self.min_prob = min_prob
+
+    def expand(self, batch_shape, _instance=None):
+        new = super().expand(batch_shape, _instance=self._get_checked_instance(_BoundedCrossEntropy, _instance))
+        new.min_prob = self.min_prob
+        return new
+
+    def log_prob(self, value):
+        chosen = self.logits.gather(-1, value.long().unsqueeze(-1)).squeeze(-1)  # normalised log-probabilities
+        return chosen.clamp_min(math.log(self.min_prob)) / -math.log(self.min_prob)
+
+
+class BoundedCategorical(Categorical):
+    """The bounded cross-entropy −log max(p_y, p_min) / log(1/p_min) ∈ [0, 1] as a likelihood (paper 000,
+    appendix A.3, after Pérez-Ortiz et al.): the (N/B)-scaled sum over a batch is N times the surrogate
+    empirical risk that a PAC-Bayes bound for [0, 1]-valued losses takes. p_min = 1e-4 in the paper."""
+
+    def __init__(self, dataset_size: int, *, min_prob: float = 1e-4):
+        super().__init__(dataset_size)
+        self.min_prob = float(min_prob)
+
+    def distribution(self, output):
+        return _BoundedCrossEntropy(output, self.min_prob)

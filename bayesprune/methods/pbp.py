@@ -1,0 +1,266 @@
+"""PAC-Bayes pruning (PBP) with a self-bounded certificate (paper 000, sections 5-6; appendices A, B, D.2).
+
+The training set S is split at random into S_P (a fraction α) and S \\ S_P (n = (1 − α)|S| examples).
+
+1. Stage 1 trains the network on S_P.
+2. Stage 2 sets keep-probabilities λ⁰ from a one-shot criterion on those weights (block-isotropic,
+   eq. 6) and trains the stochastic network (1 − λ⁰)δ₀ + λ⁰N(W⁰, σ⁰²) (eq. 5) on S_P by its
+   empirical Gibbs risk, in λ⁰ and W⁰ with σ⁰ fixed (appendix D.2 tunes one σ⁰ on a grid). This is
+   the data-dependent prior P.
+3. Stage 3 starts the posterior Q of the same family at P and minimises Theorem 1 (eq. 4) in λ, μ
+   and σ through SVI (:class:`~bayesprune.objectives.PACBayesBound`), with the bounded cross-entropy
+   (appendix A.3) as the [0, 1]-valued surrogate loss. Its empirical term is measured on S \\ S_P,
+   the examples the bound's empirical risk is taken on (the paper says stage 3 uses "all the training
+   data S"; the bound holds for any Q, but the term it contains is R̂ on S \\ S_P, and that is what is
+   minimised here).
+
+The certificate (:func:`bayesprune.bounds.certificate`) bounds the 0-1 Gibbs risk of Q: its empirical
+risk on S \\ S_P estimated from ``mc_samples`` networks drawn from Q, with its own confidence bound,
+in Theorem 1 and Theorem 2 under a union over δ and the ``grid_size`` hyper-parameter settings searched.
+Biases carry Gaussian slabs with λ = λ⁰ = 1, so the KL covers every parameter.
+"""
+import copy
+import math
+import time
+from dataclasses import dataclass
+
+import pyro
+import torch
+from torch.distributions import kl_divergence
+
+from bayesprune.bounds import certificate
+from bayesprune.distributions import DiracSpikeSlab
+from bayesprune.fit import TensorBatches, fit, optimizer_step, train
+from bayesprune.guides import DiracSpikeSlabGuide
+from bayesprune.masks import PARAMETERIZATIONS, block_isotropic
+from bayesprune.models import BayesianNetwork, BoundedCategorical, Categorical
+from bayesprune.objectives import GibbsRisk, PACBayesBound
+from bayesprune.optim import build_optim, torch_optimizer
+from bayesprune.predict import predict
+from bayesprune.priors import GivenPrior
+from bayesprune.saliency import CRITERIA, saliency, weight_sites
+from bayesprune.errors import ConfigError
+from bayesprune.validation import is_int, is_number, require
+
+from . import Method, register_method
+from .base import Fitted
+from .pft import mean_loss
+
+#: Rows per forward pass when a sampled network is scored on a data split.
+EVALUATION_CHUNK = 10_000
+
+
+@dataclass(frozen=True)
+class PBPOptions:
+    """``[pbp]``: the split, prior, posterior and certificate of PAC-Bayes pruning (paper 000, appendix D.2).
+
+    Stage 3 runs ``train.epochs`` epochs; every stage uses ``[optim]`` and ``data.batch_size``.
+
+    Attributes:
+        alpha: fraction α = |S_P| / |S| of the training set the prior is trained on.
+        sparsity: expected sparsity s of the prior (eq. 6), weights only.
+        start_mask: criterion λ⁰ is initialised from (``magnitude`` in section 7.1).
+        epsilon: ε of eq. 6 (1e-4).
+        log_sigma2: log σ⁰² of every slab of the prior (tuned in [−15, −3] in the paper).
+        prior_epochs, prior_mask_epochs: stages 1 and 2.
+        learn_scale: train the posterior's σ in stage 3.
+        parameterization, temperature: of the keep-probabilities (B.1; sigmoid in Fig. 4) and of the
+            Concrete relaxation (β = 0.5).
+        min_prob: p_min of the bounded cross-entropy (appendix A.3).
+        delta: confidence of the certificate (0.05).
+        grid_size: hyper-parameter settings searched for this run (the union bound of appendix D.2).
+        mc_samples: networks drawn from Q to estimate its empirical and test risks.
+        prior_samples: networks drawn from P to estimate its test error.
+    """
+
+    alpha: float = 0.5
+    sparsity: float = 0.9
+    start_mask: str = "magnitude"
+    epsilon: float = 1e-4
+    log_sigma2: float = -9.0
+    prior_epochs: int = 30
+    prior_mask_epochs: int = 30
+    learn_scale: bool = True
+    parameterization: str = "sigmoid"
+    temperature: float = 0.5
+    min_prob: float = 1e-4
+    delta: float = 0.05
+    grid_size: int = 1
+    mc_samples: int = 1000
+    prior_samples: int = 100
+
+    def __post_init__(self):
+        key = "pbp."
+        for name in ("alpha", "sparsity", "epsilon", "min_prob", "delta"):
+            require(is_number(getattr(self, name)) and 0 < getattr(self, name) < 1, key + name, "lie in (0, 1)", getattr(self, name))
+        require(self.sparsity * self.epsilon / (1 - self.sparsity) < 1, key + "epsilon",
+                f"satisfy s·ε/(1 − s) < 1 at s = {self.sparsity} (eq. 6)", self.epsilon)
+        require(self.start_mask in CRITERIA, key + "start_mask", f"be one of {sorted(CRITERIA)}", self.start_mask)
+        require(is_number(self.log_sigma2) and -40 <= self.log_sigma2 <= 10, key + "log_sigma2", "lie in [-40, 10]", self.log_sigma2)
+        require(self.parameterization in PARAMETERIZATIONS, key + "parameterization", f"be one of {list(PARAMETERIZATIONS)}",
+                self.parameterization)
+        require(is_number(self.temperature) and self.temperature > 0, key + "temperature", "be a positive number", self.temperature)
+        require(isinstance(self.learn_scale, bool), key + "learn_scale", "be true or false", self.learn_scale)
+        for name in ("prior_epochs", "prior_mask_epochs"):
+            require(is_int(getattr(self, name)) and getattr(self, name) >= 0, key + name, "be a non-negative integer", getattr(self, name))
+        for name in ("grid_size", "mc_samples", "prior_samples"):
+            require(is_int(getattr(self, name)) and getattr(self, name) > 0, key + name, "be a positive integer", getattr(self, name))
+
+
+def split_rows(num_train: int, alpha: float, seed: int) -> tuple:
+    """Row indices of S_P (the first ⌊α·N⌋ of a permutation drawn from ``seed``) and of S \\ S_P."""
+    order = torch.randperm(num_train, generator=torch.Generator().manual_seed(seed))
+    cut = math.floor(alpha * num_train)
+    return order[:cut], order[cut:]
+
+
+@torch.no_grad()
+def gibbs_errors(model, guide, x, y, *, samples: int) -> torch.Tensor:
+    """The 0-1 error of each of ``samples`` networks drawn from ``guide`` on (x, y), one value per network."""
+    errors = []
+    for _ in range(samples):
+        params = guide.sample_params()
+        wrong = sum(int((model.network(params, xs).argmax(-1) != ys).sum())
+                    for xs, ys in zip(torch.split(x, EVALUATION_CHUNK), torch.split(y, EVALUATION_CHUNK)))
+        errors.append(wrong / len(y))
+    return torch.tensor(errors, dtype=torch.float64)
+
+
+def network_kl(guide, priors: dict) -> float:
+    """KL(Q ‖ P) summed over every site of the guide, in float64 (the term of eqs. 4 and 7)."""
+    with torch.no_grad():
+        return float(sum(kl_divergence(q, priors[name]).double().sum() for name, q in guide.posteriors().items()))
+
+
+class PBPFitted(Fitted):
+    """The posterior Q of PAC-Bayes pruning: its point estimate is the most probable mask on μ, its
+    Monte-Carlo predictive the Gibbs predictor's average; scores are logit λ of every weight."""
+
+    method = "pbp"
+    score_name = "keep logit"
+
+    def __init__(self, model, guide, priors: dict, *, split_seed: int, history=None, seconds=0.0, report=None,
+                 predictive_samples: int = 20):
+        super().__init__(model.net, history=history, seconds=seconds, predictive_samples=predictive_samples)
+        self.model, self.guide, self.priors, self.split_seed = model, guide, priors, split_seed
+        self.report = report or {}
+
+    def scores(self) -> dict:
+        return self.guide.masks.logits()
+
+    def predict(self, x, *, masks=None, num_samples=0):
+        return predict(self.model, self.guide, x, num_samples=num_samples, masks=masks)
+
+    def network(self):
+        net = copy.deepcopy(self.net)
+        net.load_state_dict(self.guide.mean_params())
+        return net
+
+    def metrics(self) -> dict:
+        return dict(self.report)
+
+    def state_dict(self) -> dict:
+        return {"guide": {k: v.detach().clone() for k, v in self.guide.state_dict().items()},
+                "prior": {name: {"probs": p.probs.clone(), "loc": p.loc.clone(), "scale": p.scale.clone()}
+                          for name, p in self.priors.items()},
+                "split_seed": self.split_seed}
+
+    def load_state_dict(self, state):
+        self.guide.load_state_dict(state["guide"])
+
+
+def _prior_distributions(guide) -> dict:
+    """The stage-2 guide's distributions, detached: the data-dependent prior P of stage 3."""
+    with torch.no_grad():
+        return {name: DiracSpikeSlab(q.probs.detach().clone(), q.loc.detach().clone(), q.scale.detach().clone())
+                for name, q in guide.posteriors().items()}
+
+
+def _build(net, priors: dict, *, n: int, options) -> tuple:
+    """The stage-3 model (prior P, bounded cross-entropy on n examples) and the posterior Q started at P."""
+    with torch.no_grad():
+        for name, param in net.named_parameters():
+            param.copy_(priors[name].loc)
+    model = BayesianNetwork(net, GivenPrior(priors), BoundedCategorical(n, min_prob=options.min_prob))
+    keep = {name: priors[name].probs for name in weight_sites(net)}
+    guide = DiracSpikeSlabGuide(model, keep, scale=math.exp(options.log_sigma2 / 2), learn_scale=options.learn_scale,
+                                parameterization=options.parameterization, temperature=options.temperature)
+    return model, guide
+
+
+@register_method
+class PBPMethod(Method):
+    """PAC-Bayes pruning: a sparse stochastic network and its generalisation certificate (paper 000, section 6)."""
+
+    name = "pbp"
+    Options = PBPOptions
+
+    def fit(self, net, dataset, config, *, device, seed, checkpoint=None, progress=False, callbacks=()):
+        options = config.method_options
+        if dataset.task != "classification":
+            raise ConfigError("pbp certifies the 0-1 error of classifiers; data.dataset is a regression set")
+        pyro.clear_param_store()
+        torch.manual_seed(seed)
+        net = net.to(device)
+        prior_rows, bound_rows = split_rows(dataset.num_train, options.alpha, seed)
+        x_prior, y_prior = dataset.x_train[prior_rows].to(device), dataset.y_train[prior_rows].to(device)
+        x_bound, y_bound = dataset.x_train[bound_rows].to(device), dataset.y_train[bound_rows].to(device)
+        batch_size = config.data.batch_size
+        prior_batches = TensorBatches(x_prior, y_prior, batch_size=batch_size, seed=seed)
+        start = time.perf_counter()
+        loss = mean_loss(dataset.task)
+        train(optimizer_step(lambda x, y: loss(net(x), y), torch_optimizer(config.optim, net.parameters())), prior_batches,
+              epochs=options.prior_epochs, progress=progress)
+
+        scores = saliency(options.start_mask, net, x=x_prior[:1000], y=y_prior[:1000], loss=loss)
+        keep = block_isotropic(scores, options.sparsity, options.epsilon)
+        prior_model = BayesianNetwork(net, GivenPrior({}), Categorical(len(prior_rows)))
+        prior_guide = DiracSpikeSlabGuide(prior_model, keep, scale=math.exp(options.log_sigma2 / 2), learn_scale=False,
+                                          parameterization=options.parameterization, temperature=options.temperature)
+        prior_guide.to(device)
+        priors = _prior_distributions(prior_guide)
+        prior_model.prior = GivenPrior(priors)
+        fit(prior_model, prior_guide, prior_batches, objective=GibbsRisk(dataset_size=len(prior_rows)),
+            optim=build_optim(config.optim, epochs=options.prior_mask_epochs), epochs=options.prior_mask_epochs, progress=progress)
+        priors = _prior_distributions(prior_guide)
+        prior_test = gibbs_errors(prior_model, prior_guide, dataset.x_test.to(device), dataset.y_test.to(device),
+                                  samples=options.prior_samples)
+
+        pyro.clear_param_store()
+        model, guide = _build(net, priors, n=len(bound_rows), options=options)
+        guide.to(device)
+        delta_theorem = options.delta / (2 * options.grid_size)
+        history = fit(model, guide, TensorBatches(x_bound, y_bound, batch_size=batch_size, seed=seed),
+                      objective=PACBayesBound(n=len(bound_rows), delta=delta_theorem),
+                      optim=build_optim(config.optim, epochs=config.train.epochs), epochs=config.train.epochs, progress=progress)
+        seconds = time.perf_counter() - start
+        fitted = PBPFitted(model, guide, priors, split_seed=seed, history=history, seconds=seconds)
+        fitted.report = {**self.certify(fitted, dataset, options, device=device),
+                         "prior_test_error": 100 * float(prior_test.mean()), "prior_mc_samples": options.prior_samples,
+                         "prior_expected_sparsity": prior_guide.masks.expected_sparsity()}
+        return fitted
+
+    @staticmethod
+    def certify(fitted, dataset, options, *, device, samples: int | None = None) -> dict:
+        """The certificate of ``fitted`` (Theorems 1 and 2 on the 0-1 loss, δ, the union over the grid),
+        its Gibbs test error and expected sparsity, from ``samples`` networks drawn from Q."""
+        samples = samples or options.mc_samples
+        _, bound_rows = split_rows(dataset.num_train, options.alpha, fitted.split_seed)
+        x_bound, y_bound = dataset.x_train[bound_rows].to(device), dataset.y_train[bound_rows].to(device)
+        empirical = gibbs_errors(fitted.model, fitted.guide, x_bound, y_bound, samples=samples)
+        test = gibbs_errors(fitted.model, fitted.guide, dataset.x_test.to(device), dataset.y_test.to(device), samples=samples)
+        kl = network_kl(fitted.guide, fitted.priors)
+        result = certificate(mean_risk=float(empirical.mean()), samples=samples, kl=kl, n=len(bound_rows),
+                             delta=options.delta, grid_size=options.grid_size).to_dict()
+        return {"bound": result["bound"], "bound_kl_inverse": result["bound_kl_inverse"],
+                "empirical_risk": result["empirical_risk"], "empirical_risk_bound": result["empirical_risk_bound"],
+                "posterior_test_error": 100 * float(test.mean()), "kl": kl, "n_bound": len(bound_rows),
+                "sparsity": fitted.guide.masks.expected_sparsity(), "alpha": options.alpha, "delta": options.delta,
+                "grid_size": options.grid_size, "mc_samples": samples}
+
+    def restore(self, net, dataset, config, state):
+        options = config.method_options
+        priors = {name: DiracSpikeSlab(p["probs"], p["loc"], p["scale"]) for name, p in state["prior"].items()}
+        model, guide = _build(net, priors, n=dataset.num_train - math.floor(options.alpha * dataset.num_train), options=options)
+        guide.load_state_dict(state["guide"])
+        return PBPFitted(model, guide, priors, split_seed=state["split_seed"])
