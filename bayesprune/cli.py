@@ -1,4 +1,4 @@
-"""The ``bayesprune`` command line: ``run`` a config; ``report``, ``importance`` and ``export`` of a saved run; ``list`` configs.
+"""The ``bayesprune`` command line: ``run`` a config; ``report``, ``importance``, ``export`` and ``certify`` of a saved run; ``list`` configs.
 
 User errors (bad config values, bad data, an occupied output directory, a diverged fit) print one
 line on stderr and exit with status 2, without a traceback.
@@ -149,6 +149,23 @@ def _export(args):
     print(f"wrote {out}: torch.export.load(path).module() runs it with torch alone")
 
 
+def _certify(args):
+    from .methods import get_method
+    from .runner import load_run
+
+    if args.samples is not None and args.samples < 1:
+        raise BayesPruneError(f"--samples must be a positive integer, got {args.samples}")
+    config, dataset, fitted = load_run(args.run_dir)
+    result = get_method(config.method).certificate(fitted, dataset, config, samples=args.samples)
+    if result is None:
+        raise BayesPruneError(f"{args.run_dir}: method {config.method!r} has no certificate (pbp has)")
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    for key, value in result.items():
+        print(f"{key:<24}{value:.6g}" if isinstance(value, float) else f"{key:<24}{value}")
+
+
 def _budget(assignments):
     """The :class:`~bayesprune.pruning.Budget` of ``--budget key=value`` assignments over the command's defaults."""
     from .config import parse_override
@@ -212,6 +229,12 @@ def build_parser():
     exporting.add_argument("--json", action="store_true", help="print the measurements as JSON")
     exporting.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     exporting.set_defaults(handler=_export)
+
+    certify = commands.add_parser("certify", help="recompute the PAC-Bayes certificate of a saved pbp run from its training data")
+    certify.add_argument("run_dir")
+    certify.add_argument("--samples", type=int, help="networks drawn from the posterior (default: the run's pbp.mc_samples)")
+    certify.add_argument("--json", action="store_true", help="print the certificate as JSON")
+    certify.set_defaults(handler=_certify)
 
     listing = commands.add_parser("list", help="list the packaged configs")
     listing.set_defaults(handler=_list)

@@ -142,6 +142,12 @@ class Method:
         """ArviZ data of independent fits (chains) for ``posterior.nc``, or ``None`` without a posterior."""
         return None
 
+    def certificate(self, fitted: Fitted, dataset, config, *, samples: int | None = None) -> dict | None:
+        """A generalisation certificate of ``fitted`` computed again from the training data
+        (``bayesprune certify``), with ``samples`` Monte-Carlo draws where it needs them; ``None`` for a
+        method without one."""
+        return None
+
     def report_sections(self, run_dir, metrics: dict) -> list:
         """Markdown sections of ``report.md`` of the method's own (writing their plots into
         ``run_dir``), from the run's files alone; none by default."""

@@ -29,6 +29,7 @@ import torch
 from torch.distributions import kl_divergence
 
 from bayesprune.bounds import certificate
+from bayesprune.checkpoint import load_module_state
 from bayesprune.distributions import DiracSpikeSlab
 from bayesprune.fit import TensorBatches, fit, optimizer_step, train
 from bayesprune.guides import DiracSpikeSlabGuide
@@ -166,7 +167,7 @@ class PBPFitted(Fitted):
                 "split_seed": self.split_seed}
 
     def load_state_dict(self, state):
-        self.guide.load_state_dict(state["guide"])
+        load_module_state(self.guide, state["guide"])
 
 
 def _prior_distributions(guide) -> dict:
@@ -258,9 +259,35 @@ class PBPMethod(Method):
                 "sparsity": fitted.guide.masks.expected_sparsity(), "alpha": options.alpha, "delta": options.delta,
                 "grid_size": options.grid_size, "mc_samples": samples}
 
+    def certificate(self, fitted, dataset, config, *, samples=None):
+        return self.certify(fitted, dataset, config.method_options, device=next(fitted.net.parameters()).device, samples=samples)
+
+    def inference_data(self, fits, dataset, *, seed):
+        """q and the data-dependent prior p of every parameter, one chain per fit
+        (:func:`~bayesprune.analysis.inference_data.dirac_spike_slab_inference_data`)."""
+        from bayesprune.analysis.inference_data import dirac_spike_slab_inference_data
+
+        return dirac_spike_slab_inference_data([fit.guide.posteriors() for fit in fits], [fit.priors for fit in fits], seed=seed)
+
+    def report_sections(self, run_dir, metrics):
+        """The certificate beside the measured errors (Fig. 4's quantities for this run)."""
+        from bayesprune.analysis.tables import markdown_table
+
+        if "bound" not in metrics:
+            return []
+        rows = [{"quantity": label, "value": metrics[key]} for label, key in (
+            ("certificate, Theorem 1 (0-1 error)", "bound"), ("certificate, Theorem 2 (kl inverse)", "bound_kl_inverse"),
+            ("empirical Gibbs risk on S \\ S_P", "empirical_risk"), ("its Monte-Carlo upper bound", "empirical_risk_bound"),
+            ("posterior Q test error (%)", "posterior_test_error"), ("prior P test error (%)", "prior_test_error"),
+            ("KL(Q ‖ P)", "kl"), ("n, examples of S \\ S_P", "n_bound"), ("expected sparsity of Q", "sparsity"),
+            ("alpha", "alpha"), ("delta", "delta"), ("grid size (union bound)", "grid_size"), ("Monte-Carlo networks", "mc_samples"))]
+        return ["## PAC-Bayes certificate (paper 000, Theorems 1-2)\n\n"
+                f"With probability at least {1 - metrics['delta']:g} over the training data, the Gibbs classifier Q "
+                f"errs on at most {100 * metrics['bound']:.2f}% of new examples.\n\n" + markdown_table(rows)]
+
     def restore(self, net, dataset, config, state):
         options = config.method_options
         priors = {name: DiracSpikeSlab(p["probs"], p["loc"], p["scale"]) for name, p in state["prior"].items()}
         model, guide = _build(net, priors, n=dataset.num_train - math.floor(options.alpha * dataset.num_train), options=options)
-        guide.load_state_dict(state["guide"])
+        load_module_state(guide, state["guide"])
         return PBPFitted(model, guide, priors, split_seed=state["split_seed"])
