@@ -1,0 +1,116 @@
+"""PFT and PBP end to end on scikit-learn's digits (paper 000): masks, fine-tuning, certificate, certify."""
+import json
+
+import arviz as az
+import pytest
+import torch
+
+from bayesprune.bounds import certificate
+from bayesprune.cli import main
+from bayesprune.config import RunConfig
+from bayesprune.errors import ConfigError
+from bayesprune.runner import load_run, new_net, run
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+SMALL = {"data": {"dataset": "digits", "batch_size": 64}, "model": {"architecture": "mlp", "hidden": [32]},
+         "optim": {"name": "sgd", "lr": 0.05, "momentum": 0.9}, "train": {"epochs": 3}, "baseline": {"enabled": False}}
+
+
+def config(method: str, options: dict, **sections) -> RunConfig:
+    return RunConfig.from_dict({"method": method, **SMALL, method: options, **sections})
+
+
+@pytest.fixture(scope="module")
+def pft_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pft") / "run"
+    options = {"start_masks": ["magnitude", "random"], "sparsities": [0.8, 0.9], "pretrain_epochs": 5, "finetune_epochs": 2,
+               "perturbation_draws": 1}
+    return out, run(config("pft", options, prune={"droprates": [0.0, 0.8], "include_biases": False}), out)
+
+
+def test_pft_reports_every_start_mask_and_sparsity(pft_run):
+    _, metrics = pft_run
+    assert metrics["grid"] == [["magnitude", 0.8], ["magnitude", 0.9], ["random", 0.8], ["random", 0.9]]
+    for key in ("osp_test_error", "pft_test_error", "mask_overlap", "pft_expected_sparsity"):
+        assert len(metrics[key]) == 4
+    assert all(0 <= overlap <= 1 for overlap in metrics["mask_overlap"])
+    assert sum(metrics["keep_probability_histogram"]) == metrics["n_weights"] - 32 - 10  # every weight, no bias
+    assert len(metrics["perturbation_increase_pft"]) == len(metrics["perturbation_scales"])
+
+
+def test_pft_network_keeps_exactly_its_sparsity_and_its_pruned_weights_stay_zero(pft_run):
+    """After fine-tuning, the first pair's network has exactly ⌊0.8·D⌋ of its D weights at zero, and a
+    budget at 0.8 over its scores keeps exactly the non-zero weights."""
+    out, metrics = pft_run
+    _, _, fitted = load_run(out)
+    weights = {name: p for name, p in fitted.net.named_parameters() if name.endswith("weight")}
+    total = sum(p.numel() for p in weights.values())
+    zeros = sum(int((p == 0).sum()) for p in weights.values())
+    assert zeros == int(0.8 * total)
+    point = next(row for row in metrics["pruning_curve"] if row["droprate"] == 0.8)
+    assert point["test_error"] == pytest.approx(metrics["test_error"])
+    assert point["sparsity_weights"] == pytest.approx(zeros / total, abs=1e-6)
+
+
+def test_pft_on_frozen_random_weights_trains_masks_only(tmp_path):
+    """Appendix E.3: the kept weights are the untouched initial weights."""
+    cfg = config("pft", {"start_masks": ["magnitude"], "sparsities": [0.5], "masks_only": True, "perturbation_draws": 0})
+    run(cfg, tmp_path / "run")
+    _, dataset, fitted = load_run(tmp_path / "run")
+    initial = dict(new_net(cfg, dataset.input_shape, dataset.output_dim, seed=cfg.seed).named_parameters())
+    for name, param in fitted.net.named_parameters():
+        kept = param != 0
+        torch.testing.assert_close(param[kept], initial[name].detach()[kept])
+
+
+@pytest.fixture(scope="module")
+def pbp_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pbp") / "run"
+    options = {"prior_epochs": 10, "prior_mask_epochs": 2, "sparsity": 0.7, "mc_samples": 20, "prior_samples": 5}
+    return out, run(config("pbp", options, prune={"droprates": [0.0, 0.7], "include_biases": False}), out)
+
+
+def test_pbp_certificate_bounds_the_measured_errors_and_matches_the_bounds_module(pbp_run):
+    _, metrics = pbp_run
+    assert metrics["n_bound"] == 1437 - 1437 // 2
+    assert metrics["empirical_risk"] <= metrics["empirical_risk_bound"] <= metrics["bound_kl_inverse"] <= metrics["bound"] < 1
+    assert metrics["posterior_test_error"] / 100 <= metrics["bound"]
+    expected = certificate(mean_risk=metrics["empirical_risk"], samples=20, kl=metrics["kl"], n=metrics["n_bound"], delta=0.05)
+    assert metrics["bound"] == pytest.approx(float(expected.bound))
+    assert metrics["sparsity"] == pytest.approx(0.7, abs=0.05) and metrics["prior_expected_sparsity"] == pytest.approx(0.7, abs=0.01)
+
+
+def test_certify_recomputes_the_saved_runs_certificate(pbp_run, capsys):
+    out, metrics = pbp_run
+    assert main(["certify", str(out), "--samples", "20", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["kl"] == pytest.approx(metrics["kl"], rel=1e-6)
+    assert again["n_bound"] == metrics["n_bound"]
+    assert abs(again["empirical_risk"] - metrics["empirical_risk"]) < 0.03
+
+
+def test_certify_refuses_a_method_without_a_certificate(pft_run, capsys):
+    out, _ = pft_run
+    assert main(["certify", str(out)]) == 2
+    assert "has no certificate" in capsys.readouterr().err
+
+
+def test_pbp_posterior_nc_holds_q_and_the_prior_of_every_parameter(pbp_run):
+    out, _ = pbp_run
+    idata = az.from_netcdf(out / "posterior.nc")
+    _, _, fitted = load_run(out)
+    for name, param in fitted.net.named_parameters():
+        assert idata.posterior[name].shape[-param.dim():] == tuple(param.shape)
+        for key in ("keep", "loc", "scale", "prior_keep", "prior_loc", "prior_scale"):
+            assert f"{name}.{key}" in idata["variational"]
+    keep = torch.from_numpy(idata["variational"]["1.weight.keep"].values[0])
+    torch.testing.assert_close(keep, fitted.guide.masks.probabilities()["1.weight"].detach())
+    draws = idata.posterior["1.weight"].values
+    assert ((draws == 0).mean() - (1 - keep.mean().item())) == pytest.approx(0, abs=0.02)
+
+
+def test_pbp_refuses_regression(tmp_path):
+    cfg = RunConfig.from_dict({"method": "pbp", "data": {"dataset": "linear-regression"}, "baseline": {"enabled": False}})
+    with pytest.raises(ConfigError, match="pbp certifies the 0-1 error"):
+        run(cfg, tmp_path / "run")
