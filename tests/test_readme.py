@@ -29,3 +29,12 @@ def test_the_arviz_and_importance_example_reads_a_run_directory(tmp_path, monkey
 def test_the_budget_example_builds_a_784_90_30_10_network(capsys):
     exec(compile(EXAMPLES[2], "README example 3", "exec"), {})
     assert capsys.readouterr().out.split()[0] == str(784 * 90 + 90 + 90 * 30 + 30 + 30 * 10 + 10)
+
+
+def test_the_bounds_example_prints_theorems_1_and_2(capsys):
+    from bayesprune.bounds import kl_bernoulli
+
+    exec(compile(EXAMPLES[3], "README example 4", "exec"), {})
+    theorem1, theorem2, inverse = map(float, re.findall(r": ([\d.]+)", capsys.readouterr().out))
+    assert 0.02 < theorem2 <= theorem1 < 0.1
+    assert float(kl_bernoulli(0.02, inverse)) == pytest.approx(0.01, abs=1e-3)
