@@ -82,13 +82,9 @@ class StochasticMasks(nn.Module):
 
     def ranks(self, tiebreak: dict) -> dict:
         """Scores without ties ordering the weights by λ, and by ``tiebreak`` (e.g. |W|) among equal λ (a
-        clamped λ saturates at exactly 0 or 1)."""
+        clamped λ saturates at exactly 0 or 1): a budget over them keeps the weights of largest λ (PFT,
+        stage 2.3)."""
         return lexicographic_ranks(self.logits(), tiebreak)
-
-    def top(self, sparsity: float, tiebreak: dict) -> dict:
-        """The deterministic mask keeping the ``1 − sparsity`` fraction of weights with the largest λ (PFT,
-        stage 2.3), ties in λ broken by ``tiebreak``."""
-        return prune(self.ranks(tiebreak), Budget(fraction=sparsity))
 
     def expected_sparsity(self) -> float:
         """1 − mean λ over every masked weight."""

@@ -16,7 +16,7 @@ from bayesprune.methods.pbp import network_kl
 from bayesprune.models import BayesianNetwork, BoundedCategorical, mlp
 from bayesprune.objectives import GibbsRisk, PACBayesBound
 from bayesprune.priors import GivenPrior
-from bayesprune.pruning import lexicographic_ranks
+from bayesprune.pruning import Budget, lexicographic_ranks, prune
 from bayesprune.saliency import saliency
 
 
@@ -107,10 +107,10 @@ def test_block_isotropic_keeps_the_top_scores_at_the_expected_sparsity():
         block_isotropic(scores, 0.99, 0.02)
 
 
-def test_masks_top_breaks_ties_in_lambda_by_the_tiebreak_not_by_position():
+def test_mask_ranks_break_ties_in_lambda_by_the_tiebreak_not_by_position():
     masks = StochasticMasks({"a": torch.tensor([1.0, 1.0, 0.3]), "b": torch.tensor([1.0, 1.0])}, parameterization="clamp")
     magnitude = {"a": torch.tensor([0.1, 0.5, 9.0]), "b": torch.tensor([0.2, 0.7])}
-    kept = masks.top(0.6, magnitude)  # keep 2 of 5: the two λ = 1 weights of largest |w|
+    kept = prune(masks.ranks(magnitude), Budget(fraction=0.6))  # keep 2 of 5: the two λ = 1 weights of largest |w|
     assert kept["a"].tolist() == [False, True, False] and kept["b"].tolist() == [False, True]
 
 

@@ -177,16 +177,22 @@ def _prior_distributions(guide) -> dict:
                 for name, q in guide.posteriors().items()}
 
 
-def _build(net, priors: dict, *, n: int, options) -> tuple:
-    """The stage-3 model (prior P, bounded cross-entropy on n examples) and the posterior Q started at P."""
+def _model_and_guide(net, priors: dict, likelihood, options, *, learn_scale: bool) -> tuple:
+    """The network under ``priors`` observed through ``likelihood``, and the guide started at the prior:
+    λ and μ of every parameter set to the prior's (``net``'s parameters are overwritten with μ), σ to σ⁰."""
     with torch.no_grad():
         for name, param in net.named_parameters():
             param.copy_(priors[name].loc)
-    model = BayesianNetwork(net, GivenPrior(priors), BoundedCategorical(n, min_prob=options.min_prob))
+    model = BayesianNetwork(net, GivenPrior(priors), likelihood)
     keep = {name: priors[name].probs for name in weight_sites(net)}
-    guide = DiracSpikeSlabGuide(model, keep, scale=math.exp(options.log_sigma2 / 2), learn_scale=options.learn_scale,
+    guide = DiracSpikeSlabGuide(model, keep, scale=math.exp(options.log_sigma2 / 2), learn_scale=learn_scale,
                                 parameterization=options.parameterization, temperature=options.temperature)
     return model, guide
+
+
+def _posterior(net, priors: dict, *, n: int, options) -> tuple:
+    """Stage 3's model (prior P, bounded cross-entropy on the n examples of S \\ S_P) and Q started at P."""
+    return _model_and_guide(net, priors, BoundedCategorical(n, min_prob=options.min_prob), options, learn_scale=options.learn_scale)
 
 
 @register_method
@@ -215,12 +221,9 @@ class PBPMethod(Method):
 
         scores = saliency(options.start_mask, net, x=x_prior[:1000], y=y_prior[:1000], loss=loss)
         keep = block_isotropic(scores, options.sparsity, options.epsilon)
-        prior_model = BayesianNetwork(net, GivenPrior({}), Categorical(len(prior_rows)))
-        prior_guide = DiracSpikeSlabGuide(prior_model, keep, scale=math.exp(options.log_sigma2 / 2), learn_scale=False,
-                                          parameterization=options.parameterization, temperature=options.temperature)
-        prior_guide.to(device)
-        priors = _prior_distributions(prior_guide)
-        prior_model.prior = GivenPrior(priors)
+        initial = {name: DiracSpikeSlab(keep[name] if name in keep else torch.ones_like(param), param.detach().clone(),
+                                        torch.full_like(param, math.exp(options.log_sigma2 / 2))) for name, param in net.named_parameters()}
+        prior_model, prior_guide = _model_and_guide(net, initial, Categorical(len(prior_rows)), options, learn_scale=False)
         fit(prior_model, prior_guide, prior_batches, objective=GibbsRisk(dataset_size=len(prior_rows)),
             optim=build_optim(config.optim, epochs=options.prior_mask_epochs), epochs=options.prior_mask_epochs, progress=progress)
         priors = _prior_distributions(prior_guide)
@@ -228,8 +231,7 @@ class PBPMethod(Method):
                                   samples=options.prior_samples)
 
         pyro.clear_param_store()
-        model, guide = _build(net, priors, n=len(bound_rows), options=options)
-        guide.to(device)
+        model, guide = _posterior(net, priors, n=len(bound_rows), options=options)
         delta_theorem = options.delta / (2 * options.grid_size)
         history = fit(model, guide, TensorBatches(x_bound, y_bound, batch_size=batch_size, seed=seed),
                       objective=PACBayesBound(n=len(bound_rows), delta=delta_theorem),
@@ -288,6 +290,6 @@ class PBPMethod(Method):
     def restore(self, net, dataset, config, state):
         options = config.method_options
         priors = {name: DiracSpikeSlab(p["probs"], p["loc"], p["scale"]) for name, p in state["prior"].items()}
-        model, guide = _build(net, priors, n=dataset.num_train - math.floor(options.alpha * dataset.num_train), options=options)
+        model, guide = _posterior(net, priors, n=dataset.num_train - math.floor(options.alpha * dataset.num_train), options=options)
         load_module_state(guide, state["guide"])
         return PBPFitted(model, guide, priors, split_seed=state["split_seed"])

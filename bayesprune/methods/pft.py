@@ -163,6 +163,19 @@ def perturbation_increase(net, mask: dict | None, dataset, device, *, scales, dr
     return increases
 
 
+@dataclass
+class Pair:
+    """One (start mask, sparsity) of a PFT run: its numbers, the fine-tuned PFT network, its masks, the
+    ranks of its weights (by λ, ties by |W| before fine-tuning), the mask they give and the history."""
+
+    numbers: dict
+    net: torch.nn.Module
+    masks: StochasticMasks
+    ranks: dict
+    mask: dict
+    history: History
+
+
 class PFTFitted(NetworkFitted):
     """The fine-tuned sparse network of the first (start mask, sparsity) pair; its scores rank the weights
     by their trained λ (ties by |W|), so a budget at the pair's sparsity keeps exactly its mask."""
@@ -206,33 +219,17 @@ class PFTMethod(Method):
             history = train(pretrain, batches, epochs=options.pretrain_epochs, progress=progress)
         rows = torch.randperm(dataset.num_train, generator=generator)[: options.saliency_examples]
         x_saliency, y_saliency = dataset.x_train[rows].to(device), dataset.y_train[rows].to(device)
-        finetune_epochs = 0 if options.masks_only else options.finetune_epochs
         grid, results, first = [], [], None
         for criterion in options.start_masks:
             scores = saliency(criterion, net, x=x_saliency, y=y_saliency, loss=loss, generator=generator)
             for sparsity in options.sparsities:
-                start_mask = prune(scores, Budget(fraction=sparsity))
-                osp = copy.deepcopy(net)
-                fine_tune(osp, start_mask, batches, config.optim, epochs=finetune_epochs, loss=loss)
-                init = block_isotropic(scores, sparsity, options.epsilon) if options.init == "block" else isotropic(scores, sparsity)
-                masks = StochasticMasks(init, parameterization=options.parameterization, temperature=options.temperature).to(device)
-                tuned = copy.deepcopy(net)
-                mask_history = train_masks(tuned, masks, batches, config.optim, epochs=config.train.epochs, loss=loss,
-                                           weights=not options.masks_only)
-                params = dict(tuned.named_parameters())
-                magnitudes = {site: params[site].abs() for site in masks.sites}
-                end_mask = masks.top(sparsity, magnitudes)
-                finetune_history = fine_tune(tuned, end_mask, batches, config.optim, epochs=finetune_epochs, loss=loss)
+                pair = self._pair(net, scores, sparsity, batches, config, dataset, device)
                 grid.append([criterion, sparsity])
-                results.append({"osp_test_error": test_metric(osp, dataset, device),
-                                "pft_test_error": test_metric(tuned, dataset, device),
-                                "mask_overlap": mask_overlap(start_mask, end_mask),
-                                "pft_expected_sparsity": masks.expected_sparsity()})
+                results.append(pair.numbers)
                 if first is None:
-                    first = (tuned, masks.ranks(magnitudes), end_mask, masks)
-                    history = History(history.step_losses + mask_history.step_losses + finetune_history.step_losses,
-                                      history.epoch_losses + mask_history.epoch_losses + finetune_history.epoch_losses)
-        tuned, ranks, end_mask, masks = first
+                    first = pair
+                    history = History(history.step_losses + pair.history.step_losses, history.epoch_losses + pair.history.epoch_losses)
+        tuned, ranks, end_mask, masks = first.net, first.ranks, first.mask, first.masks
         seconds = time.perf_counter() - start
         report = {"grid": grid, **{key: [row[key] for row in results] for key in results[0]}}
         lam = torch.cat([p.detach().flatten().cpu() for p in masks.probabilities().values()])
@@ -243,6 +240,28 @@ class PFTMethod(Method):
         report["perturbation_increase_pft"] = perturbation_increase(tuned, end_mask, dataset, device, scales=options.perturbation_scales,
                                                                   draws=options.perturbation_draws, generator=generator)
         return PFTFitted(tuned, ranks, history=history, seconds=seconds, report=report, task=dataset.task)
+
+    @staticmethod
+    def _pair(net, scores: dict, sparsity: float, batches, config, dataset, device) -> "Pair":
+        """OSP and PFT from one criterion's ``scores`` at one sparsity, both fine-tuned for the same epochs."""
+        options, loss = config.method_options, mean_loss(dataset.task)
+        finetune_epochs = 0 if options.masks_only else options.finetune_epochs
+        start_mask = prune(scores, Budget(fraction=sparsity))
+        osp = copy.deepcopy(net)
+        fine_tune(osp, start_mask, batches, config.optim, epochs=finetune_epochs, loss=loss)
+        init = block_isotropic(scores, sparsity, options.epsilon) if options.init == "block" else isotropic(scores, sparsity)
+        masks = StochasticMasks(init, parameterization=options.parameterization, temperature=options.temperature).to(device)
+        tuned = copy.deepcopy(net)
+        mask_history = train_masks(tuned, masks, batches, config.optim, epochs=config.train.epochs, loss=loss,
+                                   weights=not options.masks_only)
+        params = dict(tuned.named_parameters())
+        ranks = masks.ranks({site: params[site].abs() for site in masks.sites})
+        end_mask = prune(ranks, Budget(fraction=sparsity))
+        finetune_history = fine_tune(tuned, end_mask, batches, config.optim, epochs=finetune_epochs, loss=loss)
+        numbers = {"osp_test_error": test_metric(osp, dataset, device), "pft_test_error": test_metric(tuned, dataset, device),
+                   "mask_overlap": mask_overlap(start_mask, end_mask), "pft_expected_sparsity": masks.expected_sparsity()}
+        history = History(mask_history.step_losses + finetune_history.step_losses, mask_history.epoch_losses + finetune_history.epoch_losses)
+        return Pair(numbers, tuned, masks, ranks, end_mask, history)
 
     def restore(self, net, dataset, config, state):
         net.load_state_dict(state["net"])
