@@ -102,6 +102,25 @@ class NetworkFitted(Fitted):
         return dict(self.report)
 
 
+class GuideFitted(Fitted):
+    """A :class:`Fitted` Pyro model and guide: the point estimate is the guide's ``mean_params()``, the
+    Monte-Carlo predictive averages ``sample_params()`` draws (:func:`bayesprune.predict.predict`)."""
+
+    def __init__(self, model, guide, *, history=None, seconds: float = 0.0, predictive_samples: int = 0):
+        super().__init__(model.net, history=history, seconds=seconds, predictive_samples=predictive_samples)
+        self.model, self.guide = model, guide
+
+    def predict(self, x, *, masks=None, num_samples=0):
+        from bayesprune.predict import predict
+
+        return predict(self.model, self.guide, x, num_samples=num_samples, masks=masks)
+
+    def network(self):
+        net = copy.deepcopy(self.net)
+        net.load_state_dict(self.guide.mean_params())
+        return net
+
+
 class Method:
     """A registered pruning method (:func:`bayesprune.methods.register_method`).
 

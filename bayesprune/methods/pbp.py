@@ -19,7 +19,6 @@ risk on S \\ S_P estimated from ``mc_samples`` networks drawn from Q, with its o
 in Theorem 1 and Theorem 2 under a union over δ and the ``grid_size`` hyper-parameter settings searched.
 Biases carry Gaussian slabs with λ = λ⁰ = 1, so the KL covers every parameter.
 """
-import copy
 import math
 import time
 from dataclasses import dataclass
@@ -37,14 +36,13 @@ from bayesprune.masks import PARAMETERIZATIONS, block_isotropic
 from bayesprune.models import BayesianNetwork, BoundedCategorical, Categorical
 from bayesprune.objectives import GibbsRisk, PACBayesBound
 from bayesprune.optim import build_optim, torch_optimizer
-from bayesprune.predict import predict
 from bayesprune.priors import GivenPrior
 from bayesprune.saliency import CRITERIA, saliency, weight_sites
 from bayesprune.errors import ConfigError
 from bayesprune.validation import is_int, is_number, require
 
 from . import Method, register_method
-from .base import Fitted
+from .base import GuideFitted
 from .pft import mean_loss
 
 #: Rows per forward pass when a sampled network is scored on a data split.
@@ -133,7 +131,7 @@ def network_kl(guide, priors: dict) -> float:
         return float(sum(kl_divergence(q, priors[name]).double().sum() for name, q in guide.posteriors().items()))
 
 
-class PBPFitted(Fitted):
+class PBPFitted(GuideFitted):
     """The posterior Q of PAC-Bayes pruning: its point estimate is the most probable mask on μ, its
     Monte-Carlo predictive the Gibbs predictor's average; scores are logit λ of every weight."""
 
@@ -142,20 +140,12 @@ class PBPFitted(Fitted):
 
     def __init__(self, model, guide, priors: dict, *, split_seed: int, history=None, seconds=0.0, report=None,
                  predictive_samples: int = 20):
-        super().__init__(model.net, history=history, seconds=seconds, predictive_samples=predictive_samples)
-        self.model, self.guide, self.priors, self.split_seed = model, guide, priors, split_seed
+        super().__init__(model, guide, history=history, seconds=seconds, predictive_samples=predictive_samples)
+        self.priors, self.split_seed = priors, split_seed
         self.report = report or {}
 
     def scores(self) -> dict:
         return self.guide.masks.logits()
-
-    def predict(self, x, *, masks=None, num_samples=0):
-        return predict(self.model, self.guide, x, num_samples=num_samples, masks=masks)
-
-    def network(self):
-        net = copy.deepcopy(self.net)
-        net.load_state_dict(self.guide.mean_params())
-        return net
 
     def metrics(self) -> dict:
         return dict(self.report)

@@ -4,7 +4,6 @@ Prior π·N(0, τ1²) + (1 − π)·N(0, τ0²) on every weight (eq. 3.1), mean-
 closed-form inclusion probability p*(m, σ) (eq. 3.8), the objective of eqs. 3.6-3.7 with the
 minibatch penalty of eq. 4.2 or 4.3, and pruning by inclusion probability.
 """
-import copy
 import math
 import time
 from dataclasses import dataclass
@@ -21,12 +20,11 @@ from bayesprune.guides import SpikeSlabGuide
 from bayesprune.models import LIKELIHOODS, BayesianNetwork
 from bayesprune.objectives import OBJECTIVES
 from bayesprune.optim import build_optim
-from bayesprune.predict import predict
 from bayesprune.priors import SpikeSlabPrior
 from bayesprune.validation import is_int, is_number, require
 
 from . import register_method
-from .base import Fitted, Method
+from .base import GuideFitted, Method
 
 #: Test points in the posterior predictive of ``posterior.nc`` (it stores one draw per point per draw).
 PREDICTIVE_TEST_POINTS = 1000
@@ -74,7 +72,7 @@ class SBNNOptions:
         return SpikeSlabPrior(pi=self.pi, tau0=math.exp(self.log_tau0), tau1=math.exp(self.log_tau1))
 
 
-class SBNNFitted(Fitted):
+class SBNNFitted(GuideFitted):
     """A fitted sBNN: the :class:`~bayesprune.models.BayesianNetwork` and its :class:`~bayesprune.guides.SpikeSlabGuide`.
 
     Its scores are the logits B − A of the inclusion probabilities p*(m, σ) (eq. 3.8) in float64,
@@ -84,23 +82,11 @@ class SBNNFitted(Fitted):
     method = "sbnn"
     score_name = "inclusion logit"
 
-    def __init__(self, model, guide, *, history=None, seconds=0.0, predictive_samples=0):
-        super().__init__(model.net, history=history, seconds=seconds, predictive_samples=predictive_samples)
-        self.model, self.guide = model, guide
-
     def scores(self) -> dict:
         return self.guide.inclusion_logits()
 
     def inclusion_probabilities(self) -> dict:
         return self.guide.inclusion_probabilities()
-
-    def predict(self, x, *, masks=None, num_samples=0):
-        return predict(self.model, self.guide, x, num_samples=num_samples, masks=masks)
-
-    def network(self):
-        net = copy.deepcopy(self.net)
-        net.load_state_dict(self.guide.mean_params())
-        return net
 
     def metrics(self) -> dict:
         probs = torch.cat([p.flatten() for p in self.inclusion_probabilities().values()])
