@@ -6,11 +6,14 @@ from .tables import markdown_table
 
 
 def pft_table(metrics: dict) -> str:
-    """One row per (start mask, sparsity): the one-shot mask's and PFT's test error after the same
-    fine-tuning, and the share of the start mask PFT kept."""
-    rows = [{"start mask": criterion, "sparsity": sparsity, "OSP test error": osp, "PFT test error": pft, "mask overlap": overlap}
-            for (criterion, sparsity), osp, pft, overlap in zip(metrics["grid"], metrics["osp_test_error"],
-                                                               metrics["pft_test_error"], metrics["mask_overlap"])]
+    """One row per (start mask, sparsity): the one-shot mask's test error after the same fine-tuning as PFT's
+    (and after as many epochs as PFT's mask and fine-tuning stages together, when measured), PFT's, and
+    the share of the start mask PFT kept."""
+    equal = metrics.get("osp_equal_budget_test_error", [None] * len(metrics["grid"]))
+    rows = [{"start mask": criterion, "sparsity": sparsity, "OSP test error": osp,
+             **({} if eq is None else {"OSP, PFT's epochs": eq}), "PFT test error": pft, "mask overlap": overlap}
+            for (criterion, sparsity), osp, eq, pft, overlap in zip(metrics["grid"], metrics["osp_test_error"], equal,
+                                                                   metrics["pft_test_error"], metrics["mask_overlap"])]
     return markdown_table(rows, list(rows[0]))
 
 

@@ -55,9 +55,13 @@ class PFTOptions:
         at_initialization: skip stage 1: the masks are found on the weights at initialisation (E.2).
         masks_only: train λ alone on the weights at initialisation, no weight training at all (E.3).
         saliency_examples: training examples the data-dependent criteria (SNIP) read.
-        perturbation_scales: standard deviations, relative to each layer's weight RMS, of the Gaussian
-            noise added to the dense and the PFT network (Fig. 2 right).
+        perturbation_scales: standard deviations, relative to each layer's weight RMS in the dense
+            network, of the Gaussian noise added to the kept weights of the dense and the PFT network
+            (Fig. 2 right).
         perturbation_draws: noise draws per scale.
+        equal_budget_baseline: also fine-tune the one-shot mask for ``train.epochs`` more epochs, so that
+            it has trained as long as PFT's mask and fine-tuning stages together
+            (``osp_equal_budget_test_error``): the paper's comparison gives PFT those extra epochs.
     """
 
     start_masks: tuple = ("magnitude", "snip", "random")
@@ -73,6 +77,7 @@ class PFTOptions:
     saliency_examples: int = 1000
     perturbation_scales: tuple = (0.1, 0.2, 0.5, 1.0)
     perturbation_draws: int = 5
+    equal_budget_baseline: bool = True
 
     def __post_init__(self):
         key = "pft."
@@ -96,7 +101,7 @@ class PFTOptions:
             require(is_int(getattr(self, name)) and getattr(self, name) >= 0, key + name, "be a non-negative integer", getattr(self, name))
         require(is_int(self.saliency_examples) and self.saliency_examples > 0, key + "saliency_examples", "be a positive integer",
                 self.saliency_examples)
-        for name in ("at_initialization", "masks_only"):
+        for name in ("at_initialization", "masks_only", "equal_budget_baseline"):
             require(isinstance(getattr(self, name), bool), key + name, "be true or false", getattr(self, name))
         require(all(is_number(s) and s > 0 for s in self.perturbation_scales), key + "perturbation_scales",
                 "be a list of positive numbers", list(self.perturbation_scales))
@@ -141,10 +146,16 @@ def train_masks(net, masks: StochasticMasks, batches, optim_config, *, epochs: i
     return train(optimizer_step(gibbs_loss, optimizer), batches, epochs=epochs)
 
 
+def weight_rms(net) -> dict:
+    """The root mean square of each weight tensor of ``net``."""
+    return {name: param.detach().pow(2).mean().sqrt() for name, param in net.named_parameters() if name.endswith("weight")}
+
+
 @torch.no_grad()
-def perturbation_increase(net, mask: dict | None, dataset, device, *, scales, draws: int, generator) -> list:
-    """Mean increase of the test metric when Gaussian noise of standard deviation ``scale`` × the layer's
-    weight RMS is added to every kept weight of ``net`` (paper 000, Fig. 2 right), one value per scale."""
+def perturbation_increase(net, dataset, device, *, rms: dict, scales, draws: int, generator) -> list:
+    """Mean increase of the test metric when Gaussian noise of standard deviation ``scale · rms[layer]`` is
+    added to every non-zero weight of ``net`` (pruned weights stay zero), one value per scale (paper 000,
+    Fig. 2 right). Pass the dense network's ``rms`` for both networks, so that they get the same noise."""
     base = test_metric(net, dataset, device)
     increases = []
     for scale in scales:
@@ -152,12 +163,9 @@ def perturbation_increase(net, mask: dict | None, dataset, device, *, scales, dr
         for _ in range(draws):
             noisy = copy.deepcopy(net)
             for name, param in noisy.named_parameters():
-                if not name.endswith("weight"):
-                    continue
-                keep = mask[name] if mask and name in mask else param != 0
-                rms = param[keep].pow(2).mean().sqrt() if bool(keep.any()) else param.new_zeros(())
-                noise = torch.randn(param.shape, generator=generator).to(param.device)
-                param.add_(scale * rms * noise * keep)
+                if name in rms:
+                    noise = torch.randn(param.shape, generator=generator).to(param.device)
+                    param.add_(scale * rms[name] * noise * (param != 0))
             total += test_metric(noisy, dataset, device) - base
         increases.append(total / max(draws, 1))
     return increases
@@ -235,10 +243,9 @@ class PFTMethod(Method):
         lam = torch.cat([p.detach().flatten().cpu() for p in masks.probabilities().values()])
         report["keep_probability_histogram"] = torch.histc(lam, bins=HISTOGRAM_BINS, min=0, max=1).tolist()
         report["perturbation_scales"] = list(options.perturbation_scales)
-        report["perturbation_increase_dense"] = perturbation_increase(net, None, dataset, device, scales=options.perturbation_scales,
-                                                                    draws=options.perturbation_draws, generator=generator)
-        report["perturbation_increase_pft"] = perturbation_increase(tuned, end_mask, dataset, device, scales=options.perturbation_scales,
-                                                                  draws=options.perturbation_draws, generator=generator)
+        noise = {"rms": weight_rms(net), "scales": options.perturbation_scales, "draws": options.perturbation_draws, "generator": generator}
+        report["perturbation_increase_dense"] = perturbation_increase(net, dataset, device, **noise)
+        report["perturbation_increase_pft"] = perturbation_increase(tuned, dataset, device, **noise)
         return PFTFitted(tuned, ranks, history=history, seconds=seconds, report=report, task=dataset.task)
 
     @staticmethod
@@ -249,6 +256,9 @@ class PFTMethod(Method):
         start_mask = prune(scores, Budget(fraction=sparsity))
         osp = copy.deepcopy(net)
         fine_tune(osp, start_mask, batches, config.optim, epochs=finetune_epochs, loss=loss)
+        osp_test_error = test_metric(osp, dataset, device)
+        if options.equal_budget_baseline and not options.masks_only:
+            fine_tune(osp, start_mask, batches, config.optim, epochs=config.train.epochs, loss=loss)
         init = block_isotropic(scores, sparsity, options.epsilon) if options.init == "block" else isotropic(scores, sparsity)
         masks = StochasticMasks(init, parameterization=options.parameterization, temperature=options.temperature).to(device)
         tuned = copy.deepcopy(net)
@@ -258,8 +268,10 @@ class PFTMethod(Method):
         ranks = masks.ranks({site: params[site].abs() for site in masks.sites})
         end_mask = prune(ranks, Budget(fraction=sparsity))
         finetune_history = fine_tune(tuned, end_mask, batches, config.optim, epochs=finetune_epochs, loss=loss)
-        numbers = {"osp_test_error": test_metric(osp, dataset, device), "pft_test_error": test_metric(tuned, dataset, device),
+        numbers = {"osp_test_error": osp_test_error, "pft_test_error": test_metric(tuned, dataset, device),
                    "mask_overlap": mask_overlap(start_mask, end_mask), "pft_expected_sparsity": masks.expected_sparsity()}
+        if options.equal_budget_baseline and not options.masks_only:
+            numbers["osp_equal_budget_test_error"] = test_metric(osp, dataset, device)
         history = History(mask_history.step_losses + finetune_history.step_losses, mask_history.epoch_losses + finetune_history.epoch_losses)
         return Pair(numbers, tuned, masks, ranks, end_mask, history)
 
