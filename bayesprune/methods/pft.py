@@ -114,7 +114,7 @@ def mean_loss(task: str):
     return lambda output, y: F.mse_loss(output.squeeze(-1), y)
 
 
-def test_metric(net, dataset, device) -> float:
+def network_test_metric(net, dataset, device) -> float:
     """The test error (%) or RMSE of a deterministic network."""
     net.eval()
     with torch.no_grad():
@@ -141,7 +141,8 @@ def train_masks(net, masks: StochasticMasks, batches, optim_config, *, epochs: i
     optimizer = torch_optimizer(optim_config, params)
 
     def gibbs_loss(x, y):
-        return loss(functional_call(net, apply_masks(dict(net.named_parameters()), masks.relaxed()), (x,)), y)
+        params = {name: param if weights else param.detach() for name, param in net.named_parameters()}
+        return loss(functional_call(net, apply_masks(params, masks.relaxed()), (x,)), y)
 
     return train(optimizer_step(gibbs_loss, optimizer), batches, epochs=epochs)
 
@@ -156,7 +157,7 @@ def perturbation_increase(net, dataset, device, *, rms: dict, scales, draws: int
     """Mean increase of the test metric when Gaussian noise of standard deviation ``scale · rms[layer]`` is
     added to every non-zero weight of ``net`` (pruned weights stay zero), one value per scale (paper 000,
     Fig. 2 right). Pass the dense network's ``rms`` for both networks, so that they get the same noise."""
-    base = test_metric(net, dataset, device)
+    base = network_test_metric(net, dataset, device)
     increases = []
     for scale in scales:
         total = 0.0
@@ -166,7 +167,7 @@ def perturbation_increase(net, dataset, device, *, rms: dict, scales, draws: int
                 if name in rms:
                     noise = torch.randn(param.shape, generator=generator).to(param.device)
                     param.add_(scale * rms[name] * noise * (param != 0))
-            total += test_metric(noisy, dataset, device) - base
+            total += network_test_metric(noisy, dataset, device) - base
         increases.append(total / max(draws, 1))
     return increases
 
@@ -256,7 +257,7 @@ class PFTMethod(Method):
         start_mask = prune(scores, Budget(fraction=sparsity))
         osp = copy.deepcopy(net)
         fine_tune(osp, start_mask, batches, config.optim, epochs=finetune_epochs, loss=loss)
-        osp_test_error = test_metric(osp, dataset, device)
+        osp_test_error = network_test_metric(osp, dataset, device)
         if options.equal_budget_baseline and not options.masks_only:
             fine_tune(osp, start_mask, batches, config.optim, epochs=config.train.epochs, loss=loss)
         init = block_isotropic(scores, sparsity, options.epsilon) if options.init == "block" else isotropic(scores, sparsity)
@@ -268,10 +269,10 @@ class PFTMethod(Method):
         ranks = masks.ranks({site: params[site].abs() for site in masks.sites})
         end_mask = prune(ranks, Budget(fraction=sparsity))
         finetune_history = fine_tune(tuned, end_mask, batches, config.optim, epochs=finetune_epochs, loss=loss)
-        numbers = {"osp_test_error": osp_test_error, "pft_test_error": test_metric(tuned, dataset, device),
+        numbers = {"osp_test_error": osp_test_error, "pft_test_error": network_test_metric(tuned, dataset, device),
                    "mask_overlap": mask_overlap(start_mask, end_mask), "pft_expected_sparsity": masks.expected_sparsity()}
         if options.equal_budget_baseline and not options.masks_only:
-            numbers["osp_equal_budget_test_error"] = test_metric(osp, dataset, device)
+            numbers["osp_equal_budget_test_error"] = network_test_metric(osp, dataset, device)
         history = History(mask_history.step_losses + finetune_history.step_losses, mask_history.epoch_losses + finetune_history.epoch_losses)
         return Pair(numbers, tuned, masks, ranks, end_mask, history)
 
