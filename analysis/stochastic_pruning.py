@@ -43,7 +43,7 @@ def plot_keep_probabilities(histograms: dict, path):
     for label, counts in histograms.items():
         edges = np.linspace(0, 1, len(counts) + 1)
         axis.stairs(counts, edges, label=label)
-    axis.set(xlabel="keep-probability λ", ylabel="weights", yscale="log", title="Keep-probabilities")
+    axis.set(xlabel="keep-probability λ", ylabel="weights", yscale="log", ylim=(0.5, None), title="Keep-probabilities")
     axis.legend()
     save_figure(figure, path)
 

@@ -86,6 +86,11 @@ class StochasticMasks(nn.Module):
         stage 2.3)."""
         return lexicographic_ranks(self.logits(), tiebreak)
 
+    def histogram(self, bins: int = 20) -> list:
+        """Counts of λ in ``bins`` equal bins of [0, 1] over every masked weight (paper 000, Fig. 11)."""
+        lam = torch.cat([p.detach().flatten().float().cpu() for p in self.probabilities().values()])
+        return torch.histc(lam, bins=bins, min=0, max=1).tolist()
+
     def expected_sparsity(self) -> float:
         """1 − mean λ over every masked weight."""
         return 1.0 - float(torch.cat([lam.detach().flatten() for lam in self.probabilities().values()]).double().mean())

@@ -22,6 +22,7 @@ Biases carry Gaussian slabs with λ = λ⁰ = 1, so the KL covers every paramete
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyro
 import torch
@@ -214,9 +215,11 @@ class PBPMethod(Method):
         initial = {name: DiracSpikeSlab(keep[name] if name in keep else torch.ones_like(param), param.detach().clone(),
                                         torch.full_like(param, math.exp(options.log_sigma2 / 2))) for name, param in net.named_parameters()}
         prior_model, prior_guide = _model_and_guide(net, initial, Categorical(len(prior_rows)), options, learn_scale=False)
+        histograms = {"keep_probability_histogram_start": prior_guide.masks.histogram()}
         fit(prior_model, prior_guide, prior_batches, objective=GibbsRisk(dataset_size=len(prior_rows)),
             optim=build_optim(config.optim, epochs=options.prior_mask_epochs), epochs=options.prior_mask_epochs, progress=progress)
         priors = _prior_distributions(prior_guide)
+        histograms["keep_probability_histogram_prior"] = prior_guide.masks.histogram()
         prior_test = gibbs_errors(prior_model, prior_guide, dataset.x_test.to(device), dataset.y_test.to(device),
                                   samples=options.prior_samples)
 
@@ -230,7 +233,8 @@ class PBPMethod(Method):
         fitted = PBPFitted(model, guide, priors, split_seed=seed, history=history, seconds=seconds)
         fitted.report = {**self.certify(fitted, dataset, options, device=device),
                          "prior_test_error": 100 * float(prior_test.mean()), "prior_mc_samples": options.prior_samples,
-                         "prior_expected_sparsity": prior_guide.masks.expected_sparsity()}
+                         "prior_expected_sparsity": prior_guide.masks.expected_sparsity(), **histograms,
+                         "keep_probability_histogram_posterior": guide.masks.histogram()}
         return fitted
 
     @staticmethod
@@ -263,6 +267,7 @@ class PBPMethod(Method):
 
     def report_sections(self, run_dir, metrics):
         """The certificate beside the measured errors (Fig. 4's quantities for this run)."""
+        from bayesprune.analysis.stochastic_pruning import plot_keep_probabilities
         from bayesprune.analysis.tables import markdown_table
 
         if "bound" not in metrics:
@@ -273,9 +278,15 @@ class PBPMethod(Method):
             ("posterior Q test error (%)", "posterior_test_error"), ("prior P test error (%)", "prior_test_error"),
             ("KL(Q ‖ P)", "kl"), ("n, examples of S \\ S_P", "n_bound"), ("expected sparsity of Q", "sparsity"),
             ("alpha", "alpha"), ("delta", "delta"), ("grid size (union bound)", "grid_size"), ("Monte-Carlo networks", "mc_samples"))]
+        sections = []
+        if "keep_probability_histogram_posterior" in metrics:
+            plot_keep_probabilities({label: metrics[f"keep_probability_histogram_{key}"] for label, key in (
+                ("start (eq. 6)", "start"), ("prior P after stage 2", "prior"), ("posterior Q after stage 3", "posterior"))},
+                Path(run_dir) / "keep_probabilities.png")
+            sections.append("![keep-probabilities at the start, of P and of Q (paper 000, Fig. 11)](keep_probabilities.png)")
         return ["## PAC-Bayes certificate (paper 000, Theorems 1-2)\n\n"
                 f"With probability at least {1 - metrics['delta']:g} over the training data, the Gibbs classifier Q "
-                f"errs on at most {100 * metrics['bound']:.2f}% of new examples.\n\n" + markdown_table(rows)]
+                f"errs on at most {100 * metrics['bound']:.2f}% of new examples.\n\n" + markdown_table(rows), *sections]
 
     def restore(self, net, dataset, config, state):
         options = config.method_options

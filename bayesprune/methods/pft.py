@@ -33,10 +33,6 @@ from bayesprune.validation import is_int, is_number, require
 from . import Method, register_method
 from .base import NetworkFitted
 
-#: Bins of the keep-probability histogram in ``metrics.json`` (paper 000, Fig. 11).
-HISTOGRAM_BINS = 20
-
-
 @dataclass(frozen=True)
 class PFTOptions:
     """``[pft]``: start masks, sparsities and the stages of PFT (paper 000, appendix D.3).
@@ -241,8 +237,7 @@ class PFTMethod(Method):
         tuned, ranks, end_mask, masks = first.net, first.ranks, first.mask, first.masks
         seconds = time.perf_counter() - start
         report = {"grid": grid, **{key: [row[key] for row in results] for key in results[0]}}
-        lam = torch.cat([p.detach().flatten().cpu() for p in masks.probabilities().values()])
-        report["keep_probability_histogram"] = torch.histc(lam, bins=HISTOGRAM_BINS, min=0, max=1).tolist()
+        report["keep_probability_histogram"] = masks.histogram()
         report["perturbation_scales"] = list(options.perturbation_scales)
         noise = {"rms": weight_rms(net), "scales": options.perturbation_scales, "draws": options.perturbation_draws, "generator": generator}
         report["perturbation_increase_dense"] = perturbation_increase(net, dataset, device, **noise)
