@@ -91,7 +91,7 @@ def project_sites(scores: dict, budget) -> dict:
         budget: K, a finite number ≥ 0, for all sites together.
 
     Returns:
-        Site name → projected tensor, of the shape and dtype of its input.
+        Site name → projected tensor, of the shape and dtype of its input (an empty dict for no sites).
 
     Raises:
         ValueError: naming ``budget`` when invalid.

@@ -1,16 +1,34 @@
-"""One-shot pruning criteria: a saliency per weight, higher = keep (paper 000, section 2).
+"""Pruning criteria: a saliency per weight, higher = keep (paper 000, section 2; paper 001, sections 2-3).
 
-Every criterion is a function ``criterion(net, sites, *, x, y, loss, generator) -> {site: scores}``
+Every criterion is a function ``criterion(net, sites, *, x, y, loss, generator, loss_kind) -> {site: scores}``
 registered in :data:`CRITERIA` by :func:`register_criterion`; :func:`bayesprune.pruning.prune`
 turns the scores into masks under a :class:`~bayesprune.pruning.Budget`. ``x, y`` are a batch of
 training data and ``loss(output, y)`` its mean loss, for the criteria that read the data.
-"""
-import torch
-from torch.func import functional_call
 
+The loss-model criteria of paper 001 (``"obd"``, ``"lm"``, ``"qm"``) need the gradient and the
+generalised Gauss-Newton of the *same* mean loss L (eq. 2), so they do not read ``loss``: L is the
+mean over ``(x, y)`` of the loss ℓ of ``loss_kind`` (:func:`loss_kind_of`), the cross-entropy on
+logits or the squared loss ½‖u − t‖². :func:`pruning_stages` prunes in several stages with any
+criterion (Algorithm 1) and :func:`loss_change` measures what pruning costs (eq. 1).
+
+The network is evaluated in the mode it is in: call ``net.eval()`` first if it holds dropout.
+"""
+import copy
+import math
+
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call, vjp, vmap
+
+from .pruning import Budget, apply_masks, prune
+from .schedules import sparsity_schedule
 from .structure import layer_chain
+from .validation import is_int, is_number, require
 
 CRITERIA: dict = {}
+LOSS_KINDS = ("cross_entropy", "squared")
+#: Examples per vectorised chunk of :func:`ggn_diagonal`: its memory is chunk × outputs × weights.
+GGN_CHUNK = 32
 
 
 def register_criterion(name: str):
@@ -27,18 +45,103 @@ def weight_sites(net) -> list:
     return [layer.weight_site for layer in layer_chain(net)]
 
 
-def saliency(name: str, net, *, x=None, y=None, loss=None, generator=None) -> dict:
+def saliency(name: str, net, *, x=None, y=None, loss=None, generator=None, penalty: float = 0.0, loss_kind=None) -> dict:
     """The scores of criterion ``name`` for every weight site of ``net``, in float64 (they rank without ties
-    collapsing)."""
+    collapsing).
+
+    Args:
+        name: a criterion of :data:`CRITERIA`.
+        net: the network; its parameters are read, not changed.
+        x, y: a batch of training data, for the criteria that read data.
+        loss: ``loss(output, y)``, the batch's mean loss (SNIP).
+        generator: random numbers (random pruning).
+        penalty: λ ≥ 0 of the step-size penalty: λ/2 · θ_k² is added to every score (paper 001,
+            section 3.2); a large λ ranks like magnitude pruning.
+        loss_kind: the loss of the loss-model criteria (:func:`loss_kind_of`).
+    """
     if name not in CRITERIA:
         raise ValueError(f"criterion must be one of {sorted(CRITERIA)}, got {name!r}")
-    scores = CRITERIA[name](net, weight_sites(net), x=x, y=y, loss=loss, generator=generator)
-    return {site: score.detach().to(torch.float64) for site, score in scores.items()}
+    require(is_number(penalty) and penalty >= 0, "penalty", "be a non-negative number", penalty)
+    sites = weight_sites(net)
+    scores = CRITERIA[name](net, sites, x=x, y=y, loss=loss, generator=generator, loss_kind=loss_kind)
+    params = dict(net.named_parameters())
+    return {site: score.detach().to(torch.float64) + penalty / 2 * params[site].detach().to(torch.float64) ** 2
+            for site, score in scores.items()}
+
+
+def loss_kind_of(y: torch.Tensor, loss_kind: str | None = None) -> str:
+    """``loss_kind`` if given, else the loss that ``y``'s dtype implies: integer class labels take the
+    cross-entropy on logits (``"cross_entropy"``), float targets the squared loss ½‖u − t‖²
+    (``"squared"``, ``t`` reshaped to the output's shape)."""
+    kind = loss_kind or ("squared" if y.dtype.is_floating_point else "cross_entropy")
+    if kind not in LOSS_KINDS:
+        raise ValueError(f"loss_kind must be one of {list(LOSS_KINDS)}, got {kind!r}")
+    return kind
+
+
+def _mean_loss(output: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:
+    """L = (1/N) Σ_i ℓ(f_θ(x_i), t_i) of the loss ``kind``."""
+    if kind == "cross_entropy":
+        return F.cross_entropy(output, y)
+    return 0.5 * (output - y.reshape(output.shape)).pow(2).flatten(1).sum(1).mean()
+
+
+def _hessian_factor(output: torch.Tensor, kind: str) -> torch.Tensor:
+    """A_i with A_i A_iᵀ = ∇²_u ℓ(u, t_i) at u = f_θ(x_i), shape (N, K, K): the identity for the squared
+    loss; diag(√p) − p √pᵀ with p = softmax(u) for the cross-entropy, whose Hessian diag(p) − p pᵀ it
+    factors because Σ p = 1. Neither depends on the targets."""
+    u = output.detach().flatten(1)
+    if kind == "squared":
+        return torch.eye(u.shape[1], dtype=u.dtype, device=u.device).expand(u.shape[0], -1, -1)
+    p = torch.softmax(u, dim=1)
+    root = p.sqrt()
+    return torch.diag_embed(root) - p.unsqueeze(2) * root.unsqueeze(1)
+
+
+def ggn_diagonal(net, sites, x, y, *, loss_kind=None, chunk: int = GGN_CHUNK) -> dict:
+    """The diagonal of the generalised Gauss-Newton G(θ) = (1/N) Σ_i J_iᵀ ∇²_u ℓ(u, t_i) J_i, J_i the
+    Jacobian of f_θ(x_i) in θ (paper 001, appendix A, eq. 8), for every site of ``sites``.
+
+    Not the empirical Fisher: with ∇²_u ℓ = A_i A_iᵀ (:func:`_hessian_factor`),
+    G_kk = (1/N) Σ_i Σ_c (∂(a_icᵀ f_θ(x_i))/∂θ_k)², a_ic the columns of A_i, held fixed. The
+    per-example gradients are vectorised over ``chunk`` examples at a time.
+
+    Args:
+        net: the network; its parameters are read, not changed.
+        sites: parameter names.
+        x, y: the N examples and their targets (``y`` only decides the loss, see :func:`loss_kind_of`).
+        loss_kind: ``"cross_entropy"`` or ``"squared"``; by default from ``y``'s dtype.
+        chunk: examples per vectorised chunk; memory grows as chunk × outputs × weights.
+    """
+    kind = loss_kind_of(y, loss_kind)
+    params = {name: param.detach() for name, param in net.named_parameters()}
+    weights = {site: params[site] for site in sites}
+
+    def squared_column_gradients(example, factor):
+        def output(w):
+            return functional_call(net, {**params, **w}, (example.unsqueeze(0),)).flatten()
+        _, pullback = vjp(output, weights)
+        (grads,) = vmap(pullback)(factor.mT)
+        return {site: grad.pow(2).sum(0) for site, grad in grads.items()}
+
+    total = {site: torch.zeros_like(weight) for site, weight in weights.items()}
+    for batch in torch.split(x, chunk):
+        factor = _hessian_factor(functional_call(net, params, (batch,)), kind)
+        for site, value in vmap(squared_column_gradients)(batch, factor).items():
+            total[site] += value.sum(0)
+    return {site: value / len(x) for site, value in total.items()}
+
+
+def loss_gradient(net, sites, x, y, *, loss_kind=None) -> dict:
+    """∂L/∂θ at every site of ``sites``, L the mean loss over ``(x, y)`` (:func:`loss_kind_of`)."""
+    params = {name: param.detach().requires_grad_(name in sites) for name, param in net.named_parameters()}
+    value = _mean_loss(functional_call(net, params, (x,)), y, loss_kind_of(y, loss_kind))
+    return dict(zip(sites, torch.autograd.grad(value, [params[site] for site in sites])))
 
 
 @register_criterion("magnitude")
 def magnitude(net, sites, **_):
-    """Magnitude-based pruning (MBP): g_i = |W_i|."""
+    """Magnitude-based pruning (MBP): g_i = |W_i|. Paper 001's MP, s_k = θ_k² (eq. 4), ranks the same."""
     params = dict(net.named_parameters())
     return {site: params[site].abs() for site in sites}
 
@@ -58,3 +161,95 @@ def random(net, sites, *, generator=None, **_):
     """Random pruning (RP): i.i.d. uniform scores."""
     params = dict(net.named_parameters())
     return {site: torch.rand(params[site].shape, generator=generator).to(params[site].device) for site in sites}
+
+
+@register_criterion("obd")
+def obd(net, sites, *, x, y, loss_kind=None, **_):
+    """Optimal Brain Damage (paper 001, eq. 3): s_k = ½ G_kk θ_k², G the generalised Gauss-Newton
+    (:func:`ggn_diagonal`); the gradient term is dropped, as if training had converged."""
+    ggn = ggn_diagonal(net, sites, x, y, loss_kind=loss_kind)
+    params = dict(net.named_parameters())
+    return {site: 0.5 * ggn[site] * params[site].detach() ** 2 for site in sites}
+
+
+@register_criterion("lm")
+def lm(net, sites, *, x, y, loss_kind=None, **_):
+    """Linear model (paper 001, eq. 6): s_k = |∂L/∂θ_k θ_k| (SNIP's saliency, on the loss of ``loss_kind``)."""
+    grads = loss_gradient(net, sites, x, y, loss_kind=loss_kind)
+    params = dict(net.named_parameters())
+    return {site: (grads[site] * params[site].detach()).abs() for site in sites}
+
+
+@register_criterion("qm")
+def qm(net, sites, *, x, y, loss_kind=None, **_):
+    """Diagonal quadratic model (paper 001, eq. 5): s_k = |−∂L/∂θ_k θ_k + ½ G_kk θ_k²|, OBD with its
+    gradient term kept, for networks not at convergence."""
+    grads = loss_gradient(net, sites, x, y, loss_kind=loss_kind)
+    ggn = ggn_diagonal(net, sites, x, y, loss_kind=loss_kind)
+    params = {site: param.detach() for site, param in net.named_parameters()}
+    return {site: (-grads[site] * params[site] + 0.5 * ggn[site] * params[site] ** 2).abs() for site in sites}
+
+
+def pruning_stages(net, criterion: str, sparsity: float, *, x, y, stages: int, schedule: str = "exponential",
+                   penalty: float = 0.0, examples_per_stage: int = 1000, loss=None, loss_kind=None, generator=None):
+    """Prune ``net`` in π = ``stages`` stages without updating the weights in between (paper 001,
+    Algorithm 1 without its fine-tuning): an iterator of ``(κ_i, masks)`` after every stage.
+
+    At stage i the scores of ``criterion`` are computed on the masked network θ ⊙ m from
+    ``examples_per_stage`` examples of ``(x, y)`` drawn at random (1000 in the paper, appendix B.2),
+    with the step-size ``penalty`` λ of :func:`saliency`; the weights pruned earlier score −∞ so
+    that they stay pruned, and the new mask keeps the (1 − κ_i)·D highest-scoring weights over all
+    sites together (exactly ``floor(κ_i·D)`` removed, :class:`~bayesprune.pruning.Budget`), κ_i of
+    :func:`~bayesprune.schedules.sparsity_schedule`. The masks are nested, the last one is at
+    ``sparsity``; ``net`` is not changed (a copy is masked). Biases are not pruned.
+
+    Args:
+        net: the trained network.
+        criterion: a criterion of :data:`CRITERIA`.
+        sparsity: κ, the fraction of the weights removed in the end, in [0, 1).
+        x, y: the training set the examples are drawn from.
+        stages: π ≥ 1; one stage is one-shot pruning.
+        schedule: ``"exponential"`` or ``"linear"`` (:func:`~bayesprune.schedules.sparsity_schedule`).
+        penalty: λ ≥ 0 (section 3.2).
+        examples_per_stage: examples drawn per stage (all of them, in random order, if fewer).
+        loss, loss_kind, generator: as in :func:`saliency`; ``generator`` also draws the examples.
+    """
+    require(is_int(examples_per_stage) and examples_per_stage > 0, "examples_per_stage", "be a positive integer",
+            examples_per_stage)
+    if criterion not in CRITERIA:
+        raise ValueError(f"criterion must be one of {sorted(CRITERIA)}, got {criterion!r}")
+    sparsities = sparsity_schedule(sparsity, stages, schedule)
+    options = {"loss": loss, "loss_kind": loss_kind, "generator": generator, "penalty": penalty}
+    return _stages(copy.deepcopy(net), criterion, sparsities, x, y, examples_per_stage, options)
+
+
+def _stages(masked, criterion, sparsities, x, y, examples_per_stage, options):
+    masks = {site: torch.ones_like(masked.get_parameter(site), dtype=torch.bool) for site in weight_sites(masked)}
+    for kappa in sparsities:
+        rows = torch.randperm(len(x), generator=options["generator"])[:examples_per_stage].to(x.device)
+        scores = saliency(criterion, masked, x=x[rows], y=y[rows], **options)
+        masks = prune({site: score.masked_fill(~masks[site], -math.inf) for site, score in scores.items()},
+                      Budget(fraction=kappa))
+        with torch.no_grad():
+            for site, mask in masks.items():
+                masked.get_parameter(site).mul_(mask)
+        yield kappa, masks
+
+
+def multi_stage_masks(net, criterion: str, sparsity: float, **options) -> dict:
+    """The masks of the last stage of :func:`pruning_stages` (same arguments): Algorithm 1 of paper 001
+    without fine-tuning, at sparsity κ = ``sparsity``."""
+    for _, masks in pruning_stages(net, criterion, sparsity, **options):
+        pass
+    return masks
+
+
+def loss_change(net, masks: dict, x, y, *, loss_kind=None) -> float:
+    """ΔL(θ, Δθ) = |L(θ ⊙ m) − L(θ)| (paper 001, eq. 1; the metric of section 4) on ``(x, y)``, L the mean
+    loss of ``loss_kind`` (:func:`loss_kind_of`) and ``masks`` keyed by parameter name."""
+    kind = loss_kind_of(y, loss_kind)
+    params = {name: param.detach() for name, param in net.named_parameters()}
+    with torch.no_grad():
+        dense = _mean_loss(functional_call(net, params, (x,)), y, kind)
+        pruned = _mean_loss(functional_call(net, apply_masks(params, masks), (x,)), y, kind)
+    return float((pruned - dense).abs())
