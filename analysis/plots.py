@@ -76,3 +76,12 @@ def plot_unit_gates(metrics: dict, units_path, theta_path):
         axis.plot(epochs, theta, linewidth=0.6, alpha=0.6)
         axis.set(xlabel="epoch", ylabel="θ", ylim=(-0.02, 1.02), title=f"hidden layer {layer + 1}")
     save_figure(figure, theta_path)
+
+
+def plot_remaining_ratio(ratios: dict, path):
+    """The fraction of each layer's weights kept, site by site in network order (paper 002, Fig. 3)."""
+    figure, axis = plt.subplots(figsize=(5, 3.5))
+    axis.bar(range(len(ratios)), list(ratios.values()))
+    axis.set_xticks(range(len(ratios)), list(ratios), rotation=45, ha="right")
+    axis.set(ylabel="remaining ratio", yscale="log", title="Weights kept per layer")
+    save_figure(figure, path)

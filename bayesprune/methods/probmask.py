@@ -1,0 +1,250 @@
+"""ProbMask: masks in probability space under one global sparsity budget (paper 002, section 3, Algorithm 1).
+
+Every weight carries a keep-probability s_i ∈ [0, 1], started at 1 (dense). Weights and s are
+trained together on the expected loss (problem 2) through ``samples`` = I two-Gumbel relaxed masks
+σ((log s − log(1 − s) + g₁ − g₀)/τ) per step (eqs. 3-5), the gradients clipped to a norm of 3 as in
+the authors' code; after every step s is projected exactly onto C = {s ∈ [0, 1]ⁿ, Σ s ≤ K}
+(Theorem 1, :mod:`bayesprune.projection`), K = k·n for the whole network (``scope = "global"``) or
+k·n_l for each layer (``"layer"``, the comparison of section 4.3). Per epoch t of T the temperature is
+τ = 0.97(1 − t/T) + 0.03 and k follows the cubic schedule of eq. 7 from 1 to 1 − ``sparsity``
+between epochs t₁ and t₂. At the end masks m ~ Bernoulli(s) are drawn, the one with the lowest
+training loss is kept and the sparse network is fine-tuned. ``supermask`` freezes the weights at
+their random initialisation (appendix A.2).
+
+The s optimiser is Adam at 6e-3 (Table 4, the paper's only searched hyper-parameter); the weights'
+is ``[optim]``. Biases are not masked. The baseline (``baseline = true``) is global magnitude
+pruning at the same sparsity of the network trained densely for as many epochs, fine-tuned as long.
+"""
+import copy
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.func import functional_call
+
+from bayesprune.fit import TensorBatches, optimizer_step, train
+from bayesprune.masks import StochasticMasks
+from bayesprune.optim import torch_optimizer
+from bayesprune.projection import project_onto_budget
+from bayesprune.pruning import Budget, apply_masks, lexicographic_ranks, prune
+from bayesprune.saliency import saliency, weight_sites
+from bayesprune.schedules import annealed_temperature, cubic_keep_ratio
+from bayesprune.validation import is_int, is_number, require
+
+from . import Method, register_method
+from .base import NetworkFitted
+from .pft import fine_tune, mean_loss, network_test_metric
+
+SCOPES = ("global", "layer")
+#: Training examples the final mask draws are compared on.
+SELECTION_EXAMPLES = 10_000
+
+
+@dataclass(frozen=True)
+class ProbMaskOptions:
+    """``[probmask]``: budget, schedules and the final mask (paper 002, Algorithm 1, Table 4).
+
+    Training runs ``train.epochs`` = T epochs.
+
+    Attributes:
+        sparsity: target fraction of the weights removed (1 − k_f).
+        scope: ``"global"`` (one budget for the network) or ``"layer"`` (each layer its own).
+        samples: relaxed masks I per step (eq. 5).
+        probability_lr: Adam's rate for s (6e-3).
+        clip_norm: the gradients of weights and s together are clipped to this norm (3).
+        t1, t2: epochs between which k falls from 1 to 1 − ``sparsity`` (eq. 7).
+        final_draws: masks drawn from s at the end; the lowest training loss is kept.
+        finetune_epochs: fine-tuning of the sparse network.
+        supermask: weights frozen at initialisation, only s trained, no fine-tuning (appendix A.2).
+        baseline: also run global magnitude pruning + fine-tuning with the same total epochs.
+    """
+
+    sparsity: float = 0.99
+    scope: str = "global"
+    samples: int = 1
+    probability_lr: float = 6e-3
+    clip_norm: float = 3.0
+    t1: int = 16
+    t2: int = 60
+    final_draws: int = 10
+    finetune_epochs: int = 10
+    supermask: bool = False
+    baseline: bool = True
+
+    def __post_init__(self):
+        key = "probmask."
+        require(is_number(self.sparsity) and 0 < self.sparsity < 1, key + "sparsity", "lie in (0, 1)", self.sparsity)
+        require(self.scope in SCOPES, key + "scope", f"be one of {list(SCOPES)}", self.scope)
+        for name in ("probability_lr", "clip_norm"):
+            require(is_number(getattr(self, name)) and getattr(self, name) > 0, key + name, "be a positive number", getattr(self, name))
+        for name in ("samples", "final_draws"):
+            require(is_int(getattr(self, name)) and getattr(self, name) > 0, key + name, "be a positive integer", getattr(self, name))
+        for name in ("t1", "finetune_epochs"):
+            require(is_int(getattr(self, name)) and getattr(self, name) >= 0, key + name, "be a non-negative integer", getattr(self, name))
+        require(is_int(self.t2) and self.t2 > self.t1, key + "t2", f"be an integer above probmask.t1 = {self.t1}", self.t2)
+        for name in ("supermask", "baseline"):
+            require(isinstance(getattr(self, name), bool), key + name, "be true or false", getattr(self, name))
+
+
+class ProbMaskTraining:
+    """Algorithm 1 as a :func:`bayesprune.fit.train` step and epoch callback over ``net`` and its masks."""
+
+    def __init__(self, net, options: ProbMaskOptions, optim_config, *, epochs: int, loss):
+        self.net, self.options, self.epochs, self.loss = net, options, epochs, loss
+        sites = weight_sites(net)
+        params = dict(net.named_parameters())
+        self.masks = StochasticMasks({site: torch.ones_like(params[site]) for site in sites}, parameterization="clamp",
+                                     temperature=annealed_temperature(1, epochs))
+        self.weight_optimizer = None if options.supermask else torch_optimizer(optim_config, net.parameters())
+        self.probability_optimizer = torch.optim.Adam(self.masks.parameters(), lr=options.probability_lr)
+        self.keep = cubic_keep_ratio(1, start=options.t1, end=options.t2, final=1 - options.sparsity)
+
+    def step(self, x, y, index, num_batches):
+        optimizers = [self.probability_optimizer] + ([self.weight_optimizer] if self.weight_optimizer else [])
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        params = {name: param if self.weight_optimizer else param.detach() for name, param in self.net.named_parameters()}
+        total = 0.0
+        for _ in range(self.options.samples):
+            value = self.loss(functional_call(self.net, apply_masks(params, self.masks.relaxed()), (x,)), y) / self.options.samples
+            value.backward()
+            total = total + value.detach()
+        torch.nn.utils.clip_grad_norm_([*self.masks.parameters(), *self.net.parameters()], self.options.clip_norm)
+        for optimizer in optimizers:
+            optimizer.step()
+        self.project()
+        return total
+
+    @torch.no_grad()
+    def project(self):
+        """s ← proj_C(s) with the current budget: one projection of all sites, or one per layer."""
+        raw = self.masks.raw
+        if self.options.scope == "global":
+            raw.copy_(project_onto_budget(raw, self.keep * raw.numel()))
+            return
+        start = 0
+        for shape in self.masks.shapes.values():
+            chunk = raw[start:start + shape.numel()]
+            chunk.copy_(project_onto_budget(chunk, self.keep * shape.numel()))
+            start += shape.numel()
+
+    def on_epoch(self, epoch, history):
+        following = epoch + 2  # Algorithm 1 sets τ and k at the start of epoch t = 1, ..., T
+        self.masks.temperature = annealed_temperature(min(following, self.epochs), self.epochs)
+        self.keep = cubic_keep_ratio(following, start=self.options.t1, end=self.options.t2, final=1 - self.options.sparsity)
+
+
+@torch.no_grad()
+def best_draw(net, masks: StochasticMasks, x, y, *, draws: int, loss, generator=None) -> dict:
+    """The mask m ~ Bernoulli(s) with the lowest loss on ``(x, y)`` among ``draws`` draws (Algorithm 1, line 12)."""
+    params = dict(net.named_parameters())
+    best, best_loss = None, float("inf")
+    for _ in range(draws):
+        mask = {site: sample.bool() for site, sample in masks.sample(generator).items()}
+        value = float(loss(functional_call(net, apply_masks(params, mask), (x,)), y))
+        if value < best_loss:
+            best, best_loss = mask, value
+    return best
+
+
+def layer_report(mask: dict, masks: StochasticMasks) -> dict:
+    """Remaining ratio per layer (Fig. 3), the share of s within 0.01 of 0 or 1, and the histogram of s (Fig. 5)."""
+    s = torch.cat([p.detach().flatten() for p in masks.probabilities().values()])
+    return {"remaining_ratio_per_layer": {site: float(m.float().mean()) for site, m in mask.items()},
+            "share_s_near_binary": float(((s <= 0.01) | (s >= 0.99)).float().mean()),
+            "s_histogram": masks.histogram()}
+
+
+class ProbMaskFitted(NetworkFitted):
+    """The fine-tuned sparse network; its scores keep exactly its mask under a budget at its sparsity
+    (mask first, then s: the kept weights rank above the removed ones)."""
+
+    method = "probmask"
+    score_name = "mask, then keep-probability"
+
+    def __init__(self, net, ranks: dict, **kwargs):
+        super().__init__(net, **kwargs)
+        self.ranks = ranks
+
+    def scores(self) -> dict:
+        return dict(self.ranks)
+
+    def state_dict(self) -> dict:
+        return {"net": self.net.state_dict(), "ranks": {site: r.clone() for site, r in self.ranks.items()}}
+
+    def load_state_dict(self, state):
+        self.net.load_state_dict(state["net"])
+        self.ranks = {site: r.clone() for site, r in state["ranks"].items()}
+
+
+@register_method
+class ProbMaskMethod(Method):
+    """Probabilistic masking under a global sparsity budget (paper 002)."""
+
+    name = "probmask"
+    Options = ProbMaskOptions
+
+    def fit(self, net, dataset, config, *, device, seed, checkpoint=None, progress=False, callbacks=()):
+        options = config.method_options
+        torch.manual_seed(seed)
+        generator = torch.Generator(device=device).manual_seed(seed)
+        net = net.to(device)
+        loss = mean_loss(dataset.task)
+        batches = TensorBatches(dataset.x_train.to(device), dataset.y_train.to(device), batch_size=config.data.batch_size, seed=seed)
+        dense = copy.deepcopy(net)
+        start = time.perf_counter()
+        training = ProbMaskTraining(net, options, config.optim, epochs=config.train.epochs, loss=loss)
+        history = train(training.step, batches, epochs=config.train.epochs, callbacks=[training], progress=progress)
+        rows = torch.randperm(dataset.num_train, generator=torch.Generator().manual_seed(seed))[:SELECTION_EXAMPLES]
+        mask = best_draw(net, training.masks, dataset.x_train[rows].to(device), dataset.y_train[rows].to(device),
+                         draws=options.final_draws, loss=loss, generator=generator)
+        masked = {name: param * mask[name] if name in mask else param for name, param in net.named_parameters()}
+        report = {"test_error_before_finetune": _masked_test_metric(net, masked, dataset, device)}
+        finetune_epochs = 0 if options.supermask else options.finetune_epochs
+        fine_tune(net, mask, batches, config.optim, epochs=finetune_epochs, loss=loss)
+        seconds = time.perf_counter() - start
+        removed = sum(int((~m).sum()) for m in mask.values())
+        report.update(sparsity=removed / sum(m.numel() for m in mask.values()), scope=options.scope, **layer_report(mask, training.masks))
+        if options.baseline and not options.supermask:
+            report["magnitude_test_error"] = _magnitude_baseline(dense, options, batches, config, dataset, device, loss)
+        ranks = lexicographic_ranks({site: m.double() for site, m in mask.items()}, training.masks.probabilities())
+        return ProbMaskFitted(net, ranks, history=history, seconds=seconds, report=report, task=dataset.task)
+
+    def restore(self, net, dataset, config, state):
+        net.load_state_dict(state["net"])
+        return ProbMaskFitted(net, dict(state["ranks"]), task=dataset.task)
+
+    def report_sections(self, run_dir, metrics):
+        """Remaining ratio per layer (paper 002, Fig. 3) and the histogram of s (Fig. 5)."""
+        from bayesprune.analysis.plots import plot_remaining_ratio
+        from bayesprune.analysis.stochastic_pruning import plot_keep_probabilities
+
+        if "remaining_ratio_per_layer" not in metrics:
+            return []
+        plot_remaining_ratio(metrics["remaining_ratio_per_layer"], Path(run_dir) / "remaining_ratio.png")
+        plot_keep_probabilities({"s after training": metrics["s_histogram"]}, Path(run_dir) / "keep_probabilities.png")
+        baseline = metrics.get("magnitude_test_error")
+        return [f"## ProbMask (paper 002)\n\n{metrics['scope']} budget, sparsity {100 * metrics['sparsity']:.2f}% of the weights, "
+                f"test error {metrics['test_error_before_finetune']:.2f}% before fine-tuning"
+                + ("" if baseline is None else f"; global magnitude pruning with the same epochs: {baseline:.2f}%")
+                + f". {100 * metrics['share_s_near_binary']:.1f}% of s end within 0.01 of 0 or 1.",
+                "![remaining ratio per layer](remaining_ratio.png)", "![histogram of s](keep_probabilities.png)"]
+
+
+def _masked_test_metric(net, params: dict, dataset, device) -> float:
+    probe = copy.deepcopy(net)
+    with torch.no_grad():
+        for name, param in probe.named_parameters():
+            param.copy_(params[name])
+    return network_test_metric(probe, dataset, device)
+
+
+def _magnitude_baseline(dense, options, batches, config, dataset, device, loss) -> float:
+    """Global magnitude pruning at ``options.sparsity`` of the network trained densely for ``train.epochs``,
+    then fine-tuned for ``finetune_epochs``: ProbMask's total epochs."""
+    train(optimizer_step(lambda x, y: loss(dense(x), y), torch_optimizer(config.optim, dense.parameters())), batches,
+          epochs=config.train.epochs)
+    mask = prune(saliency("magnitude", dense), Budget(fraction=options.sparsity))
+    fine_tune(dense, mask, batches, config.optim, epochs=options.finetune_epochs, loss=loss)
+    return network_test_metric(dense, dataset, device)

@@ -1,0 +1,101 @@
+"""ProbMask (paper 002): schedules, the relaxed two-Gumbel mask, the budget after every step, end to end on digits."""
+import pytest
+import torch
+
+from bayesprune.config import RunConfig
+from bayesprune.fit import TensorBatches, train
+from bayesprune.masks import StochasticMasks
+from bayesprune.methods.pft import mean_loss
+from bayesprune.methods.probmask import ProbMaskOptions, ProbMaskTraining
+from bayesprune.models import mlp
+from bayesprune.runner import load_run, new_net, run
+from bayesprune.schedules import annealed_temperature, cubic_keep_ratio
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def test_cubic_keep_ratio_is_eq_7():
+    assert [cubic_keep_ratio(t, start=2, end=6, final=0.1) for t in (0, 2)] == [1.0, 1.0]
+    assert cubic_keep_ratio(4, start=2, end=6, final=0.1) == pytest.approx(0.1 + 0.9 * 0.5**3)
+    assert [cubic_keep_ratio(t, start=2, end=6, final=0.1) for t in (6, 9)] == [0.1, 0.1]
+    ratios = [cubic_keep_ratio(t, start=2, end=6, final=0.1) for t in range(10)]
+    assert ratios == sorted(ratios, reverse=True)
+
+
+def test_temperature_falls_linearly_to_0_03():
+    assert annealed_temperature(0, 50) == pytest.approx(1.0)
+    assert annealed_temperature(50, 50) == pytest.approx(0.03)
+    assert annealed_temperature(25, 50) == pytest.approx(0.515)
+
+
+def test_the_relaxed_two_gumbel_mask_is_one_with_probability_s():
+    """σ((log s − log(1 − s) + g₁ − g₀)/τ) at the final τ = 0.03 is (close to) Bernoulli(s) (appendix A.3)."""
+    torch.manual_seed(0)
+    s = torch.tensor([0.02, 0.25, 0.5, 0.9])
+    masks = StochasticMasks({"w": s.expand(50_000, 4).clone()}, parameterization="clamp", temperature=annealed_temperature(10, 10))
+    draws = masks.relaxed()["w"].detach()
+    assert torch.all((draws.mean(0) - s).abs() < 0.01)
+    assert float(((draws < 0.01) | (draws > 0.99)).float().mean()) > 0.95
+
+
+def test_every_step_ends_inside_the_budget():
+    torch.manual_seed(1)
+    net = mlp((8,), 3, hidden=[16])
+    x, y = torch.randn(256, 8), torch.randint(0, 3, (256,))
+    options = ProbMaskOptions(sparsity=0.8, t1=0, t2=2)
+    config = RunConfig.from_dict({"method": "probmask", "optim": {"name": "sgd", "lr": 0.05, "momentum": 0.9}})
+    training = ProbMaskTraining(net, options, config.optim, epochs=3, loss=mean_loss("classification"))
+    budgets = []
+
+    class Check:
+        def on_step(self, epoch, index, loss):
+            s = training.masks.raw.detach()
+            budgets.append((float(s.sum()), training.keep * s.numel(), float(s.min()), float(s.max())))
+
+    train(training.step, TensorBatches(x, y, batch_size=64), epochs=3, callbacks=[Check(), training])
+    for total, budget, low, high in budgets:
+        assert total <= budget + 1e-3 and 0 <= low and high <= 1
+    assert budgets[-1][1] == pytest.approx(0.2 * training.masks.raw.numel())
+
+
+SMALL = {"data": {"dataset": "digits", "batch_size": 64}, "model": {"architecture": "mlp", "hidden": [64]},
+         "optim": {"name": "sgd", "lr": 0.05, "momentum": 0.9}, "train": {"epochs": 12}, "baseline": {"enabled": False},
+         "prune": {"droprates": [0.0], "include_biases": False}}
+
+
+def probmask(**options) -> RunConfig:
+    return RunConfig.from_dict({"method": "probmask", **SMALL,
+                                "probmask": {"sparsity": 0.9, "t1": 2, "t2": 8, "finetune_epochs": 2, "baseline": False, **options}})
+
+
+@pytest.fixture(scope="module")
+def global_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("probmask") / "run"
+    return out, run(probmask(), out)
+
+
+def test_probmask_reaches_its_sparsity_keeps_every_layer_and_its_zeros(global_run):
+    out, metrics = global_run
+    assert metrics["sparsity"] == pytest.approx(0.9, abs=0.01)
+    assert all(ratio > 0 for ratio in metrics["remaining_ratio_per_layer"].values())
+    _, _, fitted = load_run(out)
+    weights = [p for name, p in fitted.net.named_parameters() if name.endswith("weight")]
+    zeros = sum(int((p == 0).sum()) for p in weights)
+    assert zeros / sum(p.numel() for p in weights) == pytest.approx(metrics["sparsity"], abs=1e-6)
+    assert 0 <= metrics["share_s_near_binary"] <= 1 and sum(metrics["s_histogram"]) == sum(p.numel() for p in weights)
+
+
+def test_layer_budgets_prune_every_layer_alike(tmp_path):
+    metrics = run(probmask(scope="layer"), tmp_path / "run")
+    for ratio in metrics["remaining_ratio_per_layer"].values():
+        assert ratio == pytest.approx(0.1, abs=0.03)
+
+
+def test_a_supermask_keeps_the_random_weights(tmp_path):
+    cfg = probmask(supermask=True)
+    run(cfg, tmp_path / "run")
+    _, dataset, fitted = load_run(tmp_path / "run")
+    initial = dict(new_net(cfg, dataset.input_shape, dataset.output_dim, seed=cfg.seed).named_parameters())
+    for name, param in fitted.net.named_parameters():
+        kept = param != 0
+        torch.testing.assert_close(param[kept], initial[name].detach()[kept])
