@@ -292,6 +292,25 @@ def optimizer_step(loss_fn, optimizer):
     return step
 
 
+def train_network(net, batches, optim_config, *, epochs: int, loss, mask=None, progress: bool = False) -> History:
+    """Train a deterministic ``net`` in place by ``loss(net(x), y)`` for ``epochs`` with the optimiser and
+    schedule of ``optim_config`` (:mod:`bayesprune.optim`); under ``mask`` (site → bool) the pruned
+    weights stay exactly zero whatever the optimiser does, weight decay and momentum included
+    (:func:`bayesprune.export.mask_parameters`), and are zero afterwards."""
+    from .export import mask_parameters, unmask_parameters
+    from .optim import torch_optimizer, torch_scheduler
+
+    if mask is not None:
+        mask_parameters(net, mask)
+    optimizer = torch_optimizer(optim_config, net.parameters())
+    try:
+        return train(optimizer_step(lambda x, y: loss(net(x), y), optimizer), batches, epochs=epochs,
+                     scheduler=torch_scheduler(optim_config, optimizer, epochs=epochs), progress=progress)
+    finally:
+        if mask is not None:
+            unmask_parameters(net)
+
+
 def svi_step(model, guide, *, objective, optim, penalty=None):
     """A :func:`train` step of stochastic variational inference: ``pyro.infer.SVI.step`` without
     reading the loss back to the host, the KL weighted by ``penalty`` (:class:`PenaltyScale`)."""

@@ -17,7 +17,16 @@ def build_optim(config, *, epochs: int):
 
 def torch_optimizer(config, params, *, lr: float | None = None) -> torch.optim.Optimizer:
     """A ``torch.optim`` optimiser over ``params`` for an :class:`~bayesprune.config.OptimConfig` (its
-    rate, or ``lr``), for methods whose steps are plain optimiser steps; the schedule is not applied."""
+    rate, or ``lr``; its momentum and weight decay), for methods whose steps are plain optimiser steps."""
     if config.name == "sgd":
-        return torch.optim.SGD(params, lr=lr or config.lr, momentum=config.momentum)
-    return torch.optim.Adam(params, lr=lr or config.lr)
+        return torch.optim.SGD(params, lr=lr or config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+    return torch.optim.Adam(params, lr=lr or config.lr, weight_decay=config.weight_decay)
+
+
+def torch_scheduler(config, optimizer, *, epochs: int):
+    """The per-epoch learning-rate schedule of ``config`` over a ``torch.optim`` optimiser (``None`` when constant)."""
+    if config.schedule == "exponential":
+        return torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=config.gamma)
+    if config.schedule == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(epochs, 1))
+    return None

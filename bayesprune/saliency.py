@@ -193,7 +193,8 @@ def qm(net, sites, *, x, y, loss_kind=None, **_):
 def pruning_stages(net, criterion: str, sparsity: float, *, x, y, stages: int, schedule: str = "exponential",
                    penalty: float = 0.0, examples_per_stage: int = 1000, loss=None, loss_kind=None, generator=None):
     """Prune ``net`` in π = ``stages`` stages without updating the weights in between (paper 001,
-    Algorithm 1 without its fine-tuning): an iterator of ``(κ_i, masks)`` after every stage.
+    Algorithm 1 without its fine-tuning): an iterator of ``(κ_i, masks, scores)`` after every stage,
+    ``scores`` the saliencies the stage ranked by.
 
     At stage i the scores of ``criterion`` are computed on the masked network θ ⊙ m from
     ``examples_per_stage`` examples of ``(x, y)`` drawn at random (1000 in the paper, appendix B.2),
@@ -233,13 +234,13 @@ def _stages(masked, criterion, sparsities, x, y, examples_per_stage, options):
         with torch.no_grad():
             for site, mask in masks.items():
                 masked.get_parameter(site).mul_(mask)
-        yield kappa, masks
+        yield kappa, masks, scores
 
 
 def multi_stage_masks(net, criterion: str, sparsity: float, **options) -> dict:
     """The masks of the last stage of :func:`pruning_stages` (same arguments): Algorithm 1 of paper 001
     without fine-tuning, at sparsity κ = ``sparsity``."""
-    for _, masks in pruning_stages(net, criterion, sparsity, **options):
+    for _, masks, _ in pruning_stages(net, criterion, sparsity, **options):
         pass
     return masks
 

@@ -203,8 +203,8 @@ def test_multi_stage_masks_are_nested_and_remove_exact_counts(criterion, schedul
     previous = None
     stages = list(pruning_stages(net, criterion, 0.83, x=x, y=y, stages=5, schedule=schedule, examples_per_stage=10,
                                  generator=torch.Generator().manual_seed(0)))
-    assert [kappa for kappa, _ in stages] == sparsity_schedule(0.83, 5, schedule)
-    for kappa, masks in stages:
+    assert [kappa for kappa, _, _ in stages] == sparsity_schedule(0.83, 5, schedule)
+    for kappa, masks, _ in stages:
         assert list(masks) == weight_sites(net) and all(mask.dtype == torch.bool for mask in masks.values())
         assert total - int(flat(masks).sum()) == math.floor(round(kappa * total, 6))
         if previous is not None:
@@ -227,7 +227,7 @@ def test_stage_two_re_scores_the_masked_network():
     """Oracle of Algorithm 1 with two stages: stage 2 removes the lowest QM scores of θ ⊙ m₁ among the survivors."""
     net = tiny_mlp((6, 8, 4))
     x, y = data("cross_entropy", n=30, shape=(6,), outputs=4)
-    (kappa1, first), (kappa2, second) = pruning_stages(net, "qm", 0.7, x=x, y=y, stages=2, examples_per_stage=30)
+    (kappa1, first, _), (kappa2, second, _) = pruning_stages(net, "qm", 0.7, x=x, y=y, stages=2, examples_per_stage=30)
     masked = copy.deepcopy(net)
     with torch.no_grad():
         for site, mask in first.items():

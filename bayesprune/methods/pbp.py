@@ -31,12 +31,12 @@ from torch.distributions import kl_divergence
 from bayesprune.bounds import certificate
 from bayesprune.checkpoint import load_module_state
 from bayesprune.distributions import DiracSpikeSlab
-from bayesprune.fit import TensorBatches, fit, optimizer_step, train
+from bayesprune.fit import TensorBatches, fit, train_network
 from bayesprune.guides import DiracSpikeSlabGuide
 from bayesprune.masks import PARAMETERIZATIONS, block_isotropic
 from bayesprune.models import BayesianNetwork, BoundedCategorical, Categorical
 from bayesprune.objectives import GibbsRisk, PACBayesBound
-from bayesprune.optim import build_optim, torch_optimizer
+from bayesprune.optim import build_optim
 from bayesprune.priors import GivenPrior
 from bayesprune.saliency import CRITERIA, saliency, weight_sites
 from bayesprune.errors import ConfigError
@@ -207,8 +207,7 @@ class PBPMethod(Method):
         prior_batches = TensorBatches(x_prior, y_prior, batch_size=batch_size, seed=seed)
         start = time.perf_counter()
         loss = mean_loss(dataset.task)
-        train(optimizer_step(lambda x, y: loss(net(x), y), torch_optimizer(config.optim, net.parameters())), prior_batches,
-              epochs=options.prior_epochs, progress=progress)
+        train_network(net, prior_batches, config.optim, epochs=options.prior_epochs, loss=loss, progress=progress)
 
         scores = saliency(options.start_mask, net, x=x_prior[:1000], y=y_prior[:1000], loss=loss)
         keep = block_isotropic(scores, options.sparsity, options.epsilon)

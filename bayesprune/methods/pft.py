@@ -21,8 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from bayesprune.export import mask_parameters, unmask_parameters
-from bayesprune.fit import History, TensorBatches, optimizer_step, train
+from bayesprune.fit import History, TensorBatches, optimizer_step, train, train_network
 from bayesprune.masks import INITS, PARAMETERIZATIONS, StochasticMasks, block_isotropic, isotropic, mask_overlap
 from bayesprune.optim import torch_optimizer
 from bayesprune.predict import metric
@@ -120,16 +119,6 @@ def network_test_metric(net, dataset, device) -> float:
     return metric(dataset.task, prediction, dataset.y_test, target_std=dataset.target_std)
 
 
-def fine_tune(net, mask: dict, batches, optim_config, *, epochs: int, loss) -> History:
-    """Train the sparse network ``net ∘ mask`` for ``epochs``; pruned weights stay exactly zero (changes
-    ``net`` in place)."""
-    mask_parameters(net, mask)
-    history = train(optimizer_step(lambda x, y: loss(net(x), y), torch_optimizer(optim_config, net.parameters())),
-                    batches, epochs=epochs)
-    unmask_parameters(net)
-    return history
-
-
 def train_masks(net, masks: StochasticMasks, batches, optim_config, *, epochs: int, loss, weights: bool = True) -> History:
     """Minimise the empirical Gibbs risk of ``b ∘ W`` over λ (and W when ``weights``) through the relaxed
     masks, one Concrete draw per step (PFT stage 2.2)."""
@@ -171,13 +160,12 @@ def perturbation_increase(net, dataset, device, *, rms: dict, scales, draws: int
 @dataclass
 class Pair:
     """One (start mask, sparsity) of a PFT run: its numbers, the fine-tuned PFT network, its masks, the
-    ranks of its weights (by λ, ties by |W| before fine-tuning), the mask they give and the history."""
+    ranks of its weights (by λ, ties by |W| before fine-tuning; they give its mask) and the history."""
 
     numbers: dict
     net: torch.nn.Module
     masks: StochasticMasks
     ranks: dict
-    mask: dict
     history: History
 
 
@@ -220,8 +208,7 @@ class PFTMethod(Method):
         start = time.perf_counter()
         history = History()
         if options.pretrain_epochs and not (options.at_initialization or options.masks_only):
-            pretrain = optimizer_step(lambda x, y: loss(net(x), y), torch_optimizer(config.optim, net.parameters()))
-            history = train(pretrain, batches, epochs=options.pretrain_epochs, progress=progress)
+            history = train_network(net, batches, config.optim, epochs=options.pretrain_epochs, loss=loss, progress=progress)
         rows = torch.randperm(dataset.num_train, generator=generator)[: options.saliency_examples]
         x_saliency, y_saliency = dataset.x_train[rows].to(device), dataset.y_train[rows].to(device)
         grid, results, first = [], [], None
@@ -234,7 +221,7 @@ class PFTMethod(Method):
                 if first is None:
                     first = pair
                     history = History(history.step_losses + pair.history.step_losses, history.epoch_losses + pair.history.epoch_losses)
-        tuned, ranks, end_mask, masks = first.net, first.ranks, first.mask, first.masks
+        tuned, ranks, masks = first.net, first.ranks, first.masks
         seconds = time.perf_counter() - start
         report = {"grid": grid, **{key: [row[key] for row in results] for key in results[0]}}
         report["keep_probability_histogram"] = masks.histogram()
@@ -251,10 +238,10 @@ class PFTMethod(Method):
         finetune_epochs = 0 if options.masks_only else options.finetune_epochs
         start_mask = prune(scores, Budget(fraction=sparsity))
         osp = copy.deepcopy(net)
-        fine_tune(osp, start_mask, batches, config.optim, epochs=finetune_epochs, loss=loss)
+        train_network(osp, batches, config.optim, epochs=finetune_epochs, loss=loss, mask=start_mask)
         osp_test_error = network_test_metric(osp, dataset, device)
         if options.equal_budget_baseline and not options.masks_only:
-            fine_tune(osp, start_mask, batches, config.optim, epochs=config.train.epochs, loss=loss)
+            train_network(osp, batches, config.optim, epochs=config.train.epochs, loss=loss, mask=start_mask)
         init = block_isotropic(scores, sparsity, options.epsilon) if options.init == "block" else isotropic(scores, sparsity)
         masks = StochasticMasks(init, parameterization=options.parameterization, temperature=options.temperature).to(device)
         tuned = copy.deepcopy(net)
@@ -263,13 +250,13 @@ class PFTMethod(Method):
         params = dict(tuned.named_parameters())
         ranks = masks.ranks({site: params[site].abs() for site in masks.sites})
         end_mask = prune(ranks, Budget(fraction=sparsity))
-        finetune_history = fine_tune(tuned, end_mask, batches, config.optim, epochs=finetune_epochs, loss=loss)
+        finetune_history = train_network(tuned, batches, config.optim, epochs=finetune_epochs, loss=loss, mask=end_mask)
         numbers = {"osp_test_error": osp_test_error, "pft_test_error": network_test_metric(tuned, dataset, device),
                    "mask_overlap": mask_overlap(start_mask, end_mask), "pft_expected_sparsity": masks.expected_sparsity()}
         if options.equal_budget_baseline and not options.masks_only:
             numbers["osp_equal_budget_test_error"] = network_test_metric(osp, dataset, device)
         history = History(mask_history.step_losses + finetune_history.step_losses, mask_history.epoch_losses + finetune_history.epoch_losses)
-        return Pair(numbers, tuned, masks, ranks, end_mask, history)
+        return Pair(numbers, tuned, masks, ranks, history)
 
     def restore(self, net, dataset, config, state):
         net.load_state_dict(state["net"])

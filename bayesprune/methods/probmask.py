@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from torch.func import functional_call
 
-from bayesprune.fit import TensorBatches, optimizer_step, train
+from bayesprune.fit import TensorBatches, train, train_network
 from bayesprune.masks import StochasticMasks
 from bayesprune.optim import torch_optimizer
 from bayesprune.projection import project_onto_budget
@@ -34,7 +34,7 @@ from bayesprune.validation import is_int, is_number, require
 
 from . import Method, register_method
 from .base import NetworkFitted
-from .pft import fine_tune, mean_loss, network_test_metric
+from .pft import mean_loss, network_test_metric
 
 SCOPES = ("global", "layer")
 #: Training examples the final mask draws are compared on.
@@ -202,7 +202,7 @@ class ProbMaskMethod(Method):
         masked = {name: param * mask[name] if name in mask else param for name, param in net.named_parameters()}
         report = {"test_error_before_finetune": _masked_test_metric(net, masked, dataset, device)}
         finetune_epochs = 0 if options.supermask else options.finetune_epochs
-        fine_tune(net, mask, batches, config.optim, epochs=finetune_epochs, loss=loss)
+        train_network(net, batches, config.optim, epochs=finetune_epochs, loss=loss, mask=mask)
         seconds = time.perf_counter() - start
         removed = sum(int((~m).sum()) for m in mask.values())
         report.update(sparsity=removed / sum(m.numel() for m in mask.values()), scope=options.scope, **layer_report(mask, training.masks))
@@ -243,8 +243,7 @@ def _masked_test_metric(net, params: dict, dataset, device) -> float:
 def _magnitude_baseline(dense, options, batches, config, dataset, device, loss) -> float:
     """Global magnitude pruning at ``options.sparsity`` of the network trained densely for ``train.epochs``,
     then fine-tuned for ``finetune_epochs``: ProbMask's total epochs."""
-    train(optimizer_step(lambda x, y: loss(dense(x), y), torch_optimizer(config.optim, dense.parameters())), batches,
-          epochs=config.train.epochs)
+    train_network(dense, batches, config.optim, epochs=config.train.epochs, loss=loss)
     mask = prune(saliency("magnitude", dense), Budget(fraction=options.sparsity))
-    fine_tune(dense, mask, batches, config.optim, epochs=options.finetune_epochs, loss=loss)
+    train_network(dense, batches, config.optim, epochs=options.finetune_epochs, loss=loss, mask=mask)
     return network_test_metric(dense, dataset, device)
