@@ -102,6 +102,31 @@ class NetworkFitted(Fitted):
         return dict(self.report)
 
 
+class SparseNetworkFitted(NetworkFitted):
+    """A :class:`NetworkFitted` whose network is already sparse, with scores that are ranks without ties
+    (float64, 0 … D − 1), so that a budget at the network's sparsity keeps exactly its mask."""
+
+    def __init__(self, net: nn.Module, ranks: dict, **kwargs):
+        super().__init__(net, **kwargs)
+        self.ranks = ranks
+
+    def scores(self) -> dict:
+        return dict(self.ranks)
+
+    def state_dict(self) -> dict:
+        return {"net": self.net.state_dict(), "ranks": {site: r.clone() for site, r in self.ranks.items()}}
+
+    def load_state_dict(self, state):
+        self.net.load_state_dict(state["net"])
+        self.ranks = {site: r.clone() for site, r in state["ranks"].items()}
+
+    @classmethod
+    def restore(cls, net: nn.Module, state: dict, *, task: str):
+        """The fit whose :meth:`state_dict` is ``state``, around ``net``."""
+        net.load_state_dict(state["net"])
+        return cls(net, dict(state["ranks"]), task=task)
+
+
 class GuideFitted(Fitted):
     """A :class:`Fitted` Pyro model and guide: the point estimate is the guide's ``mean_params()``, the
     Monte-Carlo predictive averages ``sample_params()`` draws (:func:`bayesprune.predict.predict`)."""

@@ -45,7 +45,7 @@ from bayesprune.schedules import SPARSITY_SCHEDULES
 from bayesprune.validation import is_int, is_number, require
 
 from . import Method, register_method
-from .base import NetworkFitted
+from .base import SparseNetworkFitted
 from .pft import mean_loss, network_test_metric
 
 FINETUNE_MODES = ("best", "all")
@@ -194,7 +194,7 @@ class GridPoint:
     error_after_finetune: float | None = None
 
 
-class SaliencyFitted(NetworkFitted):
+class SaliencyFitted(SparseNetworkFitted):
     """The fine-tuned sparse network of the first criterion's best grid point; its scores rank the weights
     by the stage that pruned them and their saliency there, so a budget at ``sparsity`` keeps exactly its
     mask.
@@ -208,19 +208,8 @@ class SaliencyFitted(NetworkFitted):
     score_name = "pruning-order rank"
 
     def __init__(self, net, ranks: dict, *, dense=None, points=(), loss_rows=None, **kwargs):
-        super().__init__(net, **kwargs)
-        self.ranks = ranks
+        super().__init__(net, ranks, **kwargs)
         self.dense, self.points, self.loss_rows = dense, list(points), loss_rows
-
-    def scores(self) -> dict:
-        return dict(self.ranks)
-
-    def state_dict(self) -> dict:
-        return {"net": self.net.state_dict(), "ranks": {site: r.clone() for site, r in self.ranks.items()}}
-
-    def load_state_dict(self, state):
-        self.net.load_state_dict(state["net"])
-        self.ranks = {site: r.clone() for site, r in state["ranks"].items()}
 
 
 @register_method
@@ -285,8 +274,7 @@ class SaliencyMethod(Method):
                               history=history, seconds=seconds, report=report, task=dataset.task)
 
     def restore(self, net, dataset, config, state):
-        net.load_state_dict(state["net"])
-        return SaliencyFitted(net, dict(state["ranks"]), task=dataset.task)
+        return SaliencyFitted.restore(net, state, task=dataset.task)
 
     def report_sections(self, run_dir, metrics):
         """The best point per criterion (Tables 1-3), ΔL against λ for each π (Fig. 1) and the error gap

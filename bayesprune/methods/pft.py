@@ -30,7 +30,7 @@ from bayesprune.saliency import CRITERIA, saliency
 from bayesprune.validation import is_int, is_number, require
 
 from . import Method, register_method
-from .base import NetworkFitted
+from .base import SparseNetworkFitted
 
 @dataclass(frozen=True)
 class PFTOptions:
@@ -169,26 +169,12 @@ class Pair:
     history: History
 
 
-class PFTFitted(NetworkFitted):
+class PFTFitted(SparseNetworkFitted):
     """The fine-tuned sparse network of the first (start mask, sparsity) pair; its scores rank the weights
     by their trained λ (ties by |W|), so a budget at the pair's sparsity keeps exactly its mask."""
 
     method = "pft"
     score_name = "keep-probability rank"
-
-    def __init__(self, net, ranks: dict, **kwargs):
-        super().__init__(net, **kwargs)
-        self.ranks = ranks
-
-    def scores(self) -> dict:
-        return dict(self.ranks)
-
-    def state_dict(self) -> dict:
-        return {"net": self.net.state_dict(), "ranks": {site: r.clone() for site, r in self.ranks.items()}}
-
-    def load_state_dict(self, state):
-        self.net.load_state_dict(state["net"])
-        self.ranks = {site: r.clone() for site, r in state["ranks"].items()}
 
 
 @register_method
@@ -259,8 +245,7 @@ class PFTMethod(Method):
         return Pair(numbers, tuned, masks, ranks, history)
 
     def restore(self, net, dataset, config, state):
-        net.load_state_dict(state["net"])
-        return PFTFitted(net, dict(state["ranks"]), task=dataset.task)
+        return PFTFitted.restore(net, state, task=dataset.task)
 
     def report_sections(self, run_dir, metrics):
         """OSP against PFT per start mask and sparsity (Fig. 1), mask overlap (Fig. 2 left), noise

@@ -33,7 +33,7 @@ from bayesprune.schedules import annealed_temperature, cubic_keep_ratio
 from bayesprune.validation import is_int, is_number, require
 
 from . import Method, register_method
-from .base import NetworkFitted
+from .base import SparseNetworkFitted
 from .pft import mean_loss, network_test_metric
 
 SCOPES = ("global", "layer")
@@ -156,26 +156,12 @@ def layer_report(mask: dict, masks: StochasticMasks) -> dict:
             "s_histogram": masks.histogram()}
 
 
-class ProbMaskFitted(NetworkFitted):
+class ProbMaskFitted(SparseNetworkFitted):
     """The fine-tuned sparse network; its scores keep exactly its mask under a budget at its sparsity
     (mask first, then s: the kept weights rank above the removed ones)."""
 
     method = "probmask"
     score_name = "mask, then keep-probability"
-
-    def __init__(self, net, ranks: dict, **kwargs):
-        super().__init__(net, **kwargs)
-        self.ranks = ranks
-
-    def scores(self) -> dict:
-        return dict(self.ranks)
-
-    def state_dict(self) -> dict:
-        return {"net": self.net.state_dict(), "ranks": {site: r.clone() for site, r in self.ranks.items()}}
-
-    def load_state_dict(self, state):
-        self.net.load_state_dict(state["net"])
-        self.ranks = {site: r.clone() for site, r in state["ranks"].items()}
 
 
 @register_method
@@ -212,8 +198,7 @@ class ProbMaskMethod(Method):
         return ProbMaskFitted(net, ranks, history=history, seconds=seconds, report=report, task=dataset.task)
 
     def restore(self, net, dataset, config, state):
-        net.load_state_dict(state["net"])
-        return ProbMaskFitted(net, dict(state["ranks"]), task=dataset.task)
+        return ProbMaskFitted.restore(net, state, task=dataset.task)
 
     def report_sections(self, run_dir, metrics):
         """Remaining ratio per layer (paper 002, Fig. 3) and the histogram of s (Fig. 5)."""
