@@ -11,7 +11,7 @@ from bayesprune.config import RunConfig
 from bayesprune.errors import ConfigError
 from bayesprune.fit import resolve_device
 from bayesprune.methods import get_method
-from bayesprune.methods.criteria import spearman
+from bayesprune.methods.criteria import spearman_or_none
 from bayesprune.pruning import Budget, prune
 from bayesprune.runner import load_datasets, load_run, new_net, run
 from bayesprune.saliency import loss_change, multi_stage_masks
@@ -150,8 +150,8 @@ def test_spearman_rho_matches_scipy(saved_run):
     generator = np.random.default_rng(0)
     for _ in range(5):
         a, b = generator.integers(0, 4, 12), generator.normal(size=12).round(1)  # many ties
-        assert spearman(a, b) == pytest.approx(spearmanr(a, b).statistic)
-    assert spearman([1, 2], [2, 1]) is None and spearman([1, 1, 1], [1, 2, 3]) is None
+        assert spearman_or_none(a, b) == pytest.approx(spearmanr(a, b).statistic)
+    assert spearman_or_none([1, 2], [2, 1]) is None and spearman_or_none([1, 1, 1], [1, 2, 3]) is None
 
 
 @pytest.mark.parametrize("key, value", [

@@ -10,7 +10,8 @@ from bayesprune.config import load_config
 from bayesprune.data import load_dataset
 from bayesprune.errors import ConfigError
 from bayesprune.experiments import EXPERIMENTS, get_experiment
-from bayesprune.experiments.common import averaged_importance, fit_importance, pearson, ranks, spearman, with_dropout
+from bayesprune.experiments.common import averaged_importance, fit_importance, with_dropout
+from bayesprune.statistics import pearson, ranks, spearman
 from bayesprune.experiments.selection import candidate_thresholds
 from bayesprune.guides import GUIDES, NormalGuide
 from bayesprune.models import BayesianNetwork, build_architecture

@@ -7,7 +7,7 @@
 * Baseline fits on the same split: :func:`fit_plain_net` (NN, NN with dropout), :func:`fit_gaussian_bnn`
   (mean-field Gaussian BNN with an N(0, s²) prior) and :func:`nn_fit_predict` (a cheap refit for
   cross-validation).
-* :func:`pearson`, :func:`spearman`; :func:`criterion`, :func:`write_report` and :func:`plot_series`
+* :func:`criterion`, :func:`write_report` and :func:`plot_series`
   for the figures and ``report.md`` of a run (tables: :mod:`bayesprune.analysis.tables`).
 """
 import math
@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -257,41 +256,6 @@ class Stopwatch:
 
     def __float__(self):
         return time.perf_counter() - self.start
-
-
-# ---------------------------------------------------------------------------------------------
-# Statistics
-# ---------------------------------------------------------------------------------------------
-
-def pearson(x, y) -> float:
-    """Pearson correlation of two equally long sequences (NaN when either is constant)."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if x.shape != y.shape or x.ndim != 1 or x.size < 2:
-        raise ValueError(f"pearson needs two 1-d sequences of equal length >= 2, got {x.shape} and {y.shape}")
-    x, y = x - x.mean(), y - y.mean()
-    denominator = math.sqrt(float(x @ x) * float(y @ y))
-    return float(x @ y) / denominator if denominator > 0 else float("nan")
-
-
-def ranks(values) -> np.ndarray:
-    """Ranks 1..n, ties sharing their average rank."""
-    values = np.asarray(values, dtype=float)
-    order = np.argsort(values, kind="mergesort")
-    result = np.empty(values.size)
-    sorted_values = values[order]
-    start = 0
-    while start < values.size:
-        stop = start
-        while stop + 1 < values.size and sorted_values[stop + 1] == sorted_values[start]:
-            stop += 1
-        result[order[start:stop + 1]] = (start + stop) / 2 + 1
-        start = stop + 1
-    return result
-
-
-def spearman(x, y) -> float:
-    """Spearman rank correlation: the Pearson correlation of the (average) ranks."""
-    return pearson(ranks(x), ranks(y))
 
 
 # ---------------------------------------------------------------------------------------------

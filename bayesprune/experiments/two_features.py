@@ -6,11 +6,11 @@ I = 1 − Σ(yᵢ − αx_{i2})² / Σyᵢ² of x₂. Done when ψ₂ rises and 
 ψ₂ with α at least ``min_spearman`` and that of ψ₁ at most −``min_spearman``.
 """
 from bayesprune.analysis.tables import markdown_table, write_csv
+from bayesprune.statistics import spearman
 
 from . import register_experiment
 from .common import (
-    Experiment, Stopwatch, averaged_importance, criterion, load, number, number_list, plot_series,
-    spearman, write_report,
+    Experiment, Stopwatch, averaged_importance, criterion, load, number, number_list, plot_series, write_report,
 )
 
 PAPER_ALPHAS = [round(0.05 * k, 2) for k in range(21)]

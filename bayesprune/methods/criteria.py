@@ -42,6 +42,7 @@ from bayesprune.fit import History, TensorBatches, train_network
 from bayesprune.pruning import lexicographic_ranks
 from bayesprune.saliency import CRITERIA, loss_change, pruning_stages, weight_sites
 from bayesprune.schedules import SPARSITY_SCHEDULES
+from bayesprune.statistics import spearman
 from bayesprune.validation import is_int, is_number, require
 
 from . import Method, register_method
@@ -139,31 +140,14 @@ def prune_in_stages(net, criterion: str, sparsity: float, *, stages: int, **opti
     return masks, lexicographic_ranks(stage_of, value_at)
 
 
-def spearman(a, b):
-    """Spearman's rank correlation of two sequences (ties get their average rank); ``None`` with fewer than
-    three pairs, a non-finite value, or a constant sequence (undefined)."""
+def spearman_or_none(a, b):
+    """Spearman's rank correlation (:func:`bayesprune.statistics.spearman`, ties at their average rank);
+    ``None`` with fewer than three pairs, a non-finite value, or a constant sequence (undefined)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.size < 3 or a.size != b.size or not (np.isfinite(a).all() and np.isfinite(b).all()):
         return None
-    ra, rb = _average_ranks(a), _average_ranks(b)
-    ra, rb = ra - ra.mean(), rb - rb.mean()
-    denominator = math.sqrt(float((ra * ra).sum() * (rb * rb).sum()))
-    return None if denominator == 0 else float((ra * rb).sum() / denominator)
-
-
-def _average_ranks(values: np.ndarray) -> np.ndarray:
-    """Ranks 1 … n, tied values sharing the mean of their ranks."""
-    order = np.argsort(values, kind="stable")
-    ranks = np.empty(values.size)
-    sorted_values = values[order]
-    start = 0
-    while start < values.size:
-        end = start
-        while end + 1 < values.size and sorted_values[end + 1] == sorted_values[start]:
-            end += 1
-        ranks[order[start:end + 1]] = (start + end) / 2 + 1
-        start = end + 1
-    return ranks
+    rho = spearman(a, b)
+    return None if math.isnan(rho) else rho
 
 
 def _mask_key(masks: dict) -> str:
@@ -322,10 +306,10 @@ def _report(points: list, best: dict, error_before: float, options) -> dict:
         report["best"][criterion] = {
             "penalty": point.penalty, "stages": point.stages, "delta_loss": point.delta_loss,
             "gap_before_finetune": gap(point.error_after_pruning), "gap_after_finetune": gap(point.error_after_finetune),
-            "rho": spearman([p.delta_loss for p in own], [gap(p.error_after_finetune) for p in own]),
+            "rho": spearman_or_none([p.delta_loss for p in own], [gap(p.error_after_finetune) for p in own]),
             "lowest_gap_before_finetune": min(gap(p.error_after_pruning) for p in at_largest),
             "lowest_gap_after_finetune": min(gap(p.error_after_finetune) for p in own),
         }
-    report["spearman_rho"] = spearman([p.delta_loss for p in tuned], [gap(p.error_after_finetune) for p in tuned])
+    report["spearman_rho"] = spearman_or_none([p.delta_loss for p in tuned], [gap(p.error_after_finetune) for p in tuned])
     report["finetuned_points"] = len(tuned)
     return report
