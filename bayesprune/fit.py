@@ -12,6 +12,8 @@ from pyro.poutine.messenger import Messenger
 from tqdm.auto import tqdm
 
 from .errors import ConfigError, Interrupted, TrainingDiverged
+from .export import mask_parameters, unmask_parameters
+from .optim import torch_optimizer, torch_scheduler
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -297,9 +299,6 @@ def train_network(net, batches, optim_config, *, epochs: int, loss, mask=None, p
     schedule of ``optim_config`` (:mod:`bayesprune.optim`); under ``mask`` (site → bool) the pruned
     weights stay exactly zero whatever the optimiser does, weight decay and momentum included
     (:func:`bayesprune.export.mask_parameters`), and are zero afterwards."""
-    from .export import mask_parameters, unmask_parameters
-    from .optim import torch_optimizer, torch_scheduler
-
     if mask is not None:
         mask_parameters(net, mask)
     optimizer = torch_optimizer(optim_config, net.parameters())
