@@ -28,7 +28,7 @@ import pyro
 import torch
 from torch.distributions import kl_divergence
 
-from bayesprune.bounds import certificate
+from bayesprune import bounds
 from bayesprune.checkpoint import load_module_state
 from bayesprune.distributions import DiracSpikeSlab
 from bayesprune.fit import TensorBatches, fit, train_network
@@ -48,6 +48,8 @@ from .pft import mean_loss
 
 #: Rows per forward pass when a sampled network is scored on a data split.
 EVALUATION_CHUNK = 10_000
+#: Examples of S_P a data-dependent start criterion (SNIP) reads, as PFT's ``saliency_examples``.
+SALIENCY_EXAMPLES = 1000
 
 
 @dataclass(frozen=True)
@@ -209,7 +211,7 @@ class PBPMethod(Method):
         loss = mean_loss(dataset.task)
         train_network(net, prior_batches, config.optim, epochs=options.prior_epochs, loss=loss, progress=progress)
 
-        scores = saliency(options.start_mask, net, x=x_prior[:1000], y=y_prior[:1000], loss=loss)
+        scores = saliency(options.start_mask, net, x=x_prior[:SALIENCY_EXAMPLES], y=y_prior[:SALIENCY_EXAMPLES], loss=loss)
         keep = block_isotropic(scores, options.sparsity, options.epsilon)
         initial = {name: DiracSpikeSlab(keep[name] if name in keep else torch.ones_like(param), param.detach().clone(),
                                         torch.full_like(param, math.exp(options.log_sigma2 / 2))) for name, param in net.named_parameters()}
@@ -230,32 +232,31 @@ class PBPMethod(Method):
                       optim=build_optim(config.optim, epochs=config.train.epochs), epochs=config.train.epochs, progress=progress)
         seconds = time.perf_counter() - start
         fitted = PBPFitted(model, guide, priors, split_seed=seed, history=history, seconds=seconds)
-        fitted.report = {**self.certify(fitted, dataset, options, device=device),
+        fitted.report = {**self.certificate(fitted, dataset, config),
                          "prior_test_error": 100 * float(prior_test.mean()), "prior_mc_samples": options.prior_samples,
                          "prior_expected_sparsity": prior_guide.masks.expected_sparsity(), **histograms,
                          "keep_probability_histogram_posterior": guide.masks.histogram()}
         return fitted
 
-    @staticmethod
-    def certify(fitted, dataset, options, *, device, samples: int | None = None) -> dict:
+    def certificate(self, fitted, dataset, config, *, samples: int | None = None) -> dict:
         """The certificate of ``fitted`` (Theorems 1 and 2 on the 0-1 loss, δ, the union over the grid),
-        its Gibbs test error and expected sparsity, from ``samples`` networks drawn from Q."""
+        its Gibbs test error and expected sparsity, from ``samples`` networks drawn from Q (default
+        ``pbp.mc_samples``), on the device the fit is on."""
+        options = config.method_options
         samples = samples or options.mc_samples
+        device = next(fitted.net.parameters()).device
         _, bound_rows = split_rows(dataset.num_train, options.alpha, fitted.split_seed)
         x_bound, y_bound = dataset.x_train[bound_rows].to(device), dataset.y_train[bound_rows].to(device)
         empirical = gibbs_errors(fitted.model, fitted.guide, x_bound, y_bound, samples=samples)
         test = gibbs_errors(fitted.model, fitted.guide, dataset.x_test.to(device), dataset.y_test.to(device), samples=samples)
         kl = network_kl(fitted.guide, fitted.priors)
-        result = certificate(mean_risk=float(empirical.mean()), samples=samples, kl=kl, n=len(bound_rows),
+        result = bounds.certificate(mean_risk=float(empirical.mean()), samples=samples, kl=kl, n=len(bound_rows),
                              delta=options.delta, grid_size=options.grid_size).to_dict()
         return {"bound": result["bound"], "bound_kl_inverse": result["bound_kl_inverse"],
                 "empirical_risk": result["empirical_risk"], "empirical_risk_bound": result["empirical_risk_bound"],
                 "posterior_test_error": 100 * float(test.mean()), "kl": kl, "n_bound": len(bound_rows),
                 "sparsity": fitted.guide.masks.expected_sparsity(), "alpha": options.alpha, "delta": options.delta,
                 "grid_size": options.grid_size, "mc_samples": samples}
-
-    def certificate(self, fitted, dataset, config, *, samples=None):
-        return self.certify(fitted, dataset, config.method_options, device=next(fitted.net.parameters()).device, samples=samples)
 
     def inference_data(self, fits, dataset, *, seed):
         """q and the data-dependent prior p of every parameter, one chain per fit
