@@ -18,6 +18,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.func import functional_call, vjp, vmap
 
 from .pruning import Budget, apply_masks, prune
@@ -27,8 +28,8 @@ from .validation import is_int, is_number, require
 
 CRITERIA: dict = {}
 LOSS_KINDS = ("cross_entropy", "squared")
-#: Examples per vectorised chunk of :func:`ggn_diagonal`: its memory is chunk × outputs × weights.
-GGN_CHUNK = 32
+#: Examples per backward pass of :func:`ggn_diagonal`.
+GGN_CHUNK = 256
 
 
 def register_criterion(name: str):
@@ -103,33 +104,83 @@ def ggn_diagonal(net, sites, x, y, *, loss_kind=None, chunk: int = GGN_CHUNK) ->
     Jacobian of f_θ(x_i) in θ (paper 001, appendix A, eq. 8), for every site of ``sites``.
 
     Not the empirical Fisher: with ∇²_u ℓ = A_i A_iᵀ (:func:`_hessian_factor`),
-    G_kk = (1/N) Σ_i Σ_c (∂(a_icᵀ f_θ(x_i))/∂θ_k)², a_ic the columns of A_i, held fixed. The
-    per-example gradients are vectorised over ``chunk`` examples at a time.
+    G_kk = (1/N) Σ_i Σ_c (∂(a_icᵀ f_θ(x_i))/∂θ_k)², a_ic the columns of A_i, held fixed. Each column
+    is one backward pass over a chunk of examples to the outputs δ of the modules that own the sites;
+    a parameter's per-example gradient then depends only on its module's input a and δ
+    (:func:`_squared_gradients`): for a ``Linear`` on flat inputs Σ_i (δ_i a_iᵀ)² = (δ²)ᵀ(a²), a
+    product of matrices, as in BackPACK's DiagGGN (Dangel et al., 2020). The vectorised Jacobian of
+    the whole network per example it replaces took 14-19 s for 1,000 MNIST examples on the MLP of
+    paper 001; this takes well under one.
 
     Args:
-        net: the network; its parameters are read, not changed.
+        net: the network; its parameters are read, not changed. Each module that owns a site is
+            called once per forward, on each example independently (no batch statistics).
         sites: parameter names.
         x, y: the N examples and their targets (``y`` only decides the loss, see :func:`loss_kind_of`).
         loss_kind: ``"cross_entropy"`` or ``"squared"``; by default from ``y``'s dtype.
-        chunk: examples per vectorised chunk; memory grows as chunk × outputs × weights.
+        chunk: examples per backward pass; memory grows as chunk × (activations + the weights of
+            any module other than a ``Linear``, whose per-example gradients are formed).
     """
     kind = loss_kind_of(y, loss_kind)
-    params = {name: param.detach() for name, param in net.named_parameters()}
-    weights = {site: params[site] for site in sites}
-
-    def squared_column_gradients(example, factor):
-        def output(w):
-            return functional_call(net, {**params, **w}, (example.unsqueeze(0),)).flatten()
-        _, pullback = vjp(output, weights)
-        (grads,) = vmap(pullback)(factor.mT)
-        return {site: grad.pow(2).sum(0) for site, grad in grads.items()}
-
-    total = {site: torch.zeros_like(weight) for site, weight in weights.items()}
+    owners = {}
+    for site in sites:
+        path, _, name = site.rpartition(".")
+        owners.setdefault(path, []).append(name)
+    modules = {path: net.get_submodule(path) for path in owners}
+    params = {name: param.detach().requires_grad_() for name, param in net.named_parameters()}
+    total = {site: torch.zeros_like(params[site]) for site in sites}
     for batch in torch.split(x, chunk):
-        factor = _hessian_factor(functional_call(net, params, (batch,)), kind)
-        for site, value in vmap(squared_column_gradients)(batch, factor).items():
-            total[site] += value.sum(0)
+        output, captured = _forward_capturing(net, params, batch, modules)
+        factor = _hessian_factor(output, kind)
+        for column in factor.unbind(2):
+            deltas = torch.autograd.grad(output, [captured[path][1] for path in modules],
+                                         grad_outputs=column.reshape(output.shape), retain_graph=True)
+            for (path, module), delta in zip(modules.items(), deltas):
+                for name, value in _squared_gradients(module, owners[path], captured[path][0], delta).items():
+                    total[f"{path}.{name}" if path else name] += value
     return {site: value / len(x) for site, value in total.items()}
+
+
+def _forward_capturing(net, params, batch, modules: dict):
+    """``net``'s output on ``batch`` with ``params``, and the input and output of each module of
+    ``modules`` (keyed by path), each of which must be called exactly once."""
+    captured = {}
+
+    def capture(path):
+        def hook(module, inputs, output):
+            if path in captured:
+                raise ValueError(f"module {path!r} is called more than once per forward: ggn_diagonal needs each once")
+            captured[path] = (inputs[0].detach(), output)
+        return hook
+
+    handles = [module.register_forward_hook(capture(path)) for path, module in modules.items()]
+    try:
+        with torch.enable_grad():
+            output = functional_call(net, params, (batch,))
+    finally:
+        for handle in handles:
+            handle.remove()
+    for path in modules:
+        if path not in captured:
+            raise ValueError(f"module {path!r} is not called in the forward: ggn_diagonal needs each site's module once")
+    return output, captured
+
+
+def _squared_gradients(module, names, inputs, delta) -> dict:
+    """Σ_i (∂(δ_iᵀ module(a_i))/∂p)² for the parameters ``names`` of ``module``, a_i = ``inputs[i]`` and
+    δ_i = ``delta[i]``: in closed form for a ``Linear`` on flat inputs, else from the per-example
+    gradients of the module alone."""
+    if isinstance(module, nn.Linear) and inputs.dim() == 2:
+        squared = delta.pow(2)
+        closed_form = {"weight": lambda: squared.mT @ inputs.pow(2), "bias": lambda: squared.sum(0)}
+        return {name: closed_form[name]() for name in names}
+    own = {name: module.get_parameter(name).detach() for name in names}
+
+    def per_example(a, d):
+        _, pullback = vjp(lambda p: functional_call(module, p, (a.unsqueeze(0),)), own)
+        return pullback(d.unsqueeze(0))[0]
+
+    return {name: grad.pow(2).sum(0) for name, grad in vmap(per_example)(inputs, delta).items()}
 
 
 def loss_gradient(net, sites, x, y, *, loss_kind=None) -> dict:
