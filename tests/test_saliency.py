@@ -104,6 +104,31 @@ def test_ggn_diagonal_is_the_diagonal_of_the_explicit_gauss_newton(kind, make_ne
     assert all(torch.equal(overridden[site], result[site]) for site in sites)
 
 
+def test_ggn_diagonal_of_a_linear_on_unflattened_inputs_and_of_modules_it_cannot_read():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 2), nn.Tanh(), nn.Flatten(), nn.Linear(8, 3)).double()  # the first on (N, 4, 3)
+    x, y = data("squared", shape=(4, 3))
+    expected = explicit_ggn(net, x, y, "squared")
+    result = ggn_diagonal(net, [name for name, _ in net.named_parameters()], x, y)
+    for site, value in expected.items():
+        torch.testing.assert_close(result[site], value, rtol=1e-10, atol=1e-12)
+    shared = nn.Linear(3, 3).double()
+    x, y = data("squared")
+    with pytest.raises(ValueError, match="'0' is called more than once"):
+        ggn_diagonal(nn.Sequential(shared, nn.Tanh(), shared), ["0.weight"], x, y)
+    with pytest.raises(ValueError, match="'spare' is not called"):
+        ggn_diagonal(WithSpareLayer().double(), ["spare.weight"], x, y)
+
+
+class WithSpareLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.used, self.spare = nn.Linear(3, 3), nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.used(x)
+
+
 @pytest.mark.parametrize("kind", ["cross_entropy", "squared"])
 def test_lm_qm_obd_are_eqs_6_5_3_with_finite_difference_gradients_and_the_explicit_ggn(kind):
     net = tiny_mlp()
