@@ -114,6 +114,7 @@ def plot_delta_loss(metrics: dict, path):
             axis.axhline(float(np.mean(magnitude)), color="black", linestyle="--", label="magnitude")
         if positive:
             axis.set_xscale("symlog", linthresh=positive[0])
+            axis.set_xlim(left=0)  # penalties are never negative: no mirrored decades left of λ = 0
         axis.set_yscale(_loss_scale(loss for (c, _, _), loss in rows if c == criterion))
         axis.set(xlabel="penalty λ", ylabel="ΔL(θ, Δθ) (training loss)", title=criterion)
         axis.legend()
