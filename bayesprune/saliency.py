@@ -121,10 +121,10 @@ def ggn_diagonal(net, sites, x, y, *, loss_kind=None, chunk: int = GGN_CHUNK) ->
             any module other than a ``Linear``, whose per-example gradients are formed).
     """
     kind = loss_kind_of(y, loss_kind)
-    owners = {}
+    owners = {}  # module path -> {parameter name in the module: site}
     for site in sites:
         path, _, name = site.rpartition(".")
-        owners.setdefault(path, []).append(name)
+        owners.setdefault(path, {})[name] = site
     modules = {path: net.get_submodule(path) for path in owners}
     params = {name: param.detach().requires_grad_() for name, param in net.named_parameters()}
     total = {site: torch.zeros_like(params[site]) for site in sites}
@@ -136,7 +136,7 @@ def ggn_diagonal(net, sites, x, y, *, loss_kind=None, chunk: int = GGN_CHUNK) ->
                                          grad_outputs=column.reshape(output.shape), retain_graph=True)
             for (path, module), delta in zip(modules.items(), deltas):
                 for name, value in _squared_gradients(module, owners[path], captured[path][0], delta).items():
-                    total[f"{path}.{name}" if path else name] += value
+                    total[owners[path][name]] += value
     return {site: value / len(x) for site, value in total.items()}
 
 

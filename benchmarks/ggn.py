@@ -27,7 +27,8 @@ import torch
 from torch import nn
 from torch.func import functional_call, vjp, vmap
 
-from bayesprune.saliency import ggn_diagonal, weight_sites
+from bayesprune.saliency import _hessian_factor, ggn_diagonal, weight_sites
+from projection import synchronize
 
 TOLERANCE = 1e-4
 
@@ -44,16 +45,10 @@ def per_example_jacobians(net, sites, x, chunk: int = 32) -> dict:
 
     total = {site: torch.zeros_like(weight) for site, weight in weights.items()}
     for batch in torch.split(x, chunk):
-        p = torch.softmax(functional_call(net, params, (batch,)).detach(), dim=1)
-        factor = torch.diag_embed(p.sqrt()) - p.unsqueeze(2) * p.sqrt().unsqueeze(1)
+        factor = _hessian_factor(functional_call(net, params, (batch,)), "cross_entropy")
         for site, value in vmap(squared)(batch, factor).items():
             total[site] += value.sum(0)
     return {site: value / len(x) for site, value in total.items()}
-
-
-def synchronize(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def seconds(method, *args):

@@ -251,7 +251,7 @@ class PBPMethod(Method):
         test = gibbs_errors(fitted.model, fitted.guide, dataset.x_test.to(device), dataset.y_test.to(device), samples=samples)
         kl = network_kl(fitted.guide, fitted.priors)
         result = bounds.certificate(mean_risk=float(empirical.mean()), samples=samples, kl=kl, n=len(bound_rows),
-                             delta=options.delta, grid_size=options.grid_size).to_dict()
+                                    delta=options.delta, grid_size=options.grid_size).to_dict()
         return {"bound": result["bound"], "bound_kl_inverse": result["bound_kl_inverse"],
                 "empirical_risk": result["empirical_risk"], "empirical_risk_bound": result["empirical_risk_bound"],
                 "posterior_test_error": 100 * float(test.mean()), "kl": kl, "n_bound": len(bound_rows),
