@@ -179,7 +179,7 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
                 fitted = method.fit(
                     net, dataset, split_config, device=device, seed=seed, progress=progress,
                     checkpoint=staging / CHECKPOINT if first and index == chain == 0 else None,
-                    callbacks=[] if validation is None else [_early_stopping(split_config, dataset.task, validation, device)],
+                    callbacks=[] if validation is None else [validation_early_stopping(split_config, dataset.task, validation, device)],
                     **({"resume": resume} if resume is not None and index == chain == 0 else {}),
                 )
             except (TrainingDiverged, Interrupted) as error:
@@ -266,7 +266,7 @@ def _staged(out: Path, *, resumed_from=None):
         lock.close()
 
 
-def _early_stopping(config, task, validation, device):
+def validation_early_stopping(config, task, validation, device):
     """A factory of :class:`~bayesprune.early_stopping.EarlyStopping` on the validation part's metric
     of a fit's point estimate (:meth:`~bayesprune.methods.Fitted.predict`)."""
     x, y = validation[0].to(device), validation[1]

@@ -1,0 +1,86 @@
+"""Why the sBNN of the packaged ``uci`` config does not beat the plain network: the objective or the optimiser?
+
+On one split of each UCI set, with a tenth of its training rows standing in for the test split (the
+real test split is never read), fits three networks of the packaged config's shape under its rule
+(steps, rate, minibatches, early stopping on another tenth):
+
+- the plain network (maximum likelihood);
+- the sBNN from the same random initialisation, as the packaged config runs it;
+- the sBNN started from the plain network's trained weights (m = the plain weights).
+
+and reports the held-out RMSE of each, with the final objective of both sBNN fits: the ELBO
+(−J of eq. 3.6) on the whole training part, estimated with 32 draws of W. Where the warm start ends
+with a better RMSE but a lower ELBO than the fit from scratch, the objective itself prefers the less
+accurate posterior; where it ends with a higher ELBO, the fit from scratch had not converged::
+
+    python benchmarks/uci_objective.py --data-root ../shared/data/uci [--sets energy ...] [--split 0] [--set key=value ...]
+"""
+import argparse
+import copy
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from bayesprune.baseline import fit_plain
+from bayesprune.config import load_config
+from bayesprune.early_stopping import hold_out
+from bayesprune.methods.sbnn import fit_posterior
+from bayesprune.objectives import AnalyticKLELBO
+from bayesprune.predict import metric
+from bayesprune.runner import load_datasets, new_net, validation_early_stopping
+
+ELBO_DRAWS = 32
+
+
+def compare(data_root: Path, name: str, split: int, overrides=()) -> dict:
+    """Held-out RMSE of the plain network and of both sBNN fits, and the ELBO of the sBNN fits."""
+    config = load_config("uci", [f"data.root={json.dumps(str(data_root))}", f"data.name={json.dumps(name)}",
+                                 f"data.splits=[{split}]", *overrides])
+    dataset = load_datasets(config)[0]
+    dataset, x_held, y_held = hold_out(dataset, 0.1, seed=1000 + split)
+    dataset = replace(dataset, x_test=x_held, y_test=y_held)
+    dataset, *validation = hold_out(dataset, config.train.validation, seed=config.seed)
+    config = config.for_data(dataset.num_train)
+    device = torch.device("cpu")
+
+    def rmse(prediction):
+        return metric("regression", prediction, dataset.y_test, target_std=dataset.target_std)
+
+    def sbnn(net):
+        fitted = fit_posterior(config, dataset, net, device,
+                               callbacks=[validation_early_stopping(config, dataset.task, validation, device)])
+        elbo = -AnalyticKLELBO(num_particles=ELBO_DRAWS).loss(fitted.model, fitted.guide, dataset.x_train, dataset.y_train)
+        return {"rmse": rmse(fitted.predict(dataset.x_test)), "elbo": elbo}
+
+    net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
+    plain = fit_plain(copy.deepcopy(net), dataset.x_train, dataset.y_train, epochs=config.train.epochs,
+                      lr=config.optim.lr, batch_size=config.data.batch_size, seed=config.seed,
+                      validation=validation, patience=config.train.patience)
+    with torch.no_grad():
+        plain_rmse = rmse(plain(dataset.x_test).squeeze(-1))
+    return {"plain": plain_rmse, "scratch": sbnn(net), "warm": sbnn(copy.deepcopy(plain).train())}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-root", required=True, type=Path)
+    parser.add_argument("--sets", nargs="+", help="data set folders (default: every folder with a data.txt)")
+    parser.add_argument("--split", type=int, default=0)
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    names = args.sets or sorted(path.name for path in args.data_root.iterdir() if (path / "data.txt").exists())
+    print("| data set | plain | sBNN from scratch | ELBO | sBNN from the plain weights | ELBO | objective prefers |")
+    print("|---|---|---|---|---|---|---|")
+    for name in names:
+        result = compare(args.data_root, name, args.split, args.overrides)
+        scratch, warm = result["scratch"], result["warm"]
+        preferred = "warm" if warm["elbo"] > scratch["elbo"] else "scratch"
+        print(f"| {name} | {result['plain']:.4g} | {scratch['rmse']:.4g} | {scratch['elbo']:.0f} "
+              f"| {warm['rmse']:.4g} | {warm['elbo']:.0f} | {preferred} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
