@@ -60,7 +60,7 @@ def _cell(metrics: dict, key: str) -> str:
     """Mean ± standard error at two decimals, or two significant digits below 0.1 (naval's RMSE is
     about 0.001: at the paper's two decimals the sBNN and the plain network both print 0.00)."""
     mean = metrics[key]
-    digits = max(2, 1 - math.floor(math.log10(abs(mean)))) if mean else 2
+    digits = max(2, 1 - math.floor(math.log10(abs(mean)))) if mean and math.isfinite(mean) else 2
     return f"{mean:.{digits}f} ± {metrics.get(key + '_stderr', 0.0):.{digits}f}"
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from bayesprune.baseline import fit_plain
+from bayesprune.baseline import train_plain
 from bayesprune.config import load_config
 from bayesprune.early_stopping import hold_out
 from bayesprune.methods.sbnn import fit_posterior
@@ -47,21 +47,18 @@ def compare(data_root: Path, name: str, split: int, overrides=()) -> dict:
     config = config.for_data(dataset.num_train)
     device = torch.device("cpu")
 
-    def rmse(prediction):
-        return metric("regression", prediction, dataset.y_test, target_std=dataset.target_std)
-
     def sbnn(net):
         fitted = fit_posterior(config, dataset, net, device,
                                callbacks=[validation_early_stopping(config, dataset.task, validation, device)])
         elbo = -AnalyticKLELBO(num_particles=ELBO_DRAWS).loss(fitted.model, fitted.guide, dataset.x_train, dataset.y_train)
-        return {"rmse": rmse(fitted.predict(dataset.x_test)), "elbo": elbo, "final_elbo": fitted.history.elbo[-1]}
+        rmse = metric("regression", fitted.predict(dataset.x_test), dataset.y_test, target_std=dataset.target_std)
+        return {"rmse": rmse, "elbo": elbo, "final_elbo": fitted.history.elbo[-1]}
 
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
-    plain = fit_plain(copy.deepcopy(net), dataset.x_train, dataset.y_train, epochs=config.train.epochs,
-                      lr=config.optim.lr, batch_size=config.data.batch_size, seed=config.seed,
-                      validation=validation, patience=config.train.patience)
-    with torch.no_grad():
-        plain_rmse = rmse(plain(dataset.x_test).squeeze(-1))
+    plain = copy.deepcopy(net)
+    plain_rmse = train_plain(plain, dataset, epochs=config.train.epochs, lr=config.optim.lr,
+                             batch_size=config.data.batch_size, seed=config.seed, validation=validation,
+                             patience=config.train.patience)
     return {"plain": plain_rmse, "scratch": sbnn(net), "warm": sbnn(copy.deepcopy(plain).train())}
 
 
