@@ -11,7 +11,7 @@ from bayesprune.config import RunConfig
 from bayesprune.errors import ConfigError
 from bayesprune.fit import resolve_device
 from bayesprune.methods import get_method
-from bayesprune.methods.criteria import spearman_or_none
+from bayesprune.methods.saliency import spearman_or_none
 from bayesprune.pruning import Budget, prune
 from bayesprune.runner import load_datasets, load_run, new_net, run
 from bayesprune.saliency import loss_change, multi_stage_masks

@@ -5,7 +5,7 @@ import torch
 from bayesprune.config import RunConfig
 from bayesprune.fit import TensorBatches, train
 from bayesprune.masks import StochasticMasks
-from bayesprune.methods.pft import mean_loss
+from bayesprune.tasks import mean_loss
 from bayesprune.methods.probmask import ProbMaskOptions, ProbMaskTraining
 from bayesprune.models import mlp
 from bayesprune.runner import load_run, new_net, run

@@ -30,11 +30,11 @@ from bayesprune.projection import project_onto_budget
 from bayesprune.pruning import Budget, apply_masks, lexicographic_ranks, prune
 from bayesprune.saliency import saliency, weight_sites
 from bayesprune.schedules import annealed_temperature, cubic_keep_ratio
+from bayesprune.tasks import masked_copy, mean_loss, network_test_metric
 from bayesprune.validation import is_int, is_number, require
 
-from . import Method, register_method
-from .base import SparseNetworkFitted
-from .pft import mean_loss, network_test_metric
+from .. import Method, register_method
+from ..base import SparseNetworkFitted
 
 SCOPES = ("global", "layer")
 #: Training examples the final mask draws are compared on.
@@ -185,8 +185,7 @@ class ProbMaskMethod(Method):
         rows = torch.randperm(dataset.num_train, generator=torch.Generator().manual_seed(seed))[:SELECTION_EXAMPLES]
         mask = best_draw(net, training.masks, dataset.x_train[rows].to(device), dataset.y_train[rows].to(device),
                          draws=options.final_draws, loss=loss, generator=generator)
-        masked = {name: param * mask[name] if name in mask else param for name, param in net.named_parameters()}
-        report = {"test_error_before_finetune": _masked_test_metric(net, masked, dataset, device)}
+        report = {"test_error_before_finetune": network_test_metric(masked_copy(net, mask), dataset)}
         finetune_epochs = 0 if options.supermask else options.finetune_epochs
         train_network(net, batches, config.optim, epochs=finetune_epochs, loss=loss, mask=mask)
         seconds = time.perf_counter() - start
@@ -215,14 +214,6 @@ class ProbMaskMethod(Method):
                 + ("" if baseline is None else f"; global magnitude pruning with the same epochs: {baseline:.2f}%")
                 + f". {100 * metrics['share_s_near_binary']:.1f}% of s end within 0.01 of 0 or 1.",
                 "![remaining ratio per layer](remaining_ratio.png)", "![histogram of s](keep_probabilities.png)"]
-
-
-def _masked_test_metric(net, params: dict, dataset, device) -> float:
-    probe = copy.deepcopy(net)
-    with torch.no_grad():
-        for name, param in probe.named_parameters():
-            param.copy_(params[name])
-    return network_test_metric(probe, dataset, device)
 
 
 def _magnitude_baseline(dense, options, batches, config, dataset, device, loss) -> float:

@@ -27,8 +27,8 @@ from bayesprune.gates import ESTIMATORS, UnitGates, project_unit_weights, unit_w
 from bayesprune.hyperpriors import BetaHyperPrior, FlatteningHyperPrior, SALHyperPrior
 from bayesprune.validation import is_int, is_number, require
 
-from . import Method, register_method
-from .base import NetworkFitted
+from .. import Method, register_method
+from ..base import NetworkFitted
 
 HYPERPRIORS = ("flattening", "beta", "sal")
 CONDITIONS = ("tolerance", "drop")

@@ -40,11 +40,11 @@ from bayesprune.optim import build_optim
 from bayesprune.priors import GivenPrior
 from bayesprune.saliency import CRITERIA, saliency, weight_sites
 from bayesprune.errors import ConfigError
+from bayesprune.tasks import mean_loss
 from bayesprune.validation import is_int, is_number, require
 
-from . import Method, register_method
-from .base import GuideFitted
-from .pft import mean_loss
+from .. import Method, register_method
+from ..base import GuideFitted
 
 #: Rows per forward pass when a sampled network is scored on a data split.
 EVALUATION_CHUNK = 10_000

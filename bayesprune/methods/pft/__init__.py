@@ -18,19 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch.func import functional_call
 
 from bayesprune.fit import History, TensorBatches, optimizer_step, train, train_network
 from bayesprune.masks import INITS, PARAMETERIZATIONS, StochasticMasks, block_isotropic, isotropic, mask_overlap
 from bayesprune.optim import torch_optimizer
-from bayesprune.predict import metric
 from bayesprune.pruning import Budget, apply_masks, prune
 from bayesprune.saliency import CRITERIA, saliency
+from bayesprune.tasks import mean_loss, network_test_metric
 from bayesprune.validation import is_int, is_number, require
 
-from . import Method, register_method
-from .base import SparseNetworkFitted
+from .. import Method, register_method
+from ..base import SparseNetworkFitted
 
 @dataclass(frozen=True)
 class PFTOptions:
@@ -100,23 +99,6 @@ class PFTOptions:
             require(isinstance(getattr(self, name), bool), key + name, "be true or false", getattr(self, name))
         require(all(is_number(s) and s > 0 for s in self.perturbation_scales), key + "perturbation_scales",
                 "be a list of positive numbers", list(self.perturbation_scales))
-
-
-def mean_loss(task: str):
-    """The mean training loss of a batch: cross-entropy on logits, or squared error for regression."""
-    if task == "classification":
-        return F.cross_entropy
-    return lambda output, y: F.mse_loss(output.squeeze(-1), y)
-
-
-def network_test_metric(net, dataset, device) -> float:
-    """The test error (%) or RMSE of a deterministic network."""
-    net.eval()
-    with torch.no_grad():
-        output = net(dataset.x_test.to(device)).cpu()
-    net.train()
-    prediction = output if dataset.task == "classification" else output.squeeze(-1)
-    return metric(dataset.task, prediction, dataset.y_test, target_std=dataset.target_std)
 
 
 def train_masks(net, masks: StochasticMasks, batches, optim_config, *, epochs: int, loss, weights: bool = True) -> History:

@@ -43,11 +43,11 @@ from bayesprune.pruning import lexicographic_ranks
 from bayesprune.saliency import CRITERIA, loss_change, pruning_stages, weight_sites
 from bayesprune.schedules import SPARSITY_SCHEDULES
 from bayesprune.statistics import spearman
+from bayesprune.tasks import masked_copy, mean_loss, network_test_metric
 from bayesprune.validation import is_int, is_number, require
 
-from . import Method, register_method
-from .base import SparseNetworkFitted
-from .pft import mean_loss, network_test_metric
+from .. import Method, register_method
+from ..base import SparseNetworkFitted
 
 FINETUNE_MODES = ("best", "all")
 
@@ -226,7 +226,7 @@ class SaliencyMethod(Method):
                         net, criterion, options.sparsity, x=x_train, y=y_train, stages=stages, schedule=options.schedule,
                         penalty=penalty, examples_per_stage=options.examples_per_stage, loss=loss,
                         generator=torch.Generator().manual_seed(seed + 1))
-                    pruned = _masked_copy(net, masks)
+                    pruned = masked_copy(net, masks)
                     points.append(GridPoint(criterion, stages, penalty, masks, ranks, loss_change(net, masks, x_loss, y_loss),
                                             network_test_metric(pruned, dataset, device)))
 
@@ -273,14 +273,6 @@ class SaliencyMethod(Method):
         return ["## Pruning criteria (paper 001)\n\n" + saliency_table(metrics),
                 "![ΔL against the penalty λ for each number of stages π](delta_loss.png)",
                 "![error gap after fine-tuning against ΔL](gap_vs_delta_loss.png)"]
-
-
-def _masked_copy(net, masks: dict):
-    pruned = copy.deepcopy(net)
-    with torch.no_grad():
-        for site, mask in masks.items():
-            pruned.get_parameter(site).mul_(mask)
-    return pruned
 
 
 def _report(points: list, best: dict, error_before: float, options) -> dict:

@@ -23,8 +23,8 @@ from bayesprune.optim import build_optim
 from bayesprune.priors import SpikeSlabPrior
 from bayesprune.validation import is_int, is_number, require
 
-from . import register_method
-from .base import GuideFitted, Method
+from .. import register_method
+from ..base import GuideFitted, Method
 
 #: Test points in the posterior predictive of ``posterior.nc`` (it stores one draw per point per draw).
 PREDICTIVE_TEST_POINTS = 1000
