@@ -391,14 +391,21 @@ def _drop_none(raw):
     return raw
 
 
+def _packaged_files() -> dict:
+    """Packaged config name → its file, from ``bayesprune/configs`` and every method package's
+    ``configs`` folder (a method ships its configs beside its code)."""
+    root = resources.files("bayesprune")
+    folders = [root / "configs", *(entry / "configs" for entry in sorted((root / "methods").iterdir(), key=lambda e: e.name))]
+    files = {}
+    for folder in folders:
+        if folder.is_dir():
+            files.update({entry.name[: -len(".toml")]: entry for entry in folder.iterdir() if entry.name.endswith(".toml")})
+    return dict(sorted(files.items()))
+
+
 def packaged_configs() -> dict:
     """Names of the packaged configs mapped to their descriptions."""
-    folder = resources.files("bayesprune") / "configs"
-    configs = {}
-    for entry in sorted(folder.iterdir(), key=lambda entry: entry.name):
-        if entry.name.endswith(".toml"):
-            configs[entry.name[: -len(".toml")]] = tomllib.loads(entry.read_text()).get("description", "")
-    return configs
+    return {name: tomllib.loads(entry.read_text()).get("description", "") for name, entry in _packaged_files().items()}
 
 
 def _read_toml(text: str, source: str) -> dict:
@@ -423,8 +430,9 @@ def parse_override(assignment: str) -> tuple:
 def load_config(source: str | None = None, overrides=()) -> RunConfig:
     """Resolve a packaged config name or a TOML path (default: ``default``), apply overrides, validate."""
     source = source or "default"
-    if source in packaged_configs():  # a packaged name wins over a same-named file; "./name" reads the file
-        raw = _read_toml((resources.files("bayesprune") / "configs" / f"{source}.toml").read_text(), source)
+    packaged = _packaged_files()
+    if source in packaged:  # a packaged name wins over a same-named file; "./name" reads the file
+        raw = _read_toml(packaged[source].read_text(), source)
     else:
         path = Path(source)
         if path.suffix != ".toml" and not path.exists():
