@@ -261,7 +261,7 @@ def _fake_cifar10(root, monkeypatch, *, test_batch=None):
             content = test_batch
         (folder / name).write_bytes(content)
         batches[name], md5[name] = entry, hashlib.md5(content).hexdigest()
-    monkeypatch.setattr("bayesprune.data.CIFAR10_MD5", md5)
+    monkeypatch.setattr("bayesprune.data.images.CIFAR10_MD5", md5)
     return batches
 
 

