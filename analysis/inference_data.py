@@ -195,20 +195,22 @@ def to_inference_data(
     return _container(groups)
 
 
-def gate_inference_data(chains: list, *, num_draws: int = 200, seed: int = 0):
-    """ArviZ data of Bernoulli gate posteriors q(ξ) = Bernoulli(θ), one ``{site: θ}`` per chain.
+def gate_inference_data(chains: list, *, num_draws: int = 200, seed: int = 0, name: str = "theta"):
+    """ArviZ data of Bernoulli posteriors q(ξ) = Bernoulli(θ) of unit gates or weight masks, one
+    ``{site: θ}`` per chain.
 
-    ``posterior`` holds draws ξ ~ q of every gate site (``<layer>.gate``, int8, dims ``(chain, draw,
-    <site>_unit)``); ``variational`` holds θ itself (dims ``(chain, <site>_unit)``).
+    ``posterior`` holds draws ξ ~ q of every site (int8; dims ``(chain, draw, <site>_unit)`` for a
+    gate vector ``<layer>.gate``, ``(chain, draw, <site>_dim_0, ...)`` for a weight mask);
+    ``variational`` holds θ itself as ``<site>.<name>`` (dims ``(chain, ...)``).
     """
     generator = torch.Generator().manual_seed(seed)
     posterior, variational = {}, {}
     for site in chains[0]:
         theta = torch.stack([chain[site].detach().cpu().float() for chain in chains])
-        draws = torch.bernoulli(theta[:, None, :].expand(-1, num_draws, -1), generator=generator)
-        dims = ("chain", "draw", f"{site}_unit")
-        posterior[site] = xr.DataArray(draws.to(torch.int8).numpy(), dims=dims)
-        variational[f"{site}.theta"] = xr.DataArray(theta.numpy(), dims=("chain", f"{site}_unit"))
+        dims = [f"{site}_unit"] if site.endswith("gate") else [f"{site}_dim_{axis}" for axis in range(theta.dim() - 1)]
+        draws = torch.bernoulli(theta[:, None].expand(-1, num_draws, *theta.shape[1:]), generator=generator)
+        posterior[site] = xr.DataArray(draws.to(torch.int8).numpy(), dims=("chain", "draw", *dims))
+        variational[f"{site}.{name}"] = xr.DataArray(theta.numpy(), dims=("chain", *dims))
     return _container({"posterior": xr.Dataset(posterior), "variational": xr.Dataset(variational)})
 
 

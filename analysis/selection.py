@@ -8,26 +8,14 @@ every candidate threshold is scored by the cross-validated error of refitting on
 keeps.
 
 Refitting is a pluggable ``fit_predict(x_train, y_train, x_test) -> y_pred``:
-:func:`sbnn_fit_predict` refits the sBNN of a :class:`~bayesprune.config.RunConfig` (the paper's
-choice), :func:`least_squares_fit_predict` is the linear-model baseline (LM) and
-:func:`additive_spline_fit_predict` an additive regression spline, both fast stand-ins.
+:func:`least_squares_fit_predict` is the linear-model baseline (LM) and
+:func:`additive_spline_fit_predict` an additive regression spline, both fast stand-ins. The
+paper's choice, refitting the sBNN, is :func:`bayesprune.experiments.common.sbnn_fit_predict`:
+this module reads posteriors and never fits one.
 """
 from dataclasses import dataclass
 
 import torch
-
-# The paper's simulation network (section 4.1: two hidden layers of 20 and 10 nodes) with a prior
-# that separates relevant from irrelevant inputs on the simulated data (see tests/test_importance.py).
-SIMULATION_CONFIG = {
-    "device": "cpu",
-    "data": {"dataset": "feature-selection", "batch_size": 256},
-    "model": {"architecture": "mlp", "hidden": [20, 10]},
-    "sbnn": {"pi": 0.5, "log_tau0": -2.0, "log_tau1": 0.0},
-    "optim": {"lr": 0.01},
-    "train": {"epochs": 100},
-    "baseline": {"enabled": False},
-}
-
 
 def select_by_quantile(phi: torch.Tensor, quantile: float = 0.8) -> torch.Tensor:
     """Ẑ_j = 1[φ_j ≥ r] with r the ``quantile`` of φ (Algorithm 2, lines 3–4; the paper uses 0.8).
@@ -118,48 +106,6 @@ def additive_spline_fit_predict(x_train, y_train, x_test, *, knots: int = 5):
     return _least_squares(hinge_basis(x_train, positions), y_train, hinge_basis(x_test, positions))
 
 
-def simulation_config(**sections):
-    """:data:`SIMULATION_CONFIG` as a :class:`~bayesprune.config.RunConfig`, ``sections`` updating its tables."""
-    from bayesprune.config import RunConfig
-
-    raw = {key: dict(value) if isinstance(value, dict) else value for key, value in SIMULATION_CONFIG.items()}
-    for key, value in sections.items():
-        raw[key] = {**raw[key], **value} if isinstance(value, dict) else value
-    return RunConfig.from_dict(raw)
-
-
-def sbnn_fit_predict(config=None, *, device=None):
-    """A ``fit_predict`` that fits the sBNN of ``config`` and predicts with its posterior-mean network.
-
-    Args:
-        config: a :class:`~bayesprune.config.RunConfig`; its model, prior, guide, objective, optim
-            and train sections are used. Defaults to :func:`simulation_config`.
-        device: training device; defaults to ``config.device``.
-
-    Returns:
-        ``fit_predict(x_train, y_train, x_test) -> y_pred`` for regression targets (float ``y``).
-    """
-    from bayesprune.data import REGRESSION, Dataset
-    from bayesprune.fit import resolve_device
-    from bayesprune.methods.sbnn import fit_posterior
-    from bayesprune.runner import new_net
-
-    config = config if config is not None else simulation_config()
-    device = resolve_device(device or config.device)
-
-    def fit_predict(x_train, y_train, x_test):
-        if not y_train.is_floating_point():
-            raise ValueError("sbnn_fit_predict supports regression (floating-point targets) only")
-        fold = Dataset(
-            name="cross-validation-fold", task=REGRESSION, x_train=x_train, y_train=y_train,
-            x_test=x_test, y_test=torch.zeros(len(x_test)), input_shape=tuple(x_train.shape[1:]), num_classes=None,
-        )
-        net = new_net(config, fold.input_shape, fold.output_dim, seed=config.seed)
-        return fit_posterior(config, fold, net, device).predict(x_test.to(device)).cpu()
-
-    return fit_predict
-
-
 @dataclass(frozen=True)
 class CrossValidatedSelection:
     """Outcome of :func:`select_by_cross_validation`.
@@ -211,7 +157,7 @@ def _choose(thresholds, mean, std_error, one_standard_error: bool) -> int:
 
 
 def select_by_cross_validation(
-    x, y, phi, *, fit_predict=None, folds: int = 10, thresholds=None, one_standard_error: bool = False,
+    x, y, phi, *, fit_predict, folds: int = 10, thresholds=None, one_standard_error: bool = False,
     loss=mean_squared_error, seed: int = 0,
 ) -> CrossValidatedSelection:
     """Choose the threshold on φ by k-fold cross-validation of BNN_VS (paper 003, section 4.1).
@@ -224,8 +170,8 @@ def select_by_cross_validation(
     Args:
         x, y: training inputs (features along dimension 1) and targets.
         phi: scaled importance φ (eq. 3.19) of the features, from a fit on all of ``x``.
-        fit_predict: ``fit_predict(x_train, y_train, x_test) -> y_pred``; defaults to
-            :func:`sbnn_fit_predict` with :func:`simulation_config`.
+        fit_predict: ``fit_predict(x_train, y_train, x_test) -> y_pred``, e.g.
+            :func:`least_squares_fit_predict` or :func:`bayesprune.experiments.common.sbnn_fit_predict`.
         folds: number of folds (the paper uses 10).
         thresholds: candidate thresholds; defaults to every distinct value of φ, i.e. every nested
             top-k set (D candidates — pass a coarser grid, e.g. ``torch.linspace(0, 1, 21)``,
@@ -238,7 +184,6 @@ def select_by_cross_validation(
     Returns:
         A :class:`CrossValidatedSelection`.
     """
-    fit_predict = fit_predict if fit_predict is not None else sbnn_fit_predict()
     candidates = torch.unique(phi if thresholds is None else torch.as_tensor(thresholds, dtype=phi.dtype))
     candidates = candidates.flip(0).double()
     test_folds = fold_indices(len(x), folds, seed=seed)

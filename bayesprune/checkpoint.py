@@ -3,7 +3,8 @@
 A checkpoint holds ``method`` (the registered name), ``structure`` (site name → shape of the network
 when saved, so a network that shrank while training can be rebuilt before its state is loaded),
 ``state`` (the :meth:`~bayesprune.methods.Fitted.state_dict`), ``metadata`` (``epoch``, ...),
-``versions`` and, for a fit that can resume, ``loop`` (:class:`~bayesprune.fit.LoopState`).
+``versions`` and, for an unfinished fit, ``loop``: the finished stages' results and the
+:class:`~bayesprune.fit.LoopState` of the stage in progress (:class:`bayesprune.methods.FitContext`).
 Checkpoints of earlier versions (``{model, guide, metadata}``, sBNN only) still read.
 """
 import os
@@ -14,25 +15,26 @@ import pyro
 import torch
 
 from .errors import BayesPruneError
-from .fit import LoopState, rng_state
 
 
-def save_checkpoint(path, fitted, *, metadata=None, loop=None):
-    """Write the state of ``fitted`` atomically (a crash never leaves a half-written file), with the
-    training loop's state ``loop`` (:meth:`~bayesprune.fit.LoopState.state_dict`) when given."""
+def save_checkpoint(path, fitted, *, metadata=None):
+    """Write the state of the finished fit ``fitted`` atomically, with the structure of its network."""
+    write_checkpoint(path, method=fitted.method, state=fitted.state_dict(), metadata=metadata,
+                     structure={name: list(shape) for name, shape in fitted.sites.items()})
+
+
+def write_checkpoint(path, *, method: str, state: dict, metadata=None, structure=None, loop=None):
+    """Write a checkpoint atomically (a crash never leaves a half-written file): ``state`` of a
+    ``method``, and for an unfinished fit the stages' state ``loop``
+    (:meth:`bayesprune.methods.FitContext.train`) it resumes from."""
     from bayesprune import __version__
 
-    state = {
-        "method": fitted.method,
-        "structure": {name: list(shape) for name, shape in fitted.sites.items()},
-        "state": fitted.state_dict(),
-        "metadata": dict(metadata or {}),
-        "versions": {"bayesprune": __version__, "torch": str(torch.__version__)},
-    }
+    saved = {"method": method, "structure": structure, "state": state, "metadata": dict(metadata or {}),
+             "versions": {"bayesprune": __version__, "torch": str(torch.__version__)}}
     if loop is not None:
-        state["loop"] = loop
+        saved["loop"] = loop
     partial = f"{path}.partial"
-    torch.save(state, partial)
+    torch.save(saved, partial)
     os.replace(partial, path)
 
 
@@ -68,26 +70,3 @@ def load_module_state(module, state: dict):
         stored_name = name.removesuffix("_unconstrained")
         if stored_name in store:
             del store[stored_name]
-
-
-class Checkpoint:
-    """Fit callback that saves ``fitted`` after every ``every`` epochs and after the last one.
-
-    Given the fit's ``optimizer`` (a ``pyro.optim.PyroOptim``) and ``batches``
-    (:class:`~bayesprune.fit.TensorBatches`), the checkpoint also holds the loop's
-    :class:`~bayesprune.fit.LoopState` under ``"loop"``, from which the fit resumes exactly;
-    ``stateful`` callbacks (with ``state_dict()``) are saved with it, in order.
-    """
-
-    def __init__(self, path, fitted, *, epochs: int, every: int = 1, optimizer=None, batches=None, stateful=()):
-        self.path, self.fitted = path, fitted
-        self.epochs, self.every = epochs, every
-        self.optimizer, self.batches, self.stateful = optimizer, batches, list(stateful)
-
-    def __call__(self, epoch, history):
-        if (epoch + 1) % self.every == 0 or epoch + 1 == self.epochs:
-            loop = None
-            if self.optimizer is not None:
-                loop = LoopState(epoch + 1, history, self.optimizer.get_state(), self.batches.generator.get_state(),
-                                 rng_state(), [callback.state_dict() for callback in self.stateful]).state_dict()
-            save_checkpoint(self.path, self.fitted, metadata={"epoch": epoch + 1}, loop=loop)

@@ -156,7 +156,7 @@ def _certify(args):
     if args.samples is not None and args.samples < 1:
         raise BayesPruneError(f"--samples must be a positive integer, got {args.samples}")
     config, dataset, fitted = load_run(args.run_dir)
-    result = get_method(config.method).certificate(fitted, dataset, config, samples=args.samples)
+    result = get_method(config.method).certificate(fitted, dataset, config.method_options, samples=args.samples)
     if result is None:
         raise BayesPruneError(f"{args.run_dir}: method {config.method!r} has no certificate (pbp has)")
     if args.json:

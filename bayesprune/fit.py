@@ -12,8 +12,6 @@ from pyro.poutine.messenger import Messenger
 from tqdm.auto import tqdm
 
 from .errors import ConfigError, Interrupted, TrainingDiverged
-from .export import mask_parameters, unmask_parameters
-from .optim import torch_optimizer, torch_scheduler
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -141,14 +139,22 @@ class LoopState:
         return any(state.get("stopped", False) for state in self.callbacks)
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "step_losses": list(self.history.step_losses),
-                "epoch_losses": list(self.history.epoch_losses), "optimizer": self.optimizer,
+        return {"epoch": self.epoch, **self.history_dict(self.history), "optimizer": self.optimizer,
                 "batches": self.batches, "rng": self.rng, "callbacks": self.callbacks}
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "LoopState":
-        history = History(list(state["step_losses"]), list(state["epoch_losses"]))
-        return cls(state["epoch"], history, state["optimizer"], state["batches"], state["rng"], list(state["callbacks"]))
+        return cls(state["epoch"], cls.history_from_dict(state), state["optimizer"], state["batches"], state["rng"],
+                   list(state["callbacks"]))
+
+    @staticmethod
+    def history_dict(history: History) -> dict:
+        """A :class:`History` as plain lists (a checkpoint holds plain data)."""
+        return {"step_losses": list(history.step_losses), "epoch_losses": list(history.epoch_losses)}
+
+    @staticmethod
+    def history_from_dict(state: dict) -> History:
+        return History(list(state["step_losses"]), list(state["epoch_losses"]))
 
 
 def rng_state() -> dict:
@@ -211,7 +217,7 @@ STOP = StopRequest()
 
 
 def train(step, batches, *, epochs: int, callbacks=(), progress: bool = False, scheduler=None,
-          resume: "LoopState | None" = None) -> History:
+          resume: "LoopState | None" = None, desc: str = "fit") -> History:
     """The one training loop: ``epochs`` passes of ``step`` over ``batches``; every method's fit runs on it.
 
     Args:
@@ -225,7 +231,7 @@ def train(step, batches, *, epochs: int, callbacks=(), progress: bool = False, s
             in order) and ``on_epoch(epoch, history)`` (run after every epoch, in order; one returning
             ``True`` stops training after that epoch, the others still run), see :class:`Callback`;
             a plain callable ``callback(epoch, history)`` acts as ``on_epoch``.
-        progress: show a progress bar with the epoch's loss.
+        progress: show a progress bar with the epoch's loss, labelled ``desc``.
         scheduler: stepped once per epoch (``.step()``) before the epoch callbacks, e.g. a
             ``pyro.optim.PyroLRScheduler`` or a ``torch.optim.lr_scheduler`` object.
         resume: a :class:`LoopState` to continue from: the loop starts after its epoch with its
@@ -249,7 +255,7 @@ def train(step, batches, *, epochs: int, callbacks=(), progress: bool = False, s
     history = History() if resume is None else resume.history
     num_batches = len(batches)
     first = 0 if resume is None else epochs if resume.stopped else resume.epoch
-    bar = tqdm(range(first, epochs), disable=not progress, desc="fit", unit="epoch")
+    bar = tqdm(range(first, epochs), disable=not progress, desc=desc, unit="epoch")
     for epoch in bar:
         losses = []
         for index, (x, y) in enumerate(batches):
@@ -297,22 +303,6 @@ def optimizer_step(loss_fn, optimizer):
         return loss.detach()
 
     return step
-
-
-def train_network(net, batches, optim_config, *, epochs: int, loss, mask=None, progress: bool = False) -> History:
-    """Train a deterministic ``net`` in place by ``loss(net(x), y)`` for ``epochs`` with the optimiser and
-    schedule of ``optim_config`` (:mod:`bayesprune.optim`); under ``mask`` (site → bool) the pruned
-    weights stay exactly zero whatever the optimiser does, weight decay and momentum included
-    (:func:`bayesprune.export.mask_parameters`), and are zero afterwards."""
-    if mask is not None:
-        mask_parameters(net, mask)
-    optimizer = torch_optimizer(optim_config, net.parameters())
-    try:
-        return train(optimizer_step(lambda x, y: loss(net(x), y), optimizer), batches, epochs=epochs,
-                     scheduler=torch_scheduler(optim_config, optimizer, epochs=epochs), progress=progress)
-    finally:
-        if mask is not None:
-            unmask_parameters(net)
 
 
 def svi_step(model, guide, *, objective, optim, penalty=None):

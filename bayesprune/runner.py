@@ -21,23 +21,22 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import pyro
+import torch
 
 from bayesprune.analysis.evaluation import ERROR_MARGIN, ERROR_MARGIN_KEY, first_sparsity_worse_by, metric_name, pruning_curve
 from bayesprune.analysis.inference_data import write_posterior
 from bayesprune.analysis.report import write_report
 from bayesprune.analysis.tables import write_csv
-from bayesprune.models import build_architecture
+from bayesprune.models import new_net  # lives in models; also importable as runner.new_net
 
 from .baseline import train_plain
 from .checkpoint import read_checkpoint, save_checkpoint
 from .config import load_config
 from .data import load_dataset, uci_num_splits
-from .early_stopping import EarlyStopping, hold_out
-from .errors import BayesPruneError, Interrupted, TrainingDiverged
+from .early_stopping import hold_out
+from .errors import BayesPruneError, ConfigError, Interrupted, TrainingDiverged
 from .fit import resolve_device
-from .methods import get_method
-from .predict import metric
+from .methods import FitContext, get_method
 
 CHECKPOINT = "checkpoint.pt"
 POSTERIOR = "posterior.nc"
@@ -78,12 +77,6 @@ def check_output_dir(out: Path, *, force: bool, inputs=()):
                                   "--force replaces only earlier runs")
 
 
-def new_net(config, input_shape, output_dim: int, *, seed: int):
-    """A freshly initialised network of the config's architecture, seeded with ``seed``."""
-    pyro.set_rng_seed(seed)
-    return build_architecture(config.model.architecture, tuple(input_shape), output_dim, **config.model.options)
-
-
 def load_datasets(config) -> list:
     """The dataset of the config, or one per split when ``data.splits`` is set (UCI)."""
     data = config.data
@@ -122,8 +115,12 @@ def load_run(run_dir):
         from .export import resize
 
         net = resize(net, structure)
+    if "loop" in saved:
+        raise BayesPruneError(f"{run_dir / CHECKPOINT}: holds an unfinished fit (stage {saved['metadata'].get('stage')!r}, "
+                              f"epoch {saved['metadata'].get('epoch')}); finish it with: bayesprune run --resume {run_dir}")
+    ctx = FitContext.from_config(config, dataset, device=torch.device("cpu"))
     try:
-        fitted = get_method(config.method).restore(net, dataset, config, saved["state"])
+        fitted = get_method(config.method).restore(net, dataset, config.method_options, ctx, saved["state"])
     except (KeyError, RuntimeError) as error:
         message = " ".join(str(error).split())[:200]
         raise BayesPruneError(f"{run_dir / CHECKPOINT}: does not match config.toml ({message})") from None
@@ -143,6 +140,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     if config.experiment.name is not None:
         return _run_experiment(config, out, progress=progress)
     method = get_method(config.method)
+    refuse_unsupported(config, method, resuming=resume is not None)
     datasets = load_datasets(config)
     new_net(config, datasets[0].input_shape, datasets[0].output_dim, seed=config.seed)  # rejects a bad architecture before anything is written
     device = resolve_device(config.device)
@@ -175,17 +173,18 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
             seed = config.seed + index + chain
             net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
             baseline_net = copy.deepcopy(net) if chain == 0 else None
+            ctx = FitContext.from_config(
+                config, dataset, device=device, seed=seed, progress=progress,
+                validation=None if validation is None else tuple(validation),
+                checkpoint=staging / CHECKPOINT if first and index == chain == 0 else None,
+                resume=resume if index == chain == 0 else None,
+            )
             try:
-                fitted = method.fit(
-                    net, dataset, split_config, device=device, seed=seed, progress=progress,
-                    checkpoint=staging / CHECKPOINT if first and index == chain == 0 else None,
-                    callbacks=[] if validation is None else [validation_early_stopping(split_config, dataset.task, validation, device)],
-                    **({"resume": resume} if resume is not None and index == chain == 0 else {}),
-                )
+                fitted = method.fit(net, dataset, config.method_options, ctx)
             except (TrainingDiverged, Interrupted) as error:
                 raise _stopped(error, staging, out) from None
             if chain == 0:
-                per_split.append(_evaluate(split_config, dataset, fitted, device, baseline_net, validation))
+                per_split.append(_evaluate(split_config, dataset, fitted, device, baseline_net, validation, ctx.best_epoch))
             fits.append(fitted)
         if first and index == 0:
             _write_fit(staging, fits[0])
@@ -216,8 +215,8 @@ def resume_run(out, *, progress: bool = False) -> dict:
         raise BayesPruneError(f"--resume {out}: no {missing}; nothing to resume")
     source = max(candidates, key=lambda path: (path / CHECKPOINT).stat().st_mtime)
     config = load_config(str(source / "config.toml"))
-    if config.experiment.name is not None or not get_method(config.method).resumable:
-        raise BayesPruneError(f"--resume {out}: {config.experiment.name or config.method} runs do not resume; run them again")
+    if config.experiment.name is not None:
+        raise BayesPruneError(f"--resume {out}: {config.experiment.name} runs do not resume; run them again")
     saved = read_checkpoint(source / CHECKPOINT)
     if saved["method"] != config.method or "loop" not in saved:
         raise BayesPruneError(f"{source / CHECKPOINT}: holds no training-loop state of a {config.method} fit to resume from")
@@ -228,7 +227,7 @@ def resume_run(out, *, progress: bool = False) -> dict:
 
 
 def _run_experiment(config, out: Path, *, progress: bool) -> dict:
-    from .experiments import get_experiment  # the studies fit through the methods
+    from .experiment_registry import get_experiment  # finds the studies by name
 
     experiment = get_experiment(config)
     experiment.check(config)
@@ -266,22 +265,22 @@ def _staged(out: Path, *, resumed_from=None):
         lock.close()
 
 
-def validation_early_stopping(config, task, validation, device):
-    """A factory of :class:`~bayesprune.early_stopping.EarlyStopping` on the validation part's metric
-    of a fit's point estimate (:meth:`~bayesprune.methods.Fitted.predict`)."""
-    x, y = validation[0].to(device), validation[1]
+def refuse_unsupported(config, method, *, resuming: bool = False):
+    """Refuse, before anything is written, a config that asks ``method`` for a service it does not
+    support (:attr:`~bayesprune.methods.Method.unsupported`), in one line naming the key."""
+    asked = {"validation": ("train.validation", config.train.validation > 0),
+             "checkpoint": ("train.checkpoint_every", config.train.checkpoint_every != 1),
+             "resume": ("--resume", resuming)}
+    if config.prune.level not in method.prune_levels:
+        raise ConfigError(f"prune.level must be one of {list(method.prune_levels)} for method {method.name!r}, "
+                          f"got {config.prune.level!r}")
+    unsupported = method.unsupported_for(config.method_options)
+    for service, (key, wanted) in asked.items():
+        if wanted and service in unsupported:
+            raise ConfigError(f"{key} is not supported by method {method.name!r}: {unsupported[service]}")
 
-    def make(fitted):
-        def score():
-            return metric(task, fitted.predict(x).cpu(), y)
 
-        return EarlyStopping(score, fitted.state_dict, fitted.load_state_dict,
-                             epochs=config.train.epochs, patience=config.train.patience)
-
-    return make
-
-
-def _evaluate(config, dataset, fitted, device, baseline_net, validation=None) -> dict:
+def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, best_epoch=None) -> dict:
     name = metric_name(dataset.task)
     curve = pruning_curve(fitted, dataset, droprates=sorted({0.0, *config.prune.droprates}), device=device,
                           budget=config.prune.budget, include_biases=config.prune.include_biases)
@@ -294,6 +293,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None) ->
         "n_weights": sum(shape.numel() for shape in fitted.sites.values()),
         "epochs": len(fitted.history.epoch_losses),
         **({} if validation is None else {"n_validation": len(validation[1])}),
+        **({} if best_epoch is None else {"best_epoch": best_epoch}),
         "seed": config.seed,
         "train_seconds": round(fitted.seconds, 3),
         "score": fitted.score_name,

@@ -15,15 +15,20 @@ def mean_loss(task: str):
     return lambda output, y: F.mse_loss(output.squeeze(-1), y)
 
 
-def network_metric(net, x, y, task: str, *, target_std: float = 1.0) -> float:
-    """Error (%) or RMSE of a deterministic ``net`` on ``(x, y)``, evaluated in eval mode (the mode
-    ``net`` was in is put back)."""
+def predict_network(net, x, task: str) -> torch.Tensor:
+    """The predictive mean of a deterministic ``net`` at ``x`` in eval mode (the mode ``net`` was in is
+    put back): class probabilities, or regression means."""
     training = net.training
     net.eval()
     with torch.no_grad():
-        output = net(x.to(next(net.parameters()).device)).cpu()
+        output = net(x.to(next(net.parameters()).device))
     net.train(training)
-    return metric(task, output if task == "classification" else output.squeeze(-1), y.cpu(), target_std=target_std)
+    return torch.softmax(output, dim=-1) if task == "classification" else output.squeeze(-1)
+
+
+def network_metric(net, x, y, task: str, *, target_std: float = 1.0) -> float:
+    """Error (%) or RMSE of a deterministic ``net`` on ``(x, y)``."""
+    return metric(task, predict_network(net, x, task).cpu(), y.cpu(), target_std=target_std)
 
 
 def network_test_metric(net, dataset, device=None) -> float:

@@ -31,7 +31,8 @@ from bayesprune.early_stopping import hold_out
 from bayesprune.methods.sbnn import fit_posterior
 from bayesprune.objectives import AnalyticKLELBO
 from bayesprune.predict import metric
-from bayesprune.runner import load_datasets, new_net, validation_early_stopping
+from bayesprune.methods import FitContext
+from bayesprune.runner import load_datasets, new_net
 
 ELBO_DRAWS = 32
 
@@ -48,8 +49,8 @@ def compare(data_root: Path, name: str, split: int, overrides=()) -> dict:
     device = torch.device("cpu")
 
     def sbnn(net):
-        fitted = fit_posterior(config, dataset, net, device,
-                               callbacks=[validation_early_stopping(config, dataset.task, validation, device)])
+        ctx = FitContext.from_config(config, dataset, device=device, validation=tuple(validation))
+        fitted = fit_posterior(net, dataset, config.method_options, ctx)
         elbo = -AnalyticKLELBO(num_particles=ELBO_DRAWS).loss(fitted.model, fitted.guide, dataset.x_train, dataset.y_train)
         rmse = metric("regression", fitted.predict(dataset.x_test), dataset.y_test, target_std=dataset.target_std)
         return {"rmse": rmse, "elbo": elbo, "final_elbo": fitted.history.elbo[-1]}

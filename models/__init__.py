@@ -1,5 +1,5 @@
 """Pyro model programs: Bayesian networks, likelihoods and the architectures they wrap."""
-from .architectures import ARCHITECTURES, build_architecture, lenet_5_caffe, lenet_5_classic, lenet_300_100, mlp
+from .architectures import ARCHITECTURES, build_architecture, lenet_5_caffe, lenet_5_classic, lenet_300_100, mlp, new_net
 from .bnn import BayesianNetwork
 from .likelihoods import LIKELIHOODS, BoundedCategorical, Categorical, Gaussian, Likelihood
 
@@ -16,4 +16,5 @@ __all__ = [
     "lenet_5_caffe",
     "lenet_5_classic",
     "mlp",
+    "new_net",
 ]

@@ -5,6 +5,7 @@ options, and returns a plain ``nn.Module``.
 """
 import math
 
+import pyro
 import torch
 from torch import nn
 
@@ -118,3 +119,9 @@ def build_architecture(name, input_shape, output_dim, *, init="default", **optio
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
     return net
+
+
+def new_net(config, input_shape, output_dim: int, *, seed: int):
+    """A freshly initialised network of the config's architecture, seeded with ``seed``."""
+    pyro.set_rng_seed(seed)
+    return build_architecture(config.model.architecture, tuple(input_shape), output_dim, **config.model.options)

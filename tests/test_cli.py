@@ -485,7 +485,6 @@ def quick_run(tmp_path_factory):
     ("complete", "is complete"),
     ("no checkpoint", "no checkpoint.pt"),
     ("no loop state", "checkpoint.pt: holds no training-loop state"),
-    ("not resumable", "unit-gates runs do not resume"),
     ("with --set", "drop --set"),
     ("missing", "no config.toml"),
 ])

@@ -12,6 +12,7 @@ from bayesprune.errors import ConfigError
 from bayesprune.fit import resolve_device
 from bayesprune.methods import get_method
 from bayesprune.methods.saliency import spearman_or_none
+from bayesprune.methods import FitContext
 from bayesprune.pruning import Budget, prune
 from bayesprune.runner import load_datasets, load_run, new_net, run
 from bayesprune.saliency import loss_change, multi_stage_masks
@@ -20,14 +21,14 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 CRITERIA = ["magnitude", "obd", "lm", "qm"]
 OPTIONS = {"criteria": CRITERIA, "sparsity": 0.9, "stages": [1, 3], "penalties": [0.0, 1.0], "examples_per_stage": 100,
-           "pretrain_epochs": 5, "finetune_epochs": 1, "finetune": "all"}
+           "finetune_epochs": 1, "finetune": "all"}
 
 
 def config(**options) -> RunConfig:
     return RunConfig.from_dict({
         "method": "saliency", "data": {"dataset": "digits", "batch_size": 64}, "model": {"architecture": "mlp", "hidden": [32]},
         "optim": {"name": "sgd", "lr": 0.05, "momentum": 0.9}, "baseline": {"enabled": False}, "device": "cpu",
-        "prune": {"droprates": [0.0, 0.9], "include_biases": False}, "saliency": {**OPTIONS, **options}})
+        "prune": {"droprates": [0.0, 0.9], "include_biases": False}, "train": {"epochs": 5}, "saliency": {**OPTIONS, **options}})
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,8 @@ def fitted():
     cfg = config(finetune="best")
     dataset = load_datasets(cfg)[0]
     net = new_net(cfg, dataset.input_shape, dataset.output_dim, seed=cfg.seed)
-    fit = get_method("saliency").fit(net, dataset, cfg.for_data(dataset.num_train), device=resolve_device("cpu"), seed=cfg.seed)
+    ctx = FitContext.from_config(cfg, dataset, device=resolve_device("cpu"))
+    fit = get_method("saliency").fit(net, dataset, cfg.method_options, ctx)
     return cfg, dataset, fit
 
 
@@ -157,7 +159,7 @@ def test_spearman_rho_matches_scipy(saved_run):
 @pytest.mark.parametrize("key, value", [
     ("criteria", ["magnitude", "nonsense"]), ("criteria", []), ("criteria", ["lm", "lm"]), ("sparsity", 1.0),
     ("stages", [0]), ("stages", [1, 1]), ("penalties", [-1.0]), ("schedule", "cubic"), ("examples_per_stage", 0),
-    ("loss_examples", 0), ("pretrain_epochs", 0), ("finetune_epochs", -1), ("finetune", "some"),
+    ("loss_examples", 0), ("finetune_epochs", -1), ("finetune", "some"),
     ("stages", 3),
 ])
 def test_bad_options_are_refused_naming_the_field(key, value):

@@ -15,10 +15,11 @@ from pyro.optim import SGD, Adam, ClippedAdam, StepLR
 from torch import nn
 from torch.distributions import Bernoulli, Normal, kl_divergence
 
-from bayesprune.checkpoint import Checkpoint, load_module_state, read_checkpoint, save_checkpoint
+from bayesprune.checkpoint import load_module_state, read_checkpoint, save_checkpoint
+from bayesprune.methods import FitContext
 from bayesprune.data import load_dataset
 from bayesprune.errors import TrainingDiverged
-from bayesprune.fit import Callback, GeometricPenalty, History, TensorBatches, UniformPenalty, fit, optimizer_step, train
+from bayesprune.fit import Callback, GeometricPenalty, History, TensorBatches, UniformPenalty, fit, optimizer_step, svi_step, train
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.methods.sbnn import SBNNFitted
 from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
@@ -243,6 +244,7 @@ class PoisonedBatches:
 
     def __init__(self, x, y, good_epochs):
         self.x, self.y, self.good_epochs, self.epoch = x, y, good_epochs, 0
+        self.generator = torch.Generator()  # checkpointed as a shuffler's state would be
 
     def __len__(self):
         return 2
@@ -270,22 +272,21 @@ def test_training_diverged_keeps_last_good_checkpoint(tmp_path):
     x, y = torch.randn(20, 3), torch.randn(20)
     path = tmp_path / "last.pt"
     snapshots = []
-    callbacks = [
-        Checkpoint(path, SBNNFitted(model, guide), epochs=10),
-        lambda epoch, history: snapshots.append(snapshot(guide)),
-    ]
+    optim = Adam({"lr": 0.01})
+    step = svi_step(model, guide, objective=AnalyticKLELBO(), optim=optim)
     with pytest.raises(TrainingDiverged, match="epoch 3"):
-        fit(model, guide, PoisonedBatches(x, y, good_epochs=2), objective=AnalyticKLELBO(), optim=Adam({"lr": 0.01}),
-            epochs=10, callbacks=callbacks)
+        FitContext(checkpoint=path).train("svi", step, PoisonedBatches(x, y, good_epochs=2), epochs=10,
+                                          state={"model": model, "guide": guide, "optimizer": optim},
+                                          callbacks=[lambda epoch, history: snapshots.append(snapshot(guide))])
     assert len(snapshots) == 2
     assert path.exists() and not (tmp_path / "last.pt.partial").exists()
     state = torch.load(path, weights_only=True)
-    assert state["metadata"] == {"epoch": 2}
+    assert state["metadata"] == {"epoch": 2, "stage": "svi"}
     # The live guide moved on (it took steps in epoch 3); the checkpoint did not.
     assert not torch.equal(snapshot(guide)["loc"], snapshots[-1]["loc"])
     pyro.clear_param_store()
     fresh_model, fresh_guide = regression_problem(7)
-    assert load_checkpoint(path, model=fresh_model, guide=fresh_guide) == {"epoch": 2}
+    assert load_checkpoint(path, model=fresh_model, guide=fresh_guide) == {"epoch": 2, "stage": "svi"}
     restored = snapshot(fresh_guide)
     assert torch.equal(restored["loc"], snapshots[-1]["loc"])
     assert torch.equal(restored["scale"], snapshots[-1]["scale"])

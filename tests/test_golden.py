@@ -24,7 +24,7 @@ SHORT = {
     "pbp": ["pbp.prior_epochs=2", "pbp.prior_mask_epochs=2", "pbp.mc_samples=20", "pbp.prior_samples=5"],
     "probmask": ["probmask.t1=1", "probmask.t2=2", "probmask.finetune_epochs=2"],
     "unit-gates": ["unit-gates.finetune_epochs=2"],
-    "saliency": ["saliency.pretrain_epochs=2", "saliency.finetune_epochs=2", "saliency.stages=[1, 3]"],
+    "saliency": ["saliency.finetune_epochs=2", "saliency.stages=[1, 3]"],
 }
 #: Wall-clock numbers, which no two runs share.
 TIMINGS = {"train_seconds", "epoch_seconds"}

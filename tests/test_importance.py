@@ -17,11 +17,12 @@ from bayesprune.analysis.importance import (
     scaled_importance,
     weight_inclusion_matrices,
 )
-from bayesprune.analysis.selection import simulation_config
 from bayesprune.data import load_dataset
+from bayesprune.experiments.common import simulation_config
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.models import build_architecture
 from bayesprune.models.architectures import lenet_5_caffe, mlp
+from bayesprune.methods import FitContext
 from bayesprune.methods.sbnn import build_model, fit_posterior
 
 
@@ -148,7 +149,7 @@ def fast_svi(single_thread):
 @pytest.mark.parametrize("architecture, input_shape", [(mlp, (5,)), (lenet_5_caffe, (2, 16, 16))])
 def test_importance_table_reads_the_sites_of_a_real_guide(architecture, input_shape):
     dataset = SimpleNamespace(task="classification", num_train=10)
-    model = build_model(simulation_config(), dataset, architecture(input_shape, 3))
+    model = build_model(architecture(input_shape, 3), dataset, simulation_config().method_options.prior())
     rows = importance_table(model, SpikeSlabGuide(model).inclusion_probabilities())
     assert [row["feature"] for row in rows] == [f"x{j}" for j in range(input_shape[0])]
     assert all(0 < row["psi"] < 1 and 0 <= row["phi"] <= 1 for row in rows)
@@ -158,7 +159,7 @@ def fit_simulation(dataset):
     """Fit the paper's 20-10 sBNN (section 4.1) with :func:`simulation_config` on ``dataset``; returns ψ."""
     config = simulation_config(data={"dataset": dataset.name})
     net = build_architecture("mlp", dataset.input_shape, dataset.output_dim, **config.model.options)
-    fitted = fit_posterior(config, dataset, net, torch.device("cpu"))
+    fitted = fit_posterior(net, dataset, config.method_options, FitContext.from_config(config, dataset, device=torch.device("cpu")))
     return feature_importance(weight_inclusion_matrices(fitted.scores(), fitted.net))
 
 

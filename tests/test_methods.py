@@ -9,12 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bayesprune.checkpoint import read_checkpoint, save_checkpoint
+from bayesprune.checkpoint import read_checkpoint
 from bayesprune.cli import main
 from bayesprune.config import RunConfig, load_config, packaged_configs
 from bayesprune.errors import ConfigError
 from bayesprune.export import export
-from bayesprune.fit import History, TensorBatches
+from bayesprune.fit import optimizer_step
 from bayesprune.methods import METHODS, Fitted, Method, available_methods, get_method, register_method
 from bayesprune.pruning import Budget, prune
 from bayesprune.runner import load_run, run
@@ -137,25 +137,16 @@ class MagnitudeMethod(Method):
     name = "test-magnitude"
     Options = NoOptions
 
-    def fit(self, net, dataset, config, *, device, seed, checkpoint=None, progress=False, callbacks=()):
-        optimizer = torch.optim.Adam(net.parameters(), lr=config.optim.lr)
-        history = History()
-        for _ in range(config.train.epochs):
-            total = 0.0
-            for x, y in TensorBatches(dataset.x_train, dataset.y_train, batch_size=config.data.batch_size, seed=seed):
-                loss = F.cross_entropy(net(x), y)
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                total += loss.item()
-            history.epoch_losses.append(total)
+    def fit(self, net, data, options, ctx):
+        optimizer = torch.optim.Adam(net.parameters(), lr=ctx.optim.lr)
+        step = optimizer_step(lambda x, y: F.cross_entropy(net(x), y), optimizer)
+        history = ctx.train("fit", step, ctx.batches(data.x_train, data.y_train), epochs=ctx.epochs,
+                            state={"net": net, "optimizer": optimizer})
         scores = {name: param.detach().abs() for name, param in net.named_parameters()}
         net = export(net, prune(scores, Budget(fraction=0.5, level="unit"), net=net))
-        fitted = MagnitudeFitted(net, history=history)
-        save_checkpoint(checkpoint, fitted, metadata={"epoch": config.train.epochs})
-        return fitted
+        return MagnitudeFitted(net, history=history)
 
-    def restore(self, net, dataset, config, state):
+    def restore(self, net, data, options, ctx, state):
         net.load_state_dict(state["net"])
         return MagnitudeFitted(net)
 

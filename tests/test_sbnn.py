@@ -61,6 +61,7 @@ def test_local_reparameterization_on_a_convolution_is_refused_by_name():
     from bayesprune.config import load_config
     from bayesprune.data import Dataset
     from bayesprune.errors import ConfigError
+    from bayesprune.methods import FitContext
     from bayesprune.methods.sbnn import fit_posterior
 
     config = load_config("default", ["sbnn.local_reparameterization=true", "train.epochs=1"])
@@ -68,7 +69,7 @@ def test_local_reparameterization_on_a_convolution_is_refused_by_name():
     dataset = Dataset("toy", "classification", x, y, x, y, (1, 6, 6), 2)
     net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(32, 2))
     with pytest.raises(ConfigError, match=r"^sbnn.local_reparameterization must be false .*\(0\)"):
-        fit_posterior(config, dataset, net, torch.device("cpu"))
+        fit_posterior(net, dataset, config.method_options, FitContext.from_config(config, dataset, device=torch.device("cpu")))
 
 
 def test_a_droprate_counts_biases_only_when_asked_and_both_sparsities_are_reported():

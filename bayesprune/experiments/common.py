@@ -4,6 +4,9 @@
   one validator per key), so ``check`` rejects an unknown or malformed option with a one-line
   :class:`~bayesprune.errors.ConfigError` that names the field (``experiment.alphas must ...``).
 * :func:`fit_importance`: fit the sBNN of a config on a dataset and return ψ (eq. 3.18) and φ (eq. 3.19).
+* :data:`SIMULATION_CONFIG`, :func:`simulation_config` and :func:`sbnn_fit_predict`: the paper's
+  simulation network and its sBNN refit inside BNN_VS cross-validation
+  (:func:`~bayesprune.analysis.selection.select_by_cross_validation` takes it as ``fit_predict``).
 * Baseline fits on the same split: :func:`fit_plain_net` (NN, NN with dropout), :func:`fit_gaussian_bnn`
   (mean-field Gaussian BNN with an N(0, s²) prior) and :func:`nn_fit_predict` (a cheap refit for
   cross-validation).
@@ -21,14 +24,17 @@ from torch import nn
 from bayesprune.analysis.importance import feature_importance, scaled_importance, weight_inclusion_matrices
 from bayesprune.analysis.plots import plt, save_figure
 from bayesprune.baseline import fit_plain
-from bayesprune.data import load_dataset
-from bayesprune.config import _is_number
+from bayesprune.data import REGRESSION, Dataset, load_dataset
+from bayesprune.config import RunConfig
 from bayesprune.errors import ConfigError
+from bayesprune.fit import resolve_device
 from bayesprune.guides import NormalGuide
+from bayesprune.models import new_net
 from bayesprune.predict import predict
 from bayesprune.priors import GaussianPrior
+from bayesprune.validation import is_number as _is_number
+from bayesprune.methods import FitContext
 from bayesprune.methods.sbnn import fit_posterior
-from bayesprune.runner import new_net
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,6 +148,55 @@ class Experiment:
 # Fits
 # ---------------------------------------------------------------------------------------------
 
+# The paper's simulation network (section 4.1: two hidden layers of 20 and 10 nodes) with a prior
+# that separates relevant from irrelevant inputs on the simulated data (see tests/test_importance.py).
+SIMULATION_CONFIG = {
+    "device": "cpu",
+    "data": {"dataset": "feature-selection", "batch_size": 256},
+    "model": {"architecture": "mlp", "hidden": [20, 10]},
+    "sbnn": {"pi": 0.5, "log_tau0": -2.0, "log_tau1": 0.0},
+    "optim": {"lr": 0.01},
+    "train": {"epochs": 100},
+    "baseline": {"enabled": False},
+}
+
+
+def simulation_config(**sections):
+    """:data:`SIMULATION_CONFIG` as a :class:`~bayesprune.config.RunConfig`, ``sections`` updating its tables."""
+    raw = {key: dict(value) if isinstance(value, dict) else value for key, value in SIMULATION_CONFIG.items()}
+    for key, value in sections.items():
+        raw[key] = {**raw[key], **value} if isinstance(value, dict) else value
+    return RunConfig.from_dict(raw)
+
+
+def sbnn_fit_predict(config=None, *, device=None):
+    """A ``fit_predict`` that fits the sBNN of ``config`` and predicts with its posterior-mean network.
+
+    Args:
+        config: a :class:`~bayesprune.config.RunConfig`; its model, prior, guide, objective, optim
+            and train sections are used. Defaults to :func:`simulation_config`.
+        device: training device; defaults to ``config.device``.
+
+    Returns:
+        ``fit_predict(x_train, y_train, x_test) -> y_pred`` for regression targets (float ``y``).
+    """
+    config = config if config is not None else simulation_config()
+    device = resolve_device(device or config.device)
+
+    def fit_predict(x_train, y_train, x_test):
+        if not y_train.is_floating_point():
+            raise ValueError("sbnn_fit_predict supports regression (floating-point targets) only")
+        fold = Dataset(
+            name="cross-validation-fold", task=REGRESSION, x_train=x_train, y_train=y_train,
+            x_test=x_test, y_test=torch.zeros(len(x_test)), input_shape=tuple(x_train.shape[1:]), num_classes=None,
+        )
+        net = new_net(config, fold.input_shape, fold.output_dim, seed=config.seed)
+        ctx = FitContext.from_config(config, fold, device=device)
+        return fit_posterior(net, fold, config.method_options, ctx).predict(x_test.to(device)).cpu()
+
+    return fit_predict
+
+
 def load(config, **overrides):
     """The config's dataset with its ``[data]`` options, ``overrides`` replacing some (e.g. ``alpha``)."""
     return load_dataset(config.data.dataset, **{**config.data.options, **overrides})
@@ -172,7 +227,7 @@ def fit_importance(config, dataset, *, device, seed=None) -> ImportanceFit:
     """Fit the sBNN of ``config`` on ``dataset`` and compute ψ and φ of its inputs."""
     seed = config.seed if seed is None else seed
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
-    fitted = fit_posterior(config, dataset, net, device, seed=seed)
+    fitted = fit_posterior(net, dataset, config.method_options, FitContext.from_config(config, dataset, device=device, seed=seed))
     psi = feature_importance(weight_inclusion_matrices(fitted.inclusion_probabilities(), fitted.net)).cpu()
     return ImportanceFit(fitted.model, fitted.guide, psi, scaled_importance(psi), fitted.seconds)
 
@@ -237,8 +292,8 @@ def fit_gaussian_bnn(config, dataset, *, device, seed: int, scale: float = 1.0):
         ``(model, guide)``; predict with :func:`bayesprune.predict.predict`.
     """
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
-    fitted = fit_posterior(config, dataset, net, device, seed=seed, prior=GaussianPrior(scale=scale),
-                           guide_class=NormalGuide)
+    fitted = fit_posterior(net, dataset, config.method_options, FitContext.from_config(config, dataset, device=device, seed=seed),
+                           prior=GaussianPrior(scale=scale), guide_class=NormalGuide)
     return fitted.model, fitted.guide
 
 

@@ -12,6 +12,7 @@ from importlib.metadata import entry_points
 from bayesprune.errors import ConfigError
 
 from .base import Fitted, Method
+from .context import SERVICES, FitContext
 
 METHODS: dict = {}
 _discovered = False
@@ -46,11 +47,11 @@ def _discover():
     if _discovered:
         return
     for module in pkgutil.iter_modules(__path__):
-        if module.name != "base":
+        if module.name not in ("base", "context"):
             importlib.import_module(f"{__name__}.{module.name}")
     for entry in entry_points(group="bayesprune.methods"):
         entry.load()
     _discovered = True
 
 
-__all__ = ["Fitted", "METHODS", "Method", "available_methods", "get_method", "register_method"]
+__all__ = ["FitContext", "Fitted", "METHODS", "Method", "SERVICES", "available_methods", "get_method", "register_method"]

@@ -104,27 +104,44 @@ class NetworkFitted(Fitted):
 
 class SparseNetworkFitted(NetworkFitted):
     """A :class:`NetworkFitted` whose network is already sparse, with scores that are ranks without ties
-    (float64, 0 … D − 1), so that a budget at the network's sparsity keeps exactly its mask."""
+    (float64, 0 … D − 1), so that a budget at the network's sparsity keeps exactly its mask.
 
-    def __init__(self, net: nn.Module, ranks: dict, **kwargs):
+    ``keep`` (site → keep-probability of every weight) is the learned Bernoulli mask distribution of a
+    method that has one (PFT's λ, ProbMask's s); :meth:`inference_data` writes it to ``posterior.nc``.
+    """
+
+    def __init__(self, net: nn.Module, ranks: dict, *, keep: dict | None = None, **kwargs):
         super().__init__(net, **kwargs)
         self.ranks = ranks
+        self.keep = None if keep is None else {site: p.detach().cpu().clone() for site, p in keep.items()}
 
     def scores(self) -> dict:
         return dict(self.ranks)
 
     def state_dict(self) -> dict:
-        return {"net": self.net.state_dict(), "ranks": {site: r.clone() for site, r in self.ranks.items()}}
+        state = {"net": self.net.state_dict(), "ranks": {site: r.clone() for site, r in self.ranks.items()}}
+        return state if self.keep is None else {**state, "keep": dict(self.keep)}
 
     def load_state_dict(self, state):
         self.net.load_state_dict(state["net"])
         self.ranks = {site: r.clone() for site, r in state["ranks"].items()}
+        self.keep = state.get("keep")
 
     @classmethod
     def restore(cls, net: nn.Module, state: dict, *, task: str):
         """The fit whose :meth:`state_dict` is ``state``, around ``net``."""
         net.load_state_dict(state["net"])
-        return cls(net, dict(state["ranks"]), task=task)
+        return cls(net, dict(state["ranks"]), keep=state.get("keep"), task=task)
+
+    @staticmethod
+    def inference_data(fits: list, *, seed: int, num_draws: int = 20):
+        """ArviZ data of the keep-probabilities of independent fits (chains): draws of the Bernoulli mask
+        of every weight and the probabilities themselves as ``<site>.keep``; ``None`` without them."""
+        if fits[0].keep is None:
+            return None
+        from bayesprune.analysis.inference_data import gate_inference_data
+
+        return gate_inference_data([fit.keep for fit in fits], num_draws=num_draws, seed=seed, name="keep")
 
 
 class GuideFitted(Fitted):
@@ -155,38 +172,39 @@ class Method:
             :class:`~bayesprune.errors.ConfigError` messages naming the field (``sbnn.pi``).
         legacy_keys: ``"section.key"`` of older config layouts → option name (``None``: dropped),
             folded into the method's table when such a config is loaded.
-        resumable: the method's checkpoints hold its loop's state and :meth:`fit` continues from one
-            (``bayesprune run --resume``).
+        unsupported: the services of :data:`~bayesprune.methods.context.SERVICES` the method does not
+            support, each with the reason; the runner refuses a config that asks for one, naming the
+            key. Every other service holds: checkpoints and ``--resume`` through
+            :meth:`FitContext.train`, and early stopping on ``train.validation`` on the stage the
+            method gives ``validate``.
+        prune_levels: the ``prune.level`` values its scores can be pruned at.
     """
 
     name: ClassVar[str] = ""
     Options: ClassVar[type]
     legacy_keys: ClassVar[dict] = {}
-    resumable: ClassVar[bool] = False
+    unsupported: ClassVar[dict] = {}
+    prune_levels: ClassVar[tuple] = ("weight", "unit")
 
-    def fit(self, net: nn.Module, dataset, config, *, device, seed: int, checkpoint=None, progress: bool = False,
-            callbacks=(), resume=None) -> Fitted:
-        """Fit on ``dataset`` starting from ``net``; ``config.method_options`` is an :attr:`Options`.
+    def unsupported_for(self, options) -> dict:
+        """:attr:`unsupported` under these options (a service can depend on them)."""
+        return dict(self.unsupported)
 
-        ``checkpoint`` is a path to save the state to during training (see
-        :class:`bayesprune.checkpoint.Checkpoint`), or ``None``. ``callbacks`` are factories
-        ``make(fitted) -> callback`` of training-loop callbacks (:class:`bayesprune.fit.Callback`)
-        that watch the fit being made, such as early stopping; the method adds them to its loop.
-        ``resume`` is a checkpoint of this fit as read (:func:`bayesprune.checkpoint.read_checkpoint`),
-        holding the loop's :class:`~bayesprune.fit.LoopState` under ``"loop"``, to continue from
-        exactly; only a method whose :attr:`resumable` is true is given one.
-        """
+    def fit(self, net: nn.Module, data, options, ctx) -> Fitted:
+        """Fit on ``data`` (a :class:`~bayesprune.data.Dataset`) starting from ``net``, with the
+        method's ``options`` (an :attr:`Options`) and the run's :class:`~bayesprune.methods.FitContext`,
+        training only through ``ctx.train`` / ``ctx.train_network``."""
         raise NotImplementedError
 
-    def restore(self, net: nn.Module, dataset, config, state: dict) -> Fitted:
+    def restore(self, net: nn.Module, data, options, ctx, state: dict) -> Fitted:
         """Rebuild the :class:`Fitted` whose :meth:`Fitted.state_dict` is ``state`` around ``net``."""
         raise NotImplementedError
 
-    def inference_data(self, fits: list, dataset, *, seed: int):
+    def inference_data(self, fits: list, data, *, seed: int):
         """ArviZ data of independent fits (chains) for ``posterior.nc``, or ``None`` without a posterior."""
         return None
 
-    def certificate(self, fitted: Fitted, dataset, config, *, samples: int | None = None) -> dict | None:
+    def certificate(self, fitted: Fitted, data, options, *, samples: int | None = None) -> dict | None:
         """A generalisation certificate of ``fitted`` computed again from the training data
         (``bayesprune certify``), with ``samples`` Monte-Carlo draws where it needs them; ``None`` for a
         method without one."""

@@ -26,12 +26,13 @@ from pathlib import Path
 
 import pyro
 import torch
+from pyro.optim import PyroLRScheduler
 from torch.distributions import kl_divergence
 
 from bayesprune import bounds
 from bayesprune.checkpoint import load_module_state
 from bayesprune.distributions import DiracSpikeSlab
-from bayesprune.fit import TensorBatches, fit, train_network
+from bayesprune.fit import svi_step
 from bayesprune.guides import DiracSpikeSlabGuide
 from bayesprune.masks import PARAMETERIZATIONS, block_isotropic
 from bayesprune.models import BayesianNetwork, BoundedCategorical, Categorical
@@ -183,6 +184,14 @@ def _model_and_guide(net, priors: dict, likelihood, options, *, learn_scale: boo
     return model, guide
 
 
+def _variational_stage(ctx, name: str, model, guide, batches, *, objective, epochs: int):
+    """A stage of SVI on ``objective`` with the run's optimiser and schedule."""
+    optim = build_optim(ctx.optim, epochs=epochs)
+    step = svi_step(model, guide, objective=objective, optim=optim)
+    return ctx.train(name, step, batches, epochs=epochs, state={"guide": guide, "optimizer": optim},
+                     scheduler=optim if isinstance(optim, PyroLRScheduler) else None)
+
+
 def _posterior(net, priors: dict, *, n: int, options) -> tuple:
     """Stage 3's model (prior P, bounded cross-entropy on the n examples of S \\ S_P) and Q started at P."""
     return _model_and_guide(net, priors, BoundedCategorical(n, min_prob=options.min_prob), options, learn_scale=options.learn_scale)
@@ -195,21 +204,25 @@ class PBPMethod(Method):
     name = "pbp"
     Options = PBPOptions
 
-    def fit(self, net, dataset, config, *, device, seed, checkpoint=None, progress=False, callbacks=()):
-        options = config.method_options
-        if dataset.task != "classification":
+    def unsupported_for(self, options) -> dict:
+        if not options.prior_epochs:
+            return {"validation": "early stopping acts on stage 1 (the network trained on S_P), and pbp.prior_epochs is 0"}
+        return {}
+
+    def fit(self, net, data, options, ctx):
+        if data.task != "classification":
             raise ConfigError("pbp certifies the 0-1 error of classifiers; data.dataset is a regression set")
         pyro.clear_param_store()
-        torch.manual_seed(seed)
+        torch.manual_seed(ctx.seed)
+        device = ctx.device
         net = net.to(device)
-        prior_rows, bound_rows = split_rows(dataset.num_train, options.alpha, seed)
-        x_prior, y_prior = dataset.x_train[prior_rows].to(device), dataset.y_train[prior_rows].to(device)
-        x_bound, y_bound = dataset.x_train[bound_rows].to(device), dataset.y_train[bound_rows].to(device)
-        batch_size = config.data.batch_size
-        prior_batches = TensorBatches(x_prior, y_prior, batch_size=batch_size, seed=seed)
+        prior_rows, bound_rows = split_rows(data.num_train, options.alpha, ctx.seed)
+        x_prior, y_prior = data.x_train[prior_rows].to(device), data.y_train[prior_rows].to(device)
+        x_bound, y_bound = data.x_train[bound_rows].to(device), data.y_train[bound_rows].to(device)
+        prior_batches = ctx.batches(x_prior, y_prior)
         start = time.perf_counter()
-        loss = mean_loss(dataset.task)
-        train_network(net, prior_batches, config.optim, epochs=options.prior_epochs, loss=loss, progress=progress)
+        loss = mean_loss(data.task)
+        ctx.train_network("stage 1: network on S_P", net, prior_batches, epochs=options.prior_epochs, loss=loss, validate=True)
 
         scores = saliency(options.start_mask, net, x=x_prior[:SALIENCY_EXAMPLES], y=y_prior[:SALIENCY_EXAMPLES], loss=loss)
         keep = block_isotropic(scores, options.sparsity, options.epsilon)
@@ -217,38 +230,36 @@ class PBPMethod(Method):
                                         torch.full_like(param, math.exp(options.log_sigma2 / 2))) for name, param in net.named_parameters()}
         prior_model, prior_guide = _model_and_guide(net, initial, Categorical(len(prior_rows)), options, learn_scale=False)
         histograms = {"keep_probability_histogram_start": prior_guide.masks.histogram()}
-        fit(prior_model, prior_guide, prior_batches, objective=GibbsRisk(dataset_size=len(prior_rows)),
-            optim=build_optim(config.optim, epochs=options.prior_mask_epochs), epochs=options.prior_mask_epochs, progress=progress)
+        _variational_stage(ctx, "stage 2: prior P on S_P", prior_model, prior_guide, prior_batches,
+                           objective=GibbsRisk(dataset_size=len(prior_rows)), epochs=options.prior_mask_epochs)
         priors = _prior_distributions(prior_guide)
         histograms["keep_probability_histogram_prior"] = prior_guide.masks.histogram()
-        prior_test = gibbs_errors(prior_model, prior_guide, dataset.x_test.to(device), dataset.y_test.to(device),
+        prior_test = gibbs_errors(prior_model, prior_guide, data.x_test.to(device), data.y_test.to(device),
                                   samples=options.prior_samples)
 
         pyro.clear_param_store()
         model, guide = _posterior(net, priors, n=len(bound_rows), options=options)
         delta_theorem = options.delta / (2 * options.grid_size)
-        history = fit(model, guide, TensorBatches(x_bound, y_bound, batch_size=batch_size, seed=seed),
-                      objective=PACBayesBound(n=len(bound_rows), delta=delta_theorem),
-                      optim=build_optim(config.optim, epochs=config.train.epochs), epochs=config.train.epochs, progress=progress)
+        history = _variational_stage(ctx, "stage 3: posterior Q by the bound", model, guide, ctx.batches(x_bound, y_bound),
+                                     objective=PACBayesBound(n=len(bound_rows), delta=delta_theorem), epochs=ctx.epochs)
         seconds = time.perf_counter() - start
-        fitted = PBPFitted(model, guide, priors, split_seed=seed, history=history, seconds=seconds)
-        fitted.report = {**self.certificate(fitted, dataset, config),
+        fitted = PBPFitted(model, guide, priors, split_seed=ctx.seed, history=history, seconds=seconds)
+        fitted.report = {**self.certificate(fitted, data, options),
                          "prior_test_error": 100 * float(prior_test.mean()), "prior_mc_samples": options.prior_samples,
                          "prior_expected_sparsity": prior_guide.masks.expected_sparsity(), **histograms,
                          "keep_probability_histogram_posterior": guide.masks.histogram()}
         return fitted
 
-    def certificate(self, fitted, dataset, config, *, samples: int | None = None) -> dict:
+    def certificate(self, fitted, data, options, *, samples: int | None = None) -> dict:
         """The certificate of ``fitted`` (Theorems 1 and 2 on the 0-1 loss, δ, the union over the grid),
         its Gibbs test error and expected sparsity, from ``samples`` networks drawn from Q (default
         ``pbp.mc_samples``), on the device the fit is on."""
-        options = config.method_options
         samples = samples or options.mc_samples
         device = next(fitted.net.parameters()).device
-        _, bound_rows = split_rows(dataset.num_train, options.alpha, fitted.split_seed)
-        x_bound, y_bound = dataset.x_train[bound_rows].to(device), dataset.y_train[bound_rows].to(device)
+        _, bound_rows = split_rows(data.num_train, options.alpha, fitted.split_seed)
+        x_bound, y_bound = data.x_train[bound_rows].to(device), data.y_train[bound_rows].to(device)
         empirical = gibbs_errors(fitted.model, fitted.guide, x_bound, y_bound, samples=samples)
-        test = gibbs_errors(fitted.model, fitted.guide, dataset.x_test.to(device), dataset.y_test.to(device), samples=samples)
+        test = gibbs_errors(fitted.model, fitted.guide, data.x_test.to(device), data.y_test.to(device), samples=samples)
         kl = network_kl(fitted.guide, fitted.priors)
         result = bounds.certificate(mean_risk=float(empirical.mean()), samples=samples, kl=kl, n=len(bound_rows),
                                     delta=options.delta, grid_size=options.grid_size).to_dict()
@@ -258,7 +269,7 @@ class PBPMethod(Method):
                 "sparsity": fitted.guide.masks.expected_sparsity(), "alpha": options.alpha, "delta": options.delta,
                 "grid_size": options.grid_size, "mc_samples": samples}
 
-    def inference_data(self, fits, dataset, *, seed):
+    def inference_data(self, fits, data, *, seed):
         """q and the data-dependent prior p of every parameter, one chain per fit
         (:func:`~bayesprune.analysis.inference_data.dirac_spike_slab_inference_data`)."""
         from bayesprune.analysis.inference_data import dirac_spike_slab_inference_data
@@ -288,9 +299,8 @@ class PBPMethod(Method):
                 f"With probability at least {1 - metrics['delta']:g} over the training data, the Gibbs classifier Q "
                 f"errs on at most {100 * metrics['bound']:.2f}% of new examples.\n\n" + markdown_table(rows), *sections]
 
-    def restore(self, net, dataset, config, state):
-        options = config.method_options
+    def restore(self, net, data, options, ctx, state):
         priors = {name: DiracSpikeSlab(p["probs"], p["loc"], p["scale"]) for name, p in state["prior"].items()}
-        model, guide = _posterior(net, priors, n=dataset.num_train - math.floor(options.alpha * dataset.num_train), options=options)
+        model, guide = _posterior(net, priors, n=data.num_train - math.floor(options.alpha * data.num_train), options=options)
         load_module_state(guide, state["guide"])
         return PBPFitted(model, guide, priors, split_seed=state["split_seed"])

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch.func import functional_call
 
-from bayesprune.fit import History, TensorBatches, optimizer_step, train, train_network
+from bayesprune.fit import History, optimizer_step
 from bayesprune.masks import INITS, PARAMETERIZATIONS, StochasticMasks, block_isotropic, isotropic, mask_overlap
 from bayesprune.optim import torch_optimizer
 from bayesprune.pruning import Budget, apply_masks, prune
@@ -101,17 +101,18 @@ class PFTOptions:
                 "be a list of positive numbers", list(self.perturbation_scales))
 
 
-def train_masks(net, masks: StochasticMasks, batches, optim_config, *, epochs: int, loss, weights: bool = True) -> History:
+def train_masks(ctx, name: str, net, masks: StochasticMasks, batches, *, epochs: int, loss, weights: bool = True) -> History:
     """Minimise the empirical Gibbs risk of ``b ∘ W`` over λ (and W when ``weights``) through the relaxed
-    masks, one Concrete draw per step (PFT stage 2.2)."""
+    masks, one Concrete draw per step (PFT stage 2.2), as the stage ``name`` of ``ctx``."""
     params = [*masks.parameters(), *(net.parameters() if weights else ())]
-    optimizer = torch_optimizer(optim_config, params)
+    optimizer = torch_optimizer(ctx.optim, params)
 
     def gibbs_loss(x, y):
         params = {name: param if weights else param.detach() for name, param in net.named_parameters()}
         return loss(functional_call(net, apply_masks(params, masks.relaxed()), (x,)), y)
 
-    return train(optimizer_step(gibbs_loss, optimizer), batches, epochs=epochs)
+    return ctx.train(name, optimizer_step(gibbs_loss, optimizer), batches, epochs=epochs,
+                     state={"net": net, "masks": masks, "optimizer": optimizer})
 
 
 def weight_rms(net) -> dict:
@@ -166,24 +167,28 @@ class PFTMethod(Method):
     name = "pft"
     Options = PFTOptions
 
-    def fit(self, net, dataset, config, *, device, seed, checkpoint=None, progress=False, callbacks=()):
-        options = config.method_options
-        torch.manual_seed(seed)
-        generator = torch.Generator().manual_seed(seed)
-        net = net.to(device)
-        loss = mean_loss(dataset.task)
-        batches = TensorBatches(dataset.x_train.to(device), dataset.y_train.to(device), batch_size=config.data.batch_size, seed=seed)
+    def unsupported_for(self, options) -> dict:
+        if options.at_initialization or options.masks_only or not options.pretrain_epochs:
+            return {"validation": "early stopping acts on the dense pre-training, which this config skips"}
+        return {}
+
+    def fit(self, net, data, options, ctx):
+        torch.manual_seed(ctx.seed)
+        generator = torch.Generator().manual_seed(ctx.seed)
+        net = net.to(ctx.device)
+        loss = mean_loss(data.task)
+        batches = ctx.batches(data.x_train, data.y_train)
         start = time.perf_counter()
         history = History()
         if options.pretrain_epochs and not (options.at_initialization or options.masks_only):
-            history = train_network(net, batches, config.optim, epochs=options.pretrain_epochs, loss=loss, progress=progress)
-        rows = torch.randperm(dataset.num_train, generator=generator)[: options.saliency_examples]
-        x_saliency, y_saliency = dataset.x_train[rows].to(device), dataset.y_train[rows].to(device)
+            history = ctx.train_network("pretrain", net, batches, epochs=options.pretrain_epochs, loss=loss, validate=True)
+        rows = torch.randperm(data.num_train, generator=generator)[: options.saliency_examples]
+        x_saliency, y_saliency = data.x_train[rows].to(ctx.device), data.y_train[rows].to(ctx.device)
         grid, results, first = [], [], None
         for criterion in options.start_masks:
             scores = saliency(criterion, net, x=x_saliency, y=y_saliency, loss=loss, generator=generator)
             for sparsity in options.sparsities:
-                pair = self._pair(net, scores, sparsity, batches, config, dataset, device)
+                pair = self._pair(net, scores, criterion, sparsity, batches, data, options, ctx)
                 grid.append([criterion, sparsity])
                 results.append(pair.numbers)
                 if first is None:
@@ -195,40 +200,44 @@ class PFTMethod(Method):
         report["keep_probability_histogram"] = masks.histogram()
         report["perturbation_scales"] = list(options.perturbation_scales)
         noise = {"rms": weight_rms(net), "scales": options.perturbation_scales, "draws": options.perturbation_draws, "generator": generator}
-        report["perturbation_increase_dense"] = perturbation_increase(net, dataset, device, **noise)
-        report["perturbation_increase_pft"] = perturbation_increase(tuned, dataset, device, **noise)
-        return PFTFitted(tuned, ranks, history=history, seconds=seconds, report=report, task=dataset.task)
+        report["perturbation_increase_dense"] = perturbation_increase(net, data, ctx.device, **noise)
+        report["perturbation_increase_pft"] = perturbation_increase(tuned, data, ctx.device, **noise)
+        return PFTFitted(tuned, ranks, keep=masks.probabilities(), history=history, seconds=seconds, report=report, task=data.task)
 
     @staticmethod
-    def _pair(net, scores: dict, sparsity: float, batches, config, dataset, device) -> "Pair":
+    def _pair(net, scores: dict, criterion: str, sparsity: float, batches, data, options, ctx) -> "Pair":
         """OSP and PFT from one criterion's ``scores`` at one sparsity, both fine-tuned for the same epochs."""
-        options, loss = config.method_options, mean_loss(dataset.task)
+        loss = mean_loss(data.task)
+        label = f"{criterion} {sparsity:g}"
         finetune_epochs = 0 if options.masks_only else options.finetune_epochs
         start_mask = prune(scores, Budget(fraction=sparsity))
         osp = copy.deepcopy(net)
-        train_network(osp, batches, config.optim, epochs=finetune_epochs, loss=loss, mask=start_mask)
-        osp_test_error = network_test_metric(osp, dataset, device)
+        ctx.train_network(f"one-shot fine-tune {label}", osp, batches, epochs=finetune_epochs, loss=loss, mask=start_mask)
+        osp_test_error = network_test_metric(osp, data)
         if options.equal_budget_baseline and not options.masks_only:
-            train_network(osp, batches, config.optim, epochs=config.train.epochs, loss=loss, mask=start_mask)
+            ctx.train_network(f"one-shot equal budget {label}", osp, batches, epochs=ctx.epochs, loss=loss, mask=start_mask)
         init = block_isotropic(scores, sparsity, options.epsilon) if options.init == "block" else isotropic(scores, sparsity)
-        masks = StochasticMasks(init, parameterization=options.parameterization, temperature=options.temperature).to(device)
+        masks = StochasticMasks(init, parameterization=options.parameterization, temperature=options.temperature).to(ctx.device)
         tuned = copy.deepcopy(net)
-        mask_history = train_masks(tuned, masks, batches, config.optim, epochs=config.train.epochs, loss=loss,
+        mask_history = train_masks(ctx, f"masks {label}", tuned, masks, batches, epochs=ctx.epochs, loss=loss,
                                    weights=not options.masks_only)
         params = dict(tuned.named_parameters())
         ranks = masks.ranks({site: params[site].abs() for site in masks.sites})
         end_mask = prune(ranks, Budget(fraction=sparsity))
-        finetune_history = train_network(tuned, batches, config.optim, epochs=finetune_epochs, loss=loss, mask=end_mask)
-        numbers = {"osp_test_error": osp_test_error, "pft_test_error": network_test_metric(tuned, dataset, device),
+        finetune_history = ctx.train_network(f"fine-tune {label}", tuned, batches, epochs=finetune_epochs, loss=loss, mask=end_mask)
+        numbers = {"osp_test_error": osp_test_error, "pft_test_error": network_test_metric(tuned, data),
                    "mask_overlap": mask_overlap(start_mask, end_mask), "pft_expected_sparsity": masks.expected_sparsity()}
         if options.equal_budget_baseline and not options.masks_only:
-            numbers["osp_equal_budget_test_error"] = network_test_metric(osp, dataset, device)
+            numbers["osp_equal_budget_test_error"] = network_test_metric(osp, data)
         history = History(mask_history.step_losses + finetune_history.step_losses, mask_history.epoch_losses + finetune_history.epoch_losses)
         return Pair(numbers, tuned, masks, ranks, history)
 
-    def restore(self, net, dataset, config, state):
-        return PFTFitted.restore(net, state, task=dataset.task)
+    def restore(self, net, data, options, ctx, state):
+        return PFTFitted.restore(net, state, task=data.task)
 
+    def inference_data(self, fits, data, *, seed):
+        """λ of the first (start mask, sparsity) pair: q(b) = Bernoulli(λ) of every weight."""
+        return PFTFitted.inference_data(fits, seed=seed)
     def report_sections(self, run_dir, metrics):
         """OSP against PFT per start mask and sparsity (Fig. 1), mask overlap (Fig. 2 left), noise
         robustness (Fig. 2 right) and the histogram of λ (Fig. 11)."""

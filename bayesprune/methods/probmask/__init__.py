@@ -23,7 +23,6 @@ from pathlib import Path
 import torch
 from torch.func import functional_call
 
-from bayesprune.fit import TensorBatches, train, train_network
 from bayesprune.masks import StochasticMasks
 from bayesprune.optim import torch_optimizer
 from bayesprune.projection import project_onto_budget
@@ -100,6 +99,20 @@ class ProbMaskTraining:
         self.probability_optimizer = torch.optim.Adam(self.masks.parameters(), lr=options.probability_lr)
         self.keep = cubic_keep_ratio(1, start=options.t1, end=options.t2, final=1 - options.sparsity)
 
+    def state_dict(self) -> dict:
+        """The masks, both optimisers and the schedule's place (temperature, keep ratio); the network
+        is checkpointed on its own."""
+        return {"masks": self.masks.state_dict(), "temperature": self.masks.temperature, "keep": self.keep,
+                "probability_optimizer": self.probability_optimizer.state_dict(),
+                **({"weight_optimizer": self.weight_optimizer.state_dict()} if self.weight_optimizer else {})}
+
+    def load_state_dict(self, state: dict):
+        self.masks.load_state_dict(state["masks"])
+        self.masks.temperature, self.keep = state["temperature"], state["keep"]
+        self.probability_optimizer.load_state_dict(state["probability_optimizer"])
+        if self.weight_optimizer:
+            self.weight_optimizer.load_state_dict(state["weight_optimizer"])
+
     def step(self, x, y, index, num_batches):
         optimizers = [self.probability_optimizer] + ([self.weight_optimizer] if self.weight_optimizer else [])
         for optimizer in optimizers:
@@ -171,33 +184,41 @@ class ProbMaskMethod(Method):
     name = "probmask"
     Options = ProbMaskOptions
 
-    def fit(self, net, dataset, config, *, device, seed, checkpoint=None, progress=False, callbacks=()):
-        options = config.method_options
-        torch.manual_seed(seed)
-        generator = torch.Generator(device=device).manual_seed(seed)
-        net = net.to(device)
-        loss = mean_loss(dataset.task)
-        batches = TensorBatches(dataset.x_train.to(device), dataset.y_train.to(device), batch_size=config.data.batch_size, seed=seed)
+    unsupported = {"validation": "its sparsity budget tightens until epoch t2 and its temperature anneals to the last "
+                                  "epoch (Algorithm 1), so an earlier epoch does not meet the budget"}
+
+    def fit(self, net, data, options, ctx):
+        torch.manual_seed(ctx.seed)
+        generator = torch.Generator(device=ctx.device).manual_seed(ctx.seed)
+        net = net.to(ctx.device)
+        loss = mean_loss(data.task)
+        batches = ctx.batches(data.x_train, data.y_train)
         dense = copy.deepcopy(net)
         start = time.perf_counter()
-        training = ProbMaskTraining(net, options, config.optim, epochs=config.train.epochs, loss=loss)
-        history = train(training.step, batches, epochs=config.train.epochs, callbacks=[training], progress=progress)
-        rows = torch.randperm(dataset.num_train, generator=torch.Generator().manual_seed(seed))[:SELECTION_EXAMPLES]
-        mask = best_draw(net, training.masks, dataset.x_train[rows].to(device), dataset.y_train[rows].to(device),
+        training = ProbMaskTraining(net, options, ctx.optim, epochs=ctx.epochs, loss=loss)
+        history = ctx.train("masks", training.step, batches, epochs=ctx.epochs, callbacks=[training],
+                            state={"net": net, "training": training})
+        rows = torch.randperm(data.num_train, generator=torch.Generator().manual_seed(ctx.seed))[:SELECTION_EXAMPLES]
+        mask = best_draw(net, training.masks, data.x_train[rows].to(ctx.device), data.y_train[rows].to(ctx.device),
                          draws=options.final_draws, loss=loss, generator=generator)
-        report = {"test_error_before_finetune": network_test_metric(masked_copy(net, mask), dataset)}
+        report = {"test_error_before_finetune": network_test_metric(masked_copy(net, mask), data)}
         finetune_epochs = 0 if options.supermask else options.finetune_epochs
-        train_network(net, batches, config.optim, epochs=finetune_epochs, loss=loss, mask=mask)
+        ctx.train_network("fine-tune", net, batches, epochs=finetune_epochs, loss=loss, mask=mask)
         seconds = time.perf_counter() - start
         removed = sum(int((~m).sum()) for m in mask.values())
         report.update(sparsity=removed / sum(m.numel() for m in mask.values()), scope=options.scope, **layer_report(mask, training.masks))
         if options.baseline and not options.supermask:
-            report["magnitude_test_error"] = _magnitude_baseline(dense, options, batches, config, dataset, device, loss)
-        ranks = lexicographic_ranks({site: m.double() for site, m in mask.items()}, training.masks.probabilities())
-        return ProbMaskFitted(net, ranks, history=history, seconds=seconds, report=report, task=dataset.task)
+            report["magnitude_test_error"] = _magnitude_baseline(dense, options, batches, data, loss, ctx)
+        keep = training.masks.probabilities()
+        ranks = lexicographic_ranks({site: m.double() for site, m in mask.items()}, keep)
+        return ProbMaskFitted(net, ranks, keep=keep, history=history, seconds=seconds, report=report, task=data.task)
 
-    def restore(self, net, dataset, config, state):
-        return ProbMaskFitted.restore(net, state, task=dataset.task)
+    def restore(self, net, data, options, ctx, state):
+        return ProbMaskFitted.restore(net, state, task=data.task)
+
+    def inference_data(self, fits, data, *, seed):
+        """s after training: q(m) = Bernoulli(s) of every weight (paper 002, eq. 6)."""
+        return ProbMaskFitted.inference_data(fits, seed=seed)
 
     def report_sections(self, run_dir, metrics):
         """Remaining ratio per layer (paper 002, Fig. 3) and the histogram of s (Fig. 5)."""
@@ -216,10 +237,10 @@ class ProbMaskMethod(Method):
                 "![remaining ratio per layer](remaining_ratio.png)", "![histogram of s](keep_probabilities.png)"]
 
 
-def _magnitude_baseline(dense, options, batches, config, dataset, device, loss) -> float:
+def _magnitude_baseline(dense, options, batches, data, loss, ctx) -> float:
     """Global magnitude pruning at ``options.sparsity`` of the network trained densely for ``train.epochs``,
     then fine-tuned for ``finetune_epochs``: ProbMask's total epochs."""
-    train_network(dense, batches, config.optim, epochs=config.train.epochs, loss=loss)
+    ctx.train_network("magnitude baseline: dense", dense, batches, epochs=ctx.epochs, loss=loss)
     mask = prune(saliency("magnitude", dense), Budget(fraction=options.sparsity))
-    train_network(dense, batches, config.optim, epochs=options.finetune_epochs, loss=loss, mask=mask)
-    return network_test_metric(dense, dataset, device)
+    ctx.train_network("magnitude baseline: fine-tune", dense, batches, epochs=options.finetune_epochs, loss=loss, mask=mask)
+    return network_test_metric(dense, data)

@@ -1,7 +1,7 @@
 """Pruning criteria MP, OBD, LM, QM (and SNIP, random) with multi-stage schedules and the step-size penalty
 (paper 001, sections 3-6, Algorithm 1, appendix B).
 
-The dense network is trained first (``pretrain_epochs``, SGD with momentum and weight decay in the
+The dense network is trained first (``train.epochs``, SGD with momentum and weight decay in the
 paper). Then, for every criterion × number of stages π × penalty λ, the trained network is pruned in
 π stages to ``sparsity`` without any weight update between the stages (Algorithm 1 without its
 fine-tuning), the saliencies being re-estimated at every stage on ``examples_per_stage`` training
@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bayesprune.fit import History, TensorBatches, train_network
+from bayesprune.fit import History
 from bayesprune.pruning import lexicographic_ranks
 from bayesprune.saliency import CRITERIA, loss_change, pruning_stages, weight_sites
 from bayesprune.schedules import SPARSITY_SCHEDULES
@@ -74,7 +74,6 @@ class SaliencyOptions:
         examples_per_stage: training examples drawn at random at every stage for the saliencies (1000).
         loss_examples: training examples (a fixed random subset, drawn once) on which ΔL is measured;
             all of the training set when it has fewer.
-        pretrain_epochs: training of the dense network (400 in the paper).
         finetune_epochs: fine-tuning of each pruned network, mask fixed (the paper: the same as training).
         finetune: ``"best"`` fine-tunes the point of lowest ΔL over λ for each criterion and π;
             ``"all"`` fine-tunes every grid point (Spearman's ρ needs it).
@@ -87,7 +86,6 @@ class SaliencyOptions:
     schedule: str = "exponential"
     examples_per_stage: int = 1000
     loss_examples: int = 10_000
-    pretrain_epochs: int = 400
     finetune_epochs: int = 400
     finetune: str = "best"
 
@@ -107,7 +105,7 @@ class SaliencyOptions:
                 "be a non-empty list of distinct non-negative numbers", list(self.penalties))
         object.__setattr__(self, "penalties", tuple(float(p) for p in self.penalties))
         require(self.schedule in SPARSITY_SCHEDULES, key + "schedule", f"be one of {list(SPARSITY_SCHEDULES)}", self.schedule)
-        for name in ("examples_per_stage", "loss_examples", "pretrain_epochs"):
+        for name in ("examples_per_stage", "loss_examples"):
             require(is_int(getattr(self, name)) and getattr(self, name) > 0, key + name, "be a positive integer", getattr(self, name))
         require(is_int(self.finetune_epochs) and self.finetune_epochs >= 0, key + "finetune_epochs", "be a non-negative integer",
                 self.finetune_epochs)
@@ -203,20 +201,17 @@ class SaliencyMethod(Method):
     name = "saliency"
     Options = SaliencyOptions
 
-    def fit(self, net, dataset, config, *, device, seed, checkpoint=None, progress=False, callbacks=()):
-        options = config.method_options
-        torch.manual_seed(seed)
-        net = net.to(device)
-        loss = mean_loss(dataset.task)
-        x_train, y_train = dataset.x_train.to(device), dataset.y_train.to(device)
-        batch_size = config.data.batch_size_for(dataset.num_train)
+    def fit(self, net, data, options, ctx):
+        torch.manual_seed(ctx.seed)
+        net = net.to(ctx.device)
+        loss = mean_loss(data.task)
+        x_train, y_train = data.x_train.to(ctx.device), data.y_train.to(ctx.device)
         start = time.perf_counter()
-        history = train_network(net, TensorBatches(x_train, y_train, batch_size=batch_size, seed=seed), config.optim,
-                                epochs=options.pretrain_epochs, loss=loss, progress=progress)
+        history = ctx.train_network("dense", net, ctx.batches(x_train, y_train), epochs=ctx.epochs, loss=loss, validate=True)
         net.eval()
-        error_before = network_test_metric(net, dataset, device)
-        loss_rows = torch.randperm(dataset.num_train, generator=torch.Generator().manual_seed(seed))[: options.loss_examples]
-        x_loss, y_loss = x_train[loss_rows.to(device)], y_train[loss_rows.to(device)]
+        error_before = network_test_metric(net, data)
+        loss_rows = torch.randperm(data.num_train, generator=torch.Generator().manual_seed(ctx.seed))[: options.loss_examples]
+        x_loss, y_loss = x_train[loss_rows.to(ctx.device)], y_train[loss_rows.to(ctx.device)]
 
         points = []
         for criterion in options.criteria:
@@ -225,10 +220,10 @@ class SaliencyMethod(Method):
                     masks, ranks = prune_in_stages(
                         net, criterion, options.sparsity, x=x_train, y=y_train, stages=stages, schedule=options.schedule,
                         penalty=penalty, examples_per_stage=options.examples_per_stage, loss=loss,
-                        generator=torch.Generator().manual_seed(seed + 1))
+                        generator=torch.Generator().manual_seed(ctx.seed + 1))
                     pruned = masked_copy(net, masks)
                     points.append(GridPoint(criterion, stages, penalty, masks, ranks, loss_change(net, masks, x_loss, y_loss),
-                                            network_test_metric(pruned, dataset, device)))
+                                            network_test_metric(pruned, data)))
 
         best = {criterion: min((p for p in points if p.criterion == criterion and p.stages == max(options.stages)),
                                key=lambda p: _order_key(p.delta_loss)) for criterion in options.criteria}
@@ -243,11 +238,11 @@ class SaliencyMethod(Method):
             if key not in tuned:
                 sparse = copy.deepcopy(net)
                 sparse.train()
-                finetune_history = train_network(
-                    sparse, TensorBatches(x_train, y_train, batch_size=batch_size, seed=seed + 2), config.optim,
-                    epochs=options.finetune_epochs, loss=loss, mask=point.masks)
+                finetune_history = ctx.train_network(
+                    f"fine-tune {point.criterion}, {point.stages} stages, penalty {point.penalty:g}", sparse,
+                    ctx.batches(x_train, y_train, seed=ctx.seed + 2), epochs=options.finetune_epochs, loss=loss, mask=point.masks)
                 sparse.eval()
-                tuned[key] = (sparse, finetune_history, network_test_metric(sparse, dataset, device))
+                tuned[key] = (sparse, finetune_history, network_test_metric(sparse, data))
             point.error_after_finetune = tuned[key][2]
         final, finetune_history, _ = tuned[_mask_key(first.masks)]
         history = History(history.step_losses + finetune_history.step_losses, history.epoch_losses + finetune_history.epoch_losses)
@@ -255,10 +250,10 @@ class SaliencyMethod(Method):
         report = _report(points, best, error_before, options)
         net.train()
         return SaliencyFitted(copy.deepcopy(final), first.ranks, dense=net, points=points, loss_rows=loss_rows.cpu(),
-                              history=history, seconds=seconds, report=report, task=dataset.task)
+                              history=history, seconds=seconds, report=report, task=data.task)
 
-    def restore(self, net, dataset, config, state):
-        return SaliencyFitted.restore(net, state, task=dataset.task)
+    def restore(self, net, data, options, ctx, state):
+        return SaliencyFitted.restore(net, state, task=data.task)
 
     def report_sections(self, run_dir, metrics):
         """The best point per criterion (Tables 1-3), ΔL against λ for each π (Fig. 1) and the error gap

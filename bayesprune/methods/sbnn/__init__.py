@@ -10,12 +10,13 @@ from dataclasses import dataclass
 
 import pyro
 import torch
+from pyro.optim import PyroLRScheduler
 from torch import nn
 
 from bayesprune.analysis.importance import node_importance, node_layer_names, scaled_importance, weight_inclusion_matrices
 from bayesprune.analysis.inference_data import to_inference_data
-from bayesprune.checkpoint import Checkpoint, load_module_state
-from bayesprune.fit import PENALTIES, LoopState, TensorBatches, fit, set_rng_state
+from bayesprune.checkpoint import load_module_state
+from bayesprune.fit import PENALTIES, svi_step
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.models import LIKELIHOODS, BayesianNetwork
 from bayesprune.objectives import OBJECTIVES
@@ -103,63 +104,41 @@ class SBNNFitted(GuideFitted):
         load_module_state(self.guide, state["guide"])
 
 
-def build_model(config, dataset, net, *, prior=None):
-    """The Bayesian network around ``net``: ``prior`` (by default the config's spike-and-slab) and
-    the likelihood of the dataset's task."""
-    prior = config.method_options.prior() if prior is None else prior
-    likelihood_cls = LIKELIHOODS[dataset.task]
-    options = {"scale": config.model.noise_scale} if dataset.task == "regression" else {}
-    return BayesianNetwork(net, prior, likelihood_cls(dataset.num_train, **options))
+def build_model(net, data, prior, *, noise_scale=None) -> BayesianNetwork:
+    """The Bayesian network around ``net``: ``prior`` and the likelihood of the data's task (Gaussian
+    noise of scale ``noise_scale`` for regression, learned when ``None``)."""
+    options = {"scale": noise_scale} if data.task == "regression" else {}
+    return BayesianNetwork(net, prior, LIKELIHOODS[data.task](data.num_train, **options))
 
 
-def fit_posterior(config, dataset, net, device, *, checkpoint=None, progress=False, seed=None, prior=None,
-                  guide_class=SpikeSlabGuide, callbacks=(), resume=None) -> SBNNFitted:
-    """Fit the sBNN of ``config`` on ``dataset``, starting from the weights of ``net``.
+def fit_posterior(net, data, options: SBNNOptions, ctx, *, prior=None, guide_class=SpikeSlabGuide) -> SBNNFitted:
+    """Fit the sBNN of ``options`` on ``data``, starting from the weights of ``net``, in one stage
+    (``"svi"``) of ``ctx.epochs`` epochs that early stopping acts on.
 
     ``prior`` and ``guide_class`` replace the spike-and-slab pair (e.g. the plain Gaussian BNN
-    baseline); the objective, optimiser, batches and epochs stay the config's. ``callbacks`` and
-    ``resume`` (a checkpoint of this fit, as read) as in :meth:`bayesprune.methods.Method.fit`.
+    baseline); the objective, optimiser, batches and epochs stay the same.
     """
-    options = config.method_options
     if options.local_reparameterization:
         convolutions = [name for name, module in net.named_modules() if isinstance(module, nn.modules.conv._ConvNd)]
         require(not convolutions, "sbnn.local_reparameterization",
                 f"be false for a network with convolutions ({convolutions[0] if convolutions else ''}): it is exact "
                 "for linear layers only", True)
-    seed = config.seed if seed is None else seed
     pyro.clear_param_store()
-    pyro.set_rng_seed(seed)
-    model = build_model(config, dataset, net.to(device), prior=prior).to(device)
+    pyro.set_rng_seed(ctx.seed)
+    device = ctx.device
+    model = build_model(net.to(device), data, options.prior() if prior is None else prior, noise_scale=ctx.noise_scale).to(device)
     guide = guide_class(model, init_scale=options.init_scale).to(device)
     fitted = SBNNFitted(model, guide, predictive_samples=options.predictive_samples)
     objective = OBJECTIVES[options.objective](
         num_particles=options.num_particles, local_reparameterization=options.local_reparameterization,
     )
-    batches = TensorBatches(
-        dataset.x_train.to(device), dataset.y_train.to(device), batch_size=config.data.batch_size, seed=seed
-    )
-    optim = build_optim(config.optim, epochs=config.train.epochs)
-    callbacks = [make(fitted) for make in callbacks]
-    stateful = [callback for callback in callbacks if hasattr(callback, "state_dict")]
-    if checkpoint is not None:
-        callbacks.append(Checkpoint(checkpoint, fitted, epochs=config.train.epochs, every=config.train.checkpoint_every,
-                                    optimizer=optim, batches=batches, stateful=stateful))
-    loop = None
-    if resume is not None:
-        loop = LoopState.from_state_dict(resume["loop"])
-        load_module_state(model, resume["state"]["model"])
-        load_module_state(guide, resume["state"]["guide"])
-        optim.set_state(loop.optimizer)
-        batches.generator.set_state(loop.batches)
-        for callback, state in zip(stateful, loop.callbacks, strict=True):
-            callback.load_state_dict(state)
-        set_rng_state(loop.rng)
+    optim = build_optim(ctx.optim, epochs=ctx.epochs)
+    step = svi_step(model, guide, objective=objective, optim=optim, penalty=PENALTIES[options.penalty]())
     start = time.perf_counter()
     with pyro.validation_enabled(False):  # argument checks cost ~10x per step; the config was validated
-        fitted.history = fit(
-            model, guide, batches, objective=objective, optim=optim, epochs=config.train.epochs,
-            penalty=PENALTIES[options.penalty](), callbacks=callbacks, progress=progress, resume=loop,
-        )
+        fitted.history = ctx.train("svi", step, ctx.batches(data.x_train, data.y_train), epochs=ctx.epochs,
+                                   state={"model": model, "guide": guide, "optimizer": optim},
+                                   scheduler=optim if isinstance(optim, PyroLRScheduler) else None, validate=fitted.predict)
     fitted.seconds = time.perf_counter() - start
     return fitted
 
@@ -169,7 +148,6 @@ class SBNN(Method):
     """Spike-and-slab BNN (paper 003): variational inclusion probabilities score every weight."""
 
     name = "sbnn"
-    resumable = True
     Options = SBNNOptions
     legacy_keys = {
         "prior.name": None, "prior.pi": "pi", "prior.log_tau0": "log_tau0", "prior.log_tau1": "log_tau1",
@@ -179,16 +157,15 @@ class SBNN(Method):
         "train.predictive_samples": "predictive_samples",
     }
 
-    def fit(self, net, dataset, config, *, device, seed, checkpoint=None, progress=False, callbacks=(), resume=None):
-        return fit_posterior(config, dataset, net, device, seed=seed, checkpoint=checkpoint, progress=progress,
-                             callbacks=callbacks, resume=resume)
+    def fit(self, net, data, options, ctx):
+        return fit_posterior(net, data, options, ctx)
 
-    def restore(self, net, dataset, config, state):
-        model = build_model(config, dataset, net)
-        guide = SpikeSlabGuide(model, init_scale=config.method_options.init_scale)
+    def restore(self, net, data, options, ctx, state):
+        model = build_model(net, data, options.prior(), noise_scale=ctx.noise_scale)
+        guide = SpikeSlabGuide(model, init_scale=options.init_scale)
         load_module_state(model, state["model"])
         load_module_state(guide, state["guide"])
-        return SBNNFitted(model, guide, predictive_samples=config.method_options.predictive_samples)
+        return SBNNFitted(model, guide, predictive_samples=options.predictive_samples)
 
     def inference_data(self, fits, dataset, *, seed):
         """ArviZ data of the chains, with ψ, φ (eqs. 3.18–3.19) and the importance of every hidden

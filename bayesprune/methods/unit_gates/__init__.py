@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from bayesprune.errors import ConfigError
 from bayesprune.export import export, restrict
-from bayesprune.fit import TensorBatches, optimizer_step, train
+from bayesprune.fit import optimizer_step
 from bayesprune.gates import ESTIMATORS, UnitGates, project_unit_weights, unit_weight_norms
 from bayesprune.hyperpriors import BetaHyperPrior, FlatteningHyperPrior, SALHyperPrior
 from bayesprune.validation import is_int, is_number, require
@@ -163,6 +163,28 @@ class GateTraining:
         self.kept_units = [torch.arange(t.numel()) for t in self.gates.theta]  # starting index of each unit
         self._epoch_start = time.perf_counter()
 
+    def state_dict(self) -> dict:
+        """Everything the training changes, with the starting index of every unit still in the network
+        (:meth:`load_state_dict` removes the others first)."""
+        return {"kept_units": [k.clone() for k in self.kept_units], "net": self.net.state_dict(),
+                "theta": [t.detach().clone() for t in self.gates.theta], "optimizer": self.optimizer.state_dict(),
+                "alive": [a.clone() for a in self.alive], "theta_max": [m.clone() for m in self.theta_max],
+                "steps": self.steps, "units_alive": list(self.units_alive), "epoch_seconds": list(self.epoch_seconds),
+                "epoch_test_error": list(self.epoch_test_error), "theta_trajectories": list(self.theta_trajectories)}
+
+    def load_state_dict(self, state: dict):
+        self.remove([torch.isin(now, saved) for now, saved in zip(self.kept_units, state["kept_units"])])
+        self.net.load_state_dict(state["net"])
+        with torch.no_grad():
+            for t, saved in zip(self.gates.theta, state["theta"]):
+                t.copy_(saved)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.alive = [a.to(t.device).clone() for a, t in zip(state["alive"], self.gates.theta)]
+        self.theta_max = [m.to(t.device).clone() for m, t in zip(state["theta_max"], self.gates.theta)]
+        self.steps = state["steps"]
+        self.units_alive, self.epoch_seconds = list(state["units_alive"]), list(state["epoch_seconds"])
+        self.epoch_test_error, self.theta_trajectories = list(state["epoch_test_error"]), list(state["theta_trajectories"])
+
     def step(self, x, y, index, num_batches):
         theta = list(self.gates.theta)
         values = self.estimator.values(theta)  # a switched-off unit has θ = 0, so its gate is 0
@@ -290,21 +312,19 @@ class UnitGatesMethod(Method):
     name = "unit-gates"
     Options = UnitGatesOptions
 
-    def fit(self, net, dataset, config, *, device, seed, checkpoint=None, progress=False, callbacks=()):
-        options = config.method_options
-        if config.train.validation > 0:
-            raise ConfigError("train.validation must be 0 for unit-gates: the network shrinks while it trains")
-        if config.prune.level != "unit":
-            raise ConfigError("prune.level must be 'unit' for unit-gates: its scores are one gate per unit")
-        torch.manual_seed(seed)
-        net = net.to(device)
+    prune_levels = ("unit",)
+    unsupported = {"validation": "units leave the network for good while it trains; it keeps training to the end"}
+
+    def fit(self, net, data, options, ctx):
+        torch.manual_seed(ctx.seed)
+        net = net.to(ctx.device)
         starting = _weights(net)
-        test = (dataset.x_test.to(device), dataset.y_test.to(device)) if dataset.task == "classification" else None
-        training = GateTraining(net, options, num_train=dataset.num_train, lr=config.optim.lr,
-                                noise_scale=config.model.noise_scale, input_shape=dataset.input_shape, test=test)
-        batches = TensorBatches(dataset.x_train.to(device), dataset.y_train.to(device), batch_size=config.data.batch_size, seed=seed)
+        test = (data.x_test.to(ctx.device), data.y_test.to(ctx.device)) if data.task == "classification" else None
+        training = GateTraining(net, options, num_train=data.num_train, lr=ctx.optim.lr,
+                                noise_scale=ctx.noise_scale, input_shape=data.input_shape, test=test)
+        batches = ctx.batches(data.x_train, data.y_train)
         start = time.perf_counter()
-        history = train(training.step, batches, epochs=config.train.epochs, callbacks=[training], progress=progress)
+        history = ctx.train("gates", training.step, batches, epochs=ctx.epochs, callbacks=[training], state={"training": training})
         keep = [t.detach() >= options.final_threshold for t in training.gates.theta]
         keep = [k if bool(k.any()) else t.detach() == t.detach().max() for k, t in zip(keep, training.gates.theta)]
         training.remove(keep)
@@ -314,7 +334,7 @@ class UnitGatesMethod(Method):
         first = next(p for name, p in final.named_parameters() if name.endswith("weight"))
         input_mask = (first.detach().abs() >= options.input_threshold) if options.input_threshold > 0 else None
         if options.finetune_epochs > 0:
-            _fine_tune(final, batches, options, dataset.num_train, config.model.noise_scale, first, input_mask)
+            _fine_tune(ctx, final, batches, options, data.num_train, first, input_mask)
         seconds = time.perf_counter() - start
         removed_inputs = 0 if input_mask is None else int((~input_mask).sum())
         report = {
@@ -328,9 +348,9 @@ class UnitGatesMethod(Method):
             "epoch_test_error": training.epoch_test_error,
             "theta_trajectories": training.theta_trajectories,
         }
-        return UnitGatesFitted(final, theta, history=history, seconds=seconds, report=report, task=dataset.task)
+        return UnitGatesFitted(final, theta, history=history, seconds=seconds, report=report, task=data.task)
 
-    def inference_data(self, fits, dataset, *, seed):
+    def inference_data(self, fits, data, *, seed):
         """q(ξ) = Bernoulli(θ) of every kept unit, one chain per fit
         (:func:`~bayesprune.analysis.inference_data.gate_inference_data`); fits that learned another
         architecture than the first have no units in common with it and are left out."""
@@ -359,25 +379,26 @@ class UnitGatesMethod(Method):
             "![θ of every unit per epoch](theta.png)",
         ]
 
-    def restore(self, net, dataset, config, state):
+    def restore(self, net, data, options, ctx, state):
         net.load_state_dict(state["net"])
-        return UnitGatesFitted(net, dict(state["theta"]), task=dataset.task)
+        return UnitGatesFitted(net, dict(state["theta"]), task=data.task)
 
 
-def _fine_tune(net, batches, options, num_train, noise_scale, first, input_mask):
+def _fine_tune(ctx, net, batches, options, num_train, first, input_mask):
     """Section 7.1: the deterministic smaller network trained further at ``finetune_lr``; zeroed
     input weights stay zero."""
     optimizer = adam(net, options.finetune_lr, options.weight_precision)
 
     def loss_fn(x, y):
-        return data_cost(net(x), y, num_train, noise_scale)
+        return data_cost(net(x), y, num_train, ctx.noise_scale)
 
     callbacks = []
     if input_mask is not None:
         with torch.no_grad():
             first.mul_(input_mask)
         callbacks.append(_KeepZero(first, input_mask))
-    train(optimizer_step(loss_fn, optimizer), batches, epochs=options.finetune_epochs, callbacks=callbacks)
+    ctx.train("fine-tune", optimizer_step(loss_fn, optimizer), batches, epochs=options.finetune_epochs, callbacks=callbacks,
+              state={"net": net, "optimizer": optimizer})
 
 
 class _KeepZero:

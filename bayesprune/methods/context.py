@@ -1,0 +1,234 @@
+"""The small typed context a method's ``fit`` receives beside its network, data and options, and the
+one way a method trains: :meth:`FitContext.train`, a named stage whose checkpoints, resumption, early
+stopping and progress bar the context provides, so that every method gets every service.
+
+A fit is a sequence of stages (pre-training, mask training, fine-tuning, ...), each a :func:`bayesprune.fit.train`
+loop over the objects it changes (its ``state``: networks, guides, gates, optimisers). At the end of
+every ``checkpoint_every`` epochs the context writes a checkpoint holding, for each finished stage,
+its result (``state`` snapshot, losses, and the random-number and minibatch-shuffling states at its
+end) and, for the stage in progress, its :class:`~bayesprune.fit.LoopState`. Resuming runs the fit
+again: a finished stage is not trained but its result is put back (with the random states it left), and
+the stage in progress continues from its last epoch. The code between stages runs again and draws
+the same random numbers, so the resumed fit equals the uninterrupted one.
+"""
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from bayesprune.checkpoint import load_module_state, write_checkpoint
+from bayesprune.config import OptimConfig
+from bayesprune.early_stopping import EarlyStopping
+from bayesprune.errors import Interrupted
+from bayesprune.export import mask_parameters, unmask_parameters
+from bayesprune.fit import STOP, History, LoopState, TensorBatches, optimizer_step, rng_state, set_rng_state, train
+from bayesprune.optim import torch_optimizer, torch_scheduler
+from bayesprune.predict import metric
+from bayesprune.tasks import predict_network
+
+#: The services a method may not support; a config asking for one it does not is refused.
+SERVICES = ("validation", "checkpoint", "resume")
+
+
+@dataclass
+class FitContext:
+    """What a run gives a method's fit besides the network, the data and the method's own options.
+
+    Attributes:
+        device: the training device.
+        seed: seeds the fit (global RNGs, minibatch order).
+        epochs: ``train.epochs`` (resolved from ``train.steps`` on this data): the length of the
+            method's main stage.
+        batch_size: minibatch size (``data.batch_size``, resolved).
+        optim: ``[optim]``: optimiser, learning rate and schedule.
+        task: ``"classification"`` or ``"regression"``.
+        noise_scale: the fixed Gaussian noise of regression (``model.noise_scale``), ``None`` if learned.
+        validation: ``(x, y)`` held out of the training split (``train.validation``), or ``None``;
+            the stage given ``validate`` keeps its best epoch on it.
+        patience: stop that stage after this many epochs without improvement.
+        checkpoint: where checkpoints are written, or ``None``.
+        checkpoint_every: epochs between checkpoints (and after the last epoch of every stage).
+        resume: a checkpoint of this fit as read (:func:`bayesprune.checkpoint.read_checkpoint`) to
+            continue from, or ``None``.
+        progress: one progress bar per stage, named after it.
+        callbacks: further :func:`bayesprune.fit.train` callbacks run in every stage.
+        method: the registered name of the method, recorded in checkpoints.
+
+    After the fit, ``best_epoch`` (1-based) is the epoch early stopping kept, or ``None``.
+    """
+
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    seed: int = 0
+    epochs: int = 1
+    batch_size: int = 128
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    task: str = "classification"
+    noise_scale: float | None = None
+    validation: tuple | None = None
+    patience: int | None = None
+    checkpoint: Path | None = None
+    checkpoint_every: int = 1
+    resume: dict | None = None
+    progress: bool = False
+    callbacks: tuple = ()
+    method: str = ""
+    best_epoch: int | None = field(default=None, init=False)
+    _finished: list = field(default_factory=list, init=False, repr=False)
+
+    @classmethod
+    def from_config(cls, config, data, *, device, seed: int | None = None, **services) -> "FitContext":
+        """The context of a run config's training settings on ``data`` (``train.steps`` and
+        ``data.batch_size = "auto"`` resolved on its training rows), at ``seed`` (the config's by
+        default); ``services`` set the other fields (``validation``, ``checkpoint``, ``resume``, ...)."""
+        resolved = config.for_data(data.num_train)
+        return cls(device=device, seed=config.seed if seed is None else seed, epochs=resolved.train.epochs,
+                   batch_size=resolved.data.batch_size, optim=config.optim, task=data.task,
+                   noise_scale=config.model.noise_scale, patience=config.train.patience,
+                   checkpoint_every=config.train.checkpoint_every, method=config.method, **services)
+
+    def batches(self, x, y, *, seed: int | None = None) -> TensorBatches:
+        """Shuffled minibatches of ``(x, y)`` on the device, of the run's size, seeded with ``seed``
+        (the fit's seed by default)."""
+        return TensorBatches(x.to(self.device), y.to(self.device), batch_size=self.batch_size,
+                             seed=self.seed if seed is None else seed)
+
+    def train(self, name: str, step, batches, *, epochs: int, state: dict, scheduler=None, callbacks=(),
+              validate=None) -> History:
+        """Run one stage of the fit: ``epochs`` passes of ``step`` over ``batches`` (:func:`bayesprune.fit.train`).
+
+        Args:
+            name: the stage's name, shown on its progress bar and kept in checkpoints.
+            step: ``step(x, y, index, num_batches)`` → 0-dim loss tensor.
+            batches: :class:`~bayesprune.fit.TensorBatches` (its shuffling state is checkpointed).
+            epochs: passes over ``batches``.
+            state: name → every object the stage changes, each with ``state_dict()`` and
+                ``load_state_dict()`` (or a Pyro optimiser's ``get_state()`` and ``set_state()``);
+                checkpoints hold them, resuming puts them back.
+            scheduler: stepped once per epoch (put it in ``state`` too when it has a state).
+            callbacks: further loop callbacks of this stage.
+            validate: for the stage early stopping acts on, ``validate(x)`` → the predictive mean
+                of the current state (class probabilities, or regression means); the stage then
+                keeps the state of its epoch that scores best on :attr:`validation`.
+
+        Returns:
+            The stage's :class:`~bayesprune.fit.History`.
+        """
+        index = len(self._finished)
+        saved = self._saved_stages()
+        if STOP.signal is not None:
+            raise Interrupted(f"stopped by signal {STOP.signal} before stage {name!r}", STOP.signal)
+        if index < len(saved):
+            return self._put_back(saved[index], name, state, batches)
+        callbacks = [*callbacks, *self.callbacks]
+        early = None
+        if validate is not None and self.validation is not None:
+            early = self._early_stopping(validate, state, epochs)
+            callbacks.append(early)
+        # callbacks with a state of their own that ``state`` does not already hold (early stopping)
+        stateful = [c for c in callbacks if hasattr(c, "state_dict") and not any(c is obj for obj in state.values())]
+        loop = self._loop_to_resume(index, name, state, batches, stateful)
+        if self.checkpoint is not None:
+            callbacks.append(_StageCheckpoint(self, index, name, state, batches, epochs, stateful))
+        history = train(step, batches, epochs=epochs, callbacks=callbacks, scheduler=scheduler, progress=self.progress,
+                        resume=loop, desc=name)
+        if early is not None:
+            self.best_epoch = early.best_epoch + 1
+        self._finished.append({"name": name, "history": LoopState.history_dict(history), "state": _snapshot(state),
+                               "rng": rng_state(), "batches": batches.generator.get_state(), "best_epoch": self.best_epoch})
+        return history
+
+    def train_network(self, name: str, net: nn.Module, batches, *, epochs: int, loss, mask=None, lr: float | None = None,
+                      validate: bool = False) -> History:
+        """A stage of plain training: ``net`` in place by ``loss(net(x), y)`` with the run's optimiser and
+        schedule (at ``lr`` instead of its rate when given). Under ``mask`` (site → bool) the pruned
+        weights stay exactly zero whatever the optimiser does (:func:`bayesprune.export.mask_parameters`).
+        ``validate`` makes it the stage early stopping acts on."""
+        if mask is not None:
+            mask_parameters(net, mask)
+        optimizer = torch_optimizer(self.optim, net.parameters(), lr=lr)
+        scheduler = torch_scheduler(self.optim, optimizer, epochs=epochs)
+        state = {"net": net, "optimizer": optimizer, **({"scheduler": scheduler} if scheduler is not None else {})}
+        try:
+            return self.train(name, optimizer_step(lambda x, y: loss(net(x), y), optimizer), batches, epochs=epochs,
+                              state=state, scheduler=scheduler,
+                              validate=(lambda x: predict_network(net, x, self.task)) if validate else None)
+        finally:
+            if mask is not None:
+                unmask_parameters(net)
+
+    def _saved_stages(self) -> list:
+        return [] if self.resume is None else self.resume["loop"]["stages"]
+
+    def _put_back(self, record: dict, name: str, state: dict, batches) -> History:
+        """A finished stage of the checkpoint resumed from: its result, not its training."""
+        if record["name"] != name:
+            raise ValueError(f"the checkpoint's stage {len(self._finished) + 1} is {record['name']!r}, this fit's is {name!r}")
+        _load(state, record["state"])
+        set_rng_state(record["rng"])
+        batches.generator.set_state(record["batches"])
+        self.best_epoch = record["best_epoch"]
+        self._finished.append(record)
+        return LoopState.history_from_dict(record["history"])
+
+    def _loop_to_resume(self, index: int, name: str, state: dict, batches, stateful) -> LoopState | None:
+        current = None if self.resume is None else self.resume["loop"].get("current")
+        if current is None or current["index"] != index:
+            return None
+        if current["name"] != name:
+            raise ValueError(f"the checkpoint's stage {index + 1} is {current['name']!r}, this fit's is {name!r}")
+        loop = LoopState.from_state_dict(current["loop"])
+        _load(state, self.resume["state"])
+        batches.generator.set_state(loop.batches)
+        for callback, saved in zip(stateful, loop.callbacks, strict=True):
+            callback.load_state_dict(saved)
+        set_rng_state(loop.rng)
+        return loop
+
+    def _early_stopping(self, validate, state: dict, epochs: int) -> EarlyStopping:
+        x, y = self.validation[0].to(self.device), self.validation[1]
+
+        def score():
+            return metric(self.task, validate(x).cpu(), y)
+
+        return EarlyStopping(score, lambda: _snapshot(state), lambda saved: _load(state, saved), epochs=epochs,
+                             patience=self.patience)
+
+
+class _StageCheckpoint:
+    """Writes the fit's checkpoint after every ``every`` epochs of a stage and after its last."""
+
+    def __init__(self, context: FitContext, index: int, name: str, state: dict, batches, epochs: int, stateful: list):
+        self.context, self.index, self.name, self.state = context, index, name, state
+        self.batches, self.epochs, self.stateful = batches, epochs, stateful
+
+    def on_epoch(self, epoch, history):
+        context = self.context
+        if (epoch + 1) % context.checkpoint_every and epoch + 1 != self.epochs:
+            return
+        loop = LoopState(epoch + 1, history, {}, self.batches.generator.get_state(), rng_state(),
+                         [callback.state_dict() for callback in self.stateful])
+        write_checkpoint(context.checkpoint, method=context.method, state={key: _state_of(obj) for key, obj in self.state.items()},
+                         metadata={"epoch": epoch + 1, "stage": self.name},
+                         loop={"stages": list(context._finished),
+                               "current": {"index": self.index, "name": self.name, "loop": loop.state_dict()}})
+
+
+def _state_of(obj):
+    return obj.get_state() if hasattr(obj, "get_state") else obj.state_dict()
+
+
+def _snapshot(state: dict) -> dict:
+    """A copy of the state of every object, detached from the live tensors that later steps change."""
+    return copy.deepcopy({key: _state_of(obj) for key, obj in state.items()})
+
+
+def _load(state: dict, saved: dict):
+    for key, obj in state.items():
+        if isinstance(obj, nn.Module):
+            load_module_state(obj, saved[key])
+        elif hasattr(obj, "set_state"):
+            obj.set_state(copy.deepcopy(saved[key]))
+        else:
+            obj.load_state_dict(copy.deepcopy(saved[key]))
