@@ -13,8 +13,7 @@ from torch.distributions import kl_divergence
 from bayesprune.config import OptimConfig, load_config
 from bayesprune.data import Dataset
 from bayesprune.errors import ConfigError
-from bayesprune.methods import get_method
-from bayesprune.methods.context import FitContext
+from bayesprune.methods import FitContext, get_method
 from bayesprune.methods.sparse_vd import SparseVDOptions
 from bayesprune.methods.sparse_vd.distributions import K1, AdditiveNormal, LogUniform, neg_kl_approximation
 from bayesprune.methods.sparse_vd.model import KLAnnealing, LocalReparameterization, linear_decay
@@ -205,3 +204,40 @@ def test_a_run_from_the_command_line_writes_scores_posterior_and_report(tmp_path
     x = dataset.x_test[:50]
     assert torch.allclose(fitted.predict(x).cpu().sum(-1), torch.ones(50), atol=1e-5)
     assert fitted.metrics()["fraction_removed_by_threshold"] == pytest.approx(metrics["fraction_removed_by_threshold"])
+
+
+def test_a_fit_interrupted_after_an_epoch_resumes_to_the_uninterrupted_result(tmp_path):
+    """The stage's state (model, guide, optimiser with its linear-decay schedule) and the KL annealing
+    are checkpointed: resuming inside the KL warm-up gives the same weights as never stopping."""
+    from bayesprune.checkpoint import read_checkpoint
+    from bayesprune.data import load_dataset
+    from bayesprune.errors import Interrupted
+    from bayesprune.fit import STOP
+    from bayesprune.models import build_architecture
+
+    data = load_dataset("digits")
+    options = SparseVDOptions(kl_anneal_start=1, kl_anneal_end=3)
+
+    def fit(**services):
+        torch.manual_seed(0)
+        net = build_architecture("mlp", data.input_shape, data.output_dim, hidden=[16])
+        ctx = FitContext(seed=3, epochs=4, batch_size=256, optim=OptimConfig(lr=0.01), method="sparse-vd", **services)
+        return get_method("sparse-vd").fit(net, data, options, ctx)
+
+    class StopAfterSecondEpoch:
+        def on_epoch(self, epoch, history):
+            if epoch == 1:
+                STOP.signal = 15
+
+    path = tmp_path / "checkpoint.pt"
+    try:
+        with pytest.raises(Interrupted):
+            fit(checkpoint=path, callbacks=(StopAfterSecondEpoch(),))
+    finally:
+        STOP.signal = None
+    saved = read_checkpoint(path)
+    assert saved["metadata"]["epoch"] == 2
+    resumed, uninterrupted = fit(resume=saved), fit()
+    assert torch.equal(resumed.guide.theta, uninterrupted.guide.theta)
+    assert torch.equal(resumed.guide.log_sigma2, uninterrupted.guide.log_sigma2)
+    assert resumed.history.epoch_losses == pytest.approx(uninterrupted.history.epoch_losses, rel=1e-12)

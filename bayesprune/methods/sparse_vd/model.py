@@ -200,7 +200,7 @@ class SparseVDELBO(AnalyticKLELBO):
 
     def combine(self, nll, kl):
         weight = 1.0 if self.annealing is None else self.annealing.weight
-        return nll + kl * weight if weight != 0 else nll + 0.0 * kl
+        return nll + weight * kl
 
     def _get_trace(self, model, guide, args, kwargs):
         guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
