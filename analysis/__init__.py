@@ -1,7 +1,11 @@
-"""Analysis of fitted posteriors: evaluation under pruning, ArviZ conversion, plots and reports."""
+"""Analysis of fitted posteriors: evaluation under pruning, ArviZ conversion, plots and tables.
+
+A run's ``report.md`` is written by :func:`bayesprune.analysis.report.write_report`, which is not
+re-exported here: it asks the method registry for each method's sections, so it sits above the
+methods (with the runner), while the rest of this package sits below them.
+"""
 from .evaluation import metric_name, pruning_curve
 from .inference_data import plot_diagnostics, summary_table, to_inference_data, write_posterior
-from .report import write_report
 
 __all__ = [
     "metric_name",
@@ -10,5 +14,4 @@ __all__ = [
     "summary_table",
     "to_inference_data",
     "write_posterior",
-    "write_report",
 ]

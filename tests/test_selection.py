@@ -12,12 +12,11 @@ from bayesprune.analysis.selection import (
     hinge_basis,
     least_squares_fit_predict,
     mask_features,
-    sbnn_fit_predict,
     select_by_cross_validation,
     select_by_quantile,
     selection_accuracy,
-    simulation_config,
 )
+from bayesprune.experiments.common import sbnn_fit_predict, simulation_config
 
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -5,28 +5,12 @@ the other keys of ``[experiment]`` are its options. The runner validates it with
 before anything is written, then calls ``run(config, folder, device=..., progress=...)``, which
 writes its tables, figures and ``report.md`` into ``folder`` and returns the metrics; the runner
 writes ``config.toml`` and ``metrics.json`` and moves ``folder`` into place when it is complete.
+
+The registry lives below this package, in :mod:`bayesprune.experiment_registry`, which finds the
+studies by name: nothing else in bayesprune imports this package.
 """
-from ..errors import ConfigError
+from bayesprune.experiment_registry import EXPERIMENTS, available_experiments, get_experiment, register_experiment
 
-EXPERIMENTS: dict = {}
+from . import graded_features, selection, two_features  # noqa: F401  (registers the studies)
 
-
-def register_experiment(name: str):
-    """Class decorator adding an experiment to :data:`EXPERIMENTS` under ``name``."""
-
-    def register(cls):
-        EXPERIMENTS[name] = cls
-        return cls
-
-    return register
-
-
-def get_experiment(config):
-    """An instance of the experiment ``config.experiment.name`` selects."""
-    name = config.experiment.name
-    if name not in EXPERIMENTS:
-        raise ConfigError(f"experiment.name must be one of {sorted(EXPERIMENTS)}, got {name!r}")
-    return EXPERIMENTS[name]()
-
-
-from . import graded_features, selection, two_features  # noqa: E402,F401  (registers the studies)
+__all__ = ["EXPERIMENTS", "available_experiments", "get_experiment", "register_experiment"]

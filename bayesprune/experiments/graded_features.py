@@ -8,8 +8,8 @@ every α and at least ``min_correlation_nonlinear`` for the non-linear f (paper:
 from bayesprune.analysis.plots import plt, save_figure
 from bayesprune.analysis.tables import markdown_table, write_csv
 from bayesprune.statistics import pearson, spearman
+from bayesprune.experiment_registry import register_experiment
 
-from . import register_experiment
 from .common import (
     Experiment, Stopwatch, averaged_importance, choice_list, criterion, load, number, number_list, plot_series, write_report,
 )

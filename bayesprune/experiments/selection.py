@@ -38,11 +38,11 @@ from bayesprune.analysis.selection import (
 )
 from bayesprune.analysis.tables import markdown_table, write_csv
 from bayesprune.predict import predict
+from bayesprune.experiment_registry import register_experiment
 
-from . import register_experiment
 from .common import (
     Experiment, Stopwatch, boolean, choice, criterion, fit_gaussian_bnn, fit_importance, fit_plain_net, load,
-    mse_on_test, nn_fit_predict, number, number_list, plot_series, write_report,
+    mse_on_test, nn_fit_predict, number, number_list, plot_series, sbnn_fit_predict, write_report,
 )
 
 CV_FITS = ("additive", "linear", "nn", "sbnn")
@@ -99,8 +99,6 @@ class FeatureSelection(Experiment):
             return functools.partial(additive_spline_fit_predict, knots=options["cv_knots"])
         if options["cv_fit"] == "nn":
             return nn_fit_predict(config, epochs=options["cv_epochs"], seed=config.seed)
-        from bayesprune.analysis.selection import sbnn_fit_predict
-
         return sbnn_fit_predict(dataclasses.replace(config, train=dataclasses.replace(config.train, epochs=options["cv_epochs"])))
 
     def _cross_validate(self, config, options, dataset, phi):

@@ -7,8 +7,8 @@ I = 1 − Σ(yᵢ − αx_{i2})² / Σyᵢ² of x₂. Done when ψ₂ rises and 
 """
 from bayesprune.analysis.tables import markdown_table, write_csv
 from bayesprune.statistics import spearman
+from bayesprune.experiment_registry import register_experiment
 
-from . import register_experiment
 from .common import (
     Experiment, Stopwatch, averaged_importance, criterion, load, number, number_list, plot_series, write_report,
 )
