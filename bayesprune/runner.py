@@ -40,6 +40,10 @@ from .methods import FitContext, get_method
 
 CHECKPOINT = "checkpoint.pt"
 POSTERIOR = "posterior.nc"
+#: The folder of a run of several seeds that keeps each finished seed's metrics.
+SEEDS = "seeds"
+#: What the run's first fit writes into the run directory.
+FIRST_FIT_FILES = (CHECKPOINT, "history.csv", "scores.npz", POSTERIOR)
 
 
 NAME_MAX = 255
@@ -127,12 +131,11 @@ def load_run(run_dir):
     return config, dataset, fitted
 
 
-def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), resume=None, resumed_from=None) -> dict:
+def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), resumed_from=None) -> dict:
     """Execute ``config`` and write its run directory ``out``; returns the metrics.
 
     ``inputs`` are further paths ``out`` must not hold (the config file); the data root is one already.
-    ``resume`` is the checkpoint (as read) the first fit continues from, found in ``resumed_from``
-    (:func:`resume_run`).
+    ``resumed_from`` is the directory of an interrupted run of ``config`` to continue (:func:`resume_run`).
     """
     out = Path(out)
     root = config.data.options.get("root")
@@ -140,16 +143,17 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     if config.experiment.name is not None:
         return _run_experiment(config, out, progress=progress)
     method = get_method(config.method)
-    refuse_unsupported(config, method, resuming=resume is not None)
+    refuse_unsupported(config, method, resuming=resumed_from is not None)
     datasets = load_datasets(config)
     new_net(config, datasets[0].input_shape, datasets[0].output_dim, seed=config.seed)  # rejects a bad architecture before anything is written
     device = resolve_device(config.device)
 
     with _staged(out, resumed_from=resumed_from) as staging:
         (staging / "config.toml").write_text(config.to_toml())
-        runs = [_fit_splits(replace(config, seed=seed), method, datasets, device, staging, out, first=number == 0,
-                            progress=progress, resume=resume if number == 0 else None)
-                for number, seed in enumerate(config.seeds or [config.seed])]
+        seeds = config.seeds or [config.seed]
+        runs = [_seed_run(replace(config, seed=seed), method, datasets, device, staging, out, first=number == 0,
+                          several=len(seeds) > 1, progress=progress, resumed_from=resumed_from)
+                for number, seed in enumerate(seeds)]
         metrics = _with_reference(config, _summarise_seeds(runs, config.seeds) if len(runs) > 1 else runs[0])
         _write_metrics(staging / "metrics.json", metrics)
         write_csv(staging / "pruning_curve.csv", metrics["pruning_curve"], digits=6)
@@ -158,10 +162,43 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     return metrics
 
 
+def _seed_run(config, method, datasets, device, staging: Path, out: Path, *, first: bool, several: bool, progress: bool,
+              resumed_from=None) -> dict:
+    """The metrics of one seed of the run (``config.seed``).
+
+    Its first fit checkpoints into ``staging`` (``checkpoint.pt`` for the run's first seed, which keeps
+    its fit there; ``checkpoint-seed-<seed>.pt`` for later seeds, removed once they finish). In a run
+    of several seeds, a finished seed's metrics are kept in ``seeds/seed-<seed>.json``; resuming from
+    ``resumed_from`` takes a finished seed from there (and the first seed's files) instead of fitting
+    it again, and continues an unfinished one from its checkpoint.
+    """
+    record = Path(SEEDS) / f"seed-{config.seed}.json"
+    checkpoint = CHECKPOINT if first else f"checkpoint-seed-{config.seed}.pt"
+    if resumed_from is not None and (resumed_from / record).is_file():
+        (staging / SEEDS).mkdir(exist_ok=True)
+        for name in [str(record), *(FIRST_FIT_FILES if first else ())]:
+            if (resumed_from / name).is_file():
+                shutil.copyfile(resumed_from / name, staging / name)
+        return json.loads((resumed_from / record).read_text())
+    resume = None
+    if resumed_from is not None and (resumed_from / checkpoint).is_file():
+        saved = read_checkpoint(resumed_from / checkpoint)
+        resume = saved if "loop" in saved and saved["method"] == config.method else None
+    metrics = _fit_splits(config, method, datasets, device, staging, out, first=first, progress=progress,
+                          checkpoint=staging / checkpoint, resume=resume)
+    if several:
+        (staging / SEEDS).mkdir(exist_ok=True)
+        _write_metrics(staging / record, metrics)
+        if not first:
+            (staging / checkpoint).unlink(missing_ok=True)
+    return metrics
+
+
 def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, first: bool, progress: bool,
-                resume=None) -> dict:
-    """Fit and evaluate every split from ``config.seed``; the first run writes its fit into ``staging``
-    (continuing from ``resume``, the checkpoint of that fit, when given)."""
+                checkpoint: Path, resume=None) -> dict:
+    """Fit and evaluate every split from ``config.seed``; the first fit checkpoints to ``checkpoint``
+    (continuing from ``resume``, a checkpoint of that fit, when given), and the run's first writes its
+    fit into ``staging``."""
     per_split = []
     for index, dataset in enumerate(datasets):
         fits = []
@@ -176,13 +213,13 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
             ctx = FitContext.from_config(
                 config, dataset, device=device, seed=seed, progress=progress,
                 validation=None if validation is None else tuple(validation),
-                checkpoint=staging / CHECKPOINT if first and index == chain == 0 else None,
+                checkpoint=checkpoint if index == chain == 0 else None,
                 resume=resume if index == chain == 0 else None,
             )
             try:
                 fitted = method.fit(net, dataset, config.method_options, ctx)
             except (TrainingDiverged, Interrupted) as error:
-                raise _stopped(error, staging, out) from None
+                raise _stopped(error, staging, out, checkpoint.name) from None
             if chain == 0:
                 per_split.append(_evaluate(split_config, dataset, fitted, device, baseline_net, validation, ctx.best_epoch))
             fits.append(fitted)
@@ -209,21 +246,27 @@ def resume_run(out, *, progress: bool = False) -> dict:
     if (out / "metrics.json").exists():
         raise BayesPruneError(f"--resume {out}: the run is complete (it has metrics.json); nothing to resume")
     candidates = [out, *out.parent.glob(f".{glob.escape(out.name)}.*.partial")]
-    candidates = [path for path in candidates if (path / "config.toml").is_file() and (path / CHECKPOINT).is_file()]
+    candidates = [path for path in candidates if (path / "config.toml").is_file() and _progress_files(path)]
     if not candidates:
         missing = next(name for name in ("config.toml", CHECKPOINT) if not (out / name).is_file())
         raise BayesPruneError(f"--resume {out}: no {missing}; nothing to resume")
-    source = max(candidates, key=lambda path: (path / CHECKPOINT).stat().st_mtime)
+    source = max(candidates, key=lambda path: max(file.stat().st_mtime for file in _progress_files(path)))
     config = load_config(str(source / "config.toml"))
     if config.experiment.name is not None:
         raise BayesPruneError(f"--resume {out}: {config.experiment.name} runs do not resume; run them again")
-    saved = read_checkpoint(source / CHECKPOINT)
-    if saved["method"] != config.method or "loop" not in saved:
+    checkpoints = [read_checkpoint(path) for path in _progress_files(source) if path.suffix == ".pt"]
+    if not (source / SEEDS).is_dir() and not any(saved["method"] == config.method and "loop" in saved for saved in checkpoints):
         raise BayesPruneError(f"{source / CHECKPOINT}: holds no training-loop state of a {config.method} fit to resume from")
-    metrics = run(config, out, force=True, progress=progress, resume=saved, resumed_from=source)
+    metrics = run(config, out, force=True, progress=progress, resumed_from=source)
     if source != out:
         shutil.rmtree(source)
     return metrics
+
+
+def _progress_files(folder: Path) -> list:
+    """The checkpoints and finished seeds an interrupted run left in ``folder``."""
+    return [path for path in [folder / CHECKPOINT, *folder.glob("checkpoint-seed-*.pt"), *(folder / SEEDS).glob("*.json")]
+            if path.is_file()]
 
 
 def _run_experiment(config, out: Path, *, progress: bool) -> dict:
@@ -374,16 +417,23 @@ def _summarise(per_split: list) -> dict:
     return metrics
 
 
-def _stopped(error, staging: Path, out: Path):
+def _stopped(error, staging: Path, out: Path, checkpoint: str):
     """The error of a fit that diverged or was interrupted, after keeping what can be kept: its last
-    checkpoint moves to ``out`` unless ``out`` holds a complete earlier run, which is never replaced."""
+    checkpoint (named ``checkpoint``) and the seeds already finished move to ``out`` unless ``out``
+    holds a complete earlier run, which is never replaced."""
     if (out / "metrics.json").exists():
         where = f"{out} keeps the earlier complete run"
-    elif (staging / CHECKPOINT).exists():
-        epoch = read_checkpoint(staging / CHECKPOINT)["metadata"].get("epoch")
+    elif (staging / checkpoint).exists():
+        metadata = read_checkpoint(staging / checkpoint)["metadata"]
+        stage = f"stage {metadata['stage']!r}, " if metadata.get("stage") else ""
         _move_into_place(staging, out)
-        where = f"the checkpoint of epoch {epoch} is in {out / CHECKPOINT}"
-        if isinstance(error, Interrupted) and "loop" in read_checkpoint(out / CHECKPOINT):
+        where = f"the checkpoint of {stage}epoch {metadata.get('epoch')} is in {out / checkpoint}"
+        if isinstance(error, Interrupted) and "loop" in read_checkpoint(out / checkpoint):
+            where += f"; continue with: bayesprune run --resume {out}"
+    elif (staging / SEEDS).is_dir():
+        _move_into_place(staging, out)
+        where = f"the finished seeds are in {out / SEEDS}"
+        if isinstance(error, Interrupted):
             where += f"; continue with: bayesprune run --resume {out}"
     else:
         where = "no checkpoint was written"

@@ -12,26 +12,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from bayesprune.config import load_config
 from bayesprune.runner import run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 FOLDER = Path(__file__).parent / "golden"
-SHORT = {
-    "sbnn": [],
-    "pft": ["pft.pretrain_epochs=2", "pft.finetune_epochs=2", "pft.perturbation_draws=1"],
-    "pbp": ["pbp.prior_epochs=2", "pbp.prior_mask_epochs=2", "pbp.mc_samples=20", "pbp.prior_samples=5"],
-    "probmask": ["probmask.t1=1", "probmask.t2=2", "probmask.finetune_epochs=2"],
-    "unit-gates": ["unit-gates.finetune_epochs=2"],
-    "saliency": ["saliency.finetune_epochs=2", "saliency.stages=[1, 3]"],
-}
+METHODS = ["pbp", "pft", "probmask", "saliency", "sbnn", "unit-gates"]
 #: Wall-clock numbers, which no two runs share.
 TIMINGS = {"train_seconds", "epoch_seconds"}
 
 
-def short_run(method: str, out: Path) -> dict:
-    config = load_config(f"{method}-digits", ["train.epochs=2", "device='cpu'", "baseline.epochs=2", *SHORT[method]])
+def short_run(config, out: Path) -> dict:
     metrics = run(config, out)
     return {key: value for key, value in metrics.items() if key not in TIMINGS}
 
@@ -47,10 +38,10 @@ def same(value, recorded) -> bool:
     return value == recorded
 
 
-@pytest.mark.parametrize("method", sorted(SHORT))
-def test_short_digits_run_reproduces_the_recording(method, tmp_path):
+@pytest.mark.parametrize("method", METHODS)
+def test_short_digits_run_reproduces_the_recording(method, tmp_path, short_config):
     recorded = json.loads((FOLDER / f"{method}-digits-2-epochs.json").read_text())
-    metrics = short_run(method, tmp_path / "run")
+    metrics = short_run(short_config(method), tmp_path / "run")
     differing = [key for key in recorded if not same(metrics.get(key), recorded[key])]
     assert not differing, {key: (metrics.get(key), recorded[key]) for key in differing}
 
@@ -58,9 +49,11 @@ def test_short_digits_run_reproduces_the_recording(method, tmp_path):
 if __name__ == "__main__":
     import tempfile
 
+    from conftest import short_config_of
+
     torch.set_num_threads(1)
-    for name in sys.argv[1:] or sorted(SHORT):
+    for name in sys.argv[1:] or METHODS:
         with tempfile.TemporaryDirectory() as folder:
-            metrics = short_run(name, Path(folder) / "run")
+            metrics = short_run(short_config_of(name), Path(folder) / "run")
         (FOLDER / f"{name}-digits-2-epochs.json").write_text(json.dumps(metrics, indent=1) + "\n")
         print("recorded", name)
