@@ -13,6 +13,7 @@ from pathlib import Path
 import tomli_w
 
 from .errors import ConfigError
+from .optim import OptimConfig  # [optim] lives with the optimisers it builds (the methods read it)
 from .validation import is_int as _is_int
 from .validation import is_number as _is_number
 from .validation import require as _require
@@ -65,37 +66,6 @@ class ModelConfig:
         _require(isinstance(self.architecture, str), "model.architecture", "be a string", self.architecture)
         if self.noise_scale is not None:
             _require(_is_number(self.noise_scale) and self.noise_scale > 0, "model.noise_scale", "be a positive number", self.noise_scale)
-
-
-SCHEDULES = ("constant", "exponential", "cosine")
-
-
-@dataclass(frozen=True)
-class OptimConfig:
-    """``[optim]``: optimiser, learning rate and its per-epoch schedule.
-
-    ``schedule = "exponential"`` multiplies the rate by ``gamma`` every epoch; ``"cosine"`` anneals it
-    to zero over the run. ``momentum`` is SGD's (paper 000 trains with SGD and momentum 0.9);
-    ``weight_decay`` adds ``weight_decay · θ`` to every gradient of the plain optimiser steps (the l2
-    of 5e-4 of paper 001), not to SVI's objectives, whose priors regularise.
-    """
-
-    name: str = "adam"
-    lr: float = 3e-3
-    schedule: str = "constant"
-    gamma: float = 0.99
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-
-    def __post_init__(self):
-        _require(self.name in ("adam", "sgd"), "optim.name", "be 'adam' or 'sgd'", self.name)
-        _require(_is_number(self.lr) and self.lr > 0, "optim.lr", "be a positive number", self.lr)
-        _require(self.schedule in SCHEDULES, "optim.schedule", f"be one of {list(SCHEDULES)}", self.schedule)
-        _require(_is_number(self.gamma) and 0 < self.gamma <= 1, "optim.gamma", "lie in (0, 1]", self.gamma)
-        _require(_is_number(self.momentum) and 0 <= self.momentum < 1, "optim.momentum", "lie in [0, 1)", self.momentum)
-        _require(self.momentum == 0 or self.name == "sgd", "optim.momentum", "be 0 unless optim.name = 'sgd'", self.momentum)
-        _require(_is_number(self.weight_decay) and self.weight_decay >= 0, "optim.weight_decay", "be a non-negative number",
-                 self.weight_decay)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,45 @@
-"""Optimisers of the ``[optim]`` section, shared by every method that trains with Pyro's SVI."""
+"""The ``[optim]`` section and the optimisers it describes: Pyro's for SVI, ``torch.optim``'s for plain
+optimiser steps."""
+from dataclasses import dataclass
+
 import pyro.optim
 import torch
 
+from .validation import is_number, require
+
+SCHEDULES = ("constant", "exponential", "cosine")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """``[optim]``: optimiser, learning rate and its per-epoch schedule.
+
+    ``schedule = "exponential"`` multiplies the rate by ``gamma`` every epoch; ``"cosine"`` anneals it
+    to zero over the run. ``momentum`` is SGD's (paper 000 trains with SGD and momentum 0.9);
+    ``weight_decay`` adds ``weight_decay · θ`` to every gradient of the plain optimiser steps (the l2
+    of 5e-4 of paper 001), not to SVI's objectives, whose priors regularise.
+    """
+
+    name: str = "adam"
+    lr: float = 3e-3
+    schedule: str = "constant"
+    gamma: float = 0.99
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+    def __post_init__(self):
+        require(self.name in ("adam", "sgd"), "optim.name", "be 'adam' or 'sgd'", self.name)
+        require(is_number(self.lr) and self.lr > 0, "optim.lr", "be a positive number", self.lr)
+        require(self.schedule in SCHEDULES, "optim.schedule", f"be one of {list(SCHEDULES)}", self.schedule)
+        require(is_number(self.gamma) and 0 < self.gamma <= 1, "optim.gamma", "lie in (0, 1]", self.gamma)
+        require(is_number(self.momentum) and 0 <= self.momentum < 1, "optim.momentum", "lie in [0, 1)", self.momentum)
+        require(self.momentum == 0 or self.name == "sgd", "optim.momentum", "be 0 unless optim.name = 'sgd'", self.momentum)
+        require(is_number(self.weight_decay) and self.weight_decay >= 0, "optim.weight_decay", "be a non-negative number",
+                 self.weight_decay)
+
 
 def build_optim(config, *, epochs: int):
-    """A Pyro optimiser for an :class:`~bayesprune.config.OptimConfig`, wrapped in a per-epoch
+    """A Pyro optimiser for an :class:`OptimConfig`, wrapped in a per-epoch
     learning-rate scheduler when one is configured (cosine annealing runs over ``epochs``)."""
     torch_optim = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[config.name]
     args = {"lr": config.lr, **({"momentum": config.momentum} if config.momentum else {})}
@@ -16,7 +51,7 @@ def build_optim(config, *, epochs: int):
 
 
 def torch_optimizer(config, params, *, lr: float | None = None) -> torch.optim.Optimizer:
-    """A ``torch.optim`` optimiser over ``params`` for an :class:`~bayesprune.config.OptimConfig` (its
+    """A ``torch.optim`` optimiser over ``params`` for an :class:`OptimConfig` (its
     rate, or ``lr``; its momentum and weight decay), for methods whose steps are plain optimiser steps."""
     if config.name == "sgd":
         return torch.optim.SGD(params, lr=lr or config.lr, momentum=config.momentum, weight_decay=config.weight_decay)

@@ -19,12 +19,11 @@ import torch
 from torch import nn
 
 from bayesprune.checkpoint import load_module_state, write_checkpoint
-from bayesprune.config import OptimConfig
 from bayesprune.early_stopping import EarlyStopping
 from bayesprune.errors import Interrupted
 from bayesprune.export import mask_parameters, unmask_parameters
 from bayesprune.fit import STOP, History, LoopState, TensorBatches, optimizer_step, rng_state, set_rng_state, train
-from bayesprune.optim import torch_optimizer, torch_scheduler
+from bayesprune.optim import OptimConfig, torch_optimizer, torch_scheduler
 from bayesprune.predict import metric
 from bayesprune.tasks import predict_network
 
