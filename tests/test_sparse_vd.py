@@ -241,3 +241,22 @@ def test_a_fit_interrupted_after_an_epoch_resumes_to_the_uninterrupted_result(tm
     assert torch.equal(resumed.guide.theta, uninterrupted.guide.theta)
     assert torch.equal(resumed.guide.log_sigma2, uninterrupted.guide.log_sigma2)
     assert resumed.history.epoch_losses == pytest.approx(uninterrupted.history.epoch_losses, rel=1e-12)
+
+
+def test_the_objectives_kl_covers_every_weight_of_every_layer_and_no_bias():
+    from bayesprune.methods.sparse_vd import build_model
+    from bayesprune.methods.sparse_vd.model import SparseVDELBO, SparseVDGuide
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Flatten(), nn.Linear(2 * 6 * 6, 5), nn.ReLU(), nn.Linear(5, 3))
+    x, y = torch.randn(4, 1, 8, 8), torch.tensor([0, 1, 2, 1])
+    data = Dataset(name="tiny", task="classification", x_train=x, y_train=y, x_test=x, y_test=y, input_shape=(1, 8, 8),
+                   num_classes=3)
+    model = build_model(net, data)
+    guide = SparseVDGuide(model, init_log_sigma2=-4.0)
+    assert list(guide.site_shapes) == ["0.weight", "3.weight", "5.weight"]
+    assert set(model.point_shapes) == {"0.bias", "3.bias", "5.bias"}
+    _, kl = SparseVDELBO()._particle(model, guide, (x, y), {})
+    expected = sum(-neg_kl_approximation(q.log_alpha).sum() for q in guide.posteriors().values())
+    assert kl.item() == pytest.approx(expected.item(), rel=1e-6)
+    assert guide.theta.numel() == sum(p.numel() for name, p in net.named_parameters() if name.endswith("weight"))
