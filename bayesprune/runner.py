@@ -309,18 +309,25 @@ def _staged(out: Path, *, resumed_from=None):
 
 
 def refuse_unsupported(config, method, *, resuming: bool = False):
-    """Refuse, before anything is written, a config that asks ``method`` for a service it does not
-    support (:attr:`~bayesprune.methods.Method.unsupported`), in one line naming the key."""
-    asked = {"validation": ("train.validation", config.train.validation > 0),
-             "checkpoint": ("train.checkpoint_every", config.train.checkpoint_every != 1),
-             "resume": ("--resume", resuming)}
+    """Refuse, before anything is written, a config that asks ``method`` for a service or sets a key it
+    does not use (:attr:`~bayesprune.methods.Method.unsupported`), in one line naming the key."""
     if config.prune.level not in method.prune_levels:
         raise ConfigError(f"prune.level must be one of {list(method.prune_levels)} for method {method.name!r}, "
                           f"got {config.prune.level!r}")
-    unsupported = method.unsupported_for(config.method_options)
-    for service, (key, wanted) in asked.items():
-        if wanted and service in unsupported:
-            raise ConfigError(f"{key} is not supported by method {method.name!r}: {unsupported[service]}")
+    services = {"validation": ("train.validation", config.train.validation > 0),
+                "checkpoint": ("train.checkpoint_every", config.train.checkpoint_every != 1),
+                "resume": ("--resume", resuming)}
+    for name, why in method.unsupported_for(config.method_options).items():
+        key, asked = services[name] if name in services else (name, _set(config, name))
+        if asked:
+            raise ConfigError(f"{key} is not supported by method {method.name!r}: {why}")
+
+
+def _set(config, key: str) -> bool:
+    """Whether ``key`` (``"optim.momentum"``) holds another value than its section's default."""
+    section, field = key.split(".")
+    values = getattr(config, section)
+    return getattr(values, field) != getattr(type(values)(), field)
 
 
 def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, best_epoch=None) -> dict:

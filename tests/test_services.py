@@ -166,3 +166,18 @@ def test_methods_that_learn_probabilities_write_a_posterior_arviz_reads(method, 
         assert all(dim.startswith(name) for dim in idata.posterior[name].dims[2:])
     summary = az.summary(idata, var_names=variables[:1], kind="stats")
     assert len(summary) == idata.posterior[variables[0]][0, 0].size
+
+
+#: A valid setting of each config key a method may not read (the name first where the key needs it).
+SETTINGS = {"optim.name": ["optim.name='sgd'"], "optim.momentum": ["optim.name='sgd'", "optim.momentum=0.5"],
+            "optim.schedule": ["optim.schedule='cosine'"], "optim.weight_decay": ["optim.weight_decay=1e-4"],
+            "model.noise_scale": ["model.noise_scale=0.5"]}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_key_the_method_does_not_read_is_refused_naming_it(method, tmp_path, short_config):
+    keys = [key for key in available_methods()[method]().unsupported_for(short_config(method).method_options) if "." in key]
+    for key in keys:
+        with pytest.raises(ConfigError, match=r"^optim.name|^" + key.replace(".", r"\.") + " is not supported by"):
+            run(short_config(method, *SETTINGS[key]), tmp_path / "run")
+        assert not (tmp_path / "run").exists()

@@ -173,10 +173,11 @@ class Method:
         legacy_keys: ``"section.key"`` of older config layouts → option name (``None``: dropped),
             folded into the method's table when such a config is loaded.
         unsupported: the services of :data:`~bayesprune.methods.context.SERVICES` the method does not
-            support, each with the reason; the runner refuses a config that asks for one, naming the
-            key. Every other service holds: checkpoints and ``--resume`` through
-            :meth:`FitContext.train`, and early stopping on ``train.validation`` on the stage the
-            method gives ``validate``.
+            support and the config keys it does not read (``"optim.momentum"``), each with the reason;
+            the runner refuses a config that asks for such a service or sets such a key to anything but
+            its default, naming the key, so that no key is silently ignored. Every other service
+            holds: checkpoints and ``--resume`` through :meth:`FitContext.train`, and early stopping
+            on ``train.validation`` on the stage the method gives ``validate``.
         prune_levels: the ``prune.level`` values its scores can be pruned at.
     """
 

@@ -167,10 +167,12 @@ class PFTMethod(Method):
     name = "pft"
     Options = PFTOptions
 
+    unsupported = {"model.noise_scale": "it trains by mean squared error, which no noise scale changes"}
+
     def unsupported_for(self, options) -> dict:
         if options.at_initialization or options.masks_only or not options.pretrain_epochs:
-            return {"validation": "early stopping acts on the dense pre-training, which this config skips"}
-        return {}
+            return {**self.unsupported, "validation": "early stopping acts on the dense pre-training, which this config skips"}
+        return dict(self.unsupported)
 
     def fit(self, net, data, options, ctx):
         torch.manual_seed(ctx.seed)

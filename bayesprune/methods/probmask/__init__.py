@@ -185,7 +185,8 @@ class ProbMaskMethod(Method):
     Options = ProbMaskOptions
 
     unsupported = {"validation": "its sparsity budget tightens until epoch t2 and its temperature anneals to the last "
-                                  "epoch (Algorithm 1), so an earlier epoch does not meet the budget"}
+                                  "epoch (Algorithm 1), so an earlier epoch does not meet the budget",
+                   "model.noise_scale": "it trains by mean squared error, which no noise scale changes"}
 
     def fit(self, net, data, options, ctx):
         torch.manual_seed(ctx.seed)

@@ -200,6 +200,7 @@ class SaliencyMethod(Method):
 
     name = "saliency"
     Options = SaliencyOptions
+    unsupported = {"model.noise_scale": "it trains by mean squared error, which no noise scale changes"}
 
     def fit(self, net, data, options, ctx):
         torch.manual_seed(ctx.seed)

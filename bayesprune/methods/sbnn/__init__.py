@@ -149,6 +149,7 @@ class SBNN(Method):
 
     name = "sbnn"
     Options = SBNNOptions
+    unsupported = {"optim.weight_decay": "the spike-and-slab prior regularises the weights; set it in [sbnn]"}
     legacy_keys = {
         "prior.name": None, "prior.pi": "pi", "prior.log_tau0": "log_tau0", "prior.log_tau1": "log_tau1",
         "guide.name": None, "guide.init_scale": "init_scale",

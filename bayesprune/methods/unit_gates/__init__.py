@@ -5,7 +5,7 @@ Every hidden unit of fully connected layers and every filter of convolutions car
 term the dataset-scaled sum (N/B)·Σ −log p of one minibatch with one gate sample (eq. 16).
 Algorithm 1 runs step by step: the weight gradient of eq. 17, θ's gradient of eq. 19 from an
 estimator of C1 − C0 (:mod:`bayesprune.gates`) and the hyper-prior's closed form
-(:mod:`bayesprune.hyperpriors`), Adam on both, θ clipped to [θ_l, θ_h], each unit's weights
+(:mod:`bayesprune.methods.unit_gates.hyperpriors`), Adam on both, θ clipped to [θ_l, θ_h], each unit's weights
 projected to ‖w_b‖² + ‖w_f‖² ≤ 2 φ_max, and a unit switched off for good when (i) θ < θ_tol or
 (ii) θ fell by θ_per below its running maximum after n0 steps. At the end of every epoch the
 switched-off units are removed from the network, its gates and the optimiser state, so later
@@ -24,11 +24,11 @@ from bayesprune.errors import ConfigError
 from bayesprune.export import export, restrict
 from bayesprune.fit import optimizer_step
 from bayesprune.gates import ESTIMATORS, UnitGates, project_unit_weights, unit_weight_norms
-from bayesprune.hyperpriors import BetaHyperPrior, FlatteningHyperPrior, SALHyperPrior
 from bayesprune.validation import is_int, is_number, require
 
 from .. import Method, register_method
 from ..base import NetworkFitted
+from .hyperpriors import BetaHyperPrior, FlatteningHyperPrior, SALHyperPrior
 
 HYPERPRIORS = ("flattening", "beta", "sal")
 CONDITIONS = ("tolerance", "drop")
@@ -105,7 +105,7 @@ class UnitGatesOptions:
             raise ConfigError(str(error).replace("hyperprior ", key)) from None
 
     def hyper_prior(self):
-        """The :mod:`bayesprune.hyperpriors` object these options describe."""
+        """The :mod:`~bayesprune.methods.unit_gates.hyperpriors` object these options describe."""
         if self.hyperprior == "flattening":
             return FlatteningHyperPrior(self.log_gamma, eps1=self.eps1, eps2=self.eps2)
         if self.hyperprior == "beta":
@@ -313,7 +313,13 @@ class UnitGatesMethod(Method):
     Options = UnitGatesOptions
 
     prune_levels = ("unit",)
-    unsupported = {"validation": "units leave the network for good while it trains; it keeps training to the end"}
+    unsupported = {
+        "validation": "units leave the network for good while it trains; it keeps training to the end",
+        "optim.name": "Algorithm 1 trains with Adam (paper 004, section 7)",
+        "optim.momentum": "Algorithm 1 trains with Adam (paper 004, section 7)",
+        "optim.schedule": "Algorithm 1 trains at a constant rate (optim.lr, then unit-gates.finetune_lr)",
+        "optim.weight_decay": "the weights' prior precision is unit-gates.weight_precision (eq. 12)",
+    }
 
     def fit(self, net, data, options, ctx):
         torch.manual_seed(ctx.seed)
