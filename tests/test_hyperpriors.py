@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from bayesprune.errors import ConfigError
-from bayesprune.hyperpriors import BetaHyperPrior, FlatteningHyperPrior, SALHyperPrior
+from bayesprune.methods.unit_gates.hyperpriors import BetaHyperPrior, FlatteningHyperPrior, SALHyperPrior
 
 
 def objective(prior, theta: float, u: float) -> float:
