@@ -3,7 +3,7 @@
 What is measured: the wall-clock time of one projection of a vector of ``--size`` entries (10⁷ by
 default) onto C = {x ∈ [0, 1]ⁿ : Σx ≤ K}, K = ``--keep`` · n, by two methods:
 
-* ``bisection``: :func:`bayesprune.projection.project_onto_budget`, a fixed number of bisection steps
+* ``bisection``: :func:`bayesprune.methods.probmask.projection.project_onto_budget`, a fixed number of bisection steps
   on the multiplier v of eq. 6, then a closed-form finish; no host synchronisation.
 * ``sort``: :func:`project_by_sorting` below, the classic capped-simplex approach: sort s, evaluate
   g(v) = Σ min(1, max(0, s − v)) at every breakpoint (v = sᵢ and v = sᵢ − 1) from cumulative sums,
@@ -27,7 +27,7 @@ import time
 
 import torch
 
-from bayesprune.projection import BISECTION_STEPS, project_onto_budget
+from bayesprune.methods.probmask.projection import BISECTION_STEPS, project_onto_budget
 
 TOLERANCE = 1e-5
 

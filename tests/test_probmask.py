@@ -9,7 +9,7 @@ from bayesprune.tasks import mean_loss
 from bayesprune.methods.probmask import ProbMaskOptions, ProbMaskTraining
 from bayesprune.models import mlp
 from bayesprune.runner import load_run, new_net, run
-from bayesprune.schedules import annealed_temperature, cubic_keep_ratio
+from bayesprune.methods.probmask.schedules import annealed_temperature, cubic_keep_ratio
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from scipy.optimize import minimize
 
-from bayesprune.projection import project_onto_budget, project_sites
+from bayesprune.methods.probmask.projection import project_onto_budget, project_sites
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # small vectors: per-op overhead, not threads
 

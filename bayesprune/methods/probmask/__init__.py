@@ -4,7 +4,7 @@ Every weight carries a keep-probability s_i ∈ [0, 1], started at 1 (dense). We
 trained together on the expected loss (problem 2) through ``samples`` = I two-Gumbel relaxed masks
 σ((log s − log(1 − s) + g₁ − g₀)/τ) per step (eqs. 3-5), the gradients clipped to a norm of 3 as in
 the authors' code; after every step s is projected exactly onto C = {s ∈ [0, 1]ⁿ, Σ s ≤ K}
-(Theorem 1, :mod:`bayesprune.projection`), K = k·n for the whole network (``scope = "global"``) or
+(Theorem 1, :mod:`.projection`), K = k·n for the whole network (``scope = "global"``) or
 k·n_l for each layer (``"layer"``, the comparison of section 4.3). Per epoch t of T the temperature is
 τ = 0.97(1 − t/T) + 0.03 and k follows the cubic schedule of eq. 7 from 1 to 1 − ``sparsity``
 between epochs t₁ and t₂. At the end masks m ~ Bernoulli(s) are drawn, the one with the lowest
@@ -23,17 +23,17 @@ from pathlib import Path
 import torch
 from torch.func import functional_call
 
+from bayesprune.criteria import saliency, weight_sites
 from bayesprune.masks import StochasticMasks
 from bayesprune.optim import torch_optimizer
-from bayesprune.projection import project_onto_budget
 from bayesprune.pruning import Budget, apply_masks, lexicographic_ranks, prune
-from bayesprune.saliency import saliency, weight_sites
-from bayesprune.schedules import annealed_temperature, cubic_keep_ratio
 from bayesprune.tasks import masked_copy, mean_loss, network_test_metric
 from bayesprune.validation import is_int, is_number, require
 
 from .. import Method, register_method
 from ..base import SparseNetworkFitted
+from .projection import project_onto_budget
+from .schedules import annealed_temperature, cubic_keep_ratio
 
 SCOPES = ("global", "layer")
 #: Training examples the final mask draws are compared on.
