@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch.distributions import Normal, kl_divergence
 
 from bayesprune.bounds import pac_bayes_bound
+from bayesprune.criteria import saliency
 from bayesprune.distributions import DiracSpikeSlab
 from bayesprune.guides import DiracSpikeSlabGuide
 from bayesprune.masks import StochasticMasks, block_isotropic, isotropic, mask_overlap
@@ -17,7 +18,6 @@ from bayesprune.models import BayesianNetwork, BoundedCategorical, mlp
 from bayesprune.objectives import GibbsRisk, PACBayesBound
 from bayesprune.priors import GivenPrior
 from bayesprune.pruning import Budget, lexicographic_ranks, prune
-from bayesprune.saliency import saliency
 
 
 @pytest.mark.parametrize("shape", [(5,), (3, 4)])

@@ -31,7 +31,9 @@ from torch.distributions import kl_divergence
 
 from bayesprune import bounds
 from bayesprune.checkpoint import load_module_state
+from bayesprune.criteria import CRITERIA, saliency, weight_sites
 from bayesprune.distributions import DiracSpikeSlab
+from bayesprune.errors import ConfigError
 from bayesprune.fit import svi_step
 from bayesprune.guides import DiracSpikeSlabGuide
 from bayesprune.masks import PARAMETERIZATIONS, block_isotropic
@@ -39,8 +41,6 @@ from bayesprune.models import BayesianNetwork, BoundedCategorical, Categorical
 from bayesprune.objectives import GibbsRisk, PACBayesBound
 from bayesprune.optim import build_optim
 from bayesprune.priors import GivenPrior
-from bayesprune.saliency import CRITERIA, saliency, weight_sites
-from bayesprune.errors import ConfigError
 from bayesprune.tasks import mean_loss
 from bayesprune.validation import is_int, is_number, require
 

@@ -1,7 +1,7 @@
 """Probabilistic fine-tuning of pruning masks (PFT, paper 000, section 2.1; appendices A.1, B, D.3, E).
 
 Stage 1 trains the dense network (skipped at initialisation, appendix E.2). For every start mask
-(a one-shot criterion of :mod:`bayesprune.saliency`) and sparsity s, the one-shot mask (OSP) is the
+(a one-shot criterion of :mod:`bayesprune.criteria`) and sparsity s, the one-shot mask (OSP) is the
 top (1 − s) of the criterion's scores; PFT instead sets keep-probabilities λ from the scores (eq. 6,
 block-isotropic, or isotropic), minimises the empirical Gibbs risk E_b[R̂_S(b ∘ W)] in λ and W through
 the Concrete relaxation (appendix B.3), keeps the weights of largest λ (ties in λ broken by |W|)
@@ -20,11 +20,11 @@ from pathlib import Path
 import torch
 from torch.func import functional_call
 
+from bayesprune.criteria import CRITERIA, saliency
 from bayesprune.fit import History, optimizer_step
 from bayesprune.masks import INITS, PARAMETERIZATIONS, StochasticMasks, block_isotropic, isotropic, mask_overlap
 from bayesprune.optim import torch_optimizer
 from bayesprune.pruning import Budget, apply_masks, prune
-from bayesprune.saliency import CRITERIA, saliency
 from bayesprune.tasks import mean_loss, network_test_metric
 from bayesprune.validation import is_int, is_number, require
 
@@ -39,7 +39,7 @@ class PFTOptions:
     0.01 in the paper) and ``data.batch_size``.
 
     Attributes:
-        start_masks: criteria of :data:`bayesprune.saliency.CRITERIA` (``magnitude``, ``snip``, ``random``).
+        start_masks: criteria of :data:`bayesprune.criteria.CRITERIA` (``magnitude``, ``snip``, ``random``).
         sparsities: target sparsities s (fraction of the weights removed; biases are not pruned).
         init: ``"block"`` (block-isotropic λ⁰ of eq. 6) or ``"isotropic"`` (λ⁰ = 1 − s, appendix A.1).
         epsilon: ε of eq. 6.

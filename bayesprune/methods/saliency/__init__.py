@@ -9,7 +9,7 @@ examples drawn at random (:func:`prune_in_stages`). Each grid point records
 
 * ΔL(θ, Δθ) = |L(θ ⊙ m) − L(θ)| (eq. 1, the quantity the criteria minimise) of the dense trained
   network θ, L the mean loss the loss-model criteria model (cross-entropy on logits; ½‖u − t‖² for
-  regression, :func:`bayesprune.saliency.loss_change`) on a fixed random subset of
+  regression, :func:`bayesprune.methods.saliency.stages.loss_change`) on a fixed random subset of
   ``loss_examples`` training examples, drawn once from the run's seed (all of them if fewer);
 * the error of the test split before pruning, right after pruning, and after fine-tuning the sparse
   network for ``finetune_epochs`` with the mask fixed (pruned weights stay exactly zero). With
@@ -40,14 +40,15 @@ import torch
 
 from bayesprune.fit import History
 from bayesprune.pruning import lexicographic_ranks
-from bayesprune.saliency import CRITERIA, loss_change, pruning_stages, weight_sites
-from bayesprune.schedules import SPARSITY_SCHEDULES
+from bayesprune.criteria import CRITERIA, weight_sites
 from bayesprune.statistics import spearman
 from bayesprune.tasks import masked_copy, mean_loss, network_test_metric
 from bayesprune.validation import is_int, is_number, require
 
 from .. import Method, register_method
 from ..base import SparseNetworkFitted
+from .schedules import SPARSITY_SCHEDULES
+from .stages import loss_change, pruning_stages
 
 FINETUNE_MODES = ("best", "all")
 
@@ -61,7 +62,7 @@ class SaliencyOptions:
     is applied per epoch; its ``weight_decay`` is the paper's l2 of 5e-4) and ``data.batch_size`` (100).
 
     Attributes:
-        criteria: criteria of :data:`bayesprune.saliency.CRITERIA` (``magnitude`` = MP, ``obd``, ``lm``,
+        criteria: criteria of :data:`bayesprune.criteria.CRITERIA` (``magnitude`` = MP, ``obd``, ``lm``,
             ``qm``; also ``snip``, ``random``).
         sparsity: κ, the fraction of the weights removed (biases are never pruned); 0.9885 for the MLP.
         stages: the numbers of pruning stages π to compare (the paper's tables use π = 140).
@@ -70,7 +71,7 @@ class SaliencyOptions:
             criterion as published, λ = 10 already ranks nearly like MP on a trained MLP (and appendix
             B's ImageNet grid is {0, 1e-3, 1e-1, 10}).
         schedule: ``"exponential"`` (κ_i = 1 − (1 − κ)^{i/π}, the paper's choice) or ``"linear"``
-            (:func:`bayesprune.schedules.sparsity_schedule`).
+            (:func:`bayesprune.methods.saliency.schedules.sparsity_schedule`).
         examples_per_stage: training examples drawn at random at every stage for the saliencies (1000).
         loss_examples: training examples (a fixed random subset, drawn once) on which ΔL is measured;
             all of the training set when it has fewer.
@@ -113,7 +114,7 @@ class SaliencyOptions:
 
 
 def prune_in_stages(net, criterion: str, sparsity: float, *, stages: int, **options) -> tuple:
-    """Algorithm 1 of paper 001 without fine-tuning (:func:`bayesprune.saliency.pruning_stages`, same
+    """Algorithm 1 of paper 001 without fine-tuning (:func:`.stages.pruning_stages`, same
     arguments): the mask after π = ``stages`` stages, and scores that rank the weights in the order
     they were pruned.
 

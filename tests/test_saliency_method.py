@@ -11,11 +11,11 @@ from bayesprune.config import RunConfig
 from bayesprune.errors import ConfigError
 from bayesprune.fit import resolve_device
 from bayesprune.methods import get_method
-from bayesprune.methods.saliency import spearman_or_none
 from bayesprune.methods import FitContext
+from bayesprune.methods.saliency import spearman_or_none
+from bayesprune.methods.saliency.stages import loss_change, multi_stage_masks
 from bayesprune.pruning import Budget, prune
 from bayesprune.runner import load_datasets, load_run, new_net, run
-from bayesprune.saliency import loss_change, multi_stage_masks
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -94,7 +94,7 @@ def test_saved_network_has_exactly_its_sparsity_and_a_budget_over_its_scores_kee
 def test_recorded_loss_change_and_masks_match_the_saliency_module(fitted):
     """For every grid point, ΔL recomputed by loss_change on the whole training set (ΔL's subset is all
     of digits' 1437 rows) from the point's mask equals the recorded one, and the mask is the one
-    bayesprune.saliency.multi_stage_masks gives from the same seed; the error right after pruning is
+    bayesprune.methods.saliency.stages.multi_stage_masks gives from the same seed; the error right after pruning is
     the masked dense network's."""
     cfg, dataset, fit = fitted
     assert len(fit.loss_rows) == dataset.num_train

@@ -1,13 +1,11 @@
-"""Schedules of pruning, as pure functions of the stage or epoch.
+"""The sparsity schedule of multi-stage pruning, a pure function of the stage.
 
 :func:`sparsity_schedule` gives the target sparsity κ_i of each stage i = 1, …, π of multi-stage
-pruning without weight updates between the stages (paper 001, section 3.2 and Algorithm 1, line 5);
-:func:`cubic_keep_ratio` and :func:`annealed_temperature` are ProbMask's per-epoch remaining ratio
-and Concrete temperature (paper 002, eq. 7 and Algorithm 1).
+pruning without weight updates between the stages (paper 001, section 3.2 and Algorithm 1, line 5).
 """
 import math
 
-from .validation import is_int, is_number, require
+from bayesprune.validation import is_int, is_number, require
 
 SPARSITY_SCHEDULES = ("linear", "exponential")
 
@@ -35,19 +33,3 @@ def sparsity_schedule(target: float, stages: int, kind: str = "exponential") -> 
     else:
         head = [-math.expm1(i / stages * math.log1p(-target)) for i in range(1, stages)]
     return head + [target]
-
-
-def cubic_keep_ratio(epoch: int, *, start: int, end: int, final: float) -> float:
-    """ProbMask's remaining ratio k at ``epoch`` t (paper 002, eq. 7, after Zhu & Gupta, 2017):
-    1 until t₁ = ``start``, k_f + (1 − k_f)(1 − (t − t₁)/(t₂ − t₁))³ from t₁ to t₂ = ``end``, then
-    k_f = ``final``."""
-    if epoch <= start:
-        return 1.0
-    if epoch >= end:
-        return final
-    return final + (1 - final) * (1 - (epoch - start) / (end - start)) ** 3
-
-
-def annealed_temperature(epoch: int, epochs: int) -> float:
-    """ProbMask's temperature τ = 0.97(1 − t/T) + 0.03 at epoch t of T (paper 002, Algorithm 1, line 3)."""
-    return 0.97 * (1 - epoch / epochs) + 0.03

@@ -8,23 +8,18 @@ training data and ``loss(output, y)`` its mean loss, for the criteria that read 
 The loss-model criteria of paper 001 (``"obd"``, ``"lm"``, ``"qm"``) need the gradient and the
 generalised Gauss-Newton of the *same* mean loss L (eq. 2), so they do not read ``loss``: L is the
 mean over ``(x, y)`` of the loss ℓ of ``loss_kind`` (:func:`loss_kind_of`), the cross-entropy on
-logits or the squared loss ½‖u − t‖². :func:`pruning_stages` prunes in several stages with any
-criterion (Algorithm 1) and :func:`loss_change` measures what pruning costs (eq. 1).
+logits or the squared loss ½‖u − t‖². Multi-stage pruning with any criterion (Algorithm 1) and
+what pruning costs (eq. 1) are the saliency method's (:mod:`bayesprune.methods.saliency.stages`).
 
 The network is evaluated in the mode it is in: call ``net.eval()`` first if it holds dropout.
 """
-import copy
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vjp, vmap
 
-from .pruning import Budget, apply_masks, prune
-from .schedules import sparsity_schedule
 from .structure import layer_chain
-from .validation import is_int, is_number, require
+from .validation import is_number, require
 
 CRITERIA: dict = {}
 LOSS_KINDS = ("cross_entropy", "squared")
@@ -80,7 +75,7 @@ def loss_kind_of(y: torch.Tensor, loss_kind: str | None = None) -> str:
     return kind
 
 
-def _mean_loss(output: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:
+def mean_loss_of_kind(output: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:
     """L = (1/N) Σ_i ℓ(f_θ(x_i), t_i) of the loss ``kind``."""
     if kind == "cross_entropy":
         return F.cross_entropy(output, y)
@@ -185,7 +180,7 @@ def _squared_gradients(module, names, inputs, delta) -> dict:
 def loss_gradient(net, sites, x, y, *, loss_kind=None) -> dict:
     """∂L/∂θ at every site of ``sites``, L the mean loss over ``(x, y)`` (:func:`loss_kind_of`)."""
     params = {name: param.detach().requires_grad_(name in sites) for name, param in net.named_parameters()}
-    value = _mean_loss(functional_call(net, params, (x,)), y, loss_kind_of(y, loss_kind))
+    value = mean_loss_of_kind(functional_call(net, params, (x,)), y, loss_kind_of(y, loss_kind))
     return dict(zip(sites, torch.autograd.grad(value, [params[site] for site in sites])))
 
 
@@ -238,69 +233,3 @@ def qm(net, sites, *, x, y, loss_kind=None, **_):
     ggn = ggn_diagonal(net, sites, x, y, loss_kind=loss_kind)
     params = {site: param.detach() for site, param in net.named_parameters()}
     return {site: (-grads[site] * params[site] + 0.5 * ggn[site] * params[site] ** 2).abs() for site in sites}
-
-
-def pruning_stages(net, criterion: str, sparsity: float, *, x, y, stages: int, schedule: str = "exponential",
-                   penalty: float = 0.0, examples_per_stage: int = 1000, loss=None, loss_kind=None, generator=None):
-    """Prune ``net`` in π = ``stages`` stages without updating the weights in between (paper 001,
-    Algorithm 1 without its fine-tuning): an iterator of ``(κ_i, masks, scores)`` after every stage,
-    ``scores`` the saliencies the stage ranked by.
-
-    At stage i the scores of ``criterion`` are computed on the masked network θ ⊙ m from
-    ``examples_per_stage`` examples of ``(x, y)`` drawn at random (1000 in the paper, appendix B.2),
-    with the step-size ``penalty`` λ of :func:`saliency`; the weights pruned earlier score −∞ so
-    that they stay pruned, and the new mask keeps the (1 − κ_i)·D highest-scoring weights over all
-    sites together (exactly ``floor(κ_i·D)`` removed, :class:`~bayesprune.pruning.Budget`), κ_i of
-    :func:`~bayesprune.schedules.sparsity_schedule`. The masks are nested, the last one is at
-    ``sparsity``; ``net`` is not changed (a copy is masked). Biases are not pruned.
-
-    Args:
-        net: the trained network.
-        criterion: a criterion of :data:`CRITERIA`.
-        sparsity: κ, the fraction of the weights removed in the end, in [0, 1).
-        x, y: the training set the examples are drawn from.
-        stages: π ≥ 1; one stage is one-shot pruning.
-        schedule: ``"exponential"`` or ``"linear"`` (:func:`~bayesprune.schedules.sparsity_schedule`).
-        penalty: λ ≥ 0 (section 3.2).
-        examples_per_stage: examples drawn per stage (all of them, in random order, if fewer).
-        loss, loss_kind, generator: as in :func:`saliency`; ``generator`` also draws the examples.
-    """
-    require(is_int(examples_per_stage) and examples_per_stage > 0, "examples_per_stage", "be a positive integer",
-            examples_per_stage)
-    if criterion not in CRITERIA:
-        raise ValueError(f"criterion must be one of {sorted(CRITERIA)}, got {criterion!r}")
-    sparsities = sparsity_schedule(sparsity, stages, schedule)
-    options = {"loss": loss, "loss_kind": loss_kind, "generator": generator, "penalty": penalty}
-    return _stages(copy.deepcopy(net), criterion, sparsities, x, y, examples_per_stage, options)
-
-
-def _stages(masked, criterion, sparsities, x, y, examples_per_stage, options):
-    masks = {site: torch.ones_like(masked.get_parameter(site), dtype=torch.bool) for site in weight_sites(masked)}
-    for kappa in sparsities:
-        rows = torch.randperm(len(x), generator=options["generator"])[:examples_per_stage].to(x.device)
-        scores = saliency(criterion, masked, x=x[rows], y=y[rows], **options)
-        masks = prune({site: score.masked_fill(~masks[site], -math.inf) for site, score in scores.items()},
-                      Budget(fraction=kappa))
-        with torch.no_grad():
-            for site, mask in masks.items():
-                masked.get_parameter(site).mul_(mask)
-        yield kappa, masks, scores
-
-
-def multi_stage_masks(net, criterion: str, sparsity: float, **options) -> dict:
-    """The masks of the last stage of :func:`pruning_stages` (same arguments): Algorithm 1 of paper 001
-    without fine-tuning, at sparsity κ = ``sparsity``."""
-    for _, masks, _ in pruning_stages(net, criterion, sparsity, **options):
-        pass
-    return masks
-
-
-def loss_change(net, masks: dict, x, y, *, loss_kind=None) -> float:
-    """ΔL(θ, Δθ) = |L(θ ⊙ m) − L(θ)| (paper 001, eq. 1; the metric of section 4) on ``(x, y)``, L the mean
-    loss of ``loss_kind`` (:func:`loss_kind_of`) and ``masks`` keyed by parameter name."""
-    kind = loss_kind_of(y, loss_kind)
-    params = {name: param.detach() for name, param in net.named_parameters()}
-    with torch.no_grad():
-        dense = _mean_loss(functional_call(net, params, (x,)), y, kind)
-        pruned = _mean_loss(functional_call(net, apply_masks(params, masks), (x,)), y, kind)
-    return float((pruned - dense).abs())
