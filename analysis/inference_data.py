@@ -192,7 +192,7 @@ def to_inference_data(
             attrs={**attrs, "description": "ELBO per epoch of each chain's fit (NaN after a fit stopped)"},
         ),
     }
-    return _container(groups)
+    return inference_data_from_groups(groups)
 
 
 def gate_inference_data(chains: list, *, num_draws: int = 200, seed: int = 0, name: str = "theta"):
@@ -211,28 +211,7 @@ def gate_inference_data(chains: list, *, num_draws: int = 200, seed: int = 0, na
         draws = torch.bernoulli(theta[:, None].expand(-1, num_draws, *theta.shape[1:]), generator=generator)
         posterior[site] = xr.DataArray(draws.to(torch.int8).numpy(), dims=("chain", "draw", *dims))
         variational[f"{site}.{name}"] = xr.DataArray(theta.numpy(), dims=("chain", *dims))
-    return _container({"posterior": xr.Dataset(posterior), "variational": xr.Dataset(variational)})
-
-
-def dirac_spike_slab_inference_data(chains: list, priors: list, *, num_draws: int = 10, seed: int = 0):
-    """ArviZ data of spike-and-slab posteriors with a point mass at zero (PBP, paper 000, eq. 5), one
-    ``{site: DiracSpikeSlab}`` of q and one of the prior p per chain.
-
-    ``posterior`` holds draws w = b·w_slab of every site (float32, zero where the draw pruned it; dims
-    ``(chain, draw, <site>_dim_0, ...)``); ``variational`` holds λ, μ and σ of q (``<site>.keep``,
-    ``<site>.loc``, ``<site>.scale``) and of p (``<site>.prior_keep``, ...), dims ``(chain, <site>_dim_0, ...)``.
-    """
-    torch.manual_seed(seed)
-    posterior, variational = {}, {}
-    for site in chains[0]:
-        dims = [f"{site}_dim_{axis}" for axis in range(chains[0][site].loc.dim())]
-        draws = torch.stack([chain[site].sample((num_draws,)).cpu().float() for chain in chains])
-        posterior[site] = xr.DataArray(draws.numpy(), dims=("chain", "draw", *dims))
-        for prefix, distributions in (("", chains), ("prior_", priors)):
-            for name, attribute in (("keep", "probs"), ("loc", "loc"), ("scale", "scale")):
-                values = torch.stack([getattr(d[site], attribute).detach().cpu().float() for d in distributions])
-                variational[f"{site}.{prefix}{name}"] = xr.DataArray(values.numpy(), dims=("chain", *dims))
-    return _container({"posterior": xr.Dataset(posterior), "variational": xr.Dataset(variational)})
+    return inference_data_from_groups({"posterior": xr.Dataset(posterior), "variational": xr.Dataset(variational)})
 
 
 def write_posterior(idata, path) -> Path:
@@ -439,7 +418,7 @@ def _attrs(fits, num_draws) -> dict:
     import arviz as az
     import pyro
 
-    from bayesprune import __version__
+    from bayesprune.version import __version__
 
     return {
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
@@ -457,7 +436,7 @@ def _attrs(fits, num_draws) -> dict:
 # ArviZ 0.x / 1.x compatibility
 
 
-def _container(groups: dict):
+def inference_data_from_groups(groups: dict):
     """``arviz.InferenceData`` where it exists (ArviZ 0.x), else ``xarray.DataTree`` (ArviZ ≥ 1)."""
     import arviz as az
 

@@ -56,32 +56,12 @@ def plot_pruning_curve(curve, metric, path, *, baseline=None, score_name="score"
     save_figure(figure, path)
 
 
-def plot_unit_gates(metrics: dict, units_path, theta_path):
-    """Paper 004's Fig. 3 (hidden units alive and test error per epoch) and Fig. 4 (θ of every unit
-    of the starting network per epoch, one panel per gated layer) from a unit-gates run's metrics."""
-    epochs = np.arange(1, len(metrics["units_alive"]) + 1)
+def plot_keep_probabilities(histograms: dict, path):
+    """Histograms of keep-probabilities λ over [0, 1] (counts per equal bin), one bar series per label."""
     figure, axis = plt.subplots(figsize=(5, 3.5))
-    axis.plot(epochs, metrics["units_alive"], "-", color="C0")
-    axis.set(xlabel="epoch", ylabel="hidden units alive", title="Units pruned while training")
-    if metrics.get("epoch_test_error"):
-        twin = axis.twinx()
-        twin.plot(epochs, metrics["epoch_test_error"], "--", color="C1")
-        twin.set_ylabel("test error (%)", color="C1")
-    save_figure(figure, units_path)
-    trajectories = metrics["theta_trajectories"]  # per epoch, per layer, per starting unit
-    count = len(metrics["starting_architecture"])
-    figure, axes = plt.subplots(1, count, figsize=(4 * count, 3.2), squeeze=False)
-    for layer, axis in enumerate(axes[0]):
-        theta = np.array([epoch[layer] for epoch in trajectories], dtype=float)
-        axis.plot(epochs, theta, linewidth=0.6, alpha=0.6)
-        axis.set(xlabel="epoch", ylabel="θ", ylim=(-0.02, 1.02), title=f"hidden layer {layer + 1}")
-    save_figure(figure, theta_path)
-
-
-def plot_remaining_ratio(ratios: dict, path):
-    """The fraction of each layer's weights kept, site by site in network order (paper 002, Fig. 3)."""
-    figure, axis = plt.subplots(figsize=(5, 3.5))
-    axis.bar(range(len(ratios)), list(ratios.values()))
-    axis.set_xticks(range(len(ratios)), list(ratios), rotation=45, ha="right")
-    axis.set(ylabel="remaining ratio", yscale="log", title="Weights kept per layer")
+    for label, counts in histograms.items():
+        edges = np.linspace(0, 1, len(counts) + 1)
+        axis.stairs(counts, edges, label=label)
+    axis.set(xlabel="keep-probability λ", ylabel="weights", yscale="log", ylim=(0.5, None), title="Keep-probabilities")
+    axis.legend()
     save_figure(figure, path)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
-from bayesprune.analysis.stochastic_pruning import plot_bound_against_sparsity
 from bayesprune.analysis.tables import markdown_table
 from bayesprune.config import load_config
+from bayesprune.methods.pbp.plots import plot_bound_against_sparsity
 from bayesprune.runner import run
 
 KEYS = ("bound", "bound_kl_inverse", "empirical_risk", "posterior_test_error", "prior_test_error", "kl", "sparsity")

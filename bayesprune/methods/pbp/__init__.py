@@ -271,14 +271,14 @@ class PBPMethod(Method):
 
     def inference_data(self, fits, data, *, seed):
         """q and the data-dependent prior p of every parameter, one chain per fit
-        (:func:`~bayesprune.analysis.inference_data.dirac_spike_slab_inference_data`)."""
-        from bayesprune.analysis.inference_data import dirac_spike_slab_inference_data
+        (:func:`.inference_data.dirac_spike_slab_inference_data`)."""
+        from .inference_data import dirac_spike_slab_inference_data
 
         return dirac_spike_slab_inference_data([fit.guide.posteriors() for fit in fits], [fit.priors for fit in fits], seed=seed)
 
     def report_sections(self, run_dir, metrics):
         """The certificate beside the measured errors (Fig. 4's quantities for this run)."""
-        from bayesprune.analysis.stochastic_pruning import plot_keep_probabilities
+        from bayesprune.analysis.plots import plot_keep_probabilities
         from bayesprune.analysis.tables import markdown_table
 
         if "bound" not in metrics:

@@ -243,7 +243,7 @@ class PFTMethod(Method):
     def report_sections(self, run_dir, metrics):
         """OSP against PFT per start mask and sparsity (Fig. 1), mask overlap (Fig. 2 left), noise
         robustness (Fig. 2 right) and the histogram of λ (Fig. 11)."""
-        from bayesprune.analysis.stochastic_pruning import plot_pft, pft_table
+        from .plots import pft_table, plot_pft
 
         if "grid" not in metrics:
             return []

@@ -223,8 +223,9 @@ class ProbMaskMethod(Method):
 
     def report_sections(self, run_dir, metrics):
         """Remaining ratio per layer (paper 002, Fig. 3) and the histogram of s (Fig. 5)."""
-        from bayesprune.analysis.plots import plot_remaining_ratio
-        from bayesprune.analysis.stochastic_pruning import plot_keep_probabilities
+        from bayesprune.analysis.plots import plot_keep_probabilities
+
+        from .plots import plot_remaining_ratio
 
         if "remaining_ratio_per_layer" not in metrics:
             return []

@@ -260,7 +260,7 @@ class SaliencyMethod(Method):
     def report_sections(self, run_dir, metrics):
         """The best point per criterion (Tables 1-3), ΔL against λ for each π (Fig. 1) and the error gap
         after fine-tuning against ΔL (Fig. 3)."""
-        from bayesprune.analysis.stochastic_pruning import plot_delta_loss, plot_gap_against_delta_loss, saliency_table
+        from .plots import plot_delta_loss, plot_gap_against_delta_loss, saliency_table
 
         if "grid" not in metrics or "delta_loss" not in metrics:
             return []

@@ -368,7 +368,7 @@ class UnitGatesMethod(Method):
 
     def report_sections(self, run_dir, metrics):
         """Units alive and test error per epoch (paper 004, Fig. 3) and θ of every unit (Fig. 4)."""
-        from bayesprune.analysis.plots import plot_unit_gates
+        from .plots import plot_unit_gates
 
         if "units_alive" not in metrics:
             return []
