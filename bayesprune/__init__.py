@@ -6,4 +6,12 @@ from .objectives import AnalyticKLELBO
 from .priors import SpikeSlabPrior
 from .pruning import Budget, apply_masks, prune, sparsity
 
-__version__ = "0.1.0"
+from .version import __version__
+
+
+def __getattr__(name):
+    if name == "fit_method":  # the pipeline, imported only when asked for
+        from .api import fit_method
+
+        return fit_method
+    raise AttributeError(f"module 'bayesprune' has no attribute {name!r}")

@@ -27,7 +27,7 @@ def write_checkpoint(path, *, method: str, state: dict, metadata=None, structure
     """Write a checkpoint atomically (a crash never leaves a half-written file): ``state`` of a
     ``method``, and for an unfinished fit the stages' state ``loop``
     (:meth:`bayesprune.methods.FitContext.train`) it resumes from."""
-    from bayesprune import __version__
+    from bayesprune.version import __version__
 
     saved = {"method": method, "structure": structure, "state": state, "metadata": dict(metadata or {}),
              "versions": {"bayesprune": __version__, "torch": str(torch.__version__)}}

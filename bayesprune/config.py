@@ -5,6 +5,7 @@ Every invalid value raises :class:`~bayesprune.errors.ConfigError` naming the fi
 addressed by file stem; any key can be overridden with ``section.key=value``.
 """
 import math
+import re
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
@@ -51,19 +52,35 @@ class DataConfig:
         return max(32, math.ceil(num_train / 100)) if self.batch_size == "auto" else self.batch_size
 
 
+#: ``model.factory``: a dotted module path, a colon, a dotted attribute path.
+FACTORY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
-    """``[model]``: ``architecture`` names a builder of :mod:`bayesprune.models`; other keys are its options.
+    """``[model]``: ``architecture`` names a builder of :mod:`bayesprune.models`, or ``factory``
+    (``"module:callable"``, the run's working directory importable) names the user's own, called as
+    ``callable(input_shape, output_dim, **options)``; every other key is an option of the builder.
 
     ``noise_scale`` fixes the Gaussian noise of regression; absent, it is learned.
     """
 
     architecture: str = "mlp"
+    factory: str | None = None
     noise_scale: float | None = None
     options: dict = field(default_factory=dict)
 
     def __post_init__(self):
         _require(isinstance(self.architecture, str), "model.architecture", "be a string", self.architecture)
+        if self.factory is not None:
+            _require(isinstance(self.factory, str) and FACTORY.fullmatch(self.factory) is not None, "model.factory",
+                     "be 'module:callable' (e.g. 'mynets:resnet')", self.factory)
+            _require(self.architecture == "mlp", "model.architecture", "not be given beside model.factory", self.architecture)
+
+    @property
+    def name(self) -> str:
+        """The network's name in reports: the factory, or the architecture."""
+        return self.factory or self.architecture
         if self.noise_scale is not None:
             _require(_is_number(self.noise_scale) and self.noise_scale > 0, "model.noise_scale", "be a positive number", self.noise_scale)
 

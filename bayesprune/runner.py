@@ -145,7 +145,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     method = get_method(config.method)
     refuse_unsupported(config, method, resuming=resumed_from is not None)
     datasets = load_datasets(config)
-    new_net(config, datasets[0].input_shape, datasets[0].output_dim, seed=config.seed)  # rejects a bad architecture before anything is written
+    check_network(new_net(config, datasets[0].input_shape, datasets[0].output_dim, seed=config.seed), datasets[0])
     device = resolve_device(config.device)
 
     with _staged(out, resumed_from=resumed_from) as staging:
@@ -308,6 +308,22 @@ def _staged(out: Path, *, resumed_from=None):
         lock.close()
 
 
+def check_network(net, data):
+    """Refuse, before anything is written, a network that does not map two of the data's inputs to
+    outputs of the width the data need (``num_classes``, or 1 for regression)."""
+    net.eval()
+    try:
+        with torch.no_grad():
+            output = net(data.x_train[:2])
+    except Exception as error:  # the user's network, whatever it raises
+        message = " ".join(str(error).split())[:200]
+        raise ConfigError(f"model: the network does not take inputs of shape {list(data.input_shape)} "
+                          f"({type(error).__name__}: {message})") from None
+    if not torch.is_tensor(output) or tuple(output.shape) != (2, data.output_dim):
+        shape = list(output.shape[1:]) if torch.is_tensor(output) else type(output).__name__
+        raise ConfigError(f"model: the network's output per example is {shape}; the data need [{data.output_dim}]")
+
+
 def refuse_unsupported(config, method, *, resuming: bool = False):
     """Refuse, before anything is written, a config that asks ``method`` for a service or sets a key it
     does not use (:attr:`~bayesprune.methods.Method.unsupported`), in one line naming the key."""
@@ -339,7 +355,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         "dataset": dataset.name,
         "task": dataset.task,
         "device": str(device),
-        "architecture": config.model.architecture,
+        "architecture": config.model.name,
         "n_weights": sum(shape.numel() for shape in fitted.sites.values()),
         "epochs": len(fitted.history.epoch_losses),
         **({} if validation is None else {"n_validation": len(validation[1])}),

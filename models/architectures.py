@@ -3,7 +3,10 @@
 Every builder takes ``input_shape`` (without the batch dimension), ``output_dim`` and keyword
 options, and returns a plain ``nn.Module``.
 """
+import importlib
 import math
+import os
+import sys
 
 import pyro
 import torch
@@ -106,12 +109,16 @@ def build_architecture(name, input_shape, output_dim, *, init="default", **optio
     """
     if name not in ARCHITECTURES:
         raise ConfigError(f"model.architecture must be one of {sorted(ARCHITECTURES)}, got {name!r}")
-    if init not in INITIALISATIONS:
-        raise ConfigError(f"model.init must be one of {list(INITIALISATIONS)}, got {init!r}")
     try:
         net = ARCHITECTURES[name](tuple(input_shape), output_dim, **options)
     except TypeError as error:
         raise ConfigError(f"model: invalid option for architecture {name!r}: {error}") from None
+    return _initialise(net, init)
+
+
+def _initialise(net, init: str):
+    if init not in INITIALISATIONS:
+        raise ConfigError(f"model.init must be one of {list(INITIALISATIONS)}, got {init!r}")
     if init == "xavier-normal":
         for module in net.modules():
             if isinstance(module, (nn.Linear, nn.Conv2d)):
@@ -121,7 +128,48 @@ def build_architecture(name, input_shape, output_dim, *, init="default", **optio
     return net
 
 
+def network_factory(spec: str):
+    """The callable of ``model.factory = "module:callable"``, its module imported with the working
+    directory on the import path (a user's ``mynets.py`` beside the config)."""
+    module_name, _, attribute = spec.partition(":")
+    added = os.getcwd() not in sys.path
+    if added:
+        sys.path.insert(0, os.getcwd())
+    try:
+        target = importlib.import_module(module_name)
+    except Exception as error:  # the user's module: any failure of its import is a config error
+        raise ConfigError(f"model.factory: cannot import module {module_name!r} from {os.getcwd()} "
+                          f"({type(error).__name__}: {_one_line(error)})") from None
+    finally:
+        if added:
+            sys.path.remove(os.getcwd())
+    for name in attribute.split("."):
+        target = getattr(target, name, None)
+    if not callable(target):
+        raise ConfigError(f"model.factory: module {module_name!r} has no callable {attribute!r}")
+    return target
+
+
+def build_from_factory(spec: str, input_shape, output_dim: int, *, init: str = "default", **options) -> nn.Module:
+    """The user's network: ``callable(input_shape, output_dim, **options)`` of ``model.factory``."""
+    factory = network_factory(spec)
+    try:
+        net = factory(tuple(input_shape), output_dim, **options)
+    except Exception as error:  # the user's code
+        raise ConfigError(f"model.factory: {spec}{tuple(input_shape), output_dim} raised "
+                          f"{type(error).__name__}: {_one_line(error)}") from None
+    if not isinstance(net, nn.Module):
+        raise ConfigError(f"model.factory: {spec} returned a {type(net).__name__}, not a torch.nn.Module")
+    return _initialise(net, init)
+
+
+def _one_line(error) -> str:
+    return " ".join(str(error).split())[:200]
+
+
 def new_net(config, input_shape, output_dim: int, *, seed: int):
-    """A freshly initialised network of the config's architecture, seeded with ``seed``."""
+    """A freshly initialised network of the config's architecture or factory, seeded with ``seed``."""
     pyro.set_rng_seed(seed)
+    if config.model.factory is not None:
+        return build_from_factory(config.model.factory, tuple(input_shape), output_dim, **config.model.options)
     return build_architecture(config.model.architecture, tuple(input_shape), output_dim, **config.model.options)

@@ -1,0 +1,76 @@
+"""One call from Python: any registered method on the user's own network and data.
+
+Example::
+
+    import bayesprune as bp
+
+    fitted = bp.fit_method("sparse-vd", net, (x_train, y_train), (x_test, y_test), epochs=50)
+    masks = bp.prune(fitted.scores(), bp.Budget(fraction=0.9))
+"""
+from dataclasses import replace
+
+import torch
+from torch.utils.data import DataLoader
+
+from .config import RunConfig
+from .data import CLASSIFICATION, REGRESSION, Dataset, validate
+from .errors import ConfigError, DataError
+from .fit import resolve_device
+from .methods import FitContext, get_method
+from .runner import refuse_unsupported
+
+
+def fit_method(name: str, net: torch.nn.Module, train, test=None, *, options=None, epochs: int | None = None,
+               batch_size: int = 128, optim: dict | None = None, device: str = "auto", seed: int = 0,
+               validation=None, patience: int | None = None, progress: bool = False):
+    """Fit the method registered as ``name`` on ``net`` and return its :class:`~bayesprune.methods.Fitted`.
+
+    Args:
+        name: a registered method (``bayesprune list`` shows their configs).
+        net: any ``torch.nn.Module``; it is trained in place (a method that shrinks it returns the
+            smaller network as ``fitted.net``).
+        train, test: ``(x, y)`` tensors or ``DataLoader``s of ``(x, y)`` batches (read once into
+            tensors); integer ``y`` is classification (classes 0 … K − 1), floating ``y`` regression
+            (taken as given: standardise it yourself). ``test`` is what the methods that report a
+            test error along the way (PFT, ProbMask, ...) evaluate on; without it, they use ``train``.
+        options: the method's options, a dict of its TOML table (``{"pi": 0.3}``) or its ``Options``.
+        epochs: length of the method's main stage (``train.epochs``; default 200).
+        batch_size, optim: minibatch size and the ``[optim]`` table (``{"name": "sgd", "lr": 0.01}``).
+        validation: ``(x, y)`` held out for early stopping, where the method supports it.
+    """
+    x_train, y_train = _tensors(train, "train")
+    x_test, y_test = (x_train, y_train) if test is None else _tensors(test, "test")
+    classification = not y_train.is_floating_point()
+    data = Dataset(name="user data", task=CLASSIFICATION if classification else REGRESSION,
+                   x_train=x_train.float(), y_train=y_train.long() if classification else y_train.float(),
+                   x_test=x_test.float(), y_test=y_test.long() if classification else y_test.float(),
+                   input_shape=tuple(x_train.shape[1:]),
+                   num_classes=int(max(y_train.max(), y_test.max())) + 1 if classification else None)
+    validate(data)
+    method = get_method(name)
+    config = RunConfig.from_dict({
+        "method": name, "seed": seed, "device": device, "optim": dict(optim or {}), "data": {"batch_size": batch_size},
+        "train": {"epochs": 200 if epochs is None else epochs}, "prune": {"level": method.prune_levels[0]}, **({name: dict(options)} if isinstance(options, dict) else {}),
+    })
+    if options is not None and not isinstance(options, dict):
+        if not isinstance(options, method.Options):
+            raise ConfigError(f"options must be a dict or a {method.Options.__name__}, got {type(options).__name__}")
+        config = replace(config, method_options=options)
+    refuse_unsupported(config, method)
+    if validation is not None and "validation" in method.unsupported_for(config.method_options):
+        raise ConfigError(f"validation is not supported by method {name!r}: {method.unsupported_for(config.method_options)['validation']}")
+    ctx = FitContext.from_config(config, data, device=resolve_device(device), progress=progress,
+                                 validation=None if validation is None else _tensors(validation, "validation"))
+    ctx.patience = patience
+    return method.fit(net, data, config.method_options, ctx)
+
+
+def _tensors(part, which: str) -> tuple:
+    if isinstance(part, DataLoader):
+        batches = list(part)
+        if not batches:
+            raise DataError(f"{which}: the DataLoader yields no batch")
+        return torch.cat([batch[0] for batch in batches]), torch.cat([batch[1] for batch in batches])
+    if isinstance(part, (tuple, list)) and len(part) == 2 and all(torch.is_tensor(t) for t in part):
+        return part[0], part[1]
+    raise DataError(f"{which}: give (x, y) tensors or a DataLoader of (x, y) batches")
