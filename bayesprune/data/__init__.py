@@ -19,11 +19,15 @@ Loaders:
   Adams (2015), as used in paper 003, Experiment 5 (section 4.2).
 - ``linear-regression``, ``feature-importance-2var``, ``feature-importance-many``,
   ``feature-selection``: simulated regression with known ground truth (paper 003, section 4.1).
+- ``npz``, ``csv``, ``image-folder``: the user's own data, in an ``.npz`` archive of four arrays, a
+  CSV table (one file split in two, or a train and a test file) or torchvision's ``ImageFolder``
+  layout (:mod:`~bayesprune.data.user`).
 
 The code is split by role: :mod:`~bayesprune.data.registry` (the container, the registry and its
 checks), :mod:`~bayesprune.data.options` (checks of loader options),
 :mod:`~bayesprune.data.images` (digits, Fashion-MNIST, CIFAR-10), :mod:`~bayesprune.data.mnist`,
-:mod:`~bayesprune.data.tables` (UCI) and :mod:`~bayesprune.data.simulators`. Importing this package
+:mod:`~bayesprune.data.tables` (UCI), :mod:`~bayesprune.data.simulators` and
+:mod:`~bayesprune.data.user` (the user's own files). Importing this package
 registers every loader; every public name is importable from here.
 """
 
@@ -55,6 +59,7 @@ from .simulators import (
     load_feature_selection,
     load_linear_regression,
 )
+from .user import MAX_INFERRED_CLASSES, load_csv, load_image_folder, load_npz
 
 __all__ = [
     "DATASETS",

@@ -61,3 +61,13 @@ def _directory(option: str, value) -> str:
     if not isinstance(value, (str, os.PathLike)) or not os.path.isdir(value):
         raise DataError(f"data.{option}: {value!r} is not a directory")
     return os.fspath(value)
+
+
+def _file(option: str, value) -> str:
+    if not isinstance(value, (str, os.PathLike)):
+        raise DataError(f"data.{option} must be a file path, got {value!r}")
+    if not os.path.exists(value):
+        raise DataError(f"data.{option}: {os.fspath(value)}: no such file")
+    if not os.path.isfile(value):
+        raise DataError(f"data.{option}: {os.fspath(value)} is not a file")
+    return os.fspath(value)

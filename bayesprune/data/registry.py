@@ -39,6 +39,9 @@ class Dataset:
         target_mean: Mean subtracted from the regression targets.
         target_std: Scale the regression targets were divided by.
         feature_names: Names of tabular features, or ``None``.
+        class_names: Names of the classes, in label order (``class_names[k]`` is label ``k``), or
+            ``None``; set by loaders that know them (a CSV's string labels, an image folder's
+            class folders).
         extras: Anything else a loader knows, e.g. a simulation's ground truth
             (``{"beta": tensor, "active": bool tensor}``).
     """
@@ -54,6 +57,7 @@ class Dataset:
     target_mean: float = 0.0
     target_std: float = 1.0
     feature_names: tuple[str, ...] | None = None
+    class_names: tuple[str, ...] | None = None
     extras: dict = field(default_factory=dict)
 
     @property
@@ -135,7 +139,7 @@ def validate(dataset: Dataset) -> None:
 
     Checks the task, non-empty train and test sets of matching lengths, input shapes, dtypes,
     finite inputs and targets, class labels in ``[0, num_classes)`` and a positive finite
-    target scale.
+    target scale, and ``class_names`` (where given) one per class of a classification set.
 
     Args:
         dataset: The dataset to check.
@@ -169,6 +173,13 @@ def validate(dataset: Dataset) -> None:
             _check_labels(where, f"y_{part}", y, dataset.num_classes)
         else:
             _check_targets(where, f"y_{part}", y)
+    if dataset.class_names is not None and (
+        dataset.task != CLASSIFICATION or len(dataset.class_names) != dataset.num_classes
+    ):
+        raise DataError(
+            f"{where}: class_names must name each of the num_classes={dataset.num_classes!r} classes "
+            f"of a classification set, got {len(dataset.class_names)} names for task {dataset.task!r}"
+        )
     if dataset.task == REGRESSION:
         if dataset.num_classes is not None:
             raise DataError(
