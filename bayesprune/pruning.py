@@ -2,14 +2,16 @@
 
 Scores are keyed by site name (inclusion probabilities, gate parameters, saliencies; higher = keep);
 no function here knows which method produced them. Weight-level masks are keyed by the same site
-names; unit-level masks by ``"<layer>.gate"`` (:mod:`bayesprune.structure`).
+names; unit-level masks by ``"<layer>.gate"``, one per unit group of Torch-Pruning's dependency
+graph (:func:`bayesprune.structure.unit_groups`: a hidden layer of a plain chain, or the channels a
+residual stage ties together).
 """
 import math
 from dataclasses import dataclass
 
 import torch
 
-from .structure import layer_chain
+from .structure import kept_entries, unit_groups
 from .validation import is_int, is_number, require
 
 SCOPES = ("global", "layer")
@@ -60,7 +62,7 @@ class Budget:
         require(is_int(self.min_keep) and self.min_keep >= 0, "budget.min_keep", "be a non-negative integer", self.min_keep)
 
 
-def prune(scores: dict, budget: Budget, *, net=None) -> dict:
+def prune(scores: dict, budget: Budget, *, net=None, input_shape=None) -> dict:
     """Boolean masks (``True`` = keep) of the entries ``budget`` keeps, on the scores' devices.
 
     Args:
@@ -68,10 +70,12 @@ def prune(scores: dict, budget: Budget, *, net=None) -> dict:
             under ``"<layer>.gate"`` or weight scores, reduced per unit by :func:`unit_scores`.
         budget: what to keep.
         net: the network, needed at unit level to know which weights form a unit.
+        input_shape: one input's shape, to trace ``net`` at unit level (default:
+            :func:`bayesprune.structure.input_shape_of`).
 
     Returns:
         Weight level: a mask per site of ``scores``. Unit level: a mask of shape ``(units,)`` per
-        hidden layer under ``"<layer>.gate"`` (the output layer's units are never removed);
+        unit group under ``"<root>.gate"`` (the output layer's units are never removed);
         :func:`expand_unit_masks` turns them into weight masks.
     """
     if not scores:
@@ -79,7 +83,7 @@ def prune(scores: dict, budget: Budget, *, net=None) -> dict:
     if budget.level == "unit":
         if net is None:
             raise ValueError("a unit-level budget needs the network (net=...)")
-        scores = unit_scores(scores, net)
+        scores = unit_scores(scores, net, input_shape=input_shape)
     groups = [dict(scores)] if budget.scope == "global" else [{name: score} for name, score in scores.items()]
     masks = {}
     for group in groups:
@@ -117,50 +121,52 @@ def _select(scores: dict, budget: Budget) -> dict:
     return {name: chunk.view(score.shape).to(score.device) for (name, score), chunk in zip(scores.items(), torch.split(keep, sizes))}
 
 
-def unit_scores(scores: dict, net, *, reduce: str = "mean") -> dict:
-    """One score per hidden unit (filter), keyed ``"<layer>.gate"``.
+def unit_scores(scores: dict, net, *, reduce: str = "mean", input_shape=None) -> dict:
+    """One score per unit (filter) of every unit group (:func:`bayesprune.structure.unit_groups`),
+    keyed ``"<root>.gate"``.
 
-    A ``"<layer>.gate"`` entry of ``scores`` is taken as it is; otherwise the unit's score is the
+    A ``"<root>.gate"`` entry of ``scores`` is taken as it is; otherwise the unit's score is the
     ``reduce`` (``"mean"``, ``"max"`` or ``"sum"``) of the scores of its incoming weights (its row
-    of a ``Linear``, its kernel across input channels of a ``Conv2d``), e.g. the mean inclusion
-    probability of the unit's weights. The bias is not counted. The last layer (the outputs) has no
-    gate.
+    of a ``Linear``, its kernel across input channels of a ``Conv``, in every ``Linear``/``Conv``
+    that produces the group's channels: a residual stage's convolutions and projection together),
+    e.g. the mean inclusion probability of the unit's weights. Biases and batch norms are not
+    counted. The group feeding the output has no gate.
     """
     reducers = {"mean": torch.mean, "max": lambda x, dim: torch.max(x, dim=dim).values, "sum": torch.sum}
     if reduce not in reducers:
         raise ValueError(f"reduce must be one of {sorted(reducers)}, got {reduce!r}")
     units = {}
-    for layer in layer_chain(net)[:-1]:
-        if layer.gate_site in scores:
-            units[layer.gate_site] = scores[layer.gate_site]
-        elif layer.weight_site in scores:
-            weight = scores[layer.weight_site].detach().to(torch.float64)
-            units[layer.gate_site] = reducers[reduce](weight.flatten(1), dim=1)
-        else:
-            raise ValueError(f"no score for layer {layer.name!r}: expected {layer.gate_site!r} or {layer.weight_site!r}")
+    for group in unit_groups(net, input_shape):
+        if group.gate_site in scores:
+            units[group.gate_site] = scores[group.gate_site]
+            continue
+        rows = []
+        for name in group.producers:
+            module = net.get_submodule(name)
+            site = f"{name}.weight"
+            if isinstance(module, (torch.nn.Linear, torch.nn.modules.conv._ConvNd)) and site in scores:
+                rows.append(scores[site].detach().to(torch.float64).flatten(1))
+        if not rows:
+            raise ValueError(f"no score for layer {group.name!r}: expected {group.gate_site!r} or {group.name + '.weight'!r}")
+        device = rows[0].device
+        units[group.gate_site] = reducers[reduce](torch.cat([row.to(device) for row in rows], dim=1), dim=1)
     return units
 
 
-def expand_unit_masks(net, unit_masks: dict) -> dict:
-    """Weight-level masks equivalent to removing the masked units: each removed unit's weights and
-    bias, and the columns (input channels) of the next layer it feeds, are zeroed."""
+def expand_unit_masks(net, unit_masks: dict, *, input_shape=None) -> dict:
+    """Weight-level masks equivalent to removing the masked units: for every parameter that
+    removing them shrinks, the entries that stay (:func:`bayesprune.structure.kept_entries`): each
+    removed unit's rows and biases in all its group's producers, its batch-norm weight and bias,
+    and its columns (input channels, a flattened channel's H·W columns) in every consumer. With
+    them zeroed, a network in eval mode computes what the smaller network of
+    :func:`bayesprune.export.export` computes."""
     masks = {}
     params = dict(net.named_parameters())
-    layers = layer_chain(net)
-    incoming = None  # mask over the current layer's inputs
-    for layer in layers:
-        weight = params[layer.weight_site]
-        keep = torch.ones(weight.shape, dtype=torch.bool, device=weight.device)
-        if incoming is not None:
-            keep &= incoming.view(1, -1, *([1] * (weight.dim() - 2))).to(weight.device)
-        unit = unit_masks.get(layer.gate_site)
-        if unit is not None:
-            unit = unit.to(device=weight.device, dtype=torch.bool)
-            keep &= unit.view(-1, *([1] * (weight.dim() - 1)))
-            if layer.bias_site is not None:
-                masks[layer.bias_site] = unit.clone()
-        masks[layer.weight_site] = keep
-        incoming = None if unit is None else unit.repeat_interleave(layer.inputs_per_unit or 1)
+    for name, (kept, _) in kept_entries(net, unit_masks, input_shape=input_shape).items():
+        param = params[name]
+        mask = torch.zeros(param.numel(), dtype=torch.bool, device=param.device)
+        mask[kept.to(param.device)] = True
+        masks[name] = mask.view(param.shape)
     return masks
 
 

@@ -1,19 +1,27 @@
-"""The Linear/Conv2d chain of a plain network: what "unit i of layer l" is, defined once.
+"""What "unit i of layer l" is, defined once: for any network through Torch-Pruning's dependency
+graph (:func:`unit_groups`), and for a plain chain of layers by hand (:func:`layer_chain`).
 
-Gates, importance paths, unit-level pruning and export all read a network through
-:func:`layer_chain`: its weighted layers in order, each with its site names, its number of units
-(output features or channels) and how many input columns of the next weighted layer each of those
-units owns (1, or H·W when a convolution is flattened into a linear layer, channel-major as
-``nn.Flatten`` lays it out).
+**Unit groups** (:func:`unit_groups`): Torch-Pruning's ``DependencyGraph`` traces the network and
+couples every tensor dimension that must shrink together. A unit group is the set of output
+channels (features) that residual additions, batch norms and shared consumers tie together: in a
+ResNet the channels of a stage's stem, its blocks' second convolutions and its projection skip form
+one group. Unit i of a group is output channel i of each of its producers (``Linear`` rows,
+``Conv`` filters, their biases, batch-norm entries) and input channel i (a flattened channel's
+H·W columns together) of each of its consumers; removing it removes all of these. A group is
+named after its first ``Linear``/``Conv`` layer in module order (its root), and its gate or mask
+site is ``"<root>.gate"``; the group feeding the network's output has no gate. For a plain chain
+the groups are the hidden layers, one each.
 
-Unit i of a layer is row i of its weight (output feature i of a ``Linear``, filter i of a
-``Conv2d``) with bias entry i, and, in its consumer (the next weighted layer), input column i (or
-the block of columns ``i·k, ..., i·k + k − 1`` with k = :attr:`Layer.inputs_per_unit` after a
-flattened convolution; input channel i of a ``Conv2d``). Removing unit i removes all of these.
+**The layer chain** (:func:`layer_chain`) reads a plain chain of weighted layers: its layers in order,
+each with its consumer and how many input columns of the consumer each of its units owns (1, or
+H·W when a convolution is flattened into a linear layer, channel-major as ``nn.Flatten`` lays it
+out). The unit gates of paper 004 and the importance paths of paper 003 act on such chains.
 """
+import copy
 from dataclasses import dataclass
 
 import torch
+import torch_pruning as tp
 from torch import nn
 
 WEIGHTED = (nn.Linear, nn.Conv2d)
@@ -206,3 +214,181 @@ def _inputs_per_unit(module, following, name) -> int:
     if fan_in % units:
         raise ValueError(f"module {next_name!r} takes {fan_in} inputs, which do not match the {units} channels of {name!r}")
     return fan_in // units
+
+
+# --- unit groups through Torch-Pruning's dependency graph ------------------------------------------
+
+#: Square input sizes tried, in order, when a convolutional network is given no input shape.
+PROBE_SIZES = (28, 32, 224, 64, 16, 8, 96, 128, 256, *range(1, 65))
+
+
+@dataclass(frozen=True)
+class UnitGroup:
+    """Output channels that must be removed together (a dependency group of Torch-Pruning).
+
+    Attributes:
+        name: the root's module path: the group's first ``Linear``/``Conv`` in module order.
+        units: the number of units (channels) of the group.
+        producers: paths of the modules whose output channels are the units (``Linear``/``Conv``
+            rows, batch norms), in module order.
+        consumers: paths of the modules that take the units as input channels, in module order.
+    """
+
+    name: str
+    units: int
+    producers: tuple
+    consumers: tuple
+
+    @property
+    def gate_site(self) -> str:
+        """The site of the group's unit (filter) gate or mask: ``"<root>.gate"``."""
+        return f"{self.name}.gate" if self.name else "gate"
+
+
+def input_shape_of(net: nn.Module, input_shape=None) -> tuple:
+    """One input's shape without the batch dimension: ``input_shape`` if given, ``(in_features,)``
+    for a network whose first weighted layer is a ``Linear``, else the first square size of
+    :data:`PROBE_SIZES` at which a convolutional network runs.
+
+    Raises:
+        ValueError: a network without a ``Linear``/``Conv`` layer, or one that runs at no probe size.
+    """
+    if input_shape is not None:
+        return tuple(input_shape)
+    first = next((m for m in net.modules() if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d))), None)
+    if first is None:
+        raise ValueError("the network has no Linear or Conv layer; give its input shape")
+    if isinstance(first, nn.Linear):
+        return (first.in_features,)
+    parameter = next(net.parameters())
+    spatial = first.weight.dim() - 2
+    training = net.training
+    net.eval()
+    try:
+        with torch.no_grad():
+            for size in PROBE_SIZES:
+                shape = (first.in_channels, *[size] * spatial)
+                try:
+                    net(torch.zeros(1, *shape, device=parameter.device, dtype=parameter.dtype))
+                except (RuntimeError, ValueError):
+                    continue
+                return shape
+    finally:
+        net.train(training)
+    raise ValueError("the network runs on no square input of the probe sizes; give its input shape")
+
+
+def example_input(net: nn.Module, input_shape=None, *, batch: int = 2) -> torch.Tensor:
+    """A fixed random batch of ``batch`` inputs of :func:`input_shape_of` on ``net``'s device and dtype."""
+    shape = input_shape_of(net, input_shape)
+    parameter = next(net.parameters())
+    generator = torch.Generator(device=parameter.device).manual_seed(0)
+    return torch.randn(batch, *shape, generator=generator, device=parameter.device, dtype=parameter.dtype)
+
+
+def dependency_graph(net: nn.Module, input_shape=None):
+    """Torch-Pruning's ``DependencyGraph`` of ``net``, traced in eval mode on :func:`example_input`.
+
+    Raises:
+        ValueError: a module Torch-Pruning cannot prune (a module holding parameters of its own that
+            no pruner handles, a grouped convolution that is not depthwise), naming its path and
+            type; or a network that fails to run or to trace.
+    """
+    graph = tp.DependencyGraph()
+    for name, module in net.named_modules():
+        if isinstance(module, nn.modules.conv._ConvNd) and module.groups not in (1, module.in_channels):
+            raise ValueError(f"module {name!r} ({type(module).__name__} with groups={module.groups}) is not supported: "
+                             "grouped convolution")
+        pruner = graph.get_pruner_of_module(module)
+        if next(module.parameters(recurse=False), None) is not None and (pruner is None or isinstance(pruner, tp.ops.DummyPruner)):
+            raise ValueError(f"module {name!r} ({type(module).__name__}) is not supported: "
+                             "it holds parameters of its own that Torch-Pruning has no pruner for")
+    x = example_input(net, input_shape)
+    training = net.training
+    net.eval()
+    try:
+        with torch.enable_grad():
+            graph.build_dependency(net, example_inputs=x, verbose=False)
+    except Exception as error:  # a tracing failure of any kind is the user's network's
+        message = " ".join(str(error).split())[:200]
+        raise ValueError(f"the network cannot be traced on inputs of shape {tuple(x.shape[1:])}: {message}") from None
+    finally:
+        net.train(training)
+    return graph
+
+
+def unit_groups(net: nn.Module, input_shape=None, *, graph=None) -> list:
+    """The :class:`UnitGroup` s of ``net`` that can lose units, in the module order of their roots.
+
+    A group that reaches the network's output (its units are outputs) is left out.
+
+    Args:
+        net: the network.
+        input_shape: one input's shape without the batch dimension (default: :func:`input_shape_of`).
+        graph: a :func:`dependency_graph` of ``net`` already built.
+    """
+    graph = graph if graph is not None else dependency_graph(net, input_shape)
+    names = {module: name for name, module in net.named_modules()}
+    order = {name: index for index, name in enumerate(names.values())}
+    groups = []
+    for group in graph.get_all_groups(root_module_types=(nn.modules.conv._ConvNd, nn.Linear)):
+        if any(not item.dep.target.outputs for item in group if graph.is_out_channel_pruning_fn(item.dep.handler)):
+            continue  # its units are the network's outputs
+        producers, consumers = set(), set()
+        for item in group:
+            name = names.get(item.dep.target.module)
+            if name is not None:
+                (producers if graph.is_out_channel_pruning_fn(item.dep.handler) else consumers).add(name)
+        weighted = sorted((name for name in producers if isinstance(net.get_submodule(name), (nn.modules.conv._ConvNd, nn.Linear))),
+                          key=order.get)
+        root = net.get_submodule(weighted[0])
+        groups.append(UnitGroup(weighted[0], graph.get_out_channels(root), tuple(sorted(producers, key=order.get)),
+                                tuple(sorted(consumers, key=order.get))))
+    return sorted(groups, key=lambda group: order[group.name])
+
+
+def remove_units(net: nn.Module, unit_masks: dict, *, input_shape=None, graph=None) -> nn.Module:
+    """Remove from ``net``, in place, the units whose entry in ``unit_masks`` (``"<root>.gate"`` →
+    boolean mask, ``True`` = keep) is ``False``, through Torch-Pruning's dependency graph: every
+    producer, consumer and coupled layer of each group shrinks together. Returns ``net``.
+
+    Raises:
+        ValueError: a mask for no group, of the wrong shape, or removing every unit of a group.
+    """
+    graph = graph if graph is not None else dependency_graph(net, input_shape)
+    groups = {group.gate_site: group for group in unit_groups(net, graph=graph)}
+    unknown = sorted(set(unit_masks) - set(groups))
+    if unknown:
+        raise ValueError(f"unit masks for no unit group of the network (the groups: {sorted(groups)}): {unknown}")
+    for site, mask in unit_masks.items():
+        group = groups[site]
+        if tuple(mask.shape) != (group.units,):
+            raise ValueError(f"the mask {site!r} has shape {tuple(mask.shape)}, the layer {group.units} units")
+        if not mask.any():
+            raise ValueError(f"the mask {site!r} removes every unit of layer {group.name!r}")
+    for site, mask in unit_masks.items():
+        removed = (~mask.to(torch.bool)).nonzero().flatten().tolist()
+        if removed:
+            root = net.get_submodule(groups[site].name)
+            graph.get_pruning_group(root, graph.get_pruner_of_module(root).prune_out_channels, removed).prune()
+    return net
+
+
+def kept_entries(net: nn.Module, unit_masks: dict, *, input_shape=None) -> dict:
+    """Parameter name → (flat indices of the entries that removing the masked units keeps, the
+    parameter's new shape), for every parameter that loses entries.
+
+    Found by removing the units from a float64 copy of ``net`` whose parameters hold their own flat
+    indices, so it agrees with :func:`remove_units` by construction.
+    """
+    if not any(not bool(mask.all()) for mask in unit_masks.values()):
+        return {}
+    shape = input_shape_of(net, input_shape)
+    probe = copy.deepcopy(net).double()
+    with torch.no_grad():
+        for param in probe.parameters():
+            param.copy_(torch.arange(param.numel(), dtype=torch.float64, device=param.device).view(param.shape))
+    before = {name: param.numel() for name, param in probe.named_parameters()}
+    remove_units(probe, unit_masks, input_shape=shape)
+    return {name: (param.detach().flatten().round().long(), tuple(param.shape))
+            for name, param in probe.named_parameters() if param.numel() != before[name]}

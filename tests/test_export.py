@@ -1,5 +1,7 @@
-"""Unit-level pruning, export to smaller layers, resizing, portable files and masks under fine-tuning,
-each against the masked dense network or a hand count."""
+"""Unit-level pruning, export to smaller layers (through Torch-Pruning's dependency graph), resizing,
+portable and trainable files and masks under fine-tuning, each against the masked dense network or a
+hand count."""
+import copy
 import subprocess
 import sys
 
@@ -8,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bayesprune.export import (count_macs, count_parameters, export, mask_parameters, measure_latency, resize,
-                               save_portable, unmask_parameters)
+from bayesprune.export import (count_macs, count_parameters, dead_units, export, load_trainable, mask_parameters,
+                               measure_latency, resize, restrict, save_portable, save_trainable, unmask_parameters)
 from bayesprune.models import lenet_5_caffe, lenet_5_classic, lenet_300_100, mlp
 from bayesprune.pruning import Budget, apply_masks, expand_unit_masks, prune, sparsity, unit_scores
 from bayesprune.structure import layer_chain
@@ -110,16 +112,58 @@ def test_weight_level_export_is_a_copy_with_zeros():
     assert count_parameters(net) == {"total": 34, "nonzero": 34}  # the original is untouched
 
 
-def test_unsupported_modules_are_named():
+class Scaled(nn.Module):
+    """A module holding a parameter of its own that Torch-Pruning has no pruner for."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(width))
+
+    def forward(self, x):
+        return x * self.scale
+
+
+class MixesChannels(nn.Module):
+    """A softmax across the hidden units: zeroing a unit is not removing it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(4, 3), nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.fc2(torch.softmax(self.fc1(x), dim=1))
+
+
+@pytest.mark.parametrize("net, match", [
+    (nn.Sequential(nn.Linear(4, 3), Scaled(3), nn.ReLU(), nn.Linear(3, 2)), r"^module '1' \(Scaled\) is not supported"),
+    (nn.Sequential(nn.Conv2d(4, 4, 3, groups=2), nn.Flatten(), nn.Linear(16, 2)), r"^module '0' \(Conv2d with groups=2\)"),
+    (MixesChannels(), r"^module 'fc1': removing its units does not compute the masked network"),
+])
+def test_what_torch_pruning_cannot_handle_is_refused_naming_the_module(net, match):
+    gate = "fc1.gate" if isinstance(net, MixesChannels) else "0.gate"
+    units = 3 if isinstance(net, MixesChannels) or isinstance(net[0], nn.Linear) else 4
+    with pytest.raises(ValueError, match=match):
+        export(net, {gate: torch.arange(units) != 1}, input_shape=(4, 4, 4) if isinstance(net[0] if isinstance(net, nn.Sequential) else None, nn.Conv2d) else None)
+
+
+def test_batch_norm_between_linear_layers_shrinks_with_its_units():
+    torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.ReLU(), nn.Linear(3, 2))
-    with pytest.raises(ValueError, match=r"module '1' \(BatchNorm1d\)"):
-        export(net, {"0.gate": torch.tensor([True, False, True])})
+    net.train()(torch.randn(32, 4))  # running statistics away from 0 and 1
+    net.eval()
+    small = export(net, {"0.gate": torch.tensor([True, False, True])})
+    assert small[1].num_features == 2 and small[1].running_mean.shape == (2,) and small[3].in_features == 2
+    x = torch.randn(8, 4)
+    masks = expand_unit_masks(net, {"0.gate": torch.tensor([True, False, True])})
+    assert set(masks) == {"0.weight", "0.bias", "1.weight", "1.bias", "3.weight"}
+    with torch.no_grad():
+        assert (small(x) - masked_dense(net, masks)(x)).abs().max() < 1e-6
 
 
 @pytest.mark.parametrize("masks, match", [
     ({"1.weight": torch.ones(4, dtype=torch.bool)}, r"mask of '1.weight' has shape \(4,\)"),
     ({"1.gate": torch.ones(5, dtype=torch.bool)}, r"mask '1.gate' has shape \(5,\), the layer 4 units"),
-    ({"3.gate": torch.ones(2, dtype=torch.bool)}, r"not hidden layers of the chain: \['3.gate'\]"),
+    ({"3.gate": torch.ones(2, dtype=torch.bool)}, r"for no unit group of the network \(the groups: \['1.gate'\]\): \['3.gate'\]"),
     ({"1.gate": torch.zeros(4, dtype=torch.bool)}, r"removes every unit of layer '1'"),
 ])
 def test_bad_masks_are_named(masks, match):
@@ -198,3 +242,134 @@ def test_latency_is_measured_at_every_batch_size_and_leaves_the_network_as_it_wa
     seconds = measure_latency(net, (5,), batch_sizes=(1, 3), warmup=1, repeats=3)
     assert list(seconds) == [1, 3] and all(s > 0 for s in seconds.values())
     assert net.training
+
+
+class Block(nn.Module):
+    """Two 3x3 conv + batch-norm layers with an identity skip, or a 1x1 conv + batch-norm projection."""
+
+    def __init__(self, cin, cout, stride=1):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout)
+        self.conv2, self.bn2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout)
+        self.skip = (nn.Identity() if stride == 1 and cin == cout
+                     else nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)))
+
+    def forward(self, x):
+        return F.relu(self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x))))) + self.skip(x))
+
+
+class ResNet(nn.Module):
+    """A stem, an identity block, a projection block, global average pooling and a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+        self.block1, self.block2 = Block(8, 8), Block(8, 12, stride=2)
+        self.head = nn.Linear(12, 5)
+
+    def forward(self, x):
+        return self.head(F.adaptive_avg_pool2d(self.block2(self.block1(self.stem(x))), 1).flatten(1))
+
+
+#: The residual network's unit groups by hand: gate site → (conv, batch norm) pairs producing its channels.
+RESNET_GROUPS = {
+    "stem.0.gate": [("stem.0", "stem.1"), ("block1.conv2", "block1.bn2")],  # tied by the identity skip
+    "block1.conv1.gate": [("block1.conv1", "block1.bn1")],
+    "block2.conv1.gate": [("block2.conv1", "block2.bn1")],
+    "block2.conv2.gate": [("block2.conv2", "block2.bn2"), ("block2.skip.0", "block2.skip.1")],  # tied by the projection
+}
+
+
+def trained_resnet():
+    torch.manual_seed(0)
+    net = ResNet()
+    with torch.no_grad():  # batch norms with statistics and affine parameters away from their defaults
+        for module in net.modules():
+            if isinstance(module, nn.BatchNorm2d):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.uniform_(-0.5, 0.5)
+        net.train()(torch.randn(16, 3, 12, 12))
+    return net.eval()
+
+
+def test_residual_units_removed_through_the_dependency_graph_compute_the_masked_network():
+    net = trained_resnet()
+    shape = (3, 12, 12)
+    units = prune(random_scores(net, torch.Generator().manual_seed(7)), Budget(fraction=0.5, level="unit", min_keep=1),
+                  net=net, input_shape=shape)
+    assert list(units) == list(RESNET_GROUPS)
+    small = export(net, units, input_shape=shape).eval()
+    # oracle: every removed channel's conv filter and batch-norm weight and bias zeroed by hand
+    oracle = copy.deepcopy(net)
+    with torch.no_grad():
+        for site, pairs in RESNET_GROUPS.items():
+            removed = ~units[site]
+            for conv, norm in pairs:
+                oracle.get_submodule(conv).weight[removed] = 0
+                oracle.get_submodule(norm).weight[removed] = 0
+                oracle.get_submodule(norm).bias[removed] = 0
+    x = torch.randn(6, *shape)
+    with torch.no_grad():
+        assert (small(x) - oracle(x)).abs().max() < 1e-5
+        assert (small(x) - masked_dense(net, expand_unit_masks(net, units, input_shape=shape))(x)).abs().max() < 1e-5
+    kept = {site: int(mask.sum()) for site, mask in units.items()}
+    assert small.stem[0].out_channels == small.stem[1].num_features == small.block1.conv2.out_channels == kept["stem.0.gate"]
+    assert small.block1.conv1.in_channels == small.block2.skip[0].in_channels == kept["stem.0.gate"]
+    assert small.block2.skip[0].out_channels == small.head.in_features == kept["block2.conv2.gate"]
+    assert small.head.out_features == 5
+    assert count_macs(small, shape) < count_macs(net, shape)
+
+
+def test_a_shrunk_residual_network_is_rebuilt_from_its_shapes_and_restricts_optimiser_moments(tmp_path):
+    net = trained_resnet()
+    shape = (3, 12, 12)
+    units = {site: torch.arange(mask_len) % 3 != 1 for site, mask_len in
+             (("stem.0.gate", 8), ("block1.conv1.gate", 8), ("block2.conv1.gate", 12), ("block2.conv2.gate", 12))}
+    small = export(net, units, input_shape=shape)
+    rebuilt = resize(ResNet(), {name: list(p.shape) for name, p in small.named_parameters()}, input_shape=shape)
+    rebuilt.load_state_dict(small.state_dict())
+    x = torch.randn(3, *shape)
+    with torch.no_grad():
+        assert torch.equal(rebuilt.eval()(x), small.eval()(x))
+    moments = restrict(dict(net.named_parameters()), net, units, input_shape=shape)
+    assert all(torch.equal(moments[name], p) for name, p in small.named_parameters())
+
+
+def test_unit_scores_of_a_residual_group_pool_the_rows_of_every_producer():
+    net = trained_resnet()
+    scores = random_scores(net, torch.Generator().manual_seed(8))
+    units = unit_scores(scores, net, input_shape=(3, 12, 12))
+    rows = torch.cat([scores["block2.conv2.weight"].flatten(1), scores["block2.skip.0.weight"].flatten(1)], 1).double()
+    assert torch.allclose(units["block2.conv2.gate"], rows.mean(1))
+
+
+def test_dead_units_are_those_that_produce_nothing_or_are_read_by_nothing():
+    net = mlp((5,), 2, hidden=[4, 3])
+    with torch.no_grad():
+        net[1].weight[1], net[1].bias[1] = 0, 0  # unit 1 of layer 1 outputs zero
+        net[3].weight[:, 2] = 0  # unit 2 of layer 1 is read by nothing
+        net[3].weight[0] = 0  # unit 0 of layer 3 has zero weights but a bias: alive
+    assert {site: mask.tolist() for site, mask in dead_units(net).items()} == {"1.gate": [True, False, False, True]}
+    small = export(net, dead_units(net))
+    x = torch.randn(7, 5)
+    assert torch.allclose(small(x), net(x), atol=1e-6) and small[1].out_features == 2
+
+
+def test_the_trainable_file_loads_weights_only_trains_and_computes_the_export(tmp_path):
+    net = trained_resnet()
+    small = export(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 10 * 10, 3)).eval(),
+                   {"0.gate": torch.tensor([True, False, True, True])}, input_shape=(3, 12, 12))
+    path = tmp_path / "net.trainable.pt"
+    save_trainable(small, path, input_shape=(3, 12, 12))
+    saved = torch.load(path, weights_only=True)
+    assert saved["input_shape"] == [3, 12, 12]
+    rebuilt = load_trainable(path)
+    x = torch.randn(2, 3, 12, 12)
+    with torch.no_grad():
+        assert torch.equal(rebuilt.eval()(x), small.eval()(x))
+    rebuilt.train()
+    loss = rebuilt(x).square().sum()
+    loss.backward()
+    assert rebuilt[0].weight.grad is not None and rebuilt[0].out_channels == 3
+    with pytest.raises(ValueError, match=r"^the network \(ResNet\) has a forward of its own"):
+        save_trainable(net, tmp_path / "resnet.pt", input_shape=(3, 12, 12))
