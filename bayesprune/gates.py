@@ -1,15 +1,32 @@
-"""Bernoulli gates on the hidden units (filters) of a layer chain, and estimators of C1 − C0 (paper 004, section 3).
+"""The stochastic gate: Bernoulli keep-probabilities of some sites, and interchangeable estimators.
 
-Unit j of a hidden layer carries ξ ~ Bernoulli(θ_j); eq. 1 multiplies the unit's output by ξ where
-the next layer reads it (ζ^l = W^l (z^l ⊙ ξ^l)), so :meth:`UnitGates.applied` scales the consumer's
-input columns (a flattened channel's H·W columns together, :mod:`bayesprune.structure`). The data
-part of ∂L/∂θ (eq. 19) is C1 − C0, the change in the total cost when the unit is switched on; an
-:class:`Estimator` draws the gate values of one step and estimates it:
+A gate keeps each entry of its sites with probability p: every weight of a Linear/Conv weight
+(PFT's and PBP's λ, paper 000, section 2; ProbMask's s, paper 002) or every hidden unit/filter of a
+layer chain (θ of paper 004, eq. 1). What is common is written once in :class:`StochasticGate`:
+the keep-probabilities under a parameterisation of the trained raw values, rank scores, relaxed
+draws, exact draws, the histogram and the expected sparsity. The two granularities differ only in
+how the raw values are held and applied:
 
-* :class:`Taylor`: first order around the sample (eq. 22), the straight-through estimator;
-* :class:`Concrete`: the relaxed gate of temperature t and the path derivative ∂C/∂θ (eq. 23);
+* :class:`StochasticMasks`: one keep-probability per weight in a single flat vector (an optimiser
+  step is one operation), ``"sigmoid"`` (λ = σ(ρ)) or ``"clamp"`` (λ = clamp(ρ, 0, 1)), paper 000,
+  appendix B.1; applied with :func:`bayesprune.pruning.apply_masks`;
+* :class:`UnitGates`: θ of every hidden unit held directly (``"probability"``), one parameter vector
+  per gated layer, so that removing units rebuilds each layer's own; applied by
+  :meth:`UnitGates.applied`, which scales the consumer's input columns (eq. 1).
+
+An :class:`Estimator` draws one step's gate values from any gate and estimates the data part of
+∂L/∂p (paper 004, section 3; eq. 19's C1 − C0):
+
+* :class:`Taylor`: exact Bernoulli draws, first order around the sample (eq. 22), the
+  straight-through estimator;
+* :class:`Concrete`: the relaxed gate of temperature t and the path derivative ∂C/∂p (paper 004,
+  eq. 23; paper 000, appendix B.3; ProbMask's two-Gumbel relaxation, paper 002, eqs. 3-5), what
+  :meth:`StochasticGate.relaxed` draws;
 * :class:`Exact`: two passes per unit, switching it with every other gate kept (eq. 25);
 * :class:`Hybrid`: Taylor, with the exact difference for the units of largest weights (section 3.3.4).
+
+:func:`block_isotropic` and :func:`isotropic` set keep-probabilities from a criterion's scores at an
+expected sparsity s (paper 000, appendix A.1, eq. 6), the start of PFT's and PBP's masks.
 """
 import itertools
 from contextlib import contextmanager
@@ -17,11 +34,150 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from .pruning import Budget, lexicographic_ranks, prune
 from .structure import layer_chain
 
+#: Parameterisations of a trained mask's raw values (appendix B.1 of paper 000).
+PARAMETERIZATIONS = ("sigmoid", "clamp")
+INITS = ("block", "isotropic")
 
-class UnitGates(nn.Module):
-    """θ of every hidden unit of ``net``'s layer chain (one parameter vector per hidden layer).
+#: λ is clipped to [ε, 1 − ε] where it enters a logit (the relaxation of a clamped λ of exactly 0 or 1).
+_LOGIT_EPS = 1e-6
+
+
+def block_isotropic(scores: dict, sparsity: float, epsilon: float) -> dict:
+    """Eq. 6: λ⁰_i = 1 − sε/(1 − s) for the k = (1 − s)·D weights of highest score (ranked globally), ε
+    for the others, so that the expected sparsity is s. Needs sε/(1 − s) < 1."""
+    if not sparsity * epsilon / (1 - sparsity) < 1:
+        raise ValueError(f"block-isotropic probabilities need s·ε/(1 − s) < 1, got s = {sparsity}, ε = {epsilon}")
+    kept = prune(scores, Budget(fraction=sparsity))
+    high = 1 - sparsity * epsilon / (1 - sparsity)
+    return {site: torch.where(mask, high, epsilon).to(torch.float32) for site, mask in kept.items()}
+
+
+def isotropic(scores: dict, sparsity: float) -> dict:
+    """Isotropic λ⁰_i = 1 − s for every weight (random pruning at expected sparsity s, appendix A.1)."""
+    return {site: torch.full(score.shape, 1 - sparsity, device=score.device) for site, score in scores.items()}
+
+
+class StochasticGate(nn.Module):
+    """Keep-probabilities p of the entries of some sites, held as raw tensors under a parameterisation.
+
+    A subclass holds the raw tensors (:meth:`raw_tensors`) and says which site each entry belongs to
+    (:meth:`_to_sites`); everything else is computed here, tensor by raw tensor.
+
+    Attributes:
+        parameterization: ``"sigmoid"`` (p = σ(ρ)), ``"clamp"`` (p = clamp(ρ, 0, 1)) or
+            ``"probability"`` (p = ρ, kept in [0, 1] by its training).
+        temperature: t of the Concrete relaxation :meth:`relaxed` draws.
+    """
+
+    parameterization: str = "probability"
+    temperature: float = 0.5
+
+    def raw_tensors(self) -> list:
+        """The trained raw tensors."""
+        raise NotImplementedError
+
+    def _to_sites(self, tensors: list) -> dict:
+        """Site name → values, from one tensor per raw tensor."""
+        raise NotImplementedError
+
+    @property
+    def sites(self) -> list:
+        raise NotImplementedError
+
+    def keep_probabilities(self) -> list:
+        """p of every raw tensor (differentiable)."""
+        if self.parameterization == "sigmoid":
+            return [torch.sigmoid(raw) for raw in self.raw_tensors()]
+        if self.parameterization == "clamp":
+            return [raw.clamp(0.0, 1.0) for raw in self.raw_tensors()]
+        return list(self.raw_tensors())
+
+    def relaxation_logits(self) -> list:
+        """logit p of every raw tensor, differentiable, as the Concrete relaxation reads it (finite for a
+        clamped p of exactly 0 or 1)."""
+        if self.parameterization == "sigmoid":
+            return list(self.raw_tensors())
+        if self.parameterization == "clamp":
+            return [torch.logit(raw.clamp(0.0, 1.0), eps=_LOGIT_EPS) for raw in self.raw_tensors()]
+        return [torch.log(raw) - torch.log1p(-raw) for raw in self.raw_tensors()]
+
+    def probabilities(self) -> dict:
+        """p of every site (differentiable)."""
+        return self._to_sites(self.keep_probabilities())
+
+    def logits(self) -> dict:
+        """logit p of every site in float64, the score that ranks them without saturating at p = 1."""
+        raws = [raw.detach().double() for raw in self.raw_tensors()]
+        if self.parameterization == "sigmoid":
+            return self._to_sites(raws)
+        return self._to_sites([torch.logit(raw.clamp(0.0, 1.0), eps=1e-12) for raw in raws])
+
+    def draw(self, estimator: "Estimator") -> dict:
+        """One step's gate values of every site, drawn by ``estimator``."""
+        return self._to_sites(estimator.values(self))
+
+    def relaxed(self) -> dict:
+        """One Concrete(p, 1 − p) draw of temperature t per entry (paper 000, appendix B.3), differentiable in p."""
+        return self.draw(Concrete(self.temperature))
+
+    @torch.no_grad()
+    def sample(self, generator=None) -> dict:
+        """One exact draw b ~ Bernoulli(p) per entry."""
+        return {site: torch.bernoulli(p, generator=generator) for site, p in self.probabilities().items()}
+
+    def histogram(self, bins: int = 20) -> list:
+        """Counts of p in ``bins`` equal bins of [0, 1] over every entry (paper 000, Fig. 11)."""
+        p = torch.cat([p.detach().flatten().float().cpu() for p in self.keep_probabilities()])
+        return torch.histc(p, bins=bins, min=0, max=1).tolist()
+
+    def expected_sparsity(self) -> float:
+        """1 − mean p over every entry."""
+        return 1.0 - float(torch.cat([p.detach().flatten() for p in self.keep_probabilities()]).double().mean())
+
+
+class StochasticMasks(StochasticGate):
+    """Keep-probabilities λ of every weight of some sites (paper 000, section 2), in one flat raw vector.
+
+    Args:
+        init: site name → λ at the start.
+        parameterization: ``"sigmoid"`` (λ = σ(ρ), ρ trained) or ``"clamp"`` (λ = clamp(ρ, 0, 1)), appendix B.1.
+        temperature: β of the Concrete relaxation (0.5 in the paper).
+    """
+
+    def __init__(self, init: dict, *, parameterization: str = "sigmoid", temperature: float = 0.5):
+        super().__init__()
+        if parameterization not in PARAMETERIZATIONS:
+            raise ValueError(f"parameterization must be one of {list(PARAMETERIZATIONS)}, got {parameterization!r}")
+        self.shapes = {site: lam.shape for site, lam in init.items()}
+        self.parameterization, self.temperature = parameterization, temperature
+        flat = torch.cat([lam.detach().flatten().double() for lam in init.values()])
+        raw = torch.logit(flat, eps=_LOGIT_EPS) if parameterization == "sigmoid" else flat
+        self.raw = nn.Parameter(raw.float())  # one flat vector: an optimiser step is one operation
+
+    @property
+    def sites(self) -> list:
+        return list(self.shapes)
+
+    def raw_tensors(self) -> list:
+        return [self.raw]
+
+    def _to_sites(self, tensors: list) -> dict:
+        chunks = torch.split(tensors[0], [shape.numel() for shape in self.shapes.values()])
+        return {site: chunk.view(shape) for (site, shape), chunk in zip(self.shapes.items(), chunks)}
+
+    def ranks(self, tiebreak: dict) -> dict:
+        """Scores without ties ordering the weights by λ, and by ``tiebreak`` (e.g. |W|) among equal λ (a
+        clamped λ saturates at exactly 0 or 1): a budget over them keeps the weights of largest λ (PFT,
+        stage 2.3)."""
+        return lexicographic_ranks(self.logits(), tiebreak)
+
+
+class UnitGates(StochasticGate):
+    """θ of every hidden unit of ``net``'s layer chain (one parameter vector per hidden layer), held
+    directly (``"probability"``) and kept in [0, 1] by its training (paper 004, Algorithm 1).
 
     Args:
         net: a plain chain (:func:`bayesprune.structure.layer_chain`); its last layer has no gate.
@@ -39,6 +195,12 @@ class UnitGates(nn.Module):
     def sites(self) -> list:
         """``"<layer>.gate"`` of every gated layer, in order."""
         return [layer.gate_site for layer in self.layers]
+
+    def raw_tensors(self) -> list:
+        return list(self.theta)
+
+    def _to_sites(self, tensors: list) -> dict:
+        return dict(zip(self.sites, tensors))
 
     def consumers(self, net) -> list:
         """The module of the next weighted layer of each gated layer, looked up in ``net``."""
@@ -96,14 +258,15 @@ def project_unit_weights(net: nn.Module, gates: UnitGates, phi_max: float):
 
 
 class Estimator:
-    """Draws one step's gate values and estimates ∂C/∂θ (eq. 19's C1 − C0) for every unit.
+    """Draws one step's gate values of a gate and estimates ∂C/∂p (eq. 19's C1 − C0) for every entry.
 
-    ``values(theta)`` returns the gate values the forward pass uses; after ``cost.backward()``,
-    ``data_gradient(theta, values, cost_of)`` returns the estimate per gated layer, where
-    ``cost_of(values)`` recomputes the minibatch cost (N/B)·Σ −log p without gradients.
+    ``values(gate)`` returns the gate values the forward pass uses, one tensor per raw tensor of the
+    gate; after ``cost.backward()``, ``data_gradient(theta, values, cost_of)`` returns the estimate
+    per raw tensor ``theta`` (a :class:`UnitGates`' θ), where ``cost_of(values)`` recomputes the
+    minibatch cost (N/B)·Σ −log p without gradients.
     """
 
-    def values(self, theta: list) -> list:
+    def values(self, gate: StochasticGate) -> list:
         raise NotImplementedError
 
     def data_gradient(self, theta: list, values: list, cost_of, norms=None) -> list:
@@ -118,16 +281,17 @@ def relaxed_bernoulli(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return torch.sigmoid((logits - torch.log(u) + torch.log1p(-u)) / temperature)
 
 
-def bernoulli_sample(theta: list) -> list:
-    return [torch.bernoulli(t.detach()) for t in theta]
+def bernoulli_sample(gate: StochasticGate) -> list:
+    """One exact draw b ~ Bernoulli(p) per entry of every raw tensor of ``gate``, without gradients."""
+    return [torch.bernoulli(p.detach()) for p in gate.keep_probabilities()]
 
 
 class Taylor(Estimator):
     """Eq. 22: C1 − C0 ≈ (N/B) Σ_i z_i δ_{f,i}ᵀ w_f, the derivative of the cost in the gate value at the
     sample (the straight-through estimator); unbiased as the unit's weights go to zero."""
 
-    def values(self, theta):
-        return [sample.requires_grad_() for sample in bernoulli_sample(theta)]
+    def values(self, gate):
+        return [sample.requires_grad_() for sample in bernoulli_sample(gate)]
 
     def data_gradient(self, theta, values, cost_of, norms=None):
         return [value.grad.detach() for value in values]
@@ -135,13 +299,13 @@ class Taylor(Estimator):
 
 class Concrete(Estimator):
     """Eq. 23: the relaxed gate ξ(θ, u) = 1 − σ((log(1 − θ) − log θ + log u − log(1 − u)) / t) in the
-    forward pass, and ∂C/∂θ through it by the chain rule (one u per unit and step)."""
+    forward pass, and ∂C/∂θ through it by the chain rule (one u per entry and step)."""
 
     def __init__(self, temperature: float = 0.1):
         self.temperature = temperature
 
-    def values(self, theta):
-        return [relaxed_bernoulli(torch.log(t) - torch.log1p(-t), self.temperature) for t in theta]
+    def values(self, gate):
+        return [relaxed_bernoulli(logits, self.temperature) for logits in gate.relaxation_logits()]
 
     def data_gradient(self, theta, values, cost_of, norms=None):
         return [t.grad.detach().clone() for t in theta]
@@ -151,8 +315,8 @@ class Exact(Estimator):
     """Eq. 25: C1 − C0 from two evaluations of the minibatch cost per unit, the unit switched on and
     off and every other gate at its sample: M + 1 forward passes for M units."""
 
-    def values(self, theta):
-        return bernoulli_sample(theta)
+    def values(self, gate):
+        return bernoulli_sample(gate)
 
     def data_gradient(self, theta, values, cost_of, norms=None):
         return [self._differences(values, layer, range(value.numel()), cost_of) for layer, value in enumerate(values)]
@@ -179,8 +343,8 @@ class Hybrid(Estimator):
         self.units = units
         self.taylor = Taylor()
 
-    def values(self, theta):
-        return self.taylor.values(theta)
+    def values(self, gate):
+        return self.taylor.values(gate)
 
     def data_gradient(self, theta, values, cost_of, norms=None):
         estimates = self.taylor.data_gradient(theta, values, cost_of)

@@ -7,14 +7,14 @@ from pyro.nn import PyroModule, PyroParam
 from pyro.nn.module import to_pyro_module_
 
 from bayesprune.distributions import DiracSpikeSlab
-from bayesprune.masks import StochasticMasks
+from bayesprune.gates import StochasticMasks
 
 
 class DiracSpikeSlabGuide(PyroModule):
     r"""q(w_i) = (1 − λ_i) δ₀ + λ_i N(μ_i, σ_i²) for every parameter of a model (paper 000, eq. 5's family).
 
     The masked sites (``keep``'s keys, the weights) have keep-probabilities λ in a
-    :class:`~bayesprune.masks.StochasticMasks` (sigmoid or clamp mapping, Concrete relaxation); the
+    :class:`~bayesprune.gates.StochasticMasks` (sigmoid or clamp mapping, Concrete relaxation); the
     other sites (biases) are never pruned, λ = 1. μ starts at the model's current parameters, σ at
     ``scale`` for every parameter; σ is trained (``learn_scale``) or fixed. All μ and log σ live in two
     flat vectors, so an optimiser step is vectorised over the network.

@@ -4,12 +4,12 @@ import torch
 
 from bayesprune.config import RunConfig
 from bayesprune.fit import TensorBatches, train
-from bayesprune.masks import StochasticMasks
-from bayesprune.tasks import mean_loss
+from bayesprune.gates import StochasticMasks
 from bayesprune.methods.probmask import ProbMaskOptions, ProbMaskTraining
+from bayesprune.methods.probmask.schedules import annealed_temperature, cubic_keep_ratio
 from bayesprune.models import mlp
 from bayesprune.runner import load_run, new_net, run
-from bayesprune.methods.probmask.schedules import annealed_temperature, cubic_keep_ratio
+from bayesprune.tasks import mean_loss
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

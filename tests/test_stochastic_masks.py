@@ -11,9 +11,10 @@ from torch.distributions import Normal, kl_divergence
 from bayesprune.bounds import pac_bayes_bound
 from bayesprune.criteria import saliency
 from bayesprune.distributions import DiracSpikeSlab
+from bayesprune.gates import StochasticMasks, block_isotropic, isotropic
 from bayesprune.guides import DiracSpikeSlabGuide
-from bayesprune.masks import StochasticMasks, block_isotropic, isotropic, mask_overlap
 from bayesprune.methods.pbp import network_kl
+from bayesprune.methods.pft import mask_overlap
 from bayesprune.models import BayesianNetwork, BoundedCategorical, mlp
 from bayesprune.objectives import GibbsRisk, PACBayesBound
 from bayesprune.priors import GivenPrior

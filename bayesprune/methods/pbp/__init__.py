@@ -35,8 +35,8 @@ from bayesprune.criteria import CRITERIA, saliency, weight_sites
 from bayesprune.distributions import DiracSpikeSlab
 from bayesprune.errors import ConfigError
 from bayesprune.fit import svi_step
+from bayesprune.gates import PARAMETERIZATIONS, block_isotropic
 from bayesprune.guides import DiracSpikeSlabGuide
-from bayesprune.masks import PARAMETERIZATIONS, block_isotropic
 from bayesprune.models import BayesianNetwork, BoundedCategorical, Categorical
 from bayesprune.objectives import GibbsRisk, PACBayesBound
 from bayesprune.optim import build_optim

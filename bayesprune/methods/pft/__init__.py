@@ -22,7 +22,7 @@ from torch.func import functional_call
 
 from bayesprune.criteria import CRITERIA, saliency
 from bayesprune.fit import History, optimizer_step
-from bayesprune.masks import INITS, PARAMETERIZATIONS, StochasticMasks, block_isotropic, isotropic, mask_overlap
+from bayesprune.gates import INITS, PARAMETERIZATIONS, StochasticMasks, block_isotropic, isotropic
 from bayesprune.optim import torch_optimizer
 from bayesprune.pruning import Budget, apply_masks, prune
 from bayesprune.tasks import mean_loss, network_test_metric
@@ -113,6 +113,12 @@ def train_masks(ctx, name: str, net, masks: StochasticMasks, batches, *, epochs:
 
     return ctx.train(name, optimizer_step(gibbs_loss, optimizer), batches, epochs=epochs,
                      state={"net": net, "masks": masks, "optimizer": optimizer})
+
+
+def mask_overlap(start: dict, end: dict) -> float:
+    """|kept by both| / |kept by ``start``|: the share of the start mask's weights the end mask keeps (paper 000, Fig. 2 left)."""
+    both = sum(int((start[site] & end[site]).sum()) for site in start)
+    return both / max(sum(int(start[site].sum()) for site in start), 1)
 
 
 def weight_rms(net) -> dict:

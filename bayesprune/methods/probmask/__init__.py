@@ -24,7 +24,7 @@ import torch
 from torch.func import functional_call
 
 from bayesprune.criteria import saliency, weight_sites
-from bayesprune.masks import StochasticMasks
+from bayesprune.gates import StochasticMasks
 from bayesprune.optim import torch_optimizer
 from bayesprune.pruning import Budget, apply_masks, lexicographic_ranks, prune
 from bayesprune.tasks import masked_copy, mean_loss, network_test_metric

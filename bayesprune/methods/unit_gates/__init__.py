@@ -187,7 +187,7 @@ class GateTraining:
 
     def step(self, x, y, index, num_batches):
         theta = list(self.gates.theta)
-        values = self.estimator.values(theta)  # a switched-off unit has θ = 0, so its gate is 0
+        values = self.estimator.values(self.gates)  # a switched-off unit has θ = 0, so its gate is 0
         self.optimizer.zero_grad(set_to_none=True)
         with self.gates.applied(self.net, values):
             cost = data_cost(self.net(x), y, self.num_train, self.noise_scale)
