@@ -75,8 +75,8 @@ def _check_finite(source: str, name: str, a: np.ndarray) -> None:
         bad = ~np.isfinite(a) | (np.abs(a) > _FLOAT32_MAX)
     rows = np.flatnonzero(bad.reshape(a.shape[0], -1).any(axis=1))
     if rows.size:
-        what = "NaN or infinite values" if not np.isfinite(a).all() else "values too large for float32 (above 3.4e38)"
-        raise DataError(f"{source}: {name} has {what} (first in row {rows[0]})")
+        what = "NaN or infinite values" if not np.isfinite(a).all() else "values beyond float32's range (3.4e38)"
+        raise DataError(f"{source}: {name} has {what}, first in row {rows[0]}")
 
 
 def _inputs(source: str, name: str, x: np.ndarray) -> np.ndarray:
@@ -255,7 +255,7 @@ def load_npz(*, path: str | os.PathLike, normalize: bool | None = None) -> Datas
         )
     classification = kinds == {False}
     num_classes = (
-        _num_classes(path, y_train, y_test, " (floating targets are regression)") if classification else None
+        _num_classes(path, y_train, y_test, "; save floating targets for regression") if classification else None
     )
     feature_names = class_names = None
     if "feature_names" in arrays:
@@ -342,18 +342,17 @@ def _features(path: str, header: list[str], rows: list[list[str]], lines: list[i
     return x
 
 
-def _classes(values: list[str]) -> list[str]:
-    """Distinct labels in sorted order: numeric order when every label is a number, text order otherwise."""
-    distinct = set(values)
-    numbers = {v: _number(v) for v in distinct}
-    if all(n is not None and math.isfinite(n) for n in numbers.values()):
-        return sorted(distinct, key=lambda v: (numbers[v], v))
-    return sorted(distinct)
+def _label_key(values: list[str]):
+    """How labels compare: as numbers when every label is one (``1`` and ``1.0`` are one class), else as text."""
+    if all(_number(v) is not None for v in values):
+        return _number
+    return str
 
 
-def _class_name(label: str) -> str:
-    number = _number(label)
-    return str(int(number)) if number is not None and math.isfinite(number) and number == round(number) else label
+def _class_name(label) -> str:
+    if isinstance(label, float):
+        return str(int(label)) if label == round(label) else format(label, "g")
+    return label
 
 
 def _csv_task(task, where: str, column: str, values: list[str], lines: list[int]) -> str:
@@ -462,17 +461,18 @@ def load_csv(
             if bad is not None:
                 raise DataError(f"{source}: target column {target!r} has the label {values[bad]!r} on line {lines[bad]}; "
                                 "a class label must be finite")
-        classes = _classes(ys[0][0])
+        key = _label_key([v for values, _ in ys for v in values])
+        classes = sorted({key(v) for v in ys[0][0]})  # numeric order for numbers, text order otherwise
         index = {label: i for i, label in enumerate(classes)}
+        num_classes, class_names = len(classes), tuple(_class_name(c) for c in classes)
         for (values, lines), source in zip(ys[1:], sources[1:]):
-            unknown = next((i for i, v in enumerate(values) if v not in index), None)
+            unknown = next((i for i, v in enumerate(values) if key(v) not in index), None)
             if unknown is not None:
                 raise DataError(
                     f"{source}: line {lines[unknown]} has class {values[unknown]!r}, which {sources[0]} never has "
-                    f"(classes: {', '.join(classes[:10])}{', ...' if len(classes) > 10 else ''})"
+                    f"(classes: {', '.join(class_names[:10])}{', ...' if num_classes > 10 else ''})"
                 )
-        targets = [np.array([index[v] for v in values], dtype=np.int64) for values, _ in ys]
-        num_classes, class_names = len(classes), tuple(_class_name(c) for c in classes)
+        targets = [np.array([index[key(v)] for v in values], dtype=np.int64) for values, _ in ys]
     else:
         targets = []
         for (values, lines), source in zip(ys, sources):
@@ -490,6 +490,12 @@ def load_csv(
         if task == CLASSIFICATION:
             from sklearn.model_selection import train_test_split
 
+            counts = np.bincount(y, minlength=num_classes)
+            if counts.min() < 2:
+                raise DataError(
+                    f"{first}: class {class_names[int(counts.argmin())]!r} has one row; the split by data.test_fraction "
+                    "is stratified by class and needs two (give data.train and data.test instead)"
+                )
             try:
                 train_rows, test_rows = train_test_split(
                     np.arange(n), test_size=test_fraction, random_state=seed, stratify=y
@@ -552,6 +558,8 @@ def _read_images(images, shape: list) -> torch.Tensor:
     for i, (path, _) in enumerate(images.samples):
         try:
             x, _ = images[i]
+        except Image.UnidentifiedImageError:
+            raise DataError(f"{path}: cannot read the image (not a format Pillow reads)") from None
         except (OSError, ValueError, Image.DecompressionBombError) as err:
             raise DataError(f"{path}: cannot read the image ({_one_line(err)})") from None
         if not shape:
