@@ -426,6 +426,22 @@ def test_class_names_must_match_the_classes():
         validate(dataclasses.replace(data, class_names=("a",)))
 
 
+def test_the_loaders_from_a_toml_config(tmp_path):
+    from bayesprune.config import load_config
+
+    header, rows = table(30)
+    csv_path = write_csv(tmp_path / "animals.csv", header, rows)
+    image_root = image_folder(tmp_path / "shapes")
+    for section, name, shape in (
+        (f'dataset = "csv"\npath = "{csv_path}"\ntarget = "label"\ntask = "classification"', "csv/animals", (3,)),
+        (f'dataset = "image-folder"\nroot = "{image_root}"\nsize = [6, 6]\ngrayscale = true', "image-folder/shapes", (1, 6, 6)),
+    ):
+        (tmp_path / "c.toml").write_text(f"[data]\n{section}\n")
+        config = load_config(str(tmp_path / "c.toml"))
+        data = load_dataset(config.data.dataset, **config.data.options)
+        assert (data.name, data.input_shape, data.task) == (name, shape, "classification")
+
+
 def test_a_run_on_an_npz_of_digits(tmp_path):
     path = write_npz(tmp_path / "my-digits.npz", digits_arrays(n_train=200, n_test=60))
     out = tmp_path / "run"

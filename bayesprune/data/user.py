@@ -618,7 +618,7 @@ def load_image_folder(
     x_train, x_test = _read_images(train, shape), _read_images(test, shape)
     to_train = torch.tensor([train.class_to_idx[name] for name in test.classes], dtype=torch.int64)
     return Dataset(
-        name=f"image-folder/{os.path.basename(os.path.normpath(root))}",
+        name=f"image-folder/{Path(root).resolve().name}",
         task=CLASSIFICATION,
         x_train=x_train,
         y_train=torch.tensor(train.targets, dtype=torch.int64),
