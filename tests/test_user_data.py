@@ -132,6 +132,16 @@ def test_npz_names_and_column_targets(tmp_path):
     assert data.y_train.shape == (120,)
 
 
+def test_npz_other_dtypes_big_endian_and_bytes(tmp_path):
+    arrays = regression_arrays()
+    arrays["x_train"], arrays["x_test"] = arrays["x_train"].astype(">f8"), arrays["x_test"].astype(np.int16)
+    arrays["feature_names"] = np.array([b"u", b"v", b"w"])
+    data = load_dataset("npz", path=write_npz(tmp_path / "o.npz", arrays), normalize=False)
+    assert data.x_train.dtype == torch.float32 and data.feature_names == ("u", "v", "w")
+    np.testing.assert_allclose(data.x_train.numpy(), arrays["x_train"], rtol=1e-6)
+    np.testing.assert_array_equal(data.x_test.numpy(), arrays["x_test"])
+
+
 def test_npz_boolean_targets_are_two_classes(tmp_path):
     arrays = regression_arrays()
     arrays["y_train"], arrays["y_test"] = arrays["x_train"][:, 0] > 2, arrays["x_test"][:, 0] > 2

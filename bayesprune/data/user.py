@@ -80,7 +80,7 @@ def _check_finite(source: str, name: str, a: np.ndarray) -> None:
 
 
 def _inputs(source: str, name: str, x: np.ndarray) -> np.ndarray:
-    """A numeric array of shape ``(N, ...)`` with ``N >= 1``, finite, as float64."""
+    """Check a numeric array of shape ``(N, ...)`` with ``N >= 1`` and finite values; return it unchanged."""
     if x.dtype.kind not in "biuf":
         raise DataError(f"{source}: {name} has dtype {x.dtype}; inputs must be numbers")
     if x.ndim < 2:
@@ -90,8 +90,8 @@ def _inputs(source: str, name: str, x: np.ndarray) -> np.ndarray:
         )
     if x.shape[0] == 0:
         raise DataError(f"{source}: {name} is empty (no rows)")
-    x = x.astype(np.float64)
-    _check_finite(source, name, x)
+    if x.dtype.kind == "f":
+        _check_finite(source, name, x)
     return x
 
 
@@ -148,10 +148,14 @@ def _build(
     feature_names: tuple[str, ...] | None = None,
     class_names: tuple[str, ...] | None = None,
 ) -> Dataset:
-    """The :class:`Dataset` of checked float64 inputs and numeric targets (``num_classes`` None: regression)."""
+    """The :class:`Dataset` of checked numeric inputs and targets (``num_classes`` None: regression).
+
+    Standardising works in float64; inputs left as given go to float32 directly (no float64 copy of
+    a large image set).
+    """
     target_mean, target_std = 0.0, 1.0
     if normalize_inputs:
-        x_train, x_test, _, _ = _standardize(x_train, x_test)
+        x_train, x_test, _, _ = _standardize(x_train.astype(np.float64), x_test.astype(np.float64))
     if num_classes is None:
         y_train, y_test = y_train.astype(np.float64), y_test.astype(np.float64)
         if normalize_targets:
@@ -163,8 +167,8 @@ def _build(
     return Dataset(
         name=name,
         task=REGRESSION if num_classes is None else CLASSIFICATION,
-        x_train=torch.from_numpy(np.ascontiguousarray(x_train)).float(),
-        x_test=torch.from_numpy(np.ascontiguousarray(x_test)).float(),
+        x_train=torch.from_numpy(np.ascontiguousarray(x_train, dtype=np.float32)),
+        x_test=torch.from_numpy(np.ascontiguousarray(x_test, dtype=np.float32)),
         input_shape=tuple(x_train.shape[1:]),
         num_classes=num_classes,
         target_mean=target_mean,
