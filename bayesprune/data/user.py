@@ -264,7 +264,9 @@ def load_npz(*, path: str | os.PathLike, normalize: bool | None = None) -> Datas
     feature_names = class_names = None
     if "feature_names" in arrays:
         if x_train.ndim != 2:
-            raise DataError(f"{path}: feature_names given for inputs of shape {x_train.shape}; they name the columns of (N, D) inputs")
+            raise DataError(
+                f"{path}: feature_names given for inputs of shape {x_train.shape}; they name the columns of (N, D) inputs"
+            )
         feature_names = _names(path, "feature_names", arrays["feature_names"], x_train.shape[1], "column of x_train")
     if "class_names" in arrays:
         if not classification:
@@ -483,7 +485,9 @@ def load_csv(
             y = np.array([float(v) for v in values])
             bad = np.flatnonzero(~np.isfinite(y) | (np.abs(y) > _FLOAT32_MAX))
             if bad.size:
-                raise DataError(f"{source}: target column {target!r} has a NaN, infinite or too large value on line {lines[bad[0]]}")
+                raise DataError(
+                    f"{source}: target column {target!r} has a NaN, infinite or too large value on line {lines[bad[0]]}"
+                )
             targets.append(y)
 
     if len(parts) == 2:
