@@ -100,53 +100,119 @@ def _export(args):
 
     import torch
 
-    from .export import count_macs, count_parameters, export, measure_latency, save_portable
+    from .export import (count_macs, count_parameters, dead_units, export, measure_latency, save_portable,
+                         save_trainable)
+    from .predict import metric
     from .pruning import apply_masks, expand_unit_masks, prune
     from .runner import load_run
 
     out = Path(args.out)
-    if out.exists() and not args.force:
-        raise BayesPruneError(f"--out {out}: exists; pass --force to overwrite it")
+    trainable = out.with_name(f"{out.stem}.trainable.pt")
+    for path in (out, trainable):
+        if path.exists() and not args.force:
+            raise BayesPruneError(f"--out {out}: {path.name} exists; pass --force to overwrite it")
     if not out.parent.is_dir():
         raise BayesPruneError(f"--out {out}: the folder {out.parent} does not exist")
-    budget = _budget(args.budget)
-    _, dataset, fitted = load_run(args.run_dir)
+    if args.repeats < 1:
+        raise BayesPruneError(f"--repeats must be a positive integer, got {args.repeats}")
+    budget = _budget(args.budget) if args.budget else None
+    config, dataset, fitted = load_run(args.run_dir)
+    shape = tuple(dataset.input_shape)
     dense = fitted.network().eval()
+    # What the method learned: its network as it is (already sparse or shrunk), or, for a method with
+    # inclusion probabilities, the weights of probability >= 1/2 (the median probability model).
+    probabilities = fitted.inclusion_probabilities()
+    weight_masks = {site: p >= 0.5 for site, p in probabilities.items()} if probabilities is not None else {}
     try:
-        masks = prune(fitted.scores(), budget, net=dense)
-        exported = export(dense, masks).eval()
+        net = export(dense, weight_masks)
+        if budget is not None:
+            masks = prune(fitted.scores(), budget, net=dense, input_shape=shape)
+            if budget.level == "unit":
+                net = export(net, masks, input_shape=shape)
+                masks = expand_unit_masks(dense, masks, input_shape=shape)
+            else:
+                net = export(net, masks)
+            for name, mask in masks.items():
+                weight_masks[name] = weight_masks[name].to(mask.device) & mask if name in weight_masks else mask
+        dead = dead_units(net, input_shape=shape)
+        exported = export(net, dead, input_shape=shape).eval() if dead else net.eval()
     except ValueError as error:
         raise BayesPruneError(f"export: {error}") from None
-    weight_masks = expand_unit_masks(dense, masks) if budget.level == "unit" else masks
     x = dataset.x_test[:256]
     with torch.no_grad():
         masked = torch.func.functional_call(dense, apply_masks(dict(dense.named_parameters()), weight_masks), (x,))
         difference = (exported(x) - masked).abs().max().item()
-    partial = out.with_name(f".{out.stem}.partial.pt2")
-    save_portable(exported, partial, x[:2])
-    os.replace(partial, out)
+    partials = out.with_name(f".{out.stem}.partial.pt2"), trainable.with_name(f".{trainable.name}.partial")
+    try:
+        save_portable(exported, partials[0], x[:2])
+        try:
+            save_trainable(exported, partials[1], input_shape=shape)
+            why_not = None
+        except ValueError as error:
+            why_not = str(error)
+        loaded = torch.export.load(str(partials[0])).module()  # the file as written
+        with torch.no_grad():
+            outputs = torch.cat([loaded(chunk) for chunk in torch.split(dataset.x_test, 1024)])
+    except BaseException:
+        for partial in partials:
+            partial.unlink(missing_ok=True)
+        raise
+    prediction = torch.softmax(outputs, -1) if dataset.task == "classification" else outputs.squeeze(-1)
+    name = "test_error" if dataset.task == "classification" else "test_rmse"
+    error = metric(dataset.task, prediction, dataset.y_test, target_std=dataset.target_std)
+    # the method's own prediction with the same weights removed (the run's figure is of its whole network)
+    own = fitted.predict(dataset.x_test, masks=weight_masks) if weight_masks else None
+    own = None if own is None else metric(dataset.task, own, dataset.y_test, target_std=dataset.target_std)
+    os.replace(partials[0], out)
+    if why_not is None:
+        os.replace(partials[1], trainable)
 
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    report = {"budget": {key: value for key, value in vars(budget).items() if value is not None},
-              "max_abs_difference_to_masked": difference, "file": str(out)}
-    for name, net in (("dense", dense), ("exported", exported)):
-        report[name] = {"parameters": count_parameters(net), "macs": count_macs(net, dataset.input_shape),
-                        "latency_seconds": {device: measure_latency(net, dataset.input_shape, device=device, repeats=args.repeats)
-                                            for device in devices}}
+    report = {"budget": None if budget is None else {key: value for key, value in vars(budget).items() if value is not None},
+              name: error, f"run_{name}": _run_metric(Path(args.run_dir), name), f"method_{name}": own,
+              "input_shape": list(shape),
+              "max_abs_difference_to_masked": difference, "removed_dead_units": {site: int((~m).sum()) for site, m in dead.items()},
+              "file": str(out), "trainable_file": None if why_not else str(trainable)}
+    for key, network in (("dense", dense), ("exported", exported)):
+        report[key] = {"parameters": count_parameters(network), "macs": count_macs(network, shape),
+                       "latency_seconds": {device: measure_latency(network, shape, device=device, repeats=args.repeats)
+                                           for device in devices}}
     if args.json:
         print(json.dumps(report, indent=2))
         return
+    what = "the method's own network" if budget is None else f"budget {report['budget']}"
+    print(f"{what}; dead units removed: {sum(report['removed_dead_units'].values())}; "
+          f"max |exported - masked dense| on {len(x)} test inputs: {difference:.2e}")
+    run_value = report[f"run_{name}"]
+    print(f"{name} of the written file: {error:.4g} (the run's: {'unknown' if run_value is None else f'{run_value:.4g}'}"
+          + ("" if own is None else f"; the method's own prediction with the same weights removed: {own:.4g}") + ")")
     rows = [("parameters", "parameters", "total"), ("non-zero parameters", "parameters", "nonzero"), ("MACs", "macs", None)]
-    print(f"budget {report['budget']}; max |exported - masked dense| on {len(x)} test inputs: {difference:.2e}")
     print(f"{'':<28}{'dense':>14}{'exported':>14}{'ratio':>8}")
     for label, key, sub in rows:
-        values = [report[name][key][sub] if sub else report[name][key] for name in ("dense", "exported")]
+        values = [report[n][key][sub] if sub else report[n][key] for n in ("dense", "exported")]
         print(f"{label:<28}{values[0]:>14,}{values[1]:>14,}{values[1] / values[0]:>8.3f}")
     for device in devices:
         for batch, seconds in report["dense"]["latency_seconds"][device].items():
             small = report["exported"]["latency_seconds"][device][batch]
             print(f"{f'latency {device}, batch {batch} (ms)':<28}{1e3 * seconds:>14.4f}{1e3 * small:>14.4f}{small / seconds:>8.3f}")
-    print(f"wrote {out}: torch.export.load(path).module() runs it with torch alone")
+    print(f"wrote {out}: torch.export.load(path).module() runs it with torch alone (inputs of shape (batch, {', '.join(map(str, shape))}))")
+    if why_not is None:
+        print(f"wrote {trainable}: bayesprune.export.load_trainable(path) rebuilds it as a trainable nn.Module")
+    else:
+        print(f"no trainable file: {why_not}")
+
+
+def _run_metric(run_dir, name):
+    """The run's own ``name`` (of its first split and seed, as ``load_run`` restores it), or ``None``."""
+    try:
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for key in ("per_seed", "per_split"):
+        if key in metrics and metrics[key]:
+            metrics = metrics[key][0]
+    value = metrics.get(name)
+    return value if isinstance(value, (int, float)) else None
 
 
 def _certify(args):
@@ -167,7 +233,8 @@ def _certify(args):
 
 
 def _budget(assignments):
-    """The :class:`~bayesprune.pruning.Budget` of ``--budget key=value`` assignments over the command's defaults."""
+    """The :class:`~bayesprune.pruning.Budget` of ``--budget key=value`` assignments over the command's defaults
+    (``level=unit min_keep=1``; one of fraction, keep and threshold must be given)."""
     from .config import parse_override
     from .pruning import Budget
 
@@ -175,11 +242,11 @@ def _budget(assignments):
     for assignment in assignments:
         keys, value = parse_override(assignment)
         fields[".".join(keys)] = value
-    if not {"fraction", "keep", "threshold"} & set(fields):
-        fields["fraction"] = 0.5
     unknown = sorted(set(fields) - set(Budget.__dataclass_fields__))
     if unknown:
         raise BayesPruneError(f"--budget {unknown[0]}: not a budget field (one of {sorted(Budget.__dataclass_fields__)})")
+    if not {"fraction", "keep", "threshold"} & set(fields):
+        raise BayesPruneError("--budget needs one of fraction, keep and threshold (e.g. --budget fraction=0.5)")
     return Budget(**fields)
 
 
@@ -218,13 +285,16 @@ def build_parser():
     importance.set_defaults(handler=_importance)
 
     exporting = commands.add_parser(
-        "export", help="prune a fitted run by a budget and write a smaller network that runs with torch alone"
+        "export", help="write a fitted run's network, smaller where the method (or --budget) removed units, as a file "
+                       "that runs with torch alone and a trainable file; prints its test error beside the run's"
     )
     exporting.add_argument("run_dir")
-    exporting.add_argument("--out", required=True, help="file to write (torch.export format, .pt2)")
+    exporting.add_argument("--out", required=True, help="file to write (torch.export format, .pt2); the trainable file "
+                                                        "FILE_STEM.trainable.pt is written beside it")
     exporting.add_argument("--budget", action="append", default=[], metavar="KEY=VALUE",
-                           help="a field of the budget (repeatable): fraction, keep or threshold; scope global|layer; "
-                                "level unit|weight; min_keep (default: fraction=0.5 level=unit min_keep=1)")
+                           help="prune further than the method did, by a field of the budget (repeatable): fraction, "
+                                "keep or threshold; scope global|layer; level unit|weight; min_keep (defaults level=unit "
+                                "min_keep=1); without it the method's own network is exported")
     exporting.add_argument("--repeats", type=int, default=30, help="timed forward passes per batch size (default 30)")
     exporting.add_argument("--json", action="store_true", help="print the measurements as JSON")
     exporting.add_argument("--force", action="store_true", help="overwrite an existing --out file")

@@ -373,3 +373,34 @@ def test_the_trainable_file_loads_weights_only_trains_and_computes_the_export(tm
     assert rebuilt[0].weight.grad is not None and rebuilt[0].out_channels == 3
     with pytest.raises(ValueError, match=r"^the network \(ResNet\) has a forward of its own"):
         save_trainable(net, tmp_path / "resnet.pt", input_shape=(3, 12, 12))
+
+
+@pytest.mark.usefixtures("single_thread")
+@pytest.mark.parametrize("method", ["sbnn", "pft", "pbp", "probmask", "unit-gates", "saliency", "sparse-vd"])
+def test_the_export_of_what_the_method_learned_has_the_runs_test_error(method, short_config, tmp_path, capsys):
+    """`bayesprune export RUN_DIR` without a budget: the written file, loaded back, errs as the run does."""
+    import json
+
+    from bayesprune.cli import main
+    from bayesprune.runner import run
+
+    run(short_config(method), tmp_path / "run")
+    target = tmp_path / "net.pt2"
+    assert main(["export", str(tmp_path / "run"), "--out", str(target), "--json", "--repeats", "1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["budget"] is None and report["input_shape"] == [1, 8, 8]
+    if method == "sbnn":  # the run's figure is of the posterior mean; the export removes weights of p* < 1/2
+        assert report["method_test_error"] is not None and abs(report["test_error"] - report["method_test_error"]) <= 0.1
+    else:
+        assert report["method_test_error"] is None and abs(report["test_error"] - report["run_test_error"]) <= 0.1, report
+    assert report["max_abs_difference_to_masked"] < 1e-4
+    assert report["exported"]["parameters"]["total"] <= report["dense"]["parameters"]["total"]
+    trainable = load_trainable(report["trainable_file"])
+    assert torch.load(report["trainable_file"], weights_only=True)["input_shape"] == [1, 8, 8]
+    x = torch.randn(4, 1, 8, 8)
+    with torch.no_grad():
+        assert torch.allclose(trainable(x), torch.export.load(str(target)).module()(x), atol=1e-5)
+    trainable.train()
+    trainable(x).sum().backward()
+    print(method, report["run_test_error"], report["test_error"], report["removed_dead_units"],
+          report["dense"]["parameters"], report["exported"]["parameters"], file=sys.stderr)
