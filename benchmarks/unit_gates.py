@@ -12,11 +12,12 @@ For the run directory's first seed, the benchmark measures:
 3. **Equivalence**: the learned network against the starting architecture holding the same weights
    at the kept units' positions with the removed units' gates at 0 (the gated deterministic
    network): the largest absolute difference of their outputs on the test images.
-4. **A structured-pruning baseline at the same architecture and budget**, the procedure of
-   Torch-Pruning's magnitude pruner without the dependency: the plain starting network trained
-   for the run's epochs with the same objective (N/B-scaled cross-entropy plus λ/2 WᵀW, Adam),
-   each hidden layer cut to the learned width by the L1 norm of its units' incoming weights, and
-   fine-tuned for the run's fine-tuning epochs; its test error beside the gates'.
+4. **A structured-pruning baseline at the same architecture and budget**, Torch-Pruning's own
+   magnitude pruner: the plain starting network trained for the run's epochs with the same
+   objective (N/B-scaled cross-entropy plus λ/2 WᵀW, Adam), each hidden layer cut to the learned
+   width by ``torch_pruning.pruner.MetaPruner`` with ``MagnitudeImportance(p=1)`` (the L1 norm of a
+   unit's weights across its dependency group), and fine-tuned for the run's fine-tuning epochs;
+   its test error beside the gates'.
 
 Usage: ``python benchmarks/unit_gates.py RUN_DIR [--json] [--skip-baseline] [--steps 300] [--rounds 3]``.
 """
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from bayesprune.export import export, measure_latency
+from bayesprune.export import measure_latency
 from bayesprune.fit import TensorBatches, optimizer_step, train
 from bayesprune.gates import UnitGates
 from bayesprune.methods.unit_gates import GateTraining, adam, data_cost
@@ -65,7 +66,15 @@ def gated_equivalent(config, dataset, learned, kept_units):
 
 def magnitude_baseline(config, dataset, widths) -> float:
     """Train the dense network as the gates were trained (without gates), cut every hidden layer to
-    ``widths`` by the L1 norm of incoming weights, fine-tune, and return the test error (%)."""
+    ``widths`` with Torch-Pruning's magnitude pruner, fine-tune, and return the test error (%).
+
+    The pruner is ``torch_pruning.pruner.MetaPruner`` with ``MagnitudeImportance(p=1)``: a unit's
+    importance is the L1 norm of its weights across its dependency group (incoming rows and the
+    next layer's columns), and each hidden layer's ratio is ``1 − (width + 1/2) / units``, which
+    the pruner's ``int(units · (1 − ratio))`` turns into exactly ``width`` kept units.
+    """
+    import torch_pruning as tp
+
     options = config.method_options
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
     batches = TensorBatches(dataset.x_train, dataset.y_train, batch_size=config.data.batch_size, seed=config.seed)
@@ -76,17 +85,15 @@ def magnitude_baseline(config, dataset, widths) -> float:
         train(optimizer_step(loss_fn, adam(model, lr, options.weight_precision)), batches, epochs=epochs)
 
     fit(net, config.optim.lr, config.train.epochs)
-    layers = UnitGates(net, input_shape=dataset.input_shape).layers
-    masks = {}
-    for layer, width in zip(layers, widths):
-        importance = layer.module.weight.detach().abs().flatten(1).sum(1)
-        keep = torch.zeros(layer.units, dtype=torch.bool)
-        keep[torch.topk(importance, width).indices] = True
-        masks[layer.gate_site] = keep
-    smaller = export(net, masks, input_shape=dataset.input_shape)
-    fit(smaller, options.finetune_lr, options.finetune_epochs)
+    chain = layer_chain(net, dataset.input_shape)
+    ratios = {layer.module: 1 - (width + 0.5) / layer.units for layer, width in zip(chain[:-1], widths) if width < layer.units}
+    pruner = tp.pruner.MetaPruner(net.eval(), dataset.x_train[:2], importance=tp.importance.MagnitudeImportance(p=1),
+                                  pruning_ratio=0.0, pruning_ratio_dict=ratios, ignored_layers=[chain[-1].module])
+    pruner.step()
+    assert [layer.units for layer in layer_chain(net, dataset.input_shape)[:-1]] == list(widths)
+    fit(net.train(), options.finetune_lr, options.finetune_epochs)
     with torch.no_grad():
-        return metric("classification", torch.softmax(smaller(dataset.x_test), -1), dataset.y_test)
+        return metric("classification", torch.softmax(net.eval()(dataset.x_test), -1), dataset.y_test)
 
 
 def training_costs(config, dataset, learned, *, steps: int, rounds: int) -> dict:
