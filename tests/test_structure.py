@@ -120,3 +120,45 @@ def test_the_probe_leaves_the_network_as_it_was():
     assert net.training and all(m.training for m in net.modules())
     assert all(torch.equal(before[name], p) for name, p in net.state_dict().items())
     assert not any(m._forward_hooks for m in net.modules())
+
+
+def test_unit_groups_of_plain_chains_are_their_hidden_layers():
+    from bayesprune.models import lenet_5_caffe as caffe
+    from bayesprune.structure import unit_groups
+
+    for net, shape in ((mlp((5,), 2, hidden=[4, 3]), None), (caffe((1, 28, 28), 10), (1, 28, 28)),
+                       (ClassicLeNet5(), (1, 28, 28))):
+        hidden = layer_chain(net, shape)[:-1]
+        groups = unit_groups(net, shape)
+        assert [(g.name, g.units, g.producers, g.consumers) for g in groups] == \
+            [(l.name, l.units, (l.name,), (l.consumer,)) for l in hidden]
+        assert [g.gate_site for g in groups] == [l.gate_site for l in hidden]
+
+
+class TwoHeads(nn.Module):
+    """One hidden layer read by two consumers whose outputs are concatenated: a shared consumer group."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.a, self.b, self.out = nn.Linear(4, 6), nn.Linear(6, 3), nn.Linear(6, 2), nn.Linear(5, 2)
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        return self.out(torch.cat([self.a(h), self.b(h)], dim=1))
+
+
+def test_unit_groups_of_shared_consumers_and_concatenations_by_hand():
+    from bayesprune.export import export
+    from bayesprune.pruning import apply_masks, expand_unit_masks
+    from bayesprune.structure import unit_groups
+
+    net = TwoHeads().eval()
+    groups = {g.gate_site: (g.units, g.producers, g.consumers) for g in unit_groups(net)}
+    assert groups == {"fc1.gate": (6, ("fc1",), ("a", "b")), "a.gate": (3, ("a",), ("out",)), "b.gate": (2, ("b",), ("out",))}
+    masks = {"fc1.gate": torch.tensor([1, 0, 1, 1, 0, 1], dtype=torch.bool), "b.gate": torch.tensor([False, True])}
+    small = export(net, masks)
+    assert (small.a.in_features, small.b.in_features, small.b.out_features, small.out.in_features) == (4, 4, 1, 4)
+    x = torch.randn(5, 4)
+    params = apply_masks(dict(net.named_parameters()), expand_unit_masks(net, masks))
+    with torch.no_grad():
+        assert torch.allclose(small(x), torch.func.functional_call(net, params, (x,)), atol=1e-6)
