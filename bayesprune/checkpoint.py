@@ -20,7 +20,7 @@ from .errors import BayesPruneError
 def save_checkpoint(path, fitted, *, metadata=None):
     """Write the state of the finished fit ``fitted`` atomically, with the structure of its network."""
     write_checkpoint(path, method=fitted.method, state=fitted.state_dict(), metadata=metadata,
-                     structure={name: list(shape) for name, shape in fitted.sites.items()})
+                     structure={name: list(param.shape) for name, param in fitted.net.named_parameters()})
 
 
 def write_checkpoint(path, *, method: str, state: dict, metadata=None, structure=None, loop=None):

@@ -62,16 +62,26 @@ class ModelConfig:
     (``"module:callable"``, the run's working directory importable) names the user's own, called as
     ``callable(input_shape, output_dim, **options)``; every other key is an option of the builder.
 
-    ``noise_scale`` fixes the Gaussian noise of regression; absent, it is learned.
+    ``noise_scale`` fixes the Gaussian noise of regression; absent, it is learned. ``expose`` and
+    ``hide`` add parameters to the sites or take them out (names, globs or module type names,
+    :func:`bayesprune.sites.site_names`; by default the sites are the parameters of the Linear and
+    convolution layers, and normalisation layers stay point estimates).
     """
 
     architecture: str = "mlp"
     factory: str | None = None
     noise_scale: float | None = None
+    expose: tuple = ()
+    hide: tuple = ()
     options: dict = field(default_factory=dict)
 
     def __post_init__(self):
         _require(isinstance(self.architecture, str), "model.architecture", "be a string", self.architecture)
+        for key in ("expose", "hide"):
+            value = getattr(self, key)
+            _require(isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value), f"model.{key}",
+                     "be a list of parameter names, globs or module type names", value)
+            object.__setattr__(self, key, tuple(value))
         if self.factory is not None:
             _require(isinstance(self.factory, str) and FACTORY.fullmatch(self.factory) is not None, "model.factory",
                      "be 'module:callable' (e.g. 'mynets:resnet')", self.factory)

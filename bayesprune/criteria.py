@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vjp, vmap
 
-from .structure import layer_chain
+from .sites import weight_sites  # noqa: F401  (the sites a criterion scores)
 from .validation import is_number, require
 
 CRITERIA: dict = {}
@@ -33,12 +33,6 @@ def register_criterion(name: str):
         CRITERIA[name] = function
         return function
     return register
-
-
-def weight_sites(net) -> list:
-    """The weight tensors of ``net``'s Linear/Conv2d chain, the sites a criterion scores (biases are
-    never pruned by these criteria)."""
-    return [layer.weight_site for layer in layer_chain(net)]
 
 
 def saliency(name: str, net, *, x=None, y=None, loss=None, generator=None, penalty: float = 0.0, loss_kind=None) -> dict:

@@ -18,11 +18,16 @@ def predict(model, guide, x, *, num_samples: int = 0, masks=None, batch_size: in
     """
     draws = [guide.mean_params()] if num_samples == 0 else [guide.sample_params() for _ in range(num_samples)]
     total = 0.0
-    for params in draws:
-        params = apply_masks(params, masks) if masks else params
-        total = total + torch.cat(
-            [model.likelihood.mean(model.network(params, chunk)) for chunk in torch.split(x, batch_size)]
-        )
+    training = model.net.training
+    model.net.eval()  # batch norm with its running statistics, no dropout
+    try:
+        for params in draws:
+            params = apply_masks(params, masks) if masks else params
+            total = total + torch.cat(
+                [model.likelihood.mean(model.network(params, chunk)) for chunk in torch.split(x, batch_size)]
+            )
+    finally:
+        model.net.train(training)
     return total / len(draws)
 
 

@@ -138,8 +138,8 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     ``resumed_from`` is the directory of an interrupted run of ``config`` to continue (:func:`resume_run`).
     """
     out = Path(out)
-    root = config.data.options.get("root")
-    check_output_dir(out, force=force, inputs=[*inputs, *([root] if isinstance(root, str) else [])])
+    files = [config.data.options.get(key) for key in ("root", "path", "train", "test")]  # the data's own files
+    check_output_dir(out, force=force, inputs=[*inputs, *(path for path in files if isinstance(path, str))])
     if config.experiment.name is not None:
         return _run_experiment(config, out, progress=progress)
     method = get_method(config.method)

@@ -35,7 +35,8 @@ class DiracSpikeSlabGuide(PyroModule):
         to_pyro_module_(masks)  # its λ become Pyro params that SVI steps
         self.masks = masks
         self.temperature = temperature
-        self.loc = PyroParam(torch.cat([p.detach().flatten() for p in model.net.parameters()]))
+        params = dict(model.net.named_parameters())
+        self.loc = PyroParam(torch.cat([params[name].detach().flatten() for name in self.site_shapes]))
         log_scale = torch.full_like(self.loc, math.log(scale))
         if learn_scale:
             self.log_scale = PyroParam(log_scale)

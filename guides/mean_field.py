@@ -26,7 +26,8 @@ class MeanFieldGuide(PyroModule):
     def __init__(self, model, *, init_scale: float = 1e-2):
         super().__init__()
         self.site_shapes = dict(model.site_shapes)
-        self.loc = PyroParam(torch.cat([p.detach().flatten() for p in model.net.parameters()]))
+        params = dict(model.net.named_parameters())
+        self.loc = PyroParam(torch.cat([params[name].detach().flatten() for name in self.site_shapes]))
         self.rho = PyroParam(torch.full_like(self.loc, _inverse_softplus(init_scale)))
 
     @property

@@ -9,6 +9,8 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from bayesprune.sites import site_names
+
 
 class Fitted:
     """What a method hands over after fitting (or restoring from a checkpoint).
@@ -34,8 +36,9 @@ class Fitted:
 
     @property
     def sites(self) -> dict:
-        """Site name → shape of every prunable tensor, in network order."""
-        return {name: param.shape for name, param in self.net.named_parameters()}
+        """Site name → shape of every prunable tensor (:func:`bayesprune.sites.site_names`), in network order."""
+        params = dict(self.net.named_parameters())
+        return {name: params[name].shape for name in site_names(self.net)}
 
     def scores(self) -> dict:
         """Site name → importance score tensor (higher = keep), as :func:`bayesprune.pruning.prune` reads.
@@ -159,7 +162,8 @@ class GuideFitted(Fitted):
 
     def network(self):
         net = copy.deepcopy(self.net)
-        net.load_state_dict(self.guide.mean_params())
+        point = {name: value.detach() for name, value in self.model.point.values().items()}
+        net.load_state_dict({**point, **self.guide.mean_params()}, strict=False)  # buffers stay the network's
         return net
 
 

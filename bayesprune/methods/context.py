@@ -25,6 +25,7 @@ from bayesprune.export import mask_parameters, unmask_parameters
 from bayesprune.fit import STOP, History, LoopState, TensorBatches, optimizer_step, rng_state, set_rng_state, train
 from bayesprune.optim import OptimConfig, torch_optimizer, torch_scheduler
 from bayesprune.predict import metric
+from bayesprune.sites import site_names
 from bayesprune.tasks import predict_network
 
 #: The services a method may not support; a config asking for one it does not is refused.
@@ -44,6 +45,7 @@ class FitContext:
         optim: ``[optim]``: optimiser, learning rate and schedule.
         task: ``"classification"`` or ``"regression"``.
         noise_scale: the fixed Gaussian noise of regression (``model.noise_scale``), ``None`` if learned.
+        expose, hide: ``model.expose`` and ``model.hide``: what :meth:`sites` adds or takes out.
         validation: ``(x, y)`` held out of the training split (``train.validation``), or ``None``;
             the stage given ``validate`` keeps its best epoch on it.
         patience: stop that stage after this many epochs without improvement.
@@ -65,6 +67,8 @@ class FitContext:
     optim: OptimConfig = field(default_factory=OptimConfig)
     task: str = "classification"
     noise_scale: float | None = None
+    expose: tuple = ()
+    hide: tuple = ()
     validation: tuple | None = None
     patience: int | None = None
     checkpoint: Path | None = None
@@ -84,8 +88,13 @@ class FitContext:
         resolved = config.for_data(data.num_train)
         return cls(device=device, seed=config.seed if seed is None else seed, epochs=resolved.train.epochs,
                    batch_size=resolved.data.batch_size, optim=config.optim, task=data.task,
-                   noise_scale=config.model.noise_scale, patience=config.train.patience,
+                   noise_scale=config.model.noise_scale, expose=config.model.expose, hide=config.model.hide,
+                   patience=config.train.patience,
                    checkpoint_every=config.train.checkpoint_every, method=config.method, **services)
+
+    def sites(self, net) -> list:
+        """The names of ``net``'s site parameters under ``expose`` and ``hide`` (:func:`bayesprune.sites.site_names`)."""
+        return site_names(net, expose=self.expose, hide=self.hide)
 
     def batches(self, x, y, *, seed: int | None = None) -> TensorBatches:
         """Shuffled minibatches of ``(x, y)`` on the device, of the run's size, seeded with ``seed``

@@ -156,12 +156,14 @@ class PBPFitted(GuideFitted):
 
     def state_dict(self) -> dict:
         return {"guide": {k: v.detach().clone() for k, v in self.guide.state_dict().items()},
+                "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
                 "prior": {name: {"probs": p.probs.clone(), "loc": p.loc.clone(), "scale": p.scale.clone()}
                           for name, p in self.priors.items()},
                 "split_seed": self.split_seed}
 
     def load_state_dict(self, state):
         load_module_state(self.guide, state["guide"])
+        load_module_state(self.model, state["model"])
 
 
 def _prior_distributions(guide) -> dict:
@@ -173,12 +175,14 @@ def _prior_distributions(guide) -> dict:
 
 def _model_and_guide(net, priors: dict, likelihood, options, *, learn_scale: bool) -> tuple:
     """The network under ``priors`` observed through ``likelihood``, and the guide started at the prior:
-    λ and μ of every parameter set to the prior's (``net``'s parameters are overwritten with μ), σ to σ⁰."""
+    λ and μ of every site set to the prior's (``net``'s parameters are overwritten with μ), σ to σ⁰. The
+    sites are ``priors``' keys; other parameters (normalisation layers) are point estimates."""
     with torch.no_grad():
         for name, param in net.named_parameters():
-            param.copy_(priors[name].loc)
-    model = BayesianNetwork(net, GivenPrior(priors), likelihood)
-    keep = {name: priors[name].probs for name in weight_sites(net)}
+            if name in priors:
+                param.copy_(priors[name].loc)
+    model = BayesianNetwork(net, GivenPrior(priors), likelihood, sites=list(priors))
+    keep = {name: priors[name].probs for name in weight_sites(net) if name in priors}
     guide = DiracSpikeSlabGuide(model, keep, scale=math.exp(options.log_sigma2 / 2), learn_scale=learn_scale,
                                 parameterization=options.parameterization, temperature=options.temperature)
     return model, guide
@@ -226,8 +230,9 @@ class PBPMethod(Method):
 
         scores = saliency(options.start_mask, net, x=x_prior[:SALIENCY_EXAMPLES], y=y_prior[:SALIENCY_EXAMPLES], loss=loss)
         keep = block_isotropic(scores, options.sparsity, options.epsilon)
-        initial = {name: DiracSpikeSlab(keep[name] if name in keep else torch.ones_like(param), param.detach().clone(),
-                                        torch.full_like(param, math.exp(options.log_sigma2 / 2))) for name, param in net.named_parameters()}
+        params = dict(net.named_parameters())
+        initial = {name: DiracSpikeSlab(keep[name] if name in keep else torch.ones_like(params[name]), params[name].detach().clone(),
+                                        torch.full_like(params[name], math.exp(options.log_sigma2 / 2))) for name in ctx.sites(net)}
         prior_model, prior_guide = _model_and_guide(net, initial, Categorical(len(prior_rows)), options, learn_scale=False)
         histograms = {"keep_probability_histogram_start": prior_guide.masks.histogram()}
         _variational_stage(ctx, "stage 2: prior P on S_P", prior_model, prior_guide, prior_batches,
@@ -303,4 +308,6 @@ class PBPMethod(Method):
         priors = {name: DiracSpikeSlab(p["probs"], p["loc"], p["scale"]) for name, p in state["prior"].items()}
         model, guide = _posterior(net, priors, n=data.num_train - math.floor(options.alpha * data.num_train), options=options)
         load_module_state(guide, state["guide"])
+        if "model" in state:  # the point estimates and batch norm's statistics (checkpoints before them had none)
+            load_module_state(model, state["model"])
         return PBPFitted(model, guide, priors, split_seed=state["split_seed"])

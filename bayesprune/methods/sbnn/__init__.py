@@ -104,11 +104,12 @@ class SBNNFitted(GuideFitted):
         load_module_state(self.guide, state["guide"])
 
 
-def build_model(net, data, prior, *, noise_scale=None) -> BayesianNetwork:
-    """The Bayesian network around ``net``: ``prior`` and the likelihood of the data's task (Gaussian
-    noise of scale ``noise_scale`` for regression, learned when ``None``)."""
+def build_model(net, data, prior, *, noise_scale=None, sites=None) -> BayesianNetwork:
+    """The Bayesian network around ``net``: ``prior`` on its ``sites`` (the parameters of its Linear and
+    convolution layers by default) and the likelihood of the data's task (Gaussian noise of scale
+    ``noise_scale`` for regression, learned when ``None``)."""
     options = {"scale": noise_scale} if data.task == "regression" else {}
-    return BayesianNetwork(net, prior, LIKELIHOODS[data.task](data.num_train, **options))
+    return BayesianNetwork(net, prior, LIKELIHOODS[data.task](data.num_train, **options), sites=sites)
 
 
 def fit_posterior(net, data, options: SBNNOptions, ctx, *, prior=None, guide_class=SpikeSlabGuide) -> SBNNFitted:
@@ -126,7 +127,8 @@ def fit_posterior(net, data, options: SBNNOptions, ctx, *, prior=None, guide_cla
     pyro.clear_param_store()
     pyro.set_rng_seed(ctx.seed)
     device = ctx.device
-    model = build_model(net.to(device), data, options.prior() if prior is None else prior, noise_scale=ctx.noise_scale).to(device)
+    model = build_model(net.to(device), data, options.prior() if prior is None else prior, noise_scale=ctx.noise_scale,
+                        sites=ctx.sites(net)).to(device)
     guide = guide_class(model, init_scale=options.init_scale).to(device)
     fitted = SBNNFitted(model, guide, predictive_samples=options.predictive_samples)
     objective = OBJECTIVES[options.objective](
@@ -162,7 +164,7 @@ class SBNN(Method):
         return fit_posterior(net, data, options, ctx)
 
     def restore(self, net, data, options, ctx, state):
-        model = build_model(net, data, options.prior(), noise_scale=ctx.noise_scale)
+        model = build_model(net, data, options.prior(), noise_scale=ctx.noise_scale, sites=ctx.sites(net))
         guide = SpikeSlabGuide(model, init_scale=options.init_scale)
         load_module_state(model, state["model"])
         load_module_state(guide, state["guide"])

@@ -119,15 +119,20 @@ class SparseVDFitted(Fitted):
     def predict(self, x, *, masks=None, num_samples=0, batch_size: int = 4096):
         draws = [self.params()] if num_samples == 0 else [self.params(sample=True) for _ in range(num_samples)]
         total = 0.0
-        for params in draws:
-            params = apply_masks(params, masks) if masks else params
-            total = total + torch.cat([self.model.likelihood.mean(self.model.network(params, chunk))
-                                       for chunk in torch.split(x, batch_size)])
+        training = self.net.training
+        self.net.eval()  # batch norm with its running statistics
+        try:
+            for params in draws:
+                params = apply_masks(params, masks) if masks else params
+                total = total + torch.cat([self.model.likelihood.mean(self.model.network(params, chunk))
+                                           for chunk in torch.split(x, batch_size)])
+        finally:
+            self.net.train(training)
         return total / len(draws)
 
     def network(self):
         net = copy.deepcopy(self.net)
-        net.load_state_dict(self.params())
+        net.load_state_dict(self.params(), strict=False)  # buffers (batch norm's statistics) stay the network's
         return net
 
     def metrics(self) -> dict:

@@ -319,6 +319,8 @@ class UnitGatesMethod(Method):
         "optim.momentum": "Algorithm 1 trains with Adam (paper 004, section 7)",
         "optim.schedule": "Algorithm 1 trains at a constant rate (optim.lr, then unit-gates.finetune_lr)",
         "optim.weight_decay": "the weights' prior precision is unit-gates.weight_precision (eq. 12)",
+        "model.expose": "its gates are the units of the Linear and convolution layers",
+        "model.hide": "its gates are the units of the Linear and convolution layers",
     }
 
     def fit(self, net, data, options, ctx):

@@ -1,0 +1,117 @@
+"""Any ``nn.Module`` for every weight-level method: sites are the parameters of the prunable layers,
+batch norm stays a point estimate whose running statistics survive, skip connections just work."""
+import json
+
+import numpy as np
+import pytest
+import tomli_w
+import torch
+from torch import nn
+from torchvision.models.resnet import BasicBlock, ResNet
+
+import bayesprune as bp
+from bayesprune.cli import main
+from bayesprune.data import load_dataset
+from bayesprune.errors import ConfigError
+from bayesprune.runner import load_run
+from bayesprune.sites import site_names, weight_sites
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+#: Every stage one epoch, on 256 digits; the options of each weight-level method that keep it short.
+SHORT = {
+    "sbnn": ({}, {"lr": 1e-3}),
+    "sparse-vd": ({"kl_anneal_start": 0, "kl_anneal_end": 1}, {"lr": 1e-3}),
+    "pft": ({"pretrain_epochs": 1, "finetune_epochs": 1, "start_masks": ["magnitude"], "sparsities": [0.9],
+             "perturbation_draws": 1, "equal_budget_baseline": False}, {"name": "sgd", "lr": 0.01, "momentum": 0.9}),
+    "pbp": ({"prior_epochs": 1, "prior_mask_epochs": 1, "mc_samples": 5, "prior_samples": 2}, {"name": "sgd", "lr": 0.01}),
+    "probmask": ({"t1": 1, "t2": 2, "finetune_epochs": 1, "final_draws": 2, "baseline": False}, {"name": "sgd", "lr": 0.01}),
+    "saliency": ({"criteria": ["magnitude"], "stages": [1], "penalties": [0.0], "finetune_epochs": 1},
+                 {"name": "sgd", "lr": 0.01}),
+}
+
+
+def resnet(input_shape=(1, 8, 8), output_dim=10):
+    """torchvision's ResNet (BasicBlocks with batch norm and identity and projection skips), one block per
+    stage, its stem taking one-channel images."""
+    net = ResNet(BasicBlock, [1, 1, 1, 1], num_classes=output_dim)
+    net.conv1 = nn.Conv2d(input_shape[0], 64, 3, padding=1, bias=False)
+    return net
+
+
+def test_sites_are_the_prunable_layers_and_the_user_can_expose_or_hide():
+    net = resnet()
+    names = [name for name, _ in net.named_parameters()]
+    convolutions_and_linear = [name for name in names if "bn" not in name and "downsample.1" not in name]
+    assert site_names(net) == convolutions_and_linear and "fc.bias" in site_names(net)
+    assert weight_sites(net) == [name for name in convolutions_and_linear if name.endswith("weight")]
+    assert set(site_names(net, expose=["BatchNorm2d"])) == set(names)
+    assert site_names(net, hide=["layer4.*"]) == [name for name in convolutions_and_linear if not name.startswith("layer4")]
+    with pytest.raises(ConfigError, match="^model.expose: 'nothing.*' matches no parameter"):
+        site_names(net, expose=["nothing.*"])
+
+
+def test_a_shared_module_is_one_site():
+    shared = nn.Linear(4, 4)
+    net = nn.Sequential(shared, nn.ReLU(), shared)
+    assert site_names(net) == ["0.weight", "0.bias"]
+
+
+FACTORY = """
+from torch import nn
+from torchvision.models.resnet import BasicBlock, ResNet
+
+
+def resnet(input_shape, output_dim):
+    net = ResNet(BasicBlock, [1, 1, 1, 1], num_classes=output_dim)
+    net.conv1 = nn.Conv2d(input_shape[0], 64, 3, padding=1, bias=False)
+    return net
+"""
+
+
+@pytest.fixture(scope="module")
+def user_files(tmp_path_factory):
+    """A folder with the user's network factory and 128 + 100 digits as an .npz."""
+    folder = tmp_path_factory.mktemp("user")
+    (folder / "mynets.py").write_text(FACTORY)
+    data = load_dataset("digits")
+    np.savez(folder / "digits.npz", x_train=data.x_train[:128].numpy(), y_train=data.y_train[:128].numpy(),
+             x_test=data.x_test[:100].numpy(), y_test=data.y_test[:100].numpy())
+    return folder
+
+
+@pytest.mark.parametrize("method", sorted(SHORT))
+def test_every_weight_level_method_runs_a_resnet_with_batch_norm_from_a_config(method, user_files, monkeypatch):
+    """From a TOML config with model.factory and an .npz: scores cover the convolution and linear weights
+    and no batch norm parameter, and the run directory's checkpoint rebuilds the network, batch norm's
+    running statistics included, with the run's own test error."""
+    monkeypatch.chdir(user_files)
+    options, optim = SHORT[method]
+    config = {"method": method, "device": "cpu", "data": {"dataset": "npz", "path": "digits.npz", "batch_size": 128},
+              "model": {"factory": "mynets:resnet"}, "optim": optim, "train": {"epochs": 1}, method: options,
+              "prune": {"droprates": [0.0], "include_biases": False}, "baseline": {"enabled": False}}
+    (user_files / f"{method}.toml").write_text(tomli_w.dumps(config))
+    out = user_files / f"run-{method}"
+    assert main(["run", f"{method}.toml", "--out", str(out), "--quiet"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    _, data, fitted = load_run(out)
+    assert set(weight_sites(fitted.net)) <= set(fitted.scores()) <= set(site_names(fitted.net))
+    assert not any("bn" in site for site in fitted.scores())
+    error = 100 * (fitted.predict(data.x_test).argmax(-1) != data.y_test).float().mean().item()
+    assert error == pytest.approx(metrics["test_error"])
+    statistics = [buffer for name, buffer in fitted.net.named_buffers() if name.endswith("running_var")]
+    assert statistics and not all(torch.equal(buffer, torch.ones_like(buffer)) for buffer in statistics)
+
+
+def test_fit_method_hands_over_a_network_with_the_fits_batch_norm_statistics():
+    """The plain network of a fit from Python (point estimate and running statistics) predicts what the
+    fit predicts."""
+    data = load_dataset("digits")
+    torch.manual_seed(0)
+    options, optim = SHORT["sbnn"]
+    fitted = bp.fit_method("sbnn", resnet(), (data.x_train[:256], data.y_train[:256]), options=options, epochs=1,
+                           batch_size=128, optim=optim, device="cpu")
+    plain = fitted.network().eval()
+    with torch.no_grad():
+        expected = torch.softmax(plain(data.x_test[:50]), -1)
+    assert torch.allclose(fitted.predict(data.x_test[:50]), expected, atol=1e-5)
