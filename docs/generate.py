@@ -1,0 +1,441 @@
+"""Write ``docs/reference.md``, the config reference, from the code: ``python docs/generate.py``.
+
+Every option table is built from a dataclass: each registered method's ``Options`` (the description
+of a field is its entry in the class docstring's ``Attributes:`` section) and the core sections
+(``DataConfig`` … ``ReferenceConfig`` of :mod:`bayesprune.config`, ``OptimConfig`` of
+:mod:`bayesprune.optim`), whose field descriptions live in :data:`CORE` below because their
+docstrings are prose. A field without a description stops the generator with the list of them, so
+that someone writes one. ``tests/test_docs.py`` regenerates the file and fails when the committed
+one differs: the reference cannot drift from the code.
+"""
+import dataclasses
+import inspect
+import math
+import re
+import sys
+from pathlib import Path
+
+OUTPUT = Path(__file__).with_name("reference.md")
+HINT = "regenerate it with: python docs/generate.py"
+
+#: Descriptions of the top-level keys (``RunConfig``'s own fields).
+TOP = {
+    "method": "the registered method (`bayesprune list` shows the packaged configs of every method); its options live in the table of its name (`[sbnn]`)",
+    "description": "free text, shown by `bayesprune list`",
+    "seed": "the seed of the run (splits, initialisation, minibatch order)",
+    "seeds": "`[0, 1, 2]` repeats the whole run from each seed: `metrics.json` holds the mean of every number, `<key>_std` its standard deviation, lists of numbers elementwise, and `per_seed`",
+    "device": "`\"auto\"` (CUDA when present), `\"cpu\"` or `\"cuda[:N]\"`",
+    "chains": "independent fits from seeds `seed`, `seed + 1`, … written to `posterior.nc` (R-hat and ESS compare restarts); metrics and checkpoint are the first chain's",
+}
+
+#: Descriptions of the fields of the core sections, ``section.field`` → text.
+CORE = {
+    "data.dataset": "`digits`, `mnist`, `fashion-mnist`, `cifar10` (needs `root`), `uci` (needs `root`, `name`, `split`), your own data: `npz`, `csv`, `image-folder` (see [the loaders](#your-own-data)); the simulators `linear-regression`, `feature-importance-2var`, `feature-importance-many`, `feature-selection`",
+    "data.batch_size": "minibatch size, or `\"auto\"`: a hundredth of the training rows, at least 32",
+    "data.splits": "UCI only: fit every listed split, or `\"all\"`, and report mean and standard error",
+    "model.architecture": "`mlp`, `lenet-300-100`, `lenet-5-caffe` (20-50-800-500; `lenet-5` is its earlier name), `lenet-5-classic` (6-16-120-84, paper 004); options `hidden` (widths of `mlp`, default `[100]`) and `activation` (`relu`, `tanh`, `sigmoid`, `leaky-relu`)",
+    "model.factory": "`\"module:callable\"`: your own network, built as `callable(input_shape, output_dim, **options)` with the run's working directory importable; recorded in `config.toml` so `load_run` rebuilds it. Not beside `architecture`",
+    "model.noise_scale": "fixed noise standard deviation of the Gaussian likelihood (regression); unset, it is learned",
+    "model.expose": "parameters added to the sites (names, globs such as `\"*.bn1.*\"`, or module type names such as `\"BatchNorm2d\"`); by default the sites are the parameters of the Linear and convolution layers",
+    "model.hide": "parameters taken out of the sites (same forms); they stay point estimates that the optimiser trains",
+    "optim.name": "`adam` or `sgd`",
+    "optim.lr": "learning rate",
+    "optim.schedule": "`constant`, `exponential` (× `gamma` per epoch) or `cosine` (annealed to zero over the run)",
+    "optim.gamma": "the factor of the exponential schedule",
+    "optim.momentum": "SGD's momentum",
+    "optim.weight_decay": "weight decay of the plain optimiser steps (pft, pbp's stage 1, probmask, saliency), not of SVI objectives",
+    "train.epochs": "passes over the training set (200 when neither it nor `steps` is given)",
+    "train.steps": "a budget of gradient steps instead: the epochs that reach it on each data set (replaces `train.epochs`)",
+    "train.validation": "fraction of the training split held out; the epoch whose point estimate scores best on it is kept and recorded as `best_epoch` (the test split is read only after the fit; the plain baseline follows the same rule). The stage it acts on: the variational fit (sbnn, sparse-vd), the dense training (pft, pbp's stage 1, saliency); refused for unit-gates and probmask (see [keys each method refuses](#keys-each-method-refuses))",
+    "train.patience": "with `train.validation`: stop after this many epochs without improvement",
+    "train.checkpoint_every": "epochs between checkpoints (SIGINT or SIGTERM stops a run at the end of the step in progress, keeps the last checkpoint in `--out` and exits 130 or 143)",
+    "prune.droprates": "fractions removed, lowest score first (sBNN: the inclusion logit B − A of eq. 3.8, in float64)",
+    "prune.scope": "`global` (ranked across the network) or `layer`",
+    "prune.level": "`weight`, or `unit` (hidden units and convolution filters, scored by their gate or by the mean score of their incoming weights)",
+    "prune.min_keep": "kept per layer at least, so that none is emptied",
+    "prune.include_biases": "rank and count the biases with the weights (paper 003's prior covers both); `false` keeps every bias and the droprate is a fraction of the weights. Every curve row reports `sparsity` (all parameters) and `sparsity_weights` (biases left out)",
+    "baseline.enabled": "train the plain network of the same shape on the same split",
+    "baseline.epochs": "its epochs (unset: `train.epochs`)",
+    "baseline.lr": "its rate (unset: `optim.lr`)",
+    "reference.source": "where the published numbers come from (`\"paper 003, Table 8, set 2\"`)",
+    "reference.droprates": "droprates of the published numbers",
+    "reference.values": "published test metrics printed beside the curve in `report.md`: a list, or a table of lists keyed by `data.name` (the packaged `uci` carries paper 003's Table 2, `mnist-lenet-5-caffe` Table 8, `mnist-lenet-300-100` Table 7)",
+}
+
+INTRO = """\
+# Config reference
+
+<!-- Generated by docs/generate.py from the Options dataclasses and the core config sections; do not
+edit by hand: {hint}. -->
+
+A run is one TOML file (`bayesprune run FILE.toml`, or a packaged name from `bayesprune list`); any
+key can be overridden with `--set section.key=value` (`--set sbnn.pi=0.3 --set model.hidden=[50,50]`).
+Every invalid value is refused in one line naming the key. The resolved config is saved as
+`config.toml` in the run directory. An `[experiment]` table with a `name` turns a run into a
+packaged study of many fits (paper 003's simulations, see [reproductions](reproductions.md)); its
+other keys are the study's options. Configs and run directories of earlier versions (`[prior]`,
+`[guide]`, `[objective]`, `train.predictive_samples`) still load: those keys are read as their
+`[sbnn]` names.
+
+Contents: [top level](#top-level), {core_links}, [keys each method refuses](#keys-each-method-refuses),
+{method_links}.
+"""
+
+USER_DATA = """\
+### Your own data
+
+`data.dataset = "npz"`, `"csv"` or `"image-folder"` reads your own files (`bayesprune/data/user.py`):
+
+- `npz`: `data.path`, an archive written by `numpy.savez` with `x_train`, `y_train`, `x_test`, `y_test`
+  (optionally `feature_names`, `class_names`). Integer targets are class labels `0..K-1`, floating
+  targets regression; inputs keep their shape (`(N, D)` tables, `(N, C, H, W)` images). Read with
+  `allow_pickle=False`.
+- `csv`: one table `data.path` split by `data.test_fraction` (0.2) with `data.seed`, or two tables
+  `data.train` and `data.test`; `data.target` names the target column, every other column is a
+  numeric feature; `data.task` (`"classification"` or `"regression"`) or inferred.
+- `image-folder`: `data.root` holding `train/<class>/<image>` and `test/<class>/<image>`;
+  `data.size` resizes, `data.grayscale` keeps one channel; pixels in `[0, 1]`.
+
+`data.normalize` (`npz`, `csv`) standardises with the training split's statistics (default true for
+tables). Every defect is one line naming the file or the option.
+"""
+
+#: Hand-written prose of each method's section: (before the table, after the table).
+PROSE = {
+    "sbnn": ("", """\
+The packaged `default` config uses π = 0.5, log τ1 = −1, log τ0 = −5 (paper 003 section 4.3's
+family log τ1 = −1 + c, log τ0 = −5 − c for fully connected nets, at c = 0) and `optim.lr = 0.01`.
+Measured (`bayesprune run default`, seed 0, 200 epochs, CPU): 5.6% test error unpruned, 5.3% with
+80% of the weights removed, 8.6% at 90%. The LeNet-5 "set 1" prior (log τ1 = 0, log τ0 = −5) gives
+3.6% unpruned but 6.9% at 80% removed; c = 0.5 gives 4.7% unpruned and 24% at 80%.
+
+sBNN weights are ranked by their inclusion logit B − A (eq. 3.8) in float64, not by p*: in float32,
+p* rounds to exactly 1 from B − A ≈ 17 on (most weights of a trained net), and a budget would then
+remove tied weights in network order. On the old default prior at 80% removed that was 28.3% test
+error against 6.9% by logit.
+"""),
+    "unit-gates": ("""\
+Packaged `unit-gates-lenet300`, `unit-gates-lenet5` with section 7's settings: batch 64, λ = 20,
+Adam 1e-3 for 50 epochs, fine-tuning 10 epochs at 1e-4, θ(0) = 0.5, θ_tol = 1e-3, log γ = −25 / −100,
+leaky ReLU 1e-3, Glorot-normal weights.
+""", """\
+A unit whose θ meets the pruning condition is switched off at once and removed from the network,
+its gates and Adam's state at the end of the epoch. `metrics.json` adds `pruning_ratio` (weights
+removed / weights of the starting network; `pruning_ratio_with_input_threshold`),
+`learned_architecture`, `units_alive`, `epoch_test_error` and `epoch_seconds` per epoch and
+`theta_trajectories`; the report plots them (`units.png`, `theta.png`). Runs need
+`prune.level = "unit"` and `train.validation = 0`.
+"""),
+    "pft": ("""\
+Packaged `pft-lenet300` and `pft-mlp3x1000` with appendix D.3's settings: SGD with momentum 0.9 at
+0.01, batches of 128, 30 epochs each of pre-training, mask training (`train.epochs`) and
+fine-tuning, clamp mapping, ε = 1e-4, β = 0.5. For every start mask and sparsity s, the one-shot
+mask (OSP: the top 1 − s of the criterion's scores, fine-tuned) is compared with PFT
+(keep-probabilities λ started from the scores by eq. 6, trained with the weights on the empirical
+Gibbs risk through the Concrete relaxation, the top 1 − s of λ kept, ties in λ by |W|, fine-tuned
+for the same epochs as OSP). The one-shot criteria are those of `bayesprune.criteria`.
+""", """\
+`metrics.json` adds, in the order of `grid` (`[start mask, sparsity]` pairs): `osp_test_error`,
+`pft_test_error`, `mask_overlap` (share of the start mask's weights PFT keeps, Fig. 2 left) and
+`pft_expected_sparsity`; `keep_probability_histogram` (20 bins of λ, Fig. 11),
+`perturbation_increase_dense` and `perturbation_increase_pft`. The run's network is the first
+pair's; `report.md` adds the OSP/PFT table and `mask_overlap.png`, `perturbation.png`,
+`keep_probabilities.png`.
+"""),
+    "pbp": ("""\
+Packaged `pbp-lenet300` and `pbp-mlp3x1000` with appendix D.2's settings. The training set S is
+split at random into S_P (a fraction α) and S \\ S_P (n examples). Stage 1 trains the network on
+S_P; stage 2 starts keep-probabilities λ⁰ from a criterion (eq. 6) and trains the prior
+P = (1 − λ⁰)δ₀ + λ⁰N(W⁰, σ⁰²) (eq. 5) on S_P by its Gibbs risk; stage 3 starts the posterior Q of the
+same family at P and minimises Theorem 1 (eq. 4) by SVI (`bayesprune.objectives.PACBayesBound`, the
+platform's `AnalyticKLELBO` with its `combine` hook) with the bounded cross-entropy (A.3) on
+S \\ S_P, the examples the bound's empirical term is measured on. Biases carry Gaussian slabs with
+λ = 1, so KL(Q ‖ P) (appendix B.4, a registered KL of `DiracSpikeSlab`) covers every parameter.
+""", """\
+The certificate (`bayesprune.bounds.certificate`) bounds the 0-1 error of the Gibbs classifier Q:
+Q's empirical risk on S \\ S_P is estimated from `mc_samples` networks with its own upper confidence
+bound kl⁻¹(R̂ ‖ log(2/δ′)/m) at δ′ = δ/2, and that bound enters Theorem 1 (`bound`) and Theorem 2
+(`bound_kl_inverse`) at δ/(2·`grid_size`). `metrics.json` adds `bound`, `bound_kl_inverse`,
+`empirical_risk`, `empirical_risk_bound`, `posterior_test_error` (Q's Gibbs test error, %),
+`prior_test_error`, `kl`, `n_bound`, `sparsity` (Q's expected sparsity), `alpha`, `delta`,
+`grid_size`, `mc_samples`. The point estimate of the pruning curve is μ under the most probable
+mask (λ ≥ 1/2), its `_mc` column the Gibbs predictive; scores are logit λ.
+`bayesprune certify RUN_DIR [--samples N]` recomputes the certificate of a saved run from its
+training data (the split is drawn again from the run's seed). The bounds are plain functions:
+
+```python
+from bayesprune.bounds import certificate, kl_inverse
+
+cert = certificate(mean_risk=0.02, samples=1000, kl=150.0, n=30_000, delta=0.05)
+print(f"Theorem 1: {float(cert.bound):.4f}, Theorem 2: {float(cert.bound_kl_inverse):.4f}")
+print(f"kl inverse: {float(kl_inverse(0.02, 0.01)):.4f}")  # sup{p : kl(0.02 || p) <= 0.01}
+```
+"""),
+    "probmask": ("""\
+Packaged `probmask-lenet300`, `probmask-lenet5`: Table 4's optimisers, SGD with momentum 0.9 at 0.1
+for the weights and Adam at 6e-3 for s, batches of 256, gradients clipped to norm 3 as in the
+authors' code, the 100-epoch schedule t1 = 16, t2 = 60; the paper has no MNIST setting. Every
+weight has a keep-probability s started at 1; weights and s train on the expected loss through
+`samples` two-Gumbel relaxed masks per step (eqs. 3-5) at τ = 0.97(1 − t/T) + 0.03, and after every
+step s is projected exactly onto {s ∈ [0, 1]ⁿ, Σ s ≤ k·n} (Theorem 1, by bisection,
+`bayesprune.methods.probmask.projection`), k falling from 1 to 1 − `sparsity` between epochs t1 and
+t2 (eq. 7). The final mask is the best of `final_draws` draws m ~ Bernoulli(s) on 10,000 training
+examples, then fine-tuned.
+""", """\
+`metrics.json` adds `sparsity` (of the drawn mask), `remaining_ratio_per_layer`,
+`share_s_near_binary` (s within 0.01 of 0 or 1), `s_histogram`, `test_error_before_finetune` and
+`magnitude_test_error`; `report.md` plots `remaining_ratio.png` (Fig. 3) and `keep_probabilities.png`
+(Fig. 5). `python benchmarks/projection.py [--size 10000000]` times the bisection projection against
+a sort-based exact projection in one run (CPU, and CUDA when present).
+"""),
+    "saliency": ("""\
+Packaged `criteria-mlp`: the MLP 784-300-100-10 with tanh and Glorot weights, 50,000 / 10,000
+train/validation images (`data.validation = true`), 400 epochs of SGD at 0.01 with momentum 0.9,
+`optim.weight_decay` = 5e-4, batches of 100, 98.85% pruned, fine-tuning as long as training. The
+criteria are functions of `bayesprune.criteria` shared with PFT and PBP: MP (|θ|, eq. 4's ranking),
+OBD ½ G_kk θ_k² with the diagonal generalised Gauss-Newton (eq. 3, appendix A; not the empirical
+Fisher), LM |∂L/∂θ_k θ_k| (eq. 6), QM |−∂L/∂θ_k θ_k + ½ G_kk θ_k²| (eq. 5), SNIP and random, each
+with the step-size penalty λ/2·θ_k² (section 3.2). The trained network is pruned to `sparsity` in π
+stages without weight updates (Algorithm 1; κ_i = 1 − (1 − κ)^{i/π} for the exponential schedule,
+whose printed formula in the paper is garbled), the saliencies re-estimated on 1,000 random training
+examples per stage; every (criterion, π, λ) records ΔL = |L(θ ⊙ m) − L(θ)| on 10,000 training
+examples and the validation error before pruning, after pruning and after fine-tuning the mask. The
+dense network trains for `train.epochs`.
+""", """\
+`metrics.json` adds, in `grid` order (`[criterion, π, λ]`), `delta_loss`, `error_after_pruning`,
+`error_after_finetune`, `gap_before_finetune`, `gap_after_finetune` (points; null where not
+fine-tuned), `error_before_pruning`, `spearman_rho` (ΔL against the gap after fine-tuning, all
+fine-tuned points), and `best`: per criterion the lowest-ΔL point at the largest π with its
+`delta_loss`, `gap_before_finetune`, `gap_after_finetune` and `rho`. `report.md` plots ΔL against λ
+for each π (`delta_loss.png`, Fig. 1) and the gap after fine-tuning against ΔL
+(`gap_vs_delta_loss.png`, Fig. 3). OBD and QM compute the Gauss-Newton diagonal at every stage
+(14-19 s per stage of 1,000 examples on one CPU thread for this MLP): the packaged grid is meant for
+a GPU; `--set saliency.stages=[1,14]` and fewer epochs give a look on a CPU.
+"""),
+    "sparse-vd": ("""\
+Packaged `sparse-vd-digits`, `sparse-vd-lenet300`, `sparse-vd-lenet5`. The method's package,
+`bayesprune/methods/sparse_vd/`, is the worked example of writing a method (see the README).
+""", ""),
+}
+
+
+class UndocumentedField(Exception):
+    """Fields without a description, listed as ``section.field``."""
+
+
+def attributes(cls) -> dict:
+    """Field name → description from the ``Attributes:`` section of ``cls``'s docstring (Google style).
+
+    An entry ``a, b: text`` describes both fields; its text is keyed by the tuple ``("a", "b")`` as well,
+    so that the table gives them one row.
+    """
+    doc = inspect.getdoc(cls) or ""
+    lines = doc.splitlines()
+    if "Attributes:" not in lines:
+        return {}
+    groups, names = {}, None
+    for line in lines[lines.index("Attributes:") + 1:]:
+        if line and not line.startswith(" "):
+            break  # the section ends at the next unindented line
+        entry = re.match(r" {4}([\w, ]+):(?:\s+(.*)|$)", line)
+        if entry:
+            names = tuple(name.strip() for name in entry.group(1).split(","))
+            groups[names] = entry.group(2) or ""
+        elif names and line.strip():
+            groups[names] = f"{groups[names]} {line.strip()}".strip()
+    found = {}
+    for names, text in groups.items():
+        found.update({name: text for name in names})
+        if len(names) > 1:
+            found[names] = text
+    return found
+
+
+def prose(cls) -> str:
+    """The docstring of ``cls`` after its first paragraph and without its ``Attributes:`` section, as markdown."""
+    doc = (inspect.getdoc(cls) or "").split("\nAttributes:")[0]
+    parts = doc.split("\n\n", 1)
+    return markdown(parts[1].strip()) if len(parts) > 1 else ""
+
+
+def summary(cls) -> str:
+    """The first paragraph of ``cls``'s docstring, as markdown."""
+    return markdown((inspect.getdoc(cls) or "").split("\n\n")[0])
+
+
+def markdown(text: str) -> str:
+    """reST inline markup as markdown: ``code`` and :role:`~target` to `code`, table pipes escaped."""
+    text = re.sub(r":\w+:`~?([\w.]+)`", lambda m: f"`{m.group(1)}`", text)
+    text = text.replace("``", "`")
+    return " ".join(text.split()) if "\n\n" not in text else "\n\n".join(" ".join(p.split()) for p in text.split("\n\n"))
+
+
+def capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def toml_value(value) -> str:
+    """A default as it is written in TOML (unset: a dash)."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "`true`" if value else "`false`"
+    if isinstance(value, float) and math.isinf(value):
+        return "`inf`" if value > 0 else "`-inf`"
+    if isinstance(value, str):
+        return f'`"{value}"`'
+    if isinstance(value, (tuple, list)):
+        return "`[" + ", ".join(toml_value(v).strip("`") for v in value) + "]`"
+    if isinstance(value, dict):
+        return "`{}`" if not value else f"`{value}`"
+    return f"`{value}`"
+
+
+def cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def table(section: str, cls, descriptions: dict, instance, skip=("options",)) -> list:
+    """The rows of one option table; every field needs a description (else :class:`UndocumentedField`).
+
+    A field without an entry of its own that another entry names as ``field`` (``theta_tol`` in the
+    entry of ``condition``) is described there, and its row points to that entry.
+    """
+    names = [f.name for f in dataclasses.fields(cls) if f.name not in skip]
+    descriptions = dict(descriptions)
+    for name in names:
+        if not descriptions.get(name):
+            owner = next((key for key, text in descriptions.items() if text and f"``{name}``" in text and key in names), None)
+            if owner:
+                descriptions[name] = f"see ``{owner}``"
+    missing = [f"{section}.{name}" for name in names if not descriptions.get(name)]
+    if missing:
+        raise UndocumentedField(missing)
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    done = set()
+    for name in names:
+        if name in done:
+            continue
+        group = next((key for key in descriptions if isinstance(key, tuple) and key[0] == name
+                      and all(member in names for member in key)), (name,))
+        done.update(group)
+        keys = ", ".join(f"`{member}`" for member in group)
+        defaults = ", ".join(toml_value(getattr(instance, member)) for member in group)
+        rows.append(f"| {keys} | {defaults} | {cell(markdown(descriptions[name]).rstrip('.'))} |")
+    return rows
+
+
+def core_sections():
+    from bayesprune import config
+    from bayesprune.optim import OptimConfig
+
+    return [("data", config.DataConfig), ("model", config.ModelConfig), ("optim", OptimConfig),
+            ("train", config.TrainConfig), ("prune", config.PruneConfig), ("baseline", config.BaselineConfig),
+            ("reference", config.ReferenceConfig)]
+
+
+def generate() -> str:
+    """The text of ``docs/reference.md``; raises :class:`UndocumentedField` naming every field without a description."""
+    from bayesprune.config import RunConfig, packaged_configs
+    from bayesprune.methods import available_methods
+
+    methods = dict(sorted(available_methods().items()))
+    sections = core_sections()
+    missing, out = [], []
+    core_links = ", ".join(f"[`[{name}]`](#{name})" for name, _ in sections)
+    method_links = ", ".join(f"[`[{name}]`](#{name})" for name in methods)
+    out.append(INTRO.format(hint=HINT, core_links=core_links, method_links=method_links))
+
+    out.append("## Top level\n")
+    run = RunConfig()
+    top = [f.name for f in dataclasses.fields(RunConfig) if f.name not in dict(sections) and f.name not in ("experiment", "method_options")]
+    try:
+        out += table("", RunConfig, TOP, run, skip=[f.name for f in dataclasses.fields(RunConfig) if f.name not in top])
+    except UndocumentedField as err:
+        missing += [name.lstrip(".") for name in err.args[0]]
+    out.append("")
+
+    for name, cls in sections:
+        out.append(f"## `[{name}]`\n")
+        out.append(capital(summary(cls).replace(f"`[{name}]`: ", "")))
+        out.append("")
+        if prose(cls):
+            out += [prose(cls), ""]
+        own = {key.split(".", 1)[1]: text for key, text in CORE.items() if key.startswith(name + ".")}
+        descriptions = {**own, **attributes(cls)}
+        extra = sorted(set(own) - {f.name for f in dataclasses.fields(cls)})
+        if extra:
+            raise UndocumentedField([f"{name}.{key} is described in docs/generate.py but is no field" for key in extra])
+        try:
+            out += table(name, cls, descriptions, cls())
+        except UndocumentedField as err:
+            missing += err.args[0]
+        if name in ("data", "model"):
+            out.append(f"| `<option>` | | any other key is an option of the {'loader' if name == 'data' else 'builder'}, e.g. "
+                       + ("`root`, `path`, `test_fraction`, `seed`, `n`, `alpha` |" if name == "data" else "`hidden`, `activation` |"))
+        out.append("")
+        if name == "data":
+            out.append(USER_DATA)
+
+    out.append("## Keys each method refuses\n")
+    out.append("A method lists the services and config keys it does not use (`Method.unsupported`); the runner "
+               "refuses a config that asks for one, or sets such a key to anything but its default, in one line "
+               "naming the key. Every other key acts. The pruning levels are those `prune.level` accepts.\n")
+    out += ["| method | prune levels | refused | why |", "|---|---|---|---|"]
+    for name, cls in methods.items():
+        refused = cls().unsupported_for(cls.Options())
+        levels = ", ".join(f"`{level}`" for level in cls.prune_levels)
+        if not refused:
+            out.append(f"| `{name}` | {levels} | — | |")
+        for i, (key, why) in enumerate(refused.items()):
+            out.append(f"| {f'`{name}`' if i == 0 else ''} | {levels if i == 0 else ''} | `{key}` | {cell(why)} |")
+    out.append("")
+
+    configs = packaged_configs()
+    for name, cls in methods.items():
+        out.append(f"## `[{name}]`\n")
+        out.append(capital(summary(cls.Options).replace(f"`[{name}]`: ", "")))
+        out.append("")
+        rest = prose(cls.Options)
+        if rest:
+            out += [rest, ""]
+        before, after = PROSE.get(name, ("", ""))
+        if before:
+            out.append(before)
+        try:
+            out += table(name, cls.Options, attributes(cls.Options), cls.Options())
+        except UndocumentedField as err:
+            missing += err.args[0]
+        out.append("")
+        if after:
+            out.append(after)
+        own = [config for config in configs if _method_of(config) == name]
+        out.append("Packaged configs: " + ", ".join(f"`{config}`" for config in own) + ".\n")
+    if missing:
+        raise UndocumentedField(missing)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _method_of(config_name: str) -> str:
+    from bayesprune.config import _packaged_files
+
+    import tomllib
+
+    return tomllib.loads(_packaged_files()[config_name].read_text()).get("method", "sbnn")
+
+
+def main() -> int:
+    try:
+        text = generate()
+    except UndocumentedField as err:
+        print("docs/generate.py: no description for " + ", ".join(err.args[0])
+              + " (write one in the Options docstring's Attributes section, or in docs/generate.py's CORE for a core section)",
+              file=sys.stderr)
+        return 1
+    OUTPUT.write_text(text)
+    print(f"wrote {OUTPUT} ({len(text.encode())} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
