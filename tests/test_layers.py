@@ -33,6 +33,8 @@ LAYER_OF = {
     "bayesprune.__main__": "pipeline",
     "bayesprune.experiment_registry": "pipeline",
     "bayesprune.api": "pipeline",
+    # Comparisons and sweeps: many runs as cells, scheduled by an engine (local pool, Ray).
+    "bayesprune.compare": "pipeline",
     # The paper's studies: found by name through bayesprune.experiment_registry, imported by nothing.
     "bayesprune.experiments": "experiments",
 }

@@ -1,0 +1,260 @@
+"""``bayesprune compare``: every method on one network, data, split and training budget, at each
+sparsity budget, beside magnitude pruning of the plain network; a leaderboard of the cells.
+
+A comparison config is an ordinary run config (``[data]``, ``[model]``, ``[train]``, ``[prune]``,
+``[baseline]``, …) without ``method``, plus a ``[compare]`` table (:class:`CompareOptions`) and,
+optionally, a table per method. Each method's cell is that config with ``method`` set, the method's
+table taken from its packaged config ``<method>-<compare.options_from>`` with the comparison's own
+``[<method>]`` keys over it, its ``[optim]`` from the same packaged config unless the comparison gives
+one, and:
+
+* a method with a sparsity option (``sparsity``, or ``sparsities`` as PFT's) fits once per sparsity
+  ``s`` with that option set to ``s`` and ``prune.droprates = [0, s]``: cell ``<method>-s<s>-seed<k>``;
+* a method without one whose scores prune weights (sBNN, Sparse VD) fits once per seed and is pruned
+  at every sparsity (``prune.droprates = [0, *sparsities]``): cell ``<method>-seed<k>``; fitting it
+  again per sparsity would give the same fit;
+* a method that learns its own width (unit gates) fits once per seed: cell ``<method>-seed<k>``, its
+  achieved sparsity reported;
+* the baseline, ``magnitude``: the plain network trained once per seed (``[baseline]``, as the runner
+  trains it), pruned by weight magnitude at every sparsity and fine-tuned ``compare.finetune_epochs``
+  epochs with the mask fixed: cell ``magnitude-seed<k>``. Its plain network is the one every row's
+  ``plain_test_error`` reports, so the method cells do not train it again (``baseline.enabled = false``).
+"""
+import copy
+import json
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from importlib import resources
+from pathlib import Path
+
+from bayesprune.config import load_config, packaged_configs, parse_override
+from bayesprune.errors import BayesPruneError, ConfigError
+from bayesprune.methods import available_methods, get_method
+from bayesprune.validation import is_int, is_number, require
+
+from .cells import Cell
+from .engines import check_engine, progress_line, run_cells
+from .leaderboard import leaderboard_rows, write_leaderboard
+
+#: The baseline's name among the methods.
+MAGNITUDE = "magnitude"
+#: The packaged comparison run when no config is given.
+DEFAULT = "compare-digits"
+#: What marks a folder as a comparison (beside its ``cells`` folder).
+MARKER = "comparison.toml"
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """``[compare]``: what is compared.
+
+    Attributes:
+        methods: registered methods and ``"magnitude"`` (default: all of them). The baseline always runs:
+            it gives the plain network's error.
+        sparsities: the sparsity budgets, fractions of the weights removed, in (0, 1).
+        seeds: every cell is fitted from each.
+        options_from: each method's table and ``[optim]`` come from its packaged config
+            ``<method>-<options_from>`` where there is one.
+        configs: method → the packaged config to take them from instead (``{sbnn = "mnist-lenet-300-100"}``).
+        finetune_epochs: the magnitude baseline's fine-tuning at each sparsity.
+        latency_batch: the batch size of the measured latency.
+        latency_repeats: timed forward passes (the median is reported).
+    """
+
+    methods: tuple = ()
+    sparsities: tuple = (0.5, 0.8, 0.9, 0.95)
+    seeds: tuple = (0,)
+    options_from: str = "digits"
+    configs: dict = field(default_factory=dict)
+    finetune_epochs: int = 10
+    latency_batch: int = 64
+    latency_repeats: int = 30
+
+    def __post_init__(self):
+        known = [*available_methods(), MAGNITUDE]
+        require(isinstance(self.methods, (list, tuple)), "compare.methods", "be a list", self.methods)
+        for name in self.methods:
+            require(name in known, "compare.methods", f"contain only methods of {sorted(known)}", name)
+        object.__setattr__(self, "methods", tuple(dict.fromkeys(self.methods or known)))
+        require(isinstance(self.sparsities, (list, tuple)) and len(self.sparsities) > 0
+                and all(is_number(s) and 0 < s < 1 for s in self.sparsities),
+                "compare.sparsities", "be a non-empty list of numbers in (0, 1)", self.sparsities)
+        object.__setattr__(self, "sparsities", tuple(sorted({float(s) for s in self.sparsities})))
+        require(isinstance(self.seeds, (list, tuple)) and len(self.seeds) > 0 and all(is_int(s) and 0 <= s < 2**31 for s in self.seeds)
+                and len(set(self.seeds)) == len(self.seeds), "compare.seeds", "be a non-empty list of distinct non-negative integers",
+                self.seeds)
+        object.__setattr__(self, "seeds", tuple(self.seeds))
+        require(isinstance(self.options_from, str), "compare.options_from", "be a string", self.options_from)
+        require(isinstance(self.configs, dict), "compare.configs", "be a table of method = packaged config", self.configs)
+        for method, name in self.configs.items():
+            require(method in available_methods(), "compare.configs", f"name methods of {sorted(available_methods())}", method)
+            require(name in packaged_configs(), f"compare.configs.{method}", f"be a packaged config (bayesprune list)", name)
+        for name in ("finetune_epochs",):
+            require(is_int(getattr(self, name)) and getattr(self, name) >= 0, f"compare.{name}", "be a non-negative integer",
+                    getattr(self, name))
+        for name in ("latency_batch", "latency_repeats"):
+            require(is_int(getattr(self, name)) and getattr(self, name) > 0, f"compare.{name}", "be a positive integer",
+                    getattr(self, name))
+
+
+def comparison_configs() -> dict:
+    """The packaged comparison configs: name → file."""
+    folder = resources.files("bayesprune.compare") / "configs"
+    return {entry.name[:-5]: entry for entry in sorted(folder.iterdir(), key=lambda e: e.name) if entry.name.endswith(".toml")}
+
+
+def _read(source: str) -> dict:
+    packaged = comparison_configs()
+    if source in packaged:
+        text, where = packaged[source].read_text(), source
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise ConfigError(f"unknown comparison config {source!r}: not a file and not one of {sorted(packaged)}")
+        text, where = path.read_text(encoding="utf-8"), source
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{where}: invalid TOML ({error})") from None
+
+
+def load_comparison(source: str | None = None, overrides=()) -> tuple:
+    """``(raw, options)``: a comparison config (packaged name or TOML path; default ``compare-digits``)
+    with ``section.key=value`` overrides applied, and its validated ``[compare]`` table."""
+    raw = _read(source or DEFAULT)
+    for assignment in overrides:
+        keys, value = parse_override(assignment)
+        table = raw
+        for key in keys[:-1]:
+            table = table.setdefault(key, {})
+            require(isinstance(table, dict), ".".join(keys[:-1]), "be a table", table)
+        table[keys[-1]] = value
+    if "method" in raw:
+        raise ConfigError("a comparison config has no 'method': it runs compare.methods")
+    table = raw.get("compare", {})
+    require(isinstance(table, dict), "compare", "be a table", table)
+    known = {f.name for f in fields(CompareOptions)}
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ConfigError(f"unknown config key 'compare.{unknown[0]}' (one of {sorted(known)})")
+    return raw, CompareOptions(**table)
+
+
+def _packaged_raw(name: str) -> dict:
+    """The packaged run config ``name`` in TOML layout (every option resolved), or ``{}`` if none."""
+    return load_config(name).to_dict() if name in packaged_configs() else {}
+
+
+def sparsity_option(method: str):
+    """The name of the option of ``method`` that sets its target sparsity (``sparsity`` or PFT's
+    ``sparsities``), or ``None``."""
+    names = {f.name for f in fields(get_method(method).Options)}
+    return next((name for name in ("sparsity", "sparsities") if name in names), None)
+
+
+def learns_width(method: str) -> bool:
+    """Whether ``method`` sets its own sparsity and has no weight-level scores to prune at a budget."""
+    return sparsity_option(method) is None and "weight" not in get_method(method).prune_levels
+
+
+def method_cells(raw: dict, options: CompareOptions, method: str) -> list:
+    """The cells of one method (see the module)."""
+    registered = set(available_methods())
+    base = {key: copy.deepcopy(value) for key, value in raw.items()
+            if key not in ("compare", "description", "seed", "seeds", *registered)}
+    prune = dict(base.get("prune", {}))
+    cells = []
+    if method == MAGNITUDE:
+        for seed in options.seeds:
+            config = {**base, "seed": seed, "description": "compare: the plain network, pruned by magnitude"}
+            cells.append(Cell(name=f"{MAGNITUDE}-seed{seed}", kind="magnitude", config=config, method=MAGNITUDE, seed=seed,
+                              sparsities=options.sparsities, finetune_epochs=options.finetune_epochs))
+        return cells
+    packaged = _packaged_raw(options.configs.get(method, f"{method}-{options.options_from}"))
+    table = {**packaged.get(method, {}), **raw.get(method, {})}
+    if "optim" not in raw and "optim" in packaged:
+        base["optim"] = copy.deepcopy(packaged["optim"])
+    base["baseline"] = {**base.get("baseline", {}), "enabled": False}
+    option = sparsity_option(method)
+    points = [None] if option is None else list(options.sparsities)
+    for sparsity in points:
+        for seed in options.seeds:
+            own = dict(table)
+            if sparsity is not None:
+                own[option] = [sparsity] if option == "sparsities" else sparsity
+                droprates, name = [0.0, sparsity], f"{method}-s{sparsity:g}-seed{seed}"
+            elif learns_width(method):
+                droprates, name = [0.0], f"{method}-seed{seed}"
+                prune["level"] = get_method(method).prune_levels[0]
+            else:
+                droprates, name = [0.0, *options.sparsities], f"{method}-seed{seed}"
+            config = {**base, "method": method, "seed": seed, method: own, "prune": {**prune, "droprates": droprates},
+                      "description": f"compare: {method}" + ("" if sparsity is None else f" at sparsity {sparsity:g}")}
+            cells.append(Cell(name=name, kind="run", config=config, method=method, seed=seed, sparsity=sparsity,
+                              sparsities=() if learns_width(method) else tuple(options.sparsities)))
+    return cells
+
+
+def comparison_cells(raw: dict, options: CompareOptions) -> list:
+    """Every cell of the comparison, each config validated (a bad one raises before anything is written)."""
+    methods = [method for method in options.methods if method != MAGNITUDE]
+    cells = [cell for method in [MAGNITUDE, *methods] for cell in method_cells(raw, options, method)]
+    for cell in cells:
+        try:
+            cell.run_config()
+        except ConfigError as error:
+            raise ConfigError(f"compare, method {cell.method}: {error}") from None
+    return cells
+
+
+def check_grid_dir(out: Path, marker: str):
+    """Refuse an ``out`` that is a file, or a non-empty folder that is not a grid of this kind (no
+    ``marker`` and no ``cells`` folder): a comparison or sweep continues only its own folder."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise BayesPruneError(f"--out {out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not ((out / marker).is_file() or (out / "cells").is_dir()):
+        raise BayesPruneError(f"--out {out}: is not empty and holds no {marker}; give a new directory")
+
+
+def check_cells(out: Path, cells: list) -> list:
+    """The cells' folders, after refusing any that holds another fit (a changed config)."""
+    from .cells import stale
+
+    folders = [out / "cells" / cell.name for cell in cells]
+    for cell, folder in zip(cells, folders):
+        why = stale(cell, folder)
+        if why:
+            raise BayesPruneError(f"{folder}: holds another fit than this config asks ({why}); give a new --out")
+    return folders
+
+
+def compare(source=None, out="runs/compare", *, methods=None, sparsities=None, seeds=None, jobs: int = 1,
+            engine: str = "local", address=None, overrides=(), report=progress_line) -> list:
+    """Run (or continue) a comparison into ``out`` and write its leaderboard; returns its rows.
+
+    ``methods``, ``sparsities`` and ``seeds`` replace the config's ``[compare]`` lists when given.
+    Finished cells are read back, never fitted again: calling again with the same ``out`` continues.
+    """
+    out = Path(out)
+    raw, options = load_comparison(source, overrides)
+    given = {key: tuple(value) for key, value in (("methods", methods), ("sparsities", sparsities), ("seeds", seeds))
+             if value is not None}
+    if given:
+        try:
+            options = replace(options, **given)
+        except ConfigError as error:
+            raise ConfigError(str(error).replace("compare.", "--", 1)) from None
+    cells = comparison_cells(raw, options)
+    check_engine(engine, jobs=jobs, address=address)
+    check_grid_dir(out, MARKER)
+    folders = check_cells(out, cells)
+    run_cells(cells, folders, engine=engine, jobs=jobs, address=address, report=report)
+    resolved = {**raw, "compare": {**raw.get("compare", {}), "methods": list(options.methods),
+                                   "sparsities": list(options.sparsities), "seeds": list(options.seeds)}}
+    import tomli_w
+
+    (out / MARKER).write_text(tomli_w.dumps(resolved))
+    rows = leaderboard_rows(cells, folders, options)
+    write_leaderboard(out, rows)
+    (out / "leaderboard.json").write_text(json.dumps(rows, indent=1) + "\n")
+    return rows

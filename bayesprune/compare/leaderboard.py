@@ -1,0 +1,202 @@
+"""The leaderboard of a comparison: per method and sparsity, the test error over seeds beside the plain
+network's, the training time, and the size, MACs and latency of the pruned network; a plot of error
+against sparsity with each method's Pareto front.
+
+Every number is read from the cells' run directories (``metrics.json``; the network from
+:func:`bayesprune.runner.load_run`, pruned at the row's sparsity by :func:`bayesprune.pruning.prune`,
+its dead units removed by :func:`bayesprune.export.export`), never from a method's internals.
+"""
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bayesprune.analysis.tables import markdown_table, write_csv
+
+#: The leaderboard's columns, in order (the metric's name replaces ``test_error`` for regression).
+COLUMNS = ("method", "sparsity", "achieved_sparsity", "test_error", "test_error_std", "plain_test_error", "seeds",
+           "train_seconds", "params", "macs", "latency_ms", "bound")
+
+
+def _weights(net) -> tuple:
+    """``(non-zero, all)`` entries of the weight tensors (two or more dimensions: Linear, convolutions)."""
+    tensors = [p for p in net.parameters() if p.dim() > 1]
+    return sum(int(torch.count_nonzero(p)) for p in tensors), sum(p.numel() for p in tensors)
+
+
+def pruned_network(cell, folder: Path, sparsity):
+    """``(network, input_shape, dense_weights)``: the cell's network pruned at ``sparsity`` (``None``: as the
+    method left it) with its dead units removed, one input's shape, and the weights of the full network."""
+    from bayesprune.export import dead_units, export
+    from bayesprune.models import new_net
+    from bayesprune.pruning import bias_sites, expand_unit_masks, prune
+    from bayesprune.runner import load_datasets, load_run
+
+    from .cells import network_file
+
+    if cell.kind == "magnitude":
+        config = cell.run_config()
+        dataset = load_datasets(config)[0]
+        net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
+        dense = _weights(net)[1]
+        net.load_state_dict(torch.load(folder / network_file(sparsity), weights_only=True))
+    else:
+        config, dataset, fitted = load_run(folder)
+        dense = _weights(new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed))[1]
+        net = fitted.network()
+        if sparsity is not None:
+            budget = config.prune.budget(sparsity)
+            scores = fitted.scores()
+            if budget.level == "weight" and not config.prune.include_biases:
+                biases = bias_sites(fitted.net)
+                scores = {site: score for site, score in scores.items() if site not in biases}
+            masks = prune(scores, budget, net=fitted.net)
+            if budget.level == "unit":
+                masks = expand_unit_masks(fitted.net, masks)
+            net = export(net, masks)
+    shape = tuple(dataset.input_shape)
+    try:
+        dead = dead_units(net, input_shape=shape)
+        net = export(net, dead, input_shape=shape) if dead else net
+    except ValueError:  # a network Torch-Pruning cannot trace keeps its zeros
+        pass
+    return net.eval(), shape, dense
+
+
+def measure(cell, folder: Path, sparsity, options) -> dict:
+    """Size, achieved sparsity, MACs and latency (ms, median, one CPU thread) of the pruned network."""
+    from bayesprune.export import count_macs, count_parameters, measure_latency
+
+    net, shape, dense = pruned_network(cell, folder, sparsity)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        seconds = measure_latency(net, shape, batch_sizes=(options.latency_batch,), repeats=options.latency_repeats,
+                                  device="cpu")[options.latency_batch]
+    finally:
+        torch.set_num_threads(threads)
+    return {"achieved_sparsity": 1 - _weights(net)[0] / dense, "params": count_parameters(net)["nonzero"],
+            "macs": count_macs(net, shape), "latency_ms": 1e3 * seconds}
+
+
+def _entries(cell, metrics: dict) -> list:
+    """``(target sparsity, evaluated sparsity, test metric, train seconds)`` of each leaderboard row of a cell."""
+    name = "test_error" if metrics.get("task", "classification") == "classification" else "test_rmse"
+    if cell.kind == "magnitude":
+        return [(row["sparsity"], row["sparsity"], row[name], row["train_seconds"]) for row in metrics["per_sparsity"]]
+    seconds = metrics["train_seconds"]
+    curve = {round(row["droprate"], 6): row[name] for row in metrics["pruning_curve"]}
+    if cell.sparsity is not None:
+        return [(cell.sparsity, cell.sparsity, curve[round(cell.sparsity, 6)], seconds)]
+    if not cell.sparsities:  # learned width: the method's own network
+        return [(None, None, metrics[name], seconds)]
+    return [(s, s, curve[round(s, 6)], seconds) for s in cell.sparsities]
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else None
+
+
+def leaderboard_rows(cells: list, folders: list, options) -> list:
+    """One row per method and target sparsity, averaged over seeds (see :data:`COLUMNS`)."""
+    found = {}
+    plain = {}
+    name = "test_error"
+    for cell, folder in zip(cells, folders):
+        metrics = json.loads((Path(folder) / "metrics.json").read_text())
+        name = "test_error" if metrics.get("task", "classification") == "classification" else "test_rmse"
+        if cell.kind == "magnitude":
+            plain[cell.seed] = metrics[f"baseline_{name}"]
+        for target, evaluated, value, seconds in _entries(cell, metrics):
+            found.setdefault((cell.method, target), []).append(
+                {"seed": cell.seed, name: value, "train_seconds": seconds, "bound": metrics.get("bound"),
+                 **measure(cell, Path(folder), evaluated, options)})
+    rows = []
+    for (method, target), entries in found.items():
+        values = [entry[name] for entry in entries]
+        rows.append({
+            "method": method, "sparsity": target,
+            "achieved_sparsity": _mean(entry["achieved_sparsity"] for entry in entries),
+            name: float(np.mean(values)), f"{name}_std": float(np.std(values, ddof=1)) if len(values) > 1 else None,
+            f"plain_{name}": _mean(plain.get(entry["seed"]) for entry in entries),
+            "seeds": len(entries),
+            **{key: _mean(entry[key] for entry in entries) for key in ("train_seconds", "params", "macs", "latency_ms", "bound")},
+        })
+    return sorted(rows, key=lambda row: (row["method"] != "magnitude", row["method"], row["sparsity"] or -1))
+
+
+def _format(value, key):
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    if key in ("sparsity", "achieved_sparsity"):
+        return f"{100 * value:.1f} %"
+    if key in ("params", "macs"):
+        return f"{round(value):,}"
+    if key == "bound":
+        return f"{value:.4f}"
+    if isinstance(value, float):
+        return f"{value:.2f}" if key != "latency_ms" else f"{value:.3f}"
+    return str(value)
+
+
+def write_leaderboard(out: Path, rows: list):
+    """``leaderboard.csv`` (every number as measured), ``leaderboard.md`` (rounded, sparsities in percent,
+    ``learned`` for a method that sets its own width) and ``leaderboard.png``."""
+    out = Path(out)
+    write_csv(out / "leaderboard.csv", [{key: "" if value is None else value for key, value in row.items()} for row in rows])
+    shown = []
+    for row in rows:
+        item = {key: _format(value, key) for key, value in row.items()}
+        if row["sparsity"] is None:
+            item["sparsity"] = "learned"
+        shown.append(item)
+    name = next((key for key in rows[0] if key in ("test_error", "test_rmse")), "test_error") if rows else "test_error"
+    text = ["# Leaderboard", "",
+            f"Per method and target sparsity: {name} (mean and standard deviation over seeds) of the pruned network, the "
+            "plain network's, training seconds, and the pruned network (dead units removed): non-zero parameters, "
+            "MACs of one input, median CPU latency of one batch on one thread; `bound`: PBP's PAC-Bayes certificate.",
+            "", markdown_table(shown), "", "![test error against sparsity](leaderboard.png)", ""]
+    (out / "leaderboard.md").write_text("\n".join(text))
+    plot_leaderboard(rows, out / "leaderboard.png", metric=name)
+
+
+def pareto_front(points: list) -> list:
+    """The points (sparsity, error) that no other point beats in both (more sparsity, less error), by sparsity."""
+    front = [p for p in points if not any(q[0] >= p[0] and q[1] <= p[1] and q != p for q in points)]
+    return sorted(set(front))
+
+
+def plot_leaderboard(rows: list, path: Path, *, metric: str = "test_error"):
+    """Test error against achieved sparsity, in percent: each method's points, its Pareto front as a line,
+    and the plain network's error as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7.5, 4.8))
+    methods = list(dict.fromkeys(row["method"] for row in rows))
+    colours = plt.get_cmap("tab10")
+    for index, method in enumerate(methods):
+        mine = [row for row in rows if row["method"] == method and row["achieved_sparsity"] is not None]
+        points = [(100 * row["achieved_sparsity"], row[metric]) for row in mine]
+        errors = [row.get(f"{metric}_std") or 0.0 for row in mine]
+        colour = colours(index % 10)
+        axes.errorbar([p[0] for p in points], [p[1] for p in points], yerr=errors, fmt="o", color=colour,
+                      markerfacecolor="none", capsize=2, alpha=0.8)
+        front = pareto_front(points)
+        axes.plot([p[0] for p in front], [p[1] for p in front], "-o", color=colour, label=method, linewidth=1.8)
+    plain = [row[f"plain_{metric}"] for row in rows if row.get(f"plain_{metric}") is not None]
+    if plain:
+        axes.axhline(float(np.mean(plain)), color="grey", linestyle="--", linewidth=1, label="plain network (dense)")
+    axes.set_xlabel("sparsity (% of weights removed)")
+    axes.set_ylabel("test error (%)" if metric == "test_error" else "test RMSE")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8, loc="upper left")
+    axes.set_title("Error against sparsity (hollow: every point; line: each method's Pareto front)", fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=130)
+    plt.close(figure)
