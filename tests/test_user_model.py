@@ -40,27 +40,27 @@ def wrong_width(input_shape, output_dim, **options):
 
 @pytest.fixture
 def user_folder(tmp_path, monkeypatch):
-    (tmp_path / "mynets.py").write_text(FACTORY)
+    (tmp_path / "usernets.py").write_text(FACTORY)
     monkeypatch.chdir(tmp_path)
     yield tmp_path
 
 
 def test_a_factory_network_runs_and_its_run_directory_rebuilds_it(user_folder, short_config):
     out = user_folder / "run"
-    assert main(["run", "sbnn-digits", "--out", str(out), "--quiet", "--set", "model.factory='mynets:tiny'",
+    assert main(["run", "sbnn-digits", "--out", str(out), "--quiet", "--set", "model.factory='usernets:tiny'",
                  "--set", "model.hidden=7", "--set", "train.epochs=2", "--set", "baseline.enabled=false"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["architecture"] == "mynets:tiny" and metrics["n_weights"] == 64 * 7 + 7 + 7 * 10 + 10
+    assert metrics["architecture"] == "usernets:tiny" and metrics["n_weights"] == 64 * 7 + 7 + 7 * 10 + 10
     config, _, fitted = load_run(out)
-    assert config.model.factory == "mynets:tiny" and fitted.net[1].weight.shape == (7, 64)
+    assert config.model.factory == "usernets:tiny" and fitted.net[1].weight.shape == (7, 64)
 
 
 @pytest.mark.parametrize("factory, message", [
     ("nowhere:tiny", "model.factory: cannot import module 'nowhere'"),
-    ("mynets:absent", "model.factory: module 'mynets' has no callable 'absent'"),
-    ("mynets:raises", "model.factory: mynets:raises((1, 8, 8), 10) raised RuntimeError: no such layer"),
-    ("mynets:not_a_module", "model.factory: mynets:not_a_module returned a str, not a torch.nn.Module"),
-    ("mynets:wrong_width", "model: the network's output per example is [11]; the data need [10]"),
+    ("usernets:absent", "model.factory: module 'usernets' has no callable 'absent'"),
+    ("usernets:raises", "model.factory: usernets:raises((1, 8, 8), 10) raised RuntimeError: no such layer"),
+    ("usernets:not_a_module", "model.factory: usernets:not_a_module returned a str, not a torch.nn.Module"),
+    ("usernets:wrong_width", "model: the network's output per example is [11]; the data need [10]"),
     ("not a path", "model.factory must be 'module:callable'"),
 ])
 def test_a_bad_factory_is_one_line_and_writes_nothing(user_folder, capsys, factory, message):
@@ -73,7 +73,7 @@ def test_a_bad_factory_is_one_line_and_writes_nothing(user_folder, capsys, facto
 
 def test_a_factory_beside_an_architecture_is_refused():
     with pytest.raises(ConfigError, match="model.architecture must not be given beside model.factory"):
-        load_config("sbnn-digits", ["model.factory='mynets:tiny'", "model.architecture='lenet-300-100'"])
+        load_config("sbnn-digits", ["model.factory='usernets:tiny'", "model.architecture='lenet-300-100'"])
 
 
 @pytest.mark.parametrize("method", sorted(available_methods()))
