@@ -20,7 +20,8 @@ def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, inclu
     Returns:
         One dict per droprate with ``droprate``, ``n_weights_kept`` (parameters kept, biases
         included), ``sparsity`` (1 − kept / all parameters), ``sparsity_weights`` (the same over the
-        weights alone, biases left out of both counts) and the metric under its name
+        weights alone, biases left out of both counts; a parameter the network already holds at
+        exactly zero, as a sparse method's does, counts as removed at every droprate) and the metric under its name
         (``test_error`` in percent, or ``test_rmse``) for the point estimate, and with suffix ``_mc``
         for the Monte-Carlo predictive when ``fitted.predictive_samples > 0``.
     """
@@ -30,6 +31,8 @@ def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, inclu
     biases = bias_sites(fitted.net) & set(fitted.sites)
     total = sum(shape.numel() for shape in fitted.sites.values())
     total_weights = total - sum(fitted.sites[name].numel() for name in biases)
+    point = dict(fitted.network().named_parameters())
+    zeros = {site: (point[site].detach() == 0).cpu() for site in fitted.sites}
     evaluations = [("", 0)] + ([("_mc", fitted.predictive_samples)] if fitted.predictive_samples > 0 else [])
     rows = []
     for droprate in droprates:
@@ -38,8 +41,9 @@ def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, inclu
         masks = prune(ranked, rule, net=fitted.net)
         if rule.level == "unit":
             masks = expand_unit_masks(fitted.net, masks)
-        removed = sum(int((~mask).sum()) for mask in masks.values())
-        removed_weights = sum(int((~mask).sum()) for name, mask in masks.items() if name not in biases)
+        gone = {site: zero | ~masks[site].cpu() if site in masks else zero for site, zero in zeros.items()}
+        removed = sum(int(site_gone.sum()) for site_gone in gone.values())
+        removed_weights = sum(int(site_gone.sum()) for site, site_gone in gone.items() if site not in biases)
         row = {"droprate": droprate, "n_weights_kept": total - removed, "sparsity": round(removed / total, 6),
                "sparsity_weights": round(removed_weights / total_weights, 6)}
         for suffix, samples in evaluations:

@@ -34,9 +34,13 @@ def write_report(run_dir) -> Path:
 
     plot_loss(losses, run_dir / "loss.png")
     diagnostics = _diagnostics(run_dir) if (run_dir / "posterior.nc").exists() else []
-    if not diagnostics:
+    # The CDF of ranks is the diagonal whatever the run: only scores that are values say something.
+    score_plot = not diagnostics and "rank" not in score_name
+    if score_plot:
         plot_score_cdf(np.concatenate([value.ravel() for value in scores.values()]), run_dir / "score_cdf.png", score_name=score_name)
-    plot_pruning_curve(metrics["pruning_curve"], metric, run_dir / "pruning_curve.png", baseline=baseline, score_name=score_name)
+    curve_plot = len(metrics["pruning_curve"]) > 1
+    if curve_plot:
+        plot_pruning_curve(metrics["pruning_curve"], metric, run_dir / "pruning_curve.png", baseline=baseline, score_name=score_name)
 
     unit = " (%)" if metric == "test_error" else ""
     summary = [
@@ -61,8 +65,8 @@ def write_report(run_dir) -> Path:
         "leaves the biases out.",
         markdown_table(curve, columns),
         *_error_margin_line(metrics),
-        "![test metric against droprate](pruning_curve.png)",
-        *([] if diagnostics else [f"## Scores\n\n![CDF of the {score_name} of every weight](score_cdf.png)"]),
+        *(["![test metric against droprate](pruning_curve.png)"] if curve_plot else []),
+        *([f"## Scores\n\n![CDF of the {score_name} of every weight](score_cdf.png)"] if score_plot else []),
         "## Optimisation\n\n![training loss per epoch](loss.png)",
         *(_IMPORTANCE if (run_dir / "importance.png").exists() else []),
         *diagnostics,

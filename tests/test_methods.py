@@ -1,4 +1,5 @@
 """The method plug-in platform: registry, packaged configs, golden output, old run directories, a new method."""
+import copy
 import json
 import tomllib
 from dataclasses import dataclass
@@ -123,6 +124,9 @@ class MagnitudeFitted(Fitted):
     def predict(self, x, *, masks=None, num_samples=0):
         params = {name: param * masks[name] if masks else param for name, param in self.net.named_parameters()}
         return torch.softmax(torch.func.functional_call(self.net, params, (x,)), dim=-1)
+
+    def network(self):
+        return copy.deepcopy(self.net)
 
     def state_dict(self):
         return {"net": self.net.state_dict()}

@@ -300,9 +300,13 @@ class PBPMethod(Method):
                 ("start (eq. 6)", "start"), ("prior P after stage 2", "prior"), ("posterior Q after stage 3", "posterior"))},
                 Path(run_dir) / "keep_probabilities.png")
             sections.append("![keep-probabilities at the start, of P and of Q (paper 000, Fig. 11)](keep_probabilities.png)")
-        return ["## PAC-Bayes certificate (paper 000, Theorems 1-2)\n\n"
-                f"With probability at least {1 - metrics['delta']:g} over the training data, the Gibbs classifier Q "
-                f"errs on at most {100 * metrics['bound']:.2f}% of new examples.\n\n" + markdown_table(rows), *sections]
+        if metrics["bound"] < 1:
+            claim = (f"With probability at least {1 - metrics['delta']:g} over the training data, the Gibbs classifier Q "
+                     f"errs on at most {100 * metrics['bound']:.2f}% of new examples.")
+        else:
+            claim = (f"The certificate is vacuous: its bound, {100 * metrics['bound']:.2f}%, says nothing about the error "
+                     "on new examples (too few examples in S \\ S_P for KL(Q ‖ P), or too few epochs).")
+        return ["## PAC-Bayes certificate (paper 000, Theorems 1-2)\n\n" + claim + "\n\n" + markdown_table(rows), *sections]
 
     def restore(self, net, data, options, ctx, state):
         priors = {name: DiracSpikeSlab(p["probs"], p["loc"], p["scale"]) for name, p in state["prior"].items()}

@@ -175,7 +175,7 @@ class ProbMaskFitted(SparseNetworkFitted):
     (mask first, then s: the kept weights rank above the removed ones)."""
 
     method = "probmask"
-    score_name = "mask, then keep-probability"
+    score_name = "rank by mask, then keep-probability"
 
 
 @register_method
