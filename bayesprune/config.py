@@ -86,13 +86,13 @@ class ModelConfig:
             _require(isinstance(self.factory, str) and FACTORY.fullmatch(self.factory) is not None, "model.factory",
                      "be 'module:callable' (e.g. 'mynets:resnet')", self.factory)
             _require(self.architecture == "mlp", "model.architecture", "not be given beside model.factory", self.architecture)
+        if self.noise_scale is not None:
+            _require(_is_number(self.noise_scale) and self.noise_scale > 0, "model.noise_scale", "be a positive number", self.noise_scale)
 
     @property
     def name(self) -> str:
         """The network's name in reports: the factory, or the architecture."""
         return self.factory or self.architecture
-        if self.noise_scale is not None:
-            _require(_is_number(self.noise_scale) and self.noise_scale > 0, "model.noise_scale", "be a positive number", self.noise_scale)
 
 
 @dataclass(frozen=True)

@@ -60,3 +60,8 @@ def test_reference_values_must_match_their_droprates_by_name():
     config = RunConfig.from_dict({"reference": {"source": "p", "droprates": [0.0, 0.5], "values": {"wine": [1.0, 2.0]}}})
     assert config.reference.rows("wine") == [{"droprate": 0.0, "value": 1.0}, {"droprate": 0.5, "value": 2.0}]
     assert config.reference.rows("boston") == []
+
+
+def test_a_non_positive_noise_scale_is_refused_naming_it():
+    with pytest.raises(ConfigError, match="^model.noise_scale must be a positive number"):
+        load_config("sbnn-digits", ["model.noise_scale=-1.0"])
