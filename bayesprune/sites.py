@@ -8,8 +8,13 @@ from torch import nn
 
 from .errors import ConfigError
 
-#: Why a method whose masks are over :func:`weight_sites` refuses ``model.expose`` and ``model.hide``.
-WEIGHT_MASKS = "its masks cover the weights of the Linear and convolution layers, whatever the sites"
+#: The config keys a method that trains a plain network by its mean loss under masks of the
+#: :func:`weight_sites` does not read (:attr:`bayesprune.methods.Method.unsupported`).
+UNREAD_BY_MASKED_TRAINING = {
+    "model.noise_scale": "it trains by mean squared error, which no noise scale changes",
+    "model.expose": "its masks cover the weights of the Linear and convolution layers, whatever the sites",
+    "model.hide": "its masks cover the weights of the Linear and convolution layers, whatever the sites",
+}
 
 #: Layer types whose parameters are sites by default.
 PRUNABLE = (nn.Linear, nn.Bilinear, nn.modules.conv._ConvNd)

@@ -25,7 +25,7 @@ from bayesprune.fit import History, optimizer_step
 from bayesprune.gates import INITS, PARAMETERIZATIONS, StochasticMasks, block_isotropic, isotropic
 from bayesprune.optim import torch_optimizer
 from bayesprune.pruning import Budget, apply_masks, prune
-from bayesprune.sites import WEIGHT_MASKS
+from bayesprune.sites import UNREAD_BY_MASKED_TRAINING
 from bayesprune.tasks import mean_loss, network_test_metric
 from bayesprune.validation import is_int, is_number, require
 
@@ -174,8 +174,7 @@ class PFTMethod(Method):
     name = "pft"
     Options = PFTOptions
 
-    unsupported = {"model.noise_scale": "it trains by mean squared error, which no noise scale changes",
-                   "model.expose": WEIGHT_MASKS, "model.hide": WEIGHT_MASKS}
+    unsupported = dict(UNREAD_BY_MASKED_TRAINING)
 
     def unsupported_for(self, options) -> dict:
         if options.at_initialization or options.masks_only or not options.pretrain_epochs:

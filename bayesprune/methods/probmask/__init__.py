@@ -27,7 +27,7 @@ from bayesprune.criteria import saliency, weight_sites
 from bayesprune.gates import StochasticMasks
 from bayesprune.optim import torch_optimizer
 from bayesprune.pruning import Budget, apply_masks, lexicographic_ranks, prune
-from bayesprune.sites import WEIGHT_MASKS
+from bayesprune.sites import UNREAD_BY_MASKED_TRAINING
 from bayesprune.tasks import masked_copy, mean_loss, network_test_metric
 from bayesprune.validation import is_int, is_number, require
 
@@ -187,8 +187,7 @@ class ProbMaskMethod(Method):
 
     unsupported = {"validation": "its sparsity budget tightens until epoch t2 and its temperature anneals to the last "
                                   "epoch (Algorithm 1), so an earlier epoch does not meet the budget",
-                   "model.noise_scale": "it trains by mean squared error, which no noise scale changes",
-                   "model.expose": WEIGHT_MASKS, "model.hide": WEIGHT_MASKS}
+                   **UNREAD_BY_MASKED_TRAINING}
 
     def fit(self, net, data, options, ctx):
         torch.manual_seed(ctx.seed)

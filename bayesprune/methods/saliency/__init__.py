@@ -41,7 +41,7 @@ import torch
 from bayesprune.criteria import CRITERIA, weight_sites
 from bayesprune.fit import History
 from bayesprune.pruning import lexicographic_ranks
-from bayesprune.sites import WEIGHT_MASKS
+from bayesprune.sites import UNREAD_BY_MASKED_TRAINING
 from bayesprune.statistics import spearman
 from bayesprune.tasks import masked_copy, mean_loss, network_test_metric
 from bayesprune.validation import is_int, is_number, require
@@ -202,8 +202,7 @@ class SaliencyMethod(Method):
 
     name = "saliency"
     Options = SaliencyOptions
-    unsupported = {"model.noise_scale": "it trains by mean squared error, which no noise scale changes",
-                   "model.expose": WEIGHT_MASKS, "model.hide": WEIGHT_MASKS}
+    unsupported = dict(UNREAD_BY_MASKED_TRAINING)
 
     def fit(self, net, data, options, ctx):
         torch.manual_seed(ctx.seed)
