@@ -11,7 +11,8 @@ SHORT = {
     "pft": ["pft.pretrain_epochs=2", "pft.finetune_epochs=2", "pft.perturbation_draws=1"],
     "pbp": ["pbp.prior_epochs=2", "pbp.prior_mask_epochs=2", "pbp.mc_samples=20", "pbp.prior_samples=5"],
     "probmask": ["probmask.t1=1", "probmask.t2=2", "probmask.finetune_epochs=2"],
-    "unit-gates": ["unit-gates.finetune_epochs=2"],
+    # the digits config of the golden recording (before log gamma and the rates were chosen held out)
+    "unit-gates": ["unit-gates.finetune_epochs=2", "unit-gates.log_gamma=-25.0", "optim.lr=0.001", "unit-gates.finetune_lr=1e-4"],
     "saliency": ["saliency.finetune_epochs=2", "saliency.stages=[1, 3]"],
     "sparse-vd": ["sparse-vd.kl_anneal_start=0", "sparse-vd.kl_anneal_end=1"],
 }
