@@ -143,19 +143,21 @@ class FitContext:
                         resume=loop, desc=name)
         if early is not None:
             self.best_epoch = early.best_epoch + 1
-        self._finished.append({"name": name, "history": LoopState.history_dict(history), "state": _snapshot(state),
+        # A finished stage's result is kept for the checkpoints that follow (a fit without them never resumes).
+        result = _snapshot(state) if self.checkpoint is not None else None
+        self._finished.append({"name": name, "history": LoopState.history_dict(history), "state": result,
                                "rng": rng_state(), "batches": batches.generator.get_state(), "best_epoch": self.best_epoch})
         return history
 
-    def train_network(self, name: str, net: nn.Module, batches, *, epochs: int, loss, mask=None, lr: float | None = None,
+    def train_network(self, name: str, net: nn.Module, batches, *, epochs: int, loss, mask=None,
                       validate: bool = False) -> History:
         """A stage of plain training: ``net`` in place by ``loss(net(x), y)`` with the run's optimiser and
-        schedule (at ``lr`` instead of its rate when given). Under ``mask`` (site → bool) the pruned
+        schedule. Under ``mask`` (site → bool) the pruned
         weights stay exactly zero whatever the optimiser does (:func:`bayesprune.export.mask_parameters`).
         ``validate`` makes it the stage early stopping acts on."""
         if mask is not None:
             mask_parameters(net, mask)
-        optimizer = torch_optimizer(self.optim, net.parameters(), lr=lr)
+        optimizer = torch_optimizer(self.optim, net.parameters())
         scheduler = torch_scheduler(self.optim, optimizer, epochs=epochs)
         state = {"net": net, "optimizer": optimizer, **({"scheduler": scheduler} if scheduler is not None else {})}
         try:
