@@ -1,4 +1,4 @@
-"""The ``bayesprune`` command line: ``run`` a config; ``report``, ``importance``, ``export`` and ``certify`` of a saved run; ``list`` configs.
+"""The ``bayesprune`` command line: ``run`` a config; ``report``, ``importance``, ``export`` and ``certify`` of a saved run; ``compare`` methods and ``sweep`` grids; ``list`` configs.
 
 User errors (bad config values, bad data, an occupied output directory, a diverged fit) print one
 line on stderr and exit with status 2, without a traceback.
@@ -250,6 +250,34 @@ def _budget(assignments):
     return Budget(**fields)
 
 
+def _compare(args):
+    from .compare import compare
+
+    rows = compare(args.config, args.out, methods=args.methods, sparsities=args.sparsities, seeds=args.seeds, jobs=args.jobs,
+                   engine=args.engine, address=args.address, overrides=args.overrides)
+    print(f"{len(rows)} rows; wrote {Path(args.out) / 'leaderboard.md'}, leaderboard.csv, leaderboard.png")
+
+
+def _sweep(args):
+    from .compare.sweep import sweep
+
+    rows = sweep(args.config, args.grid, args.out, seeds=args.seeds, jobs=args.jobs, engine=args.engine,
+                 address=args.address, overrides=args.overrides)
+    print(f"{len(rows)} grid points; wrote {Path(args.out) / 'summary.md'} and summary.csv")
+
+
+def _grid_engine_arguments(parser):
+    """The flags ``compare`` and ``sweep`` share."""
+    parser.add_argument("--out", required=True, help="folder of the cells and the tables; run again with it to continue")
+    parser.add_argument("--seeds", type=int, nargs="+", help="fit every cell from each seed")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key for every cell (repeatable)")
+    parser.add_argument("--jobs", type=int, default=1, help="cells fitted at once (local engine; one thread each)")
+    parser.add_argument("--engine", choices=["local", "ray"], default="local",
+                        help="local process pool (default) or Ray (pip install 'bayesprune[ray]')")
+    parser.add_argument("--address", help="the Ray cluster's address (default: a local Ray for this call)")
+
+
 def _list(args):
     configs = packaged_configs()
     width = max(map(len, configs))
@@ -305,6 +333,23 @@ def build_parser():
     certify.add_argument("--samples", type=int, help="networks drawn from the posterior (default: the run's pbp.mc_samples)")
     certify.add_argument("--json", action="store_true", help="print the certificate as JSON")
     certify.set_defaults(handler=_certify)
+
+    comparing = commands.add_parser(
+        "compare", help="every method and magnitude pruning of the plain network on one network, data and budget; "
+                        "a leaderboard of test error, size, MACs and latency per sparsity")
+    comparing.add_argument("config", nargs="?", help="comparison config: packaged name or TOML path (default: compare-digits)")
+    comparing.add_argument("--methods", nargs="+", help="methods to compare (default: all, and magnitude, which always runs)")
+    comparing.add_argument("--sparsities", type=float, nargs="+", help="sparsity budgets, fractions of the weights removed")
+    _grid_engine_arguments(comparing)
+    comparing.set_defaults(handler=_compare)
+
+    sweeping = commands.add_parser("sweep", help="the cross product of --grid values over a config, each point and seed a run; "
+                                                 "a summary over seeds (PBP's union bound counted)")
+    sweeping.add_argument("config", help="packaged config name or TOML path")
+    sweeping.add_argument("--grid", action="append", required=True, metavar="KEY=V1,V2",
+                          help="a config key and its values (repeatable: the grid is the cross product)")
+    _grid_engine_arguments(sweeping)
+    sweeping.set_defaults(handler=_sweep)
 
     listing = commands.add_parser("list", help="list the packaged configs")
     listing.set_defaults(handler=_list)

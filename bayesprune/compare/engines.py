@@ -7,6 +7,7 @@ the same numbers for the same seeds.
 """
 import multiprocessing
 import os
+import socket
 import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
@@ -32,6 +33,17 @@ def check_engine(engine: str, *, jobs: int, address=None):
             import ray  # noqa: F401
         except ImportError:
             raise BayesPruneError("--engine ray needs Ray: pip install 'bayesprune[ray]'") from None
+        if address not in (None, "auto", "local"):
+            _probe(address)
+
+
+def _probe(address: str):
+    """Refuse an address where nothing answers (Ray itself retries for minutes before giving up)."""
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()
+    except (OSError, ValueError):
+        raise BayesPruneError(f"--address {address}: no Ray cluster answers there (give host:port of its head)") from None
 
 
 def run_cells(cells: list, folders: list, *, engine: str = "local", jobs: int = 1, address=None, report=print) -> list:

@@ -1,0 +1,180 @@
+"""``bayesprune sweep``: the cross product of ``--grid key=v1,v2`` assignments over a config, each grid
+point × seed an ordinary run directory (a cell), and a summary with the mean and standard deviation
+over seeds per grid point.
+
+For PBP the union bound over the grid is counted for the user: every cell's ``pbp.grid_size`` is the
+number of grid points times the config's own ``pbp.grid_size`` (settings searched outside the sweep),
+so each cell's certificate holds for whichever point is picked afterwards (paper 000, appendix D.2).
+"""
+import copy
+import itertools
+import json
+import math
+import re
+import tomllib
+from pathlib import Path
+
+import numpy as np
+
+from bayesprune.analysis.tables import markdown_table, write_csv
+from bayesprune.config import load_config, parse_override
+from bayesprune.errors import BayesPruneError, ConfigError
+
+from .cells import Cell
+from .comparison import check_cells, check_grid_dir
+from .engines import check_engine, progress_line, run_cells
+
+MARKER = "sweep.toml"
+#: Keys a grid may not vary: the sweep sets them itself.
+RESERVED = ("seed", "seeds", "pbp.grid_size")
+
+
+def _split(text: str) -> list:
+    """``"1,[2,3],'a,b'"`` → ``["1", "[2,3]", "'a,b'"]``: commas outside brackets and quotes."""
+    parts, depth, quote, current = [], 0, None, ""
+    for char in text:
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+            continue
+        current += char
+    return [*parts, current]
+
+
+def parse_grid(assignments) -> dict:
+    """``["pbp.alpha=0.5,0.7", ...]`` → ``{"pbp.alpha": [0.5, 0.7], ...}`` (values read as TOML, else strings)."""
+    grid = {}
+    for assignment in assignments:
+        key, sep, text = assignment.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise BayesPruneError(f"--grid expects key=v1,v2,..., got {assignment!r}")
+        if key in RESERVED:
+            raise BayesPruneError(f"--grid {key}: set by the sweep itself" + (" (give --seeds)" if key.startswith("seed") else ""))
+        if key in grid:
+            raise BayesPruneError(f"--grid {key}: given twice")
+        values = [part.strip() for part in _split(text)]
+        if not text.strip() or any(not part for part in values):
+            raise BayesPruneError(f"--grid {key}: needs a non-empty list of values, got {text!r}")
+        grid[key] = [parse_override(f"{key}={part}")[1] for part in values]
+        if len({json.dumps(value, sort_keys=True) for value in grid[key]}) < len(values):
+            raise BayesPruneError(f"--grid {key}: a value is given twice")
+    if not grid:
+        raise BayesPruneError("sweep needs at least one --grid key=v1,v2,...")
+    return grid
+
+
+def _value(value) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ""))
+    return re.sub(r"[^A-Za-z0-9.+-]", "_", text)
+
+
+def point_name(point: dict) -> str:
+    """A grid point as a folder name: ``pbp.alpha=0.5_pbp.sparsity=0.8``."""
+    return "_".join(f"{key}={_value(value)}" for key, value in point.items())
+
+
+def sweep_cells(source, grid: dict, seeds, overrides=()) -> list:
+    """Every cell of the sweep, each config validated (an unknown key or a value of the wrong type is
+    refused naming the key, before anything is written)."""
+    points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+    base = load_config(source, overrides)
+    seeds = list(seeds) if seeds else [base.seed]
+    if len(set(seeds)) < len(seeds) or not all(isinstance(s, int) and 0 <= s < 2**31 for s in seeds):
+        raise BayesPruneError(f"--seeds must be distinct non-negative integers, got {seeds}")
+    cells = []
+    for point in points:
+        assignments = [f"{key}={json.dumps(value) if not isinstance(value, str) else json.dumps(value)}" for key, value in point.items()]
+        try:
+            config = load_config(source, [*overrides, *assignments])
+        except ConfigError as error:
+            raise ConfigError(f"--grid {point_name(point)}: {error}") from None
+        for key, value in point.items():
+            _check_applied(config, key, value)
+        raw = config.to_dict()
+        raw.pop("seeds", None)
+        if config.method == "pbp":
+            raw["pbp"]["grid_size"] = len(points) * base.method_options.grid_size
+        for seed in seeds:
+            cell_raw = {**copy.deepcopy(raw), "seed": seed}
+            cells.append(Cell(name=f"{point_name(point)}-seed{seed}", kind="run", config=cell_raw, method=config.method,
+                              seed=seed, point=point))
+    for cell in cells:
+        cell.run_config()
+    names = [cell.name for cell in cells]
+    if len(set(names)) < len(names):
+        raise BayesPruneError("--grid: two grid points give the same folder name; write the values apart")
+    return cells
+
+
+def _check_applied(config, key: str, value):
+    """Refuse a grid key the config does not hold after all (``method`` varied across methods is fine)."""
+    if key == "method":
+        return
+    raw = config.to_dict()
+    node = raw
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise ConfigError(f"--grid {key}: not a key of the config (method {config.method!r})")
+        node = node[part]
+
+
+def _numbers(metrics: dict) -> dict:
+    return {key: value for key, value in metrics.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "seed"}
+
+
+def summary_rows(cells: list, results: list) -> list:
+    """One row per grid point: the point's values, the number of seeds, and every number of the cells'
+    ``metrics.json`` (test error, training seconds, PBP's bound, …) as its mean and ``_std`` over seeds."""
+    groups = {}
+    for cell, metrics in zip(cells, results):
+        groups.setdefault(point_name(cell.point), (cell.point, []))[1].append(_numbers(metrics))
+    rows = []
+    for point, per_seed in groups.values():
+        keys = [key for key in per_seed[0] if all(key in numbers for numbers in per_seed)]
+        row = {**point, "seeds": len(per_seed)}
+        for key in keys:
+            values = np.array([numbers[key] for numbers in per_seed], dtype=float)
+            row[key] = float(values.mean())
+            row[f"{key}_std"] = float(values.std(ddof=1)) if len(values) > 1 else None
+        rows.append(row)
+    return rows
+
+
+def _shown(rows: list, grid: dict) -> list:
+    """The summary's Markdown columns: the grid, seeds, and the main numbers where the cells have them."""
+    main = ("test_error", "test_rmse", "test_error_mc", "baseline_test_error", "baseline_test_rmse", "train_seconds",
+            "bound", "bound_kl_inverse", "empirical_risk", "grid_size")
+    columns = [*grid, "seeds", *(key for key in rows[0] if key in main or (key.endswith("_std") and key[:-4] in main))]
+    return [{key: "–" if row.get(key) is None else row.get(key) for key in columns} for row in rows]
+
+
+def sweep(source, grid_assignments, out, *, seeds=None, jobs: int = 1, engine: str = "local", address=None, overrides=(),
+          report=progress_line) -> list:
+    """Run (or continue) the sweep into ``out``: cells under ``out/cells``, ``summary.csv`` (every
+    number) and ``summary.md``; returns the summary rows. Finished cells are never fitted again."""
+    out = Path(out)
+    grid = parse_grid(grid_assignments)
+    cells = sweep_cells(source, grid, seeds, overrides)
+    check_engine(engine, jobs=jobs, address=address)
+    check_grid_dir(out, MARKER)
+    folders = check_cells(out, cells)
+    results = run_cells(cells, folders, engine=engine, jobs=jobs, address=address, report=report)
+    import tomli_w
+
+    (out / MARKER).write_text(tomli_w.dumps({"config": str(source or "default"), "grid": grid, "overrides": list(overrides),
+                                             "seeds": sorted({cell.seed for cell in cells})}))
+    rows = summary_rows(cells, results)
+    write_csv(out / "summary.csv", [{key: "" if value is None else value for key, value in row.items()} for row in rows])
+    (out / "summary.md").write_text(f"# Sweep of {source or 'default'}\n\nMean and standard deviation over seeds per grid "
+                                    f"point ({len(rows)} points, cells in cells/).\n\n{markdown_table(_shown(rows, grid))}\n")
+    return rows
