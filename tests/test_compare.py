@@ -1,0 +1,151 @@
+"""bayesprune.compare: a comparison's cells and leaderboard read back against the cells' own files, a
+finished cell never refitted, a sweep's grid and PBP's union bound, engines that agree, bad grids refused."""
+import csv
+import json
+
+import pytest
+
+from bayesprune.cli import main
+from bayesprune.compare import compare, comparison_cells, load_comparison
+from bayesprune.compare.leaderboard import pareto_front
+from bayesprune.compare.sweep import parse_grid, sweep
+from bayesprune.errors import BayesPruneError
+
+# One epoch everywhere: the tests check bookkeeping, not accuracy.
+TINY = ["train.epochs=1", "baseline.epochs=1", "compare.finetune_epochs=1", "compare.latency_repeats=2",
+        "pbp.prior_epochs=1", "pbp.prior_mask_epochs=1", "pbp.mc_samples=10", "pbp.prior_samples=5"]
+PBP_TINY = ["train.epochs=1", "pbp.prior_epochs=1", "pbp.prior_mask_epochs=1", "pbp.mc_samples=10", "pbp.prior_samples=5",
+            "baseline.enabled=false"]
+REQUIRED = ("method", "sparsity", "achieved_sparsity", "test_error", "test_error_std", "plain_test_error", "train_seconds",
+            "params", "macs", "latency_ms", "bound")
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory):
+    out = tmp_path_factory.mktemp("compare") / "cmp"
+    rows = compare(None, out, methods=["sbnn", "pbp"], sparsities=[0.5, 0.9], seeds=[0], overrides=TINY, report=lambda *a: None)
+    return out, rows
+
+
+def _metrics(out, name):
+    return json.loads((out / "cells" / name / "metrics.json").read_text())
+
+
+def test_the_cells_of_a_comparison():
+    raw, options = load_comparison(None, TINY)
+    cells = {cell.name: cell for cell in comparison_cells(raw, options)}
+    assert {"magnitude-seed0", "sbnn-seed0", "sparse-vd-seed0", "unit-gates-seed0", "pft-s0.5-seed0", "pbp-s0.95-seed0",
+            "probmask-s0.8-seed0", "saliency-s0.9-seed0"} <= set(cells)
+    assert len(cells) == 4 + 4 * 4  # one cell per seed for the methods without a sparsity option
+    pft, pbp = cells["pft-s0.9-seed0"].run_config(), cells["pbp-s0.8-seed0"].run_config()
+    assert pft.method_options.sparsities == (0.9,) and pft.prune.droprates == (0.0, 0.9)
+    assert pbp.method_options.sparsity == 0.8 and pbp.optim.name == "sgd"  # [optim] of pbp-digits
+    sbnn = cells["sbnn-seed0"].run_config()
+    assert sbnn.prune.droprates == (0.0, 0.5, 0.8, 0.9, 0.95) and sbnn.optim.name == "adam" and not sbnn.baseline.enabled
+    assert {config.train.epochs for config in (pft, pbp, sbnn)} == {1}  # the same budget
+    assert cells["unit-gates-seed0"].run_config().prune.level == "unit"
+
+
+def test_the_leaderboard_reads_back_the_cells(comparison):
+    out, rows = comparison
+    with open(out / "leaderboard.csv") as handle:
+        table = list(csv.DictReader(handle))
+    assert set(REQUIRED) <= set(table[0])
+    assert (out / "leaderboard.md").read_text().count("\n| ") == 7 and (out / "leaderboard.png").stat().st_size > 10_000
+    by = {(row["method"], row["sparsity"]): row for row in rows}
+    assert set(by) == {(method, s) for method in ("magnitude", "sbnn", "pbp") for s in (0.5, 0.9)}
+    magnitude, sbnn = _metrics(out, "magnitude-seed0"), _metrics(out, "sbnn-seed0")
+    for s in (0.5, 0.9):
+        pbp = _metrics(out, f"pbp-s{s:g}-seed0")
+        curve = {row["droprate"]: row["test_error"] for row in sbnn["pruning_curve"]}
+        assert by[("sbnn", s)]["test_error"] == curve[s] and by[("sbnn", s)]["train_seconds"] == sbnn["train_seconds"]
+        assert by[("pbp", s)]["test_error"] == pbp["pruning_curve"][1]["test_error"] and by[("pbp", s)]["bound"] == pbp["bound"]
+        assert by[("magnitude", s)]["test_error"] == next(r["test_error"] for r in magnitude["per_sparsity"] if r["sparsity"] == s)
+        for method in ("magnitude", "sbnn", "pbp"):
+            row = by[(method, s)]
+            assert row["plain_test_error"] == magnitude["baseline_test_error"] and row["seeds"] == 1
+            assert row["test_error_std"] is None  # one seed
+            # at least the budget is removed (dead units go too), and params count what is left
+            assert row["achieved_sparsity"] >= s - 1e-9 and row["params"] <= round(7400 * (1 - s)) + 110
+            assert row["macs"] > 0 and row["latency_ms"] > 0
+    assert by[("sbnn", 0.5)]["bound"] is None
+    assert float(table[0]["test_error"]) == rows[0]["test_error"]
+
+
+def test_a_finished_cell_is_not_refit(comparison):
+    out, rows = comparison
+    files = sorted((out / "cells").rglob("*"))
+    before = {path: path.stat().st_mtime_ns for path in files}
+    again = compare(None, out, methods=["sbnn", "pbp"], sparsities=[0.5, 0.9], seeds=[0], overrides=TINY, report=lambda *a: None)
+    assert sorted((out / "cells").rglob("*")) == files and {path: path.stat().st_mtime_ns for path in files} == before
+    assert [row["test_error"] for row in again] == [row["test_error"] for row in rows]
+    with pytest.raises(BayesPruneError, match="holds another fit"):  # a changed config is not passed off as the old one
+        compare(None, out, methods=["sbnn"], sparsities=[0.5, 0.9], seeds=[0], overrides=[*TINY, "train.epochs=2"])
+
+
+def test_a_sweep_counts_the_grid_for_pbp_and_jobs_do_not_change_numbers(tmp_path):
+    results = {}
+    for jobs in (1, 2):
+        rows = sweep("pbp-digits", ["pbp.alpha=0.5,0.7"], tmp_path / f"jobs{jobs}", seeds=[0, 1], jobs=jobs,
+                     overrides=PBP_TINY, report=lambda *a: None)
+        results[jobs] = rows
+    cells = sorted((tmp_path / "jobs1" / "cells").iterdir())
+    assert [cell.name for cell in cells] == ["pbp.alpha=0.5-seed0", "pbp.alpha=0.5-seed1", "pbp.alpha=0.7-seed0",
+                                             "pbp.alpha=0.7-seed1"]
+    for cell in cells:
+        metrics = json.loads((cell / "metrics.json").read_text())
+        assert metrics["grid_size"] == 2 and "grid_size = 2" in (cell / "config.toml").read_text()
+    rows = results[1]
+    assert [row["pbp.alpha"] for row in rows] == [0.5, 0.7] and all(row["seeds"] == 2 for row in rows)
+    errors = [json.loads((tmp_path / "jobs1" / "cells" / f"pbp.alpha=0.5-seed{k}" / "metrics.json").read_text())["test_error"]
+              for k in (0, 1)]
+    assert rows[0]["test_error"] == pytest.approx(sum(errors) / 2) and rows[0]["test_error_std"] == pytest.approx(
+        abs(errors[0] - errors[1]) / 2 ** 0.5)
+    for key in ("test_error", "bound", "empirical_risk"):
+        assert [row[key] for row in results[2]] == [row[key] for row in rows]
+    assert "pbp.alpha" in (tmp_path / "jobs1" / "summary.md").read_text()
+    assert (tmp_path / "jobs1" / "summary.csv").is_file()
+
+
+def test_the_ray_engine_gives_the_local_numbers(tmp_path):
+    ray = pytest.importorskip("ray")
+    local = sweep("pbp-digits", ["pbp.alpha=0.5,0.7"], tmp_path / "local", overrides=PBP_TINY, report=lambda *a: None)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    try:
+        remote = sweep("pbp-digits", ["pbp.alpha=0.5,0.7"], tmp_path / "ray", engine="ray", overrides=PBP_TINY,
+                       report=lambda *a: None)
+    finally:
+        ray.shutdown()
+    for key in ("test_error", "bound", "empirical_risk"):
+        assert [row[key] for row in remote] == [row[key] for row in local]
+
+
+def test_grids_parse_with_lists_and_strings():
+    assert parse_grid(["pbp.alpha=0.5,0.7", "model.hidden=[10],[20, 30]", "pbp.start_mask=magnitude,snip"]) == {
+        "pbp.alpha": [0.5, 0.7], "model.hidden": [[10], [20, 30]], "pbp.start_mask": ["magnitude", "snip"]}
+
+
+def test_the_pareto_front():
+    assert pareto_front([(50, 3.0), (80, 2.5), (90, 4.0), (70, 3.5)]) == [(80, 2.5), (90, 4.0)]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["compare", "--methods", "nope"], "--methods must contain only methods"),
+    (["compare", "--sparsities", "1.5"], "--sparsities"),
+    (["compare", "--jobs", "0"], "--jobs must be a positive integer"),
+    (["compare", "no-such-comparison"], "unknown comparison config"),
+    (["sweep", "pbp-digits", "--grid", "pbp.nope=1,2"], "unknown config key 'pbp.nope'"),
+    (["sweep", "pbp-digits", "--grid", "pbp.alpha="], "non-empty list"),
+    (["sweep", "pbp-digits", "--grid", "pbp.alpha=0.5,high"], "pbp.alpha"),
+    (["sweep", "pbp-digits", "--grid", "nothing.here=1"], "nothing"),
+    (["sweep", "pbp-digits", "--grid", "seed=1,2"], "--seeds"),
+    (["sweep", "pbp-digits", "--grid", "pbp.alpha=0.5", "--engine", "ray", "--address", "127.0.0.1:1"], "--address|Ray"),
+])
+def test_bad_grids_are_refused_in_one_line_and_write_nothing(tmp_path, capsys, argv, message):
+    import re
+
+    out = tmp_path / "out"
+    assert main([*argv, "--out", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and re.search(message, error), error
+    assert not out.exists()
