@@ -35,6 +35,7 @@ from .config import load_config
 from .data import load_dataset, uci_num_splits
 from .early_stopping import hold_out
 from .errors import BayesPruneError, ConfigError, Interrupted, TrainingDiverged
+from .files import open_lock, replacing, write_text
 from .fit import resolve_device
 from .methods import FitContext, get_method
 
@@ -141,14 +142,16 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     files = [config.data.options.get(key) for key in ("root", "path", "train", "test")]  # the data's own files
     check_output_dir(out, force=force, inputs=[*inputs, *(path for path in files if isinstance(path, str))])
     if config.experiment.name is not None:
-        return _run_experiment(config, out, progress=progress)
+        return _run_experiment(config, out, progress=progress, force=force)
     method = get_method(config.method)
     refuse_unsupported(config, method, resuming=resumed_from is not None)
     datasets = load_datasets(config)
-    check_network(new_net(config, datasets[0].input_shape, datasets[0].output_dim, seed=config.seed), datasets[0])
+    net = new_net(config, datasets[0].input_shape, datasets[0].output_dim, seed=config.seed)
+    check_network(net, datasets[0])
+    method.check(net, datasets[0], config.method_options)
     device = resolve_device(config.device)
 
-    with _staged(out, resumed_from=resumed_from) as staging:
+    with _staged(out, resumed_from=resumed_from, force=force) as staging:
         (staging / "config.toml").write_text(config.to_toml())
         seeds = config.seeds or [config.seed]
         runs = [_seed_run(replace(config, seed=seed), method, datasets, device, staging, out, first=number == 0,
@@ -158,7 +161,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
         _write_metrics(staging / "metrics.json", metrics)
         write_csv(staging / "pruning_curve.csv", metrics["pruning_curve"], digits=6)
         write_report(staging)
-        _move_into_place(staging, out)
+        _move_into_place(staging, out, force=force)
     return metrics
 
 
@@ -269,33 +272,43 @@ def _progress_files(folder: Path) -> list:
             if path.is_file()]
 
 
-def _run_experiment(config, out: Path, *, progress: bool) -> dict:
+def _run_experiment(config, out: Path, *, progress: bool, force: bool = False) -> dict:
     from .experiment_registry import get_experiment  # finds the studies by name
 
     experiment = get_experiment(config)
     experiment.check(config)
-    with _staged(out) as staging:
+    with _staged(out, force=force) as staging:
         (staging / "config.toml").write_text(config.to_toml())
         metrics = experiment.run(config, staging, device=resolve_device(config.device), progress=progress)
         _write_metrics(staging / "metrics.json", metrics)
-        _move_into_place(staging, out)
+        _move_into_place(staging, out, force=force)
     return metrics
 
 
 @contextmanager
-def _staged(out: Path, *, resumed_from=None):
+def _staged(out: Path, *, resumed_from=None, force: bool = False):
     """A fresh hidden staging directory beside ``out`` while holding ``out``'s lock, removed on exit
     (after a move, nothing is left). A second run into the same ``out`` is refused while the first
     holds the lock; the lock dies with its process, so a killed run never blocks the next one, whose
-    staging directory is new and leaves the old one (reported, unless it is ``resumed_from``) in place."""
+    staging directory is new and leaves the old one (reported, unless it is ``resumed_from``) in place.
+
+    ``out`` is checked again once the lock is held (:func:`check_output_dir`, under ``force``): a run
+    that completed into it while this one was loading its data is refused, never replaced, without ``force``."""
     out.parent.mkdir(parents=True, exist_ok=True)
     lock_path = out.parent / f".{out.name}.lock"
-    lock = open(lock_path, "w")
+    lock = open_lock(lock_path)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         lock.close()
         raise BayesPruneError(f"--out {out}: another run is writing it; wait for it or choose another directory") from None
+    try:
+        check_output_dir(out, force=force)  # what another run wrote there before this one took the lock
+    except BayesPruneError:
+        lock_path.unlink(missing_ok=True)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
+        raise
     for left in sorted(set(out.parent.glob(f".{glob.escape(out.name)}.*.partial")) - {resumed_from}):
         print(f"bayesprune: note: {left} is left from an interrupted run", file=sys.stderr)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
@@ -391,7 +404,7 @@ def _write_metrics(path: Path, metrics: dict):
             return [strict(item) for item in value]
         return value
 
-    path.write_text(json.dumps(strict(metrics), indent=2, allow_nan=False) + "\n")
+    write_text(path, json.dumps(strict(metrics), indent=2, allow_nan=False) + "\n")
 
 
 def _with_reference(config, metrics: dict) -> dict:
@@ -449,12 +462,12 @@ def _stopped(error, staging: Path, out: Path, checkpoint: str):
     elif (staging / checkpoint).exists():
         metadata = read_checkpoint(staging / checkpoint)["metadata"]
         stage = f"stage {metadata['stage']!r}, " if metadata.get("stage") else ""
-        _move_into_place(staging, out)
+        _move_into_place(staging, out, force=True)  # an interrupted run's files only: the complete run is kept above
         where = f"the checkpoint of {stage}epoch {metadata.get('epoch')} is in {out / checkpoint}"
         if isinstance(error, Interrupted) and "loop" in read_checkpoint(out / checkpoint):
             where += f"; continue with: bayesprune run --resume {out}"
     elif (staging / SEEDS).is_dir():
-        _move_into_place(staging, out)
+        _move_into_place(staging, out, force=True)
         where = f"the finished seeds are in {out / SEEDS}"
         if isinstance(error, Interrupted):
             where += f"; continue with: bayesprune run --resume {out}"
@@ -506,10 +519,15 @@ def _write_fit(folder: Path, fitted):
     losses = fitted.history.epoch_losses
     save_checkpoint(folder / CHECKPOINT, fitted, metadata={"epoch": len(losses)})
     write_csv(folder / "history.csv", [{"epoch": epoch + 1, "loss": f"{loss:.8g}"} for epoch, loss in enumerate(losses)])
-    np.savez(folder / "scores.npz", **{name: score.cpu().numpy() for name, score in fitted.scores().items()})
+    with replacing(folder / "scores.npz") as temporary:
+        np.savez(temporary, **{name: score.cpu().numpy() for name, score in fitted.scores().items()})
 
 
-def _move_into_place(staging: Path, out: Path):
+def _move_into_place(staging: Path, out: Path, *, force: bool = False):
+    """Put the finished ``staging`` directory at ``out``, after checking ``out`` once more
+    (:func:`check_output_dir`): a directory that is not empty is replaced only under ``force``, and
+    only when it is a run."""
+    check_output_dir(out, force=force)
     if out.exists():
         shutil.rmtree(out)
     staging.rename(out)

@@ -115,3 +115,31 @@ def test_fit_method_hands_over_a_network_with_the_fits_batch_norm_statistics():
     with torch.no_grad():
         expected = torch.softmax(plain(data.x_test[:50]), -1)
     assert torch.allclose(fitted.predict(data.x_test[:50]), expected, atol=1e-5)
+
+
+def test_unit_gates_refuses_the_resnet_in_one_line_and_a_unit_level_export_of_it_runs_with_torch_alone(
+        user_files, monkeypatch, capsys, tmp_path):
+    """Unit gates need a plain chain: refused before anything is written. An sBNN run of the ResNet, pruned
+    by a quarter of its channels through the dependency graph, is a file torch alone runs, and the test
+    error the export prints is that file's own."""
+    monkeypatch.chdir(user_files)
+    config = {"device": "cpu", "data": {"dataset": "npz", "path": "digits.npz", "batch_size": 64},
+              "model": {"factory": "mynets:resnet"}, "train": {"epochs": 1}, "prune": {"droprates": [0.0]},
+              "baseline": {"enabled": False}}
+    (user_files / "gates.toml").write_text(tomli_w.dumps({**config, "method": "unit-gates", "prune": {"level": "unit"}}))
+    assert main(["run", "gates.toml", "--out", str(tmp_path / "gates"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unit-gates gates the units of a plain chain" in err and "'bn1'" in err
+    assert not (tmp_path / "gates").exists()
+    (user_files / "sbnn-export.toml").write_text(tomli_w.dumps({**config, "method": "sbnn"}))
+    assert main(["run", "sbnn-export.toml", "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "net.pt2"), "--budget", "fraction=0.25",
+                 "--json"]) == 0
+    reported = json.loads(capsys.readouterr().out)
+    program = torch.export.load(str(tmp_path / "net.pt2")).module()
+    data = load_dataset("npz", path=str(user_files / "digits.npz"))
+    with torch.no_grad():
+        error = 100 * (program(data.x_test).argmax(-1) != data.y_test).float().mean().item()
+    assert error == pytest.approx(reported["test_error"]) and reported["input_shape"] == [1, 8, 8]
+    assert sum(p.numel() for p in program.parameters()) < sum(p.numel() for p in resnet().parameters())

@@ -195,6 +195,10 @@ class Method:
         """:attr:`unsupported` under these options (a service can depend on them)."""
         return dict(self.unsupported)
 
+    def check(self, net: nn.Module, data, options) -> None:
+        """Refuse, before anything is written, a network or data this method cannot fit, raising
+        :class:`~bayesprune.errors.ConfigError` with one line naming what; accepts anything by default."""
+
     def fit(self, net: nn.Module, data, options, ctx) -> Fitted:
         """Fit on ``data`` (a :class:`~bayesprune.data.Dataset`) starting from ``net``, with the
         method's ``options`` (an :attr:`Options`) and the run's :class:`~bayesprune.methods.FitContext`,

@@ -24,6 +24,7 @@ from bayesprune.errors import ConfigError
 from bayesprune.export import export, restrict
 from bayesprune.fit import optimizer_step
 from bayesprune.gates import ESTIMATORS, UnitGates, project_unit_weights, unit_weight_norms
+from bayesprune.structure import layer_chain
 from bayesprune.validation import is_int, is_number, require
 
 from .. import Method, register_method
@@ -322,6 +323,13 @@ class UnitGatesMethod(Method):
         "model.expose": "its gates are the units of the Linear and convolution layers",
         "model.hide": "its gates are the units of the Linear and convolution layers",
     }
+
+    def check(self, net, data, options):
+        """Algorithm 1 gates the units of a plain chain of Linear/Conv2d layers (paper 004)."""
+        try:
+            layer_chain(net, data.input_shape)
+        except ValueError as error:
+            raise ConfigError(f"model: unit-gates gates the units of a plain chain of layers; {error}") from None
 
     def fit(self, net, data, options, ctx):
         torch.manual_seed(ctx.seed)
