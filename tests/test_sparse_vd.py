@@ -260,3 +260,13 @@ def test_the_objectives_kl_covers_every_weight_of_every_layer_and_no_bias():
     expected = sum(-neg_kl_approximation(q.log_alpha).sum() for q in guide.posteriors().values())
     assert kl.item() == pytest.approx(expected.item(), rel=1e-6)
     assert guide.theta.numel() == sum(p.numel() for name, p in net.named_parameters() if name.endswith("weight"))
+
+
+def test_a_schedule_beside_the_linear_decay_is_refused_naming_the_key_before_anything_is_written(tmp_path):
+    from bayesprune.runner import run
+
+    with pytest.raises(ConfigError, match="^optim.schedule is not supported by method 'sparse-vd'"):
+        run(load_config("sparse-vd-digits", ["optim.schedule='cosine'"]), tmp_path / "run")
+    with pytest.raises(ConfigError, match="^optim.weight_decay is not supported"):
+        run(load_config("sparse-vd-digits", ["optim.weight_decay=0.1"]), tmp_path / "run")
+    assert not (tmp_path / "run").exists()

@@ -33,7 +33,7 @@ from bayesprune.validation import is_int, is_number, require
 from .. import register_method
 from ..base import Fitted, Method
 from .distributions import LOG_ALPHA_THRESHOLD
-from .model import KLAnnealing, SparseVDELBO, SparseVDGuide, SparseVDNetwork, linear_decay
+from .model import KLAnnealing, SparseVDELBO, SparseVDGuide, SparseVDNetwork, linear_decay, weight_sites
 
 
 @dataclass(frozen=True)
@@ -181,6 +181,24 @@ class SparseVD(Method):
 
     name = "sparse-vd"
     Options = SparseVDOptions
+
+    def unsupported_for(self, options) -> dict:
+        """``[optim]`` keys the fit does not read: the schedule under ``linear_lr_decay`` (the paper's
+        linear decay replaces it, pre-training included), weight decay without pre-training (the
+        log-uniform prior regularises the variational fit)."""
+        unread = {}
+        if options.linear_lr_decay:
+            why = "sparse-vd.linear_lr_decay = true decays the rate linearly to 0 instead; set it to false for [optim]'s schedule"
+            unread.update({"optim.schedule": why, "optim.gamma": why})
+        if options.pretrain_epochs == 0:
+            unread["optim.weight_decay"] = ("the log-uniform prior regularises the weights; weight decay acts only on "
+                                            "sparse-vd.pretrain_epochs of plain training")
+        return unread
+
+    def check(self, net, data, options):
+        """Refuse a network without a ``Linear`` or convolution weight: nothing would carry the prior."""
+        if not weight_sites(net):
+            raise ConfigError("model.architecture has no Linear or convolution layer for sparse-vd to put its prior on")
 
     def fit(self, net, data, options, ctx):
         pyro.clear_param_store()
