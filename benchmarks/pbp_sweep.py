@@ -1,38 +1,26 @@
 """PAC-Bayes pruning over sparsities and prior fractions α: paper 000, Fig. 4 (error and bound against sparsity).
 
-Runs the packaged ``pbp-lenet300`` config (or ``--config``) once per (α, sparsity) and writes, under
-``--out``, one run directory per point, ``sweep.json``, ``sweep.md`` (a table of the certificate and the
-measured errors) and ``fig4.png``::
+Sweeps the packaged ``pbp-lenet300`` config (or ``--config``) over every (α, sparsity) with
+:func:`bayesprune.compare.sweep.sweep` (``bayesprune sweep``): one run directory per point under
+``--out/cells``, its ``summary.md``/``summary.csv``, and here ``sweep.json``, ``sweep.md`` (a table of the
+certificate and the measured errors) and ``fig4.png``::
 
     python benchmarks/pbp_sweep.py --out runs/pbp-sweep [--alphas 0.5 0.7] [--sparsities 0.5 0.8 0.9 0.95]
         [--jobs 2] [--set key=value ...]
 
-``grid_size`` is not changed: the points are separate runs, each certified on its own; a user who picks
-the best of them must count them in ``pbp.grid_size`` (appendix D.2).
+Running it again with the same ``--out`` continues: finished points are read back, never refitted.
+Every point's ``pbp.grid_size`` is the number of points, so each certificate holds for whichever point
+is picked afterwards (the union bound of appendix D.2, counted by the sweep).
 """
 import argparse
 import json
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import torch
-
 from bayesprune.analysis.tables import markdown_table
-from bayesprune.config import load_config
+from bayesprune.compare.sweep import sweep
 from bayesprune.methods.pbp.plots import plot_bound_against_sparsity
-from bayesprune.runner import run
 
-KEYS = ("bound", "bound_kl_inverse", "empirical_risk", "posterior_test_error", "prior_test_error", "kl", "sparsity")
-
-
-def run_point(point, args) -> dict:
-    alpha, sparsity = point
-    torch.set_num_threads(1)
-    overrides = [f"pbp.alpha={alpha}", f"pbp.sparsity={sparsity}", f"prune.droprates=[0.0, {sparsity}]", *args.overrides]
-    out = args.out / f"alpha{alpha}-sparsity{sparsity}"
-    metrics = json.loads((out / "metrics.json").read_text()) if (out / "metrics.json").exists() and not args.force \
-        else run(load_config(args.config, overrides), out, force=args.force)
-    return {"alpha": alpha, "target_sparsity": sparsity, **{key: metrics[key] for key in KEYS}}
+KEYS = ("bound", "bound_kl_inverse", "empirical_risk", "posterior_test_error", "prior_test_error", "kl", "sparsity", "grid_size")
 
 
 def main(argv=None):
@@ -42,13 +30,15 @@ def main(argv=None):
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.5, 0.7])
     parser.add_argument("--sparsities", type=float, nargs="+", default=[0.5, 0.8, 0.9, 0.95])
     parser.add_argument("--jobs", type=int, default=1)
-    parser.add_argument("--force", action="store_true", help="rerun points whose run directory is complete")
+    parser.add_argument("--engine", choices=["local", "ray"], default="local")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
-    points = [(alpha, sparsity) for alpha in args.alphas for sparsity in args.sparsities]
-    with ProcessPoolExecutor(args.jobs) as pool:
-        records = list(pool.map(run_point, points, [args] * len(points)))
-    args.out.mkdir(parents=True, exist_ok=True)
+    grid = [f"pbp.alpha={','.join(map(str, args.alphas))}", f"pbp.sparsity={','.join(map(str, args.sparsities))}"]
+    # PBP's network is already pruned to its mask: the pruning curve needs no further droprate.
+    rows = sweep(args.config, grid, args.out, jobs=args.jobs, engine=args.engine,
+                 overrides=["prune.droprates=[0.0]", *args.overrides])
+    records = [{"alpha": row["pbp.alpha"], "target_sparsity": row["pbp.sparsity"], **{key: row[key] for key in KEYS}}
+               for row in rows]
     (args.out / "sweep.json").write_text(json.dumps(records, indent=1) + "\n")
     (args.out / "sweep.md").write_text(markdown_table(records) + "\n")
     plot_bound_against_sparsity(records, args.out / "fig4.png")

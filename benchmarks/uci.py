@@ -6,24 +6,23 @@ network of the same shape trained under the same rule, and with 50% of the weigh
 the paper's numbers::
 
     python benchmarks/uci.py --data-root ../shared/data/uci --out runs/uci [--splits 5] [--sets kin8nm ...]
-        [--jobs 2] [--resume] [--set key=value ...]
+        [--jobs 2] [--engine local|ray] [--set key=value ...]
 
 Every set gets the same settings: a budget of gradient steps, minibatches of a hundredth of the
 training rows (at least 32), and the epoch that scores best on a tenth of each training split held
 out (the test split is read once, at the end). ``--set`` overrides apply to every set.
+
+The sets are a sweep over ``data.name`` (:func:`bayesprune.compare.sweep.sweep`, ``bayesprune sweep``):
+one run directory per set under ``--out/cells``; running it again with the same ``--out`` continues,
+and a finished set is read back, never refitted.
 """
 import argparse
 import json
 import math
-import os
-import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import torch
-
+from bayesprune.compare.sweep import point_name, sweep
 from bayesprune.config import load_config
-from bayesprune.runner import run
 
 # Paper 003, Table 3: sBNN full model (mean, standard error) and with 50% of the weights removed.
 PAPER = {
@@ -43,19 +42,6 @@ def reaches_paper(name: str, mean: float) -> bool:
     return round(mean, 2) <= paper_mean
 
 
-def run_set(folder: Path, args) -> dict:
-    """Run the packaged config on one set folder (in a worker process); returns its benchmark record."""
-    torch.set_num_threads(1)
-    overrides = [f"data.root={json.dumps(str(args.data_root))}", f"data.name={json.dumps(folder.name)}", *args.overrides]
-    if args.splits:
-        overrides.append(f"data.splits={list(range(args.splits))}")
-    start = time.perf_counter()
-    metrics = run(load_config("uci", overrides), args.out / folder.name, force=args.force)
-    record = {"seconds": time.perf_counter() - start, "overrides": overrides, "metrics": metrics}
-    (args.out / folder.name / "benchmark.json").write_text(json.dumps(record, indent=1) + "\n")
-    return record
-
-
 def _cell(metrics: dict, key: str) -> str:
     """Mean ± standard error at two decimals, or two significant digits below 0.1 (naval's RMSE is
     about 0.001: at the paper's two decimals the sBNN and the plain network both print 0.00)."""
@@ -71,22 +57,25 @@ def main():
     parser.add_argument("--splits", type=int, help="use only the first K splits of each set")
     parser.add_argument("--sets", nargs="+", help="only these data set folders (default: every folder with a data.txt)")
     parser.add_argument("--jobs", type=int, default=1, help="sets run at once, one CPU thread each")
+    parser.add_argument("--engine", choices=["local", "ray"], default="local")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
-    parser.add_argument("--force", action="store_true")
-    parser.add_argument("--resume", action="store_true", help="reuse the finished sets already under --out instead of re-running them")
     args = parser.parse_args()
 
     folders = sorted(path for path in args.data_root.iterdir() if (path / "data.txt").exists())
     if args.sets:
         folders = [folder for folder in folders if folder.name in args.sets]
-    done = {folder.name: json.loads((args.out / folder.name / "benchmark.json").read_text()) for folder in folders
-            if args.resume and (args.out / folder.name / "benchmark.json").exists()}
-    todo = [folder for folder in folders if folder.name not in done]
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for folder, record in zip(todo, pool.map(run_set, todo, [args] * len(todo))):
-            done[folder.name] = record
-            print(f"{folder.name}: {_cell(record['metrics'], 'test_rmse')} ({record['seconds']:.0f} s)", flush=True)
+    overrides = [f"data.root={json.dumps(str(args.data_root.resolve()))}", *args.overrides]
+    if args.splits:
+        overrides.append(f"data.splits={list(range(args.splits))}")
+    names = [folder.name for folder in folders]
+    sweep("uci", [f"data.name={','.join(json.dumps(name) for name in names)}"], args.out, jobs=args.jobs, engine=args.engine,
+          overrides=overrides)
+    seed = load_config("uci", overrides).seed
+    done = {}
+    for name in names:
+        metrics = json.loads((args.out / "cells" / f"{point_name({'data.name': name})}-seed{seed}" / "metrics.json").read_text())
+        done[name] = {"seconds": metrics["train_seconds"], "metrics": metrics}
+        print(f"{name}: {_cell(metrics, 'test_rmse')} ({metrics['train_seconds']:.0f} s of training)", flush=True)
 
     lines = [
         "| data set | splits | sBNN (bayesprune) | plain network | 50% removed | paper sBNN | paper 50% removed | reaches paper | beats plain |",
@@ -107,7 +96,7 @@ def main():
         )
     seconds = sum(record["seconds"] for record in done.values())
     lines += ["", f"{reached} of {len(folders)} sets at or below the paper's sBNN mean; the sBNN beats the plain network "
-              f"on {beaten} of {len(folders)}; {seconds:.0f} s of runs (sum over sets).", ""]
+              f"on {beaten} of {len(folders)}; {seconds:.0f} s of training (sum over sets).", ""]
     table = "\n".join(lines) + "\n"
     (args.out / "uci_results.md").write_text(table)
     print(table)
