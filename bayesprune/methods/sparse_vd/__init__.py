@@ -189,7 +189,7 @@ class SparseVD(Method):
         unread = {}
         if options.linear_lr_decay:
             why = "sparse-vd.linear_lr_decay = true decays the rate linearly to 0 instead; set it to false for [optim]'s schedule"
-            unread.update({"optim.schedule": why, "optim.gamma": why})
+            unread["optim.schedule"] = why  # optim.gamma is read by the exponential schedule alone
         if options.pretrain_epochs == 0:
             unread["optim.weight_decay"] = ("the log-uniform prior regularises the weights; weight decay acts only on "
                                             "sparse-vd.pretrain_epochs of plain training")
