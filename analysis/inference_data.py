@@ -225,7 +225,10 @@ def write_posterior(idata, path) -> Path:
         options["engine"] = "h5netcdf"
     except ImportError:
         pass
-    idata.to_netcdf(str(path), **options)
+    from bayesprune.files import replacing
+
+    with replacing(path) as temporary:
+        idata.to_netcdf(str(temporary), **options)
     return path
 
 
@@ -494,7 +497,10 @@ def _arviz_or_fallback(arviz_plot, fallback, path, plt, what):
 def _save_result(result, path, plt):
     """Save what an ArviZ plot returned: matplotlib axes (0.x) or a PlotCollection (≥ 1)."""
     if hasattr(result, "savefig"):
-        result.savefig(str(path))
+        from bayesprune.files import replacing
+
+        with replacing(path) as temporary:
+            result.savefig(str(temporary))
         return
     axes = np.ravel(np.asarray(result, dtype=object))
     figure = axes[0].figure if axes.size and hasattr(axes[0], "figure") else plt.gcf()

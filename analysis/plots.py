@@ -8,9 +8,14 @@ import numpy as np  # noqa: E402
 
 def save_figure(figure, path):
     """Write ``figure`` to ``path`` as a PNG and close it."""
+    from bayesprune.files import replacing
+
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    try:
+        with replacing(path) as temporary:  # never through a link planted at ``path``
+            figure.savefig(temporary, dpi=100)
+    finally:
+        plt.close(figure)
 
 
 def plot_loss(losses, path):

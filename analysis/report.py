@@ -8,11 +8,12 @@ from pathlib import Path
 import numpy as np
 
 from bayesprune.errors import BayesPruneError
+from bayesprune.files import write_text
 
 from .evaluation import ERROR_MARGIN, ERROR_MARGIN_KEY, first_sparsity_worse_by, metric_name
 from .inference_data import plot_diagnostics, summary_table
 from .plots import plot_loss, plot_pruning_curve, plot_score_cdf
-from .tables import format_value, markdown_table
+from .tables import format_value, markdown_table, markdown_text
 
 
 def write_report(run_dir) -> Path:
@@ -31,6 +32,8 @@ def write_report(run_dir) -> Path:
     metric = metric_name(metrics["task"])
     baseline = metrics.get(f"baseline_{metric}")
     score_name = metrics.get("score", "inclusion probability")
+    if not isinstance(score_name, str):
+        score_name = "score"
 
     plot_loss(losses, run_dir / "loss.png")
     diagnostics = _diagnostics(run_dir) if (run_dir / "posterior.nc").exists() else []
@@ -57,23 +60,24 @@ def write_report(run_dir) -> Path:
         *((key.replace("_", " "), format_value(value)) for key, value in metrics.items() if key not in _SHOWN and not isinstance(value, (list, dict))),
     ]
     curve, columns = _curve_with_reference(metrics, metric)
+    shown = markdown_text(score_name)  # what the report copies from metrics.json is text, never markdown
     text = "\n\n".join([
-        f"# bayesprune run: {metrics['method']} on {metrics['dataset']}",
-        "| quantity | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in summary),
-        f"## Pruning by {score_name}\n\nWeights are ranked globally by their {score_name} and the lowest "
+        f"# bayesprune run: {markdown_text(metrics['method'])} on {markdown_text(metrics['dataset'])}",
+        "| quantity | value |\n|---|---|\n" + "\n".join(f"| {markdown_text(k)} | {markdown_text(v)} |" for k, v in summary),
+        f"## Pruning by {shown}\n\nWeights are ranked globally by their {shown} and the lowest "
         "fraction (the droprate) is set to zero. Sparsity counts all parameters; `sparsity_weights` "
         "leaves the biases out.",
         markdown_table(curve, columns),
         *_error_margin_line(metrics),
         *(["![test metric against droprate](pruning_curve.png)"] if curve_plot else []),
-        *([f"## Scores\n\n![CDF of the {score_name} of every weight](score_cdf.png)"] if score_plot else []),
+        *([f"## Scores\n\n![CDF of the {shown} of every weight](score_cdf.png)"] if score_plot else []),
         "## Optimisation\n\n![training loss per epoch](loss.png)",
         *(_IMPORTANCE if (run_dir / "importance.png").exists() else []),
         *diagnostics,
         *_method_sections(run_dir, metrics),
     ])
     path = run_dir / "report.md"
-    path.write_text(text + "\n")
+    write_text(path, text + "\n")
     return path
 
 
@@ -112,7 +116,7 @@ def _error_margin_line(metrics: dict) -> list:
     reference = metrics.get("reference")
     if reference and reference["rows"][0]["droprate"] == 0:
         paper = first_sparsity_worse_by(reference["rows"], "value", ERROR_MARGIN, key="droprate")
-        text += f" ({reference['source']}: {'not reached' if paper is None else f'{paper:.4g}'})"
+        text += f" ({markdown_text(reference['source'])}: {'not reached' if paper is None else f'{paper:.4g}'})"
     return [text + "."]
 
 

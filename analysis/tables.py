@@ -12,11 +12,22 @@ def format_value(value, digits: int = 4) -> str:
     return str(value)
 
 
+_MARKDOWN = str.maketrans({char: f"\\{char}" for char in "\\`*[]<>|!#"})
+
+
+def markdown_text(value) -> str:
+    """``value`` as literal text in one markdown line or table cell: line breaks and other control
+    characters become spaces, markdown and HTML punctuation is backslash-escaped (a string read
+    from a run's files cannot start a line, a link, an image or a tag in ``report.md``)."""
+    text = "".join(" " if not char.isprintable() else char for char in str(value))
+    return text.translate(_MARKDOWN)
+
+
 def markdown_table(rows: list, columns=None, *, digits: int = 4) -> str:
     """Rows (dicts) as a markdown table of ``columns`` (default: all keys of the first row)."""
     columns = list(columns or rows[0])
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(format_value(row[column], digits) for column in columns) + " |" for row in rows]
+    lines = ["| " + " | ".join(markdown_text(column) for column in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(markdown_text(format_value(row[column], digits)) for column in columns) + " |" for row in rows]
     return "\n".join(lines)
 
 
@@ -24,7 +35,9 @@ def write_csv(path: Path, rows: list, *, digits=None):
     """Rows (dicts with the same keys) as a CSV file; cells through :func:`format_value` when ``digits`` is given."""
     if digits is not None:
         rows = [{key: format_value(value, digits) for key, value in row.items()} for row in rows]
-    with open(path, "w", newline="") as handle:
+    from bayesprune.files import replacing
+
+    with replacing(path) as temporary, open(temporary, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)

@@ -7,7 +7,6 @@ when saved, so a network that shrank while training can be rebuilt before its st
 :class:`~bayesprune.fit.LoopState` of the stage in progress (:class:`bayesprune.methods.FitContext`).
 Checkpoints of earlier versions (``{model, guide, metadata}``, sBNN only) still read.
 """
-import os
 import pickle
 import zipfile
 
@@ -15,6 +14,7 @@ import pyro
 import torch
 
 from .errors import BayesPruneError
+from .files import replacing
 
 
 def save_checkpoint(path, fitted, *, metadata=None):
@@ -33,9 +33,8 @@ def write_checkpoint(path, *, method: str, state: dict, metadata=None, structure
              "versions": {"bayesprune": __version__, "torch": str(torch.__version__)}}
     if loop is not None:
         saved["loop"] = loop
-    partial = f"{path}.partial"
-    torch.save(saved, partial)
-    os.replace(partial, path)
+    with replacing(path) as partial:
+        torch.save(saved, partial)
 
 
 def read_checkpoint(path) -> dict:

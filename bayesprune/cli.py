@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from .config import load_config, packaged_configs
-from .errors import BayesPruneError, Interrupted
+from .errors import BayesPruneError, Interrupted, StopNow
 from .fit import STOP
 
 
@@ -142,7 +142,7 @@ def _export(args):
     with torch.no_grad():
         masked = torch.func.functional_call(dense, apply_masks(dict(dense.named_parameters()), weight_masks), (x,))
         difference = (exported(x) - masked).abs().max().item()
-    partials = out.with_name(f".{out.stem}.partial.pt2"), trainable.with_name(f".{trainable.name}.partial")
+    partials = _fresh_beside(out), _fresh_beside(trainable)  # new files, never a link planted there
     try:
         save_portable(exported, partials[0], x[:2])
         try:
@@ -166,6 +166,8 @@ def _export(args):
     os.replace(partials[0], out)
     if why_not is None:
         os.replace(partials[1], trainable)
+    else:
+        partials[1].unlink(missing_ok=True)
 
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     report = {"budget": None if budget is None else {key: value for key, value in vars(budget).items() if value is not None},
@@ -200,6 +202,17 @@ def _export(args):
         print(f"wrote {trainable}: bayesprune.export.load_trainable(path) rebuilds it as a trainable nn.Module")
     else:
         print(f"no trainable file: {why_not}")
+
+
+def _fresh_beside(path: Path) -> Path:
+    """A new empty hidden file beside ``path`` (same suffix), created exclusively: written, then renamed
+    onto ``path``, it replaces a link there instead of writing through it."""
+    import os
+    import tempfile
+
+    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".partial{path.suffix}", dir=path.parent)
+    os.close(handle)
+    return Path(name)
 
 
 def _run_metric(run_dir, name):
@@ -361,7 +374,7 @@ def main(argv=None):
     previous = {number: signal.signal(number, _request_stop) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         args.handler(args)
-    except Interrupted as error:
+    except (Interrupted, StopNow) as error:
         print(f"bayesprune: interrupted: {error}", file=sys.stderr)
         return 128 + error.signal
     except BayesPruneError as error:
@@ -375,9 +388,10 @@ def main(argv=None):
 
 
 def _request_stop(number, frame):
-    """Stop at the end of the training step in progress (a second signal stops at once)."""
+    """Stop at the end of the training step in progress (a second signal stops at once, with the same
+    one line: :class:`~bayesprune.errors.StopNow`)."""
     if STOP.signal is not None:
-        raise KeyboardInterrupt
+        raise StopNow(number)
     STOP.signal = number
 
 

@@ -17,6 +17,16 @@ class TrainingDiverged(BayesPruneError, RuntimeError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 
 
+class StopNow(KeyboardInterrupt):
+    """A second SIGINT or SIGTERM: stop at once, wherever the program is (a ``BaseException``, so no
+    ``except Exception`` swallows it); the run keeps its last checkpoint and the command line says so
+    in one line, as for :class:`Interrupted`."""
+
+    def __init__(self, signal: int):
+        super().__init__(f"stopped at once by a second signal {signal}")
+        self.signal = signal
+
+
 class Interrupted(BayesPruneError):
     """SIGINT or SIGTERM stopped training at the end of a step; ``signal`` is the signal's number
     (the command line exits with 128 + it)."""

@@ -216,6 +216,13 @@ class StopRequest:
 STOP = StopRequest()
 
 
+def check_stop(where: str):
+    """Raise :class:`~bayesprune.errors.Interrupted` if :data:`STOP` was set; every long loop outside
+    :func:`train` (Monte-Carlo certificates, perturbations, saliency) calls it once per iteration."""
+    if STOP.signal is not None:
+        raise Interrupted(f"stopped by signal {STOP.signal} {where}", STOP.signal)
+
+
 def train(step, batches, *, epochs: int, callbacks=(), progress: bool = False, scheduler=None,
           resume: "LoopState | None" = None, desc: str = "fit") -> History:
     """The one training loop: ``epochs`` passes of ``step`` over ``batches``; every method's fit runs on it.

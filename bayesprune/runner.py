@@ -34,7 +34,7 @@ from .checkpoint import read_checkpoint, save_checkpoint
 from .config import load_config
 from .data import load_dataset, uci_num_splits
 from .early_stopping import hold_out
-from .errors import BayesPruneError, ConfigError, Interrupted, TrainingDiverged
+from .errors import BayesPruneError, ConfigError, Interrupted, StopNow, TrainingDiverged
 from .files import open_lock, replacing, write_text
 from .fit import resolve_device
 from .methods import FitContext, get_method
@@ -219,12 +219,13 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
                 checkpoint=checkpoint if index == chain == 0 else None,
                 resume=resume if index == chain == 0 else None,
             )
+            # A signal while fitting or evaluating (the plain baseline, a certificate) keeps the fit's checkpoint.
             try:
                 fitted = method.fit(net, dataset, config.method_options, ctx)
-            except (TrainingDiverged, Interrupted) as error:
+                if chain == 0:
+                    per_split.append(_evaluate(split_config, dataset, fitted, device, baseline_net, validation, ctx.best_epoch))
+            except (TrainingDiverged, Interrupted, StopNow) as error:
                 raise _stopped(error, staging, out, checkpoint.name) from None
-            if chain == 0:
-                per_split.append(_evaluate(split_config, dataset, fitted, device, baseline_net, validation, ctx.best_epoch))
             fits.append(fitted)
         if first and index == 0:
             _write_fit(staging, fits[0])
@@ -464,17 +465,17 @@ def _stopped(error, staging: Path, out: Path, checkpoint: str):
         stage = f"stage {metadata['stage']!r}, " if metadata.get("stage") else ""
         _move_into_place(staging, out, force=True)  # an interrupted run's files only: the complete run is kept above
         where = f"the checkpoint of {stage}epoch {metadata.get('epoch')} is in {out / checkpoint}"
-        if isinstance(error, Interrupted) and "loop" in read_checkpoint(out / checkpoint):
+        if isinstance(error, (Interrupted, StopNow)) and "loop" in read_checkpoint(out / checkpoint):
             where += f"; continue with: bayesprune run --resume {out}"
     elif (staging / SEEDS).is_dir():
         _move_into_place(staging, out, force=True)
         where = f"the finished seeds are in {out / SEEDS}"
-        if isinstance(error, Interrupted):
+        if isinstance(error, (Interrupted, StopNow)):
             where += f"; continue with: bayesprune run --resume {out}"
     else:
         where = "no checkpoint was written"
     message = f"{error}; {where}"
-    return Interrupted(message, error.signal) if isinstance(error, Interrupted) else TrainingDiverged(message)
+    return Interrupted(message, error.signal) if isinstance(error, (Interrupted, StopNow)) else TrainingDiverged(message)
 
 
 def _summarise_seeds(runs: list, seeds) -> dict:

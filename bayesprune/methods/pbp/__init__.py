@@ -34,7 +34,7 @@ from bayesprune.checkpoint import load_module_state
 from bayesprune.criteria import CRITERIA, saliency, weight_sites
 from bayesprune.distributions import DiracSpikeSlab
 from bayesprune.errors import ConfigError
-from bayesprune.fit import svi_step
+from bayesprune.fit import check_stop, svi_step
 from bayesprune.gates import PARAMETERIZATIONS, block_isotropic
 from bayesprune.guides import DiracSpikeSlabGuide
 from bayesprune.models import BayesianNetwork, BoundedCategorical, Categorical
@@ -122,6 +122,7 @@ def gibbs_errors(model, guide, x, y, *, samples: int) -> torch.Tensor:
     """The 0-1 error of each of ``samples`` networks drawn from ``guide`` on (x, y), one value per network."""
     errors = []
     for _ in range(samples):
+        check_stop("while drawing networks from the posterior")
         params = guide.sample_params()
         wrong = sum(int((model.network(params, xs).argmax(-1) != ys).sum())
                     for xs, ys in zip(torch.split(x, EVALUATION_CHUNK), torch.split(y, EVALUATION_CHUNK)))

@@ -21,7 +21,7 @@ import torch
 from torch.func import functional_call
 
 from bayesprune.criteria import CRITERIA, saliency
-from bayesprune.fit import History, optimizer_step
+from bayesprune.fit import History, check_stop, optimizer_step
 from bayesprune.gates import INITS, PARAMETERIZATIONS, StochasticMasks, block_isotropic, isotropic
 from bayesprune.optim import torch_optimizer
 from bayesprune.pruning import Budget, apply_masks, prune
@@ -137,6 +137,7 @@ def perturbation_increase(net, dataset, device, *, rms: dict, scales, draws: int
     for scale in scales:
         total = 0.0
         for _ in range(draws):
+            check_stop("while perturbing the weights")
             noisy = copy.deepcopy(net)
             for name, param in noisy.named_parameters():
                 if name in rms:

@@ -1,0 +1,192 @@
+"""Reliability of the commands against an edited run directory, a second run, signals and bad inputs
+(issue 28): nothing is written through a link or outside the folder a command may write, a complete run
+is never replaced without ``--force``, SIGTERM is honoured everywhere, every bad input is one line."""
+import hashlib
+import json
+import shutil
+import signal
+
+import pytest
+
+from bayesprune.cli import main
+from bayesprune.fit import STOP
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+QUICK = ["--quiet", "--set", "train.epochs=1", "--set", "baseline.enabled=false", "--set", "sbnn.predictive_samples=1"]
+
+
+def digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def complete_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("complete") / "run"
+    assert main(["run", "--out", str(out), *QUICK]) == 0
+    return out
+
+
+@pytest.fixture
+def copy_of(complete_run, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(complete_run, run_dir)
+    return run_dir
+
+
+@pytest.fixture(autouse=True)
+def no_stop_request():
+    yield
+    STOP.signal = None
+
+
+# 1. Writes never go through a symbolic link -------------------------------------------------------
+
+@pytest.mark.parametrize("name, argv", [
+    ("report.md", ["report"]),
+    ("loss.png", ["report"]),
+    ("importance.csv", ["importance", "--force"]),
+    ("importance.png", ["importance", "--force"]),
+])
+def test_a_link_in_a_run_directory_is_replaced_never_written_through(copy_of, tmp_path, capsys, name, argv):
+    outside = tmp_path / "precious.txt"
+    outside.write_text("the user's own file\n")
+    before = digest(outside)
+    (copy_of / name).unlink(missing_ok=True)
+    (copy_of / name).symlink_to(outside)
+    assert main([argv[0], str(copy_of), *argv[1:]]) == 0, capsys.readouterr().err
+    assert digest(outside) == before
+    assert not (copy_of / name).is_symlink() and (copy_of / name).stat().st_size > 0
+
+
+def test_a_lock_file_made_a_link_is_refused_and_its_target_untouched(tmp_path, capsys):
+    outside = tmp_path / "precious.txt"
+    outside.write_text("the user's own file\n")
+    before = digest(outside)
+    (tmp_path / ".out.lock").symlink_to(outside)
+    status = main(["run", "--out", str(tmp_path / "out"), *QUICK])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "symbolic link" in err and "Traceback" not in err, err
+    assert digest(outside) == before and not (tmp_path / "out").exists()
+
+
+def test_the_report_escapes_the_text_it_copies_from_metrics_json(copy_of, capsys):
+    metrics = json.loads((copy_of / "metrics.json").read_text())
+    metrics["dataset"] = "digits\ntouch /tmp/owned\n# heading <script>x</script> ![i](http://x/y.png)"
+    metrics["method"] = "sbnn"
+    metrics["evil\nkey"] = "a | b\n## c"
+    (copy_of / "metrics.json").write_text(json.dumps(metrics))
+    assert main(["report", str(copy_of)]) == 0, capsys.readouterr().err
+    lines = (copy_of / "report.md").read_text().splitlines()
+    assert not any(line.startswith(("touch", "## c", "# heading")) for line in lines)
+    assert not any("<script>" in line or "![i]" in line for line in lines)
+    assert sum(line.startswith("# ") for line in lines) == 1
+
+
+# 2. A complete run is never replaced without --force ----------------------------------------------
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_run_completed_while_another_loaded_its_data_is_never_replaced_without_force(tmp_path, capsys, monkeypatch, force):
+    """Run B checks ``out`` (empty), then loads its data slowly; meanwhile run A completes into ``out``.
+    B is refused in one line and A is intact; under ``--force`` B replaces it as asked."""
+    from bayesprune import runner
+
+    out = tmp_path / "out"
+    load = runner.load_datasets
+    first = {}
+
+    def slow_load(config):
+        if not first:  # B is loading: A runs to completion meanwhile
+            first["metrics"] = None
+            first["metrics"] = main(["run", "--out", str(out), *QUICK, "--set", "seed=1"])
+        return load(config)
+
+    monkeypatch.setattr(runner, "load_datasets", slow_load)
+    status = main(["run", "--out", str(out), *QUICK, *(["--force"] if force else [])])
+    err = capsys.readouterr().err
+    assert first["metrics"] == 0
+    seed = json.loads((out / "metrics.json").read_text())["seed"]
+    if force:
+        assert status == 0 and seed == 0
+    else:
+        assert status == 2 and err.count("\n") == 1 and "--force" in err and "Traceback" not in err, err
+        assert seed == 1 and (out / "checkpoint.pt").is_file() and (out / "report.md").is_file()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]
+
+
+# 3. Signals are honoured outside the training loops --------------------------------------------------
+
+def short_argv(short_config, method, out):
+    """``bayesprune run`` of the method's short digits config (:func:`conftest.short_config_of`), saved as a file."""
+    path = out.parent / f"{method}.toml"
+    path.write_text(short_config(method, "train.epochs=1", "baseline.enabled=false").to_toml())
+    return ["run", str(path), "--out", str(out), "--quiet"]
+
+
+def stop_on_call(module, name, call=1, twice=False):
+    """Wrap ``module.name`` so that its ``call``-th call first delivers SIGTERM (through the command
+    line's handler; ``twice``: after the call, two of them, the second before the first was honoured)."""
+    from bayesprune import cli
+
+    original, calls = getattr(module, name), []
+
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == call and not twice:
+            cli._request_stop(signal.SIGTERM, None)
+        result = original(*args, **kwargs)
+        if len(calls) == call and twice:
+            cli._request_stop(signal.SIGTERM, None)
+            cli._request_stop(signal.SIGTERM, None)
+        return result
+
+    return wrapped
+
+
+def interrupted_then_resumed(argv, out, capsys, *, resume=True):
+    try:
+        status = main(argv)
+    except KeyboardInterrupt:  # what a second signal raised before
+        pytest.fail("a KeyboardInterrupt escaped the command line")
+    err = capsys.readouterr().err
+    assert status == 143 and err.startswith("bayesprune: interrupted:") and err.count("\n") == 1, err
+    assert "Traceback" not in err and not (out / "metrics.json").exists()
+    assert (out / "checkpoint.pt").is_file() and f"bayesprune run --resume {out}" in err, err
+    if resume:
+        STOP.signal = None
+        assert main(["run", "--resume", str(out), "--quiet"]) == 0, capsys.readouterr().err
+        assert (out / "metrics.json").is_file()
+
+
+def test_sigterm_while_pbp_computes_its_certificate_stops_and_resumes(tmp_path, capsys, monkeypatch, short_config):
+    from bayesprune.methods import pbp
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(pbp, "split_rows", stop_on_call(pbp, "split_rows", call=2))  # the certificate's split
+    interrupted_then_resumed(short_argv(short_config, "pbp", out), out, capsys)
+
+
+def test_sigterm_while_pft_perturbs_its_networks_stops(tmp_path, capsys, monkeypatch, short_config):
+    from bayesprune.methods import pft
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(pft, "weight_rms", stop_on_call(pft, "weight_rms"))  # just before the perturbations
+    interrupted_then_resumed(short_argv(short_config, "pft", out), out, capsys, resume=False)
+
+
+def test_sigterm_during_the_plain_baseline_keeps_the_finished_fit_and_resumes(tmp_path, capsys, monkeypatch):
+    from bayesprune import runner
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(runner, "train_plain", stop_on_call(runner, "train_plain"))
+    interrupted_then_resumed(["run", "--out", str(out), *QUICK, "--set", "baseline.enabled=true", "--set", "baseline.epochs=1"],
+                             out, capsys)
+    assert "baseline_test_error" in json.loads((out / "metrics.json").read_text())
+
+
+def test_a_second_sigterm_stops_at_once_with_the_same_one_line(tmp_path, capsys, monkeypatch):
+    from bayesprune.methods import context
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(context, "write_checkpoint", stop_on_call(context, "write_checkpoint", twice=True))
+    interrupted_then_resumed(["run", "--out", str(out), *QUICK, "--set", "train.epochs=2"], out, capsys, resume=False)
