@@ -177,26 +177,35 @@ def plot_leaderboard(rows: list, path: Path, *, metric: str = "test_error"):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(7.5, 4.8))
+    figure, axes = plt.subplots(figsize=(8, 5))
     methods = list(dict.fromkeys(row["method"] for row in rows))
     colours = plt.get_cmap("tab10")
+    plain = [row[f"plain_{metric}"] for row in rows if row.get(f"plain_{metric}") is not None]
+    values = [row[metric] for row in rows if row["achieved_sparsity"] is not None]
+    # Errors far above the plain network's would flatten every other line: the axis stops at 4x it
+    # and a clipped point is drawn on the top edge, its value in the legend.
+    top = max(values) * 1.05 if not plain or not values else min(max(values) * 1.05, 4 * float(np.mean(plain)))
     for index, method in enumerate(methods):
         mine = [row for row in rows if row["method"] == method and row["achieved_sparsity"] is not None]
         points = [(100 * row["achieved_sparsity"], row[metric]) for row in mine]
         errors = [row.get(f"{metric}_std") or 0.0 for row in mine]
         colour = colours(index % 10)
-        axes.errorbar([p[0] for p in points], [p[1] for p in points], yerr=errors, fmt="o", color=colour,
+        shown = [(x, min(y, top)) for x, y in points]
+        axes.errorbar([p[0] for p in shown], [p[1] for p in shown], yerr=errors, fmt="o", color=colour,
                       markerfacecolor="none", capsize=2, alpha=0.8)
-        front = pareto_front(points)
-        axes.plot([p[0] for p in front], [p[1] for p in front], "-o", color=colour, label=method, linewidth=1.8)
-    plain = [row[f"plain_{metric}"] for row in rows if row.get(f"plain_{metric}") is not None]
+        front = [(x, min(y, top)) for x, y in pareto_front(points)]
+        clipped = ", ".join(f"{y:.3g} at {x:.0f} %" for x, y in points if y > top)
+        axes.plot([p[0] for p in front], [p[1] for p in front], marker="o", color=colour, linewidth=1.8,
+                  linestyle=("-", "--", "-.", ":")[index // 10 % 4], label=method + (f" (off the chart: {clipped})" if clipped else ""))
     if plain:
         axes.axhline(float(np.mean(plain)), color="grey", linestyle="--", linewidth=1, label="plain network (dense)")
+    axes.set_ylim(0, top)
     axes.set_xlabel("sparsity (% of weights removed)")
     axes.set_ylabel("test error (%)" if metric == "test_error" else "test RMSE")
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8, loc="upper left")
-    axes.set_title("Error against sparsity (hollow: every point; line: each method's Pareto front)", fontsize=9)
+    axes.set_title("Error against sparsity (hollow: every point; line: each method's Pareto front; "
+                   "clipped points' values in the legend)", fontsize=9)
     figure.tight_layout()
     figure.savefig(path, dpi=130)
     plt.close(figure)
