@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from bayesprune.files import replacing, write_text
+
 #: The file a magnitude cell keeps its own description in (a run cell has ``config.toml``).
 CELL_FILE = "cell.json"
 
@@ -162,13 +164,12 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
         if cell.finetune_epochs:
             fit_plain(pruned, dataset.x_train, dataset.y_train, **{**rule, "epochs": cell.finetune_epochs})
         unmask_parameters(pruned).eval()
-        torch.save(pruned.state_dict(), folder / network_file(sparsity))
+        with replacing(folder / network_file(sparsity)) as temporary:
+            torch.save(pruned.state_dict(), temporary)
         metrics["per_sparsity"].append({"sparsity": sparsity, name: _test_metric(pruned, dataset),
                                         "train_seconds": round(plain_seconds + time.perf_counter() - start, 3)})
-    (folder / CELL_FILE).write_text(json.dumps(cell.describe(), indent=1) + "\n")
-    partial = folder / ".metrics.json.partial"
-    partial.write_text(json.dumps(metrics, indent=2) + "\n")
-    partial.replace(folder / "metrics.json")  # last: the cell counts as finished only when complete
+    write_text(folder / CELL_FILE, json.dumps(cell.describe(), indent=1) + "\n")
+    write_text(folder / "metrics.json", json.dumps(metrics, indent=2) + "\n")  # last: the cell is finished only when complete
     return metrics
 
 

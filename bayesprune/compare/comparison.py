@@ -27,8 +27,11 @@ from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 
+import tomli_w
+
 from bayesprune.config import load_config, packaged_configs, parse_override
 from bayesprune.errors import BayesPruneError, ConfigError
+from bayesprune.files import write_text
 from bayesprune.methods import available_methods, get_method
 from bayesprune.validation import is_int, is_number, require
 
@@ -88,7 +91,7 @@ class CompareOptions:
         require(isinstance(self.configs, dict), "compare.configs", "be a table of method = packaged config", self.configs)
         for method, name in self.configs.items():
             require(method in available_methods(), "compare.configs", f"name methods of {sorted(available_methods())}", method)
-            require(name in packaged_configs(), f"compare.configs.{method}", f"be a packaged config (bayesprune list)", name)
+            require(name in packaged_configs(), f"compare.configs.{method}", "be a packaged config (bayesprune list)", name)
         for name in ("finetune_epochs",):
             require(is_int(getattr(self, name)) and getattr(self, name) >= 0, f"compare.{name}", "be a non-negative integer",
                     getattr(self, name))
@@ -251,10 +254,8 @@ def compare(source=None, out="runs/compare", *, methods=None, sparsities=None, s
     run_cells(cells, folders, engine=engine, jobs=jobs, address=address, report=report)
     resolved = {**raw, "compare": {**raw.get("compare", {}), "methods": list(options.methods),
                                    "sparsities": list(options.sparsities), "seeds": list(options.seeds)}}
-    import tomli_w
-
-    (out / MARKER).write_text(tomli_w.dumps(resolved))
+    write_text(out / MARKER, tomli_w.dumps(resolved))
     rows = leaderboard_rows(cells, folders, options)
     write_leaderboard(out, rows)
-    (out / "leaderboard.json").write_text(json.dumps(rows, indent=1) + "\n")
+    write_text(out / "leaderboard.json", json.dumps(rows, indent=1) + "\n")
     return rows

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from bayesprune.analysis.tables import markdown_table, write_csv
+from bayesprune.files import replacing, write_text
 
 #: The leaderboard's columns, in order (the metric's name replaces ``test_error`` for regression).
 COLUMNS = ("method", "sparsity", "achieved_sparsity", "test_error", "test_error_std", "plain_test_error", "seeds",
@@ -159,7 +160,7 @@ def write_leaderboard(out: Path, rows: list):
             "plain network's, training seconds, and the pruned network (dead units removed): non-zero parameters, "
             "MACs of one input, median CPU latency of one batch on one thread; `bound`: PBP's PAC-Bayes certificate.",
             "", markdown_table(shown), "", "![test error against sparsity](leaderboard.png)", ""]
-    (out / "leaderboard.md").write_text("\n".join(text))
+    write_text(out / "leaderboard.md", "\n".join(text))
     plot_leaderboard(rows, out / "leaderboard.png", metric=name)
 
 
@@ -207,5 +208,6 @@ def plot_leaderboard(rows: list, path: Path, *, metric: str = "test_error"):
     axes.set_title("Error against sparsity (hollow: every point; line: each method's Pareto front; "
                    "clipped points' values in the legend)", fontsize=9)
     figure.tight_layout()
-    figure.savefig(path, dpi=130)
+    with replacing(path) as temporary:
+        figure.savefig(temporary, dpi=130)
     plt.close(figure)

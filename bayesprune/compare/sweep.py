@@ -9,16 +9,16 @@ so each cell's certificate holds for whichever point is picked afterwards (paper
 import copy
 import itertools
 import json
-import math
 import re
-import tomllib
 from pathlib import Path
 
 import numpy as np
+import tomli_w
 
 from bayesprune.analysis.tables import markdown_table, write_csv
 from bayesprune.config import load_config, parse_override
 from bayesprune.errors import BayesPruneError, ConfigError
+from bayesprune.files import write_text
 
 from .cells import Cell
 from .comparison import check_cells, check_grid_dir
@@ -92,7 +92,7 @@ def sweep_cells(source, grid: dict, seeds, overrides=()) -> list:
         raise BayesPruneError(f"--seeds must be distinct non-negative integers, got {seeds}")
     cells = []
     for point in points:
-        assignments = [f"{key}={json.dumps(value) if not isinstance(value, str) else json.dumps(value)}" for key, value in point.items()]
+        assignments = [f"{key}={json.dumps(value)}" for key, value in point.items()]  # JSON scalars and lists are TOML
         try:
             config = load_config(source, [*overrides, *assignments])
         except ConfigError as error:
@@ -169,12 +169,10 @@ def sweep(source, grid_assignments, out, *, seeds=None, jobs: int = 1, engine: s
     check_grid_dir(out, MARKER)
     folders = check_cells(out, cells)
     results = run_cells(cells, folders, engine=engine, jobs=jobs, address=address, report=report)
-    import tomli_w
-
-    (out / MARKER).write_text(tomli_w.dumps({"config": str(source or "default"), "grid": grid, "overrides": list(overrides),
+    write_text(out / MARKER, tomli_w.dumps({"config": str(source or "default"), "grid": grid, "overrides": list(overrides),
                                              "seeds": sorted({cell.seed for cell in cells})}))
     rows = summary_rows(cells, results)
     write_csv(out / "summary.csv", [{key: "" if value is None else value for key, value in row.items()} for row in rows])
-    (out / "summary.md").write_text(f"# Sweep of {source or 'default'}\n\nMean and standard deviation over seeds per grid "
+    write_text(out / "summary.md", f"# Sweep of {source or 'default'}\n\nMean and standard deviation over seeds per grid "
                                     f"point ({len(rows)} points, cells in cells/).\n\n{markdown_table(_shown(rows, grid))}\n")
     return rows
