@@ -149,3 +149,29 @@ def test_bad_grids_are_refused_in_one_line_and_write_nothing(tmp_path, capsys, a
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and re.search(message, error), error
     assert not out.exists()
+
+
+def test_sigterm_then_the_same_command_continues_without_touching_finished_cells(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "cmp"
+    argv = [sys.executable, "-m", "bayesprune", "compare", "--out", str(out), "--methods", "sbnn", "--sparsities", "0.5",
+            *(flag for item in TINY for flag in ("--set", item)), "--set", "train.epochs=40"]
+    process = subprocess.Popen(argv, env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (out / "cells" / "magnitude-seed0" / "metrics.json").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    _, error = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, error
+    assert "interrupted" in error and not (out / "leaderboard.csv").exists()
+    finished = {path: path.stat().st_mtime_ns for path in (out / "cells" / "magnitude-seed0").iterdir()}
+    assert not (out / "cells" / "sbnn-seed0" / "metrics.json").exists()
+    assert main(argv[3:]) == 0
+    assert {path: path.stat().st_mtime_ns for path in (out / "cells" / "magnitude-seed0").iterdir()} == finished
+    with open(out / "leaderboard.csv") as handle:
+        assert {row["method"] for row in csv.DictReader(handle)} == {"magnitude", "sbnn"}

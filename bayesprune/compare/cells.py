@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from bayesprune.errors import BayesPruneError
 from bayesprune.files import replacing, write_text
 
 #: The file a magnitude cell keeps its own description in (a run cell has ``config.toml``).
@@ -73,7 +74,6 @@ def stale(cell: Cell, folder: Path) -> str | None:
 
     A finished cell is reused as it is, so a folder left by another config must not pass for it."""
     from bayesprune.config import load_config
-    from bayesprune.errors import BayesPruneError
 
     folder = Path(folder)
     if not folder.exists() or not any(folder.iterdir()):
@@ -101,9 +101,17 @@ def execute(cell: Cell, folder: str, threads: int = 1) -> dict:
     torch.set_num_threads(threads)
     if cell.kind == "magnitude":
         return _magnitude(cell, folder)
-    from bayesprune.runner import run
+    from bayesprune.errors import Interrupted
+    from bayesprune.runner import resume_run, run
 
-    # force: an interrupted earlier attempt may have left its checkpoint here; it is replaced.
+    if (folder / "checkpoint.pt").is_file():  # an interrupted earlier attempt: continue it where it can be
+        try:
+            return resume_run(folder)
+        except Interrupted:
+            raise
+        except BayesPruneError:
+            pass
+    # force: what an earlier attempt left here (a checkpoint that does not resume) is replaced.
     return run(cell.run_config(), folder, force=True)
 
 

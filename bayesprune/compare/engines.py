@@ -7,6 +7,7 @@ the same numbers for the same seeds.
 """
 import multiprocessing
 import os
+import signal
 import socket
 import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -68,7 +69,8 @@ def _local(cells, folders, *, jobs: int, report) -> list:
     previous = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"
     try:
-        pool = ProcessPoolExecutor(max_workers=min(jobs, len(cells)), mp_context=multiprocessing.get_context("spawn"))
+        pool = ProcessPoolExecutor(max_workers=min(jobs, len(cells)), mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_worker_signals)
     finally:
         if previous is None:
             os.environ.pop("OMP_NUM_THREADS")
@@ -87,9 +89,21 @@ def _local(cells, folders, *, jobs: int, report) -> list:
             if STOP.signal is not None:
                 for future in pending:
                     future.cancel()
-                raise Interrupted(f"stopped after {done} of {len(cells)} cells; running cells finish; run the same "
-                                  "command again to continue", STOP.signal)
+                for child in multiprocessing.active_children():  # the workers stop their fits at the end of a step
+                    os.kill(child.pid, STOP.signal)
+                raise Interrupted(f"stopped after {done} of {len(cells)} cells; the cells in progress keep their last "
+                                  "checkpoint; run the same command again to continue", STOP.signal)
     return results
+
+
+def _worker_signals():
+    """In a worker, SIGINT and SIGTERM stop the fit in progress at the end of its step (as the command
+    line does), so that its checkpoint is kept for the next call."""
+    def request_stop(number, frame):
+        STOP.signal = number
+
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, request_stop)
 
 
 def _ray(cells, folders, *, address, report) -> list:
