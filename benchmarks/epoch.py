@@ -1,9 +1,10 @@
 """Time one training epoch of every method on full MNIST LeNet-300-100, against two references.
 
-What is measured: the wall-clock time of one epoch (60,000 images, batch 128) of each method as the
-runner calls it (``get_method(name).fit(net, dataset, config, ...)`` with the method's packaged
-``mnist-lenet-300-100`` config at one epoch: building the model and guide, moving the data once,
-the SVI loop), against, in the same run:
+What is measured: the wall-clock time of one epoch (60,000 images) of each method as the runner calls
+it (``get_method(name).fit(net, dataset, options, ctx)`` with the method's packaged LeNet-300-100
+config at one epoch of its main stage, its other stages at none where they can be skipped: building
+the model and guide, moving the data once, the loop, and what the method does around it), against,
+in the same run:
 
 * (a) the same objective hand-written in plain PyTorch over the same minibatches
   (``svi_step.PlainTorchSBNN``: flat m and ρ, one ``torch.optim.Adam``, loss read back every step as
@@ -37,12 +38,23 @@ from bayesprune.config import load_config
 from bayesprune.data import CLASSIFICATION, Dataset, load_dataset
 from bayesprune.errors import DataError
 from bayesprune.fit import optimizer_step, train
-from bayesprune.methods import get_method
+from bayesprune.methods import FitContext, get_method
 from bayesprune.runner import new_net
 from svi_step import PlainTorchSBNN
 
-#: Method name → overrides of its packaged LeNet-300-100 config for the benchmark.
-METHODS = {"sbnn": ("mnist-lenet-300-100", ["sbnn.penalty='uniform'"])}
+#: Method name → its packaged LeNet-300-100 config and the overrides that leave one epoch of its main stage.
+METHODS = {
+    "sbnn": ("mnist-lenet-300-100", ["sbnn.penalty='uniform'"]),
+    "sparse-vd": ("sparse-vd-lenet300", []),
+    "unit-gates": ("unit-gates-lenet300", ["unit-gates.finetune_epochs=0"]),
+    "pft": ("pft-lenet300", ["pft.pretrain_epochs=0", "pft.finetune_epochs=0", "pft.start_masks=['magnitude']",
+                             "pft.sparsities=[0.95]", "pft.perturbation_draws=0", "pft.equal_budget_baseline=false"]),
+    "pbp": ("pbp-lenet300", ["pbp.prior_epochs=0", "pbp.prior_mask_epochs=0", "pbp.mc_samples=1", "pbp.prior_samples=1"]),
+    "probmask": ("probmask-lenet300", ["probmask.finetune_epochs=0", "probmask.baseline=false", "probmask.t1=1",
+                                       "probmask.t2=2"]),
+    "saliency": ("criteria-mlp", ["saliency.finetune_epochs=0", "saliency.stages=[1]", "saliency.penalties=[0.0]",
+                                  "saliency.criteria=['magnitude']"]),
+}
 
 
 def mnist(kind: str) -> Dataset:
@@ -69,7 +81,7 @@ def method_epoch(name, dataset, device, epochs):
     def run():
         net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
         with pyro.validation_enabled(False):
-            get_method(name).fit(net, dataset, config, device=device, seed=config.seed)
+            get_method(name).fit(net, dataset, config.method_options, FitContext.from_config(config, dataset, device=device))
 
     return run, config
 
@@ -120,8 +132,9 @@ def run(args) -> dict:
               "rounds": args.rounds, "epochs": args.epochs, "torch_version": str(torch.__version__), "pyro_version": pyro.__version__}
     for name in METHODS:
         run_method, config = method_epoch(name, dataset, device, args.epochs)
-        epochs = {name: run_method, "plain_torch": reference_epoch(config, dataset, device, args.epochs),
-                  "deterministic": deterministic_epoch(config, dataset, device, args.epochs)}
+        epochs = {name: run_method, "deterministic": deterministic_epoch(config, dataset, device, args.epochs)}
+        if name == "sbnn":  # the same objective hand-written: what the library's loop costs
+            epochs["plain_torch"] = reference_epoch(config, dataset, device, args.epochs)
         samples = {key: [] for key in epochs}
         keys = list(epochs)
         for index in range(args.rounds):
@@ -129,13 +142,11 @@ def run(args) -> dict:
             for key in keys[shift:] + keys[:shift]:
                 samples[key].append(timed(epochs[key], device))
         seconds = {key: statistics.median(values) / args.epochs for key, values in samples.items()}
-        result[name] = {
-            "epoch_seconds": seconds[name],
-            "plain_torch_epoch_seconds": seconds["plain_torch"],
-            "deterministic_epoch_seconds": seconds["deterministic"],
-            "ratio_vs_plain_torch": seconds[name] / seconds["plain_torch"],
-            "ratio_vs_deterministic": seconds[name] / seconds["deterministic"],
-        }
+        result[name] = {"epoch_seconds": seconds[name], "deterministic_epoch_seconds": seconds["deterministic"],
+                        "ratio_vs_deterministic": seconds[name] / seconds["deterministic"]}
+        if "plain_torch" in seconds:
+            result[name].update(plain_torch_epoch_seconds=seconds["plain_torch"],
+                                ratio_vs_plain_torch=seconds[name] / seconds["plain_torch"])
     return result
 
 
@@ -152,13 +163,14 @@ def main(argv=None):
     if args.json:
         print(json.dumps(result))
         return
-    print(f"one epoch of full MNIST LeNet-300-100, batch 128, on {result['device']} ({result['num_threads']} threads, "
+    print(f"one epoch of full MNIST LeNet-300-100 (each method's batch size), on {result['device']} ({result['num_threads']} threads, "
           f"median of {result['rounds']} rounds of {result['epochs']} epoch(s), data {result['data']})")
     for name in METHODS:
         r = result[name]
-        print(f"{name}: {r['epoch_seconds']:.2f} s; plain PyTorch, same objective: {r['plain_torch_epoch_seconds']:.2f} s "
-              f"(ratio {r['ratio_vs_plain_torch']:.3f}); deterministic training: {r['deterministic_epoch_seconds']:.2f} s "
-              f"(ratio {r['ratio_vs_deterministic']:.2f})")
+        reference = (f"; plain PyTorch, same objective: {r['plain_torch_epoch_seconds']:.2f} s (ratio {r['ratio_vs_plain_torch']:.3f})"
+                     if "plain_torch_epoch_seconds" in r else "")
+        print(f"{name}: {r['epoch_seconds']:.2f} s; deterministic training: {r['deterministic_epoch_seconds']:.2f} s "
+              f"(ratio {r['ratio_vs_deterministic']:.2f}){reference}")
 
 
 if __name__ == "__main__":
