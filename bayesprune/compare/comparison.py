@@ -38,6 +38,7 @@ from bayesprune.validation import is_int, is_number, require
 from .cells import Cell
 from .engines import check_engine, progress_line, run_cells
 from .leaderboard import leaderboard_rows, write_leaderboard
+from .tracking import open_tracker
 
 #: The baseline's name among the methods.
 MAGNITUDE = "magnitude"
@@ -232,11 +233,13 @@ def check_cells(out: Path, cells: list) -> list:
 
 
 def compare(source=None, out="runs/compare", *, methods=None, sparsities=None, seeds=None, jobs: int = 1,
-            engine: str = "local", address=None, overrides=(), report=progress_line) -> list:
+            engine: str = "local", address=None, overrides=(), track=None, track_uri=None, report=progress_line) -> list:
     """Run (or continue) a comparison into ``out`` and write its leaderboard; returns its rows.
 
     ``methods``, ``sparsities`` and ``seeds`` replace the config's ``[compare]`` lists when given.
     Finished cells are read back, never fitted again: calling again with the same ``out`` continues.
+    ``track="mlflow"`` logs each cell as it finishes, and the leaderboard, to the MLflow store at
+    ``track_uri`` (default ``file:<out>/mlruns``; see :mod:`bayesprune.compare.tracking`).
     """
     out = Path(out)
     raw, options = load_comparison(source, overrides)
@@ -249,13 +252,17 @@ def compare(source=None, out="runs/compare", *, methods=None, sparsities=None, s
             raise ConfigError(str(error).replace("compare.", "--", 1)) from None
     cells = comparison_cells(raw, options)
     check_engine(engine, jobs=jobs, address=address)
+    tracker = open_tracker(track, track_uri, out, kind="compare")
     check_grid_dir(out, MARKER)
     folders = check_cells(out, cells)
-    run_cells(cells, folders, engine=engine, jobs=jobs, address=address, report=report)
+    run_cells(cells, folders, engine=engine, jobs=jobs, address=address,
+              report=report if tracker is None else tracker.reporter(report))
     resolved = {**raw, "compare": {**raw.get("compare", {}), "methods": list(options.methods),
                                    "sparsities": list(options.sparsities), "seeds": list(options.seeds)}}
     write_text(out / MARKER, tomli_w.dumps(resolved))
     rows = leaderboard_rows(cells, folders, options)
     write_leaderboard(out, rows)
     write_text(out / "leaderboard.json", json.dumps(rows, indent=1) + "\n")
+    if tracker is not None:
+        tracker.finish([MARKER, "leaderboard.md", "leaderboard.csv", "leaderboard.json", "leaderboard.png"])
     return rows

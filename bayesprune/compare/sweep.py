@@ -23,6 +23,7 @@ from bayesprune.files import write_text
 from .cells import Cell
 from .comparison import check_cells, check_grid_dir
 from .engines import check_engine, progress_line, run_cells
+from .tracking import open_tracker
 
 MARKER = "sweep.toml"
 #: Keys a grid may not vary: the sweep sets them itself.
@@ -159,20 +160,25 @@ def _shown(rows: list, grid: dict) -> list:
 
 
 def sweep(source, grid_assignments, out, *, seeds=None, jobs: int = 1, engine: str = "local", address=None, overrides=(),
-          report=progress_line) -> list:
+          track=None, track_uri=None, report=progress_line) -> list:
     """Run (or continue) the sweep into ``out``: cells under ``out/cells``, ``summary.csv`` (every
-    number) and ``summary.md``; returns the summary rows. Finished cells are never fitted again."""
+    number) and ``summary.md``; returns the summary rows. Finished cells are never fitted again.
+    ``track="mlflow"`` logs each cell and the summary to MLflow (:mod:`bayesprune.compare.tracking`)."""
     out = Path(out)
     grid = parse_grid(grid_assignments)
     cells = sweep_cells(source, grid, seeds, overrides)
     check_engine(engine, jobs=jobs, address=address)
+    tracker = open_tracker(track, track_uri, out, kind="sweep")
     check_grid_dir(out, MARKER)
     folders = check_cells(out, cells)
-    results = run_cells(cells, folders, engine=engine, jobs=jobs, address=address, report=report)
+    results = run_cells(cells, folders, engine=engine, jobs=jobs, address=address,
+                        report=report if tracker is None else tracker.reporter(report))
     write_text(out / MARKER, tomli_w.dumps({"config": str(source or "default"), "grid": grid, "overrides": list(overrides),
                                              "seeds": sorted({cell.seed for cell in cells})}))
     rows = summary_rows(cells, results)
     write_csv(out / "summary.csv", [{key: "" if value is None else value for key, value in row.items()} for row in rows])
     write_text(out / "summary.md", f"# Sweep of {source or 'default'}\n\nMean and standard deviation over seeds per grid "
                                     f"point ({len(rows)} points, cells in cells/).\n\n{markdown_table(_shown(rows, grid))}\n")
+    if tracker is not None:
+        tracker.finish([MARKER, "summary.md", "summary.csv"])
     return rows
