@@ -267,7 +267,8 @@ def _compare(args):
     from .compare import compare
 
     rows = compare(args.config, args.out, methods=args.methods, sparsities=args.sparsities, seeds=args.seeds, jobs=args.jobs,
-                   engine=args.engine, address=args.address, overrides=args.overrides)
+                   engine=args.engine, address=args.address, overrides=args.overrides, track=args.track,
+                   track_uri=args.track_uri)
     print(f"{len(rows)} rows; wrote {Path(args.out) / 'leaderboard.md'}, leaderboard.csv, leaderboard.png")
 
 
@@ -275,7 +276,7 @@ def _sweep(args):
     from .compare.sweep import sweep
 
     rows = sweep(args.config, args.grid, args.out, seeds=args.seeds, jobs=args.jobs, engine=args.engine,
-                 address=args.address, overrides=args.overrides)
+                 address=args.address, overrides=args.overrides, track=args.track, track_uri=args.track_uri)
     print(f"{len(rows)} grid points; wrote {Path(args.out) / 'summary.md'} and summary.csv")
 
 
@@ -289,6 +290,14 @@ def _grid_engine_arguments(parser):
     parser.add_argument("--engine", choices=["local", "ray"], default="local",
                         help="local process pool (default) or Ray (pip install 'bayesprune[ray]')")
     parser.add_argument("--address", help="the Ray cluster's address (default: a local Ray for this call)")
+    parser.add_argument("--track", choices=["mlflow"],
+                        help="log each cell (config as params, metrics.json and its pruning curve as metrics, report "
+                             "and plots as artifacts; one run per cell, tagged method, sparsity, seed) and the tables "
+                             "(a parent run) to MLflow as cells finish; a cell logged before is not logged again "
+                             "(pip install 'bayesprune[track]')")
+    parser.add_argument("--track-uri", metavar="URI",
+                        help="the MLflow store --track logs to: a folder or any tracking URI (default: file:OUT/mlruns; "
+                             "read a file store with MLFLOW_ALLOW_FILE_STORE=true set, as MLflow 3 asks)")
 
 
 def _list(args):
