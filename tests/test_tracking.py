@@ -122,6 +122,7 @@ def test_a_sweep_is_tracked_to_a_given_store(tmp_path, monkeypatch):
         run = runs[f"pbp.alpha={alpha}-seed0"]
         metrics = json.loads((out / "cells" / f"pbp.alpha={alpha}-seed0" / "metrics.json").read_text())
         assert run.data.tags["grid.pbp.alpha"] == str(alpha) and run.data.params["pbp.alpha"] == str(alpha)
+        assert run.data.tags["method"] == "pbp" and run.data.tags["sparsity"] == run.data.params["pbp.sparsity"]
         assert run.data.params["pbp.grid_size"] == "2" and run.data.metrics["bound"] == pytest.approx(metrics["bound"])
     assert {"summary.md", "summary.csv", "sweep.toml"} <= {item.path for item in client.list_artifacts(runs["sweep"].info.run_id)}
 
