@@ -27,6 +27,11 @@ def write_report(run_dir) -> Path:
     """
     run_dir = Path(run_dir)
     metrics = read_metrics(run_dir)
+    with _reading(run_dir / "metrics.json"):  # a tampered file, whatever else it breaks, is one line naming it
+        return _write_report(run_dir, metrics)
+
+
+def _write_report(run_dir: Path, metrics: dict) -> Path:
     losses = read_losses(run_dir)
     scores = read_scores(run_dir)
     metric = metric_name(metrics["task"])
@@ -127,12 +132,12 @@ def _reading(path: Path):
         yield
     except BayesPruneError:
         raise
-    except (OSError, EOFError, ValueError, KeyError, TypeError, IndexError, zipfile.BadZipFile, csv.Error) as error:
+    except (OSError, EOFError, ValueError, KeyError, TypeError, IndexError, AttributeError, zipfile.BadZipFile, csv.Error) as error:
         reason = " ".join(str(error).split())[:160] or type(error).__name__
         raise BayesPruneError(f"{path}: not readable as bayesprune wrote it ({reason})") from None
 
 
-REQUIRED_METRICS = ("method", "dataset", "task", "n_weights", "epochs", "train_seconds", "pruning_curve")
+REQUIRED_METRICS = ("method", "dataset", "task", "architecture", "device", "n_weights", "epochs", "train_seconds", "pruning_curve")
 
 
 def read_metrics(run_dir: Path) -> dict:
@@ -145,10 +150,61 @@ def read_metrics(run_dir: Path) -> dict:
         missing = [key for key in REQUIRED_METRICS if key not in metrics]
         if missing:
             raise ValueError(f"missing key {missing[0]!r}")
-        metric = metric_name(metrics["task"])
-        if not metrics["pruning_curve"] or metric not in metrics:
-            raise ValueError(f"missing key {metric!r} or an empty pruning_curve")
+        _check_metrics(metrics)
+        written_by = _config_method(run_dir)
+        if written_by is not None and metrics["method"] != written_by:
+            raise ValueError(f"written by method {metrics['method']!r}, but the run's config.toml has {written_by!r}")
     return metrics
+
+
+def _config_method(run_dir: Path):
+    """The ``method`` of the run's ``config.toml`` (``None`` without one, or for an experiment)."""
+    import tomllib
+
+    path = run_dir / "config.toml"
+    if not path.is_file():
+        return None
+    with _reading(path):
+        config = tomllib.loads(path.read_text())
+    if "experiment" in config and config["experiment"].get("name"):
+        return None
+    method = config.get("method")
+    return method if isinstance(method, str) else None
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_metrics(metrics: dict):
+    """Raise ``ValueError`` naming the first key of ``metrics`` whose value is not of the type bayesprune
+    writes, before any plot or text is written from them."""
+    for key in ("method", "dataset", "task", "architecture", "device", "score"):
+        if key in metrics and not isinstance(metrics[key], str):
+            raise ValueError(f"{key!r} is not a string")
+    if metrics["task"] not in ("classification", "regression"):
+        raise ValueError(f"'task' is {metrics['task']!r}, not classification or regression")
+    metric = metric_name(metrics["task"])
+    for key in ("n_weights", "epochs", "train_seconds", metric):
+        if not _number(metrics.get(key)):
+            raise ValueError(f"{key!r} is missing or not a number")
+    for key in (f"baseline_{metric}", f"{metric}_mc", ERROR_MARGIN_KEY):
+        if metrics.get(key) is not None and not _number(metrics[key]):
+            raise ValueError(f"{key!r} is not a number")
+    curve = metrics["pruning_curve"]
+    if not isinstance(curve, list) or not curve or not all(isinstance(row, dict) for row in curve):
+        raise ValueError("'pruning_curve' is not a non-empty list of rows")
+    for row in curve:
+        if set(row) != set(curve[0]) or not all(_number(value) or value is None for value in row.values()):
+            raise ValueError("'pruning_curve' has ragged rows or values that are not numbers")
+        if not _number(row.get("droprate")):
+            raise ValueError("'pruning_curve' has a row without a droprate")
+    reference = metrics.get("reference")
+    if reference is not None:
+        rows = reference.get("rows") if isinstance(reference, dict) else None
+        if not (isinstance(rows, list) and rows and isinstance(reference.get("source"), str)
+                and all(isinstance(row, dict) and _number(row.get("droprate")) and _number(row.get("value")) for row in rows)):
+            raise ValueError("'reference' is not a source and rows of droprate and value")
 
 
 def read_losses(run_dir: Path) -> list:

@@ -54,7 +54,41 @@ def read_checkpoint(path) -> dict:
                  "metadata": saved.get("metadata", {}), "versions": {}}
     if not {"method", "state"} <= saved.keys():
         raise BayesPruneError(f"{path}: not a bayesprune checkpoint")
+    problem = _layout_problem(saved)
+    if problem:
+        raise BayesPruneError(f"{path}: not a checkpoint bayesprune wrote ({problem})")
     return saved
+
+
+def _layout_problem(saved: dict):
+    """What in a checkpoint's fields is not of the type :func:`write_checkpoint` writes, or ``None``."""
+    def count(value):
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    if not isinstance(saved["method"], str):
+        return "method is not a string"
+    if not isinstance(saved["state"], dict):
+        return "state is not a table"
+    if not isinstance(saved.get("metadata", {}), dict):
+        return "metadata is not a table"
+    epoch = saved.get("metadata", {}).get("epoch")
+    if epoch is not None and not count(epoch):
+        return f"metadata epoch {epoch!r} is not a non-negative integer"
+    structure = saved.get("structure")
+    if structure is not None and not (isinstance(structure, dict) and all(
+            isinstance(shape, list) and all(count(size) for size in shape) for shape in structure.values())):
+        return "structure is not a table of shapes"
+    loop = saved.get("loop")
+    if loop is not None:
+        current = loop.get("current") if isinstance(loop, dict) else None
+        if not (isinstance(loop, dict) and isinstance(loop.get("stages"), list)
+                and all(isinstance(stage, dict) and isinstance(stage.get("name"), str) for stage in loop["stages"])):
+            return "loop stages are not a list of stages"
+        if current is not None and not (isinstance(current, dict) and count(current.get("index"))
+                                        and isinstance(current.get("name"), str) and isinstance(current.get("loop"), dict)
+                                        and count(current["loop"].get("epoch"))):
+            return "the loop's current stage is not an index, a name and an epoch"
+    return None
 
 
 def load_module_state(module, state: dict):

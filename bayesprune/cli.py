@@ -107,6 +107,8 @@ def _export(args):
     from .runner import load_run
 
     out = Path(args.out)
+    if not out.name or out.is_dir() or args.out.endswith("/"):
+        raise BayesPruneError(f"--out {args.out!r}: name a file to write, not a folder")
     trainable = out.with_name(f"{out.stem}.trainable.pt")
     for path in (out, trainable):
         if path.exists() and not args.force:

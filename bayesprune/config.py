@@ -229,8 +229,8 @@ class ExperimentConfig:
 
 # Seeds of a run are seed + split index + chain, and NumPy takes seeds below 2**32.
 MAX_SEED = 2**31
-# Epochs and steps beyond this are a typo, not a plan (and overflow a C index further on).
-MAX_COUNT = 10**7
+# Epochs, steps, samples and chains beyond this are a typo, not a plan (and overflow a C index further on).
+from .validation import MAX_COUNT  # noqa: E402
 
 _SECTIONS = {
     "data": DataConfig,
@@ -288,7 +288,7 @@ class RunConfig:
         _require(isinstance(self.seeds, (list, tuple)) and all(_is_int(s) and 0 <= s < MAX_SEED for s in self.seeds)
                  and len(set(self.seeds)) == len(self.seeds), "seeds", "be a list of distinct non-negative integers below 2**31", self.seeds)
         object.__setattr__(self, "seeds", tuple(self.seeds))
-        _require(_is_int(self.chains) and self.chains > 0, "chains", "be a positive integer", self.chains)
+        _require(_is_int(self.chains) and 0 < self.chains <= MAX_COUNT, "chains", f"be a positive integer up to {MAX_COUNT}", self.chains)
         _require(isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),
                  "device", "be 'auto', 'cpu' or 'cuda[:N]'", self.device)
 

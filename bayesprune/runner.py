@@ -114,20 +114,29 @@ def load_run(run_dir):
     if saved["method"] != config.method:
         raise BayesPruneError(f"{run_dir / CHECKPOINT}: saved by method {saved['method']!r}, but config.toml has {config.method!r}")
     dataset = load_datasets(config)[0]
+    check_size(config, dataset)
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
     structure = saved.get("structure")
     if structure and any(list(param.shape) != structure.get(name) for name, param in net.named_parameters()):
         from .export import resize
 
-        net = resize(net, structure)
+        mismatch = next(name for name, param in net.named_parameters() if list(param.shape) != structure.get(name))
+        where = (f"{run_dir / CHECKPOINT}: holds {mismatch} of shape {structure.get(mismatch)}, but config.toml builds "
+                 f"{list(dict(net.named_parameters())[mismatch].shape)}")
+        try:  # a fit that removed units saved a smaller network; any other difference is another network's
+            if set(structure) != {name for name, _ in net.named_parameters()}:
+                raise ValueError("other parameters")
+            net = resize(net, structure)
+        except ValueError as error:
+            raise BayesPruneError(f"{where} ({error})") from None
     if "loop" in saved:
         raise BayesPruneError(f"{run_dir / CHECKPOINT}: holds an unfinished fit (stage {saved['metadata'].get('stage')!r}, "
                               f"epoch {saved['metadata'].get('epoch')}); finish it with: bayesprune run --resume {run_dir}")
     ctx = FitContext.from_config(config, dataset, device=torch.device("cpu"))
     try:
         fitted = get_method(config.method).restore(net, dataset, config.method_options, ctx, saved["state"])
-    except (KeyError, RuntimeError) as error:
-        message = " ".join(str(error).split())[:200]
+    except (KeyError, RuntimeError, TypeError, ValueError, IndexError, AttributeError) as error:
+        message = " ".join(str(error).split())[:200] or type(error).__name__
         raise BayesPruneError(f"{run_dir / CHECKPOINT}: does not match config.toml ({message})") from None
     return config, dataset, fitted
 
@@ -146,8 +155,11 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     method = get_method(config.method)
     refuse_unsupported(config, method, resuming=resumed_from is not None)
     datasets = load_datasets(config)
+    check_size(config, datasets[0])
+    check_validation(config, datasets)
     net = new_net(config, datasets[0].input_shape, datasets[0].output_dim, seed=config.seed)
     check_network(net, datasets[0])
+    check_units(config, net, datasets[0])
     method.check(net, datasets[0], config.method_options)
     device = resolve_device(config.device)
 
@@ -295,9 +307,14 @@ def _staged(out: Path, *, resumed_from=None, force: bool = False):
 
     ``out`` is checked again once the lock is held (:func:`check_output_dir`, under ``force``): a run
     that completed into it while this one was loading its data is refused, never replaced, without ``force``."""
+    created = [parent for parent in reversed(out.parents) if not parent.exists()]  # outermost first
     out.parent.mkdir(parents=True, exist_ok=True)
     lock_path = out.parent / f".{out.name}.lock"
-    lock = open_lock(lock_path)
+    try:
+        lock = open_lock(lock_path)
+    except BayesPruneError:
+        _remove_empty(created)
+        raise
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -309,6 +326,7 @@ def _staged(out: Path, *, resumed_from=None, force: bool = False):
         lock_path.unlink(missing_ok=True)
         fcntl.flock(lock, fcntl.LOCK_UN)
         lock.close()
+        _remove_empty(created)
         raise
     for left in sorted(set(out.parent.glob(f".{glob.escape(out.name)}.*.partial")) - {resumed_from}):
         print(f"bayesprune: note: {left} is left from an interrupted run", file=sys.stderr)
@@ -320,6 +338,60 @@ def _staged(out: Path, *, resumed_from=None, force: bool = False):
         lock_path.unlink(missing_ok=True)
         fcntl.flock(lock, fcntl.LOCK_UN)
         lock.close()
+        if not out.exists():  # refused or failed before anything was moved there: no empty folders left
+            _remove_empty(created)
+
+
+def _remove_empty(folders):
+    """Remove the folders of ``folders`` (outermost first) that are still empty, innermost first."""
+    for folder in reversed(folders):
+        try:
+            folder.rmdir()
+        except OSError:
+            break
+
+
+#: The most parameters a network may have (``model``): 2**31, 8 GiB of float32 weights before any
+#: optimiser state or posterior; beyond it a run cannot allocate its network (or indexes past int32).
+MAX_PARAMETERS = 2**31
+
+
+def check_size(config, data):
+    """Refuse, before allocating it, a network of more than :data:`MAX_PARAMETERS` parameters: it is
+    built on PyTorch's ``meta`` device (shapes only, no memory) and its parameters counted."""
+    try:
+        with torch.device("meta"):
+            net = new_net(config, data.input_shape, data.output_dim, seed=config.seed)
+        count = sum(param.numel() for param in net.parameters())
+    except Exception:  # noqa: BLE001 - a network that does not build on meta is built (and checked) for real
+        return
+    if count > MAX_PARAMETERS:
+        raise ConfigError(f"model: the network has {count:,} parameters, more than the {MAX_PARAMETERS:,} (2**31) "
+                          "bayesprune accepts; make model.hidden (or the architecture) smaller")
+
+
+def check_validation(config, datasets):
+    """Refuse a ``train.validation`` fraction that would leave no training example of a split."""
+    fraction = config.train.validation
+    for dataset in datasets if fraction > 0 else ():
+        if max(1, round(fraction * dataset.num_train)) >= dataset.num_train:
+            raise ConfigError(f"train.validation = {fraction} leaves no training example of {dataset.num_train}")
+
+
+def check_units(config, net, data):
+    """Refuse unit-level pruning (``prune.level = "unit"``, and every method that gates units) of a
+    network without hidden units (``model.hidden = []``): there is nothing it could remove."""
+    if config.prune.level != "unit":
+        return
+    from .structure import unit_groups
+
+    try:
+        groups = unit_groups(net, data.input_shape)
+    except Exception:  # noqa: BLE001 - a network the graph cannot trace is the method's check to refuse
+        return
+    if not groups:
+        raise ConfigError("prune.level = 'unit': the network has no hidden units to remove (model.hidden = [] or "
+                          "an architecture without hidden layers)")
 
 
 def check_network(net, data):

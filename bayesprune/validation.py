@@ -10,6 +10,16 @@ def require(condition: bool, key: str, expectation: str, value):
         raise ConfigError(f"{key} must {expectation}, got {value!r}")
 
 
+#: The largest epoch, step, sample or chain count a config may ask for: beyond it is a typo, not a
+#: plan (a run that would never end, or overflow a C index further on).
+MAX_COUNT = 10**7
+
+
+def is_count(value, minimum: int = 1) -> bool:
+    """An integer from ``minimum`` up to :data:`MAX_COUNT`."""
+    return is_int(value) and minimum <= value <= MAX_COUNT
+
+
 def is_int(value) -> bool:
     """An integer that is not a boolean."""
     return isinstance(value, int) and not isinstance(value, bool)

@@ -8,6 +8,7 @@ appear in the one line on stderr.
 """
 import hashlib
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -162,6 +163,36 @@ CASES = {
                                        "fraction"),
     "export into a missing folder": ({"done": RUN}, ["export", "done", "--out", "no/such/net.pt2"], "no/such"),
     "resume a complete run": ({"done": RUN}, ["run", "--resume", "done"], "complete"),
+    # issue 28: tampered run files, export's --out, splits and sizes that cannot work, counts that hang
+    "report of a metrics.json without architecture": ({"done": RUN, "done/metrics.json": "<metrics without architecture>"},
+                                                ["report", "done"], "metrics.json"),
+    "report of a ragged pruning curve": ({"done": RUN, "done/metrics.json": "<metrics ragged>"}, ["report", "done"],
+                                         "metrics.json"),
+    "report of another method's metrics.json": ({"done": RUN, "done/metrics.json": "<metrics of pbp>"}, ["report", "done"],
+                                                "metrics.json"),
+    "export into a folder": ({"done": RUN, "folder": DIR}, ["export", "done", "--out", "folder", "--force"], "folder"),
+    "export to an empty name": ({"done": RUN}, ["export", "done", "--out", ""], "--out"),
+    "checkpoint with a text epoch": ({"done": RUN, "done/checkpoint.pt": "<text epoch>"}, ["certify", "done"], "checkpoint.pt"),
+    "checkpoint with a text structure": ({"done": RUN, "done/checkpoint.pt": "<text structure>"}, ["export", "done", "--out", "n.pt2"],
+                                         "checkpoint.pt"),
+    "checkpoint of another width": ({"done": RUN, "done/config.toml": "<wider config>"}, ["importance", "done", "--force"],
+                                    "checkpoint.pt"),
+    "pbp alpha leaving S_P empty": ({}, ["run", "pbp-digits", "--out", "out", "--set", "pbp.alpha=0.0001"], "pbp.alpha"),
+    "validation leaving no training example": ({}, settings("train.validation=0.9999"), "train.validation"),
+    "unit gates without hidden units": ({}, ["run", "unit-gates-digits", "--out", "out", "--set", "model.hidden=[]"], "prune.level"),
+    "unit pruning without hidden units": ({}, settings("model.hidden=[]", "prune.level='unit'"), "prune.level"),
+    "a network of 10**9 hidden units": ({}, settings("model.hidden=[1000000000]"), "model"),
+    "unit-gates fine-tuning of 10**9 epochs": ({}, ["run", "unit-gates-digits", "--out", "out", "--set",
+                                                    "unit-gates.finetune_epochs=1000000000"], "unit-gates.finetune_epochs"),
+    "pft pre-training of 10**9 epochs": ({}, ["run", "pft-digits", "--out", "out", "--set", "pft.pretrain_epochs=1000000000"],
+                                         "pft.pretrain_epochs"),
+    "pbp 10**9 Monte-Carlo networks": ({}, ["run", "pbp-digits", "--out", "out", "--set", "pbp.mc_samples=1000000000"],
+                                       "pbp.mc_samples"),
+    "probmask 10**9 samples": ({}, ["run", "probmask-digits", "--out", "out", "--set", "probmask.samples=1000000000"],
+                               "probmask.samples"),
+    "10**9 chains": ({}, settings("chains=1000000000"), "chains"),
+    "refused inside the run, no folders left": ({}, ["run", "pbp-digits", "--out", "new/sub/out", "--quiet", "--set",
+                                                     "pbp.alpha=0.0007", "--set", "train.validation=0.5"], "pbp.alpha"),
     "resume with a config": ({"done": RUN}, ["run", "default", "--resume", "done"], "a config"),
 }
 
@@ -182,6 +213,24 @@ def _special(value, complete_run, path):
         return saved_checkpoint({"method": "unit-gates", "state": {}, "metadata": {}})
     if value == "<empty state>":
         return saved_checkpoint({"method": "sbnn", "state": {"model": {}, "guide": {}}, "metadata": {}})
+    if isinstance(value, str) and value.startswith("<metrics"):
+        metrics = json.loads((complete_run / "metrics.json").read_text())
+        if value == "<metrics without architecture>":
+            del metrics["architecture"]
+        elif value == "<metrics ragged>":
+            metrics["pruning_curve"][1].pop("sparsity")
+        else:
+            metrics["method"] = "pbp"
+        return json.dumps(metrics)
+    if value in ("<text epoch>", "<text structure>"):
+        saved = torch.load(complete_run / "checkpoint.pt", weights_only=True)
+        if value == "<text epoch>":
+            saved["metadata"]["epoch"] = "ten"
+        else:
+            saved["structure"] = {name: "wide" for name in saved["structure"] or {"fc1.weight": 0}}
+        return saved_checkpoint(saved)
+    if value == "<wider config>":
+        return (complete_run / "config.toml").read_text().replace("hidden = [\n    100,", "hidden = [\n    50,")
     return value
 
 

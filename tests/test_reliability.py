@@ -190,3 +190,47 @@ def test_a_second_sigterm_stops_at_once_with_the_same_one_line(tmp_path, capsys,
     out = tmp_path / "out"
     monkeypatch.setattr(context, "write_checkpoint", stop_on_call(context, "write_checkpoint", twice=True))
     interrupted_then_resumed(["run", "--out", str(out), *QUICK, "--set", "train.epochs=2"], out, capsys, resume=False)
+
+
+# 4-6. Run directories: tampered checkpoints, edited configs ---------------------------------------
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory):
+    """A run stopped by SIGTERM after its first epoch's checkpoint (three epochs asked)."""
+    from bayesprune.methods import context
+
+    out = tmp_path_factory.mktemp("stopped") / "run"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(context, "write_checkpoint", stop_on_call(context, "write_checkpoint"))
+        assert main(["run", "--out", str(out), *QUICK, "--set", "train.epochs=3"]) == 143
+    STOP.signal = None
+    return out
+
+
+@pytest.mark.parametrize("epoch", [10**6, -3, "two"])
+def test_resume_from_a_checkpoint_with_an_impossible_epoch_is_one_line(stopped_run, tmp_path, capsys, epoch):
+    import torch
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(stopped_run, run_dir)
+    saved = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    saved["loop"]["current"]["loop"]["epoch"] = epoch
+    torch.save(saved, run_dir / "checkpoint.pt")
+    capsys.readouterr()
+    status = main(["run", "--resume", str(run_dir), "--quiet"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "checkpoint" in err and "Traceback" not in err, err
+    assert not (run_dir / "metrics.json").exists() and (run_dir / "checkpoint.pt").is_file()
+
+
+def test_certify_takes_pbp_s_split_from_the_checkpoint_not_the_editable_config(tmp_path, capsys, short_config):
+    out = tmp_path / "out"
+    assert main(short_argv(short_config, "pbp", out)) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    config = (out / "config.toml").read_text()
+    assert "alpha = 0.5" in config
+    (out / "config.toml").write_text(config.replace("alpha = 0.5", "alpha = 0.9"))
+    capsys.readouterr()
+    assert main(["certify", str(out), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["n_bound"] == metrics["n_bound"] and result["alpha"] == 0.5

@@ -12,6 +12,7 @@ the stage in progress continues from its last epoch. The code between stages run
 the same random numbers, so the resumed fit equals the uninterrupted one.
 """
 import copy
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from torch import nn
 
 from bayesprune.checkpoint import load_module_state, write_checkpoint
 from bayesprune.early_stopping import EarlyStopping
-from bayesprune.errors import Interrupted
+from bayesprune.errors import BayesPruneError, Interrupted
 from bayesprune.export import mask_parameters, unmask_parameters
 from bayesprune.fit import STOP, History, LoopState, TensorBatches, optimizer_step, rng_state, set_rng_state, train
 from bayesprune.optim import OptimConfig, torch_optimizer, torch_scheduler
@@ -128,7 +129,8 @@ class FitContext:
         if STOP.signal is not None:
             raise Interrupted(f"stopped by signal {STOP.signal} before stage {name!r}", STOP.signal)
         if index < len(saved):
-            return self._put_back(saved[index], name, state, batches)
+            with _resuming():
+                return self._put_back(saved[index], name, state, batches)
         callbacks = [*callbacks, *self.callbacks]
         early = None
         if validate is not None and self.validation is not None:
@@ -136,7 +138,8 @@ class FitContext:
             callbacks.append(early)
         # callbacks with a state of their own that ``state`` does not already hold (early stopping)
         stateful = [c for c in callbacks if hasattr(c, "state_dict") and not any(c is obj for obj in state.values())]
-        loop = self._loop_to_resume(index, name, state, batches, stateful)
+        with _resuming():
+            loop = self._loop_to_resume(index, name, state, batches, stateful, epochs)
         if self.checkpoint is not None:
             callbacks.append(_StageCheckpoint(self, index, name, state, batches, epochs, stateful))
         history = train(step, batches, epochs=epochs, callbacks=callbacks, scheduler=scheduler, progress=self.progress,
@@ -182,13 +185,16 @@ class FitContext:
         self._finished.append(record)
         return LoopState.history_from_dict(record["history"])
 
-    def _loop_to_resume(self, index: int, name: str, state: dict, batches, stateful) -> LoopState | None:
+    def _loop_to_resume(self, index: int, name: str, state: dict, batches, stateful, epochs: int) -> LoopState | None:
         current = None if self.resume is None else self.resume["loop"].get("current")
         if current is None or current["index"] != index:
             return None
         if current["name"] != name:
             raise ValueError(f"the checkpoint's stage {index + 1} is {current['name']!r}, this fit's is {name!r}")
         loop = LoopState.from_state_dict(current["loop"])
+        if not (isinstance(loop.epoch, int) and 0 <= loop.epoch <= epochs and len(loop.history.epoch_losses) == loop.epoch):
+            raise ValueError(f"stage {name!r} stopped at epoch {loop.epoch!r} with {len(loop.history.epoch_losses)} epochs "
+                             f"of losses, and runs {epochs} epochs (was the config edited?)")
         _load(state, self.resume["state"])
         batches.generator.set_state(loop.batches)
         for callback, saved in zip(stateful, loop.callbacks, strict=True):
@@ -204,6 +210,17 @@ class FitContext:
 
         return EarlyStopping(score, lambda: _snapshot(state), lambda saved: _load(state, saved), epochs=epochs,
                              patience=self.patience)
+
+
+@contextmanager
+def _resuming():
+    """Turn a checkpoint resumed from that does not fit the run (edited, tampered, another run's)
+    into one line."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as error:
+        message = " ".join(str(error).split())[:200] or type(error).__name__
+        raise BayesPruneError(f"--resume: the checkpoint does not continue this fit ({message})") from None
 
 
 class _StageCheckpoint:

@@ -42,7 +42,7 @@ from bayesprune.objectives import GibbsRisk, PACBayesBound
 from bayesprune.optim import build_optim
 from bayesprune.priors import GivenPrior
 from bayesprune.tasks import mean_loss
-from bayesprune.validation import is_int, is_number, require
+from bayesprune.validation import MAX_COUNT, is_count, is_number, require
 
 from .. import Method, register_method
 from ..base import GuideFitted
@@ -105,9 +105,9 @@ class PBPOptions:
         require(is_number(self.temperature) and self.temperature > 0, key + "temperature", "be a positive number", self.temperature)
         require(isinstance(self.learn_scale, bool), key + "learn_scale", "be true or false", self.learn_scale)
         for name in ("prior_epochs", "prior_mask_epochs"):
-            require(is_int(getattr(self, name)) and getattr(self, name) >= 0, key + name, "be a non-negative integer", getattr(self, name))
+            require(is_count(getattr(self, name), 0), key + name, f"be a non-negative integer up to {MAX_COUNT}", getattr(self, name))
         for name in ("grid_size", "mc_samples", "prior_samples"):
-            require(is_int(getattr(self, name)) and getattr(self, name) > 0, key + name, "be a positive integer", getattr(self, name))
+            require(is_count(getattr(self, name)), key + name, f"be a positive integer up to {MAX_COUNT}", getattr(self, name))
 
 
 def split_rows(num_train: int, alpha: float, seed: int) -> tuple:
@@ -143,10 +143,12 @@ class PBPFitted(GuideFitted):
     method = "pbp"
     score_name = "keep logit"
 
-    def __init__(self, model, guide, priors: dict, *, split_seed: int, history=None, seconds=0.0, report=None,
+    def __init__(self, model, guide, priors: dict, *, split_seed: int, alpha: float, history=None, seconds=0.0, report=None,
                  predictive_samples: int = 20):
         super().__init__(model, guide, history=history, seconds=seconds, predictive_samples=predictive_samples)
-        self.priors, self.split_seed = priors, split_seed
+        # The split S_P | S \ S_P the prior was trained on: the certificate is valid on these rows only,
+        # so it is kept with the fit, never read again from an editable config.
+        self.priors, self.split_seed, self.alpha = priors, split_seed, alpha
         self.report = report or {}
 
     def scores(self) -> dict:
@@ -160,7 +162,7 @@ class PBPFitted(GuideFitted):
                 "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
                 "prior": {name: {"probs": p.probs.clone(), "loc": p.loc.clone(), "scale": p.scale.clone()}
                           for name, p in self.priors.items()},
-                "split_seed": self.split_seed}
+                "split_seed": self.split_seed, "alpha": self.alpha}
 
     def load_state_dict(self, state):
         load_module_state(self.guide, state["guide"])
@@ -214,7 +216,16 @@ class PBPMethod(Method):
             return {"validation": "early stopping acts on stage 1 (the network trained on S_P), and pbp.prior_epochs is 0"}
         return {}
 
+    def check(self, net, data, options):
+        """Refuse an α that leaves S_P or S \\ S_P without an example."""
+        cut = math.floor(options.alpha * data.num_train)
+        if not 0 < cut < data.num_train:
+            empty = "S_P" if cut == 0 else "S \\ S_P"
+            raise ConfigError(f"pbp.alpha = {options.alpha} leaves {empty} empty "
+                              f"(α·N = {options.alpha * data.num_train:.3g} of N = {data.num_train} training examples)")
+
     def fit(self, net, data, options, ctx):
+        self.check(net, data, options)  # on the rows left after train.validation
         if data.task != "classification":
             raise ConfigError("pbp certifies the 0-1 error of classifiers; data.dataset is a regression set")
         pyro.clear_param_store()
@@ -249,7 +260,7 @@ class PBPMethod(Method):
         history = _variational_stage(ctx, "stage 3: posterior Q by the bound", model, guide, ctx.batches(x_bound, y_bound),
                                      objective=PACBayesBound(n=len(bound_rows), delta=delta_theorem), epochs=ctx.epochs)
         seconds = time.perf_counter() - start
-        fitted = PBPFitted(model, guide, priors, split_seed=ctx.seed, history=history, seconds=seconds)
+        fitted = PBPFitted(model, guide, priors, split_seed=ctx.seed, alpha=options.alpha, history=history, seconds=seconds)
         fitted.report = {**self.certificate(fitted, data, options),
                          "prior_test_error": 100 * float(prior_test.mean()), "prior_mc_samples": options.prior_samples,
                          "prior_expected_sparsity": prior_guide.masks.expected_sparsity(), **histograms,
@@ -262,7 +273,7 @@ class PBPMethod(Method):
         ``pbp.mc_samples``), on the device the fit is on."""
         samples = samples or options.mc_samples
         device = next(fitted.net.parameters()).device
-        _, bound_rows = split_rows(data.num_train, options.alpha, fitted.split_seed)
+        _, bound_rows = split_rows(data.num_train, fitted.alpha, fitted.split_seed)
         x_bound, y_bound = data.x_train[bound_rows].to(device), data.y_train[bound_rows].to(device)
         empirical = gibbs_errors(fitted.model, fitted.guide, x_bound, y_bound, samples=samples)
         test = gibbs_errors(fitted.model, fitted.guide, data.x_test.to(device), data.y_test.to(device), samples=samples)
@@ -272,7 +283,7 @@ class PBPMethod(Method):
         return {"bound": result["bound"], "bound_kl_inverse": result["bound_kl_inverse"],
                 "empirical_risk": result["empirical_risk"], "empirical_risk_bound": result["empirical_risk_bound"],
                 "posterior_test_error": 100 * float(test.mean()), "kl": kl, "n_bound": len(bound_rows),
-                "sparsity": fitted.guide.masks.expected_sparsity(), "alpha": options.alpha, "delta": options.delta,
+                "sparsity": fitted.guide.masks.expected_sparsity(), "alpha": fitted.alpha, "delta": options.delta,
                 "grid_size": options.grid_size, "mc_samples": samples}
 
     def inference_data(self, fits, data, *, seed):
@@ -310,9 +321,15 @@ class PBPMethod(Method):
         return ["## PAC-Bayes certificate (paper 000, Theorems 1-2)\n\n" + claim + "\n\n" + markdown_table(rows), *sections]
 
     def restore(self, net, data, options, ctx, state):
+        # the split of the fit (alpha: checkpoints before it was saved had the config's)
+        split_seed, alpha = state["split_seed"], state.get("alpha", options.alpha)
+        if not (isinstance(split_seed, int) and not isinstance(split_seed, bool) and 0 <= split_seed < 2**32):
+            raise ValueError(f"split_seed {split_seed!r} is not a seed")
+        if not (isinstance(alpha, float) and 0 < math.floor(alpha * data.num_train) < data.num_train):
+            raise ValueError(f"alpha {alpha!r} is not a fraction that splits {data.num_train} examples")
         priors = {name: DiracSpikeSlab(p["probs"], p["loc"], p["scale"]) for name, p in state["prior"].items()}
-        model, guide = _posterior(net, priors, n=data.num_train - math.floor(options.alpha * data.num_train), options=options)
+        model, guide = _posterior(net, priors, n=data.num_train - math.floor(alpha * data.num_train), options=options)
         load_module_state(guide, state["guide"])
         if "model" in state:  # the point estimates and batch norm's statistics (checkpoints before them had none)
             load_module_state(model, state["model"])
-        return PBPFitted(model, guide, priors, split_seed=state["split_seed"])
+        return PBPFitted(model, guide, priors, split_seed=split_seed, alpha=alpha)

@@ -27,7 +27,7 @@ from bayesprune.optim import torch_optimizer
 from bayesprune.pruning import Budget, apply_masks, prune
 from bayesprune.sites import UNREAD_BY_MASKED_TRAINING
 from bayesprune.tasks import mean_loss, network_test_metric
-from bayesprune.validation import is_int, is_number, require
+from bayesprune.validation import MAX_COUNT, is_count, is_number, require
 
 from .. import Method, register_method
 from ..base import SparseNetworkFitted
@@ -93,8 +93,8 @@ class PFTOptions:
                     self.epsilon)
         require(is_number(self.temperature) and self.temperature > 0, key + "temperature", "be a positive number", self.temperature)
         for name in ("pretrain_epochs", "finetune_epochs", "perturbation_draws"):
-            require(is_int(getattr(self, name)) and getattr(self, name) >= 0, key + name, "be a non-negative integer", getattr(self, name))
-        require(is_int(self.saliency_examples) and self.saliency_examples > 0, key + "saliency_examples", "be a positive integer",
+            require(is_count(getattr(self, name), 0), key + name, f"be a non-negative integer up to {MAX_COUNT}", getattr(self, name))
+        require(is_count(self.saliency_examples), key + "saliency_examples", f"be a positive integer up to {MAX_COUNT}",
                 self.saliency_examples)
         for name in ("at_initialization", "masks_only", "equal_budget_baseline"):
             require(isinstance(getattr(self, name), bool), key + name, "be true or false", getattr(self, name))

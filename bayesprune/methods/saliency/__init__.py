@@ -44,7 +44,7 @@ from bayesprune.pruning import lexicographic_ranks
 from bayesprune.sites import UNREAD_BY_MASKED_TRAINING
 from bayesprune.statistics import spearman
 from bayesprune.tasks import masked_copy, mean_loss, network_test_metric
-from bayesprune.validation import is_int, is_number, require
+from bayesprune.validation import MAX_COUNT, is_count, is_number, require
 
 from .. import Method, register_method
 from ..base import SparseNetworkFitted
@@ -100,16 +100,16 @@ class SaliencyOptions:
                 and len(set(self.criteria)) == len(self.criteria), key + "criteria",
                 f"be a non-empty list of distinct names of {sorted(CRITERIA)}", list(self.criteria))
         require(is_number(self.sparsity) and 0 < self.sparsity < 1, key + "sparsity", "lie in (0, 1)", self.sparsity)
-        require(len(self.stages) > 0 and all(is_int(p) and p > 0 for p in self.stages) and len(set(self.stages)) == len(self.stages),
-                key + "stages", "be a non-empty list of distinct positive integers", list(self.stages))
+        require(len(self.stages) > 0 and all(is_count(p) for p in self.stages) and len(set(self.stages)) == len(self.stages),
+                key + "stages", f"be a non-empty list of distinct positive integers up to {MAX_COUNT}", list(self.stages))
         require(len(self.penalties) > 0 and all(is_number(p) and p >= 0 for p in self.penalties)
                 and len(set(self.penalties)) == len(self.penalties), key + "penalties",
                 "be a non-empty list of distinct non-negative numbers", list(self.penalties))
         object.__setattr__(self, "penalties", tuple(float(p) for p in self.penalties))
         require(self.schedule in SPARSITY_SCHEDULES, key + "schedule", f"be one of {list(SPARSITY_SCHEDULES)}", self.schedule)
         for name in ("examples_per_stage", "loss_examples"):
-            require(is_int(getattr(self, name)) and getattr(self, name) > 0, key + name, "be a positive integer", getattr(self, name))
-        require(is_int(self.finetune_epochs) and self.finetune_epochs >= 0, key + "finetune_epochs", "be a non-negative integer",
+            require(is_count(getattr(self, name)), key + name, f"be a positive integer up to {MAX_COUNT}", getattr(self, name))
+        require(is_count(self.finetune_epochs, 0), key + "finetune_epochs", f"be a non-negative integer up to {MAX_COUNT}",
                 self.finetune_epochs)
         require(self.finetune in FINETUNE_MODES, key + "finetune", f"be one of {list(FINETUNE_MODES)}", self.finetune)
 

@@ -22,7 +22,7 @@ from bayesprune.models import LIKELIHOODS, BayesianNetwork
 from bayesprune.objectives import OBJECTIVES
 from bayesprune.optim import build_optim
 from bayesprune.priors import SpikeSlabPrior
-from bayesprune.validation import is_int, is_number, require
+from bayesprune.validation import MAX_COUNT, is_count, is_number, require
 
 from .. import register_method
 from ..base import GuideFitted, Method
@@ -66,8 +66,8 @@ class SBNNOptions:
         require(self.objective in OBJECTIVES, "sbnn.objective", f"be one of {sorted(OBJECTIVES)}", self.objective)
         require(self.penalty in PENALTIES, "sbnn.penalty", f"be one of {sorted(PENALTIES)}", self.penalty)
         require(isinstance(self.local_reparameterization, bool), "sbnn.local_reparameterization", "be true or false", self.local_reparameterization)
-        require(is_int(self.num_particles) and self.num_particles > 0, "sbnn.num_particles", "be a positive integer", self.num_particles)
-        require(is_int(self.predictive_samples) and self.predictive_samples > 0, "sbnn.predictive_samples", "be a positive integer", self.predictive_samples)
+        require(is_count(self.num_particles), "sbnn.num_particles", f"be a positive integer up to {MAX_COUNT}", self.num_particles)
+        require(is_count(self.predictive_samples), "sbnn.predictive_samples", f"be a positive integer up to {MAX_COUNT}", self.predictive_samples)
 
     def prior(self) -> SpikeSlabPrior:
         return SpikeSlabPrior(pi=self.pi, tau0=math.exp(self.log_tau0), tau1=math.exp(self.log_tau1))

@@ -28,7 +28,7 @@ from bayesprune.models import LIKELIHOODS
 from bayesprune.optim import build_optim
 from bayesprune.pruning import apply_masks
 from bayesprune.tasks import mean_loss
-from bayesprune.validation import is_int, is_number, require
+from bayesprune.validation import MAX_COUNT, is_count, is_int, is_number, require
 
 from .. import register_method
 from ..base import Fitted, Method
@@ -73,17 +73,17 @@ class SparseVDOptions:
         require(is_number(self.threshold) and -8 < self.threshold < 8, key + "threshold",
                 "lie in (-8, 8) (log alpha is clipped to [-8, 8])", self.threshold)
         require(isinstance(self.train_clip, bool), key + "train_clip", "be true or false", self.train_clip)
-        require(is_int(self.kl_anneal_start) and self.kl_anneal_start >= 0, key + "kl_anneal_start",
-                "be a non-negative integer", self.kl_anneal_start)
+        require(is_count(self.kl_anneal_start, 0), key + "kl_anneal_start",
+                f"be a non-negative integer up to {MAX_COUNT}", self.kl_anneal_start)
         require(is_int(self.kl_anneal_end) and self.kl_anneal_end >= self.kl_anneal_start, key + "kl_anneal_end",
                 f"be an integer at least sparse-vd.kl_anneal_start = {self.kl_anneal_start}", self.kl_anneal_end)
         require(isinstance(self.linear_lr_decay, bool), key + "linear_lr_decay", "be true or false", self.linear_lr_decay)
         require(is_number(self.lr_decay_start) and 0 <= self.lr_decay_start < 1, key + "lr_decay_start", "lie in [0, 1)",
                 self.lr_decay_start)
-        require(is_int(self.pretrain_epochs) and self.pretrain_epochs >= 0, key + "pretrain_epochs",
-                "be a non-negative integer", self.pretrain_epochs)
-        require(is_int(self.predictive_samples) and self.predictive_samples >= 0, key + "predictive_samples",
-                "be a non-negative integer", self.predictive_samples)
+        require(is_count(self.pretrain_epochs, 0), key + "pretrain_epochs",
+                f"be a non-negative integer up to {MAX_COUNT}", self.pretrain_epochs)
+        require(is_count(self.predictive_samples, 0), key + "predictive_samples",
+                f"be a non-negative integer up to {MAX_COUNT}", self.predictive_samples)
 
 
 class SparseVDFitted(Fitted):

@@ -25,7 +25,7 @@ from bayesprune.export import export, restrict
 from bayesprune.fit import optimizer_step
 from bayesprune.gates import ESTIMATORS, UnitGates, project_unit_weights, unit_weight_norms
 from bayesprune.structure import layer_chain
-from bayesprune.validation import is_int, is_number, require
+from bayesprune.validation import MAX_COUNT, is_count, is_number, require
 
 from .. import Method, register_method
 from ..base import NetworkFitted
@@ -98,7 +98,7 @@ class UnitGatesOptions:
             require(is_number(getattr(self, name)) and 0 < getattr(self, name) < 1, key + name, "lie in (0, 1)", getattr(self, name))
         require(self.theta_low < self.theta_init < self.theta_high, key + "theta_init", "lie between theta_low and theta_high", self.theta_init)
         for name in ("n0", "finetune_epochs", "hybrid_units"):
-            require(is_int(getattr(self, name)) and getattr(self, name) >= 0, key + name, "be a non-negative integer", getattr(self, name))
+            require(is_count(getattr(self, name), 0), key + name, f"be a non-negative integer up to {MAX_COUNT}", getattr(self, name))
         require(is_number(self.input_threshold) and self.input_threshold >= 0, key + "input_threshold", "be a non-negative number", self.input_threshold)
         try:
             self.hyper_prior()
