@@ -255,8 +255,8 @@ def resume_run(out, *, progress: bool = False) -> dict:
     of staging directories a killed run (SIGKILL, power loss) left beside it; a staging directory
     resumed from is removed once the run is complete. The minibatch order, random draws and
     optimiser state continue where they stopped, so on the same device the metrics equal an
-    uninterrupted run's (training time aside). Later fits of the run (other splits, chains, seeds)
-    are fitted again from their seeds.
+    uninterrupted run's (training time aside). Seeds a run of several seeds had finished are taken as
+    they are; other splits and chains of the seed in progress are fitted again from their seeds.
     """
     out = Path(out)
     if (out / "metrics.json").exists():
