@@ -88,6 +88,8 @@ def _layout_problem(saved: dict):
                                         and isinstance(current.get("name"), str) and isinstance(current.get("loop"), dict)
                                         and count(current["loop"].get("epoch"))):
             return "the loop's current stage is not an index, a name and an epoch"
+        if current is not None and current["index"] != len(loop["stages"]):
+            return f"the loop's current stage {current['index']} does not follow its {len(loop['stages'])} finished stages"
     return None
 
 

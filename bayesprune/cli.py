@@ -15,6 +15,10 @@ from .errors import BayesPruneError, Interrupted, StopNow
 from .fit import STOP
 
 
+#: The most timed forward passes ``export --repeats`` takes per batch size and device (more measures nothing new).
+MAX_REPEATS = 10_000
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         self.exit(2, f"bayesprune: error: {message}\n")
@@ -70,10 +74,15 @@ def _importance(args):
     from .analysis.tables import write_csv
     from .runner import load_run
 
+    if args.top < 1:
+        raise BayesPruneError(f"--top must be a positive integer, got {args.top}")
     run_dir = Path(args.run_dir)
     outputs = [run_dir / name for name in ("importance.csv", "node_importance.csv", "importance.png")]
     if any(path.exists() for path in outputs) and not args.force:
         raise BayesPruneError(f"{run_dir}: importance.csv exists; pass --force to overwrite it")
+    folder = next((path for path in outputs if path.is_dir() and not path.is_symlink()), None)
+    if folder is not None:
+        raise BayesPruneError(f"{folder}: is a folder, where importance writes a file; move it away")
     _, dataset, fitted = load_run(run_dir)
     scores = fitted.inclusion_probabilities()
     if scores is None:
@@ -115,8 +124,8 @@ def _export(args):
             raise BayesPruneError(f"--out {out}: {path.name} exists; pass --force to overwrite it")
     if not out.parent.is_dir():
         raise BayesPruneError(f"--out {out}: the folder {out.parent} does not exist")
-    if args.repeats < 1:
-        raise BayesPruneError(f"--repeats must be a positive integer, got {args.repeats}")
+    if not 1 <= args.repeats <= MAX_REPEATS:
+        raise BayesPruneError(f"--repeats must be a positive integer up to {MAX_REPEATS}, got {args.repeats}")
     budget = _budget(args.budget) if args.budget else None
     config, dataset, fitted = load_run(args.run_dir)
     shape = tuple(dataset.input_shape)

@@ -24,6 +24,8 @@ def replacing(path):
     it still do) to write; on success it replaces ``path`` (a link there is replaced, never followed),
     on failure it is removed."""
     path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        raise BayesPruneError(f"{path}: is a folder, where bayesprune writes a file; move it away")
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name[:200]}.", suffix=path.suffix, dir=path.parent)
     os.fchmod(handle, 0o666 & ~_UMASK)  # the mode ``open`` would have given it (mkstemp's is 0600)
     os.close(handle)

@@ -207,14 +207,17 @@ def stopped_run(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("epoch", [10**6, -3, "two"])
-def test_resume_from_a_checkpoint_with_an_impossible_epoch_is_one_line(stopped_run, tmp_path, capsys, epoch):
+@pytest.mark.parametrize("field, value", [("epoch", 10**6), ("epoch", -3), ("epoch", "two"), ("index", 99)])
+def test_resume_from_a_checkpoint_with_an_impossible_epoch_is_one_line(stopped_run, tmp_path, capsys, field, value):
     import torch
 
     run_dir = tmp_path / "run"
     shutil.copytree(stopped_run, run_dir)
     saved = torch.load(run_dir / "checkpoint.pt", weights_only=True)
-    saved["loop"]["current"]["loop"]["epoch"] = epoch
+    if field == "epoch":
+        saved["loop"]["current"]["loop"]["epoch"] = value
+    else:  # a current stage that does not follow the finished ones
+        saved["loop"]["current"]["index"] = value
     torch.save(saved, run_dir / "checkpoint.pt")
     capsys.readouterr()
     status = main(["run", "--resume", str(run_dir), "--quiet"])
