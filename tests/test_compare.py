@@ -107,8 +107,9 @@ def test_a_sweep_counts_the_grid_for_pbp_and_jobs_do_not_change_numbers(tmp_path
     assert (tmp_path / "jobs1" / "summary.csv").is_file()
 
 
-def test_the_ray_engine_gives_the_local_numbers(tmp_path):
+def test_the_ray_engine_gives_the_local_numbers(tmp_path, monkeypatch):
     ray = pytest.importorskip("ray")
+    monkeypatch.chdir(tmp_path)  # Ray's workers import from the driver's folder first: not the source checkout
     local = sweep("pbp-digits", ["pbp.alpha=0.5,0.7"], tmp_path / "local", overrides=PBP_TINY, report=lambda *a: None)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
     try:
@@ -161,7 +162,9 @@ def test_sigterm_then_the_same_command_continues_without_touching_finished_cells
     out = tmp_path / "cmp"
     argv = [sys.executable, "-m", "bayesprune", "compare", "--out", str(out), "--methods", "sbnn", "--sparsities", "0.5",
             *(flag for item in TINY for flag in ("--set", item)), "--set", "train.epochs=40"]
-    process = subprocess.Popen(argv, env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True)
+    # From another folder: in the checkout, ``-m bayesprune`` would import the source tree, not the installed package.
+    process = subprocess.Popen(argv, env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True,
+                               cwd=tmp_path)
     deadline = time.time() + 120
     while not (out / "cells" / "magnitude-seed0" / "metrics.json").exists() and time.time() < deadline:
         time.sleep(0.2)
