@@ -114,3 +114,13 @@ def test_pbp_refuses_regression(tmp_path):
     cfg = RunConfig.from_dict({"method": "pbp", "data": {"dataset": "linear-regression"}, "baseline": {"enabled": False}})
     with pytest.raises(ConfigError, match="pbp certifies the 0-1 error"):
         run(cfg, tmp_path / "run")
+
+
+@pytest.mark.parametrize("key, value", [("start_masks", ["magnitude", "magnitude"]), ("sparsities", [0.9, 0.9])])
+def test_a_start_mask_or_sparsity_given_twice_is_refused_naming_it(key, value):
+    """A repeated grid entry would fit the same pair twice and list it twice in metrics.json."""
+    from bayesprune.config import load_config
+    from bayesprune.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=f"^pft.{key} must .*without repeats"):
+        load_config("pft-digits", [f"pft.{key}={value}"])

@@ -79,10 +79,12 @@ class PFTOptions:
         for name in ("start_masks", "sparsities", "perturbation_scales"):
             require(isinstance(getattr(self, name), (list, tuple)), key + name, "be a list", getattr(self, name))
             object.__setattr__(self, name, tuple(getattr(self, name)))
-        require(len(self.start_masks) > 0 and all(name in CRITERIA for name in self.start_masks), key + "start_masks",
-                f"be a non-empty list of {sorted(CRITERIA)}", list(self.start_masks))
-        require(len(self.sparsities) > 0 and all(is_number(s) and 0 < s < 1 for s in self.sparsities), key + "sparsities",
-                "be a non-empty list of numbers in (0, 1)", list(self.sparsities))
+        require(len(self.start_masks) > 0 and all(name in CRITERIA for name in self.start_masks)
+                and len(set(self.start_masks)) == len(self.start_masks), key + "start_masks",
+                f"be a non-empty list of {sorted(CRITERIA)} without repeats", list(self.start_masks))
+        require(len(self.sparsities) > 0 and all(is_number(s) and 0 < s < 1 for s in self.sparsities)
+                and len(set(self.sparsities)) == len(self.sparsities), key + "sparsities",
+                "be a non-empty list of numbers in (0, 1) without repeats", list(self.sparsities))
         require(self.init in INITS, key + "init", f"be one of {list(INITS)}", self.init)
         require(self.parameterization in PARAMETERIZATIONS, key + "parameterization", f"be one of {list(PARAMETERIZATIONS)}",
                 self.parameterization)
