@@ -441,6 +441,11 @@ def load_config(source: str | None = None, overrides=()) -> RunConfig:
         except (OSError, UnicodeDecodeError) as error:
             raise ConfigError(f"{source}: cannot read the config ({getattr(error, 'strerror', None) or error})") from None
         raw = _read_toml(text, source)
+    return RunConfig.from_dict(apply_overrides(raw, overrides))
+
+
+def apply_overrides(raw: dict, overrides) -> dict:
+    """``raw`` (parsed TOML) with every ``section.key=value`` of ``overrides`` set in place."""
     for assignment in overrides:
         keys, value = parse_override(assignment)
         table = raw
@@ -448,4 +453,4 @@ def load_config(source: str | None = None, overrides=()) -> RunConfig:
             table = table.setdefault(key, {})
             _require(isinstance(table, dict), ".".join(keys[:-1]), "be a table", table)
         table[keys[-1]] = value
-    return RunConfig.from_dict(raw)
+    return raw

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import tomli_w
 
-from bayesprune.config import load_config, packaged_configs, parse_override
+from bayesprune.config import apply_overrides, load_config, packaged_configs
 from bayesprune.errors import BayesPruneError, ConfigError
 from bayesprune.files import write_text
 from bayesprune.methods import available_methods, get_method
@@ -125,14 +125,7 @@ def _read(source: str) -> dict:
 def load_comparison(source: str | None = None, overrides=()) -> tuple:
     """``(raw, options)``: a comparison config (packaged name or TOML path; default ``compare-digits``)
     with ``section.key=value`` overrides applied, and its validated ``[compare]`` table."""
-    raw = _read(source or DEFAULT)
-    for assignment in overrides:
-        keys, value = parse_override(assignment)
-        table = raw
-        for key in keys[:-1]:
-            table = table.setdefault(key, {})
-            require(isinstance(table, dict), ".".join(keys[:-1]), "be a table", table)
-        table[keys[-1]] = value
+    raw = apply_overrides(_read(source or DEFAULT), overrides)
     if "method" in raw:
         raise ConfigError("a comparison config has no 'method': it runs compare.methods")
     table = raw.get("compare", {})
