@@ -31,7 +31,7 @@ def network_metric(net, x, y, task: str, *, target_std: float = 1.0) -> float:
     return metric(task, predict_network(net, x, task).cpu(), y.cpu(), target_std=target_std)
 
 
-def network_test_metric(net, dataset, device=None) -> float:
+def network_test_metric(net, dataset) -> float:
     """The test error (%) or RMSE of a deterministic network on ``dataset``'s test split."""
     return network_metric(net, dataset.x_test, dataset.y_test, dataset.task, target_std=dataset.target_std)
 

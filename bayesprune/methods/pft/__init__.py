@@ -130,11 +130,11 @@ def weight_rms(net) -> dict:
 
 
 @torch.no_grad()
-def perturbation_increase(net, dataset, device, *, rms: dict, scales, draws: int, generator) -> list:
+def perturbation_increase(net, dataset, *, rms: dict, scales, draws: int, generator) -> list:
     """Mean increase of the test metric when Gaussian noise of standard deviation ``scale · rms[layer]`` is
     added to every non-zero weight of ``net`` (pruned weights stay zero), one value per scale (paper 000,
     Fig. 2 right). Pass the dense network's ``rms`` for both networks, so that they get the same noise."""
-    base = network_test_metric(net, dataset, device)
+    base = network_test_metric(net, dataset)
     increases = []
     for scale in scales:
         total = 0.0
@@ -145,7 +145,7 @@ def perturbation_increase(net, dataset, device, *, rms: dict, scales, draws: int
                 if name in rms:
                     noise = torch.randn(param.shape, generator=generator).to(param.device)
                     param.add_(scale * rms[name] * noise * (param != 0))
-            total += network_test_metric(noisy, dataset, device) - base
+            total += network_test_metric(noisy, dataset) - base
         increases.append(total / max(draws, 1))
     return increases
 
@@ -212,8 +212,8 @@ class PFTMethod(Method):
         report["keep_probability_histogram"] = masks.histogram()
         report["perturbation_scales"] = list(options.perturbation_scales)
         noise = {"rms": weight_rms(net), "scales": options.perturbation_scales, "draws": options.perturbation_draws, "generator": generator}
-        report["perturbation_increase_dense"] = perturbation_increase(net, data, ctx.device, **noise)
-        report["perturbation_increase_pft"] = perturbation_increase(tuned, data, ctx.device, **noise)
+        report["perturbation_increase_dense"] = perturbation_increase(net, data, **noise)
+        report["perturbation_increase_pft"] = perturbation_increase(tuned, data, **noise)
         return PFTFitted(tuned, ranks, keep=masks.probabilities(), history=history, seconds=seconds, report=report, task=data.task)
 
     @staticmethod
