@@ -274,26 +274,39 @@ def _budget(assignments):
     return Budget(**fields)
 
 
+def _grid_folder(args) -> Path:
+    """The folder a ``compare`` or ``sweep`` writes: ``--out`` (a new grid) or ``--resume`` (one to continue)."""
+    if (args.out is None) == (args.resume is None):
+        raise BayesPruneError(f"{args.command} needs --out DIR (a new {args.command}) or --resume DIR (continue one), not both")
+    return Path(args.resume or args.out)
+
+
 def _compare(args):
     from .compare import compare
 
-    rows = compare(args.config, args.out, methods=args.methods, sparsities=args.sparsities, seeds=args.seeds, jobs=args.jobs,
+    out = _grid_folder(args)
+    rows = compare(args.config, out, methods=args.methods, sparsities=args.sparsities, seeds=args.seeds, jobs=args.jobs,
                    engine=args.engine, address=args.address, overrides=args.overrides, track=args.track,
-                   track_uri=args.track_uri)
-    print(f"{len(rows)} rows; wrote {Path(args.out) / 'leaderboard.md'}, leaderboard.csv, leaderboard.png")
+                   track_uri=args.track_uri, resume=args.resume is not None)
+    print(f"{len(rows)} rows; wrote {out / 'leaderboard.md'}, leaderboard.csv, leaderboard.png")
 
 
 def _sweep(args):
     from .compare.sweep import sweep
 
-    rows = sweep(args.config, args.grid, args.out, seeds=args.seeds, jobs=args.jobs, engine=args.engine,
-                 address=args.address, overrides=args.overrides, track=args.track, track_uri=args.track_uri)
-    print(f"{len(rows)} grid points; wrote {Path(args.out) / 'summary.md'} and summary.csv")
+    out = _grid_folder(args)
+    if args.resume is None and not (args.config and args.grid):
+        raise BayesPruneError("sweep needs a CONFIG and at least one --grid key=v1,v2,... (or --resume DIR)")
+    rows = sweep(args.config, args.grid, out, seeds=args.seeds, jobs=args.jobs, engine=args.engine, address=args.address,
+                 overrides=args.overrides, track=args.track, track_uri=args.track_uri, resume=args.resume is not None)
+    print(f"{len(rows)} grid points; wrote {out / 'summary.md'} and summary.csv")
 
 
 def _grid_engine_arguments(parser):
     """The flags ``compare`` and ``sweep`` share."""
-    parser.add_argument("--out", required=True, help="folder of the cells and the tables; run again with it to continue")
+    parser.add_argument("--out", help="a new folder for the cells and the tables")
+    parser.add_argument("--resume", metavar="DIR", help="continue the interrupted grid in DIR as it was started (finished "
+                                                        "cells are kept; --jobs, --engine, --address and --track may change)")
     parser.add_argument("--seeds", type=int, nargs="+", help="fit every cell from each seed")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key for every cell (repeatable)")
@@ -378,8 +391,8 @@ def build_parser():
 
     sweeping = commands.add_parser("sweep", help="the cross product of --grid values over a config, each point and seed a run; "
                                                  "a summary over seeds (PBP's union bound counted)")
-    sweeping.add_argument("config", help="packaged config name or TOML path")
-    sweeping.add_argument("--grid", action="append", required=True, metavar="KEY=V1,V2",
+    sweeping.add_argument("config", nargs="?", help="packaged config name or TOML path")
+    sweeping.add_argument("--grid", action="append", metavar="KEY=V1,V2",
                           help="a config key and its values (repeatable: the grid is the cross product)")
     _grid_engine_arguments(sweeping)
     sweeping.set_defaults(handler=_sweep)

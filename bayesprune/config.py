@@ -426,22 +426,25 @@ def parse_override(assignment: str) -> tuple:
 
 def load_config(source: str | None = None, overrides=()) -> RunConfig:
     """Resolve a packaged config name or a TOML path (default: ``default``), apply overrides, validate."""
+    return RunConfig.from_dict(apply_overrides(read_config(source), overrides))
+
+
+def read_config(source: str | None = None) -> dict:
+    """The parsed TOML of a packaged config name or a TOML path (default: ``default``), unvalidated."""
     source = source or "default"
     packaged = _packaged_files()
     if source in packaged:  # a packaged name wins over a same-named file; "./name" reads the file
-        raw = _read_toml(packaged[source].read_text(), source)
-    else:
-        path = Path(source)
-        if path.suffix != ".toml" and not path.exists():
-            raise ConfigError(f"unknown config {source!r}: not a file and not one of {sorted(packaged_configs())}")
-        if not path.is_file():
-            raise ConfigError(f"{source}: config file not found")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            raise ConfigError(f"{source}: cannot read the config ({getattr(error, 'strerror', None) or error})") from None
-        raw = _read_toml(text, source)
-    return RunConfig.from_dict(apply_overrides(raw, overrides))
+        return _read_toml(packaged[source].read_text(), source)
+    path = Path(source)
+    if path.suffix != ".toml" and not path.exists():
+        raise ConfigError(f"unknown config {source!r}: not a file and not one of {sorted(packaged_configs())}")
+    if not path.is_file():
+        raise ConfigError(f"{source}: config file not found")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{source}: cannot read the config ({getattr(error, 'strerror', None) or error})") from None
+    return _read_toml(text, source)
 
 
 def apply_overrides(raw: dict, overrides) -> dict:

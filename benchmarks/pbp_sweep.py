@@ -32,11 +32,14 @@ def main(argv=None):
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--engine", choices=["local", "ray"], default="local")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--resume", action="store_true", help="continue the interrupted sweep in --out")
     args = parser.parse_args(argv)
     grid = [f"pbp.alpha={','.join(map(str, args.alphas))}", f"pbp.sparsity={','.join(map(str, args.sparsities))}"]
-    # PBP's network is already pruned to its mask: the pruning curve needs no further droprate.
-    rows = sweep(args.config, grid, args.out, jobs=args.jobs, engine=args.engine,
-                 overrides=["prune.droprates=[0.0]", *args.overrides])
+    if args.resume:
+        rows = sweep(None, None, args.out, jobs=args.jobs, engine=args.engine, resume=True)
+    else:  # PBP's network is already pruned to its mask: the pruning curve needs no further droprate.
+        rows = sweep(args.config, grid, args.out, jobs=args.jobs, engine=args.engine,
+                     overrides=["prune.droprates=[0.0]", *args.overrides])
     records = [{"alpha": row["pbp.alpha"], "target_sparsity": row["pbp.sparsity"], **{key: row[key] for key in KEYS}}
                for row in rows]
     (args.out / "sweep.json").write_text(json.dumps(records, indent=1) + "\n")

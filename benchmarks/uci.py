@@ -59,6 +59,7 @@ def main():
     parser.add_argument("--jobs", type=int, default=1, help="sets run at once, one CPU thread each")
     parser.add_argument("--engine", choices=["local", "ray"], default="local")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--resume", action="store_true", help="continue the interrupted sweep in --out")
     args = parser.parse_args()
 
     folders = sorted(path for path in args.data_root.iterdir() if (path / "data.txt").exists())
@@ -68,8 +69,11 @@ def main():
     if args.splits:
         overrides.append(f"data.splits={list(range(args.splits))}")
     names = [folder.name for folder in folders]
-    sweep("uci", [f"data.name={','.join(json.dumps(name) for name in names)}"], args.out, jobs=args.jobs, engine=args.engine,
-          overrides=overrides)
+    grid = [f"data.name={','.join(json.dumps(name) for name in names)}"]
+    if args.resume:
+        sweep(None, None, args.out, jobs=args.jobs, engine=args.engine, resume=True)
+    else:
+        sweep("uci", grid, args.out, jobs=args.jobs, engine=args.engine, overrides=overrides)
     seed = load_config("uci", overrides).seed
     done = {}
     for name in names:

@@ -72,15 +72,20 @@ def test_the_leaderboard_reads_back_the_cells(comparison):
     assert float(table[0]["test_error"]) == rows[0]["test_error"]
 
 
-def test_a_finished_cell_is_not_refit(comparison):
+def test_resume_reads_back_finished_cells_and_a_new_start_never_overwrites(comparison):
     out, rows = comparison
     files = sorted((out / "cells").rglob("*"))
     before = {path: path.stat().st_mtime_ns for path in files}
-    again = compare(None, out, methods=["sbnn", "pbp"], sparsities=[0.5, 0.9], seeds=[0], overrides=TINY, report=lambda *a: None)
+    again = compare(out=out, resume=True, report=lambda *a: None)
     assert sorted((out / "cells").rglob("*")) == files and {path: path.stat().st_mtime_ns for path in files} == before
     assert [row["test_error"] for row in again] == [row["test_error"] for row in rows]
-    with pytest.raises(BayesPruneError, match="holds another fit"):  # a changed config is not passed off as the old one
-        compare(None, out, methods=["sbnn"], sparsities=[0.5, 0.9], seeds=[0], overrides=[*TINY, "train.epochs=2"])
+    with pytest.raises(BayesPruneError, match="holds a comparison; continue it with --resume"):
+        compare(None, out, methods=["sbnn", "pbp"], sparsities=[0.5, 0.9], seeds=[0], overrides=TINY)
+    with pytest.raises(BayesPruneError, match="--set cannot be given"):  # a resumed grid runs as it was started
+        compare(out=out, resume=True, overrides=["train.epochs=2"])
+    with pytest.raises(BayesPruneError, match="holds no comparison.toml"):
+        compare(out=out / "cells", resume=True)
+    assert {path: path.stat().st_mtime_ns for path in files} == before
 
 
 def test_a_sweep_counts_the_grid_for_pbp_and_jobs_do_not_change_numbers(tmp_path):
@@ -105,6 +110,10 @@ def test_a_sweep_counts_the_grid_for_pbp_and_jobs_do_not_change_numbers(tmp_path
         assert [row[key] for row in results[2]] == [row[key] for row in rows]
     assert "pbp.alpha" in (tmp_path / "jobs1" / "summary.md").read_text()
     assert (tmp_path / "jobs1" / "summary.csv").is_file()
+    # --resume rebuilds the grid from sweep.toml alone: the same cells, read back, none refitted
+    before = {path: path.stat().st_mtime_ns for path in (tmp_path / "jobs1" / "cells").rglob("*")}
+    assert sweep(None, None, tmp_path / "jobs1", resume=True, report=lambda *a: None) == rows
+    assert {path: path.stat().st_mtime_ns for path in (tmp_path / "jobs1" / "cells").rglob("*")} == before
 
 
 def test_the_ray_engine_gives_the_local_numbers(tmp_path, monkeypatch):
@@ -140,6 +149,7 @@ def test_the_pareto_front():
     (["sweep", "pbp-digits", "--grid", "pbp.alpha=0.5,high"], "pbp.alpha"),
     (["sweep", "pbp-digits", "--grid", "nothing.here=1"], "nothing"),
     (["sweep", "pbp-digits", "--grid", "seed=1,2"], "--seeds"),
+    (["sweep", "pbp-digits"], "at least one --grid"),
     (["sweep", "pbp-digits", "--grid", "pbp.alpha=0.5", "--engine", "ray", "--address", "127.0.0.1:1"], "--address|Ray"),
 ])
 def test_bad_grids_are_refused_in_one_line_and_write_nothing(tmp_path, capsys, argv, message):
@@ -152,7 +162,7 @@ def test_bad_grids_are_refused_in_one_line_and_write_nothing(tmp_path, capsys, a
     assert not out.exists()
 
 
-def test_sigterm_then_the_same_command_continues_without_touching_finished_cells(tmp_path):
+def test_sigterm_then_resume_continues_without_touching_finished_cells(tmp_path):
     import os
     import signal
     import subprocess
@@ -174,7 +184,7 @@ def test_sigterm_then_the_same_command_continues_without_touching_finished_cells
     assert "interrupted" in error and not (out / "leaderboard.csv").exists()
     finished = {path: path.stat().st_mtime_ns for path in (out / "cells" / "magnitude-seed0").iterdir()}
     assert not (out / "cells" / "sbnn-seed0" / "metrics.json").exists()
-    assert main(argv[3:]) == 0
+    assert main(["compare", "--resume", str(out)]) == 0
     assert {path: path.stat().st_mtime_ns for path in (out / "cells" / "magnitude-seed0").iterdir()} == finished
     with open(out / "leaderboard.csv") as handle:
         assert {row["method"] for row in csv.DictReader(handle)} == {"magnitude", "sbnn"}

@@ -204,13 +204,31 @@ def comparison_cells(raw: dict, options: CompareOptions) -> list:
     return cells
 
 
-def check_grid_dir(out: Path, marker: str):
-    """Refuse an ``out`` that is a file, or a non-empty folder that is not a grid of this kind (no
-    ``marker`` and no ``cells`` folder): a comparison or sweep continues only its own folder."""
+def check_grid_dir(out: Path, marker: str, *, resume: bool) -> Path | None:
+    """Refuse an ``out`` a grid may not use; return the marker file to continue from when ``resume``.
+
+    A new grid needs a missing or empty folder (a finished one is never overwritten); ``--resume``
+    needs the folder a grid of this kind started, its ``marker`` written before the first cell."""
+    kind = marker.partition(".")[0]
     if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise BayesPruneError(f"--out {out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not ((out / marker).is_file() or (out / "cells").is_dir()):
-        raise BayesPruneError(f"--out {out}: is not empty and holds no {marker}; give a new directory")
+        raise BayesPruneError(f"{'--resume' if resume else '--out'} {out}: exists and is not a directory")
+    if resume:
+        if not (out / marker).is_file():
+            raise BayesPruneError(f"--resume {out}: holds no {marker}, so it is not a {kind} to continue")
+        return out / marker
+    if out.is_dir() and any(out.iterdir()):
+        if (out / marker).is_file():
+            raise BayesPruneError(f"--out {out}: holds a {kind}; continue it with --resume {out}, or give a new directory")
+        raise BayesPruneError(f"--out {out}: is not empty; give a new directory")
+    return None
+
+
+def refuse_with_resume(**given):
+    """A grid continued with ``--resume`` runs as it was started: refuse what would change it."""
+    named = [name for name, value in given.items() if value]
+    if named:
+        flag = named[0] if named[0] == "config" else "--" + named[0].replace("_", "-")
+        raise BayesPruneError(f"--resume continues a grid as it was started; {flag} cannot be given with it")
 
 
 def check_cells(out: Path, cells: list) -> list:
@@ -226,16 +244,23 @@ def check_cells(out: Path, cells: list) -> list:
 
 
 def compare(source=None, out="runs/compare", *, methods=None, sparsities=None, seeds=None, jobs: int = 1,
-            engine: str = "local", address=None, overrides=(), track=None, track_uri=None, report=progress_line) -> list:
-    """Run (or continue) a comparison into ``out`` and write its leaderboard; returns its rows.
+            engine: str = "local", address=None, overrides=(), track=None, track_uri=None, resume: bool = False,
+            report=progress_line) -> list:
+    """Run a comparison into ``out`` (a new folder), or continue it (``resume=True``), and write its
+    leaderboard; returns its rows.
 
     ``methods``, ``sparsities`` and ``seeds`` replace the config's ``[compare]`` lists when given.
-    Finished cells are read back, never fitted again: calling again with the same ``out`` continues.
-    ``track="mlflow"`` logs each cell as it finishes, and the leaderboard, to the MLflow store at
-    ``track_uri`` (default ``file:<out>/mlruns``; see :mod:`bayesprune.compare.tracking`).
+    The resolved comparison is written to ``out/comparison.toml`` before the first cell, so that
+    ``resume`` continues from it alone (no config, lists or overrides are given then); finished cells
+    are read back, never fitted again. ``track="mlflow"`` logs each cell as it finishes, and the
+    leaderboard, to the MLflow store at ``track_uri`` (default ``file:<out>/mlruns``; see
+    :mod:`bayesprune.compare.tracking`).
     """
     out = Path(out)
-    raw, options = load_comparison(source, overrides)
+    if resume:
+        refuse_with_resume(config=source, methods=methods, sparsities=sparsities, seeds=seeds, set=list(overrides))
+    saved = check_grid_dir(out, MARKER, resume=resume)
+    raw, options = load_comparison(str(saved) if saved else source, () if resume else overrides)
     given = {key: tuple(value) for key, value in (("methods", methods), ("sparsities", sparsities), ("seeds", seeds))
              if value is not None}
     if given:
@@ -246,13 +271,14 @@ def compare(source=None, out="runs/compare", *, methods=None, sparsities=None, s
     cells = comparison_cells(raw, options)
     check_engine(engine, jobs=jobs, address=address)
     tracker = open_tracker(track, track_uri, out, kind="compare")
-    check_grid_dir(out, MARKER)
     folders = check_cells(out, cells)
+    if not resume:
+        out.mkdir(parents=True, exist_ok=True)
+        write_text(out / MARKER, tomli_w.dumps({**raw, "compare": {**raw.get("compare", {}), "methods": list(options.methods),
+                                                                   "sparsities": list(options.sparsities),
+                                                                   "seeds": list(options.seeds)}}))
     run_cells(cells, folders, engine=engine, jobs=jobs, address=address,
               report=report if tracker is None else tracker.reporter(report))
-    resolved = {**raw, "compare": {**raw.get("compare", {}), "methods": list(options.methods),
-                                   "sparsities": list(options.sparsities), "seeds": list(options.seeds)}}
-    write_text(out / MARKER, tomli_w.dumps(resolved))
     rows = leaderboard_rows(cells, folders, options)
     write_leaderboard(out, rows)
     write_text(out / "leaderboard.json", json.dumps(rows, indent=1) + "\n")

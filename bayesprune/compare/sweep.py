@@ -10,18 +10,19 @@ import copy
 import itertools
 import json
 import re
+import tomllib
 from pathlib import Path
 
 import numpy as np
 import tomli_w
 
 from bayesprune.analysis.tables import markdown_table, write_csv
-from bayesprune.config import load_config, parse_override
+from bayesprune.config import RunConfig, apply_overrides, parse_override, read_config
 from bayesprune.errors import BayesPruneError, ConfigError
 from bayesprune.files import write_text
 
 from .cells import Cell
-from .comparison import check_cells, check_grid_dir
+from .comparison import check_cells, check_grid_dir, refuse_with_resume
 from .engines import check_engine, progress_line, run_cells
 from .tracking import open_tracker
 
@@ -83,11 +84,15 @@ def point_name(point: dict) -> str:
     return "_".join(f"{key}={_value(value)}" for key, value in point.items())
 
 
-def sweep_cells(source, grid: dict, seeds, overrides=()) -> list:
-    """Every cell of the sweep, each config validated (an unknown key or a value of the wrong type is
-    refused naming the key, before anything is written)."""
+def _config(raw: dict, assignments):
+    return RunConfig.from_dict(apply_overrides(copy.deepcopy(raw), assignments))
+
+
+def sweep_cells(raw: dict, grid: dict, seeds, overrides=()) -> list:
+    """Every cell of the sweep over the parsed config ``raw``, each config validated (an unknown key
+    or a value of the wrong type is refused naming the key, before anything is written)."""
     points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
-    base = load_config(source, overrides)
+    base = _config(raw, overrides)
     seeds = list(seeds) if seeds else [base.seed]
     if len(set(seeds)) < len(seeds) or not all(isinstance(s, int) and 0 <= s < 2**31 for s in seeds):
         raise BayesPruneError(f"--seeds must be distinct non-negative integers, got {seeds}")
@@ -95,19 +100,18 @@ def sweep_cells(source, grid: dict, seeds, overrides=()) -> list:
     for point in points:
         assignments = [f"{key}={json.dumps(value)}" for key, value in point.items()]  # JSON scalars and lists are TOML
         try:
-            config = load_config(source, [*overrides, *assignments])
+            config = _config(raw, [*overrides, *assignments])
         except ConfigError as error:
             raise ConfigError(f"--grid {point_name(point)}: {error}") from None
         for key, value in point.items():
             _check_applied(config, key, value)
-        raw = config.to_dict()
-        raw.pop("seeds", None)
+        resolved = config.to_dict()
+        resolved.pop("seeds", None)
         if config.method == "pbp":
-            raw["pbp"]["grid_size"] = len(points) * base.method_options.grid_size
+            resolved["pbp"]["grid_size"] = len(points) * base.method_options.grid_size
         for seed in seeds:
-            cell_raw = {**copy.deepcopy(raw), "seed": seed}
-            cells.append(Cell(name=f"{point_name(point)}-seed{seed}", kind="run", config=cell_raw, method=config.method,
-                              seed=seed, point=point))
+            cells.append(Cell(name=f"{point_name(point)}-seed{seed}", kind="run", config={**copy.deepcopy(resolved), "seed": seed},
+                              method=config.method, seed=seed, point=point))
     for cell in cells:
         cell.run_config()
     names = [cell.name for cell in cells]
@@ -160,21 +164,33 @@ def _shown(rows: list, grid: dict) -> list:
 
 
 def sweep(source, grid_assignments, out, *, seeds=None, jobs: int = 1, engine: str = "local", address=None, overrides=(),
-          track=None, track_uri=None, report=progress_line) -> list:
-    """Run (or continue) the sweep into ``out``: cells under ``out/cells``, ``summary.csv`` (every
-    number) and ``summary.md``; returns the summary rows. Finished cells are never fitted again.
+          track=None, track_uri=None, resume: bool = False, report=progress_line) -> list:
+    """Run the sweep into ``out`` (a new folder), or continue it (``resume=True``): cells under
+    ``out/cells``, ``summary.csv`` (every number) and ``summary.md``; returns the summary rows.
+
+    ``out/sweep.toml`` keeps the parsed config, the grid, the overrides and the seeds, written before
+    the first cell, so that ``resume`` continues from it alone (no config, grid, seeds or overrides are
+    given then; the config file may have changed since); finished cells are never fitted again.
     ``track="mlflow"`` logs each cell and the summary to MLflow (:mod:`bayesprune.compare.tracking`)."""
     out = Path(out)
-    grid = parse_grid(grid_assignments)
-    cells = sweep_cells(source, grid, seeds, overrides)
+    if resume:
+        refuse_with_resume(config=source, grid=list(grid_assignments or ()), seeds=seeds, set=list(overrides))
+    saved = check_grid_dir(out, MARKER, resume=resume)
+    if saved:
+        held = tomllib.loads(saved.read_text())
+        source, raw, grid, seeds, overrides = held["source"], held["config"], held["grid"], held["seeds"], held["overrides"]
+    else:
+        raw, grid = read_config(source), parse_grid(grid_assignments)
+    cells = sweep_cells(raw, grid, seeds, overrides)
     check_engine(engine, jobs=jobs, address=address)
     tracker = open_tracker(track, track_uri, out, kind="sweep")
-    check_grid_dir(out, MARKER)
     folders = check_cells(out, cells)
+    if not resume:
+        out.mkdir(parents=True, exist_ok=True)
+        write_text(out / MARKER, tomli_w.dumps({"source": str(source or "default"), "grid": grid, "overrides": list(overrides),
+                                                 "seeds": sorted({cell.seed for cell in cells}), "config": raw}))
     results = run_cells(cells, folders, engine=engine, jobs=jobs, address=address,
                         report=report if tracker is None else tracker.reporter(report))
-    write_text(out / MARKER, tomli_w.dumps({"config": str(source or "default"), "grid": grid, "overrides": list(overrides),
-                                             "seeds": sorted({cell.seed for cell in cells})}))
     rows = summary_rows(cells, results)
     write_csv(out / "summary.csv", [{key: "" if value is None else value for key, value in row.items()} for row in rows])
     write_text(out / "summary.md", f"# Sweep of {source or 'default'}\n\nMean and standard deviation over seeds per grid "
