@@ -97,12 +97,12 @@ def test_one_run_per_cell_with_its_config_metrics_and_files(store, tmp_path):
         item.path for item in client.list_artifacts(parent)}
 
 
-def test_running_again_adds_no_run(store):
+def test_resuming_adds_no_run(store):
     out, client = store
     before = sorted(run.info.run_id for run in _runs(client, out))
     held = {name: (out / "cells" / name / "mlflow_run_id").read_text() for name in CELLS}
     files = {path: path.stat().st_mtime_ns for path in (out / "cells").rglob("*")}
-    assert main(_argv(out)) == 0
+    assert main(["compare", "--resume", str(out), "--track", "mlflow"]) == 0
     assert sorted(run.info.run_id for run in _runs(client, out)) == before
     assert {name: (out / "cells" / name / "mlflow_run_id").read_text() for name in CELLS} == held
     assert {path: path.stat().st_mtime_ns for path in (out / "cells").rglob("*")} == files  # cells untouched
