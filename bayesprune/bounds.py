@@ -139,7 +139,7 @@ class Certificate:
         bound_kl_inverse: Theorem 2 (eq. 7) at ``empirical_risk_bound``; at most ``bound`` (up to
             :func:`kl_inverse`'s tolerance).
         empirical_risk: mean empirical 0-1 risk of the sampled networks.
-        empirical_risk_bound: :func:`sample_risk_bound` of it at δ/2.
+        empirical_risk_bound: :func:`sample_risk_bound` of it at δ/(2·``grid_size``).
         kl: KL(Q ‖ P).
         n: number of examples the risk is measured on.
         delta: overall confidence parameter δ: each bound holds with probability ≥ 1 − δ.
@@ -165,11 +165,13 @@ class Certificate:
 def certificate(*, mean_risk, samples: int, kl, n: int, delta: float = 0.05, grid_size: int = 1) -> Certificate:
     """The 0-1 risk certificate of a posterior Q, with probability ≥ 1 − δ.
 
-    δ is split by a union bound: δ/2 for the Monte-Carlo estimate of the empirical Gibbs risk
-    (:func:`sample_risk_bound`, appendix A.3) and δ/2 for the PAC-Bayes theorem, divided again by
-    ``grid_size`` for the hyper-parameter settings that were searched by their bound (appendix D.2).
-    The upper bound on the empirical risk is plugged into Theorems 1 and 2: both increase with the
-    empirical risk, so they remain upper bounds on the risk of Q.
+    δ is split by a union bound over 2·``grid_size`` events, each given δ/(2·``grid_size``): for each
+    of the ``grid_size`` hyper-parameter settings searched by their certificate (appendix D.2), the
+    Monte-Carlo estimate of its empirical Gibbs risk (:func:`sample_risk_bound`, appendix A.3) and
+    the PAC-Bayes theorem (eq. 4 or 7). The setting reported is chosen after both were computed, so
+    both must hold for every setting at once: the Monte-Carlo bound is split over the grid as the
+    theorem is. The upper bound on the empirical risk is plugged into Theorems 1 and 2: both increase
+    with the empirical risk, so they remain upper bounds on the risk of Q.
 
     Args:
         mean_risk: mean empirical 0-1 risk of ``samples`` networks drawn i.i.d. from Q on the n
@@ -190,11 +192,11 @@ def certificate(*, mean_risk, samples: int, kl, n: int, delta: float = 0.05, gri
     require(is_int(n) and n >= 1, "n", "be a positive integer", n)
     require(is_number(delta) and 0 < delta < 1, "delta", "lie in (0, 1)", delta)
     require(is_int(grid_size) and grid_size >= 1, "grid_size", "be a positive integer", grid_size)
-    risk_bound = float(sample_risk_bound(mean_risk, samples=samples, delta=delta / 2))
-    theorem_delta = delta / (2 * grid_size)
+    each = delta / (2 * grid_size)
+    risk_bound = float(sample_risk_bound(mean_risk, samples=samples, delta=each))
     return Certificate(
-        bound=float(pac_bayes_bound(risk_bound, kl, n=n, delta=theorem_delta)),
-        bound_kl_inverse=float(kl_inverse_bound(risk_bound, kl, n=n, delta=theorem_delta)),
+        bound=float(pac_bayes_bound(risk_bound, kl, n=n, delta=each)),
+        bound_kl_inverse=float(kl_inverse_bound(risk_bound, kl, n=n, delta=each)),
         empirical_risk=mean_risk, empirical_risk_bound=risk_bound, kl=kl, n=n, delta=delta, samples=samples,
         grid_size=grid_size,
     )
