@@ -23,14 +23,21 @@ def epochs_for_steps(steps: int, num_train: int, batch_size: int) -> int:
 
 def hold_out(dataset, fraction: float, *, seed: int):
     """``(training part, x_validation, y_validation)``: a random ``fraction`` of the training split (at
-    least one example, seeded) held out; the test split is kept as it is."""
+    least one example, seeded) held out; the test split is kept as it is.
+
+    The training part's ``extras["train_rows"]`` are the indices of its rows in the training split as
+    loaded (composed when ``dataset`` is itself a training part), so that a fit can record which of the
+    data's rows it used (PBP's S \\ S_P, which its certificate must be computed on again).
+    """
     n = dataset.num_train
     size = max(1, round(fraction * n))
     if size >= n:
         raise ValueError(f"train.validation = {fraction} leaves no training example of {n}")
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     held, kept = order[:size], order[size:].sort().values
-    rest = replace(dataset, x_train=dataset.x_train[kept], y_train=dataset.y_train[kept])
+    rows = dataset.extras.get("train_rows", torch.arange(n))[kept]
+    rest = replace(dataset, x_train=dataset.x_train[kept], y_train=dataset.y_train[kept],
+                   extras={**dataset.extras, "train_rows": rows})
     return rest, dataset.x_train[held], dataset.y_train[held]
 
 

@@ -154,14 +154,17 @@ S \\ S_P, the examples the bound's empirical term is measured on. Biases carry G
 """, """\
 The certificate (`bayesprune.bounds.certificate`) bounds the 0-1 error of the Gibbs classifier Q:
 Q's empirical risk on S \\ S_P is estimated from `mc_samples` networks with its own upper confidence
-bound kl⁻¹(R̂ ‖ log(2/δ′)/m) at δ′ = δ/2, and that bound enters Theorem 1 (`bound`) and Theorem 2
-(`bound_kl_inverse`) at δ/(2·`grid_size`). `metrics.json` adds `bound`, `bound_kl_inverse`,
+bound kl⁻¹(R̂ ‖ log(2/δ′)/m), and that bound enters Theorem 1 (`bound`) and Theorem 2
+(`bound_kl_inverse`), both at δ′ = δ/(2·`grid_size`): a union over the Monte-Carlo bound and the
+theorem of each of the `grid_size` settings searched. With `train.validation` > 0, S is what is left
+after the validation rows are held out. `metrics.json` adds `bound`, `bound_kl_inverse`,
 `empirical_risk`, `empirical_risk_bound`, `posterior_test_error` (Q's Gibbs test error, %),
 `prior_test_error`, `kl`, `n_bound`, `sparsity` (Q's expected sparsity), `alpha`, `delta`,
 `grid_size`, `mc_samples`. The point estimate of the pruning curve is μ under the most probable
 mask (λ ≥ 1/2), its `_mc` column the Gibbs predictive; scores are logit λ.
 `bayesprune certify RUN_DIR [--samples N]` recomputes the certificate of a saved run from its
-training data (the split is drawn again from the run's seed). The bounds are plain functions:
+training data, on the rows of S \\ S_P its checkpoint records (refused if the data there changed).
+The bounds are plain functions:
 
 ```python
 from bayesprune.bounds import certificate, kl_inverse

@@ -1,5 +1,6 @@
 """PFT and PBP end to end on scikit-learn's digits (paper 000): masks, fine-tuning, certificate, certify."""
 import json
+import shutil
 
 import arviz as az
 import pytest
@@ -68,12 +69,13 @@ def test_pft_on_frozen_random_weights_trains_masks_only(tmp_path):
 def pbp_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("pbp") / "run"
     options = {"prior_epochs": 10, "prior_mask_epochs": 2, "sparsity": 0.7, "mc_samples": 20, "prior_samples": 5}
-    return out, run(config("pbp", options, prune={"droprates": [0.0, 0.7], "include_biases": False}), out)
+    return out, run(config("pbp", options, prune={"droprates": [0.0, 0.7], "include_biases": False},
+                           train={"epochs": 3, "validation": 0.2}), out)
 
 
 def test_pbp_certificate_bounds_the_measured_errors_and_matches_the_bounds_module(pbp_run):
     _, metrics = pbp_run
-    assert metrics["n_bound"] == 1437 - 1437 // 2
+    assert metrics["n_bound"] == 1150 - 1150 // 2  # of the 1,437 - 287 rows train.validation leaves
     assert metrics["empirical_risk"] <= metrics["empirical_risk_bound"] <= metrics["bound_kl_inverse"] <= metrics["bound"] < 1
     assert metrics["posterior_test_error"] / 100 <= metrics["bound"]
     expected = certificate(mean_risk=metrics["empirical_risk"], samples=20, kl=metrics["kl"], n=metrics["n_bound"], delta=0.05)
@@ -88,6 +90,41 @@ def test_certify_recomputes_the_saved_runs_certificate(pbp_run, capsys):
     assert again["kl"] == pytest.approx(metrics["kl"], rel=1e-6)
     assert again["n_bound"] == metrics["n_bound"]
     assert abs(again["empirical_risk"] - metrics["empirical_risk"]) < 0.03
+
+
+def test_certify_measures_the_risk_on_the_fits_own_s_minus_s_p_when_validation_holds_rows_out(pbp_run, tmp_path, capsys,
+                                                                                                 monkeypatch):
+    """train.validation = 0.2 holds 287 of digits' 1,437 training rows out and the fit splits the 1,150
+    left: certify scores Q on exactly the fit's 575 rows of S \\ S_P (the oracle: the hold-out's and
+    the split's permutations from seed 0), none a validation row or a row of S_P, the prior's; they come
+    from the checkpoint, so an edited config.toml changes nothing, and changed data is refused."""
+    from bayesprune.data import load_dataset
+    from bayesprune.methods import pbp
+
+    out, metrics = pbp_run
+    full = load_dataset("digits")
+    order = torch.randperm(1437, generator=torch.Generator().manual_seed(0))  # hold_out at the run's seed
+    held, rest = order[:287], order[287:].sort().values
+    split = torch.randperm(1150, generator=torch.Generator().manual_seed(0))  # split_rows at the fit's seed
+    prior_rows, bound_rows = rest[split[:575]], rest[split[575:]]
+    assert metrics["n_bound"] == 575
+
+    scored = []
+    real = pbp.gibbs_errors
+    monkeypatch.setattr(pbp, "gibbs_errors", lambda model, guide, x, y, *, samples: scored.append(x) or real(
+        model, guide, x, y, samples=samples))
+    edited = tmp_path / "run"
+    shutil.copytree(out, edited)
+    (edited / "config.toml").write_text((edited / "config.toml").read_text().replace("validation = 0.2", "validation = 0.0"))
+    assert main(["certify", str(edited), "--samples", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["n_bound"] == 575
+    assert torch.equal(scored[0], full.x_train[bound_rows])
+    certified = set(load_run(edited)[2].bound_rows.tolist())
+    assert certified == set(bound_rows.tolist()) and not certified & (set(held.tolist()) | set(prior_rows.tolist()))
+
+    (edited / "config.toml").write_text((edited / "config.toml").read_text().replace('dataset = "digits"', 'dataset = "digits"\nseed = 1'))
+    assert main(["certify", str(edited), "--samples", "2"]) == 2  # digits' train/test split drawn from another seed
+    assert "does not hold the 575 examples of S \\ S_P" in capsys.readouterr().err
 
 
 def test_certify_refuses_a_method_without_a_certificate(pft_run, capsys):

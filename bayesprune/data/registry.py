@@ -43,7 +43,9 @@ class Dataset:
             ``None``; set by loaders that know them (a CSV's string labels, an image folder's
             class folders).
         extras: Anything else a loader knows, e.g. a simulation's ground truth
-            (``{"beta": tensor, "active": bool tensor}``).
+            (``{"beta": tensor, "active": bool tensor}``); a training part that
+            :func:`~bayesprune.early_stopping.hold_out` left has ``train_rows``, the indices of its
+            rows in the training split as loaded.
     """
 
     name: str

@@ -14,11 +14,17 @@ The training set S is split at random into S_P (a fraction α) and S \\ S_P (n =
    data S"; the bound holds for any Q, but the term it contains is R̂ on S \\ S_P, and that is what is
    minimised here).
 
-The certificate (:func:`bayesprune.bounds.certificate`) bounds the 0-1 Gibbs risk of Q: its empirical
-risk on S \\ S_P estimated from ``mc_samples`` networks drawn from Q, with its own confidence bound,
-in Theorem 1 and Theorem 2 under a union over δ and the ``grid_size`` hyper-parameter settings searched.
+S is the training data the fit is given: with ``train.validation`` > 0, what is left once the
+validation rows are held out (they are neither S_P nor S \\ S_P). The certificate
+(:func:`bayesprune.bounds.certificate`) bounds the 0-1 Gibbs risk of Q: its empirical risk on
+S \\ S_P estimated from ``mc_samples`` networks drawn from Q, with its own confidence bound, in
+Theorem 1 and Theorem 2 under a union over δ and the ``grid_size`` hyper-parameter settings searched.
+Theorem 1 holds for a prior chosen without the n examples the risk is measured on, so the fit records
+those rows (their indices in the training split as loaded, and a digest of their examples) and
+``bayesprune certify`` measures the risk on exactly them, never on rows rebuilt from a config.
 Biases carry Gaussian slabs with λ = λ⁰ = 1, so the KL covers every parameter.
 """
+import hashlib
 import math
 import time
 from dataclasses import dataclass
@@ -33,7 +39,7 @@ from bayesprune import bounds
 from bayesprune.checkpoint import load_module_state
 from bayesprune.criteria import CRITERIA, saliency, weight_sites
 from bayesprune.distributions import DiracSpikeSlab
-from bayesprune.errors import ConfigError
+from bayesprune.errors import BayesPruneError, ConfigError
 from bayesprune.fit import check_stop, svi_step
 from bayesprune.gates import PARAMETERIZATIONS, block_isotropic
 from bayesprune.guides import DiracSpikeSlabGuide
@@ -117,6 +123,35 @@ def split_rows(num_train: int, alpha: float, seed: int) -> tuple:
     return order[:cut], order[cut:]
 
 
+def examples_digest(x, y) -> str:
+    """SHA-256 of the examples ``(x, y)`` in their order: the fingerprint of S \\ S_P a certificate checks."""
+    digest = hashlib.sha256()
+    for tensor in (x, y):
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def bound_examples(fitted, data) -> tuple:
+    """``(x, y)`` of the fit's S \\ S_P, found in ``data`` by the rows the fit recorded: ``data`` is the
+    training split as loaded (``bayesprune certify``) or the part of it the fit was given
+    (``extras["train_rows"]``, :func:`bayesprune.early_stopping.hold_out`).
+
+    Raises:
+        BayesPruneError: the fit recorded no rows (a checkpoint before they were), ``data`` lacks one of
+            them, or its examples there are not the ones the fit certified on (the data changed).
+    """
+    if fitted.bound_rows is None:
+        raise BayesPruneError("this PBP fit was saved before the rows of S \\ S_P were recorded; fit it again to certify it")
+    given = data.extras.get("train_rows", torch.arange(data.num_train))
+    position = torch.full((max(int(given.max()), int(fitted.bound_rows.max())) + 1,), -1, dtype=torch.int64)
+    position[given] = torch.arange(len(given))
+    local = position[fitted.bound_rows]
+    if bool((local < 0).any()) or examples_digest(data.x_train[local], data.y_train[local]) != fitted.bound_digest:
+        raise BayesPruneError(f"the training data does not hold the {len(local)} examples of S \\ S_P this fit certified on, "
+                              "at the rows it recorded (its data or data options changed)")
+    return data.x_train[local], data.y_train[local]
+
+
 @torch.no_grad()
 def gibbs_errors(model, guide, x, y, *, samples: int) -> torch.Tensor:
     """The 0-1 error of each of ``samples`` networks drawn from ``guide`` on (x, y), one value per network."""
@@ -143,12 +178,13 @@ class PBPFitted(GuideFitted):
     method = "pbp"
     score_name = "keep logit"
 
-    def __init__(self, model, guide, priors: dict, *, split_seed: int, alpha: float, history=None, seconds=0.0, report=None,
-                 predictive_samples: int = 20):
+    def __init__(self, model, guide, priors: dict, *, bound_rows, bound_digest, alpha: float, history=None, seconds=0.0,
+                 report=None, predictive_samples: int = 20):
         super().__init__(model, guide, history=history, seconds=seconds, predictive_samples=predictive_samples)
-        # The split S_P | S \ S_P the prior was trained on: the certificate is valid on these rows only,
-        # so it is kept with the fit, never read again from an editable config.
-        self.priors, self.split_seed, self.alpha = priors, split_seed, alpha
+        # S \ S_P, the rows the prior never saw: the certificate is valid on these rows only, so they are
+        # kept with the fit (indices in the training split as loaded, and their examples' digest), never
+        # rebuilt from an editable config; None for a checkpoint written before they were recorded.
+        self.priors, self.bound_rows, self.bound_digest, self.alpha = priors, bound_rows, bound_digest, alpha
         self.report = report or {}
 
     def scores(self) -> dict:
@@ -162,7 +198,8 @@ class PBPFitted(GuideFitted):
                 "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
                 "prior": {name: {"probs": p.probs.clone(), "loc": p.loc.clone(), "scale": p.scale.clone()}
                           for name, p in self.priors.items()},
-                "split_seed": self.split_seed, "alpha": self.alpha}
+                **({} if self.bound_rows is None else {"bound_rows": self.bound_rows.clone(), "bound_digest": self.bound_digest}),
+                "alpha": self.alpha}
 
     def load_state_dict(self, state):
         load_module_state(self.guide, state["guide"])
@@ -260,7 +297,9 @@ class PBPMethod(Method):
         history = _variational_stage(ctx, "stage 3: posterior Q by the bound", model, guide, ctx.batches(x_bound, y_bound),
                                      objective=PACBayesBound(n=len(bound_rows), delta=delta_theorem), epochs=ctx.epochs)
         seconds = time.perf_counter() - start
-        fitted = PBPFitted(model, guide, priors, split_seed=ctx.seed, alpha=options.alpha, history=history, seconds=seconds)
+        loaded = data.extras.get("train_rows", torch.arange(data.num_train))  # rows of the training split as loaded
+        fitted = PBPFitted(model, guide, priors, bound_rows=loaded[bound_rows].clone(), alpha=options.alpha, history=history,
+                           bound_digest=examples_digest(data.x_train[bound_rows], data.y_train[bound_rows]), seconds=seconds)
         fitted.report = {**self.certificate(fitted, data, options),
                          "prior_test_error": 100 * float(prior_test.mean()), "prior_mc_samples": options.prior_samples,
                          "prior_expected_sparsity": prior_guide.masks.expected_sparsity(), **histograms,
@@ -270,19 +309,19 @@ class PBPMethod(Method):
     def certificate(self, fitted, data, options, *, samples: int | None = None) -> dict:
         """The certificate of ``fitted`` (Theorems 1 and 2 on the 0-1 loss, δ, the union over the grid),
         its Gibbs test error and expected sparsity, from ``samples`` networks drawn from Q (default
-        ``pbp.mc_samples``), on the device the fit is on."""
+        ``pbp.mc_samples``), on the device the fit is on. The empirical risk is measured on the rows of
+        S \\ S_P the fit recorded (:func:`bound_examples`), whatever ``data``'s split options say."""
         samples = samples or options.mc_samples
         device = next(fitted.net.parameters()).device
-        _, bound_rows = split_rows(data.num_train, fitted.alpha, fitted.split_seed)
-        x_bound, y_bound = data.x_train[bound_rows].to(device), data.y_train[bound_rows].to(device)
+        x_bound, y_bound = (tensor.to(device) for tensor in bound_examples(fitted, data))
         empirical = gibbs_errors(fitted.model, fitted.guide, x_bound, y_bound, samples=samples)
         test = gibbs_errors(fitted.model, fitted.guide, data.x_test.to(device), data.y_test.to(device), samples=samples)
         kl = network_kl(fitted.guide, fitted.priors)
-        result = bounds.certificate(mean_risk=float(empirical.mean()), samples=samples, kl=kl, n=len(bound_rows),
+        result = bounds.certificate(mean_risk=float(empirical.mean()), samples=samples, kl=kl, n=len(y_bound),
                                     delta=options.delta, grid_size=options.grid_size).to_dict()
         return {"bound": result["bound"], "bound_kl_inverse": result["bound_kl_inverse"],
                 "empirical_risk": result["empirical_risk"], "empirical_risk_bound": result["empirical_risk_bound"],
-                "posterior_test_error": 100 * float(test.mean()), "kl": kl, "n_bound": len(bound_rows),
+                "posterior_test_error": 100 * float(test.mean()), "kl": kl, "n_bound": len(y_bound),
                 "sparsity": fitted.guide.masks.expected_sparsity(), "alpha": fitted.alpha, "delta": options.delta,
                 "grid_size": options.grid_size, "mc_samples": samples}
 
@@ -321,15 +360,23 @@ class PBPMethod(Method):
         return ["## PAC-Bayes certificate (paper 000, Theorems 1-2)\n\n" + claim + "\n\n" + markdown_table(rows), *sections]
 
     def restore(self, net, data, options, ctx, state):
-        # the split of the fit (alpha: checkpoints before it was saved had the config's)
-        split_seed, alpha = state["split_seed"], state.get("alpha", options.alpha)
-        if not (isinstance(split_seed, int) and not isinstance(split_seed, bool) and 0 <= split_seed < 2**32):
-            raise ValueError(f"split_seed {split_seed!r} is not a seed")
-        if not (isinstance(alpha, float) and 0 < math.floor(alpha * data.num_train) < data.num_train):
-            raise ValueError(f"alpha {alpha!r} is not a fraction that splits {data.num_train} examples")
+        # the fit's S \ S_P (checkpoints before it was recorded: n from alpha, no certificate; alpha
+        # from the config before it was saved)
+        rows, digest, alpha = state.get("bound_rows"), state.get("bound_digest"), state.get("alpha", options.alpha)
+        if not (isinstance(alpha, float) and 0 < alpha < 1):
+            raise ValueError(f"alpha {alpha!r} is not a fraction")
+        if rows is None:
+            n = data.num_train - math.floor(alpha * data.num_train)
+        elif not (torch.is_tensor(rows) and rows.dtype == torch.int64 and rows.dim() == 1 and len(rows) > 0
+                  and int(rows.min()) >= 0 and isinstance(digest, str)):
+            raise ValueError("bound_rows is not a list of row indices with its digest")
+        else:
+            n = len(rows)
+        if not 0 < n < data.num_train:
+            raise ValueError(f"S \\ S_P of {n} examples does not fit {data.num_train} training examples")
         priors = {name: DiracSpikeSlab(p["probs"], p["loc"], p["scale"]) for name, p in state["prior"].items()}
-        model, guide = _posterior(net, priors, n=data.num_train - math.floor(alpha * data.num_train), options=options)
+        model, guide = _posterior(net, priors, n=n, options=options)
         load_module_state(guide, state["guide"])
         if "model" in state:  # the point estimates and batch norm's statistics (checkpoints before them had none)
             load_module_state(model, state["model"])
-        return PBPFitted(model, guide, priors, split_seed=split_seed, alpha=alpha)
+        return PBPFitted(model, guide, priors, bound_rows=rows, bound_digest=digest, alpha=alpha)
