@@ -414,9 +414,23 @@ def generate() -> str:
             out.append(after)
         own = [config for config in configs if _method_of(config) == name]
         out.append("Packaged configs: " + ", ".join(f"`{config}`" for config in own) + ".\n")
+    out += comparison_section()
     if missing:
         raise UndocumentedField(missing)
     return "\n".join(out).rstrip() + "\n"
+
+
+def comparison_section() -> list:
+    """``[compare]`` of a comparison config (``bayesprune compare``), from ``CompareOptions``."""
+    from bayesprune.compare.comparison import CompareOptions, comparison_configs
+
+    out = ["## `[compare]` (comparison configs)\n",
+           "A comparison config (`bayesprune compare [NAME|PATH]`) is a run config without `method`, plus this table "
+           "and, optionally, a table per method over its packaged options (`bayesprune.compare.comparison`).", ""]
+    out += table("compare", CompareOptions, attributes(CompareOptions), CompareOptions())
+    out.append("")
+    out.append("Packaged comparisons: " + ", ".join(f"`{name}`" for name in comparison_configs()) + ".\n")
+    return out
 
 
 def _method_of(config_name: str) -> str:

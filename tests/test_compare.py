@@ -2,6 +2,7 @@
 finished cell never refitted, a sweep's grid and PBP's union bound, engines that agree, bad grids refused."""
 import csv
 import json
+import tomllib
 
 import pytest
 
@@ -23,7 +24,8 @@ REQUIRED = ("method", "sparsity", "achieved_sparsity", "test_error", "test_error
 @pytest.fixture(scope="module")
 def comparison(tmp_path_factory):
     out = tmp_path_factory.mktemp("compare") / "cmp"
-    rows = compare(None, out, methods=["sbnn", "pbp"], sparsities=[0.5, 0.9], seeds=[0], overrides=TINY, report=lambda *a: None)
+    rows = compare(None, out, methods=["sbnn", "pbp"], sparsities=[0.5, 0.9], seeds=[0], overrides=[*TINY, "compare.certify=true"],
+                   report=lambda *a: None)
     return out, rows
 
 
@@ -51,7 +53,7 @@ def test_the_leaderboard_reads_back_the_cells(comparison):
     with open(out / "leaderboard.csv") as handle:
         table = list(csv.DictReader(handle))
     assert set(REQUIRED) <= set(table[0])
-    assert (out / "leaderboard.md").read_text().count("\n| ") == 7 and (out / "leaderboard.png").stat().st_size > 10_000
+    assert (out / "leaderboard.md").read_text().count("\n| ") == 7  # the certificate cells add no row and (out / "leaderboard.png").stat().st_size > 10_000
     by = {(row["method"], row["sparsity"]): row for row in rows}
     assert set(by) == {(method, s) for method in ("magnitude", "sbnn", "pbp") for s in (0.5, 0.9)}
     magnitude, sbnn = _metrics(out, "magnitude-seed0"), _metrics(out, "sbnn-seed0")
@@ -68,7 +70,14 @@ def test_the_leaderboard_reads_back_the_cells(comparison):
             # at least the budget is removed (dead units go too), and params count what is left
             assert row["achieved_sparsity"] >= s - 1e-9 and row["params"] <= round(7400 * (1 - s)) + 110
             assert row["macs"] > 0 and row["latency_ms"] > 0
-    assert by[("sbnn", 0.5)]["bound"] is None
+    # compare.certify: the magnitude and sbnn rows carry the bound of PBP started from their mask on S_P
+    for method, start in (("magnitude", "magnitude"), ("sbnn", "sbnn")):
+        for s in (0.5, 0.9):
+            certificate = _metrics(out, f"certificate-{method}-s{s:g}-seed0")
+            config = tomllib.loads((out / "cells" / f"certificate-{method}-s{s:g}-seed0" / "config.toml").read_text())
+            assert config["pbp"]["start_mask"] == start and config["pbp"]["sparsity"] == s
+            assert by[(method, s)]["bound"] == certificate["bound"] > 0
+    assert config["pbp"]["prior_epochs"] == 1 and config["pbp"]["start_optim"]["name"] == "adam"  # sbnn's own budget and optimiser
     assert float(table[0]["test_error"]) == rows[0]["test_error"]
 
 

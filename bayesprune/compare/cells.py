@@ -41,6 +41,8 @@ class Cell:
         sparsities: where a ``"magnitude"`` cell prunes; the droprates of a run cell are in its config.
         point: the grid point of a sweep cell (key → value).
         finetune_epochs: the magnitude cell's fine-tuning at each sparsity.
+        certifies: for a PBP cell started from another method's mask (``compare.certify``), that
+            method: its certificate fills the method's leaderboard row; ``""`` otherwise.
     """
 
     name: str
@@ -52,6 +54,7 @@ class Cell:
     sparsities: tuple = ()
     point: dict = field(default_factory=dict)
     finetune_epochs: int = 0
+    certifies: str = ""
 
     def run_config(self):
         """The cell's validated :class:`~bayesprune.config.RunConfig`."""

@@ -19,6 +19,13 @@ one, and:
   trains it), pruned by weight magnitude at every sparsity and fine-tuned ``compare.finetune_epochs``
   epochs with the mask fixed: cell ``magnitude-seed<k>``. Its plain network is the one every row's
   ``plain_test_error`` reports, so the method cells do not train it again (``baseline.enabled = false``).
+
+With ``compare.certify``, every method's mask gets a PAC-Bayes certificate (paper 000): per sparsity
+and seed, a PBP cell ``certificate-<method>-s<s>-seed<k>`` whose stage 1 is that method fitted on S_P
+alone with its own table and optimiser and ``train.epochs`` epochs (``pbp.start_mask``,
+:mod:`bayesprune.methods.pbp.start`; the baseline: PBP's magnitude start), the rest PBP's own; its
+bound fills the method's ``bound`` column. A method that learns its own width has none (its mask
+removes units; PBP's prior is over weights).
 """
 import copy
 import json
@@ -32,7 +39,7 @@ import tomli_w
 from bayesprune.config import apply_overrides, load_config, packaged_configs
 from bayesprune.errors import BayesPruneError, ConfigError
 from bayesprune.files import write_text
-from bayesprune.methods import available_methods, get_method
+from bayesprune.methods import available_methods, get_method, sparsity_option
 from bayesprune.validation import is_int, is_number, require
 
 from .cells import Cell
@@ -63,6 +70,8 @@ class CompareOptions:
         finetune_epochs: the magnitude baseline's fine-tuning at each sparsity.
         latency_batch: the batch size of the measured latency.
         latency_repeats: timed forward passes (the median is reported).
+        certify: add a PBP cell per method, sparsity and seed, started from the method's mask fitted
+            on S_P alone, for a certificate of every method in its ``bound`` column (about doubles the cost).
     """
 
     methods: tuple = ()
@@ -73,6 +82,7 @@ class CompareOptions:
     finetune_epochs: int = 10
     latency_batch: int = 64
     latency_repeats: int = 30
+    certify: bool = False
 
     def __post_init__(self):
         known = [*available_methods(), MAGNITUDE]
@@ -96,6 +106,7 @@ class CompareOptions:
         for name in ("finetune_epochs",):
             require(is_int(getattr(self, name)) and getattr(self, name) >= 0, f"compare.{name}", "be a non-negative integer",
                     getattr(self, name))
+        require(isinstance(self.certify, bool), "compare.certify", "be true or false", self.certify)
         for name in ("latency_batch", "latency_repeats"):
             require(is_int(getattr(self, name)) and getattr(self, name) > 0, f"compare.{name}", "be a positive integer",
                     getattr(self, name))
@@ -142,13 +153,6 @@ def _packaged_raw(name: str) -> dict:
     return load_config(name).to_dict() if name in packaged_configs() else {}
 
 
-def sparsity_option(method: str):
-    """The name of the option of ``method`` that sets its target sparsity (``sparsity`` or PFT's
-    ``sparsities``), or ``None``."""
-    names = {f.name for f in fields(get_method(method).Options)}
-    return next((name for name in ("sparsity", "sparsities") if name in names), None)
-
-
 def learns_width(method: str) -> bool:
     """Whether ``method`` sets its own sparsity and has no weight-level scores to prune at a budget."""
     return sparsity_option(method) is None and "weight" not in get_method(method).prune_levels
@@ -192,10 +196,33 @@ def method_cells(raw: dict, options: CompareOptions, method: str) -> list:
     return cells
 
 
+def certificate_cells(raw: dict, options: CompareOptions, method: str) -> list:
+    """PBP's cells started from ``method``'s mask fitted on S_P, one per sparsity and seed (see the module)."""
+    cells = []
+    for pbp in method_cells(raw, options, "pbp"):
+        config = copy.deepcopy(pbp.config)
+        if method == MAGNITUDE:
+            config["pbp"]["start_mask"] = "magnitude"
+        else:
+            packaged = _packaged_raw(options.configs.get(method, f"{method}-{options.options_from}"))
+            table = {**packaged.get(method, {}), **raw.get(method, {})}
+            table.pop(sparsity_option(method), None)  # PBP sets it to its own sparsity
+            optim = raw.get("optim", packaged.get("optim", {}))
+            config["pbp"].update(start_mask=method, start_options=table, start_optim=copy.deepcopy(optim),
+                                 prior_epochs=config.get("train", {}).get("epochs", 200))
+        config["description"] = f"compare: PBP's certificate for {method}'s mask at sparsity {pbp.sparsity:g}"
+        cells.append(replace(pbp, name=f"certificate-{method}-s{pbp.sparsity:g}-seed{pbp.seed}", config=config,
+                             certifies=method))
+    return cells
+
+
 def comparison_cells(raw: dict, options: CompareOptions) -> list:
     """Every cell of the comparison, each config validated (a bad one raises before anything is written)."""
     methods = [method for method in options.methods if method != MAGNITUDE]
     cells = [cell for method in [MAGNITUDE, *methods] for cell in method_cells(raw, options, method)]
+    if options.certify:
+        certified = [MAGNITUDE, *(method for method in methods if method != "pbp" and not learns_width(method))]
+        cells += [cell for method in certified for cell in certificate_cells(raw, options, method)]
     for cell in cells:
         try:
             cell.run_config()

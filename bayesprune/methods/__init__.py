@@ -7,6 +7,7 @@ of this package and every entry point the first time it is asked.
 """
 import importlib
 import pkgutil
+from dataclasses import fields
 from importlib.metadata import entry_points
 
 from bayesprune.errors import ConfigError
@@ -42,6 +43,13 @@ def get_method(name) -> Method:
     return methods[name]()
 
 
+def sparsity_option(name: str) -> str | None:
+    """The option of method ``name`` that sets its target sparsity (``sparsity``, or ``sparsities`` as
+    PFT's), or ``None`` for a method without one."""
+    names = {f.name for f in fields(get_method(name).Options)}
+    return next((option for option in ("sparsity", "sparsities") if option in names), None)
+
+
 def _discover():
     global _discovered
     if _discovered:
@@ -54,4 +62,5 @@ def _discover():
     _discovered = True
 
 
-__all__ = ["FitContext", "Fitted", "METHODS", "Method", "SERVICES", "available_methods", "get_method", "register_method"]
+__all__ = ["FitContext", "Fitted", "METHODS", "Method", "SERVICES", "available_methods", "get_method", "register_method",
+           "sparsity_option"]

@@ -27,7 +27,7 @@ Biases carry Gaussian slabs with λ = λ⁰ = 1, so the KL covers every paramete
 import hashlib
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pyro
@@ -50,8 +50,9 @@ from bayesprune.priors import GivenPrior
 from bayesprune.tasks import mean_loss
 from bayesprune.validation import MAX_COUNT, is_count, is_number, require
 
-from .. import Method, register_method
+from .. import SERVICES, Method, register_method
 from ..base import GuideFitted
+from .start import fit_start, is_start_method, start_method
 
 #: Rows per forward pass when a sampled network is scored on a data split.
 EVALUATION_CHUNK = 10_000
@@ -68,7 +69,11 @@ class PBPOptions:
     Attributes:
         alpha: fraction α = |S_P| / |S| of the training set the prior is trained on.
         sparsity: expected sparsity s of the prior (eq. 6), weights only.
-        start_mask: criterion λ⁰ is initialised from (``magnitude`` in section 7.1).
+        start_mask: criterion λ⁰ is initialised from (``magnitude`` in section 7.1), or a registered
+            method fitted on S_P in place of stage 1, its mask at ``sparsity`` giving λ⁰ (a certificate for
+            that method's mask; :mod:`.start`).
+        start_options: that method's own options (its table; its sparsity option is ``sparsity``).
+        start_optim: its ``[optim]`` (default: the run's).
         epsilon: ε of eq. 6 (1e-4).
         log_sigma2: log σ⁰² of every slab of the prior (tuned in [−15, −3] in the paper).
         prior_epochs, prior_mask_epochs: stages 1 and 2.
@@ -85,6 +90,8 @@ class PBPOptions:
     alpha: float = 0.5
     sparsity: float = 0.9
     start_mask: str = "magnitude"
+    start_options: dict = field(default_factory=dict)
+    start_optim: dict = field(default_factory=dict)
     epsilon: float = 1e-4
     log_sigma2: float = -9.0
     prior_epochs: int = 30
@@ -104,7 +111,14 @@ class PBPOptions:
             require(is_number(getattr(self, name)) and 0 < getattr(self, name) < 1, key + name, "lie in (0, 1)", getattr(self, name))
         require(self.sparsity * self.epsilon / (1 - self.sparsity) < 1, key + "epsilon",
                 f"satisfy s·ε/(1 − s) < 1 at s = {self.sparsity} (eq. 6)", self.epsilon)
-        require(self.start_mask in CRITERIA, key + "start_mask", f"be one of {sorted(CRITERIA)}", self.start_mask)
+        require(self.start_mask in CRITERIA or is_start_method(self.start_mask), key + "start_mask",
+                f"be a criterion of {sorted(CRITERIA)} or a method (other than pbp)", self.start_mask)
+        for name in ("start_options", "start_optim"):
+            require(isinstance(getattr(self, name), dict), key + name, "be a table", getattr(self, name))
+            require(not getattr(self, name) or is_start_method(self.start_mask), key + name,
+                    "be empty when pbp.start_mask is a criterion", getattr(self, name))
+        if is_start_method(self.start_mask):
+            start_method(self)
         require(is_number(self.log_sigma2) and -40 <= self.log_sigma2 <= 10, key + "log_sigma2", "lie in [-40, 10]", self.log_sigma2)
         require(self.parameterization in PARAMETERIZATIONS, key + "parameterization", f"be one of {list(PARAMETERIZATIONS)}",
                 self.parameterization)
@@ -251,6 +265,10 @@ class PBPMethod(Method):
     def unsupported_for(self, options) -> dict:
         if not options.prior_epochs:
             return {"validation": "early stopping acts on stage 1 (the network trained on S_P), and pbp.prior_epochs is 0"}
+        if is_start_method(options.start_mask):  # stage 1 is that method's fit: what it does not support
+            method, own, _ = start_method(options)
+            return {service: f"stage 1 is method {method.name!r} (pbp.start_mask): {why}"
+                    for service, why in method.unsupported_for(own).items() if service in SERVICES}
         return {}
 
     def check(self, net, data, options):
@@ -275,9 +293,14 @@ class PBPMethod(Method):
         prior_batches = ctx.batches(x_prior, y_prior)
         start = time.perf_counter()
         loss = mean_loss(data.task)
-        ctx.train_network("stage 1: network on S_P", net, prior_batches, epochs=options.prior_epochs, loss=loss, validate=True)
-
-        scores = saliency(options.start_mask, net, x=x_prior[:SALIENCY_EXAMPLES], y=y_prior[:SALIENCY_EXAMPLES], loss=loss)
+        if is_start_method(options.start_mask):
+            prior_data = replace(data, x_train=data.x_train[prior_rows], y_train=data.y_train[prior_rows],
+                                 extras={key: value for key, value in data.extras.items() if key != "train_rows"})
+            scores = fit_start(net, prior_data, options, ctx)
+            scores = {site: scores[site].to(device) for site in weight_sites(net)}
+        else:
+            ctx.train_network("stage 1: network on S_P", net, prior_batches, epochs=options.prior_epochs, loss=loss, validate=True)
+            scores = saliency(options.start_mask, net, x=x_prior[:SALIENCY_EXAMPLES], y=y_prior[:SALIENCY_EXAMPLES], loss=loss)
         keep = block_isotropic(scores, options.sparsity, options.epsilon)
         params = dict(net.named_parameters())
         initial = {name: DiracSpikeSlab(keep[name] if name in keep else torch.ones_like(params[name]), params[name].detach().clone(),
