@@ -19,6 +19,7 @@ from torch.distributions.kl import register_kl
 from torch.distributions.utils import broadcast_all
 
 from .bounds import kl_bernoulli
+from .fused import FlatPosterior, FlatSite
 
 _HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
 
@@ -98,7 +99,7 @@ class SpikeAndSlab(TorchDistribution):
             return torch.randn(shape, dtype=self.pi.dtype, device=self.pi.device) * scale
 
 
-class SpikeSlabPosterior(TorchDistribution):
+class SpikeSlabPosterior(FlatSite, TorchDistribution):
     r"""Mean-field q(w) = N(m, σ²) with an independent inclusion indicator Z ~ Bernoulli(p) (paper 003, eq. 3.3).
 
     As a distribution over the weight it is the Normal N(m, σ²); the inclusion probability
@@ -116,12 +117,10 @@ class SpikeSlabPosterior(TorchDistribution):
 
     def __init__(self, loc, scale, logits, validate_args=None):
         self.loc, self.scale, self.logits = broadcast_all(loc, scale, logits)
-        self._segment = None  # (SpikeSlabPosteriors, site index) when a site of a network-wide posterior
         super().__init__(self.loc.shape, validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(SpikeSlabPosterior, _instance)
-        new._segment = None
         batch_shape = torch.Size(batch_shape)
         new.loc = self.loc.expand(batch_shape)
         new.scale = self.scale.expand(batch_shape)
@@ -218,18 +217,16 @@ def spike_slab_penalty(loc, scale, logits, pi, tau0, tau1, *, constants=None):
     return _spike_slab_penalty(second_moment, scale, logits, torch.sigmoid(logits), constants)
 
 
-class SpikeSlabPosteriors:
+class SpikeSlabPosteriors(FlatPosterior):
     r"""The sites of one network-wide mean-field posterior: flat m, σ and logits, one
     :class:`SpikeSlabPosterior` per site whose parameters are views of them.
 
-    The KL of a site to one of ``priors`` (the model's spike-and-slab priors, which must share the
-    0-dim hyper-parameters π, τ0, τ1 of ``constants``) is read from one elementwise evaluation of eq.
-    3.7 over the whole flat vector, made at the first such KL of this object (this object lives for
-    one guide call, so it is never stale). That evaluation is ~30 tensor operations and autograd
-    nodes per step instead of ~30 per site; each site's KL keeps its own values and sum. The inclusion
-    probability p = sigmoid(logits) is still taken site by site: a CPU kernel computes the last
+    The KL of every site to the model's spike-and-slab priors (which must share the 0-dim
+    hyper-parameters π, τ0, τ1 of ``constants``) comes from one fused evaluation of eq. 3.7 and its
+    gradient over the flat vectors (:meth:`kl_terms`, :func:`bayesprune.fused.summed_kl`). The
+    inclusion probability p = sigmoid(logits) is taken site by site: a CPU kernel computes the last
     (size mod 16) elements of a tensor with scalar code whose sigmoid can differ from the vectorised
-    one in the last bit, so a flat sigmoid would change the numbers of today's fits.
+    one in the last bit, so a flat sigmoid would move p away from a per-site evaluation's.
 
     Args:
         loc, scale: flat m and σ of every weight, in site order; the logits of p*(m, σ) (eq. 3.8)
@@ -240,43 +237,46 @@ class SpikeSlabPosteriors:
     """
 
     def __init__(self, loc, scale, shapes: dict, priors, constants: "SpikeSlabConstants"):
+        super().__init__(shapes)
         self.loc, self.scale, self.constants = loc, scale, constants
-        self.shapes = [torch.Size(shape) for shape in shapes.values()]
-        self.sizes = [shape.numel() for shape in self.shapes]
         self._priors = {id(prior): prior for prior in priors}
-        self._kl = None
-        locs, scales = _sites(loc, self.sizes, self.shapes), _sites(scale, self.sizes, self.shapes)
-        # m² + σ², shared by p* (detached: the logits of eq. 3.8 as inclusion_logits computes them) and
-        # the KL; made after the sites' splits, so that backward accumulates σ's gradients in the order
-        # of the per-site evaluation (the same float sums).
-        self.second_moment = loc**2 + scale**2
-        self.logits = self.second_moment.detach() * constants.logit_quadratic + constants.logit_offset
+        with torch.no_grad():  # m² + σ², shared by p* (eq. 3.8) and the KL's terms
+            self.second_moment = loc**2 + scale**2
+            self.logits = self.second_moment * constants.logit_quadratic + constants.logit_offset
         self.sites = {}
         for index, (name, loc_site, scale_site, logits_site) in enumerate(
-            zip(shapes, locs, scales, _sites(self.logits, self.sizes, self.shapes))
+            zip(shapes, self.site_views(loc), self.site_views(scale), self.site_views(self.logits))
         ):
             site = SpikeSlabPosterior(loc_site, scale_site, logits_site)
             site._segment = (self, index)
             self.sites[name] = site
 
-    def kl_site(self, prior, index: int):
-        """KL of site ``index`` to ``prior``, or ``None`` if ``prior`` is not one of the priors this
-        posterior was built for."""
-        if self._priors.get(id(prior)) is not prior:
-            return None
-        if self._kl is None:
-            p = torch.empty_like(self.logits)
-            for logits, out in zip(self.logits.split(self.sizes), p.split(self.sizes)):
-                torch.sigmoid(logits, out=out)
-            kl = _spike_slab_penalty(self.second_moment, self.scale, self.logits, p, self.constants) - 0.5
-            self._kl = _sites(kl, self.sizes, self.shapes)
-        return self._kl[index]
+    def covers(self, prior) -> bool:
+        return self._priors.get(id(prior)) is prior
 
+    def kl_terms(self) -> tuple:
+        r"""KL(q ‖ π) = R(θ, p) − 1/2 per weight (eq. 3.7, supplement S1) at the detached p = p*, and its
+        gradient in m and σ.
 
-def _sites(flat, sizes, shapes) -> list:
-    """The site tensors of a flat vector: one ``split`` (one autograd node, whose backward is one
-    concatenation), and a view only where a site is not 1-dimensional."""
-    return [chunk if chunk.shape == shape else chunk.view(shape) for chunk, shape in zip(flat.split(sizes), shapes)]
+        At p = p* = sigmoid(B − A) (eq. 3.8) with A = s/(2τ1²) + log(τ1/π), B = s/(2τ0²) + log(τ0/(1 − π))
+        and s = m² + σ², R = p A + (1 − p) B + p log p + (1 − p) log(1 − p) − log σ collapses to
+        min(A, B) − log(1 + exp(−|B − A|)) − log σ = min(A, B) + log(sigmoid(|B − A|)/σ), which needs
+        no log p (sigmoid(|B − A|) lies in [1/2, 1]). With p held fixed, ∂R/∂s = p/(2τ1²) + (1 − p)/(2τ0²),
+        so ∂R/∂m = 2m ∂R/∂s and ∂R/∂σ = 2σ ∂R/∂s − 1/σ.
+        """
+        c, s, logits = self.constants, self.second_moment, self.logits
+
+        def terms(loc, scale):
+            p = torch.empty_like(logits)
+            for site_logits, out in zip(logits.split(self.sizes), p.split(self.sizes)):
+                torch.sigmoid(site_logits, out=out)
+            value = torch.minimum(torch.addcmul(c.log_slab, s, c.slab_quadratic), torch.addcmul(c.log_spike, s, c.spike_quadratic))
+            value += torch.sigmoid(logits.abs()).div_(scale).log_()
+            value -= 0.5
+            slope = torch.lerp(2 * c.spike_quadratic, 2 * c.slab_quadratic, p)  # 2 ∂R/∂s
+            return value, (loc * slope, (scale * slope).sub_(scale.reciprocal()))
+
+        return terms, (self.loc, self.scale)
 
 
 def _spike_slab_penalty(second_moment, scale, logits, p, constants):
@@ -288,12 +288,8 @@ def _spike_slab_penalty(second_moment, scale, logits, p, constants):
 
 @register_kl(SpikeSlabPosterior, SpikeAndSlab)
 def _kl_spike_slab(q, p):
-    """KL(q(W) q(Z) ‖ π(W, Z)) = R(θ, p) − 1/2 per weight (paper 003, supplement S1)."""
-    if q._segment is not None:
-        posteriors, index = q._segment
-        kl = posteriors.kl_site(p, index)
-        if kl is not None:
-            return kl
+    """KL(q(W) q(Z) ‖ π(W, Z)) = R(θ, p) − 1/2 per weight (paper 003, supplement S1), elementwise; the
+    objectives read a network-wide posterior's sums instead (:meth:`SpikeSlabPosteriors.kl_terms`)."""
     return spike_slab_penalty(q.loc, q.scale, q.logits, p.pi, p.tau0, p.tau1, constants=p.constants) - 0.5
 
 

@@ -13,10 +13,23 @@ import torch
 from pyro import poutine
 from pyro.infer import ELBO
 from pyro.poutine.util import site_is_subsample
-from torch.distributions import kl_divergence
+from torch.distributions import Independent, kl_divergence
 
 from .bounds import pac_bayes_bound
 from .reparameterization import LocalReparameterization
+
+
+def site_kl(q, p) -> torch.Tensor:
+    """Σ KL(q ‖ p) over one latent site (0-dim): the site's share of its posterior's fused network-wide
+    evaluation where it has one (:class:`bayesprune.fused.FlatSite`), else the registered KL summed."""
+    base_q, base_p = (d.base_dist if isinstance(d, Independent) else d for d in (q, p))
+    fused = getattr(base_q, "summed_kl", None)
+    kl = fused(base_p) if fused is not None else None
+    if kl is None:
+        kl = kl_divergence(q, p)
+        if kl.dim():
+            kl = kl.sum()
+    return kl
 
 
 def _latent_sites(trace):
@@ -64,12 +77,10 @@ class AnalyticKLELBO(ELBO):
                 nll = nll - (site["fn"].log_prob(site["value"]) * site["scale"]).sum()
         kl = 0.0
         for name, site in _latent_sites(guide_trace):
-            site_kl = kl_divergence(site["fn"], model_trace.nodes[name]["fn"])
-            if site_kl.dim():
-                site_kl = site_kl.sum()
+            summed = site_kl(site["fn"], model_trace.nodes[name]["fn"])
             # A scale of exactly 1 (no penalty weight, no plate) multiplies nothing: one node less per site.
             scale = site["scale"]
-            kl = kl + (site_kl if isinstance(scale, (int, float)) and scale == 1 else site_kl * scale)
+            kl = kl + (summed if isinstance(scale, (int, float)) and scale == 1 else summed * scale)
         return nll, kl
 
     def differentiable_loss(self, model, guide, *args, **kwargs):

@@ -2,6 +2,7 @@
 import torch
 
 from bayesprune.distributions import SpikeAndSlab, SpikeSlabPosterior, SpikeSlabPosteriors, inclusion_logits
+from bayesprune.fused import softplus
 
 from .mean_field import MeanFieldGuide
 
@@ -48,11 +49,9 @@ class SpikeSlabGuide(MeanFieldGuide):
         """The variational distribution of every site, with p at its optimum p*(m, σ)."""
         priors = self._site_priors(self.loc.device)
         shared = self._shared_constants(priors)
-        if shared is not None:  # one network-wide posterior: p* and the KL in one pass over the flat vectors
+        if shared is not None:  # one network-wide posterior: p* and the KL fused over the flat vectors
             constants, bases = shared
-            loc = self.loc
-            scale = torch.nn.functional.softplus(self.rho)
-            return SpikeSlabPosteriors(loc, scale, self.site_shapes, bases, constants).sites
+            return SpikeSlabPosteriors(self.loc, softplus(self.rho), self.site_shapes, bases, constants).sites
         locs, scales = self._locs_and_scales()
         posteriors = {}
         for name, prior in priors.items():

@@ -20,6 +20,8 @@ from torch.distributions import constraints
 from torch.distributions.kl import register_kl
 from torch.distributions.utils import broadcast_all
 
+from bayesprune.fused import FlatPosterior, FlatSite, log1p
+
 #: The constants of eq. 14 (section 4.2).
 K1, K2, K3 = 0.63576, 1.87320, 1.48695
 
@@ -87,7 +89,7 @@ class LogUniform(TorchDistribution):
         return torch.full(self.batch_shape, math.inf, device=self._device, dtype=self._dtype)
 
 
-class AdditiveNormal(TorchDistribution):
+class AdditiveNormal(FlatSite, TorchDistribution):
     r"""q(w) = N(θ, σ²) parameterised by θ and log σ² (the additive noise reparameterisation, eqs. 15-16).
 
     ``rsample`` draws w = θ + σ·ε with ε ~ N(0, 1): the noise does not multiply θ, so the gradient
@@ -150,3 +152,47 @@ def _kl_additive_normal_log_uniform(q, p):
     """KL(q ‖ log-uniform) per weight by eq. 14, up to the prior's constant: k1 − k1 σ(k2 + k3 log α)
     + ½ log(1 + 1/α), with log α clipped to ±:data:`LOG_ALPHA_CLIP` as the authors' code does."""
     return -neg_kl_approximation(q.log_alpha)
+
+
+class AdditiveNormals(FlatPosterior):
+    """The sites of q(W) over a whole network: flat θ and log σ², one :class:`AdditiveNormal` per site whose
+    parameters are views of them, and the KL of every site to the log-uniform prior from one fused
+    evaluation of eq. 14 with its gradient (:func:`bayesprune.fused.summed_kl`).
+
+    Args:
+        loc, log_sigma2: flat θ and log σ² of every weight, in site order.
+        shapes: site name → shape, in the order of the flat vectors.
+    """
+
+    def __init__(self, loc, log_sigma2, shapes: dict):
+        super().__init__(shapes)
+        self.loc, self.log_sigma2 = loc, log_sigma2
+        self.sites = {}
+        for index, (name, loc_site, log_sigma2_site) in enumerate(
+            zip(shapes, self.site_views(loc), self.site_views(log_sigma2))
+        ):
+            site = AdditiveNormal(loc_site, log_sigma2_site)
+            site._segment = (self, index)
+            self.sites[name] = site
+
+    def covers(self, prior) -> bool:
+        return isinstance(prior, LogUniform)
+
+    def kl_terms(self) -> tuple:
+        r"""KL = k1 − k1 σ(k2 + k3 log α) + ½ log(1 + 1/α) per weight (eq. 14 negated) at log α clipped to
+        ±:data:`LOG_ALPHA_CLIP`, and its gradient: with a = log α = log σ² − log(θ² + ε) inside the clip,
+        ∂KL/∂a = −k1 k3 σ(t)(1 − σ(t)) − ½ σ(−a) at t = k2 + k3 a, ∂a/∂θ = −2θ/(θ² + ε), ∂a/∂log σ² = 1;
+        outside the clip both are 0 (as ``clamp``'s gradient)."""
+
+        def terms(loc, log_sigma2):
+            squared = loc * loc + THETA_EPS
+            raw = log_sigma2 - squared.log()
+            value = raw.clamp(-LOG_ALPHA_CLIP, LOG_ALPHA_CLIP)
+            gate = torch.sigmoid(value * K3 + K2)
+            slope = torch.sigmoid(-value).mul_(-0.5).sub_(gate * (1 - gate) * (K1 * K3))
+            slope.mul_(raw.abs_() <= LOG_ALPHA_CLIP)
+            value = log1p(value.neg_().exp_()).mul_(0.5).sub_(gate.mul_(K1)).add_(K1)
+            return value, (slope * loc * -2 / squared, slope)
+
+        return terms, (self.loc, self.log_sigma2)
+

@@ -21,7 +21,7 @@ from torch.overrides import TorchFunctionMode
 
 from bayesprune.objectives import AnalyticKLELBO, _latent_sites
 
-from .distributions import LOG_ALPHA_THRESHOLD, AdditiveNormal, LogUniform, log_alpha
+from .distributions import LOG_ALPHA_THRESHOLD, AdditiveNormals, LogUniform, log_alpha
 
 _CONVOLUTIONS = (F.conv1d, F.conv2d, F.conv3d)
 _PRUNABLE = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -153,8 +153,7 @@ class SparseVDGuide(PyroModule):
 
     def posteriors(self) -> dict:
         """q of every weight site as an :class:`AdditiveNormal`."""
-        thetas, log_sigma2s = self._split(self.theta), self._split(self.log_sigma2)
-        return {name: AdditiveNormal(thetas[name], log_sigma2s[name]) for name in self.site_shapes}
+        return AdditiveNormals(self.theta, self.log_sigma2, self.site_shapes).sites
 
     def forward(self, *args, **kwargs):
         for name, q in self.posteriors().items():
