@@ -41,8 +41,11 @@ from .structure import layer_chain
 PARAMETERIZATIONS = ("sigmoid", "clamp")
 INITS = ("block", "isotropic")
 
-#: λ is clipped to [ε, 1 − ε] where it enters a logit (the relaxation of a clamped λ of exactly 0 or 1).
+#: A sigmoid-parameterised λ⁰ of exactly 0 or 1 is clipped to [ε, 1 − ε] to start its logit ρ.
 _LOGIT_EPS = 1e-6
+#: ε of the relaxation's logit log(λ + ε) − log(1 − λ + ε) of a clamped λ (1e-20, as in ProbMask's
+#: official code, ``ProbMaskConv``): finite at λ ∈ {0, 1}, and differentiable there.
+_RELAXATION_EPS = 1e-20
 
 
 def block_isotropic(scores: dict, sparsity: float, epsilon: float) -> dict:
@@ -58,6 +61,12 @@ def block_isotropic(scores: dict, sparsity: float, epsilon: float) -> dict:
 def isotropic(scores: dict, sparsity: float) -> dict:
     """Isotropic λ⁰_i = 1 − s for every weight (random pruning at expected sparsity s, appendix A.1)."""
     return {site: torch.full(score.shape, 1 - sparsity, device=score.device) for site, score in scores.items()}
+
+
+def _closed_clamp(raw: torch.Tensor) -> torch.Tensor:
+    """clamp(ρ, 0, 1) with derivative 1 on the closed [0, 1] (``torch.clamp``'s is 0 at ρ = 0 and 1,
+    where a ProbMask s projected onto C sits) and 0 outside it."""
+    return torch.where((raw >= 0) & (raw <= 1), raw, raw.clamp(0.0, 1.0))
 
 
 class StochasticGate(nn.Module):
@@ -96,12 +105,21 @@ class StochasticGate(nn.Module):
         return list(self.raw_tensors())
 
     def relaxation_logits(self) -> list:
-        """logit p of every raw tensor, differentiable, as the Concrete relaxation reads it (finite for a
-        clamped p of exactly 0 or 1)."""
+        """logit p of every raw tensor, differentiable, as the Concrete relaxation reads it.
+
+        A clamped p enters as log(p + ε) − log(1 − p + ε) with ε = 1e-20, the authors' parameterisation
+        of ProbMask's eqs. 3-5 (paper 002; their ``ProbMaskConv``): finite at p = 0 or 1 and with a
+        derivative there, 1/(p + ε) + 1/(1 − p + ε), so that an s started at 1 (ProbMask) or a λ that
+        reached 0 or 1 (PFT) still gets a gradient (``torch.logit(p, eps)`` clamps p, and gave exactly
+        none at the ends). With :func:`relaxed_bernoulli`'s σ'(z) = σ(z)σ(−z) the gradient at p = 1 is
+        the analytic σ(z)σ(−z)/t · (1/(1 + ε) + 1/ε) ≈ ε^(1/t − 1)·e^(−L/t)/t for the draw's logistic
+        noise L: about 0.24·e^(−L) at ProbMask's first temperature 0.97, vanishing as t falls.
+        """
         if self.parameterization == "sigmoid":
             return list(self.raw_tensors())
         if self.parameterization == "clamp":
-            return [torch.logit(raw.clamp(0.0, 1.0), eps=_LOGIT_EPS) for raw in self.raw_tensors()]
+            return [torch.log(p + _RELAXATION_EPS) - torch.log(1 - p + _RELAXATION_EPS)
+                    for p in map(_closed_clamp, self.raw_tensors())]
         return [torch.log(raw) - torch.log1p(-raw) for raw in self.raw_tensors()]
 
     def probabilities(self) -> dict:
@@ -273,12 +291,29 @@ class Estimator:
         raise NotImplementedError
 
 
+class _Sigmoid(torch.autograd.Function):
+    """σ(z), differentiated as σ(z)σ(−z): ``torch.sigmoid``'s σ(z)(1 − σ(z)) is exactly 0 once σ(z) rounds
+    to 1 (z ≳ 17 in float32), where the derivative is still e^−z, which a logit's 1/(1 − p + ε) of a
+    probability at 1 multiplies back to order one (:meth:`StochasticGate.relaxation_logits`)."""
+
+    @staticmethod
+    def forward(ctx, z):
+        ctx.save_for_backward(z)
+        return torch.sigmoid(z)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (z,) = ctx.saved_tensors
+        return grad * torch.sigmoid(z) * torch.sigmoid(-z)
+
+
 def relaxed_bernoulli(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """A Concrete(θ, 1 − θ) draw of temperature t for θ = sigmoid(``logits``): σ((logit θ − logit u) / t)
     with u ~ U(0, 1), the two-class Gumbel-softmax relaxation of a Bernoulli(θ) gate (paper 004, eq. 23;
-    paper 000, appendix B.3). As t → 0 it is 1 with probability θ."""
+    paper 000, appendix B.3; paper 002, eqs. 3-5, where log((1 − u)/u) = g₁ − g₀). As t → 0 it is 1 with
+    probability θ. Its derivative keeps σ's tails (:class:`_Sigmoid`)."""
     u = torch.rand_like(logits).clamp(1e-7, 1 - 1e-7)
-    return torch.sigmoid((logits - torch.log(u) + torch.log1p(-u)) / temperature)
+    return _Sigmoid.apply((logits - torch.log(u) + torch.log1p(-u)) / temperature)
 
 
 def bernoulli_sample(gate: StochasticGate) -> list:

@@ -1,4 +1,6 @@
 """ProbMask (paper 002): schedules, the relaxed two-Gumbel mask, the budget after every step, end to end on digits."""
+import math
+
 import pytest
 import torch
 
@@ -36,6 +38,35 @@ def test_the_relaxed_two_gumbel_mask_is_one_with_probability_s():
     draws = masks.relaxed()["w"].detach()
     assert torch.all((draws.mean(0) - s).abs() < 0.01)
     assert float(((draws < 0.01) | (draws > 0.99)).float().mean()) > 0.95
+
+
+def test_the_relaxed_mask_at_s_equal_1_has_the_analytic_gradient_of_the_authors_logit():
+    """m = σ((log(s + ε) − log(1 − s + ε) + log((1 − u)/u))/τ), ε = 1e-20 (eqs. 4-5 as the authors'
+    code writes them): at s = 1, ∂m/∂s = σ(z)σ(−z)/τ · (1/(1 + ε) + 1/ε), some ε^(1/τ − 1)·e^(−L/τ)/τ,
+    not 0 (logit(s, eps=1e-6) clamps s to 1 − 1e-6 there: no gradient; and σ(z) rounds to 1 in float32,
+    so σ'(z) must be taken as σ(z)σ(−z)). Oracle in float64 from the same uniforms."""
+    tau, eps, n = annealed_temperature(1, 40), 1e-20, 2000
+    masks = StochasticMasks({"w": torch.ones(n)}, parameterization="clamp", temperature=tau)
+    torch.manual_seed(3)
+    masks.relaxed()["w"].sum().backward()
+    torch.manual_seed(3)
+    u = torch.rand(n).clamp(1e-7, 1 - 1e-7).double()
+    z = (math.log1p(eps) - math.log(eps) + torch.log1p(-u) - torch.log(u)) / tau
+    expected = torch.sigmoid(z) * torch.sigmoid(-z) / tau * (1 / (1 + eps) + 1 / eps)
+    assert bool((masks.raw.grad > 0).all())
+    torch.testing.assert_close(masks.raw.grad.double(), expected, rtol=1e-4, atol=0)
+
+
+def test_s_leaves_1_before_the_budget_binds():
+    """Before t1 the budget K = n does not bind: the loss alone moves s off 1 (Adam, one step)."""
+    torch.manual_seed(1)
+    net = mlp((8,), 3, hidden=[16])
+    x, y = torch.randn(64, 8), torch.randint(0, 3, (64,))
+    config = RunConfig.from_dict({"method": "probmask", "optim": {"name": "sgd", "lr": 0.05}})
+    training = ProbMaskTraining(net, ProbMaskOptions(sparsity=0.8, t1=5, t2=10), config.optim, epochs=20,
+                                loss=mean_loss("classification"))
+    training.step(x, y, 0, 1)
+    assert training.keep == 1 and float((training.masks.raw < 1).float().mean()) > 0.1
 
 
 def test_every_step_ends_inside_the_budget():
