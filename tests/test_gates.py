@@ -123,6 +123,23 @@ def test_removing_units_keeps_the_kept_units_weights_gates_and_adam_state():
     training.step(x, y, 0, 1)  # and the smaller network trains on
 
 
+def test_a_unit_leaves_the_network_at_the_step_it_meets_the_pruning_condition():
+    net, (x, y) = small_net(), batch()
+    training = GateTraining(net, UnitGatesOptions(), num_train=100, lr=1e-6)
+    with torch.no_grad():
+        training.gates.theta[0][[2, 5]] = 1e-4  # below theta_tol = 1e-3; a step of lr 1e-6 cannot lift them past it
+        training.gates.theta[1].fill_(1e-4)  # every unit of the second layer: it keeps them all
+    training.step(x, y, 0, 10)  # the first of ten steps: not the end of an epoch
+    assert training.kept_units[0].tolist() == [0, 1, 3, 4, 6]
+    assert training.kept_units[1].tolist() == list(range(6))
+    assert training.net[0].weight.shape == (5, 5) and training.gates.theta[0].numel() == 5
+    # the smaller network is the updated starting network (net, changed in place) with those two gates at 0
+    values = [torch.tensor([1.0, 1, 0, 1, 1, 0, 1]), torch.ones(6)]
+    with torch.no_grad(), UnitGates(net).applied(net, values):
+        expected = net(x)
+    torch.testing.assert_close(training.net(x), expected)
+
+
 def test_the_gate_posterior_draws_follow_theta():
     from bayesprune.analysis.inference_data import gate_inference_data
 

@@ -7,9 +7,10 @@ Algorithm 1 runs step by step: the weight gradient of eq. 17, θ's gradient of e
 estimator of C1 − C0 (:mod:`bayesprune.gates`) and the hyper-prior's closed form
 (:mod:`bayesprune.methods.unit_gates.hyperpriors`), Adam on both, θ clipped to [θ_l, θ_h], each unit's weights
 projected to ‖w_b‖² + ‖w_f‖² ≤ 2 φ_max, and a unit switched off for good when (i) θ < θ_tol or
-(ii) θ fell by θ_per below its running maximum after n0 steps. At the end of every epoch the
-switched-off units are removed from the network, its gates and the optimiser state, so later
-epochs cost less. After training, units with θ < ``final_threshold`` go, the rest are kept
+(ii) θ fell by θ_per below its running maximum after n0 steps. A unit meeting the condition leaves
+the network, its gates and the optimiser state at the step it does (step 4: "remove them from the
+network to reduce the computational cost in further training iterations"), so every later step
+costs less. After training, units with θ < ``final_threshold`` go, the rest are kept
 deterministically (ξ = 1) and the smaller network is fine-tuned (section 7.1).
 """
 import math
@@ -144,8 +145,9 @@ def adam(net, lr: float, precision: float, gates=()) -> torch.optim.Adam:
 
 
 class GateTraining:
-    """Algorithm 1 on one network: the :func:`bayesprune.fit.train` step and the epoch callback that
-    removes switched-off units. ``net``, ``gates`` and ``optimizer`` are replaced when units go."""
+    """Algorithm 1 on one network: the :func:`bayesprune.fit.train` step, which removes the units that
+    meet the pruning condition, and the epoch callback that records the network's size, θ and test
+    error. ``net``, ``gates`` and ``optimizer`` are replaced when units go."""
 
     def __init__(self, net, options: UnitGatesOptions, *, num_train: int, lr: float, noise_scale=None, input_shape=None,
                  test=None):
@@ -155,8 +157,7 @@ class GateTraining:
         self.gates = UnitGates(net, init=options.theta_init, input_shape=input_shape)
         self.hyper_prior, self.estimator = options.hyper_prior(), options.make_estimator()
         self.optimizer = adam(net, lr, options.weight_precision, self.gates.theta)
-        self.alive = [torch.ones_like(t, dtype=torch.bool) for t in self.gates.theta]
-        self.theta_max = [t.detach().clone() for t in self.gates.theta]
+        self.theta_max = [t.detach().clone() for t in self.gates.theta]  # running maximum, condition (ii)
         self.steps = 0
         self.units_alive, self.epoch_seconds, self.epoch_test_error = [], [], []
         self.theta_trajectories = []  # per epoch: θ of every starting unit (0 once removed)
@@ -169,7 +170,7 @@ class GateTraining:
         (:meth:`load_state_dict` removes the others first)."""
         return {"kept_units": [k.clone() for k in self.kept_units], "net": self.net.state_dict(),
                 "theta": [t.detach().clone() for t in self.gates.theta], "optimizer": self.optimizer.state_dict(),
-                "alive": [a.clone() for a in self.alive], "theta_max": [m.clone() for m in self.theta_max],
+                "theta_max": [m.clone() for m in self.theta_max],
                 "steps": self.steps, "units_alive": list(self.units_alive), "epoch_seconds": list(self.epoch_seconds),
                 "epoch_test_error": list(self.epoch_test_error), "theta_trajectories": list(self.theta_trajectories)}
 
@@ -180,7 +181,6 @@ class GateTraining:
             for t, saved in zip(self.gates.theta, state["theta"]):
                 t.copy_(saved)
         self.optimizer.load_state_dict(state["optimizer"])
-        self.alive = [a.to(t.device).clone() for a, t in zip(state["alive"], self.gates.theta)]
         self.theta_max = [m.to(t.device).clone() for m, t in zip(state["theta_max"], self.gates.theta)]
         self.steps = state["steps"]
         self.units_alive, self.epoch_seconds = list(state["units_alive"]), list(state["epoch_seconds"])
@@ -188,7 +188,7 @@ class GateTraining:
 
     def step(self, x, y, index, num_batches):
         theta = list(self.gates.theta)
-        values = self.estimator.values(self.gates)  # a switched-off unit has θ = 0, so its gate is 0
+        values = self.estimator.values(self.gates)
         self.optimizer.zero_grad(set_to_none=True)
         with self.gates.applied(self.net, values):
             cost = data_cost(self.net(x), y, self.num_train, self.noise_scale)
@@ -200,32 +200,35 @@ class GateTraining:
 
         norms = unit_weight_norms(self.net, self.gates) if self.options.estimator == "hybrid" else None
         data = self.estimator.data_gradient(theta, values, cost_of, norms)
-        for t, d, alive in zip(theta, data, self.alive):
-            t.grad = torch.where(alive, d + self.hyper_prior.theta_gradient(t.detach()), 0.0)
+        for t, d in zip(theta, data):
+            t.grad = d.add_(self.hyper_prior.theta_gradient(t.detach()))  # eq. 19
         self.optimizer.step()
         self._after_step()
         return cost.detach() / self.num_train
 
     @torch.no_grad()
     def _after_step(self):
+        """Algorithm 1, steps 3-4 after the update: the projection, θ clipped to [θ_l, θ_h], and every
+        unit meeting the pruning condition removed from the network at once (a layer keeps one unit)."""
         options = self.options
         self.steps += 1
         if options.phi_max < math.inf:
             project_unit_weights(self.net, self.gates, options.phi_max)
-        for t, alive, peak in zip(self.gates.theta, self.alive, self.theta_max):
+        keep, removing = [], False
+        for t, peak in zip(self.gates.theta, self.theta_max):
             t.clamp_(options.theta_low, options.theta_high)
-            peak.copy_(torch.maximum(peak, t))
             if options.condition == "tolerance":
                 off = t < options.theta_tol
             else:
-                off = (t < peak * (1 - options.theta_per)) if self.steps > options.n0 else torch.zeros_like(alive)
-            off &= alive
-            if bool(off.any()) and int(alive.sum()) - int(off.sum()) >= 1:  # a layer keeps one unit
-                alive &= ~off
-            t.mul_(alive)
+                peak.copy_(torch.maximum(peak, t))
+                off = t < peak * (1 - options.theta_per) if self.steps > options.n0 else None
+            leaving = off is not None and bool(off.any()) and not bool(off.all())
+            keep.append(~off if leaving else None)
+            removing |= leaving
+        if removing:
+            self.remove([torch.ones_like(t, dtype=torch.bool) if k is None else k for k, t in zip(keep, self.gates.theta)])
 
     def on_epoch(self, epoch, history):
-        self.remove(self.alive)
         now = time.perf_counter()
         self.epoch_seconds.append(now - self._epoch_start)
         self.units_alive.append(sum(t.numel() for t in self.gates.theta))
@@ -276,7 +279,6 @@ class GateTraining:
                 optimizer.state[new]["step"] = state["step"].clone()
         self.kept_units = [o[k.cpu()] for o, k in zip(self.kept_units, keep)]
         self.theta_max = [peak[k] for peak, k in zip(self.theta_max, keep)]
-        self.alive = [a[k] for a, k in zip(self.alive, keep)]
         self.net, self.gates, self.optimizer = net, gates, optimizer
 
 
