@@ -1,6 +1,5 @@
 """Tests of bayesprune.data against independent oracles (numpy statistics, files written here)."""
 
-import contextlib
 import dataclasses
 import hashlib
 import pickle
@@ -11,20 +10,10 @@ import pytest
 import torch
 
 from bayesprune.data import DATASETS, Dataset, load_dataset, uci_num_splits, validate
-from bayesprune.errors import DataError
+
+from helpers import raises_data_error
 
 SIMULATORS = ["linear-regression", "feature-importance-2var", "feature-importance-many", "feature-selection"]
-
-
-@contextlib.contextmanager
-def raises_data_error(*needles):
-    """Expect a one-line DataError whose message contains every needle."""
-    with pytest.raises(DataError) as info:
-        yield info
-    message = str(info.value)
-    assert "\n" not in message, message
-    for needle in needles:
-        assert str(needle) in message, f"{needle!r} not in {message!r}"
 
 
 # Registry and validation.

@@ -16,19 +16,7 @@ from bayesprune.models import lenet_5_caffe, lenet_5_classic, lenet_300_100, mlp
 from bayesprune.pruning import Budget, apply_masks, expand_unit_masks, prune, sparsity, unit_scores
 from bayesprune.structure import layer_chain
 
-
-class ClassicLeNet5(nn.Module):
-    """The same classic LeNet-5 as a module with a forward of its own (functional ReLU, pooling, view)."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1, self.conv2 = nn.Conv2d(1, 6, 5), nn.Conv2d(6, 16, 5)
-        self.fc1, self.fc2, self.fc3 = nn.Linear(256, 120), nn.Linear(120, 84), nn.Linear(84, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2).view(x.shape[0], -1)
-        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+from helpers import ClassicLeNet5
 
 
 NETWORKS = {

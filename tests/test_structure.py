@@ -1,30 +1,17 @@
 """Tests of bayesprune.structure: the layer chain against hand-written descriptions of small networks."""
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from bayesprune.models import lenet_5_caffe, mlp
 from bayesprune.structure import layer_chain
 
+from helpers import ClassicLeNet5
+
 
 def describe(layers):
     return [(l.name, l.kind, l.units, l.weight_site, l.bias_site, l.gate_site, l.consumer, l.inputs_per_unit)
             for l in layers]
-
-
-class ClassicLeNet5(nn.Module):
-    """6-16-120-84 LeNet-5 written the usual way: a forward with functional ReLU, pooling and view."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1, self.conv2 = nn.Conv2d(1, 6, 5), nn.Conv2d(6, 16, 5)
-        self.fc1, self.fc2, self.fc3 = nn.Linear(256, 120), nn.Linear(120, 84), nn.Linear(84, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2).view(x.shape[0], -1)
-        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
 
 
 def test_an_mlp_chain_by_hand():

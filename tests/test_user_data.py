@@ -1,7 +1,6 @@
 """The user's own data (npz, csv, image-folder) against numpy oracles and files written here; every
 defect one DataError line naming the file or option, and exit status 2 from the command line."""
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -13,20 +12,10 @@ from PIL import Image
 
 from bayesprune.cli import main
 from bayesprune.data import MAX_INFERRED_CLASSES, Dataset, load_dataset, validate
-from bayesprune.errors import DataError
+
+from helpers import raises_data_error
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-
-
-@contextlib.contextmanager
-def raises_data_error(*needles):
-    """Expect a one-line DataError whose message contains every needle."""
-    with pytest.raises(DataError) as info:
-        yield info
-    message = str(info.value)
-    assert "\n" not in message, message
-    for needle in needles:
-        assert str(needle) in message, f"{needle!r} not in {message!r}"
 
 
 def digits_arrays(n_train=120, n_test=40, image=True):
