@@ -268,6 +268,25 @@ def test_stage_two_re_scores_the_masked_network():
     assert not torch.equal(flat(second), flat(prune(saliency("qm", net, x=x, y=y), Budget(fraction=kappa2))))
 
 
+def test_every_stage_draws_its_own_examples(monkeypatch):
+    """Appendix B.2: each stage's saliencies are estimated on examples_per_stage examples drawn afresh,
+    the i-th draw of the generator (not one draw reused by every stage)."""
+    from bayesprune.methods.saliency import stages as stages_module
+
+    seen = []
+    real = stages_module.saliency
+    monkeypatch.setattr(stages_module, "saliency", lambda criterion, net, *, x, y, **kw: seen.append(x) or real(
+        criterion, net, x=x, y=y, **kw))
+    net = tiny_mlp((6, 10, 3))
+    x, y = torch.randn(200, 6, dtype=torch.float64), torch.randint(0, 3, (200,))
+    multi_stage_masks(net, "obd", 0.8, x=x, y=y, stages=3, examples_per_stage=20, generator=torch.Generator().manual_seed(5))
+    draws = torch.Generator().manual_seed(5)
+    assert len(seen) == 3
+    for examples in seen:
+        torch.testing.assert_close(examples, x[torch.randperm(200, generator=draws)[:20]])
+    assert not torch.equal(seen[0], seen[1]) and not torch.equal(seen[1], seen[2])
+
+
 def test_multi_stage_magnitude_pruning_is_one_shot_magnitude_pruning():
     """MP ranks the surviving weights the same at every stage: it is invariant to π (section 5)."""
     net = tiny_mlp((6, 8, 4))

@@ -140,6 +140,24 @@ def test_a_unit_leaves_the_network_at_the_step_it_meets_the_pruning_condition():
     torch.testing.assert_close(training.net(x), expected)
 
 
+def test_the_theta_gradient_is_the_data_estimate_plus_the_hyper_priors_term(monkeypatch):
+    """Eq. 19: ∂L/∂θ = (C1 − C0) + log(θ(1 − π*)/((1 − θ)π*)); under the Flattening prior the second
+    term is −log γ > 0 (eq. 31), which pushes θ down. With the data estimate set to a known value the
+    gradient Adam receives is that value plus the hyper-prior's term, with its sign."""
+    net, (x, y) = small_net(), batch()
+    training = GateTraining(net, UnitGatesOptions(log_gamma=-3.0), num_train=32, lr=0.01)
+    data = [torch.full_like(t, 0.5) for t in training.gates.theta]
+    monkeypatch.setattr(training.estimator, "data_gradient", lambda theta, values, cost_of, norms=None: data)
+    expected = [d + training.hyper_prior.theta_gradient(t.detach()) for d, t in zip(data, training.gates.theta)]
+    received = []
+    monkeypatch.setattr(training.optimizer, "step", lambda: received.extend(t.grad.clone() for t in training.gates.theta))
+    training.step(x, y, 0, 1)
+    assert len(received) == len(expected) == 2
+    for got, want in zip(received, expected):
+        torch.testing.assert_close(want, torch.full_like(want, 0.5 + 3.0))  # −log γ = 3 at θ = 0.5, the flat part
+        torch.testing.assert_close(got, want)
+
+
 def test_the_gate_posterior_draws_follow_theta():
     from bayesprune.analysis.inference_data import gate_inference_data
 

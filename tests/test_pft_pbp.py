@@ -1,4 +1,5 @@
 """PFT and PBP end to end on scikit-learn's digits (paper 000): masks, fine-tuning, certificate, certify."""
+import dataclasses
 import json
 import shutil
 
@@ -125,6 +126,35 @@ def test_certify_measures_the_risk_on_the_fits_own_s_minus_s_p_when_validation_h
     (edited / "config.toml").write_text((edited / "config.toml").read_text().replace('dataset = "digits"', 'dataset = "digits"\nseed = 1'))
     assert main(["certify", str(edited), "--samples", "2"]) == 2  # digits' train/test split drawn from another seed
     assert "does not hold the 575 examples of S \\ S_P" in capsys.readouterr().err
+
+
+def test_pbp_trains_its_prior_on_s_p_only_and_the_posterior_on_s_minus_s_p(monkeypatch):
+    """Stages 1 and 2 (the network and the prior P) see exactly the ⌊α·N⌋ rows of S_P, stage 3 the
+    others: a prior trained on all of S would have seen the rows its bound is measured on."""
+    from bayesprune.data import load_dataset
+    from bayesprune.methods import FitContext, get_method
+    from bayesprune.methods.pbp import split_rows
+
+    seen = {}
+
+    def recording(real):  # train(stage, step, batches, ...) and train_network(stage, net, batches, ...)
+        def method(self, stage, *args, **kwargs):
+            seen[stage.split(":")[0]] = args[1]
+            return real(self, stage, *args, **kwargs)
+        return method
+
+    for name in ("train", "train_network"):
+        monkeypatch.setattr(FitContext, name, recording(getattr(FitContext, name)))
+    cfg = config("pbp", {"prior_epochs": 1, "prior_mask_epochs": 1, "mc_samples": 1, "prior_samples": 1},
+                 model={"architecture": "mlp", "hidden": [8]}, train={"epochs": 1})
+    digits = load_dataset("digits")
+    data = dataclasses.replace(digits, x_train=digits.x_train[:200], y_train=digits.y_train[:200], x_test=digits.x_test[:50],
+                               y_test=digits.y_test[:50])
+    ctx = FitContext.from_config(cfg, data, device=torch.device("cpu"))
+    get_method("pbp").fit(new_net(cfg, data.input_shape, data.output_dim, seed=0), data, cfg.method_options, ctx)
+    prior_rows, bound_rows = split_rows(200, 0.5, cfg.seed)
+    for stage, rows in (("stage 1", prior_rows), ("stage 2", prior_rows), ("stage 3", bound_rows)):
+        torch.testing.assert_close(seen[stage].x, data.x_train[rows], msg=stage)
 
 
 def test_certify_refuses_a_method_without_a_certificate(pft_run, capsys):

@@ -69,6 +69,25 @@ def test_s_leaves_1_before_the_budget_binds():
     assert training.keep == 1 and float((training.masks.raw < 1).float().mean()) > 0.1
 
 
+def test_the_global_budget_shifts_every_layer_by_one_threshold():
+    """Theorem 1 projects all of s at once: s ← clamp(s − v, 0, 1) with one v for every layer. Layer 1 at
+    s = 1 (n₁ entries) and layer 2 at s = 0.5 (n₂) under k = 0.5 give v = n₁/(2(n₁ + n₂)); a budget per
+    layer would leave layer 2 alone and put layer 1 at 0.5."""
+    torch.manual_seed(0)
+    net = mlp((8,), 3, hidden=[16])
+    config = RunConfig.from_dict({"method": "probmask", "optim": {"name": "sgd", "lr": 0.05}})
+    training = ProbMaskTraining(net, ProbMaskOptions(sparsity=0.5, t1=0, t2=2), config.optim, epochs=3, loss=mean_loss("classification"))
+    n1, n2 = (shape.numel() for shape in training.masks.shapes.values())
+    with torch.no_grad():
+        training.masks.raw.copy_(torch.cat([torch.ones(n1), torch.full((n2,), 0.5)]))
+    training.keep = 0.5
+    training.project()
+    v = n1 / (2 * (n1 + n2))
+    layer1, layer2 = training.masks.probabilities().values()
+    torch.testing.assert_close(layer1, torch.full_like(layer1, 1 - v))
+    torch.testing.assert_close(layer2, torch.full_like(layer2, 0.5 - v))
+
+
 def test_every_step_ends_inside_the_budget():
     torch.manual_seed(1)
     net = mlp((8,), 3, hidden=[16])
