@@ -128,14 +128,21 @@ def test_a_sweep_counts_the_grid_for_pbp_and_jobs_do_not_change_numbers(tmp_path
 def test_the_ray_engine_gives_the_local_numbers(tmp_path, monkeypatch):
     ray = pytest.importorskip("ray")
     monkeypatch.chdir(tmp_path)  # Ray's workers import from the driver's folder first: not the source checkout
-    local = sweep("pbp-digits", ["pbp.alpha=0.5,0.7"], tmp_path / "local", overrides=PBP_TINY, report=lambda *a: None)
+    grid = dict(methods=["pbp"], sparsities=[0.5], seeds=[0], overrides=TINY, report=lambda *a: None)
+    local = compare(None, tmp_path / "local", **grid)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
     try:
-        remote = sweep("pbp-digits", ["pbp.alpha=0.5,0.7"], tmp_path / "ray", engine="ray", overrides=PBP_TINY,
-                       report=lambda *a: None)
+        remote = compare(None, tmp_path / "ray", engine="ray", **grid)
     finally:
         ray.shutdown()
-    for key in ("test_error", "bound", "empirical_risk"):
+    def untimed(value):
+        if isinstance(value, dict):
+            return {key: untimed(item) for key, item in value.items() if "seconds" not in key}
+        return [untimed(item) for item in value] if isinstance(value, list) else value
+
+    for name in ("magnitude-seed0", "pbp-s0.5-seed0"):  # both kinds of cell, every number of their metrics.json
+        assert untimed(_metrics(tmp_path / "local", name)) == untimed(_metrics(tmp_path / "ray", name))
+    for key in ("test_error", "plain_test_error", "bound", "params"):
         assert [row[key] for row in remote] == [row[key] for row in local]
 
 
