@@ -344,6 +344,8 @@ def build_parser():
     run.add_argument("--data-root", help="directory holding the data (sets data.root)")
     run.add_argument("--force", action="store_true", help="overwrite a non-empty --out directory")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--threads", type=int, help="torch CPU threads (default: the idle cores less one, at least one; "
+                                                 "OMP_NUM_THREADS, when set, is kept)")
     run.set_defaults(handler=_run)
 
     report = commands.add_parser("report", help="regenerate report.md and its plots from a run directory")
@@ -406,6 +408,10 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     previous = {number: signal.signal(number, _request_stop) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if args.command != "list":  # list reads no tensor (and imports no torch)
+            from .threads import set_threads
+
+            set_threads(getattr(args, "threads", None))
         args.handler(args)
     except (Interrupted, StopNow) as error:
         print(f"bayesprune: interrupted: {error}", file=sys.stderr)
