@@ -37,8 +37,9 @@ def test_default_run_reproduces_the_golden_metrics(tmp_path):
     """The default config at 2 epochs gives, on one CPU thread, the metrics.json recorded before the
     platform refactor (every key of the recording, float for float; timing excluded); its pruning curve
     re-recorded once, when scores became float64 inclusion logits (p* rounded to 1 tied most weights)."""
-    # The recording's prior: the default's log tau1 was 0 then.
-    metrics = run(load_config("default", ["train.epochs=2", "device='cpu'", "sbnn.log_tau1=0.0"]), tmp_path / "run")
+    # The recording's setting: the default's log tau1 was 0, log tau0 -5, sigma 0.01 and Adam 0.01 constant then.
+    recording = ["sbnn.log_tau1=0.0", "sbnn.log_tau0=-5.0", "sbnn.init_scale=0.01", "optim.lr=0.01", "optim.schedule='constant'"]
+    metrics = run(load_config("default", ["train.epochs=2", "device='cpu'", *recording]), tmp_path / "run")
     golden = json.loads(GOLDEN.read_text())
     # The ELBO is a sum of float32 losses whose last bits move with torch's reduction order (torch 2.15
     # gives -19458.6100 against the recording's -19458.6099): equal to float32 precision, the rest exactly.
