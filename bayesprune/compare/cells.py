@@ -41,8 +41,9 @@ class Cell:
         sparsities: where a ``"magnitude"`` cell prunes; the droprates of a run cell are in its config.
         point: the grid point of a sweep cell (key → value).
         finetune_epochs: the magnitude cell's fine-tuning at each sparsity.
-        certifies: for a PBP cell started from another method's mask (``compare.certify``), that
-            method: its certificate fills the method's leaderboard row; ``""`` otherwise.
+        certifies: the methods whose leaderboard rows this PBP cell's certificate fills
+            (``compare.certify``): the method its prior was started from.
+        row: whether the cell gives leaderboard rows of its own (a certificate-only cell does not).
     """
 
     name: str
@@ -54,7 +55,8 @@ class Cell:
     sparsities: tuple = ()
     point: dict = field(default_factory=dict)
     finetune_epochs: int = 0
-    certifies: str = ""
+    certifies: tuple = ()
+    row: bool = True
 
     def run_config(self):
         """The cell's validated :class:`~bayesprune.config.RunConfig`."""

@@ -23,8 +23,8 @@ one, and:
 With ``compare.certify``, every method's mask gets a PAC-Bayes certificate (paper 000): per sparsity
 and seed, a PBP cell ``certificate-<method>-s<s>-seed<k>`` whose stage 1 is that method fitted on S_P
 alone with its own table and optimiser and ``train.epochs`` epochs (``pbp.start_mask``,
-:mod:`bayesprune.methods.pbp.start`; the baseline: PBP's magnitude start), the rest PBP's own; its
-bound fills the method's ``bound`` column. A method that learns its own width has none (its mask
+:mod:`bayesprune.methods.pbp.start`; the baseline: PBP's magnitude start, which is PBP's own cell
+when that starts from magnitude), the rest PBP's own; its bound fills the method's ``bound`` column. A method that learns its own width has none (its mask
 removes units; PBP's prior is over weights).
 """
 import copy
@@ -212,7 +212,7 @@ def certificate_cells(raw: dict, options: CompareOptions, method: str) -> list:
                                  prior_epochs=config.get("train", {}).get("epochs", 200))
         config["description"] = f"compare: PBP's certificate for {method}'s mask at sparsity {pbp.sparsity:g}"
         cells.append(replace(pbp, name=f"certificate-{method}-s{pbp.sparsity:g}-seed{pbp.seed}", config=config,
-                             certifies=method))
+                             certifies=(method,), row=False))
     return cells
 
 
@@ -222,6 +222,10 @@ def comparison_cells(raw: dict, options: CompareOptions) -> list:
     cells = [cell for method in [MAGNITUDE, *methods] for cell in method_cells(raw, options, method)]
     if options.certify:
         certified = [MAGNITUDE, *(method for method in methods if method != "pbp" and not learns_width(method))]
+        own = [cell for cell in cells if cell.method == "pbp" and cell.run_config().method_options.start_mask == MAGNITUDE]
+        if own:  # PBP's own cells already start from magnitude pruning's mask: they certify the baseline
+            cells = [replace(cell, certifies=(MAGNITUDE,)) if cell in own else cell for cell in cells]
+            certified.remove(MAGNITUDE)
         cells += [cell for method in certified for cell in certificate_cells(raw, options, method)]
     for cell in cells:
         try:
