@@ -15,20 +15,24 @@ def predict(model, guide, x, *, num_samples: int = 0, masks=None, batch_size: in
         num_samples: 0 evaluates the posterior-mean network (W = m); S > 0 averages the predictive
             mean over S draws W ~ q(W).
         masks: optional pruning masks; masked weights are set to zero in every evaluation.
+
+    One draw is held at a time (drawn, evaluated over ``x`` in chunks of ``batch_size``, dropped), so
+    the memory does not grow with S; the evaluations draw nothing, so the draws are those of S
+    ``sample_params()`` calls in a row.
     """
-    draws = [guide.mean_params()] if num_samples == 0 else [guide.sample_params() for _ in range(num_samples)]
     total = 0.0
     training = model.net.training
     model.net.eval()  # batch norm with its running statistics, no dropout
     try:
-        for params in draws:
+        for _ in range(max(num_samples, 1)):
+            params = guide.mean_params() if num_samples == 0 else guide.sample_params()
             params = apply_masks(params, masks) if masks else params
             total = total + torch.cat(
                 [model.likelihood.mean(model.network(params, chunk)) for chunk in torch.split(x, batch_size)]
             )
     finally:
         model.net.train(training)
-    return total / len(draws)
+    return total / max(num_samples, 1)
 
 
 def metric(task: str, prediction: torch.Tensor, y: torch.Tensor, *, target_std: float = 1.0) -> float:

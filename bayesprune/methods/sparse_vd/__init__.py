@@ -117,18 +117,19 @@ class SparseVDFitted(Fitted):
 
     @torch.no_grad()
     def predict(self, x, *, masks=None, num_samples=0, batch_size: int = 4096):
-        draws = [self.params()] if num_samples == 0 else [self.params(sample=True) for _ in range(num_samples)]
+        """The point estimate's prediction, or the mean over ``num_samples`` draws of q, one draw held at a time."""
         total = 0.0
         training = self.net.training
         self.net.eval()  # batch norm with its running statistics
         try:
-            for params in draws:
+            for _ in range(max(num_samples, 1)):
+                params = self.params(sample=num_samples > 0)
                 params = apply_masks(params, masks) if masks else params
                 total = total + torch.cat([self.model.likelihood.mean(self.model.network(params, chunk))
                                            for chunk in torch.split(x, batch_size)])
         finally:
             self.net.train(training)
-        return total / len(draws)
+        return total / max(num_samples, 1)
 
     def network(self):
         net = copy.deepcopy(self.net)
