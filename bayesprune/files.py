@@ -5,14 +5,22 @@ A run directory can be edited by anyone between two commands: a ``report.md``, `
 file. Every file bayesprune writes is therefore written as a new temporary file in the same folder
 (created exclusively, so it never is a link) and renamed into place with :func:`os.replace`, which
 replaces a link instead of following it; a crash leaves the old file or the new one, never half of one.
+
+Reading, :func:`read_npz` trusts no header of an .npz archive it has not checked against the archive.
 """
 import errno
+import math
 import os
+import shutil
 import tempfile
+import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
+
 from .errors import BayesPruneError
+from .validation import MAX_ELEMENTS
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
@@ -60,3 +68,65 @@ def open_lock(path):
             raise BayesPruneError(f"{path}: the lock file is a symbolic link; remove it") from None
         raise BayesPruneError(f"{path}: cannot open the lock file ({error.strerror})") from None
     return os.fdopen(descriptor, "r+")
+
+
+def read_npz(path) -> dict:
+    """Name → array of every array of the .npz archive (``numpy.savez``) at ``path``, never unpickled.
+
+    Each member's header is read and checked before its array is allocated: an object array, a shape
+    of more than :data:`~bayesprune.validation.MAX_ELEMENTS` values or more bytes than the member holds
+    (a tampered header declaring 10**12 images) raises ``ValueError`` naming the array; an unreadable
+    archive raises ``OSError``, ``EOFError`` or ``zipfile.BadZipFile``.
+    """
+    arrays = {}
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            name = info.filename.removesuffix(".npy")
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                if version not in ((1, 0), (2, 0)):
+                    raise ValueError(f"array {name!r}: .npy format version {version} is not one numpy.savez writes")
+                read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                shape, _, dtype = read_header(member)
+            values = math.prod(shape)
+            if dtype.hasobject:
+                raise ValueError(f"array {name!r} is an object array; files are never unpickled")
+            if values > MAX_ELEMENTS or values * dtype.itemsize > info.file_size:
+                raise ValueError(f"array {name!r} declares shape {shape} of {dtype}, more than its {info.file_size:,} bytes hold")
+            with archive.open(info) as member:
+                arrays[name] = np.lib.format.read_array(member, allow_pickle=False)
+    return arrays
+
+
+@contextmanager
+def all_or_nothing(folder):
+    """Keep what the block writes into ``folder`` (through :func:`replacing`) only if it completes: if
+    it raises, every file it created there is removed and every file or link it replaced is put back as
+    it was, so a refused command leaves the folder unchanged.
+
+    The files of ``folder`` are hard-linked aside first (no copy: a file renamed over keeps its bytes
+    in the link), in a hidden folder of its own removed on exit."""
+    folder = Path(folder)
+    aside = Path(tempfile.mkdtemp(prefix=".before.", dir=folder))
+    links, files = {}, set()
+    for path in folder.iterdir():
+        if path.is_symlink():
+            links[path.name] = os.readlink(path)
+        elif path.is_file():
+            os.link(path, aside / path.name)
+            files.add(path.name)
+    try:
+        yield
+    except BaseException:
+        for path in folder.iterdir():
+            if path != aside and (path.is_symlink() or path.is_file()) and path.name not in files | set(links):
+                path.unlink()
+        for name in files:
+            os.replace(aside / name, folder / name)
+        for name, target in links.items():
+            if not (folder / name).is_symlink() or os.readlink(folder / name) != target:
+                (folder / name).unlink(missing_ok=True)
+                os.symlink(target, folder / name)
+        raise
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)

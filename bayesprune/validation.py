@@ -15,6 +15,12 @@ def require(condition: bool, key: str, expectation: str, value):
 MAX_COUNT = 10**7
 
 
+#: The most values an array built from a config value (a network, a simulated data set) or declared
+#: by a file's header (an .npz archive) may hold: 2**31, 8 GiB of float32. Beyond it is a typo or a
+#: tampered file, refused in one line before anything is allocated.
+MAX_ELEMENTS = 2**31
+
+
 def is_count(value, minimum: int = 1) -> bool:
     """An integer from ``minimum`` up to :data:`MAX_COUNT`."""
     return is_int(value) and minimum <= value <= MAX_COUNT

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..errors import DataError
+from ..files import read_npz
 from .images import NumpyOnlyUnpickler, _torchvision_dataset
 from .options import _boolean, _optional_positive_integer
 from .registry import CLASSIFICATION, Dataset, register_dataset
@@ -168,8 +169,8 @@ def mnist_arrays() -> dict:
             raise DataError(f"data.dataset 'mnist': cannot write the cache {path} ({err.strerror or err})") from None
         return arrays
     try:
-        with np.load(path, allow_pickle=False) as saved:
-            arrays = {name: saved[name] for name in ("x_train", "y_train", "x_test", "y_test")}
+        saved = read_npz(path)
+        arrays = {name: saved[name] for name in ("x_train", "y_train", "x_test", "y_test")}
     except (OSError, ValueError, KeyError, EOFError, TypeError, zipfile.BadZipFile) as err:
         problem = " ".join(str(err).split())
     else:

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from ..errors import DataError
+from ..validation import MAX_ELEMENTS
 from .options import _boolean, _choice, _fraction, _integer, _real
 from .registry import Dataset, register_dataset
 from .tables import _feature_names, _regression_dataset
@@ -56,11 +57,19 @@ def _simulated_dataset(
 
 
 def _simulation_options(
-    n, seed, test_fraction, noise, normalize
-) -> tuple[int, np.random.Generator, float, float, bool]:
-    """Check the options every simulator shares; return them with a generator seeded by ``seed``."""
+    n, num_features, seed, test_fraction, noise, normalize
+) -> tuple[int, int, np.random.Generator, float, float, bool]:
+    """Check the options every simulator shares; return them with a generator seeded by ``seed``.
+
+    ``n`` rows of ``num_features`` values above :data:`~bayesprune.validation.MAX_ELEMENTS` are refused
+    before anything is drawn."""
+    n, num_features = _integer("n", n, minimum=1), _integer("num_features", num_features, minimum=1)
+    if n * num_features > MAX_ELEMENTS:
+        raise DataError(f"data.n = {n:,} rows of {num_features:,} features are more than the {MAX_ELEMENTS:,} (2**31) "
+                        "values bayesprune simulates; make data.n or data.num_features smaller")
     return (
-        _integer("n", n, minimum=1),
+        n,
+        num_features,
         np.random.default_rng(_integer("seed", seed, minimum=0)),
         _fraction("test_fraction", test_fraction),
         _real("noise", noise, low=0.0),
@@ -104,8 +113,8 @@ def load_linear_regression(
         A regression :class:`Dataset` with ``extras["beta"]`` (float32 ``(D,)``, raw units) and
         ``extras["relevant"]`` (bool ``(D,)``).
     """
-    n, rng, test_fraction, noise, normalize = _simulation_options(n, seed, test_fraction, noise, normalize)
-    num_features = _integer("num_features", num_features, minimum=1)
+    n, num_features, rng, test_fraction, noise, normalize = _simulation_options(
+        n, num_features, seed, test_fraction, noise, normalize)
     num_relevant = _integer("num_relevant", num_relevant, minimum=0)
     if num_relevant > num_features:
         raise DataError(
@@ -149,7 +158,7 @@ def load_feature_importance_2var(
         A regression :class:`Dataset` with ``extras["importance"]`` (the float ``I``) and
         ``extras["beta"]`` (float32 ``[1 - alpha, alpha]``).
     """
-    n, rng, test_fraction, noise, normalize = _simulation_options(n, seed, test_fraction, noise, normalize)
+    n, _, rng, test_fraction, noise, normalize = _simulation_options(n, 2, seed, test_fraction, noise, normalize)
     alpha = _real("alpha", alpha, low=0.0, high=1.0)
     beta = np.array([1.0 - alpha, alpha])
     x = rng.standard_normal((n, 2))
@@ -191,8 +200,8 @@ def load_feature_importance_many(
     Returns:
         A regression :class:`Dataset` with ``extras["beta"]`` (float32 ``(D,)``).
     """
-    n, rng, test_fraction, noise, normalize = _simulation_options(n, seed, test_fraction, noise, normalize)
-    num_features = _integer("num_features", num_features, minimum=1)
+    n, num_features, rng, test_fraction, noise, normalize = _simulation_options(
+        n, num_features, seed, test_fraction, noise, normalize)
     beta = _effect_sizes(num_features, _real("alpha", alpha, low=0.0, open_low=True))
     link = _LINKS[_choice("f", f, tuple(_LINKS))]
     x = rng.standard_normal((n, num_features))
@@ -237,8 +246,8 @@ def load_feature_selection(
         A regression :class:`Dataset` with ``extras["beta"]`` (float32 ``(D,)``, before masking)
         and ``extras["active"]`` (bool ``(D,)``, the ``Z_j``).
     """
-    n, rng, test_fraction, noise, normalize = _simulation_options(n, seed, test_fraction, noise, normalize)
-    num_features = _integer("num_features", num_features, minimum=1)
+    n, num_features, rng, test_fraction, noise, normalize = _simulation_options(
+        n, num_features, seed, test_fraction, noise, normalize)
     beta = _effect_sizes(num_features, _real("alpha", alpha, low=0.0, open_low=True))
     pi = _real("pi", pi, low=0.0, high=1.0)
     link = _LINKS[_choice("f", f, tuple(_LINKS))]

@@ -49,6 +49,7 @@ import numpy as np
 import torch
 
 from ..errors import DataError
+from ..files import read_npz
 from .options import _boolean, _choice, _directory, _file, _fraction, _integer
 from .registry import CLASSIFICATION, REGRESSION, Dataset, register_dataset
 from .tables import _standardize
@@ -183,41 +184,31 @@ def _build(
 
 
 def _npz_arrays(path: str) -> dict[str, np.ndarray]:
-    """The arrays of an .npz archive, read without unpickling."""
+    """The arrays of an .npz archive, read without unpickling and headers checked (:func:`~bayesprune.files.read_npz`)."""
     try:
-        archive = np.load(path, allow_pickle=False)
-    except ValueError:  # neither .npy nor .npz: numpy would need to unpickle it
-        raise DataError(f"{path}: not an .npz archive (numpy.savez); data files are never unpickled") from None
+        arrays = read_npz(path)
+    except ValueError as err:
+        raise DataError(f"{path}: {_one_line(err)} (save numbers, or strings as a str array)") from None
     except (OSError, EOFError, zipfile.BadZipFile) as err:
+        with open(path, "rb") as handle:
+            start = handle.read(6)
+        if start == b"\x93NUMPY":
+            raise DataError(f"{path}: holds one array (.npy), not an .npz archive of x_train, y_train, x_test and y_test") from None
+        if start and not start.startswith(b"PK"):  # a pickle numpy would need to unpickle, or text
+            raise DataError(f"{path}: not an .npz archive (numpy.savez); data files are never unpickled") from None
         raise DataError(f"{path}: cannot read it as an .npz archive ({_one_line(err)})") from None
-    if isinstance(archive, np.ndarray):
-        raise DataError(f"{path}: holds one array (.npy), not an .npz archive of x_train, y_train, x_test and y_test")
-    with archive:
-        names = archive.files
-        missing = [n for n in _NPZ_ARRAYS if n not in names]
-        if missing:
-            raise DataError(
-                f"{path}: no array {missing[0]!r} (expected x_train, y_train, x_test and y_test; "
-                f"found {', '.join(names) or 'none'})"
-            )
-        unknown = [n for n in names if n not in _NPZ_ARRAYS + _NPZ_NAMES]
-        if unknown:
-            raise DataError(
-                f"{path}: unexpected array {unknown[0]!r} (known: {', '.join(_NPZ_ARRAYS + _NPZ_NAMES)})"
-            )
-        arrays = {}
-        for n in names:
-            try:
-                arrays[n] = archive[n]
-            except ValueError as err:
-                if "allow_pickle" in str(err):
-                    raise DataError(
-                        f"{path}: array {n!r} is an object array; data files are never unpickled "
-                        "(save numbers, or strings as a str array)"
-                    ) from None
-                raise DataError(f"{path}: cannot read array {n!r} ({_one_line(err)})") from None
-            except (OSError, EOFError, zipfile.BadZipFile) as err:
-                raise DataError(f"{path}: cannot read array {n!r} ({_one_line(err)})") from None
+    names = list(arrays)
+    missing = [n for n in _NPZ_ARRAYS if n not in names]
+    if missing:
+        raise DataError(
+            f"{path}: no array {missing[0]!r} (expected x_train, y_train, x_test and y_test; "
+            f"found {', '.join(names) or 'none'})"
+        )
+    unknown = [n for n in names if n not in _NPZ_ARRAYS + _NPZ_NAMES]
+    if unknown:
+        raise DataError(
+            f"{path}: unexpected array {unknown[0]!r} (known: {', '.join(_NPZ_ARRAYS + _NPZ_NAMES)})"
+        )
     return arrays
 
 

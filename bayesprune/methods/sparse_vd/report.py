@@ -4,6 +4,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bayesprune.files import read_npz
+
 
 def report_sections(run_dir, metrics: dict) -> list:
     if "fraction_removed_by_threshold" not in metrics:
@@ -24,8 +26,7 @@ def report_sections(run_dir, metrics: dict) -> list:
     if scores.exists():
         from bayesprune.analysis.plots import plt, save_figure
 
-        with np.load(scores) as saved:
-            log_alpha = -np.concatenate([saved[key].ravel() for key in saved.files])
+        log_alpha = -np.concatenate([values.ravel() for values in read_npz(scores).values()])
         figure, axis = plt.subplots(figsize=(5, 3.2))
         axis.hist(np.clip(log_alpha[np.isfinite(log_alpha)], -12, 20), bins=100, color="tab:blue")
         axis.axvline(threshold, color="tab:red", linestyle="--", label=f"log α = {threshold:g}")
