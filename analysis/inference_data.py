@@ -214,8 +214,17 @@ def gate_inference_data(chains: list, *, num_draws: int = 200, seed: int = 0, na
     return inference_data_from_groups({"posterior": xr.Dataset(posterior), "variational": xr.Dataset(variational)})
 
 
-def write_posterior(idata, path) -> Path:
-    """Write ``idata`` to a netCDF file (``posterior.nc``) that :func:`arviz.from_netcdf` reads back."""
+#: The attribute of every group of ``posterior.nc`` naming the method whose fit wrote it (``report``
+#: refuses the posterior of another method's run).
+METHOD_ATTRIBUTE = "bayesprune_method"
+
+
+def write_posterior(idata, path, *, method: str | None = None) -> Path:
+    """Write ``idata`` to a netCDF file (``posterior.nc``) that :func:`arviz.from_netcdf` reads back,
+    every group's :data:`METHOD_ATTRIBUTE` set to ``method`` (the registered method that fitted it)."""
+    if method is not None:
+        for group in _group_names(idata):
+            idata[group].attrs[METHOD_ATTRIBUTE] = method
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     options = {}

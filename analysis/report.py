@@ -1,6 +1,7 @@
 """``report.md`` and its plots, regenerated from the files of a run directory alone."""
 import csv
 import json
+import math
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -8,10 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from bayesprune.errors import BayesPruneError
-from bayesprune.files import write_text
+from bayesprune.files import all_or_nothing, read_npz, write_text
 
 from .evaluation import ERROR_MARGIN, ERROR_MARGIN_KEY, first_sparsity_worse_by, metric_name
-from .inference_data import plot_diagnostics, summary_table
+from .inference_data import METHOD_ATTRIBUTE, plot_diagnostics, summary_table
 from .plots import plot_loss, plot_pruning_curve, plot_score_cdf
 from .tables import format_value, markdown_table, markdown_text
 
@@ -27,13 +28,15 @@ def write_report(run_dir) -> Path:
     """
     run_dir = Path(run_dir)
     metrics = read_metrics(run_dir)
-    with _reading(run_dir / "metrics.json"):  # a tampered file, whatever else it breaks, is one line naming it
+    # a tampered file, whatever else it breaks, is one line naming it, and leaves the folder as it was
+    with _reading(run_dir / "metrics.json"), all_or_nothing(run_dir):
         return _write_report(run_dir, metrics)
 
 
 def _write_report(run_dir: Path, metrics: dict) -> Path:
     losses = read_losses(run_dir)
     scores = read_scores(run_dir)
+    posterior = read_posterior(run_dir, metrics["method"], scores) if (run_dir / "posterior.nc").exists() else None
     metric = metric_name(metrics["task"])
     baseline = metrics.get(f"baseline_{metric}")
     score_name = metrics.get("score", "inclusion probability")
@@ -41,7 +44,7 @@ def _write_report(run_dir: Path, metrics: dict) -> Path:
         score_name = "score"
 
     plot_loss(losses, run_dir / "loss.png")
-    diagnostics = _diagnostics(run_dir) if (run_dir / "posterior.nc").exists() else []
+    diagnostics = [] if posterior is None else _diagnostics(run_dir, posterior)
     # The CDF of ranks is the diagonal whatever the run: only scores that are values say something.
     score_plot = not diagnostics and "rank" not in score_name
     if score_plot:
@@ -132,7 +135,8 @@ def _reading(path: Path):
         yield
     except BayesPruneError:
         raise
-    except (OSError, EOFError, ValueError, KeyError, TypeError, IndexError, AttributeError, zipfile.BadZipFile, csv.Error) as error:
+    except (OSError, EOFError, ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError, zipfile.BadZipFile,
+            csv.Error) as error:
         reason = " ".join(str(error).split())[:160] or type(error).__name__
         raise BayesPruneError(f"{path}: not readable as bayesprune wrote it ({reason})") from None
 
@@ -215,6 +219,8 @@ def read_losses(run_dir: Path) -> list:
         losses = [float(row["loss"]) if new else -float(row["elbo"]) for row in csv.DictReader(handle)]
         if not losses:
             raise ValueError("no epochs")
+        if not all(math.isfinite(loss) for loss in losses):  # a fit whose loss was not finite is refused, never written
+            raise ValueError("a loss that is not a finite number")
     return losses
 
 
@@ -223,8 +229,8 @@ def read_scores(run_dir: Path) -> dict:
     path = run_dir / "scores.npz"
     if not path.is_file():
         path = run_dir / "inclusion_probabilities.npz"
-    with _reading(path), np.load(path, allow_pickle=False) as saved:
-        return {name: saved[name] for name in saved.files}
+    with _reading(path):
+        return read_npz(path)
 
 
 _SHOWN = {"method", "dataset", "task", "device", "architecture", "n_weights", "epochs", "seed", "train_seconds",
@@ -239,12 +245,26 @@ _IMPORTANCE = [
 ]
 
 
-def _diagnostics(run_dir: Path, top: int = 10) -> list:
-    """Report sections from ``posterior.nc``: ``az.summary`` of ψ and the ArviZ plots."""
+def read_posterior(run_dir: Path, method: str, scores: dict):
+    """``posterior.nc`` of a run of ``method``, checked against it: written by that method
+    (:func:`~bayesprune.analysis.inference_data.write_posterior` stamps it), and every variable named
+    after a site of ``scores`` of that site's shape."""
     import arviz as az
 
-    with _reading(run_dir / "posterior.nc"):
-        idata = az.from_netcdf(str(run_dir / "posterior.nc"))
+    path = run_dir / "posterior.nc"
+    with _reading(path):
+        idata = az.from_netcdf(str(path))
+        written_by = idata.posterior.attrs.get(METHOD_ATTRIBUTE)
+        if written_by != method:
+            raise ValueError(f"written by method {written_by!r}, but the run is of method {method!r}")
+        for name, draws in idata.posterior.data_vars.items():
+            if name in scores and tuple(draws.shape[2:]) != scores[name].shape:
+                raise ValueError(f"{name!r} has shape {list(draws.shape[2:])}, but scores.npz has {list(scores[name].shape)}")
+    return idata
+
+
+def _diagnostics(run_dir: Path, idata, top: int = 10) -> list:
+    """Report sections from ``posterior.nc`` (``idata``): ``az.summary`` of ψ and the ArviZ plots."""
     written = plot_diagnostics(idata, run_dir)
     chains = idata.posterior.sizes["chain"]
     sections = [
