@@ -2,7 +2,8 @@
 
 A checkpoint holds ``method`` (the registered name), ``structure`` (site name → shape of the network
 when saved, so a network that shrank while training can be rebuilt before its state is loaded),
-``state`` (the :meth:`~bayesprune.methods.Fitted.state_dict`), ``metadata`` (``epoch``, ...),
+``built`` (the same for the network as the run's config built it, before any unit was removed), ``state``
+(the :meth:`~bayesprune.methods.Fitted.state_dict`), ``metadata`` (``epoch``, ...),
 ``versions`` and, for an unfinished fit, ``loop``: the finished stages' results and the
 :class:`~bayesprune.fit.LoopState` of the stage in progress (:class:`bayesprune.methods.FitContext`).
 Checkpoints of earlier versions (``{model, guide, metadata}``, sBNN only) still read.
@@ -17,19 +18,25 @@ from .errors import BayesPruneError
 from .files import replacing
 
 
-def save_checkpoint(path, fitted, *, metadata=None):
-    """Write the state of the finished fit ``fitted`` atomically, with the structure of its network."""
+def shapes(net) -> dict:
+    """Parameter name → shape (a list) of every parameter of ``net``, as a checkpoint records them."""
+    return {name: list(param.shape) for name, param in net.named_parameters()}
+
+
+def save_checkpoint(path, fitted, *, metadata=None, built=None):
+    """Write the state of the finished fit ``fitted`` atomically, with the structure of its network and
+    ``built``, the :func:`shapes` of the network the fit started from (``None``: not known)."""
     write_checkpoint(path, method=fitted.method, state=fitted.state_dict(), metadata=metadata,
-                     structure={name: list(param.shape) for name, param in fitted.net.named_parameters()})
+                     structure=shapes(fitted.net), built=built)
 
 
-def write_checkpoint(path, *, method: str, state: dict, metadata=None, structure=None, loop=None):
+def write_checkpoint(path, *, method: str, state: dict, metadata=None, structure=None, built=None, loop=None):
     """Write a checkpoint atomically (a crash never leaves a half-written file): ``state`` of a
     ``method``, and for an unfinished fit the stages' state ``loop``
     (:meth:`bayesprune.methods.FitContext.train`) it resumes from."""
     from bayesprune.version import __version__
 
-    saved = {"method": method, "structure": structure, "state": state, "metadata": dict(metadata or {}),
+    saved = {"method": method, "structure": structure, "built": built, "state": state, "metadata": dict(metadata or {}),
              "versions": {"bayesprune": __version__, "torch": str(torch.__version__)}}
     if loop is not None:
         saved["loop"] = loop
@@ -74,10 +81,11 @@ def _layout_problem(saved: dict):
     epoch = saved.get("metadata", {}).get("epoch")
     if epoch is not None and not count(epoch):
         return f"metadata epoch {epoch!r} is not a non-negative integer"
-    structure = saved.get("structure")
-    if structure is not None and not (isinstance(structure, dict) and all(
-            isinstance(shape, list) and all(count(size) for size in shape) for shape in structure.values())):
-        return "structure is not a table of shapes"
+    for key in ("structure", "built"):
+        table = saved.get(key)
+        if table is not None and not (isinstance(table, dict) and all(
+                isinstance(shape, list) and all(count(size) for size in shape) for shape in table.values())):
+            return f"{key} is not a table of shapes"
     loop = saved.get("loop")
     if loop is not None:
         current = loop.get("current") if isinstance(loop, dict) else None

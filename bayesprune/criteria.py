@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vjp, vmap
 
+from .fit import check_stop
 from .sites import weight_sites  # noqa: F401  (the sites a criterion scores)
 from .validation import is_number, require
 
@@ -118,6 +119,7 @@ def ggn_diagonal(net, sites, x, y, *, loss_kind=None, chunk: int = GGN_CHUNK) ->
     params = {name: param.detach().requires_grad_() for name, param in net.named_parameters()}
     total = {site: torch.zeros_like(params[site]) for site in sites}
     for batch in torch.split(x, chunk):
+        check_stop("while computing saliencies")
         output, captured = _forward_capturing(net, params, batch, modules)
         factor = _hessian_factor(output, kind)
         for column in factor.unbind(2):

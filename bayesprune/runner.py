@@ -30,14 +30,15 @@ from bayesprune.analysis.tables import write_csv
 from bayesprune.models import new_net  # lives in models; also importable as runner.new_net
 
 from .baseline import train_plain
-from .checkpoint import read_checkpoint, save_checkpoint
+from .checkpoint import read_checkpoint, save_checkpoint, shapes
 from .config import load_config
 from .data import load_dataset, uci_num_splits
 from .early_stopping import hold_out
 from .errors import BayesPruneError, ConfigError, Interrupted, StopNow, TrainingDiverged
 from .files import open_lock, replacing, write_text
-from .fit import resolve_device
+from .fit import check_stop, resolve_device
 from .methods import FitContext, get_method
+from .validation import MAX_ELEMENTS
 
 CHECKPOINT = "checkpoint.pt"
 POSTERIOR = "posterior.nc"
@@ -116,6 +117,11 @@ def load_run(run_dir):
     dataset = load_datasets(config)[0]
     check_size(config, dataset)
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
+    built, builds = saved.get("built"), shapes(net)
+    if built is not None and built != builds:  # config.toml edited after the fit (a wider network, another one)
+        name = next(name for name in [*builds, *built] if builds.get(name) != built.get(name))
+        raise BayesPruneError(f"{run_dir / CHECKPOINT}: was fitted from a network whose {name} has shape {built.get(name)}, "
+                              f"but config.toml builds {builds.get(name)}")
     structure = saved.get("structure")
     if structure and any(list(param.shape) != structure.get(name) for name, param in net.named_parameters()):
         from .export import resize
@@ -161,6 +167,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     check_network(net, datasets[0])
     check_units(config, net, datasets[0])
     method.check(net, datasets[0], config.method_options)
+    check_stop("while loading the data")  # before anything is written
     device = resolve_device(config.device)
 
     with _staged(out, resumed_from=resumed_from, force=force) as staging:
@@ -169,17 +176,29 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
         runs = [_seed_run(replace(config, seed=seed), method, datasets, device, staging, out, first=number == 0,
                           several=len(seeds) > 1, progress=progress, resumed_from=resumed_from)
                 for number, seed in enumerate(seeds)]
-        metrics = _with_reference(config, _summarise_seeds(runs, config.seeds) if len(runs) > 1 else runs[0])
-        _write_metrics(staging / "metrics.json", metrics)
-        write_csv(staging / "pruning_curve.csv", metrics["pruning_curve"], digits=6)
-        write_report(staging)
+        per_seed = [metrics for metrics, _ in runs]
+        before = set(staging.iterdir())
+        try:  # a signal while writing the run's files stops it as in training: the checkpoint kept, resumable
+            metrics = _with_reference(config, _summarise_seeds(per_seed, config.seeds) if len(runs) > 1 else per_seed[0])
+            _write_metrics(staging / "metrics.json", metrics)
+            write_csv(staging / "pruning_curve.csv", metrics["pruning_curve"], digits=6)
+            write_report(staging)
+            check_stop("while writing the report")
+        except (Interrupted, StopNow) as error:
+            for path in set(staging.iterdir()) - before:  # nothing of a report without its run
+                path.unlink()
+            raise _stopped(error, staging, out, CHECKPOINT) from None
+        for _, final in runs:  # the training-loop checkpoint is replaced last, once nothing stops the run
+            if final is not None:
+                _write_final_checkpoint(staging, *final)
         _move_into_place(staging, out, force=force)
     return metrics
 
 
 def _seed_run(config, method, datasets, device, staging: Path, out: Path, *, first: bool, several: bool, progress: bool,
-              resumed_from=None) -> dict:
-    """The metrics of one seed of the run (``config.seed``).
+              resumed_from=None) -> tuple:
+    """The metrics of one seed of the run (``config.seed``), and the fit whose final checkpoint is
+    still to write (:func:`_fit_splits`), or ``None``.
 
     Its first fit checkpoints into ``staging`` (``checkpoint.pt`` for the run's first seed, which keeps
     its fit there; ``checkpoint-seed-<seed>.pt`` for later seeds, removed once they finish). In a run
@@ -194,57 +213,66 @@ def _seed_run(config, method, datasets, device, staging: Path, out: Path, *, fir
         for name in [str(record), *(FIRST_FIT_FILES if first else ())]:
             if (resumed_from / name).is_file():
                 shutil.copyfile(resumed_from / name, staging / name)
-        return json.loads((resumed_from / record).read_text())
+        return json.loads((resumed_from / record).read_text()), None
     resume = None
     if resumed_from is not None and (resumed_from / checkpoint).is_file():
         saved = read_checkpoint(resumed_from / checkpoint)
         resume = saved if "loop" in saved and saved["method"] == config.method else None
-    metrics = _fit_splits(config, method, datasets, device, staging, out, first=first, progress=progress,
-                          checkpoint=staging / checkpoint, resume=resume)
+    metrics, final = _fit_splits(config, method, datasets, device, staging, out, first=first, progress=progress,
+                                 checkpoint=staging / checkpoint, resume=resume)
     if several:
+        if final is not None:  # a finished seed is taken as it is on --resume: its checkpoint first
+            _write_final_checkpoint(staging, *final)
+            final = None
         (staging / SEEDS).mkdir(exist_ok=True)
         _write_metrics(staging / record, metrics)
         if not first:
             (staging / checkpoint).unlink(missing_ok=True)
-    return metrics
+    return metrics, final
 
 
 def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, first: bool, progress: bool,
-                checkpoint: Path, resume=None) -> dict:
+                checkpoint: Path, resume=None) -> tuple:
     """Fit and evaluate every split from ``config.seed``; the first fit checkpoints to ``checkpoint``
     (continuing from ``resume``, a checkpoint of that fit, when given), and the run's first writes its
-    fit into ``staging``."""
-    per_split = []
-    for index, dataset in enumerate(datasets):
-        fits = []
-        validation = None
-        if config.train.validation > 0:
-            dataset, *validation = hold_out(dataset, config.train.validation, seed=config.seed + index)
-        split_config = config.for_data(dataset.num_train)
-        for chain in range(config.chains if index == 0 else 1):
-            seed = config.seed + index + chain
-            net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
-            baseline_net = copy.deepcopy(net) if chain == 0 else None
-            ctx = FitContext.from_config(
-                config, dataset, device=device, seed=seed, progress=progress,
-                validation=None if validation is None else tuple(validation),
-                checkpoint=checkpoint if index == chain == 0 else None,
-                resume=resume if index == chain == 0 else None,
-            )
-            # A signal while fitting or evaluating (the plain baseline, a certificate) keeps the fit's checkpoint.
-            try:
+    fit into ``staging``. Returns the metrics and, for the run's first fit, ``(fitted, built)`` for
+    :func:`_write_final_checkpoint` (else ``None``): its training-loop checkpoint stays in ``staging``
+    until then, so that a run stopped while writing its files resumes from it."""
+    per_split, final = [], None
+    # A signal while fitting, evaluating (the plain baseline, a certificate) or writing the fit's files keeps its checkpoint.
+    try:
+        for index, dataset in enumerate(datasets):
+            fits = []
+            validation = None
+            if config.train.validation > 0:
+                dataset, *validation = hold_out(dataset, config.train.validation, seed=config.seed + index)
+            split_config = config.for_data(dataset.num_train)
+            for chain in range(config.chains if index == 0 else 1):
+                seed = config.seed + index + chain
+                net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
+                baseline_net = copy.deepcopy(net) if chain == 0 else None
+                ctx = FitContext.from_config(
+                    config, dataset, device=device, seed=seed, progress=progress,
+                    validation=None if validation is None else tuple(validation),
+                    checkpoint=checkpoint if index == chain == 0 else None,
+                    resume=resume if index == chain == 0 else None,
+                )
                 fitted = method.fit(net, dataset, config.method_options, ctx)
                 if chain == 0:
+                    built = shapes(baseline_net)
                     per_split.append(_evaluate(split_config, dataset, fitted, device, baseline_net, validation, ctx.best_epoch))
-            except (TrainingDiverged, Interrupted, StopNow) as error:
-                raise _stopped(error, staging, out, checkpoint.name) from None
-            fits.append(fitted)
-        if first and index == 0:
-            _write_fit(staging, fits[0])
-            idata = method.inference_data(fits, dataset, seed=config.seed)
-            if idata is not None:
-                write_posterior(idata, staging / POSTERIOR)
-    return {**_summarise(per_split), "chains": config.chains}
+                fits.append(fitted)
+            if first and index == 0:
+                _write_fit(staging, fits[0])
+                idata = method.inference_data(fits, dataset, seed=config.seed)
+                check_stop("while drawing the posterior")
+                if idata is not None:
+                    write_posterior(idata, staging / POSTERIOR, method=config.method)
+                check_stop("while writing the posterior")
+                final = (fits[0], built)
+    except (TrainingDiverged, Interrupted, StopNow) as error:
+        raise _stopped(error, staging, out, checkpoint.name) from None
+    return {**_summarise(per_split), "chains": config.chains}, final
 
 
 def resume_run(out, *, progress: bool = False) -> dict:
@@ -351,23 +379,23 @@ def _remove_empty(folders):
             break
 
 
-#: The most parameters a network may have (``model``): 2**31, 8 GiB of float32 weights before any
-#: optimiser state or posterior; beyond it a run cannot allocate its network (or indexes past int32).
-MAX_PARAMETERS = 2**31
-
-
 def check_size(config, data):
-    """Refuse, before allocating it, a network of more than :data:`MAX_PARAMETERS` parameters: it is
-    built on PyTorch's ``meta`` device (shapes only, no memory) and its parameters counted."""
+    """Refuse, before allocating it, a network of more than :data:`~bayesprune.validation.MAX_ELEMENTS`
+    (2**31) parameters, 8 GiB of float32 weights before any optimiser state or posterior, or ``chains``
+    of them above it together: it is built on PyTorch's ``meta`` device (shapes only, no memory) and
+    its parameters counted."""
     try:
         with torch.device("meta"):
             net = new_net(config, data.input_shape, data.output_dim, seed=config.seed)
         count = sum(param.numel() for param in net.parameters())
     except Exception:  # noqa: BLE001 - a network that does not build on meta is built (and checked) for real
         return
-    if count > MAX_PARAMETERS:
-        raise ConfigError(f"model: the network has {count:,} parameters, more than the {MAX_PARAMETERS:,} (2**31) "
+    if count > MAX_ELEMENTS:
+        raise ConfigError(f"model: the network has {count:,} parameters, more than the {MAX_ELEMENTS:,} (2**31) "
                           "bayesprune accepts; make model.hidden (or the architecture) smaller")
+    if count * config.chains > MAX_ELEMENTS:  # the run holds every chain's fit until it writes the posterior
+        raise ConfigError(f"chains: {config.chains:,} fits of {count:,} parameters hold more than the {MAX_ELEMENTS:,} (2**31) "
+                          "bayesprune accepts; ask for fewer chains")
 
 
 def check_validation(config, datasets):
@@ -537,7 +565,7 @@ def _stopped(error, staging: Path, out: Path, checkpoint: str):
         stage = f"stage {metadata['stage']!r}, " if metadata.get("stage") else ""
         _move_into_place(staging, out, force=True)  # an interrupted run's files only: the complete run is kept above
         where = f"the checkpoint of {stage}epoch {metadata.get('epoch')} is in {out / checkpoint}"
-        if isinstance(error, (Interrupted, StopNow)) and "loop" in read_checkpoint(out / checkpoint):
+        if isinstance(error, (Interrupted, StopNow)) and ("loop" in read_checkpoint(out / checkpoint) or (out / SEEDS).is_dir()):
             where += f"; continue with: bayesprune run --resume {out}"
     elif (staging / SEEDS).is_dir():
         _move_into_place(staging, out, force=True)
@@ -587,13 +615,17 @@ def _summarise_seeds(runs: list, seeds) -> dict:
 
 
 def _write_fit(folder: Path, fitted):
-    """The final checkpoint (early stopping may have put an earlier epoch back), ``history.csv``
-    (training loss per epoch) and ``scores.npz`` (the score of every site)."""
+    """``history.csv`` (training loss per epoch) and ``scores.npz`` (the score of every site)."""
     losses = fitted.history.epoch_losses
-    save_checkpoint(folder / CHECKPOINT, fitted, metadata={"epoch": len(losses)})
     write_csv(folder / "history.csv", [{"epoch": epoch + 1, "loss": f"{loss:.8g}"} for epoch, loss in enumerate(losses)])
     with replacing(folder / "scores.npz") as temporary:
         np.savez(temporary, **{name: score.cpu().numpy() for name, score in fitted.scores().items()})
+
+
+def _write_final_checkpoint(folder: Path, fitted, built: dict):
+    """The fit's final checkpoint (early stopping may have put an earlier epoch back), in place of its
+    training-loop checkpoint: its network's structure and ``built``, the shapes the config built."""
+    save_checkpoint(folder / CHECKPOINT, fitted, metadata={"epoch": len(fitted.history.epoch_losses)}, built=built)
 
 
 def _move_into_place(staging: Path, out: Path, *, force: bool = False):

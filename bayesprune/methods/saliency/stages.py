@@ -8,6 +8,7 @@ import torch
 from torch.func import functional_call
 
 from bayesprune.criteria import CRITERIA, loss_kind_of, mean_loss_of_kind, saliency, weight_sites
+from bayesprune.fit import check_stop
 from bayesprune.pruning import Budget, apply_masks, prune
 from bayesprune.validation import is_int, require
 
@@ -53,6 +54,7 @@ def pruning_stages(net, criterion: str, sparsity: float, *, x, y, stages: int, s
 def _stages(masked, criterion, sparsities, x, y, examples_per_stage, options):
     masks = {site: torch.ones_like(masked.get_parameter(site), dtype=torch.bool) for site in weight_sites(masked)}
     for kappa in sparsities:
+        check_stop(f"while pruning to sparsity {kappa:.4g}")
         rows = torch.randperm(len(x), generator=options["generator"])[:examples_per_stage].to(x.device)
         scores = saliency(criterion, masked, x=x[rows], y=y[rows], **options)
         masks = prune({site: score.masked_fill(~masks[site], -math.inf) for site, score in scores.items()},
