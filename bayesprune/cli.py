@@ -13,6 +13,7 @@ from pathlib import Path
 from .config import load_config, packaged_configs
 from .errors import BayesPruneError, Interrupted, StopNow
 from .fit import STOP
+from .validation import MAX_COUNT, is_count
 
 
 #: The most timed forward passes ``export --repeats`` takes per batch size and device (more measures nothing new).
@@ -111,6 +112,7 @@ def _export(args):
 
     from .export import (count_macs, count_parameters, dead_units, export, measure_latency, save_portable,
                          save_trainable)
+    from .methods import get_method
     from .predict import metric
     from .pruning import apply_masks, expand_unit_masks, prune
     from .runner import load_run
@@ -128,6 +130,9 @@ def _export(args):
         raise BayesPruneError(f"--repeats must be a positive integer up to {MAX_REPEATS}, got {args.repeats}")
     budget = _budget(args.budget) if args.budget else None
     config, dataset, fitted = load_run(args.run_dir)
+    levels = get_method(config.method).prune_levels
+    if budget is not None and budget.level not in levels:
+        raise BayesPruneError(f"--budget level={budget.level}: method {config.method!r} prunes at level {' or '.join(levels)} only")
     shape = tuple(dataset.input_shape)
     dense = fitted.network().eval()
     # What the method learned: its network as it is (already sparse or shrunk), or, for a method with
@@ -243,8 +248,8 @@ def _certify(args):
     from .methods import get_method
     from .runner import load_run
 
-    if args.samples is not None and args.samples < 1:
-        raise BayesPruneError(f"--samples must be a positive integer, got {args.samples}")
+    if args.samples is not None and not is_count(args.samples):
+        raise BayesPruneError(f"--samples must be a positive integer up to {MAX_COUNT}, got {args.samples}")
     config, dataset, fitted = load_run(args.run_dir)
     result = get_method(config.method).certificate(fitted, dataset, config.method_options, samples=args.samples)
     if result is None:

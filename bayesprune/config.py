@@ -291,6 +291,7 @@ class RunConfig:
         _require(_is_int(self.chains) and 0 < self.chains <= MAX_COUNT, "chains", f"be a positive integer up to {MAX_COUNT}", self.chains)
         _require(isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),
                  "device", "be 'auto', 'cpu' or 'cuda[:N]'", self.device)
+        _require(isinstance(self.description, str), "description", "be a string", self.description)
 
     @classmethod
     def from_dict(cls, raw: dict) -> "RunConfig":

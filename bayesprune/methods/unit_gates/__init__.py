@@ -101,7 +101,11 @@ class UnitGatesOptions:
         for name in ("n0", "finetune_epochs", "hybrid_units"):
             require(is_count(getattr(self, name), 0), key + name, f"be a non-negative integer up to {MAX_COUNT}", getattr(self, name))
         require(is_number(self.input_threshold) and self.input_threshold >= 0, key + "input_threshold", "be a non-negative number", self.input_threshold)
+        for name in ("alpha", "beta"):  # every option is checked, whichever hyper-prior reads it
+            require(getattr(self, name) is None or (is_number(getattr(self, name)) and getattr(self, name) > 0), key + name,
+                    "be a positive number", getattr(self, name))
         try:
+            FlatteningHyperPrior(self.log_gamma, eps1=self.eps1, eps2=self.eps2)  # log_gamma, eps1 and eps2 likewise
             self.hyper_prior()
         except ConfigError as error:
             raise ConfigError(str(error).replace("hyperprior ", key)) from None
