@@ -60,6 +60,8 @@ import numpy as np
 import torch
 import xarray as xr
 
+from bayesprune.errors import Interrupted
+
 from .plots import plot_inclusion_cdfs, plt, save_figure
 
 #: Default ``sites=None`` stores every site's weights when the network has at most this many weights,
@@ -494,6 +496,8 @@ def _arviz_or_fallback(arviz_plot, fallback, path, plt, what):
     before = set(plt.get_fignums())
     try:
         _save_result(arviz_plot(az), path, plt)
+    except Interrupted:  # a stop request (save_figure), not a failure of ArviZ's
+        raise
     except Exception as error:  # noqa: BLE001 - any ArviZ failure falls back to a plain plot
         warnings.warn(f"arviz could not draw the {what} ({type(error).__name__}: {error}); drawing a plain one",
                       RuntimeWarning, stacklevel=3)

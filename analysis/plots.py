@@ -7,11 +7,14 @@ import numpy as np  # noqa: E402
 
 
 def save_figure(figure, path):
-    """Write ``figure`` to ``path`` as a PNG and close it."""
+    """Write ``figure`` to ``path`` as a PNG and close it; after a stop request (SIGINT, SIGTERM) it is
+    closed unwritten and :func:`bayesprune.fit.check_stop` stops the report there, plot by plot."""
     from bayesprune.files import replacing
+    from bayesprune.fit import check_stop
 
-    figure.tight_layout()
     try:
+        check_stop("while drawing the report")
+        figure.tight_layout()
         with replacing(path) as temporary:  # never through a link planted at ``path``
             figure.savefig(temporary, dpi=100)
     finally:

@@ -315,3 +315,14 @@ def test_export_refuses_a_budget_level_the_method_does_not_score(complete_run, t
     assert status == 2 and err.count("\n") == 1 and "level=weight" in err and "sbnn" in err, err
     assert sorted(tmp_path.iterdir()) == []
     assert get_method("unit-gates").prune_levels == ("unit",)
+
+
+def test_sigterm_during_bayesprune_report_stops_at_the_next_plot_and_leaves_the_run_as_it_was(copy_of, capsys, monkeypatch):
+    from bayesprune.analysis import report
+
+    before = {path.name: path.read_bytes() for path in copy_of.iterdir()}
+    monkeypatch.setattr(report, "plot_loss", stop_on_call(report, "plot_loss"))
+    status = main(["report", str(copy_of)])
+    err = capsys.readouterr().err
+    assert status == 143 and err.startswith("bayesprune: interrupted:") and err.count("\n") == 1, err
+    assert {path.name: path.read_bytes() for path in copy_of.iterdir()} == before
