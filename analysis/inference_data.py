@@ -61,6 +61,7 @@ import torch
 import xarray as xr
 
 from bayesprune.errors import Interrupted
+from bayesprune.predict import evaluating
 
 from .plots import plot_inclusion_cdfs, plt, save_figure
 
@@ -338,10 +339,11 @@ def _chain(model, guide, selected, x_test, num_draws, num_predictive_draws, regr
     for draw in range(num_draws):
         if draw < num_predictive_draws:
             params = {name: q.sample() for name, q in posteriors.items()}
-            y = torch.cat([
-                model.likelihood.distribution(model.network(params, chunk)).sample()
-                for chunk in torch.split(x, batch_size)
-            ]).cpu()
+            with evaluating(model.net):
+                y = torch.cat([
+                    model.likelihood.distribution(model.network(params, chunk)).sample()
+                    for chunk in torch.split(x, batch_size)
+                ]).cpu()
             predictive.append((_original_units(y, dataset) if regression else y).numpy())
         else:
             params = {name: posteriors[name].sample() for name in selected}

@@ -1,7 +1,21 @@
 """Predictions of a fitted Bayesian network: the posterior-mean network and the Monte-Carlo predictive."""
+from contextlib import contextmanager
+
 import torch
 
 from .pruning import apply_masks
+
+
+@contextmanager
+def evaluating(net):
+    """``net`` in evaluation mode for the block, then back in its mode: batch norm uses its running
+    statistics and leaves them as they are (a forward pass in training mode would update them), no dropout."""
+    training = net.training
+    net.eval()
+    try:
+        yield net
+    finally:
+        net.train(training)
 
 
 @torch.no_grad()
@@ -21,17 +35,13 @@ def predict(model, guide, x, *, num_samples: int = 0, masks=None, batch_size: in
     ``sample_params()`` calls in a row.
     """
     total = 0.0
-    training = model.net.training
-    model.net.eval()  # batch norm with its running statistics, no dropout
-    try:
+    with evaluating(model.net):
         for _ in range(max(num_samples, 1)):
             params = guide.mean_params() if num_samples == 0 else guide.sample_params()
             params = apply_masks(params, masks) if masks else params
             total = total + torch.cat(
                 [model.likelihood.mean(model.network(params, chunk)) for chunk in torch.split(x, batch_size)]
             )
-    finally:
-        model.net.train(training)
     return total / max(num_samples, 1)
 
 

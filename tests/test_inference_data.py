@@ -246,3 +246,22 @@ def test_datatree_container_without_inference_data(regression, tmp_path, monkeyp
         xr.testing.assert_allclose(loaded["posterior"]["1.weight"], tree["posterior"]["1.weight"])
         np.testing.assert_allclose(loaded["sample_stats"]["elbo"].values[0], fits[0][2].elbo)
     assert np.isfinite(summary_table(tree, ["1.bias"])["r_hat"].to_numpy(dtype=float)).all()
+
+
+def test_the_posterior_predictive_leaves_batch_norm_statistics_as_they_are():
+    """The predictive draws evaluate the network as predict does (batch norm on its running statistics),
+    so the fit written after them is the one that was evaluated."""
+    dataset = load_dataset("digits")
+    pyro.clear_param_store()
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                              torch.nn.Linear(16, 10))
+    model = BayesianNetwork(net, SpikeSlabPrior(), Categorical(dataset.num_train))
+    guide = SpikeSlabGuide(model)
+    batches = TensorBatches(dataset.x_train, dataset.y_train, batch_size=256, seed=0)
+    history = fit(model, guide, batches, objective=AnalyticKLELBO(), optim=pyro.optim.Adam({"lr": 0.01}), epochs=1)
+    statistics = {name: buffer.clone() for name, buffer in net.named_buffers()}
+    expected = predict(model, guide, dataset.x_test[:50])
+    to_inference_data([(model, guide, history, 0.0)], dataset, num_draws=20, num_predictive_draws=20, max_test_points=50)
+    for name, buffer in net.named_buffers():
+        assert torch.equal(buffer, statistics[name]), name
+    assert net.training and torch.equal(predict(model, guide, dataset.x_test[:50]), expected)

@@ -30,9 +30,10 @@ def register_method(cls):
 
 
 def available_methods() -> dict:
-    """Every registered method: name → :class:`Method` subclass."""
+    """Every registered method: name → :class:`Method` subclass, in the order of their names (registration
+    order depends on what was imported first)."""
     _discover()
-    return dict(METHODS)
+    return dict(sorted(METHODS.items()))
 
 
 def get_method(name) -> Method:

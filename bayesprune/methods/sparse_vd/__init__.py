@@ -26,6 +26,7 @@ from bayesprune.errors import ConfigError
 from bayesprune.fit import svi_step
 from bayesprune.models import LIKELIHOODS
 from bayesprune.optim import build_optim
+from bayesprune.predict import evaluating
 from bayesprune.pruning import apply_masks
 from bayesprune.tasks import mean_loss
 from bayesprune.validation import MAX_COUNT, is_count, is_int, is_number, require
@@ -119,16 +120,12 @@ class SparseVDFitted(Fitted):
     def predict(self, x, *, masks=None, num_samples=0, batch_size: int = 4096):
         """The point estimate's prediction, or the mean over ``num_samples`` draws of q, one draw held at a time."""
         total = 0.0
-        training = self.net.training
-        self.net.eval()  # batch norm with its running statistics
-        try:
+        with evaluating(self.net):
             for _ in range(max(num_samples, 1)):
                 params = self.params(sample=num_samples > 0)
                 params = apply_masks(params, masks) if masks else params
                 total = total + torch.cat([self.model.likelihood.mean(self.model.network(params, chunk))
                                            for chunk in torch.split(x, batch_size)])
-        finally:
-            self.net.train(training)
         return total / max(num_samples, 1)
 
     def network(self):

@@ -21,6 +21,8 @@ import numpy as np
 import torch
 import xarray as xr
 
+from bayesprune.predict import evaluating
+
 MAX_DRAWN_WEIGHTS = 20_000
 PREDICTIVE_TEST_POINTS = 1000
 _QUANTILES = np.linspace(0.0, 1.0, 101)
@@ -59,9 +61,10 @@ def to_inference_data(fits: list, data=None, *, num_draws: int = 50, num_predict
                 posterior.setdefault(name, []).append(torch.stack([d[name] for d in draws]).float().cpu().numpy())
             if data is not None:
                 x = data.x_test[:PREDICTIVE_TEST_POINTS].to(fit.guide.theta.device)
-                predictive.append(np.stack([
-                    fit.model.likelihood.distribution(fit.model.network(d, x)).sample().cpu().numpy()
-                    for d in draws[:num_predictive_draws]]))
+                with evaluating(fit.net):
+                    predictive.append(np.stack([
+                        fit.model.likelihood.distribution(fit.model.network(d, x)).sample().cpu().numpy()
+                        for d in draws[:num_predictive_draws]]))
     site_dims = {name: [f"{name}_dim_{axis}" for axis in range(len(shapes[name]))] for name in drawn}
     variables = {name: (["chain", "draw", *site_dims[name]], np.stack(values)) for name, values in posterior.items()}
     fractions, quantiles = [], []
