@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from bayesprune.errors import BayesPruneError
-from bayesprune.files import all_or_nothing, read_npz, write_text
+from bayesprune.files import all_or_nothing, read_npz, sha256, write_text
 
 from .evaluation import ERROR_MARGIN, ERROR_MARGIN_KEY, first_sparsity_worse_by, metric_name
 from .inference_data import METHOD_ATTRIBUTE, plot_diagnostics, summary_table
@@ -158,6 +158,13 @@ def read_metrics(run_dir: Path) -> dict:
         written_by = _config_method(run_dir)
         if written_by is not None and metrics["method"] != written_by:
             raise ValueError(f"written by method {metrics['method']!r}, but the run's config.toml has {written_by!r}")
+        recorded = metrics.get("files_sha256", {})
+        if not (isinstance(recorded, dict) and all(isinstance(value, str) for value in recorded.values())):
+            raise ValueError("'files_sha256' is not a table of digests")
+    for name, digest in recorded.items():
+        if name in ("scores.npz", "posterior.nc") and (run_dir / name).is_file() and sha256(run_dir / name) != digest:
+            raise BayesPruneError(f"{run_dir / name}: its SHA-256 is not the one metrics.json records (one of the two "
+                                  "comes from another run)")
     return metrics
 
 

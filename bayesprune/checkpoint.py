@@ -101,6 +101,20 @@ def _layout_problem(saved: dict):
     return None
 
 
+def state_mismatch(saved, restored, path: str = "state"):
+    """Where ``saved`` (a checkpoint's state) holds a tensor of another dtype or shape than ``restored``
+    (the state the fit restored from it writes) at the same place, or ``None``."""
+    if torch.is_tensor(saved) and torch.is_tensor(restored):
+        if saved.dtype != restored.dtype or saved.shape != restored.shape:
+            return f"{path} is {saved.dtype} of shape {list(saved.shape)}, not {restored.dtype} of shape {list(restored.shape)}"
+    elif isinstance(saved, dict) and isinstance(restored, dict):
+        for key in saved.keys() & restored.keys():
+            problem = state_mismatch(saved[key], restored[key], f"{path}.{key}")
+            if problem:
+                return problem
+    return None
+
+
 def load_module_state(module, state: dict):
     """``module.load_state_dict(state)``, then drop Pyro param-store entries of the same names.
 

@@ -9,6 +9,7 @@ replaces a link instead of following it; a crash leaves the old file or the new 
 Reading, :func:`read_npz` trusts no header of an .npz archive it has not checked against the archive.
 """
 import errno
+import hashlib
 import math
 import os
 import shutil
@@ -68,6 +69,15 @@ def open_lock(path):
             raise BayesPruneError(f"{path}: the lock file is a symbolic link; remove it") from None
         raise BayesPruneError(f"{path}: cannot open the lock file ({error.strerror})") from None
     return os.fdopen(descriptor, "r+")
+
+
+def sha256(path) -> str:
+    """The SHA-256 of the file at ``path``, in hexadecimal."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def read_npz(path) -> dict:

@@ -30,12 +30,12 @@ from bayesprune.analysis.tables import write_csv
 from bayesprune.models import new_net  # lives in models; also importable as runner.new_net
 
 from .baseline import train_plain
-from .checkpoint import read_checkpoint, save_checkpoint, shapes
+from .checkpoint import read_checkpoint, save_checkpoint, shapes, state_mismatch
 from .config import load_config
 from .data import load_dataset, uci_num_splits
 from .early_stopping import hold_out
 from .errors import BayesPruneError, ConfigError, Interrupted, StopNow, TrainingDiverged
-from .files import open_lock, replacing, write_text
+from .files import open_lock, replacing, sha256, write_text
 from .fit import check_stop, resolve_device
 from .methods import FitContext, get_method
 from .validation import MAX_ELEMENTS
@@ -46,6 +46,9 @@ POSTERIOR = "posterior.nc"
 SEEDS = "seeds"
 #: What the run's first fit writes into the run directory.
 FIRST_FIT_FILES = (CHECKPOINT, "history.csv", "scores.npz", POSTERIOR)
+#: The fit's files whose SHA-256 ``metrics.json`` records under ``files_sha256``: ``report`` refuses
+#: one that another run wrote (a scores.npz or posterior.nc copied in, or a metrics.json of another run).
+DIGESTED_FILES = ("scores.npz", POSTERIOR)
 
 
 NAME_MAX = 255
@@ -144,6 +147,9 @@ def load_run(run_dir):
     except (KeyError, RuntimeError, TypeError, ValueError, IndexError, AttributeError) as error:
         message = " ".join(str(error).split())[:200] or type(error).__name__
         raise BayesPruneError(f"{run_dir / CHECKPOINT}: does not match config.toml ({message})") from None
+    problem = state_mismatch(saved["state"], fitted.state_dict())
+    if problem:  # load_state_dict casts what it copies: a tampered dtype would pass unnoticed
+        raise BayesPruneError(f"{run_dir / CHECKPOINT}: not the state the method {config.method!r} writes ({problem})")
     return config, dataset, fitted
 
 
@@ -180,6 +186,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
         before = set(staging.iterdir())
         try:  # a signal while writing the run's files stops it as in training: the checkpoint kept, resumable
             metrics = _with_reference(config, _summarise_seeds(per_seed, config.seeds) if len(runs) > 1 else per_seed[0])
+            metrics["files_sha256"] = {name: sha256(staging / name) for name in DIGESTED_FILES if (staging / name).is_file()}
             _write_metrics(staging / "metrics.json", metrics)
             write_csv(staging / "pruning_curve.csv", metrics["pruning_curve"], digits=6)
             write_report(staging)

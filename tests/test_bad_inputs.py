@@ -238,6 +238,14 @@ CASES = {
     "a list as the description": ({}, settings("description=[1]"), "description"),
     "10**7 chains of the network held at once": ({}, settings("chains=10000000"), "chains"),
     "certify 10**9 networks": ({"done": RUN}, ["certify", "done", "--samples", "1000000000"], "--samples"),
+    # issue 28, round 3: a run's files from another run of the same method, a checkpoint's tensors of another dtype
+    "report of another run's scores.npz": ({"done": RUN, "done/scores.npz": "<scores of another run>"}, ["report", "done"],
+                                           "scores.npz"),
+    "report of an empty scores.npz": ({"done": RUN, "done/scores.npz": "<empty scores>"}, ["report", "done"], "scores.npz"),
+    "report of another run's metrics.json of the same method": ({"done": RUN, "done/metrics.json": "<metrics of another run>"},
+                                                                ["report", "done"], "scores.npz"),
+    "checkpoint whose weights are integers": ({"done": RUN, "done/checkpoint.pt": "<integer state>"},
+                                              ["importance", "done", "--force"], "checkpoint.pt"),
 }
 
 
@@ -263,6 +271,8 @@ def _special(value, complete_run, path):
             del metrics["architecture"]
         elif value == "<metrics ragged>":
             metrics["pruning_curve"][1].pop("sparsity")
+        elif value == "<metrics of another run>":
+            metrics["files_sha256"]["scores.npz"] = hashlib.sha256(b"another run's scores").hexdigest()
         else:
             metrics["method"] = "pbp"
         return json.dumps(metrics)
@@ -283,6 +293,16 @@ def _special(value, complete_run, path):
             idata[group].attrs.pop(METHOD_ATTRIBUTE, None)
         write_posterior(idata, path, method="pbp" if value == "<posterior of pbp>" else None)
         return path.read_bytes()
+    if value in ("<scores of another run>", "<empty scores>"):
+        scores = {} if value == "<empty scores>" else dict(np.load(complete_run / "scores.npz"))
+        for name in scores:
+            scores[name] = np.flip(scores[name])
+        np.savez(path, **scores)
+        return path.read_bytes()
+    if value == "<integer state>":
+        saved = torch.load(complete_run / "checkpoint.pt", weights_only=True)
+        saved["state"]["guide"] = {name: value.round().long() for name, value in saved["state"]["guide"].items()}
+        return saved_checkpoint(saved)
     if value == "<npz of 10**12 rows>":
         return npz_declaring(10**12)
     if value == "<config of 10**12 rows>":
