@@ -160,6 +160,7 @@ def test_the_pareto_front():
 @pytest.mark.parametrize("argv, message", [
     (["compare", "--methods", "nope"], "--methods must contain only methods"),
     (["compare", "--sparsities", "1.5"], "--sparsities"),
+    (["compare", "--sparsities", "0.5", "0.5"], "--sparsities must be a non-empty list of distinct"),
     (["compare", "--jobs", "0"], "--jobs must be a positive integer"),
     (["compare", "no-such-comparison"], "unknown comparison config"),
     (["sweep", "pbp-digits", "--grid", "pbp.nope=1,2"], "unknown config key 'pbp.nope'"),

@@ -62,7 +62,7 @@ class CompareOptions:
     Attributes:
         methods: registered methods and ``"magnitude"`` (default: all of them). The baseline always runs:
             it gives the plain network's error.
-        sparsities: the sparsity budgets, fractions of the weights removed, in (0, 1).
+        sparsities: the sparsity budgets, distinct fractions of the weights removed, in (0, 1).
         seeds: every cell is fitted from each.
         options_from: each method's table and ``[optim]`` come from its packaged config
             ``<method>-<options_from>`` where there is one.
@@ -91,8 +91,8 @@ class CompareOptions:
             require(name in known, "compare.methods", f"contain only methods of {sorted(known)}", name)
         object.__setattr__(self, "methods", tuple(dict.fromkeys(self.methods or known)))
         require(isinstance(self.sparsities, (list, tuple)) and len(self.sparsities) > 0
-                and all(is_number(s) and 0 < s < 1 for s in self.sparsities),
-                "compare.sparsities", "be a non-empty list of numbers in (0, 1)", self.sparsities)
+                and all(is_number(s) and 0 < s < 1 for s in self.sparsities) and len(set(self.sparsities)) == len(self.sparsities),
+                "compare.sparsities", "be a non-empty list of distinct numbers in (0, 1)", self.sparsities)
         object.__setattr__(self, "sparsities", tuple(sorted({float(s) for s in self.sparsities})))
         require(isinstance(self.seeds, (list, tuple)) and len(self.seeds) > 0 and all(is_int(s) and 0 <= s < 2**31 for s in self.seeds)
                 and len(set(self.seeds)) == len(self.seeds), "compare.seeds", "be a non-empty list of distinct non-negative integers",
