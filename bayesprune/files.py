@@ -71,12 +71,14 @@ def open_lock(path):
     return os.fdopen(descriptor, "r+")
 
 
-def sha256(path) -> str:
-    """The SHA-256 of the file at ``path``, in hexadecimal."""
+def arrays_digest(arrays: dict) -> str:
+    """A SHA-256 of named arrays (names, dtypes, shapes and values, in name order), in hexadecimal: equal
+    for equal contents, whenever and however the archive holding them was written."""
     digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
+    for name in sorted(arrays):
+        value = np.ascontiguousarray(arrays[name])
+        digest.update(f"{name}\0{value.dtype.str}\0{value.shape}\0".encode())
+        digest.update(value.tobytes())
     return digest.hexdigest()
 
 

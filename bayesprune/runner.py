@@ -25,7 +25,7 @@ import torch
 
 from bayesprune.analysis.evaluation import ERROR_MARGIN, ERROR_MARGIN_KEY, first_sparsity_worse_by, metric_name, pruning_curve
 from bayesprune.analysis.inference_data import write_posterior
-from bayesprune.analysis.report import write_report
+from bayesprune.analysis.report import SCORES_DIGEST, write_report
 from bayesprune.analysis.tables import write_csv
 from bayesprune.models import new_net  # lives in models; also importable as runner.new_net
 
@@ -35,7 +35,7 @@ from .config import load_config
 from .data import load_dataset, uci_num_splits
 from .early_stopping import hold_out
 from .errors import BayesPruneError, ConfigError, Interrupted, StopNow, TrainingDiverged
-from .files import open_lock, replacing, sha256, write_text
+from .files import arrays_digest, open_lock, read_npz, replacing, write_text
 from .fit import check_stop, resolve_device
 from .methods import FitContext, get_method
 from .validation import MAX_ELEMENTS
@@ -46,9 +46,6 @@ POSTERIOR = "posterior.nc"
 SEEDS = "seeds"
 #: What the run's first fit writes into the run directory.
 FIRST_FIT_FILES = (CHECKPOINT, "history.csv", "scores.npz", POSTERIOR)
-#: The fit's files whose SHA-256 ``metrics.json`` records under ``files_sha256``: ``report`` refuses
-#: one that another run wrote (a scores.npz or posterior.nc copied in, or a metrics.json of another run).
-DIGESTED_FILES = ("scores.npz", POSTERIOR)
 
 
 NAME_MAX = 255
@@ -186,7 +183,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
         before = set(staging.iterdir())
         try:  # a signal while writing the run's files stops it as in training: the checkpoint kept, resumable
             metrics = _with_reference(config, _summarise_seeds(per_seed, config.seeds) if len(runs) > 1 else per_seed[0])
-            metrics["files_sha256"] = {name: sha256(staging / name) for name in DIGESTED_FILES if (staging / name).is_file()}
+            metrics[SCORES_DIGEST] = arrays_digest(read_npz(staging / "scores.npz"))
             _write_metrics(staging / "metrics.json", metrics)
             write_csv(staging / "pruning_curve.csv", metrics["pruning_curve"], digits=6)
             write_report(staging)

@@ -272,7 +272,7 @@ def _special(value, complete_run, path):
         elif value == "<metrics ragged>":
             metrics["pruning_curve"][1].pop("sparsity")
         elif value == "<metrics of another run>":
-            metrics["files_sha256"]["scores.npz"] = hashlib.sha256(b"another run's scores").hexdigest()
+            metrics["scores_sha256"] = hashlib.sha256(b"another run's scores").hexdigest()
         else:
             metrics["method"] = "pbp"
         return json.dumps(metrics)
