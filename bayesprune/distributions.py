@@ -19,7 +19,7 @@ from torch.distributions.kl import register_kl
 from torch.distributions.utils import broadcast_all
 
 from .bounds import kl_bernoulli
-from .fused import FlatPosterior, FlatSite
+from .fused import FlatPosterior, FlatSite, log1p
 
 _HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
 
@@ -293,7 +293,7 @@ def _kl_spike_slab(q, p):
     return spike_slab_penalty(q.loc, q.scale, q.logits, p.pi, p.tau0, p.tau1, constants=p.constants) - 0.5
 
 
-class DiracSpikeSlab(TorchDistribution):
+class DiracSpikeSlab(FlatSite, TorchDistribution):
     r"""(1 − λ)·δ₀ + λ·N(μ, σ²): a weight pruned with probability 1 − λ, else Gaussian (paper 000, eq. 5).
 
     ``sample`` draws it exactly, b·w with b ~ Bernoulli(λ) and w ~ N(μ, σ²). ``rsample`` draws the
@@ -364,3 +364,82 @@ def _kl_dirac_spike_slab(q, p):
     ratio = (q.scale / p.scale) ** 2
     gaussian = 0.5 * ((q.loc - p.loc) ** 2 / p.scale**2 + ratio - torch.log(ratio) - 1)
     return kl_bernoulli(q.probs, p.probs) + q.probs * gaussian
+
+
+def _kl_bernoulli_vectorised(q, p):
+    """:func:`~bayesprune.bounds.kl_bernoulli` with :func:`bayesprune.fused.log1p` in place of
+    ``xlog1py`` (scalar code on CPU), to within a few ulps of it."""
+    first = (q * log1p((q - p) / p)).masked_fill_(q == 0, 0.0)
+    second = ((1 - q) * log1p((p - q) / (1 - p))).masked_fill_(q == 1, 0.0)
+    return first.add_(second).masked_fill_((q == p) & (p * (1 - p) == 0), 0.0)
+
+
+class FlatDiracSpikeSlabPrior(NamedTuple):
+    """λ⁰, μ⁰ and 1/σ⁰² of every parameter of a network in flat vectors (site order), detached, and the
+    per-site priors they were read from (a posterior's fused KL covers exactly these)."""
+
+    probs: torch.Tensor
+    loc: torch.Tensor
+    precision: torch.Tensor
+    sites: tuple
+
+    @classmethod
+    def of(cls, priors: list):
+        with torch.no_grad():
+            flat = [torch.cat([getattr(prior, key).detach().flatten() for prior in priors]) for key in ("probs", "loc", "scale")]
+        return cls(flat[0], flat[1], flat[2].square().reciprocal(), tuple(priors))
+
+
+class DiracSpikeSlabPosteriors(FlatPosterior):
+    r"""The sites of one network-wide PBP posterior: flat λ, μ and σ, one :class:`DiracSpikeSlab` per
+    site whose parameters are views of them.
+
+    The KL of every site to its :class:`DiracSpikeSlab` prior (appendix B.4, as
+    :func:`_kl_dirac_spike_slab`) comes from one fused evaluation of the formula and its gradient
+    over the flat vectors (:meth:`kl_terms`, :func:`bayesprune.fused.summed_kl`).
+
+    Args:
+        probs, loc, scale: flat λ (1 for a parameter never pruned), μ and σ of every parameter, in site order.
+        shapes: site name → shape, in the order of the flat vectors.
+        prior: the priors of the same sites, flat (:class:`FlatDiracSpikeSlabPrior`).
+        temperature: β of every site's relaxation.
+    """
+
+    def __init__(self, probs, loc, scale, shapes: dict, prior: FlatDiracSpikeSlabPrior, *, temperature: float):
+        super().__init__(shapes)
+        self.probs, self.loc, self.scale, self.prior = probs, loc, scale, prior
+        self._priors = {id(site): site for site in prior.sites}
+        self.sites = {}
+        for index, (name, probs_site, loc_site, scale_site) in enumerate(
+            zip(shapes, self.site_views(probs), self.site_views(loc), self.site_views(scale))
+        ):
+            site = DiracSpikeSlab(probs_site, loc_site, scale_site, temperature=temperature)
+            site._segment = (self, index)
+            self.sites[name] = site
+
+    def covers(self, prior) -> bool:
+        return self._priors.get(id(prior)) is prior
+
+    def kl_terms(self) -> tuple:
+        r"""kl(λ ‖ λ⁰) + λ·G per parameter, G = ((μ − μ⁰)²/σ⁰² + r − log r − 1)/2 with r = σ²/σ⁰², and its
+        gradient: ∂/∂λ = log(λ/λ⁰) − log((1 − λ)/(1 − λ⁰)) + G (0 where λ = λ⁰ ∈ {0, 1}, as the value),
+        ∂/∂μ = λ(μ − μ⁰)/σ⁰², ∂/∂σ = λ(σ/σ⁰² − 1/σ)."""
+        prior = self.prior
+
+        def terms(probs, loc, scale):
+            difference = loc - prior.loc
+            ratio = scale.square().mul_(prior.precision)
+            gaussian = difference.square().mul_(prior.precision).add_(ratio).sub_(ratio.log()).sub_(1).mul_(0.5)
+            value = _kl_bernoulli_vectorised(probs, prior.probs).add_(probs * gaussian)
+            grads = [None, None, None]
+            if probs.requires_grad:
+                both_ends = (probs == prior.probs) & (prior.probs * (1 - prior.probs) == 0)
+                slope = (probs / prior.probs).log_().sub_(((1 - probs) / (1 - prior.probs)).log_())  # log1p is scalar code on CPU
+                grads[0] = slope.masked_fill_(both_ends, 0.0).add_(gaussian)
+            if loc.requires_grad:
+                grads[1] = difference.mul_(prior.precision).mul_(probs)
+            if scale.requires_grad:
+                grads[2] = (scale * prior.precision).sub_(scale.reciprocal()).mul_(probs)
+            return value, tuple(grads)
+
+        return terms, (self.probs, self.loc, self.scale)

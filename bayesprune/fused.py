@@ -10,8 +10,9 @@ site's incoming weight. No value is read back to the host.
 :class:`FlatPosterior` holds the flat parameter vectors of the sites and caches that evaluation for a
 guide call; :class:`FlatSite` is the per-site distribution's side, read by
 :func:`bayesprune.objectives.site_kl`. The methods supply only their formulas: the sBNN
-(:class:`bayesprune.distributions.SpikeSlabPosteriors`, paper 003, eqs. 3.7-3.8) and Sparse VD
-(:class:`bayesprune.methods.sparse_vd.distributions.AdditiveNormals`, Molchanov et al. 2017, eq. 14).
+(:class:`bayesprune.distributions.SpikeSlabPosteriors`, paper 003, eqs. 3.7-3.8), Sparse VD
+(:class:`bayesprune.methods.sparse_vd.distributions.AdditiveNormals`, Molchanov et al. 2017, eq. 14)
+and PBP (:class:`bayesprune.distributions.DiracSpikeSlabPosteriors`, paper 000, appendix B.4).
 
 :func:`softplus` and :func:`log1p` give σ = softplus(ρ) from vectorised ``exp``/``log``: on CPU,
 PyTorch's ``log1p`` (hence ``F.softplus`` and ``F.logsigmoid``) runs scalar code in AVX-512 builds,
@@ -21,7 +22,7 @@ import torch
 
 
 def log1p(u: torch.Tensor) -> torch.Tensor:
-    """log(1 + u) for u ≥ 0 to within a few ulps, from vectorised operations only: with w = 1 + u
+    """log(1 + u) for u > −1 to within a few ulps, from vectorised operations only: with w = 1 + u
     rounded, log(1 + u) = log w − ((w − 1) − u)/w to first order in the rounding error of w."""
     w = u + 1
     return torch.log(w).sub_((w - 1).sub_(u).div_(w))

@@ -34,6 +34,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from .fused import log1p
 from .pruning import Budget, lexicographic_ranks, prune
 from .structure import layer_chain
 
@@ -313,7 +314,7 @@ def relaxed_bernoulli(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     paper 000, appendix B.3; paper 002, eqs. 3-5, where log((1 − u)/u) = g₁ − g₀). As t → 0 it is 1 with
     probability θ. Its derivative keeps σ's tails (:class:`_Sigmoid`)."""
     u = torch.rand_like(logits).clamp(1e-7, 1 - 1e-7)
-    return _Sigmoid.apply((logits - torch.log(u) + torch.log1p(-u)) / temperature)
+    return _Sigmoid.apply((logits - torch.log(u) + log1p(-u)) / temperature)
 
 
 def bernoulli_sample(gate: StochasticGate) -> list:

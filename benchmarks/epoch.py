@@ -18,7 +18,7 @@ default (``--threads``). The sBNN's minibatch penalty is set to ``uniform`` (eq.
 its reference. A new method adds one row to :data:`METHODS`.
 
 Usage: ``python benchmarks/epoch.py [--json] [--rounds 3] [--epochs 1] [--device auto|cpu|cuda]
-[--threads 1] [--data auto|mnist|synthetic]``. ``--data mnist`` reads full MNIST through
+[--threads 1] [--data auto|mnist|synthetic] [--methods NAME ...]``. ``--data mnist`` reads full MNIST through
 ``bayesprune.data.load_dataset("mnist")`` (fetched and cached once); ``synthetic`` times random
 tensors of MNIST's shape (content does not change the timing); ``auto`` (the default) is MNIST when it
 loads and synthetic otherwise.
@@ -130,7 +130,7 @@ def run(args) -> dict:
     dataset = mnist(args.data)
     result = {"device": str(device), "data": dataset.name, "num_threads": torch.get_num_threads(),
               "rounds": args.rounds, "epochs": args.epochs, "torch_version": str(torch.__version__), "pyro_version": pyro.__version__}
-    for name in METHODS:
+    for name in args.methods:
         run_method, config = method_epoch(name, dataset, device, args.epochs)
         epochs = {name: run_method, "deterministic": deterministic_epoch(config, dataset, device, args.epochs)}
         if name == "sbnn":  # the same objective hand-written: what the library's loop costs
@@ -158,6 +158,7 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op CPU threads; 0 keeps torch's default")
     parser.add_argument("--epochs", type=int, default=1, help="epochs per timed sample (times are per epoch)")
     parser.add_argument("--data", choices=("auto", "mnist", "synthetic"), default="auto")
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS), help="time these only (default: all)")
     args = parser.parse_args(argv)
     result = run(args)
     if args.json:
@@ -165,7 +166,7 @@ def main(argv=None):
         return
     print(f"one epoch of full MNIST LeNet-300-100 (each method's batch size), on {result['device']} ({result['num_threads']} threads, "
           f"median of {result['rounds']} rounds of {result['epochs']} epoch(s), data {result['data']})")
-    for name in METHODS:
+    for name in args.methods:
         r = result[name]
         reference = (f"; plain PyTorch, same objective: {r['plain_torch_epoch_seconds']:.2f} s (ratio {r['ratio_vs_plain_torch']:.3f})"
                      if "plain_torch_epoch_seconds" in r else "")

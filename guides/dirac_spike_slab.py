@@ -6,7 +6,7 @@ import torch
 from pyro.nn import PyroModule, PyroParam
 from pyro.nn.module import to_pyro_module_
 
-from bayesprune.distributions import DiracSpikeSlab
+from bayesprune.distributions import DiracSpikeSlab, DiracSpikeSlabPosteriors, FlatDiracSpikeSlabPrior
 from bayesprune.gates import StochasticMasks
 
 
@@ -35,6 +35,8 @@ class DiracSpikeSlabGuide(PyroModule):
         to_pyro_module_(masks)  # its λ become Pyro params that SVI steps
         self.masks = masks
         self.temperature = temperature
+        self._site_priors = model.site_priors
+        self._flat_priors = {}
         params = dict(model.net.named_parameters())
         self.loc = PyroParam(torch.cat([params[name].detach().flatten() for name in self.site_shapes]))
         log_scale = torch.full_like(self.loc, math.log(scale))
@@ -47,10 +49,29 @@ class DiracSpikeSlabGuide(PyroModule):
         chunks = torch.split(flat, [shape.numel() for shape in self.site_shapes.values()])
         return {name: chunk.view(shape) for (name, shape), chunk in zip(self.site_shapes.items(), chunks)}
 
+    def _flat_prior(self, priors: dict):
+        """The model's priors as flat vectors if every site has a :class:`DiracSpikeSlab` prior of its
+        shape, else ``None``; decided once per set of priors (the model builds them once per device)."""
+        key = tuple(id(prior) for prior in priors.values())
+        if key not in self._flat_priors:
+            bases = [prior.base_dist for prior in priors.values()]
+            flat = list(priors) == list(self.site_shapes) and all(
+                type(base) is DiracSpikeSlab and base.batch_shape == shape for base, shape in zip(bases, self.site_shapes.values()))
+            self._flat_priors[key] = FlatDiracSpikeSlabPrior.of(bases) if flat else None
+        return self._flat_priors[key]
+
     def posteriors(self) -> dict:
-        """q of every site as a :class:`~bayesprune.distributions.DiracSpikeSlab`."""
+        """q of every site as a :class:`~bayesprune.distributions.DiracSpikeSlab`: views of one
+        network-wide :class:`~bayesprune.distributions.DiracSpikeSlabPosteriors` (its KL fused) when
+        every prior is one too."""
         keep = self.masks.probabilities()
-        locs, scales = self._split(self.loc), self._split(self.log_scale.exp())
+        scale = self.log_scale.exp()
+        prior = self._flat_prior(self._site_priors(self.loc.device))
+        if prior is not None:
+            probs = torch.cat([keep[name].flatten() if name in keep else torch.ones(shape.numel(), dtype=self.loc.dtype, device=self.loc.device)
+                               for name, shape in self.site_shapes.items()])
+            return DiracSpikeSlabPosteriors(probs, self.loc, scale, self.site_shapes, prior, temperature=self.temperature).sites
+        locs, scales = self._split(self.loc), self._split(scale)
         return {name: DiracSpikeSlab(keep[name] if name in keep else torch.ones_like(locs[name]), locs[name], scales[name],
                                      temperature=self.temperature) for name in self.site_shapes}
 

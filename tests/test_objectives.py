@@ -14,12 +14,13 @@ import torch.nn.functional as F
 from pyro.poutine.messenger import Messenger
 from torch.distributions import Bernoulli, Normal, kl_divergence
 
-from bayesprune.distributions import SpikeSlabPosterior
+from bayesprune.criteria import weight_sites
+from bayesprune.distributions import DiracSpikeSlab, SpikeSlabPosterior
 from bayesprune.fit import GeometricPenalty, PenaltyScale, UniformPenalty
-from bayesprune.guides import SpikeSlabGuide
+from bayesprune.guides import DiracSpikeSlabGuide, SpikeSlabGuide
 from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
 from bayesprune.objectives import AnalyticKLELBO, site_kl
-from bayesprune.priors import SpikeSlabPrior
+from bayesprune.priors import GivenPrior, SpikeSlabPrior
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -329,3 +330,50 @@ def test_per_site_priors_fall_back_to_the_registered_kl():
     assert all(q._segment is None for q in posteriors.values())
     for name, prior in model.site_priors().items():
         assert torch.equal(site_kl(posteriors[name], prior.base_dist), kl_divergence(posteriors[name], prior.base_dist).sum())
+
+
+@pytest.mark.parametrize("parameterization", ["sigmoid", "clamp"])
+def test_fused_pbp_kl_equals_the_plain_kl_values_and_gradients(parameterization):
+    """PBP's posterior (paper 000, eq. 5): each site's summed KL to its per-weight prior from the guide's
+    fused evaluation equals the registered formula (appendix B.4) by autograd, and so do the gradients
+    in λ's parameters, μ and log σ, with biases kept surely (λ = λ⁰ = 1) and a penalty weight per site."""
+    net = mlp((7,), 3, hidden=[13])
+    generator = torch.Generator().manual_seed(0)
+    weights = set(weight_sites(net))
+
+    def uniform(shape, low, high):
+        return low + (high - low) * torch.rand(shape, generator=generator)
+
+    priors = {name: DiracSpikeSlab(uniform(p.shape, 0.05, 0.95) if name in weights else torch.ones(p.shape),
+                                   0.1 * torch.randn(p.shape, generator=generator), uniform(p.shape, 0.01, 0.2))
+              for name, p in net.named_parameters()}
+    model = BayesianNetwork(net, GivenPrior(priors), Categorical(10), sites=list(priors))
+    guide = DiracSpikeSlabGuide(model, {name: priors[name].probs for name in weights}, scale=0.05,
+                                parameterization=parameterization)
+    parameters = [guide.loc, guide.log_scale, *guide.masks.parameters()]
+    with torch.no_grad():
+        for parameter in parameters:
+            parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
+    site_weights = torch.linspace(0.5, 2, len(priors))
+    posteriors = guide.posteriors()
+    assert all(q._segment is not None for q in posteriors.values())
+    fused = torch.stack([site_kl(posteriors[name], prior.base_dist) for name, prior in model.site_priors().items()])
+    (fused * site_weights).sum().backward()
+    grads = [parameter.grad.clone() for parameter in parameters]
+    for parameter in parameters:
+        parameter.grad = None
+    keep, locs, scales = guide.masks.probabilities(), guide._split(guide.loc), guide._split(guide.log_scale.exp())
+    plain = torch.stack([kl_divergence(DiracSpikeSlab(keep.get(name, torch.ones_like(locs[name])), locs[name], scales[name]),
+                                       prior.base_dist).sum() for name, prior in model.site_priors().items()])
+    (plain * site_weights).sum().backward()
+    torch.testing.assert_close(fused, plain, rtol=2e-6, atol=1e-5)
+    torch.testing.assert_close(grads, [parameter.grad for parameter in parameters], rtol=2e-6, atol=1e-6)
+
+
+def test_vectorised_log1p_is_within_a_few_ulps_of_log1p_from_minus_one_up():
+    """bayesprune.fused.log1p (softplus, the Concrete noise, PBP's fused Bernoulli KL) against float64 log1p."""
+    from bayesprune.fused import log1p
+
+    u = torch.cat([-1 + torch.logspace(-7, 0, 2000)[:-1], -torch.logspace(-30, -1, 2000), torch.logspace(-30, 30, 2000)])
+    exact = torch.log1p(u.double())
+    assert ((log1p(u).double() - exact).abs() <= 4 * torch.finfo(torch.float32).eps * exact.abs()).all()
