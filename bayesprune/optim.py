@@ -38,12 +38,18 @@ class OptimConfig:
                  self.weight_decay)
 
 
+def torch_optim_and_args(config) -> tuple:
+    """The ``torch.optim`` class and arguments Pyro builds an optimiser of an :class:`OptimConfig` from.
+    Pyro steps one optimiser per parameter: Adam's fused kernel makes each step one pass over it."""
+    if config.name == "sgd":
+        return torch.optim.SGD, {"lr": config.lr, **({"momentum": config.momentum} if config.momentum else {})}
+    return torch.optim.Adam, {"lr": config.lr, "fused": True}
+
+
 def build_optim(config, *, epochs: int):
     """A Pyro optimiser for an :class:`OptimConfig`, wrapped in a per-epoch
     learning-rate scheduler when one is configured (cosine annealing runs over ``epochs``)."""
-    torch_optim = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[config.name]
-    # Pyro steps one optimiser per parameter: Adam's fused kernel makes each step one pass over it
-    args = {"lr": config.lr, **({"momentum": config.momentum} if config.momentum else {}), **({"fused": True} if config.name == "adam" else {})}
+    torch_optim, args = torch_optim_and_args(config)
     if config.schedule == "exponential":
         return pyro.optim.ExponentialLR({"optimizer": torch_optim, "optim_args": args, "gamma": config.gamma})
     if config.schedule == "cosine":

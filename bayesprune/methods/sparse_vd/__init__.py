@@ -25,7 +25,7 @@ from bayesprune.checkpoint import load_module_state
 from bayesprune.errors import ConfigError
 from bayesprune.fit import svi_step
 from bayesprune.models import LIKELIHOODS
-from bayesprune.optim import build_optim
+from bayesprune.optim import build_optim, torch_optim_and_args
 from bayesprune.predict import evaluating
 from bayesprune.pruning import apply_masks
 from bayesprune.tasks import mean_loss
@@ -167,8 +167,7 @@ def build_optimizer(options: SparseVDOptions, optim, *, epochs: int):
     if optim.schedule != "constant":
         raise ConfigError(f"sparse-vd.linear_lr_decay must be false when optim.schedule = {optim.schedule!r} "
                           "(the two schedules exclude each other)")
-    torch_optim = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[optim.name]
-    args = {"lr": optim.lr, **({"momentum": optim.momentum} if optim.momentum else {})}
+    torch_optim, args = torch_optim_and_args(optim)
     return pyro.optim.LambdaLR({"optimizer": torch_optim, "optim_args": args,
                                 "lr_lambda": linear_decay(epochs, options.lr_decay_start)})
 
