@@ -140,8 +140,8 @@ Gibbs risk through the Concrete relaxation, the top 1 − s of λ kept, ties in 
 for the same epochs as OSP). The one-shot criteria are those of `bayesprune.criteria`.
 """, """\
 `metrics.json` adds, in the order of `grid` (`[start mask, sparsity]` pairs): `osp_test_error`,
-`pft_test_error`, `mask_overlap` (share of the start mask's weights PFT keeps, Fig. 2 left) and
-`pft_expected_sparsity`; `keep_probability_histogram` (20 bins of λ, Fig. 11),
+`pft_test_error`, `osp_equal_epochs_test_error` (with `equal_budget_baseline`), `mask_overlap`
+(share of the start mask's weights PFT keeps, Fig. 2 left) and `pft_expected_sparsity`; `keep_probability_histogram` (20 bins of λ, Fig. 11),
 `perturbation_increase_dense` and `perturbation_increase_pft`. The run's network is the first
 pair's; `report.md` adds the OSP/PFT table and `mask_overlap.png`, `perturbation.png`,
 `keep_probabilities.png`.

@@ -9,7 +9,7 @@ import torch
 
 from bayesprune.bounds import certificate
 from bayesprune.cli import main
-from bayesprune.config import RunConfig
+from bayesprune.config import RunConfig, load_config
 from bayesprune.errors import ConfigError
 from bayesprune.runner import load_run, new_net, run
 
@@ -34,7 +34,7 @@ def pft_run(tmp_path_factory):
 def test_pft_reports_every_start_mask_and_sparsity(pft_run):
     _, metrics = pft_run
     assert metrics["grid"] == [["magnitude", 0.8], ["magnitude", 0.9], ["random", 0.8], ["random", 0.9]]
-    for key in ("osp_test_error", "pft_test_error", "mask_overlap", "pft_expected_sparsity"):
+    for key in ("osp_test_error", "pft_test_error", "osp_equal_epochs_test_error", "mask_overlap", "pft_expected_sparsity"):
         assert len(metrics[key]) == 4
     assert all(0 <= overlap <= 1 for overlap in metrics["mask_overlap"])
     assert sum(metrics["keep_probability_histogram"]) == metrics["n_weights"] - 32 - 10  # every weight, no bias
@@ -64,6 +64,47 @@ def test_pft_on_frozen_random_weights_trains_masks_only(tmp_path):
     for name, param in fitted.net.named_parameters():
         kept = param != 0
         torch.testing.assert_close(param[kept], initial[name].detach()[kept])
+
+
+def toy_pft_mask(options, optim, *, seed: int) -> list:
+    """PFT's mask stage (λ alone, the weights frozen at 0.03) on y = 0.03·(x₀ + x₁) with four standard
+    normal features, from the start mask {x₂, x₃} at 50% sparsity: the best mask of two weights is
+    {x₀, x₁} (x₂ and x₃ only add noise), and the derivative of the mean loss in one λ is about 1e-3
+    (about 1e-4 on MNIST's LeNet-300-100). The mask PFT ends with, as a list of 0/1."""
+    from torch import nn
+
+    from bayesprune.fit import TensorBatches
+    from bayesprune.gates import StochasticMasks, block_isotropic
+    from bayesprune.methods.context import FitContext
+    from bayesprune.methods.pft import train_masks
+    from bayesprune.pruning import Budget, prune
+
+    torch.manual_seed(seed)
+    x = torch.randn(640, 4)
+    y = 0.03 * (x[:, 0] + x[:, 1])
+    net = nn.Linear(4, 1, bias=False)
+    with torch.no_grad():
+        net.weight.fill_(0.03)
+    scores = {"weight": torch.tensor([[1.0, 2.0, 3.0, 4.0]])}
+    assert prune(scores, Budget(fraction=0.5))["weight"].int().tolist() == [[0, 0, 1, 1]]
+    masks = StochasticMasks(block_isotropic(scores, 0.5, options.epsilon), parameterization=options.parameterization,
+                            temperature=options.temperature)
+    ctx = FitContext(epochs=50, batch_size=64, optim=optim, seed=seed)
+    train_masks(ctx, "masks", net, masks, TensorBatches(x, y, batch_size=64, seed=seed), epochs=50,
+                loss=lambda out, target: (out.squeeze(-1) - target).pow(2).mean(), weights=False, mask_lr=options.mask_lr)
+    return prune(masks.ranks({"weight": net.weight.abs()}), Budget(fraction=0.5))["weight"].int().tolist()
+
+
+def test_pft_at_the_packaged_lambda_rate_moves_a_wrong_start_mask_to_the_best_one():
+    """Issue 27: at the weights' rate of 0.01 (paper 000, appendix D.3) the keep-probabilities of a
+    wrong start mask travel less than 0.2 in 500 steps and the mask stays; at the packaged MNIST
+    config's λ rate PFT ends at the best mask on every seed."""
+    config = load_config("pft-lenet300")
+    assert config.method_options.mask_lr is not None and config.method_options.mask_lr > config.optim.lr
+    paper = dataclasses.replace(config.method_options, mask_lr=None)
+    for seed in range(2):
+        assert toy_pft_mask(config.method_options, config.optim, seed=seed) == [[1, 1, 0, 0]]
+        assert toy_pft_mask(paper, config.optim, seed=seed) == [[0, 0, 1, 1]]
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,8 @@ def pft_table(metrics: dict) -> str:
     """One row per (start mask, sparsity): the one-shot mask's test error after the same fine-tuning as PFT's
     (and after as many epochs as PFT's mask and fine-tuning stages together, when measured), PFT's, and
     the share of the start mask PFT kept."""
-    equal = metrics.get("osp_equal_budget_test_error", [None] * len(metrics["grid"]))
+    # osp_equal_budget_test_error: the same numbers under their name before issue 27
+    equal = metrics.get("osp_equal_epochs_test_error", metrics.get("osp_equal_budget_test_error", [None] * len(metrics["grid"])))
     rows = [{"start mask": criterion, "sparsity": sparsity, "OSP test error": osp,
              **({} if eq is None else {"OSP, PFT's epochs": eq}), "PFT test error": pft, "mask overlap": overlap}
             for (criterion, sparsity), osp, eq, pft, overlap in zip(metrics["grid"], metrics["osp_test_error"], equal,
