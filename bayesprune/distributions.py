@@ -9,6 +9,7 @@ objective, bound and report that calls :func:`torch.distributions.kl_divergence`
 :class:`DiracSpikeSlab` is paper 000's spike-and-slab with a point mass at zero (eq. 5), the prior
 and posterior of PAC-Bayes pruning, with its registered KL of appendix B.4.
 """
+import functools
 import math
 from typing import NamedTuple
 
@@ -237,22 +238,12 @@ class SpikeSlabPosteriors(FlatPosterior):
     """
 
     def __init__(self, loc, scale, shapes: dict, priors, constants: "SpikeSlabConstants"):
-        super().__init__(shapes)
+        super().__init__(shapes, priors)
         self.loc, self.scale, self.constants = loc, scale, constants
-        self._priors = {id(prior): prior for prior in priors}
         with torch.no_grad():  # m² + σ², shared by p* (eq. 3.8) and the KL's terms
             self.second_moment = loc**2 + scale**2
             self.logits = self.second_moment * constants.logit_quadratic + constants.logit_offset
-        self.sites = {}
-        for index, (name, loc_site, scale_site, logits_site) in enumerate(
-            zip(shapes, self.site_views(loc), self.site_views(scale), self.site_views(self.logits))
-        ):
-            site = SpikeSlabPosterior(loc_site, scale_site, logits_site)
-            site._segment = (self, index)
-            self.sites[name] = site
-
-    def covers(self, prior) -> bool:
-        return self._priors.get(id(prior)) is prior
+        self.make_sites(SpikeSlabPosterior, loc, scale, self.logits)
 
     def kl_terms(self) -> tuple:
         r"""KL(q ‖ π) = R(θ, p) − 1/2 per weight (eq. 3.7, supplement S1) at the detached p = p*, and its
@@ -406,19 +397,9 @@ class DiracSpikeSlabPosteriors(FlatPosterior):
     """
 
     def __init__(self, probs, loc, scale, shapes: dict, prior: FlatDiracSpikeSlabPrior, *, temperature: float):
-        super().__init__(shapes)
+        super().__init__(shapes, prior.sites)
         self.probs, self.loc, self.scale, self.prior = probs, loc, scale, prior
-        self._priors = {id(site): site for site in prior.sites}
-        self.sites = {}
-        for index, (name, probs_site, loc_site, scale_site) in enumerate(
-            zip(shapes, self.site_views(probs), self.site_views(loc), self.site_views(scale))
-        ):
-            site = DiracSpikeSlab(probs_site, loc_site, scale_site, temperature=temperature)
-            site._segment = (self, index)
-            self.sites[name] = site
-
-    def covers(self, prior) -> bool:
-        return self._priors.get(id(prior)) is prior
+        self.make_sites(functools.partial(DiracSpikeSlab, temperature=temperature), probs, loc, scale)
 
     def kl_terms(self) -> tuple:
         r"""kl(λ ‖ λ⁰) + λ·G per parameter, G = ((μ − μ⁰)²/σ⁰² + r − log r − 1)/2 with r = σ²/σ⁰², and its

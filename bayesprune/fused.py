@@ -84,14 +84,26 @@ class FlatPosterior:
     :func:`summed_kl` over the whole vectors, made at the first site's KL (an object lives for one
     guide call, so it is never stale).
 
-    Subclasses define :meth:`covers` (is ``prior`` one the fused formula is written for) and
-    :meth:`kl_terms` (``(terms, inputs)`` for :func:`summed_kl`).
+    Subclasses build their sites with :meth:`make_sites` and define :meth:`kl_terms` (``(terms, inputs)``
+    for :func:`summed_kl`), and :meth:`covers` where a prior is recognised otherwise than as one of the
+    ``priors`` given.
     """
 
-    def __init__(self, shapes: dict):
+    def __init__(self, shapes: dict, priors=()):
+        self.names = list(shapes)
         self.shapes = [torch.Size(shape) for shape in shapes.values()]
         self.sizes = [shape.numel() for shape in self.shapes]
+        self._priors = {id(prior): prior for prior in priors}
         self._kl = None
+
+    def make_sites(self, distribution, *flats):
+        """``self.sites``: site name → ``distribution(*views)`` on that site's views of the flat vectors
+        ``flats``, each a :class:`FlatSite` of this posterior."""
+        self.sites = {}
+        for index, (name, *views) in enumerate(zip(self.names, *map(self.site_views, flats))):
+            site = distribution(*views)
+            site._segment = (self, index)
+            self.sites[name] = site
 
     def site_views(self, flat: torch.Tensor) -> list:
         """The site tensors of a flat vector: one ``split`` (one autograd node, whose backward is one
@@ -100,7 +112,8 @@ class FlatPosterior:
                 for chunk, shape in zip(flat.split(self.sizes), self.shapes)]
 
     def covers(self, prior) -> bool:
-        raise NotImplementedError
+        """Is ``prior`` one the fused formula is written for: one of the ``priors`` this posterior was built for."""
+        return self._priors.get(id(prior)) is prior
 
     def kl_terms(self) -> tuple:
         raise NotImplementedError

@@ -68,8 +68,8 @@ class DiracSpikeSlabGuide(PyroModule):
         scale = self.log_scale.exp()
         prior = self._flat_prior(self._site_priors(self.loc.device))
         if prior is not None:
-            probs = torch.cat([keep[name].flatten() if name in keep else torch.ones(shape.numel(), dtype=self.loc.dtype, device=self.loc.device)
-                               for name, shape in self.site_shapes.items()])
+            ones = self.loc.new_ones
+            probs = torch.cat([keep[name].flatten() if name in keep else ones(shape.numel()) for name, shape in self.site_shapes.items()])
             return DiracSpikeSlabPosteriors(probs, self.loc, scale, self.site_shapes, prior, temperature=self.temperature).sites
         locs, scales = self._split(self.loc), self._split(scale)
         return {name: DiracSpikeSlab(keep[name] if name in keep else torch.ones_like(locs[name]), locs[name], scales[name],

@@ -167,13 +167,7 @@ class AdditiveNormals(FlatPosterior):
     def __init__(self, loc, log_sigma2, shapes: dict):
         super().__init__(shapes)
         self.loc, self.log_sigma2 = loc, log_sigma2
-        self.sites = {}
-        for index, (name, loc_site, log_sigma2_site) in enumerate(
-            zip(shapes, self.site_views(loc), self.site_views(log_sigma2))
-        ):
-            site = AdditiveNormal(loc_site, log_sigma2_site)
-            site._segment = (self, index)
-            self.sites[name] = site
+        self.make_sites(AdditiveNormal, loc, log_sigma2)
 
     def covers(self, prior) -> bool:
         return isinstance(prior, LogUniform)
