@@ -338,11 +338,18 @@ class RunConfig:
         return tomli_w.dumps(self.to_dict())
 
 
+def refuse_unknown_keys(table: str, values: dict, cls, *, owner: str | None = None):
+    """Refuse a key of the config table ``table`` that dataclass ``cls`` has no field for, naming it
+    (and listing the options of ``owner``, a method, when given)."""
+    known = {f.name for f in fields(cls)}
+    unknown = [key for key in values if key not in known]
+    if unknown:
+        listing = f" (options of {owner!r}: {sorted(known)})" if owner else ""
+        raise ConfigError(f"unknown config key '{table}.{unknown[0]}'{listing}")
+
+
 def _options(method, values: dict):
-    known = {f.name for f in fields(method.Options)}
-    for key in values:
-        if key not in known:
-            raise ConfigError(f"unknown config key '{method.name}.{key}' (options of {method.name!r}: {sorted(known)})")
+    refuse_unknown_keys(method.name, values, method.Options, owner=method.name)
     return method.Options(**values)
 
 
@@ -371,10 +378,10 @@ def _fold_legacy_keys(raw: dict, method) -> dict:
 
 def _section(name: str, values: dict):
     cls = _SECTIONS[name]
+    if name not in _OPEN_SECTIONS:
+        refuse_unknown_keys(name, values, cls)
     known = {f.name for f in fields(cls)} - {"options"}
     unknown = {key: value for key, value in values.items() if key not in known}
-    if unknown and name not in _OPEN_SECTIONS:
-        raise ConfigError(f"unknown config key '{name}.{next(iter(unknown))}'")
     kwargs = {key: value for key, value in values.items() if key in known}
     if name in _OPEN_SECTIONS:
         kwargs["options"] = unknown

@@ -10,10 +10,9 @@ estimate becomes W⁰ and its scores rank the weights of eq. 6, so λ⁰ keeps e
 certificate then bounds the Gibbs risk of a stochastic network around that method's mask, trained by
 the bound on S \\ S_P: the same method's mask fitted on all of S is not certified by it.
 """
-from dataclasses import fields
-
 import pyro
 
+from bayesprune.config import refuse_unknown_keys
 from bayesprune.errors import ConfigError
 from bayesprune.optim import OptimConfig
 
@@ -33,10 +32,7 @@ def start_method(options) -> tuple:
         raise ConfigError(f"pbp.start_mask = {options.start_mask!r}: its mask removes whole units, and PBP's prior "
                           "keeps or drops single weights (eq. 6)")
     values = dict(options.start_options)
-    known = {f.name for f in fields(method.Options)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ConfigError(f"unknown config key 'pbp.start_options.{unknown[0]}' (options of {method.name!r}: {sorted(known)})")
+    refuse_unknown_keys("pbp.start_options", values, method.Options, owner=method.name)
     option = sparsity_option(method.name)
     if option is not None:
         wanted = [options.sparsity] if option == "sparsities" else options.sparsity
@@ -48,9 +44,7 @@ def start_method(options) -> tuple:
         own = method.Options(**values)
     except ConfigError as error:
         raise ConfigError(f"pbp.start_options: {error}") from None
-    unknown = sorted(set(options.start_optim) - {f.name for f in fields(OptimConfig)})
-    if unknown:
-        raise ConfigError(f"unknown config key 'pbp.start_optim.{unknown[0]}'")
+    refuse_unknown_keys("pbp.start_optim", options.start_optim, OptimConfig)
     try:
         optim = OptimConfig(**options.start_optim) if options.start_optim else None
     except ConfigError as error:
