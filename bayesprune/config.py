@@ -17,6 +17,7 @@ from .errors import ConfigError
 from .optim import OptimConfig  # [optim] lives with the optimisers it builds (the methods read it)
 from .validation import is_int as _is_int
 from .validation import is_number as _is_number
+from .validation import refuse_unknown_keys
 from .validation import require as _require
 
 
@@ -336,16 +337,6 @@ class RunConfig:
 
     def to_toml(self) -> str:
         return tomli_w.dumps(self.to_dict())
-
-
-def refuse_unknown_keys(table: str, values: dict, cls, *, owner: str | None = None):
-    """Refuse a key of the config table ``table`` that dataclass ``cls`` has no field for, naming it
-    (and listing the options of ``owner``, a method, when given)."""
-    known = {f.name for f in fields(cls)}
-    unknown = [key for key in values if key not in known]
-    if unknown:
-        listing = f" (options of {owner!r}: {sorted(known)})" if owner else ""
-        raise ConfigError(f"unknown config key '{table}.{unknown[0]}'{listing}")
 
 
 def _options(method, values: dict):

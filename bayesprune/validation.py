@@ -1,5 +1,6 @@
 """Checks shared by every config section and method option: each failure names its field in one line."""
 import math
+from dataclasses import fields
 
 from .errors import ConfigError
 
@@ -34,3 +35,13 @@ def is_int(value) -> bool:
 def is_number(value) -> bool:
     """A finite int or float that is not a boolean."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def refuse_unknown_keys(table: str, values: dict, cls, *, owner: str | None = None):
+    """Refuse a key of the config table ``table`` that dataclass ``cls`` has no field for, naming it
+    (and listing the options of ``owner``, a method, when given)."""
+    known = {f.name for f in fields(cls)}
+    unknown = [key for key in values if key not in known]
+    if unknown:
+        listing = f" (options of {owner!r}: {sorted(known)})" if owner else ""
+        raise ConfigError(f"unknown config key '{table}.{unknown[0]}'{listing}")

@@ -12,9 +12,9 @@ the bound on S \\ S_P: the same method's mask fitted on all of S is not certifie
 """
 import pyro
 
-from bayesprune.config import refuse_unknown_keys
 from bayesprune.errors import ConfigError
 from bayesprune.optim import OptimConfig
+from bayesprune.validation import refuse_unknown_keys
 
 from .. import available_methods, get_method, sparsity_option
 
