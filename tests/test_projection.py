@@ -129,6 +129,7 @@ def test_float32_in_float32_out():
     assert mixed["w"].dtype == torch.float32 and mixed["b"].dtype == torch.float64
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_cuda_matches_cpu():
     s = torch.from_numpy(random_scores(np.random.default_rng(8), 10**5))
