@@ -68,12 +68,14 @@ def export(net: nn.Module, masks: dict, *, input_shape=None) -> nn.Module:
         return net
     shape = input_shape_of(original, input_shape)
     remove_units(net, {name: mask.to(torch.bool).cpu() for name, mask in unit_masks.items()}, input_shape=shape)
-    _check(original, net, weight_masks, unit_masks, shape)
+    check_export(original, net, weight_masks, unit_masks, shape)
     return net
 
 
-def _check(original, exported, weight_masks, unit_masks, shape):
-    """Raise unless ``exported`` computes ``original`` with the masks applied, on probe inputs in eval mode."""
+def check_export(original, exported, weight_masks: dict, unit_masks: dict, shape):
+    """Raise ``ValueError`` unless ``exported`` computes ``original`` with the weight masks and unit
+    masks applied, on probe inputs of one input's ``shape`` in eval mode (naming the module whose
+    units' removal does not)."""
     if _agrees(original, exported, weight_masks, unit_masks, shape):
         return
     removed = [name for name, mask in unit_masks.items() if not bool(mask.all())]
@@ -149,7 +151,12 @@ def restrict(tensors: dict, net: nn.Module, unit_masks: dict, *, input_shape=Non
     """Tensors shaped like ``net``'s parameters (by parameter name: gradients, optimiser moments)
     cut to the kept units as :func:`export` cuts the parameters; others are returned as they are."""
     cuts = kept_entries(net, {name: mask.to(torch.bool).cpu() for name, mask in unit_masks.items()}, input_shape=input_shape)
-    shapes = {name: param.shape for name, param in net.named_parameters()}
+    return cut(tensors, cuts, {name: param.shape for name, param in net.named_parameters()})
+
+
+def cut(tensors: dict, cuts: dict, shapes: dict) -> dict:
+    """``tensors`` (by parameter name) cut as :func:`bayesprune.structure.shrunk`'s ``cuts`` say, where
+    a tensor has its parameter's shape in ``shapes``; others are returned as they are."""
     result = {}
     for name, tensor in tensors.items():
         if name in cuts and tensor.shape == shapes[name]:

@@ -376,13 +376,21 @@ def remove_units(net: nn.Module, unit_masks: dict, *, input_shape=None, graph=No
 
 def kept_entries(net: nn.Module, unit_masks: dict, *, input_shape=None) -> dict:
     """Parameter name → (flat indices of the entries that removing the masked units keeps, the
-    parameter's new shape), for every parameter that loses entries.
-
-    Found by removing the units from a float64 copy of ``net`` whose parameters hold their own flat
-    indices, so it agrees with :func:`remove_units` by construction.
-    """
+    parameter's new shape), for every parameter that loses entries (the cuts of :func:`shrunk`)."""
     if not any(not bool(mask.all()) for mask in unit_masks.values()):
         return {}
+    return shrunk(net, unit_masks, input_shape=input_shape)[1]
+
+
+def shrunk(net: nn.Module, unit_masks: dict, *, input_shape=None) -> tuple:
+    """``(smaller, cuts)``: a copy of ``net`` without the masked units, and parameter name → (flat
+    indices of the entries kept, new shape) for every parameter that loses entries.
+
+    One removal (:func:`remove_units`) on a float64 copy of ``net`` whose parameters hold their own
+    flat indices gives both, so the cuts agree with the removal by construction; the copy then takes
+    ``net``'s values at those indices and its dtypes back (exact: float32 buffers round-trip through
+    float64 unchanged).
+    """
     shape = input_shape_of(net, input_shape)
     probe = copy.deepcopy(net).double()
     with torch.no_grad():
@@ -390,5 +398,24 @@ def kept_entries(net: nn.Module, unit_masks: dict, *, input_shape=None) -> dict:
             param.copy_(torch.arange(param.numel(), dtype=torch.float64, device=param.device).view(param.shape))
     before = {name: param.numel() for name, param in probe.named_parameters()}
     remove_units(probe, unit_masks, input_shape=shape)
-    return {name: (param.detach().flatten().round().long(), tuple(param.shape))
+    cuts = {name: (param.detach().flatten().round().long(), tuple(param.shape))
             for name, param in probe.named_parameters() if param.numel() != before[name]}
+    params, buffers = dict(net.named_parameters()), dict(net.named_buffers())
+    names = {id(param): name for name, param in probe.named_parameters()}  # a tied parameter: one name
+    replaced = {}
+    for prefix, module in probe.named_modules():
+        for key, param in module._parameters.items():
+            if param is not None:
+                if id(param) not in replaced:
+                    name = names[id(param)]
+                    source = params[name].detach()
+                    if name in cuts:
+                        kept, new_shape = cuts[name]
+                        source = source.flatten()[kept.to(source.device)].view(new_shape)
+                    replaced[id(param)] = nn.Parameter(source.clone(), requires_grad=params[name].requires_grad)
+                module._parameters[key] = replaced[id(param)]
+        for key, buffer in module._buffers.items():
+            name = f"{prefix}.{key}" if prefix else key
+            if buffer is not None and name in buffers:
+                module._buffers[key] = buffer.to(buffers[name].dtype)
+    return probe, cuts

@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bayesprune.export import (count_macs, count_parameters, dead_units, export, load_trainable, mask_parameters,
+from bayesprune.export import (count_macs, count_parameters, cut, dead_units, export, load_trainable, mask_parameters,
                                measure_latency, resize, restrict, save_portable, save_trainable, unmask_parameters)
 from bayesprune.models import lenet_5_caffe, lenet_5_classic, lenet_300_100, mlp
 from bayesprune.pruning import Budget, apply_masks, expand_unit_masks, prune, sparsity, unit_scores
-from bayesprune.structure import layer_chain
+from bayesprune.structure import layer_chain, shrunk
 
 from helpers import ClassicLeNet5
 
@@ -321,6 +321,32 @@ def test_a_shrunk_residual_network_is_rebuilt_from_its_shapes_and_restricts_opti
         assert torch.equal(rebuilt.eval()(x), small.eval()(x))
     moments = restrict(dict(net.named_parameters()), net, units, input_shape=shape)
     assert all(torch.equal(moments[name], p) for name, p in small.named_parameters())
+
+
+def test_shrunk_gives_the_exported_network_and_the_cuts_of_its_parameters():
+    """The one-removal copy unit-gate training uses equals export's network (Torch-Pruning on a copy, then
+    checked against the masked network): every parameter and buffer (batch norm's running statistics) in
+    value and dtype, and the cuts give the parameters."""
+    net = trained_resnet()
+    with torch.no_grad():  # running statistics that are not the initial zeros and ones
+        net.train()(torch.randn(16, 3, 12, 12))
+    net.eval()
+    shape = (3, 12, 12)
+    units = {site: torch.arange(mask_len) % 3 != 2 for site, mask_len in
+             (("stem.0.gate", 8), ("block1.conv1.gate", 8), ("block2.conv1.gate", 12), ("block2.conv2.gate", 12))}
+    small, cuts = shrunk(net, units, input_shape=shape)
+    oracle = export(net, units, input_shape=shape)
+    for theirs, ours in ((dict(oracle.named_parameters()), dict(small.named_parameters())),
+                         (dict(oracle.named_buffers()), dict(small.named_buffers()))):
+        assert theirs.keys() == ours.keys()
+        assert all(ours[name].dtype == theirs[name].dtype and torch.equal(ours[name], theirs[name]) for name in theirs)
+    params = dict(net.named_parameters())
+    cut_params = cut(params, cuts, {name: param.shape for name, param in params.items()})
+    assert cut_params.keys() == dict(small.named_parameters()).keys()
+    assert all(torch.equal(tensor, dict(small.named_parameters())[name]) for name, tensor in cut_params.items())
+    x = torch.randn(4, *shape)
+    with torch.no_grad():
+        assert torch.equal(small.eval()(x), oracle.eval()(x))
 
 
 def test_unit_scores_of_a_residual_group_pool_the_rows_of_every_producer():

@@ -22,10 +22,10 @@ import torch
 import torch.nn.functional as F
 
 from bayesprune.errors import ConfigError
-from bayesprune.export import export, restrict
+from bayesprune.export import check_export, cut
 from bayesprune.fit import optimizer_step
 from bayesprune.gates import ESTIMATORS, UnitGates, project_unit_weights, unit_weight_norms
-from bayesprune.structure import layer_chain
+from bayesprune.structure import input_shape_of, layer_chain, shrunk
 from bayesprune.validation import MAX_COUNT, is_count, is_number, require
 
 from .. import Method, register_method
@@ -163,6 +163,7 @@ class GateTraining:
         self.optimizer = adam(net, lr, options.weight_precision, self.gates.theta)
         self.theta_max = [t.detach().clone() for t in self.gates.theta]  # running maximum, condition (ii)
         self.steps = 0
+        self.checked_sites = set()  # layers whose unit removal check_export has verified
         self.units_alive, self.epoch_seconds, self.epoch_test_error = [], [], []
         self.theta_trajectories = []  # per epoch: θ of every starting unit (0 once removed)
         self.starting_units = [t.numel() for t in self.gates.theta]
@@ -254,21 +255,32 @@ class GateTraining:
 
     def remove(self, keep: list):
         """Remove the units where ``keep`` is false: a smaller network, gates and optimiser whose
-        state (Adam's moments and step counts) is the kept units' own."""
+        state (Adam's moments and step counts) is the kept units' own.
+
+        One removal gives the smaller network and the cuts of the moments (:func:`shrunk`). Whether
+        removing a layer's units computes the gated network is a property of the network's structure,
+        so it is checked (:func:`check_export`) the first time each layer loses units, not at every step
+        that removes some.
+        """
         if all(bool(k.all()) for k in keep):
             return
-        masks = {site: k for site, k in zip(self.gates.sites, keep)}
+        masks = {site: k.cpu() for site, k in zip(self.gates.sites, keep)}
+        net, cuts = shrunk(self.net, masks, input_shape=self.input_shape)
+        first = {site: mask for site, mask in masks.items() if site not in self.checked_sites and not bool(mask.all())}
+        if first:
+            check_export(self.net, net, {}, masks, input_shape_of(self.net, self.input_shape))
+            self.checked_sites.update(first)
+        shapes = {name: param.shape for name, param in self.net.named_parameters()}
         old_params = dict(self.net.named_parameters())
         old_state = {name: self.optimizer.state.get(param, {}) for name, param in old_params.items()}
         old_theta_state = [self.optimizer.state.get(t, {}) for t in self.gates.theta]
-        net = export(self.net, masks)
         gates = UnitGates(net, input_shape=self.input_shape)
         with torch.no_grad():
             for new, old, k in zip(gates.theta, self.gates.theta, keep):
                 new.copy_(old[k])
         optimizer = adam(net, self.optimizer.param_groups[0]["lr"], self.options.weight_precision, gates.theta)
         for key in ("exp_avg", "exp_avg_sq"):
-            moments = restrict({name: state[key] for name, state in old_state.items() if key in state}, self.net, masks)
+            moments = cut({name: state[key] for name, state in old_state.items() if key in state}, cuts, shapes)
             for name, param in net.named_parameters():
                 if name in moments:
                     optimizer.state[param][key] = moments[name].clone()
