@@ -10,7 +10,9 @@ import torch
 from bayesprune.bounds import certificate
 from bayesprune.cli import main
 from bayesprune.config import RunConfig, load_config
+from bayesprune.distributions import DiracSpikeSlab
 from bayesprune.errors import ConfigError
+from bayesprune.methods import pbp
 from bayesprune.runner import load_run, new_net, run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -107,11 +109,13 @@ def test_pft_at_the_packaged_lambda_rate_moves_a_wrong_start_mask_to_the_best_on
         assert toy_pft_mask(paper, config.optim, seed=seed) == [[0, 0, 1, 1]]
 
 
+PBP_OPTIONS = {"prior_epochs": 10, "prior_mask_epochs": 2, "sparsity": 0.7, "mc_samples": 20, "prior_samples": 5}
+
+
 @pytest.fixture(scope="module")
 def pbp_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("pbp") / "run"
-    options = {"prior_epochs": 10, "prior_mask_epochs": 2, "sparsity": 0.7, "mc_samples": 20, "prior_samples": 5}
-    return out, run(config("pbp", options, prune={"droprates": [0.0, 0.7], "include_biases": False},
+    return out, run(config("pbp", PBP_OPTIONS, prune={"droprates": [0.0, 0.7], "include_biases": False},
                            train={"epochs": 3, "validation": 0.2}), out)
 
 
@@ -141,7 +145,6 @@ def test_certify_measures_the_risk_on_the_fits_own_s_minus_s_p_when_validation_h
     the split's permutations from seed 0), none a validation row or a row of S_P, the prior's; they come
     from the checkpoint, so an edited config.toml changes nothing, and changed data is refused."""
     from bayesprune.data import load_dataset
-    from bayesprune.methods import pbp
 
     out, metrics = pbp_run
     full = load_dataset("digits")
@@ -153,8 +156,8 @@ def test_certify_measures_the_risk_on_the_fits_own_s_minus_s_p_when_validation_h
 
     scored = []
     real = pbp.gibbs_errors
-    monkeypatch.setattr(pbp, "gibbs_errors", lambda model, guide, x, y, *, samples: scored.append(x) or real(
-        model, guide, x, y, samples=samples))
+    monkeypatch.setattr(pbp, "gibbs_errors", lambda model, guide, x, y, **options: scored.append(x) or real(
+        model, guide, x, y, **options))
     edited = tmp_path / "run"
     shutil.copytree(out, edited)
     (edited / "config.toml").write_text((edited / "config.toml").read_text().replace("validation = 0.2", "validation = 0.0"))
@@ -167,6 +170,48 @@ def test_certify_measures_the_risk_on_the_fits_own_s_minus_s_p_when_validation_h
     (edited / "config.toml").write_text((edited / "config.toml").read_text().replace('dataset = "digits"', 'dataset = "digits"\nseed = 1'))
     assert main(["certify", str(edited), "--samples", "2"]) == 2  # digits' train/test split drawn from another seed
     assert "does not hold the 575 examples of S \\ S_P" in capsys.readouterr().err
+
+
+class OneWeightDecides:
+    """A linear classifier on the constant input 1 whose answer is right exactly when one Bernoulli keep
+    draw of weight (0, 0) is 1 (λ = 0.3): every network is right on every example or on none, and a
+    network drawn per example is wrong with probability 0.7, independently."""
+
+    def __init__(self):
+        self.net = torch.nn.Linear(1, 2)
+        tiny = torch.full((2, 1), 1e-6)
+        self.q = {"weight": DiracSpikeSlab(torch.tensor([[0.3], [1.0]]), torch.tensor([[1.0], [0.5]]), tiny),
+                  "bias": DiracSpikeSlab(torch.ones(2), torch.zeros(2), torch.full((2,), 1e-6))}
+
+    def network(self, params, x):
+        return torch.func.functional_call(self.net, params, (x,))
+
+    def posteriors(self):
+        return self.q
+
+    def sample_params(self):
+        return {name: q.sample() for name, q in self.q.items()}
+
+
+def test_gibbs_errors_per_example_draw_a_network_for_every_example_and_estimate_the_gibbs_risk():
+    toy, n = OneWeightDecides(), 4000
+    x, y = torch.ones(n, 1), torch.zeros(n, dtype=torch.long)
+    per_example = pbp.gibbs_errors(toy, toy, x, y, samples=2, sampling="examples")
+    assert per_example.shape == (2 * n,) and set(per_example.unique().tolist()) == {0.0, 1.0}
+    assert abs(float(per_example.mean()) - 0.7) < 4 * (0.21 / (2 * n)) ** 0.5  # exact Gibbs risk 0.7
+    assert 0 < float(per_example[:100].mean()) < 1  # draws differ within a chunk: not one network per chunk
+    per_network = pbp.gibbs_errors(toy, toy, x, y, samples=30)
+    assert per_network.shape == (30,) and set(per_network.unique().tolist()) <= {0.0, 1.0}
+
+
+def test_a_per_example_certificate_counts_every_draw_and_bounds_the_measured_errors(tmp_path):
+    metrics = run(config("pbp", {**PBP_OPTIONS, "sampling": "examples", "mc_samples": 2}), tmp_path / "run")
+    assert metrics["risk_draws"] == 2 * metrics["n_bound"]
+    expected = certificate(mean_risk=metrics["empirical_risk"], samples=2 * metrics["n_bound"], kl=metrics["kl"],
+                           n=metrics["n_bound"], delta=0.05)
+    assert metrics["bound"] == pytest.approx(float(expected.bound))
+    assert metrics["empirical_risk"] <= metrics["empirical_risk_bound"] <= metrics["bound"] < 1
+    assert metrics["posterior_test_error"] / 100 <= metrics["bound"]
 
 
 def test_pbp_trains_its_prior_on_s_p_only_and_the_posterior_on_s_minus_s_p(monkeypatch):
