@@ -37,15 +37,22 @@ from bayesprune.runner import load_datasets, new_net
 ELBO_DRAWS = 32
 
 
-def compare(data_root: Path, name: str, split: int, overrides=()) -> dict:
-    """Held-out RMSE of the plain network and of both sBNN fits, and the ELBO of the sBNN fits."""
+def held_out_split(data_root: Path, name: str, split: int, overrides=()) -> tuple:
+    """``(config, dataset, validation)`` of the packaged ``uci`` config on ``split`` of set ``name``, with a
+    tenth of the training rows as the test split (the real one is never read) and ``train.validation``'s
+    rows held out of the rest."""
     config = load_config("uci", [f"data.root={json.dumps(str(data_root))}", f"data.name={json.dumps(name)}",
                                  f"data.splits=[{split}]", *overrides])
     dataset = load_datasets(config)[0]
     dataset, x_held, y_held = hold_out(dataset, 0.1, seed=1000 + split)
     dataset = replace(dataset, x_test=x_held, y_test=y_held)
     dataset, *validation = hold_out(dataset, config.train.validation, seed=config.seed)
-    config = config.for_data(dataset.num_train)
+    return config.for_data(dataset.num_train), dataset, validation
+
+
+def compare(data_root: Path, name: str, split: int, overrides=()) -> dict:
+    """Held-out RMSE of the plain network and of both sBNN fits, and the ELBO of the sBNN fits."""
+    config, dataset, validation = held_out_split(data_root, name, split, overrides)
     device = torch.device("cpu")
 
     def sbnn(net):

@@ -15,32 +15,23 @@ Each fit prints one JSON line.
 """
 import argparse
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pyro
 import torch
 
 from bayesprune.analysis.evaluation import pruning_curve
-from bayesprune.config import load_config
-from bayesprune.early_stopping import hold_out
 from bayesprune.methods import FitContext
 from bayesprune.methods.sbnn import fit_posterior
 from bayesprune.objectives import AnalyticKLELBO
-from bayesprune.runner import load_datasets, new_net
+from bayesprune.runner import new_net
+from uci_objective import ELBO_DRAWS, held_out_split
 
 DROPRATES = [0.0, 0.25, 0.5, 0.75]
-ELBO_DRAWS = 32
 
 
 def fit(data_root: Path, name: str, split: int, shrink: float, overrides=()) -> dict:
-    config = load_config("uci", [f"data.root={json.dumps(str(data_root))}", f"data.name={json.dumps(name)}",
-                                 f"data.splits=[{split}]", *overrides])
-    dataset = load_datasets(config)[0]
-    dataset, x_held, y_held = hold_out(dataset, 0.1, seed=1000 + split)
-    dataset = replace(dataset, x_test=x_held, y_test=y_held)
-    dataset, *validation = hold_out(dataset, config.train.validation, seed=config.seed)
-    config = config.for_data(dataset.num_train)
+    config, dataset, validation = held_out_split(data_root, name, split, overrides)
     pyro.set_rng_seed(config.seed)
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
     with torch.no_grad():
