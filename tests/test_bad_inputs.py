@@ -78,6 +78,7 @@ CASES = {
     "pft unknown start mask": ({}, ["run", "pft-lenet300", "--out", "out", "--set", "pft.start_masks=['obd2']"], "pft.start_masks"),
     "pbp alpha 1": ({}, ["run", "pbp-lenet300", "--out", "out", "--set", "pbp.alpha=1.0"], "pbp.alpha"),
     "pbp epsilon too large for eq. 6": ({}, ["run", "pbp-lenet300", "--out", "out", "--set", "pbp.epsilon=0.2"], "pbp.epsilon"),
+    "pbp unknown sampling": ({}, ["run", "pbp-digits", "--out", "out", "--set", "pbp.sampling='weights'"], "pbp.sampling"),
     "momentum with adam": ({}, settings("optim.momentum=0.9"), "optim.momentum"),
     "negative weight decay": ({}, settings("optim.weight_decay=-0.1"), "optim.weight_decay"),
     "saliency unknown criterion": ({}, ["run", "criteria-mlp", "--out", "out", "--set", "saliency.criteria=['obs']"], "saliency.criteria"),
