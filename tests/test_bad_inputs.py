@@ -79,6 +79,8 @@ CASES = {
     "pbp alpha 1": ({}, ["run", "pbp-lenet300", "--out", "out", "--set", "pbp.alpha=1.0"], "pbp.alpha"),
     "pbp epsilon too large for eq. 6": ({}, ["run", "pbp-lenet300", "--out", "out", "--set", "pbp.epsilon=0.2"], "pbp.epsilon"),
     "pbp unknown sampling": ({}, ["run", "pbp-digits", "--out", "out", "--set", "pbp.sampling='weights'"], "pbp.sampling"),
+    "pbp 1000 networks per example": ({}, ["run", "pbp-digits", "--out", "out", "--set", "pbp.sampling='examples'"],
+                                      "pbp.mc_samples"),
     "momentum with adam": ({}, settings("optim.momentum=0.9"), "optim.momentum"),
     "negative weight decay": ({}, settings("optim.weight_decay=-0.1"), "optim.weight_decay"),
     "saliency unknown criterion": ({}, ["run", "criteria-mlp", "--out", "out", "--set", "saliency.criteria=['obs']"], "saliency.criteria"),

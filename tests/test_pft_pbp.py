@@ -204,8 +204,10 @@ def test_gibbs_errors_per_example_draw_a_network_for_every_example_and_estimate_
     assert per_network.shape == (30,) and set(per_network.unique().tolist()) <= {0.0, 1.0}
 
 
-def test_a_per_example_certificate_counts_every_draw_and_bounds_the_measured_errors(tmp_path):
+def test_a_per_example_certificate_counts_every_draw_and_bounds_the_measured_errors(tmp_path, capsys):
     metrics = run(config("pbp", {**PBP_OPTIONS, "sampling": "examples", "mc_samples": 2}), tmp_path / "run")
+    assert main(["certify", str(tmp_path / "run"), "--samples", "101"]) == 2  # each draw: a network per example
+    assert "--samples: at most 100 draws per example" in capsys.readouterr().err
     assert metrics["risk_draws"] == 2 * metrics["n_bound"]
     expected = certificate(mean_risk=metrics["empirical_risk"], samples=2 * metrics["n_bound"], kl=metrics["kl"],
                            n=metrics["n_bound"], delta=0.05)

@@ -61,6 +61,8 @@ EVALUATION_CHUNK = 10_000
 SAMPLING = ("networks", "examples")
 #: Weights drawn at once when every example has a network of its own (about 64 MB of float32).
 PER_EXAMPLE_WEIGHTS = 2**24
+#: Most draws per example with ``sampling = "examples"`` (each as costly as hundreds of whole networks).
+MAX_PER_EXAMPLE_DRAWS = 100
 #: Examples of S_P a data-dependent start criterion (SNIP) reads, as PFT's ``saliency_examples``.
 SALIENCY_EXAMPLES = 1000
 
@@ -137,6 +139,9 @@ class PBPOptions:
         for name in ("grid_size", "mc_samples", "prior_samples"):
             require(is_count(getattr(self, name)), key + name, f"be a positive integer up to {MAX_COUNT}", getattr(self, name))
         require(self.sampling in SAMPLING, key + "sampling", f"be one of {list(SAMPLING)}", self.sampling)
+        require(self.sampling == "networks" or self.mc_samples <= MAX_PER_EXAMPLE_DRAWS, key + "mc_samples",
+                f"be at most {MAX_PER_EXAMPLE_DRAWS} with pbp.sampling = 'examples' (each draw is a network for every "
+                "example; 1 already gives m = n)", self.mc_samples)
 
 
 def split_rows(num_train: int, alpha: float, seed: int) -> tuple:
@@ -373,6 +378,9 @@ class PBPMethod(Method):
         ``pbp.mc_samples``), on the device the fit is on. The empirical risk is measured on the rows of
         S \\ S_P the fit recorded (:func:`bound_examples`), whatever ``data``'s split options say."""
         samples = samples or options.mc_samples
+        if options.sampling == "examples" and samples > MAX_PER_EXAMPLE_DRAWS:
+            raise BayesPruneError(f"--samples: at most {MAX_PER_EXAMPLE_DRAWS} draws per example with pbp.sampling = "
+                                  f"'examples' (each is a network for every example), got {samples}")
         device = next(fitted.net.parameters()).device
         x_bound, y_bound = (tensor.to(device) for tensor in bound_examples(fitted, data))
         empirical = gibbs_errors(fitted.model, fitted.guide, x_bound, y_bound, samples=samples, sampling=options.sampling)
