@@ -376,30 +376,36 @@ def remove_units(net: nn.Module, unit_masks: dict, *, input_shape=None, graph=No
 
 def kept_entries(net: nn.Module, unit_masks: dict, *, input_shape=None) -> dict:
     """Parameter name → (flat indices of the entries that removing the masked units keeps, the
-    parameter's new shape), for every parameter that loses entries (the cuts of :func:`shrunk`)."""
+    parameter's new shape), for every parameter that loses entries.
+
+    Found by removing the units from a float64 copy of ``net`` whose parameters hold their own flat
+    indices, so it agrees with :func:`remove_units` by construction.
+    """
     if not any(not bool(mask.all()) for mask in unit_masks.values()):
         return {}
-    return shrunk(net, unit_masks, input_shape=input_shape)[1]
+    return _index_probe(net, unit_masks, input_shape)[1]
 
 
-def shrunk(net: nn.Module, unit_masks: dict, *, input_shape=None) -> tuple:
-    """``(smaller, cuts)``: a copy of ``net`` without the masked units, and parameter name → (flat
-    indices of the entries kept, new shape) for every parameter that loses entries.
-
-    One removal (:func:`remove_units`) on a float64 copy of ``net`` whose parameters hold their own
-    flat indices gives both, so the cuts agree with the removal by construction; the copy then takes
-    ``net``'s values at those indices and its dtypes back (exact: float32 buffers round-trip through
-    float64 unchanged).
-    """
-    shape = input_shape_of(net, input_shape)
+def _index_probe(net: nn.Module, unit_masks: dict, input_shape) -> tuple:
+    """``(probe, cuts)``: a float64 copy of ``net`` whose parameters held their own flat indices, with
+    the masked units removed, and the cuts :func:`kept_entries` reads off it."""
     probe = copy.deepcopy(net).double()
     with torch.no_grad():
         for param in probe.parameters():
             param.copy_(torch.arange(param.numel(), dtype=torch.float64, device=param.device).view(param.shape))
     before = {name: param.numel() for name, param in probe.named_parameters()}
-    remove_units(probe, unit_masks, input_shape=shape)
+    remove_units(probe, unit_masks, input_shape=input_shape_of(net, input_shape))
     cuts = {name: (param.detach().flatten().round().long(), tuple(param.shape))
             for name, param in probe.named_parameters() if param.numel() != before[name]}
+    return probe, cuts
+
+
+def shrunk(net: nn.Module, unit_masks: dict, *, input_shape=None) -> tuple:
+    """``(smaller, cuts)``: a copy of ``net`` without the masked units, and the cuts of
+    :func:`kept_entries`, from one removal: the removal's index probe takes ``net``'s values at the
+    kept indices and its dtypes back (exact: float32 buffers round-trip through float64 unchanged).
+    """
+    probe, cuts = _index_probe(net, unit_masks, input_shape)
     params, buffers = dict(net.named_parameters()), dict(net.named_buffers())
     names = {id(param): name for name, param in probe.named_parameters()}  # a tied parameter: one name
     replaced = {}

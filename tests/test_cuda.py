@@ -25,10 +25,9 @@ def test_fits_on_cuda_and_exports_on_cpu(method, short_config, tmp_path, capsys)
     def collect(value):
         if isinstance(value, torch.Tensor):
             tensors.append(value)
-        elif isinstance(value, dict):
-            [collect(item) for item in value.values()]
-        elif isinstance(value, (list, tuple)):
-            [collect(item) for item in value]
+        elif isinstance(value, (dict, list, tuple)):
+            for item in value.values() if isinstance(value, dict) else value:
+                collect(item)
 
     collect(saved)
     assert tensors and {tensor.device.type for tensor in tensors} == {"cpu"}

@@ -206,7 +206,6 @@ def gibbs_errors(model, guide, x, y, *, samples: int, sampling: str = "networks"
     return torch.tensor(errors, dtype=torch.float64)
 
 
-@torch.no_grad()
 def _per_example_errors(model, guide, x, y, *, draws: int) -> torch.Tensor:
     """The 0-1 loss of a network drawn from ``guide`` for each example of (x, y), ``draws`` times."""
     posteriors = guide.posteriors()

@@ -266,12 +266,12 @@ class GateTraining:
             return
         masks = {site: k.cpu() for site, k in zip(self.gates.sites, keep)}
         net, cuts = shrunk(self.net, masks, input_shape=self.input_shape)
-        first = {site: mask for site, mask in masks.items() if site not in self.checked_sites and not bool(mask.all())}
+        first = {site for site, mask in masks.items() if site not in self.checked_sites and not bool(mask.all())}
         if first:
             check_export(self.net, net, {}, masks, input_shape_of(self.net, self.input_shape))
-            self.checked_sites.update(first)
-        shapes = {name: param.shape for name, param in self.net.named_parameters()}
+            self.checked_sites |= first
         old_params = dict(self.net.named_parameters())
+        shapes = {name: param.shape for name, param in old_params.items()}
         old_state = {name: self.optimizer.state.get(param, {}) for name, param in old_params.items()}
         old_theta_state = [self.optimizer.state.get(t, {}) for t in self.gates.theta]
         gates = UnitGates(net, input_shape=self.input_shape)
