@@ -10,8 +10,9 @@ how the raw values are held and applied:
 * :class:`StochasticMasks`: one keep-probability per weight in a single flat vector (an optimiser
   step is one operation), ``"sigmoid"`` (λ = σ(ρ)) or ``"clamp"`` (λ = clamp(ρ, 0, 1)), paper 000,
   appendix B.1; applied with :func:`bayesprune.pruning.apply_masks`;
-* :class:`UnitGates`: θ of every hidden unit held directly (``"probability"``), one parameter vector
-  per gated layer, so that removing units rebuilds each layer's own; applied by
+* :class:`UnitGates`: θ of every hidden unit held directly (``"probability"``), the layers' vectors
+  laid end to end in one flat vector (a draw, the hyper-prior's term, the pruning condition and an
+  optimiser step are one operation each, however many layers are gated); applied by
   :meth:`UnitGates.applied`, which scales the consumer's input columns (eq. 1).
 
 An :class:`Estimator` draws one step's gate values from any gate and estimates the data part of
@@ -195,8 +196,9 @@ class StochasticMasks(StochasticGate):
 
 
 class UnitGates(StochasticGate):
-    """θ of every hidden unit of ``net``'s layer chain (one parameter vector per hidden layer), held
-    directly (``"probability"``) and kept in [0, 1] by its training (paper 004, Algorithm 1).
+    """θ of every hidden unit of ``net``'s layer chain, held directly (``"probability"``) and kept in
+    [0, 1] by its training (paper 004, Algorithm 1): the gated layers' vectors end to end in the one
+    trained tensor :attr:`raw`, read per layer through :attr:`theta`.
 
     Args:
         net: a plain chain (:func:`bayesprune.structure.layer_chain`); its last layer has no gate.
@@ -207,8 +209,17 @@ class UnitGates(StochasticGate):
     def __init__(self, net: nn.Module, *, init: float = 0.5, input_shape=None):
         super().__init__()
         self.layers = layer_chain(net, input_shape)[:-1]
-        self.theta = nn.ParameterList([nn.Parameter(torch.full((layer.units,), float(init), device=layer.module.weight.device))
-                                       for layer in self.layers])
+        self.units = [layer.units for layer in self.layers]
+        self.raw = nn.Parameter(torch.full((sum(self.units),), float(init), device=next(net.parameters()).device))
+
+    @property
+    def theta(self) -> list:
+        """θ of every gated layer, in order: views of :attr:`raw` (written through under ``no_grad``)."""
+        return self.per_layer(self.raw)
+
+    def per_layer(self, flat: torch.Tensor) -> list:
+        """A tensor laid out as :attr:`raw` (a draw, a gradient, a mask), split into one view per gated layer."""
+        return list(flat.split(self.units))
 
     @property
     def sites(self) -> list:
@@ -216,10 +227,10 @@ class UnitGates(StochasticGate):
         return [layer.gate_site for layer in self.layers]
 
     def raw_tensors(self) -> list:
-        return list(self.theta)
+        return [self.raw]
 
     def _to_sites(self, tensors: list) -> dict:
-        return dict(zip(self.sites, tensors))
+        return dict(zip(self.sites, self.per_layer(tensors[0])))
 
     def consumers(self, net) -> list:
         """The module of the next weighted layer of each gated layer, looked up in ``net``."""

@@ -125,7 +125,7 @@ def test_the_concrete_estimate_averages_to_the_gradient_of_the_relaxed_and_as_t_
     values = estimator.values(gates)
     z = values[0].view(pairs, 2)
     ((a1 * z[:, 0] + a2 * z[:, 1] + r) ** 2).sum().backward()
-    draws = estimator.data_gradient(list(gates.theta), values, None)[0].view(pairs, 2).double()
+    draws = estimator.data_gradient(gates.raw_tensors(), values, None)[0].view(pairs, 2).double()
     mean, stderr = draws.mean(0), draws.std(0) / math.sqrt(pairs)
     (m1, q1, dm1, dq1), (m2, q2, dm2, dq2) = (relaxed_gate_moments(p, temperature) for p in theta)
     relaxed = torch.tensor([a1**2 * dq1 + 2 * a1 * a2 * dm1 * m2 + 2 * r * a1 * dm1,
@@ -154,7 +154,7 @@ def test_removing_units_keeps_the_kept_units_weights_gates_and_adam_state():
     before_net = training.net
     weight = before_net[2].weight.detach().clone()
     moments = training.optimizer.state[before_net[2].weight]["exp_avg_sq"].clone()
-    theta_moments = training.optimizer.state[training.gates.theta[0]]["exp_avg"].clone()
+    theta_moments = training.optimizer.state[training.gates.raw]["exp_avg"][:7].clone()
     theta = training.gates.theta[0].detach().clone()
     training.remove(keep)
     after = training.net[2].weight
@@ -162,7 +162,7 @@ def test_removing_units_keeps_the_kept_units_weights_gates_and_adam_state():
     assert torch.equal(after.detach(), weight[keep[1]][:, keep[0]])
     assert torch.equal(training.optimizer.state[after]["exp_avg_sq"], moments[keep[1]][:, keep[0]])
     assert torch.equal(training.gates.theta[0].detach(), theta[keep[0]])
-    assert torch.equal(training.optimizer.state[training.gates.theta[0]]["exp_avg"], theta_moments[keep[0]])
+    assert torch.equal(training.optimizer.state[training.gates.raw]["exp_avg"][:5], theta_moments[keep[0]])
     assert int(training.optimizer.state[after]["step"]) == 3
     training.step(x, y, 0, 1)  # and the smaller network trains on
 
@@ -187,19 +187,22 @@ def test_a_unit_leaves_the_network_at_the_step_it_meets_the_pruning_condition():
 def test_the_theta_gradient_is_the_data_estimate_plus_the_hyper_priors_term(monkeypatch):
     """Eq. 19: ∂L/∂θ = (C1 − C0) + log(θ(1 − π*)/((1 − θ)π*)); under the Flattening prior the second
     term is −log γ > 0 (eq. 31), which pushes θ down. With the data estimate set to a known value the
-    gradient Adam receives is that value plus the hyper-prior's term, with its sign."""
+    gradient Adam steps on (what it is handed plus its weight decay's λθ, which θ must not get) is that
+    value plus the hyper-prior's term, with its sign."""
     net, (x, y) = small_net(), batch()
     training = GateTraining(net, UnitGatesOptions(log_gamma=-3.0), num_train=32, lr=0.01)
-    data = [torch.full_like(t, 0.5) for t in training.gates.theta]
+    data = [torch.full_like(training.gates.raw, 0.5)]
     monkeypatch.setattr(training.estimator, "data_gradient", lambda theta, values, cost_of, norms=None: data)
-    expected = [d + training.hyper_prior.theta_gradient(t.detach()) for d, t in zip(data, training.gates.theta)]
+    expected = data[0] + training.hyper_prior.theta_gradient(training.gates.raw.detach())
     received = []
-    monkeypatch.setattr(training.optimizer, "step", lambda: received.extend(t.grad.clone() for t in training.gates.theta))
+    theta = training.gates.raw.detach()
+    decay = next(group["weight_decay"] for group in training.optimizer.param_groups
+                 if any(param is training.gates.raw for param in group["params"]))
+    monkeypatch.setattr(training.optimizer, "step", lambda: received.append(training.gates.raw.grad + decay * theta))
     training.step(x, y, 0, 1)
-    assert len(received) == len(expected) == 2
-    for got, want in zip(received, expected):
-        torch.testing.assert_close(want, torch.full_like(want, 0.5 + 3.0))  # −log γ = 3 at θ = 0.5, the flat part
-        torch.testing.assert_close(got, want)
+    assert len(received) == 1 and received[0].numel() == 7 + 6
+    torch.testing.assert_close(expected, torch.full_like(expected, 0.5 + 3.0))  # −log γ = 3 at θ = 0.5, the flat part
+    torch.testing.assert_close(received[0], expected)
 
 
 def test_the_gate_posterior_draws_follow_theta():

@@ -138,14 +138,11 @@ def data_cost(output, y, num_train: int, noise_scale: float | None) -> torch.Ten
     return num_train * F.cross_entropy(output, y)
 
 
-def adam(net, lr: float, precision: float, gates=()) -> torch.optim.Adam:
+def adam(net, lr: float, precision: float) -> torch.optim.Adam:
     """Adam on the weights with the gradient λW of eq. 12's λ/2 WᵀW (Adam's ``weight_decay``: the
     L2 term added to the gradient, every parameter, the bias being the weight of eq. 1's constant
-    input), and on the gate parameters θ without it."""
-    groups = [{"params": list(net.parameters()), "weight_decay": precision}]
-    if gates:
-        groups.append({"params": list(gates), "weight_decay": 0.0})
-    return torch.optim.Adam(groups, lr=lr, fused=True)
+    input)."""
+    return torch.optim.Adam(net.parameters(), lr=lr, weight_decay=precision, fused=True)
 
 
 class GateTraining:
@@ -160,22 +157,27 @@ class GateTraining:
         self.input_shape = input_shape
         self.gates = UnitGates(net, init=options.theta_init, input_shape=input_shape)
         self.hyper_prior, self.estimator = options.hyper_prior(), options.make_estimator()
-        self.optimizer = adam(net, lr, options.weight_precision, self.gates.theta)
-        self.theta_max = [t.detach().clone() for t in self.gates.theta]  # running maximum, condition (ii)
+        self.optimizer = self._adam(net, self.gates, lr)
+        self.theta_max = self.gates.raw.detach().clone()  # running maximum, condition (ii)
         self.steps = 0
         self.checked_sites = set()  # layers whose unit removal check_export has verified
         self.units_alive, self.epoch_seconds, self.epoch_test_error = [], [], []
         self.theta_trajectories = []  # per epoch: θ of every starting unit (0 once removed)
-        self.starting_units = [t.numel() for t in self.gates.theta]
-        self.kept_units = [torch.arange(t.numel()) for t in self.gates.theta]  # starting index of each unit
+        self.starting_units = list(self.gates.units)
+        self.kept_units = [torch.arange(units) for units in self.gates.units]  # starting index of each unit
         self._epoch_start = time.perf_counter()
+
+    def _adam(self, net, gates, lr: float) -> torch.optim.Adam:
+        """:func:`adam` on the weights and θ together, one fused update a step; Adam's weight decay
+        adds λθ to θ's gradient too, which :meth:`step` takes out of it beforehand."""
+        return torch.optim.Adam([*net.parameters(), gates.raw], lr=lr, weight_decay=self.options.weight_precision, fused=True)
 
     def state_dict(self) -> dict:
         """Everything the training changes, with the starting index of every unit still in the network
         (:meth:`load_state_dict` removes the others first)."""
         return {"kept_units": [k.clone() for k in self.kept_units], "net": self.net.state_dict(),
                 "theta": [t.detach().clone() for t in self.gates.theta], "optimizer": self.optimizer.state_dict(),
-                "theta_max": [m.clone() for m in self.theta_max],
+                "theta_max": [m.clone() for m in self.gates.per_layer(self.theta_max)],
                 "steps": self.steps, "units_alive": list(self.units_alive), "epoch_seconds": list(self.epoch_seconds),
                 "epoch_test_error": list(self.epoch_test_error), "theta_trajectories": list(self.theta_trajectories)}
 
@@ -186,27 +188,28 @@ class GateTraining:
             for t, saved in zip(self.gates.theta, state["theta"]):
                 t.copy_(saved)
         self.optimizer.load_state_dict(state["optimizer"])
-        self.theta_max = [m.to(t.device).clone() for m, t in zip(state["theta_max"], self.gates.theta)]
+        self.theta_max = torch.cat(state["theta_max"]).to(self.gates.raw.device)
         self.steps = state["steps"]
         self.units_alive, self.epoch_seconds = list(state["units_alive"]), list(state["epoch_seconds"])
         self.epoch_test_error, self.theta_trajectories = list(state["epoch_test_error"]), list(state["theta_trajectories"])
 
     def step(self, x, y, index, num_batches):
-        theta = list(self.gates.theta)
-        values = self.estimator.values(self.gates)
+        gates = self.gates
+        theta = gates.raw_tensors()
+        values = self.estimator.values(gates)
         self.optimizer.zero_grad(set_to_none=True)
-        with self.gates.applied(self.net, values):
+        with gates.applied(self.net, gates.per_layer(values[0])):
             cost = data_cost(self.net(x), y, self.num_train, self.noise_scale)
         cost.backward()
 
         def cost_of(gate_values):
-            with torch.no_grad(), self.gates.applied(self.net, gate_values):
+            with torch.no_grad(), gates.applied(self.net, gates.per_layer(gate_values[0])):
                 return data_cost(self.net(x), y, self.num_train, self.noise_scale)
 
-        norms = unit_weight_norms(self.net, self.gates) if self.options.estimator == "hybrid" else None
+        norms = [torch.cat(unit_weight_norms(self.net, gates))] if self.options.estimator == "hybrid" else None
         data = self.estimator.data_gradient(theta, values, cost_of, norms)
-        for t, d in zip(theta, data):
-            t.grad = d.add_(self.hyper_prior.theta_gradient(t.detach()))  # eq. 19
+        for t, d in zip(theta, data):  # eq. 19, less the λθ the optimiser's weight decay adds back
+            t.grad = d.add_(self.hyper_prior.theta_gradient(t.detach())).sub_(t.detach(), alpha=self.options.weight_precision)
         self.optimizer.step()
         self._after_step()
         return cost.detach() / self.num_train
@@ -219,24 +222,22 @@ class GateTraining:
         self.steps += 1
         if options.phi_max < math.inf:
             project_unit_weights(self.net, self.gates, options.phi_max)
-        keep, removing = [], False
-        for t, peak in zip(self.gates.theta, self.theta_max):
-            t.clamp_(options.theta_low, options.theta_high)
-            if options.condition == "tolerance":
-                off = t < options.theta_tol
-            else:
-                peak.copy_(torch.maximum(peak, t))
-                off = t < peak * (1 - options.theta_per) if self.steps > options.n0 else None
-            leaving = off is not None and bool(off.any()) and not bool(off.all())
-            keep.append(~off if leaving else None)
-            removing |= leaving
-        if removing:
-            self.remove([torch.ones_like(t, dtype=torch.bool) if k is None else k for k, t in zip(keep, self.gates.theta)])
+        theta = self.gates.raw.clamp_(options.theta_low, options.theta_high)
+        if options.condition == "tolerance":
+            off = theta < options.theta_tol
+        else:
+            torch.maximum(self.theta_max, theta, out=self.theta_max)
+            if self.steps <= options.n0:
+                return
+            off = theta < self.theta_max * (1 - options.theta_per)
+        if bool(off.any()):
+            self.remove([~layer_off if not bool(layer_off.all()) else torch.ones_like(layer_off)
+                         for layer_off in self.gates.per_layer(off)])
 
     def on_epoch(self, epoch, history):
         now = time.perf_counter()
         self.epoch_seconds.append(now - self._epoch_start)
-        self.units_alive.append(sum(t.numel() for t in self.gates.theta))
+        self.units_alive.append(self.gates.raw.numel())
         self.theta_trajectories.append(self.theta_by_original_unit())
         if self.test is not None:  # every gate of the smaller network at 1: the network fine-tuning would start from
             with torch.no_grad():
@@ -273,28 +274,26 @@ class GateTraining:
         old_params = dict(self.net.named_parameters())
         shapes = {name: param.shape for name, param in old_params.items()}
         old_state = {name: self.optimizer.state.get(param, {}) for name, param in old_params.items()}
-        old_theta_state = [self.optimizer.state.get(t, {}) for t in self.gates.theta]
+        theta_state = self.optimizer.state.get(self.gates.raw, {})
+        kept = torch.cat(keep)
         gates = UnitGates(net, input_shape=self.input_shape)
         with torch.no_grad():
-            for new, old, k in zip(gates.theta, self.gates.theta, keep):
-                new.copy_(old[k])
-        optimizer = adam(net, self.optimizer.param_groups[0]["lr"], self.options.weight_precision, gates.theta)
+            gates.raw.copy_(self.gates.raw[kept])
+        optimizer = self._adam(net, gates, self.optimizer.param_groups[0]["lr"])
         for key in ("exp_avg", "exp_avg_sq"):
             moments = cut({name: state[key] for name, state in old_state.items() if key in state}, cuts, shapes)
             for name, param in net.named_parameters():
                 if name in moments:
                     optimizer.state[param][key] = moments[name].clone()
-            for new, state, k in zip(gates.theta, old_theta_state, keep):
-                if key in state:
-                    optimizer.state[new][key] = state[key][k].clone()
+            if key in theta_state:
+                optimizer.state[gates.raw][key] = theta_state[key][kept]
         for name, param in net.named_parameters():
             if "step" in old_state[name]:
                 optimizer.state[param]["step"] = old_state[name]["step"].clone()
-        for new, state in zip(gates.theta, old_theta_state):
-            if "step" in state:
-                optimizer.state[new]["step"] = state["step"].clone()
+        if "step" in theta_state:
+            optimizer.state[gates.raw]["step"] = theta_state["step"].clone()
         self.kept_units = [o[k.cpu()] for o, k in zip(self.kept_units, keep)]
-        self.theta_max = [peak[k] for peak, k in zip(self.theta_max, keep)]
+        self.theta_max = self.theta_max[kept]
         self.net, self.gates, self.optimizer = net, gates, optimizer
 
 
