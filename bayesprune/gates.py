@@ -29,6 +29,7 @@ An :class:`Estimator` draws one step's gate values from any gate and estimates t
 :func:`block_isotropic` and :func:`isotropic` set keep-probabilities from a criterion's scores at an
 expected sparsity s (paper 000, appendix A.1, eq. 6), the start of PFT's and PBP's masks.
 """
+import dataclasses
 import itertools
 from contextlib import contextmanager
 
@@ -208,9 +209,22 @@ class UnitGates(StochasticGate):
 
     def __init__(self, net: nn.Module, *, init: float = 0.5, input_shape=None):
         super().__init__()
-        self.layers = layer_chain(net, input_shape)[:-1]
-        self.units = [layer.units for layer in self.layers]
-        self.raw = nn.Parameter(torch.full((sum(self.units),), float(init), device=next(net.parameters()).device))
+        self._hold(layer_chain(net, input_shape)[:-1], torch.full((), float(init), device=next(net.parameters()).device))
+
+    def _hold(self, layers: list, theta: torch.Tensor):
+        self.layers = layers
+        self.units = [layer.units for layer in layers]
+        self.raw = nn.Parameter(theta.expand(sum(self.units)).clone())
+
+    def restricted(self, net: nn.Module, keep: list) -> "UnitGates":
+        """The gates of ``net``, this chain without the units where ``keep`` (one mask per gated layer)
+        is false (:func:`bayesprune.structure.shrunk`), holding the kept units' θ. The chain is this
+        one with fewer units, so it is not traced again."""
+        gates = UnitGates.__new__(UnitGates)
+        super(UnitGates, gates).__init__()
+        gates._hold([dataclasses.replace(layer, module=net.get_submodule(layer.name)) for layer in self.layers],
+                    self.raw.detach()[torch.cat(keep)])
+        return gates
 
     @property
     def theta(self) -> list:

@@ -11,6 +11,7 @@ from bayesprune.export import export
 from bayesprune.gates import Concrete, Exact, Hybrid, Taylor, UnitGates, project_unit_weights, unit_weight_norms
 from bayesprune.methods.unit_gates import GateTraining, UnitGatesOptions
 from bayesprune.models import build_architecture
+from bayesprune.structure import shrunk
 
 
 def small_net(seed=0):
@@ -44,6 +45,25 @@ def test_a_gate_at_zero_is_the_network_without_the_unit():
         smaller = export(net, dict(zip(gates.sites, keep)))
         with torch.no_grad():
             assert torch.allclose(smaller(x), gated, atol=1e-5)
+
+
+def test_the_gates_of_a_smaller_network_are_its_chain_traced_again_with_the_kept_units_theta():
+    for name, shape in (("mlp", (5,)), ("lenet-5-classic", (1, 28, 28))):
+        torch.manual_seed(0)
+        net = build_architecture(name, shape, 3, **({"hidden": (7, 6)} if name == "mlp" else {}))
+        gates = UnitGates(net, input_shape=shape)
+        with torch.no_grad():
+            gates.raw.uniform_()
+        keep = [torch.rand(units) < 0.6 for units in gates.units]
+        for k in keep:
+            k[0] = True
+        smaller, _ = shrunk(net, dict(zip(gates.sites, keep)), input_shape=shape)
+        restricted, traced = gates.restricted(smaller, keep), UnitGates(smaller, input_shape=shape)
+        assert restricted.layers == traced.layers and restricted.units == traced.units == [int(k.sum()) for k in keep]
+        assert all(layer.module is smaller.get_submodule(layer.name) for layer in restricted.layers)
+        for theta, before, k in zip(restricted.theta, gates.theta, keep):
+            assert torch.equal(theta.detach(), before.detach()[k])
+        assert restricted.raw.is_leaf and restricted.raw.requires_grad
 
 
 def test_the_exact_difference_is_the_cost_with_the_unit_switched_on_minus_off():

@@ -276,9 +276,7 @@ class GateTraining:
         old_state = {name: self.optimizer.state.get(param, {}) for name, param in old_params.items()}
         theta_state = self.optimizer.state.get(self.gates.raw, {})
         kept = torch.cat(keep)
-        gates = UnitGates(net, input_shape=self.input_shape)
-        with torch.no_grad():
-            gates.raw.copy_(self.gates.raw[kept])
+        gates = self.gates.restricted(net, keep)
         optimizer = self._adam(net, gates, self.optimizer.param_groups[0]["lr"])
         for key in ("exp_avg", "exp_avg_sq"):
             moments = cut({name: state[key] for name, state in old_state.items() if key in state}, cuts, shapes)
