@@ -217,7 +217,8 @@ class GateTraining:
     @torch.no_grad()
     def _after_step(self):
         """Algorithm 1, steps 3-4 after the update: the projection, θ clipped to [θ_l, θ_h], and every
-        unit meeting the pruning condition removed from the network at once (a layer keeps one unit)."""
+        unit meeting the pruning condition removed from the network at once (a layer all of whose units
+        meet it keeps them: a layer is never emptied while training)."""
         options = self.options
         self.steps += 1
         if options.phi_max < math.inf:
