@@ -238,6 +238,8 @@ CASES = {
     "Flattening's log gamma as text under the Beta prior": ({}, ["run", "unit-gates-digits", "--out", "out", "--set",
                                                                   "unit-gates.hyperprior='beta'", "--set", "unit-gates.log_gamma='x'"],
                                                              "unit-gates.log_gamma"),
+    "a Flattening prior with no flat part (log gamma -100, eps1 1e-30)": ({}, ["run", "unit-gates-digits", "--out", "out", "--set",
+                                                                             "unit-gates.log_gamma=-100.0"], "unit-gates.eps1"),
     "a list as the description": ({}, settings("description=[1]"), "description"),
     "10**7 chains of the network held at once": ({}, settings("chains=10000000"), "chains"),
     "certify 10**9 networks": ({"done": RUN}, ["certify", "done", "--samples", "1000000000"], "--samples"),

@@ -70,3 +70,34 @@ def test_bad_hyper_parameters_are_refused_by_name():
         FlatteningHyperPrior(0.5, eps1=1e-4, eps2=1e-4)
     with pytest.raises(ConfigError, match="beta must be above 1"):
         BetaHyperPrior(0.9, 0.5, eps1=1e-4, eps2=1e-4)
+
+
+def test_every_packaged_flattening_config_has_eq_31s_flat_term_on_the_whole_range_theta_is_clipped_to():
+    """Eq. 31: the Flattening term is −log γ for θ in (θ1, θ2), θ1 = ε1/(ε1 + γ(1 − ε1)), and the paper
+    picks ε1 and ε2 so that θ1 and θ2 are as close to 0 and 1 as desired (section 4.2). With LeNet-5's
+    log γ = −100 and ε1 = 1e-30 > γ, θ1 is about 1: every θ is in the lower case, π* = ε1, and the
+    term is logit θ + 69 (62 to 83 over [θ_l, θ_h]), a weaker push than the paper's 100."""
+    from bayesprune.config import load_config, packaged_configs
+
+    checked = []
+    for name in packaged_configs():
+        config = load_config(name)
+        options = config.method_options
+        if config.method != "unit-gates" or options.hyperprior != "flattening":
+            continue
+        theta = torch.tensor([options.theta_low, options.theta_tol, 0.5, options.theta_high], dtype=torch.float64)
+        term = options.hyper_prior().theta_gradient(theta)
+        torch.testing.assert_close(term, torch.full_like(term, -options.log_gamma), msg=name)
+        checked.append(name)
+    assert "unit-gates-lenet5" in checked and "unit-gates-lenet300" in checked
+
+
+def test_a_flattening_prior_whose_flat_part_misses_part_of_the_clipped_range_is_refused_naming_eps1():
+    from bayesprune.methods.unit_gates import UnitGatesOptions
+
+    UnitGatesOptions(log_gamma=-25.0)  # ε1 = 1e-30 ≪ γ θ_l
+    with pytest.raises(ConfigError, match="unit-gates.eps1 must"):
+        UnitGatesOptions(log_gamma=-100.0)
+    UnitGatesOptions(log_gamma=-100.0, eps1=1e-60)
+    with pytest.raises(ConfigError, match="unit-gates.eps2 must"):
+        UnitGatesOptions(log_gamma=-1.0, eps2=1e-3, theta_high=1 - 1e-6)
