@@ -57,6 +57,7 @@ def fit_method(name: str, net: torch.nn.Module, train, test=None, *, options=Non
             raise ConfigError(f"options must be a dict or a {method.Options.__name__}, got {type(options).__name__}")
         config = replace(config, method_options=options)
     refuse_unsupported(config, method)
+    method.check(net, data, config.method_options)
     if validation is not None and "validation" in method.unsupported_for(config.method_options):
         raise ConfigError(f"validation is not supported by method {name!r}: {method.unsupported_for(config.method_options)['validation']}")
     ctx = FitContext.from_config(config, data, device=resolve_device(device), progress=progress,

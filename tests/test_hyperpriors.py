@@ -92,12 +92,25 @@ def test_every_packaged_flattening_config_has_eq_31s_flat_term_on_the_whole_rang
     assert "unit-gates-lenet5" in checked and "unit-gates-lenet300" in checked
 
 
-def test_a_flattening_prior_whose_flat_part_misses_part_of_the_clipped_range_is_refused_naming_eps1():
+def test_a_fit_under_a_flattening_prior_whose_flat_part_misses_part_of_the_clipped_range_is_refused_naming_eps1():
+    """Refused before a fit (the CLI's case is in test_bad_inputs.py); the options themselves still
+    build, so that a finished run's config from before the check reads back."""
     from bayesprune.methods.unit_gates import UnitGatesOptions
 
-    UnitGatesOptions(log_gamma=-25.0)  # ε1 = 1e-30 ≪ γ θ_l
+    UnitGatesOptions(log_gamma=-25.0).check_flat_part()  # ε1 = 1e-30 ≪ γ θ_l
     with pytest.raises(ConfigError, match="unit-gates.eps1 must"):
-        UnitGatesOptions(log_gamma=-100.0)
-    UnitGatesOptions(log_gamma=-100.0, eps1=1e-60)
+        UnitGatesOptions(log_gamma=-100.0).check_flat_part()
+    UnitGatesOptions(log_gamma=-100.0, eps1=1e-60).check_flat_part()
     with pytest.raises(ConfigError, match="unit-gates.eps2 must"):
-        UnitGatesOptions(log_gamma=-1.0, eps2=1e-3, theta_high=1 - 1e-6)
+        UnitGatesOptions(log_gamma=-1.0, eps2=1e-3, theta_high=1 - 1e-6).check_flat_part()
+    UnitGatesOptions(log_gamma=-100.0, hyperprior="beta").check_flat_part()  # the Beta prior has no flat part to check
+
+
+def test_the_python_api_refuses_a_fit_the_command_line_refuses():
+    from bayesprune.api import fit_method
+
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    before = [param.detach().clone() for param in net.parameters()]
+    with pytest.raises(ConfigError, match="unit-gates.eps1 must"):
+        fit_method("unit-gates", net, (torch.randn(8, 3), torch.randint(0, 2, (8,))), options={"log_gamma": -100.0}, epochs=1)
+    assert all(torch.equal(a, b.detach()) for a, b in zip(before, net.parameters()))  # refused before training

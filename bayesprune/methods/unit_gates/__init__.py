@@ -47,7 +47,8 @@ class UnitGatesOptions:
         log_gamma: log γ of the Flattening hyper-prior (−25 for LeNet-300-100, −100 for LeNet-5).
         alpha, beta: the Beta hyper-prior's (0.9 and 1e10 by default) or SAL's (0.099, 0.99).
         eps1, eps2: π* is kept in [ε1, 1 − ε2] (eq. 11); the Flattening term is −log γ only where ε1 ≪ γ,
-            and values that leave part of [θ_l, θ_h] off its flat part are refused (log γ = −100 needs ε1 < 3.7e-50).
+            and a fit with values that leave part of [θ_l, θ_h] off its flat part is refused
+            (log γ = −100 needs ε1 < 3.7e-50).
         estimator: ``"taylor"`` (eq. 22), ``"concrete"`` (eq. 23), ``"exact"`` (eq. 25) or ``"hybrid"``.
         temperature: the Concrete relaxation's t.
         hybrid_units: units per step that the hybrid estimator evaluates exactly.
@@ -110,14 +111,16 @@ class UnitGatesOptions:
             self.hyper_prior()
         except ConfigError as error:
             raise ConfigError(str(error).replace("hyperprior ", key)) from None
-        if self.hyperprior == "flattening":
-            self._check_flat_part(key)
 
-    def _check_flat_part(self, key):
-        """The Flattening term is −log γ (eq. 31) only for θ in (θ1, θ2) of eq. 30, where logit π* =
-        logit θ + log γ lies in [logit ε1, logit(1 − ε2)]; the paper takes ε1, ε2 small enough for that
-        to hold wherever θ can be, here [θ_l, θ_h]. Otherwise the push on θ is not −log γ: with log γ =
-        −100 and ε1 = 1e-30 it is logit θ + 69."""
+    def check_flat_part(self):
+        """Refuse a Flattening hyper-prior whose term is not −log γ (eq. 31) wherever θ can be, [θ_l, θ_h]:
+        it is flat only for θ in (θ1, θ2) of eq. 30, where logit π* = logit θ + log γ lies in
+        [logit ε1, logit(1 − ε2)], and the paper takes ε1, ε2 small enough for that. Otherwise the push on
+        θ is another (with log γ = −100 and ε1 = 1e-30: logit θ + 69). Checked before a fit, not when a
+        finished run's config is read back."""
+        if self.hyperprior != "flattening":
+            return
+        key = "unit-gates."
         lowest, highest = (math.log(t) - math.log1p(-t) + self.log_gamma for t in (self.theta_low, self.theta_high))
         bound = math.exp(lowest) / (1 + math.exp(lowest))
         require(self.eps1 < bound, key + "eps1", f"lie below {bound:.3g} (γ θ_l/(1 − θ_l), so that the Flattening term is "
@@ -357,7 +360,9 @@ class UnitGatesMethod(Method):
     }
 
     def check(self, net, data, options):
-        """Algorithm 1 gates the units of a plain chain of Linear/Conv2d layers (paper 004)."""
+        """Algorithm 1 gates the units of a plain chain of Linear/Conv2d layers (paper 004), under a
+        Flattening term that is flat where θ can be (:meth:`UnitGatesOptions.check_flat_part`)."""
+        options.check_flat_part()
         try:
             layer_chain(net, data.input_shape)
         except ValueError as error:
