@@ -157,11 +157,12 @@ def data_cost(output, y, num_train: int, noise_scale: float | None) -> torch.Ten
     return num_train * F.cross_entropy(output, y)
 
 
-def adam(net, lr: float, precision: float) -> torch.optim.Adam:
+def adam(net, lr: float, precision: float, gates=()) -> torch.optim.Adam:
     """Adam on the weights with the gradient λW of eq. 12's λ/2 WᵀW (Adam's ``weight_decay``: the
     L2 term added to the gradient, every parameter, the bias being the weight of eq. 1's constant
-    input)."""
-    return torch.optim.Adam(net.parameters(), lr=lr, weight_decay=precision, fused=True)
+    input), and on the gate parameters ``gates`` (θ) in the same fused update. The weight decay adds
+    λθ to θ's gradient too, which θ must not get: :meth:`GateTraining.step` takes it out beforehand."""
+    return torch.optim.Adam([*net.parameters(), *gates], lr=lr, weight_decay=precision, fused=True)
 
 
 class GateTraining:
@@ -176,7 +177,7 @@ class GateTraining:
         self.input_shape = input_shape
         self.gates = UnitGates(net, init=options.theta_init, input_shape=input_shape)
         self.hyper_prior, self.estimator = options.hyper_prior(), options.make_estimator()
-        self.optimizer = self._adam(net, self.gates, lr)
+        self.optimizer = adam(net, lr, options.weight_precision, [self.gates.raw])
         self.theta_max = self.gates.raw.detach().clone()  # running maximum, condition (ii)
         self.steps = 0
         self.checked_sites = set()  # layers whose unit removal check_export has verified
@@ -185,11 +186,6 @@ class GateTraining:
         self.starting_units = list(self.gates.units)
         self.kept_units = [torch.arange(units) for units in self.gates.units]  # starting index of each unit
         self._epoch_start = time.perf_counter()
-
-    def _adam(self, net, gates, lr: float) -> torch.optim.Adam:
-        """:func:`adam` on the weights and θ together, one fused update a step; Adam's weight decay
-        adds λθ to θ's gradient too, which :meth:`step` takes out of it beforehand."""
-        return torch.optim.Adam([*net.parameters(), gates.raw], lr=lr, weight_decay=self.options.weight_precision, fused=True)
 
     def state_dict(self) -> dict:
         """Everything the training changes, with the starting index of every unit still in the network
@@ -297,7 +293,7 @@ class GateTraining:
         theta_state = self.optimizer.state.get(self.gates.raw, {})
         kept = torch.cat(keep)
         gates = self.gates.restricted(net, keep)
-        optimizer = self._adam(net, gates, self.optimizer.param_groups[0]["lr"])
+        optimizer = adam(net, self.optimizer.param_groups[0]["lr"], self.options.weight_precision, [gates.raw])
         for key in ("exp_avg", "exp_avg_sq"):
             moments = cut({name: state[key] for name, state in old_state.items() if key in state}, cuts, shapes)
             for name, param in net.named_parameters():
