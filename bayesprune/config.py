@@ -14,6 +14,7 @@ from pathlib import Path
 import tomli_w
 
 from .errors import ConfigError
+from .fused import KERNEL_MODES
 from .optim import OptimConfig  # [optim] lives with the optimisers it builds (the methods read it)
 from .validation import is_int as _is_int
 from .validation import is_number as _is_number
@@ -104,7 +105,9 @@ class TrainConfig:
     the epochs reaching it on each data set (given, it replaces ``epochs``). ``validation`` > 0 holds out that fraction
     of the training split and keeps the epoch whose point estimate scores best on it, stopping after
     ``patience`` epochs without improvement (:mod:`bayesprune.early_stopping`); the test split is
-    only read after the fit.
+    only read after the fit. ``kernels`` runs the variational methods' per-weight formulas compiled
+    by ``torch.compile`` (``"compiled"``), eagerly (``"eager"``), or compiled for networks of at
+    least 100,000 weights where ``torch.compile`` works (``"auto"``) (:mod:`bayesprune.fused`).
     """
 
     epochs: int | None = None
@@ -112,6 +115,7 @@ class TrainConfig:
     validation: float = 0.0
     patience: int | None = None
     checkpoint_every: int = 1
+    kernels: str = "auto"
 
     def __post_init__(self):
         if self.steps is not None:
@@ -126,6 +130,7 @@ class TrainConfig:
             _require(_is_int(self.patience) and self.patience > 0, "train.patience", "be a positive integer", self.patience)
             _require(self.validation > 0, "train.patience", "come with train.validation > 0", self.patience)
         _require(_is_int(self.checkpoint_every) and self.checkpoint_every > 0, "train.checkpoint_every", "be a positive integer", self.checkpoint_every)
+        _require(self.kernels in KERNEL_MODES, "train.kernels", f"be one of {list(KERNEL_MODES)}", self.kernels)
 
 
 @dataclass(frozen=True)

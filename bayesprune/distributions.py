@@ -20,7 +20,7 @@ from torch.distributions.kl import register_kl
 from torch.distributions.utils import broadcast_all
 
 from .bounds import kl_bernoulli
-from .fused import FlatPosterior, FlatSite, log1p
+from .fused import FlatPosterior, FlatSite, log1p, run_kernel, sigmoid_from_exp
 
 _HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
 
@@ -144,6 +144,11 @@ class SpikeSlabPosterior(FlatSite, TorchDistribution):
         return self.scale**2
 
     def rsample(self, sample_shape=torch.Size()):
+        """m + σ ε; a site of a network-wide posterior draws with all the others and their KLs
+        (:meth:`bayesprune.fused.FlatPosterior.site_draw`)."""
+        if self._segment is not None and not sample_shape:
+            posterior, index = self._segment
+            return posterior.site_draw(index)
         shape = self._extended_shape(sample_shape)
         eps = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
         return self.loc + self.scale * eps
@@ -224,10 +229,7 @@ class SpikeSlabPosteriors(FlatPosterior):
 
     The KL of every site to the model's spike-and-slab priors (which must share the 0-dim
     hyper-parameters π, τ0, τ1 of ``constants``) comes from one fused evaluation of eq. 3.7 and its
-    gradient over the flat vectors (:meth:`kl_terms`, :func:`bayesprune.fused.summed_kl`). The
-    inclusion probability p = sigmoid(logits) is taken site by site: a CPU kernel computes the last
-    (size mod 16) elements of a tensor with scalar code whose sigmoid can differ from the vectorised
-    one in the last bit, so a flat sigmoid would move p away from a per-site evaluation's.
+    gradient over the flat vectors (:meth:`kl_terms`, :func:`bayesprune.fused.summed_kl`).
 
     Args:
         loc, scale: flat m and σ of every weight, in site order; the logits of p*(m, σ) (eq. 3.8)
@@ -241,33 +243,41 @@ class SpikeSlabPosteriors(FlatPosterior):
         super().__init__(shapes, priors)
         self.loc, self.scale, self.constants = loc, scale, constants
         with torch.no_grad():  # m² + σ², shared by p* (eq. 3.8) and the KL's terms
-            self.second_moment = loc**2 + scale**2
-            self.logits = self.second_moment * constants.logit_quadratic + constants.logit_offset
+            self.second_moment, self.logits = run_kernel(_second_moment_and_logits, loc, scale, quadratic=constants.logit_quadratic,
+                                                         offset=constants.logit_offset)
         self.make_sites(SpikeSlabPosterior, loc, scale, self.logits)
 
     def kl_terms(self) -> tuple:
-        r"""KL(q ‖ π) = R(θ, p) − 1/2 per weight (eq. 3.7, supplement S1) at the detached p = p*, and its
-        gradient in m and σ.
+        """:func:`_spike_slab_kl_terms` of the flat m and σ at the detached p = p*."""
+        c = self.constants
+        return _spike_slab_kl_terms, (self.loc, self.scale, self.second_moment, self.logits), dict(
+            log_slab=c.log_slab, slab_quadratic=c.slab_quadratic, log_spike=c.log_spike, spike_quadratic=c.spike_quadratic)
 
-        At p = p* = sigmoid(B − A) (eq. 3.8) with A = s/(2τ1²) + log(τ1/π), B = s/(2τ0²) + log(τ0/(1 − π))
-        and s = m² + σ², R = p A + (1 − p) B + p log p + (1 − p) log(1 − p) − log σ collapses to
-        min(A, B) − log(1 + exp(−|B − A|)) − log σ = min(A, B) + log(sigmoid(|B − A|)/σ), which needs
-        no log p (sigmoid(|B − A|) lies in [1/2, 1]). With p held fixed, ∂R/∂s = p/(2τ1²) + (1 − p)/(2τ0²),
-        so ∂R/∂m = 2m ∂R/∂s and ∂R/∂σ = 2σ ∂R/∂s − 1/σ.
-        """
-        c, s, logits = self.constants, self.second_moment, self.logits
 
-        def terms(loc, scale):
-            p = torch.empty_like(logits)
-            for site_logits, out in zip(logits.split(self.sizes), p.split(self.sizes)):
-                torch.sigmoid(site_logits, out=out)
-            value = torch.minimum(torch.addcmul(c.log_slab, s, c.slab_quadratic), torch.addcmul(c.log_spike, s, c.spike_quadratic))
-            value += torch.sigmoid(logits.abs()).div_(scale).log_()
-            value -= 0.5
-            slope = torch.lerp(2 * c.spike_quadratic, 2 * c.slab_quadratic, p)  # 2 ∂R/∂s
-            return value, (loc * slope, (scale * slope).sub_(scale.reciprocal()))
+def _second_moment_and_logits(loc, scale, *, quadratic, offset):
+    """s = m² + σ² and the logit of p*, s (1/(2τ0²) − 1/(2τ1²)) + log(τ0 π/(τ1 (1 − π))) (eq. 3.8)."""
+    second_moment = loc**2 + scale**2
+    return second_moment, second_moment * quadratic + offset
 
-        return terms, (self.loc, self.scale)
+
+def _spike_slab_kl_terms(loc, scale, second_moment, logits, *, log_slab, slab_quadratic, log_spike, spike_quadratic):
+    r"""KL(q ‖ π) = R(θ, p) − 1/2 per weight (eq. 3.7, supplement S1) at the detached p = p*, and its
+    gradient in m and σ.
+
+    At p = p* = sigmoid(B − A) (eq. 3.8) with A = s/(2τ1²) + log(τ1/π), B = s/(2τ0²) + log(τ0/(1 − π))
+    and s = m² + σ², R = p A + (1 − p) B + p log p + (1 − p) log(1 − p) − log σ collapses to
+    min(A, B) − log(1 + exp(−|B − A|)) − log σ = min(A, B) − log((1 + e) σ) with e = exp(−|B − A|),
+    which needs no log p, and p = sigmoid(B − A) from the same e. With p held fixed,
+    ∂R/∂s = p/(2τ1²) + (1 − p)/(2τ0²), so ∂R/∂m = 2m ∂R/∂s and ∂R/∂σ = 2σ ∂R/∂s − 1/σ.
+    """
+    e = logits.abs().clamp_max_(80).neg_().exp_()  # no subnormal e (10x slower arithmetic): off by < 2e-35
+    w = e + 1
+    value = torch.minimum(torch.addcmul(log_slab, second_moment, slab_quadratic), torch.addcmul(log_spike, second_moment, spike_quadratic))
+    value -= (w * scale).log_()
+    value -= 0.5
+    p = sigmoid_from_exp(logits, e, w)
+    slope = torch.lerp(2 * spike_quadratic, 2 * slab_quadratic, p)  # 2 ∂R/∂s
+    return value, (loc * slope, (scale * slope).sub_(scale.reciprocal()), None, None)
 
 
 def _spike_slab_penalty(second_moment, scale, logits, p, constants):
@@ -402,25 +412,28 @@ class DiracSpikeSlabPosteriors(FlatPosterior):
         self.make_sites(functools.partial(DiracSpikeSlab, temperature=temperature), probs, loc, scale)
 
     def kl_terms(self) -> tuple:
-        r"""kl(λ ‖ λ⁰) + λ·G per parameter, G = ((μ − μ⁰)²/σ⁰² + r − log r − 1)/2 with r = σ²/σ⁰², and its
-        gradient: ∂/∂λ = log(λ/λ⁰) − log((1 − λ)/(1 − λ⁰)) + G (0 where λ = λ⁰ ∈ {0, 1}, as the value),
-        ∂/∂μ = λ(μ − μ⁰)/σ⁰², ∂/∂σ = λ(σ/σ⁰² − 1/σ)."""
+        """:func:`_dirac_spike_slab_kl_terms` of the flat λ, μ and σ, with the derivatives the step needs."""
         prior = self.prior
+        return _dirac_spike_slab_kl_terms, (self.probs, self.loc, self.scale), dict(
+            prior_probs=prior.probs, prior_loc=prior.loc, prior_precision=prior.precision,
+            needs=tuple(x.requires_grad for x in (self.probs, self.loc, self.scale)))
 
-        def terms(probs, loc, scale):
-            difference = loc - prior.loc
-            ratio = scale.square().mul_(prior.precision)
-            gaussian = difference.square().mul_(prior.precision).add_(ratio).sub_(ratio.log()).sub_(1).mul_(0.5)
-            value = _kl_bernoulli_vectorised(probs, prior.probs).add_(probs * gaussian)
-            grads = [None, None, None]
-            if probs.requires_grad:
-                both_ends = (probs == prior.probs) & (prior.probs * (1 - prior.probs) == 0)
-                slope = (probs / prior.probs).log_().sub_(((1 - probs) / (1 - prior.probs)).log_())  # log1p is scalar code on CPU
-                grads[0] = slope.masked_fill_(both_ends, 0.0).add_(gaussian)
-            if loc.requires_grad:
-                grads[1] = difference.mul_(prior.precision).mul_(probs)
-            if scale.requires_grad:
-                grads[2] = (scale * prior.precision).sub_(scale.reciprocal()).mul_(probs)
-            return value, tuple(grads)
 
-        return terms, (self.probs, self.loc, self.scale)
+def _dirac_spike_slab_kl_terms(probs, loc, scale, *, prior_probs, prior_loc, prior_precision, needs):
+    r"""kl(λ ‖ λ⁰) + λ·G per parameter, G = ((μ − μ⁰)²/σ⁰² + r − log r − 1)/2 with r = σ²/σ⁰², and its
+    gradient in the inputs ``needs`` flags: ∂/∂λ = log(λ/λ⁰) − log((1 − λ)/(1 − λ⁰)) + G (0 where
+    λ = λ⁰ ∈ {0, 1}, as the value), ∂/∂μ = λ(μ − μ⁰)/σ⁰², ∂/∂σ = λ(σ/σ⁰² − 1/σ)."""
+    difference = loc - prior_loc
+    ratio = scale.square().mul_(prior_precision)
+    gaussian = difference.square().mul_(prior_precision).add_(ratio).sub_(ratio.log()).sub_(1).mul_(0.5)
+    value = _kl_bernoulli_vectorised(probs, prior_probs).add_(probs * gaussian)
+    grads = [None, None, None]
+    if needs[0]:
+        both_ends = (probs == prior_probs) & (prior_probs * (1 - prior_probs) == 0)
+        slope = (probs / prior_probs).log_().sub_(((1 - probs) / (1 - prior_probs)).log_())  # log1p is scalar code on CPU
+        grads[0] = slope.masked_fill_(both_ends, 0.0).add_(gaussian)
+    if needs[1]:
+        grads[1] = difference.mul_(prior_precision).mul_(probs)
+    if needs[2]:
+        grads[2] = (scale * prior_precision).sub_(scale.reciprocal()).mul_(probs)
+    return value, tuple(grads)

@@ -37,6 +37,7 @@ from .early_stopping import hold_out
 from .errors import BayesPruneError, ConfigError, Interrupted, StopNow, TrainingDiverged
 from .files import arrays_digest, open_lock, read_npz, replacing, write_text
 from .fit import check_stop, resolve_device
+from .fused import check_compiler
 from .methods import FitContext, get_method
 from .validation import MAX_ELEMENTS
 
@@ -455,6 +456,8 @@ def refuse_unsupported(config, method, *, resuming: bool = False):
         key, asked = services[name] if name in services else (name, _set(config, name))
         if asked:
             raise ConfigError(f"{key} is not supported by method {method.name!r}: {why}")
+    if config.train.kernels == "compiled":
+        check_compiler(resolve_device(config.device))
 
 
 def _set(config, key: str) -> bool:

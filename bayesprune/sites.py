@@ -14,6 +14,7 @@ UNREAD_BY_MASKED_TRAINING = {
     "model.noise_scale": "it trains by mean squared error, which no noise scale changes",
     "model.expose": "its masks cover the weights of the Linear and convolution layers, whatever the sites",
     "model.hide": "its masks cover the weights of the Linear and convolution layers, whatever the sites",
+    "train.kernels": "it has no per-weight variational formulas to compile",
 }
 
 #: Layer types whose parameters are sites by default.

@@ -49,6 +49,7 @@ CORE = {
     "train.validation": "fraction of the training split held out; the epoch whose point estimate scores best on it is kept and recorded as `best_epoch` (the test split is read only after the fit; the plain baseline follows the same rule). The stage it acts on: the variational fit (sbnn, sparse-vd), the dense training (pft, pbp's stage 1, saliency); refused for unit-gates and probmask (see [keys each method refuses](#keys-each-method-refuses))",
     "train.patience": "with `train.validation`: stop after this many epochs without improvement",
     "train.checkpoint_every": "epochs between checkpoints (SIGINT or SIGTERM stops a run at the end of the step in progress, keeps the last checkpoint in `--out` and exits 130 or 143)",
+    "train.kernels": "the per-weight formulas of the variational methods (sbnn, sparse-vd, pbp) run eagerly (`'eager'`), compiled by `torch.compile` into one loop each (`'compiled'`; refused where it cannot build), or compiled for networks of at least 100,000 weights where `torch.compile` works (`'auto'`); refused for methods without such formulas",
     "prune.droprates": "fractions removed, lowest score first (sBNN: the inclusion logit B − A of eq. 3.8, in float64)",
     "prune.scope": "`global` (ranked across the network) or `layer`",
     "prune.level": "`weight`, or `unit` (hidden units and convolution filters, scored by their gate or by the mean score of their incoming weights)",

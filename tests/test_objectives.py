@@ -17,6 +17,7 @@ from torch.distributions import Bernoulli, Normal, kl_divergence
 from bayesprune.criteria import weight_sites
 from bayesprune.distributions import DiracSpikeSlab, SpikeSlabPosterior
 from bayesprune.fit import GeometricPenalty, PenaltyScale, UniformPenalty
+from bayesprune.fused import kernel_mode
 from bayesprune.guides import DiracSpikeSlabGuide, SpikeSlabGuide
 from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
 from bayesprune.objectives import AnalyticKLELBO, site_kl
@@ -296,10 +297,12 @@ class PerSitePrior(SpikeSlabPrior):
         return super().distribution(name, param)
 
 
-def test_fused_kl_equals_the_plain_kl_values_and_gradients():
-    """Each site's summed KL from the guide's fused network-wide evaluation equals the plain autograd
-    formula (F.softplus, eq. 3.7 per site at the detached p* of eq. 3.8) to float32 precision, and so do
-    the gradients in m and ρ, with a different penalty weight per site and p* from its floor to 1."""
+@pytest.mark.parametrize("kernels", ["eager", "compiled"])
+def test_fused_kl_equals_the_plain_kl_values_and_gradients(kernels):
+    """Each site's summed KL from the guide's fused network-wide evaluation, its kernels run eagerly or
+    compiled (train.kernels), equals the plain autograd formula (F.softplus, eq. 3.7 per site at the
+    detached p* of eq. 3.8) to float32 precision, and so do the gradients in m and ρ, with a different
+    penalty weight per site and p* from its floor to 1."""
     net = mlp((7,), 3, hidden=[13])
     model = BayesianNetwork(net, SpikeSlabPrior(pi=PI, tau0=TAU0, tau1=TAU1), Categorical(10))
     guide = SpikeSlabGuide(model, init_scale=0.1)
@@ -308,11 +311,12 @@ def test_fused_kl_equals_the_plain_kl_values_and_gradients():
         guide.rho.copy_(torch.linspace(-9, 3, guide.rho.numel()))
     priors = {name: prior.base_dist for name, prior in model.site_priors().items()}
     weights = torch.linspace(0.5, 2, len(priors))
-    posteriors = guide.posteriors()
+    with kernel_mode(kernels):
+        posteriors = guide.posteriors()
+        fused = torch.stack([site_kl(posteriors[name], prior) for name, prior in priors.items()])
+        (fused * weights).sum().backward()
     probs = torch.cat([q.probs.flatten() for q in posteriors.values()])
     assert probs.min() < 0.05 and probs.max() > 1 - 1e-6
-    fused = torch.stack([site_kl(posteriors[name], prior) for name, prior in priors.items()])
-    (fused * weights).sum().backward()
     grads = guide.loc.grad.clone(), guide.rho.grad.clone()
     guide.loc.grad = guide.rho.grad = None
     locs, scales = guide._split(guide.loc), guide._split(F.softplus(guide.rho))
@@ -332,10 +336,11 @@ def test_per_site_priors_fall_back_to_the_registered_kl():
         assert torch.equal(site_kl(posteriors[name], prior.base_dist), kl_divergence(posteriors[name], prior.base_dist).sum())
 
 
+@pytest.mark.parametrize("kernels", ["eager", "compiled"])
 @pytest.mark.parametrize("parameterization", ["sigmoid", "clamp"])
-def test_fused_pbp_kl_equals_the_plain_kl_values_and_gradients(parameterization):
+def test_fused_pbp_kl_equals_the_plain_kl_values_and_gradients(parameterization, kernels):
     """PBP's posterior (paper 000, eq. 5): each site's summed KL to its per-weight prior from the guide's
-    fused evaluation equals the registered formula (appendix B.4) by autograd, and so do the gradients
+    fused evaluation (eager or compiled kernels) equals the registered formula (appendix B.4) by autograd, and so do the gradients
     in λ's parameters, μ and log σ, with biases kept surely (λ = λ⁰ = 1) and a penalty weight per site."""
     net = mlp((7,), 3, hidden=[13])
     generator = torch.Generator().manual_seed(0)
@@ -355,10 +360,11 @@ def test_fused_pbp_kl_equals_the_plain_kl_values_and_gradients(parameterization)
         for parameter in parameters:
             parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
     site_weights = torch.linspace(0.5, 2, len(priors))
-    posteriors = guide.posteriors()
+    with kernel_mode(kernels):
+        posteriors = guide.posteriors()
+        fused = torch.stack([site_kl(posteriors[name], prior.base_dist) for name, prior in model.site_priors().items()])
+        (fused * site_weights).sum().backward()
     assert all(q._segment is not None for q in posteriors.values())
-    fused = torch.stack([site_kl(posteriors[name], prior.base_dist) for name, prior in model.site_priors().items()])
-    (fused * site_weights).sum().backward()
     grads = [parameter.grad.clone() for parameter in parameters]
     for parameter in parameters:
         parameter.grad = None

@@ -172,7 +172,7 @@ def test_methods_that_learn_probabilities_write_a_posterior_arviz_reads(method, 
 SETTINGS = {"optim.name": ["optim.name='sgd'"], "optim.momentum": ["optim.name='sgd'", "optim.momentum=0.5"],
             "optim.schedule": ["optim.schedule='cosine'"], "optim.weight_decay": ["optim.weight_decay=1e-4"],
             "model.noise_scale": ["model.noise_scale=0.5"], "model.expose": ["model.expose=['BatchNorm2d']"],
-            "model.hide": ["model.hide=['*.bias']"]}
+            "model.hide": ["model.hide=['*.bias']"], "train.kernels": ["train.kernels='eager'"]}
 
 
 @pytest.mark.parametrize("method", METHODS)

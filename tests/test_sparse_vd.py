@@ -13,6 +13,7 @@ from torch.distributions import kl_divergence
 from bayesprune.config import OptimConfig, load_config
 from bayesprune.data import Dataset
 from bayesprune.errors import ConfigError
+from bayesprune.fused import kernel_mode
 from bayesprune.methods import FitContext, get_method
 from bayesprune.methods.sparse_vd import SparseVDOptions
 from bayesprune.methods.sparse_vd.distributions import K1, AdditiveNormal, AdditiveNormals, LogUniform, neg_kl_approximation
@@ -58,9 +59,10 @@ def test_the_registered_kl_is_the_negated_approximation_summed_over_a_site():
     assert kl.item() > 0
 
 
-def test_the_fused_kl_equals_the_registered_kl_values_and_gradients():
-    """A site's KL from the fused network-wide evaluation (bayesprune.fused) equals the registered KL
-    summed, in value and in its gradients in θ and log σ², across the clip of log α, with a different
+@pytest.mark.parametrize("kernels", ["eager", "compiled"])
+def test_the_fused_kl_equals_the_registered_kl_values_and_gradients(kernels):
+    """A site's KL from the fused network-wide evaluation (bayesprune.fused, its kernel eager or
+    compiled) equals the registered KL summed, in value and in its gradients in θ and log σ², across the clip of log α, with a different
     weight per site."""
     shapes = {"0.weight": torch.Size([5, 4]), "2.weight": torch.Size([3, 5])}
     theta = (torch.logspace(0, -4, 35) * torch.tensor([1.0, -1.0]).repeat(18)[:35]).requires_grad_()
@@ -74,7 +76,8 @@ def test_the_fused_kl_equals_the_registered_kl_values_and_gradients():
         loss = sum(weights[name] * kl(q, LogUniform().expand(q.batch_shape)) for name, q in sites.items())
         return (loss, *torch.autograd.grad(loss, (theta, log_sigma2)))
 
-    fused = total(lambda q, p: q.summed_kl(p))
+    with kernel_mode(kernels):
+        fused = total(lambda q, p: q.summed_kl(p))
     plain = total(lambda q, p: kl_divergence(q, p).sum())
     torch.testing.assert_close(fused, plain, rtol=2e-6, atol=1e-6)
 

@@ -23,6 +23,7 @@ from bayesprune.checkpoint import load_module_state, write_checkpoint
 from bayesprune.early_stopping import EarlyStopping
 from bayesprune.errors import BayesPruneError, Interrupted
 from bayesprune.export import mask_parameters, unmask_parameters
+from bayesprune.fused import kernel_mode
 from bayesprune.fit import STOP, History, LoopState, TensorBatches, optimizer_step, rng_state, set_rng_state, train
 from bayesprune.optim import OptimConfig, torch_optimizer, torch_scheduler
 from bayesprune.predict import metric
@@ -57,6 +58,8 @@ class FitContext:
         progress: one progress bar per stage, named after it.
         callbacks: further :func:`bayesprune.fit.train` callbacks run in every stage.
         method: the registered name of the method, recorded in checkpoints.
+        kernels: ``train.kernels``, the mode every stage runs the per-weight kernels in
+            (:func:`bayesprune.fused.kernel_mode`).
 
     After the fit, ``best_epoch`` (1-based) is the epoch early stopping kept, or ``None``.
     """
@@ -78,6 +81,7 @@ class FitContext:
     progress: bool = False
     callbacks: tuple = ()
     method: str = ""
+    kernels: str = "auto"
     best_epoch: int | None = field(default=None, init=False)
     _finished: list = field(default_factory=list, init=False, repr=False)
 
@@ -91,7 +95,8 @@ class FitContext:
                    batch_size=resolved.data.batch_size, optim=config.optim, task=data.task,
                    noise_scale=config.model.noise_scale, expose=config.model.expose, hide=config.model.hide,
                    patience=config.train.patience,
-                   checkpoint_every=config.train.checkpoint_every, method=config.method, **services)
+                   checkpoint_every=config.train.checkpoint_every, method=config.method, kernels=config.train.kernels,
+                   **services)
 
     def sites(self, net) -> list:
         """The names of ``net``'s site parameters under ``expose`` and ``hide`` (:func:`bayesprune.sites.site_names`)."""
@@ -142,8 +147,9 @@ class FitContext:
             loop = self._loop_to_resume(index, name, state, batches, stateful, epochs)
         if self.checkpoint is not None:
             callbacks.append(_StageCheckpoint(self, index, name, state, batches, epochs, stateful))
-        history = train(step, batches, epochs=epochs, callbacks=callbacks, scheduler=scheduler, progress=self.progress,
-                        resume=loop, desc=name)
+        with kernel_mode(self.kernels):
+            history = train(step, batches, epochs=epochs, callbacks=callbacks, scheduler=scheduler, progress=self.progress,
+                            resume=loop, desc=name)
         if early is not None:
             self.best_epoch = early.best_epoch + 1
         # A finished stage's result is kept for the checkpoints that follow (a fit without them never resumes).

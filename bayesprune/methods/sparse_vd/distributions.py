@@ -173,20 +173,20 @@ class AdditiveNormals(FlatPosterior):
         return isinstance(prior, LogUniform)
 
     def kl_terms(self) -> tuple:
-        r"""KL = k1 − k1 σ(k2 + k3 log α) + ½ log(1 + 1/α) per weight (eq. 14 negated) at log α clipped to
-        ±:data:`LOG_ALPHA_CLIP`, and its gradient: with a = log α = log σ² − log(θ² + ε) inside the clip,
-        ∂KL/∂a = −k1 k3 σ(t)(1 − σ(t)) − ½ σ(−a) at t = k2 + k3 a, ∂a/∂θ = −2θ/(θ² + ε), ∂a/∂log σ² = 1;
-        outside the clip both are 0 (as ``clamp``'s gradient)."""
+        """:func:`_additive_normal_kl_terms` of the flat θ and log σ²."""
+        return _additive_normal_kl_terms, (self.loc, self.log_sigma2), {}
 
-        def terms(loc, log_sigma2):
-            squared = loc * loc + THETA_EPS
-            raw = log_sigma2 - squared.log()
-            value = raw.clamp(-LOG_ALPHA_CLIP, LOG_ALPHA_CLIP)
-            gate = torch.sigmoid(value * K3 + K2)
-            slope = torch.sigmoid(-value).mul_(-0.5).sub_(gate * (1 - gate) * (K1 * K3))
-            slope.mul_(raw.abs_() <= LOG_ALPHA_CLIP)
-            value = log1p(value.neg_().exp_()).mul_(0.5).sub_(gate.mul_(K1)).add_(K1)
-            return value, (slope * loc * -2 / squared, slope)
 
-        return terms, (self.loc, self.log_sigma2)
-
+def _additive_normal_kl_terms(loc, log_sigma2):
+    r"""KL = k1 − k1 σ(k2 + k3 log α) + ½ log(1 + 1/α) per weight (eq. 14 negated) at log α clipped to
+    ±:data:`LOG_ALPHA_CLIP`, and its gradient: with a = log α = log σ² − log(θ² + ε) inside the clip,
+    ∂KL/∂a = −k1 k3 σ(t)(1 − σ(t)) − ½ σ(−a) at t = k2 + k3 a, ∂a/∂θ = −2θ/(θ² + ε), ∂a/∂log σ² = 1;
+    outside the clip both are 0 (as ``clamp``'s gradient)."""
+    squared = loc * loc + THETA_EPS
+    raw = log_sigma2 - squared.log()
+    value = raw.clamp(-LOG_ALPHA_CLIP, LOG_ALPHA_CLIP)
+    gate = torch.sigmoid(value * K3 + K2)
+    slope = torch.sigmoid(-value).mul_(-0.5).sub_(gate * (1 - gate) * (K1 * K3))
+    slope.mul_(raw.abs_() <= LOG_ALPHA_CLIP)
+    value = log1p(value.neg_().exp_()).mul_(0.5).sub_(gate.mul_(K1)).add_(K1)
+    return value, (slope * loc * -2 / squared, slope)

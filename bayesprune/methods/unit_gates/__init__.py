@@ -347,6 +347,7 @@ class UnitGatesMethod(Method):
     prune_levels = ("unit",)
     unsupported = {
         "validation": "units leave the network for good while it trains; it keeps training to the end",
+        "train.kernels": "it has no per-weight variational formulas to compile",
         "optim.name": "Algorithm 1 trains with Adam (paper 004, section 7)",
         "optim.momentum": "Algorithm 1 trains with Adam (paper 004, section 7)",
         "optim.schedule": "Algorithm 1 trains at a constant rate (optim.lr, then unit-gates.finetune_lr)",
