@@ -188,7 +188,7 @@ class _DrawnKL(torch.autograd.Function):
         noise, grad_loc, grad_scale = ctx.saved_tensors
         d_weights = torch.zeros_like(noise) if d_weights is None else d_weights
         d_kl = noise.new_zeros(len(ctx.sizes)) if d_kl is None else d_kl
-        penalties = d_kl.repeat_interleave(torch.tensor(ctx.sizes, device=d_kl.device), output_size=noise.numel())
+        penalties = torch.cat([weight.expand(size) for weight, size in zip(d_kl, ctx.sizes)])  # no host copy on CUDA
         d_loc, d_scale = run_kernel(_draw_backward, d_weights, noise, grad_loc, grad_scale, penalties)
         return (None, None, None, d_loc, d_scale, *[None] * ctx.others)
 

@@ -38,3 +38,31 @@ def test_fits_on_cuda_and_exports_on_cpu(method, short_config, tmp_path, capsys)
     report = json.loads(capsys.readouterr().out)
     assert report["max_abs_difference_to_masked"] < 1e-4
     assert 0.0 <= report["test_error"] <= 100.0  # percent
+
+
+@pytest.mark.parametrize("kernels", ["eager", "compiled"])
+def test_the_variational_kernels_on_cuda_equal_those_on_the_cpu(kernels):
+    """The sBNN's joint draw and KL (bayesprune.fused.drawn_kl) on CUDA, eager or compiled (Triton),
+    equals the CPU's at the same draw: the noise is taken from the CUDA draw."""
+    from test_kernels import PRIOR, SHAPES
+
+    from bayesprune.distributions import SpikeSlabPosteriors
+    from bayesprune.fused import kernel_mode, softplus
+
+    n = sum(torch.Size(shape).numel() for shape in SHAPES.values())
+    results = []
+    for device in ("cuda", "cpu"):
+        loc = torch.linspace(-1, 1, n, device=device).requires_grad_()
+        rho = torch.linspace(-9, 3, n, device=device).requires_grad_()
+        prior = PRIOR if device == "cpu" else type(PRIOR)(*(getattr(PRIOR, k).to(device) for k in ("pi", "tau0", "tau1")))
+        with kernel_mode(kernels):
+            posterior = SpikeSlabPosteriors(loc, softplus(rho), SHAPES, [prior] * len(SHAPES), prior.constants)
+            draws = torch.cat([q.rsample().flatten() for q in posterior.sites.values()])
+            kls = torch.stack([q.summed_kl(prior) for q in posterior.sites.values()])
+        if device == "cuda":
+            noise = ((draws - loc) / softplus(rho)).detach().cpu()
+        else:
+            draws = loc + softplus(rho) * noise  # the CUDA draw's noise
+        loss = draws.sum() + kls.sum()
+        results.append([x.detach().cpu() for x in (draws, kls, *torch.autograd.grad(loss, (loc, rho)))])
+    torch.testing.assert_close(results[0][1:], results[1][1:], rtol=1e-5, atol=1e-5)
