@@ -31,6 +31,21 @@ def short_config():
     return short_config_of
 
 
+@pytest.fixture(params=["eager", "compiled"])
+def kernels(request):
+    """Each ``train.kernels`` mode that computes something (bayesprune.fused); ``"compiled"`` is
+    skipped, naming why, where torch.compile cannot build a kernel here (no C++ compiler)."""
+    if request.param == "compiled":
+        from bayesprune.errors import ConfigError
+        from bayesprune.fused import check_compiler
+
+        try:
+            check_compiler(torch.device("cpu"))
+        except ConfigError as error:
+            pytest.skip(str(error))
+    return request.param
+
+
 @pytest.fixture(autouse=True)
 def pyro_state():
     """Seed all RNGs, clear Pyro's parameter store and keep distribution validation on around each test."""

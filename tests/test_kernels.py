@@ -17,7 +17,6 @@ PRIOR = SpikeAndSlab(torch.tensor(0.25), torch.tensor(math.exp(-5.0)), torch.ten
 SHAPES = {"0.weight": (13, 7), "0.bias": (13,), "2.weight": (3, 13), "2.bias": (3,)}
 
 
-@pytest.mark.parametrize("kernels", ["eager", "compiled"])
 def test_a_drawn_network_and_its_kls_equal_autograd_of_the_plain_formula(kernels):
     """The sBNN's joint draw W = m + softplus(ρ) ε with every site's KL (one kernel forward, one
     backward) gives the draw of the same ε, and the value and gradients in m and ρ of

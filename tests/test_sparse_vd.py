@@ -59,7 +59,6 @@ def test_the_registered_kl_is_the_negated_approximation_summed_over_a_site():
     assert kl.item() > 0
 
 
-@pytest.mark.parametrize("kernels", ["eager", "compiled"])
 def test_the_fused_kl_equals_the_registered_kl_values_and_gradients(kernels):
     """A site's KL from the fused network-wide evaluation (bayesprune.fused, its kernel eager or
     compiled) equals the registered KL summed, in value and in its gradients in θ and log σ², across the clip of log α, with a different
