@@ -20,11 +20,11 @@ about ten times the cost of ``log``.
 
 Each elementwise formula (softplus, the methods' KL terms) is a pure function run through
 :func:`run_kernel`: eagerly, one pass over memory per operation, or compiled by ``torch.compile``
-into one loop over the vectors (a C++ loop on CPU, a Triton kernel on CUDA) with the same operations
-in the same order. The mode is ``train.kernels`` (:func:`kernel_mode`, set around every training stage):
+into one loop over the vectors (a C++ loop on CPU, a Triton kernel on CUDA) of the same formula,
+equal to float precision. The mode is ``train.kernels`` (:func:`kernel_mode`, set around every training stage):
 ``"auto"`` compiles the kernels of vectors of at least :data:`AUTO_COMPILE_SIZE` weights where
 ``torch.compile`` works (a LeNet-300-100, not the digits networks of the tests, whose fits are too
-short to repay the first compilation, about 5 s warm and 15 s cold on 2 cores), ``"compiled"``
+short to repay the first compilation, about 5 s, 14 s with an empty cache, on 2 cores), ``"compiled"``
 compiles every kernel, ``"eager"`` none.
 """
 import warnings
@@ -109,7 +109,7 @@ def _softplus_and_slope(x):
     """softplus(x) and its derivative sigmoid(x), from one exp(−|x|)."""
     e = x.abs().neg_().exp_()
     w = e + 1
-    value = torch.log(w).sub_((w - 1).sub_(e).div_(w)).add_(x.clamp_min(0))  # log1p(e), as log1p below
+    value = torch.log(w).sub_((w - 1).sub_(e).div_(w)).add_(x.clamp_min(0))  # log1p(e) as log1p computes it, w shared
     return value, sigmoid_from_exp(x, e, w)
 
 
@@ -203,8 +203,8 @@ def drawn_kl(terms, sizes: list, loc, scale, *others, **constants) -> tuple:
 
 class FlatPosterior:
     """The sites of one network-wide posterior, views of flat vectors, whose summed KLs come from one
-    :func:`summed_kl` over the whole vectors, made at the first site's KL (an object lives for one
-    guide call, so it is never stale).
+    :func:`summed_kl` over the whole vectors, made at the first site's KL, or from the draw of
+    :meth:`site_draw` (an object lives for one guide call, so it is never stale).
 
     Subclasses build their sites with :meth:`make_sites` and define :meth:`kl_terms` (``(terms, inputs,
     constants)`` for :func:`summed_kl`), and :meth:`covers` where a prior is recognised otherwise than as one of the
