@@ -13,10 +13,11 @@ in the same run:
   the cost of not being Bayesian at all.
 
 Each method runs one untimed epoch first, which builds its compiled per-weight kernels
-(``train.kernels = "auto"``: a few seconds, once a process). Methods and references run in interleaved rounds (the order rotates); each reports the median over
-rounds of its time per epoch (``--epochs`` epochs per sample). CPU runs use one intra-op thread by
-default (``--threads``). The sBNN's minibatch penalty is set to ``uniform`` (eq. 4.2) in both it and
-its reference. A new method adds one row to :data:`METHODS`.
+(``train.kernels = "auto"``: a few seconds, once a process). Methods and references run in
+interleaved rounds (the order rotates); each reports the median over rounds of its time per epoch
+(``--epochs`` epochs per sample). CPU runs use one intra-op thread by default (``--threads``). The
+sBNN's minibatch penalty is set to ``uniform`` (eq. 4.2) in both it and its reference. A new method
+adds one row to :data:`METHODS`.
 
 Usage: ``python benchmarks/epoch.py [--json] [--rounds 3] [--epochs 1] [--device auto|cpu|cuda]
 [--threads 1] [--data auto|mnist|synthetic] [--methods NAME ...]``. ``--data mnist`` reads full MNIST through

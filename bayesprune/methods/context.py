@@ -23,8 +23,8 @@ from bayesprune.checkpoint import load_module_state, write_checkpoint
 from bayesprune.early_stopping import EarlyStopping
 from bayesprune.errors import BayesPruneError, Interrupted
 from bayesprune.export import mask_parameters, unmask_parameters
-from bayesprune.fused import kernel_mode
 from bayesprune.fit import STOP, History, LoopState, TensorBatches, optimizer_step, rng_state, set_rng_state, train
+from bayesprune.fused import kernel_mode
 from bayesprune.optim import OptimConfig, torch_optimizer, torch_scheduler
 from bayesprune.predict import metric
 from bayesprune.sites import site_names
