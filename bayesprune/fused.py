@@ -75,7 +75,7 @@ def run_kernel(function, *tensors, **constants):
         except Exception as error:  # torch.compile's backends raise many kinds; the eager result is the same
             if mode == "compiled":
                 raise
-            _Kernels.broken = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            _Kernels.broken = _first_line(error)
             warnings.warn(f"train.kernels = 'auto': torch.compile failed ({_Kernels.broken}); kernels run eagerly",
                           RuntimeWarning, stacklevel=2)
     return function(*tensors, **constants)
@@ -87,8 +87,14 @@ def check_compiler(device: torch.device) -> None:
     try:
         _compiled(_softplus_and_slope)(torch.zeros(8, device=device))
     except Exception as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ConfigError(f"train.kernels = 'compiled' needs torch.compile on {device.type}, which failed here: {first}") from None
+        raise ConfigError(f"train.kernels = 'compiled' needs torch.compile on {device.type}, which failed here: "
+                          f"{_first_line(error)}") from None
+
+
+def _first_line(error: Exception) -> str:
+    """The error's type and the first line of its message (torch.compile's run to pages)."""
+    message = str(error).strip()
+    return f"{type(error).__name__}: {message.splitlines()[0]}" if message else type(error).__name__
 
 
 def log1p(u: torch.Tensor) -> torch.Tensor:
