@@ -41,7 +41,19 @@ def write_checkpoint(path, *, method: str, state: dict, metadata=None, structure
     if loop is not None:
         saved["loop"] = loop
     with replacing(path) as partial:
-        torch.save(saved, partial)
+        torch.save(on_cpu(saved), partial)
+
+
+def on_cpu(value):
+    """``value`` with every tensor in its dicts, lists and tuples moved to the CPU: a checkpoint of a
+    fit on CUDA reads back on a machine without one."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {key: on_cpu(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [on_cpu(item) for item in value] if isinstance(value, list) else tuple(on_cpu(item) for item in value)
+    return value
 
 
 def read_checkpoint(path) -> dict:

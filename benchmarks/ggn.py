@@ -16,7 +16,7 @@ one untimed call of each, ``--repeats`` rounds time one call of each in alternat
 time is the median, and the ratio (backward / jacobian) is taken within the same run, on the CPU with
 ``--threads`` intra-op threads (one by default) and on CUDA when available.
 
-Usage: ``python benchmarks/ggn.py [--json] [--examples N] [--repeats R] [--threads T]``.
+Usage: ``python benchmarks/ggn.py [--json] [--examples N] [--repeats R] [--threads T] [--devices cpu cuda]``.
 """
 import argparse
 import json
@@ -82,7 +82,7 @@ def time_device(device, *, examples, repeats) -> dict:
 
 def run(args) -> dict:
     torch.set_num_threads(args.threads)
-    devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    devices = [torch.device(name) for name in args.devices]
     return {"devices": {str(device): time_device(device, examples=args.examples, repeats=args.repeats) for device in devices},
             "examples": args.examples, "repeats": args.repeats, "num_threads": torch.get_num_threads(),
             "torch_version": torch.__version__}
@@ -100,6 +100,9 @@ def format_table(result) -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object only")
+    parser.add_argument("--devices", nargs="+", choices=("cpu", "cuda"),
+                        default=["cpu"] + (["cuda"] if torch.cuda.is_available() else []),
+                        help="devices to time (default: the CPU, and CUDA when available)")
     parser.add_argument("--examples", type=int, default=1000, help="examples the GGN is averaged over")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per method (median)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op CPU threads")

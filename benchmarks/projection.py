@@ -18,7 +18,7 @@ before and after a CUDA call; the reported time is the median, and the ratio (bi
 taken within the same run. CPU runs use one intra-op thread by default (``--threads``).
 
 Usage: ``python benchmarks/projection.py [--json] [--size N] [--keep 0.1] [--repeats R] [--warmup W]
-[--dtype float32|float64] [--threads T]``. ``--json`` prints one JSON object and nothing else on stdout.
+[--dtype float32|float64] [--threads T] [--devices cpu cuda]``. ``--json`` prints one JSON object and nothing else on stdout.
 """
 import argparse
 import json
@@ -106,7 +106,7 @@ def run(args) -> dict:
     """Time both methods on the CPU and, when available, on CUDA."""
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    devices = [torch.device(name) for name in args.devices]
     options = dict(size=args.size, keep=args.keep, dtype=getattr(torch, args.dtype), repeats=args.repeats,
                    warmup=args.warmup)
     return {
@@ -132,6 +132,9 @@ def format_table(result) -> str:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object only")
+    parser.add_argument("--devices", nargs="+", choices=("cpu", "cuda"),
+                        default=["cpu"] + (["cuda"] if torch.cuda.is_available() else []),
+                        help="devices to time (default: the CPU, and CUDA when available)")
     parser.add_argument("--size", type=int, default=10**7, help="entries of the projected vector")
     parser.add_argument("--keep", type=float, default=0.1, help="budget K as a fraction of the entries, in (0, 1)")
     parser.add_argument("--repeats", type=int, default=7, help="timed calls per method (median)")

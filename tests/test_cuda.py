@@ -1,15 +1,19 @@
 """Every method on a CUDA device (skipped without one; ``pytest -m cuda`` selects these): a short
 digits run fits on the GPU, and what it wrote serves a machine without one. Its checkpoint holds CPU
 tensors only, the run is read back and exported on the CPU, and the exported network reproduces the
-fitted network's masked outputs there."""
+fitted network's masked outputs there; stopped at its first checkpoint, it resumes on the GPU and
+ends where the uninterrupted run ends."""
 import json
 
 import pytest
 import torch
 
 from bayesprune.cli import main
+from bayesprune.errors import Interrupted
+from bayesprune.fit import STOP
+from bayesprune.methods import context
 from bayesprune.methods import available_methods
-from bayesprune.runner import run
+from bayesprune.runner import resume_run, run
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 
@@ -66,3 +70,32 @@ def test_the_variational_kernels_on_cuda_equal_those_on_the_cpu(kernels):
         loss = draws.sum() + kls.sum()
         results.append([x.detach().cpu() for x in (draws, kls, *torch.autograd.grad(loss, (loc, rho)))])
     torch.testing.assert_close(results[0][1:], results[1][1:], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", sorted(available_methods()))
+def test_stopped_on_cuda_resumes_on_cuda(method, short_config, tmp_path, monkeypatch):
+    """The CPU checkpoint of a CUDA fit is put back on the GPU: the resumed run's metrics equal the
+    uninterrupted run's (to 1e-3: CUDA's reductions need not add in the same order twice)."""
+    from test_services import Stopper, without_timings
+
+    config = short_config(method, "device='cuda'", "baseline.enabled=false")
+    whole = without_timings(run(config, tmp_path / "whole"))
+    monkeypatch.setattr(context, "write_checkpoint", Stopper(context.write_checkpoint, stop_after=1))
+    out = tmp_path / "stopped"
+    try:
+        with pytest.raises(Interrupted):
+            run(config, out)
+    finally:
+        STOP.signal = None
+    resumed = without_timings(resume_run(out))
+    assert resumed["device"].startswith("cuda")
+    assert numbers(resumed) == pytest.approx(numbers(whole), rel=1e-3, abs=1e-3)
+
+
+def numbers(value, prefix=""):
+    """Every number in the nested ``value``, keyed by its path."""
+    if isinstance(value, dict):
+        return {key: item for name, entry in value.items() for key, item in numbers(entry, f"{prefix}/{name}").items()}
+    if isinstance(value, list):
+        return {key: item for index, entry in enumerate(value) for key, item in numbers(entry, f"{prefix}/{index}").items()}
+    return {prefix: value} if isinstance(value, (int, float)) and not isinstance(value, bool) else {}
