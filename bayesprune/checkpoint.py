@@ -51,8 +51,10 @@ def on_cpu(value):
         return value.cpu()
     if isinstance(value, dict):
         return {key: on_cpu(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [on_cpu(item) for item in value] if isinstance(value, list) else tuple(on_cpu(item) for item in value)
+    if isinstance(value, list):
+        return [on_cpu(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(on_cpu(item) for item in value)
     return value
 
 

@@ -18,7 +18,8 @@ before and after a CUDA call; the reported time is the median, and the ratio (bi
 taken within the same run. CPU runs use one intra-op thread by default (``--threads``).
 
 Usage: ``python benchmarks/projection.py [--json] [--size N] [--keep 0.1] [--repeats R] [--warmup W]
-[--dtype float32|float64] [--threads T] [--devices cpu cuda]``. ``--json`` prints one JSON object and nothing else on stdout.
+[--dtype float32|float64] [--threads T] [--devices cpu cuda]``. ``--json`` prints one JSON object and
+nothing else on stdout.
 """
 import argparse
 import json

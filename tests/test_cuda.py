@@ -11,8 +11,7 @@ import torch
 from bayesprune.cli import main
 from bayesprune.errors import Interrupted
 from bayesprune.fit import STOP
-from bayesprune.methods import context
-from bayesprune.methods import available_methods
+from bayesprune.methods import available_methods, context
 from bayesprune.runner import resume_run, run
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
