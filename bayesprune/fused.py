@@ -98,9 +98,13 @@ def _first_line(error: Exception) -> str:
 
 
 def log1p(u: torch.Tensor) -> torch.Tensor:
-    """log(1 + u) for u > −1 to within a few ulps, from vectorised operations only: with w = 1 + u
-    rounded, log(1 + u) = log w − ((w − 1) − u)/w to first order in the rounding error of w."""
-    w = u + 1
+    """log(1 + u) for u > −1 to within a few ulps, from vectorised operations only (:func:`_log1p_from`)."""
+    return _log1p_from(u, u + 1)
+
+
+def _log1p_from(u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """log(1 + u) given w = 1 + u rounded: log w − ((w − 1) − u)/w, exact to first order in the
+    rounding error of w."""
     return torch.log(w).sub_((w - 1).sub_(u).div_(w))
 
 
@@ -115,7 +119,7 @@ def _softplus_and_slope(x):
     """softplus(x) and its derivative sigmoid(x), from one exp(−|x|)."""
     e = x.abs().neg_().exp_()
     w = e + 1
-    value = torch.log(w).sub_((w - 1).sub_(e).div_(w)).add_(x.clamp_min(0))  # log1p(e) as log1p computes it, w shared
+    value = _log1p_from(e, w).add_(x.clamp_min(0))
     return value, sigmoid_from_exp(x, e, w)
 
 
@@ -138,13 +142,18 @@ def softplus(x: torch.Tensor) -> torch.Tensor:
     return _Softplus.apply(x)
 
 
+def _site_sums(value: torch.Tensor, sizes: list) -> torch.Tensor:
+    """The sum of a flat elementwise ``value`` over each site (``sizes``), as one vector."""
+    return torch.stack([chunk.sum() for chunk in value.split(sizes)])
+
+
 class _SummedKL(torch.autograd.Function):
     @staticmethod
     def forward(ctx, terms, sizes, constants, *inputs):
         value, grads = run_kernel(terms, *inputs, **constants)
         ctx.sizes = sizes
         ctx.save_for_backward(*grads)
-        return torch.stack([chunk.sum() for chunk in value.split(sizes)])
+        return _site_sums(value, sizes)
 
     @staticmethod
     def backward(ctx, weights):
@@ -187,7 +196,7 @@ class _DrawnKL(torch.autograd.Function):
         weights, value, grad_loc, grad_scale = run_kernel(_draw_and_terms, loc, scale, noise, *others, terms=terms, **constants)
         ctx.sizes, ctx.others = sizes, len(others)
         ctx.save_for_backward(noise, grad_loc, grad_scale)
-        return weights, torch.stack([chunk.sum() for chunk in value.split(sizes)])
+        return weights, _site_sums(value, sizes)
 
     @staticmethod
     def backward(ctx, d_weights, d_kl):
