@@ -169,14 +169,22 @@ class PruneConfig:
 
 @dataclass(frozen=True)
 class BaselineConfig:
-    """``[baseline]``: a plain (non-Bayesian) network of the same shape trained on the same split."""
+    """``[baseline]``: a plain (non-Bayesian) network of the same shape trained on the same split.
+
+    It trains for ``epochs`` (default ``train.epochs``) at the rate ``lr`` (default ``optim.lr``), keeping the
+    epoch that scores best on the run's validation part or, when the run holds out none
+    (``train.validation = 0``), on a ``validation`` fraction of the training rows it holds out for
+    itself (0: the last epoch, on every training row). Regression runs also report the
+    least-squares linear model's test RMSE (:mod:`bayesprune.baseline`)."""
 
     enabled: bool = True
     epochs: int | None = None
     lr: float | None = None
+    validation: float = 0.2
 
     def __post_init__(self):
         _require(isinstance(self.enabled, bool), "baseline.enabled", "be true or false", self.enabled)
+        _require(_is_number(self.validation) and 0 <= self.validation < 1, "baseline.validation", "lie in [0, 1)", self.validation)
         if self.epochs is not None:
             _require(_is_int(self.epochs) and 0 < self.epochs <= MAX_COUNT, "baseline.epochs", f"be a positive integer up to {MAX_COUNT}", self.epochs)
         if self.lr is not None:

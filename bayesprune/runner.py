@@ -29,7 +29,7 @@ from bayesprune.analysis.report import SCORES_DIGEST, write_report
 from bayesprune.analysis.tables import write_csv
 from bayesprune.models import new_net  # lives in models; also importable as runner.new_net
 
-from .baseline import train_plain
+from .baseline import least_squares_test_rmse, train_plain
 from .checkpoint import read_checkpoint, save_checkpoint, shapes, state_mismatch
 from .config import load_config
 from .data import load_dataset, uci_num_splits
@@ -490,13 +490,18 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
     }
     if config.baseline.enabled:  # a diverged plain network is reported, not allowed to sink the run
         try:
-            metrics[f"baseline_{name}"] = train_plain(
+            plain = train_plain(
                 baseline_net.to(device), dataset,
                 epochs=config.baseline.epochs or config.train.epochs, lr=config.baseline.lr or config.optim.lr,
                 batch_size=config.data.batch_size, seed=config.seed, validation=validation, patience=config.train.patience,
+                hold=config.baseline.validation,
             )
+            metrics[f"baseline_{name}"] = plain.pop("test")
+            metrics.update({f"baseline_{key}": value for key, value in plain.items()})  # its epoch and validation curve
         except TrainingDiverged as error:
             metrics[f"baseline_{name}"], metrics["baseline_diverged"] = None, str(error)
+        if dataset.task == "regression":
+            metrics[f"baseline_linear_{name}"] = least_squares_test_rmse(dataset)
     return metrics
 
 
