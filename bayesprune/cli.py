@@ -113,8 +113,9 @@ def _export(args):
     from .export import (count_macs, count_parameters, dead_units, export, measure_latency, save_portable,
                          save_trainable)
     from .methods import get_method
+    from .normalization import has_running_stats, removes_something
     from .predict import metric
-    from .pruning import apply_masks, expand_unit_masks, prune
+    from .pruning import expand_unit_masks, prune
     from .runner import load_run
 
     out = Path(args.out)
@@ -154,9 +155,13 @@ def _export(args):
         exported = export(net, dead, input_shape=shape).eval() if dead else net.eval()
     except ValueError as error:
         raise BayesPruneError(f"export: {error}") from None
+    # a masked network with batch norms is written with statistics of its own (prune.recalibrate)
+    recalibrated = fitted.calibration is not None and removes_something(weight_masks) and has_running_stats(exported)
+    if recalibrated:
+        fitted.calibration.apply(exported)
     x = dataset.x_test[:256]
     with torch.no_grad():
-        masked = torch.func.functional_call(dense, apply_masks(dict(dense.named_parameters()), weight_masks), (x,))
+        masked = fitted.masked_network(weight_masks).eval()(x)
         difference = (exported(x) - masked).abs().max().item()
     partials = _fresh_beside(out), _fresh_beside(trainable)  # new files, never a link planted there
     try:
@@ -188,7 +193,7 @@ def _export(args):
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     report = {"budget": None if budget is None else {key: value for key, value in vars(budget).items() if value is not None},
               name: error, f"run_{name}": _run_metric(Path(args.run_dir), name), f"method_{name}": own,
-              "input_shape": list(shape),
+              "input_shape": list(shape), "recalibrated_statistics": recalibrated,
               "max_abs_difference_to_masked": difference, "removed_dead_units": {site: int((~m).sum()) for site, m in dead.items()},
               "file": str(out), "trainable_file": None if why_not else str(trainable)}
     for key, network in (("dense", dense), ("exported", exported)):
@@ -200,7 +205,8 @@ def _export(args):
         return
     what = "the method's own network" if budget is None else f"budget {report['budget']}"
     print(f"{what}; dead units removed: {sum(report['removed_dead_units'].values())}; "
-          f"max |exported - masked dense| on {len(x)} test inputs: {difference:.2e}")
+          + ("batch-norm statistics estimated again for the masked network; " if recalibrated else "")
+          + f"max |exported - masked dense| on {len(x)} test inputs: {difference:.2e}")
     run_value = report[f"run_{name}"]
     print(f"{name} of the written file: {error:.4g} (the run's: {'unknown' if run_value is None else f'{run_value:.4g}'}"
           + ("" if own is None else f"; the method's own prediction with the same weights removed: {own:.4g}") + ")")

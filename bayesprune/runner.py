@@ -29,11 +29,12 @@ from bayesprune.analysis.report import SCORES_DIGEST, write_report
 from bayesprune.analysis.tables import write_csv
 from bayesprune.models import new_net  # lives in models; also importable as runner.new_net
 
-from .baseline import least_squares_test_rmse, train_plain
+from .baseline import train_plain
 from .checkpoint import read_checkpoint, save_checkpoint, shapes, state_mismatch
 from .config import load_config
 from .data import load_dataset, uci_num_splits
 from .early_stopping import hold_out
+from .normalization import has_running_stats
 from .errors import BayesPruneError, ConfigError, Interrupted, StopNow, TrainingDiverged
 from .files import arrays_digest, open_lock, read_npz, replacing, write_text
 from .fit import check_stop, resolve_device
@@ -148,6 +149,9 @@ def load_run(run_dir):
     problem = state_mismatch(saved["state"], fitted.state_dict())
     if problem:  # load_state_dict casts what it copies: a tampered dtype would pass unnoticed
         raise BayesPruneError(f"{run_dir / CHECKPOINT}: not the state the method {config.method!r} writes ({problem})")
+    # the training part the fit saw (without its validation rows), so masked statistics are the run's own
+    part = hold_out(dataset, config.train.validation, seed=config.seed)[0] if config.train.validation > 0 else dataset
+    fitted.calibration = config.prune.calibration(part.x_train, batch_size=config.for_data(part.num_train).data.batch_size)
     return config, dataset, fitted
 
 
@@ -263,6 +267,7 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
                     resume=resume if index == chain == 0 else None,
                 )
                 fitted = method.fit(net, dataset, config.method_options, ctx)
+                fitted.calibration = config.prune.calibration(dataset.x_train, batch_size=split_config.data.batch_size)
                 if chain == 0:
                     built = shapes(baseline_net)
                     per_split.append(_evaluate(split_config, dataset, fitted, device, baseline_net, validation, ctx.best_epoch))
@@ -484,24 +489,21 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         "seed": config.seed,
         "train_seconds": round(fitted.seconds, 3),
         "score": fitted.score_name,
+        # for a network with batch norms: whether the curve's masked networks had statistics of their own
+        **({"recalibrated_statistics": fitted.calibration is not None} if has_running_stats(fitted.net) else {}),
         **{key: value for key, value in curve[0].items() if key.startswith(name)},
         **fitted.metrics(),
         "pruning_curve": curve,
     }
     if config.baseline.enabled:  # a diverged plain network is reported, not allowed to sink the run
         try:
-            plain = train_plain(
+            metrics[f"baseline_{name}"] = train_plain(
                 baseline_net.to(device), dataset,
                 epochs=config.baseline.epochs or config.train.epochs, lr=config.baseline.lr or config.optim.lr,
                 batch_size=config.data.batch_size, seed=config.seed, validation=validation, patience=config.train.patience,
-                hold=config.baseline.validation,
             )
-            metrics[f"baseline_{name}"] = plain.pop("test")
-            metrics.update({f"baseline_{key}": value for key, value in plain.items()})  # its epoch and validation curve
         except TrainingDiverged as error:
             metrics[f"baseline_{name}"], metrics["baseline_diverged"] = None, str(error)
-        if dataset.task == "regression":
-            metrics[f"baseline_linear_{name}"] = least_squares_test_rmse(dataset)
     return metrics
 
 

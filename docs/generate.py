@@ -58,7 +58,6 @@ CORE = {
     "baseline.enabled": "train the plain network of the same shape on the same split",
     "baseline.epochs": "its epochs (unset: `train.epochs`)",
     "baseline.lr": "its rate (unset: `optim.lr`)",
-    "baseline.validation": "the fraction of the training rows it holds out when the run holds out none (`train.validation = 0`): every epoch is scored on them and the best is kept (`baseline_best_epoch`, `baseline_validation_curve` in `metrics.json`); with `train.validation` it uses the run's part; `0` keeps its last epoch",
     "reference.source": "where the published numbers come from (`\"paper 003, Table 8, set 2\"`)",
     "reference.droprates": "droprates of the published numbers",
     "reference.values": "published test metrics printed beside the curve in `report.md`: a list, or a table of lists keyed by `data.name` (the packaged `uci` carries paper 003's Table 2, `mnist-lenet-5-caffe` Table 8, `mnist-lenet-300-100` Table 7)",
