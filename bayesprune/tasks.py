@@ -41,6 +41,5 @@ def masked_copy(net, masks: dict):
     pruned = copy.deepcopy(net)
     with torch.no_grad():
         for site, mask in masks.items():
-            param = pruned.get_parameter(site)
-            param.mul_(mask.to(param.device, param.dtype))
+            pruned.get_parameter(site).mul_(mask.to(pruned.get_parameter(site).dtype))
     return pruned
