@@ -24,6 +24,10 @@ def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, inclu
         exactly zero, as a sparse method's does, counts as removed at every droprate) and the metric under its name
         (``test_error`` in percent, or ``test_rmse``) for the point estimate, and with suffix ``_mc``
         for the Monte-Carlo predictive when ``fitted.predictive_samples > 0``.
+
+    Each masked network is scored through :meth:`~bayesprune.methods.Fitted.predict`, so a network
+    with batch norms is scored with statistics estimated again for it where ``fitted.calibration``
+    is set (the full model, whose masks remove nothing, keeps its own).
     """
     name = metric_name(dataset.task)
     x = dataset.x_test.to(device) if device is not None else dataset.x_test

@@ -68,6 +68,8 @@ def _write_report(run_dir: Path, metrics: dict) -> Path:
         (f"{metric}{unit}, point estimate", f"{metrics[metric]:.4g}"),
         *([(f"{metric}{unit}, MC predictive", f"{metrics[metric + '_mc']:.4g}")] if metric + "_mc" in metrics else []),
         (f"{metric}{unit}, plain network", "—" if baseline is None else f"{baseline:.4g}"),
+        *([(f"{metric}, linear model (least squares)", f"{metrics[f'baseline_linear_{metric}']:.4g}")]
+          if metrics.get(f"baseline_linear_{metric}") is not None else []),
         *((key.replace("_", " "), format_value(value)) for key, value in metrics.items() if key not in _SHOWN and not isinstance(value, (list, dict))),
     ]
     curve, columns = _curve_with_reference(metrics, metric)
@@ -77,7 +79,7 @@ def _write_report(run_dir: Path, metrics: dict) -> Path:
         "| quantity | value |\n|---|---|\n" + "\n".join(f"| {markdown_text(k)} | {markdown_text(v)} |" for k, v in summary),
         f"## Pruning by {shown}\n\nWeights are ranked globally by their {shown} and the lowest "
         "fraction (the droprate) is set to zero. Sparsity counts all parameters; `sparsity_weights` "
-        "leaves the biases out.",
+        "leaves the biases out." + _statistics_sentence(metrics),
         markdown_table(curve, columns),
         *_error_margin_line(metrics),
         *(["![test metric against droprate](pruning_curve.png)"] if curve_plot else []),
@@ -90,6 +92,17 @@ def _write_report(run_dir: Path, metrics: dict) -> Path:
     path = run_dir / "report.md"
     write_text(path, text + "\n")
     return path
+
+
+def _statistics_sentence(metrics: dict) -> str:
+    """What the masked networks' batch-norm statistics were (nothing for a network without batch norm)."""
+    if "recalibrated_statistics" not in metrics:
+        return ""
+    if metrics["recalibrated_statistics"]:
+        return (" The batch-norm statistics of every masked network are estimated again on training batches "
+                "before it is scored (`prune.recalibrate`).")
+    return (" Every masked network is scored with the batch-norm statistics of the dense network "
+            "(`prune.recalibrate = false`): stale, they can make a pruned network look far worse than it is.")
 
 
 def _method_sections(run_dir: Path, metrics: dict) -> list:
@@ -200,7 +213,9 @@ def _check_metrics(metrics: dict):
     for key in ("n_weights", "epochs", "train_seconds", metric):
         if not _number(metrics.get(key)):
             raise ValueError(f"{key!r} is missing or not a number")
-    for key in (f"baseline_{metric}", f"{metric}_mc", ERROR_MARGIN_KEY):
+    if "recalibrated_statistics" in metrics and not isinstance(metrics["recalibrated_statistics"], bool):
+        raise ValueError("'recalibrated_statistics' is not true or false")
+    for key in (f"baseline_{metric}", f"baseline_linear_{metric}", f"{metric}_mc", ERROR_MARGIN_KEY):
         if metrics.get(key) is not None and not _number(metrics[key]):
             raise ValueError(f"{key!r} is not a number")
     curve = metrics["pruning_curve"]
@@ -243,7 +258,7 @@ def read_scores(run_dir: Path) -> dict:
 
 _SHOWN = {"method", "dataset", "task", "device", "architecture", "n_weights", "epochs", "seed", "train_seconds",
           "score", "chains", "test_error", "test_error_mc", "test_rmse", "test_rmse_mc",
-          "baseline_test_error", "baseline_test_rmse", "reference", ERROR_MARGIN_KEY}
+          "baseline_test_error", "baseline_test_rmse", "baseline_linear_test_rmse", "reference", "recalibrated_statistics", ERROR_MARGIN_KEY}
 
 
 _IMPORTANCE = [

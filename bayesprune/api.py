@@ -37,6 +37,10 @@ def fit_method(name: str, net: torch.nn.Module, train, test=None, *, options=Non
         epochs: length of the method's main stage (``train.epochs``; default 200).
         batch_size, optim: minibatch size and the ``[optim]`` table (``{"name": "sgd", "lr": 0.01}``).
         validation: ``(x, y)`` held out for early stopping, where the method supports it.
+
+    The returned fit carries ``train``'s inputs as its ``calibration``: ``fitted.predict(x, masks=...)``
+    re-estimates batch-norm statistics for the masked network on 20 batches of them (set
+    ``fitted.calibration = None`` to keep the fit's own).
     """
     x_train, y_train = _tensors(train, "train")
     x_test, y_test = (x_train, y_train) if test is None else _tensors(test, "test")
@@ -63,7 +67,9 @@ def fit_method(name: str, net: torch.nn.Module, train, test=None, *, options=Non
     ctx = FitContext.from_config(config, data, device=resolve_device(device), progress=progress,
                                  validation=None if validation is None else _tensors(validation, "validation"))
     ctx.patience = patience
-    return method.fit(net, data, config.method_options, ctx)
+    fitted = method.fit(net, data, config.method_options, ctx)
+    fitted.calibration = config.prune.calibration(data.x_train, batch_size=batch_size)
+    return fitted
 
 
 def _tensors(part, which: str) -> tuple:

@@ -140,15 +140,21 @@ class PruneConfig:
     whole network (``scope = "global"``) or within each layer (``"layer"``), keeping at least
     ``min_keep`` per layer (:class:`bayesprune.pruning.Budget`). ``include_biases`` says whether the
     biases are ranked and counted with the weights (paper 003 puts its prior on both) or always kept;
-    every point of the curve reports its sparsity both ways."""
+    every point of the curve reports its sparsity both ways. ``recalibrate`` re-estimates the
+    running statistics of the network's batch norms for every masked network that is scored or
+    exported, on ``recalibrate_batches`` training batches (:mod:`bayesprune.normalization`);
+    ``false`` keeps the statistics of the fitted dense network."""
 
     droprates: tuple = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
     scope: str = "global"
     level: str = "weight"
     min_keep: int = 0
     include_biases: bool = True
+    recalibrate: bool = True
+    recalibrate_batches: int = 20
 
     def __post_init__(self):
+        from .normalization import MAX_BATCHES
         from .pruning import LEVELS, SCOPES
 
         _require(isinstance(self.droprates, (list, tuple)) and len(self.droprates) > 0, "prune.droprates", "be a non-empty list", self.droprates)
@@ -159,6 +165,9 @@ class PruneConfig:
         _require(self.level in LEVELS, "prune.level", f"be one of {list(LEVELS)}", self.level)
         _require(_is_int(self.min_keep) and self.min_keep >= 0, "prune.min_keep", "be a non-negative integer", self.min_keep)
         _require(isinstance(self.include_biases, bool), "prune.include_biases", "be true or false", self.include_biases)
+        _require(isinstance(self.recalibrate, bool), "prune.recalibrate", "be true or false", self.recalibrate)
+        _require(_is_int(self.recalibrate_batches) and 0 < self.recalibrate_batches <= MAX_BATCHES,
+                 "prune.recalibrate_batches", f"be a positive integer up to {MAX_BATCHES}", self.recalibrate_batches)
 
     def budget(self, droprate: float):
         """The :class:`~bayesprune.pruning.Budget` of one point of the curve."""
@@ -166,17 +175,32 @@ class PruneConfig:
 
         return Budget(fraction=droprate, scope=self.scope, level=self.level, min_keep=self.min_keep)
 
+    def calibration(self, inputs, *, batch_size: int):
+        """The :class:`~bayesprune.normalization.Calibration` of a fit on training ``inputs`` (batches of
+        ``batch_size``), or ``None`` with ``recalibrate = false``."""
+        from .normalization import Calibration
+
+        return Calibration(inputs, batches=self.recalibrate_batches, batch_size=batch_size) if self.recalibrate else None
+
 
 @dataclass(frozen=True)
 class BaselineConfig:
-    """``[baseline]``: a plain (non-Bayesian) network of the same shape trained on the same split."""
+    """``[baseline]``: a plain (non-Bayesian) network of the same shape trained on the same split.
+
+    It trains for ``epochs`` (default ``train.epochs``) at the rate ``lr`` (default ``optim.lr``), keeping the
+    epoch that scores best on the run's validation part or, when the run holds out none
+    (``train.validation = 0``), on a ``validation`` fraction of the training rows it holds out for
+    itself (0: the last epoch, on every training row). Regression runs also report the
+    least-squares linear model's test RMSE (:mod:`bayesprune.baseline`)."""
 
     enabled: bool = True
     epochs: int | None = None
     lr: float | None = None
+    validation: float = 0.2
 
     def __post_init__(self):
         _require(isinstance(self.enabled, bool), "baseline.enabled", "be true or false", self.enabled)
+        _require(_is_number(self.validation) and 0 <= self.validation < 1, "baseline.validation", "lie in [0, 1)", self.validation)
         if self.epochs is not None:
             _require(_is_int(self.epochs) and 0 < self.epochs <= MAX_COUNT, "baseline.epochs", f"be a positive integer up to {MAX_COUNT}", self.epochs)
         if self.lr is not None:

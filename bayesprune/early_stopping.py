@@ -51,17 +51,20 @@ class EarlyStopping(Callback):
         epochs: the planned epochs; after the last, the best state is restored.
         patience: stop after this many epochs without improvement; ``None`` runs all ``epochs``.
 
-    After training, ``best_epoch`` (0-based) and ``best_score`` say which state was kept.
+    After training, ``best_epoch`` (0-based) and ``best_score`` say which state was kept, and
+    ``scores`` holds the validation score of every epoch (the curve ``best_epoch`` is the argmin of).
     """
 
     def __init__(self, score, state, load, *, epochs: int, patience: int | None = None):
         self.score, self.state, self.load = score, state, load
         self.epochs, self.patience = epochs, patience
         self.best_score, self.best_epoch, self._best = math.inf, -1, None
+        self.scores = []
         self.stopped = False
 
     def on_epoch(self, epoch, history):
         value = self.score()
+        self.scores.append(value)
         if value < self.best_score or self._best is None:
             self.best_score, self.best_epoch = value, epoch
             self._best = copy.deepcopy(self.state())
@@ -73,9 +76,11 @@ class EarlyStopping(Callback):
         return False
 
     def state_dict(self) -> dict:
-        """The best score, its epoch and its state, for a checkpoint to resume from."""
-        return {"best_score": self.best_score, "best_epoch": self.best_epoch, "best": self._best, "stopped": self.stopped}
+        """The best score, its epoch and its state, and the scores so far, for a checkpoint to resume from."""
+        return {"best_score": self.best_score, "best_epoch": self.best_epoch, "best": self._best, "stopped": self.stopped,
+                "scores": list(self.scores)}
 
     def load_state_dict(self, state: dict):
         self.best_score, self.best_epoch, self._best = state["best_score"], state["best_epoch"], state["best"]
         self.stopped = state["stopped"]
+        self.scores = list(state.get("scores", []))  # checkpoints written before the curve was kept lack it

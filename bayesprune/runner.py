@@ -29,12 +29,12 @@ from bayesprune.analysis.report import SCORES_DIGEST, write_report
 from bayesprune.analysis.tables import write_csv
 from bayesprune.models import new_net  # lives in models; also importable as runner.new_net
 
-from .baseline import train_plain
+from .baseline import least_squares_test_rmse, train_plain
 from .checkpoint import read_checkpoint, save_checkpoint, shapes, state_mismatch
 from .config import load_config
 from .data import load_dataset, uci_num_splits
 from .early_stopping import hold_out
-from .preprocessing import Preprocessing, preprocessing_of
+from .normalization import has_running_stats
 from .errors import BayesPruneError, ConfigError, Interrupted, StopNow, TrainingDiverged
 from .files import arrays_digest, open_lock, read_npz, replacing, write_text
 from .fit import check_stop, resolve_device
@@ -118,7 +118,6 @@ def load_run(run_dir):
         raise BayesPruneError(f"{run_dir / CHECKPOINT}: saved by method {saved['method']!r}, but config.toml has {config.method!r}")
     dataset = load_datasets(config)[0]
     check_size(config, dataset)
-    _check_preprocessing(run_dir / CHECKPOINT, saved, dataset)
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
     built, builds = saved.get("built"), shapes(net)
     if built is not None and built != builds:  # config.toml edited after the fit (a wider network, another one)
@@ -150,23 +149,10 @@ def load_run(run_dir):
     problem = state_mismatch(saved["state"], fitted.state_dict())
     if problem:  # load_state_dict casts what it copies: a tampered dtype would pass unnoticed
         raise BayesPruneError(f"{run_dir / CHECKPOINT}: not the state the method {config.method!r} writes ({problem})")
+    # the training part the fit saw (without its validation rows), so masked statistics are the run's own
+    part = hold_out(dataset, config.train.validation, seed=config.seed)[0] if config.train.validation > 0 else dataset
+    fitted.calibration = config.prune.calibration(part.x_train, batch_size=config.for_data(part.num_train).data.batch_size)
     return config, dataset, fitted
-
-
-def _check_preprocessing(path: Path, saved: dict, dataset):
-    """Refuse a checkpoint whose stored preprocessing is unusable or is not the one the reloaded data
-    have (the data files changed since the fit). A checkpoint written before preprocessing was stored
-    has none: the data config's, recomputed on loading, is used."""
-    if "preprocessing" not in saved:
-        return
-    try:
-        stored = Preprocessing.from_state(saved["preprocessing"], dataset.input_shape)
-    except ValueError as error:
-        raise BayesPruneError(f"{path}: {error}") from None
-    field = stored.differs_from(preprocessing_of(dataset))
-    if field:
-        raise BayesPruneError(f"{path}: the fit's data had another {field} than the data config.toml loads now "
-                              "(the data files changed since the run)")
 
 
 def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), resumed_from=None) -> dict:
@@ -258,7 +244,7 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
                 checkpoint: Path, resume=None) -> tuple:
     """Fit and evaluate every split from ``config.seed``; the first fit checkpoints to ``checkpoint``
     (continuing from ``resume``, a checkpoint of that fit, when given), and the run's first writes its
-    fit into ``staging``. Returns the metrics and, for the run's first fit, ``(fitted, built, preprocessing)`` for
+    fit into ``staging``. Returns the metrics and, for the run's first fit, ``(fitted, built)`` for
     :func:`_write_final_checkpoint` (else ``None``): its training-loop checkpoint stays in ``staging``
     until then, so that a run stopped while writing its files resumes from it."""
     per_split, final = [], None
@@ -281,6 +267,7 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
                     resume=resume if index == chain == 0 else None,
                 )
                 fitted = method.fit(net, dataset, config.method_options, ctx)
+                fitted.calibration = config.prune.calibration(dataset.x_train, batch_size=split_config.data.batch_size)
                 if chain == 0:
                     built = shapes(baseline_net)
                     per_split.append(_evaluate(split_config, dataset, fitted, device, baseline_net, validation, ctx.best_epoch))
@@ -292,7 +279,7 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
                 if idata is not None:
                     write_posterior(idata, staging / POSTERIOR, method=config.method)
                 check_stop("while writing the posterior")
-                final = (fits[0], built, preprocessing_of(dataset))
+                final = (fits[0], built)
     except (TrainingDiverged, Interrupted, StopNow) as error:
         raise _stopped(error, staging, out, checkpoint.name) from None
     return {**_summarise(per_split), "chains": config.chains}, final
@@ -502,19 +489,26 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         "seed": config.seed,
         "train_seconds": round(fitted.seconds, 3),
         "score": fitted.score_name,
+        # for a network with batch norms: whether the curve's masked networks had statistics of their own
+        **({"recalibrated_statistics": fitted.calibration is not None} if has_running_stats(fitted.net) else {}),
         **{key: value for key, value in curve[0].items() if key.startswith(name)},
         **fitted.metrics(),
         "pruning_curve": curve,
     }
     if config.baseline.enabled:  # a diverged plain network is reported, not allowed to sink the run
         try:
-            metrics[f"baseline_{name}"] = train_plain(
+            plain = train_plain(
                 baseline_net.to(device), dataset,
                 epochs=config.baseline.epochs or config.train.epochs, lr=config.baseline.lr or config.optim.lr,
                 batch_size=config.data.batch_size, seed=config.seed, validation=validation, patience=config.train.patience,
+                hold=config.baseline.validation,
             )
+            metrics[f"baseline_{name}"] = plain.pop("test")
+            metrics.update({f"baseline_{key}": value for key, value in plain.items()})  # its epoch and validation curve
         except TrainingDiverged as error:
             metrics[f"baseline_{name}"], metrics["baseline_diverged"] = None, str(error)
+        if dataset.task == "regression":
+            metrics[f"baseline_linear_{name}"] = least_squares_test_rmse(dataset)
     return metrics
 
 
@@ -647,12 +641,10 @@ def _write_fit(folder: Path, fitted):
         np.savez(temporary, **{name: score.cpu().numpy() for name, score in fitted.scores().items()})
 
 
-def _write_final_checkpoint(folder: Path, fitted, built: dict, preprocessing):
+def _write_final_checkpoint(folder: Path, fitted, built: dict):
     """The fit's final checkpoint (early stopping may have put an earlier epoch back), in place of its
-    training-loop checkpoint: its network's structure, ``built`` (the shapes the config built) and the
-    data's ``preprocessing``, which :func:`load_run` checks the reloaded data against."""
-    save_checkpoint(folder / CHECKPOINT, fitted, metadata={"epoch": len(fitted.history.epoch_losses)}, built=built,
-                    preprocessing=preprocessing)
+    training-loop checkpoint: its network's structure and ``built``, the shapes the config built."""
+    save_checkpoint(folder / CHECKPOINT, fitted, metadata={"epoch": len(fitted.history.epoch_losses)}, built=built)
 
 
 def _move_into_place(staging: Path, out: Path, *, force: bool = False):

@@ -41,5 +41,6 @@ def masked_copy(net, masks: dict):
     pruned = copy.deepcopy(net)
     with torch.no_grad():
         for site, mask in masks.items():
-            pruned.get_parameter(site).mul_(mask.to(pruned.get_parameter(site).dtype))
+            param = pruned.get_parameter(site)
+            param.mul_(mask.to(param.device, param.dtype))
     return pruned

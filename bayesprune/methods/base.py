@@ -9,7 +9,9 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from bayesprune.normalization import has_running_stats, removes_something, running_statistics, statistics_replaced
 from bayesprune.sites import site_names
+from bayesprune.tasks import masked_copy
 
 
 class Fitted:
@@ -23,10 +25,15 @@ class Fitted:
         seconds: training time.
         predictive_samples: Monte-Carlo draws of the predictive; 0 for a method without a posterior.
         score_name: what :meth:`scores` are, for tables and plots (``"inclusion logit"``).
+        calibration: the training inputs a masked network's normalisation statistics are estimated
+            on (:class:`bayesprune.normalization.Calibration`), attached by the runner, ``load_run``
+            and ``fit_method`` unless ``prune.recalibrate = false``; ``None``: masked predictions use
+            the statistics of the fit.
     """
 
     method: str = ""
     score_name: str = "score"
+    calibration = None
 
     def __init__(self, net: nn.Module, *, history=None, seconds: float = 0.0, predictive_samples: int = 0):
         self.net = net
@@ -58,8 +65,27 @@ class Fitted:
 
         ``num_samples = 0`` evaluates the point estimate; ``S > 0`` averages over S posterior draws.
         ``masks`` (site name → bool tensor) zero the pruned entries in every evaluation.
+
+        When the masks remove something, the network keeps running statistics (batch norm) and
+        :attr:`calibration` is set, those statistics are estimated again for the masked network
+        (:meth:`masked_network`) and used for this prediction only: once, on the masked point
+        estimate, and the same for every one of the S draws. The fit's own are left as they were.
         """
+        if not (self.calibration is not None and removes_something(masks) and has_running_stats(self.net)):
+            return self._predict(x, masks=masks, num_samples=num_samples)
+        with statistics_replaced(self.net, running_statistics(self.masked_network(masks))):
+            return self._predict(x, masks=masks, num_samples=num_samples)
+
+    def _predict(self, x: torch.Tensor, *, masks=None, num_samples: int = 0) -> torch.Tensor:
+        """:meth:`predict` with the normalisation statistics ``self.net`` holds: what a method implements."""
         raise NotImplementedError
+
+    def masked_network(self, masks: dict) -> nn.Module:
+        """:meth:`network` with the entries ``masks`` remove zeroed and, where :attr:`calibration` is set,
+        its normalisation statistics estimated again on the training batches it holds
+        (:func:`bayesprune.normalization.recalibrate`)."""
+        net = masked_copy(self.network(), masks)
+        return self.calibration.apply(net) if self.calibration is not None and removes_something(masks) else net
 
     def network(self) -> nn.Module:
         """A plain ``nn.Module`` (a copy) holding the point estimate the method predicts with."""
@@ -86,14 +112,8 @@ class NetworkFitted(Fitted):
         super().__init__(net, history=history, seconds=seconds)
         self.report, self.task = report or {}, task
 
-    def predict(self, x, *, masks=None, num_samples=0):
-        net = self.network()
-        if masks:
-            with torch.no_grad():
-                for name, param in net.named_parameters():
-                    if name in masks:
-                        param.mul_(masks[name].to(param.device, param.dtype))
-        net.eval()
+    def _predict(self, x, *, masks=None, num_samples=0):
+        net = masked_copy(self.network(), masks or {}).eval()
         with torch.no_grad():
             output = net(x)
         return torch.softmax(output, dim=-1) if self.task == "classification" else output.squeeze(-1)
@@ -155,7 +175,7 @@ class GuideFitted(Fitted):
         super().__init__(model.net, history=history, seconds=seconds, predictive_samples=predictive_samples)
         self.model, self.guide = model, guide
 
-    def predict(self, x, *, masks=None, num_samples=0):
+    def _predict(self, x, *, masks=None, num_samples=0):
         from bayesprune.predict import predict
 
         return predict(self.model, self.guide, x, num_samples=num_samples, masks=masks)

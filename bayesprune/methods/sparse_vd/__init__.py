@@ -117,7 +117,7 @@ class SparseVDFitted(Fitted):
         return {**weights, **points}
 
     @torch.no_grad()
-    def predict(self, x, *, masks=None, num_samples=0, batch_size: int = 4096):
+    def _predict(self, x, *, masks=None, num_samples=0, batch_size: int = 4096):
         """The point estimate's prediction, or the mean over ``num_samples`` draws of q, one draw held at a time."""
         total = 0.0
         with evaluating(self.net):

@@ -1,0 +1,88 @@
+"""The references beside every result: the plain network keeps the epoch its validation curve says is
+best (on a part of the training rows when the run holds out none), and regression runs report the
+least-squares linear model, against numpy's lstsq."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from bayesprune.baseline import least_squares_test_rmse, train_plain
+from bayesprune.cli import main
+from bayesprune.data import load_dataset
+from bayesprune.data.registry import Dataset
+from bayesprune.tasks import network_metric
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def regression(seed=0, n_train=120, n_test=60, d=4, noise=0.3, target_std=2.5):
+    """A linear problem with an intercept, targets standardised as the loaders store them."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n_train + n_test, d, generator=generator)
+    y = x @ torch.linspace(-1, 1, d) + 0.7 + noise * torch.randn(n_train + n_test, generator=generator)
+    return Dataset("toy", "regression", x[:n_train], y[:n_train], x[n_train:], y[n_train:], (d,), None,
+                   target_mean=0.0, target_std=target_std)
+
+
+def test_the_linear_models_rmse_is_numpys_least_squares_on_the_same_split():
+    data = regression(d=6)
+    design = lambda x: np.hstack([x.numpy().astype(np.float64), np.ones((len(x), 1))])
+    weights, *_ = np.linalg.lstsq(design(data.x_train), data.y_train.numpy().astype(np.float64), rcond=None)
+    residual = design(data.x_test) @ weights - data.y_test.numpy()
+    expected = data.target_std * np.sqrt(np.mean(residual**2))  # in the target's units
+    assert least_squares_test_rmse(data) == pytest.approx(expected, rel=1e-6)
+
+
+def test_the_linear_model_of_image_shaped_inputs_flattens_them():
+    data = regression(d=12)
+    images = Dataset("toy", "regression", data.x_train.reshape(-1, 3, 2, 2), data.y_train,
+                     data.x_test.reshape(-1, 3, 2, 2), data.y_test, (3, 2, 2), None, target_std=data.target_std)
+    assert least_squares_test_rmse(images) == pytest.approx(least_squares_test_rmse(data), rel=1e-9)
+
+
+def small_net(d, seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(d, 32), nn.ReLU(), nn.Linear(32, 1))
+
+
+def test_the_kept_epoch_is_the_argmin_of_the_recorded_validation_curve():
+    data = regression(noise=1.0, n_train=60)  # few noisy rows and many epochs: the curve turns up
+    net = small_net(4)
+    result = train_plain(net, data, epochs=60, lr=0.03, batch_size=16, seed=1, hold=0.25)
+    curve = result["validation_curve"]
+    assert len(curve) == 60 and result["n_validation"] == 15
+    assert result["best_epoch"] == int(np.argmin(curve)) and result["best_epoch"] < 59
+    # the network handed back is that epoch's: scored again on the same held-out rows (hold_out at the seed)
+    from bayesprune.early_stopping import hold_out
+    _, x_val, y_val = hold_out(data, 0.25, seed=1)
+    assert network_metric(net, x_val, y_val, "regression") == pytest.approx(min(curve), rel=1e-5)
+    assert result["test"] == pytest.approx(network_metric(net, data.x_test, data.y_test, "regression", target_std=2.5))
+
+
+def test_without_a_held_out_part_the_last_epoch_is_kept_and_no_curve_reported():
+    result = train_plain(small_net(4), regression(), epochs=3, lr=0.01, batch_size=16, hold=0.0)
+    assert set(result) == {"test"}
+
+
+def test_on_an_exactly_linear_problem_the_plain_network_beats_predicting_the_mean():
+    data = regression(noise=0.0, n_train=200)
+    result = train_plain(small_net(4), data, epochs=60, lr=0.01, batch_size=32, hold=0.2)
+    mean_rmse = data.target_std * (data.y_test - data.y_train.mean()).pow(2).mean().sqrt().item()
+    assert result["test"] < 0.2 * mean_rmse
+    assert least_squares_test_rmse(data) < 1e-4 * mean_rmse  # exact: the linear model has no error
+
+
+def test_a_regression_run_reports_both_references(tmp_path):
+    out = tmp_path / "run"
+    assert main(["run", "default", "--out", str(out), "--quiet", "--set", "data.dataset=linear-regression",
+                 "--set", "data.n=200", "--set", "train.epochs=4", "--set", "prune.droprates=[0.0]"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    data = load_dataset("linear-regression", n=200)
+    assert metrics["baseline_linear_test_rmse"] == pytest.approx(least_squares_test_rmse(data), rel=1e-6)
+    curve = metrics["baseline_validation_curve"]
+    assert len(curve) == 4 and metrics["baseline_best_epoch"] == int(np.argmin(curve))
+    assert metrics["baseline_n_validation"] == round(0.2 * data.num_train)
+    report = (out / "report.md").read_text()
+    assert f"| test_rmse, linear model (least squares) | {metrics['baseline_linear_test_rmse']:.4g} |" in report
