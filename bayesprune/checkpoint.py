@@ -4,7 +4,9 @@ A checkpoint holds ``method`` (the registered name), ``structure`` (site name â†
 when saved, so a network that shrank while training can be rebuilt before its state is loaded),
 ``built`` (the same for the network as the run's config built it, before any unit was removed), ``state``
 (the :meth:`~bayesprune.methods.Fitted.state_dict`), ``metadata`` (``epoch``, ...),
-``versions`` and, for an unfinished fit, ``loop``: the finished stages' results and the
+``versions``, ``preprocessing`` (what the data loader did to the raw data, as
+:meth:`bayesprune.preprocessing.Preprocessing.state`; absent in checkpoints written before it was kept)
+and, for an unfinished fit, ``loop``: the finished stages' results and the
 :class:`~bayesprune.fit.LoopState` of the stage in progress (:class:`bayesprune.methods.FitContext`).
 Checkpoints of earlier versions (``{model, guide, metadata}``, sBNN only) still read.
 """
@@ -23,14 +25,17 @@ def shapes(net) -> dict:
     return {name: list(param.shape) for name, param in net.named_parameters()}
 
 
-def save_checkpoint(path, fitted, *, metadata=None, built=None):
-    """Write the state of the finished fit ``fitted`` atomically, with the structure of its network and
-    ``built``, the :func:`shapes` of the network the fit started from (``None``: not known)."""
+def save_checkpoint(path, fitted, *, metadata=None, built=None, preprocessing=None):
+    """Write the state of the finished fit ``fitted`` atomically, with the structure of its network,
+    ``built``, the :func:`shapes` of the network the fit started from (``None``: not known), and the
+    data's ``preprocessing`` (a :class:`~bayesprune.preprocessing.Preprocessing`, or ``None``)."""
     write_checkpoint(path, method=fitted.method, state=fitted.state_dict(), metadata=metadata,
-                     structure=shapes(fitted.net), built=built)
+                     structure=shapes(fitted.net), built=built,
+                     preprocessing=None if preprocessing is None else preprocessing.state())
 
 
-def write_checkpoint(path, *, method: str, state: dict, metadata=None, structure=None, built=None, loop=None):
+def write_checkpoint(path, *, method: str, state: dict, metadata=None, structure=None, built=None, loop=None,
+                     preprocessing=None):
     """Write a checkpoint atomically (a crash never leaves a half-written file): ``state`` of a
     ``method``, and for an unfinished fit the stages' state ``loop``
     (:meth:`bayesprune.methods.FitContext.train`) it resumes from."""
@@ -40,6 +45,8 @@ def write_checkpoint(path, *, method: str, state: dict, metadata=None, structure
              "versions": {"bayesprune": __version__, "torch": str(torch.__version__)}}
     if loop is not None:
         saved["loop"] = loop
+    if preprocessing is not None:
+        saved["preprocessing"] = preprocessing
     with replacing(path) as partial:
         torch.save(on_cpu(saved), partial)
 
@@ -100,6 +107,8 @@ def _layout_problem(saved: dict):
         if table is not None and not (isinstance(table, dict) and all(
                 isinstance(shape, list) and all(count(size) for size in shape) for shape in table.values())):
             return f"{key} is not a table of shapes"
+    if not isinstance(saved.get("preprocessing", {}), dict):
+        return "preprocessing is not a table"
     loop = saved.get("loop")
     if loop is not None:
         current = loop.get("current") if isinstance(loop, dict) else None

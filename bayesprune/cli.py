@@ -115,6 +115,7 @@ def _export(args):
     from .methods import get_method
     from .normalization import has_running_stats, removes_something
     from .predict import metric
+    from .preprocessing import preprocessing_of, with_preprocessing
     from .pruning import expand_unit_masks, prune
     from .runner import load_run
 
@@ -163,24 +164,28 @@ def _export(args):
     with torch.no_grad():
         masked = fitted.masked_network(weight_masks).eval()(x)
         difference = (exported(x) - masked).abs().max().item()
+    # the file takes the rows of the user's files and gives targets in their units: the data's preprocessing inside
+    preprocessing = preprocessing_of(dataset)
+    raw_x = preprocessing.raw_inputs(dataset.x_test)
+    raw_y = preprocessing.raw_targets(dataset.y_test) if dataset.task == "regression" else dataset.y_test
     partials = _fresh_beside(out), _fresh_beside(trainable)  # new files, never a link planted there
     try:
-        save_portable(exported, partials[0], x[:2])
+        save_portable(with_preprocessing(exported, preprocessing), partials[0], raw_x[:2])
         try:
-            save_trainable(exported, partials[1], input_shape=shape)
+            save_trainable(exported, partials[1], input_shape=shape, preprocessing=preprocessing)
             why_not = None
         except ValueError as error:
             why_not = str(error)
         loaded = torch.export.load(str(partials[0])).module()  # the file as written
         with torch.no_grad():
-            outputs = torch.cat([loaded(chunk) for chunk in torch.split(dataset.x_test, 1024)])
+            outputs = torch.cat([loaded(chunk) for chunk in torch.split(raw_x, 1024)])
     except BaseException:
         for partial in partials:
             partial.unlink(missing_ok=True)
         raise
     prediction = torch.softmax(outputs, -1) if dataset.task == "classification" else outputs.squeeze(-1)
     name = "test_error" if dataset.task == "classification" else "test_rmse"
-    error = metric(dataset.task, prediction, dataset.y_test, target_std=dataset.target_std)
+    error = metric(dataset.task, prediction, raw_y)
     # the method's own prediction with the same weights removed (the run's figure is of its whole network)
     own = fitted.predict(dataset.x_test, masks=weight_masks) if weight_masks else None
     own = None if own is None else metric(dataset.task, own, dataset.y_test, target_std=dataset.target_std)
@@ -194,6 +199,7 @@ def _export(args):
     report = {"budget": None if budget is None else {key: value for key, value in vars(budget).items() if value is not None},
               name: error, f"run_{name}": _run_metric(Path(args.run_dir), name), f"method_{name}": own,
               "input_shape": list(shape), "recalibrated_statistics": recalibrated,
+              "standardises_inputs": preprocessing.input_mean is not None, "scales_outputs": preprocessing.scales_targets,
               "max_abs_difference_to_masked": difference, "removed_dead_units": {site: int((~m).sum()) for site, m in dead.items()},
               "file": str(out), "trainable_file": None if why_not else str(trainable)}
     for key, network in (("dense", dense), ("exported", exported)):
@@ -219,11 +225,21 @@ def _export(args):
         for batch, seconds in report["dense"]["latency_seconds"][device].items():
             small = report["exported"]["latency_seconds"][device][batch]
             print(f"{f'latency {device}, batch {batch} (ms)':<28}{1e3 * seconds:>14.4f}{1e3 * small:>14.4f}{small / seconds:>8.3f}")
-    print(f"wrote {out}: torch.export.load(path).module() runs it with torch alone (inputs of shape (batch, {', '.join(map(str, shape))}))")
+    print(f"wrote {out}: torch.export.load(path).module() runs it with torch alone (inputs of shape (batch, "
+          f"{', '.join(map(str, shape))}) as the data files hold them" + _preprocessing_note(preprocessing) + ")")
     if why_not is None:
-        print(f"wrote {trainable}: bayesprune.export.load_trainable(path) rebuilds it as a trainable nn.Module")
+        print(f"wrote {trainable}: bayesprune.export.load_trainable(path) rebuilds it as a trainable nn.Module"
+              + ("" if not (report["standardises_inputs"] or report["scales_outputs"]) else
+                 " of the standardised data (load_trainable(path, raw_inputs=True) wraps it as the file above)"))
     else:
         print(f"no trainable file: {why_not}")
+
+
+def _preprocessing_note(preprocessing) -> str:
+    """What the exported file does to its inputs and outputs, for the line that names it."""
+    done = (["standardises them with the training split's mean and std"] if preprocessing.input_mean is not None else []) + \
+        (["gives the target in its own units"] if preprocessing.scales_targets else [])
+    return f"; it {' and '.join(done)}" if done else ""
 
 
 def _fresh_beside(path: Path) -> Path:

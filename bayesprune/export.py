@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 from torch.utils.flop_counter import FlopCounterMode
 
+from .preprocessing import Preprocessing, with_preprocessing
 from .pruning import apply_masks, expand_unit_masks
 from .structure import dependency_graph, example_input, input_shape_of, kept_entries, remove_units, unit_groups
 
@@ -285,11 +286,13 @@ def portable_input_shape(path) -> tuple:
 TRAINABLE_FORMAT = "bayesprune.trainable/1"
 
 
-def save_trainable(net: nn.Module, path, *, input_shape):
+def save_trainable(net: nn.Module, path, *, input_shape, preprocessing=None):
     """Write ``net`` as a file that :func:`load_trainable` rebuilds into a trainable ``nn.Module``.
 
     The file is a dict that ``torch.load(path, weights_only=True)`` reads: ``format``
-    (:data:`TRAINABLE_FORMAT`), ``input_shape``, ``architecture`` and ``state_dict``. The
+    (:data:`TRAINABLE_FORMAT`), ``input_shape``, ``architecture``, ``state_dict`` and
+    ``preprocessing`` (the data's, a :class:`~bayesprune.preprocessing.Preprocessing` given as its
+    ``state()``, or ``None``). The
     architecture is a tree of ``torch.nn`` modules: ``{"type": "Sequential", "children": [[name,
     node], ...]}`` for a container, ``{"type": "Conv2d", "args": {"in_channels": 3, ...}}`` for a
     leaf, with the constructor arguments read back from the module's attributes. So any network
@@ -318,18 +321,23 @@ def save_trainable(net: nn.Module, path, *, input_shape):
         raise ValueError("the network's description does not rebuild it: the rebuilt network computes another function")
     state = {name: value.detach().cpu() for name, value in net.state_dict().items()}
     torch.save({"format": TRAINABLE_FORMAT, "input_shape": list(input_shape), "architecture": architecture,
-                "state_dict": state}, path)
+                "state_dict": state, "preprocessing": None if preprocessing is None else preprocessing.state()}, path)
 
 
-def load_trainable(path, *, map_location=None) -> nn.Module:
+def load_trainable(path, *, map_location=None, raw_inputs: bool = False) -> nn.Module:
     """The ``nn.Module`` of a file of :func:`save_trainable`, rebuilt with torch alone and returned in
     eval mode; ``.train()`` makes it trainable like any module. The file's ``input_shape`` gives the
-    shape of one input: ``torch.load(path, weights_only=True)["input_shape"]``."""
+    shape of one input: ``torch.load(path, weights_only=True)["input_shape"]``. It computes on the
+    data as the run's loader standardised them; ``raw_inputs=True`` wraps it in the file's
+    preprocessing (:func:`bayesprune.preprocessing.with_preprocessing`: raw inputs, regression outputs
+    in the target's units)."""
     saved = torch.load(path, map_location=map_location, weights_only=True)
     if not isinstance(saved, dict) or saved.get("format") != TRAINABLE_FORMAT:
         raise ValueError(f"{path}: not a file of bayesprune.export.save_trainable")
     net = _build(saved["architecture"])
     net.load_state_dict(saved["state_dict"])
+    if raw_inputs and saved.get("preprocessing") is not None:
+        net = with_preprocessing(net, Preprocessing.from_state(saved["preprocessing"], saved["input_shape"]))
     return net.to(map_location).eval() if map_location is not None else net.eval()
 
 

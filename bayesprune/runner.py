@@ -34,6 +34,7 @@ from .checkpoint import read_checkpoint, save_checkpoint, shapes, state_mismatch
 from .config import load_config
 from .data import load_dataset, uci_num_splits
 from .early_stopping import hold_out
+from .preprocessing import Preprocessing, preprocessing_of
 from .normalization import has_running_stats
 from .errors import BayesPruneError, ConfigError, Interrupted, StopNow, TrainingDiverged
 from .files import arrays_digest, open_lock, read_npz, replacing, write_text
@@ -118,6 +119,7 @@ def load_run(run_dir):
         raise BayesPruneError(f"{run_dir / CHECKPOINT}: saved by method {saved['method']!r}, but config.toml has {config.method!r}")
     dataset = load_datasets(config)[0]
     check_size(config, dataset)
+    _check_preprocessing(run_dir / CHECKPOINT, saved, dataset)
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
     built, builds = saved.get("built"), shapes(net)
     if built is not None and built != builds:  # config.toml edited after the fit (a wider network, another one)
@@ -153,6 +155,22 @@ def load_run(run_dir):
     part = hold_out(dataset, config.train.validation, seed=config.seed)[0] if config.train.validation > 0 else dataset
     fitted.calibration = config.prune.calibration(part.x_train, batch_size=config.for_data(part.num_train).data.batch_size)
     return config, dataset, fitted
+
+
+def _check_preprocessing(path: Path, saved: dict, dataset):
+    """Refuse a checkpoint whose stored preprocessing is unusable or is not the one the reloaded data
+    have (the data files changed since the fit). A checkpoint written before preprocessing was stored
+    has none: the data config's, recomputed on loading, is used."""
+    if "preprocessing" not in saved:
+        return
+    try:
+        stored = Preprocessing.from_state(saved["preprocessing"], dataset.input_shape)
+    except ValueError as error:
+        raise BayesPruneError(f"{path}: {error}") from None
+    field = stored.differs_from(preprocessing_of(dataset))
+    if field:
+        raise BayesPruneError(f"{path}: the fit's data had another {field} than the data config.toml loads now "
+                              "(the data files changed since the run)")
 
 
 def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), resumed_from=None) -> dict:
@@ -244,7 +262,7 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
                 checkpoint: Path, resume=None) -> tuple:
     """Fit and evaluate every split from ``config.seed``; the first fit checkpoints to ``checkpoint``
     (continuing from ``resume``, a checkpoint of that fit, when given), and the run's first writes its
-    fit into ``staging``. Returns the metrics and, for the run's first fit, ``(fitted, built)`` for
+    fit into ``staging``. Returns the metrics and, for the run's first fit, ``(fitted, built, preprocessing)`` for
     :func:`_write_final_checkpoint` (else ``None``): its training-loop checkpoint stays in ``staging``
     until then, so that a run stopped while writing its files resumes from it."""
     per_split, final = [], None
@@ -279,7 +297,7 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
                 if idata is not None:
                     write_posterior(idata, staging / POSTERIOR, method=config.method)
                 check_stop("while writing the posterior")
-                final = (fits[0], built)
+                final = (fits[0], built, preprocessing_of(dataset))
     except (TrainingDiverged, Interrupted, StopNow) as error:
         raise _stopped(error, staging, out, checkpoint.name) from None
     return {**_summarise(per_split), "chains": config.chains}, final
@@ -641,10 +659,12 @@ def _write_fit(folder: Path, fitted):
         np.savez(temporary, **{name: score.cpu().numpy() for name, score in fitted.scores().items()})
 
 
-def _write_final_checkpoint(folder: Path, fitted, built: dict):
+def _write_final_checkpoint(folder: Path, fitted, built: dict, preprocessing):
     """The fit's final checkpoint (early stopping may have put an earlier epoch back), in place of its
-    training-loop checkpoint: its network's structure and ``built``, the shapes the config built."""
-    save_checkpoint(folder / CHECKPOINT, fitted, metadata={"epoch": len(fitted.history.epoch_losses)}, built=built)
+    training-loop checkpoint: its network's structure, ``built`` (the shapes the config built) and the
+    data's ``preprocessing``, which :func:`load_run` checks the reloaded data against."""
+    save_checkpoint(folder / CHECKPOINT, fitted, metadata={"epoch": len(fitted.history.epoch_losses)}, built=built,
+                    preprocessing=preprocessing)
 
 
 def _move_into_place(staging: Path, out: Path, *, force: bool = False):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import DataError
+from ..preprocessing import preprocessing_of
 
 CLASSIFICATION = "classification"
 REGRESSION = "regression"
@@ -25,7 +26,9 @@ class Dataset:
     """A train/test split ready for a model.
 
     Regression targets are stored standardised: ``prediction * target_std + target_mean``
-    restores the original units. Instances compare by identity (their fields are tensors).
+    restores the original units. Inputs a loader standardised are ``(raw - input_mean) /
+    input_std``; :func:`bayesprune.preprocessing.preprocessing_of` gathers the four statistics.
+    Instances compare by identity (their fields are tensors).
 
     Attributes:
         name: The dataset's name, e.g. ``"digits"`` or ``"uci/bostonHousing"``.
@@ -46,6 +49,9 @@ class Dataset:
             (``{"beta": tensor, "active": bool tensor}``); a training part that
             :func:`~bayesprune.early_stopping.hold_out` left has ``train_rows``, the indices of its
             rows in the training split as loaded.
+        input_mean: float32 of shape ``input_shape``: the training split's mean subtracted from
+            every raw input, or ``None`` where the inputs are used as given.
+        input_std: float32 of shape ``input_shape``: the scale the inputs were divided by, or ``None``.
     """
 
     name: str
@@ -61,6 +67,8 @@ class Dataset:
     feature_names: tuple[str, ...] | None = None
     class_names: tuple[str, ...] | None = None
     extras: dict = field(default_factory=dict)
+    input_mean: torch.Tensor | None = None
+    input_std: torch.Tensor | None = None
 
     @property
     def output_dim(self) -> int:
@@ -182,6 +190,9 @@ def validate(dataset: Dataset) -> None:
             f"{where}: class_names must name each of the num_classes={dataset.num_classes!r} classes "
             f"of a classification set, got {len(dataset.class_names)} names for task {dataset.task!r}"
         )
+    problem = preprocessing_of(dataset).problem(dataset.input_shape)
+    if problem:
+        raise DataError(f"{where}: {problem}")
     if dataset.task == REGRESSION:
         if dataset.num_classes is not None:
             raise DataError(

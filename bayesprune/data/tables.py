@@ -42,12 +42,13 @@ def _regression_dataset(
     feature_names: tuple[str, ...] | None = None,
     extras: dict | None = None,
 ) -> Dataset:
-    """Build a tabular regression :class:`Dataset`, standardising inputs and targets if asked."""
-    target_mean, target_std = 0.0, 1.0
+    """Build a tabular regression :class:`Dataset`, standardising inputs and targets if asked (the
+    statistics kept in the dataset)."""
+    target_mean, target_std, scaling = 0.0, 1.0, {}
     if normalize:
-        x_train, x_test, _, _ = _standardize(x_train, x_test)
+        x_train, x_test, x_mean, x_std = _standardize(x_train, x_test)
         y_train, y_test, y_mean, y_std = _standardize(y_train, y_test)
-        target_mean, target_std = float(y_mean), float(y_std)
+        target_mean, target_std, scaling = float(y_mean), float(y_std), _input_scaling(x_mean, x_std)
     return Dataset(
         name=name,
         task=REGRESSION,
@@ -61,7 +62,14 @@ def _regression_dataset(
         target_std=target_std,
         feature_names=feature_names,
         extras=extras or {},
+        **scaling,
     )
+
+
+def _input_scaling(mean: np.ndarray, std: np.ndarray) -> dict:
+    """The :class:`Dataset` fields ``input_mean`` and ``input_std`` of :func:`_standardize`'s statistics."""
+    return {"input_mean": torch.from_numpy(np.asarray(mean, dtype=np.float32)),
+            "input_std": torch.from_numpy(np.asarray(std, dtype=np.float32))}
 
 
 def _feature_names(num_features: int) -> tuple[str, ...]:

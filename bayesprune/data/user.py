@@ -27,8 +27,9 @@ from Python (``load_dataset("npz", path="...")``):
 
 ``data.normalize`` (``npz``, ``csv``) standardises with the training split's mean and standard
 deviation, as the UCI loader's option of that name: the inputs, per feature (per pixel for images),
-and regression targets, whose mean and scale are kept (``target_mean``, ``target_std``) to restore
-the units. Its default is true for tables; for ``npz`` inputs of another shape (images) it leaves
+and regression targets; the statistics are kept (``input_mean``, ``input_std``, ``target_mean``,
+``target_std``: :mod:`bayesprune.preprocessing`), so that an export takes raw rows and gives the
+target's units. Its default is true for tables; for ``npz`` inputs of another shape (images) it leaves
 the inputs as given and standardises only regression targets.
 
 Every defect (a missing file or array, an unreadable file, mismatched rows or shapes, NaN or
@@ -52,7 +53,7 @@ from ..errors import DataError
 from ..files import read_npz
 from .options import _boolean, _choice, _directory, _file, _fraction, _integer
 from .registry import CLASSIFICATION, REGRESSION, Dataset, register_dataset
-from .tables import _standardize
+from .tables import _input_scaling, _standardize
 
 #: A CSV target of whole numbers with at most this many distinct values is taken for class labels
 #: when ``data.task`` is left out.
@@ -154,9 +155,10 @@ def _build(
     Standardising works in float64; inputs left as given go to float32 directly (no float64 copy of
     a large image set).
     """
-    target_mean, target_std = 0.0, 1.0
+    target_mean, target_std, scaling = 0.0, 1.0, {}
     if normalize_inputs:
-        x_train, x_test, _, _ = _standardize(x_train.astype(np.float64), x_test.astype(np.float64))
+        x_train, x_test, x_mean, x_std = _standardize(x_train.astype(np.float64), x_test.astype(np.float64))
+        scaling = _input_scaling(x_mean, x_std)
     if num_classes is None:
         y_train, y_test = y_train.astype(np.float64), y_test.astype(np.float64)
         if normalize_targets:
@@ -177,6 +179,7 @@ def _build(
         feature_names=feature_names,
         class_names=class_names,
         **labels,
+        **scaling,
     )
 
 
