@@ -316,6 +316,16 @@ def _compare(args):
                    engine=args.engine, address=args.address, overrides=args.overrides, track=args.track,
                    track_uri=args.track_uri, resume=args.resume is not None)
     print(f"{len(rows)} rows; wrote {out / 'leaderboard.md'}, leaderboard.csv, leaderboard.png")
+    return _failed_cells(rows, out / "leaderboard.md")
+
+
+def _failed_cells(rows, table) -> int:
+    """Exit status 1, with one line, when a cell of the grid failed while fitting (its reason is in ``table``)."""
+    failed = [row for row in rows if row.get("failed")]
+    if failed:
+        print(f"bayesprune: {len(failed)} of {len(rows)} rows have a failed cell (reasons in {table}); run the same "
+              "grid with --resume to fit them again", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _sweep(args):
@@ -327,13 +337,16 @@ def _sweep(args):
     rows = sweep(args.config, args.grid, out, seeds=args.seeds, jobs=args.jobs, engine=args.engine, address=args.address,
                  overrides=args.overrides, track=args.track, track_uri=args.track_uri, resume=args.resume is not None)
     print(f"{len(rows)} grid points; wrote {out / 'summary.md'} and summary.csv")
+    return _failed_cells(rows, out / "summary.md")
 
 
 def _grid_engine_arguments(parser):
     """The flags ``compare`` and ``sweep`` share."""
     parser.add_argument("--out", help="a new folder for the cells and the tables")
-    parser.add_argument("--resume", metavar="DIR", help="continue the interrupted grid in DIR as it was started (finished "
-                                                        "cells are kept; --jobs, --engine, --address and --track may change)")
+    parser.add_argument("--resume", metavar="DIR", help="continue the grid in DIR with its own config (finished cells are "
+                                                        "read back, never fitted again; --seeds, compare's --methods and "
+                                                        "--sparsities add or drop cells; --jobs, --engine, --address and "
+                                                        "--track may change)")
     parser.add_argument("--seeds", type=int, nargs="+", help="fit every cell from each seed")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key for every cell (repeatable)")
@@ -439,7 +452,7 @@ def main(argv=None):
             from .threads import set_threads
 
             set_threads(getattr(args, "threads", None))
-        args.handler(args)
+        status = args.handler(args)
     except (Interrupted, StopNow) as error:
         print(f"bayesprune: interrupted: {error}", file=sys.stderr)
         return 128 + error.signal
@@ -450,7 +463,7 @@ def main(argv=None):
         for number, handler in previous.items():
             signal.signal(number, handler)
         STOP.signal = None
-    return 0
+    return status or 0
 
 
 def _request_stop(number, frame):

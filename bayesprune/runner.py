@@ -288,7 +288,8 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
                 fitted.calibration = config.prune.calibration(dataset.x_train, batch_size=split_config.data.batch_size)
                 if chain == 0:
                     built = shapes(baseline_net)
-                    per_split.append(_evaluate(split_config, dataset, fitted, device, baseline_net, validation, ctx.best_epoch))
+                    per_split.append({**_evaluate(split_config, dataset, fitted, device, baseline_net, validation, ctx.best_epoch),
+                                      **training_cost(ctx)})
                 fits.append(fitted)
             if first and index == 0:
                 _write_fit(staging, fits[0])
@@ -488,6 +489,14 @@ def _set(config, key: str) -> bool:
     section, field = key.split(".")
     values = getattr(config, section)
     return getattr(values, field) != getattr(type(values)(), field)
+
+
+def training_cost(ctx) -> dict:
+    """The fit's training over all its stages: ``train_epochs`` and ``train_steps`` (optimiser steps), so
+    that fits of methods with several stages compare by what they cost (``compare``'s leaderboard)."""
+    histories = [stage["history"] for stage in ctx._finished]  # noqa: SLF001 - the stages the context ran
+    return {"train_epochs": sum(len(history["epoch_losses"]) for history in histories),
+            "train_steps": sum(len(history["step_losses"]) for history in histories)}
 
 
 def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, best_epoch=None) -> dict:

@@ -13,6 +13,7 @@ Two kinds:
 """
 import copy
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +75,82 @@ def finished(folder: Path) -> bool:
     return (Path(folder) / "metrics.json").is_file()
 
 
+def read_json(path: Path, *, keys=()) -> dict:
+    """The JSON object in ``path``, refusing in one line naming the file one that is a link, does not
+    parse, is not an object or lacks one of ``keys``: a cell's files are read back on ``--resume``,
+    never trusted."""
+    path = Path(path)
+    if path.is_symlink() or not path.is_file():
+        raise BayesPruneError(f"{path}: is not a regular file")
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise BayesPruneError(f"{path}: not valid JSON ({' '.join(str(error).split())[:120]})") from None
+    if not isinstance(value, dict):
+        raise BayesPruneError(f"{path}: holds {type(value).__name__}, not a JSON object")
+    missing = next((key for key in keys if key not in value), None)
+    if missing is not None:
+        raise BayesPruneError(f"{path}: has no {missing!r}")
+    return value
+
+
+def first_difference(held, wanted, prefix: str = "") -> str | None:
+    """The dotted key where two config dicts first differ (``None``: the same)."""
+    if isinstance(held, dict) and isinstance(wanted, dict):
+        for key in [*wanted, *(key for key in held if key not in wanted)]:
+            found = first_difference(held.get(key), wanted.get(key), f"{prefix}{key}.")
+            if found:
+                return found
+        return None
+    return None if held == wanted else prefix.rstrip(".") or "(the whole config)"
+
+
+def check_folder(cell: Cell, folder: Path):
+    """Refuse a cell folder that is a link or a file, or a finished cell whose files do not read back
+    as this cell's (tampered, another fit): one line naming the file, before anything is fitted."""
+    folder = Path(folder)
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise BayesPruneError(f"{folder}: is not a directory (a link or a file); a cell folder is never followed")
+    why = stale(cell, folder)
+    if why:
+        raise BayesPruneError(f"{folder}: holds another fit than this config asks ({why}); give a new --out")
+    if finished(folder):
+        check_metrics(cell, folder / "metrics.json")
+
+
+def check_metrics(cell: Cell, path: Path) -> dict:
+    """A finished cell's ``metrics.json``, refused naming the file where it lacks what the tables read."""
+    metrics = read_json(path, keys=("task",))
+    name = "test_error" if metrics["task"] == "classification" else "test_rmse"
+    numbers = ["train_seconds"]
+    if cell.kind == "magnitude":
+        numbers, rows, row_keys = [f"baseline_{name}"], "per_sparsity", ("sparsity", name, "train_seconds")
+    else:
+        rows, row_keys = "pruning_curve", ("droprate", name)
+        if cell.sparsity is None and not cell.sparsities:
+            numbers.append(name)
+    for key in numbers:
+        if not _number(metrics.get(key)) and metrics.get(key, 0) is not None:
+            raise BayesPruneError(f"{path}: {key!r} is not a number")
+    table = metrics.get(rows)
+    if not isinstance(table, list) or not all(isinstance(row, dict) for row in table):
+        raise BayesPruneError(f"{path}: {rows!r} is not a list of rows")
+    for row in table:
+        for key in row_keys:
+            if not _number(row.get(key)) and row.get(key, 0) is not None:
+                raise BayesPruneError(f"{path}: a row of {rows!r} has no number {key!r}")
+    held = {round(row[row_keys[0]], 6) for row in table}
+    missing = [s for s in (cell.sparsities if cell.sparsity is None else (cell.sparsity,)) if round(s, 6) not in held]
+    if missing:
+        raise BayesPruneError(f"{path}: the finished cell {cell.name} was not evaluated at sparsity {missing[0]:g}, and a "
+                              "finished cell is never fitted again; give that sparsity in a new --out")
+    return metrics
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def stale(cell: Cell, folder: Path) -> str | None:
     """Why the existing ``folder`` holds another fit than ``cell`` (``None`` when it is the same or empty).
 
@@ -84,17 +161,68 @@ def stale(cell: Cell, folder: Path) -> str | None:
     if not folder.exists() or not any(folder.iterdir()):
         return None
     if cell.kind == "magnitude":
-        if not (folder / CELL_FILE).is_file():
+        if not (folder / CELL_FILE).exists():
             return None if not finished(folder) else f"no {CELL_FILE}"
-        same = json.loads((folder / CELL_FILE).read_text()) == json.loads(json.dumps(cell.describe()))
-        return None if same else f"its {CELL_FILE} differs"
-    if not (folder / "config.toml").is_file():
+        held = read_json(folder / CELL_FILE)
+        key = first_difference(_without(held, "sparsities"), _without(json.loads(json.dumps(cell.describe())), "sparsities"))
+        return None if key is None else f"its {CELL_FILE} differs at {key}"
+    if not (folder / "config.toml").exists():
         return None if not finished(folder) else "no config.toml"
+    if (folder / "config.toml").is_symlink():
+        return "its config.toml is a link"
     try:
         held = load_config(str(folder / "config.toml")).to_dict()
     except BayesPruneError as error:
         return f"its config.toml does not load ({error})"
-    return None if held == cell.run_config().to_dict() else "its config.toml differs"
+    wanted = cell.run_config().to_dict()
+    if cell.sparsity is None and cell.sparsities:  # evaluated at every sparsity: which ones does not change the fit
+        held, wanted = (_without(config, "prune.droprates") for config in (held, wanted))
+    key = first_difference(held, wanted)
+    return None if key is None else f"its config.toml differs at {key}"
+
+
+def _without(config: dict, key: str) -> dict:
+    """``config`` without the dotted ``key``."""
+    config = copy.deepcopy(config)
+    *path, last = key.split(".")
+    node = config
+    for part in path:
+        node = node.get(part, {}) if isinstance(node, dict) else {}
+    if isinstance(node, dict):
+        node.pop(last, None)
+    return config
+
+
+def refusal(cell: Cell, datasets: dict) -> str | None:
+    """Why the cell would be refused before its fit (``None``: it would not): the checks
+    :func:`bayesprune.runner.run` makes before fitting (the method's services and keys, the data,
+    the network's size, inputs, outputs and units, the method's own :meth:`check`), so that a grid
+    refuses every such cell before fitting any. ``datasets`` caches the data by its config."""
+    from bayesprune.methods import get_method
+    from bayesprune.models import new_net
+    from bayesprune.runner import check_network, check_size, check_units, check_validation, load_datasets, refuse_unsupported
+
+    try:
+        config = cell.run_config()
+        method = get_method(config.method) if cell.kind == "run" else None
+        if method is not None:
+            refuse_unsupported(config, method)
+        key = repr(config.data)
+        if key not in datasets:
+            datasets[key] = load_datasets(config)
+        data = datasets[key]
+        check_size(config, data[0])
+        check_validation(config, data)
+        net = new_net(config, data[0].input_shape, data[0].output_dim, seed=config.seed)
+        check_network(net, data[0])
+        if method is not None:
+            check_units(config, net, data[0])
+            method.check(net, data[0], config.method_options)
+    except BayesPruneError as error:
+        return str(error)
+    except Exception as error:  # noqa: BLE001 - the user's network factory, whatever it raises
+        return f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"
+    return None
 
 
 def execute(cell: Cell, folder: str, threads: int = 1) -> dict:
@@ -109,7 +237,9 @@ def execute(cell: Cell, folder: str, threads: int = 1) -> dict:
     from bayesprune.errors import Interrupted
     from bayesprune.runner import resume_run, run
 
-    if (folder / "checkpoint.pt").is_file():  # an interrupted earlier attempt: continue it where it can be
+    resumable = (folder / "checkpoint.pt").is_file() and (folder / "config.toml").is_file() and \
+        (folder / "config.toml").read_text() == cell.run_config().to_toml()
+    if resumable:  # an interrupted earlier attempt of this very config: continue it where it can be
         try:
             return resume_run(folder)
         except Interrupted:
@@ -162,8 +292,10 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
     start = time.perf_counter()
     fit_plain(net, dataset.x_train, dataset.y_train, validation=validation, patience=config.train.patience, **rule)
     plain_seconds = time.perf_counter() - start
+    epochs = rule["epochs"] + cell.finetune_epochs  # the plain network's and one sparsity's fine-tuning
     metrics = {"method": cell.method, "dataset": dataset.name, "task": dataset.task, "seed": config.seed,
-               "architecture": config.model.name, "plain_seconds": round(plain_seconds, 3),
+               "architecture": config.model.name, "plain_seconds": round(plain_seconds, 3), "train_epochs": epochs,
+               "train_steps": epochs * math.ceil(dataset.num_train / rule["batch_size"]),
                f"baseline_{name}": _test_metric(net, dataset), "finetune_epochs": cell.finetune_epochs, "per_sparsity": []}
     sites = prunable_weights(net, include_biases=config.prune.include_biases)
     folder.mkdir(parents=True, exist_ok=True)

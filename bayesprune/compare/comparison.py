@@ -29,6 +29,7 @@ removes units; PBP's prior is over weights).
 """
 import copy
 import json
+import math
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
@@ -36,14 +37,14 @@ from pathlib import Path
 
 import tomli_w
 
-from bayesprune.config import apply_overrides, load_config, packaged_configs
+from bayesprune.config import RunConfig, apply_overrides, load_config, packaged_configs
 from bayesprune.errors import BayesPruneError, ConfigError
 from bayesprune.files import write_text
 from bayesprune.methods import available_methods, get_method, sparsity_option
-from bayesprune.validation import is_int, is_number, require
+from bayesprune.validation import MAX_COUNT, is_count, is_int, is_number, require
 
 from .cells import Cell
-from .engines import check_engine, progress_line, run_cells
+from .engines import check_engine, run_cells
 from .leaderboard import leaderboard_rows, write_leaderboard
 from .tracking import open_tracker
 
@@ -53,6 +54,9 @@ MAGNITUDE = "magnitude"
 DEFAULT = "compare-digits"
 #: What marks a folder as a comparison (beside its ``cells`` folder).
 MARKER = "comparison.toml"
+#: Timed forward passes per row (the median of a thousand is as steady as it gets) and the timed batch's rows.
+MAX_LATENCY_REPEATS = 1000
+MAX_LATENCY_BATCH = 65536
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,9 @@ class CompareOptions:
         latency_repeats: timed forward passes (the median is reported).
         certify: add a PBP cell per method, sparsity and seed, started from the method's mask fitted
             on S_P alone, for a certificate of every method in its ``bound`` column (about doubles the cost).
+        budget: when set, every method trains this many epochs in all, split over its stages in the
+            proportions its config gives them (:func:`held_to_budget`; magnitude: the plain network's
+            ``baseline.epochs`` and ``finetune_epochs``).
     """
 
     methods: tuple = ()
@@ -83,6 +90,7 @@ class CompareOptions:
     latency_batch: int = 64
     latency_repeats: int = 30
     certify: bool = False
+    budget: int | None = None
 
     def __post_init__(self):
         known = [*available_methods(), MAGNITUDE]
@@ -102,14 +110,19 @@ class CompareOptions:
         require(isinstance(self.configs, dict), "compare.configs", "be a table of method = packaged config", self.configs)
         for method, name in self.configs.items():
             require(method in available_methods(), "compare.configs", f"name methods of {sorted(available_methods())}", method)
-            require(name in packaged_configs(), f"compare.configs.{method}", "be a packaged config (bayesprune list)", name)
-        for name in ("finetune_epochs",):
-            require(is_int(getattr(self, name)) and getattr(self, name) >= 0, f"compare.{name}", "be a non-negative integer",
-                    getattr(self, name))
+            require(isinstance(name, str) and name in packaged_configs(), f"compare.configs.{method}",
+                    "be a packaged config (bayesprune list)", name)
+            held = load_config(name).method
+            require(held == method, f"compare.configs.{method}", f"be a config of method {method!r} (it is {held!r}'s)", name)
+        require(is_count(self.finetune_epochs, 0), "compare.finetune_epochs", f"be a non-negative integer up to {MAX_COUNT}",
+                self.finetune_epochs)
+        require(self.budget is None or is_count(self.budget), "compare.budget",
+                f"be a positive number of epochs up to {MAX_COUNT}", self.budget)
         require(isinstance(self.certify, bool), "compare.certify", "be true or false", self.certify)
-        for name in ("latency_batch", "latency_repeats"):
-            require(is_int(getattr(self, name)) and getattr(self, name) > 0, f"compare.{name}", "be a positive integer",
-                    getattr(self, name))
+        require(is_int(self.latency_batch) and 0 < self.latency_batch <= MAX_LATENCY_BATCH, "compare.latency_batch",
+                f"be a positive integer up to {MAX_LATENCY_BATCH}", self.latency_batch)
+        require(is_int(self.latency_repeats) and 0 < self.latency_repeats <= MAX_LATENCY_REPEATS, "compare.latency_repeats",
+                f"be a positive integer up to {MAX_LATENCY_REPEATS}", self.latency_repeats)
 
 
 def comparison_configs() -> dict:
@@ -166,16 +179,24 @@ def method_cells(raw: dict, options: CompareOptions, method: str) -> list:
     prune = dict(base.get("prune", {}))
     cells = []
     if method == MAGNITUDE:
+        finetune = options.finetune_epochs
+        if options.budget is not None:
+            plain = base.get("baseline", {}).get("epochs") or _resolved(base)["train"]["epochs"]
+            split = split_epochs(options.budget, {"baseline.epochs": plain, "compare.finetune_epochs": finetune}, MAGNITUDE)
+            base["baseline"] = {**base.get("baseline", {}), "epochs": split["baseline.epochs"]}
+            finetune = split["compare.finetune_epochs"]
         for seed in options.seeds:
             config = {**base, "seed": seed, "description": "compare: the plain network, pruned by magnitude"}
             cells.append(Cell(name=f"{MAGNITUDE}-seed{seed}", kind="magnitude", config=config, method=MAGNITUDE, seed=seed,
-                              sparsities=options.sparsities, finetune_epochs=options.finetune_epochs))
+                              sparsities=options.sparsities, finetune_epochs=finetune))
         return cells
     packaged = _packaged_raw(options.configs.get(method, f"{method}-{options.options_from}"))
     table = {**packaged.get(method, {}), **raw.get(method, {})}
     if "optim" not in raw and "optim" in packaged:
         base["optim"] = copy.deepcopy(packaged["optim"])
     base["baseline"] = {**base.get("baseline", {}), "enabled": False}
+    if options.budget is not None:
+        table = held_to_budget(base, table, method, options.budget)
     option = sparsity_option(method)
     points = [None] if option is None else list(options.sparsities)
     for sparsity in points:
@@ -194,6 +215,50 @@ def method_cells(raw: dict, options: CompareOptions, method: str) -> list:
             cells.append(Cell(name=name, kind="run", config=config, method=method, seed=seed, sparsity=sparsity,
                               sparsities=() if learns_width(method) else tuple(options.sparsities)))
     return cells
+
+
+def _resolved(config: dict) -> dict:
+    """``config`` (TOML layout) with every default filled in."""
+    return RunConfig.from_dict(copy.deepcopy(config)).to_dict()
+
+
+def held_to_budget(base: dict, table: dict, method: str, budget: int) -> dict:
+    """``compare.budget``: ``method``'s stages (``train.epochs``, its main stage, and every ``*_epochs``
+    option of its table) given ``budget`` epochs in all, in the proportions its config gives them
+    (:func:`split_epochs`); sets ``base``'s ``train.epochs`` and returns the method's table. A method
+    that repeats its stages per start mask (PFT) runs its first start mask only, without its
+    equal-budget one-shot baseline, so that one fit trains ``budget`` epochs (PFT's one-shot baseline
+    is still fine-tuned beside it: its ``train_epochs`` in the leaderboard says so)."""
+    table = dict(table)
+    if isinstance(table.get("start_masks"), list) and table["start_masks"]:
+        table["start_masks"] = table["start_masks"][:1]
+    if "equal_budget_baseline" in table:
+        table["equal_budget_baseline"] = False
+    resolved = _resolved({**base, "method": method, method: table})
+    if resolved["train"].get("steps") is not None:
+        raise ConfigError("compare.budget counts epochs: remove train.steps")
+    stages = {"train.epochs": resolved["train"]["epochs"],
+              **{f"{method}.{key}": value for key, value in resolved[method].items()
+                 if key.endswith("_epochs") and is_int(value)}}
+    split = split_epochs(budget, stages, method)
+    base["train"] = {**base.get("train", {}), "epochs": split.pop("train.epochs")}
+    return {**table, **{key.partition(".")[2]: value for key, value in split.items()}}
+
+
+def split_epochs(budget: int, stages: dict, owner: str) -> dict:
+    """``budget`` epochs over ``stages`` (key → epochs) in their proportions: one to each stage that
+    runs, the rest by largest remainder, so that they sum to ``budget`` exactly; a stage of 0 stays off."""
+    running = {key: epochs for key, epochs in stages.items() if epochs > 0}
+    if budget < len(running):
+        raise ConfigError(f"compare.budget = {budget}: fewer epochs than the {len(running)} training stages of {owner} "
+                          f"({', '.join(running)})")
+    total = sum(running.values())
+    shares = {key: (budget - len(running)) * epochs / total for key, epochs in running.items()}
+    given = {key: 1 + math.floor(share) for key, share in shares.items()}
+    largest = sorted(running, key=lambda key: shares[key] - math.floor(shares[key]), reverse=True)
+    for key in largest[:budget - sum(given.values())]:
+        given[key] += 1
+    return {**stages, **given}
 
 
 def certificate_cells(raw: dict, options: CompareOptions, method: str) -> list:
@@ -244,6 +309,8 @@ def check_grid_dir(out: Path, marker: str, *, resume: bool) -> Path | None:
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise BayesPruneError(f"{'--resume' if resume else '--out'} {out}: exists and is not a directory")
     if resume:
+        if (out / marker).is_symlink():
+            raise BayesPruneError(f"--resume {out}: its {marker} is a symbolic link; it is never followed")
         if not (out / marker).is_file():
             raise BayesPruneError(f"--resume {out}: holds no {marker}, so it is not a {kind} to continue")
         return out / marker
@@ -255,41 +322,56 @@ def check_grid_dir(out: Path, marker: str, *, resume: bool) -> Path | None:
 
 
 def refuse_with_resume(**given):
-    """A grid continued with ``--resume`` runs as it was started: refuse what would change it."""
+    """A grid continued with ``--resume`` keeps its config: refuse what would change it."""
     named = [name for name, value in given.items() if value]
     if named:
         flag = named[0] if named[0] == "config" else "--" + named[0].replace("_", "-")
-        raise BayesPruneError(f"--resume continues a grid as it was started; {flag} cannot be given with it")
+        raise BayesPruneError(f"--resume continues a grid with its own config; {flag} cannot be given with it")
 
 
 def check_cells(out: Path, cells: list) -> list:
-    """The cells' folders, after refusing any that holds another fit (a changed config)."""
-    from .cells import stale
+    """The cells' folders, after refusing, before any fit: a ``cells`` folder or a cell folder that is a
+    link or a file, a finished cell whose files are tampered or hold another fit (naming the file or
+    the key), and every cell the checks of ``bayesprune run`` refuse, all of them, one line each."""
+    from .cells import check_folder, finished, refusal
 
-    folders = [out / "cells" / cell.name for cell in cells]
-    for cell, folder in zip(cells, folders):
-        why = stale(cell, folder)
+    folder = out / "cells"
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise BayesPruneError(f"{folder}: is not a directory (a link or a file); it is never followed")
+    folders = [folder / cell.name for cell in cells]
+    for cell, path in zip(cells, folders):
+        check_folder(cell, path)
+    refused, datasets = {}, {}
+    for cell, path in zip(cells, folders):
+        why = None if finished(path) else refusal(cell, datasets)
         if why:
-            raise BayesPruneError(f"{folder}: holds another fit than this config asks ({why}); give a new --out")
+            refused.setdefault((cell.method, why), []).append(cell.name)
+    if refused:
+        raise BayesPruneError("\n".join(f"method {method} refuses {len(names)} cell{'s' * (len(names) > 1)} "
+                                         f"({', '.join(names[:3])}{', …' * (len(names) > 3)}): {why}"
+                                         for (method, why), names in refused.items()))
     return folders
 
 
 def compare(source=None, out="runs/compare", *, methods=None, sparsities=None, seeds=None, jobs: int = 1,
             engine: str = "local", address=None, overrides=(), track=None, track_uri=None, resume: bool = False,
-            report=progress_line) -> list:
+            report=None, status=None) -> list:
     """Run a comparison into ``out`` (a new folder), or continue it (``resume=True``), and write its
     leaderboard; returns its rows.
 
-    ``methods``, ``sparsities`` and ``seeds`` replace the config's ``[compare]`` lists when given.
-    The resolved comparison is written to ``out/comparison.toml`` before the first cell, so that
-    ``resume`` continues from it alone (no config, lists or overrides are given then); finished cells
-    are read back, never fitted again. ``track="mlflow"`` logs each cell as it finishes, and the
-    leaderboard, to the MLflow store at ``track_uri`` (default ``file:<out>/mlruns``; see
-    :mod:`bayesprune.compare.tracking`).
+    ``methods``, ``sparsities`` and ``seeds`` replace the config's ``[compare]`` lists when given, also
+    on ``resume``: cells are added or dropped, a finished cell is read back, never fitted again. The
+    resolved comparison is written to ``out/comparison.toml`` before the first cell, so that ``resume``
+    continues from it (no config or overrides are given then). Before any fit every cell is checked
+    (:func:`check_cells`): all refusals come in one error, a line each. A cell that fails while fitting
+    is a leaderboard row with its reason while the others finish. ``status`` gets the progress lines
+    (default: stderr), ``report(cell, metrics, done, total)`` each finished cell. ``track="mlflow"``
+    logs each cell as it finishes, and the leaderboard, to the MLflow store at ``track_uri`` (default
+    ``file:<out>/mlruns``; see :mod:`bayesprune.compare.tracking`).
     """
     out = Path(out)
     if resume:
-        refuse_with_resume(config=source, methods=methods, sparsities=sparsities, seeds=seeds, set=list(overrides))
+        refuse_with_resume(config=source, set=list(overrides))
     saved = check_grid_dir(out, MARKER, resume=resume)
     raw, options = load_comparison(str(saved) if saved else source, () if resume else overrides)
     given = {key: tuple(value) for key, value in (("methods", methods), ("sparsities", sparsities), ("seeds", seeds))
@@ -301,16 +383,16 @@ def compare(source=None, out="runs/compare", *, methods=None, sparsities=None, s
             raise ConfigError(str(error).replace("compare.", "--", 1)) from None
     cells = comparison_cells(raw, options)
     check_engine(engine, jobs=jobs, address=address)
-    tracker = open_tracker(track, track_uri, out, kind="compare")
     folders = check_cells(out, cells)
-    if not resume:
-        out.mkdir(parents=True, exist_ok=True)
-        write_text(out / MARKER, tomli_w.dumps({**raw, "compare": {**raw.get("compare", {}), "methods": list(options.methods),
-                                                                   "sparsities": list(options.sparsities),
-                                                                   "seeds": list(options.seeds)}}))
-    run_cells(cells, folders, engine=engine, jobs=jobs, address=address,
-              report=report if tracker is None else tracker.reporter(report))
-    rows = leaderboard_rows(cells, folders, options)
+    tracker = open_tracker(track, track_uri, out, kind="compare")
+    out.mkdir(parents=True, exist_ok=True)
+    # --resume with other lists: the marker holds them from now on (cells dropped keep their folders)
+    write_text(out / MARKER, tomli_w.dumps({**raw, "compare": {**raw.get("compare", {}), "methods": list(options.methods),
+                                                               "sparsities": list(options.sparsities),
+                                                               "seeds": list(options.seeds)}}))
+    results = run_cells(cells, folders, engine=engine, jobs=jobs, address=address, status=status,
+                        report=report if tracker is None else tracker.reporter(report or (lambda *args: None)))
+    rows = leaderboard_rows(cells, folders, options, results)
     write_leaderboard(out, rows)
     write_text(out / "leaderboard.json", json.dumps(rows, indent=1) + "\n")
     if tracker is not None:

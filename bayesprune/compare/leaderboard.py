@@ -18,7 +18,7 @@ from bayesprune.files import replacing, write_text
 
 #: The leaderboard's columns, in order (the metric's name replaces ``test_error`` for regression).
 COLUMNS = ("method", "sparsity", "achieved_sparsity", "test_error", "test_error_std", "plain_test_error", "seeds",
-           "train_seconds", "params", "macs", "latency_ms", "bound")
+           "train_seconds", "train_epochs", "train_steps", "params", "macs", "latency_ms", "bound", "cells", "failed")
 
 
 def _weights(net) -> tuple:
@@ -83,17 +83,30 @@ def measure(cell, folder: Path, sparsity, options) -> dict:
 
 
 def _entries(cell, metrics: dict) -> list:
-    """``(target sparsity, evaluated sparsity, test metric, train seconds)`` of each leaderboard row of a cell."""
+    """``(target sparsity, evaluated sparsity, test metric, training cost)`` of each leaderboard row of a cell."""
     name = "test_error" if metrics.get("task", "classification") == "classification" else "test_rmse"
     if cell.kind == "magnitude":
-        return [(row["sparsity"], row["sparsity"], row[name], row["train_seconds"]) for row in metrics["per_sparsity"]]
-    seconds = metrics["train_seconds"]
+        wanted = {round(s, 6) for s in cell.sparsities}
+        return [(row["sparsity"], row["sparsity"], row[name], {**_cost(metrics), "train_seconds": row["train_seconds"]})
+                for row in metrics["per_sparsity"] if round(row["sparsity"], 6) in wanted]
     curve = {round(row["droprate"], 6): row[name] for row in metrics["pruning_curve"]}
     if cell.sparsity is not None:
-        return [(cell.sparsity, cell.sparsity, curve[round(cell.sparsity, 6)], seconds)]
+        return [(cell.sparsity, cell.sparsity, curve[round(cell.sparsity, 6)], _cost(metrics))]
     if not cell.sparsities:  # learned width: the method's own network
-        return [(None, None, metrics[name], seconds)]
-    return [(s, s, curve[round(s, 6)], seconds) for s in cell.sparsities]
+        return [(None, None, metrics[name], _cost(metrics))]
+    return [(s, s, curve[round(s, 6)], _cost(metrics)) for s in cell.sparsities]
+
+
+def _targets(cell) -> list:
+    """The target sparsities a cell gives rows for (``None``: the width it learned)."""
+    if cell.kind == "magnitude" or (cell.sparsity is None and cell.sparsities):
+        return list(cell.sparsities)
+    return [cell.sparsity]
+
+
+def _cost(metrics: dict) -> dict:
+    """A cell's training: seconds, epochs and optimiser steps over all its stages (``None`` where not recorded)."""
+    return {key: metrics.get(key) for key in ("train_seconds", "train_epochs", "train_steps")}
 
 
 def _mean(values):
@@ -101,13 +114,23 @@ def _mean(values):
     return float(np.mean(values)) if values else None
 
 
-def leaderboard_rows(cells: list, folders: list, options) -> list:
-    """One row per method and target sparsity, averaged over seeds (see :data:`COLUMNS`)."""
+def leaderboard_rows(cells: list, folders: list, options, results=None) -> list:
+    """One row per method and target sparsity, averaged over seeds (see :data:`COLUMNS`); ``results``
+    (:func:`~bayesprune.compare.engines.run_cells`) marks the cells that failed, whose reasons fill the
+    row's ``failed`` column while the other seeds' numbers fill the rest."""
     found = {}
     plain = {}
+    failed = {}  # (method, sparsity) → reasons
+    folder_names = {}
     certified = {}  # (method, sparsity, seed) → the bound of PBP started from that method's mask
     name = "test_error"
-    for cell, folder in zip(cells, folders):
+    for index, (cell, folder) in enumerate(zip(cells, folders)):
+        result = None if results is None else results[index]
+        if result is not None and "failed" in result:
+            for target in (_targets(cell) if cell.row else []):
+                failed.setdefault((cell.method, target), []).append(f"{cell.name}: {result['failed']}")
+                folder_names.setdefault((cell.method, target), []).append(f"cells/{cell.name}")
+            continue
         metrics = json.loads((Path(folder) / "metrics.json").read_text())
         for method in cell.certifies:
             certified[(method, cell.sparsity, cell.seed)] = metrics["bound"]
@@ -116,23 +139,30 @@ def leaderboard_rows(cells: list, folders: list, options) -> list:
         name = "test_error" if metrics.get("task", "classification") == "classification" else "test_rmse"
         if cell.kind == "magnitude":
             plain[cell.seed] = metrics[f"baseline_{name}"]
-        for target, evaluated, value, seconds in _entries(cell, metrics):
+        for target, evaluated, value, cost in _entries(cell, metrics):
+            folder_names.setdefault((cell.method, target), []).append(f"cells/{cell.name}")
             found.setdefault((cell.method, target), []).append(
-                {"seed": cell.seed, name: value, "train_seconds": seconds, "bound": metrics.get("bound"),
+                {"seed": cell.seed, name: value, "bound": metrics.get("bound"), **cost,
                  **measure(cell, Path(folder), evaluated, options)})
     for (method, target), entries in found.items():
         for entry in entries:
             entry["bound"] = certified.get((method, target, entry["seed"]), entry["bound"])
     rows = []
-    for (method, target), entries in found.items():
+    for key in dict.fromkeys([*found, *failed]):
+        method, target = key
+        entries = found.get(key, [])
         values = [entry[name] for entry in entries]
         rows.append({
             "method": method, "sparsity": target,
             "achieved_sparsity": _mean(entry["achieved_sparsity"] for entry in entries),
-            name: float(np.mean(values)), f"{name}_std": float(np.std(values, ddof=1)) if len(values) > 1 else None,
+            name: float(np.mean(values)) if values else None,
+            f"{name}_std": float(np.std(values, ddof=1)) if len(values) > 1 else None,
             f"plain_{name}": _mean(plain.get(entry["seed"]) for entry in entries),
             "seeds": len(entries),
-            **{key: _mean(entry[key] for entry in entries) for key in ("train_seconds", "params", "macs", "latency_ms", "bound")},
+            **{key: _mean(entry[key] for entry in entries)
+               for key in ("train_seconds", "train_epochs", "train_steps", "params", "macs", "latency_ms", "bound")},
+            "cells": " ".join(folder_names[key]),
+            "failed": "; ".join(failed.get(key, [])) or None,
         })
     return sorted(rows, key=lambda row: (row["method"] != "magnitude", row["method"], row["sparsity"] or -1))
 

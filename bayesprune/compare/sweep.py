@@ -23,7 +23,7 @@ from bayesprune.files import write_text
 
 from .cells import Cell
 from .comparison import check_cells, check_grid_dir, refuse_with_resume
-from .engines import check_engine, progress_line, run_cells
+from .engines import check_engine, run_cells
 from .tracking import open_tracker
 
 MARKER = "sweep.toml"
@@ -139,18 +139,24 @@ def _numbers(metrics: dict) -> dict:
 
 def summary_rows(cells: list, results: list) -> list:
     """One row per grid point: the point's values, the number of seeds, and every number of the cells'
-    ``metrics.json`` (test error, training seconds, PBP's bound, …) as its mean and ``_std`` over seeds."""
+    ``metrics.json`` (test error, training seconds, PBP's bound, …) as its mean and ``_std`` over seeds;
+    ``failed`` names the point's cells whose fit failed, with their reasons."""
     groups = {}
     for cell, metrics in zip(cells, results):
-        groups.setdefault(point_name(cell.point), (cell.point, []))[1].append(_numbers(metrics))
+        point, per_seed, failed = groups.setdefault(point_name(cell.point), (cell.point, [], []))
+        if "failed" in metrics:
+            failed.append(f"{cell.name}: {metrics['failed']}")
+        else:
+            per_seed.append(_numbers(metrics))
     rows = []
-    for point, per_seed in groups.values():
-        keys = [key for key in per_seed[0] if all(key in numbers for numbers in per_seed)]
+    for point, per_seed, failed in groups.values():
+        keys = [key for key in (per_seed[0] if per_seed else {}) if all(key in numbers for numbers in per_seed)]
         row = {**point, "seeds": len(per_seed)}
         for key in keys:
             values = np.array([numbers[key] for numbers in per_seed], dtype=float)
             row[key] = float(values.mean())
             row[f"{key}_std"] = float(values.std(ddof=1)) if len(values) > 1 else None
+        row["failed"] = "; ".join(failed) or None
         rows.append(row)
     return rows
 
@@ -159,38 +165,41 @@ def _shown(rows: list, grid: dict) -> list:
     """The summary's Markdown columns: the grid, seeds, and the main numbers where the cells have them."""
     main = ("test_error", "test_rmse", "test_error_mc", "baseline_test_error", "baseline_test_rmse", "train_seconds",
             "bound", "bound_kl_inverse", "empirical_risk", "grid_size")
-    columns = [*grid, "seeds", *(key for key in rows[0] if key in main or (key.endswith("_std") and key[:-4] in main))]
+    keys = list(dict.fromkeys(key for row in rows for key in row))
+    columns = [*grid, "seeds", *(key for key in keys if key in main or (key.endswith("_std") and key[:-4] in main)), "failed"]
     return [{key: "–" if row.get(key) is None else row.get(key) for key in columns} for row in rows]
 
 
 def sweep(source, grid_assignments, out, *, seeds=None, jobs: int = 1, engine: str = "local", address=None, overrides=(),
-          track=None, track_uri=None, resume: bool = False, report=progress_line) -> list:
+          track=None, track_uri=None, resume: bool = False, report=None, status=None) -> list:
     """Run the sweep into ``out`` (a new folder), or continue it (``resume=True``): cells under
     ``out/cells``, ``summary.csv`` (every number) and ``summary.md``; returns the summary rows.
 
     ``out/sweep.toml`` keeps the parsed config, the grid, the overrides and the seeds, written before
-    the first cell, so that ``resume`` continues from it alone (no config, grid, seeds or overrides are
-    given then; the config file may have changed since); finished cells are never fitted again.
-    ``track="mlflow"`` logs each cell and the summary to MLflow (:mod:`bayesprune.compare.tracking`)."""
+    the first cell, so that ``resume`` continues from it alone (no config, grid or overrides are given
+    then; the config file may have changed since); ``seeds`` given with ``resume`` add or drop cells,
+    a finished cell is never fitted again. Every cell is checked before any fit, and a cell that fails
+    while fitting is reported in the summary while the others finish (see
+    :func:`~bayesprune.compare.comparison.compare`). ``track="mlflow"`` logs each cell and the summary
+    to MLflow (:mod:`bayesprune.compare.tracking`)."""
     out = Path(out)
     if resume:
-        refuse_with_resume(config=source, grid=list(grid_assignments or ()), seeds=seeds, set=list(overrides))
+        refuse_with_resume(config=source, grid=list(grid_assignments or ()), set=list(overrides))
     saved = check_grid_dir(out, MARKER, resume=resume)
     if saved:
-        held = tomllib.loads(saved.read_text())
-        source, raw, grid, seeds, overrides = held["source"], held["config"], held["grid"], held["seeds"], held["overrides"]
+        source, raw, grid, held_seeds, overrides = read_marker(saved)
+        seeds = seeds or held_seeds
     else:
         raw, grid = read_config(source), parse_grid(grid_assignments)
     cells = sweep_cells(raw, grid, seeds, overrides)
     check_engine(engine, jobs=jobs, address=address)
-    tracker = open_tracker(track, track_uri, out, kind="sweep")
     folders = check_cells(out, cells)
-    if not resume:
-        out.mkdir(parents=True, exist_ok=True)
-        write_text(out / MARKER, tomli_w.dumps({"source": str(source or "default"), "grid": grid, "overrides": list(overrides),
-                                                 "seeds": sorted({cell.seed for cell in cells}), "config": raw}))
-    results = run_cells(cells, folders, engine=engine, jobs=jobs, address=address,
-                        report=report if tracker is None else tracker.reporter(report))
+    tracker = open_tracker(track, track_uri, out, kind="sweep")
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / MARKER, tomli_w.dumps({"source": str(source or "default"), "grid": grid, "overrides": list(overrides),
+                                             "seeds": sorted({cell.seed for cell in cells}), "config": raw}))
+    results = run_cells(cells, folders, engine=engine, jobs=jobs, address=address, status=status,
+                        report=report if tracker is None else tracker.reporter(report or (lambda *args: None)))
     rows = summary_rows(cells, results)
     write_csv(out / "summary.csv", [{key: "" if value is None else value for key, value in row.items()} for row in rows])
     write_text(out / "summary.md", f"# Sweep of {source or 'default'}\n\nMean and standard deviation over seeds per grid "
@@ -198,3 +207,21 @@ def sweep(source, grid_assignments, out, *, seeds=None, jobs: int = 1, engine: s
     if tracker is not None:
         tracker.finish([MARKER, "summary.md", "summary.csv"])
     return rows
+
+
+def read_marker(path: Path) -> tuple:
+    """``(source, config, grid, seeds, overrides)`` of a sweep's ``sweep.toml``, refused in one line naming
+    the file and the key where it does not parse or a key is missing or of the wrong type."""
+    try:
+        held = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise BayesPruneError(f"{path}: not valid TOML ({' '.join(str(error).split())[:120]})") from None
+    kinds = {"source": str, "config": dict, "grid": dict, "seeds": list, "overrides": list}
+    for key, kind in kinds.items():
+        if not isinstance(held.get(key), kind):
+            raise BayesPruneError(f"{path}: {key!r} is missing or not a {kind.__name__}")
+    if not held["grid"] or not all(isinstance(values, list) and values for values in held["grid"].values()):
+        raise BayesPruneError(f"{path}: 'grid' must map keys to non-empty lists of values")
+    if not all(isinstance(item, str) for item in held["overrides"]):
+        raise BayesPruneError(f"{path}: 'overrides' must be a list of strings")
+    return held["source"], held["config"], held["grid"], held["seeds"], held["overrides"]
