@@ -1,6 +1,7 @@
 """The README's examples run as written: its Python blocks, its TOML file and the `bayesprune run` commands
 (the quick-start configs validated, the own-data run made with 2 epochs); its command synopsis matches
 the parsers; it stays under 15 KB."""
+import json
 import re
 import shlex
 import sys
@@ -71,6 +72,17 @@ def test_your_own_network_and_data_run_from_the_toml_file(tmp_path, monkeypatch,
     out = capsys.readouterr().out
     assert "0.00 removed:" in out and "variational" in out
     monkeypatch.delitem(sys.modules, "mynets", raising=False)
+
+
+def test_the_run_reading_example_reads_a_regression_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "default", "--out", "runs/mine", "--quiet", "--set", "data.dataset=linear-regression",
+                 "--set", "data.n=200", "--set", "train.epochs=2", "--set", "baseline.epochs=1",
+                 "--set", "sbnn.predictive_samples=2", "--set", "prune.droprates=[0.0, 0.5]"]) == 0
+    capsys.readouterr()
+    exec(compile(python("metrics.json"), "README, reading a run", "exec"), {})
+    rmse = json.loads((tmp_path / "runs/mine/metrics.json").read_text())["pruning_curve"][1]["test_rmse"]
+    assert f"0.50 removed: test_rmse {rmse:.4g}" in capsys.readouterr().out
 
 
 def test_the_command_synopsis_matches_the_parsers(capsys):
