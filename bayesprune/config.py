@@ -29,6 +29,10 @@ class DataConfig:
     ``splits`` (UCI only) fits every listed split, or ``"all"`` of them, and reports the mean and
     standard error over splits. ``batch_size = "auto"`` takes a hundredth of the training rows, at
     least 32 (:meth:`batch_size_for`), so that an epoch is at most 100 steps on any set.
+
+    A relative file or folder (``path``, ``train``, ``test``, ``root``) in a config file is read from
+    the config file's folder, or from the current folder where it is not there; a ``--set`` value
+    from the current folder.
     """
 
     dataset: str = "digits"
@@ -472,7 +476,24 @@ def read_config(source: str | None = None) -> dict:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{source}: cannot read the config ({getattr(error, 'strerror', None) or error})") from None
-    return _read_toml(text, source)
+    return _resolve_data_paths(_read_toml(text, source), path.parent)
+
+
+#: The ``[data]`` options that name a file or a folder (the user loaders' and the image sets' roots).
+DATA_PATHS = ("path", "train", "test", "root")
+
+
+def _resolve_data_paths(raw: dict, folder: Path) -> dict:
+    """``raw`` with every relative file or folder of its ``[data]`` table that exists in ``folder`` (the
+    config file's) read from there, as most tools do; one that does not is left to the current folder,
+    where configs written before this rule found their files."""
+    data = raw.get("data")
+    if isinstance(data, dict):
+        for key in DATA_PATHS:
+            value = data.get(key)
+            if isinstance(value, str) and value and not Path(value).is_absolute() and (folder / value).exists():
+                data[key] = str(folder / value)
+    return raw
 
 
 def apply_overrides(raw: dict, overrides) -> dict:
