@@ -372,6 +372,17 @@ class RunConfig:
         return tomli_w.dumps(self.to_dict())
 
 
+def first_difference(held, wanted, prefix: str = "") -> str | None:
+    """The dotted key where two configs (TOML layout) first differ (``None``: the same)."""
+    if isinstance(held, dict) and isinstance(wanted, dict):
+        for key in [*wanted, *(key for key in held if key not in wanted)]:
+            found = first_difference(held.get(key), wanted.get(key), f"{prefix}{key}.")
+            if found:
+                return found
+        return None
+    return None if held == wanted else prefix.rstrip(".") or "(the whole config)"
+
+
 def _options(method, values: dict):
     refuse_unknown_keys(method.name, values, method.Options, owner=method.name)
     return method.Options(**values)

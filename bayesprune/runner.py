@@ -31,7 +31,7 @@ from bayesprune.models import new_net  # lives in models; also importable as run
 
 from .baseline import least_squares_test_rmse, train_plain
 from .checkpoint import read_checkpoint, save_checkpoint, shapes, state_mismatch
-from .config import load_config
+from .config import first_difference, load_config
 from .data import load_dataset, uci_num_splits
 from .early_stopping import hold_out
 from .preprocessing import Preprocessing, preprocessing_of
@@ -330,10 +330,27 @@ def resume_run(out, *, progress: bool = False) -> dict:
     checkpoints = [read_checkpoint(path) for path in _progress_files(source) if path.suffix == ".pt"]
     if not (source / SEEDS).is_dir() and not any(saved["method"] == config.method and "loop" in saved for saved in checkpoints):
         raise BayesPruneError(f"{source / CHECKPOINT}: holds no training-loop state of a {config.method} fit to resume from")
+    for saved in checkpoints:
+        _refuse_edited(config, saved.get("metadata", {}).get("config"), source / "config.toml")
     metrics = run(config, out, force=True, progress=progress, resumed_from=source)
     if source != out:
         shutil.rmtree(source)
     return metrics
+
+
+def _refuse_edited(config, fitted, path: Path):
+    """Refuse to resume a fit whose checkpoint was made from another config (``fitted``, TOML layout, as
+    the checkpoint keeps it; ``None`` in checkpoints of earlier versions) than ``path`` now holds:
+    continuing it would mix two configs (another prior, learning rate, seed or data) in one run."""
+    if not isinstance(fitted, dict):
+        return
+    wanted = config.to_dict()
+    if config.seeds and fitted.get("seed") in config.seeds:  # a run of several seeds checkpoints the seed in progress
+        wanted["seed"] = fitted["seed"]
+    key = first_difference(fitted, wanted)
+    if key is not None:
+        raise BayesPruneError(f"{path}: {key} was edited after the fit started (its checkpoint was made from another "
+                              f"value); undo the edit, or start a new run")
 
 
 def _progress_files(folder: Path) -> list:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from bayesprune.config import first_difference
 from bayesprune.errors import BayesPruneError
 from bayesprune.files import replacing, write_text
 
@@ -92,17 +93,6 @@ def read_json(path: Path, *, keys=()) -> dict:
     if missing is not None:
         raise BayesPruneError(f"{path}: has no {missing!r}")
     return value
-
-
-def first_difference(held, wanted, prefix: str = "") -> str | None:
-    """The dotted key where two config dicts first differ (``None``: the same)."""
-    if isinstance(held, dict) and isinstance(wanted, dict):
-        for key in [*wanted, *(key for key in held if key not in wanted)]:
-            found = first_difference(held.get(key), wanted.get(key), f"{prefix}{key}.")
-            if found:
-                return found
-        return None
-    return None if held == wanted else prefix.rstrip(".") or "(the whole config)"
 
 
 def check_folder(cell: Cell, folder: Path):

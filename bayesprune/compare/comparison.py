@@ -347,10 +347,17 @@ def check_cells(out: Path, cells: list) -> list:
         if why:
             refused.setdefault((cell.method, why), []).append(cell.name)
     if refused:
-        raise BayesPruneError("\n".join(f"method {method} refuses {len(names)} cell{'s' * (len(names) > 1)} "
-                                         f"({', '.join(names[:3])}{', …' * (len(names) > 3)}): {why}"
-                                         for (method, why), names in refused.items()))
+        raise CellsRefused([f"method {method} refuses {len(names)} cell{'s' * (len(names) > 1)} "
+                            f"({', '.join(names[:3])}{', …' * (len(names) > 3)}): {why}" for (method, why), names in refused.items()])
     return folders
+
+
+class CellsRefused(BayesPruneError):
+    """Every refusal of a grid's cells, one line each in ``lines`` (the command line prints each)."""
+
+    def __init__(self, lines):
+        super().__init__("; ".join(lines))
+        self.lines = list(lines)
 
 
 def compare(source=None, out="runs/compare", *, methods=None, sparsities=None, seeds=None, jobs: int = 1,

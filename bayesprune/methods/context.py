@@ -60,6 +60,8 @@ class FitContext:
         method: the registered name of the method, recorded in checkpoints.
         kernels: ``train.kernels``, the mode every stage runs the per-weight kernels in
             (:func:`bayesprune.fused.kernel_mode`).
+        config: the run config (TOML layout) the fit is made from, kept in its checkpoints so that
+            ``--resume`` refuses a ``config.toml`` edited since (:func:`bayesprune.runner.resume_run`).
 
     After the fit, ``best_epoch`` (1-based) is the epoch early stopping kept, or ``None``.
     """
@@ -82,6 +84,7 @@ class FitContext:
     callbacks: tuple = ()
     method: str = ""
     kernels: str = "auto"
+    config: dict | None = None
     best_epoch: int | None = field(default=None, init=False)
     _finished: list = field(default_factory=list, init=False, repr=False)
 
@@ -96,7 +99,7 @@ class FitContext:
                    noise_scale=config.model.noise_scale, expose=config.model.expose, hide=config.model.hide,
                    patience=config.train.patience,
                    checkpoint_every=config.train.checkpoint_every, method=config.method, kernels=config.train.kernels,
-                   **services)
+                   config=config.to_dict(), **services)
 
     def sites(self, net) -> list:
         """The names of ``net``'s site parameters under ``expose`` and ``hide`` (:func:`bayesprune.sites.site_names`)."""
@@ -243,7 +246,8 @@ class _StageCheckpoint:
         loop = LoopState(epoch + 1, history, {}, self.batches.generator.get_state(), rng_state(),
                          [callback.state_dict() for callback in self.stateful])
         write_checkpoint(context.checkpoint, method=context.method, state={key: _state_of(obj) for key, obj in self.state.items()},
-                         metadata={"epoch": epoch + 1, "stage": self.name},
+                         metadata={"epoch": epoch + 1, "stage": self.name,
+                                   **({} if context.config is None else {"config": context.config})},
                          loop={"stages": list(context._finished),
                                "current": {"index": self.index, "name": self.name, "loop": loop.state_dict()}})
 

@@ -1,0 +1,280 @@
+"""Bad inputs of ``compare`` and ``sweep`` (and of ``run --resume``), answered as every bad input is:
+one line naming the field or file, exit status 2, no traceback, nothing changed (the harness of
+:mod:`test_bad_inputs`: ``(files, argv, named)`` rows). A finished comparison (``CMP``) or sweep
+(``SWEEP``) is copied into the working folder and then tampered with: cell folders or ``cells/``
+replaced by links or files, unparseable or mistyped ``metrics.json``, ``cell.json``, ``sweep.toml``,
+an edited ``comparison.toml`` or cell ``config.toml``; every such case is refused before anything is
+fitted, never followed, never written through.
+
+Beside the table: a comparison in which two methods refuse the network names both, one line each,
+before any fit; a Ray address where a server that is not Ray answers, or a bad ``RAY_ADDRESS``, ends in
+one line within seconds; ``run --resume`` of a run whose ``config.toml`` was edited is refused naming
+the key.
+"""
+import json
+import shutil
+import signal
+import socket
+import threading
+import time
+import tomllib
+
+import pytest
+import tomli_w
+from test_bad_inputs import DIR, RUN, _build, _tree, complete_run  # noqa: F401  (complete_run: the harness's fixture)
+
+from bayesprune.cli import main
+from bayesprune.fit import STOP
+
+CMP, SWEEP, GONE = "<complete comparison>", "<complete sweep>", "<removed>"
+TINY = ["--set", "train.epochs=1", "--set", "baseline.epochs=1", "--set", "compare.finetune_epochs=1",
+        "--set", "compare.latency_repeats=2"]
+NEW = ["compare", "--out", "new", "--methods", "sbnn", "--sparsities", "0.5", *TINY]
+RESUME = ["compare", "--resume", "cmp"]
+
+
+def edit_json(change):
+    """Content made from the file already there (JSON), changed by ``change(value)``."""
+    def edited(path):
+        value = json.loads(path.read_text())
+        change(value)
+        return json.dumps(value)
+    return edited
+
+
+def replace_text(old, new):
+    def edited(path):
+        text = path.read_text()
+        assert old in text, (path, old)
+        return text.replace(old, new)
+    return edited
+
+
+def edit_toml(section, key, value):
+    """Content made from the TOML file already there, ``[section] key`` set to ``value``."""
+    def edited(path):
+        config = tomllib.loads(path.read_text())
+        config.setdefault(section, {})[key] = value
+        return tomli_w.dumps(config)
+    return edited
+
+
+def _pop(key):
+    return lambda value: value.pop(key)
+
+
+def _curve_text(value):
+    value["pruning_curve"][0]["test_error"] = "low"
+
+
+def _cell_finetune(value):
+    value["finetune_epochs"] = 99
+
+
+def _seeds_text(value):
+    value["seeds"] = "all"
+
+
+MAGNITUDE_CELL, SBNN_CELL = "cmp/cells/magnitude-seed0", "cmp/cells/sbnn-seed0"
+
+CASES = {
+    # cell folders and cells/ that are links or files: never followed, never written through
+    "cells/ a link to a folder outside": ({"cmp": CMP, "elsewhere": DIR, "cmp/cells": GONE, "cmp/cells ": ("link", "../elsewhere")},
+                                         RESUME, "cells"),
+    "cells/ a file": ({"cmp": CMP, "cmp/cells": GONE, "cmp/cells ": "not a folder"}, RESUME, "cells"),
+    "a cell folder a link to another run": ({"cmp": CMP, "done": RUN, SBNN_CELL: GONE, SBNN_CELL + " ": ("link", "../../done")},
+                                            RESUME, "sbnn-seed0"),
+    "a cell folder a link to nowhere": ({"cmp": CMP, SBNN_CELL: GONE, SBNN_CELL + " ": ("link", "/nonexistent/cell")},
+                                        RESUME, "sbnn-seed0"),
+    "a cell a file": ({"cmp": CMP, MAGNITUDE_CELL: GONE, MAGNITUDE_CELL + " ": "a file"}, RESUME, "magnitude-seed0"),
+    "comparison.toml a link": ({"cmp": CMP, "elsewhere.toml": "[compare]\n", "cmp/comparison.toml": GONE,
+                                "cmp/comparison.toml ": ("link", "../elsewhere.toml")}, RESUME, "comparison.toml"),
+    "sweep cells/ a link": ({"swp": SWEEP, "elsewhere": DIR, "swp/cells": GONE, "swp/cells ": ("link", "../elsewhere")},
+                            ["sweep", "--resume", "swp"], "cells"),
+    # tampered cell files: one line naming the file
+    "metrics.json not JSON": ({"cmp": CMP, SBNN_CELL + "/metrics.json": "{not json"}, RESUME, "metrics.json"),
+    "metrics.json a list": ({"cmp": CMP, SBNN_CELL + "/metrics.json": "[1, 2]"}, RESUME, "metrics.json"),
+    "metrics.json not UTF-8": ({"cmp": CMP, SBNN_CELL + "/metrics.json": b"\xff\xfe{"}, RESUME, "metrics.json"),
+    "metrics.json without its curve": ({"cmp": CMP, SBNN_CELL + "/metrics.json": edit_json(_pop("pruning_curve"))},
+                                       RESUME, "pruning_curve"),
+    "metrics.json with a text error": ({"cmp": CMP, SBNN_CELL + "/metrics.json": edit_json(_curve_text)}, RESUME, "test_error"),
+    "metrics.json without its task": ({"cmp": CMP, SBNN_CELL + "/metrics.json": edit_json(_pop("task"))}, RESUME, "task"),
+    "magnitude metrics.json without its rows": ({"cmp": CMP, MAGNITUDE_CELL + "/metrics.json": edit_json(_pop("per_sparsity"))},
+                                                RESUME, "per_sparsity"),
+    "cell.json not JSON": ({"cmp": CMP, MAGNITUDE_CELL + "/cell.json": "]["}, RESUME, "cell.json"),
+    "cell.json of another fine-tuning": ({"cmp": CMP, MAGNITUDE_CELL + "/cell.json": edit_json(_cell_finetune)},
+                                         RESUME, "finetune_epochs"),
+    "cell.json a link": ({"cmp": CMP, "other.json": "{}", MAGNITUDE_CELL + "/cell.json": GONE,
+                          MAGNITUDE_CELL + "/cell.json ": ("link", "../../../other.json")}, RESUME, "cell.json"),
+    # edited configs: refused naming the key, a finished cell never refitted from another config
+    "comparison.toml with other epochs": ({"cmp": CMP, "cmp/comparison.toml": edit_toml("train", "epochs", 2)},
+                                          RESUME, "train.epochs"),
+    "comparison.toml not TOML": ({"cmp": CMP, "cmp/comparison.toml": "[compare\n"}, RESUME, "comparison.toml"),
+    "a cell's config.toml with another learning rate": (
+        {"cmp": CMP, SBNN_CELL + "/config.toml": edit_toml("optim", "lr", 0.5)}, RESUME, "optim.lr"),
+    "sweep.toml not TOML": ({"swp": SWEEP, "swp/sweep.toml": "grid = ["}, ["sweep", "--resume", "swp"], "sweep.toml"),
+    "sweep.toml without its grid": ({"swp": SWEEP, "swp/sweep.toml": replace_text("[grid]", "[nogrid]")},
+                                    ["sweep", "--resume", "swp"], "grid"),
+    "sweep.toml with text seeds": ({"swp": SWEEP, "swp/sweep.toml": replace_text("seeds = [\n    0,\n]", 'seeds = "all"')},
+                                   ["sweep", "--resume", "swp"], "seeds"),
+    # --resume keeps the grid's config
+    "compare --resume with --set": ({"cmp": CMP}, [*RESUME, "--set", "train.epochs=2"], "--set"),
+    "sweep --resume with --grid": ({"swp": SWEEP}, ["sweep", "--resume", "swp", "--grid", "optim.lr=0.1"], "--grid"),
+    # numbers without a practical bound, keys that would be ignored
+    "latency repeats 10**9": ({}, [*NEW, "--set", "compare.latency_repeats=1000000000"], "compare.latency_repeats"),
+    "latency batch 10**9": ({}, [*NEW, "--set", "compare.latency_batch=1000000000"], "compare.latency_batch"),
+    "fine-tuning 10**12 epochs": ({}, [*NEW, "--set", "compare.finetune_epochs=1000000000000"], "compare.finetune_epochs"),
+    "budget of 0 epochs": ({}, [*NEW, "--set", "compare.budget=0"], "compare.budget"),
+    "budget below a method's stages": ({}, ["compare", "--out", "new", "--methods", "pft", "--set", "compare.budget=2"],
+                                       "compare.budget"),
+    "budget and train.steps": ({}, [*NEW, "--set", "compare.budget=4", "--set", "train.steps=10"], "train.steps"),
+    "another method's config in compare.configs": ({}, [*NEW, "--set", "compare.configs={sbnn = 'pbp-digits'}"],
+                                                   "compare.configs.sbnn"),
+    "unknown config in compare.configs": ({}, [*NEW, "--set", "compare.configs={sbnn = 'nonesuch'}"], "compare.configs.sbnn"),
+    # refusals of the run's own checks, before any fit
+    "a method that refuses the network": ({}, ["compare", "--out", "new", "--methods", "unit-gates", "--set", "model.hidden=[]"],
+                                          "unit-gates"),
+    "a Ray address where nothing answers": ({}, [*NEW, "--engine", "ray", "--address", "127.0.0.1:9"], "--address"),
+}
+
+
+@pytest.fixture(scope="module")
+def finished_grids(tmp_path_factory):
+    """A finished comparison (sbnn and magnitude at 50 %, one seed, every stage one epoch) and sweep."""
+    root = tmp_path_factory.mktemp("grids")
+    quiet = {"report": None, "status": lambda line: None}
+    from bayesprune.compare import compare
+    from bayesprune.compare.sweep import sweep
+
+    compare(None, root / "cmp", methods=["sbnn"], sparsities=[0.5], seeds=[0], overrides=[arg for arg in TINY if arg != "--set"],
+            **quiet)
+    sweep("default", ["optim.lr=0.01"], root / "swp", seeds=[0], overrides=["train.epochs=1", "baseline.enabled=false",
+                                                                               "sbnn.predictive_samples=1"], **quiet)
+    return {CMP: root / "cmp", SWEEP: root / "swp"}
+
+
+def build(files, root, complete_run, grids):
+    """The harness's :func:`test_bad_inputs._build`, with finished grids copied in (``CMP``, ``SWEEP``),
+    paths removed (``GONE``), and content computed from the file already there (a function). A trailing
+    space in a name lets a path be removed and then written again in one table."""
+    for name, content in files.items():
+        path = root / name.rstrip()
+        if content in (CMP, SWEEP):
+            shutil.copytree(grids[content], path, symlinks=True)
+        elif content == GONE:
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        elif callable(content):
+            path.write_text(content(path))
+        else:
+            _build({name.rstrip(): content}, root, complete_run)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_bad_grid_input_is_one_line_exit_2_and_changes_nothing(case, tmp_path, monkeypatch, capsys, complete_run,
+                                                                  finished_grids):
+    files, argv, named = CASES[case]
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    build(files, work, complete_run, finished_grids)
+    before = _tree(work)
+    status = main(list(argv))
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert err.startswith("bayesprune: error:") and err.count("\n") == 1 and named in err, err
+    assert _tree(work) == before
+
+
+def test_every_refusing_method_is_named_before_any_fit(tmp_path, capsys):
+    """unit gates (early stopping while units leave) and PFT (early stopping on a pre-training it skips) refuse;
+    sBNN and magnitude would fit: nothing is fitted, nothing written, one line per refusal."""
+    start = time.perf_counter()
+    status = main(["compare", "--out", str(tmp_path / "new"), "--methods", "sbnn", "unit-gates", "pft", "--sparsities", "0.5",
+                   "--set", "model.hidden=[]", "--set", "train.validation=0.2", "--set", "pft.pretrain_epochs=0"])
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert status == 2 and len(lines) == 2 and all(line.startswith("bayesprune: error: method ") for line in lines), err
+    assert "unit-gates" in lines[0] and "pft" in lines[1] and all("train.validation" in line for line in lines)
+    assert not (tmp_path / "new").exists() and time.perf_counter() - start < 30
+
+
+@pytest.fixture
+def not_ray():
+    """A local server that answers like a web server, not like Ray's head (gRPC)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def answer():
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return
+            with connection:
+                connection.recv(1024)
+                connection.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    yield f"127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+
+
+@pytest.mark.parametrize("through", ["--address", "RAY_ADDRESS"])
+def test_a_ray_address_where_a_web_server_answers_ends_in_one_line(through, not_ray, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("ray")
+    argv = ["compare", "--out", str(tmp_path / "new"), "--methods", "sbnn", "--engine", "ray"]
+    if through == "--address":
+        argv += ["--address", not_ray]
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", not_ray)
+    start = time.perf_counter()
+    status = main(argv)
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and through in err and "not a Ray cluster" in err, err
+    assert time.perf_counter() - start < 15 and not (tmp_path / "new").exists()
+
+
+def test_run_resume_refuses_a_config_edited_after_the_fit_started(tmp_path, capsys, monkeypatch):
+    """The reported case: an interrupted run, its config.toml then edited (the learning rate, the seed, the
+    data): --resume names the key instead of continuing the old fit under the new config; unedited, it resumes."""
+    from bayesprune import cli
+    from bayesprune.methods import context
+
+    original, calls = context.write_checkpoint, []
+
+    def stop_after_first(*args, **kwargs):  # SIGTERM once the first epoch's checkpoint is written
+        original(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 1:
+            cli._request_stop(signal.SIGTERM, None)
+
+    monkeypatch.setattr(context, "write_checkpoint", stop_after_first)
+    out = tmp_path / "run"
+    try:
+        status = main(["run", "--out", str(out), "--quiet", "--set", "train.epochs=3", "--set", "baseline.enabled=false",
+                       "--set", "sbnn.predictive_samples=1"])
+    finally:
+        STOP.signal = None
+    assert status == 143 and (out / "checkpoint.pt").is_file(), capsys.readouterr().err
+    monkeypatch.setattr(context, "write_checkpoint", original)
+    capsys.readouterr()
+    config = (out / "config.toml").read_text()
+    for old, new, key in (("lr = 0.005", "lr = 0.02", "optim.lr"), ("seed = 0", "seed = 7", "seed"),
+                          ('dataset = "digits"', 'dataset = "iris"', "data.dataset")):
+        assert old in config, config
+        (out / "config.toml").write_text(config.replace(old, new))
+        status = main(["run", "--resume", str(out), "--quiet"])
+        err = capsys.readouterr().err
+        assert status == 2 and err.count("\n") == 1 and key in err and "config.toml" in err, err
+        assert not (out / "metrics.json").exists()
+    (out / "config.toml").write_text(config)
+    assert main(["run", "--resume", str(out), "--quiet"]) == 0, capsys.readouterr().err
+    assert (out / "metrics.json").is_file()
+
+
+def test_the_table_covers_the_grid_cases_of_the_issue():
+    named = " ".join(CASES)
+    for kind in ("link", "file", "metrics.json", "cell.json", "sweep.toml", "comparison.toml", "config.toml",
+                 "latency", "fine-tuning", "compare.configs", "Ray"):
+        assert kind in named, kind
