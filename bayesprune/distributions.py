@@ -25,14 +25,32 @@ from .fused import FlatPosterior, FlatSite, log1p, run_kernel, sigmoid_from_exp
 _HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
 
 
-class _OpenUnitInterval(constraints.Constraint):
-    """The open interval (0, 1): π = 0 or 1 would make the KL of eq. 3.7 infinite."""
+class _OpenInterval(constraints.Constraint):
+    """The open interval (lower, upper), which (unlike torch's ``positive`` and ``real``) leaves out ±inf
+    where a bound is infinite, and NaN."""
+
+    def __init__(self, lower: float, upper: float):
+        self.lower, self.upper = lower, upper
+        super().__init__()
 
     def check(self, value):
-        return (value > 0) & (value < 1)
+        return (value > self.lower) & (value < self.upper)
+
+    def __repr__(self):
+        return f"{type(self).__name__[1:]}(lower={self.lower}, upper={self.upper})"
 
 
-_OPEN_UNIT_INTERVAL = _OpenUnitInterval()
+#: π = 0 or 1 would make the KL of eq. 3.7 infinite.
+_OPEN_UNIT_INTERVAL = _OpenInterval(0.0, 1.0)
+#: Scales and locations of a distribution: an infinite one defines none.
+positive_finite = _OpenInterval(0.0, math.inf)
+finite = _OpenInterval(-math.inf, math.inf)
+
+
+def broadcast_to_batch(log_prob, batch_shape):
+    """``log_prob`` broadcast to ``batch_shape``: one term per element of the batch, also where the value
+    and the parameters it was computed from are smaller (a scalar observed in a plate)."""
+    return log_prob.expand(torch.broadcast_shapes(log_prob.shape, batch_shape))
 
 
 def _normal_log_prob(value, scale):
@@ -46,32 +64,38 @@ class SpikeAndSlab(TorchDistribution):
         pi: prior inclusion probability π, in (0, 1).
         tau0: standard deviation τ0 of the spike.
         tau1: standard deviation τ1 of the slab.
+
+    ``pi``, ``tau0`` and ``tau1`` have the batch shape (after :meth:`expand` too); ``hyperparameters``
+    keeps them as they were given (0-dim in every method), and the density, the KL and p* compute with
+    those, so that a weight-sized batch does no weight-sized work on constants.
     """
 
-    arg_constraints = {"pi": _OPEN_UNIT_INTERVAL, "tau0": constraints.positive, "tau1": constraints.positive}
+    arg_constraints = {"pi": _OPEN_UNIT_INTERVAL, "tau0": positive_finite, "tau1": positive_finite}
     support = constraints.real
     has_rsample = False
 
     def __init__(self, pi, tau0, tau1, validate_args=None):
         self.pi, self.tau0, self.tau1 = broadcast_all(pi, tau0, tau1)
+        self.hyperparameters = (self.pi, self.tau0, self.tau1)
         self._constants = None
         super().__init__(self.pi.shape, validate_args=validate_args)
+        if self._validate_args and not torch.all(self.tau0 < self.tau1):
+            raise ValueError(f"Expected parameter tau0 ({self.tau0}) of distribution {type(self).__name__} to lie "
+                             f"below tau1 ({self.tau1}): the spike is the narrower component")
 
     @property
     def constants(self) -> "SpikeSlabConstants":
         """The prior's terms of eqs. 3.7-3.8, computed on first use: the prior of a site lives for
         the whole fit, so each step saves a few dozen operations on 0-dim tensors per site."""
         if self._constants is None:
-            self._constants = spike_slab_constants(self.pi, self.tau0, self.tau1)
+            self._constants = spike_slab_constants(*self.hyperparameters)
         return self._constants
 
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(SpikeAndSlab, _instance)
         batch_shape = torch.Size(batch_shape)
-        # Hyperparameters keep their own (usually 0-d) shape and broadcast in every method: expanded
-        # to a weight-sized batch they would make the KL and p* do weight-sized work on constants.
-        torch.broadcast_shapes(self.pi.shape, batch_shape)
-        new.pi, new.tau0, new.tau1 = self.pi, self.tau0, self.tau1
+        new.pi, new.tau0, new.tau1 = (value.expand(batch_shape) for value in (self.pi, self.tau0, self.tau1))
+        new.hyperparameters = self.hyperparameters
         new._constants = self._constants
         super(SpikeAndSlab, new).__init__(batch_shape, validate_args=False)
         new._validate_args = self._validate_args
@@ -88,9 +112,10 @@ class SpikeAndSlab(TorchDistribution):
     def log_prob(self, value):
         if self._validate_args:
             self._validate_sample(value)
-        slab = self.pi.log() + _normal_log_prob(value, self.tau1)
-        spike = torch.log1p(-self.pi) + _normal_log_prob(value, self.tau0)
-        return torch.logaddexp(slab, spike)
+        pi, tau0, tau1 = self.hyperparameters
+        slab = pi.log() + _normal_log_prob(value, tau1)
+        spike = torch.log1p(-pi) + _normal_log_prob(value, tau0)
+        return broadcast_to_batch(torch.logaddexp(slab, spike), self.batch_shape)
 
     def sample(self, sample_shape=torch.Size()):
         shape = self._extended_shape(sample_shape)
@@ -112,7 +137,7 @@ class SpikeSlabPosterior(FlatSite, TorchDistribution):
         logits: logit of the inclusion probability p.
     """
 
-    arg_constraints = {"loc": constraints.real, "scale": constraints.positive, "logits": constraints.real}
+    arg_constraints = {"loc": finite, "scale": positive_finite, "logits": constraints.real}
     support = constraints.real
     has_rsample = True
 
@@ -291,7 +316,8 @@ def _spike_slab_penalty(second_moment, scale, logits, p, constants):
 def _kl_spike_slab(q, p):
     """KL(q(W) q(Z) ‖ π(W, Z)) = R(θ, p) − 1/2 per weight (paper 003, supplement S1), elementwise; the
     objectives read a network-wide posterior's sums instead (:meth:`SpikeSlabPosteriors.kl_terms`)."""
-    return spike_slab_penalty(q.loc, q.scale, q.logits, p.pi, p.tau0, p.tau1, constants=p.constants) - 0.5
+    kl = spike_slab_penalty(q.loc, q.scale, q.logits, *p.hyperparameters, constants=p.constants) - 0.5
+    return broadcast_to_batch(kl, p.batch_shape)
 
 
 class DiracSpikeSlab(FlatSite, TorchDistribution):
@@ -309,7 +335,7 @@ class DiracSpikeSlab(FlatSite, TorchDistribution):
         temperature: β of the relaxation ``rsample`` draws (0.5 in the paper).
     """
 
-    arg_constraints = {"probs": constraints.unit_interval, "loc": constraints.real, "scale": constraints.positive}
+    arg_constraints = {"probs": constraints.unit_interval, "loc": finite, "scale": positive_finite}
     support = constraints.real
     has_rsample = True
 

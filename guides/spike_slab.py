@@ -37,8 +37,8 @@ class SpikeSlabGuide(MeanFieldGuide):
             first = bases[0] if bases else None
             shared = all(
                 type(base) is SpikeAndSlab and all(
-                    getattr(base, name).dim() == 0 and torch.equal(getattr(base, name), getattr(first, name))
-                    for name in ("pi", "tau0", "tau1")
+                    value.dim() == 0 and torch.equal(value, first_value)
+                    for value, first_value in zip(base.hyperparameters, first.hyperparameters)
                 )
                 for base in bases
             ) and list(priors) == list(self.site_shapes)
@@ -57,7 +57,7 @@ class SpikeSlabGuide(MeanFieldGuide):
         for name, prior in priors.items():
             base = prior.base_dist
             loc, scale = locs[name], scales[name]
-            logits = inclusion_logits(loc.detach(), scale.detach(), base.pi, base.tau0, base.tau1, constants=base.constants)
+            logits = inclusion_logits(loc.detach(), scale.detach(), *base.hyperparameters, constants=base.constants)
             posteriors[name] = SpikeSlabPosterior(loc, scale, logits)
         return posteriors
 
@@ -74,6 +74,6 @@ class SpikeSlabGuide(MeanFieldGuide):
         logits = {}
         for name, prior in self._site_priors(self.loc.device).items():
             base = prior.base_dist
-            pi, tau0, tau1 = (getattr(base, key).double() for key in ("pi", "tau0", "tau1"))
+            pi, tau0, tau1 = (value.double() for value in base.hyperparameters)
             logits[name] = inclusion_logits(locs[name].double(), scales[name].double(), pi, tau0, tau1)
         return logits

@@ -74,10 +74,16 @@ LIKELIHOODS = {"classification": Categorical, "regression": Gaussian}
 
 
 class _BoundedCrossEntropy(dist.Categorical):
-    """A categorical whose ``log_prob`` is log max(p_y, p_min) / log(1/p_min): minus a loss in [0, 1]."""
+    """A categorical whose ``log_prob`` is log max(p_y, p_min) / log(1/p_min): minus a loss in [0, 1].
+
+    It samples the categorical; ``log_prob`` is not normalised (it is a loss, not a density).
+    """
 
     def __init__(self, logits, min_prob: float, validate_args=None):
         super().__init__(logits=logits, validate_args=validate_args)
+        if self._validate_args and not 0.0 < min_prob < 1.0:
+            raise ValueError(f"Expected parameter min_prob of distribution {type(self).__name__} to lie in (0, 1), "
+                             f"got {min_prob}")
         self.min_prob = min_prob
 
     def expand(self, batch_shape, _instance=None):
@@ -86,7 +92,7 @@ class _BoundedCrossEntropy(dist.Categorical):
         return new
 
     def log_prob(self, value):
-        chosen = self.logits.gather(-1, value.long().unsqueeze(-1)).squeeze(-1)  # normalised log-probabilities
+        chosen = super().log_prob(value)  # the normalised log p_y, validated and broadcast as the categorical's
         return chosen.clamp_min(math.log(self.min_prob)) / -math.log(self.min_prob)
 
 

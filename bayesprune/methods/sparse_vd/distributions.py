@@ -20,6 +20,7 @@ from torch.distributions import constraints
 from torch.distributions.kl import register_kl
 from torch.distributions.utils import broadcast_all
 
+from bayesprune.distributions import broadcast_to_batch, finite
 from bayesprune.fused import FlatPosterior, FlatSite, log1p
 
 #: The constants of eq. 14 (section 4.2).
@@ -51,6 +52,13 @@ def log_alpha(theta: torch.Tensor, log_sigma2: torch.Tensor, *, clip: float | No
     return value if clip is None else value.clamp(-clip, clip)
 
 
+class _NonzeroReal(constraints.Constraint):
+    """The real numbers but 0, where the density 1/|w| of the log-uniform prior is infinite."""
+
+    def check(self, value):
+        return (value == value) & (value != 0)
+
+
 class LogUniform(TorchDistribution):
     r"""The improper log-uniform prior p(|w|) ∝ 1/|w| on the real line (section 4.1), one per weight.
 
@@ -60,7 +68,7 @@ class LogUniform(TorchDistribution):
     """
 
     arg_constraints = {}
-    support = constraints.real
+    support = _NonzeroReal()
     has_rsample = False
 
     def __init__(self, batch_shape=torch.Size(), *, device=None, dtype=torch.float32, validate_args=None):
@@ -75,7 +83,9 @@ class LogUniform(TorchDistribution):
         return new
 
     def log_prob(self, value):
-        return -torch.log(value.abs())
+        if self._validate_args:
+            self._validate_sample(value)
+        return broadcast_to_batch(-torch.log(value.abs()), self.batch_shape)
 
     def sample(self, sample_shape=torch.Size()):
         raise NotImplementedError("the log-uniform prior is improper: it has no samples")
@@ -101,7 +111,7 @@ class AdditiveNormal(FlatSite, TorchDistribution):
         log_sigma2: log σ².
     """
 
-    arg_constraints = {"loc": constraints.real, "log_sigma2": constraints.real}
+    arg_constraints = {"loc": finite, "log_sigma2": finite}
     support = constraints.real
     has_rsample = True
 
@@ -151,7 +161,7 @@ class AdditiveNormal(FlatSite, TorchDistribution):
 def _kl_additive_normal_log_uniform(q, p):
     """KL(q ‖ log-uniform) per weight by eq. 14, up to the prior's constant: k1 − k1 σ(k2 + k3 log α)
     + ½ log(1 + 1/α), with log α clipped to ±:data:`LOG_ALPHA_CLIP` as the authors' code does."""
-    return -neg_kl_approximation(q.log_alpha)
+    return broadcast_to_batch(-neg_kl_approximation(q.log_alpha), p.batch_shape)
 
 
 class AdditiveNormals(FlatPosterior):
