@@ -8,7 +8,8 @@ frequencies of its own samples, each registered KL against a Monte-Carlo estimat
 E_q[log q − log p], and the bounded cross-entropy against its formula written with ``log_softmax``.
 """
 import math
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import pyro
@@ -19,8 +20,11 @@ from scipy import integrate
 from torch.distributions import Bernoulli, Normal, kl_divergence
 
 from bayesprune.distributions import DiracSpikeSlab, SpikeAndSlab, SpikeSlabPosterior
+from bayesprune.guides import SpikeSlabGuide
 from bayesprune.methods.sparse_vd.distributions import AdditiveNormal, LogUniform
+from bayesprune.models import BayesianNetwork, Categorical, mlp
 from bayesprune.models.likelihoods import _BoundedCrossEntropy
+from bayesprune.priors import SpikeSlabPrior
 
 DOUBLE = torch.float64
 
@@ -50,7 +54,6 @@ FIXTURES = [
     Fixture("bounded_cross_entropy", _BoundedCrossEntropy, dict(logits=t([[2.0, -1.0, 0.0, -9.0], [0.0, 0.0, 0.0, 0.0]]),
                                                                min_prob=1e-3)),
 ]
-SAMPLED = FIXTURES
 CONTINUOUS = [f for f in FIXTURES if f.make in (SpikeAndSlab, SpikeSlabPosterior, AdditiveNormal)]
 
 
@@ -58,13 +61,15 @@ def fixtures(selection):
     return pytest.mark.parametrize("fixture", selection, ids=[f.name for f in selection])
 
 
-def param_names(d):
-    return [name for name in d.arg_constraints if name not in ("probs", "logits") or isinstance(d, DiracSpikeSlab)]
+def parameter_shapes(d):
+    """Parameter name → its shape, which is the batch shape but for a categorical's (the classes follow)."""
+    classes = d.logits.shape[-1:] if isinstance(d, _BoundedCrossEntropy) else torch.Size()
+    return {name: getattr(d, name).shape[:len(getattr(d, name).shape) - len(classes)] for name in d.arg_constraints}
 
 
 # Shapes (Pyro: test_support_shape, test_infer_shapes, test_batch_log_prob shapes).
 
-@fixtures(SAMPLED)
+@fixtures(FIXTURES)
 @pytest.mark.parametrize("sample_shape", [(), (4,), (2, 3)])
 def test_sample_and_log_prob_shapes(fixture, sample_shape):
     d = fixture.build()
@@ -75,17 +80,18 @@ def test_sample_and_log_prob_shapes(fixture, sample_shape):
         assert d.rsample(torch.Size(sample_shape)).shape == x.shape
 
 
-@fixtures(SAMPLED)
+@fixtures(FIXTURES)
 def test_batch_shape_is_the_parameters_broadcast(fixture):
     d = fixture.build()
-    shapes = [torch.as_tensor(value).shape for value in fixture.params.values()]
+    shapes = [value.shape for value in fixture.params.values() if torch.is_tensor(value)]
     if isinstance(d, _BoundedCrossEntropy):
-        shapes = [fixture.params["logits"].shape[:-1]]
+        shapes = [shape[:-1] for shape in shapes]
     assert d.batch_shape == torch.broadcast_shapes(*shapes)
+    assert set(parameter_shapes(d).values()) == {d.batch_shape}
     assert d.event_shape == torch.Size()
 
 
-@fixtures(SAMPLED)
+@fixtures(FIXTURES)
 def test_support_contains_samples(fixture):
     d = fixture.build()
     assert d.support.check(d.sample((200,))).all()
@@ -99,7 +105,7 @@ def _expanded_shapes(batch_shape):
     return [grown, torch.Size([2]) + grown] + ([existing] if existing != batch_shape else [])
 
 
-@fixtures(SAMPLED)
+@fixtures(FIXTURES)
 def test_expand(fixture):
     small = fixture.build()
     for shape in _expanded_shapes(small.batch_shape):
@@ -107,8 +113,7 @@ def test_expand(fixture):
         assert large.batch_shape == shape and large.event_shape == small.event_shape
         assert type(large) is type(small)
         assert large._validate_args == small._validate_args
-        for name in param_names(small):
-            assert getattr(large, name).shape == shape, name
+        assert parameter_shapes(large) == dict.fromkeys(small.arg_constraints, shape)
         x = large.sample()
         assert x.shape == shape
         assert torch.equal(large.log_prob(x), small.log_prob(x))
@@ -118,7 +123,7 @@ def test_expand(fixture):
         assert large.expand(torch.Size([3]) + shape).batch_shape == torch.Size([3]) + shape  # subsequent expands
 
 
-@fixtures(SAMPLED)
+@fixtures(FIXTURES)
 def test_expand_error(fixture):
     d = fixture.build()
     if d.batch_shape:
@@ -126,7 +131,7 @@ def test_expand_error(fixture):
             d.expand(torch.Size([d.batch_shape[-1] + 1]))
 
 
-@fixtures(SAMPLED)
+@fixtures(FIXTURES)
 def test_expand_with_instance_keeps_subclass(fixture):
     d = fixture.build()
     instance = type(d).__new__(type(d))
@@ -134,7 +139,7 @@ def test_expand_with_instance_keeps_subclass(fixture):
     assert large is instance and large.batch_shape == torch.Size([2]) + d.batch_shape
 
 
-@fixtures(SAMPLED)
+@fixtures(FIXTURES)
 def test_log_prob_of_a_scalar_broadcasts_to_the_batch(fixture):
     d = fixture.build().expand(torch.Size([5]) + fixture.build().batch_shape)
     value = d.sample()[(0,) * len(d.batch_shape)]  # one value, 0-dimensional
@@ -175,7 +180,7 @@ def test_log_uniform_expand_and_broadcast():
 
 # enumerate_support (Pyro: test_enumerate_support, test_enumerate_support_shape).
 
-@fixtures(SAMPLED)
+@fixtures(FIXTURES)
 def test_enumerate_support(fixture):
     d = fixture.build()
     if not d.has_enumerate_support:
@@ -376,10 +381,6 @@ def test_expanded_priors_keep_the_fused_spike_slab_posterior():
     """Expanded to weight-sized batches, a network's spike-and-slab priors still share 0-dim
     hyper-parameters, so the guide builds one fused network-wide posterior (one KL evaluation) and
     not a posterior per site."""
-    from bayesprune.guides import SpikeSlabGuide
-    from bayesprune.models import BayesianNetwork, Categorical, mlp
-    from bayesprune.priors import SpikeSlabPrior
-
     model = BayesianNetwork(mlp((3,), 2, hidden=[4]), SpikeSlabPrior(pi=0.3, tau0=0.1, tau1=1.5), Categorical(10))
     for name, prior in model.site_priors().items():
         assert prior.base_dist.pi.shape == prior.base_dist.batch_shape, name

@@ -56,7 +56,7 @@ class _NonzeroReal(constraints.Constraint):
     """The real numbers but 0, where the density 1/|w| of the log-uniform prior is infinite."""
 
     def check(self, value):
-        return (value == value) & (value != 0)
+        return ~torch.isnan(value) & (value != 0)
 
 
 class LogUniform(TorchDistribution):
