@@ -198,7 +198,12 @@ def _config_method(run_dir: Path):
 
 
 def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite int or float (JSON's NaN and Infinity are no number bayesprune writes)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _count(value) -> bool:
+    return _number(value) and value >= 0 and value == int(value)
 
 
 def _check_metrics(metrics: dict):
@@ -213,6 +218,11 @@ def _check_metrics(metrics: dict):
     for key in ("n_weights", "epochs", "train_seconds", metric):
         if not _number(metrics.get(key)):
             raise ValueError(f"{key!r} is missing or not a number")
+    for key in ("n_weights", "epochs"):
+        if not _count(metrics[key]):
+            raise ValueError(f"{key!r} is {metrics[key]!r}, not a count")
+    if metrics[metric] < 0 or metrics["train_seconds"] < 0:
+        raise ValueError(f"{metric!r} or 'train_seconds' is negative")
     if "recalibrated_statistics" in metrics and not isinstance(metrics["recalibrated_statistics"], bool):
         raise ValueError("'recalibrated_statistics' is not true or false")
     for key in (f"baseline_{metric}", f"baseline_linear_{metric}", f"{metric}_mc", ERROR_MARGIN_KEY):
@@ -226,6 +236,11 @@ def _check_metrics(metrics: dict):
             raise ValueError("'pruning_curve' has ragged rows or values that are not numbers")
         if not _number(row.get("droprate")):
             raise ValueError("'pruning_curve' has a row without a droprate")
+        if not all(0 <= row[key] <= 1 for key in ("droprate", "sparsity", "sparsity_weights") if row.get(key) is not None):
+            raise ValueError("'pruning_curve' has a droprate or sparsity outside [0, 1]")
+    droprates = [row["droprate"] for row in curve]
+    if droprates != sorted(set(droprates)):
+        raise ValueError("'pruning_curve' is not in increasing order of droprate")
     reference = metrics.get("reference")
     if reference is not None:
         rows = reference.get("rows") if isinstance(reference, dict) else None

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from .config import load_config, packaged_configs
-from .errors import BayesPruneError, Interrupted, StopNow
+from .errors import BayesPruneError, Interrupted, StopNow, one_line
 from .fit import STOP
 from .validation import MAX_COUNT, is_count
 
@@ -22,7 +22,7 @@ MAX_REPEATS = 10_000
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
-        self.exit(2, f"bayesprune: error: {message}\n")
+        self.exit(2, f"bayesprune: error: {one_line(message)}\n")
 
 
 def _run(args):
@@ -289,10 +289,14 @@ def _budget(assignments):
     from .config import parse_override
     from .pruning import Budget
 
-    fields = {"level": "unit", "min_keep": 1}
+    fields, given = {"level": "unit", "min_keep": 1}, set()
     for assignment in assignments:
         keys, value = parse_override(assignment)
-        fields[".".join(keys)] = value
+        key = ".".join(keys)
+        if key in given:
+            raise BayesPruneError(f"--budget {key}: given twice; give each budget field once")
+        fields[key] = value
+        given.add(key)
     unknown = sorted(set(fields) - set(Budget.__dataclass_fields__))
     if unknown:
         raise BayesPruneError(f"--budget {unknown[0]}: not a budget field (one of {sorted(Budget.__dataclass_fields__)})")
@@ -305,6 +309,8 @@ def _grid_folder(args) -> Path:
     """The folder a ``compare`` or ``sweep`` writes: ``--out`` (a new grid) or ``--resume`` (one to continue)."""
     if (args.out is None) == (args.resume is None):
         raise BayesPruneError(f"{args.command} needs --out DIR (a new {args.command}) or --resume DIR (continue one), not both")
+    if "" in (args.out, args.resume):
+        raise BayesPruneError(f"{'--out' if args.out == '' else '--resume'} is empty; name a folder")
     return Path(args.resume or args.out)
 
 
@@ -454,10 +460,15 @@ def main(argv=None):
             set_threads(getattr(args, "threads", None))
         status = args.handler(args)
     except (Interrupted, StopNow) as error:
-        print(f"bayesprune: interrupted: {error}", file=sys.stderr)
+        print(f"bayesprune: interrupted: {one_line(str(error))}", file=sys.stderr)
         return 128 + error.signal
     except BayesPruneError as error:
-        print(f"bayesprune: error: {error}", file=sys.stderr)
+        for line in getattr(error, "lines", None) or [str(error)]:  # several refusals (compare): one line each
+            print(f"bayesprune: error: {one_line(line)}", file=sys.stderr)
+        return 2
+    except MemoryError as error:  # a size no check foresaw: the same one line, never a traceback
+        print(f"bayesprune: error: out of memory{': ' + one_line(str(error)) if str(error) else ''}; "
+              "use a smaller network, data set or batch", file=sys.stderr)
         return 2
     finally:
         for number, handler in previous.items():

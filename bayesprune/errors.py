@@ -1,6 +1,12 @@
 """Exceptions that the command line turns into a one-line message and exit status 2."""
 
 
+def one_line(message: str) -> str:
+    """``message`` with every control character (a newline in a file name, an escape code) written as
+    Python writes it in a string literal (``\\n``), so that an error is one line whatever names it holds."""
+    return "".join(character if character.isprintable() else repr(character)[1:-1] for character in message)
+
+
 class BayesPruneError(Exception):
     """Base class of every error a user can cause and fix (bad config, bad data, divergence)."""
 

@@ -6,13 +6,15 @@ file. Every file bayesprune writes is therefore written as a new temporary file 
 (created exclusively, so it never is a link) and renamed into place with :func:`os.replace`, which
 replaces a link instead of following it; a crash leaves the old file or the new one, never half of one.
 
-Reading, :func:`read_npz` trusts no header of an .npz archive it has not checked against the archive.
+Reading, :func:`read_npz` trusts no header of an .npz archive it has not checked against the archive,
+and :func:`check_plain_tree` refuses a folder of inputs that holds a link or anything but regular files.
 """
 import errno
 import hashlib
 import math
 import os
 import shutil
+import stat
 import tempfile
 import zipfile
 from contextlib import contextmanager
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import BayesPruneError
+from .errors import BayesPruneError, DataError
 from .validation import MAX_ELEMENTS
 
 _UMASK = os.umask(0o022)
@@ -108,6 +110,20 @@ def read_npz(path) -> dict:
             with archive.open(info) as member:
                 arrays[name] = np.lib.format.read_array(member, allow_pickle=False)
     return arrays
+
+
+def check_plain_tree(folder):
+    """Refuse, naming it, a symbolic link or anything but a folder or a regular file in ``folder`` (itself
+    included), which is read as it lies: a link may lead out of it or back into it (a loop repeats its
+    files under other names), and a FIFO or a device named ``x.png`` blocks a read forever."""
+    for parent, folders, files in os.walk(folder):  # os.walk descends into no link
+        for path in [parent] * (parent == str(folder)) + [os.path.join(parent, name) for name in folders + files]:
+            mode = os.lstat(path).st_mode
+            if stat.S_ISLNK(mode):
+                raise DataError(f"{path}: is a symbolic link; an input folder is read without following links (copy "
+                                "what it points to in its place)")
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                raise DataError(f"{path}: not a regular file (a FIFO, socket or device); an input folder holds files only")
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from .structure import kept_entries, unit_groups
-from .validation import is_int, is_number, require
+from .validation import MAX_ELEMENTS, is_int, is_number, require
 
 SCOPES = ("global", "layer")
 LEVELS = ("weight", "unit")
@@ -54,12 +54,14 @@ class Budget:
         if self.fraction is not None:
             require(is_number(self.fraction) and 0 <= self.fraction < 1, "budget.fraction", "lie in [0, 1)", self.fraction)
         if self.keep is not None:
-            require(is_int(self.keep) and self.keep >= 0, "budget.keep", "be a non-negative integer", self.keep)
+            require(is_int(self.keep) and 0 <= self.keep <= MAX_ELEMENTS, "budget.keep",
+                    f"be a non-negative integer up to {MAX_ELEMENTS}", self.keep)
         if self.threshold is not None:
             require(is_number(self.threshold), "budget.threshold", "be a finite number", self.threshold)
         require(self.scope in SCOPES, "budget.scope", f"be one of {list(SCOPES)}", self.scope)
         require(self.level in LEVELS, "budget.level", f"be one of {list(LEVELS)}", self.level)
-        require(is_int(self.min_keep) and self.min_keep >= 0, "budget.min_keep", "be a non-negative integer", self.min_keep)
+        require(is_int(self.min_keep) and 0 <= self.min_keep <= MAX_ELEMENTS, "budget.min_keep",
+                f"be a non-negative integer up to {MAX_ELEMENTS}", self.min_keep)
 
 
 def prune(scores: dict, budget: Budget, *, net=None, input_shape=None) -> dict:

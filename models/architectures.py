@@ -12,7 +12,7 @@ import pyro
 import torch
 from torch import nn
 
-from bayesprune.errors import ConfigError
+from bayesprune.errors import ConfigError, StopNow
 
 ACTIVATIONS = {
     "relu": nn.ReLU,
@@ -137,7 +137,9 @@ def network_factory(spec: str):
         sys.path.insert(0, os.getcwd())
     try:
         target = importlib.import_module(module_name)
-    except Exception as error:  # the user's module: any failure of its import is a config error
+    except StopNow:
+        raise
+    except (Exception, KeyboardInterrupt, SystemExit) as error:  # any failure of the user's import, even sys.exit
         raise ConfigError(f"model.factory: cannot import module {module_name!r} from {os.getcwd()} "
                           f"({type(error).__name__}: {_one_line(error)})") from None
     finally:
@@ -155,7 +157,9 @@ def build_from_factory(spec: str, input_shape, output_dim: int, *, init: str = "
     factory = network_factory(spec)
     try:
         net = factory(tuple(input_shape), output_dim, **options)
-    except Exception as error:  # the user's code
+    except StopNow:
+        raise
+    except (Exception, KeyboardInterrupt, SystemExit) as error:  # the user's code, even sys.exit(0)
         raise ConfigError(f"model.factory: {spec}{tuple(input_shape), output_dim} raised "
                           f"{type(error).__name__}: {_one_line(error)}") from None
     if not isinstance(net, nn.Module):

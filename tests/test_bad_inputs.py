@@ -67,6 +67,45 @@ def saved_checkpoint(content) -> bytes:
     return buffer.getvalue()
 
 
+def png(size=(8, 8), mode="L") -> bytes:
+    """A small image file in PNG format."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new(mode, size).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def image_folder(**replace):
+    """Files of an image folder ``imgs`` (two classes, three 8x8 images each in train and test), ``replace``
+    overriding or adding files."""
+    files = {f"imgs/{part}/{label}/{i}.png": png() for part in ("train", "test") for label in "ab" for i in range(3)}
+    files.update({f"imgs/{name}": content for name, content in replace.items()})
+    return files
+
+
+IMAGE_RUN = settings("data.dataset='image-folder'", "data.root='imgs'")
+
+
+def factory(module: str, body: str, *assignments):
+    """Files and command line of a run whose ``model.factory`` is ``<module>:net``, ``body`` the module's
+    text (each case its own module name: Python keeps an imported module for the whole test session)."""
+    return {f"{module}.py": "import sys\nimport torch\n" + body}, settings(f"model.factory='{module}:net'", *assignments)
+
+
+def csv_table(rows, header="a,b,y"):
+    return header + "\n" + "\n".join(",".join(str(v) for v in row) for row in rows) + "\n"
+
+
+CSV_RUN = settings("data.dataset='csv'", "data.path='t.csv'", "data.target='y'")
+COMPARE = ["compare", "--out", "cmp", "--methods", "sbnn", "--sparsities", "0.5", "--set", "train.epochs=1"]
+
+
+def metrics_edit(edit):
+    """``metrics.json`` of the complete run changed by ``edit`` (a function of the parsed dict, in place)."""
+    return ("metrics", edit)
+
+
 CASES = {
     # config values reaching a check (--set)
     "probability above 1": ({}, settings("sbnn.pi=1.5"), "sbnn.pi"),
@@ -251,6 +290,69 @@ CASES = {
                                                                 ["report", "done"], "scores.npz"),
     "checkpoint whose weights are integers": ({"done": RUN, "done/checkpoint.pt": "<integer state>"},
                                               ["importance", "done", "--force"], "checkpoint.pt"),
+    # issue 39: model factories
+    "factory raising KeyboardInterrupt": (*factory("net_interrupt", "def net(shape, k):\n    raise KeyboardInterrupt\n"),
+                                          "model.factory"),
+    "factory calling sys.exit(0)": (*factory("net_exit", "def net(shape, k):\n    sys.exit(0)\n"), "model.factory"),
+    "factory module calling sys.exit(0) on import": (*factory("net_exit_import", "sys.exit(0)\n"), "model.factory"),
+    "factory building no Linear or conv layer": (*factory("net_empty", "def net(shape, k):\n    return torch.nn.Flatten()\n"),
+                                                 "model.factory"),
+    "factory network running out of memory": (*factory("net_memory", (
+        "class Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.fc = torch.nn.Linear(64, 10)\n"
+        "    def forward(self, x):\n        raise MemoryError\n"
+        "def net(shape, k):\n    return Net()\n")), "memory"),
+    "factory name holding a newline": ({}, settings("model.factory='mynets:net\\nbayesprune: error: forged'"), "model.factory"),
+    # issue 39: the user's data
+    "image folder with a link loop": (image_folder(**{"train/a/loop": ("link", "..")}), IMAGE_RUN, "loop"),
+    "image folder with a link out of its root": ({"elsewhere/x.png": png(), **image_folder(**{"train/a/out": ("link", "../../../elsewhere")})},
+                                                 IMAGE_RUN, "out"),
+    "image folder with a FIFO named .png": (image_folder(**{"train/a/pipe.png": ("fifo",)}), IMAGE_RUN, "pipe.png"),
+    "image folder of one class": ({f"imgs/{part}/a/{i}.png": png() for part in ("train", "test") for i in range(3)}, IMAGE_RUN,
+                                  "one class"),
+    "csv of one class": ({"t.csv": csv_table([[i, i % 3, 1] for i in range(12)])}, CSV_RUN, "one class"),
+    "npz of one class": ({"d.npz": "<npz of one class>"}, settings("data.dataset='npz'", "data.path='d.npz'"), "one class"),
+    "csv feature written 1_000": ({"t.csv": csv_table([[i, "1_000" if i == 4 else i, i % 2] for i in range(12)])}, CSV_RUN, "1_000"),
+    "csv target written 1_000": ({"t.csv": csv_table([[i, i, "1_000" if i == 4 else i * 0.5] for i in range(12)])},
+                                 [*CSV_RUN, "--set", "data.task='regression'"], "1_000"),
+    "npz of 0 features": ({"d.npz": "<npz of 0 features>"}, settings("data.dataset='npz'", "data.path='d.npz'"), "x_train"),
+    "csv file name holding a newline": ({}, settings("data.dataset='csv'", "data.path='t\\nbayesprune: error: forged.csv'",
+                                                     "data.target='y'"), "forged"),
+    "config name holding a newline": ({}, ["run", "a\nbayesprune: error: forged.toml", "--out", "out"], "forged"),
+    # issue 39: export
+    "export with a repeated budget key": ({"done": RUN}, ["export", "done", "--out", "n.pt2", "--budget", "fraction=0.5",
+                                                          "--budget", "fraction=0.9"], "fraction"),
+    "export keeping 10**30 units": ({"done": RUN}, ["export", "done", "--out", "n.pt2", "--budget", "keep=1000000000000000000000000000000"],
+                                    "keep"),
+    "export with a floor of 10**30 units": ({"done": RUN}, ["export", "done", "--out", "n.pt2", "--budget", "fraction=0.5",
+                                                            "--budget", "min_keep=1000000000000000000000000000000"], "min_keep"),
+    "export of another run's checkpoint of the same shapes": ({"done": RUN, "done/checkpoint.pt": "<checkpoint of another run>"},
+                                                              ["export", "done", "--out", "n.pt2"], "checkpoint.pt"),
+    # issue 39: --out, compare options, tracking
+    "run into an empty --out": ({}, ["run", "--out", "", *QUICK], "--out"),
+    "compare into an empty --out": ({}, ["compare", "--out", "", "--methods", "sbnn"], "--out"),
+    "compare options from an unknown config": ({}, [*COMPARE, "--set", "compare.options_from='nosuch'"], "compare.options_from"),
+    "chains of 10**6": ({}, settings("chains=1000000"), "chains"),
+    "tracking to an unreachable server": ({}, [*COMPARE, "--track", "mlflow", "--track-uri", "http://127.0.0.1:9"], "127.0.0.1:9"),
+    "tracking to sqlite://": ({}, [*COMPARE, "--track", "mlflow", "--track-uri", "sqlite://"], "sqlite://"),
+    "tracking to ftp://": ({}, [*COMPARE, "--track", "mlflow", "--track-uri", "ftp://example.invalid/x"], "ftp://"),
+    "tracking to an empty URI": ({}, [*COMPARE, "--track", "mlflow", "--track-uri", ""], "--track-uri"),
+    # issue 39, earlier round: report of tampered metrics.json
+    "report of a NaN test error": ({"done": RUN, "done/metrics.json": metrics_edit(lambda m: m.update(test_error=float("nan")))},
+                                   ["report", "done"], "metrics.json"),
+    "report of a negative weight count": ({"done": RUN, "done/metrics.json": metrics_edit(lambda m: m.update(n_weights=-5))},
+                                          ["report", "done"], "metrics.json"),
+    "report of a droprate of 7": ({"done": RUN, "done/metrics.json": metrics_edit(lambda m: m["pruning_curve"][1].update(droprate=7))},
+                                  ["report", "done"], "metrics.json"),
+    "report of an infinite curve error": ({"done": RUN, "done/metrics.json": metrics_edit(
+        lambda m: m["pruning_curve"][1].update(test_error=float("inf")))}, ["report", "done"], "metrics.json"),
+    "report of a fractional epoch count": ({"done": RUN, "done/metrics.json": metrics_edit(lambda m: m.update(epochs=1.5))},
+                                           ["report", "done"], "metrics.json"),
+    "report of a negative test error": ({"done": RUN, "done/metrics.json": metrics_edit(lambda m: m.update(test_error=-3.0))},
+                                        ["report", "done"], "metrics.json"),
+    "report of a sparsity of 2": ({"done": RUN, "done/metrics.json": metrics_edit(lambda m: m["pruning_curve"][1].update(sparsity=2.0))},
+                                  ["report", "done"], "metrics.json"),
+    "report of an unsorted pruning curve": ({"done": RUN, "done/metrics.json": metrics_edit(lambda m: m["pruning_curve"].reverse())},
+                                            ["report", "done"], "metrics.json"),
 }
 
 
@@ -308,6 +410,21 @@ def _special(value, complete_run, path):
         saved = torch.load(complete_run / "checkpoint.pt", weights_only=True)
         saved["state"]["guide"] = {name: value.round().long() for name, value in saved["state"]["guide"].items()}
         return saved_checkpoint(saved)
+    if value == "<checkpoint of another run>":  # the same shapes, other values: every float of the guide negated
+        saved = torch.load(complete_run / "checkpoint.pt", weights_only=True)
+        saved["state"]["guide"] = {name: -value if value.is_floating_point() else value
+                                   for name, value in saved["state"]["guide"].items()}
+        return saved_checkpoint(saved)
+    if value in ("<npz of one class>", "<npz of 0 features>"):
+        features = 0 if value == "<npz of 0 features>" else 3
+        labels = np.zeros(10, np.int64) if value == "<npz of one class>" else np.arange(10) % 2
+        np.savez(path, x_train=np.ones((10, features), np.float32), y_train=labels,
+                 x_test=np.ones((4, features), np.float32), y_test=labels[:4])
+        return path.read_bytes()
+    if isinstance(value, tuple) and value[0] == "metrics":
+        metrics = json.loads((complete_run / "metrics.json").read_text())
+        value[1](metrics)
+        return json.dumps(metrics)
     if value == "<npz of 10**12 rows>":
         return npz_declaring(10**12)
     if value == "<config of 10**12 rows>":
@@ -328,8 +445,10 @@ def _build(files, root, complete_run):
             path.mkdir()
         elif content is None:
             path.unlink()
-        elif isinstance(content, tuple):
+        elif isinstance(content, tuple) and content[0] == "link":
             path.symlink_to(content[1])
+        elif isinstance(content, tuple) and content[0] == "fifo":
+            os.mkfifo(path)
         else:
             content = _special(content, complete_run, path)
             path.write_bytes(content if isinstance(content, bytes) else content.encode())
@@ -342,6 +461,8 @@ def _tree(root):
         key = str(path.relative_to(root))
         if path.is_symlink():
             entries[key] = ("link", os.readlink(path))
+        elif path.is_fifo():
+            entries[key] = "fifo"
         elif path.is_file():
             entries[key] = hashlib.sha256(path.read_bytes()).hexdigest()
         else:

@@ -37,8 +37,10 @@ TRACKERS = ("mlflow",)
 RUN_ID_FILE = "mlflow_run_id"
 #: The files of a cell logged as artifacts (besides its plots).
 CELL_ARTIFACTS = ("metrics.json", "config.toml", "cell.json", "report.md", "history.csv", "pruning_curve.csv")
-#: The environment MLflow reads while bayesprune logs (a value the user set is kept).
-ENVIRONMENT = {"MLFLOW_ALLOW_FILE_STORE": "true", "MLFLOW_DISABLE_TELEMETRY": "true"}
+#: The environment MLflow reads while bayesprune logs (a value the user set is kept): a tracking server
+#: that does not answer is given up after one try of 10 s, not MLflow's retries for minutes.
+ENVIRONMENT = {"MLFLOW_ALLOW_FILE_STORE": "true", "MLFLOW_DISABLE_TELEMETRY": "true",
+               "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 #: What MLflow takes in one ``log_batch``.
 _BATCH = {"params": 100, "metrics": 1000}
 
@@ -77,13 +79,16 @@ def _local_path(uri: str):
 def open_tracker(track, uri, out, *, kind: str):
     """The tracker of a grid folder ``out`` (``kind``: ``"compare"`` or ``"sweep"``), or ``None`` when
     ``track`` is ``None``. Refuses, before anything is written, an unknown tracker, a ``uri`` without
-    ``track``, a file store that is a file, and a missing MLflow (naming the extra to install)."""
+    ``track`` or an empty one, a file store that is a file, a missing MLflow (naming the extra to
+    install), and a store that is not a folder and cannot be reached now (one try, :data:`ENVIRONMENT`)."""
     if track is None:
         if uri is not None:
             raise BayesPruneError("--track-uri names where --track logs; give it with --track mlflow")
         return None
     if track not in TRACKERS:
         raise BayesPruneError(f"--track must be one of {list(TRACKERS)}, got {track!r}")
+    if uri is not None and not uri.strip():
+        raise BayesPruneError("--track-uri is empty; name a folder or a tracking URI")
     resolved = store_uri(out, uri)
     path = _local_path(resolved)
     if path is not None and (path.is_symlink() or (path.exists() and not path.is_dir())):
@@ -93,7 +98,10 @@ def open_tracker(track, uri, out, *, kind: str):
             from mlflow.tracking import MlflowClient  # noqa: F401
         except ImportError:
             raise BayesPruneError("--track mlflow needs MLflow: pip install 'bayesprune[track]'") from None
-    return MlflowTracker(resolved, Path(out), kind=kind)
+    tracker = MlflowTracker(resolved, Path(out), kind=kind)
+    if path is None:  # a server or a database: reached now, before any cell is fitted
+        tracker._call("reaching the store", lambda: tracker.client.search_experiments(max_results=1))
+    return tracker
 
 
 def flatten(table: dict, prefix: str = "") -> dict:
@@ -192,7 +200,7 @@ class MlflowTracker:
         with mlflow_environment():
             try:
                 return function(*args, **kwargs)
-            except (MlflowException, OSError) as error:
+            except (MlflowException, OSError, ImportError) as error:  # ImportError: a store's driver missing
                 message = " ".join(str(error).split())[:300]
                 raise BayesPruneError(f"--track mlflow ({self.uri}): {what}: {message}") from None
 

@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from ..errors import DataError
-from ..files import read_npz
+from ..files import check_plain_tree, read_npz
 from .options import _boolean, _choice, _directory, _file, _fraction, _integer
 from .registry import CLASSIFICATION, REGRESSION, Dataset, register_dataset
 from .tables import _input_scaling, _standardize
@@ -92,6 +92,8 @@ def _inputs(source: str, name: str, x: np.ndarray) -> np.ndarray:
         )
     if x.shape[0] == 0:
         raise DataError(f"{source}: {name} is empty (no rows)")
+    if math.prod(x.shape[1:]) == 0:
+        raise DataError(f"{source}: {name} has shape {x.shape}: no feature in a row")
     if x.dtype.kind == "f":
         _check_finite(source, name, x)
     return x
@@ -126,7 +128,15 @@ def _num_classes(source: str, y_train: np.ndarray, y_test: np.ndarray, hint: str
             f"{source}: y_train has no example of class {missing}; labels must be 0..K-1 with every class "
             f"in the training split (K = {k}, the largest label + 1){hint}"
         )
+    _several_classes(source, k)
     return k
+
+
+def _several_classes(source: str, k: int) -> None:
+    """Refuse ``k`` < 2 classes: a classifier of one class learns nothing and is always right."""
+    if k < 2:
+        raise DataError(f"{source}: the targets hold one class only; a classifier needs two or more "
+                        "(numeric targets of a regression: set data.task = 'regression')")
 
 
 def _names(source: str, name: str, values, expected: int, what: str) -> tuple[str, ...]:
@@ -318,6 +328,9 @@ def _read_csv(option: str, value) -> tuple[str, list[str], list[list[str]], list
 
 
 def _number(cell: str) -> float | None:
+    """The number a cell holds, or ``None`` (Python's ``float`` also reads ``1_000``; a CSV does not)."""
+    if "_" in cell:
+        return None
     try:
         return float(cell)
     except ValueError:
@@ -465,6 +478,7 @@ def load_csv(
         classes = sorted({key(v) for v in ys[0][0]})  # numeric order for numbers, text order otherwise
         index = {label: i for i, label in enumerate(classes)}
         num_classes, class_names = len(classes), tuple(_class_name(c) for c in classes)
+        _several_classes(sources[0], num_classes)
         for (values, lines), source in zip(ys[1:], sources[1:]):
             unknown = next((i for i, v in enumerate(values) if key(v) not in index), None)
             if unknown is not None:
@@ -546,6 +560,7 @@ def _image_folder(root: str, part: str, transform):
         raise DataError(
             f"data.root: {folder} is not a directory (expected {part}/<class>/<image>, torchvision's ImageFolder layout)"
         )
+    check_plain_tree(folder)
     try:
         return ImageFolder(folder, transform=transform)
     except OSError as err:  # no class folder, or a class folder without images
@@ -616,6 +631,7 @@ def load_image_folder(
             f"{os.path.join(root, 'test', unknown[0])}: class {unknown[0]!r} has no folder in "
             f"{os.path.join(root, 'train')} (classes: {', '.join(train.classes)})"
         )
+    _several_classes(os.path.join(root, "train"), len(train.classes))
     shape: list = []
     x_train, x_test = _read_images(train, shape), _read_images(test, shape)
     to_train = torch.tensor([train.class_to_idx[name] for name in test.classes], dtype=torch.int64)
