@@ -107,6 +107,10 @@ class CompareOptions:
                 self.seeds)
         object.__setattr__(self, "seeds", tuple(self.seeds))
         require(isinstance(self.options_from, str), "compare.options_from", "be a string", self.options_from)
+        suffixes = {name[len(method) + 1:] for name in packaged_configs() for method in available_methods()
+                    if name.startswith(f"{method}-")}
+        require(self.options_from in suffixes, "compare.options_from",
+                f"name a packaged config suffix <method>-<options_from>, one of {sorted(suffixes)}", self.options_from)
         require(isinstance(self.configs, dict), "compare.configs", "be a table of method = packaged config", self.configs)
         for method, name in self.configs.items():
             require(method in available_methods(), "compare.configs", f"name methods of {sorted(available_methods())}", method)
