@@ -2,6 +2,7 @@
 finished cell never refitted, a sweep's grid and PBP's union bound, engines that agree, bad grids refused."""
 import csv
 import json
+import sys
 import tomllib
 
 import pytest
@@ -10,6 +11,7 @@ from bayesprune.cli import main
 from bayesprune.compare import compare, comparison_cells, load_comparison
 from bayesprune.compare.leaderboard import pareto_front
 from bayesprune.compare.sweep import parse_grid, sweep
+from bayesprune.config import load_config
 from bayesprune.errors import BayesPruneError
 
 # One epoch everywhere: the tests check bookkeeping, not accuracy.
@@ -207,3 +209,170 @@ def test_sigterm_then_resume_continues_without_touching_finished_cells(tmp_path)
     assert {path: path.stat().st_mtime_ns for path in (out / "cells" / "magnitude-seed0").iterdir()} == finished
     with open(out / "leaderboard.csv") as handle:
         assert {row["method"] for row in csv.DictReader(handle)} == {"magnitude", "sbnn"}
+
+
+FLAKY = '''
+import math
+
+import torch
+from torch import nn
+
+
+class Flaky(nn.Sequential):
+    """Fails while training when built from seed 1 (a user's network that breaks mid-fit)."""
+
+    def forward(self, x):
+        if self.training and self.fails:
+            raise RuntimeError("the network of seed 1 fails while training")
+        return super().forward(x)
+
+
+def net(input_shape, output_dim, hidden=(16,)):
+    network = Flaky(nn.Flatten(), nn.Linear(math.prod(input_shape), hidden[0]), nn.ReLU(), nn.Linear(hidden[0], output_dim))
+    network.fails = torch.initial_seed() == 1
+    return network
+'''
+
+
+def test_a_cell_failing_mid_fit_leaves_a_complete_leaderboard_and_progress_is_reported(tmp_path, monkeypatch, capsys):
+    """Seed 1's network raises while training (after passing every check, as a fit that breaks does): its
+    two cells are recorded as failed with the reason, seed 0's fill the rows, the command exits 1; stderr
+    reports each cell started and finished, cells done of 4 and the time left."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "flaky.py").write_text(FLAKY)
+    status = main(["compare", "--out", "cmp", "--methods", "sbnn", "--sparsities", "0.5", "--seeds", "0", "1",
+                   "--set", "model.factory='flaky:net'", *(flag for item in TINY for flag in ("--set", item))])
+    err = capsys.readouterr().err.splitlines()
+    assert status == 1, err
+    with open(tmp_path / "cmp" / "leaderboard.csv") as handle:
+        rows = {row["method"]: row for row in csv.DictReader(handle)}
+    assert set(rows) == {"magnitude", "sbnn"}
+    sbnn, magnitude = _metrics(tmp_path / "cmp", "sbnn-seed0"), _metrics(tmp_path / "cmp", "magnitude-seed0")
+    assert float(rows["sbnn"]["test_error"]) == next(r["test_error"] for r in sbnn["pruning_curve"] if r["droprate"] == 0.5)
+    assert float(rows["magnitude"]["plain_test_error"]) == magnitude["baseline_test_error"]
+    for method in ("magnitude", "sbnn"):
+        assert rows[method]["seeds"] == "1" and rows[method]["cells"] == f"cells/{method}-seed0 cells/{method}-seed1"
+        assert rows[method]["failed"].startswith(f"{method}-seed1: RuntimeError: the network of seed 1 fails while training")
+    assert not (tmp_path / "cmp" / "cells" / "sbnn-seed1" / "metrics.json").exists()
+    assert "failed" in (tmp_path / "cmp" / "leaderboard.md").read_text()
+    # progress: the start, each cell fitting and finished in order of completion, the time left, the end
+    progress = [line for line in err if line.startswith("bayesprune: ") and "error" not in line]
+    assert progress[0] == "bayesprune: 4 cells, 0 finished earlier (read back), 4 to fit"
+    finished = [line for line in progress if " done (" in line or " failed: " in line]
+    assert [line.split("]")[0] for line in finished] == [f"bayesprune: [{k}/4" for k in range(1, 5)]
+    assert all("left)" in line for line in finished[:-1]) and finished[-1].endswith("all done)")
+    assert sum(" failed: RuntimeError" in line for line in finished) == 2
+    names = {"magnitude-seed0", "magnitude-seed1", "sbnn-seed0", "sbnn-seed1"}
+    assert {line.split("] ")[1].split()[0] for line in finished} == names
+    fitting = {line.rsplit(" ", 1)[-1] for line in progress if "] fitting " in line}  # seen every half second
+    assert fitting and fitting <= names
+    assert "rows have a failed cell" in err[-1]
+
+
+def test_resume_with_a_method_added_or_dropped_fits_only_the_new_cells(tmp_path):
+    """--resume with other --methods: the cells already finished are read back (their files untouched), only
+    the new method's cell is fitted; dropping a method leaves its folder and drops its rows. Under
+    compare.budget every cell trains the same epochs (the leaderboard's train_epochs, counted by the fit)."""
+    lines = []
+    grid = dict(sparsities=[0.5], seeds=[0], report=None, status=lines.append)
+    compare(None, tmp_path / "cmp", methods=["sbnn"], overrides=[*TINY, "compare.budget=3"], **grid)
+    files = sorted((tmp_path / "cmp" / "cells").rglob("*"))
+    before = {path: path.stat().st_mtime_ns for path in files}
+    lines.clear()
+    rows = compare(out=tmp_path / "cmp", resume=True, methods=["sbnn", "sparse-vd"], **grid)
+    assert lines[0] == "bayesprune: 3 cells, 2 finished earlier (read back), 1 to fit"
+    assert {path: path.stat().st_mtime_ns for path in files} == before
+    assert sorted(path.name for path in (tmp_path / "cmp" / "cells").iterdir()) == ["magnitude-seed0", "sbnn-seed0",
+                                                                                   "sparse-vd-seed0"]
+    assert {row["method"] for row in rows} == {"magnitude", "sbnn", "sparse-vd"}
+    assert {row["method"]: row["train_epochs"] for row in rows} == {"magnitude": 3, "sbnn": 3, "sparse-vd": 3}
+    assert all(row["train_steps"] == 3 * 12 for row in rows)  # 1,437 digits in batches of 128: 12 steps an epoch
+    held = tomllib.loads((tmp_path / "cmp" / "comparison.toml").read_text())
+    assert held["compare"]["methods"] == ["sbnn", "sparse-vd"] and held["compare"]["budget"] == 3
+    lines.clear()
+    rows = compare(out=tmp_path / "cmp", resume=True, methods=["sparse-vd"], **grid)
+    assert lines[0] == "bayesprune: 2 cells, 2 finished earlier (read back), 0 to fit"
+    assert {row["method"] for row in rows} == {"magnitude", "sparse-vd"} and (tmp_path / "cmp" / "cells" / "sbnn-seed0").is_dir()
+    assert {path: path.stat().st_mtime_ns for path in files} == before
+
+
+@pytest.mark.parametrize("budget", [6, 13])
+def test_a_budget_splits_every_methods_epochs_in_its_own_proportions(budget):
+    raw, options = load_comparison(None, [f"compare.budget={budget}"])
+    for cell in comparison_cells(raw, options):
+        config = cell.run_config()
+        if cell.kind == "magnitude":
+            stages = {"plain": config.baseline.epochs, "finetune": cell.finetune_epochs}
+            packaged = {"plain": 40, "finetune": 10}  # compare-digits
+        else:
+            own = {key: value for key, value in vars(config.method_options).items()
+                   if key.endswith("_epochs") and value}
+            stages = {"train": config.train.epochs, **own}
+            packaged_config = load_config(f"{cell.method}-digits")
+            packaged = {"train": 40, **{key: getattr(packaged_config.method_options, key) for key in own}}
+        assert sum(stages.values()) == budget, (cell.name, stages)
+        total = sum(packaged.values())
+        for key, epochs in stages.items():  # one each, the rest by largest remainder: within one of the share
+            assert abs(epochs - (1 + (budget - len(stages)) * packaged[key] / total)) < 1, (cell.name, key, stages)
+        if cell.method == "pft":
+            assert config.method_options.start_masks == ("magnitude",) and not config.method_options.equal_budget_baseline
+
+
+def _children(pid: int) -> list:
+    """The processes whose parent is ``pid`` (Linux /proc)."""
+    import os
+
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("number", ["SIGTERM", "SIGKILL"])
+def test_a_signal_with_cells_pending_ends_compare_and_its_workers(tmp_path, number):
+    """Two workers, four cells, a signal once the workers fit: SIGTERM ends compare (143, one line, no
+    hang) and its workers; after SIGKILL of compare its workers end too (they die with their parent)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "cmp"
+    argv = [sys.executable, "-m", "bayesprune", "compare", "--out", str(out), "--methods", "sbnn", "sparse-vd", "pft",
+            "--sparsities", "0.5", "--jobs", "2", *(flag for item in TINY for flag in ("--set", item)), "--set", "train.epochs=400",
+            "--set", "baseline.epochs=400"]
+    process = subprocess.Popen(argv, env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True,
+                               cwd=tmp_path)
+    deadline = time.time() + 120
+    for line in process.stderr:  # the first progress line naming a cell being fitted
+        if "] fitting " in line or time.time() > deadline:
+            break
+    workers = _children(process.pid)
+    assert workers, "no worker started"
+    time.sleep(1)
+    process.send_signal(getattr(signal, number))
+    _, error = process.communicate(timeout=60)
+    assert process.returncode == (143 if number == "SIGTERM" else -signal.SIGKILL), error
+    if number == "SIGTERM":
+        ends = [line for line in error.splitlines() if not line.startswith("bayesprune: [")]  # after the progress lines
+        assert len(ends) == 1 and ends[0].startswith("bayesprune: interrupted:") and "Traceback" not in error, error
+    deadline = time.time() + 30
+    while any(_alive(pid) for pid in workers) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in workers)

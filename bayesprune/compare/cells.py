@@ -12,6 +12,7 @@ Two kinds:
   sparsity, its weights of smallest magnitude removed and the rest fine-tuned with the mask fixed.
 """
 import copy
+import glob
 import json
 import math
 import time
@@ -227,9 +228,10 @@ def execute(cell: Cell, folder: str, threads: int = 1) -> dict:
     from bayesprune.errors import Interrupted
     from bayesprune.runner import resume_run, run
 
-    resumable = (folder / "checkpoint.pt").is_file() and (folder / "config.toml").is_file() and \
-        (folder / "config.toml").read_text() == cell.run_config().to_toml()
-    if resumable:  # an interrupted earlier attempt of this very config: continue it where it can be
+    # an earlier attempt of this very config, stopped (its folder) or killed (a staging folder beside it)
+    attempts = [folder, *folder.parent.glob(f".{glob.escape(folder.name)}.*.partial")]
+    wanted = cell.run_config().to_toml()
+    if any((path / "config.toml").is_file() and (path / "config.toml").read_text() == wanted for path in attempts):
         try:
             return resume_run(folder)
         except Interrupted:
@@ -266,6 +268,7 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
     from bayesprune.early_stopping import hold_out
     from bayesprune.export import mask_parameters, unmask_parameters
     from bayesprune.models import new_net
+    from bayesprune.normalization import removes_something
     from bayesprune.pruning import Budget, prune
     from bayesprune.runner import load_datasets
 
@@ -288,6 +291,7 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
                "train_steps": epochs * math.ceil(dataset.num_train / rule["batch_size"]),
                f"baseline_{name}": _test_metric(net, dataset), "finetune_epochs": cell.finetune_epochs, "per_sparsity": []}
     sites = prunable_weights(net, include_biases=config.prune.include_biases)
+    calibration = config.prune.calibration(dataset.x_train, batch_size=rule["batch_size"])
     folder.mkdir(parents=True, exist_ok=True)
     for sparsity in cell.sparsities:
         start = time.perf_counter()
@@ -299,6 +303,8 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
         if cell.finetune_epochs:
             fit_plain(pruned, dataset.x_train, dataset.y_train, **{**rule, "epochs": cell.finetune_epochs})
         unmask_parameters(pruned).eval()
+        if calibration is not None and removes_something(masks):
+            calibration.apply(pruned)  # the masked network's own batch-norm statistics (prune.recalibrate)
         with replacing(folder / network_file(sparsity)) as temporary:
             torch.save(pruned.state_dict(), temporary)
         metrics["per_sparsity"].append({"sparsity": sparsity, name: _test_metric(pruned, dataset),

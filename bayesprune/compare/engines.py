@@ -75,7 +75,7 @@ def run_cells(cells: list, folders: list, *, engine: str = "local", jobs: int = 
     :class:`~bayesprune.errors.Interrupted` (the finished cells are kept for the next call).
     """
     check_engine(engine, jobs=jobs, address=address)
-    progress = Progress(cells, status or _to_stderr)
+    progress = Progress(cells, status or _to_stderr, workers=jobs)
     results = [None] * len(cells)
     todo = []
     for index, (cell, folder) in enumerate(zip(cells, folders)):
@@ -175,8 +175,9 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 def _worker_start(parent: int):
     """In a worker: SIGINT and SIGTERM stop the fit in progress at the end of its step (as the command
-    line does), so that its checkpoint is kept for the next call; the worker ends when its parent does
-    (Linux: ``PR_SET_PDEATHSIG``), so that a compare killed with SIGKILL leaves no fit running."""
+    line does), so that its checkpoint is kept for the next call; the worker is killed when its parent
+    dies (Linux: ``PR_SET_PDEATHSIG``), so that a compare killed with SIGKILL leaves no fit running (the
+    fit's checkpoint of its last epoch, written atomically, is what the next call continues from)."""
     def request_stop(number, frame):
         STOP.signal = number
 
@@ -186,9 +187,9 @@ def _worker_start(parent: int):
         import ctypes
 
         PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the parent died before the line above
-        STOP.signal = signal.SIGTERM
+        os._exit(1)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
@@ -240,8 +241,8 @@ class Progress:
     estimated from the cells finished in this call (wall-clock seconds per cell, so parallel
     workers are counted)."""
 
-    def __init__(self, cells, status):
-        self.total, self.status = len(cells), status
+    def __init__(self, cells, status, workers: int):
+        self.total, self.status, self.workers = len(cells), status, workers
         self.done = self.fitted = 0
         self.start_time = time.monotonic()
         self.current = ()
@@ -252,7 +253,7 @@ class Progress:
         self.status(f"bayesprune: {self.total} cells, {read_back} finished earlier (read back), {left} to fit")
 
     def running(self, cells):
-        names = tuple(cell.name for cell in cells)
+        names = tuple(cell.name for cell in cells)[:self.workers]  # a pool marks one more as running, queued
         if names and names != self.current:
             self.current = names
             self.status(f"bayesprune: [{self.done}/{self.total}] fitting {', '.join(names)}")
