@@ -2,6 +2,7 @@
 checked against statistics and networks recalibrated by hand."""
 import copy
 import json
+from tomllib import loads as tomllib_loads
 
 import numpy as np
 import pytest
@@ -211,3 +212,29 @@ def test_recalibrate_batches_is_bounded(value, message):
 
     with pytest.raises(ConfigError, match=f"^prune.recalibrate_batches must be a {message}"):
         PruneConfig(recalibrate_batches=value)
+
+
+def test_compares_magnitude_cell_scores_and_saves_each_pruned_network_with_its_own_statistics(bn_run, tmp_path, monkeypatch):
+    """The magnitude baseline of ``compare`` (no fine-tuning): the network it saves at each sparsity holds
+    the statistics its masked weights give over the training rows, and its recorded error is that network's."""
+    from bayesprune.compare.cells import Cell, _magnitude, network_file
+    from bayesprune.models import new_net
+
+    folder = bn_run["fresh"].parent
+    monkeypatch.syspath_prepend(str(folder))
+    config = tomllib_loads((folder / "fresh.toml").read_text())
+    config.pop("method")
+    cell = Cell(name="magnitude-seed0", kind="magnitude", config=config, method="magnitude", seed=0, sparsities=(0.8,))
+    metrics = _magnitude(cell, tmp_path / "cell")
+    run = cell.run_config()
+    data = load_dataset("npz", path=str(folder / "digits.npz"))
+    net = new_net(run, data.input_shape, data.output_dim, seed=0)
+    net.load_state_dict(torch.load(tmp_path / "cell" / network_file(0.8), weights_only=True))
+    hand = recalibrated_by_hand(net, data.x_train)
+    saved = dict(net.named_buffers())
+    for name, value in hand.named_buffers():
+        if "running" in name:
+            assert torch.allclose(saved[name], value, rtol=1e-4, atol=1e-6), name
+    with torch.no_grad():
+        error = 100 * (hand(data.x_test).argmax(-1) != data.y_test).float().mean().item()
+    assert metrics["per_sparsity"][0]["test_error"] == pytest.approx(error, abs=1e-9)
