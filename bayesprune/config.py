@@ -16,6 +16,7 @@ import tomli_w
 from .errors import ConfigError
 from .fused import KERNEL_MODES
 from .optim import OptimConfig  # [optim] lives with the optimisers it builds (the methods read it)
+from .validation import is_count
 from .validation import is_int as _is_int
 from .validation import is_number as _is_number
 from .validation import refuse_unknown_keys
@@ -42,8 +43,8 @@ class DataConfig:
 
     def __post_init__(self):
         _require(isinstance(self.dataset, str), "data.dataset", "be a string", self.dataset)
-        _require(self.batch_size == "auto" or (_is_int(self.batch_size) and self.batch_size > 0), "data.batch_size",
-                 "be a positive integer or 'auto'", self.batch_size)
+        _require(self.batch_size == "auto" or is_count(self.batch_size), "data.batch_size",
+                 f"be a positive integer up to {MAX_COUNT} or 'auto'", self.batch_size)
         if self.splits is not None:
             _require(self.dataset == "uci", "data.splits", "only be set for data.dataset = 'uci'", self.splits)
             valid = self.splits == "all" or (
@@ -133,7 +134,7 @@ class TrainConfig:
         if self.patience is not None:
             _require(_is_int(self.patience) and self.patience > 0, "train.patience", "be a positive integer", self.patience)
             _require(self.validation > 0, "train.patience", "come with train.validation > 0", self.patience)
-        _require(_is_int(self.checkpoint_every) and self.checkpoint_every > 0, "train.checkpoint_every", "be a positive integer", self.checkpoint_every)
+        _require(is_count(self.checkpoint_every), "train.checkpoint_every", f"be a positive integer up to {MAX_COUNT}", self.checkpoint_every)
         _require(self.kernels in KERNEL_MODES, "train.kernels", f"be one of {list(KERNEL_MODES)}", self.kernels)
 
 
@@ -167,7 +168,7 @@ class PruneConfig:
         object.__setattr__(self, "droprates", tuple(sorted(set(float(rate) for rate in self.droprates))))
         _require(self.scope in SCOPES, "prune.scope", f"be one of {list(SCOPES)}", self.scope)
         _require(self.level in LEVELS, "prune.level", f"be one of {list(LEVELS)}", self.level)
-        _require(_is_int(self.min_keep) and self.min_keep >= 0, "prune.min_keep", "be a non-negative integer", self.min_keep)
+        _require(is_count(self.min_keep, 0), "prune.min_keep", f"be a non-negative integer up to {MAX_COUNT}", self.min_keep)
         _require(isinstance(self.include_biases, bool), "prune.include_biases", "be true or false", self.include_biases)
         _require(isinstance(self.recalibrate, bool), "prune.recalibrate", "be true or false", self.recalibrate)
         _require(_is_int(self.recalibrate_batches) and 0 < self.recalibrate_batches <= MAX_BATCHES,
@@ -263,8 +264,11 @@ class ExperimentConfig:
 
 # Seeds of a run are seed + split index + chain, and NumPy takes seeds below 2**32.
 MAX_SEED = 2**31
-# Epochs, steps, samples and chains beyond this are a typo, not a plan (and overflow a C index further on).
+# Epochs, steps and samples beyond this are a typo, not a plan (and overflow a C index further on).
 from .validation import MAX_COUNT  # noqa: E402
+
+#: The most chains (whole fits, one after another) a run may ask for: R-hat and ESS need a handful.
+MAX_CHAINS = 1000
 
 _SECTIONS = {
     "data": DataConfig,
@@ -322,7 +326,7 @@ class RunConfig:
         _require(isinstance(self.seeds, (list, tuple)) and all(_is_int(s) and 0 <= s < MAX_SEED for s in self.seeds)
                  and len(set(self.seeds)) == len(self.seeds), "seeds", "be a list of distinct non-negative integers below 2**31", self.seeds)
         object.__setattr__(self, "seeds", tuple(self.seeds))
-        _require(_is_int(self.chains) and 0 < self.chains <= MAX_COUNT, "chains", f"be a positive integer up to {MAX_COUNT}", self.chains)
+        _require(_is_int(self.chains) and 0 < self.chains <= MAX_CHAINS, "chains", f"be a positive integer up to {MAX_CHAINS}", self.chains)
         _require(isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),
                  "device", "be 'auto', 'cpu' or 'cuda[:N]'", self.device)
         _require(isinstance(self.description, str), "description", "be a string", self.description)

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import pyro.optim
 import torch
 
-from .validation import is_number, require
+from .validation import MAX_SCALE, is_number, is_scale, require
 
 SCHEDULES = ("constant", "exponential", "cosine")
 
@@ -29,12 +29,12 @@ class OptimConfig:
 
     def __post_init__(self):
         require(self.name in ("adam", "sgd"), "optim.name", "be 'adam' or 'sgd'", self.name)
-        require(is_number(self.lr) and self.lr > 0, "optim.lr", "be a positive number", self.lr)
+        require(is_scale(self.lr), "optim.lr", f"be a positive number up to {MAX_SCALE:g}", self.lr)
         require(self.schedule in SCHEDULES, "optim.schedule", f"be one of {list(SCHEDULES)}", self.schedule)
         require(is_number(self.gamma) and 0 < self.gamma <= 1, "optim.gamma", "lie in (0, 1]", self.gamma)
         require(is_number(self.momentum) and 0 <= self.momentum < 1, "optim.momentum", "lie in [0, 1)", self.momentum)
         require(self.momentum == 0 or self.name == "sgd", "optim.momentum", "be 0 unless optim.name = 'sgd'", self.momentum)
-        require(is_number(self.weight_decay) and self.weight_decay >= 0, "optim.weight_decay", "be a non-negative number",
+        require(is_scale(self.weight_decay, positive=False), "optim.weight_decay", f"be a non-negative number up to {MAX_SCALE:g}",
                  self.weight_decay)
 
 

@@ -22,6 +22,16 @@ MAX_COUNT = 10**7
 MAX_ELEMENTS = 2**31
 
 
+#: The largest rate, scale, temperature, norm or precision a config may give: far beyond any that trains
+#: (a learning rate of 1e300 is a typo), refused in one line rather than fitted to NaN.
+MAX_SCALE = 1e6
+
+
+def is_scale(value, *, positive: bool = True) -> bool:
+    """A number in ``(0, MAX_SCALE]`` (``[0, MAX_SCALE]`` when not ``positive``)."""
+    return is_number(value) and (value > 0 if positive else value >= 0) and value <= MAX_SCALE
+
+
 def is_count(value, minimum: int = 1) -> bool:
     """An integer from ``minimum`` up to :data:`MAX_COUNT`."""
     return is_int(value) and minimum <= value <= MAX_COUNT

@@ -513,3 +513,37 @@ def test_the_installed_console_script_answers_the_same(case, tmp_path, complete_
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and named in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and _tree(work) == before
+
+
+def _numeric_options():
+    """``(key, default)`` of every int or float field of the config sections and of every method's options."""
+    from dataclasses import MISSING, fields
+
+    from bayesprune.config import _SECTIONS
+    from bayesprune.methods import available_methods, get_method
+
+    tables = {**_SECTIONS, **{name: get_method(name).Options for name in available_methods()}}
+    found = []
+    for table, cls in tables.items():
+        for option in fields(cls):
+            default = option.default_factory() if option.default_factory is not MISSING else option.default
+            # a cap whose default is inf (unit-gates.phi_max: no cap) means the same for any huge value
+            if isinstance(default, (int, float)) and not isinstance(default, bool) and default != float("inf"):
+                found.append((f"{table}.{option.name}", default))
+    return found
+
+
+@pytest.mark.parametrize("key, default", _numeric_options())
+def test_every_numeric_option_has_an_upper_bound(key, default):
+    """A value far beyond any plan (10**30, or 1e300 for a float) is refused naming the key, as
+    validation.MAX_ELEMENTS bounds sizes; an option whose meaning has no upper end (a log-scale
+    prior parameter) is refused for overflowing instead."""
+    from bayesprune.config import RunConfig
+    from bayesprune.errors import ConfigError
+
+    table, name = key.split(".")
+    huge = 10**30 if isinstance(default, int) else 1e300
+    raw = {"method": table} if table not in ("data", "model", "optim", "train", "prune", "baseline", "reference", "experiment") else {}
+    raw[table] = {name: huge}
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        RunConfig.from_dict(raw)

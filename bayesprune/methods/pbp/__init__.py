@@ -49,7 +49,7 @@ from bayesprune.objectives import GibbsRisk, PACBayesBound
 from bayesprune.optim import build_optim
 from bayesprune.priors import GivenPrior
 from bayesprune.tasks import mean_loss
-from bayesprune.validation import MAX_COUNT, is_count, is_number, require
+from bayesprune.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
 
 from .. import SERVICES, Method, register_method
 from ..base import GuideFitted
@@ -132,7 +132,7 @@ class PBPOptions:
         require(is_number(self.log_sigma2) and -40 <= self.log_sigma2 <= 10, key + "log_sigma2", "lie in [-40, 10]", self.log_sigma2)
         require(self.parameterization in PARAMETERIZATIONS, key + "parameterization", f"be one of {list(PARAMETERIZATIONS)}",
                 self.parameterization)
-        require(is_number(self.temperature) and self.temperature > 0, key + "temperature", "be a positive number", self.temperature)
+        require(is_scale(self.temperature), key + "temperature", f"be a positive number up to {MAX_SCALE:g}", self.temperature)
         require(isinstance(self.learn_scale, bool), key + "learn_scale", "be true or false", self.learn_scale)
         for name in ("prior_epochs", "prior_mask_epochs"):
             require(is_count(getattr(self, name), 0), key + name, f"be a non-negative integer up to {MAX_COUNT}", getattr(self, name))

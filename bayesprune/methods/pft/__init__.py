@@ -27,7 +27,7 @@ from bayesprune.optim import torch_optimizer
 from bayesprune.pruning import Budget, apply_masks, prune
 from bayesprune.sites import UNREAD_BY_MASKED_TRAINING
 from bayesprune.tasks import mean_loss, network_test_metric
-from bayesprune.validation import MAX_COUNT, is_count, is_number, require
+from bayesprune.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
 
 from .. import Method, register_method
 from ..base import SparseNetworkFitted
@@ -99,7 +99,7 @@ class PFTOptions:
             worst = max(self.sparsities)
             require(worst * self.epsilon / (1 - worst) < 1, key + "epsilon", f"satisfy s·ε/(1 − s) < 1 at s = {worst} (eq. 6)",
                     self.epsilon)
-        require(is_number(self.temperature) and self.temperature > 0, key + "temperature", "be a positive number", self.temperature)
+        require(is_scale(self.temperature), key + "temperature", f"be a positive number up to {MAX_SCALE:g}", self.temperature)
         require(self.mask_lr is None or (is_number(self.mask_lr) and self.mask_lr > 0), key + "mask_lr",
                 "be a positive number (or absent, for optim.lr)", self.mask_lr)
         for name in ("pretrain_epochs", "finetune_epochs", "perturbation_draws"):

@@ -29,7 +29,7 @@ from bayesprune.optim import torch_optimizer
 from bayesprune.pruning import Budget, apply_masks, lexicographic_ranks, prune
 from bayesprune.sites import UNREAD_BY_MASKED_TRAINING
 from bayesprune.tasks import masked_copy, mean_loss, network_test_metric
-from bayesprune.validation import MAX_COUNT, is_count, is_int, is_number, require
+from bayesprune.validation import MAX_COUNT, MAX_SCALE, is_count, is_int, is_number, is_scale, require
 
 from .. import Method, register_method
 from ..base import SparseNetworkFitted
@@ -77,12 +77,12 @@ class ProbMaskOptions:
         require(is_number(self.sparsity) and 0 < self.sparsity < 1, key + "sparsity", "lie in (0, 1)", self.sparsity)
         require(self.scope in SCOPES, key + "scope", f"be one of {list(SCOPES)}", self.scope)
         for name in ("probability_lr", "clip_norm"):
-            require(is_number(getattr(self, name)) and getattr(self, name) > 0, key + name, "be a positive number", getattr(self, name))
+            require(is_scale(getattr(self, name)), key + name, f"be a positive number up to {MAX_SCALE:g}", getattr(self, name))
         for name in ("samples", "final_draws"):
             require(is_count(getattr(self, name)), key + name, f"be a positive integer up to {MAX_COUNT}", getattr(self, name))
         for name in ("t1", "finetune_epochs"):
             require(is_count(getattr(self, name), 0), key + name, f"be a non-negative integer up to {MAX_COUNT}", getattr(self, name))
-        require(is_int(self.t2) and self.t2 > self.t1, key + "t2", f"be an integer above probmask.t1 = {self.t1}", self.t2)
+        require(is_int(self.t2) and self.t1 < self.t2 <= MAX_COUNT, key + "t2", f"be an integer above probmask.t1 = {self.t1} up to {MAX_COUNT}", self.t2)
         for name in ("supermask", "baseline"):
             require(isinstance(getattr(self, name), bool), key + name, "be true or false", getattr(self, name))
 

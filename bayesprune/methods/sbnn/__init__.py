@@ -22,7 +22,7 @@ from bayesprune.models import LIKELIHOODS, BayesianNetwork
 from bayesprune.objectives import OBJECTIVES
 from bayesprune.optim import build_optim
 from bayesprune.priors import SpikeSlabPrior
-from bayesprune.validation import MAX_COUNT, is_count, is_number, require
+from bayesprune.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
 
 from .. import register_method
 from ..base import GuideFitted, Method
@@ -62,7 +62,7 @@ class SBNNOptions:
         require(is_number(self.log_tau0) and abs(self.log_tau0) <= 80, "sbnn.log_tau0", "lie in [-80, 80]", self.log_tau0)
         require(is_number(self.log_tau1) and abs(self.log_tau1) <= 80, "sbnn.log_tau1", "lie in [-80, 80]", self.log_tau1)
         require(self.log_tau0 < self.log_tau1, "sbnn.log_tau0", f"be below sbnn.log_tau1 = {self.log_tau1} (tau0 < tau1)", self.log_tau0)
-        require(is_number(self.init_scale) and self.init_scale > 0, "sbnn.init_scale", "be a positive number", self.init_scale)
+        require(is_scale(self.init_scale), "sbnn.init_scale", f"be a positive number up to {MAX_SCALE:g}", self.init_scale)
         require(self.objective in OBJECTIVES, "sbnn.objective", f"be one of {sorted(OBJECTIVES)}", self.objective)
         require(self.penalty in PENALTIES, "sbnn.penalty", f"be one of {sorted(PENALTIES)}", self.penalty)
         require(isinstance(self.local_reparameterization, bool), "sbnn.local_reparameterization", "be true or false", self.local_reparameterization)

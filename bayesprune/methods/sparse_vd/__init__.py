@@ -76,8 +76,8 @@ class SparseVDOptions:
         require(isinstance(self.train_clip, bool), key + "train_clip", "be true or false", self.train_clip)
         require(is_count(self.kl_anneal_start, 0), key + "kl_anneal_start",
                 f"be a non-negative integer up to {MAX_COUNT}", self.kl_anneal_start)
-        require(is_int(self.kl_anneal_end) and self.kl_anneal_end >= self.kl_anneal_start, key + "kl_anneal_end",
-                f"be an integer at least sparse-vd.kl_anneal_start = {self.kl_anneal_start}", self.kl_anneal_end)
+        require(is_int(self.kl_anneal_end) and self.kl_anneal_start <= self.kl_anneal_end <= MAX_COUNT, key + "kl_anneal_end",
+                f"be an integer from sparse-vd.kl_anneal_start = {self.kl_anneal_start} up to {MAX_COUNT}", self.kl_anneal_end)
         require(isinstance(self.linear_lr_decay, bool), key + "linear_lr_decay", "be true or false", self.linear_lr_decay)
         require(is_number(self.lr_decay_start) and 0 <= self.lr_decay_start < 1, key + "lr_decay_start", "lie in [0, 1)",
                 self.lr_decay_start)

@@ -26,7 +26,7 @@ from bayesprune.export import check_export, cut
 from bayesprune.fit import optimizer_step
 from bayesprune.gates import ESTIMATORS, UnitGates, project_unit_weights, unit_weight_norms
 from bayesprune.structure import input_shape_of, layer_chain, shrunk
-from bayesprune.validation import MAX_COUNT, is_count, is_number, require
+from bayesprune.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
 
 from .. import Method, register_method
 from ..base import NetworkFitted
@@ -89,12 +89,13 @@ class UnitGatesOptions:
 
     def __post_init__(self):
         key = "unit-gates."
-        require(is_number(self.weight_precision) and self.weight_precision >= 0, key + "weight_precision", "be a non-negative number", self.weight_precision)
+        require(is_scale(self.weight_precision, positive=False), key + "weight_precision", f"be a non-negative number up to {MAX_SCALE:g}",
+                self.weight_precision)
         require(self.hyperprior in HYPERPRIORS, key + "hyperprior", f"be one of {list(HYPERPRIORS)}", self.hyperprior)
         require(self.estimator in ESTIMATORS, key + "estimator", f"be one of {sorted(ESTIMATORS)}", self.estimator)
         require(self.condition in CONDITIONS, key + "condition", f"be one of {list(CONDITIONS)}", self.condition)
         for name in ("temperature", "finetune_lr"):
-            require(is_number(getattr(self, name)) and getattr(self, name) > 0, key + name, "be a positive number", getattr(self, name))
+            require(is_scale(getattr(self, name)), key + name, f"be a positive number up to {MAX_SCALE:g}", getattr(self, name))
         require(self.phi_max == math.inf or (is_number(self.phi_max) and self.phi_max > 0), key + "phi_max",
                 "be a positive number or inf", self.phi_max)
         for name in ("theta_init", "theta_low", "theta_high", "theta_tol", "theta_per", "final_threshold"):
@@ -102,7 +103,8 @@ class UnitGatesOptions:
         require(self.theta_low < self.theta_init < self.theta_high, key + "theta_init", "lie between theta_low and theta_high", self.theta_init)
         for name in ("n0", "finetune_epochs", "hybrid_units"):
             require(is_count(getattr(self, name), 0), key + name, f"be a non-negative integer up to {MAX_COUNT}", getattr(self, name))
-        require(is_number(self.input_threshold) and self.input_threshold >= 0, key + "input_threshold", "be a non-negative number", self.input_threshold)
+        require(is_scale(self.input_threshold, positive=False), key + "input_threshold", f"be a non-negative number up to {MAX_SCALE:g}",
+                self.input_threshold)
         for name in ("alpha", "beta"):  # every option is checked, whichever hyper-prior reads it
             require(getattr(self, name) is None or (is_number(getattr(self, name)) and getattr(self, name) > 0), key + name,
                     "be a positive number", getattr(self, name))
