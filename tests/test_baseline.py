@@ -61,6 +61,13 @@ def test_the_kept_epoch_is_the_argmin_of_the_recorded_validation_curve():
     assert result["test"] == pytest.approx(network_metric(net, data.x_test, data.y_test, "regression", target_std=2.5))
 
 
+def test_the_runs_own_validation_part_is_used_instead_of_a_new_one():
+    data = regression()
+    given = data.x_train[:30], data.y_train[:30]
+    result = train_plain(small_net(4), data, epochs=3, lr=0.01, batch_size=16, validation=given, hold=0.2)
+    assert result["n_validation"] == 30 and len(result["validation_curve"]) == 3
+
+
 def test_without_a_held_out_part_the_last_epoch_is_kept_and_no_curve_reported():
     result = train_plain(small_net(4), regression(), epochs=3, lr=0.01, batch_size=16, hold=0.0)
     assert set(result) == {"test"}
