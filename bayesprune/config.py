@@ -195,21 +195,28 @@ class BaselineConfig:
     It trains for ``epochs`` (default ``train.epochs``) at the rate ``lr`` (default ``optim.lr``), keeping the
     epoch that scores best on the run's validation part or, when the run holds out none
     (``train.validation = 0``), on a ``validation`` fraction of the training rows it holds out for
-    itself (0: the last epoch, on every training row). Regression runs also report the
-    least-squares linear model's test RMSE (:mod:`bayesprune.baseline`)."""
+    itself (default a fifth; 0: the last epoch, on every training row; refused beside
+    ``train.validation``). Regression runs also report the least-squares linear model's test RMSE
+    (:mod:`bayesprune.baseline`)."""
 
     enabled: bool = True
     epochs: int | None = None
     lr: float | None = None
-    validation: float = 0.2
+    validation: float | None = None
 
     def __post_init__(self):
         _require(isinstance(self.enabled, bool), "baseline.enabled", "be true or false", self.enabled)
-        _require(_is_number(self.validation) and 0 <= self.validation < 1, "baseline.validation", "lie in [0, 1)", self.validation)
+        if self.validation is not None:
+            _require(_is_number(self.validation) and 0 <= self.validation < 1, "baseline.validation", "lie in [0, 1)", self.validation)
         if self.epochs is not None:
             _require(_is_int(self.epochs) and 0 < self.epochs <= MAX_COUNT, "baseline.epochs", f"be a positive integer up to {MAX_COUNT}", self.epochs)
         if self.lr is not None:
             _require(_is_number(self.lr) and self.lr > 0, "baseline.lr", "be a positive number", self.lr)
+
+    @property
+    def held_out(self) -> float:
+        """The fraction of the training rows the plain network holds out when the run holds out none."""
+        return 0.2 if self.validation is None else self.validation
 
 
 @dataclass(frozen=True)
@@ -330,6 +337,9 @@ class RunConfig:
         _require(isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),
                  "device", "be 'auto', 'cpu' or 'cuda[:N]'", self.device)
         _require(isinstance(self.description, str), "description", "be a string", self.description)
+        _require(self.baseline.validation is None or self.train.validation == 0, "baseline.validation",
+                 "not be given beside train.validation (the plain network keeps its epoch on the run's validation part)",
+                 self.baseline.validation)
 
     @classmethod
     def from_dict(cls, raw: dict) -> "RunConfig":

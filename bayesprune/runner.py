@@ -545,7 +545,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
                 baseline_net.to(device), dataset,
                 epochs=config.baseline.epochs or config.train.epochs, lr=config.baseline.lr or config.optim.lr,
                 batch_size=config.data.batch_size, seed=config.seed, validation=validation, patience=config.train.patience,
-                hold=config.baseline.validation,
+                hold=config.baseline.held_out,
             )
             metrics[f"baseline_{name}"] = plain.pop("test")
             metrics.update({f"baseline_{key}": value for key, value in plain.items()})  # its epoch and validation curve

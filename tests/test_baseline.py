@@ -68,6 +68,15 @@ def test_the_runs_own_validation_part_is_used_instead_of_a_new_one():
     assert result["n_validation"] == 30 and len(result["validation_curve"]) == 3
 
 
+def test_a_fraction_of_its_own_beside_the_runs_validation_part_is_refused():
+    from bayesprune.config import load_config
+    from bayesprune.errors import ConfigError
+
+    assert load_config("default").baseline.held_out == 0.2 and load_config("default", ["baseline.validation=0"]).baseline.held_out == 0
+    with pytest.raises(ConfigError, match="baseline.validation"):
+        load_config("default", ["train.validation=0.2", "baseline.validation=0.1"])
+
+
 def test_without_a_held_out_part_the_last_epoch_is_kept_and_no_curve_reported():
     result = train_plain(small_net(4), regression(), epochs=3, lr=0.01, batch_size=16, hold=0.0)
     assert set(result) == {"test"}
