@@ -30,7 +30,7 @@ from bayesprune.analysis.tables import write_csv
 from bayesprune.models import new_net  # lives in models; also importable as runner.new_net
 
 from .baseline import least_squares_test_rmse, train_plain
-from .checkpoint import read_checkpoint, save_checkpoint, shapes, state_mismatch
+from .checkpoint import CHECKPOINT_DIGEST, read_checkpoint, save_checkpoint, shapes, state_digest, state_mismatch
 from .config import first_difference, load_config
 from .data import load_dataset, uci_num_splits
 from .early_stopping import hold_out
@@ -117,6 +117,10 @@ def load_run(run_dir):
     saved = read_checkpoint(run_dir / CHECKPOINT)
     if saved["method"] != config.method:
         raise BayesPruneError(f"{run_dir / CHECKPOINT}: saved by method {saved['method']!r}, but config.toml has {config.method!r}")
+    recorded = _recorded_state_digest(run_dir)
+    if recorded is not None and recorded != state_digest(saved["state"]):
+        raise BayesPruneError(f"{run_dir / CHECKPOINT}: not the fit metrics.json records (one of the two comes from another "
+                              "run); put the run's own checkpoint back")
     dataset = load_datasets(config)[0]
     check_size(config, dataset)
     _check_preprocessing(run_dir / CHECKPOINT, saved, dataset)
@@ -207,6 +211,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
         try:  # a signal while writing the run's files stops it as in training: the checkpoint kept, resumable
             metrics = _with_reference(config, _summarise_seeds(per_seed, config.seeds) if len(runs) > 1 else per_seed[0])
             metrics[SCORES_DIGEST] = arrays_digest(read_npz(staging / "scores.npz"))
+            metrics[CHECKPOINT_DIGEST] = _final_state_digest(staging, [final for _, final in runs if final is not None])
             _write_metrics(staging / "metrics.json", metrics)
             write_csv(staging / "pruning_curve.csv", metrics["pruning_curve"], digits=6)
             write_report(staging)
@@ -683,6 +688,23 @@ def _write_fit(folder: Path, fitted):
     write_csv(folder / "history.csv", [{"epoch": epoch + 1, "loss": f"{loss:.8g}"} for epoch, loss in enumerate(losses)])
     with replacing(folder / "scores.npz") as temporary:
         np.savez(temporary, **{name: score.cpu().numpy() for name, score in fitted.scores().items()})
+
+
+def _final_state_digest(staging: Path, finals: list) -> str:
+    """:func:`state_digest` of the checkpoint the run ends with: the last fit still to write, or the one
+    already written in ``staging`` (a run of several seeds writes each as it finishes)."""
+    state = finals[-1][0].state_dict() if finals else read_checkpoint(staging / CHECKPOINT)["state"]
+    return state_digest(state)
+
+
+def _recorded_state_digest(run_dir: Path):
+    """The :data:`CHECKPOINT_DIGEST` a run's ``metrics.json`` records, or ``None`` (no metrics.json, or one
+    written before the digest was: a metrics.json that cannot be read is the report's to refuse)."""
+    try:
+        recorded = json.loads((run_dir / "metrics.json").read_text()).get(CHECKPOINT_DIGEST)
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return None
+    return recorded if isinstance(recorded, str) else None
 
 
 def _write_final_checkpoint(folder: Path, fitted, built: dict, preprocessing):
