@@ -10,6 +10,7 @@ and, for an unfinished fit, ``loop``: the finished stages' results and the
 :class:`~bayesprune.fit.LoopState` of the stage in progress (:class:`bayesprune.methods.FitContext`).
 Checkpoints of earlier versions (``{model, guide, metadata}``, sBNN only) still read.
 """
+import hashlib
 import pickle
 import zipfile
 
@@ -122,6 +123,34 @@ def _layout_problem(saved: dict):
         if current is not None and current["index"] != len(loop["stages"]):
             return f"the loop's current stage {current['index']} does not follow its {len(loop['stages'])} finished stages"
     return None
+
+
+#: The key of ``metrics.json`` holding :func:`state_digest` of the run's final checkpoint: a command
+#: reading the run refuses a checkpoint.pt of another fit, even one of the same shapes.
+CHECKPOINT_DIGEST = "checkpoint_sha256"
+
+
+def state_digest(state) -> str:
+    """A SHA-256 of a checkpoint's state (every tensor's place, dtype, shape and bytes; every other value's
+    ``repr``), equal for equal states however they were written."""
+    digest = hashlib.sha256()
+
+    def visit(value, path):
+        if isinstance(value, dict):
+            for key in sorted(value, key=str):
+                visit(value[key], f"{path}.{key}")
+        elif isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                visit(item, f"{path}[{index}]")
+        elif torch.is_tensor(value):
+            value = value.detach().cpu().contiguous()
+            digest.update(f"{path}\0{value.dtype}\0{list(value.shape)}\0".encode())
+            digest.update(value.reshape(-1).view(torch.uint8).numpy().tobytes())
+        else:
+            digest.update(f"{path}\0{value!r}\0".encode())
+
+    visit(state, "state")
+    return digest.hexdigest()
 
 
 def state_mismatch(saved, restored, path: str = "state"):
