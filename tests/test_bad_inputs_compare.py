@@ -131,6 +131,7 @@ CASES = {
     "another method's config in compare.configs": ({}, [*NEW, "--set", "compare.configs={sbnn = 'pbp-digits'}"],
                                                    "compare.configs.sbnn"),
     "unknown config in compare.configs": ({}, [*NEW, "--set", "compare.configs={sbnn = 'nonesuch'}"], "compare.configs.sbnn"),
+    "certify 10**6 networks": ({"done": RUN}, ["certify", "done", "--samples", "1000000"], "--samples"),
     # refusals of the run's own checks, before any fit
     "a method that refuses the network": ({}, ["compare", "--out", "new", "--methods", "unit-gates", "--set", "model.hidden=[]"],
                                           "unit-gates"),
