@@ -102,3 +102,19 @@ def test_a_regression_run_reports_both_references(tmp_path):
     assert metrics["baseline_n_validation"] == round(0.2 * data.num_train)
     report = (out / "report.md").read_text()
     assert f"| test_rmse, linear model (least squares) | {metrics['baseline_linear_test_rmse']:.4g} |" in report
+
+
+def test_a_comparisons_plain_network_is_the_runs(tmp_path):
+    """``compare``'s plain network (its magnitude cell) follows the runner's rule (:func:`train_plain` with
+    the runner's arguments): same network, same held-out rows, same kept epoch, the same test error."""
+    from bayesprune.compare.cells import Cell, _magnitude
+    from bayesprune.config import load_config
+    from bayesprune.models import new_net
+    from bayesprune.runner import load_datasets
+
+    config = load_config("default", ["train.epochs=3"])
+    data = load_datasets(config)[0]
+    plain = train_plain(new_net(config, data.input_shape, data.output_dim, seed=0), data, epochs=3, lr=config.baseline.lr,
+                        batch_size=config.data.batch_size, seed=0, hold=config.baseline.held_out)
+    cell = Cell("magnitude", "magnitude", config.to_dict(), "magnitude", seed=0, sparsities=(0.5,), finetune_epochs=0)
+    assert _magnitude(cell, tmp_path / "cell")["baseline_test_error"] == plain["test"]

@@ -282,8 +282,11 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
     rule = dict(epochs=config.baseline.epochs or resolved.train.epochs, lr=config.baseline.lr or config.optim.lr,
                 batch_size=resolved.data.batch_size, seed=config.seed)
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
+    plain_rows = dataset
+    if validation is None and config.baseline.held_out > 0:  # the runner's plain network's rule (train_plain)
+        plain_rows, *validation = hold_out(dataset, config.baseline.held_out, seed=config.seed)
     start = time.perf_counter()
-    fit_plain(net, dataset.x_train, dataset.y_train, validation=validation, patience=config.train.patience, **rule)
+    fit_plain(net, plain_rows.x_train, plain_rows.y_train, validation=validation, patience=config.train.patience, **rule)
     plain_seconds = time.perf_counter() - start
     epochs = rule["epochs"] + cell.finetune_epochs  # the plain network's and one sparsity's fine-tuning
     metrics = {"method": cell.method, "dataset": dataset.name, "task": dataset.task, "seed": config.seed,
