@@ -113,7 +113,7 @@ def _export(args):
     from .export import (count_macs, count_parameters, dead_units, export, measure_latency, save_portable,
                          save_trainable)
     from .methods import get_method
-    from .normalization import has_running_stats, removes_something
+    from .normalization import changes, has_running_stats
     from .predict import metric
     from .preprocessing import preprocessing_of, with_preprocessing
     from .pruning import expand_unit_masks, prune
@@ -157,7 +157,7 @@ def _export(args):
     except ValueError as error:
         raise BayesPruneError(f"export: {error}") from None
     # a masked network with batch norms is written with statistics of its own (prune.recalibrate)
-    recalibrated = fitted.calibration is not None and removes_something(weight_masks) and has_running_stats(exported)
+    recalibrated = fitted.calibration is not None and changes(dense, weight_masks) and has_running_stats(exported)
     if recalibrated:
         fitted.calibration.apply(exported)
     x = dataset.x_test[:256]

@@ -100,9 +100,13 @@ def statistics_replaced(net: nn.Module, statistics: dict):
                 buffers[name].copy_(value)
 
 
-def removes_something(masks) -> bool:
-    """Whether ``masks`` (site → bool tensor, ``True`` = keep) remove any entry."""
-    return bool(masks) and any(not bool(mask.all()) for mask in masks.values())
+def changes(net: nn.Module, masks) -> bool:
+    """Whether ``masks`` (parameter name → bool tensor, ``True`` = keep) zero an entry of ``net`` that is
+    not zero already: masks that remove nothing, or only weights a sparse method has zeroed, leave the
+    network, and so its statistics, as they are."""
+    params = dict(net.named_parameters())
+    return any(bool((params[name].detach() != 0)[~mask.to(params[name].device, torch.bool)].any())
+               for name, mask in (masks or {}).items() if name in params)
 
 
 @dataclass(frozen=True)

@@ -115,9 +115,13 @@ def test_a_masked_prediction_uses_statistics_estimated_for_the_masked_network_an
         expected = torch.softmax(recalibrated_by_hand(masked(net, masks), x_train)(x), -1)
     assert torch.allclose(got, expected, atol=1e-5) and not torch.allclose(got, stale, atol=1e-2)
     assert all(torch.equal(own[name], value) for name, value in net.named_buffers())
-    # a mask that removes nothing is the full network: its statistics stay the fit's
+    # a mask that removes nothing, or only weights that are zero already (a sparse method's), leaves the
+    # network as it is: its statistics stay the fit's
     full = {name: torch.ones_like(mask) for name, mask in masks.items()}
     assert torch.equal(fitted.predict(x, masks=full), fitted.predict(x))
+    sparse = NetworkFitted(masked(net, masks))
+    sparse.calibration = fitted.calibration
+    assert torch.equal(sparse.predict(x, masks=masks), sparse.predict(x))
 
 
 def test_the_pruning_curve_scores_each_masked_network_of_a_fit_with_its_own_statistics():

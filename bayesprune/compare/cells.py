@@ -268,7 +268,7 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
     from bayesprune.early_stopping import hold_out
     from bayesprune.export import mask_parameters, unmask_parameters
     from bayesprune.models import new_net
-    from bayesprune.normalization import removes_something
+    from bayesprune.normalization import changes
     from bayesprune.pruning import Budget, prune
     from bayesprune.runner import load_datasets
 
@@ -306,7 +306,7 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
         if cell.finetune_epochs:
             fit_plain(pruned, dataset.x_train, dataset.y_train, **{**rule, "epochs": cell.finetune_epochs})
         unmask_parameters(pruned).eval()
-        if calibration is not None and removes_something(masks):
+        if calibration is not None and changes(net, masks):
             calibration.apply(pruned)  # the masked network's own batch-norm statistics (prune.recalibrate)
         with replacing(folder / network_file(sparsity)) as temporary:
             torch.save(pruned.state_dict(), temporary)

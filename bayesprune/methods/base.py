@@ -9,7 +9,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from bayesprune.normalization import has_running_stats, removes_something, running_statistics, statistics_replaced
+from bayesprune.normalization import changes, has_running_stats, running_statistics, statistics_replaced
 from bayesprune.sites import site_names
 from bayesprune.tasks import masked_copy
 
@@ -66,12 +66,13 @@ class Fitted:
         ``num_samples = 0`` evaluates the point estimate; ``S > 0`` averages over S posterior draws.
         ``masks`` (site name → bool tensor) zero the pruned entries in every evaluation.
 
-        When the masks remove something, the network keeps running statistics (batch norm) and
-        :attr:`calibration` is set, those statistics are estimated again for the masked network
-        (:meth:`masked_network`) and used for this prediction only: once, on the masked point
-        estimate, and the same for every one of the S draws. The fit's own are left as they were.
+        When the masks zero a weight of the point estimate, the network keeps running statistics
+        (batch norm) and :attr:`calibration` is set, those statistics are estimated again for the
+        masked network (:meth:`masked_network`) and used for this prediction only: once, on the
+        masked point estimate, and the same for every one of the S draws. The fit's own are left as
+        they were.
         """
-        if not (self.calibration is not None and removes_something(masks) and has_running_stats(self.net)):
+        if self.calibration is None or not masks or not has_running_stats(self.net):
             return self._predict(x, masks=masks, num_samples=num_samples)
         with statistics_replaced(self.net, running_statistics(self.masked_network(masks))):
             return self._predict(x, masks=masks, num_samples=num_samples)
@@ -81,11 +82,12 @@ class Fitted:
         raise NotImplementedError
 
     def masked_network(self, masks: dict) -> nn.Module:
-        """:meth:`network` with the entries ``masks`` remove zeroed and, where :attr:`calibration` is set,
-        its normalisation statistics estimated again on the training batches it holds
-        (:func:`bayesprune.normalization.recalibrate`)."""
-        net = masked_copy(self.network(), masks)
-        return self.calibration.apply(net) if self.calibration is not None and removes_something(masks) else net
+        """:meth:`network` with the entries ``masks`` remove zeroed and, where :attr:`calibration` is set
+        and that zeroes a weight that was not zero, its normalisation statistics estimated again on the
+        training batches it holds (:func:`bayesprune.normalization.recalibrate`)."""
+        net = self.network()
+        masked = masked_copy(net, masks)
+        return self.calibration.apply(masked) if self.calibration is not None and changes(net, masks) else masked
 
     def network(self) -> nn.Module:
         """A plain ``nn.Module`` (a copy) holding the point estimate the method predicts with."""
