@@ -376,3 +376,24 @@ def test_a_signal_with_cells_pending_ends_compare_and_its_workers(tmp_path, numb
     while any(_alive(pid) for pid in workers) and time.time() < deadline:
         time.sleep(0.2)
     assert not any(_alive(pid) for pid in workers)
+
+
+def test_resume_with_a_sparsity_added_evaluates_finished_cells_without_fitting_them(tmp_path):
+    """--resume with --sparsities 0.5 0.8 after a comparison at 0.5: the magnitude cell prunes its saved plain
+    network at 0.8, the sBNN cell evaluates its saved fit there; nothing is trained again (the fit's files
+    untouched), and the new rows equal those of a comparison asked for both sparsities from the start."""
+    grid = dict(methods=["sbnn"], seeds=[0], overrides=TINY, report=None, status=lambda line: None)
+    compare(None, tmp_path / "cmp", sparsities=[0.5], **grid)
+    cells = tmp_path / "cmp" / "cells"
+    fits = [cells / "sbnn-seed0" / "checkpoint.pt", cells / "sbnn-seed0" / "history.csv",
+            cells / "magnitude-seed0" / "network-plain.pt", cells / "magnitude-seed0" / "network-s0.5.pt"]
+    before = {path: path.stat().st_mtime_ns for path in fits}
+    rows = compare(out=tmp_path / "cmp", resume=True, sparsities=[0.5, 0.8], **{**grid, "overrides": ()})
+    assert {path: path.stat().st_mtime_ns for path in fits} == before
+    whole = compare(None, tmp_path / "whole", sparsities=[0.5, 0.8], **grid)
+    by = {(row["method"], row["sparsity"]): row for row in rows}
+    assert set(by) == {(method, s) for method in ("magnitude", "sbnn") for s in (0.5, 0.8)}
+    for row in whole:
+        assert by[(row["method"], row["sparsity"])]["test_error"] == row["test_error"], row
+    assert json.loads((cells / "magnitude-seed0" / "cell.json").read_text())["sparsities"] == [0.5, 0.8]
+    assert tomllib.loads((cells / "sbnn-seed0" / "config.toml").read_text())["prune"]["droprates"] == [0.0, 0.5, 0.8]

@@ -16,7 +16,7 @@ import glob
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -27,6 +27,8 @@ from bayesprune.files import replacing, write_text
 
 #: The file a magnitude cell keeps its own description in (a run cell has ``config.toml``).
 CELL_FILE = "cell.json"
+#: A magnitude cell's plain network (a weights-only state dict), pruned again at a sparsity added later.
+PLAIN_FILE = "network-plain.pt"
 
 
 @dataclass(frozen=True)
@@ -130,12 +132,33 @@ def check_metrics(cell: Cell, path: Path) -> dict:
         for key in row_keys:
             if not _number(row.get(key)) and row.get(key, 0) is not None:
                 raise BayesPruneError(f"{path}: a row of {rows!r} has no number {key!r}")
-    held = {round(row[row_keys[0]], 6) for row in table}
-    missing = [s for s in (cell.sparsities if cell.sparsity is None else (cell.sparsity,)) if round(s, 6) not in held]
-    if missing:
-        raise BayesPruneError(f"{path}: the finished cell {cell.name} was not evaluated at sparsity {missing[0]:g}, and a "
-                              "finished cell is never fitted again; give that sparsity in a new --out")
+    if cell.sparsity is not None and missing_sparsities(replace(cell, sparsity=None, sparsities=(cell.sparsity,)), metrics):
+        raise BayesPruneError(f"{path}: has no row at the cell's sparsity {cell.sparsity:g}")
+    missing = missing_sparsities(cell, metrics)
+    if missing and cell.kind == "magnitude" and not (path.parent / PLAIN_FILE).is_file():
+        raise BayesPruneError(f"{path}: the finished cell {cell.name} was not evaluated at sparsity {missing[0]:g} and "
+                              f"keeps no {PLAIN_FILE} to prune again (an earlier version); give that sparsity in a new --out")
+    if missing and ("per_split" in metrics or "per_seed" in metrics):
+        raise BayesPruneError(f"{path}: the finished cell {cell.name} (several splits or seeds) was not evaluated at "
+                              f"sparsity {missing[0]:g}; give that sparsity in a new --out")
     return metrics
+
+
+def missing_sparsities(cell: Cell, metrics: dict) -> list:
+    """The sparsities a finished cell evaluated at every sparsity (magnitude, sBNN, Sparse VD) was not
+    evaluated at: ``--resume`` with more ``--sparsities`` evaluates it there, never fitting it again."""
+    if cell.kind == "magnitude":
+        held = {round(row["sparsity"], 6) for row in metrics["per_sparsity"]}
+    elif cell.sparsity is None and cell.sparsities:
+        held = {round(row["droprate"], 6) for row in metrics["pruning_curve"]}
+    else:
+        return []
+    return [sparsity for sparsity in cell.sparsities if round(sparsity, 6) not in held]
+
+
+def complete(cell: Cell, folder: Path) -> bool:
+    """Whether the cell is finished and evaluated at every sparsity it is asked for."""
+    return finished(folder) and not missing_sparsities(cell, json.loads((Path(folder) / "metrics.json").read_text()))
 
 
 def _number(value) -> bool:
@@ -220,9 +243,13 @@ def execute(cell: Cell, folder: str, threads: int = 1) -> dict:
     """Fit ``cell`` into ``folder`` (or read it back when finished) and return its metrics; what a
     worker of any engine runs, with ``threads`` torch threads."""
     folder = Path(folder)
-    if finished(folder):
-        return json.loads((folder / "metrics.json").read_text())
     torch.set_num_threads(threads)
+    if finished(folder):
+        metrics = json.loads((folder / "metrics.json").read_text())
+        if not missing_sparsities(cell, metrics):
+            return metrics
+        if cell.kind == "run":
+            return _evaluate_at_more_sparsities(cell, folder, metrics)
     if cell.kind == "magnitude":
         return _magnitude(cell, folder)
     from bayesprune.errors import Interrupted
@@ -240,6 +267,30 @@ def execute(cell: Cell, folder: str, threads: int = 1) -> dict:
             pass
     # force: what an earlier attempt left here (a checkpoint that does not resume) is replaced.
     return run(cell.run_config(), folder, force=True)
+
+
+def _evaluate_at_more_sparsities(cell: Cell, folder: Path, metrics: dict) -> dict:
+    """A finished run cell evaluated at the sparsities it lacks, from its saved fit (:func:`bayesprune.runner.load_run`)
+    by the runner's own :func:`~bayesprune.analysis.evaluation.pruning_curve`: its ``pruning_curve``,
+    ``pruning_curve.csv`` and ``prune.droprates`` take the new rows; ``metrics.json`` is written last."""
+    import tomllib
+
+    import tomli_w
+
+    from bayesprune.analysis.evaluation import pruning_curve
+    from bayesprune.analysis.tables import write_csv
+    from bayesprune.runner import load_run
+
+    config, dataset, fitted = load_run(folder)
+    rows = pruning_curve(fitted, dataset, droprates=missing_sparsities(cell, metrics), budget=config.prune.budget,
+                         include_biases=config.prune.include_biases)
+    metrics["pruning_curve"] = sorted([*metrics["pruning_curve"], *rows], key=lambda row: row["droprate"])
+    raw = tomllib.loads((folder / "config.toml").read_text())
+    raw["prune"]["droprates"] = [row["droprate"] for row in metrics["pruning_curve"]]
+    write_text(folder / "config.toml", tomli_w.dumps(raw))
+    write_csv(folder / "pruning_curve.csv", metrics["pruning_curve"], digits=6)
+    write_text(folder / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    return metrics
 
 
 def _test_metric(net, dataset) -> float:
@@ -285,18 +336,27 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
     plain_rows = dataset
     if validation is None and config.baseline.held_out > 0:  # the runner's plain network's rule (train_plain)
         plain_rows, *validation = hold_out(dataset, config.baseline.held_out, seed=config.seed)
+    held = json.loads((folder / "metrics.json").read_text()) if finished(folder) else None
     start = time.perf_counter()
-    fit_plain(net, plain_rows.x_train, plain_rows.y_train, validation=validation, patience=config.train.patience, **rule)
+    if held is None:
+        fit_plain(net, plain_rows.x_train, plain_rows.y_train, validation=validation, patience=config.train.patience, **rule)
+    else:  # a finished cell asked for more sparsities: its plain network, not trained again
+        net.load_state_dict(torch.load(folder / PLAIN_FILE, weights_only=True))
     plain_seconds = time.perf_counter() - start
     epochs = rule["epochs"] + cell.finetune_epochs  # the plain network's and one sparsity's fine-tuning
     metrics = {"method": cell.method, "dataset": dataset.name, "task": dataset.task, "seed": config.seed,
                "architecture": config.model.name, "plain_seconds": round(plain_seconds, 3), "train_epochs": epochs,
                "train_steps": epochs * math.ceil(dataset.num_train / rule["batch_size"]),
                f"baseline_{name}": _test_metric(net, dataset), "finetune_epochs": cell.finetune_epochs, "per_sparsity": []}
+    if held is not None:
+        metrics, plain_seconds = held, held["plain_seconds"]
     sites = prunable_weights(net, include_biases=config.prune.include_biases)
     calibration = config.prune.calibration(dataset.x_train, batch_size=rule["batch_size"])
     folder.mkdir(parents=True, exist_ok=True)
-    for sparsity in cell.sparsities:
+    if held is None:
+        with replacing(folder / PLAIN_FILE) as temporary:
+            torch.save(net.state_dict(), temporary)
+    for sparsity in missing_sparsities(cell, metrics):
         start = time.perf_counter()
         pruned = copy.deepcopy(net)
         params = dict(pruned.named_parameters())
@@ -312,7 +372,9 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
             torch.save(pruned.state_dict(), temporary)
         metrics["per_sparsity"].append({"sparsity": sparsity, name: _test_metric(pruned, dataset),
                                         "train_seconds": round(plain_seconds + time.perf_counter() - start, 3)})
-    write_text(folder / CELL_FILE, json.dumps(cell.describe(), indent=1) + "\n")
+    metrics["per_sparsity"].sort(key=lambda row: row["sparsity"])
+    evaluated = [row["sparsity"] for row in metrics["per_sparsity"]]
+    write_text(folder / CELL_FILE, json.dumps({**cell.describe(), "sparsities": evaluated}, indent=1) + "\n")
     write_text(folder / "metrics.json", json.dumps(metrics, indent=2) + "\n")  # last: the cell is finished only when complete
     return metrics
 

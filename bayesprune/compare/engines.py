@@ -18,7 +18,7 @@ from pathlib import Path
 from bayesprune.errors import BayesPruneError, Interrupted
 from bayesprune.fit import STOP
 
-from .cells import execute, finished, read_json
+from .cells import complete, execute, read_json
 
 ENGINES = ("local", "ray")
 
@@ -66,7 +66,8 @@ def run_cells(cells: list, folders: list, *, engine: str = "local", jobs: int = 
               status=None) -> list:
     """Execute every cell into its folder on ``engine``; returns their metrics in order.
 
-    A finished cell is read back, never fitted again. A cell whose fit fails (it diverges, the user's
+    A finished cell is read back, never fitted again (one evaluated at every sparsity is evaluated at
+    those it lacks, from its saved fit). A cell whose fit fails (it diverges, the user's
     network raises) does not stop the others: its result is ``{"failed": "<why>"}`` and its folder
     keeps what the fit left for the next call. ``report(cell, metrics, done, total)`` is called as each
     cell finishes; ``status(line)`` gets the progress (default: a line on stderr per cell: cells done,
@@ -79,7 +80,7 @@ def run_cells(cells: list, folders: list, *, engine: str = "local", jobs: int = 
     results = [None] * len(cells)
     todo = []
     for index, (cell, folder) in enumerate(zip(cells, folders)):
-        if finished(folder):
+        if complete(cell, folder):
             results[index] = read_json(Path(folder) / "metrics.json")
         else:
             todo.append(index)
