@@ -8,6 +8,8 @@ import json
 import math
 import signal
 import sys
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 from .config import load_config, packaged_configs
@@ -462,7 +464,8 @@ def main(argv=None):
             from .threads import set_threads
 
             set_threads(getattr(args, "threads", None))
-        status = args.handler(args)
+        with _warnings_after_success():
+            status = args.handler(args)
     except (Interrupted, StopNow) as error:
         print(f"bayesprune: interrupted: {one_line(str(error))}", file=sys.stderr)
         return 128 + error.signal
@@ -479,6 +482,16 @@ def main(argv=None):
             signal.signal(number, handler)
         STOP.signal = None
     return status or 0
+
+
+@contextmanager
+def _warnings_after_success():
+    """Hold back the warnings a command raises (Pillow's on an odd image, a library's deprecations) and
+    show them once it succeeds: a refused command's one line is all it prints."""
+    with warnings.catch_warnings(record=True) as caught:
+        yield
+    for warning in caught:
+        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
 
 
 def _request_stop(number, frame):

@@ -67,12 +67,15 @@ def saved_checkpoint(content) -> bytes:
     return buffer.getvalue()
 
 
-def png(size=(8, 8), mode="L") -> bytes:
-    """A small image file in PNG format."""
+def png(size=(8, 8), mode="L", **options) -> bytes:
+    """A small image file in PNG format (``options`` of Pillow's PNG writer)."""
     from PIL import Image
 
     buffer = io.BytesIO()
-    Image.new(mode, size).save(buffer, format="PNG")
+    image = Image.new(mode, size)
+    if mode == "P":
+        image.putpalette([0, 0, 0, 255, 255, 255] * 128)
+    image.save(buffer, format="PNG", **options)
     return buffer.getvalue()
 
 
@@ -307,6 +310,8 @@ CASES = {
     "image folder with a link out of its root": ({"elsewhere/x.png": png(), **image_folder(**{"train/a/out": ("link", "../../../elsewhere")})},
                                                  IMAGE_RUN, "out"),
     "image folder with a FIFO named .png": (image_folder(**{"train/a/pipe.png": ("fifo",)}), IMAGE_RUN, "pipe.png"),
+    "Pillow's warning before the error": (image_folder(**{"train/a/0.png": png(mode="P", transparency=b"\x00\x80"),
+                                                          "train/b/0.png": png((9, 9))}), IMAGE_RUN, "9x9"),
     "image folder of one class": ({f"imgs/{part}/a/{i}.png": png() for part in ("train", "test") for i in range(3)}, IMAGE_RUN,
                                   "one class"),
     "csv of one class": ({"t.csv": csv_table([[i, i % 3, 1] for i in range(12)])}, CSV_RUN, "one class"),
@@ -500,7 +505,7 @@ def test_the_table_covers_every_class_of_the_issue():
     assert len(CASES) >= 60
 
 
-@pytest.mark.parametrize("case", ["config not UTF-8", "importance of a truncated checkpoint"])
+@pytest.mark.parametrize("case", ["config not UTF-8", "importance of a truncated checkpoint", "Pillow's warning before the error"])
 def test_the_installed_console_script_answers_the_same(case, tmp_path, complete_run):
     """A sample of the table through the real console script, in its own process."""
     files, argv, named = CASES[case]
