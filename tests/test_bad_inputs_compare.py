@@ -143,14 +143,9 @@ CASES = {
 def finished_grids(tmp_path_factory):
     """A finished comparison (sbnn and magnitude at 50 %, one seed, every stage one epoch) and sweep."""
     root = tmp_path_factory.mktemp("grids")
-    quiet = {"report": None, "status": lambda line: None}
-    from bayesprune.compare import compare
-    from bayesprune.compare.sweep import sweep
-
-    compare(None, root / "cmp", methods=["sbnn"], sparsities=[0.5], seeds=[0], overrides=[arg for arg in TINY if arg != "--set"],
-            **quiet)
-    sweep("default", ["optim.lr=0.01"], root / "swp", seeds=[0], overrides=["train.epochs=1", "baseline.enabled=false",
-                                                                               "sbnn.predictive_samples=1"], **quiet)
+    assert main(["compare", "--out", str(root / "cmp"), "--methods", "sbnn", "--sparsities", "0.5", "--seeds", "0", *TINY]) == 0
+    assert main(["sweep", "default", "--grid", "optim.lr=0.01", "--out", str(root / "swp"), "--seeds", "0", "--set",
+                 "train.epochs=1", "--set", "baseline.enabled=false", "--set", "sbnn.predictive_samples=1"]) == 0
     return {CMP: root / "cmp", SWEEP: root / "swp"}
 
 

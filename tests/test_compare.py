@@ -344,10 +344,11 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-@pytest.mark.parametrize("number", ["SIGTERM", "SIGKILL"])
-def test_a_signal_with_cells_pending_ends_compare_and_its_workers(tmp_path, number):
-    """Two workers, four cells, a signal once the workers fit: SIGTERM ends compare (143, one line, no
-    hang) and its workers; after SIGKILL of compare its workers end too (they die with their parent)."""
+@pytest.mark.parametrize("number, when", [("SIGTERM", "fitting"), ("SIGTERM", "starting"), ("SIGKILL", "fitting")])
+def test_a_signal_with_cells_pending_ends_compare_and_its_workers(tmp_path, number, when):
+    """Two workers, four cells, a signal once the workers fit (or while they start): SIGTERM ends compare
+    (143, one line, no hang, no traceback) and its workers; after SIGKILL of compare its workers end too
+    (they die with their parent)."""
     import os
     import signal
     import subprocess
@@ -360,12 +361,16 @@ def test_a_signal_with_cells_pending_ends_compare_and_its_workers(tmp_path, numb
     process = subprocess.Popen(argv, env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True,
                                cwd=tmp_path)
     deadline = time.time() + 120
-    for line in process.stderr:  # the first progress line naming a cell being fitted
-        if "] fitting " in line or time.time() > deadline:
+    for line in process.stderr:  # the first progress line naming a cell being fitted, or the one before the pool
+        if ("] fitting " if when == "fitting" else " to fit") in line or time.time() > deadline:
             break
+    if when == "fitting":
+        time.sleep(1)
+    else:
+        while not _children(process.pid) and time.time() < deadline:  # the first worker spawned, not yet started
+            time.sleep(0.01)
     workers = _children(process.pid)
     assert workers, "no worker started"
-    time.sleep(1)
     process.send_signal(getattr(signal, number))
     _, error = process.communicate(timeout=60)
     assert process.returncode == (143 if number == "SIGTERM" else -signal.SIGKILL), error
@@ -397,3 +402,19 @@ def test_resume_with_a_sparsity_added_evaluates_finished_cells_without_fitting_t
         assert by[(row["method"], row["sparsity"])]["test_error"] == row["test_error"], row
     assert json.loads((cells / "magnitude-seed0" / "cell.json").read_text())["sparsities"] == [0.5, 0.8]
     assert tomllib.loads((cells / "sbnn-seed0" / "config.toml").read_text())["prune"]["droprates"] == [0.0, 0.5, 0.8]
+
+
+def test_sweep_resume_with_a_seed_added_fits_only_its_cells(tmp_path):
+    quick = ["train.epochs=1", "baseline.enabled=false", "sbnn.predictive_samples=1"]
+    lines = []
+    sweep("default", ["optim.lr=0.01"], tmp_path / "swp", seeds=[0], overrides=quick, status=lines.append)
+    first = tmp_path / "swp" / "cells" / "optim.lr=0.01-seed0"
+    before = {path: path.stat().st_mtime_ns for path in first.iterdir()}
+    lines.clear()
+    rows = sweep(None, None, tmp_path / "swp", seeds=[0, 1], resume=True, status=lines.append)
+    assert lines[0] == "bayesprune: 2 cells, 1 finished earlier (read back), 1 to fit"
+    assert {path: path.stat().st_mtime_ns for path in first.iterdir()} == before
+    errors = [json.loads((tmp_path / "swp" / "cells" / f"optim.lr=0.01-seed{k}" / "metrics.json").read_text())["test_error"]
+              for k in (0, 1)]
+    assert rows[0]["seeds"] == 2 and rows[0]["test_error"] == pytest.approx(sum(errors) / 2) and rows[0]["failed"] is None
+    assert tomllib.loads((tmp_path / "swp" / "sweep.toml").read_text())["seeds"] == [0, 1]

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from bayesprune.analysis.tables import markdown_table, write_csv
+from bayesprune.fit import check_stop
 from bayesprune.files import replacing, write_text
 
 #: The leaderboard's columns, in order (the metric's name replaces ``test_error`` for regression).
@@ -140,6 +141,7 @@ def leaderboard_rows(cells: list, folders: list, options, results=None) -> list:
         if cell.kind == "magnitude":
             plain[cell.seed] = metrics[f"baseline_{name}"]
         for target, evaluated, value, cost in _entries(cell, metrics):
+            check_stop("while measuring the leaderboard; every cell is kept, --resume writes it")
             folder_names.setdefault((cell.method, target), []).append(f"cells/{cell.name}")
             found.setdefault((cell.method, target), []).append(
                 {"seed": cell.seed, name: value, "bound": metrics.get("bound"), **cost,
