@@ -475,7 +475,12 @@ def check_units(config, net, data):
 
 def check_network(net, data):
     """Refuse, before anything is written, a network that does not map two of the data's inputs to
-    outputs of the width the data need (``num_classes``, or 1 for regression)."""
+    outputs of the width the data need (``num_classes``, or 1 for regression), or one without a layer to
+    prune (a Linear, bilinear or convolution layer)."""
+    from .sites import PRUNABLE
+
+    if not any(isinstance(module, PRUNABLE) for module in net.modules()):
+        raise ConfigError("model: the network has no Linear or convolution layer; bayesprune prunes their weights")
     net.eval()
     try:
         with torch.no_grad():

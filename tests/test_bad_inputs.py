@@ -294,16 +294,17 @@ CASES = {
     "checkpoint whose weights are integers": ({"done": RUN, "done/checkpoint.pt": "<integer state>"},
                                               ["importance", "done", "--force"], "checkpoint.pt"),
     # issue 39: model factories
-    "factory raising KeyboardInterrupt": (*factory("net_interrupt", "def net(shape, k):\n    raise KeyboardInterrupt\n"),
+    "factory raising KeyboardInterrupt": (*factory("net_interrupt", "def net(shape, k, **options):\n    raise KeyboardInterrupt\n"),
                                           "model.factory"),
-    "factory calling sys.exit(0)": (*factory("net_exit", "def net(shape, k):\n    sys.exit(0)\n"), "model.factory"),
+    "factory calling sys.exit(0)": (*factory("net_exit", "def net(shape, k, **options):\n    sys.exit(0)\n"), "model.factory"),
     "factory module calling sys.exit(0) on import": (*factory("net_exit_import", "sys.exit(0)\n"), "model.factory"),
-    "factory building no Linear or conv layer": (*factory("net_empty", "def net(shape, k):\n    return torch.nn.Flatten()\n"),
-                                                 "model.factory"),
+    "factory building no Linear or conv layer": (*factory("net_empty", "def net(shape, k, **options):\n    return torch.nn.Sequential("
+                                                          "torch.nn.Flatten(), torch.nn.AdaptiveAvgPool1d(k))\n"), "Linear"),
     "factory network running out of memory": (*factory("net_memory", (
         "class Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.fc = torch.nn.Linear(64, 10)\n"
-        "    def forward(self, x):\n        raise MemoryError\n"
-        "def net(shape, k):\n    return Net()\n")), "memory"),
+        "    def forward(self, x):\n        if x.shape[0] > 2:\n            raise MemoryError('simulated')\n"
+        "        return self.fc(x.flatten(1))\n"
+        "def net(shape, k, **options):\n    return Net()\n")), "out of memory"),
     "factory name holding a newline": ({}, settings("model.factory='mynets:net\\nbayesprune: error: forged'"), "model.factory"),
     # issue 39: the user's data
     "image folder with a link loop": (image_folder(**{"train/a/loop": ("link", "..")}), IMAGE_RUN, "loop"),
