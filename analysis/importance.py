@@ -31,6 +31,8 @@ import torch
 
 from bayesprune.structure import layer_chain
 
+from .selection import DEFAULT_FDR, expected_false_discovery_rate, select_by_bayesian_fdr
+
 from .plots import save_figure  # selects the Agg backend before pyplot loads
 
 import matplotlib.pyplot as plt  # noqa: E402
@@ -155,17 +157,157 @@ def node_importance_table(net, inclusion: dict) -> list:
     ]
 
 
-def plot_importance(rows, path, *, title="Feature importance"):
-    """Horizontal bar plot of the scaled importance φ (eq. 3.19), most important feature on top.
+#: Probability mass of the interval :func:`pooled_importance` gives, as ArviZ's default HDI (3% to 97%).
+INTERVAL = 0.94
+#: The file of a run's selection list (``bayesprune importance``).
+SELECTION = "selection.json"
+#: R-hat above which the report names a feature whose restarts disagree.
+RHAT_WARNING = 1.05
+
+
+def pooled_importance(psi_draws, psi_at_p, feature_names=None, *, fdr: float = DEFAULT_FDR) -> list:
+    """Feature importance of several restarts pooled: the mixture (1/C) Σ_c q_c of the C fitted posteriors.
+
+    ψ(Z) at a draw Z of every inclusion indicator is an unbiased draw of ψ(p) (eq. 3.18 is a mean of
+    products of independent indicators), so the draws of all restarts together are draws of ψ under
+    the mixture, whose mean is the mean of the restarts' ψ(p_c).
 
     Args:
-        rows: rows of :func:`importance_table`.
+        psi_draws: ``(C, S, D)`` ψ(Z) at S draws of each restart (``posterior.psi`` of ``posterior.nc``).
+        psi_at_p: ``(C, D)`` ψ(p_c) of each restart (``variational.psi``).
+        feature_names: one per input; ``x0, x1, ...`` by default.
+        fdr: the bound on the posterior expected false-discovery rate of the selection.
+
+    Returns:
+        One dict per input, in input order: ``feature``; ``psi`` (the mixture's mean); ``phi``
+        (eq. 3.19 of ``psi``); ``psi_sd``, ``psi_low``, ``psi_high`` (sd and central
+        :data:`INTERVAL` interval of the pooled draws); ``restart_low``, ``restart_high`` (the
+        lowest and highest ψ(p_c)); ``r_hat`` and ``ess`` across restarts (ArviZ's rank-normalised
+        split R-hat and bulk ESS; NaN with one restart); ``inclusion_probability`` (the pooled
+        posterior probability that ψ_j(Z) > 0, i.e. that a path of included weights joins input j
+        to the output); ``selected`` (:func:`~bayesprune.analysis.selection.select_by_bayesian_fdr`);
+        ``rank`` (1 = highest ψ).
+    """
+    draws = np.asarray(psi_draws, dtype=float)
+    at_p = np.asarray(psi_at_p, dtype=float)
+    chains, _, features = draws.shape
+    if at_p.shape != (chains, features):
+        raise ValueError(f"psi_at_p has shape {at_p.shape}, expected {(chains, features)}")
+    names = list(feature_names) if feature_names is not None else [f"x{j}" for j in range(features)]
+    if len(names) != features:
+        raise ValueError(f"got {len(names)} feature names for {features} inputs")
+    psi = torch.as_tensor(at_p.mean(axis=0))
+    pooled = draws.reshape(-1, features)
+    tail = (1 - INTERVAL) / 2
+    low, high = np.quantile(pooled, [tail, 1 - tail], axis=0)
+    low, high = np.minimum(low, at_p.min(axis=0)), np.maximum(high, at_p.max(axis=0))
+    r_hat, ess = restart_diagnostics(draws)
+    inclusion = torch.as_tensor((pooled > 0).mean(axis=0))
+    selected = select_by_bayesian_fdr(inclusion, fdr)
+    order = np.argsort(-psi.numpy(), kind="stable")
+    rank = np.empty(features, dtype=int)
+    rank[order] = np.arange(1, features + 1)
+    phi = scaled_importance(psi)
+    return [
+        {"feature": names[j], "psi": float(psi[j]), "phi": float(phi[j]), "psi_sd": float(pooled[:, j].std()),
+         "psi_low": float(low[j]), "psi_high": float(high[j]),
+         "restart_low": float(at_p[:, j].min()), "restart_high": float(at_p[:, j].max()),
+         "r_hat": float(r_hat[j]), "ess": float(ess[j]), "inclusion_probability": float(inclusion[j]),
+         "selected": bool(selected[j]), "rank": int(rank[j])}
+        for j in range(features)
+    ]
+
+
+def restart_diagnostics(draws) -> tuple:
+    """R-hat and bulk ESS of every column of ``(C, S, D)`` draws across the C restarts (ArviZ's
+    rank-normalised split R-hat, Vehtari et al. 2021). Both are NaN with one restart: one fit says
+    nothing about whether another would agree."""
+    import arviz as az
+
+    draws = np.asarray(draws, dtype=float)
+    if draws.shape[0] < 2:
+        nan = np.full(draws.shape[2], np.nan)
+        return nan, nan.copy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r_hat = np.array([az.rhat(draws[:, :, j]) for j in range(draws.shape[2])], dtype=float)
+        ess = np.array([az.ess(draws[:, :, j], method="bulk") for j in range(draws.shape[2])], dtype=float)
+    return r_hat, ess
+
+
+def pooled_importance_of(idata, *, fdr: float = DEFAULT_FDR) -> list:
+    """:func:`pooled_importance` of a run's ``posterior.nc`` (``posterior.psi`` and ``variational.psi``)."""
+    draws = idata.posterior["psi"].transpose("chain", "draw", "feature")
+    at_p = idata["variational"]["psi"].transpose("chain", "feature")
+    return pooled_importance(draws.values, at_p.values, [str(name) for name in draws["feature"].values], fdr=fdr)
+
+
+def pooled_node_importance_of(idata, layers: list, num_outputs: int) -> list:
+    """Node importance of every layer (:func:`node_importance_table`'s rows) as the mean over the restarts
+    of each restart's value at p (the mixture's mean), from ``posterior.nc``'s ``variational`` group.
+
+    Args:
+        layers: :func:`node_layer_names` of the network: ``"input"``, the hidden layers, the outputs.
+        num_outputs: the network's outputs, whose importance is 1.
+    """
+    variational = idata["variational"]
+    values = [variational["psi"].mean("chain").values]
+    values += [variational[f"node_importance.{layer}"].mean("chain").values for layer in layers[1:-1]]
+    values.append(np.ones(num_outputs))
+    return [{"layer": layer, "node": node, "importance": float(value)}
+            for layer, row in zip(layers, values) for node, value in enumerate(row)]
+
+
+def selection_record(rows: list, *, fdr: float, restarts: int) -> dict:
+    """The content of ``selection.json``: the rule, its bound, the inputs selected and every input's
+    posterior inclusion probability (rows of :func:`pooled_importance`)."""
+    chosen = torch.tensor([row["selected"] for row in rows])
+    inclusion = torch.tensor([row["inclusion_probability"] for row in rows], dtype=torch.float64)
+    return {
+        "rule": "bayesian-fdr",
+        "fdr": fdr,
+        "description": "the largest set of inputs of highest posterior inclusion probability (the pooled probability "
+                       "that a path of included weights joins the input to the output) whose posterior expected "
+                       "false-discovery rate, the mean of 1 - inclusion probability over the set, is at most fdr",
+        "restarts": restarts,
+        "selected": [row["feature"] for row in rows if row["selected"]],
+        "not_selected": [row["feature"] for row in rows if not row["selected"]],
+        "expected_false_discovery_rate": expected_false_discovery_rate(inclusion, chosen),
+        "inclusion_probability": {row["feature"]: row["inclusion_probability"] for row in rows},
+    }
+
+
+def disagreeing_features(rows, threshold: float = RHAT_WARNING) -> list:
+    """Names of the features whose R-hat across restarts exceeds ``threshold``, highest R-hat first."""
+    flagged = [row for row in rows if row["r_hat"] > threshold]
+    return [row["feature"] for row in sorted(flagged, key=lambda row: -row["r_hat"])]
+
+
+def plot_importance(rows, path, *, title="Feature importance"):
+    """ψ (eq. 3.18) of every feature with its interval, most important on top, selected inputs filled.
+
+    ψ is drawn on its own scale, not min-max scaled (φ of eq. 3.19 sets the least important
+    feature to exactly 0, however large its ψ).
+
+    Args:
+        rows: rows of :func:`importance_table` or :func:`pooled_importance` (with ``psi_low``,
+            ``psi_high`` and ``selected``, the interval and the selection are drawn).
         path: the PNG file to write.
     """
-    rows = sorted(rows, key=lambda row: row["phi"])
-    figure, axis = plt.subplots(figsize=(5, 1.0 + 0.22 * len(rows)))
-    axis.barh([row["feature"] for row in rows], [row["phi"] for row in rows])
-    axis.set(xlabel="scaled importance φ", xlim=(0, 1.02), title=title)
+    rows = sorted(rows, key=lambda row: row["psi"])
+    positions = np.arange(len(rows))
+    psi = np.array([row["psi"] for row in rows])
+    figure, axis = plt.subplots(figsize=(5.5, 1.2 + 0.24 * len(rows)))
+    if all("psi_low" in row for row in rows):
+        errors = [psi - np.array([row["psi_low"] for row in rows]), np.array([row["psi_high"] for row in rows]) - psi]
+        axis.errorbar(psi, positions, xerr=np.clip(errors, 0, None), fmt="none", ecolor="0.3", capsize=2)
+    selected = np.array([row.get("selected", True) for row in rows], dtype=bool)
+    axis.scatter(psi[selected], positions[selected], color="C0", zorder=3, label="selected")
+    axis.scatter(psi[~selected], positions[~selected], facecolors="white", edgecolors="C0", zorder=3, label="not selected")
+    axis.set_yticks(positions, [row["feature"] for row in rows])
+    axis.set(xlabel="feature importance ψ (eq. 3.18; bars: 94% interval of the pooled draws)", ylabel="input feature",
+             xlim=(0, None), title=title)
+    if any("selected" in row for row in rows):
+        axis.legend(loc="lower right", fontsize="small")
     save_figure(figure, path)
 
 

@@ -278,8 +278,8 @@ def _quiet_arviz():
 def plot_diagnostics(idata, folder, *, max_features: int = 20) -> dict:
     """Write diagnostic PNGs to ``folder``; returns ``{name: path}`` of the files written.
 
-    - ``forest_phi.png``: forest plot of ``phi`` per chain (only when ``phi`` is stored), for the
-      ``max_features`` features of highest mean φ;
+    - ``forest_psi.png``: forest plot of ``psi`` per restart (only when ``psi`` is stored), for the
+      ``max_features`` features of highest mean ψ, with labelled axes;
     - ``ppc.png``: posterior predictive check of the test targets;
     - ``inclusion_cdf.png``: CDF of the inclusion probabilities of all weights, one line per chain.
 
@@ -295,16 +295,16 @@ def plot_diagnostics(idata, folder, *, max_features: int = 20) -> dict:
 def _plot_diagnostics(idata, folder, max_features):
     posterior = _group(idata, "posterior")
     written = {}
-    if "phi" in posterior.data_vars:
-        path = folder / "forest_phi.png"
-        phi = posterior["phi"]
-        top = phi["feature"].values[np.argsort(-phi.mean(("chain", "draw")).values, kind="stable")[:max_features]]
+    if "psi" in posterior.data_vars:
+        path = folder / "forest_psi.png"
+        psi = posterior["psi"]
+        top = psi["feature"].values[np.argsort(-psi.mean(("chain", "draw")).values, kind="stable")[:max_features]]
         _arviz_or_fallback(
-            lambda az: az.plot_forest(idata, var_names=["phi"], coords={"feature": list(top)}),
-            lambda: _forest_fallback(phi.sel(feature=top), plt),
+            lambda az: _label_forest(az.plot_forest(idata, var_names=["psi"], coords={"feature": list(top)})),
+            lambda: _forest_fallback(psi.sel(feature=top), plt),
             path, plt, "forest plot",
         )
-        written["forest_phi"] = path
+        written["forest_psi"] = path
     groups = _group_names(idata)
     if {"posterior_predictive", "observed_data"} <= set(groups) and _group(idata, "posterior_predictive").sizes["draw"]:
         path = folder / "ppc.png"
@@ -522,18 +522,31 @@ def _save_result(result, path, plt):
     save_figure(figure, path)
 
 
-def _forest_fallback(phi: xr.DataArray, plt):
-    draws = phi.transpose("chain", "draw", ...).values
+def _forest_fallback(psi: xr.DataArray, plt):
+    draws = psi.transpose("chain", "draw", ...).values
     figure, axis = plt.subplots(figsize=(5, 0.4 * draws.shape[2] + 1.5))
     positions = np.arange(draws.shape[2])
     for chain, values in enumerate(draws):
         low, high = np.quantile(values, [0.03, 0.97], axis=0)
         axis.errorbar(values.mean(0), positions + 0.1 * chain, xerr=[values.mean(0) - low, high - values.mean(0)],
-                      fmt="o", label=f"chain {chain}")
-    axis.set_yticks(positions, [str(v) for v in phi[phi.dims[-1]].values])
-    axis.set(xlabel="phi", title="feature importance per chain")
+                      fmt="o", label=f"restart {chain}")
+    axis.set_yticks(positions, [str(v) for v in psi[psi.dims[-1]].values])
+    axis.set(xlabel=FOREST_XLABEL, ylabel=FOREST_YLABEL, title="feature importance per restart")
     axis.legend()
     return figure
+
+
+FOREST_XLABEL = "feature importance ψ (eq. 3.18), 94% interval of each restart's draws"
+FOREST_YLABEL = "input feature (one line per restart)"
+
+
+def _label_forest(axes):
+    """Name the axes of ArviZ's forest plot (it labels neither); a PlotCollection (ArviZ ≥ 1) is returned as it is."""
+    flat = np.ravel(np.asarray(axes, dtype=object))
+    if flat.size and hasattr(flat[0], "set_xlabel"):
+        flat[0].set_xlabel(FOREST_XLABEL)
+        flat[0].set_ylabel(FOREST_YLABEL)
+    return axes
 
 
 def _ppc_fallback(predicted: xr.DataArray, observed: xr.DataArray, plt):

@@ -12,7 +12,9 @@ from bayesprune.errors import BayesPruneError
 from bayesprune.files import all_or_nothing, arrays_digest, read_npz, write_text
 
 from .evaluation import ERROR_MARGIN, ERROR_MARGIN_KEY, first_sparsity_worse_by, metric_name
-from .inference_data import METHOD_ATTRIBUTE, plot_diagnostics, summary_table
+from .importance import INTERVAL, RHAT_WARNING, SELECTION, disagreeing_features, pooled_importance_of
+from .inference_data import METHOD_ATTRIBUTE, plot_diagnostics
+from .selection import DEFAULT_FDR
 from .plots import plot_loss, plot_pruning_curve, plot_score_cdf
 from .tables import format_value, markdown_table, markdown_text
 
@@ -23,7 +25,7 @@ def write_report(run_dir) -> Path:
     It reads ``metrics.json``, ``history.csv`` and ``scores.npz`` (``elbo.csv`` and
     ``inclusion_probabilities.npz`` in run directories of earlier versions), whatever the method.
     When the run has a ``posterior.nc``, the report adds its ArviZ diagnostics: ``az.summary`` of
-    the feature importance ψ across chains, ``forest_phi.png``, ``ppc.png``, and a per-chain CDF of
+    the pooled feature importance ψ of the restarts with its selection (:func:`~bayesprune.analysis.importance.pooled_importance_of`), ``forest_psi.png``, ``ppc.png``, and a per-chain CDF of
     inclusion probabilities in place of the first chain's score CDF.
     """
     run_dir = Path(run_dir)
@@ -277,10 +279,69 @@ _SHOWN = {"method", "dataset", "task", "device", "architecture", "n_weights", "e
 
 
 _IMPORTANCE = [
-    "## Feature importance\n\nψ and φ (paper 003, eqs. 3.18–3.19) of the first chain, from `bayesprune importance`: "
-    "`importance.csv` (features), `node_importance.csv` (every layer).",
+    "## Feature importance\n\nψ and φ (paper 003, eqs. 3.18–3.19) from `bayesprune importance`: `importance.csv` "
+    "(features, with the selection), `selection.json`, `node_importance.csv` (every layer).",
     "![feature importance](importance.png)",
 ]
+
+
+def _selection_fdr(run_dir: Path) -> float:
+    """The FDR bound of the run's ``selection.json`` (``bayesprune importance --fdr``), else the default."""
+    path = run_dir / SELECTION
+    if not path.is_file():
+        return DEFAULT_FDR
+    with _reading(path):
+        fdr = json.loads(path.read_text())["fdr"]
+        if not (_number(fdr) and 0 <= fdr < 1):
+            raise ValueError("'fdr' is not a number in [0, 1)")
+    return fdr
+
+
+def _importance_sections(rows: list, chains: int, top: int, fdr: float) -> list:
+    """The pooled feature importance of ``posterior.nc``: its table, the selection and R-hat's warning."""
+    ordered = sorted(rows, key=lambda row: row["rank"])
+    selected = [row["feature"] for row in ordered if row["selected"]]
+    text = (
+        f"Feature importance ψ (eq. 3.18) of the {chains} restart{'s' if chains > 1 else ''} pooled: the mixture of "
+        "the fitted posteriors, the same numbers as `importance.csv`. ψ is the restarts' mean; the interval holds "
+        f"{INTERVAL:.0%} of the pooled draws of ψ(Z) and every restart's ψ; the restarts' column gives the lowest and highest ψ of a single "
+        f"restart. The {min(top, len(rows))} most important of {len(rows)} features:"
+    )
+    columns = ["feature", "psi", "psi_low", "psi_high", "restarts", "r_hat", "ess", "inclusion_probability", "selected"]
+    table = [{**{key: row[key] for key in columns if key in row},
+              "restarts": f"{row['restart_low']:.3g}–{row['restart_high']:.3g}", "selected": "yes" if row["selected"] else "no"}
+             for row in ordered[:top]]
+    selection = (f"**Selected inputs ({len(selected)} of {len(rows)}):** {', '.join(markdown_text(name) for name in selected) or 'none'}. "
+                 f"{_selection_rule(fdr)}")
+    return [text, markdown_table(table, columns), selection, _restart_agreement(rows, chains)]
+
+
+def _selection_rule(fdr: float) -> str:
+    return (
+        f"Rule (bound {fdr:g}): an input's posterior inclusion probability is the pooled probability that a path of included "
+        "weights joins it to the output (ψ_j(Z) > 0); the list is the largest set of inputs of highest inclusion "
+        "probability whose posterior expected false-discovery rate, the mean of 1 − inclusion probability over "
+        "it, is at most the bound (Bayesian FDR; Müller et al. 2004)."
+    )
+
+
+def _restart_agreement(rows: list, chains: int) -> str:
+    """R-hat's reading for a variational posterior, and the features whose restarts disagree."""
+    if chains < 2:
+        return ("One restart: R-hat and ESS need at least two (`chains`), and the interval is one fit's, which is "
+                "narrower than the spread between fits. Use `chains = 4` or more before trusting a ranking.")
+    meaning = (
+        "R-hat compares the spread of ψ between restarts with its spread within each restart's posterior. "
+        "For a variational fit it is not a test of MCMC mixing: each restart is an independent optimisation, so "
+        "R-hat near 1 says that the restarts found posteriors that agree, and a large R-hat that they reached "
+        "different optima (the pooled interval then spans them)."
+    )
+    flagged = disagreeing_features(rows)
+    if not flagged:
+        return f"{meaning} Every feature's R-hat is at most {RHAT_WARNING}."
+    return (f"{meaning}\n\n**Warning: the restarts disagree (R-hat > {RHAT_WARNING}) on {len(flagged)} of {len(rows)} "
+            f"features:** {', '.join(markdown_text(name) for name in flagged)}. Their ranks are not settled; fit more "
+            "restarts or longer.")
 
 
 def read_posterior(run_dir: Path, method: str, scores: dict):
@@ -311,19 +372,9 @@ def _diagnostics(run_dir: Path, idata, top: int = 10) -> list:
         "holds draws from each q and loads with `arviz.from_netcdf`."
     ]
     if "psi" in idata.posterior.data_vars:
-        summary = summary_table(idata, "psi", round_to="none")
-        summary = summary.iloc[np.argsort(-summary["mean"].to_numpy(), kind="stable")]
-        text = (
-            f"Feature importance ψ (eq. 3.18) evaluated at draws of the inclusion indicators, the {min(top, len(summary))} "
-            f"most important of {len(summary)} features. R-hat and ESS compare the restarts."
-        )
-        if chains > 1:
-            rhat = summary["r_hat"].to_numpy(dtype=float)
-            text += f" Largest R-hat over all features: {np.nanmax(rhat):.3f}; features with R-hat > 1.01: {int((rhat > 1.01).sum())}."
-        columns = [c for c in ("mean", "sd", "hdi_3%", "hdi_97%", "ess_bulk", "r_hat") if c in summary.columns]
-        rows = [{"variable": name, **{c: float(row[c]) for c in columns}} for name, row in summary.head(top).iterrows()]
-        sections += [text, markdown_table(rows, ["variable", *columns])]
-    captions = {"forest_phi": "forest plot of the scaled importance φ", "ppc": "posterior predictive check on the test set",
+        fdr = _selection_fdr(run_dir)
+        sections += _importance_sections(pooled_importance_of(idata, fdr=fdr), chains, top, fdr)
+    captions = {"forest_psi": "forest plot of the feature importance ψ of each restart", "ppc": "posterior predictive check on the test set",
                 "inclusion_cdf": "CDF of inclusion probabilities per chain"}
     sections += [f"![{captions[name]}]({path.name})" for name, path in written.items()]
     return sections

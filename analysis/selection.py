@@ -201,3 +201,45 @@ def select_by_cross_validation(
         threshold=candidates[chosen].item(), selected=phi.double() >= candidates[chosen],
         thresholds=candidates, cv_error=mean, cv_std_error=std_error,
     )
+
+
+#: Default bound on the posterior expected false-discovery rate of :func:`select_by_bayesian_fdr`.
+DEFAULT_FDR = 0.1
+
+
+def expected_false_discovery_rate(inclusion: torch.Tensor, selected: torch.Tensor) -> float:
+    """Posterior expected FDR of a selection: the mean of 1 − PIP_j over the selected inputs (0 for none).
+
+    Given the data, input j is a false discovery with probability 1 − PIP_j, so the expected number
+    of false discoveries is Σ_{j selected} (1 − PIP_j) (Müller, Parmigiani, Robert and Rousseau 2004;
+    Newton, Noueiry, Sarkar and Ahlquist 2004).
+    """
+    count = int(selected.sum())
+    return 0.0 if count == 0 else float((1 - inclusion.double()[selected.bool()]).sum()) / count
+
+
+def select_by_bayesian_fdr(inclusion: torch.Tensor, fdr: float = DEFAULT_FDR) -> torch.Tensor:
+    """The largest selection whose posterior expected false-discovery rate is at most ``fdr``.
+
+    For any size k the selection with the lowest expected FDR is the k inputs of highest posterior
+    inclusion probability (PIP), and the expected FDR of the top k grows with k, so the rule keeps
+    the top k for the largest k with mean(1 − PIP of the top k) ≤ ``fdr``. Ties in PIP are kept or
+    dropped together, so that the list does not depend on input order.
+
+    Args:
+        inclusion: posterior inclusion probability of every input, in [0, 1].
+        fdr: the bound, in [0, 1).
+
+    Returns:
+        Boolean mask of the selected inputs.
+    """
+    if not 0.0 <= fdr < 1.0:
+        raise ValueError(f"fdr must lie in [0, 1), got {fdr}")
+    inclusion = inclusion.double()
+    selected = torch.zeros_like(inclusion, dtype=torch.bool)
+    for level in torch.unique(inclusion).flip(0):  # thresholds from the highest PIP down
+        candidate = inclusion >= level
+        if expected_false_discovery_rate(inclusion, candidate) > fdr:
+            break
+        selected = candidate
+    return selected

@@ -73,38 +73,76 @@ def _report(args):
 
 
 def _importance(args):
-    from .analysis.importance import importance_table, node_importance_table, plot_importance, plot_importance_image
+    from .analysis.importance import SELECTION, importance_table, node_importance_table, plot_importance, plot_importance_image
     from .analysis.tables import write_csv
+    from .files import write_text
     from .runner import load_run
 
     if args.top < 1:
         raise BayesPruneError(f"--top must be a positive integer, got {args.top}")
+    if not 0 <= args.fdr < 1:
+        raise BayesPruneError(f"--fdr must lie in [0, 1), got {args.fdr}")
     run_dir = Path(args.run_dir)
-    outputs = [run_dir / name for name in ("importance.csv", "node_importance.csv", "importance.png")]
+    outputs = [run_dir / name for name in ("importance.csv", "node_importance.csv", "importance.png", SELECTION)]
     if any(path.exists() for path in outputs) and not args.force:
         raise BayesPruneError(f"{run_dir}: importance.csv exists; pass --force to overwrite it")
     folder = next((path for path in outputs if path.is_dir() and not path.is_symlink()), None)
     if folder is not None:
         raise BayesPruneError(f"{folder}: is a folder, where importance writes a file; move it away")
     _, dataset, fitted = load_run(run_dir)
-    scores = fitted.inclusion_probabilities()
-    if scores is None:
-        raise BayesPruneError(f"{run_dir}: importance paths need inclusion probabilities; method {fitted.method!r} scores by {fitted.score_name}")
-    try:
-        rows = importance_table(fitted.net, scores, dataset.feature_names)
-        nodes = node_importance_table(fitted.net, scores)
-    except ValueError as error:
-        raise BayesPruneError(f"{run_dir}: {error}") from None
-    ordered = sorted(rows, key=lambda row: -row["phi"])
-    ranks = {row["feature"]: rank for rank, row in enumerate(ordered, start=1)}
-    write_csv(outputs[0], [{**row, "rank": ranks[row["feature"]]} for row in rows])
+    idata = _posterior_with_importance(run_dir)
+    if idata is not None:
+        rows, nodes, selection = _pooled_importance(idata, fitted, args.fdr)
+    else:
+        scores = fitted.inclusion_probabilities()
+        if scores is None:
+            raise BayesPruneError(f"{run_dir}: importance paths need inclusion probabilities; method {fitted.method!r} scores by {fitted.score_name}")
+        try:
+            rows = importance_table(fitted.net, scores, dataset.feature_names)
+            nodes = node_importance_table(fitted.net, scores)
+        except ValueError as error:
+            raise BayesPruneError(f"{run_dir}: {error}") from None
+        ordered = sorted(rows, key=lambda row: -row["phi"])
+        ranks = {row["feature"]: rank for rank, row in enumerate(ordered, start=1)}
+        rows = [{**row, "rank": ranks[row["feature"]]} for row in rows]
+        selection = None
+    write_csv(outputs[0], rows)
     write_csv(outputs[1], nodes)
     if len(dataset.input_shape) == 3 and len(rows) == math.prod(dataset.input_shape):
         plot_importance_image(rows, dataset.input_shape, outputs[2], title="Feature importance φ")
     else:
+        ordered = sorted(rows, key=lambda row: row["rank"])
         plot_importance(ordered[: args.top], outputs[2],
-                        title=f"Feature importance φ (top {min(args.top, len(rows))} of {len(rows)})")
-    print(f"wrote {', '.join(str(path) for path in outputs)}")
+                        title=f"Feature importance ψ (top {min(args.top, len(rows))} of {len(rows)})")
+    written = outputs[:3]
+    if selection is not None:
+        write_text(outputs[3], json.dumps(selection, indent=1) + "\n")
+        written.append(outputs[3])
+        print(f"selected {len(selection['selected'])} of {len(rows)} inputs (posterior expected FDR "
+              f"{selection['expected_false_discovery_rate']:.3f} <= {args.fdr:g}): {', '.join(selection['selected']) or 'none'}")
+    print(f"wrote {', '.join(str(path) for path in written)}")
+
+
+def _posterior_with_importance(run_dir: Path):
+    """The run's ``posterior.nc`` (checked as the report checks it) when it holds ψ's draws, else ``None``."""
+    from .analysis.report import read_metrics, read_posterior, read_scores
+
+    if not (run_dir / "posterior.nc").is_file():
+        return None
+    idata = read_posterior(run_dir, read_metrics(run_dir)["method"], read_scores(run_dir))
+    return idata if "psi" in idata.posterior.data_vars else None
+
+
+def _pooled_importance(idata, fitted, fdr: float) -> tuple:
+    """Rows of ``importance.csv`` and ``node_importance.csv`` and the ``selection.json`` record, from every
+    restart of ``posterior.nc`` pooled: the numbers the report gives."""
+    from .analysis.importance import node_layer_names, pooled_importance_of, pooled_node_importance_of, selection_record
+    from .structure import layer_chain
+
+    rows = pooled_importance_of(idata, fdr=fdr)
+    outputs = layer_chain(fitted.net)[-1].module.weight.shape[0]
+    nodes = pooled_node_importance_of(idata, node_layer_names(fitted.net), outputs)
+    return rows, nodes, selection_record(rows, fdr=fdr, restarts=idata.posterior.sizes["chain"])
 
 
 def _export(args):
@@ -410,6 +448,8 @@ def build_parser():
     importance.add_argument("run_dir")
     importance.add_argument("--top", type=int, default=30, help="features shown in the bar plot importance.png (default 30); image inputs get a heat map of every pixel")
     importance.add_argument("--force", action="store_true", help="overwrite existing importance files")
+    importance.add_argument("--fdr", type=float, default=0.1,
+                            help="bound on the posterior expected false-discovery rate of the selection (default 0.1)")
     importance.set_defaults(handler=_importance)
 
     exporting = commands.add_parser(

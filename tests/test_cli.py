@@ -247,11 +247,11 @@ def test_chains_write_a_posterior_that_arviz_loads_and_summarises(two_chain_run)
     assert json.loads((two_chain_run / "metrics.json").read_text())["chains"] == 2
     report = (two_chain_run / "report.md").read_text()
     assert "Posterior diagnostics (ArviZ, 2 chains)" in report
-    for name in ("forest_phi.png", "ppc.png", "inclusion_cdf.png"):
+    for name in ("forest_psi.png", "ppc.png", "inclusion_cdf.png"):
         assert f"]({name})" in report and (two_chain_run / name).stat().st_size > 0
 
 
-def test_importance_command_matches_eq_3_18_from_the_saved_inclusion_probabilities(two_chain_run, capsys):
+def test_importance_command_pools_the_restarts_of_eq_3_18(two_chain_run, capsys):
     import numpy as np
     import xarray as xr
 
@@ -259,24 +259,31 @@ def test_importance_command_matches_eq_3_18_from_the_saved_inclusion_probabiliti
     with open(two_chain_run / "importance.csv") as handle:
         rows = list(csv.DictReader(handle))
     psi = np.array([float(row["psi"]) for row in rows])
-    # Oracle, eq. 3.18 by hand for the 64-100-10 MLP: psi_j = (1 / (100 * 10)) sum_{k,i} P2[k, i] P1[i, j]
+    # Oracle, eq. 3.18 by hand for the 64-100-10 MLP of chain 0: psi_j = (1 / (100 * 10)) sum_{k,i} P2[k, i] P1[i, j]
     with np.load(two_chain_run / "scores.npz") as saved:  # the inclusion logits B - A of eq. 3.8
         p1, p2 = (0.5 * (1 + np.tanh(saved[name].astype(float) / 2)) for name in ("1.weight", "3.weight"))
-    np.testing.assert_allclose(psi, p2.sum(0) @ p1 / (100 * 10), rtol=1e-5)
+    variational = xr.open_dataset(two_chain_run / "posterior.nc", group="variational")
+    np.testing.assert_allclose(variational["psi"].values[0], p2.sum(0) @ p1 / (100 * 10), rtol=1e-5)
+    # importance.csv pools the two restarts: the mean of their psi
+    np.testing.assert_allclose(psi, variational["psi"].values.mean(axis=0), rtol=1e-5)
     phi = np.array([float(row["phi"]) for row in rows])
     np.testing.assert_allclose(phi, (psi - psi.min()) / (psi.max() - psi.min()), rtol=1e-5, atol=1e-7)
     assert sorted(int(row["rank"]) for row in rows) == list(range(1, 65))
-    assert int(rows[int(np.argmax(phi))]["rank"]) == 1
-    # The same psi as chain 0's eq. 3.18 value in posterior.nc.
-    variational = xr.open_dataset(two_chain_run / "posterior.nc", group="variational")
-    np.testing.assert_allclose(variational["psi"].values[0], psi, rtol=1e-5)
+    assert int(rows[int(np.argmax(psi))]["rank"]) == 1
     with open(two_chain_run / "node_importance.csv") as handle:
         nodes = list(csv.DictReader(handle))
     hidden = [float(row["importance"]) for row in nodes if row["layer"] == "1"]
-    np.testing.assert_allclose(hidden, p2.mean(0), rtol=1e-5)  # mean over the 10 outputs of P2[k, i]
-    np.testing.assert_allclose(variational["node_importance.1"].values[0], hidden, rtol=1e-5)
+    np.testing.assert_allclose(variational["node_importance.1"].values[0], p2.mean(0), rtol=1e-5)  # mean over the 10 outputs
+    np.testing.assert_allclose(hidden, variational["node_importance.1"].values.mean(axis=0), rtol=1e-5)
     np.testing.assert_allclose([float(row["importance"]) for row in nodes if row["layer"] == "input"], psi)
     assert all(float(row["importance"]) == 1.0 for row in nodes if row["layer"] == "3")
+    selection = json.loads((two_chain_run / "selection.json").read_text())
+    assert selection["selected"] == [row["feature"] for row in rows if row["selected"] == "True"]
+    assert selection["restarts"] == 2 and selection["fdr"] == 0.1
+    # the report's table is the same pooled posterior
+    report = (two_chain_run / "report.md").read_text()
+    top = min(rows, key=lambda row: int(row["rank"]))
+    assert f"| {top['feature']} | {float(top['psi']):.4g} |" in report
 
     status, _, err = run_cli(capsys, "importance", str(two_chain_run))
     assert status == 2 and "--force" in err and err.count("\n") == 1
@@ -285,7 +292,7 @@ def test_importance_command_matches_eq_3_18_from_the_saved_inclusion_probabiliti
 
 def test_report_regenerates_from_the_run_directory_alone(two_chain_run, capsys):
     before = (two_chain_run / "report.md").read_text()
-    for name in ("report.md", "forest_phi.png", "ppc.png", "pruning_curve.png"):
+    for name in ("report.md", "forest_psi.png", "ppc.png", "pruning_curve.png"):
         (two_chain_run / name).unlink()
     (two_chain_run / "checkpoint.pt").rename(two_chain_run / "moved.pt")  # no refit: the checkpoint is not read
     try:
@@ -294,7 +301,7 @@ def test_report_regenerates_from_the_run_directory_alone(two_chain_run, capsys):
         (two_chain_run / "moved.pt").rename(two_chain_run / "checkpoint.pt")
     after = (two_chain_run / "report.md").read_text()
     assert after.replace(_importance_section(after), "") == before.replace(_importance_section(before), "")
-    for name in ("forest_phi.png", "ppc.png", "pruning_curve.png"):
+    for name in ("forest_psi.png", "ppc.png", "pruning_curve.png"):
         assert (two_chain_run / name).exists()
 
 

@@ -185,7 +185,7 @@ def test_plots_are_png(regression, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # matplotlib deprecations inside arviz 0.x
         written = plot_diagnostics(idata, tmp_path / "plots")
-    assert set(written) == {"forest_phi", "ppc", "inclusion_cdf"}
+    assert set(written) == {"forest_psi", "ppc", "inclusion_cdf"}
     for path in written.values():
         data = path.read_bytes()
         assert data.startswith(PNG) and len(data) > 1000

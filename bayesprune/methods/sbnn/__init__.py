@@ -39,6 +39,9 @@ class SBNNOptions:
         pi, log_tau0, log_tau1: spike-and-slab prior π, log τ0 < log τ1 (eq. 3.1); the defaults are
             the paper's regression setting (section 4.2).
         init_scale: initial σ of every weight in q.
+        init_loc_scale: multiplies the network's initial weights before they become q's means m. Below 1
+            the fit starts near the spike, so a weight enters the slab where the data ask for it rather
+            than where its random start put it, and restarts agree on which inputs matter.
         objective: a key of :data:`bayesprune.objectives.OBJECTIVES`.
         penalty: minibatch penalty scheme, ``uniform`` (eq. 4.2) or ``geometric`` (eq. 4.3).
         local_reparameterization: sample pre-activations instead of weights (linear layers only).
@@ -50,6 +53,7 @@ class SBNNOptions:
     log_tau0: float = -6.0
     log_tau1: float = 1.0
     init_scale: float = 0.01
+    init_loc_scale: float = 1.0
     objective: str = "analytic-kl"
     penalty: str = "uniform"
     local_reparameterization: bool = False
@@ -127,6 +131,7 @@ def fit_posterior(net, data, options: SBNNOptions, ctx, *, prior=None, guide_cla
     pyro.clear_param_store()
     pyro.set_rng_seed(ctx.seed)
     device = ctx.device
+    _shrink_sites(net, ctx.sites(net), options.init_loc_scale)
     model = build_model(net.to(device), data, options.prior() if prior is None else prior, noise_scale=ctx.noise_scale,
                         sites=ctx.sites(net)).to(device)
     guide = guide_class(model, init_scale=options.init_scale).to(device)
@@ -143,6 +148,18 @@ def fit_posterior(net, data, options: SBNNOptions, ctx, *, prior=None, guide_cla
                                    scheduler=optim if isinstance(optim, PyroLRScheduler) else None, validate=fitted.predict)
     fitted.seconds = time.perf_counter() - start
     return fitted
+
+
+def _shrink_sites(net, sites: list, factor: float):
+    """Multiply the ``sites`` parameters of ``net`` by ``factor`` in place: q's means start there
+    (``sbnn.init_loc_scale``)."""
+    if factor == 1:
+        return
+    names = set(sites)
+    with torch.no_grad():
+        for name, param in net.named_parameters():
+            if name in names:
+                param.mul_(factor)
 
 
 @register_method

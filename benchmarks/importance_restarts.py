@@ -1,0 +1,125 @@
+"""Do restarts of the sBNN agree on feature importance? scikit-learn's breast-cancer and diabetes tables
+as CSV files, a small MLP, ``chains`` restarts pooled (issue 38, item 1).
+
+For every setting (``--set`` overrides, several settings separated by ``--setting``) it fits the
+restarts and prints, from the run's ``posterior.nc`` (:func:`~bayesprune.analysis.importance.pooled_importance_of`):
+
+- the lowest Spearman rank correlation of ψ(p_c) between any two restarts;
+- the most inputs by which two restarts' selection lists differ (each restart's selection read from its
+  own draws alone, the same rule as the pooled list);
+- whether the pooled interval of every feature covers all restarts' ψ(p_c);
+- the largest R-hat; the held-out error (%) or RMSE.
+
+Settings are compared on HELD-OUT TRAINING ROWS: the table's training part (80%, ``--split-seed``) is
+cut again into a fitting part and a validation part (a quarter), which the run sees as its "test"
+split; the real test rows are never read unless ``--final`` is given, which fits on the whole
+training part and scores on the test part (for the numbers quoted in the docs, after choosing).
+
+    OMP_NUM_THREADS=1 python benchmarks/importance_restarts.py --data breast_cancer diabetes
+    OMP_NUM_THREADS=1 python benchmarks/importance_restarts.py --set train.epochs=300 --setting --set optim.lr=0.01
+"""
+import argparse
+import itertools
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from bayesprune.analysis.importance import pooled_importance, pooled_importance_of
+from bayesprune.config import RunConfig, apply_overrides
+from bayesprune.runner import run
+
+TARGET = "target"
+TASKS = {"breast_cancer": "classification", "diabetes": "regression"}
+
+
+def write_tables(name: str, folder: Path, *, split_seed: int, final: bool) -> tuple:
+    """The table as CSV files (fit, score): the training part and the test part (``final``), or a
+    fitting part and a validation part of the training rows."""
+    import sklearn.datasets
+
+    frame = getattr(sklearn.datasets, f"load_{name}")(as_frame=True).frame
+    rows = np.random.default_rng(split_seed).permutation(len(frame))
+    train, test = rows[: int(0.8 * len(rows))], rows[int(0.8 * len(rows)):]
+    if not final:
+        train, test = train[: int(0.75 * len(train))], train[int(0.75 * len(train)):]
+    paths = folder / f"{name}-fit.csv", folder / f"{name}-score.csv"
+    frame.iloc[train].to_csv(paths[0], index=False)
+    frame.iloc[test].to_csv(paths[1], index=False)
+    return paths
+
+
+def agreement(idata) -> dict:
+    """Restart agreement of one run's posterior (see the module docstring)."""
+    pooled = pooled_importance_of(idata)
+    draws = idata.posterior["psi"].transpose("chain", "draw", "feature").values
+    at_p = idata["variational"]["psi"].transpose("chain", "feature").values
+    chains = range(len(at_p))
+    selections = [np.array([row["selected"] for row in pooled_importance(draws[c:c + 1], at_p[c:c + 1])]) for c in chains]
+    pairs = list(itertools.combinations(chains, 2))
+    return {
+        "min_spearman": min((spearmanr(at_p[a], at_p[b])[0] for a, b in pairs), default=float("nan")),
+        "max_selection_difference": max((int((selections[a] != selections[b]).sum()) for a, b in pairs), default=0),
+        "selected": int(sum(row["selected"] for row in pooled)),
+        "covered": all(row["psi_low"] <= row["restart_low"] and row["restart_high"] <= row["psi_high"] for row in pooled),
+        "max_r_hat": max(row["r_hat"] for row in pooled),
+        "psi_range": (min(row["psi"] for row in pooled), max(row["psi"] for row in pooled)),
+    }
+
+
+def measure(name: str, overrides: list, folder: Path, *, split_seed: int, final: bool, hidden: str) -> dict:
+    import arviz as az
+
+    fit, score = write_tables(name, folder, split_seed=split_seed, final=final)
+    config = RunConfig.from_dict(apply_overrides({}, [  # a user's own config: every other key at its default
+        "method='sbnn'", "data.dataset='csv'", f"data.train='{fit}'", f"data.test='{score}'", f"data.target='{TARGET}'",
+        f"data.task='{TASKS[name]}'", f"model.hidden={hidden}", "baseline.enabled=false", "prune.droprates=[0.0]",
+        "device='cpu'", *overrides,
+    ]))
+    out = folder / f"run-{name}"
+    start = time.perf_counter()
+    metrics = run(config, out, force=True)
+    seconds = time.perf_counter() - start
+    metric = "test_error" if TASKS[name] == "classification" else "test_rmse"
+    return {**agreement(az.from_netcdf(str(out / "posterior.nc"))), "held_out": metrics[metric],
+            "chains": metrics["chains"], "seconds": seconds}
+
+
+def settings(argv: list) -> list:
+    """``--set`` lists of every ``--setting``-separated group (one empty group: the defaults)."""
+    groups, current = [], []
+    for argument in argv + ["--setting"]:
+        if argument == "--setting":
+            groups.append(current)
+            current = []
+        else:
+            current.append(argument)
+    return [[value for flag, value in zip(group[::2], group[1::2]) if flag == "--set"] for group in groups]
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    split = argv.index("--set") if "--set" in argv else (argv.index("--setting") if "--setting" in argv else len(argv))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--hidden", default="[16]", help="widths of the MLP's hidden layers (default [16])")
+    parser.add_argument("--split-seed", type=int, default=0)
+    parser.add_argument("--final", action="store_true", help="fit on the training part, score on the test part")
+    args = parser.parse_args(argv[:split])
+    for overrides in settings(argv[split:]):
+        for name in args.data:
+            with tempfile.TemporaryDirectory() as folder:
+                result = measure(name, overrides, Path(folder), split_seed=args.split_seed, final=args.final, hidden=args.hidden)
+            low, high = result["psi_range"]
+            print(f"{name:14s} {' '.join(overrides) or '(defaults)'}: chains {result['chains']}, "
+                  f"min Spearman {result['min_spearman']:.3f}, selections differ by <= {result['max_selection_difference']} "
+                  f"({result['selected']} selected), interval covers restarts: {result['covered']}, "
+                  f"max R-hat {result['max_r_hat']:.3f}, psi {low:.3f}-{high:.3f}, held-out {result['held_out']:.4g}, "
+                  f"{result['seconds']:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
