@@ -305,6 +305,14 @@ CASES = {
         "    def forward(self, x):\n        if x.shape[0] > 2:\n            raise MemoryError('simulated')\n"
         "        return self.fc(x.flatten(1))\n"
         "def net(shape, k, **options):\n    return Net()\n")), "out of memory"),
+    "factory on the meta device": (*factory("net_meta", "def net(shape, k, **options):\n    return torch.nn.Sequential("
+                                            "torch.nn.Flatten(), torch.nn.Linear(64, k, device='meta'))\n"), "model"),
+    "factory in float64": (*factory("net_double", "def net(shape, k, **options):\n    return torch.nn.Sequential("
+                                    "torch.nn.Flatten(), torch.nn.Linear(64, k)).double()\n"), "model"),
+    "factory returning a tuple of outputs": (*factory("net_tuple", (
+        "class Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.fc = torch.nn.Linear(64, 10)\n"
+        "    def forward(self, x):\n        return self.fc(x.flatten(1)), x\n"
+        "def net(shape, k, **options):\n    return Net()\n")), "model"),
     "factory name holding a newline": ({}, settings("model.factory='mynets:net\\nbayesprune: error: forged'"), "model.factory"),
     # issue 39: the user's data
     "image folder with a link loop": (image_folder(**{"train/a/loop": ("link", "..")}), IMAGE_RUN, "loop"),
@@ -320,6 +328,13 @@ CASES = {
     "csv feature written 1_000": ({"t.csv": csv_table([[i, "1_000" if i == 4 else i, i % 2] for i in range(12)])}, CSV_RUN, "1_000"),
     "csv target written 1_000": ({"t.csv": csv_table([[i, i, "1_000" if i == 4 else i * 0.5] for i in range(12)])},
                                  [*CSV_RUN, "--set", "data.task='regression'"], "1_000"),
+    "csv feature in Arabic-Indic digits": ({"t.csv": csv_table([[i, "\u0668" if i == 4 else i, i % 2] for i in range(12)])}, CSV_RUN,
+                                           "\u0668"),
+    "csv path is a FIFO": ({"t.csv": ("fifo",)}, CSV_RUN, "t.csv"),
+    "npz path is a FIFO": ({"d.npz": ("fifo",)}, settings("data.dataset='npz'", "data.path='d.npz'"), "d.npz"),
+    "image folder whose train folder is a link out of it": ({"elsewhere/a/0.png": png(), "elsewhere/b/0.png": png(),
+                                                             **{f"imgs/test/{c}/0.png": png() for c in "ab"}, "imgs/train": ("link", "../elsewhere")},
+                                                            IMAGE_RUN, "imgs/train"),
     "npz of 0 features": ({"d.npz": "<npz of 0 features>"}, settings("data.dataset='npz'", "data.path='d.npz'"), "x_train"),
     "csv file name holding a newline": ({}, settings("data.dataset='csv'", "data.path='t\\nbayesprune: error: forged.csv'",
                                                      "data.target='y'"), "forged"),
@@ -341,6 +356,8 @@ CASES = {
     "tracking to an unreachable server": ({}, [*COMPARE, "--track", "mlflow", "--track-uri", "http://127.0.0.1:9"], "127.0.0.1:9"),
     "tracking to sqlite://": ({}, [*COMPARE, "--track", "mlflow", "--track-uri", "sqlite://"], "sqlite://"),
     "tracking to ftp://": ({}, [*COMPARE, "--track", "mlflow", "--track-uri", "ftp://example.invalid/x"], "ftp://"),
+    "tracking to a server without a host": ({}, [*COMPARE, "--track", "mlflow", "--track-uri", "http://"], "http://"),
+    "tracking to a folder that is a FIFO": ({"store": ("fifo",)}, [*COMPARE, "--track", "mlflow", "--track-uri", "store"], "store"),
     "tracking to an empty URI": ({}, [*COMPARE, "--track", "mlflow", "--track-uri", ""], "--track-uri"),
     # issue 39, earlier round: report of tampered metrics.json
     "report of a NaN test error": ({"done": RUN, "done/metrics.json": metrics_edit(lambda m: m.update(test_error=float("nan")))},

@@ -328,8 +328,9 @@ def _read_csv(option: str, value) -> tuple[str, list[str], list[list[str]], list
 
 
 def _number(cell: str) -> float | None:
-    """The number a cell holds, or ``None`` (Python's ``float`` also reads ``1_000``; a CSV does not)."""
-    if "_" in cell:
+    """The number a cell holds, or ``None`` (Python's ``float`` also reads ``1_000`` and other scripts'
+    digits, ``١٢``; a CSV does not)."""
+    if "_" in cell or not cell.isascii():
         return None
     try:
         return float(cell)
