@@ -33,9 +33,9 @@ target's units. Its default is true for tables; for ``npz`` inputs of another sh
 the inputs as given and standardises only regression targets.
 
 Every defect (a missing file or array, an unreadable file, mismatched rows or shapes, NaN or
-infinite values, labels that are not ``0..K-1``, an empty split, a non-numeric feature column, a
-test class the training split lacks) is one :class:`~bayesprune.errors.DataError` line naming the
-file or the option.
+infinite values, labels that are not ``0..K-1``, a single class, an empty split, a non-numeric feature
+column, a test class the training split lacks, a symbolic link or anything but a regular file in an
+image folder) is one :class:`~bayesprune.errors.DataError` line naming the file or the option.
 """
 
 from __future__ import annotations
