@@ -351,6 +351,8 @@ CASES = {
     # issue 39: --out, compare options, tracking
     "run into an empty --out": ({}, ["run", "--out", "", *QUICK], "--out"),
     "compare into an empty --out": ({}, ["compare", "--out", "", "--methods", "sbnn"], "--out"),
+    "sweep into an empty --out": ({}, ["sweep", "--out", "", "--grid", "sbnn.pi=0.1,0.2"], "--out"),
+    "compare resuming an empty name": ({}, ["compare", "--resume", ""], "--resume"),
     "compare options from an unknown config": ({}, [*COMPARE, "--set", "compare.options_from='nosuch'"], "compare.options_from"),
     "chains of 10**6": ({}, settings("chains=1000000"), "chains"),
     "tracking to an unreachable server": ({}, [*COMPARE, "--track", "mlflow", "--track-uri", "http://127.0.0.1:9"], "127.0.0.1:9"),

@@ -67,6 +67,8 @@ class SBNNOptions:
         require(is_number(self.log_tau1) and abs(self.log_tau1) <= 80, "sbnn.log_tau1", "lie in [-80, 80]", self.log_tau1)
         require(self.log_tau0 < self.log_tau1, "sbnn.log_tau0", f"be below sbnn.log_tau1 = {self.log_tau1} (tau0 < tau1)", self.log_tau0)
         require(is_scale(self.init_scale), "sbnn.init_scale", f"be a positive number up to {MAX_SCALE:g}", self.init_scale)
+        require(is_scale(self.init_loc_scale), "sbnn.init_loc_scale", f"be a positive number up to {MAX_SCALE:g}",
+                self.init_loc_scale)
         require(self.objective in OBJECTIVES, "sbnn.objective", f"be one of {sorted(OBJECTIVES)}", self.objective)
         require(self.penalty in PENALTIES, "sbnn.penalty", f"be one of {sorted(PENALTIES)}", self.penalty)
         require(isinstance(self.local_reparameterization, bool), "sbnn.local_reparameterization", "be true or false", self.local_reparameterization)
@@ -168,6 +170,9 @@ class SBNN(Method):
 
     name = "sbnn"
     Options = SBNNOptions
+    #: Restarts pooled on a table under ``chains = "auto"``: one fit's ψ ranks the inputs by where its
+    #: optimisation ended; breast cancer and diabetes (docs/usage.md, Feature importance) need several.
+    table_chains = 4
     unsupported = {"optim.weight_decay": "the spike-and-slab prior regularises the weights; set it in [sbnn]"}
     legacy_keys = {
         "prior.name": None, "prior.pi": "pi", "prior.log_tau0": "log_tau0", "prior.log_tau1": "log_tau1",
