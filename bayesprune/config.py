@@ -16,7 +16,7 @@ import tomli_w
 from .errors import ConfigError
 from .fused import KERNEL_MODES
 from .optim import OptimConfig  # [optim] lives with the optimisers it builds (the methods read it)
-from .validation import is_count
+from .validation import MAX_SCALE, is_count, is_scale
 from .validation import is_int as _is_int
 from .validation import is_number as _is_number
 from .validation import refuse_unknown_keys
@@ -94,7 +94,7 @@ class ModelConfig:
                      "be 'module:callable' (e.g. 'mynets:resnet')", self.factory)
             _require(self.architecture == "mlp", "model.architecture", "not be given beside model.factory", self.architecture)
         if self.noise_scale is not None:
-            _require(_is_number(self.noise_scale) and self.noise_scale > 0, "model.noise_scale", "be a positive number", self.noise_scale)
+            _require(is_scale(self.noise_scale), "model.noise_scale", f"be a positive number up to {MAX_SCALE:g}", self.noise_scale)
 
     @property
     def name(self) -> str:
@@ -211,7 +211,7 @@ class BaselineConfig:
         if self.epochs is not None:
             _require(_is_int(self.epochs) and 0 < self.epochs <= MAX_COUNT, "baseline.epochs", f"be a positive integer up to {MAX_COUNT}", self.epochs)
         if self.lr is not None:
-            _require(_is_number(self.lr) and self.lr > 0, "baseline.lr", "be a positive number", self.lr)
+            _require(is_scale(self.lr), "baseline.lr", f"be a positive number up to {MAX_SCALE:g}", self.lr)
 
     @property
     def held_out(self) -> float:

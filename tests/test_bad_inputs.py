@@ -541,7 +541,8 @@ def test_the_installed_console_script_answers_the_same(case, tmp_path, complete_
 
 
 def _numeric_options():
-    """``(key, default)`` of every int or float field of the config sections and of every method's options."""
+    """``(key, default)`` of every int or float field of the config sections and of every method's options
+    (a field unset by default counted by its type, with 0 of it)."""
     from dataclasses import MISSING, fields
 
     from bayesprune.config import _SECTIONS
@@ -555,6 +556,8 @@ def _numeric_options():
             # a cap whose default is inf (unit-gates.phi_max: no cap) means the same for any huge value
             if isinstance(default, (int, float)) and not isinstance(default, bool) and default != float("inf"):
                 found.append((f"{table}.{option.name}", default))
+            elif default is None and str(option.type).replace(" ", "") in ("int|None", "float|None"):  # unset by default
+                found.append((f"{table}.{option.name}", 0 if str(option.type).startswith("int") else 0.0))
     return found
 
 

@@ -100,8 +100,8 @@ class PFTOptions:
             require(worst * self.epsilon / (1 - worst) < 1, key + "epsilon", f"satisfy s·ε/(1 − s) < 1 at s = {worst} (eq. 6)",
                     self.epsilon)
         require(is_scale(self.temperature), key + "temperature", f"be a positive number up to {MAX_SCALE:g}", self.temperature)
-        require(self.mask_lr is None or (is_number(self.mask_lr) and self.mask_lr > 0), key + "mask_lr",
-                "be a positive number (or absent, for optim.lr)", self.mask_lr)
+        require(self.mask_lr is None or is_scale(self.mask_lr), key + "mask_lr",
+                f"be a positive number up to {MAX_SCALE:g} (or absent, for optim.lr)", self.mask_lr)
         for name in ("pretrain_epochs", "finetune_epochs", "perturbation_draws"):
             require(is_count(getattr(self, name), 0), key + name, f"be a non-negative integer up to {MAX_COUNT}", getattr(self, name))
         require(is_count(self.saliency_examples), key + "saliency_examples", f"be a positive integer up to {MAX_COUNT}",

@@ -33,6 +33,8 @@ from ..base import NetworkFitted
 from .hyperpriors import BetaHyperPrior, FlatteningHyperPrior, SALHyperPrior
 
 HYPERPRIORS = ("flattening", "beta", "sal")
+#: The largest hyper-prior shape (alpha, beta) a config may give: the Beta hyper-prior's default beta is 1e10.
+MAX_SHAPE = 1e12
 CONDITIONS = ("tolerance", "drop")
 
 
@@ -106,8 +108,8 @@ class UnitGatesOptions:
         require(is_scale(self.input_threshold, positive=False), key + "input_threshold", f"be a non-negative number up to {MAX_SCALE:g}",
                 self.input_threshold)
         for name in ("alpha", "beta"):  # every option is checked, whichever hyper-prior reads it
-            require(getattr(self, name) is None or (is_number(getattr(self, name)) and getattr(self, name) > 0), key + name,
-                    "be a positive number", getattr(self, name))
+            require(getattr(self, name) is None or (is_number(getattr(self, name)) and 0 < getattr(self, name) <= MAX_SHAPE),
+                    key + name, f"be a positive number up to {MAX_SHAPE:g}", getattr(self, name))
         try:
             FlatteningHyperPrior(self.log_gamma, eps1=self.eps1, eps2=self.eps2)  # log_gamma, eps1 and eps2 likewise
             self.hyper_prior()
