@@ -300,7 +300,9 @@ class RunConfig:
     ``train.predictive_samples``) are folded into that table when the method declares them.
 
     ``chains = N`` fits the posterior N times independently (seeds ``seed``, ``seed + 1``, ...), so
-    that R-hat and ESS across restarts are meaningful in ``posterior.nc``.
+    that R-hat and ESS across restarts are meaningful in ``posterior.nc`` and feature importance pools
+    them. ``"auto"`` (the default) is the method's ``table_chains`` for the user's own table (a ``csv``
+    or ``npz`` of 1-D inputs: 4 for the sBNN, whose restarts disagree on importance), else 1.
 
     ``seeds = [s1, s2, ...]`` repeats the whole run (every split) from each seed in turn, in place of
     ``seed``; ``metrics.json`` then holds the mean and standard deviation of every number over them.
@@ -311,7 +313,7 @@ class RunConfig:
     seed: int = 0
     seeds: tuple = ()
     device: str = "auto"
-    chains: int = 1
+    chains: int | str = "auto"
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -333,7 +335,8 @@ class RunConfig:
         _require(isinstance(self.seeds, (list, tuple)) and all(_is_int(s) and 0 <= s < MAX_SEED for s in self.seeds)
                  and len(set(self.seeds)) == len(self.seeds), "seeds", "be a list of distinct non-negative integers below 2**31", self.seeds)
         object.__setattr__(self, "seeds", tuple(self.seeds))
-        _require(_is_int(self.chains) and 0 < self.chains <= MAX_CHAINS, "chains", f"be a positive integer up to {MAX_CHAINS}", self.chains)
+        _require(self.chains == "auto" or (_is_int(self.chains) and 0 < self.chains <= MAX_CHAINS), "chains",
+                 f"be \"auto\" or a positive integer up to {MAX_CHAINS}", self.chains)
         _require(isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),
                  "device", "be 'auto', 'cpu' or 'cuda[:N]'", self.device)
         _require(isinstance(self.description, str), "description", "be a string", self.description)

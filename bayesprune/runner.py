@@ -271,6 +271,7 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
     :func:`_write_final_checkpoint` (else ``None``): its training-loop checkpoint stays in ``staging``
     until then, so that a run stopped while writing its files resumes from it."""
     per_split, final = [], None
+    chains = run_chains(config, datasets[0])
     # A signal while fitting, evaluating (the plain baseline, a certificate) or writing the fit's files keeps its checkpoint.
     try:
         for index, dataset in enumerate(datasets):
@@ -279,7 +280,7 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
             if config.train.validation > 0:
                 dataset, *validation = hold_out(dataset, config.train.validation, seed=config.seed + index)
             split_config = config.for_data(dataset.num_train)
-            for chain in range(config.chains if index == 0 else 1):
+            for chain in range(chains if index == 0 else 1):
                 seed = config.seed + index + chain
                 net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
                 baseline_net = copy.deepcopy(net) if chain == 0 else None
@@ -306,7 +307,7 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
                 final = (fits[0], built, preprocessing_of(dataset))
     except (TrainingDiverged, Interrupted, StopNow) as error:
         raise _stopped(error, staging, out, checkpoint.name) from None
-    return {**_summarise(per_split), "chains": config.chains}, final
+    return {**_summarise(per_split), "chains": chains}, final
 
 
 def resume_run(out, *, progress: bool = False) -> dict:
@@ -444,9 +445,23 @@ def check_size(config, data):
     if count > MAX_ELEMENTS:
         raise ConfigError(f"model: the network has {count:,} parameters, more than the {MAX_ELEMENTS:,} (2**31) "
                           "bayesprune accepts; make model.hidden (or the architecture) smaller")
-    if count * config.chains > MAX_ELEMENTS:  # the run holds every chain's fit until it writes the posterior
-        raise ConfigError(f"chains: {config.chains:,} fits of {count:,} parameters hold more than the {MAX_ELEMENTS:,} (2**31) "
+    chains = run_chains(config, data)
+    if count * chains > MAX_ELEMENTS:  # the run holds every chain's fit until it writes the posterior
+        raise ConfigError(f"chains: {chains:,} fits of {count:,} parameters hold more than the {MAX_ELEMENTS:,} (2**31) "
                           "bayesprune accepts; ask for fewer chains")
+
+
+#: Loaders of the user's own tables, whose runs pool ``Method.table_chains`` restarts under ``chains = "auto"``.
+TABLE_LOADERS = ("csv", "npz")
+
+
+def run_chains(config, data) -> int:
+    """The run's number of chains: ``config.chains``, or for ``"auto"`` the method's ``table_chains``
+    (restarts its feature importance pools) when ``data`` is the user's own table of 1-D inputs, else 1."""
+    if config.chains != "auto":
+        return config.chains
+    table = config.data.dataset in TABLE_LOADERS and len(data.input_shape) == 1
+    return getattr(get_method(config.method), "table_chains", 1) if table else 1
 
 
 def check_validation(config, datasets):

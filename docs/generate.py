@@ -25,7 +25,7 @@ TOP = {
     "seed": "the seed of the run (splits, initialisation, minibatch order)",
     "seeds": "`[0, 1, 2]` repeats the whole run from each seed: `metrics.json` holds the mean of every number, `<key>_std` its standard deviation, lists of numbers elementwise, and `per_seed`",
     "device": "`\"auto\"` (CUDA when present), `\"cpu\"` or `\"cuda[:N]\"`",
-    "chains": "independent fits from seeds `seed`, `seed + 1`, … written to `posterior.nc` (R-hat and ESS compare restarts); metrics and checkpoint are the first chain's",
+    "chains": "independent fits from seeds `seed`, `seed + 1`, … written to `posterior.nc` (R-hat and ESS compare restarts; feature importance pools them); metrics and checkpoint are the first chain's. `\"auto\"`: 4 for the sBNN on your own table (`csv`, `npz` of 1-D inputs), else 1",
 }
 
 #: Descriptions of the fields of the core sections, ``section.field`` → text.

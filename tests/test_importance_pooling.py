@@ -125,3 +125,22 @@ def test_selection_record_lists_the_selection_and_its_expected_fdr():
     assert record["selected"] == ["a", "b"] and record["not_selected"] == ["c"]
     assert record["expected_false_discovery_rate"] == pytest.approx(0.05)  # (0 + 0.1) / 2
     assert record["inclusion_probability"] == {"a": 1.0, "b": 0.9, "c": 0.0}
+
+
+@pytest.mark.parametrize(("settings", "input_shape", "expected"), [
+    (["data.dataset='csv'"], (30,), 4),  # the sBNN on the user's table: restarts pooled by default
+    (["data.dataset='npz'"], (30,), 4),
+    (["data.dataset='npz'"], (1, 8, 8), 1),  # images: one fit (the importance of pixels is not pooled by default)
+    (["data.dataset='digits'"], (64,), 1),  # a packaged dataset keeps its one fit
+    (["data.dataset='csv'", "method='sparse-vd'"], (30,), 1),  # a method without restarts to pool
+    (["data.dataset='csv'", "chains=2"], (30,), 2),  # asked for, taken as it is
+])
+def test_auto_chains_pool_four_sbnn_restarts_on_a_table(settings, input_shape, expected):
+    from types import SimpleNamespace
+
+    from bayesprune.config import load_config
+    from bayesprune.runner import run_chains
+
+    config = load_config("sparse-vd-digits" if "method='sparse-vd'" in settings else "default", [s for s in settings if not s.startswith("method")])
+    assert config.chains == ("auto" if not any(s.startswith("chains") for s in settings) else 2)
+    assert run_chains(config, SimpleNamespace(input_shape=input_shape)) == expected

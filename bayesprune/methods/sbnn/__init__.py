@@ -170,6 +170,9 @@ class SBNN(Method):
 
     name = "sbnn"
     Options = SBNNOptions
+    #: Restarts pooled on a table under ``chains = "auto"``: one fit's ψ ranks the inputs by where its
+    #: optimisation ended; breast cancer and diabetes (docs/usage.md, Feature importance) need several.
+    table_chains = 4
     unsupported = {"optim.weight_decay": "the spike-and-slab prior regularises the weights; set it in [sbnn]"}
     legacy_keys = {
         "prior.name": None, "prior.pi": "pi", "prior.log_tau0": "log_tau0", "prior.log_tau1": "log_tau1",
