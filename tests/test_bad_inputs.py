@@ -3,14 +3,17 @@ nothing changed outside ``--out``: one case per row of :data:`CASES`.
 
 A case is ``(files, argv, named)``: ``files`` maps paths (relative to a fresh working directory) to
 their content (text, bytes, ``RUN`` for a copy of a complete small run, ``DIR`` for an empty folder,
-``("link", target)`` for a symbolic link); ``argv`` is the command line, run there; ``named`` must
-appear in the one line on stderr.
+``("link", target)`` for a symbolic link, ``("fifo",)`` for a named pipe, ``("metrics", edit)`` for the
+complete run's ``metrics.json`` changed by ``edit``); ``argv`` is the command line, run there; ``named``
+must appear in the one line on stderr.
 """
+import contextlib
 import hashlib
 import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import zipfile
@@ -90,10 +93,10 @@ def image_folder(**replace):
 IMAGE_RUN = settings("data.dataset='image-folder'", "data.root='imgs'")
 
 
-def factory(module: str, body: str, *assignments):
+def factory(module: str, body: str):
     """Files and command line of a run whose ``model.factory`` is ``<module>:net``, ``body`` the module's
     text (each case its own module name: Python keeps an imported module for the whole test session)."""
-    return {f"{module}.py": "import sys\nimport torch\n" + body}, settings(f"model.factory='{module}:net'", *assignments)
+    return {f"{module}.py": "import sys\nimport torch\n" + body}, settings(f"model.factory='{module}:net'")
 
 
 def csv_table(rows, header="a,b,y"):
@@ -496,6 +499,24 @@ def _tree(root):
     return entries
 
 
+#: A case still running after this many seconds hangs (a FIFO read, a server retried): it fails, never blocks the suite.
+HUNG = 60
+
+
+@contextlib.contextmanager
+def _failing_after(seconds: int):
+    def hung(number, frame):
+        raise AssertionError(f"still running after {seconds} s: a hang")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_bad_input_is_one_line_exit_2_and_changes_nothing(case, tmp_path, monkeypatch, capsys, complete_run):
     files, argv, named = CASES[case]
@@ -504,7 +525,8 @@ def test_a_bad_input_is_one_line_exit_2_and_changes_nothing(case, tmp_path, monk
     monkeypatch.chdir(work)
     _build(files, work, complete_run)
     before = _tree(work)
-    status = main(list(argv))
+    with _failing_after(HUNG):
+        status = main(list(argv))
     err = capsys.readouterr().err
     assert status == 2, err
     assert err.startswith("bayesprune: error:") and err.count("\n") == 1 and named in err, err
