@@ -52,7 +52,8 @@ def weight_inclusion_matrices(inclusion: dict, model_or_net) -> list:
 
     Raises:
         KeyError: a weight site is missing from ``inclusion``.
-        ValueError: the layers do not form a chain of matching widths.
+        ValueError: a value outside [0, 1] (logits passed for probabilities), or layers that do not
+            form a chain of matching widths.
     """
     net = getattr(model_or_net, "net", model_or_net)
     matrices, inputs_per_node = [], 1
@@ -60,6 +61,10 @@ def weight_inclusion_matrices(inclusion: dict, model_or_net) -> list:
         if layer.weight_site not in inclusion:
             raise KeyError(f"no inclusion probabilities for weight site {layer.weight_site!r}")
         probs = inclusion[layer.weight_site].detach()
+        if probs.numel() and not bool(((probs >= 0) & (probs <= 1)).all()):
+            raise ValueError(f"{layer.weight_site}: inclusion probabilities must lie in [0, 1], got values from "
+                             f"{probs.min().item():.4g} to {probs.max().item():.4g} (scores such as inclusion logits are "
+                             "no probabilities: pass fitted.inclusion_probabilities())")
         if probs.dim() == 4:  # Conv2d (out, in, kh, kw): mean over the kernel positions
             probs = probs.mean(dim=(2, 3))
         if inputs_per_node > 1:  # Linear after Flatten of a (C, H, W) map: fold the channel-major inputs to C

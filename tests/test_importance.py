@@ -160,7 +160,7 @@ def fit_simulation(dataset):
     config = simulation_config(data={"dataset": dataset.name})
     net = build_architecture("mlp", dataset.input_shape, dataset.output_dim, **config.model.options)
     fitted = fit_posterior(net, dataset, config.method_options, FitContext.from_config(config, dataset, device=torch.device("cpu")))
-    return feature_importance(weight_inclusion_matrices(fitted.scores(), fitted.net))
+    return feature_importance(weight_inclusion_matrices(fitted.inclusion_probabilities(), fitted.net))
 
 
 def test_fitted_sbnn_ranks_relevant_features_first(fast_svi):

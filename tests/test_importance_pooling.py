@@ -144,3 +144,23 @@ def test_auto_chains_pool_four_sbnn_restarts_on_a_table(settings, input_shape, e
     config = load_config("sparse-vd-digits" if "method='sparse-vd'" in settings else "default", [s for s in settings if not s.startswith("method")])
     assert config.chains == ("auto" if not any(s.startswith("chains") for s in settings) else 2)
     assert run_chains(config, SimpleNamespace(input_shape=input_shape)) == expected
+
+
+def test_importance_refuses_logits_in_place_of_probabilities():
+    """docs/usage.md passed fitted.scores() (inclusion logits) and got ψ = 711,165,510 for a feature."""
+    from bayesprune.analysis.importance import importance_table
+
+    net = mlp((3,), 1, hidden=(2,))
+    logits = {name: torch.full(p.shape, 12.0) for name, p in net.named_parameters()}
+    with pytest.raises(ValueError, match=r"\[0, 1\].*inclusion_probabilities"):
+        importance_table(net, logits)
+    probs = {name: torch.sigmoid(value) for name, value in logits.items()}
+    assert all(0 <= row["psi"] <= 1 for row in importance_table(net, probs))
+
+
+def test_the_docs_call_importance_table_with_probabilities():
+    from pathlib import Path
+
+    usage = (Path(__file__).parents[1] / "docs" / "usage.md").read_text()
+    assert "importance_table(fitted.net, fitted.inclusion_probabilities()" in usage
+    assert "importance_table(fitted.net, fitted.scores()" not in usage
