@@ -324,6 +324,8 @@ CASES = {
     "image folder with a FIFO named .png": (image_folder(**{"train/a/pipe.png": ("fifo",)}), IMAGE_RUN, "pipe.png"),
     "Pillow's warning before the error": (image_folder(**{"train/a/0.png": png(mode="P", transparency=b"\x00\x80"),
                                                           "train/b/0.png": png((9, 9))}), IMAGE_RUN, "9x9"),
+    "image folder resized to 10**5 x 10**5": (image_folder(), [*IMAGE_RUN, "--set", "data.size=[100000, 100000]"], "data.size"),
+    "10**9 threads": ({}, [*settings(), "--threads", "1000000000"], "--threads"),
     "image folder of one class": ({f"imgs/{part}/a/{i}.png": png() for part in ("train", "test") for i in range(3)}, IMAGE_RUN,
                                   "one class"),
     "csv of one class": ({"t.csv": csv_table([[i, i % 3, 1] for i in range(12)])}, CSV_RUN, "one class"),

@@ -51,6 +51,7 @@ import torch
 
 from ..errors import DataError
 from ..files import check_plain_tree, read_npz
+from ..validation import MAX_ELEMENTS
 from .options import _boolean, _choice, _directory, _file, _fraction, _integer
 from .registry import CLASSIFICATION, REGRESSION, Dataset, register_dataset
 from .tables import _input_scaling, _standardize
@@ -633,6 +634,11 @@ def load_image_folder(
             f"{os.path.join(root, 'train')} (classes: {', '.join(train.classes)})"
         )
     _several_classes(os.path.join(root, "train"), len(train.classes))
+    if size is not None:
+        values = (len(train.samples) + len(test.samples)) * (1 if grayscale else 3) * size[0] * size[1]
+        if values > MAX_ELEMENTS:
+            raise DataError(f"data.size {list(size)}: {len(train.samples) + len(test.samples)} images of that size hold "
+                            f"{values:,} values, more than {MAX_ELEMENTS:,}")
     shape: list = []
     x_train, x_test = _read_images(train, shape), _read_images(test, shape)
     to_train = torch.tensor([train.class_to_idx[name] for name in test.classes], dtype=torch.int64)
