@@ -8,14 +8,17 @@ import os
 from collections.abc import Sequence
 
 from ..errors import DataError
+from ..validation import MAX_ELEMENTS
 
 # Option checks: each returns the value (converted where needed) or raises a DataError naming it.
 
 
 def _integer(option: str, value, *, minimum: int) -> int:
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
+    """``value``, an integer from ``minimum`` up to :data:`~bayesprune.validation.MAX_ELEMENTS` (a seed, a
+    split, a count of rows: beyond it is a typo, and NumPy takes no seed from 2**32)."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or not minimum <= value <= MAX_ELEMENTS:
         kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise DataError(f"data.{option} must be {kind}, got {value!r}")
+        raise DataError(f"data.{option} must be {kind} up to {MAX_ELEMENTS}, got {value!r}")
     return int(value)
 
 
