@@ -8,7 +8,7 @@ import os
 from collections.abc import Sequence
 
 from ..errors import DataError
-from ..validation import MAX_ELEMENTS
+from ..validation import MAX_ELEMENTS, MAX_SCALE
 
 # Option checks: each returns the value (converted where needed) or raises a DataError naming it.
 
@@ -30,8 +30,8 @@ def _real(
     option: str,
     value,
     *,
-    low: float = -math.inf,
-    high: float = math.inf,
+    low: float = -MAX_SCALE,
+    high: float = MAX_SCALE,
     open_low: bool = False,
     open_high: bool = False,
 ) -> float:
