@@ -149,9 +149,11 @@ def _local(chosen, *, jobs: int, finish, progress):
             if STOP.signal is not None:
                 raise Interrupted(f"stopped after {progress.done} of {progress.total} cells; the cells in progress keep "
                                   "their last checkpoint; run the same command again to continue", STOP.signal)
-    finally:
+    except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         _stop_workers(workers, STOP.signal or signal.SIGTERM)
+        raise
+    pool.shutdown()
 
 
 def _stop_workers(workers, number):
