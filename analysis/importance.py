@@ -138,6 +138,68 @@ def importance_table(net, inclusion: dict, feature_names=None) -> list:
     return [{"feature": name, "psi": float(s), "phi": float(f)} for name, s, f in zip(names, psi, phi)]
 
 
+def keep_matrices(fitted) -> tuple:
+    """What a fit of any method says about keeping each weight: ``(soft, hard, name)``.
+
+    ``soft`` maps each site to the probability that the weight is kept where the method learns one
+    (sBNN inclusion probabilities, PFT's λ and ProbMask's keep-probabilities, PBP's keep logits read as
+    probabilities), else ``None``; ``hard`` maps each site to the weights the fitted network keeps
+    (Sparse VD: log α at most its threshold; an already sparse network, such as PFT, ProbMask,
+    saliency or unit gates, its non-zero weights; otherwise probability at least 1/2); ``name`` says
+    what ``soft`` (or ``hard``) holds.
+    """
+    soft, name = fitted.inclusion_probabilities(), "inclusion probability"
+    if soft is None and getattr(fitted, "keep", None) is not None:
+        soft, name = fitted.keep, "keep probability"
+    if soft is None and fitted.score_name == "keep logit":
+        soft, name = {site: torch.sigmoid(value.double()) for site, value in fitted.scores().items()}, "keep probability"
+    if hasattr(fitted, "log_alpha"):
+        hard = {site: (value <= fitted.threshold).double() for site, value in fitted.log_alpha().items()}
+        return soft, hard, "kept by Sparse VD (log α at most its threshold)"
+    if soft is not None and hasattr(fitted, "guide"):  # a posterior over a dense network (sBNN, PBP)
+        return soft, {site: (value >= 0.5).double() for site, value in soft.items()}, name
+    params = dict(fitted.net.named_parameters())
+    hard = {site: (params[site].detach() != 0).double() for site in fitted.sites}
+    return soft, hard, name if soft is not None else "kept by the fitted network (non-zero weight)"
+
+
+def input_importance(fitted, feature_names=None) -> list:
+    """Input importance of a fit of any method, in input order (``bayesprune importance`` of a run
+    without pooled restarts).
+
+    Returns:
+        One dict per input: ``feature``; ``psi``, eq. 3.18 read with the method's keep-probabilities
+        of :func:`keep_matrices` (its kept weights, 0 or 1, where it has none), and ``phi``;
+        ``weights_kept`` (first-layer weights from the input that the network keeps);
+        ``first_layer_score`` (the method's scores of those weights summed: for saliency the
+        pruning-order ranks, for Sparse VD −log α; NaN for a method that scores units, not weights); ``selected`` (a path of kept weights joins
+        the input to the output: the network uses it); ``rank`` (1 = highest ψ).
+    """
+    soft, hard, _ = keep_matrices(fitted)
+    net = fitted.net
+    psi = feature_importance(weight_inclusion_matrices(hard if soft is None else soft, net)).cpu()
+    connected = feature_importance(weight_inclusion_matrices(hard, net)).cpu() > 0
+    first = layer_chain(net)[0].weight_site
+    kept = _sum_per_input(hard[first].cpu())
+    scores = fitted.scores()
+    scores = _sum_per_input(scores[first].double().cpu()) if first in scores else torch.full((len(psi),), float("nan"))
+    names = feature_names if feature_names is not None else [f"x{j}" for j in range(len(psi))]
+    if len(names) != len(psi):
+        raise ValueError(f"got {len(names)} feature names for {len(psi)} inputs")
+    order = torch.argsort(-psi.double(), stable=True)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(1, len(psi) + 1)
+    phi = scaled_importance(psi)
+    return [{"feature": names[j], "psi": float(psi[j]), "phi": float(phi[j]), "weights_kept": int(kept[j]),
+             "first_layer_score": float(scores[j]), "selected": bool(connected[j]), "rank": int(rank[j])}
+            for j in range(len(psi))]
+
+
+def _sum_per_input(weight: torch.Tensor) -> torch.Tensor:
+    """The sum of a first layer's (out, in[, kh, kw]) values over everything but the input."""
+    return weight.reshape(weight.shape[0], weight.shape[1], -1).sum(dim=(0, 2))
+
+
 def node_layer_names(model_or_net) -> list:
     """Names of the node layers :func:`node_importance` returns: ``"input"``, then each weighted
     layer's module name (its output nodes), the last being the network outputs."""
@@ -278,6 +340,18 @@ def selection_record(rows: list, *, fdr: float, restarts: int) -> dict:
         "not_selected": [row["feature"] for row in rows if not row["selected"]],
         "expected_false_discovery_rate": expected_false_discovery_rate(inclusion, chosen),
         "inclusion_probability": {row["feature"]: row["inclusion_probability"] for row in rows},
+    }
+
+
+def kept_inputs_record(rows: list, kept_by: str) -> dict:
+    """The content of ``selection.json`` for a fit without pooled restarts (rows of :func:`input_importance`):
+    the inputs its network uses. No error rate is controlled: the method decides what it keeps."""
+    return {
+        "rule": "kept-by-the-fit",
+        "description": f"an input is selected when a path of weights the fit keeps ({kept_by}) joins it to the output; "
+                       "no false-discovery rate is controlled",
+        "selected": [row["feature"] for row in rows if row["selected"]],
+        "not_selected": [row["feature"] for row in rows if not row["selected"]],
     }
 
 

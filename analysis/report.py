@@ -87,7 +87,7 @@ def _write_report(run_dir: Path, metrics: dict) -> Path:
         *(["![test metric against droprate](pruning_curve.png)"] if curve_plot else []),
         *([f"## Scores\n\n![CDF of the {shown} of every weight](score_cdf.png)"] if score_plot else []),
         "## Optimisation\n\n![training loss per epoch](loss.png)",
-        *(_IMPORTANCE if (run_dir / "importance.png").exists() else []),
+        *(_importance_files(run_dir) if (run_dir / "importance.png").exists() else []),
         *diagnostics,
         *_method_sections(run_dir, metrics),
     ])
@@ -283,6 +283,25 @@ _IMPORTANCE = [
     "(features, with the selection), `selection.json`, `node_importance.csv` (every layer).",
     "![feature importance](importance.png)",
 ]
+
+
+def _importance_files(run_dir: Path) -> list:
+    """The section on ``bayesprune importance``'s files; for a fit without pooled restarts, the inputs
+    its ``selection.json`` lists (a pooled posterior's selection is in the diagnostics)."""
+    path = run_dir / SELECTION
+    if not path.is_file():
+        return _IMPORTANCE
+    with _reading(path):
+        record = json.loads(path.read_text())
+        if record["rule"] != "kept-by-the-fit":
+            return _IMPORTANCE
+        selected, dropped = record["selected"], record["not_selected"]
+        if not all(isinstance(name, str) for name in [*selected, *dropped]):
+            raise ValueError("'selected' or 'not_selected' holds something other than names")
+    line = (f"**Selected inputs ({len(selected)} of {len(selected) + len(dropped)}):** "
+            f"{', '.join(markdown_text(name) for name in selected) or 'none'}; removed: "
+            f"{', '.join(markdown_text(name) for name in dropped) or 'none'}. {markdown_text(record['description'])}.")
+    return [*_IMPORTANCE, line]
 
 
 def _selection_fdr(run_dir: Path) -> float:

@@ -73,7 +73,8 @@ def _report(args):
 
 
 def _importance(args):
-    from .analysis.importance import SELECTION, importance_table, node_importance_table, plot_importance, plot_importance_image
+    from .analysis.importance import (SELECTION, input_importance, keep_matrices, kept_inputs_record, node_importance_table,
+                                      plot_importance, plot_importance_image)
     from .analysis.tables import write_csv
     from .files import write_text
     from .runner import load_run
@@ -94,18 +95,13 @@ def _importance(args):
     if idata is not None:
         rows, nodes, selection = _pooled_importance(idata, fitted, args.fdr)
     else:
-        scores = fitted.inclusion_probabilities()
-        if scores is None:
-            raise BayesPruneError(f"{run_dir}: importance paths need inclusion probabilities; method {fitted.method!r} scores by {fitted.score_name}")
         try:
-            rows = importance_table(fitted.net, scores, dataset.feature_names)
-            nodes = node_importance_table(fitted.net, scores)
+            soft, hard, kept_by = keep_matrices(fitted)
+            rows = input_importance(fitted, dataset.feature_names)
+            nodes = node_importance_table(fitted.net, hard if soft is None else soft)
         except ValueError as error:
             raise BayesPruneError(f"{run_dir}: {error}") from None
-        ordered = sorted(rows, key=lambda row: -row["phi"])
-        ranks = {row["feature"]: rank for rank, row in enumerate(ordered, start=1)}
-        rows = [{**row, "rank": ranks[row["feature"]]} for row in rows]
-        selection = None
+        selection = kept_inputs_record(rows, kept_by)
     write_csv(outputs[0], rows)
     write_csv(outputs[1], nodes)
     if len(dataset.input_shape) == 3 and len(rows) == math.prod(dataset.input_shape):
@@ -114,13 +110,10 @@ def _importance(args):
         ordered = sorted(rows, key=lambda row: row["rank"])
         plot_importance(ordered[: args.top], outputs[2],
                         title=f"Feature importance ψ (top {min(args.top, len(rows))} of {len(rows)})")
-    written = outputs[:3]
-    if selection is not None:
-        write_text(outputs[3], json.dumps(selection, indent=1) + "\n")
-        written.append(outputs[3])
-        print(f"selected {len(selection['selected'])} of {len(rows)} inputs (posterior expected FDR "
-              f"{selection['expected_false_discovery_rate']:.3f} <= {args.fdr:g}): {', '.join(selection['selected']) or 'none'}")
-    print(f"wrote {', '.join(str(path) for path in written)}")
+    write_text(outputs[3], json.dumps(selection, indent=1) + "\n")
+    print(f"selected {len(selection['selected'])} of {len(rows)} inputs ({selection['rule']}): "
+          f"{', '.join(selection['selected']) or 'none'}")
+    print(f"wrote {', '.join(str(path) for path in outputs)}")
 
 
 def _posterior_with_importance(run_dir: Path):

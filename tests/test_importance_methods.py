@@ -1,0 +1,75 @@
+"""``bayesprune importance`` on a run of every method on a CSV table (issue 38, item 3): the table's
+feature names, a selection list, and each method's own numbers per input against the saved fit."""
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bayesprune.cli import main
+from conftest import SHORT
+
+FEATURES = ["signal", "noise1", "noise2", "noise3"]
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(120, len(FEATURES)))
+    label = (x[:, 0] > 0).astype(int)
+    path = tmp_path_factory.mktemp("table") / "table.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow([*FEATURES, "label"])
+        writer.writerows([[*row, y] for row, y in zip(x.round(4), label)])
+    return path
+
+
+def run_and_importance(method, table, out, capsys):
+    settings = ["train.epochs=2", "device='cpu'", "baseline.enabled=false", "chains=1", *SHORT[method],
+                "data.dataset='csv'", f"data.path='{table}'", "data.target='label'", "model.hidden=[6]",
+                "prune.droprates=[0.0]"]
+    config = "sbnn-digits" if method == "sbnn" else f"{method}-digits"
+    assert main(["run", config, "--out", str(out), "--quiet", *(arg for s in settings for arg in ("--set", s))]) == 0
+    assert main(["importance", str(out)]) == 0
+    printed = capsys.readouterr().out
+    with open(out / "importance.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    return rows, json.loads((out / "selection.json").read_text()), printed
+
+
+@pytest.mark.parametrize("method", ["sbnn", "sparse-vd", "unit-gates", "pft", "pbp", "probmask", "saliency"])
+def test_importance_of_every_method_names_the_table_features_and_selects(method, table, tmp_path, capsys):
+    rows, selection, printed = run_and_importance(method, table, tmp_path / "run", capsys)
+    assert [row["feature"] for row in rows] == FEATURES
+    assert sorted(int(row["rank"]) for row in rows) == [1, 2, 3, 4]
+    assert selection["selected"] == [row["feature"] for row in rows if row["selected"] == "True"]
+    assert sorted(selection["selected"] + selection["not_selected"]) == sorted(FEATURES)
+    assert f"selected {len(selection['selected'])} of 4 inputs" in printed
+    assert (tmp_path / "run" / "importance.png").stat().st_size > 0
+    assert main(["report", str(tmp_path / "run")]) == 0
+    report = (tmp_path / "run" / "report.md").read_text()
+    line = next(line for line in report.splitlines() if line.startswith(f"**Selected inputs ({len(selection['selected'])} of 4):**"))
+    listed = line.split(":** ")[1].split(".")[0].split(";")[0]
+    assert sorted(listed.split(", ")) == sorted(selection["selected"] or ["none"])
+
+
+def test_sparse_vd_importance_counts_the_input_weights_it_keeps(table, tmp_path, capsys):
+    from bayesprune.runner import load_run
+
+    rows, selection, _ = run_and_importance("sparse-vd", table, tmp_path / "run", capsys)
+    _, _, fitted = load_run(tmp_path / "run")
+    log_alpha = fitted.log_alpha()["1.weight"]  # (hidden, inputs), by hand
+    kept = (log_alpha <= fitted.threshold).sum(dim=0)
+    assert [int(row["weights_kept"]) for row in rows] == kept.tolist()
+    np.testing.assert_allclose([float(row["first_layer_score"]) for row in rows], (-log_alpha).sum(dim=0).double(), rtol=1e-6)
+    removed = [name for name, count in zip(FEATURES, kept.tolist()) if count == 0]
+    assert all(name in selection["not_selected"] for name in removed)  # an input without a kept weight is dropped
+
+
+def test_saliency_importance_sums_the_pruning_order_of_each_input(table, tmp_path, capsys):
+    rows, _, _ = run_and_importance("saliency", table, tmp_path / "run", capsys)
+    with np.load(tmp_path / "run" / "scores.npz") as scores:
+        ranks = torch.as_tensor(scores["1.weight"]).double()
+    np.testing.assert_allclose([float(row["first_layer_score"]) for row in rows], ranks.sum(dim=0), rtol=1e-9)
