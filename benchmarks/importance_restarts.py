@@ -15,8 +15,9 @@ cut again into a fitting part and a validation part (a quarter), which the run s
 split; the real test rows are never read unless ``--final`` is given, which fits on the whole
 training part and scores on the test part (for the numbers quoted in the docs, after choosing).
 
-    OMP_NUM_THREADS=1 python benchmarks/importance_restarts.py --data breast_cancer diabetes
-    OMP_NUM_THREADS=1 python benchmarks/importance_restarts.py --set train.epochs=300 --setting --set optim.lr=0.01
+    OMP_NUM_THREADS=1 python benchmarks/importance_restarts.py --hidden "[100]" --set chains=4 --set sbnn.log_tau0=-2.0 \
+        --set sbnn.log_tau1=0.0 --set optim.lr=0.01 --set train.epochs=300 --setting --set chains=4 ...
+    OMP_NUM_THREADS=1 python benchmarks/importance_restarts.py --config sbnn-table --final   # the numbers in docs/usage.md
 """
 import argparse
 import itertools
@@ -29,11 +30,14 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from bayesprune.analysis.importance import pooled_importance, pooled_importance_of
-from bayesprune.config import RunConfig, apply_overrides
+from bayesprune.config import RunConfig, apply_overrides, read_config
 from bayesprune.runner import run
 
 TARGET = "target"
-TASKS = {"breast_cancer": "classification", "diabetes": "regression"}
+TASKS = {"breast_cancer": "classification", "diabetes": "regression", "friedman1": "regression"}
+#: Friedman's first function (make_friedman1): y = 10 sin(pi x0 x1) + 20 (x2 - 0.5)^2 + 10 x3 + 5 x4 + noise,
+#: inputs 5-19 pure noise; 500 rows.
+RELEVANT = {"friedman1": ["x0", "x1", "x2", "x3", "x4"]}
 
 
 def write_tables(name: str, folder: Path, *, split_seed: int, final: bool) -> tuple:
@@ -41,7 +45,13 @@ def write_tables(name: str, folder: Path, *, split_seed: int, final: bool) -> tu
     fitting part and a validation part of the training rows."""
     import sklearn.datasets
 
-    frame = getattr(sklearn.datasets, f"load_{name}")(as_frame=True).frame
+    if name == "friedman1":
+        import pandas as pd
+
+        x, y = sklearn.datasets.make_friedman1(500, n_features=20, noise=1.0, random_state=split_seed)
+        frame = pd.DataFrame(x, columns=[f"x{j}" for j in range(20)]).assign(target=y)
+    else:
+        frame = getattr(sklearn.datasets, f"load_{name}")(as_frame=True).frame
     rows = np.random.default_rng(split_seed).permutation(len(frame))
     train, test = rows[: int(0.8 * len(rows))], rows[int(0.8 * len(rows)):]
     if not final:
@@ -52,15 +62,22 @@ def write_tables(name: str, folder: Path, *, split_seed: int, final: bool) -> tu
     return paths
 
 
-def agreement(idata) -> dict:
-    """Restart agreement of one run's posterior (see the module docstring)."""
+def agreement(idata, relevant=None) -> dict:
+    """Restart agreement of one run's posterior (see the module docstring), and where the relevant
+    inputs are known, the pooled selection's power and false-discovery proportion."""
     pooled = pooled_importance_of(idata)
     draws = idata.posterior["psi"].transpose("chain", "draw", "feature").values
     at_p = idata["variational"]["psi"].transpose("chain", "feature").values
     chains = range(len(at_p))
     selections = [np.array([row["selected"] for row in pooled_importance(draws[c:c + 1], at_p[c:c + 1])]) for c in chains]
     pairs = list(itertools.combinations(chains, 2))
+    truth = {} if relevant is None else {
+        "power": sum(row["selected"] for row in pooled if row["feature"] in relevant) / len(relevant),
+        "fdp": sum(row["selected"] and row["feature"] not in relevant for row in pooled) / max(1, sum(row["selected"] for row in pooled)),
+        "top_k_correct": len({row["feature"] for row in pooled if row["rank"] <= len(relevant)} & set(relevant)),
+    }
     return {
+        **truth,
         "min_spearman": min((spearmanr(at_p[a], at_p[b])[0] for a, b in pairs), default=float("nan")),
         "max_selection_difference": max((int((selections[a] != selections[b]).sum()) for a, b in pairs), default=0),
         "selected": int(sum(row["selected"] for row in pooled)),
@@ -70,13 +87,14 @@ def agreement(idata) -> dict:
     }
 
 
-def measure(name: str, overrides: list, folder: Path, *, split_seed: int, final: bool, hidden: str) -> dict:
+def measure(name: str, overrides: list, folder: Path, *, split_seed: int, final: bool, hidden: str, base=None) -> dict:
     import arviz as az
 
     fit, score = write_tables(name, folder, split_seed=split_seed, final=final)
-    config = RunConfig.from_dict(apply_overrides({}, [  # a user's own config: every other key at its default
+    start = {} if base is None else read_config(base)  # {}: a user's own config, every other key at its default
+    config = RunConfig.from_dict(apply_overrides(start, [
         "method='sbnn'", "data.dataset='csv'", f"data.train='{fit}'", f"data.test='{score}'", f"data.target='{TARGET}'",
-        f"data.task='{TASKS[name]}'", f"model.hidden={hidden}", "baseline.enabled=false", "prune.droprates=[0.0]",
+        f"data.task='{TASKS[name]}'", *([f"model.hidden={hidden}"] if hidden else []), "baseline.enabled=false", "prune.droprates=[0.0]",
         "device='cpu'", *overrides,
     ]))
     out = folder / f"run-{name}"
@@ -84,7 +102,7 @@ def measure(name: str, overrides: list, folder: Path, *, split_seed: int, final:
     metrics = run(config, out, force=True)
     seconds = time.perf_counter() - start
     metric = "test_error" if TASKS[name] == "classification" else "test_rmse"
-    return {**agreement(az.from_netcdf(str(out / "posterior.nc"))), "held_out": metrics[metric],
+    return {**agreement(az.from_netcdf(str(out / "posterior.nc")), RELEVANT.get(name)), "held_out": metrics[metric],
             "chains": metrics["chains"], "seconds": seconds}
 
 
@@ -105,20 +123,25 @@ def main(argv=None):
     split = argv.index("--set") if "--set" in argv else (argv.index("--setting") if "--setting" in argv else len(argv))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", nargs="+", default=list(TASKS), choices=list(TASKS))
-    parser.add_argument("--hidden", default="[16]", help="widths of the MLP's hidden layers (default [16])")
+    parser.add_argument("--hidden", default=None, help="widths of the MLP's hidden layers, e.g. [16] (default: the config's)")
     parser.add_argument("--split-seed", type=int, default=0)
     parser.add_argument("--final", action="store_true", help="fit on the training part, score on the test part")
+    parser.add_argument("--config", default=None, help="a packaged config or TOML file to start from (default: none, "
+                        "every key at its default as in a config written by hand)")
     args = parser.parse_args(argv[:split])
     for overrides in settings(argv[split:]):
         for name in args.data:
             with tempfile.TemporaryDirectory() as folder:
-                result = measure(name, overrides, Path(folder), split_seed=args.split_seed, final=args.final, hidden=args.hidden)
+                result = measure(name, overrides, Path(folder), split_seed=args.split_seed, final=args.final, hidden=args.hidden,
+                                 base=args.config)
             low, high = result["psi_range"]
             print(f"{name:14s} {' '.join(overrides) or '(defaults)'}: chains {result['chains']}, "
                   f"min Spearman {result['min_spearman']:.3f}, selections differ by <= {result['max_selection_difference']} "
                   f"({result['selected']} selected), interval covers restarts: {result['covered']}, "
                   f"max R-hat {result['max_r_hat']:.3f}, psi {low:.3f}-{high:.3f}, held-out {result['held_out']:.4g}, "
-                  f"{result['seconds']:.0f} s", flush=True)
+                  f"{result['seconds']:.0f} s"
+                  + (f", power {result['power']:.2f}, FDP {result['fdp']:.2f}, relevant in the top 5: {result['top_k_correct']}"
+                     if "power" in result else ""), flush=True)
 
 
 if __name__ == "__main__":
