@@ -383,7 +383,7 @@ def plot_importance(rows, path, *, title="Feature importance"):
     axis.scatter(psi[selected], positions[selected], color="C0", zorder=3, label="selected")
     axis.scatter(psi[~selected], positions[~selected], facecolors="white", edgecolors="C0", zorder=3, label="not selected")
     axis.set_yticks(positions, [row["feature"] for row in rows])
-    axis.set(xlabel="feature importance ψ (eq. 3.18; bars: 94% interval of the pooled draws)", ylabel="input feature",
+    axis.set(xlabel="importance ψ (eq. 3.18); bar: 94% interval, restarts pooled", ylabel="input feature",
              xlim=(0, None), title=title)
     if any("selected" in row for row in rows):
         axis.legend(loc="lower right", fontsize="small")

@@ -536,7 +536,7 @@ def _forest_fallback(psi: xr.DataArray, plt):
     return figure
 
 
-FOREST_XLABEL = "feature importance ψ (eq. 3.18), 94% interval of each restart's draws"
+FOREST_XLABEL = "importance ψ (eq. 3.18), 94% interval per restart"
 FOREST_YLABEL = "input feature (one line per restart)"
 
 
