@@ -288,6 +288,13 @@ def test_importance_command_pools_the_restarts_of_eq_3_18(two_chain_run, capsys)
     report = (two_chain_run / "report.md").read_text()
     top = min(rows, key=lambda row: int(row["rank"]))
     assert f"| {top['feature']} | {float(top['psi']):.4g} |" in report
+    # the warning names every feature whose R-hat across the restarts exceeds 1.05, as importance.csv gives it
+    disagreeing = {row["feature"] for row in rows if float(row["r_hat"]) > 1.05}
+    if disagreeing:
+        warning = report.split("**Warning: the restarts disagree (R-hat > 1.05) on ")[1].split("\n")[0]
+        assert set(warning.split(":** ")[1].split(". Their ranks")[0].split(", ")) == disagreeing
+    else:
+        assert "Every feature's R-hat is at most 1.05" in report
 
     status, _, err = run_cli(capsys, "importance", str(two_chain_run))
     assert status == 2 and "--force" in err and err.count("\n") == 1
