@@ -22,18 +22,18 @@ Beyond the paper, which defines ψ for MLPs with one output only:
   channel-major by ``nn.Flatten``; its (out, C·H·W) matrix is folded to (out, C) by averaging over
   the H·W spatial positions of each channel, so the chain of matrices stays (out × in) consistent.
 
-Only plain chains are supported (:func:`bayesprune.structure.layer_chain`: ``Linear``/``Conv2d``
+Only plain chains are supported (:func:`bayesprune.core.structure.layer_chain`: ``Linear``/``Conv2d``
 layers in module order with pooling, activations and ``Flatten`` between them, no branches, skip
 connections or batch norm); anything else raises ``ValueError``.
 """
 import numpy as np
 import torch
 
-from bayesprune.structure import layer_chain
+from bayesprune.core.structure import layer_chain
 
-from .selection import DEFAULT_FDR, expected_false_discovery_rate, select_by_bayesian_fdr
+from bayesprune.analysis.selection import DEFAULT_FDR, expected_false_discovery_rate, select_by_bayesian_fdr
 
-from .plots import save_figure  # selects the Agg backend before pyplot loads
+from bayesprune.analysis.plots import save_figure  # selects the Agg backend before pyplot loads
 
 import matplotlib.pyplot as plt  # noqa: E402
 

@@ -60,10 +60,10 @@ import numpy as np
 import torch
 import xarray as xr
 
-from bayesprune.errors import Interrupted
-from bayesprune.predict import evaluating
+from bayesprune.core.errors import Interrupted
+from bayesprune.core.predict import evaluating
 
-from .plots import plot_inclusion_cdfs, plt, save_figure
+from bayesprune.analysis.plots import plot_inclusion_cdfs, plt, save_figure
 
 #: Default ``sites=None`` stores every site's weights when the network has at most this many weights,
 #: else only the first layer's sites if they fit, else no per-weight draws.
@@ -88,7 +88,7 @@ def to_inference_data(
 
     Args:
         fits: a list of ``(model, guide, history)`` (longer tuples such as the output of
-            :func:`bayesprune.runner.fit_posterior` are accepted; the rest is ignored), one per chain.
+            :func:`bayesprune.pipeline.runner.fit_posterior` are accepted; the rest is ignored), one per chain.
             Each guide provides ``posteriors()`` (a :class:`~bayesprune.guides.SpikeSlabGuide`).
             ``history`` may be ``None`` (its ELBO trace is then all NaN).
         dataset: the :class:`bayesprune.data.Dataset` the fits were trained on; its test split gives
@@ -237,7 +237,7 @@ def write_posterior(idata, path, *, method: str | None = None) -> Path:
         options["engine"] = "h5netcdf"
     except ImportError:
         pass
-    from bayesprune.files import replacing
+    from bayesprune.core.files import replacing
 
     with replacing(path) as temporary:
         idata.to_netcdf(str(temporary), **options)
@@ -512,7 +512,7 @@ def _arviz_or_fallback(arviz_plot, fallback, path, plt, what):
 def _save_result(result, path, plt):
     """Save what an ArviZ plot returned: matplotlib axes (0.x) or a PlotCollection (≥ 1)."""
     if hasattr(result, "savefig"):
-        from bayesprune.files import replacing
+        from bayesprune.core.files import replacing
 
         with replacing(path) as temporary:
             result.savefig(str(temporary))

@@ -8,9 +8,9 @@ import numpy as np  # noqa: E402
 
 def save_figure(figure, path):
     """Write ``figure`` to ``path`` as a PNG and close it; after a stop request (SIGINT, SIGTERM) it is
-    closed unwritten and :func:`bayesprune.fit.check_stop` stops the report there, plot by plot."""
-    from bayesprune.files import replacing
-    from bayesprune.fit import check_stop
+    closed unwritten and :func:`bayesprune.core.loop.check_stop` stops the report there, plot by plot."""
+    from bayesprune.core.files import replacing
+    from bayesprune.core.loop import check_stop
 
     try:
         check_stop("while drawing the report")

@@ -35,7 +35,7 @@ def write_csv(path: Path, rows: list, *, digits=None):
     """Rows (dicts with the same keys) as a CSV file; cells through :func:`format_value` when ``digits`` is given."""
     if digits is not None:
         rows = [{key: format_value(value, digits) for key, value in row.items()} for row in rows]
-    from bayesprune.files import replacing
+    from bayesprune.core.files import replacing
 
     with replacing(path) as temporary, open(temporary, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))

@@ -12,12 +12,12 @@ from dataclasses import replace
 import torch
 from torch.utils.data import DataLoader
 
-from .config import RunConfig
-from .data import CLASSIFICATION, REGRESSION, Dataset, validate
-from .errors import ConfigError, DataError
-from .fit import resolve_device
-from .methods import FitContext, get_method
-from .runner import refuse_unsupported
+from bayesprune.pipeline.config import RunConfig
+from bayesprune.data import CLASSIFICATION, REGRESSION, Dataset, validate
+from bayesprune.core.errors import ConfigError, DataError
+from bayesprune.core.loop import resolve_device
+from bayesprune.methods import FitContext, get_method
+from bayesprune.pipeline.runner import refuse_unsupported
 
 
 def fit_method(name: str, net: torch.nn.Module, train, test=None, *, options=None, epochs: int | None = None,

@@ -12,10 +12,10 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-from .config import load_config, packaged_configs
-from .errors import BayesPruneError, Interrupted, StopNow, one_line
-from .fit import STOP
-from .validation import is_count
+from bayesprune.pipeline.config import load_config, packaged_configs
+from bayesprune.core.errors import BayesPruneError, Interrupted, StopNow, one_line
+from bayesprune.core.loop import STOP
+from bayesprune.core.validation import is_count
 
 
 #: The most timed forward passes ``export --repeats`` takes per batch size and device (more measures nothing new).
@@ -28,7 +28,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _run(args):
-    from .runner import resume_run, run  # heavy imports (torch, pyro) only when needed
+    from bayesprune.pipeline.runner import resume_run, run  # heavy imports (torch, pyro) only when needed
 
     if args.resume is not None:
         given = [flag for flag, value in (("a config", args.config), ("--out", args.out), ("--set", args.overrides),
@@ -63,7 +63,7 @@ def _print_result(metrics, out):
 
 
 def _report(args):
-    from .analysis.report import write_report
+    from bayesprune.pipeline.report import write_report
 
     run_dir = Path(args.run_dir)
     for names in (("metrics.json",), ("history.csv", "elbo.csv"), ("scores.npz", "inclusion_probabilities.npz")):
@@ -73,11 +73,11 @@ def _report(args):
 
 
 def _importance(args):
-    from .analysis.importance import (SELECTION, input_importance, keep_matrices, kept_inputs_record, node_importance_table,
+    from bayesprune.analysis.importance import (SELECTION, input_importance, keep_matrices, kept_inputs_record, node_importance_table,
                                       plot_importance, plot_importance_image)
-    from .analysis.tables import write_csv
-    from .files import write_text
-    from .runner import load_run
+    from bayesprune.analysis.tables import write_csv
+    from bayesprune.core.files import write_text
+    from bayesprune.pipeline.runner import load_run
 
     if args.top < 1:
         raise BayesPruneError(f"--top must be a positive integer, got {args.top}")
@@ -118,7 +118,7 @@ def _importance(args):
 
 def _posterior_with_importance(run_dir: Path):
     """The run's ``posterior.nc`` (checked as the report checks it) when it holds ψ's draws, else ``None``."""
-    from .analysis.report import read_metrics, read_posterior, read_scores
+    from bayesprune.pipeline.report import read_metrics, read_posterior, read_scores
 
     if not (run_dir / "posterior.nc").is_file():
         return None
@@ -129,8 +129,8 @@ def _posterior_with_importance(run_dir: Path):
 def _pooled_importance(idata, fitted, fdr: float) -> tuple:
     """Rows of ``importance.csv`` and ``node_importance.csv`` and the ``selection.json`` record, from every
     restart of ``posterior.nc`` pooled: the numbers the report gives."""
-    from .analysis.importance import node_layer_names, pooled_importance_of, pooled_node_importance_of, selection_record
-    from .structure import layer_chain
+    from bayesprune.analysis.importance import node_layer_names, pooled_importance_of, pooled_node_importance_of, selection_record
+    from bayesprune.core.structure import layer_chain
 
     rows = pooled_importance_of(idata, fdr=fdr)
     outputs = layer_chain(fitted.net)[-1].module.weight.shape[0]
@@ -143,14 +143,14 @@ def _export(args):
 
     import torch
 
-    from .export import (count_macs, count_parameters, dead_units, export, measure_latency, save_portable,
+    from bayesprune.core.export import (count_macs, count_parameters, dead_units, export, measure_latency, save_portable,
                          save_trainable)
-    from .methods import get_method
-    from .normalization import changes, has_running_stats
-    from .predict import metric
-    from .preprocessing import preprocessing_of, with_preprocessing
-    from .pruning import expand_unit_masks, prune
-    from .runner import load_run
+    from bayesprune.methods import get_method
+    from bayesprune.core.normalization import changes, has_running_stats
+    from bayesprune.core.predict import metric
+    from bayesprune.core.preprocessing import preprocessing_of, with_preprocessing
+    from bayesprune.core.pruning import expand_unit_masks, prune
+    from bayesprune.pipeline.runner import load_run
 
     out = Path(args.out)
     if not out.name or out.is_dir() or args.out.endswith("/"):
@@ -261,7 +261,7 @@ def _export(args):
     print(f"wrote {out}: torch.export.load(path).module() runs it with torch alone (inputs of shape (batch, "
           f"{', '.join(map(str, shape))}) as the data files hold them" + _preprocessing_note(preprocessing) + ")")
     if why_not is None:
-        print(f"wrote {trainable}: bayesprune.export.load_trainable(path) rebuilds it as a trainable nn.Module"
+        print(f"wrote {trainable}: bayesprune.core.export.load_trainable(path) rebuilds it as a trainable nn.Module"
               + ("" if not (report["standardises_inputs"] or report["scales_outputs"]) else
                  " of the standardised data (load_trainable(path, raw_inputs=True) wraps it as the file above)"))
     else:
@@ -304,8 +304,8 @@ MAX_CERTIFY_SAMPLES = 100_000
 
 
 def _certify(args):
-    from .methods import get_method
-    from .runner import load_run
+    from bayesprune.methods import get_method
+    from bayesprune.pipeline.runner import load_run
 
     if args.samples is not None and not (is_count(args.samples) and args.samples <= MAX_CERTIFY_SAMPLES):
         raise BayesPruneError(f"--samples must be a positive integer up to {MAX_CERTIFY_SAMPLES:,}, got {args.samples}")
@@ -321,10 +321,10 @@ def _certify(args):
 
 
 def _budget(assignments):
-    """The :class:`~bayesprune.pruning.Budget` of ``--budget key=value`` assignments over the command's defaults
+    """The :class:`~bayesprune.core.pruning.Budget` of ``--budget key=value`` assignments over the command's defaults
     (``level=unit min_keep=1``; one of fraction, keep and threshold must be given)."""
-    from .config import parse_override
-    from .pruning import Budget
+    from bayesprune.pipeline.config import parse_override
+    from bayesprune.core.pruning import Budget
 
     fields, given = {"level": "unit", "min_keep": 1}, set()
     for assignment in assignments:
@@ -352,7 +352,7 @@ def _grid_folder(args) -> Path:
 
 
 def _compare(args):
-    from .compare import compare
+    from bayesprune.pipeline.compare import compare
 
     out = _grid_folder(args)
     rows = compare(args.config, out, methods=args.methods, sparsities=args.sparsities, seeds=args.seeds, jobs=args.jobs,
@@ -372,7 +372,7 @@ def _failed_cells(rows, table) -> int:
 
 
 def _sweep(args):
-    from .compare.sweep import sweep
+    from bayesprune.pipeline.compare.sweep import sweep
 
     out = _grid_folder(args)
     if args.resume is None and not (args.config and args.grid):
@@ -494,7 +494,7 @@ def main(argv=None):
     previous = {number: signal.signal(number, _request_stop) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         if args.command != "list":  # list reads no tensor (and imports no torch)
-            from .threads import set_threads
+            from bayesprune.pipeline.threads import set_threads
 
             set_threads(getattr(args, "threads", None))
         with _warnings_after_success():
@@ -529,7 +529,7 @@ def _warnings_after_success():
 
 def _request_stop(number, frame):
     """Stop at the end of the training step in progress (a second signal stops at once, with the same
-    one line: :class:`~bayesprune.errors.StopNow`)."""
+    one line: :class:`~bayesprune.core.errors.StopNow`)."""
     if STOP.signal is not None:
         raise StopNow(number)
     STOP.signal = number

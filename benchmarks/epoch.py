@@ -36,12 +36,12 @@ import torch
 import torch.nn.functional as F
 
 from bayesprune import TensorBatches, resolve_device
-from bayesprune.config import load_config
+from bayesprune.pipeline.config import load_config
 from bayesprune.data import CLASSIFICATION, Dataset, load_dataset
-from bayesprune.errors import DataError
-from bayesprune.fit import optimizer_step, train
+from bayesprune.core.errors import DataError
+from bayesprune.core.loop import optimizer_step, train
 from bayesprune.methods import FitContext, get_method
-from bayesprune.runner import new_net
+from bayesprune.pipeline.runner import new_net
 from svi_step import PlainTorchSBNN
 
 #: Method name → its packaged LeNet-300-100 config and the overrides that leave one epoch of its main stage.

@@ -2,7 +2,7 @@
 
 What is measured: a unit-level budget (``Budget(fraction=..., level="unit")``, global, by the L2 norm of
 each hidden unit's incoming weights) removes hidden units of a randomly initialised LeNet-300-100
-(784 MNIST-shaped inputs), :func:`bayesprune.export.export` rebuilds the smaller ``Linear`` layers,
+(784 MNIST-shaped inputs), :func:`bayesprune.core.export.export` rebuilds the smaller ``Linear`` layers,
 and for both networks the benchmark prints parameters, MACs (:func:`count_macs`) and the median CPU
 forward time at batch sizes 1, 64 and 1024 (:func:`measure_latency`, one intra-op thread by default).
 
@@ -16,9 +16,9 @@ import json
 
 import torch
 
-from bayesprune.export import count_macs, count_parameters, export, measure_latency
+from bayesprune.core.export import count_macs, count_parameters, export, measure_latency
 from bayesprune.models import lenet_300_100
-from bayesprune.pruning import Budget, prune
+from bayesprune.core.pruning import Budget, prune
 
 INPUT_SHAPE = (784,)
 BATCH_SIZES = (1, 64, 1024)

@@ -5,7 +5,7 @@ What is measured: the wall-clock time of the GGN diagonal of every weight of pap
 (784-300-100-10, tanh; 266,200 weights) over ``--examples`` inputs (1,000 per pruning stage in the
 paper), cross-entropy loss, by two methods:
 
-* ``backward``: :func:`bayesprune.criteria.ggn_diagonal`, one backward pass per output column to the
+* ``backward``: :func:`bayesprune.core.criteria.ggn_diagonal`, one backward pass per output column to the
   layers' outputs and (δ²)ᵀ(a²) per ``Linear``.
 * ``jacobian``: :func:`per_example_jacobians` below, vmapped vector-Jacobian products of the whole
   network per example and output column, chunked over examples (what bayesprune did before).
@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vjp, vmap
 
-from bayesprune.criteria import _hessian_factor, ggn_diagonal, weight_sites
+from bayesprune.core.criteria import _hessian_factor, ggn_diagonal, weight_sites
 from projection import synchronize
 
 TOLERANCE = 1e-4

@@ -30,8 +30,8 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from bayesprune.analysis.importance import pooled_importance, pooled_importance_of
-from bayesprune.config import RunConfig, apply_overrides, read_config
-from bayesprune.runner import run
+from bayesprune.pipeline.config import RunConfig, apply_overrides, read_config
+from bayesprune.pipeline.runner import run
 
 TARGET = "target"
 TASKS = {"breast_cancer": "classification", "diabetes": "regression", "friedman1": "regression"}

@@ -46,8 +46,8 @@ def sbnn_selection(x, y, folder: Path, overrides: list) -> tuple:
     import pandas as pd
 
     from bayesprune.analysis.importance import pooled_importance_of
-    from bayesprune.config import RunConfig, apply_overrides
-    from bayesprune.runner import run
+    from bayesprune.pipeline.config import RunConfig, apply_overrides
+    from bayesprune.pipeline.runner import run
 
     path = folder / "table.csv"
     pd.DataFrame(x, columns=[f"x{j}" for j in range(x.shape[1])]).assign(**{TARGET: y}).to_csv(path, index=False)

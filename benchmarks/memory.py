@@ -1,7 +1,7 @@
 """Peak memory of a LeNet-300-100 run: its training against what comes after (the predictive, ArviZ).
 
 What is measured: the resident set size of this process, sampled every millisecond by a thread
-while ``bayesprune.runner.run`` executes a packaged config (``mnist-lenet-300-100`` by default;
+while ``bayesprune.pipeline.runner.run`` executes a packaged config (``mnist-lenet-300-100`` by default;
 ``--epochs`` shortens its training), split by phase: ``setup`` (data, network), ``training``
 (``Method.fit``), ``evaluation`` (the pruning curve with its Monte-Carlo predictive and the plain
 baseline), ``inference_data`` (the ArviZ conversion: posterior draws, posterior predictive,
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-import bayesprune.runner as runner
-from bayesprune.config import load_config
+import bayesprune.pipeline.runner as runner
+from bayesprune.pipeline.config import load_config
 from bayesprune.methods import get_method
 
 PAGE = 4096

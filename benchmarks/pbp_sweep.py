@@ -1,7 +1,7 @@
 """PAC-Bayes pruning over sparsities and prior fractions α: paper 000, Fig. 4 (error and bound against sparsity).
 
 Sweeps the packaged ``pbp-lenet300`` config (or ``--config``) over every (α, sparsity) with
-:func:`bayesprune.compare.sweep.sweep` (``bayesprune sweep``): one run directory per point under
+:func:`bayesprune.pipeline.compare.sweep.sweep` (``bayesprune sweep``): one run directory per point under
 ``--out/cells``, its ``summary.md``/``summary.csv``, and here ``sweep.json``, ``sweep.md`` (a table of the
 certificate and the measured errors) and ``fig4.png``::
 
@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from bayesprune.analysis.tables import markdown_table
-from bayesprune.compare.sweep import sweep
+from bayesprune.pipeline.compare.sweep import sweep
 from bayesprune.methods.pbp.plots import plot_bound_against_sparsity
 
 KEYS = ("bound", "bound_kl_inverse", "empirical_risk", "posterior_test_error", "prior_test_error", "kl", "sparsity", "grid_size")

@@ -21,12 +21,12 @@ import torch
 from torch.func import functional_call
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bayesprune.criteria import saliency  # noqa: E402
+from bayesprune.core.criteria import saliency  # noqa: E402
 from bayesprune.data.mnist import load_mnist  # noqa: E402
-from bayesprune.export import mask_parameters, unmask_parameters  # noqa: E402
-from bayesprune.gates import StochasticMasks, block_isotropic, isotropic  # noqa: E402
+from bayesprune.core.export import mask_parameters, unmask_parameters  # noqa: E402
+from bayesprune.core.gates import StochasticMasks, block_isotropic, isotropic  # noqa: E402
 from bayesprune.methods.pft import mask_overlap  # noqa: E402
-from bayesprune.pruning import Budget, apply_masks, prune  # noqa: E402
+from bayesprune.core.pruning import Budget, apply_masks, prune  # noqa: E402
 from models import lenet_300_100  # noqa: E402
 
 p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

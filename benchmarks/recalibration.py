@@ -37,8 +37,8 @@ from torch import nn
 
 from bayesprune.cli import main
 from bayesprune.data import load_dataset
-from bayesprune.pruning import prune
-from bayesprune.runner import load_run
+from bayesprune.core.pruning import prune
+from bayesprune.pipeline.runner import load_run
 
 FACTORY = '''
 import torchvision

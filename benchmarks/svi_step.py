@@ -12,7 +12,7 @@ disk, no network), in three implementations of the same model:
   the cross-entropy summed over the batch times N/B, plus the KL
   sum_i R(m_i, sigma_i, p_i) - 1/2 (eq. 3.7) at p = p*(m, sigma) (eq. 3.8, detached), minimised by a
   single ``torch.optim.Adam`` over [m, rho] with zero_grad / backward / step. Its log p and
-  log(1 - p) avoid subnormal intermediates (:func:`bayesprune.distributions.log_sigmoids`), as
+  log(1 - p) avoid subnormal intermediates (:func:`bayesprune.core.distributions.log_sigmoids`), as
   careful CPU code should: with ``F.logsigmoid`` the reference itself would be about a third slower
   at LeNet's initial weights.
 * ``naive Pyro``: the same ``BayesianNetwork`` model with ``pyro.infer.autoguide.AutoNormal`` and
@@ -47,7 +47,7 @@ from pyro.infer.autoguide import AutoNormal
 from pyro.infer.autoguide.initialization import init_to_value
 
 from bayesprune import AnalyticKLELBO, SpikeSlabPrior, resolve_device
-from bayesprune.distributions import log_sigmoids
+from bayesprune.core.distributions import log_sigmoids
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.models import BayesianNetwork, Categorical, lenet_300_100
 

@@ -3,7 +3,7 @@
 What is measured: the wall-clock time of ``bayesprune run --out DIR --quiet`` (the default config;
 ``--epochs`` shortens its training through ``--set train.epochs=E``) as a subprocess, under
 torch's thread counts ``all`` (``--threads`` = every core), ``cores-1`` and ``1``, and without
-``--threads`` (``default``: :func:`bayesprune.threads.default_threads`), while a Python process
+``--threads`` (``default``: :func:`bayesprune.pipeline.threads.default_threads`), while a Python process
 spins on one core the whole time. The variants run in interleaved rounds (the order rotating); the
 medians are reported with ``default_over_one_thread``, the target being at most 1.3.
 ``OMP_NUM_THREADS`` is removed from the runs' environment.
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bayesprune.threads import available_cores
+from bayesprune.pipeline.threads import available_cores
 
 
 def variants(cores: int) -> dict:

@@ -12,7 +12,7 @@ Every set gets the same settings: a budget of gradient steps, minibatches of a h
 training rows (at least 32), and the epoch that scores best on a tenth of each training split held
 out (the test split is read once, at the end). ``--set`` overrides apply to every set.
 
-The sets are a sweep over ``data.name`` (:func:`bayesprune.compare.sweep.sweep`, ``bayesprune sweep``):
+The sets are a sweep over ``data.name`` (:func:`bayesprune.pipeline.compare.sweep.sweep`, ``bayesprune sweep``):
 one run directory per set under ``--out/cells``; running it again with the same ``--out`` continues,
 and a finished set is read back, never refitted.
 """
@@ -21,8 +21,8 @@ import json
 import math
 from pathlib import Path
 
-from bayesprune.compare.sweep import point_name, sweep
-from bayesprune.config import load_config
+from bayesprune.pipeline.compare.sweep import point_name, sweep
+from bayesprune.pipeline.config import load_config
 
 # Paper 003, Table 3: sBNN full model (mean, standard error) and with 50% of the weights removed.
 PAPER = {

@@ -25,14 +25,14 @@ from pathlib import Path
 
 import torch
 
-from bayesprune.baseline import train_plain
-from bayesprune.config import load_config
-from bayesprune.early_stopping import hold_out
+from bayesprune.pipeline.baseline import train_plain
+from bayesprune.pipeline.config import load_config
+from bayesprune.core.early_stopping import hold_out
 from bayesprune.methods.sbnn import fit_posterior
-from bayesprune.objectives import AnalyticKLELBO
-from bayesprune.predict import metric
+from bayesprune.core.objectives import AnalyticKLELBO
+from bayesprune.core.predict import metric
 from bayesprune.methods import FitContext
-from bayesprune.runner import load_datasets, new_net
+from bayesprune.pipeline.runner import load_datasets, new_net
 
 ELBO_DRAWS = 32
 

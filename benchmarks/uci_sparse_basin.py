@@ -20,11 +20,11 @@ from pathlib import Path
 import pyro
 import torch
 
-from bayesprune.analysis.evaluation import pruning_curve
+from bayesprune.pipeline.evaluation import pruning_curve
 from bayesprune.methods import FitContext
 from bayesprune.methods.sbnn import fit_posterior
-from bayesprune.objectives import AnalyticKLELBO
-from bayesprune.runner import new_net
+from bayesprune.core.objectives import AnalyticKLELBO
+from bayesprune.pipeline.runner import new_net
 from uci_objective import ELBO_DRAWS, held_out_split
 
 DROPRATES = [0.0, 0.25, 0.5, 0.75]

@@ -2,7 +2,7 @@
 
 For the run directory's first seed, the benchmark measures:
 
-1. **Speed**: the median CPU forward time (:func:`bayesprune.export.measure_latency`, one thread) of
+1. **Speed**: the median CPU forward time (:func:`bayesprune.core.export.measure_latency`, one thread) of
    the learned network against the dense starting architecture at batch sizes 1, 64 and 1024, as
    ratios (and on CUDA too when there is one).
 2. **Training cost**: ``--steps`` steps of Algorithm 1 (gates on, the run's options) on the dense
@@ -42,14 +42,14 @@ from pathlib import Path
 
 import torch
 
-from bayesprune.export import measure_latency
-from bayesprune.fit import TensorBatches, optimizer_step, train
-from bayesprune.gates import UnitGates
+from bayesprune.core.export import measure_latency
+from bayesprune.core.loop import TensorBatches, optimizer_step, train
+from bayesprune.core.gates import UnitGates
 from bayesprune.methods import FitContext, get_method
 from bayesprune.methods.unit_gates import GateTraining, adam, data_cost
-from bayesprune.predict import metric
-from bayesprune.runner import load_run, new_net
-from bayesprune.structure import layer_chain
+from bayesprune.core.predict import metric
+from bayesprune.pipeline.runner import load_run, new_net
+from bayesprune.core.structure import layer_chain
 
 
 def gated_equivalent(config, dataset, learned, kept_units):

@@ -2,8 +2,8 @@
 
 Every option table is built from a dataclass: each registered method's ``Options`` (the description
 of a field is its entry in the class docstring's ``Attributes:`` section) and the core sections
-(``DataConfig`` … ``ReferenceConfig`` of :mod:`bayesprune.config`, ``OptimConfig`` of
-:mod:`bayesprune.optim`), whose field descriptions live in :data:`CORE` below because their
+(``DataConfig`` … ``ReferenceConfig`` of :mod:`bayesprune.pipeline.config`, ``OptimConfig`` of
+:mod:`bayesprune.core.optim`), whose field descriptions live in :data:`CORE` below because their
 docstrings are prose. A field without a description stops the generator with the list of them, so
 that someone writes one. ``tests/test_docs.py`` regenerates the file and fails when the committed
 one differs: the reference cannot drift from the code.
@@ -55,7 +55,7 @@ CORE = {
     "prune.level": "`weight`, or `unit` (hidden units and convolution filters, scored by their gate or by the mean score of their incoming weights)",
     "prune.min_keep": "kept per layer at least, so that none is emptied",
     "prune.include_biases": "rank and count the biases with the weights (paper 003's prior covers both); `false` keeps every bias and the droprate is a fraction of the weights. Every curve row reports `sparsity` (all parameters) and `sparsity_weights` (biases left out)",
-    "prune.recalibrate": "re-estimate the batch-norm (running-statistics) layers' statistics of every masked network on training batches before it is scored or exported (\"adaptive BN\", `bayesprune.normalization`); `false` keeps the dense fit's. Networks without such layers are unaffected",
+    "prune.recalibrate": "re-estimate the batch-norm (running-statistics) layers' statistics of every masked network on training batches before it is scored or exported (\"adaptive BN\", `bayesprune.core.normalization`); `false` keeps the dense fit's. Networks without such layers are unaffected",
     "prune.recalibrate_batches": "training batches (of `data.batch_size`) the statistics are re-estimated on, at most 1000",
     "baseline.enabled": "train the plain network of the same shape on the same split",
     "baseline.epochs": "its epochs (unset: `train.epochs`)",
@@ -141,7 +141,7 @@ fine-tuning, clamp mapping, ε = 1e-4, β = 0.5. For every start mask and sparsi
 mask (OSP: the top 1 − s of the criterion's scores, fine-tuned) is compared with PFT
 (keep-probabilities λ started from the scores by eq. 6, trained with the weights on the empirical
 Gibbs risk through the Concrete relaxation, the top 1 − s of λ kept, ties in λ by |W|, fine-tuned
-for the same epochs as OSP). The one-shot criteria are those of `bayesprune.criteria`.
+for the same epochs as OSP). The one-shot criteria are those of `bayesprune.core.criteria`.
 """, """\
 `metrics.json` adds, in the order of `grid` (`[start mask, sparsity]` pairs): `osp_test_error`,
 `pft_test_error`, `osp_equal_epochs_test_error` (with `equal_budget_baseline`), `mask_overlap`
@@ -155,12 +155,12 @@ Packaged `pbp-lenet300` and `pbp-mlp3x1000` with appendix D.2's settings. The tr
 split at random into S_P (a fraction α) and S \\ S_P (n examples). Stage 1 trains the network on
 S_P; stage 2 starts keep-probabilities λ⁰ from a criterion (eq. 6) and trains the prior
 P = (1 − λ⁰)δ₀ + λ⁰N(W⁰, σ⁰²) (eq. 5) on S_P by its Gibbs risk; stage 3 starts the posterior Q of the
-same family at P and minimises Theorem 1 (eq. 4) by SVI (`bayesprune.objectives.PACBayesBound`, the
+same family at P and minimises Theorem 1 (eq. 4) by SVI (`bayesprune.core.objectives.PACBayesBound`, the
 platform's `AnalyticKLELBO` with its `combine` hook) with the bounded cross-entropy (A.3) on
 S \\ S_P, the examples the bound's empirical term is measured on. Biases carry Gaussian slabs with
 λ = 1, so KL(Q ‖ P) (appendix B.4, a registered KL of `DiracSpikeSlab`) covers every parameter.
 """, """\
-The certificate (`bayesprune.bounds.certificate`) bounds the 0-1 error of the Gibbs classifier Q:
+The certificate (`bayesprune.core.bounds.certificate`) bounds the 0-1 error of the Gibbs classifier Q:
 Q's empirical risk on S \\ S_P is estimated from `mc_samples` networks with its own upper confidence
 bound kl⁻¹(R̂ ‖ log(2/δ′)/m), and that bound enters Theorem 1 (`bound`) and Theorem 2
 (`bound_kl_inverse`), both at δ′ = δ/(2·`grid_size`): a union over the Monte-Carlo bound and the
@@ -175,7 +175,7 @@ training data, on the rows of S \\ S_P its checkpoint records (refused if the da
 The bounds are plain functions:
 
 ```python
-from bayesprune.bounds import certificate, kl_inverse
+from bayesprune.core.bounds import certificate, kl_inverse
 
 cert = certificate(mean_risk=0.02, samples=1000, kl=150.0, n=30_000, delta=0.05)
 print(f"Theorem 1: {float(cert.bound):.4f}, Theorem 2: {float(cert.bound_kl_inverse):.4f}")
@@ -203,7 +203,7 @@ a sort-based exact projection in one run (CPU, and CUDA when present).
 Packaged `criteria-mlp`: the MLP 784-300-100-10 with tanh and Glorot weights, 50,000 / 10,000
 train/validation images (`data.validation = true`), 400 epochs of SGD at 0.01 with momentum 0.9,
 `optim.weight_decay` = 5e-4, batches of 100, 98.85% pruned, fine-tuning as long as training. The
-criteria are functions of `bayesprune.criteria` shared with PFT and PBP: MP (|θ|, eq. 4's ranking),
+criteria are functions of `bayesprune.core.criteria` shared with PFT and PBP: MP (|θ|, eq. 4's ranking),
 OBD ½ G_kk θ_k² with the diagonal generalised Gauss-Newton (eq. 3, appendix A; not the empirical
 Fisher), LM |∂L/∂θ_k θ_k| (eq. 6), QM |−∂L/∂θ_k θ_k + ½ G_kk θ_k²| (eq. 5), SNIP and random, each
 with the step-size penalty λ/2·θ_k² (section 3.2). The trained network is pruned to `sparsity` in π
@@ -337,8 +337,8 @@ def table(section: str, cls, descriptions: dict, instance, skip=("options",)) ->
 
 
 def core_sections():
-    from bayesprune import config
-    from bayesprune.optim import OptimConfig
+    from bayesprune.pipeline import config
+    from bayesprune.core.optim import OptimConfig
 
     return [("data", config.DataConfig), ("model", config.ModelConfig), ("optim", OptimConfig),
             ("train", config.TrainConfig), ("prune", config.PruneConfig), ("baseline", config.BaselineConfig),
@@ -347,7 +347,7 @@ def core_sections():
 
 def generate() -> str:
     """The text of ``docs/reference.md``; raises :class:`UndocumentedField` naming every field without a description."""
-    from bayesprune.config import RunConfig, packaged_configs
+    from bayesprune.pipeline.config import RunConfig, packaged_configs
     from bayesprune.methods import available_methods
 
     methods = dict(sorted(available_methods().items()))
@@ -430,11 +430,11 @@ def generate() -> str:
 
 def comparison_section() -> list:
     """``[compare]`` of a comparison config (``bayesprune compare``), from ``CompareOptions``."""
-    from bayesprune.compare.comparison import CompareOptions, comparison_configs
+    from bayesprune.pipeline.compare.comparison import CompareOptions, comparison_configs
 
     out = ["## `[compare]` (comparison configs)\n",
            "A comparison config (`bayesprune compare [NAME|PATH]`) is a run config without `method`, plus this table "
-           "and, optionally, a table per method over its packaged options (`bayesprune.compare.comparison`).", ""]
+           "and, optionally, a table per method over its packaged options (`bayesprune.pipeline.compare.comparison`).", ""]
     out += table("compare", CompareOptions, attributes(CompareOptions), CompareOptions())
     out.append("")
     out.append("Packaged comparisons: " + ", ".join(f"`{name}`" for name in comparison_configs()) + ".\n")
@@ -442,7 +442,7 @@ def comparison_section() -> list:
 
 
 def _method_of(config_name: str) -> str:
-    from bayesprune.config import _packaged_files
+    from bayesprune.pipeline.config import _packaged_files
 
     import tomllib
 

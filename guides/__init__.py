@@ -1,7 +1,7 @@
 """Variational guides matching the model programs in :mod:`bayesprune.models`."""
-from .dirac_spike_slab import DiracSpikeSlabGuide
-from .normal import NormalGuide
-from .spike_slab import SpikeSlabGuide
+from bayesprune.guides.dirac_spike_slab import DiracSpikeSlabGuide
+from bayesprune.guides.normal import NormalGuide
+from bayesprune.guides.spike_slab import SpikeSlabGuide
 
 GUIDES = {"spike-slab": SpikeSlabGuide, "normal": NormalGuide}
 

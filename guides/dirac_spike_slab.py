@@ -6,15 +6,15 @@ import torch
 from pyro.nn import PyroModule, PyroParam
 from pyro.nn.module import to_pyro_module_
 
-from bayesprune.distributions import DiracSpikeSlab, DiracSpikeSlabPosteriors, FlatDiracSpikeSlabPrior
-from bayesprune.gates import StochasticMasks
+from bayesprune.core.distributions import DiracSpikeSlab, DiracSpikeSlabPosteriors, FlatDiracSpikeSlabPrior
+from bayesprune.core.gates import StochasticMasks
 
 
 class DiracSpikeSlabGuide(PyroModule):
     r"""q(w_i) = (1 − λ_i) δ₀ + λ_i N(μ_i, σ_i²) for every parameter of a model (paper 000, eq. 5's family).
 
     The masked sites (``keep``'s keys, the weights) have keep-probabilities λ in a
-    :class:`~bayesprune.gates.StochasticMasks` (sigmoid or clamp mapping, Concrete relaxation); the
+    :class:`~bayesprune.core.gates.StochasticMasks` (sigmoid or clamp mapping, Concrete relaxation); the
     other sites (biases) are never pruned, λ = 1. μ starts at the model's current parameters, σ at
     ``scale`` for every parameter; σ is trained (``learn_scale``) or fixed. All μ and log σ live in two
     flat vectors, so an optimiser step is vectorised over the network.
@@ -61,8 +61,8 @@ class DiracSpikeSlabGuide(PyroModule):
         return self._flat_priors[key]
 
     def posteriors(self) -> dict:
-        """q of every site as a :class:`~bayesprune.distributions.DiracSpikeSlab`: views of one
-        network-wide :class:`~bayesprune.distributions.DiracSpikeSlabPosteriors` (its KL fused) when
+        """q of every site as a :class:`~bayesprune.core.distributions.DiracSpikeSlab`: views of one
+        network-wide :class:`~bayesprune.core.distributions.DiracSpikeSlabPosteriors` (its KL fused) when
         every prior is one too."""
         keep = self.masks.probabilities()
         scale = self.log_scale.exp()

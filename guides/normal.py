@@ -1,13 +1,13 @@
 """Mean-field Gaussian guide of a plain BNN (the "BNN" baseline of paper 003, section 4.1, Experiment 3)."""
 import pyro.distributions as dist
 
-from .mean_field import MeanFieldGuide
+from bayesprune.guides.mean_field import MeanFieldGuide
 
 
 class NormalGuide(MeanFieldGuide):
     r"""q(W) = N(m, σ²) with σ = softplus(ρ) for every site of a model with a Gaussian prior.
 
-    Paired with :class:`bayesprune.priors.GaussianPrior`, :class:`bayesprune.objectives.AnalyticKLELBO`
+    Paired with :class:`bayesprune.models.priors.GaussianPrior`, :class:`bayesprune.core.objectives.AnalyticKLELBO`
     uses torch's registered Normal–Normal KL. It shares the flat parameters and the prediction
     interface (``mean_params``, ``sample_params``) of :class:`~bayesprune.guides.SpikeSlabGuide`.
 

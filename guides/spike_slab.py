@@ -1,10 +1,10 @@
 """Mean-field Gaussian × Bernoulli guide of the sparse BNN (paper 003, eq. 3.3 and Algorithm 1)."""
 import torch
 
-from bayesprune.distributions import SpikeAndSlab, SpikeSlabPosterior, SpikeSlabPosteriors, inclusion_logits
-from bayesprune.fused import softplus
+from bayesprune.core.distributions import SpikeAndSlab, SpikeSlabPosterior, SpikeSlabPosteriors, inclusion_logits
+from bayesprune.core.fused import softplus
 
-from .mean_field import MeanFieldGuide
+from bayesprune.guides.mean_field import MeanFieldGuide
 
 
 class SpikeSlabGuide(MeanFieldGuide):

@@ -12,7 +12,7 @@ import pyro
 import torch
 from torch import nn
 
-from bayesprune.errors import ConfigError, StopNow
+from bayesprune.core.errors import ConfigError, StopNow
 
 ACTIVATIONS = {
     "relu": nn.ReLU,

@@ -5,7 +5,7 @@ from pyro.nn import PyroModule, PyroParam
 from torch import nn
 from torch.func import functional_call
 
-from bayesprune.sites import site_names
+from bayesprune.core.sites import site_names
 
 
 class PointParams(PyroModule):
@@ -34,9 +34,9 @@ class BayesianNetwork(PyroModule):
 
     Args:
         net: the deterministic architecture; its initial parameters seed the guide.
-        prior: a :class:`bayesprune.priors.Prior` policy.
+        prior: a :class:`bayesprune.models.priors.Prior` policy.
         likelihood: a :class:`bayesprune.models.Likelihood` that owns the data plate.
-        sites: the names of the parameters that carry a prior (:func:`bayesprune.sites.site_names`
+        sites: the names of the parameters that carry a prior (:func:`bayesprune.core.sites.site_names`
             by default: the parameters of Linear and convolution layers).
     """
 

@@ -20,7 +20,7 @@ SHORT = {
 
 def short_config_of(method: str, *overrides):
     """The method's digits config at 2 epochs a stage, on the CPU, with ``overrides``."""
-    from bayesprune.config import load_config
+    from bayesprune.pipeline.config import load_config
 
     return load_config(f"{method}-digits", ["train.epochs=2", "device='cpu'", "baseline.epochs=2", *SHORT[method], *overrides])
 
@@ -33,11 +33,11 @@ def short_config():
 
 @pytest.fixture(params=["eager", "compiled"])
 def kernels(request):
-    """Each ``train.kernels`` mode that computes something (bayesprune.fused); ``"compiled"`` is
+    """Each ``train.kernels`` mode that computes something (bayesprune.core.fused); ``"compiled"`` is
     skipped, naming why, where torch.compile cannot build a kernel here (no C++ compiler)."""
     if request.param == "compiled":
-        from bayesprune.errors import ConfigError
-        from bayesprune.fused import check_compiler
+        from bayesprune.core.errors import ConfigError
+        from bayesprune.core.fused import check_compiler
 
         try:
             check_compiler(torch.device("cpu"))

@@ -5,7 +5,7 @@ import pytest
 import torch.nn.functional as F
 from torch import nn
 
-from bayesprune.errors import DataError
+from bayesprune.core.errors import DataError
 
 
 class ClassicLeNet5(nn.Module):

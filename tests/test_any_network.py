@@ -12,9 +12,9 @@ from torchvision.models.resnet import BasicBlock
 import bayesprune as bp
 from bayesprune.cli import main
 from bayesprune.data import load_dataset
-from bayesprune.errors import ConfigError
-from bayesprune.runner import load_run
-from bayesprune.sites import site_names, weight_sites
+from bayesprune.core.errors import ConfigError
+from bayesprune.pipeline.runner import load_run
+from bayesprune.core.sites import site_names, weight_sites
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

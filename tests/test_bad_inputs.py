@@ -575,7 +575,7 @@ def _numeric_options():
     (a field unset by default counted by its type, with 0 of it)."""
     from dataclasses import MISSING, fields
 
-    from bayesprune.config import _SECTIONS
+    from bayesprune.pipeline.config import _SECTIONS
     from bayesprune.methods import available_methods, get_method
 
     tables = {**_SECTIONS, **{name: get_method(name).Options for name in available_methods()}}
@@ -596,8 +596,8 @@ def test_every_numeric_option_has_an_upper_bound(key, default):
     """A value far beyond any plan (10**30, or 1e300 for a float) is refused naming the key, as
     validation.MAX_ELEMENTS bounds sizes; an option whose meaning has no upper end (a log-scale
     prior parameter) is refused for overflowing instead."""
-    from bayesprune.config import RunConfig
-    from bayesprune.errors import ConfigError
+    from bayesprune.pipeline.config import RunConfig
+    from bayesprune.core.errors import ConfigError
 
     table, name = key.split(".")
     huge = 10**30 if isinstance(default, int) else 1e300

@@ -24,7 +24,7 @@ import tomli_w
 from test_bad_inputs import DIR, RUN, _build, _tree, complete_run  # noqa: F401  (complete_run: the harness's fixture)
 
 from bayesprune.cli import main
-from bayesprune.fit import STOP
+from bayesprune.core.loop import STOP
 
 CMP, SWEEP, GONE = "<complete comparison>", "<complete sweep>", "<removed>"
 TINY = ["--set", "train.epochs=1", "--set", "baseline.epochs=1", "--set", "compare.finetune_epochs=1",

@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from bayesprune.baseline import least_squares_test_rmse, train_plain
+from bayesprune.pipeline.baseline import least_squares_test_rmse, train_plain
 from bayesprune.cli import main
 from bayesprune.data import load_dataset
 from bayesprune.data.registry import Dataset
-from bayesprune.tasks import network_metric
+from bayesprune.core.tasks import network_metric
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -55,7 +55,7 @@ def test_the_kept_epoch_is_the_argmin_of_the_recorded_validation_curve():
     assert len(curve) == 60 and result["n_validation"] == 15
     assert result["best_epoch"] == int(np.argmin(curve)) and result["best_epoch"] < 59
     # the network handed back is that epoch's: scored again on the same held-out rows (hold_out at the seed)
-    from bayesprune.early_stopping import hold_out
+    from bayesprune.core.early_stopping import hold_out
     _, x_val, y_val = hold_out(data, 0.25, seed=1)
     assert network_metric(net, x_val, y_val, "regression") == pytest.approx(min(curve), rel=1e-5)
     assert result["test"] == pytest.approx(network_metric(net, data.x_test, data.y_test, "regression", target_std=2.5))
@@ -69,8 +69,8 @@ def test_the_runs_own_validation_part_is_used_instead_of_a_new_one():
 
 
 def test_a_fraction_of_its_own_beside_the_runs_validation_part_is_refused():
-    from bayesprune.config import load_config
-    from bayesprune.errors import ConfigError
+    from bayesprune.pipeline.config import load_config
+    from bayesprune.core.errors import ConfigError
 
     assert load_config("default").baseline.held_out == 0.2 and load_config("default", ["baseline.validation=0"]).baseline.held_out == 0
     with pytest.raises(ConfigError, match="baseline.validation"):
@@ -107,10 +107,10 @@ def test_a_regression_run_reports_both_references(tmp_path):
 def test_a_comparisons_plain_network_is_the_runs(tmp_path):
     """``compare``'s plain network (its magnitude cell) follows the runner's rule (:func:`train_plain` with
     the runner's arguments): same network, same held-out rows, same kept epoch, the same test error."""
-    from bayesprune.compare.cells import Cell, _magnitude
-    from bayesprune.config import load_config
+    from bayesprune.pipeline.compare.cells import Cell, _magnitude
+    from bayesprune.pipeline.config import load_config
     from bayesprune.models import new_net
-    from bayesprune.runner import load_datasets
+    from bayesprune.pipeline.runner import load_datasets
 
     config = load_config("default", ["train.epochs=3"])
     data = load_datasets(config)[0]

@@ -8,7 +8,7 @@ import pytest
 import torch
 from scipy.special import rel_entr
 
-from bayesprune.bounds import (
+from bayesprune.core.bounds import (
     certificate,
     kl_bernoulli,
     kl_inverse,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bayesprune.cli import main
-from bayesprune.errors import ConfigError
+from bayesprune.core.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny ops on two busy OpenMP threads are ~100x slower
 
@@ -130,7 +130,7 @@ def test_nan_in_data_file_exits_2_naming_the_file(tmp_path, capsys):
 
 def test_divergence_exits_2_and_keeps_the_last_good_checkpoint(tmp_path, capsys, monkeypatch):
     """The loss is made NaN from the third epoch on; the epoch-2 checkpoint must survive."""
-    from bayesprune.objectives import AnalyticKLELBO
+    from bayesprune.core.objectives import AnalyticKLELBO
 
     real_loss_and_grads, calls = AnalyticKLELBO.loss_and_grads, []
 
@@ -149,13 +149,13 @@ def test_divergence_exits_2_and_keeps_the_last_good_checkpoint(tmp_path, capsys,
 
 
 def test_a_diverged_plain_baseline_is_null_in_strict_json(tmp_path, capsys, monkeypatch):
-    import bayesprune.baseline
+    import bayesprune.pipeline.baseline
 
     def refuse(constant):
         raise ValueError(f"{constant} is not JSON")
 
     # the plain network's loss is NaN from its first step (a learning rate large enough to diverge is refused)
-    monkeypatch.setattr(bayesprune.baseline, "mean_loss", lambda task: lambda output, target: output.sum() * float("nan"))
+    monkeypatch.setattr(bayesprune.pipeline.baseline, "mean_loss", lambda task: lambda output, target: output.sum() * float("nan"))
     out = tmp_path / "run"
     status, _, _ = run_cli(capsys, "run", "--out", str(out), *QUICK, "--set", "baseline.epochs=2")
     metrics = json.loads((out / "metrics.json").read_text(), parse_constant=refuse)
@@ -163,7 +163,7 @@ def test_a_diverged_plain_baseline_is_null_in_strict_json(tmp_path, capsys, monk
 
 
 def test_a_diverged_run_never_replaces_a_complete_one(tmp_path, capsys, monkeypatch):
-    from bayesprune.objectives import AnalyticKLELBO
+    from bayesprune.core.objectives import AnalyticKLELBO
 
     out = tmp_path / "run"
     assert run_cli(capsys, "run", "--out", str(out), *QUICK)[0] == 0
@@ -201,7 +201,7 @@ def test_a_successful_run_prints_its_result_line_and_nothing_else(tmp_path):
 
 @pytest.mark.parametrize("name", ["default", "uci"])
 def test_a_packaged_name_is_not_shadowed_by_a_file_of_that_name(tmp_path, monkeypatch, name):
-    from bayesprune.config import load_config
+    from bayesprune.pipeline.config import load_config
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / name).write_text("notes, not a config\n")
@@ -219,7 +219,7 @@ def test_a_relative_data_root_is_stored_resolved(tmp_path, monkeypatch, capsys):
         return {"dataset": "uci/toy", "test_rmse": 1.0}
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("bayesprune.runner.run", fake_run)
+    monkeypatch.setattr("bayesprune.pipeline.runner.run", fake_run)
     status, _, _ = run_cli(capsys, "run", "uci", "--out", "run", "--data-root", "uci", "--quiet")
     assert status == 0 and seen["root"] == str(tmp_path / "uci")
 

@@ -1,4 +1,4 @@
-"""bayesprune.compare: a comparison's cells and leaderboard read back against the cells' own files, a
+"""bayesprune.pipeline.compare: a comparison's cells and leaderboard read back against the cells' own files, a
 finished cell never refitted, a sweep's grid and PBP's union bound, engines that agree, bad grids refused."""
 import csv
 import json
@@ -8,11 +8,11 @@ import tomllib
 import pytest
 
 from bayesprune.cli import main
-from bayesprune.compare import compare, comparison_cells, load_comparison
-from bayesprune.compare.leaderboard import pareto_front
-from bayesprune.compare.sweep import parse_grid, sweep
-from bayesprune.config import load_config
-from bayesprune.errors import BayesPruneError
+from bayesprune.pipeline.compare import compare, comparison_cells, load_comparison
+from bayesprune.pipeline.compare.leaderboard import pareto_front
+from bayesprune.pipeline.compare.sweep import parse_grid, sweep
+from bayesprune.pipeline.config import load_config
+from bayesprune.core.errors import BayesPruneError
 
 # One epoch everywhere: the tests check bookkeeping, not accuracy.
 TINY = ["train.epochs=1", "baseline.epochs=1", "compare.finetune_epochs=1", "compare.latency_repeats=2",

@@ -3,8 +3,8 @@ import tomllib
 
 import pytest
 
-from bayesprune.config import RunConfig, load_config, packaged_configs, parse_override
-from bayesprune.errors import ConfigError
+from bayesprune.pipeline.config import RunConfig, load_config, packaged_configs, parse_override
+from bayesprune.core.errors import ConfigError
 
 
 @pytest.mark.parametrize("name", sorted(packaged_configs()))

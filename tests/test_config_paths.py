@@ -3,8 +3,8 @@ do; where the file is not there, from the current folder (as before); a ``--set`
 read from the current folder."""
 import pytest
 
-from bayesprune.config import load_config
-from bayesprune.runner import load_datasets
+from bayesprune.pipeline.config import load_config
+from bayesprune.pipeline.runner import load_datasets
 
 CONFIG = """method = "sparse-vd"
 [data]

@@ -9,11 +9,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from bayesprune.criteria import CRITERIA, ggn_diagonal, saliency, weight_sites
-from bayesprune.errors import ConfigError
+from bayesprune.core.criteria import CRITERIA, ggn_diagonal, saliency, weight_sites
+from bayesprune.core.errors import ConfigError
 from bayesprune.methods.saliency.schedules import sparsity_schedule
 from bayesprune.methods.saliency.stages import loss_change, multi_stage_masks, pruning_stages
-from bayesprune.pruning import Budget, prune
+from bayesprune.core.pruning import Budget, prune
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: per-op overhead, not threads
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from bayesprune.cli import main
-from bayesprune.errors import Interrupted
-from bayesprune.fit import STOP
+from bayesprune.core.errors import Interrupted
+from bayesprune.core.loop import STOP
 from bayesprune.methods import available_methods, context
-from bayesprune.runner import resume_run, run
+from bayesprune.pipeline.runner import resume_run, run
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 
@@ -45,12 +45,12 @@ def test_fits_on_cuda_and_exports_on_cpu(method, short_config, tmp_path, capsys)
 
 @pytest.mark.parametrize("kernels", ["eager", "compiled"])
 def test_the_variational_kernels_on_cuda_equal_those_on_the_cpu(kernels):
-    """The sBNN's joint draw and KL (bayesprune.fused.drawn_kl) on CUDA, eager or compiled (Triton),
+    """The sBNN's joint draw and KL (bayesprune.core.fused.drawn_kl) on CUDA, eager or compiled (Triton),
     equals the CPU's at the same draw: the noise is taken from the CUDA draw."""
     from test_kernels import PRIOR, SHAPES
 
-    from bayesprune.distributions import SpikeSlabPosteriors
-    from bayesprune.fused import kernel_mode, softplus
+    from bayesprune.core.distributions import SpikeSlabPosteriors
+    from bayesprune.core.fused import kernel_mode, softplus
 
     n = sum(torch.Size(shape).numel() for shape in SHAPES.values())
     results = []

@@ -19,12 +19,12 @@ from pyro import poutine
 from scipy import integrate
 from torch.distributions import Bernoulli, Normal, kl_divergence
 
-from bayesprune.distributions import DiracSpikeSlab, SpikeAndSlab, SpikeSlabPosterior
+from bayesprune.core.distributions import DiracSpikeSlab, SpikeAndSlab, SpikeSlabPosterior
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.methods.sparse_vd.distributions import AdditiveNormal, LogUniform
 from bayesprune.models import BayesianNetwork, Categorical, mlp
 from bayesprune.models.likelihoods import _BoundedCrossEntropy
-from bayesprune.priors import SpikeSlabPrior
+from bayesprune.models.priors import SpikeSlabPrior
 
 DOUBLE = torch.float64
 

@@ -1,4 +1,4 @@
-"""Tests of bayesprune.distributions against independent oracles.
+"""Tests of bayesprune.core.distributions against independent oracles.
 
 Oracles: numerical minimisation (scipy), Monte-Carlo estimates written with plain
 ``torch.distributions.Normal``/``Bernoulli``, closed-form Gaussian and Bernoulli KLs from torch,
@@ -13,9 +13,9 @@ import torch
 from scipy import integrate, optimize, stats
 from torch.distributions import Bernoulli, Normal, kl_divergence
 
-from bayesprune.distributions import SpikeAndSlab, SpikeSlabPosterior, inclusion_logits, spike_slab_penalty
-from bayesprune.errors import ConfigError
-from bayesprune.priors import SpikeSlabPrior
+from bayesprune.core.distributions import SpikeAndSlab, SpikeSlabPosterior, inclusion_logits, spike_slab_penalty
+from bayesprune.core.errors import ConfigError
+from bayesprune.models.priors import SpikeSlabPrior
 
 DOUBLE = torch.float64
 

@@ -4,12 +4,12 @@ import math
 import pytest
 import torch
 
-from bayesprune.config import RunConfig, load_config
+from bayesprune.pipeline.config import RunConfig, load_config
 from bayesprune.data import Dataset
-from bayesprune.early_stopping import EarlyStopping, epochs_for_steps, hold_out
-from bayesprune.errors import ConfigError
-from bayesprune.fit import TensorBatches, train
-from bayesprune.runner import run
+from bayesprune.core.early_stopping import EarlyStopping, epochs_for_steps, hold_out
+from bayesprune.core.errors import ConfigError
+from bayesprune.core.loop import TensorBatches, train
+from bayesprune.pipeline.runner import run
 
 
 @pytest.mark.parametrize("steps, n, batch", [(1, 10, 32), (100, 455, 32), (20000, 455, 32), (7, 64, 8), (8, 64, 8), (9, 64, 8)])

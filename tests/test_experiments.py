@@ -6,19 +6,19 @@ import pytest
 import torch
 
 from bayesprune.cli import main
-from bayesprune.config import load_config
+from bayesprune.pipeline.config import load_config
 from bayesprune.data import load_dataset
-from bayesprune.errors import ConfigError
+from bayesprune.core.errors import ConfigError
 from bayesprune.experiments import EXPERIMENTS, get_experiment
 from bayesprune.experiments.common import averaged_importance, fit_importance, with_dropout
-from bayesprune.statistics import pearson, ranks, spearman
+from bayesprune.core.statistics import pearson, ranks, spearman
 from bayesprune.experiments.selection import candidate_thresholds
 from bayesprune.guides import GUIDES, NormalGuide
 from bayesprune.models import BayesianNetwork, build_architecture
 from bayesprune.models.likelihoods import Gaussian
-from bayesprune.objectives import AnalyticKLELBO
-from bayesprune.priors import PRIORS, GaussianPrior
-from bayesprune.runner import run
+from bayesprune.core.objectives import AnalyticKLELBO
+from bayesprune.models.priors import PRIORS, GaussianPrior
+from bayesprune.pipeline.runner import run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

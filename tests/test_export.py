@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bayesprune.export import (count_macs, count_parameters, cut, dead_units, export, load_trainable, mask_parameters,
+from bayesprune.core.export import (count_macs, count_parameters, cut, dead_units, export, load_trainable, mask_parameters,
                                measure_latency, resize, restrict, save_portable, save_trainable, unmask_parameters)
 from bayesprune.models import lenet_5_caffe, lenet_5_classic, lenet_300_100, mlp
-from bayesprune.pruning import Budget, apply_masks, expand_unit_masks, prune, sparsity, unit_scores
-from bayesprune.structure import layer_chain, shrunk
+from bayesprune.core.pruning import Budget, apply_masks, expand_unit_masks, prune, sparsity, unit_scores
+from bayesprune.core.structure import layer_chain, shrunk
 
 from helpers import ClassicLeNet5
 
@@ -396,7 +396,7 @@ def test_the_export_of_what_the_method_learned_has_the_runs_test_error(method, s
     import json
 
     from bayesprune.cli import main
-    from bayesprune.runner import run
+    from bayesprune.pipeline.runner import run
 
     run(short_config(method), tmp_path / "run")
     target = tmp_path / "net.pt2"

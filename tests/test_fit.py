@@ -1,4 +1,4 @@
-"""Tests of bayesprune.fit (the SVI loop) and bayesprune.checkpoint.
+"""Tests of bayesprune.core.loop (the SVI loop) and bayesprune.core.checkpoint.
 
 Oracles: the closed-form optimum of mean-field VI for Bayesian linear regression, the known truth of
 simulated sparse regressions (relevant inputs, noise level), exact arithmetic on recorded losses and
@@ -15,17 +15,17 @@ from pyro.optim import SGD, Adam, ClippedAdam, StepLR
 from torch import nn
 from torch.distributions import Bernoulli, Normal, kl_divergence
 
-from bayesprune.checkpoint import load_module_state, read_checkpoint, save_checkpoint
+from bayesprune.core.checkpoint import load_module_state, read_checkpoint, save_checkpoint
 from bayesprune.methods import FitContext
 from bayesprune.data import load_dataset
-from bayesprune.errors import TrainingDiverged
-from bayesprune.fit import Callback, GeometricPenalty, History, TensorBatches, UniformPenalty, fit, optimizer_step, svi_step, train
+from bayesprune.core.errors import TrainingDiverged
+from bayesprune.core.loop import Callback, GeometricPenalty, History, TensorBatches, UniformPenalty, fit, optimizer_step, svi_step, train
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.methods.sbnn import SBNNFitted
 from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
-from bayesprune.objectives import AnalyticKLELBO
-from bayesprune.predict import predict
-from bayesprune.priors import SpikeSlabPrior
+from bayesprune.core.objectives import AnalyticKLELBO
+from bayesprune.core.predict import predict
+from bayesprune.models.priors import SpikeSlabPrior
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

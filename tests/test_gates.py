@@ -7,11 +7,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bayesprune.export import export
-from bayesprune.gates import Concrete, Exact, Hybrid, Taylor, UnitGates, project_unit_weights, unit_weight_norms
+from bayesprune.core.export import export
+from bayesprune.core.gates import Concrete, Exact, Hybrid, Taylor, UnitGates, project_unit_weights, unit_weight_norms
 from bayesprune.methods.unit_gates import GateTraining, UnitGatesOptions
 from bayesprune.models import build_architecture
-from bayesprune.structure import shrunk
+from bayesprune.core.structure import shrunk
 
 
 def small_net(seed=0):
@@ -240,8 +240,8 @@ def test_the_gate_posterior_draws_follow_theta():
 def test_a_unit_gates_run_writes_a_smaller_network_and_its_gate_posterior(tmp_path):
     import json
 
-    from bayesprune.config import load_config
-    from bayesprune.runner import load_run, run
+    from bayesprune.pipeline.config import load_config
+    from bayesprune.pipeline.runner import load_run, run
 
     config = load_config("unit-gates-lenet300", [
         "data.dataset='digits'", "model.architecture='mlp'", "model.hidden=[40, 20]", "train.epochs=6",

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from bayesprune.analysis.report import SCORES_DIGEST
+from bayesprune.pipeline.report import SCORES_DIGEST
 
-from bayesprune.config import load_config
-from bayesprune.files import read_npz
-from bayesprune.runner import run
+from bayesprune.pipeline.config import load_config
+from bayesprune.core.files import read_npz
+from bayesprune.pipeline.runner import run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from bayesprune.errors import ConfigError
+from bayesprune.core.errors import ConfigError
 from bayesprune.methods.unit_gates.hyperpriors import BetaHyperPrior, FlatteningHyperPrior, SALHyperPrior
 
 
@@ -77,7 +77,7 @@ def test_every_packaged_flattening_config_has_eq_31s_flat_term_on_the_whole_rang
     picks ε1 and ε2 so that θ1 and θ2 are as close to 0 and 1 as desired (section 4.2). With LeNet-5's
     log γ = −100 and ε1 = 1e-30 > γ, θ1 is about 1: every θ is in the lower case, π* = ε1, and the
     term is logit θ + 69 (62 to 83 over [θ_l, θ_h]), a weaker push than the paper's 100."""
-    from bayesprune.config import load_config, packaged_configs
+    from bayesprune.pipeline.config import load_config, packaged_configs
 
     checked = []
     for name in packaged_configs():

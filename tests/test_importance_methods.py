@@ -56,7 +56,7 @@ def test_importance_of_every_method_names_the_table_features_and_selects(method,
 
 
 def test_sparse_vd_importance_counts_the_input_weights_it_keeps(table, tmp_path, capsys):
-    from bayesprune.runner import load_run
+    from bayesprune.pipeline.runner import load_run
 
     rows, selection, _ = run_and_importance("sparse-vd", table, tmp_path / "run", capsys)
     _, _, fitted = load_run(tmp_path / "run")

@@ -138,8 +138,8 @@ def test_selection_record_lists_the_selection_and_its_expected_fdr():
 def test_auto_chains_pool_four_sbnn_restarts_on_a_table(settings, input_shape, expected):
     from types import SimpleNamespace
 
-    from bayesprune.config import load_config
-    from bayesprune.runner import run_chains
+    from bayesprune.pipeline.config import load_config
+    from bayesprune.pipeline.runner import run_chains
 
     config = load_config("sparse-vd-digits" if "method='sparse-vd'" in settings else "default", [s for s in settings if not s.startswith("method")])
     assert config.chains == ("auto" if not any(s.startswith("chains") for s in settings) else 2)

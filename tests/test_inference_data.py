@@ -14,12 +14,12 @@ import xarray as xr
 from bayesprune.analysis import inference_data as idm
 from bayesprune.analysis.inference_data import plot_diagnostics, summary_table, to_inference_data, write_posterior
 from bayesprune.data import load_dataset
-from bayesprune.fit import TensorBatches, fit
+from bayesprune.core.loop import TensorBatches, fit
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
-from bayesprune.objectives import AnalyticKLELBO
-from bayesprune.predict import predict
-from bayesprune.priors import SpikeSlabPrior
+from bayesprune.core.objectives import AnalyticKLELBO
+from bayesprune.core.predict import predict
+from bayesprune.models.priors import SpikeSlabPrior
 
 DRAWS = 400
 PNG = b"\x89PNG\r\n\x1a\n"

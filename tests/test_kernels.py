@@ -1,4 +1,4 @@
-"""The per-weight kernels (bayesprune.fused): the joint draw and KL against autograd of the plain
+"""The per-weight kernels (bayesprune.core.fused): the joint draw and KL against autograd of the plain
 formula, compiled against eager, and train.kernels' modes, its auto rule and its refusals."""
 import math
 
@@ -7,11 +7,11 @@ import torch
 import torch.nn.functional as F
 from torch.distributions import kl_divergence
 
-from bayesprune.config import load_config
-from bayesprune.distributions import SpikeAndSlab, SpikeSlabPosterior, SpikeSlabPosteriors
-from bayesprune.errors import ConfigError
-from bayesprune.fused import AUTO_COMPILE_SIZE, _Kernels, check_compiler, kernel_mode, run_kernel, softplus
-from bayesprune.runner import run
+from bayesprune.pipeline.config import load_config
+from bayesprune.core.distributions import SpikeAndSlab, SpikeSlabPosterior, SpikeSlabPosteriors
+from bayesprune.core.errors import ConfigError
+from bayesprune.core.fused import AUTO_COMPILE_SIZE, _Kernels, check_compiler, kernel_mode, run_kernel, softplus
+from bayesprune.pipeline.runner import run
 
 PRIOR = SpikeAndSlab(torch.tensor(0.25), torch.tensor(math.exp(-5.0)), torch.tensor(math.exp(-1.0)))
 SHAPES = {"0.weight": (13, 7), "0.bias": (13,), "2.weight": (3, 13), "2.bias": (3,)}

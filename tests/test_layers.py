@@ -10,34 +10,32 @@ import importlib.util
 from pathlib import Path
 
 # Lowest first: a module may import its own layer and the layers below it.
-LAYERS = ["core", "models", "analysis", "methods", "pipeline", "experiments"]
+LAYERS = ["core", "data", "models", "analysis", "methods", "pipeline", "entry", "experiments"]
 
-# Module or package → layer; the longest matching name wins, so a package's entry covers its modules.
+# Package → layer: each folder of the package is one layer (the longest matching name wins).
 LAYER_OF = {
-    # The numerical modules at the top of bayesprune/ (fit, distributions, pruning, …) and data/ (the
-    # package's own __init__ is the facade of the pipeline layer: see layer()).
-    "bayesprune": "core",
-    # Pyro model programs and the variational families over them (they only import core).
+    # Training loop, checkpoints, distributions and KLs, objectives, bounds, structure, pruning, export.
+    "bayesprune.core": "core",
+    # Built-in data sets, user files and simulators, read into a Dataset.
+    "bayesprune.data": "data",
+    # Pyro model programs, priors and the variational families over them.
     "bayesprune.models": "models",
     "bayesprune.guides": "models",
     # Reads posteriors and fitted networks; never fits.
     "bayesprune.analysis": "analysis",
-    # Writes a run's report.md and asks the method registry for each method's own sections, so it
-    # sits with the runner and the CLI that call it, not with the analysis it lays out.
-    "bayesprune.analysis.report": "pipeline",
+    "bayesprune.version": "core",
+    # The method contract, its registry and one package per method.
     "bayesprune.methods": "methods",
-    # Config, run, command line; the registry the runner asks for a packaged study by name.
-    "bayesprune.config": "pipeline",
-    "bayesprune.runner": "pipeline",
-    "bayesprune.cli": "pipeline",
-    "bayesprune.__main__": "pipeline",
-    "bayesprune.experiment_registry": "pipeline",
-    "bayesprune.api": "pipeline",
-    # Comparisons and sweeps: many runs as cells, scheduled by an engine (local pool, Ray).
-    "bayesprune.compare": "pipeline",
-    # The paper's studies: found by name through bayesprune.experiment_registry, imported by nothing.
+    # Config, a run and its directory, evaluation, report, compare and sweep; methods through the registry.
+    "bayesprune.pipeline": "pipeline",
+    # What users call: the package's facade, the Python API and the command line.
+    "bayesprune": "entry",
+    # The paper's studies: found by name through bayesprune.pipeline.experiments, imported by nothing.
     "bayesprune.experiments": "experiments",
 }
+
+#: The only modules at the top of bayesprune/: its entry points.
+ENTRY_POINTS = {"bayesprune", "bayesprune.__main__", "bayesprune.api", "bayesprune.cli", "bayesprune.version"}
 
 # Imports that break the rules today, each with why; they are left out of every check. A listed import
 # that its module no longer makes fails test_allowed_imports_still_exist, so this list only shrinks.
@@ -82,7 +80,7 @@ def imports(name: str, path: Path, known: dict) -> set:
                 targets.add(base)
     edges = set()
     for target in targets:
-        while target not in known and "." in target:  # ``import bayesprune.fit.x`` → bayesprune.fit
+        while target not in known and "." in target:  # ``import bayesprune.core.loop.x`` → bayesprune.core.loop
             target = target.rpartition(".")[0]
         if target in known and target != name:
             edges.add(target)
@@ -95,8 +93,6 @@ def import_graph() -> dict:
 
 
 def layer(name: str) -> str:
-    if name == "bayesprune":  # the package's facade: re-exports the core, and fit_method when asked
-        return "pipeline"
     owner = max((key for key in LAYER_OF if name == key or name.startswith(key + ".")), key=len)
     return LAYER_OF[owner]
 
@@ -150,9 +146,15 @@ def without_allowed(graph: dict) -> dict:
     return {name: {target for target in targets if (name, target) not in ALLOWED} for name, targets in graph.items()}
 
 
+def test_the_folders_are_the_layers():
+    root = Path(importlib.util.find_spec("bayesprune").submodule_search_locations[0])
+    top = {name for name, path in modules().items() if path.parent == root and name.startswith("bayesprune")}
+    assert top == ENTRY_POINTS, f"modules at the top of bayesprune/ that belong in a layer's folder: {sorted(top - ENTRY_POINTS)}"
+
+
 def test_every_module_of_the_table_exists():
     known = modules()
-    assert "bayesprune.fit" in known and "bayesprune.models.bnn" in known and "bayesprune.analysis.plots" in known
+    assert "bayesprune.core.loop" in known and "bayesprune.models.bnn" in known and "bayesprune.analysis.plots" in known
     assert not [name for name in LAYER_OF if name not in known], "LAYER_OF names a module that does not exist"
     assert set(LAYER_OF.values()) <= set(LAYERS)
 
@@ -176,7 +178,7 @@ def test_nothing_outside_the_experiments_imports_them():
     inside = lambda name: name == "bayesprune.experiments" or name.startswith("bayesprune.experiments.")  # noqa: E731
     importers = [f"{name} → {target}" for name, targets in sorted(import_graph().items()) if not inside(name)
                  for target in sorted(targets) if inside(target)]
-    assert not importers, "bayesprune.experiments is found by name (bayesprune.experiment_registry), never imported:\n" + "\n".join(importers)
+    assert not importers, "bayesprune.experiments is found by name (bayesprune.pipeline.experiments), never imported:\n" + "\n".join(importers)
 
 
 def test_allowed_imports_still_exist():
@@ -187,12 +189,12 @@ def test_allowed_imports_still_exist():
 
 def test_the_reader_sees_lazy_relative_and_package_imports(tmp_path):
     source = tmp_path / "example.py"
-    source.write_text("from . import fit, register\nfrom .data import Dataset\nimport bayesprune.guides.normal\n"
+    source.write_text("from . import loop, register\nfrom .data import Dataset\nimport bayesprune.guides.normal\n"
                       "def later():\n    from ..methods import get_method\n")
-    known = {"bayesprune", "bayesprune.data", "bayesprune.fit", "bayesprune.guides.normal", "bayesprune.methods",
-             "bayesprune.example"}
-    assert imports("bayesprune.example", source, known) == {
-        "bayesprune", "bayesprune.fit", "bayesprune.data", "bayesprune.guides.normal"}
+    known = {"bayesprune.core", "bayesprune.core.data", "bayesprune.core.loop", "bayesprune.guides.normal",
+             "bayesprune.core.methods", "bayesprune.core.example"}
+    assert imports("bayesprune.core.example", source, known) == {
+        "bayesprune.core", "bayesprune.core.loop", "bayesprune.core.data", "bayesprune.guides.normal"}
     package = tmp_path / "__init__.py"
     package.write_text(source.read_text())
-    assert imports("bayesprune", package, known) == {"bayesprune.fit", "bayesprune.data", "bayesprune.guides.normal"}
+    assert imports("bayesprune.core", package, known) == {"bayesprune.core.loop", "bayesprune.core.data", "bayesprune.guides.normal"}

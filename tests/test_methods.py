@@ -10,15 +10,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bayesprune.checkpoint import read_checkpoint
+from bayesprune.core.checkpoint import read_checkpoint
 from bayesprune.cli import main
-from bayesprune.config import RunConfig, load_config, packaged_configs
-from bayesprune.errors import ConfigError
-from bayesprune.export import export
-from bayesprune.fit import optimizer_step
+from bayesprune.pipeline.config import RunConfig, load_config, packaged_configs
+from bayesprune.core.errors import ConfigError
+from bayesprune.core.export import export
+from bayesprune.core.loop import optimizer_step
 from bayesprune.methods import METHODS, Fitted, Method, available_methods, get_method, register_method
-from bayesprune.pruning import Budget, prune
-from bayesprune.runner import load_run, run
+from bayesprune.core.pruning import Budget, prune
+from bayesprune.pipeline.runner import load_run, run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -14,7 +14,7 @@ import torch
 
 from bayesprune.data import mnist as data
 from bayesprune.data import NumpyOnlyUnpickler, load_dataset
-from bayesprune.errors import DataError
+from bayesprune.core.errors import DataError
 
 
 def fake_parts(seed=0, sizes=(6, 3, 4)):

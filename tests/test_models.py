@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import bayesprune as bp
-from bayesprune.errors import ConfigError
+from bayesprune.core.errors import ConfigError
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.models import BayesianNetwork, Categorical, Gaussian, build_architecture
 

@@ -11,13 +11,13 @@ import torch
 from torch import nn
 
 import bayesprune as bp
-from bayesprune.analysis.evaluation import pruning_curve
+from bayesprune.pipeline.evaluation import pruning_curve
 from bayesprune.cli import main
 from bayesprune.data import load_dataset
 from bayesprune.methods.base import NetworkFitted
-from bayesprune.normalization import Calibration, has_running_stats, recalibrate
-from bayesprune.pruning import Budget, prune
-from bayesprune.runner import load_run
+from bayesprune.core.normalization import Calibration, has_running_stats, recalibrate
+from bayesprune.core.pruning import Budget, prune
+from bayesprune.pipeline.runner import load_run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -211,8 +211,8 @@ def test_prune_recalibrate_false_scores_the_masked_network_with_the_dense_networ
 @pytest.mark.parametrize("value, message", [(0, "positive integer up to 1000"), (1001, "positive integer up to 1000"),
                                             (2.5, "positive integer")])
 def test_recalibrate_batches_is_bounded(value, message):
-    from bayesprune.config import PruneConfig
-    from bayesprune.errors import ConfigError
+    from bayesprune.pipeline.config import PruneConfig
+    from bayesprune.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=f"^prune.recalibrate_batches must be a {message}"):
         PruneConfig(recalibrate_batches=value)
@@ -221,7 +221,7 @@ def test_recalibrate_batches_is_bounded(value, message):
 def test_compares_magnitude_cell_scores_and_saves_each_pruned_network_with_its_own_statistics(bn_run, tmp_path, monkeypatch):
     """The magnitude baseline of ``compare`` (no fine-tuning): the network it saves at each sparsity holds
     the statistics its masked weights give over the training rows, and its recorded error is that network's."""
-    from bayesprune.compare.cells import Cell, _magnitude, network_file
+    from bayesprune.pipeline.compare.cells import Cell, _magnitude, network_file
     from bayesprune.models import new_net
 
     folder = bn_run["fresh"].parent

@@ -1,4 +1,4 @@
-"""Tests of bayesprune.objectives.AnalyticKLELBO and the minibatch penalty weights of bayesprune.fit.
+"""Tests of bayesprune.core.objectives.AnalyticKLELBO and the minibatch penalty weights of bayesprune.core.loop.
 
 Oracles: a hand-written sBNN objective (plain ``F.linear`` forward pass, explicit Gaussian/Categorical
 log-likelihood, KL from torch's closed-form Gaussian and Bernoulli KLs, p* from the paper's eq. 3.8),
@@ -14,14 +14,14 @@ import torch.nn.functional as F
 from pyro.poutine.messenger import Messenger
 from torch.distributions import Bernoulli, Normal, kl_divergence
 
-from bayesprune.criteria import weight_sites
-from bayesprune.distributions import DiracSpikeSlab, SpikeSlabPosterior
-from bayesprune.fit import GeometricPenalty, PenaltyScale, UniformPenalty
-from bayesprune.fused import kernel_mode
+from bayesprune.core.criteria import weight_sites
+from bayesprune.core.distributions import DiracSpikeSlab, SpikeSlabPosterior
+from bayesprune.core.loop import GeometricPenalty, PenaltyScale, UniformPenalty
+from bayesprune.core.fused import kernel_mode
 from bayesprune.guides import DiracSpikeSlabGuide, SpikeSlabGuide
 from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
-from bayesprune.objectives import AnalyticKLELBO, site_kl
-from bayesprune.priors import GivenPrior, SpikeSlabPrior
+from bayesprune.core.objectives import AnalyticKLELBO, site_kl
+from bayesprune.models.priors import GivenPrior, SpikeSlabPrior
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -285,7 +285,7 @@ def test_uniform_weights_are_one(num_batches):
     assert all(UniformPenalty().weight(i, num_batches) == 1.0 for i in range(num_batches))
 
 
-# The network-wide posterior: the KL of every site fused with its gradient (bayesprune.fused).
+# The network-wide posterior: the KL of every site fused with its gradient (bayesprune.core.fused).
 
 
 class PerSitePrior(SpikeSlabPrior):
@@ -375,8 +375,8 @@ def test_fused_pbp_kl_equals_the_plain_kl_values_and_gradients(parameterization,
 
 
 def test_vectorised_log1p_is_within_a_few_ulps_of_log1p_from_minus_one_up():
-    """bayesprune.fused.log1p (softplus, the Concrete noise, PBP's fused Bernoulli KL) against float64 log1p."""
-    from bayesprune.fused import log1p
+    """bayesprune.core.fused.log1p (softplus, the Concrete noise, PBP's fused Bernoulli KL) against float64 log1p."""
+    from bayesprune.core.fused import log1p
 
     u = torch.cat([-1 + torch.logspace(-7, 0, 2000)[:-1], -torch.logspace(-30, -1, 2000), torch.logspace(-30, 30, 2000)])
     exact = torch.log1p(u.double())

@@ -7,11 +7,11 @@ import torch
 from torch import nn
 
 from bayesprune import fit_method
-from bayesprune.config import load_config
-from bayesprune.criteria import weight_sites
-from bayesprune.errors import ConfigError
+from bayesprune.pipeline.config import load_config
+from bayesprune.core.criteria import weight_sites
+from bayesprune.core.errors import ConfigError
 from bayesprune.methods.pbp import split_rows
-from bayesprune.pruning import Budget, prune
+from bayesprune.core.pruning import Budget, prune
 
 SPARSITY = 0.8
 

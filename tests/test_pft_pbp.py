@@ -7,13 +7,13 @@ import arviz as az
 import pytest
 import torch
 
-from bayesprune.bounds import certificate
+from bayesprune.core.bounds import certificate
 from bayesprune.cli import main
-from bayesprune.config import RunConfig, load_config
-from bayesprune.distributions import DiracSpikeSlab
-from bayesprune.errors import ConfigError
+from bayesprune.pipeline.config import RunConfig, load_config
+from bayesprune.core.distributions import DiracSpikeSlab
+from bayesprune.core.errors import ConfigError
 from bayesprune.methods import pbp
-from bayesprune.runner import load_run, new_net, run
+from bayesprune.pipeline.runner import load_run, new_net, run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -75,11 +75,11 @@ def toy_pft_mask(options, optim, *, seed: int) -> list:
     (about 1e-4 on MNIST's LeNet-300-100). The mask PFT ends with, as a list of 0/1."""
     from torch import nn
 
-    from bayesprune.fit import TensorBatches
-    from bayesprune.gates import StochasticMasks, block_isotropic
+    from bayesprune.core.loop import TensorBatches
+    from bayesprune.core.gates import StochasticMasks, block_isotropic
     from bayesprune.methods.context import FitContext
     from bayesprune.methods.pft import train_masks
-    from bayesprune.pruning import Budget, prune
+    from bayesprune.core.pruning import Budget, prune
 
     torch.manual_seed(seed)
     x = torch.randn(640, 4)
@@ -274,8 +274,8 @@ def test_pbp_refuses_regression(tmp_path):
 @pytest.mark.parametrize("key, value", [("start_masks", ["magnitude", "magnitude"]), ("sparsities", [0.9, 0.9])])
 def test_a_start_mask_or_sparsity_given_twice_is_refused_naming_it(key, value):
     """A repeated grid entry would fit the same pair twice and list it twice in metrics.json."""
-    from bayesprune.config import load_config
-    from bayesprune.errors import ConfigError
+    from bayesprune.pipeline.config import load_config
+    from bayesprune.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=f"^pft.{key} must .*without repeats"):
         load_config("pft-digits", [f"pft.{key}={value}"])

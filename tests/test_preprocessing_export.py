@@ -11,7 +11,7 @@ from sklearn.datasets import load_breast_cancer, load_diabetes
 
 from bayesprune.cli import main
 from bayesprune.data import load_dataset
-from bayesprune.export import load_trainable
+from bayesprune.core.export import load_trainable
 
 
 def write_split(folder, x, y, *, test_rows: int, seed: int = 0):
@@ -92,7 +92,7 @@ def test_a_csv_regression_export_fed_raw_rows_gives_the_printed_rmse_in_target_u
 
 
 def test_the_wrapper_standardises_inputs_and_restores_target_units_by_hand(tmp_path):
-    from bayesprune.preprocessing import preprocessing_of, with_preprocessing
+    from bayesprune.core.preprocessing import preprocessing_of, with_preprocessing
 
     rows = np.array([[1.0, 200.0, 3.0], [4.0, 100.0, 9.0], [7.0, 600.0, 3.0], [2.0, 300.0, 5.0]])
     path = tmp_path / "t.csv"
@@ -112,7 +112,7 @@ def test_the_wrapper_standardises_inputs_and_restores_target_units_by_hand(tmp_p
 
 
 def test_a_classification_wrapper_leaves_the_outputs_as_the_network_gives_them():
-    from bayesprune.preprocessing import Preprocessing, with_preprocessing
+    from bayesprune.core.preprocessing import Preprocessing, with_preprocessing
 
     prep = Preprocessing(input_mean=torch.tensor([1.0, -2.0]), input_std=torch.tensor([2.0, 0.5]))
     net = torch.nn.Linear(2, 3)

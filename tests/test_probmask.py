@@ -4,14 +4,14 @@ import math
 import pytest
 import torch
 
-from bayesprune.config import RunConfig
-from bayesprune.fit import TensorBatches, train
-from bayesprune.gates import StochasticMasks
+from bayesprune.pipeline.config import RunConfig
+from bayesprune.core.loop import TensorBatches, train
+from bayesprune.core.gates import StochasticMasks
 from bayesprune.methods.probmask import ProbMaskOptions, ProbMaskTraining
 from bayesprune.methods.probmask.schedules import annealed_temperature, cubic_keep_ratio
 from bayesprune.models import mlp
-from bayesprune.runner import load_run, new_net, run
-from bayesprune.tasks import mean_loss
+from bayesprune.pipeline.runner import load_run, new_net, run
+from bayesprune.core.tasks import mean_loss
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

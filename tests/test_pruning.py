@@ -1,4 +1,4 @@
-"""Tests of bayesprune.pruning against a numpy oracle (sort of the concatenated scores), brute force and exact counts."""
+"""Tests of bayesprune.core.pruning against a numpy oracle (sort of the concatenated scores), brute force and exact counts."""
 import math
 from fractions import Fraction
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bayesprune.models import mlp
-from bayesprune.pruning import Budget, apply_masks, prune, sparsity
+from bayesprune.core.pruning import Budget, apply_masks, prune, sparsity
 
 SHAPES = [
     {"a": (3, 4), "b": (5,), "c": (2, 2, 2)},

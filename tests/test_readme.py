@@ -49,7 +49,7 @@ def test_the_python_quick_start_prunes_90_percent_of_a_users_network(capsys):
 
 
 def test_every_quick_start_command_names_a_valid_config_and_a_directory():
-    from bayesprune.config import load_config
+    from bayesprune.pipeline.config import load_config
     from bayesprune.methods import available_methods
 
     quick = [run_args(line) for line in RUNS if "-digits" in line]

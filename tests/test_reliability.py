@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from bayesprune.cli import main
-from bayesprune.fit import STOP
+from bayesprune.core.loop import STOP
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -90,7 +90,7 @@ def test_the_report_escapes_the_text_it_copies_from_metrics_json(copy_of, capsys
 def test_a_run_completed_while_another_loaded_its_data_is_never_replaced_without_force(tmp_path, capsys, monkeypatch, force):
     """Run B checks ``out`` (empty), then loads its data slowly; meanwhile run A completes into ``out``.
     B is refused in one line and A is intact; under ``--force`` B replaces it as asked."""
-    from bayesprune import runner
+    from bayesprune.pipeline import runner
 
     out = tmp_path / "out"
     load = runner.load_datasets
@@ -176,7 +176,7 @@ def test_sigterm_while_pft_perturbs_its_networks_stops(tmp_path, capsys, monkeyp
 
 
 def test_sigterm_during_the_plain_baseline_keeps_the_finished_fit_and_resumes(tmp_path, capsys, monkeypatch):
-    from bayesprune import runner
+    from bayesprune.pipeline import runner
 
     out = tmp_path / "out"
     monkeypatch.setattr(runner, "train_plain", stop_on_call(runner, "train_plain"))
@@ -244,7 +244,7 @@ def test_certify_takes_pbp_s_split_from_the_checkpoint_not_the_editable_config(t
 def test_sigterm_while_the_run_writes_its_posterior_or_report_stops_and_resumes(tmp_path, capsys, monkeypatch, where):
     """The run stops as in training: exit 143, no report of a run that did not finish, its training-loop
     checkpoint kept (resumable), and the same command line completes it."""
-    from bayesprune import runner
+    from bayesprune.pipeline import runner
 
     out = tmp_path / "out"
     monkeypatch.setattr(runner, where, stop_on_call(runner, where))
@@ -259,7 +259,7 @@ def test_sigterm_while_the_run_writes_its_posterior_or_report_stops_and_resumes(
 def test_sigterm_inside_a_saliency_stage_stops_before_its_next_chunk_of_examples(tmp_path, capsys, monkeypatch, short_config):
     """A stage's generalised Gauss-Newton runs over chunks of examples (1000 examples: 4 chunks); a stop
     requested in the first is honoured before the second, not after the stage and every grid point."""
-    from bayesprune import criteria
+    from bayesprune.core import criteria
 
     out = tmp_path / "out"
     calls = []
@@ -284,7 +284,7 @@ def _counting(function, calls):
 def test_a_report_refused_after_its_plots_leaves_the_run_directory_as_it_was(copy_of, tmp_path, capsys, monkeypatch):
     """Whatever fails once the report has begun to write (a method's own section reading a tampered
     file), every file is put back as it was and no new one is left, links included."""
-    from bayesprune.analysis import report
+    from bayesprune.pipeline import report
 
     outside = tmp_path / "precious.txt"
     outside.write_text("the user's own file\n")
@@ -318,7 +318,7 @@ def test_export_refuses_a_budget_level_the_method_does_not_score(complete_run, t
 
 
 def test_sigterm_during_bayesprune_report_stops_at_the_next_plot_and_leaves_the_run_as_it_was(copy_of, capsys, monkeypatch):
-    from bayesprune.analysis import report
+    from bayesprune.pipeline import report
 
     before = {path.name: path.read_bytes() for path in copy_of.iterdir()}
     monkeypatch.setattr(report, "plot_loss", stop_on_call(report, "plot_loss"))

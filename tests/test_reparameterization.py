@@ -1,4 +1,4 @@
-"""Tests of bayesprune.reparameterization.LocalReparameterization and its use in AnalyticKLELBO.
+"""Tests of bayesprune.core.reparameterization.LocalReparameterization and its use in AnalyticKLELBO.
 
 Oracles: Monte Carlo over explicit weight draws W ~ N(m, s^2) pushed through plain ``F.linear`` /
 ``F.conv2d`` (the weight-sampling estimator), and Monte-Carlo averages of the loss without the trick.
@@ -14,9 +14,9 @@ from torch.distributions import Normal
 
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
-from bayesprune.objectives import AnalyticKLELBO
-from bayesprune.priors import SpikeSlabPrior
-from bayesprune.reparameterization import LocalReparameterization
+from bayesprune.core.objectives import AnalyticKLELBO
+from bayesprune.models.priors import SpikeSlabPrior
+from bayesprune.core.reparameterization import LocalReparameterization
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -7,15 +7,15 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-from bayesprune.config import RunConfig
-from bayesprune.errors import ConfigError
-from bayesprune.fit import resolve_device
+from bayesprune.pipeline.config import RunConfig
+from bayesprune.core.errors import ConfigError
+from bayesprune.core.loop import resolve_device
 from bayesprune.methods import get_method
 from bayesprune.methods import FitContext
 from bayesprune.methods.saliency import spearman_or_none
 from bayesprune.methods.saliency.stages import loss_change, multi_stage_masks
-from bayesprune.pruning import Budget, prune
-from bayesprune.runner import load_datasets, load_run, new_net, run
+from bayesprune.core.pruning import Budget, prune
+from bayesprune.pipeline.runner import load_datasets, load_run, new_net, run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -9,7 +9,7 @@ from torch import nn
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.methods.sbnn import SBNNFitted, SBNNOptions
 from bayesprune.models import LIKELIHOODS, BayesianNetwork
-from bayesprune.pruning import Budget, prune
+from bayesprune.core.pruning import Budget, prune
 
 
 def saturated_fit(options: SBNNOptions) -> SBNNFitted:
@@ -58,9 +58,9 @@ def test_a_tied_budget_removes_the_lowest_logits_not_the_first_in_network_order(
 
 
 def test_local_reparameterization_on_a_convolution_is_refused_by_name():
-    from bayesprune.config import load_config
+    from bayesprune.pipeline.config import load_config
     from bayesprune.data import Dataset
-    from bayesprune.errors import ConfigError
+    from bayesprune.core.errors import ConfigError
     from bayesprune.methods import FitContext
     from bayesprune.methods.sbnn import fit_posterior
 
@@ -73,7 +73,7 @@ def test_local_reparameterization_on_a_convolution_is_refused_by_name():
 
 
 def test_a_droprate_counts_biases_only_when_asked_and_both_sparsities_are_reported():
-    from bayesprune.analysis.evaluation import pruning_curve
+    from bayesprune.pipeline.evaluation import pruning_curve
     from bayesprune.data import Dataset
 
     options = SBNNOptions()

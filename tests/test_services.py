@@ -11,13 +11,13 @@ import torch.nn.functional as F
 
 from bayesprune.cli import main
 from bayesprune.data import load_dataset
-from bayesprune.early_stopping import hold_out
-from bayesprune.errors import ConfigError, Interrupted
-from bayesprune.fit import STOP
+from bayesprune.core.early_stopping import hold_out
+from bayesprune.core.errors import ConfigError, Interrupted
+from bayesprune.core.loop import STOP
 from bayesprune.methods import FitContext, available_methods, context
 from bayesprune.models import build_architecture
-from bayesprune.runner import resume_run, run
-from bayesprune.tasks import network_metric
+from bayesprune.pipeline.runner import resume_run, run
+from bayesprune.core.tasks import network_metric
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

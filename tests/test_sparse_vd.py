@@ -10,10 +10,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributions import kl_divergence
 
-from bayesprune.config import OptimConfig, load_config
+from bayesprune.pipeline.config import OptimConfig, load_config
 from bayesprune.data import Dataset
-from bayesprune.errors import ConfigError
-from bayesprune.fused import kernel_mode
+from bayesprune.core.errors import ConfigError
+from bayesprune.core.fused import kernel_mode
 from bayesprune.methods import FitContext, get_method
 from bayesprune.methods.sparse_vd import SparseVDOptions
 from bayesprune.methods.sparse_vd.distributions import K1, AdditiveNormal, AdditiveNormals, LogUniform, neg_kl_approximation
@@ -60,7 +60,7 @@ def test_the_registered_kl_is_the_negated_approximation_summed_over_a_site():
 
 
 def test_the_fused_kl_equals_the_registered_kl_values_and_gradients(kernels):
-    """A site's KL from the fused network-wide evaluation (bayesprune.fused, its kernel eager or
+    """A site's KL from the fused network-wide evaluation (bayesprune.core.fused, its kernel eager or
     compiled) equals the registered KL summed, in value and in its gradients in θ and log σ², across the clip of log α, with a different
     weight per site."""
     shapes = {"0.weight": torch.Size([5, 4]), "2.weight": torch.Size([3, 5])}
@@ -206,7 +206,7 @@ def test_the_packaged_configs_load():
 
 def test_a_run_from_the_command_line_writes_scores_posterior_and_report(tmp_path):
     from bayesprune.cli import main
-    from bayesprune.runner import load_run
+    from bayesprune.pipeline.runner import load_run
 
     out = tmp_path / "run"
     assert main(["run", "sparse-vd-digits", "--out", str(out), "--set", "train.epochs=2", "--set", "baseline.epochs=1",
@@ -232,10 +232,10 @@ def test_a_run_from_the_command_line_writes_scores_posterior_and_report(tmp_path
 def test_a_fit_interrupted_after_an_epoch_resumes_to_the_uninterrupted_result(tmp_path):
     """The stage's state (model, guide, optimiser with its linear-decay schedule) and the KL annealing
     are checkpointed: resuming inside the KL warm-up gives the same weights as never stopping."""
-    from bayesprune.checkpoint import read_checkpoint
+    from bayesprune.core.checkpoint import read_checkpoint
     from bayesprune.data import load_dataset
-    from bayesprune.errors import Interrupted
-    from bayesprune.fit import STOP
+    from bayesprune.core.errors import Interrupted
+    from bayesprune.core.loop import STOP
     from bayesprune.models import build_architecture
 
     data = load_dataset("digits")
@@ -286,7 +286,7 @@ def test_the_objectives_kl_covers_every_weight_of_every_layer_and_no_bias():
 
 
 def test_a_schedule_beside_the_linear_decay_is_refused_naming_the_key_before_anything_is_written(tmp_path):
-    from bayesprune.runner import run
+    from bayesprune.pipeline.runner import run
 
     with pytest.raises(ConfigError, match="^optim.schedule is not supported by method 'sparse-vd'"):
         run(load_config("sparse-vd-digits", ["optim.schedule='cosine'"]), tmp_path / "run")

@@ -8,17 +8,17 @@ import torch
 import torch.nn.functional as F
 from torch.distributions import Normal, kl_divergence
 
-from bayesprune.bounds import pac_bayes_bound
-from bayesprune.criteria import saliency
-from bayesprune.distributions import DiracSpikeSlab
-from bayesprune.gates import StochasticMasks, block_isotropic, isotropic
+from bayesprune.core.bounds import pac_bayes_bound
+from bayesprune.core.criteria import saliency
+from bayesprune.core.distributions import DiracSpikeSlab
+from bayesprune.core.gates import StochasticMasks, block_isotropic, isotropic
 from bayesprune.guides import DiracSpikeSlabGuide
 from bayesprune.methods.pbp import network_kl
 from bayesprune.methods.pft import mask_overlap
 from bayesprune.models import BayesianNetwork, BoundedCategorical, mlp
-from bayesprune.objectives import GibbsRisk, PACBayesBound
-from bayesprune.priors import GivenPrior
-from bayesprune.pruning import Budget, lexicographic_ranks, prune
+from bayesprune.core.objectives import GibbsRisk, PACBayesBound
+from bayesprune.models.priors import GivenPrior
+from bayesprune.core.pruning import Budget, lexicographic_ranks, prune
 
 
 @pytest.mark.parametrize("shape", [(5,), (3, 4)])

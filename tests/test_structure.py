@@ -1,10 +1,10 @@
-"""Tests of bayesprune.structure: the layer chain against hand-written descriptions of small networks."""
+"""Tests of bayesprune.core.structure: the layer chain against hand-written descriptions of small networks."""
 import pytest
 import torch
 from torch import nn
 
 from bayesprune.models import lenet_5_caffe, mlp
-from bayesprune.structure import layer_chain
+from bayesprune.core.structure import layer_chain
 
 from helpers import ClassicLeNet5
 
@@ -111,7 +111,7 @@ def test_the_probe_leaves_the_network_as_it_was():
 
 def test_unit_groups_of_plain_chains_are_their_hidden_layers():
     from bayesprune.models import lenet_5_caffe as caffe
-    from bayesprune.structure import unit_groups
+    from bayesprune.core.structure import unit_groups
 
     for net, shape in ((mlp((5,), 2, hidden=[4, 3]), None), (caffe((1, 28, 28), 10), (1, 28, 28)),
                        (ClassicLeNet5(), (1, 28, 28))):
@@ -135,9 +135,9 @@ class TwoHeads(nn.Module):
 
 
 def test_unit_groups_of_shared_consumers_and_concatenations_by_hand():
-    from bayesprune.export import export
-    from bayesprune.pruning import apply_masks, expand_unit_masks
-    from bayesprune.structure import unit_groups
+    from bayesprune.core.export import export
+    from bayesprune.core.pruning import apply_masks, expand_unit_masks
+    from bayesprune.core.structure import unit_groups
 
     net = TwoHeads().eval()
     groups = {g.gate_site: (g.units, g.producers, g.consumers) for g in unit_groups(net)}

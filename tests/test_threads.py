@@ -1,10 +1,10 @@
-"""The thread count a command starts with (bayesprune.threads): idle cores less one, at least one;
+"""The thread count a command starts with (bayesprune.pipeline.threads): idle cores less one, at least one;
 --threads sets it, validated."""
 import pytest
 import torch
 
 from bayesprune.cli import main
-from bayesprune.threads import default_threads, set_threads
+from bayesprune.pipeline.threads import default_threads, set_threads
 
 
 @pytest.mark.parametrize("cores, busy, expected", [(2, 0, 1), (2, 1, 1), (1, 0, 1), (16, 0, 15), (16, 1, 15),

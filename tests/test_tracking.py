@@ -8,7 +8,7 @@ import tomllib
 import pytest
 
 from bayesprune.cli import main
-from bayesprune.compare.tracking import basis_points, cell_metrics, flatten
+from bayesprune.pipeline.compare.tracking import basis_points, cell_metrics, flatten
 
 mlflow = pytest.importorskip("mlflow")
 

@@ -426,7 +426,7 @@ def test_class_names_must_match_the_classes():
 
 
 def test_the_loaders_from_a_toml_config(tmp_path):
-    from bayesprune.config import load_config
+    from bayesprune.pipeline.config import load_config
 
     header, rows = table(30)
     csv_path = write_csv(tmp_path / "animals.csv", header, rows)

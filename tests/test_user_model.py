@@ -7,11 +7,11 @@ from torch import nn
 
 import bayesprune as bp
 from bayesprune.cli import main
-from bayesprune.config import load_config
+from bayesprune.pipeline.config import load_config
 from bayesprune.data import load_dataset
-from bayesprune.errors import ConfigError
+from bayesprune.core.errors import ConfigError
 from bayesprune.methods import available_methods
-from bayesprune.runner import load_run
+from bayesprune.pipeline.runner import load_run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

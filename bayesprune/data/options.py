@@ -7,14 +7,14 @@ import numbers
 import os
 from collections.abc import Sequence
 
-from ..errors import DataError
-from ..validation import MAX_ELEMENTS, MAX_SCALE
+from bayesprune.core.errors import DataError
+from bayesprune.core.validation import MAX_ELEMENTS, MAX_SCALE
 
 # Option checks: each returns the value (converted where needed) or raises a DataError naming it.
 
 
 def _integer(option: str, value, *, minimum: int) -> int:
-    """``value``, an integer from ``minimum`` up to :data:`~bayesprune.validation.MAX_ELEMENTS` (a seed, a
+    """``value``, an integer from ``minimum`` up to :data:`~bayesprune.core.validation.MAX_ELEMENTS` (a seed, a
     split, a count of rows: beyond it is a typo, and NumPy takes no seed from 2**32)."""
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or not minimum <= value <= MAX_ELEMENTS:
         kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"

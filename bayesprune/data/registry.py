@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import DataError
-from ..preprocessing import preprocessing_of
+from bayesprune.core.errors import DataError
+from bayesprune.core.preprocessing import preprocessing_of
 
 CLASSIFICATION = "classification"
 REGRESSION = "regression"
@@ -27,7 +27,7 @@ class Dataset:
 
     Regression targets are stored standardised: ``prediction * target_std + target_mean``
     restores the original units. Inputs a loader standardised are ``(raw - input_mean) /
-    input_std``; :func:`bayesprune.preprocessing.preprocessing_of` gathers the four statistics.
+    input_std``; :func:`bayesprune.core.preprocessing.preprocessing_of` gathers the four statistics.
     Instances compare by identity (their fields are tensors).
 
     Attributes:
@@ -47,7 +47,7 @@ class Dataset:
             class folders).
         extras: Anything else a loader knows, e.g. a simulation's ground truth
             (``{"beta": tensor, "active": bool tensor}``); a training part that
-            :func:`~bayesprune.early_stopping.hold_out` left has ``train_rows``, the indices of its
+            :func:`~bayesprune.core.early_stopping.hold_out` left has ``train_rows``, the indices of its
             rows in the training split as loaded.
         input_mean: float32 of shape ``input_shape``: the training split's mean subtracted from
             every raw input, or ``None`` where the inputs are used as given.

@@ -7,11 +7,11 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from ..errors import DataError
-from ..validation import MAX_ELEMENTS
-from .options import _boolean, _choice, _fraction, _integer, _real
-from .registry import Dataset, register_dataset
-from .tables import _feature_names, _regression_dataset
+from bayesprune.core.errors import DataError
+from bayesprune.core.validation import MAX_ELEMENTS
+from bayesprune.data.options import _boolean, _choice, _fraction, _integer, _real
+from bayesprune.data.registry import Dataset, register_dataset
+from bayesprune.data.tables import _feature_names, _regression_dataset
 
 # Simulated regression (paper 003, section 4.1).
 
@@ -61,7 +61,7 @@ def _simulation_options(
 ) -> tuple[int, int, np.random.Generator, float, float, bool]:
     """Check the options every simulator shares; return them with a generator seeded by ``seed``.
 
-    ``n`` rows of ``num_features`` values above :data:`~bayesprune.validation.MAX_ELEMENTS` are refused
+    ``n`` rows of ``num_features`` values above :data:`~bayesprune.core.validation.MAX_ELEMENTS` are refused
     before anything is drawn."""
     n, num_features = _integer("n", n, minimum=1), _integer("num_features", num_features, minimum=1)
     if n * num_features > MAX_ELEMENTS:

@@ -9,9 +9,9 @@ import os
 import numpy as np
 import torch
 
-from ..errors import DataError
-from .options import _boolean, _directory, _integer
-from .registry import REGRESSION, Dataset, register_dataset
+from bayesprune.core.errors import DataError
+from bayesprune.data.options import _boolean, _directory, _integer
+from bayesprune.data.registry import REGRESSION, Dataset, register_dataset
 
 # Shared numeric steps.
 

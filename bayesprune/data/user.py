@@ -28,14 +28,14 @@ from Python (``load_dataset("npz", path="...")``):
 ``data.normalize`` (``npz``, ``csv``) standardises with the training split's mean and standard
 deviation, as the UCI loader's option of that name: the inputs, per feature (per pixel for images),
 and regression targets; the statistics are kept (``input_mean``, ``input_std``, ``target_mean``,
-``target_std``: :mod:`bayesprune.preprocessing`), so that an export takes raw rows and gives the
+``target_std``: :mod:`bayesprune.core.preprocessing`), so that an export takes raw rows and gives the
 target's units. Its default is true for tables; for ``npz`` inputs of another shape (images) it leaves
 the inputs as given and standardises only regression targets.
 
 Every defect (a missing file or array, an unreadable file, mismatched rows or shapes, NaN or
 infinite values, labels that are not ``0..K-1``, a single class, an empty split, a non-numeric feature
 column, a test class the training split lacks, a symbolic link or anything but a regular file in an
-image folder) is one :class:`~bayesprune.errors.DataError` line naming the file or the option.
+image folder) is one :class:`~bayesprune.core.errors.DataError` line naming the file or the option.
 """
 
 from __future__ import annotations
@@ -49,12 +49,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import DataError
-from ..files import check_plain_tree, read_npz
-from ..validation import MAX_ELEMENTS
-from .options import _boolean, _choice, _directory, _file, _fraction, _integer
-from .registry import CLASSIFICATION, REGRESSION, Dataset, register_dataset
-from .tables import _input_scaling, _standardize
+from bayesprune.core.errors import DataError
+from bayesprune.core.files import check_plain_tree, read_npz
+from bayesprune.core.validation import MAX_ELEMENTS
+from bayesprune.data.options import _boolean, _choice, _directory, _file, _fraction, _integer
+from bayesprune.data.registry import CLASSIFICATION, REGRESSION, Dataset, register_dataset
+from bayesprune.data.tables import _input_scaling, _standardize
 
 #: A CSV target of whole numbers with at most this many distinct values is taken for class labels
 #: when ``data.task`` is left out.
@@ -198,7 +198,7 @@ def _build(
 
 
 def _npz_arrays(path: str) -> dict[str, np.ndarray]:
-    """The arrays of an .npz archive, read without unpickling and headers checked (:func:`~bayesprune.files.read_npz`)."""
+    """The arrays of an .npz archive, read without unpickling and headers checked (:func:`~bayesprune.core.files.read_npz`)."""
     try:
         arrays = read_npz(path)
     except ValueError as err:

@@ -6,11 +6,11 @@ before anything is written, then calls ``run(config, folder, device=..., progres
 writes its tables, figures and ``report.md`` into ``folder`` and returns the metrics; the runner
 writes ``config.toml`` and ``metrics.json`` and moves ``folder`` into place when it is complete.
 
-The registry lives below this package, in :mod:`bayesprune.experiment_registry`, which finds the
+The registry lives below this package, in :mod:`bayesprune.pipeline.experiments`, which finds the
 studies by name: nothing else in bayesprune imports this package.
 """
-from bayesprune.experiment_registry import EXPERIMENTS, available_experiments, get_experiment, register_experiment
+from bayesprune.pipeline.experiments import EXPERIMENTS, available_experiments, get_experiment, register_experiment
 
-from . import graded_features, selection, two_features  # noqa: F401  (registers the studies)
+from bayesprune.experiments import graded_features, selection, two_features  # noqa: F401  (registers the studies)
 
 __all__ = ["EXPERIMENTS", "available_experiments", "get_experiment", "register_experiment"]

@@ -2,7 +2,7 @@
 
 * :class:`Experiment`: the base of every registered study. It owns the option schema (defaults plus
   one validator per key), so ``check`` rejects an unknown or malformed option with a one-line
-  :class:`~bayesprune.errors.ConfigError` that names the field (``experiment.alphas must ...``).
+  :class:`~bayesprune.core.errors.ConfigError` that names the field (``experiment.alphas must ...``).
 * :func:`fit_importance`: fit the sBNN of a config on a dataset and return ψ (eq. 3.18) and φ (eq. 3.19).
 * :data:`SIMULATION_CONFIG`, :func:`simulation_config` and :func:`sbnn_fit_predict`: the paper's
   simulation network and its sBNN refit inside BNN_VS cross-validation
@@ -23,16 +23,16 @@ from torch import nn
 
 from bayesprune.analysis.importance import feature_importance, scaled_importance, weight_inclusion_matrices
 from bayesprune.analysis.plots import plt, save_figure
-from bayesprune.baseline import fit_plain
+from bayesprune.pipeline.baseline import fit_plain
 from bayesprune.data import REGRESSION, Dataset, load_dataset
-from bayesprune.config import RunConfig
-from bayesprune.errors import ConfigError
-from bayesprune.fit import resolve_device
+from bayesprune.pipeline.config import RunConfig
+from bayesprune.core.errors import ConfigError
+from bayesprune.core.loop import resolve_device
 from bayesprune.guides import NormalGuide
 from bayesprune.models import new_net
-from bayesprune.predict import predict
-from bayesprune.priors import GaussianPrior
-from bayesprune.validation import is_number as _is_number
+from bayesprune.core.predict import predict
+from bayesprune.models.priors import GaussianPrior
+from bayesprune.core.validation import is_number as _is_number
 from bayesprune.methods import FitContext
 from bayesprune.methods.sbnn import fit_posterior
 
@@ -162,7 +162,7 @@ SIMULATION_CONFIG = {
 
 
 def simulation_config(**sections):
-    """:data:`SIMULATION_CONFIG` as a :class:`~bayesprune.config.RunConfig`, ``sections`` updating its tables."""
+    """:data:`SIMULATION_CONFIG` as a :class:`~bayesprune.pipeline.config.RunConfig`, ``sections`` updating its tables."""
     raw = {key: dict(value) if isinstance(value, dict) else value for key, value in SIMULATION_CONFIG.items()}
     for key, value in sections.items():
         raw[key] = {**raw[key], **value} if isinstance(value, dict) else value
@@ -173,7 +173,7 @@ def sbnn_fit_predict(config=None, *, device=None):
     """A ``fit_predict`` that fits the sBNN of ``config`` and predicts with its posterior-mean network.
 
     Args:
-        config: a :class:`~bayesprune.config.RunConfig`; its model, prior, guide, objective, optim
+        config: a :class:`~bayesprune.pipeline.config.RunConfig`; its model, prior, guide, objective, optim
             and train sections are used. Defaults to :func:`simulation_config`.
         device: training device; defaults to ``config.device``.
 
@@ -289,7 +289,7 @@ def fit_gaussian_bnn(config, dataset, *, device, seed: int, scale: float = 1.0):
     (:func:`~bayesprune.methods.sbnn.fit_posterior` with the Gaussian prior and guide).
 
     Returns:
-        ``(model, guide)``; predict with :func:`bayesprune.predict.predict`.
+        ``(model, guide)``; predict with :func:`bayesprune.core.predict.predict`.
     """
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
     fitted = fit_posterior(net, dataset, config.method_options, FitContext.from_config(config, dataset, device=device, seed=seed),

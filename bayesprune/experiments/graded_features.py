@@ -7,10 +7,10 @@ every α and at least ``min_correlation_nonlinear`` for the non-linear f (paper:
 """
 from bayesprune.analysis.plots import plt, save_figure
 from bayesprune.analysis.tables import markdown_table, write_csv
-from bayesprune.statistics import pearson, spearman
-from bayesprune.experiment_registry import register_experiment
+from bayesprune.core.statistics import pearson, spearman
+from bayesprune.pipeline.experiments import register_experiment
 
-from .common import (
+from bayesprune.experiments.common import (
     Experiment, Stopwatch, averaged_importance, choice_list, criterion, load, number, number_list, plot_series, write_report,
 )
 

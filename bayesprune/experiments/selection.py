@@ -37,10 +37,10 @@ from bayesprune.analysis.selection import (
     selection_accuracy,
 )
 from bayesprune.analysis.tables import markdown_table, write_csv
-from bayesprune.predict import predict
-from bayesprune.experiment_registry import register_experiment
+from bayesprune.core.predict import predict
+from bayesprune.pipeline.experiments import register_experiment
 
-from .common import (
+from bayesprune.experiments.common import (
     Experiment, Stopwatch, boolean, choice, criterion, fit_gaussian_bnn, fit_importance, fit_plain_net, load,
     mse_on_test, nn_fit_predict, number, number_list, plot_series, sbnn_fit_predict, write_report,
 )

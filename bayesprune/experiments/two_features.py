@@ -6,10 +6,10 @@ I = 1 − Σ(yᵢ − αx_{i2})² / Σyᵢ² of x₂. Done when ψ₂ rises and 
 ψ₂ with α at least ``min_spearman`` and that of ψ₁ at most −``min_spearman``.
 """
 from bayesprune.analysis.tables import markdown_table, write_csv
-from bayesprune.statistics import spearman
-from bayesprune.experiment_registry import register_experiment
+from bayesprune.core.statistics import spearman
+from bayesprune.pipeline.experiments import register_experiment
 
-from .common import (
+from bayesprune.experiments.common import (
     Experiment, Stopwatch, averaged_importance, criterion, load, number, number_list, plot_series, write_report,
 )
 

@@ -10,10 +10,10 @@ import pkgutil
 from dataclasses import fields
 from importlib.metadata import entry_points
 
-from bayesprune.errors import ConfigError
+from bayesprune.core.errors import ConfigError
 
-from .base import Fitted, Method
-from .context import SERVICES, FitContext
+from bayesprune.methods.base import Fitted, Method
+from bayesprune.methods.context import SERVICES, FitContext
 
 METHODS: dict = {}
 _discovered = False

@@ -9,9 +9,9 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from bayesprune.normalization import changes, has_running_stats, running_statistics, statistics_replaced
-from bayesprune.sites import site_names
-from bayesprune.tasks import masked_copy
+from bayesprune.core.normalization import changes, has_running_stats, running_statistics, statistics_replaced
+from bayesprune.core.sites import site_names
+from bayesprune.core.tasks import masked_copy
 
 
 class Fitted:
@@ -21,12 +21,12 @@ class Fitted:
         method: the registered name of the method that produced it.
         net: the architecture in its current structure (smaller than built if the method removed
             units while training); its parameter names are the site names.
-        history: the training :class:`~bayesprune.fit.History` (``None`` when restored).
+        history: the training :class:`~bayesprune.core.loop.History` (``None`` when restored).
         seconds: training time.
         predictive_samples: Monte-Carlo draws of the predictive; 0 for a method without a posterior.
         score_name: what :meth:`scores` are, for tables and plots (``"inclusion logit"``).
         calibration: the training inputs a masked network's normalisation statistics are estimated
-            on (:class:`bayesprune.normalization.Calibration`), attached by the runner, ``load_run``
+            on (:class:`bayesprune.core.normalization.Calibration`), attached by the runner, ``load_run``
             and ``fit_method`` unless ``prune.recalibrate = false``; ``None``: masked predictions use
             the statistics of the fit.
     """
@@ -43,12 +43,12 @@ class Fitted:
 
     @property
     def sites(self) -> dict:
-        """Site name → shape of every prunable tensor (:func:`bayesprune.sites.site_names`), in network order."""
+        """Site name → shape of every prunable tensor (:func:`bayesprune.core.sites.site_names`), in network order."""
         params = dict(self.net.named_parameters())
         return {name: params[name].shape for name in site_names(self.net)}
 
     def scores(self) -> dict:
-        """Site name → importance score tensor (higher = keep), as :func:`bayesprune.pruning.prune` reads.
+        """Site name → importance score tensor (higher = keep), as :func:`bayesprune.core.pruning.prune` reads.
 
         Scores must not saturate: a probability that rounds to 1.0 ties with its neighbours, and a
         tied budget removes the earlier entries in network order. Return logits or float64 values.
@@ -84,7 +84,7 @@ class Fitted:
     def masked_network(self, masks: dict) -> nn.Module:
         """:meth:`network` with the entries ``masks`` remove zeroed and, where :attr:`calibration` is set
         and that zeroes a weight that was not zero, its normalisation statistics estimated again on the
-        training batches it holds (:func:`bayesprune.normalization.recalibrate`)."""
+        training batches it holds (:func:`bayesprune.core.normalization.recalibrate`)."""
         net = self.network()
         masked = masked_copy(net, masks)
         return self.calibration.apply(masked) if self.calibration is not None and changes(net, masks) else masked
@@ -171,14 +171,14 @@ class SparseNetworkFitted(NetworkFitted):
 
 class GuideFitted(Fitted):
     """A :class:`Fitted` Pyro model and guide: the point estimate is the guide's ``mean_params()``, the
-    Monte-Carlo predictive averages ``sample_params()`` draws (:func:`bayesprune.predict.predict`)."""
+    Monte-Carlo predictive averages ``sample_params()`` draws (:func:`bayesprune.core.predict.predict`)."""
 
     def __init__(self, model, guide, *, history=None, seconds: float = 0.0, predictive_samples: int = 0):
         super().__init__(model.net, history=history, seconds=seconds, predictive_samples=predictive_samples)
         self.model, self.guide = model, guide
 
     def _predict(self, x, *, masks=None, num_samples=0):
-        from bayesprune.predict import predict
+        from bayesprune.core.predict import predict
 
         return predict(self.model, self.guide, x, num_samples=num_samples, masks=masks)
 
@@ -195,7 +195,7 @@ class Method:
     Class attributes:
         name: the value of ``method`` in a config, and the name of the method's own TOML table.
         Options: a frozen dataclass for that table, validated in ``__post_init__`` with
-            :class:`~bayesprune.errors.ConfigError` messages naming the field (``sbnn.pi``).
+            :class:`~bayesprune.core.errors.ConfigError` messages naming the field (``sbnn.pi``).
         legacy_keys: ``"section.key"`` of older config layouts → option name (``None``: dropped),
             folded into the method's table when such a config is loaded.
         unsupported: the services of :data:`~bayesprune.methods.context.SERVICES` the method does not
@@ -219,7 +219,7 @@ class Method:
 
     def check(self, net: nn.Module, data, options) -> None:
         """Refuse, before anything is written, a network or data this method cannot fit, raising
-        :class:`~bayesprune.errors.ConfigError` with one line naming what; accepts anything by default."""
+        :class:`~bayesprune.core.errors.ConfigError` with one line naming what; accepts anything by default."""
 
     def fit(self, net: nn.Module, data, options, ctx) -> Fitted:
         """Fit on ``data`` (a :class:`~bayesprune.data.Dataset`) starting from ``net``, with the

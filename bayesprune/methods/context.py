@@ -2,11 +2,11 @@
 one way a method trains: :meth:`FitContext.train`, a named stage whose checkpoints, resumption, early
 stopping and progress bar the context provides, so that every method gets every service.
 
-A fit is a sequence of stages (pre-training, mask training, fine-tuning, ...), each a :func:`bayesprune.fit.train`
+A fit is a sequence of stages (pre-training, mask training, fine-tuning, ...), each a :func:`bayesprune.core.loop.train`
 loop over the objects it changes (its ``state``: networks, guides, gates, optimisers). At the end of
 every ``checkpoint_every`` epochs the context writes a checkpoint holding, for each finished stage,
 its result (``state`` snapshot, losses, and the random-number and minibatch-shuffling states at its
-end) and, for the stage in progress, its :class:`~bayesprune.fit.LoopState`. Resuming runs the fit
+end) and, for the stage in progress, its :class:`~bayesprune.core.loop.LoopState`. Resuming runs the fit
 again: a finished stage is not trained but its result is put back (with the random states it left), and
 the stage in progress continues from its last epoch. The code between stages runs again and draws
 the same random numbers, so the resumed fit equals the uninterrupted one.
@@ -19,16 +19,16 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bayesprune.checkpoint import load_module_state, write_checkpoint
-from bayesprune.early_stopping import EarlyStopping
-from bayesprune.errors import BayesPruneError, Interrupted
-from bayesprune.export import mask_parameters, unmask_parameters
-from bayesprune.fit import STOP, History, LoopState, TensorBatches, optimizer_step, rng_state, set_rng_state, train
-from bayesprune.fused import kernel_mode
-from bayesprune.optim import OptimConfig, torch_optimizer, torch_scheduler
-from bayesprune.predict import metric
-from bayesprune.sites import site_names
-from bayesprune.tasks import predict_network
+from bayesprune.core.checkpoint import load_module_state, write_checkpoint
+from bayesprune.core.early_stopping import EarlyStopping
+from bayesprune.core.errors import BayesPruneError, Interrupted
+from bayesprune.core.export import mask_parameters, unmask_parameters
+from bayesprune.core.loop import STOP, History, LoopState, TensorBatches, optimizer_step, rng_state, set_rng_state, train
+from bayesprune.core.fused import kernel_mode
+from bayesprune.core.optim import OptimConfig, torch_optimizer, torch_scheduler
+from bayesprune.core.predict import metric
+from bayesprune.core.sites import site_names
+from bayesprune.core.tasks import predict_network
 
 #: The services a method may not support; a config asking for one it does not is refused.
 SERVICES = ("validation", "checkpoint", "resume")
@@ -53,15 +53,15 @@ class FitContext:
         patience: stop that stage after this many epochs without improvement.
         checkpoint: where checkpoints are written, or ``None``.
         checkpoint_every: epochs between checkpoints (and after the last epoch of every stage).
-        resume: a checkpoint of this fit as read (:func:`bayesprune.checkpoint.read_checkpoint`) to
+        resume: a checkpoint of this fit as read (:func:`bayesprune.core.checkpoint.read_checkpoint`) to
             continue from, or ``None``.
         progress: one progress bar per stage, named after it.
-        callbacks: further :func:`bayesprune.fit.train` callbacks run in every stage.
+        callbacks: further :func:`bayesprune.core.loop.train` callbacks run in every stage.
         method: the registered name of the method, recorded in checkpoints.
         kernels: ``train.kernels``, the mode every stage runs the per-weight kernels in
-            (:func:`bayesprune.fused.kernel_mode`).
+            (:func:`bayesprune.core.fused.kernel_mode`).
         config: the run config (TOML layout) the fit is made from, kept in its checkpoints so that
-            ``--resume`` refuses a ``config.toml`` edited since (:func:`bayesprune.runner.resume_run`).
+            ``--resume`` refuses a ``config.toml`` edited since (:func:`bayesprune.pipeline.runner.resume_run`).
 
     After the fit, ``best_epoch`` (1-based) is the epoch early stopping kept, or ``None``.
     """
@@ -102,7 +102,7 @@ class FitContext:
                    config=config.to_dict(), **services)
 
     def sites(self, net) -> list:
-        """The names of ``net``'s site parameters under ``expose`` and ``hide`` (:func:`bayesprune.sites.site_names`)."""
+        """The names of ``net``'s site parameters under ``expose`` and ``hide`` (:func:`bayesprune.core.sites.site_names`)."""
         return site_names(net, expose=self.expose, hide=self.hide)
 
     def batches(self, x, y, *, seed: int | None = None) -> TensorBatches:
@@ -113,12 +113,12 @@ class FitContext:
 
     def train(self, name: str, step, batches, *, epochs: int, state: dict, scheduler=None, callbacks=(),
               validate=None) -> History:
-        """Run one stage of the fit: ``epochs`` passes of ``step`` over ``batches`` (:func:`bayesprune.fit.train`).
+        """Run one stage of the fit: ``epochs`` passes of ``step`` over ``batches`` (:func:`bayesprune.core.loop.train`).
 
         Args:
             name: the stage's name, shown on its progress bar and kept in checkpoints.
             step: ``step(x, y, index, num_batches)`` → 0-dim loss tensor.
-            batches: :class:`~bayesprune.fit.TensorBatches` (its shuffling state is checkpointed).
+            batches: :class:`~bayesprune.core.loop.TensorBatches` (its shuffling state is checkpointed).
             epochs: passes over ``batches``.
             state: name → every object the stage changes, each with ``state_dict()`` and
                 ``load_state_dict()`` (or a Pyro optimiser's ``get_state()`` and ``set_state()``);
@@ -130,7 +130,7 @@ class FitContext:
                 keeps the state of its epoch that scores best on :attr:`validation`.
 
         Returns:
-            The stage's :class:`~bayesprune.fit.History`.
+            The stage's :class:`~bayesprune.core.loop.History`.
         """
         index = len(self._finished)
         saved = self._saved_stages()
@@ -165,7 +165,7 @@ class FitContext:
                       validate: bool = False) -> History:
         """A stage of plain training: ``net`` in place by ``loss(net(x), y)`` with the run's optimiser and
         schedule. Under ``mask`` (site → bool) the pruned
-        weights stay exactly zero whatever the optimiser does (:func:`bayesprune.export.mask_parameters`).
+        weights stay exactly zero whatever the optimiser does (:func:`bayesprune.core.export.mask_parameters`).
         ``validate`` makes it the stage early stopping acts on."""
         if mask is not None:
             mask_parameters(net, mask)

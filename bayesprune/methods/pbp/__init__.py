@@ -8,7 +8,7 @@ The training set S is split at random into S_P (a fraction α) and S \\ S_P (n =
    empirical Gibbs risk, in λ⁰ and W⁰ with σ⁰ fixed (appendix D.2 tunes one σ⁰ on a grid). This is
    the data-dependent prior P.
 3. Stage 3 starts the posterior Q of the same family at P and minimises Theorem 1 (eq. 4) in λ, μ
-   and σ through SVI (:class:`~bayesprune.objectives.PACBayesBound`), with the bounded cross-entropy
+   and σ through SVI (:class:`~bayesprune.core.objectives.PACBayesBound`), with the bounded cross-entropy
    (appendix A.3) as the [0, 1]-valued surrogate loss. Its empirical term is measured on S \\ S_P,
    the examples the bound's empirical risk is taken on (the paper says stage 3 uses "all the training
    data S"; the bound holds for any Q, but the term it contains is R̂ on S \\ S_P, and that is what is
@@ -16,7 +16,7 @@ The training set S is split at random into S_P (a fraction α) and S \\ S_P (n =
 
 S is the training data the fit is given: with ``train.validation`` > 0, what is left once the
 validation rows are held out (they are neither S_P nor S \\ S_P). The certificate
-(:func:`bayesprune.bounds.certificate`) bounds the 0-1 Gibbs risk of Q: its empirical risk on
+(:func:`bayesprune.core.bounds.certificate`) bounds the 0-1 Gibbs risk of Q: its empirical risk on
 S \\ S_P estimated from networks drawn from Q (``mc_samples`` networks on every example, appendix A.3,
 or with ``sampling = "examples"`` a network of its own for every example), with its own confidence
 bound, in Theorem 1 and Theorem 2 under a union over δ and the ``grid_size`` hyper-parameter settings searched.
@@ -36,24 +36,24 @@ import torch
 from pyro.optim import PyroLRScheduler
 from torch.distributions import kl_divergence
 
-from bayesprune import bounds
-from bayesprune.checkpoint import load_module_state
-from bayesprune.criteria import CRITERIA, saliency, weight_sites
-from bayesprune.distributions import DiracSpikeSlab
-from bayesprune.errors import BayesPruneError, ConfigError
-from bayesprune.fit import check_stop, svi_step
-from bayesprune.gates import PARAMETERIZATIONS, block_isotropic
+from bayesprune.core import bounds
+from bayesprune.core.checkpoint import load_module_state
+from bayesprune.core.criteria import CRITERIA, saliency, weight_sites
+from bayesprune.core.distributions import DiracSpikeSlab
+from bayesprune.core.errors import BayesPruneError, ConfigError
+from bayesprune.core.loop import check_stop, svi_step
+from bayesprune.core.gates import PARAMETERIZATIONS, block_isotropic
 from bayesprune.guides import DiracSpikeSlabGuide
 from bayesprune.models import BayesianNetwork, BoundedCategorical, Categorical
-from bayesprune.objectives import GibbsRisk, PACBayesBound
-from bayesprune.optim import build_optim
-from bayesprune.priors import GivenPrior
-from bayesprune.tasks import mean_loss
-from bayesprune.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
+from bayesprune.core.objectives import GibbsRisk, PACBayesBound
+from bayesprune.core.optim import build_optim
+from bayesprune.models.priors import GivenPrior
+from bayesprune.core.tasks import mean_loss
+from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
 
-from .. import SERVICES, Method, register_method
-from ..base import GuideFitted
-from .start import fit_start, is_start_method, start_method
+from bayesprune.methods import SERVICES, Method, register_method
+from bayesprune.methods.base import GuideFitted
+from bayesprune.methods.pbp.start import fit_start, is_start_method, start_method
 
 #: Rows per forward pass when a sampled network is scored on a data split.
 EVALUATION_CHUNK = 10_000
@@ -162,7 +162,7 @@ def examples_digest(x, y) -> str:
 def bound_examples(fitted, data) -> tuple:
     """``(x, y)`` of the fit's S \\ S_P, found in ``data`` by the rows the fit recorded: ``data`` is the
     training split as loaded (``bayesprune certify``) or the part of it the fit was given
-    (``extras["train_rows"]``, :func:`bayesprune.early_stopping.hold_out`).
+    (``extras["train_rows"]``, :func:`bayesprune.core.early_stopping.hold_out`).
 
     Raises:
         BayesPruneError: the fit recorded no rows (a checkpoint before they were), ``data`` lacks one of
@@ -189,7 +189,7 @@ def gibbs_errors(model, guide, x, y, *, samples: int, sampling: str = "networks"
     0-1 loss of a network drawn for each example and draw, ``samples`` · len(y) values. Both means have
     the Gibbs risk as their expectation, and both sets are independent variables in [0, 1], so the
     kl form of Hoeffding's inequality (Hoeffding 1963, Thm. 1, which does not need them identically
-    distributed) bounds the Gibbs risk by :func:`bayesprune.bounds.sample_risk_bound` of their mean with
+    distributed) bounds the Gibbs risk by :func:`bayesprune.core.bounds.sample_risk_bound` of their mean with
     m = the number of values. The per-example draws give m = n instead of the number of networks, so a
     much smaller slack for the same number of weight draws (a deviation from the paper's procedure,
     not from its theorem).
@@ -398,7 +398,7 @@ class PBPMethod(Method):
     def inference_data(self, fits, data, *, seed):
         """q and the data-dependent prior p of every parameter, one chain per fit
         (:func:`.inference_data.dirac_spike_slab_inference_data`)."""
-        from .inference_data import dirac_spike_slab_inference_data
+        from bayesprune.methods.pbp.inference_data import dirac_spike_slab_inference_data
 
         return dirac_spike_slab_inference_data([fit.guide.posteriors() for fit in fits], [fit.priors for fit in fits], seed=seed)
 

@@ -12,11 +12,11 @@ the bound on S \\ S_P: the same method's mask fitted on all of S is not certifie
 """
 import pyro
 
-from bayesprune.errors import ConfigError
-from bayesprune.optim import OptimConfig
-from bayesprune.validation import refuse_unknown_keys
+from bayesprune.core.errors import ConfigError
+from bayesprune.core.optim import OptimConfig
+from bayesprune.core.validation import refuse_unknown_keys
 
-from .. import available_methods, get_method, sparsity_option
+from bayesprune.methods import available_methods, get_method, sparsity_option
 
 
 def is_start_method(name: str) -> bool:

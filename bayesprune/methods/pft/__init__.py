@@ -1,7 +1,7 @@
 """Probabilistic fine-tuning of pruning masks (PFT, paper 000, section 2.1; appendices A.1, B, D.3, E).
 
 Stage 1 trains the dense network (skipped at initialisation, appendix E.2). For every start mask
-(a one-shot criterion of :mod:`bayesprune.criteria`) and sparsity s, the one-shot mask (OSP) is the
+(a one-shot criterion of :mod:`bayesprune.core.criteria`) and sparsity s, the one-shot mask (OSP) is the
 top (1 − s) of the criterion's scores; PFT instead sets keep-probabilities λ from the scores (eq. 6,
 block-isotropic, or isotropic), minimises the empirical Gibbs risk E_b[R̂_S(b ∘ W)] in λ and W through
 the Concrete relaxation (appendix B.3), keeps the weights of largest λ (ties in λ broken by |W|)
@@ -20,17 +20,17 @@ from pathlib import Path
 import torch
 from torch.func import functional_call
 
-from bayesprune.criteria import CRITERIA, saliency
-from bayesprune.fit import History, check_stop, optimizer_step
-from bayesprune.gates import INITS, PARAMETERIZATIONS, StochasticMasks, block_isotropic, isotropic
-from bayesprune.optim import torch_optimizer
-from bayesprune.pruning import Budget, apply_masks, prune
-from bayesprune.sites import UNREAD_BY_MASKED_TRAINING
-from bayesprune.tasks import mean_loss, network_test_metric
-from bayesprune.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
+from bayesprune.core.criteria import CRITERIA, saliency
+from bayesprune.core.loop import History, check_stop, optimizer_step
+from bayesprune.core.gates import INITS, PARAMETERIZATIONS, StochasticMasks, block_isotropic, isotropic
+from bayesprune.core.optim import torch_optimizer
+from bayesprune.core.pruning import Budget, apply_masks, prune
+from bayesprune.core.sites import UNREAD_BY_MASKED_TRAINING
+from bayesprune.core.tasks import mean_loss, network_test_metric
+from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
 
-from .. import Method, register_method
-from ..base import SparseNetworkFitted
+from bayesprune.methods import Method, register_method
+from bayesprune.methods.base import SparseNetworkFitted
 
 @dataclass(frozen=True)
 class PFTOptions:
@@ -40,7 +40,7 @@ class PFTOptions:
     0.01 in the paper) and ``data.batch_size``.
 
     Attributes:
-        start_masks: criteria of :data:`bayesprune.criteria.CRITERIA` (``magnitude``, ``snip``, ``random``).
+        start_masks: criteria of :data:`bayesprune.core.criteria.CRITERIA` (``magnitude``, ``snip``, ``random``).
         sparsities: target sparsities s (fraction of the weights removed; biases are not pruned).
         init: ``"block"`` (block-isotropic λ⁰ of eq. 6) or ``"isotropic"`` (λ⁰ = 1 − s, appendix A.1).
         epsilon: ε of eq. 6.
@@ -265,7 +265,7 @@ class PFTMethod(Method):
     def report_sections(self, run_dir, metrics):
         """OSP against PFT per start mask and sparsity (Fig. 1), mask overlap (Fig. 2 left), noise
         robustness (Fig. 2 right) and the histogram of λ (Fig. 11)."""
-        from .plots import pft_table, plot_pft
+        from bayesprune.methods.pft.plots import pft_table, plot_pft
 
         if "grid" not in metrics:
             return []

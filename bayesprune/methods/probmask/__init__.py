@@ -23,18 +23,18 @@ from pathlib import Path
 import torch
 from torch.func import functional_call
 
-from bayesprune.criteria import saliency, weight_sites
-from bayesprune.gates import StochasticMasks
-from bayesprune.optim import torch_optimizer
-from bayesprune.pruning import Budget, apply_masks, lexicographic_ranks, prune
-from bayesprune.sites import UNREAD_BY_MASKED_TRAINING
-from bayesprune.tasks import masked_copy, mean_loss, network_test_metric
-from bayesprune.validation import MAX_COUNT, MAX_SCALE, is_count, is_int, is_number, is_scale, require
+from bayesprune.core.criteria import saliency, weight_sites
+from bayesprune.core.gates import StochasticMasks
+from bayesprune.core.optim import torch_optimizer
+from bayesprune.core.pruning import Budget, apply_masks, lexicographic_ranks, prune
+from bayesprune.core.sites import UNREAD_BY_MASKED_TRAINING
+from bayesprune.core.tasks import masked_copy, mean_loss, network_test_metric
+from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_int, is_number, is_scale, require
 
-from .. import Method, register_method
-from ..base import SparseNetworkFitted
-from .projection import project_onto_budget
-from .schedules import annealed_temperature, cubic_keep_ratio
+from bayesprune.methods import Method, register_method
+from bayesprune.methods.base import SparseNetworkFitted
+from bayesprune.methods.probmask.projection import project_onto_budget
+from bayesprune.methods.probmask.schedules import annealed_temperature, cubic_keep_ratio
 
 SCOPES = ("global", "layer")
 #: Training examples the final mask draws are compared on.
@@ -88,7 +88,7 @@ class ProbMaskOptions:
 
 
 class ProbMaskTraining:
-    """Algorithm 1 as a :func:`bayesprune.fit.train` step and epoch callback over ``net`` and its masks."""
+    """Algorithm 1 as a :func:`bayesprune.core.loop.train` step and epoch callback over ``net`` and its masks."""
 
     def __init__(self, net, options: ProbMaskOptions, optim_config, *, epochs: int, loss):
         self.net, self.options, self.epochs, self.loss = net, options, epochs, loss
@@ -226,7 +226,7 @@ class ProbMaskMethod(Method):
         """Remaining ratio per layer (paper 002, Fig. 3) and the histogram of s (Fig. 5)."""
         from bayesprune.analysis.plots import plot_keep_probabilities
 
-        from .plots import plot_remaining_ratio
+        from bayesprune.methods.probmask.plots import plot_remaining_ratio
 
         if "remaining_ratio_per_layer" not in metrics:
             return []

@@ -14,7 +14,7 @@ all layers as one vector, which lets the projection move mass between layers.
 """
 import torch
 
-from bayesprune.validation import is_number, require
+from bayesprune.core.validation import is_number, require
 
 BISECTION_STEPS = 60
 

@@ -38,18 +38,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bayesprune.criteria import CRITERIA, weight_sites
-from bayesprune.fit import History
-from bayesprune.pruning import lexicographic_ranks
-from bayesprune.sites import UNREAD_BY_MASKED_TRAINING
-from bayesprune.statistics import spearman
-from bayesprune.tasks import masked_copy, mean_loss, network_test_metric
-from bayesprune.validation import MAX_COUNT, is_count, is_number, require
+from bayesprune.core.criteria import CRITERIA, weight_sites
+from bayesprune.core.loop import History
+from bayesprune.core.pruning import lexicographic_ranks
+from bayesprune.core.sites import UNREAD_BY_MASKED_TRAINING
+from bayesprune.core.statistics import spearman
+from bayesprune.core.tasks import masked_copy, mean_loss, network_test_metric
+from bayesprune.core.validation import MAX_COUNT, is_count, is_number, require
 
-from .. import Method, register_method
-from ..base import SparseNetworkFitted
-from .schedules import SPARSITY_SCHEDULES
-from .stages import loss_change, pruning_stages
+from bayesprune.methods import Method, register_method
+from bayesprune.methods.base import SparseNetworkFitted
+from bayesprune.methods.saliency.schedules import SPARSITY_SCHEDULES
+from bayesprune.methods.saliency.stages import loss_change, pruning_stages
 
 FINETUNE_MODES = ("best", "all")
 
@@ -63,7 +63,7 @@ class SaliencyOptions:
     is applied per epoch; its ``weight_decay`` is the paper's l2 of 5e-4) and ``data.batch_size`` (100).
 
     Attributes:
-        criteria: criteria of :data:`bayesprune.criteria.CRITERIA` (``magnitude`` = MP, ``obd``, ``lm``,
+        criteria: criteria of :data:`bayesprune.core.criteria.CRITERIA` (``magnitude`` = MP, ``obd``, ``lm``,
             ``qm``; also ``snip``, ``random``).
         sparsity: κ, the fraction of the weights removed (biases are never pruned); 0.9885 for the MLP.
         stages: the numbers of pruning stages π to compare (the paper's tables use π = 140).
@@ -141,7 +141,7 @@ def prune_in_stages(net, criterion: str, sparsity: float, *, stages: int, **opti
 
 
 def spearman_or_none(a, b):
-    """Spearman's rank correlation (:func:`bayesprune.statistics.spearman`, ties at their average rank);
+    """Spearman's rank correlation (:func:`bayesprune.core.statistics.spearman`, ties at their average rank);
     ``None`` with fewer than three pairs, a non-finite value, or a constant sequence (undefined)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.size < 3 or a.size != b.size or not (np.isfinite(a).all() and np.isfinite(b).all()):
@@ -261,7 +261,7 @@ class SaliencyMethod(Method):
     def report_sections(self, run_dir, metrics):
         """The best point per criterion (Tables 1-3), ΔL against λ for each π (Fig. 1) and the error gap
         after fine-tuning against ΔL (Fig. 3)."""
-        from .plots import plot_delta_loss, plot_gap_against_delta_loss, saliency_table
+        from bayesprune.methods.saliency.plots import plot_delta_loss, plot_gap_against_delta_loss, saliency_table
 
         if "grid" not in metrics or "delta_loss" not in metrics:
             return []

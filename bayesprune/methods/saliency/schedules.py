@@ -5,7 +5,7 @@ pruning without weight updates between the stages (paper 001, section 3.2 and Al
 """
 import math
 
-from bayesprune.validation import is_int, is_number, require
+from bayesprune.core.validation import is_int, is_number, require
 
 SPARSITY_SCHEDULES = ("linear", "exponential")
 

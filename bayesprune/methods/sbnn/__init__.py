@@ -15,17 +15,17 @@ from torch import nn
 
 from bayesprune.analysis.importance import node_importance, node_layer_names, scaled_importance, weight_inclusion_matrices
 from bayesprune.analysis.inference_data import to_inference_data
-from bayesprune.checkpoint import load_module_state
-from bayesprune.fit import PENALTIES, svi_step
+from bayesprune.core.checkpoint import load_module_state
+from bayesprune.core.loop import PENALTIES, svi_step
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.models import LIKELIHOODS, BayesianNetwork
-from bayesprune.objectives import OBJECTIVES
-from bayesprune.optim import build_optim
-from bayesprune.priors import SpikeSlabPrior
-from bayesprune.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
+from bayesprune.core.objectives import OBJECTIVES
+from bayesprune.core.optim import build_optim
+from bayesprune.models.priors import SpikeSlabPrior
+from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
 
-from .. import register_method
-from ..base import GuideFitted, Method
+from bayesprune.methods import register_method
+from bayesprune.methods.base import GuideFitted, Method
 
 #: Test points in the posterior predictive of ``posterior.nc`` (it stores one draw per point per draw).
 PREDICTIVE_TEST_POINTS = 1000
@@ -42,7 +42,7 @@ class SBNNOptions:
         init_loc_scale: multiplies the network's initial weights before they become q's means m. Below 1
             the fit starts near the spike, so a weight enters the slab where the data ask for it rather
             than where its random start put it, and restarts agree on which inputs matter.
-        objective: a key of :data:`bayesprune.objectives.OBJECTIVES`.
+        objective: a key of :data:`bayesprune.core.objectives.OBJECTIVES`.
         penalty: minibatch penalty scheme, ``uniform`` (eq. 4.2) or ``geometric`` (eq. 4.3).
         local_reparameterization: sample pre-activations instead of weights (linear layers only).
         num_particles: Monte-Carlo draws of W per step.

@@ -21,20 +21,20 @@ import pyro.optim
 import torch
 from pyro.optim import PyroLRScheduler
 
-from bayesprune.checkpoint import load_module_state
-from bayesprune.errors import ConfigError
-from bayesprune.fit import svi_step
+from bayesprune.core.checkpoint import load_module_state
+from bayesprune.core.errors import ConfigError
+from bayesprune.core.loop import svi_step
 from bayesprune.models import LIKELIHOODS
-from bayesprune.optim import build_optim, torch_optim_and_args
-from bayesprune.predict import evaluating
-from bayesprune.pruning import apply_masks
-from bayesprune.tasks import mean_loss
-from bayesprune.validation import MAX_COUNT, is_count, is_int, is_number, require
+from bayesprune.core.optim import build_optim, torch_optim_and_args
+from bayesprune.core.predict import evaluating
+from bayesprune.core.pruning import apply_masks
+from bayesprune.core.tasks import mean_loss
+from bayesprune.core.validation import MAX_COUNT, is_count, is_int, is_number, require
 
-from .. import register_method
-from ..base import Fitted, Method
-from .distributions import LOG_ALPHA_THRESHOLD
-from .model import KLAnnealing, SparseVDELBO, SparseVDGuide, SparseVDNetwork, linear_decay, weight_sites
+from bayesprune.methods import register_method
+from bayesprune.methods.base import Fitted, Method
+from bayesprune.methods.sparse_vd.distributions import LOG_ALPHA_THRESHOLD
+from bayesprune.methods.sparse_vd.model import KLAnnealing, SparseVDELBO, SparseVDGuide, SparseVDNetwork, linear_decay, weight_sites
 
 
 @dataclass(frozen=True)
@@ -231,12 +231,12 @@ class SparseVD(Method):
 
     def inference_data(self, fits, data, *, seed):
         """θ, log σ² and log α of the chains and weight draws of q (:func:`.inference_data.to_inference_data`)."""
-        from .inference_data import to_inference_data
+        from bayesprune.methods.sparse_vd.inference_data import to_inference_data
 
         return to_inference_data(fits, data, seed=seed)
 
     def report_sections(self, run_dir, metrics):
         """The fraction of weights log α > threshold removes, per layer, and the histogram of log α."""
-        from .report import report_sections
+        from bayesprune.methods.sparse_vd.report import report_sections
 
         return report_sections(run_dir, metrics)

@@ -20,8 +20,8 @@ from torch.distributions import constraints
 from torch.distributions.kl import register_kl
 from torch.distributions.utils import broadcast_all
 
-from bayesprune.distributions import broadcast_to_batch, finite
-from bayesprune.fused import FlatPosterior, FlatSite, log1p
+from bayesprune.core.distributions import broadcast_to_batch, finite
+from bayesprune.core.fused import FlatPosterior, FlatSite, log1p
 
 #: The constants of eq. 14 (section 4.2).
 K1, K2, K3 = 0.63576, 1.87320, 1.48695
@@ -167,7 +167,7 @@ def _kl_additive_normal_log_uniform(q, p):
 class AdditiveNormals(FlatPosterior):
     """The sites of q(W) over a whole network: flat θ and log σ², one :class:`AdditiveNormal` per site whose
     parameters are views of them, and the KL of every site to the log-uniform prior from one fused
-    evaluation of eq. 14 with its gradient (:func:`bayesprune.fused.summed_kl`).
+    evaluation of eq. 14 with its gradient (:func:`bayesprune.core.fused.summed_kl`).
 
     Args:
         loc, log_sigma2: flat θ and log σ² of every weight, in site order.

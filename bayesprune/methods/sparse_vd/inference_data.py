@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import xarray as xr
 
-from bayesprune.predict import evaluating
+from bayesprune.core.predict import evaluating
 
 MAX_DRAWN_WEIGHTS = 20_000
 PREDICTIVE_TEST_POINTS = 1000

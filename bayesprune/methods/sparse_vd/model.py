@@ -19,9 +19,9 @@ from torch import nn
 from torch.func import functional_call
 from torch.overrides import TorchFunctionMode
 
-from bayesprune.objectives import AnalyticKLELBO, _latent_sites
+from bayesprune.core.objectives import AnalyticKLELBO, _latent_sites
 
-from .distributions import LOG_ALPHA_THRESHOLD, AdditiveNormals, LogUniform, log_alpha
+from bayesprune.methods.sparse_vd.distributions import LOG_ALPHA_THRESHOLD, AdditiveNormals, LogUniform, log_alpha
 
 _CONVOLUTIONS = (F.conv1d, F.conv2d, F.conv3d)
 _PRUNABLE = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bayesprune.files import read_npz
+from bayesprune.core.files import read_npz
 
 
 def report_sections(run_dir, metrics: dict) -> list:

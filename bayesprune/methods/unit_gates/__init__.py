@@ -4,7 +4,7 @@ Every hidden unit of fully connected layers and every filter of convolutions car
 ξ ~ Bernoulli(θ) (eq. 1); the weights are MAP estimates under N(0, λ⁻¹) (eqs. 4, 12), the data
 term the dataset-scaled sum (N/B)·Σ −log p of one minibatch with one gate sample (eq. 16).
 Algorithm 1 runs step by step: the weight gradient of eq. 17, θ's gradient of eq. 19 from an
-estimator of C1 − C0 (:mod:`bayesprune.gates`) and the hyper-prior's closed form
+estimator of C1 − C0 (:mod:`bayesprune.core.gates`) and the hyper-prior's closed form
 (:mod:`bayesprune.methods.unit_gates.hyperpriors`), Adam on both, θ clipped to [θ_l, θ_h], each unit's weights
 projected to ‖w_b‖² + ‖w_f‖² ≤ 2 φ_max, and a unit switched off for good when (i) θ < θ_tol or
 (ii) θ fell by θ_per below its running maximum after n0 steps. A unit meeting the condition leaves
@@ -21,16 +21,16 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from bayesprune.errors import ConfigError
-from bayesprune.export import check_export, cut
-from bayesprune.fit import optimizer_step
-from bayesprune.gates import ESTIMATORS, UnitGates, project_unit_weights, unit_weight_norms
-from bayesprune.structure import input_shape_of, layer_chain, shrunk
-from bayesprune.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
+from bayesprune.core.errors import ConfigError
+from bayesprune.core.export import check_export, cut
+from bayesprune.core.loop import optimizer_step
+from bayesprune.core.gates import ESTIMATORS, UnitGates, project_unit_weights, unit_weight_norms
+from bayesprune.core.structure import input_shape_of, layer_chain, shrunk
+from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
 
-from .. import Method, register_method
-from ..base import NetworkFitted
-from .hyperpriors import BetaHyperPrior, FlatteningHyperPrior, SALHyperPrior
+from bayesprune.methods import Method, register_method
+from bayesprune.methods.base import NetworkFitted
+from bayesprune.methods.unit_gates.hyperpriors import BetaHyperPrior, FlatteningHyperPrior, SALHyperPrior
 
 HYPERPRIORS = ("flattening", "beta", "sal")
 #: The largest hyper-prior shape (alpha, beta) a config may give: the Beta hyper-prior's default beta is 1e10.
@@ -170,7 +170,7 @@ def adam(net, lr: float, precision: float, gates=()) -> torch.optim.Adam:
 
 
 class GateTraining:
-    """Algorithm 1 on one network: the :func:`bayesprune.fit.train` step, which removes the units that
+    """Algorithm 1 on one network: the :func:`bayesprune.core.loop.train` step, which removes the units that
     meet the pruning condition, and the epoch callback that records the network's size, θ and test
     error. ``net``, ``gates`` and ``optimizer`` are replaced when units go."""
 
@@ -416,7 +416,7 @@ class UnitGatesMethod(Method):
 
     def report_sections(self, run_dir, metrics):
         """Units alive and test error per epoch (paper 004, Fig. 3) and θ of every unit (Fig. 4)."""
-        from .plots import plot_unit_gates
+        from bayesprune.methods.unit_gates.plots import plot_unit_gates
 
         if "units_alive" not in metrics:
             return []

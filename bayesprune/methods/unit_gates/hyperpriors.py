@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from bayesprune.validation import is_number, require
+from bayesprune.core.validation import is_number, require
 
 
 def _logit(p: float) -> float:

@@ -1,0 +1,465 @@
+"""Spike-and-slab prior and its mean-field variational partner (paper 003, section 3.1).
+
+The prior π(W, Z) (eq. 3.1) is represented by its marginal over W, :class:`SpikeAndSlab`; the
+variational family q(W) q(Z) (eq. 3.3) by :class:`SpikeSlabPosterior`, a Normal over W that carries
+the Bernoulli inclusion logits of Z. Their registered KL is the exact KL of the joint
+q(W, Z) ‖ π(W, Z), i.e. the penalty R(θ, p) of eq. 3.7 minus the constant 1/2 per weight, so every
+objective, bound and report that calls :func:`torch.distributions.kl_divergence` reads one KL.
+
+:class:`DiracSpikeSlab` is paper 000's spike-and-slab with a point mass at zero (eq. 5), the prior
+and posterior of PAC-Bayes pruning, with its registered KL of appendix B.4.
+"""
+import functools
+import math
+from typing import NamedTuple
+
+import torch
+from pyro.distributions import TorchDistribution
+from torch.distributions import constraints
+from torch.distributions.kl import register_kl
+from torch.distributions.utils import broadcast_all
+
+from bayesprune.core.bounds import kl_bernoulli
+from bayesprune.core.fused import FlatPosterior, FlatSite, log1p, run_kernel, sigmoid_from_exp
+
+_HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
+
+
+class _OpenInterval(constraints.Constraint):
+    """The open interval (lower, upper), which (unlike torch's ``positive`` and ``real``) leaves out ±inf
+    where a bound is infinite, and NaN."""
+
+    def __init__(self, lower: float, upper: float):
+        self.lower, self.upper = lower, upper
+        super().__init__()
+
+    def check(self, value):
+        return (value > self.lower) & (value < self.upper)
+
+    def __repr__(self):
+        return f"{type(self).__name__[1:]}(lower={self.lower}, upper={self.upper})"
+
+
+#: π = 0 or 1 would make the KL of eq. 3.7 infinite.
+_OPEN_UNIT_INTERVAL = _OpenInterval(0.0, 1.0)
+#: Scales and locations of a distribution: an infinite one defines none.
+positive_finite = _OpenInterval(0.0, math.inf)
+finite = _OpenInterval(-math.inf, math.inf)
+
+
+def broadcast_to_batch(log_prob, batch_shape):
+    """``log_prob`` broadcast to ``batch_shape``: one term per element of the batch, also where the value
+    and the parameters it was computed from are smaller (a scalar observed in a plate)."""
+    return log_prob.expand(torch.broadcast_shapes(log_prob.shape, batch_shape))
+
+
+def _normal_log_prob(value, scale):
+    return -0.5 * (value / scale) ** 2 - scale.log() - _HALF_LOG_TWO_PI
+
+
+class SpikeAndSlab(TorchDistribution):
+    r"""Marginal spike-and-slab prior π·N(0, τ1²) + (1 − π)·N(0, τ0²) with τ0 < τ1 (paper 003, eq. 3.1).
+
+    Args:
+        pi: prior inclusion probability π, in (0, 1).
+        tau0: standard deviation τ0 of the spike.
+        tau1: standard deviation τ1 of the slab.
+
+    ``pi``, ``tau0`` and ``tau1`` have the batch shape (after :meth:`expand` too); ``hyperparameters``
+    keeps them as they were given (0-dim in every method), and the density, the KL and p* compute with
+    those, so that a weight-sized batch does no weight-sized work on constants.
+    """
+
+    arg_constraints = {"pi": _OPEN_UNIT_INTERVAL, "tau0": positive_finite, "tau1": positive_finite}
+    support = constraints.real
+    has_rsample = False
+
+    def __init__(self, pi, tau0, tau1, validate_args=None):
+        self.pi, self.tau0, self.tau1 = broadcast_all(pi, tau0, tau1)
+        self.hyperparameters = (self.pi, self.tau0, self.tau1)
+        self._constants = None
+        super().__init__(self.pi.shape, validate_args=validate_args)
+        if self._validate_args and not torch.all(self.tau0 < self.tau1):
+            raise ValueError(f"Expected parameter tau0 ({self.tau0}) of distribution {type(self).__name__} to lie "
+                             f"below tau1 ({self.tau1}): the spike is the narrower component")
+
+    @property
+    def constants(self) -> "SpikeSlabConstants":
+        """The prior's terms of eqs. 3.7-3.8, computed on first use: the prior of a site lives for
+        the whole fit, so each step saves a few dozen operations on 0-dim tensors per site."""
+        if self._constants is None:
+            self._constants = spike_slab_constants(*self.hyperparameters)
+        return self._constants
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(SpikeAndSlab, _instance)
+        batch_shape = torch.Size(batch_shape)
+        new.pi, new.tau0, new.tau1 = (value.expand(batch_shape) for value in (self.pi, self.tau0, self.tau1))
+        new.hyperparameters = self.hyperparameters
+        new._constants = self._constants
+        super(SpikeAndSlab, new).__init__(batch_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @property
+    def mean(self):
+        return self.pi.new_zeros(self.batch_shape)
+
+    @property
+    def variance(self):
+        return (self.pi * self.tau1**2 + (1 - self.pi) * self.tau0**2).expand(self.batch_shape)
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        pi, tau0, tau1 = self.hyperparameters
+        slab = pi.log() + _normal_log_prob(value, tau1)
+        spike = torch.log1p(-pi) + _normal_log_prob(value, tau0)
+        return broadcast_to_batch(torch.logaddexp(slab, spike), self.batch_shape)
+
+    def sample(self, sample_shape=torch.Size()):
+        shape = self._extended_shape(sample_shape)
+        with torch.no_grad():
+            slab = torch.bernoulli(self.pi.expand(shape))
+            scale = torch.where(slab.bool(), self.tau1.expand(shape), self.tau0.expand(shape))
+            return torch.randn(shape, dtype=self.pi.dtype, device=self.pi.device) * scale
+
+
+class SpikeSlabPosterior(FlatSite, TorchDistribution):
+    r"""Mean-field q(w) = N(m, σ²) with an independent inclusion indicator Z ~ Bernoulli(p) (paper 003, eq. 3.3).
+
+    As a distribution over the weight it is the Normal N(m, σ²); the inclusion probability
+    p = sigmoid(``logits``) enters only through the KL to :class:`SpikeAndSlab`.
+
+    Args:
+        loc: variational mean m.
+        scale: variational standard deviation σ > 0.
+        logits: logit of the inclusion probability p.
+    """
+
+    arg_constraints = {"loc": finite, "scale": positive_finite, "logits": constraints.real}
+    support = constraints.real
+    has_rsample = True
+
+    def __init__(self, loc, scale, logits, validate_args=None):
+        self.loc, self.scale, self.logits = broadcast_all(loc, scale, logits)
+        super().__init__(self.loc.shape, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(SpikeSlabPosterior, _instance)
+        batch_shape = torch.Size(batch_shape)
+        new.loc = self.loc.expand(batch_shape)
+        new.scale = self.scale.expand(batch_shape)
+        new.logits = self.logits.expand(batch_shape)
+        super(SpikeSlabPosterior, new).__init__(batch_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @property
+    def probs(self):
+        """Inclusion probabilities p = q(Z = 1)."""
+        return torch.sigmoid(self.logits)
+
+    @property
+    def mean(self):
+        return self.loc
+
+    @property
+    def variance(self):
+        return self.scale**2
+
+    def rsample(self, sample_shape=torch.Size()):
+        """m + σ ε; a site of a network-wide posterior draws with all the others and their KLs
+        (:meth:`bayesprune.core.fused.FlatPosterior.site_draw`)."""
+        if self._segment is not None and not sample_shape:
+            posterior, index = self._segment
+            return posterior.site_draw(index)
+        shape = self._extended_shape(sample_shape)
+        eps = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+        return self.loc + self.scale * eps
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        return _normal_log_prob(value - self.loc, self.scale)
+
+    def entropy(self):
+        return 0.5 + _HALF_LOG_TWO_PI + self.scale.log()
+
+
+def log_sigmoids(x):
+    """(log sigmoid(x), log sigmoid(−x)), as F.logsigmoid gives them, without subnormal intermediates.
+
+    F.logsigmoid evaluates exp(−|x|), which is subnormal for 87 < |x| < 104, a range the logits of
+    eq. 3.8 visit for a few percent of the weights, and subnormal arithmetic makes it ~10x slower on
+    CPU. Clamping |x| at 80 changes the results by less than 2e-35; the log1p term is shared, and
+    min(x, 0) = (x − |x|)/2 keeps the gradient at x = 0 equal to F.logsigmoid's (1/2).
+    """
+    magnitude = x.abs()
+    log1p_exp = torch.log1p(torch.exp(-magnitude.clamp_max(80)))
+    return 0.5 * (x - magnitude) - log1p_exp, -0.5 * (x + magnitude) - log1p_exp
+
+
+class SpikeSlabConstants(NamedTuple):
+    """The hyper-parameter terms of eqs. 3.7-3.8, computed once per prior (not per step and site)."""
+
+    slab_quadratic: torch.Tensor  # 1 / (2 τ1²)
+    spike_quadratic: torch.Tensor  # 1 / (2 τ0²)
+    log_slab: torch.Tensor  # log(τ1 / π)
+    log_spike: torch.Tensor  # log(τ0 / (1 − π))
+    logit_quadratic: torch.Tensor  # 1 / (2 τ0²) − 1 / (2 τ1²)
+    logit_offset: torch.Tensor  # log(τ0 π / (τ1 (1 − π)))
+
+
+def spike_slab_constants(pi, tau0, tau1) -> SpikeSlabConstants:
+    """:class:`SpikeSlabConstants` of the prior (π, τ0, τ1)."""
+    return SpikeSlabConstants(
+        slab_quadratic=0.5 / tau1**2,
+        spike_quadratic=0.5 / tau0**2,
+        log_slab=torch.log(tau1 / pi),
+        log_spike=torch.log(tau0 / (1 - pi)),
+        logit_quadratic=0.5 / tau0**2 - 0.5 / tau1**2,
+        logit_offset=torch.log(tau0 * pi / (tau1 * (1 - pi))),
+    )
+
+
+def inclusion_logits(loc, scale, pi, tau0, tau1, *, constants=None):
+    r"""Logit of the optimal inclusion probability, B − A of eq. 3.8 (paper 003, Proposition 3.2).
+
+    p*(m, σ) = 1 / (1 + exp(A − B)) with A = (m² + σ²)/(2τ1²) + log(τ1/π) and
+    B = (m² + σ²)/(2τ0²) + log(τ0/(1 − π)). Algorithm 1, step 9 of the paper prints ``m + σ²`` in A;
+    eq. 3.8 and its proof (supplement S2) have m², which is what is implemented. ``constants``
+    (:func:`spike_slab_constants` of the same π, τ0, τ1) saves recomputing the prior's terms.
+    """
+    constants = constants or spike_slab_constants(pi, tau0, tau1)
+    second_moment = loc**2 + scale**2
+    return second_moment * constants.logit_quadratic + constants.logit_offset
+
+
+def spike_slab_penalty(loc, scale, logits, pi, tau0, tau1, *, constants=None):
+    r"""Penalty R(θ, p) of eq. 3.7 (paper 003), elementwise, with p = sigmoid(logits).
+
+    R = p [ (m²+σ²)/(2τ1²) + log(τ1 p / (σ π)) ] + (1 − p) [ (m²+σ²)/(2τ0²) + log(τ0 (1−p) / (σ (1−π))) ],
+    evaluated as p [(m²+σ²)/(2τ1²) + log(τ1/π) + log p] + (1 − p) [(m²+σ²)/(2τ0²) + log(τ0/(1−π)) + log(1 − p)] − log σ.
+    Logits keep log p and log(1 − p) finite when p saturates. ``constants`` as in :func:`inclusion_logits`.
+    """
+    constants = constants or spike_slab_constants(pi, tau0, tau1)
+    second_moment = loc**2 + scale**2
+    return _spike_slab_penalty(second_moment, scale, logits, torch.sigmoid(logits), constants)
+
+
+class SpikeSlabPosteriors(FlatPosterior):
+    r"""The sites of one network-wide mean-field posterior: flat m, σ and logits, one
+    :class:`SpikeSlabPosterior` per site whose parameters are views of them.
+
+    The KL of every site to the model's spike-and-slab priors (which must share the 0-dim
+    hyper-parameters π, τ0, τ1 of ``constants``) comes from one fused evaluation of eq. 3.7 and its
+    gradient over the flat vectors (:meth:`kl_terms`, :func:`bayesprune.core.fused.summed_kl`).
+
+    Args:
+        loc, scale: flat m and σ of every weight, in site order; the logits of p*(m, σ) (eq. 3.8)
+            follow, detached (p is held fixed in the gradient step).
+        shapes: site name → shape, in the order of the flat vectors.
+        priors: the prior (``SpikeAndSlab``, no ``Independent`` wrapper) of every site.
+        constants: :class:`SpikeSlabConstants` (0-dim) equal to those of every prior in ``priors``.
+    """
+
+    def __init__(self, loc, scale, shapes: dict, priors, constants: "SpikeSlabConstants"):
+        super().__init__(shapes, priors)
+        self.loc, self.scale, self.constants = loc, scale, constants
+        with torch.no_grad():  # m² + σ², shared by p* (eq. 3.8) and the KL's terms
+            self.second_moment, self.logits = run_kernel(_second_moment_and_logits, loc, scale, quadratic=constants.logit_quadratic,
+                                                         offset=constants.logit_offset)
+        self.make_sites(SpikeSlabPosterior, loc, scale, self.logits)
+
+    def kl_terms(self) -> tuple:
+        """:func:`_spike_slab_kl_terms` of the flat m and σ at the detached p = p*."""
+        c = self.constants
+        return _spike_slab_kl_terms, (self.loc, self.scale, self.second_moment, self.logits), dict(
+            log_slab=c.log_slab, slab_quadratic=c.slab_quadratic, log_spike=c.log_spike, spike_quadratic=c.spike_quadratic)
+
+
+def _second_moment_and_logits(loc, scale, *, quadratic, offset):
+    """s = m² + σ² and the logit of p*, s (1/(2τ0²) − 1/(2τ1²)) + log(τ0 π/(τ1 (1 − π))) (eq. 3.8)."""
+    second_moment = loc**2 + scale**2
+    return second_moment, second_moment * quadratic + offset
+
+
+def _spike_slab_kl_terms(loc, scale, second_moment, logits, *, log_slab, slab_quadratic, log_spike, spike_quadratic):
+    r"""KL(q ‖ π) = R(θ, p) − 1/2 per weight (eq. 3.7, supplement S1) at the detached p = p*, and its
+    gradient in m and σ.
+
+    At p = p* = sigmoid(B − A) (eq. 3.8) with A = s/(2τ1²) + log(τ1/π), B = s/(2τ0²) + log(τ0/(1 − π))
+    and s = m² + σ², R = p A + (1 − p) B + p log p + (1 − p) log(1 − p) − log σ collapses to
+    min(A, B) − log(1 + exp(−|B − A|)) − log σ = min(A, B) − log((1 + e) σ) with e = exp(−|B − A|),
+    which needs no log p, and p = sigmoid(B − A) from the same e. With p held fixed,
+    ∂R/∂s = p/(2τ1²) + (1 − p)/(2τ0²), so ∂R/∂m = 2m ∂R/∂s and ∂R/∂σ = 2σ ∂R/∂s − 1/σ.
+    """
+    e = logits.abs().clamp_max_(80).neg_().exp_()  # no subnormal e (10x slower arithmetic): off by < 2e-35
+    w = e + 1
+    value = torch.minimum(torch.addcmul(log_slab, second_moment, slab_quadratic), torch.addcmul(log_spike, second_moment, spike_quadratic))
+    value -= (w * scale).log_()
+    value -= 0.5
+    p = sigmoid_from_exp(logits, e, w)
+    slope = torch.lerp(2 * spike_quadratic, 2 * slab_quadratic, p)  # 2 ∂R/∂s
+    return value, (loc * slope, (scale * slope).sub_(scale.reciprocal()), None, None)
+
+
+def _spike_slab_penalty(second_moment, scale, logits, p, constants):
+    log_p, log_1mp = log_sigmoids(logits)
+    slab = second_moment * constants.slab_quadratic + (log_p + constants.log_slab)
+    spike = second_moment * constants.spike_quadratic + (log_1mp + constants.log_spike)
+    return p * slab + (1 - p) * spike - scale.log()
+
+
+@register_kl(SpikeSlabPosterior, SpikeAndSlab)
+def _kl_spike_slab(q, p):
+    """KL(q(W) q(Z) ‖ π(W, Z)) = R(θ, p) − 1/2 per weight (paper 003, supplement S1), elementwise; the
+    objectives read a network-wide posterior's sums instead (:meth:`SpikeSlabPosteriors.kl_terms`)."""
+    kl = spike_slab_penalty(q.loc, q.scale, q.logits, *p.hyperparameters, constants=p.constants) - 0.5
+    return broadcast_to_batch(kl, p.batch_shape)
+
+
+class DiracSpikeSlab(FlatSite, TorchDistribution):
+    r"""(1 − λ)·δ₀ + λ·N(μ, σ²): a weight pruned with probability 1 − λ, else Gaussian (paper 000, eq. 5).
+
+    ``sample`` draws it exactly, b·w with b ~ Bernoulli(λ) and w ~ N(μ, σ²). ``rsample`` draws the
+    relaxation the gradients of PBP flow through (appendix B.3): the Concrete(λ, 1 − λ) variable of
+    temperature β in place of b. ``log_prob`` is the density with respect to δ₀ + Lebesgue measure
+    (log(1 − λ) at 0, log λ + log N(w; μ, σ²) elsewhere), the measure the KL of appendix B.4 is taken in.
+
+    Args:
+        probs: keep-probability λ in [0, 1] (1 for a parameter that is never pruned, such as a bias).
+        loc: slab mean μ.
+        scale: slab standard deviation σ > 0.
+        temperature: β of the relaxation ``rsample`` draws (0.5 in the paper).
+    """
+
+    arg_constraints = {"probs": constraints.unit_interval, "loc": finite, "scale": positive_finite}
+    support = constraints.real
+    has_rsample = True
+
+    def __init__(self, probs, loc, scale, *, temperature: float = 0.5, validate_args=None):
+        self.probs, self.loc, self.scale = broadcast_all(probs, loc, scale)
+        self.temperature = temperature
+        super().__init__(self.loc.shape, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(DiracSpikeSlab, _instance)
+        batch_shape = torch.Size(batch_shape)
+        new.probs, new.loc, new.scale = (value.expand(batch_shape) for value in (self.probs, self.loc, self.scale))
+        new.temperature = self.temperature
+        super(DiracSpikeSlab, new).__init__(batch_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @property
+    def mean(self):
+        return self.probs * self.loc
+
+    @property
+    def variance(self):
+        return self.probs * (self.scale**2 + self.loc**2) - self.mean**2
+
+    def _slab(self, shape):
+        return self.loc + self.scale * torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+
+    def sample(self, sample_shape=torch.Size()):
+        shape = self._extended_shape(sample_shape)
+        with torch.no_grad():
+            return torch.bernoulli(self.probs.expand(shape)) * self._slab(shape)
+
+    def rsample(self, sample_shape=torch.Size()):
+        from bayesprune.core.gates import relaxed_bernoulli
+
+        shape = self._extended_shape(sample_shape)
+        logits = torch.logit(self.probs, eps=1e-6).expand(shape)
+        return relaxed_bernoulli(logits, self.temperature) * self._slab(shape)
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        slab = torch.log(self.probs) + _normal_log_prob(value - self.loc, self.scale)
+        return torch.where(value == 0, torch.log1p(-self.probs), slab)
+
+
+@register_kl(DiracSpikeSlab, DiracSpikeSlab)
+def _kl_dirac_spike_slab(q, p):
+    """KL(q ‖ p) = kl(λ ‖ λ⁰) + λ·KL(N(μ, σ²) ‖ N(μ⁰, σ⁰²)) (paper 000, appendix B.4), the squared mean
+    difference over the *prior* variance (the main text's (σ^f)² in its denominator is a typo); a
+    weight kept surely by both (λ = λ⁰ = 1) contributes its Gaussian KL alone."""
+    ratio = (q.scale / p.scale) ** 2
+    gaussian = 0.5 * ((q.loc - p.loc) ** 2 / p.scale**2 + ratio - torch.log(ratio) - 1)
+    return kl_bernoulli(q.probs, p.probs) + q.probs * gaussian
+
+
+def _kl_bernoulli_vectorised(q, p):
+    """:func:`~bayesprune.core.bounds.kl_bernoulli` with :func:`bayesprune.core.fused.log1p` in place of
+    ``xlog1py`` (scalar code on CPU), to within a few ulps of it."""
+    first = (q * log1p((q - p) / p)).masked_fill_(q == 0, 0.0)
+    second = ((1 - q) * log1p((p - q) / (1 - p))).masked_fill_(q == 1, 0.0)
+    return first.add_(second).masked_fill_((q == p) & (p * (1 - p) == 0), 0.0)
+
+
+class FlatDiracSpikeSlabPrior(NamedTuple):
+    """λ⁰, μ⁰ and 1/σ⁰² of every parameter of a network in flat vectors (site order), detached, and the
+    per-site priors they were read from (a posterior's fused KL covers exactly these)."""
+
+    probs: torch.Tensor
+    loc: torch.Tensor
+    precision: torch.Tensor
+    sites: tuple
+
+    @classmethod
+    def of(cls, priors: list):
+        with torch.no_grad():
+            flat = [torch.cat([getattr(prior, key).detach().flatten() for prior in priors]) for key in ("probs", "loc", "scale")]
+        return cls(flat[0], flat[1], flat[2].square().reciprocal(), tuple(priors))
+
+
+class DiracSpikeSlabPosteriors(FlatPosterior):
+    r"""The sites of one network-wide PBP posterior: flat λ, μ and σ, one :class:`DiracSpikeSlab` per
+    site whose parameters are views of them.
+
+    The KL of every site to its :class:`DiracSpikeSlab` prior (appendix B.4, as
+    :func:`_kl_dirac_spike_slab`) comes from one fused evaluation of the formula and its gradient
+    over the flat vectors (:meth:`kl_terms`, :func:`bayesprune.core.fused.summed_kl`).
+
+    Args:
+        probs, loc, scale: flat λ (1 for a parameter never pruned), μ and σ of every parameter, in site order.
+        shapes: site name → shape, in the order of the flat vectors.
+        prior: the priors of the same sites, flat (:class:`FlatDiracSpikeSlabPrior`).
+        temperature: β of every site's relaxation.
+    """
+
+    def __init__(self, probs, loc, scale, shapes: dict, prior: FlatDiracSpikeSlabPrior, *, temperature: float):
+        super().__init__(shapes, prior.sites)
+        self.probs, self.loc, self.scale, self.prior = probs, loc, scale, prior
+        self.make_sites(functools.partial(DiracSpikeSlab, temperature=temperature), probs, loc, scale)
+
+    def kl_terms(self) -> tuple:
+        """:func:`_dirac_spike_slab_kl_terms` of the flat λ, μ and σ, with the derivatives the step needs."""
+        prior = self.prior
+        return _dirac_spike_slab_kl_terms, (self.probs, self.loc, self.scale), dict(
+            prior_probs=prior.probs, prior_loc=prior.loc, prior_precision=prior.precision,
+            needs=tuple(x.requires_grad for x in (self.probs, self.loc, self.scale)))
+
+
+def _dirac_spike_slab_kl_terms(probs, loc, scale, *, prior_probs, prior_loc, prior_precision, needs):
+    r"""kl(λ ‖ λ⁰) + λ·G per parameter, G = ((μ − μ⁰)²/σ⁰² + r − log r − 1)/2 with r = σ²/σ⁰², and its
+    gradient in the inputs ``needs`` flags: ∂/∂λ = log(λ/λ⁰) − log((1 − λ)/(1 − λ⁰)) + G (0 where
+    λ = λ⁰ ∈ {0, 1}, as the value), ∂/∂μ = λ(μ − μ⁰)/σ⁰², ∂/∂σ = λ(σ/σ⁰² − 1/σ)."""
+    difference = loc - prior_loc
+    ratio = scale.square().mul_(prior_precision)
+    gaussian = difference.square().mul_(prior_precision).add_(ratio).sub_(ratio.log()).sub_(1).mul_(0.5)
+    value = _kl_bernoulli_vectorised(probs, prior_probs).add_(probs * gaussian)
+    grads = [None, None, None]
+    if needs[0]:
+        both_ends = (probs == prior_probs) & (prior_probs * (1 - prior_probs) == 0)
+        slope = (probs / prior_probs).log_().sub_(((1 - probs) / (1 - prior_probs)).log_())  # log1p is scalar code on CPU
+        grads[0] = slope.masked_fill_(both_ends, 0.0).add_(gaussian)
+    if needs[1]:
+        grads[1] = difference.mul_(prior_precision).mul_(probs)
+    if needs[2]:
+        grads[2] = (scale * prior_precision).sub_(scale.reciprocal()).mul_(probs)
+    return value, tuple(grads)

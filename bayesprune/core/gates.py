@@ -1,0 +1,423 @@
+"""The stochastic gate: Bernoulli keep-probabilities of some sites, and interchangeable estimators.
+
+A gate keeps each entry of its sites with probability p: every weight of a Linear/Conv weight
+(PFT's and PBP's λ, paper 000, section 2; ProbMask's s, paper 002) or every hidden unit/filter of a
+layer chain (θ of paper 004, eq. 1). What is common is written once in :class:`StochasticGate`:
+the keep-probabilities under a parameterisation of the trained raw values, rank scores, relaxed
+draws, exact draws, the histogram and the expected sparsity. The two granularities differ only in
+how the raw values are held and applied:
+
+* :class:`StochasticMasks`: one keep-probability per weight in a single flat vector (an optimiser
+  step is one operation), ``"sigmoid"`` (λ = σ(ρ)) or ``"clamp"`` (λ = clamp(ρ, 0, 1)), paper 000,
+  appendix B.1; applied with :func:`bayesprune.core.pruning.apply_masks`;
+* :class:`UnitGates`: θ of every hidden unit held directly (``"probability"``), the layers' vectors
+  laid end to end in one flat vector (a draw, the hyper-prior's term, the pruning condition and an
+  optimiser step are one operation each, however many layers are gated); applied by
+  :meth:`UnitGates.applied`, which scales the consumer's input columns (eq. 1).
+
+An :class:`Estimator` draws one step's gate values from any gate and estimates the data part of
+∂L/∂p (paper 004, section 3; eq. 19's C1 − C0):
+
+* :class:`Taylor`: exact Bernoulli draws, first order around the sample (eq. 22), the
+  straight-through estimator;
+* :class:`Concrete`: the relaxed gate of temperature t and the path derivative ∂C/∂p (paper 004,
+  eq. 23; paper 000, appendix B.3; ProbMask's two-Gumbel relaxation, paper 002, eqs. 3-5), what
+  :meth:`StochasticGate.relaxed` draws;
+* :class:`Exact`: two passes per unit, switching it with every other gate kept (eq. 25);
+* :class:`Hybrid`: Taylor, with the exact difference for the units of largest weights (section 3.3.4).
+
+:func:`block_isotropic` and :func:`isotropic` set keep-probabilities from a criterion's scores at an
+expected sparsity s (paper 000, appendix A.1, eq. 6), the start of PFT's and PBP's masks.
+"""
+import dataclasses
+import itertools
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from bayesprune.core.fused import log1p
+from bayesprune.core.pruning import Budget, lexicographic_ranks, prune
+from bayesprune.core.structure import layer_chain
+
+#: Parameterisations of a trained mask's raw values (appendix B.1 of paper 000).
+PARAMETERIZATIONS = ("sigmoid", "clamp")
+INITS = ("block", "isotropic")
+
+#: A sigmoid-parameterised λ⁰ of exactly 0 or 1 is clipped to [ε, 1 − ε] to start its logit ρ.
+_LOGIT_EPS = 1e-6
+#: ε of the relaxation's logit log(λ + ε) − log(1 − λ + ε) of a clamped λ (1e-20, as in ProbMask's
+#: official code, ``ProbMaskConv``): finite at λ ∈ {0, 1}, and differentiable there.
+_RELAXATION_EPS = 1e-20
+
+
+def block_isotropic(scores: dict, sparsity: float, epsilon: float) -> dict:
+    """Eq. 6: λ⁰_i = 1 − sε/(1 − s) for the k = (1 − s)·D weights of highest score (ranked globally), ε
+    for the others, so that the expected sparsity is s. Needs sε/(1 − s) < 1."""
+    if not sparsity * epsilon / (1 - sparsity) < 1:
+        raise ValueError(f"block-isotropic probabilities need s·ε/(1 − s) < 1, got s = {sparsity}, ε = {epsilon}")
+    kept = prune(scores, Budget(fraction=sparsity))
+    high = 1 - sparsity * epsilon / (1 - sparsity)
+    return {site: torch.where(mask, high, epsilon).to(torch.float32) for site, mask in kept.items()}
+
+
+def isotropic(scores: dict, sparsity: float) -> dict:
+    """Isotropic λ⁰_i = 1 − s for every weight (random pruning at expected sparsity s, appendix A.1)."""
+    return {site: torch.full(score.shape, 1 - sparsity, device=score.device) for site, score in scores.items()}
+
+
+def _closed_clamp(raw: torch.Tensor) -> torch.Tensor:
+    """clamp(ρ, 0, 1) with derivative 1 on the closed [0, 1] (``torch.clamp``'s is 0 at ρ = 0 and 1,
+    where a ProbMask s projected onto C sits) and 0 outside it."""
+    return torch.where((raw >= 0) & (raw <= 1), raw, raw.clamp(0.0, 1.0))
+
+
+class StochasticGate(nn.Module):
+    """Keep-probabilities p of the entries of some sites, held as raw tensors under a parameterisation.
+
+    A subclass holds the raw tensors (:meth:`raw_tensors`) and says which site each entry belongs to
+    (:meth:`_to_sites`); everything else is computed here, tensor by raw tensor.
+
+    Attributes:
+        parameterization: ``"sigmoid"`` (p = σ(ρ)), ``"clamp"`` (p = clamp(ρ, 0, 1)) or
+            ``"probability"`` (p = ρ, kept in [0, 1] by its training).
+        temperature: t of the Concrete relaxation :meth:`relaxed` draws.
+    """
+
+    parameterization: str = "probability"
+    temperature: float = 0.5
+
+    def raw_tensors(self) -> list:
+        """The trained raw tensors."""
+        raise NotImplementedError
+
+    def _to_sites(self, tensors: list) -> dict:
+        """Site name → values, from one tensor per raw tensor."""
+        raise NotImplementedError
+
+    @property
+    def sites(self) -> list:
+        raise NotImplementedError
+
+    def keep_probabilities(self) -> list:
+        """p of every raw tensor (differentiable)."""
+        if self.parameterization == "sigmoid":
+            return [torch.sigmoid(raw) for raw in self.raw_tensors()]
+        if self.parameterization == "clamp":
+            return [raw.clamp(0.0, 1.0) for raw in self.raw_tensors()]
+        return list(self.raw_tensors())
+
+    def relaxation_logits(self) -> list:
+        """logit p of every raw tensor, differentiable, as the Concrete relaxation reads it.
+
+        A clamped p enters as log(p + ε) − log(1 − p + ε) with ε = 1e-20, the authors' parameterisation
+        of ProbMask's eqs. 3-5 (paper 002; their ``ProbMaskConv``): finite at p = 0 or 1 and with a
+        derivative there, 1/(p + ε) + 1/(1 − p + ε), so that an s started at 1 (ProbMask) or a λ that
+        reached 0 or 1 (PFT) still gets a gradient (``torch.logit(p, eps)`` clamps p, and gave exactly
+        none at the ends). With :func:`relaxed_bernoulli`'s σ'(z) = σ(z)σ(−z) the gradient at p = 1 is
+        the analytic σ(z)σ(−z)/t · (1/(1 + ε) + 1/ε) ≈ ε^(1/t − 1)·e^(−L/t)/t for the draw's logistic
+        noise L: about 0.24·e^(−L) at ProbMask's first temperature 0.97, vanishing as t falls.
+        """
+        if self.parameterization == "sigmoid":
+            return list(self.raw_tensors())
+        if self.parameterization == "clamp":
+            return [torch.log(p + _RELAXATION_EPS) - torch.log(1 - p + _RELAXATION_EPS)
+                    for p in map(_closed_clamp, self.raw_tensors())]
+        return [torch.log(raw) - torch.log1p(-raw) for raw in self.raw_tensors()]
+
+    def probabilities(self) -> dict:
+        """p of every site (differentiable)."""
+        return self._to_sites(self.keep_probabilities())
+
+    def logits(self) -> dict:
+        """logit p of every site in float64, the score that ranks them without saturating at p = 1."""
+        raws = [raw.detach().double() for raw in self.raw_tensors()]
+        if self.parameterization == "sigmoid":
+            return self._to_sites(raws)
+        return self._to_sites([torch.logit(raw.clamp(0.0, 1.0), eps=1e-12) for raw in raws])
+
+    def draw(self, estimator: "Estimator") -> dict:
+        """One step's gate values of every site, drawn by ``estimator``."""
+        return self._to_sites(estimator.values(self))
+
+    def relaxed(self) -> dict:
+        """One Concrete(p, 1 − p) draw of temperature t per entry (paper 000, appendix B.3), differentiable in p."""
+        return self.draw(Concrete(self.temperature))
+
+    @torch.no_grad()
+    def sample(self, generator=None) -> dict:
+        """One exact draw b ~ Bernoulli(p) per entry."""
+        return {site: torch.bernoulli(p, generator=generator) for site, p in self.probabilities().items()}
+
+    def histogram(self, bins: int = 20) -> list:
+        """Counts of p in ``bins`` equal bins of [0, 1] over every entry (paper 000, Fig. 11)."""
+        p = torch.cat([p.detach().flatten().float().cpu() for p in self.keep_probabilities()])
+        return torch.histc(p, bins=bins, min=0, max=1).tolist()
+
+    def expected_sparsity(self) -> float:
+        """1 − mean p over every entry."""
+        return 1.0 - float(torch.cat([p.detach().flatten() for p in self.keep_probabilities()]).double().mean())
+
+
+class StochasticMasks(StochasticGate):
+    """Keep-probabilities λ of every weight of some sites (paper 000, section 2), in one flat raw vector.
+
+    Args:
+        init: site name → λ at the start.
+        parameterization: ``"sigmoid"`` (λ = σ(ρ), ρ trained) or ``"clamp"`` (λ = clamp(ρ, 0, 1)), appendix B.1.
+        temperature: β of the Concrete relaxation (0.5 in the paper).
+    """
+
+    def __init__(self, init: dict, *, parameterization: str = "sigmoid", temperature: float = 0.5):
+        super().__init__()
+        if parameterization not in PARAMETERIZATIONS:
+            raise ValueError(f"parameterization must be one of {list(PARAMETERIZATIONS)}, got {parameterization!r}")
+        self.shapes = {site: lam.shape for site, lam in init.items()}
+        self.parameterization, self.temperature = parameterization, temperature
+        flat = torch.cat([lam.detach().flatten().double() for lam in init.values()])
+        raw = torch.logit(flat, eps=_LOGIT_EPS) if parameterization == "sigmoid" else flat
+        self.raw = nn.Parameter(raw.float())  # one flat vector: an optimiser step is one operation
+
+    @property
+    def sites(self) -> list:
+        return list(self.shapes)
+
+    def raw_tensors(self) -> list:
+        return [self.raw]
+
+    def _to_sites(self, tensors: list) -> dict:
+        chunks = torch.split(tensors[0], [shape.numel() for shape in self.shapes.values()])
+        return {site: chunk.view(shape) for (site, shape), chunk in zip(self.shapes.items(), chunks)}
+
+    def ranks(self, tiebreak: dict) -> dict:
+        """Scores without ties ordering the weights by λ, and by ``tiebreak`` (e.g. |W|) among equal λ (a
+        clamped λ saturates at exactly 0 or 1): a budget over them keeps the weights of largest λ (PFT,
+        stage 2.3)."""
+        return lexicographic_ranks(self.logits(), tiebreak)
+
+
+class UnitGates(StochasticGate):
+    """θ of every hidden unit of ``net``'s layer chain, held directly (``"probability"``) and kept in
+    [0, 1] by its training (paper 004, Algorithm 1): the gated layers' vectors end to end in the one
+    trained tensor :attr:`raw`, read per layer through :attr:`theta`.
+
+    Args:
+        net: a plain chain (:func:`bayesprune.core.structure.layer_chain`); its last layer has no gate.
+        init: θ(0) of every unit (0.5 in the paper).
+        input_shape: one input's shape, to check a convolutional chain's forward.
+    """
+
+    def __init__(self, net: nn.Module, *, init: float = 0.5, input_shape=None):
+        super().__init__()
+        self._hold(layer_chain(net, input_shape)[:-1], torch.full((), float(init), device=next(net.parameters()).device))
+
+    def _hold(self, layers: list, theta: torch.Tensor):
+        self.layers = layers
+        self.units = [layer.units for layer in layers]
+        self.raw = nn.Parameter(theta.expand(sum(self.units)).clone())
+
+    def restricted(self, net: nn.Module, keep: list) -> "UnitGates":
+        """The gates of ``net``, this chain without the units where ``keep`` (one mask per gated layer)
+        is false (:func:`bayesprune.core.structure.shrunk`), holding the kept units' θ. The chain is this
+        one with fewer units, so it is not traced again."""
+        gates = UnitGates.__new__(UnitGates)
+        super(UnitGates, gates).__init__()
+        gates._hold([dataclasses.replace(layer, module=net.get_submodule(layer.name)) for layer in self.layers],
+                    self.raw.detach()[torch.cat(keep)])
+        return gates
+
+    @property
+    def theta(self) -> list:
+        """θ of every gated layer, in order: views of :attr:`raw` (written through under ``no_grad``)."""
+        return self.per_layer(self.raw)
+
+    def per_layer(self, flat: torch.Tensor) -> list:
+        """A tensor laid out as :attr:`raw` (a draw, a gradient, a mask), split into one view per gated layer."""
+        return list(flat.split(self.units))
+
+    @property
+    def sites(self) -> list:
+        """``"<layer>.gate"`` of every gated layer, in order."""
+        return [layer.gate_site for layer in self.layers]
+
+    def raw_tensors(self) -> list:
+        return [self.raw]
+
+    def _to_sites(self, tensors: list) -> dict:
+        return dict(zip(self.sites, self.per_layer(tensors[0])))
+
+    def consumers(self, net) -> list:
+        """The module of the next weighted layer of each gated layer, looked up in ``net``."""
+        return [net.get_submodule(layer.consumer) for layer in self.layers]
+
+    @contextmanager
+    def applied(self, net: nn.Module, values: list):
+        """Within the block, ``net`` multiplies each gated unit's output by its value in ``values``."""
+        def gate(value, per_unit):
+            def hook(module, args):
+                x = args[0]
+                if x.dim() > 2:
+                    scale = value.view(1, -1, *([1] * (x.dim() - 2)))
+                else:
+                    scale = value if per_unit == 1 else value.repeat_interleave(per_unit)
+                return (x * scale.to(x.dtype),)
+            return hook
+
+        handles = [module.register_forward_pre_hook(gate(value, layer.inputs_per_unit))
+                   for module, layer, value in zip(self.consumers(net), self.layers, values)]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+
+def unit_weight_norms(net: nn.Module, gates: UnitGates) -> list:
+    """‖w_b‖² + ‖w_f‖² of every gated unit: its fan-in weights and bias, and its fan-out columns in
+    the next layer (Fig. 1), the quantity Algorithm 1 bounds by 2 φ_max."""
+    norms = []
+    for layer, consumer in zip(gates.layers, gates.consumers(net)):
+        fan_in = layer.module.weight.detach().flatten(1).pow(2).sum(1)
+        if layer.module.bias is not None:
+            fan_in = fan_in + layer.module.bias.detach().pow(2)
+        fan_out = consumer.weight.detach().transpose(0, 1).flatten(1).pow(2).sum(1)
+        if fan_out.numel() != fan_in.numel():  # a flattened channel owns a block of columns
+            fan_out = fan_out.view(fan_in.numel(), -1).sum(1)
+        norms.append(fan_in + fan_out)
+    return norms
+
+
+@torch.no_grad()
+def project_unit_weights(net: nn.Module, gates: UnitGates, phi_max: float):
+    """Scale each unit's fan-in and fan-out weights so that ‖w_b‖² + ‖w_f‖² ≤ 2 φ_max (Algorithm 1, step 11)."""
+    for layer, consumer, norm in zip(gates.layers, gates.consumers(net), unit_weight_norms(net, gates)):
+        scale = torch.sqrt((2 * phi_max / norm.clamp_min(1e-30)).clamp(max=1.0))
+        if bool((scale < 1).any()):
+            shape = (-1, *([1] * (layer.module.weight.dim() - 1)))
+            layer.module.weight.mul_(scale.view(shape))
+            if layer.module.bias is not None:
+                layer.module.bias.mul_(scale)
+            columns = scale.repeat_interleave(consumer.weight.shape[1] // scale.numel())
+            consumer.weight.mul_(columns.view(1, -1, *([1] * (consumer.weight.dim() - 2))))
+
+
+class Estimator:
+    """Draws one step's gate values of a gate and estimates ∂C/∂p (eq. 19's C1 − C0) for every entry.
+
+    ``values(gate)`` returns the gate values the forward pass uses, one tensor per raw tensor of the
+    gate; after ``cost.backward()``, ``data_gradient(theta, values, cost_of)`` returns the estimate
+    per raw tensor ``theta`` (a :class:`UnitGates`' θ), where ``cost_of(values)`` recomputes the
+    minibatch cost (N/B)·Σ −log p without gradients.
+    """
+
+    def values(self, gate: StochasticGate) -> list:
+        raise NotImplementedError
+
+    def data_gradient(self, theta: list, values: list, cost_of, norms=None) -> list:
+        raise NotImplementedError
+
+
+class _Sigmoid(torch.autograd.Function):
+    """σ(z), differentiated as σ(z)σ(−z): ``torch.sigmoid``'s σ(z)(1 − σ(z)) is exactly 0 once σ(z) rounds
+    to 1 (z ≳ 17 in float32), where the derivative is still e^−z, which a logit's 1/(1 − p + ε) of a
+    probability at 1 multiplies back to order one (:meth:`StochasticGate.relaxation_logits`)."""
+
+    @staticmethod
+    def forward(ctx, z):
+        ctx.save_for_backward(z)
+        return torch.sigmoid(z)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (z,) = ctx.saved_tensors
+        return grad * torch.sigmoid(z) * torch.sigmoid(-z)
+
+
+def relaxed_bernoulli(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """A Concrete(θ, 1 − θ) draw of temperature t for θ = sigmoid(``logits``): σ((logit θ − logit u) / t)
+    with u ~ U(0, 1), the two-class Gumbel-softmax relaxation of a Bernoulli(θ) gate (paper 004, eq. 23;
+    paper 000, appendix B.3; paper 002, eqs. 3-5, where log((1 − u)/u) = g₁ − g₀). As t → 0 it is 1 with
+    probability θ. Its derivative keeps σ's tails (:class:`_Sigmoid`)."""
+    u = torch.rand_like(logits).clamp(1e-7, 1 - 1e-7)
+    return _Sigmoid.apply((logits - torch.log(u) + log1p(-u)) / temperature)
+
+
+def bernoulli_sample(gate: StochasticGate) -> list:
+    """One exact draw b ~ Bernoulli(p) per entry of every raw tensor of ``gate``, without gradients."""
+    return [torch.bernoulli(p.detach()) for p in gate.keep_probabilities()]
+
+
+class Taylor(Estimator):
+    """Eq. 22: C1 − C0 ≈ (N/B) Σ_i z_i δ_{f,i}ᵀ w_f, the derivative of the cost in the gate value at the
+    sample (the straight-through estimator); unbiased as the unit's weights go to zero."""
+
+    def values(self, gate):
+        return [sample.requires_grad_() for sample in bernoulli_sample(gate)]
+
+    def data_gradient(self, theta, values, cost_of, norms=None):
+        return [value.grad.detach() for value in values]
+
+
+class Concrete(Estimator):
+    """Eq. 23: the relaxed gate ξ(θ, u) = 1 − σ((log(1 − θ) − log θ + log u − log(1 − u)) / t) in the
+    forward pass, and ∂C/∂θ through it by the chain rule (one u per entry and step)."""
+
+    def __init__(self, temperature: float = 0.1):
+        self.temperature = temperature
+
+    def values(self, gate):
+        return [relaxed_bernoulli(logits, self.temperature) for logits in gate.relaxation_logits()]
+
+    def data_gradient(self, theta, values, cost_of, norms=None):
+        return [t.grad.detach().clone() for t in theta]
+
+
+class Exact(Estimator):
+    """Eq. 25: C1 − C0 from two evaluations of the minibatch cost per unit, the unit switched on and
+    off and every other gate at its sample: M + 1 forward passes for M units."""
+
+    def values(self, gate):
+        return bernoulli_sample(gate)
+
+    def data_gradient(self, theta, values, cost_of, norms=None):
+        return [self._differences(values, layer, range(value.numel()), cost_of) for layer, value in enumerate(values)]
+
+    @staticmethod
+    @torch.no_grad()
+    def _differences(values, layer, units, cost_of, out=None):
+        base = float(cost_of(values))
+        out = torch.zeros_like(values[layer]) if out is None else out
+        for unit in units:
+            switched = [value.detach().clone() for value in values]
+            on = bool(switched[layer][unit] > 0.5)
+            switched[layer][unit] = 0.0 if on else 1.0
+            other = float(cost_of(switched))
+            out[unit] = base - other if on else other - base
+        return out
+
+
+class Hybrid(Estimator):
+    """Section 3.3.4: the Taylor estimate for every unit, replaced by the exact two-pass difference
+    for the ``units`` units with the largest ‖w_b‖² + ‖w_f‖² (where the Taylor bias is largest)."""
+
+    def __init__(self, units: int = 10):
+        self.units = units
+        self.taylor = Taylor()
+
+    def values(self, gate):
+        return self.taylor.values(gate)
+
+    def data_gradient(self, theta, values, cost_of, norms=None):
+        estimates = self.taylor.data_gradient(theta, values, cost_of)
+        flat = torch.cat(norms)
+        chosen = torch.topk(flat, min(self.units, flat.numel())).indices.tolist()
+        offsets = [0, *itertools.accumulate(n.numel() for n in norms)]
+        plain = [value.detach() for value in values]
+        for layer, (start, stop) in enumerate(zip(offsets[:-1], offsets[1:])):
+            units = [index - start for index in chosen if start <= index < stop]
+            if units:
+                Exact._differences(plain, layer, units, cost_of, out=estimates[layer])
+        return estimates
+
+
+ESTIMATORS = {"taylor": Taylor, "concrete": Concrete, "exact": Exact, "hybrid": Hybrid}

@@ -1,0 +1,52 @@
+"""Predictions of a fitted Bayesian network: the posterior-mean network and the Monte-Carlo predictive."""
+from contextlib import contextmanager
+
+import torch
+
+from bayesprune.core.pruning import apply_masks
+
+
+@contextmanager
+def evaluating(net):
+    """``net`` in evaluation mode for the block, then back in its mode: batch norm uses its running
+    statistics and leaves them as they are (a forward pass in training mode would update them), no dropout."""
+    training = net.training
+    net.eval()
+    try:
+        yield net
+    finally:
+        net.train(training)
+
+
+@torch.no_grad()
+def predict(model, guide, x, *, num_samples: int = 0, masks=None, batch_size: int = 4096):
+    """Predictive mean (class probabilities, or regression means in training units).
+
+    Args:
+        model: a fitted :class:`bayesprune.models.BayesianNetwork`.
+        guide: its guide, providing ``mean_params()`` and ``sample_params()``.
+        x: inputs.
+        num_samples: 0 evaluates the posterior-mean network (W = m); S > 0 averages the predictive
+            mean over S draws W ~ q(W).
+        masks: optional pruning masks; masked weights are set to zero in every evaluation.
+
+    One draw is held at a time (drawn, evaluated over ``x`` in chunks of ``batch_size``, dropped), so
+    the memory does not grow with S; the evaluations draw nothing, so the draws are those of S
+    ``sample_params()`` calls in a row.
+    """
+    total = 0.0
+    with evaluating(model.net):
+        for _ in range(max(num_samples, 1)):
+            params = guide.mean_params() if num_samples == 0 else guide.sample_params()
+            params = apply_masks(params, masks) if masks else params
+            total = total + torch.cat(
+                [model.likelihood.mean(model.network(params, chunk)) for chunk in torch.split(x, batch_size)]
+            )
+    return total / max(num_samples, 1)
+
+
+def metric(task: str, prediction: torch.Tensor, y: torch.Tensor, *, target_std: float = 1.0) -> float:
+    """Test error in percent (classification) or RMSE in the targets' original units (regression)."""
+    if task == "classification":
+        return 100.0 * (prediction.argmax(-1) != y).float().mean().item()
+    return target_std * (prediction - y).pow(2).mean().sqrt().item()

@@ -1,0 +1,56 @@
+"""Which parameters of a network are sites: the tensors priors, masks, scores and sparsity counts are
+about. By default, the parameters of the prunable layers (``Linear``, ``Bilinear`` and convolutions);
+normalisation layers and any other parameter stay point estimates unless exposed, as TyXe's
+``hide``/``expose`` do."""
+from fnmatch import fnmatchcase
+
+from torch import nn
+
+from bayesprune.core.errors import ConfigError
+
+#: The config keys a method that trains a plain network by its mean loss under masks of the
+#: :func:`weight_sites` does not read (:attr:`bayesprune.methods.Method.unsupported`).
+UNREAD_BY_MASKED_TRAINING = {
+    "model.noise_scale": "it trains by mean squared error, which no noise scale changes",
+    "model.expose": "its masks cover the weights of the Linear and convolution layers, whatever the sites",
+    "model.hide": "its masks cover the weights of the Linear and convolution layers, whatever the sites",
+    "train.kernels": "it has no per-weight variational formulas to compile",
+}
+
+#: Layer types whose parameters are sites by default.
+PRUNABLE = (nn.Linear, nn.Bilinear, nn.modules.conv._ConvNd)
+
+
+def site_names(net: nn.Module, *, expose=(), hide=()) -> list:
+    """The names of ``net``'s site parameters, in network order (a parameter shared by several modules
+    once, under its first name).
+
+    ``expose`` adds and ``hide`` removes parameters, each entry a parameter name, a glob over names
+    (``"*.bn1.*"``) or a module type name (``"BatchNorm2d"``); ``hide`` wins. An entry that matches no
+    parameter raises :class:`~bayesprune.core.errors.ConfigError` naming ``model.expose``/``model.hide``.
+    """
+    owner = {}
+    for module_name, module in net.named_modules():
+        for param_name, _ in module.named_parameters(recurse=False):
+            owner.setdefault(f"{module_name}.{param_name}" if module_name else param_name, module)
+    names = [name for name, _ in net.named_parameters()]
+
+    def matching(pattern):
+        return {name for name in names if fnmatchcase(name, pattern) or type(owner[name]).__name__ == pattern}
+
+    chosen = {}
+    for key, patterns in (("model.expose", expose), ("model.hide", hide)):
+        chosen[key] = set()
+        for pattern in patterns:
+            found = matching(pattern)
+            if not found:
+                raise ConfigError(f"{key}: {pattern!r} matches no parameter of the network")
+            chosen[key] |= found
+    return [name for name in names
+            if (isinstance(owner[name], PRUNABLE) or name in chosen["model.expose"]) and name not in chosen["model.hide"]]
+
+
+def weight_sites(net: nn.Module) -> list:
+    """The weight tensors of the prunable layers, the sites a pruning criterion scores and a weight mask
+    covers (biases are never pruned by the criteria)."""
+    return [name for name in site_names(net) if name.endswith("weight")]

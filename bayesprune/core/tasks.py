@@ -1,0 +1,46 @@
+"""What every method needs of its task, written once: the training loss, the test metric of a plain
+network and a masked copy of one."""
+import copy
+
+import torch
+import torch.nn.functional as F
+
+from bayesprune.core.predict import metric
+
+
+def mean_loss(task: str):
+    """The mean training loss of a batch: cross-entropy on logits, or squared error for regression."""
+    if task == "classification":
+        return F.cross_entropy
+    return lambda output, y: F.mse_loss(output.squeeze(-1), y)
+
+
+def predict_network(net, x, task: str) -> torch.Tensor:
+    """The predictive mean of a deterministic ``net`` at ``x`` in eval mode (the mode ``net`` was in is
+    put back): class probabilities, or regression means."""
+    training = net.training
+    net.eval()
+    with torch.no_grad():
+        output = net(x.to(next(net.parameters()).device))
+    net.train(training)
+    return torch.softmax(output, dim=-1) if task == "classification" else output.squeeze(-1)
+
+
+def network_metric(net, x, y, task: str, *, target_std: float = 1.0) -> float:
+    """Error (%) or RMSE of a deterministic ``net`` on ``(x, y)``."""
+    return metric(task, predict_network(net, x, task).cpu(), y.cpu(), target_std=target_std)
+
+
+def network_test_metric(net, dataset) -> float:
+    """The test error (%) or RMSE of a deterministic network on ``dataset``'s test split."""
+    return network_metric(net, dataset.x_test, dataset.y_test, dataset.task, target_std=dataset.target_std)
+
+
+def masked_copy(net, masks: dict):
+    """A copy of ``net`` with the entries of every masked site (site → bool or 0/1 tensor) zeroed."""
+    pruned = copy.deepcopy(net)
+    with torch.no_grad():
+        for site, mask in masks.items():
+            param = pruned.get_parameter(site)
+            param.mul_(mask.to(param.device, param.dtype))
+    return pruned

@@ -1,0 +1,279 @@
+"""Engines: they only schedule cells (:func:`bayesprune.pipeline.compare.cells.execute`), so every engine gives
+the same numbers for the same seeds.
+
+* ``local``: a pool of ``jobs`` worker processes (``spawn``), each with one torch thread.
+* ``ray``: one Ray task per cell (one CPU each) on the cluster at ``address``, or on a local Ray
+  started for the call when no address is given; needs the optional extra ``bayesprune[ray]``.
+"""
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+
+from bayesprune.core.errors import BayesPruneError, Interrupted
+from bayesprune.core.loop import STOP
+
+from bayesprune.pipeline.compare.cells import complete, execute, read_json
+
+ENGINES = ("local", "ray")
+
+
+def check_engine(engine: str, *, jobs: int, address=None):
+    """Refuse, before anything is written, an unknown engine, a bad ``jobs`` or a Ray that is missing."""
+    if engine not in ENGINES:
+        raise BayesPruneError(f"--engine must be one of {list(ENGINES)}, got {engine!r}")
+    if not isinstance(jobs, int) or jobs < 1:
+        raise BayesPruneError(f"--jobs must be a positive integer, got {jobs}")
+    if address is not None and engine != "ray":
+        raise BayesPruneError("--address names a Ray cluster; give it with --engine ray")
+    if engine == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise BayesPruneError("--engine ray needs Ray: pip install 'bayesprune[ray]'") from None
+        target = address if address is not None else os.environ.get("RAY_ADDRESS")
+        if target not in (None, "", "auto", "local"):
+            _probe(target, "--address" if address is not None else "RAY_ADDRESS")
+
+
+#: Seconds a Ray address is given to answer (Ray itself retries for minutes before giving up).
+PROBE_SECONDS = 5
+#: HTTP/2's connection preface and an empty SETTINGS frame: what a gRPC server, as Ray's head is, answers.
+_HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def _probe(address: str, flag: str):
+    """Refuse, within :data:`PROBE_SECONDS`, an address where nothing answers, or something that is not a
+    gRPC server (a Ray head answers HTTP/2 with a SETTINGS frame)."""
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=PROBE_SECONDS) as connection:
+            connection.settimeout(PROBE_SECONDS)
+            connection.sendall(_HTTP2_HELLO)
+            answer = connection.recv(9)
+    except (OSError, ValueError):
+        raise BayesPruneError(f"{flag} {address}: no Ray cluster answers there (give host:port of its head)") from None
+    if len(answer) < 4 or answer[3] != 4:
+        raise BayesPruneError(f"{flag} {address}: what answers there is not a Ray cluster's head (no gRPC server)")
+
+
+def run_cells(cells: list, folders: list, *, engine: str = "local", jobs: int = 1, address=None, report=None,
+              status=None) -> list:
+    """Execute every cell into its folder on ``engine``; returns their metrics in order.
+
+    A finished cell is read back, never fitted again (one evaluated at every sparsity is evaluated at
+    those it lacks, from its saved fit). A cell whose fit fails (it diverges, the user's
+    network raises) does not stop the others: its result is ``{"failed": "<why>"}`` and its folder
+    keeps what the fit left for the next call. ``report(cell, metrics, done, total)`` is called as each
+    cell finishes; ``status(line)`` gets the progress (default: a line on stderr per cell: cells done,
+    those running and an estimate of the time left). After SIGINT or SIGTERM no further cell starts;
+    cells in progress stop at the end of their step, keeping their checkpoint, and the call raises
+    :class:`~bayesprune.core.errors.Interrupted` (the finished cells are kept for the next call).
+    """
+    check_engine(engine, jobs=jobs, address=address)
+    progress = Progress(cells, status or _to_stderr, workers=jobs)
+    results = [None] * len(cells)
+    todo = []
+    for index, (cell, folder) in enumerate(zip(cells, folders)):
+        if complete(cell, folder):
+            results[index] = read_json(Path(folder) / "metrics.json")
+        else:
+            todo.append(index)
+    progress.start(len(cells) - len(todo))
+
+    def finish(index, metrics):
+        results[index] = metrics
+        progress.finished(cells[index], metrics)
+        if report is not None:
+            report(cells[index], metrics, progress.done, len(cells))
+
+    if todo:
+        # absolute, never resolved: a folder is never reached through a link (Ray's workers start elsewhere)
+        chosen = [(index, cells[index], os.path.abspath(folders[index])) for index in todo]
+        if engine == "ray":
+            _ray(chosen, address=address, finish=finish, progress=progress)
+        else:
+            _local(chosen, jobs=jobs, finish=finish, progress=progress)
+    return results
+
+
+def failure(error: BaseException) -> dict:
+    """The result of a cell whose fit failed: the reason in one line."""
+    message = " ".join(str(error).split())[:300]
+    return {"failed": f"{type(error).__name__}: {message}" if not isinstance(error, BayesPruneError) else message}
+
+
+#: Seconds a worker is given to stop at the end of its step after SIGINT or SIGTERM before it is killed.
+STOP_GRACE = 60
+
+
+def _local(chosen, *, jobs: int, finish, progress):
+    # Workers inherit one thread for every library that reads it (BLAS, OpenMP) before they import torch,
+    # and start with SIGINT and SIGTERM blocked until their handlers are in place (_worker_start): a
+    # signal while they start is held, never a worker killed half-started.
+    previous = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(chosen)), mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_worker_start, initargs=(os.getpid(),))
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        pending = {pool.submit(execute, cell, folder): (index, cell) for index, cell, folder in chosen}
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        if previous is None:
+            os.environ.pop("OMP_NUM_THREADS")
+        else:
+            os.environ["OMP_NUM_THREADS"] = previous
+    workers = list(multiprocessing.active_children())
+    try:
+        while pending:
+            progress.running([cell for future, (_, cell) in pending.items() if future.running()])
+            ready, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            for future in ready:
+                index, _ = pending.pop(future)
+                try:
+                    metrics = future.result()
+                except Interrupted:
+                    continue  # the worker saw the signal first; the loop below reports it
+                except BrokenProcessPool as error:  # a worker killed (out of memory, SIGKILL): no cell runs further
+                    raise BayesPruneError(f"a worker of the local engine died ({error}); finished cells are kept, "
+                                          "run the same command again to continue") from None
+                except Exception as error:  # noqa: BLE001 - a cell's own failure is recorded, the others go on
+                    metrics = failure(error)
+                finish(index, metrics)
+            if STOP.signal is not None:
+                raise Interrupted(f"stopped after {progress.done} of {progress.total} cells; the cells in progress keep "
+                                  "their last checkpoint; run the same command again to continue", STOP.signal)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        _stop_workers(workers, STOP.signal or signal.SIGTERM)
+        raise
+    pool.shutdown()
+
+
+def _stop_workers(workers, number):
+    """Ask the workers still alive to stop at the end of their step (``number``), then end them: the
+    pool is never left waiting on a fit that no one will read."""
+    alive = [worker for worker in workers if worker.is_alive()]
+    for worker in alive:
+        try:
+            os.kill(worker.pid, number)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + STOP_GRACE
+    for worker in alive:
+        worker.join(max(0.0, deadline - time.monotonic()))
+        if worker.is_alive():
+            worker.kill()
+            worker.join(5)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _worker_start(parent: int):
+    """In a worker: SIGINT and SIGTERM stop the fit in progress at the end of its step (as the command
+    line does), so that its checkpoint is kept for the next call; the worker is killed when its parent
+    dies (Linux: ``PR_SET_PDEATHSIG``), so that a compare killed with SIGKILL leaves no fit running (the
+    fit's checkpoint of its last epoch, written atomically, is what the next call continues from)."""
+    def request_stop(number, frame):
+        STOP.signal = number
+
+    for number in STOP_SIGNALS:
+        signal.signal(number, request_stop)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(1)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def _ray(chosen, *, address, finish, progress):
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        handlers = {number: signal.getsignal(number) for number in STOP_SIGNALS}
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+        except Exception as error:  # Ray raises ConnectionError, RuntimeError, ValueError, … for a bad address
+            message = " ".join(str(error).split())[:200]
+            raise BayesPruneError(f"--address {address}: no Ray cluster answers ({type(error).__name__}: {message})") from None
+        finally:  # Ray puts its own handlers in, which end the driver without stopping its tasks
+            for number, handler in handlers.items():
+                signal.signal(number, handler)
+    try:
+        task = ray.remote(num_cpus=1)(execute)
+        refs = {task.remote(cell, folder): (index, cell) for index, cell, folder in chosen}
+        while refs:
+            ready, _ = ray.wait(list(refs), num_returns=1, timeout=0.5)
+            for ref in ready:
+                index, _ = refs.pop(ref)
+                try:
+                    metrics = ray.get(ref)
+                except ray.exceptions.TaskCancelledError:
+                    continue
+                except Exception as error:  # noqa: BLE001 - a cell's own failure is recorded, the others go on
+                    metrics = failure(getattr(error, "cause", None) or error)
+                finish(index, metrics)
+            if STOP.signal is not None:
+                for ref in refs:
+                    ray.cancel(ref, force=True)
+                raise Interrupted(f"stopped after {progress.done} of {progress.total} cells; run the same command again "
+                                  "to continue", STOP.signal)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _to_stderr(line: str):
+    print(line, file=sys.stderr, flush=True)
+
+
+class Progress:
+    """The progress of a grid in lines: cells done of all, the cells running, and the time left
+    estimated from the cells finished in this call (wall-clock seconds per cell, so parallel
+    workers are counted)."""
+
+    def __init__(self, cells, status, workers: int):
+        self.total, self.status, self.workers = len(cells), status, workers
+        self.done = self.fitted = 0
+        self.start_time = time.monotonic()
+        self.current = ()
+
+    def start(self, read_back: int):
+        self.done = read_back
+        left = self.total - read_back
+        self.status(f"bayesprune: {self.total} cells, {read_back} finished earlier (read back), {left} to fit")
+
+    def running(self, cells):
+        names = tuple(cell.name for cell in cells)[:self.workers]  # a pool marks one more as running, queued
+        if names and names != self.current:
+            self.current = names
+            self.status(f"bayesprune: [{self.done}/{self.total}] fitting {', '.join(names)}")
+
+    def finished(self, cell, metrics):
+        self.done += 1
+        self.fitted += 1
+        elapsed = time.monotonic() - self.start_time
+        left = self.total - self.done
+        estimate = f"about {_duration(elapsed / self.fitted * left)} left" if left else "all done"
+        outcome = f"failed: {metrics['failed']}" if "failed" in metrics else "done"
+        self.status(f"bayesprune: [{self.done}/{self.total}] {cell.name} {outcome} ({_duration(elapsed)} so far; {estimate})")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

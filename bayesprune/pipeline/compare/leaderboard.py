@@ -1,0 +1,254 @@
+"""The leaderboard of a comparison: per method and sparsity, the test error over seeds beside the plain
+network's, the training time, and the size, MACs and latency of the pruned network; a plot of error
+against sparsity with each method's Pareto front.
+
+Every number is read from the cells' run directories (``metrics.json``; the network from
+:func:`bayesprune.pipeline.runner.load_run`, pruned at the row's sparsity by :func:`bayesprune.core.pruning.prune`,
+its dead units removed by :func:`bayesprune.core.export.export`), never from a method's internals.
+"""
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bayesprune.analysis.tables import markdown_table, write_csv
+from bayesprune.core.loop import check_stop
+from bayesprune.core.files import replacing, write_text
+
+#: The leaderboard's columns, in order (the metric's name replaces ``test_error`` for regression).
+COLUMNS = ("method", "sparsity", "achieved_sparsity", "test_error", "test_error_std", "plain_test_error", "seeds",
+           "train_seconds", "train_epochs", "train_steps", "params", "macs", "latency_ms", "bound", "cells", "failed")
+
+
+def _weights(net) -> tuple:
+    """``(non-zero, all)`` entries of the weight tensors (two or more dimensions: Linear, convolutions)."""
+    tensors = [p for p in net.parameters() if p.dim() > 1]
+    return sum(int(torch.count_nonzero(p)) for p in tensors), sum(p.numel() for p in tensors)
+
+
+def pruned_network(cell, folder: Path, sparsity):
+    """``(network, input_shape, dense_weights)``: the cell's network pruned at ``sparsity`` (``None``: as the
+    method left it) with its dead units removed, one input's shape, and the weights of the full network."""
+    from bayesprune.core.export import dead_units, export
+    from bayesprune.models import new_net
+    from bayesprune.core.pruning import bias_sites, expand_unit_masks, prune
+    from bayesprune.pipeline.runner import load_datasets, load_run
+
+    from bayesprune.pipeline.compare.cells import network_file
+
+    if cell.kind == "magnitude":
+        config = cell.run_config()
+        dataset = load_datasets(config)[0]
+        net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
+        dense = _weights(net)[1]
+        net.load_state_dict(torch.load(folder / network_file(sparsity), weights_only=True))
+    else:
+        config, dataset, fitted = load_run(folder)
+        dense = _weights(new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed))[1]
+        net = fitted.network()
+        if sparsity is not None:
+            budget = config.prune.budget(sparsity)
+            scores = fitted.scores()
+            if budget.level == "weight" and not config.prune.include_biases:
+                biases = bias_sites(fitted.net)
+                scores = {site: score for site, score in scores.items() if site not in biases}
+            masks = prune(scores, budget, net=fitted.net)
+            if budget.level == "unit":
+                masks = expand_unit_masks(fitted.net, masks)
+            net = export(net, masks)
+    shape = tuple(dataset.input_shape)
+    try:
+        dead = dead_units(net, input_shape=shape)
+        net = export(net, dead, input_shape=shape) if dead else net
+    except ValueError:  # a network Torch-Pruning cannot trace keeps its zeros
+        pass
+    return net.eval(), shape, dense
+
+
+def measure(cell, folder: Path, sparsity, options) -> dict:
+    """Size, achieved sparsity, MACs and latency (ms, median, one CPU thread) of the pruned network."""
+    from bayesprune.core.export import count_macs, count_parameters, measure_latency
+
+    net, shape, dense = pruned_network(cell, folder, sparsity)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        seconds = measure_latency(net, shape, batch_sizes=(options.latency_batch,), repeats=options.latency_repeats,
+                                  device="cpu")[options.latency_batch]
+    finally:
+        torch.set_num_threads(threads)
+    return {"achieved_sparsity": 1 - _weights(net)[0] / dense, "params": count_parameters(net)["nonzero"],
+            "macs": count_macs(net, shape), "latency_ms": 1e3 * seconds}
+
+
+def _entries(cell, metrics: dict) -> list:
+    """``(target sparsity, evaluated sparsity, test metric, training cost)`` of each leaderboard row of a cell."""
+    name = "test_error" if metrics.get("task", "classification") == "classification" else "test_rmse"
+    if cell.kind == "magnitude":
+        wanted = {round(s, 6) for s in cell.sparsities}
+        return [(row["sparsity"], row["sparsity"], row[name], {**_cost(metrics), "train_seconds": row["train_seconds"]})
+                for row in metrics["per_sparsity"] if round(row["sparsity"], 6) in wanted]
+    curve = {round(row["droprate"], 6): row[name] for row in metrics["pruning_curve"]}
+    if cell.sparsity is not None:
+        return [(cell.sparsity, cell.sparsity, curve[round(cell.sparsity, 6)], _cost(metrics))]
+    if not cell.sparsities:  # learned width: the method's own network
+        return [(None, None, metrics[name], _cost(metrics))]
+    return [(s, s, curve[round(s, 6)], _cost(metrics)) for s in cell.sparsities]
+
+
+def _targets(cell) -> list:
+    """The target sparsities a cell gives rows for (``None``: the width it learned)."""
+    if cell.kind == "magnitude" or (cell.sparsity is None and cell.sparsities):
+        return list(cell.sparsities)
+    return [cell.sparsity]
+
+
+def _cost(metrics: dict) -> dict:
+    """A cell's training: seconds, epochs and optimiser steps over all its stages (``None`` where not recorded)."""
+    return {key: metrics.get(key) for key in ("train_seconds", "train_epochs", "train_steps")}
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else None
+
+
+def leaderboard_rows(cells: list, folders: list, options, results=None) -> list:
+    """One row per method and target sparsity, averaged over seeds (see :data:`COLUMNS`); ``results``
+    (:func:`~bayesprune.pipeline.compare.engines.run_cells`) marks the cells that failed, whose reasons fill the
+    row's ``failed`` column while the other seeds' numbers fill the rest."""
+    found = {}
+    plain = {}
+    failed = {}  # (method, sparsity) → reasons
+    folder_names = {}
+    certified = {}  # (method, sparsity, seed) → the bound of PBP started from that method's mask
+    name = "test_error"
+    for index, (cell, folder) in enumerate(zip(cells, folders)):
+        result = None if results is None else results[index]
+        if result is not None and "failed" in result:
+            for target in (_targets(cell) if cell.row else []):
+                failed.setdefault((cell.method, target), []).append(f"{cell.name}: {result['failed']}")
+                folder_names.setdefault((cell.method, target), []).append(f"cells/{cell.name}")
+            continue
+        metrics = json.loads((Path(folder) / "metrics.json").read_text())
+        for method in cell.certifies:
+            certified[(method, cell.sparsity, cell.seed)] = metrics["bound"]
+        if not cell.row:
+            continue
+        name = "test_error" if metrics.get("task", "classification") == "classification" else "test_rmse"
+        if cell.kind == "magnitude":
+            plain[cell.seed] = metrics[f"baseline_{name}"]
+        for target, evaluated, value, cost in _entries(cell, metrics):
+            check_stop("while measuring the leaderboard; every cell is kept, --resume writes it")
+            folder_names.setdefault((cell.method, target), []).append(f"cells/{cell.name}")
+            found.setdefault((cell.method, target), []).append(
+                {"seed": cell.seed, name: value, "bound": metrics.get("bound"), **cost,
+                 **measure(cell, Path(folder), evaluated, options)})
+    for (method, target), entries in found.items():
+        for entry in entries:
+            entry["bound"] = certified.get((method, target, entry["seed"]), entry["bound"])
+    rows = []
+    for key in dict.fromkeys([*found, *failed]):
+        method, target = key
+        entries = found.get(key, [])
+        values = [entry[name] for entry in entries]
+        rows.append({
+            "method": method, "sparsity": target,
+            "achieved_sparsity": _mean(entry["achieved_sparsity"] for entry in entries),
+            name: float(np.mean(values)) if values else None,
+            f"{name}_std": float(np.std(values, ddof=1)) if len(values) > 1 else None,
+            f"plain_{name}": _mean(plain.get(entry["seed"]) for entry in entries),
+            "seeds": len(entries),
+            **{key: _mean(entry[key] for entry in entries)
+               for key in ("train_seconds", "train_epochs", "train_steps", "params", "macs", "latency_ms", "bound")},
+            "cells": " ".join(folder_names[key]),
+            "failed": "; ".join(failed.get(key, [])) or None,
+        })
+    return sorted(rows, key=lambda row: (row["method"] != "magnitude", row["method"], row["sparsity"] or -1))
+
+
+def _format(value, key):
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    if key in ("sparsity", "achieved_sparsity"):
+        return f"{100 * value:.1f} %"
+    if key in ("params", "macs"):
+        return f"{round(value):,}"
+    if key == "bound":
+        return f"{value:.4f}"
+    if isinstance(value, float):
+        return f"{value:.2f}" if key != "latency_ms" else f"{value:.3f}"
+    return str(value)
+
+
+def write_leaderboard(out: Path, rows: list):
+    """``leaderboard.csv`` (every number as measured), ``leaderboard.md`` (rounded, sparsities in percent,
+    ``learned`` for a method that sets its own width) and ``leaderboard.png``."""
+    out = Path(out)
+    write_csv(out / "leaderboard.csv", [{key: "" if value is None else value for key, value in row.items()} for row in rows])
+    shown = []
+    for row in rows:
+        item = {key: _format(value, key) for key, value in row.items()}
+        if row["sparsity"] is None:
+            item["sparsity"] = "learned"
+        shown.append(item)
+    name = next((key for key in rows[0] if key in ("test_error", "test_rmse")), "test_error") if rows else "test_error"
+    text = ["# Leaderboard", "",
+            f"Per method and target sparsity: {name} (mean and standard deviation over seeds) of the pruned network, the "
+            "plain network's, training seconds, and the pruned network (dead units removed): non-zero parameters, "
+            "MACs of one input, median CPU latency of one batch on one thread; `bound`: a PAC-Bayes certificate "
+            "(PBP's own, and with compare.certify, PBP's posterior started from the method's mask fitted on S_P).",
+            "", markdown_table(shown), "", "![test error against sparsity](leaderboard.png)", ""]
+    write_text(out / "leaderboard.md", "\n".join(text))
+    plot_leaderboard(rows, out / "leaderboard.png", metric=name)
+
+
+def pareto_front(points: list) -> list:
+    """The points (sparsity, error) that no other point beats in both (more sparsity, less error), by sparsity."""
+    front = [p for p in points if not any(q[0] >= p[0] and q[1] <= p[1] and q != p for q in points)]
+    return sorted(set(front))
+
+
+def plot_leaderboard(rows: list, path: Path, *, metric: str = "test_error"):
+    """Test error against achieved sparsity, in percent: each method's points, its Pareto front as a line,
+    and the plain network's error as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 5))
+    methods = list(dict.fromkeys(row["method"] for row in rows))
+    colours = plt.get_cmap("tab10")
+    plain = [row[f"plain_{metric}"] for row in rows if row.get(f"plain_{metric}") is not None]
+    values = [row[metric] for row in rows if row["achieved_sparsity"] is not None]
+    # Errors far above the plain network's would flatten every other line: the axis stops at 4x it
+    # and a clipped point is drawn on the top edge, its value in the legend.
+    top = max(values) * 1.05 if not plain or not values else min(max(values) * 1.05, 4 * float(np.mean(plain)))
+    for index, method in enumerate(methods):
+        mine = [row for row in rows if row["method"] == method and row["achieved_sparsity"] is not None]
+        points = [(100 * row["achieved_sparsity"], row[metric]) for row in mine]
+        errors = [row.get(f"{metric}_std") or 0.0 for row in mine]
+        colour = colours(index % 10)
+        shown = [(x, min(y, top)) for x, y in points]
+        axes.errorbar([p[0] for p in shown], [p[1] for p in shown], yerr=errors, fmt="o", color=colour,
+                      markerfacecolor="none", capsize=2, alpha=0.8)
+        front = [(x, min(y, top)) for x, y in pareto_front(points)]
+        clipped = ", ".join(f"{y:.3g} at {x:.0f} %" for x, y in points if y > top)
+        axes.plot([p[0] for p in front], [p[1] for p in front], marker="o", color=colour, linewidth=1.8,
+                  linestyle=("-", "--", "-.", ":")[index // 10 % 4], label=method + (f" (off the chart: {clipped})" if clipped else ""))
+    if plain:
+        axes.axhline(float(np.mean(plain)), color="grey", linestyle="--", linewidth=1, label="plain network (dense)")
+    axes.set_ylim(0, top)
+    axes.set_xlabel("sparsity (% of weights removed)")
+    axes.set_ylabel("test error (%)" if metric == "test_error" else "test RMSE")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8, loc="upper left")
+    axes.set_title("Error against sparsity (hollow: every point; line: each method's Pareto front; "
+                   "clipped points' values in the legend)", fontsize=9)
+    figure.tight_layout()
+    with replacing(path) as temporary:
+        figure.savefig(temporary, dpi=130)
+    plt.close(figure)

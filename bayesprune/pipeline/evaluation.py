@@ -1,0 +1,75 @@
+"""Test metrics of a fitted network as weights are removed by their scores (paper 003, Tables 2 and 5)."""
+from bayesprune.core.predict import metric
+from bayesprune.core.pruning import Budget, bias_sites, expand_unit_masks, prune
+
+
+def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, include_biases=True) -> list:
+    """Test metric of the point estimate and, for a method with a posterior, of the Monte-Carlo predictive at each droprate.
+
+    Args:
+        fitted: a :class:`bayesprune.methods.Fitted`; its ``scores()`` rank the weights (lowest removed
+            first) and its ``predictive_samples`` draws give the Monte-Carlo predictive.
+        dataset: a :class:`bayesprune.data.Dataset`; its test split is scored.
+        droprates: fractions of all weights (or units) to remove.
+        budget: ``droprate -> Budget`` (e.g. :meth:`bayesprune.pipeline.config.PruneConfig.budget`); by default
+            the global weight-level ``Budget(fraction=droprate)``.
+        include_biases: rank the biases with the weights (the droprate is a fraction of all
+            parameters); ``False`` keeps every bias and the droprate is a fraction of the weights.
+            Unit-level budgets remove a unit's bias with the unit either way.
+
+    Returns:
+        One dict per droprate with ``droprate``, ``n_weights_kept`` (parameters kept, biases
+        included), ``sparsity`` (1 − kept / all parameters), ``sparsity_weights`` (the same over the
+        weights alone, biases left out of both counts; a parameter the network already holds at
+        exactly zero, as a sparse method's does, counts as removed at every droprate) and the metric under its name
+        (``test_error`` in percent, or ``test_rmse``) for the point estimate, and with suffix ``_mc``
+        for the Monte-Carlo predictive when ``fitted.predictive_samples > 0``.
+
+    Each masked network is scored through :meth:`~bayesprune.methods.Fitted.predict`, so a network
+    with batch norms is scored with statistics estimated again for it where ``fitted.calibration``
+    is set (the full model, whose masks remove nothing, keeps its own).
+    """
+    name = metric_name(dataset.task)
+    x = dataset.x_test.to(device) if device is not None else dataset.x_test
+    scores = fitted.scores()
+    biases = bias_sites(fitted.net) & set(fitted.sites)
+    total = sum(shape.numel() for shape in fitted.sites.values())
+    total_weights = total - sum(fitted.sites[name].numel() for name in biases)
+    point = dict(fitted.network().named_parameters())
+    zeros = {site: (point[site].detach() == 0).cpu() for site in fitted.sites}
+    evaluations = [("", 0)] + ([("_mc", fitted.predictive_samples)] if fitted.predictive_samples > 0 else [])
+    rows = []
+    for droprate in droprates:
+        rule = budget(droprate) if budget is not None else Budget(fraction=droprate)
+        ranked = scores if include_biases or rule.level == "unit" else {k: v for k, v in scores.items() if k not in biases}
+        masks = prune(ranked, rule, net=fitted.net)
+        if rule.level == "unit":
+            masks = expand_unit_masks(fitted.net, masks)
+        gone = {site: zero | ~masks[site].cpu() if site in masks else zero for site, zero in zeros.items()}
+        removed = sum(int(site_gone.sum()) for site_gone in gone.values())
+        removed_weights = sum(int(site_gone.sum()) for site, site_gone in gone.items() if site not in biases)
+        row = {"droprate": droprate, "n_weights_kept": total - removed, "sparsity": round(removed / total, 6),
+               "sparsity_weights": round(removed_weights / total_weights, 6)}
+        for suffix, samples in evaluations:
+            prediction = fitted.predict(x, num_samples=samples, masks=masks).cpu()
+            row[name + suffix] = metric(dataset.task, prediction, dataset.y_test, target_std=dataset.target_std)
+        rows.append(row)
+    return rows
+
+
+# The sparsity of a pruned classifier that stays within half a point of the full model's test error
+# (the yardstick of paper 003's Tables 7 and 8).
+ERROR_MARGIN = 0.5
+ERROR_MARGIN_KEY = "sparsity_at_0.5_points_worse"
+
+
+def first_sparsity_worse_by(curve: list, metric: str, margin: float, *, key: str = "sparsity"):
+    """The ``key`` of the first point of ``curve`` (in droprate order) whose ``metric`` exceeds the
+    first point's (the full model's) by more than ``margin``; ``None`` if no point does."""
+    full = curve[0][metric]
+    return next((row[key] for row in curve if row[metric] > full + margin), None)
+
+
+def metric_name(task: str) -> str:
+    """``test_error`` (percent) for classification, ``test_rmse`` for regression."""
+    return "test_error" if task == "classification" else "test_rmse"

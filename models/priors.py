@@ -1,0 +1,86 @@
+"""Prior policies: which distribution each parameter of a network gets (as TyXe places priors).
+
+A policy answers one question, :meth:`Prior.distribution`, for every parameter of every module; the
+model turns each answer into one Pyro sample site named after the parameter's path (``fc1.weight``).
+"""
+import math
+
+import pyro.distributions as dist
+import torch
+
+from bayesprune.core.distributions import SpikeAndSlab
+from bayesprune.core.errors import ConfigError
+
+
+class Prior:
+    """Base policy. Subclasses implement :meth:`distribution` for one parameter."""
+
+    def distribution(self, name: str, param: torch.Tensor):
+        """The prior of the parameter ``name``: a distribution with event shape ``param.shape``."""
+        raise NotImplementedError
+
+
+class SpikeSlabPrior(Prior):
+    r"""Independent spike-and-slab prior π·N(0, τ1²) + (1 − π)·N(0, τ0²) on every weight and bias (paper 003, eq. 3.1).
+
+    Args:
+        pi: prior inclusion probability π in (0, 1).
+        tau0: spike standard deviation τ0.
+        tau1: slab standard deviation τ1 > τ0.
+
+    The defaults are the paper's regression setting (section 4.2): π = 0.5, log τ1 = 1, log τ0 = −6.
+    """
+
+    def __init__(self, *, pi=0.5, tau0=math.exp(-6.0), tau1=math.exp(1.0)):
+        if not 0.0 < pi < 1.0:
+            raise ConfigError(f"prior.pi must lie in (0, 1), got {pi}")
+        if not 0.0 < tau0 < tau1:
+            raise ConfigError(f"prior.tau0 must satisfy 0 < tau0 < tau1, got tau0={tau0}, tau1={tau1}")
+        self.pi, self.tau0, self.tau1 = float(pi), float(tau0), float(tau1)
+
+    def distribution(self, name, param):
+        options = {"dtype": param.dtype, "device": param.device}
+        base = SpikeAndSlab(
+            torch.tensor(self.pi, **options), torch.tensor(self.tau0, **options), torch.tensor(self.tau1, **options)
+        )
+        return base.expand(param.shape).to_event(param.dim())
+
+
+class GaussianPrior(Prior):
+    """Independent N(0, scale²) prior on every weight and bias: the plain BNN baseline of paper 003
+    (section 4.1, Experiment 3), fitted with :class:`bayesprune.guides.NormalGuide`.
+
+    Args:
+        scale: prior standard deviation (1.0 gives the N(0, 1) prior).
+    """
+
+    def __init__(self, *, scale=1.0):
+        if not scale > 0.0:
+            raise ConfigError(f"prior.scale must be positive, got {scale}")
+        self.scale = float(scale)
+
+    def distribution(self, name, param):
+        options = {"dtype": param.dtype, "device": param.device}
+        base = dist.Normal(torch.tensor(0.0, **options), torch.tensor(self.scale, **options))
+        return base.expand(param.shape).to_event(param.dim())
+
+
+class GivenPrior(Prior):
+    """A prior fixed per site in advance, such as PAC-Bayes pruning's data-dependent prior (paper 000,
+    section 5.1), trained on a part S_P of the data before the posterior sees the rest.
+
+    Args:
+        distributions: site name → distribution with the parameter's shape as batch shape.
+    """
+
+    def __init__(self, distributions: dict):
+        self.distributions = distributions
+
+    def distribution(self, name, param):
+        prior = self.distributions[name]
+        if prior.batch_shape != param.shape:
+            raise ValueError(f"the prior of {name!r} has shape {tuple(prior.batch_shape)}, the parameter {tuple(param.shape)}")
+        return prior.to_event(param.dim())
+
+
+PRIORS = {"spike-slab": SpikeSlabPrior, "gaussian": GaussianPrior}
