@@ -90,7 +90,7 @@ def _importance(args):
     folder = next((path for path in outputs if path.is_dir() and not path.is_symlink()), None)
     if folder is not None:
         raise BayesPruneError(f"{folder}: is a folder, where importance writes a file; move it away")
-    _, dataset, fitted = load_run(run_dir)
+    config, dataset, fitted = load_run(run_dir)
     idata = _posterior_with_importance(run_dir)
     if idata is not None:
         rows, nodes, selection = _pooled_importance(idata, fitted, args.fdr)
@@ -110,10 +110,40 @@ def _importance(args):
         ordered = sorted(rows, key=lambda row: row["rank"])
         plot_importance(ordered[: args.top], outputs[2],
                         title=f"Feature importance ψ (top {min(args.top, len(rows))} of {len(rows)})")
+    if len(dataset.input_shape) == 1:
+        selection["refit"] = _refit_on_selection(config, dataset, [row["selected"] for row in rows])
     write_text(outputs[3], json.dumps(selection, indent=1) + "\n")
     print(f"selected {len(selection['selected'])} of {len(rows)} inputs ({selection['rule']}): "
           f"{', '.join(selection['selected']) or 'none'}")
+    if "refit" in selection:
+        refit = selection["refit"]
+        print(f"plain network refit on the selected inputs: {refit['metric']} {refit['selected_inputs']:.4g} "
+              f"(all inputs: {refit['all_inputs']:.4g})")
     print(f"wrote {', '.join(str(path) for path in outputs)}")
+
+
+def _refit_on_selection(config, dataset, selected: list) -> dict:
+    """Test metric of the run's plain network trained, as the run trains it, on all inputs and on the
+    selected ones only (the others set to zero: X·diag(Ẑ), paper 003's Algorithm 2)."""
+    from dataclasses import replace
+
+    import torch
+
+    from bayesprune.analysis.selection import mask_features
+    from bayesprune.models import new_net
+    from bayesprune.pipeline.baseline import train_plain
+    from bayesprune.pipeline.evaluation import metric_name
+
+    config = config.for_data(dataset.num_train)
+    mask = torch.tensor(selected, dtype=torch.bool)
+    masked = replace(dataset, x_train=mask_features(dataset.x_train, mask), x_test=mask_features(dataset.x_test, mask))
+    result = {"metric": metric_name(dataset.task)}
+    for key, data in (("all_inputs", dataset), ("selected_inputs", masked)):
+        net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
+        result[key] = train_plain(net, data, epochs=config.baseline.epochs or config.train.epochs,
+                                  lr=config.baseline.lr or config.optim.lr, batch_size=config.data.batch_size,
+                                  seed=config.seed, hold=config.baseline.held_out)["test"]
+    return result
 
 
 def _posterior_with_importance(run_dir: Path):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bayesprune.cli import main
-from conftest import SHORT
+from bayesprune.methods import available_methods
 
 FEATURES = ["signal", "noise1", "noise2", "noise3"]
 
@@ -26,8 +26,8 @@ def table(tmp_path_factory):
     return path
 
 
-def run_and_importance(method, table, out, capsys):
-    settings = ["train.epochs=2", "device='cpu'", "baseline.enabled=false", "chains=1", *SHORT[method],
+def run_and_importance(method, table, out, capsys, *extra):
+    settings = ["train.epochs=2", "device='cpu'", "baseline.enabled=false", "chains=1", *available_methods()[method].quick, *extra,
                 "data.dataset='csv'", f"data.path='{table}'", "data.target='label'", "model.hidden=[6]",
                 "prune.droprates=[0.0]"]
     config = "sbnn-digits" if method == "sbnn" else f"{method}-digits"
@@ -39,7 +39,7 @@ def run_and_importance(method, table, out, capsys):
     return rows, json.loads((out / "selection.json").read_text()), printed
 
 
-@pytest.mark.parametrize("method", ["sbnn", "sparse-vd", "unit-gates", "pft", "pbp", "probmask", "saliency"])
+@pytest.mark.parametrize("method", sorted(available_methods()))
 def test_importance_of_every_method_names_the_table_features_and_selects(method, table, tmp_path, capsys):
     rows, selection, printed = run_and_importance(method, table, tmp_path / "run", capsys)
     assert [row["feature"] for row in rows] == FEATURES
@@ -73,3 +73,19 @@ def test_saliency_importance_sums_the_pruning_order_of_each_input(table, tmp_pat
     with np.load(tmp_path / "run" / "scores.npz") as scores:
         ranks = torch.as_tensor(scores["1.weight"]).double()
     np.testing.assert_allclose([float(row["first_layer_score"]) for row in rows], ranks.sum(dim=0), rtol=1e-9)
+
+
+def test_the_refit_on_all_inputs_is_the_runs_plain_network(table, tmp_path, capsys):
+    """selection.json's refit trains the plain network as the run does: on all inputs it gives the run's
+    baseline error exactly; the report puts the refit beside it."""
+    rows, selection, printed = run_and_importance("sparse-vd", table, tmp_path / "run", capsys,
+                                                  "baseline.enabled=true", "baseline.epochs=2")
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    refit = selection["refit"]
+    assert refit["metric"] == "test_error"
+    assert refit["all_inputs"] == pytest.approx(metrics["baseline_test_error"], rel=1e-9)
+    if selection["not_selected"] == []:
+        assert refit["selected_inputs"] == pytest.approx(refit["all_inputs"], rel=1e-9)
+    assert f"plain network refit on the selected inputs: test_error {refit['selected_inputs']:.4g}" in printed
+    assert main(["report", str(tmp_path / "run")]) == 0
+    assert f"against {refit['all_inputs']:.4g} on all inputs" in (tmp_path / "run" / "report.md").read_text()

@@ -288,35 +288,46 @@ _IMPORTANCE = [
 def _importance_files(run_dir: Path) -> list:
     """The section on ``bayesprune importance``'s files; for a fit without pooled restarts, the inputs
     its ``selection.json`` lists (a pooled posterior's selection is in the diagnostics)."""
-    path = run_dir / SELECTION
-    if not path.is_file():
+    record = _read_selection(run_dir)
+    if record is None or record["rule"] != "kept-by-the-fit":
         return _IMPORTANCE
-    with _reading(path):
-        record = json.loads(path.read_text())
-        if record["rule"] != "kept-by-the-fit":
-            return _IMPORTANCE
-        selected, dropped = record["selected"], record["not_selected"]
-        if not all(isinstance(name, str) for name in [*selected, *dropped]):
-            raise ValueError("'selected' or 'not_selected' holds something other than names")
+    selected, dropped = record["selected"], record["not_selected"]
     line = (f"**Selected inputs ({len(selected)} of {len(selected) + len(dropped)}):** "
             f"{', '.join(markdown_text(name) for name in selected) or 'none'}; removed: "
             f"{', '.join(markdown_text(name) for name in dropped) or 'none'}. {markdown_text(record['description'])}.")
-    return [*_IMPORTANCE, line]
+    return [*_IMPORTANCE, line, *_refit_line(record, selected)]
 
 
-def _selection_fdr(run_dir: Path) -> float:
-    """The FDR bound of the run's ``selection.json`` (``bayesprune importance --fdr``), else the default."""
+def _read_selection(run_dir: Path):
+    """The run's ``selection.json`` (``bayesprune importance``), checked; ``None`` without one."""
     path = run_dir / SELECTION
     if not path.is_file():
-        return DEFAULT_FDR
+        return None
     with _reading(path):
-        fdr = json.loads(path.read_text())["fdr"]
-        if not (_number(fdr) and 0 <= fdr < 1):
+        record = json.loads(path.read_text())
+        if not all(isinstance(name, str) for name in [*record["selected"], *record["not_selected"]]):
+            raise ValueError("'selected' or 'not_selected' holds something other than names")
+        if "fdr" in record and not (_number(record["fdr"]) and 0 <= record["fdr"] < 1):
             raise ValueError("'fdr' is not a number in [0, 1)")
-    return fdr
+        refit = record.get("refit")
+        if refit is not None and not (isinstance(refit.get("metric"), str)
+                                      and all(_number(refit.get(key)) for key in ("all_inputs", "selected_inputs"))):
+            raise ValueError("'refit' is not a metric and two numbers")
+    return record
 
 
-def _importance_sections(rows: list, chains: int, top: int, fdr: float) -> list:
+def _refit_line(record, selected: list) -> list:
+    """The plain network refit on the selected inputs beside all of them, when ``selection.json`` holds
+    it for this selection."""
+    refit = None if record is None or record["selected"] != selected else record.get("refit")
+    if refit is None:
+        return []
+    metric = markdown_text(refit["metric"])
+    return [f"The plain network of the run's shape refit on the selected inputs alone (the others set to zero): "
+            f"{metric} {refit['selected_inputs']:.4g}, against {refit['all_inputs']:.4g} on all inputs."]
+
+
+def _importance_sections(rows: list, chains: int, top: int, fdr: float, record=None) -> list:
     """The pooled feature importance of ``posterior.nc``: its table, the selection and R-hat's warning."""
     ordered = sorted(rows, key=lambda row: row["rank"])
     selected = [row["feature"] for row in ordered if row["selected"]]
@@ -332,7 +343,8 @@ def _importance_sections(rows: list, chains: int, top: int, fdr: float) -> list:
              for row in ordered[:top]]
     selection = (f"**Selected inputs ({len(selected)} of {len(rows)}):** {', '.join(markdown_text(name) for name in selected) or 'none'}. "
                  f"{_selection_rule(fdr)}")
-    return [text, markdown_table(table, columns), selection, _restart_agreement(rows, chains)]
+    chosen = [row["feature"] for row in rows if row["selected"]]
+    return [text, markdown_table(table, columns), selection, *_refit_line(record, chosen), _restart_agreement(rows, chains)]
 
 
 def _selection_rule(fdr: float) -> str:
@@ -391,8 +403,9 @@ def _diagnostics(run_dir: Path, idata, top: int = 10) -> list:
         "holds draws from each q and loads with `arviz.from_netcdf`."
     ]
     if "psi" in idata.posterior.data_vars:
-        fdr = _selection_fdr(run_dir)
-        sections += _importance_sections(pooled_importance_of(idata, fdr=fdr), chains, top, fdr)
+        record = _read_selection(run_dir)
+        fdr = record["fdr"] if record is not None and "fdr" in record else DEFAULT_FDR
+        sections += _importance_sections(pooled_importance_of(idata, fdr=fdr), chains, top, fdr, record)
     captions = {"forest_psi": "forest plot of the feature importance ψ of each restart", "ppc": "posterior predictive check on the test set",
                 "inclusion_cdf": "CDF of inclusion probabilities per chain"}
     sections += [f"![{captions[name]}]({path.name})" for name, path in written.items()]
