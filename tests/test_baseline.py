@@ -28,7 +28,10 @@ def regression(seed=0, n_train=120, n_test=60, d=4, noise=0.3, target_std=2.5):
 
 def test_the_linear_models_rmse_is_numpys_least_squares_on_the_same_split():
     data = regression(d=6)
-    design = lambda x: np.hstack([x.numpy().astype(np.float64), np.ones((len(x), 1))])
+
+    def design(x):
+        return np.hstack([x.numpy().astype(np.float64), np.ones((len(x), 1))])
+
     weights, *_ = np.linalg.lstsq(design(data.x_train), data.y_train.numpy().astype(np.float64), rcond=None)
     residual = design(data.x_test) @ weights - data.y_test.numpy()
     expected = data.target_std * np.sqrt(np.mean(residual**2))  # in the target's units

@@ -59,7 +59,7 @@ def explicit_ggn(net, x, y, kind):
     jacobian = torch.autograd.functional.jacobian(outputs, theta)  # (N, K, P)
     u = outputs(theta)
     loss = per_example_loss(kind)
-    hessians = torch.stack([torch.autograd.functional.hessian(lambda v: loss(v, t), u_i) for u_i, t in zip(u, y)])
+    hessians = torch.stack([torch.autograd.functional.hessian(lambda v, t=t: loss(v, t), u_i) for u_i, t in zip(u, y)])
     ggn = torch.einsum("nkp,nkl,nlq->pq", jacobian, hessians, jacobian) / len(x)
     diagonal = torch.split(torch.diagonal(ggn), [value.numel() for value in values])
     return {name: chunk.view(value.shape) for name, chunk, value in zip(names, diagonal, values)}

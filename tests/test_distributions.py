@@ -65,7 +65,7 @@ def test_inclusion_probability_minimises_penalty(pi, taus):
         args = (t(m), t(s))
         prior = (t(pi), t(tau0), t(tau1))
 
-        def penalty_of_logit(logit):
+        def penalty_of_logit(logit, args=args, prior=prior):
             return spike_slab_penalty(*args, t(logit), *prior).item()
 
         def penalty_at(p):

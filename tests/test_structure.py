@@ -10,8 +10,8 @@ from helpers import ClassicLeNet5
 
 
 def describe(layers):
-    return [(l.name, l.kind, l.units, l.weight_site, l.bias_site, l.gate_site, l.consumer, l.inputs_per_unit)
-            for l in layers]
+    return [(layer.name, layer.kind, layer.units, layer.weight_site, layer.bias_site, layer.gate_site, layer.consumer,
+             layer.inputs_per_unit) for layer in layers]
 
 
 def test_an_mlp_chain_by_hand():
@@ -36,12 +36,12 @@ def test_nested_sequential_conv_flatten_linear_owns_h_times_w_columns_per_channe
         ("1.1", "linear", 500, "1.1.weight", "1.1.bias", "1.1.gate", "1.3", 1),
         ("1.3", "linear", 10, "1.3.weight", "1.3.bias", "1.3.gate", None, None),
     ]
-    assert [l.inputs_per_unit for l in layer_chain(lenet_5_caffe((1, 28, 28), 10), (1, 28, 28))] == [1, 16, 1, None]
+    assert [layer.inputs_per_unit for layer in layer_chain(lenet_5_caffe((1, 28, 28), 10), (1, 28, 28))] == [1, 16, 1, None]
 
 
 def test_a_custom_forward_that_is_a_plain_chain_is_accepted():
     layers = layer_chain(ClassicLeNet5(), (1, 28, 28))
-    assert [(l.name, l.units, l.consumer, l.inputs_per_unit) for l in layers] == [
+    assert [(layer.name, layer.units, layer.consumer, layer.inputs_per_unit) for layer in layers] == [
         ("conv1", 6, "conv2", 1), ("conv2", 16, "fc1", 16), ("fc1", 120, "fc2", 1), ("fc2", 84, "fc3", 1),
         ("fc3", 10, None, None)]
 
@@ -118,8 +118,8 @@ def test_unit_groups_of_plain_chains_are_their_hidden_layers():
         hidden = layer_chain(net, shape)[:-1]
         groups = unit_groups(net, shape)
         assert [(g.name, g.units, g.producers, g.consumers) for g in groups] == \
-            [(l.name, l.units, (l.name,), (l.consumer,)) for l in hidden]
-        assert [g.gate_site for g in groups] == [l.gate_site for l in hidden]
+            [(layer.name, layer.units, (layer.name,), (layer.consumer,)) for layer in hidden]
+        assert [g.gate_site for g in groups] == [layer.gate_site for layer in hidden]
 
 
 class TwoHeads(nn.Module):
