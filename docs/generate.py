@@ -155,7 +155,7 @@ Packaged `pbp-lenet300` and `pbp-mlp3x1000` with appendix D.2's settings. The tr
 split at random into S_P (a fraction α) and S \\ S_P (n examples). Stage 1 trains the network on
 S_P; stage 2 starts keep-probabilities λ⁰ from a criterion (eq. 6) and trains the prior
 P = (1 − λ⁰)δ₀ + λ⁰N(W⁰, σ⁰²) (eq. 5) on S_P by its Gibbs risk; stage 3 starts the posterior Q of the
-same family at P and minimises Theorem 1 (eq. 4) by SVI (`bayesprune.core.objectives.PACBayesBound`, the
+same family at P and minimises Theorem 1 (eq. 4) by SVI (`bayesprune.methods.pbp.objectives.PACBayesBound`, the
 platform's `AnalyticKLELBO` with its `combine` hook) with the bounded cross-entropy (A.3) on
 S \\ S_P, the examples the bound's empirical term is measured on. Biases carry Gaussian slabs with
 λ = 1, so KL(Q ‖ P) (appendix B.4, a registered KL of `DiracSpikeSlab`) covers every parameter.

@@ -19,7 +19,8 @@ from pyro import poutine
 from scipy import integrate
 from torch.distributions import Bernoulli, Normal, kl_divergence
 
-from bayesprune.core.distributions import DiracSpikeSlab, SpikeAndSlab, SpikeSlabPosterior
+from bayesprune.core.distributions import SpikeAndSlab, SpikeSlabPosterior
+from bayesprune.methods.pbp.distributions import DiracSpikeSlab
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.methods.sparse_vd.distributions import AdditiveNormal, LogUniform
 from bayesprune.models import BayesianNetwork, Categorical, mlp

@@ -14,17 +14,18 @@ LAYERS = ["core", "data", "models", "analysis", "methods", "pipeline", "entry", 
 
 # Package → layer: each folder of the package is one layer (the longest matching name wins).
 LAYER_OF = {
-    # Training loop, checkpoints, distributions and KLs, objectives, bounds, structure, pruning, export.
+    # Training loop, checkpoints, the shared distributions and KLs, objectives, bounds, structure, pruning, export.
     "bayesprune.core": "core",
     # Built-in data sets, user files and simulators, read into a Dataset.
     "bayesprune.data": "data",
-    # Pyro model programs, priors and the variational families over them.
+    # Pyro model programs, priors and the variational families over them that several methods or users compose.
     "bayesprune.models": "models",
     "bayesprune.guides": "models",
     # Reads posteriors and fitted networks; never fits.
     "bayesprune.analysis": "analysis",
     "bayesprune.version": "core",
-    # The method contract, its registry and one package per method.
+    # The method contract, its registry and one package per method, holding what only that method uses
+    # (PBP's distributions, guide and objectives; Sparse VD's model; each method's plots).
     "bayesprune.methods": "methods",
     # Config, a run and its directory, evaluation, report, compare and sweep; methods through the registry.
     "bayesprune.pipeline": "pipeline",
@@ -179,6 +180,17 @@ def test_nothing_outside_the_experiments_imports_them():
     importers = [f"{name} → {target}" for name, targets in sorted(import_graph().items()) if not inside(name)
                  for target in sorted(targets) if inside(target)]
     assert not importers, "bayesprune.experiments is found by name (bayesprune.pipeline.experiments), never imported:\n" + "\n".join(importers)
+
+
+def test_one_name_per_class():
+    """Two classes of the package with one name are two ideas under one name, or one idea written twice."""
+    defined = {}
+    for name, path in modules().items():
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                defined.setdefault(node.name, []).append(name)
+    twice = {cls: owners for cls, owners in sorted(defined.items()) if len(owners) > 1}
+    assert not twice, "classes defined in more than one module:\n" + "\n".join(f"{cls}: {', '.join(owners)}" for cls, owners in twice.items())
 
 
 def test_allowed_imports_still_exist():

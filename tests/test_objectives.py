@@ -15,10 +15,12 @@ from pyro.poutine.messenger import Messenger
 from torch.distributions import Bernoulli, Normal, kl_divergence
 
 from bayesprune.core.criteria import weight_sites
-from bayesprune.core.distributions import DiracSpikeSlab, SpikeSlabPosterior
+from bayesprune.core.distributions import SpikeSlabPosterior
 from bayesprune.core.loop import GeometricPenalty, PenaltyScale, UniformPenalty
 from bayesprune.core.fused import kernel_mode
-from bayesprune.guides import DiracSpikeSlabGuide, SpikeSlabGuide
+from bayesprune.guides import SpikeSlabGuide
+from bayesprune.methods.pbp.distributions import DiracSpikeSlab
+from bayesprune.methods.pbp.guide import DiracSpikeSlabGuide
 from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
 from bayesprune.core.objectives import AnalyticKLELBO, site_kl
 from bayesprune.models.priors import GivenPrior, SpikeSlabPrior

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bayesprune.core.bounds import sample_risk_bound
-from bayesprune.core.distributions import DiracSpikeSlab
+from bayesprune.methods.pbp.distributions import DiracSpikeSlab
 from bayesprune.methods import pbp
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -10,7 +10,7 @@ import torch
 from bayesprune.core.bounds import certificate
 from bayesprune.cli import main
 from bayesprune.pipeline.config import RunConfig, load_config
-from bayesprune.core.distributions import DiracSpikeSlab
+from bayesprune.methods.pbp.distributions import DiracSpikeSlab
 from bayesprune.core.errors import ConfigError
 from bayesprune.methods import pbp
 from bayesprune.pipeline.runner import load_run, new_net, run

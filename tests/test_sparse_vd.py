@@ -17,7 +17,7 @@ from bayesprune.core.fused import kernel_mode
 from bayesprune.methods import FitContext, get_method
 from bayesprune.methods.sparse_vd import SparseVDOptions
 from bayesprune.methods.sparse_vd.distributions import K1, AdditiveNormal, AdditiveNormals, LogUniform, neg_kl_approximation
-from bayesprune.methods.sparse_vd.model import KLAnnealing, LocalReparameterization, linear_decay
+from bayesprune.methods.sparse_vd.model import KLAnnealing, MaskedLocalReparameterization, linear_decay
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -95,7 +95,7 @@ def _moments_by_weight_sampling(layer, x, q, draws=4000):
 
 def _moments_by_local_reparameterization(layer, x, q, draws=4000):
     weight = q.rsample()  # stands for the guide's draw: the mode recognises it by identity
-    with LocalReparameterization({id(weight): q}):
+    with MaskedLocalReparameterization({id(weight): q}):
         outputs = torch.stack([layer(x, weight) for _ in range(draws)])
     return outputs.mean(0), outputs.var(0)
 
@@ -138,7 +138,7 @@ def test_a_convolution_with_a_masked_weight_sees_neither_its_mean_nor_its_noise(
     q = AdditiveNormal(theta, torch.zeros(1, 1, 2, 2))
     weight = q.rsample()
     mask = torch.zeros(1, 1, 2, 2)
-    with LocalReparameterization({id(weight): q}, {id(weight): mask}):
+    with MaskedLocalReparameterization({id(weight): q}, {id(weight): mask}):
         out = F.conv2d(torch.ones(1, 1, 3, 3), weight)
     assert torch.allclose(out, torch.zeros_like(out), atol=1e-3)  # sqrt(1e-8) noise floor only
 

@@ -10,13 +10,13 @@ from torch.distributions import Normal, kl_divergence
 
 from bayesprune.core.bounds import pac_bayes_bound
 from bayesprune.core.criteria import saliency
-from bayesprune.core.distributions import DiracSpikeSlab
+from bayesprune.methods.pbp.distributions import DiracSpikeSlab
 from bayesprune.core.gates import StochasticMasks, block_isotropic, isotropic
-from bayesprune.guides import DiracSpikeSlabGuide
+from bayesprune.methods.pbp.guide import DiracSpikeSlabGuide
 from bayesprune.methods.pbp import network_kl
 from bayesprune.methods.pft import mask_overlap
 from bayesprune.models import BayesianNetwork, BoundedCategorical, mlp
-from bayesprune.core.objectives import GibbsRisk, PACBayesBound
+from bayesprune.methods.pbp.objectives import GibbsRisk, PACBayesBound
 from bayesprune.models.priors import GivenPrior
 from bayesprune.core.pruning import Budget, lexicographic_ranks, prune
 

@@ -12,7 +12,7 @@ guide call; :class:`FlatSite` is the per-site distribution's side, read by
 :func:`bayesprune.core.objectives.site_kl`. The methods supply only their formulas: the sBNN
 (:class:`bayesprune.core.distributions.SpikeSlabPosteriors`, paper 003, eqs. 3.7-3.8), Sparse VD
 (:class:`bayesprune.methods.sparse_vd.distributions.AdditiveNormals`, Molchanov et al. 2017, eq. 14)
-and PBP (:class:`bayesprune.core.distributions.DiracSpikeSlabPosteriors`, paper 000, appendix B.4).
+and PBP (:class:`bayesprune.methods.pbp.distributions.DiracSpikeSlabPosteriors`, paper 000, appendix B.4).
 
 :func:`softplus` and :func:`log1p` give σ = softplus(ρ) from vectorised ``exp``/``log``: on CPU,
 PyTorch's ``log1p`` (hence ``F.softplus`` and ``F.logsigmoid``) runs scalar code in AVX-512 builds,

@@ -15,7 +15,6 @@ from pyro.infer import ELBO
 from pyro.poutine.util import site_is_subsample
 from torch.distributions import Independent, kl_divergence
 
-from bayesprune.core.bounds import pac_bayes_bound
 from bayesprune.core.reparameterization import LocalReparameterization
 
 
@@ -32,7 +31,8 @@ def site_kl(q, p) -> torch.Tensor:
     return kl
 
 
-def _latent_sites(trace):
+def latent_sites(trace):
+    """(name, site) of every latent sample site of a Pyro trace: sampled, not observed, not a subsample."""
     for name, site in trace.nodes.items():
         if site["type"] == "sample" and not site["is_observed"] and not site_is_subsample(site):
             yield name, site
@@ -62,7 +62,7 @@ class AnalyticKLELBO(ELBO):
         guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
         replayed = poutine.replay(model, trace=guide_trace)
         if self.local_reparameterization:
-            posteriors = {id(site["value"]): site["fn"].base_dist for _, site in _latent_sites(guide_trace)}
+            posteriors = {id(site["value"]): site["fn"].base_dist for _, site in latent_sites(guide_trace)}
             with LocalReparameterization(posteriors):
                 model_trace = poutine.trace(replayed).get_trace(*args, **kwargs)
         else:
@@ -76,7 +76,7 @@ class AnalyticKLELBO(ELBO):
             if site["type"] == "sample" and site["is_observed"]:
                 nll = nll - (site["fn"].log_prob(site["value"]) * site["scale"]).sum()
         kl = 0.0
-        for name, site in _latent_sites(guide_trace):
+        for name, site in latent_sites(guide_trace):
             summed = site_kl(site["fn"], model_trace.nodes[name]["fn"])
             # A scale of exactly 1 (no penalty weight, no plate) multiplies nothing: one node less per site.
             scale = site["scale"]
@@ -100,31 +100,6 @@ class AnalyticKLELBO(ELBO):
         loss = self.differentiable_loss(model, guide, *args, **kwargs)
         loss.backward()
         return loss.detach()
-
-
-class GibbsRisk(AnalyticKLELBO):
-    """The empirical Gibbs risk E_q[R̂(W)] alone, the (N/B)-scaled negative log-likelihood over the
-    likelihood's ``dataset_size`` N (paper 000: stage 2 of PBP trains its prior by it)."""
-
-    def __init__(self, *, dataset_size: int, num_particles: int = 1):
-        super().__init__(num_particles=num_particles)
-        self.dataset_size = dataset_size
-
-    def combine(self, nll, kl):
-        return nll / self.dataset_size
-
-
-class PACBayesBound(AnalyticKLELBO):
-    """Theorem 1 (paper 000, eq. 4) as the loss: the bound of the surrogate empirical risk R̂ = nll / n
-    (a [0, 1]-valued loss such as :class:`~bayesprune.models.BoundedCategorical`, n its ``dataset_size``)
-    and the exact KL of every latent site, at confidence ``delta``."""
-
-    def __init__(self, *, n: int, delta: float, num_particles: int = 1):
-        super().__init__(num_particles=num_particles)
-        self.n, self.delta = n, delta
-
-    def combine(self, nll, kl):
-        return pac_bayes_bound(nll / self.n, kl, n=self.n, delta=self.delta)
 
 
 OBJECTIVES = {"analytic-kl": AnalyticKLELBO}

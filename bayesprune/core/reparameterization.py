@@ -19,6 +19,10 @@ class LocalReparameterization(TorchFunctionMode):
     """Replaces ``F.linear`` on known weight tensors by a pre-activation draw; raises ``ValueError``
     for a convolution of a known weight (not exact, see the module's docstring).
 
+    The exact trick that :class:`~bayesprune.core.objectives.AnalyticKLELBO` applies on request; Sparse VD's
+    approximate one for convolutions, with keep-masks, is
+    :class:`bayesprune.methods.sparse_vd.model.MaskedLocalReparameterization`.
+
     Args:
         posteriors: maps ``id(tensor)`` of a sampled weight or bias to its Gaussian posterior
             (any distribution with ``loc`` and ``scale``). Tensors not in it are used as given.

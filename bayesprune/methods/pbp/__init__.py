@@ -39,13 +39,10 @@ from torch.distributions import kl_divergence
 from bayesprune.core import bounds
 from bayesprune.core.checkpoint import load_module_state
 from bayesprune.core.criteria import CRITERIA, saliency, weight_sites
-from bayesprune.core.distributions import DiracSpikeSlab
 from bayesprune.core.errors import BayesPruneError, ConfigError
 from bayesprune.core.loop import check_stop, svi_step
 from bayesprune.core.gates import PARAMETERIZATIONS, block_isotropic
-from bayesprune.guides import DiracSpikeSlabGuide
 from bayesprune.models import BayesianNetwork, BoundedCategorical, Categorical
-from bayesprune.core.objectives import GibbsRisk, PACBayesBound
 from bayesprune.core.optim import build_optim
 from bayesprune.models.priors import GivenPrior
 from bayesprune.core.tasks import mean_loss
@@ -53,6 +50,9 @@ from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_number
 
 from bayesprune.methods import SERVICES, Method, register_method
 from bayesprune.methods.base import GuideFitted
+from bayesprune.methods.pbp.distributions import DiracSpikeSlab
+from bayesprune.methods.pbp.guide import DiracSpikeSlabGuide
+from bayesprune.methods.pbp.objectives import GibbsRisk, PACBayesBound
 from bayesprune.methods.pbp.start import fit_start, is_start_method, start_method
 
 #: Rows per forward pass when a sampled network is scored on a data split.

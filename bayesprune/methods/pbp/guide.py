@@ -6,8 +6,8 @@ import torch
 from pyro.nn import PyroModule, PyroParam
 from pyro.nn.module import to_pyro_module_
 
-from bayesprune.core.distributions import DiracSpikeSlab, DiracSpikeSlabPosteriors, FlatDiracSpikeSlabPrior
 from bayesprune.core.gates import StochasticMasks
+from bayesprune.methods.pbp.distributions import DiracSpikeSlab, DiracSpikeSlabPosteriors, FlatDiracSpikeSlabPrior
 
 
 class DiracSpikeSlabGuide(PyroModule):

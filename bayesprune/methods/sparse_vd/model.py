@@ -19,7 +19,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.overrides import TorchFunctionMode
 
-from bayesprune.core.objectives import AnalyticKLELBO, _latent_sites
+from bayesprune.core.objectives import AnalyticKLELBO, latent_sites
 
 from bayesprune.methods.sparse_vd.distributions import LOG_ALPHA_THRESHOLD, AdditiveNormals, LogUniform, log_alpha
 
@@ -33,9 +33,14 @@ def weight_sites(net: nn.Module) -> list:
             if isinstance(module, _PRUNABLE)]
 
 
-class LocalReparameterization(TorchFunctionMode):
+class MaskedLocalReparameterization(TorchFunctionMode):
     """Replaces ``F.linear`` and ``F.conv{1,2,3}d`` of known weight tensors by a draw of the
     pre-activations: mean f(x, θ) + b and variance f(x², σ²), f the layer's linear map (eq. 17).
+
+    Sparse VD's variant of :class:`bayesprune.core.reparameterization.LocalReparameterization` (the
+    shared one, exact: linear layers only, convolutions refused, Gaussian biases too): this one also
+    draws convolutions (approximately, as the paper does), keeps the biases as given, and applies
+    keep-masks.
 
     For a fully connected layer this is exact; for a convolution each output position gets the
     exact marginal mean and variance of the weight-sampled network but independent noise, as in the
@@ -204,13 +209,13 @@ class SparseVDELBO(AnalyticKLELBO):
     def _get_trace(self, model, guide, args, kwargs):
         guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
         posteriors, masks = {}, {}
-        for _, site in _latent_sites(guide_trace):
+        for _, site in latent_sites(guide_trace):
             q = site["fn"].base_dist
             posteriors[id(site["value"])] = q
             if self.train_clip:
                 with torch.no_grad():
                     masks[id(site["value"])] = (q.log_alpha <= self.threshold).to(q.loc.dtype)
-        with LocalReparameterization(posteriors, masks):
+        with MaskedLocalReparameterization(posteriors, masks):
             model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
         return model_trace, guide_trace
 
