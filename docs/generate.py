@@ -1,12 +1,13 @@
-"""Write ``docs/reference.md``, the config reference, from the code: ``python docs/generate.py``.
+"""Write ``docs/reference.md``, the config reference, and the README's method table and quick-start
+commands from the code: ``python docs/generate.py``.
 
 Every option table is built from a dataclass: each registered method's ``Options`` (the description
 of a field is its entry in the class docstring's ``Attributes:`` section) and the core sections
 (``DataConfig`` … ``ReferenceConfig`` of :mod:`bayesprune.pipeline.config`, ``OptimConfig`` of
 :mod:`bayesprune.core.optim`), whose field descriptions live in :data:`CORE` below because their
 docstrings are prose. A field without a description stops the generator with the list of them, so
-that someone writes one. ``tests/test_docs.py`` regenerates the file and fails when the committed
-one differs: the reference cannot drift from the code.
+that someone writes one. ``tests/test_docs.py`` regenerates both and fails when the committed text
+differs: neither can drift from the code.
 """
 import dataclasses
 import inspect
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 
 OUTPUT = Path(__file__).with_name("reference.md")
+README = Path(__file__).parents[1] / "README.md"
 HINT = "regenerate it with: python docs/generate.py"
 
 #: Descriptions of the top-level keys (``RunConfig``'s own fields).
@@ -405,6 +407,7 @@ def generate() -> str:
     configs = packaged_configs()
     for name, cls in methods.items():
         out.append(f"## `[{name}]`\n")
+        out += [f"{capital(cls.summary)} ({cls.paper}).", ""]
         out.append(capital(summary(cls.Options).replace(f"`[{name}]`: ", "")))
         out.append("")
         rest = prose(cls.Options)
@@ -441,6 +444,31 @@ def comparison_section() -> list:
     return out
 
 
+def readme_regions() -> dict:
+    """The README's generated regions, name → text, from the registry: the method table (each method's
+    ``summary`` and ``paper``) and the quick start, a run of each one's ``<name>-digits`` config."""
+    from bayesprune.methods import available_methods
+
+    methods = available_methods()
+    table = ["| `method` | what it learns | paper |", "|---|---|---|",
+             *(f"| `{name}` | {cell(cls.summary)} | {cell(cls.paper)} |" for name, cls in methods.items())]
+    commands = ["```bash", f"for method in {' '.join(methods)}; do", "    bayesprune run $method-digits --out runs/$method",
+                "done", "```"]
+    return {"methods": "\n".join(table), "quick start": "\n".join(commands)}
+
+
+def readme(text: str) -> str:
+    """``text`` (the README) with each region between ``<!-- NAME: generated -->`` and ``<!-- end of NAME -->``
+    written again by :func:`readme_regions`; a region without its markers raises ``ValueError``."""
+    for name, body in readme_regions().items():
+        begin, end = f"<!-- {name}: generated -->", f"<!-- end of {name} -->"
+        if begin not in text or end not in text:
+            raise ValueError(f"README.md has no {begin} ... {end} region")
+        head, rest = text.split(begin, 1)
+        text = f"{head}{begin}\n{body}\n{end}{rest.split(end, 1)[1]}"
+    return text
+
+
 def _method_of(config_name: str) -> str:
     from bayesprune.pipeline.config import _packaged_files
 
@@ -458,7 +486,8 @@ def main() -> int:
               file=sys.stderr)
         return 1
     OUTPUT.write_text(text)
-    print(f"wrote {OUTPUT} ({len(text.encode())} bytes)")
+    README.write_text(readme(README.read_text()))
+    print(f"wrote {OUTPUT} ({len(text.encode())} bytes) and the generated regions of {README}")
     return 0
 
 

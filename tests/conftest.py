@@ -1,28 +1,18 @@
 """Shared pytest fixtures: a fixed seed, an empty Pyro parameter store and Pyro validation for every test;
-one thread where asked; every method's digits config shortened to seconds."""
+one thread where asked; every method's digits config shortened to seconds (its declared ``Method.quick``)."""
 import pyro
 import pytest
 import torch
 
-#: Every stage of each method's ``<method>-digits`` config shortened to 2 epochs (and its Monte-Carlo
-#: counts cut), so that a whole run takes a second or two.
-SHORT = {
-    "sbnn": [],
-    "pft": ["pft.pretrain_epochs=2", "pft.finetune_epochs=2", "pft.perturbation_draws=1"],
-    "pbp": ["pbp.prior_epochs=2", "pbp.prior_mask_epochs=2", "pbp.mc_samples=20", "pbp.prior_samples=5"],
-    "probmask": ["probmask.t1=1", "probmask.t2=2", "probmask.finetune_epochs=2"],
-    # the digits config of the golden recording (before log gamma and the rates were chosen held out)
-    "unit-gates": ["unit-gates.finetune_epochs=2", "unit-gates.log_gamma=-25.0", "optim.lr=0.001", "unit-gates.finetune_lr=1e-4"],
-    "saliency": ["saliency.finetune_epochs=2", "saliency.stages=[1, 3]"],
-    "sparse-vd": ["sparse-vd.kl_anneal_start=0", "sparse-vd.kl_anneal_end=1"],
-}
-
 
 def short_config_of(method: str, *overrides):
-    """The method's digits config at 2 epochs a stage, on the CPU, with ``overrides``."""
+    """The method's digits config at 2 epochs a stage (and the rest of its declared ``quick`` settings), on
+    the CPU, with ``overrides``."""
+    from bayesprune.methods import available_methods
     from bayesprune.pipeline.config import load_config
 
-    return load_config(f"{method}-digits", ["train.epochs=2", "device='cpu'", "baseline.epochs=2", *SHORT[method], *overrides])
+    quick = available_methods()[method].quick
+    return load_config(f"{method}-digits", ["train.epochs=2", "device='cpu'", "baseline.epochs=2", *quick, *overrides])
 
 
 @pytest.fixture(scope="session")

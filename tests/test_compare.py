@@ -8,6 +8,7 @@ import tomllib
 import pytest
 
 from bayesprune.cli import main
+from bayesprune.methods import available_methods
 from bayesprune.pipeline.compare import compare, comparison_cells, load_comparison
 from bayesprune.pipeline.compare.leaderboard import pareto_front
 from bayesprune.pipeline.compare.sweep import parse_grid, sweep
@@ -40,7 +41,9 @@ def test_the_cells_of_a_comparison():
     cells = {cell.name: cell for cell in comparison_cells(raw, options)}
     assert {"magnitude-seed0", "sbnn-seed0", "sparse-vd-seed0", "unit-gates-seed0", "pft-s0.5-seed0", "pbp-s0.95-seed0",
             "probmask-s0.8-seed0", "saliency-s0.9-seed0"} <= set(cells)
-    assert len(cells) == 4 + 4 * 4  # one cell per seed for the methods without a sparsity option
+    methods = available_methods().values()
+    per_sparsity = sum(method.sparsity_option is not None for method in methods)  # one cell per sparsity and seed
+    assert len(options.seeds) == 1 and len(cells) == 1 + len(methods) - per_sparsity + per_sparsity * len(options.sparsities)
     pft, pbp = cells["pft-s0.9-seed0"].run_config(), cells["pbp-s0.8-seed0"].run_config()
     assert pft.method_options.sparsities == (0.9,) and pft.prune.droprates == (0.0, 0.9)
     assert pbp.method_options.sparsity == 0.8 and pbp.optim.name == "sgd"  # [optim] of pbp-digits

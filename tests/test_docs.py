@@ -37,6 +37,16 @@ def test_the_reference_is_generated_from_the_code():
     assert (DOCS / "reference.md").read_text() == gen.generate(), f"docs/reference.md is out of date: {gen.HINT}"
 
 
+def test_the_readmes_method_table_and_quick_start_are_generated_from_the_registry():
+    gen = generator()
+    text = gen.README.read_text()
+    assert gen.readme(text) == text, f"README.md's method table or quick start is out of date: {gen.HINT}"
+    from bayesprune.methods import available_methods
+
+    table = text.split("<!-- methods: generated -->")[1].split("<!-- end of methods -->")[0]
+    assert [line.split("`")[1] for line in table.strip().splitlines()[2:]] == sorted(available_methods())
+
+
 def test_every_method_and_core_section_has_its_table():
     text = (DOCS / "reference.md").read_text()
     from bayesprune.methods import available_methods

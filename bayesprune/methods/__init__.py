@@ -1,6 +1,6 @@
 """Pruning methods as plug-ins: a registry of :class:`Method` classes, found by name.
 
-A method is one module in this package (or in another package that declares an entry point in the
+A method is one module or subpackage of this package (or of another package that declares an entry point in the
 group ``bayesprune.methods``) defining a :class:`Method` subclass decorated with
 :func:`register_method`. Nothing else is edited to add one: :func:`get_method` imports every module
 of this package and every entry point the first time it is asked.
@@ -23,6 +23,8 @@ def register_method(cls):
     """Class decorator: register a :class:`Method` subclass under its ``name``."""
     if not (isinstance(cls, type) and issubclass(cls, Method)) or not cls.name:
         raise TypeError(f"{cls!r} is not a named Method subclass")
+    if cls.sparsity_option is not None and cls.sparsity_option not in {f.name for f in fields(cls.Options)}:
+        raise TypeError(f"{cls.name}: sparsity_option {cls.sparsity_option!r} is no field of its Options")
     if cls.name in METHODS and METHODS[cls.name] is not cls:
         raise ValueError(f"method {cls.name!r} is already registered")
     METHODS[cls.name] = cls
@@ -45,10 +47,9 @@ def get_method(name) -> Method:
 
 
 def sparsity_option(name: str) -> str | None:
-    """The option of method ``name`` that sets its target sparsity (``sparsity``, or ``sparsities`` as
-    PFT's), or ``None`` for a method without one."""
-    names = {f.name for f in fields(get_method(name).Options)}
-    return next((option for option in ("sparsity", "sparsities") if option in names), None)
+    """The option of method ``name`` that sets the sparsity it fits to (:attr:`Method.sparsity_option`),
+    or ``None`` for a method without one."""
+    return get_method(name).sparsity_option
 
 
 def _discover():

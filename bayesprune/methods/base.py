@@ -205,6 +205,14 @@ class Method:
             holds: checkpoints and ``--resume`` through :meth:`FitContext.train`, and early stopping
             on ``train.validation`` on the stage the method gives ``validate``.
         prune_levels: the ``prune.level`` values its scores can be pruned at.
+        sparsity_option: the option of its table that sets the sparsity it fits to (a number, or a
+            list of numbers as PFT's ``sparsities``), which ``bayesprune compare`` sets per sparsity;
+            ``None``: one fit is pruned at every sparsity (or, without weight-level scores, it learns
+            its own width).
+        quick: ``--set`` overrides that, with ``train.epochs=2``, make its ``<name>-digits`` config
+            run in seconds: what the shared tests run every method with.
+        summary, paper: what it learns and where it is published, for the README's method table
+            and the reference (``docs/generate.py``).
     """
 
     name: ClassVar[str] = ""
@@ -212,6 +220,10 @@ class Method:
     legacy_keys: ClassVar[dict] = {}
     unsupported: ClassVar[dict] = {}
     prune_levels: ClassVar[tuple] = ("weight", "unit")
+    sparsity_option: ClassVar[str | None] = None
+    quick: ClassVar[tuple] = ()
+    summary: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
 
     def unsupported_for(self, options) -> dict:
         """:attr:`unsupported` under these options (a service can depend on them)."""

@@ -303,6 +303,10 @@ class PBPMethod(Method):
 
     name = "pbp"
     Options = PBPOptions
+    sparsity_option = "sparsity"
+    quick = ("pbp.prior_epochs=2", "pbp.prior_mask_epochs=2", "pbp.mc_samples=20", "pbp.prior_samples=5")
+    summary = "PAC-Bayes pruning with a data-dependent prior and a certificate on the test error"
+    paper = "the same paper as `pft`"
 
     def unsupported_for(self, options) -> dict:
         if not options.prior_epochs:

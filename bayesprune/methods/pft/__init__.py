@@ -188,6 +188,12 @@ class PFTMethod(Method):
 
     name = "pft"
     Options = PFTOptions
+    sparsity_option = "sparsities"
+    quick = ("pft.pretrain_epochs=2", "pft.finetune_epochs=2", "pft.perturbation_draws=1")
+    summary = "probabilistic fine-tuning of a one-shot mask (magnitude, SNIP, random)"
+    paper = ("Hayou, He, Dziugaite (2021), "
+             "[Probabilistic fine-tuning of pruning masks and PAC-Bayes self-bounded learning]"
+             "(https://arxiv.org/abs/2110.11804)")
 
     unsupported = dict(UNREAD_BY_MASKED_TRAINING)
 

@@ -184,6 +184,12 @@ class ProbMaskMethod(Method):
 
     name = "probmask"
     Options = ProbMaskOptions
+    sparsity_option = "sparsity"
+    quick = ("probmask.t1=1", "probmask.t2=2", "probmask.finetune_epochs=2")
+    summary = "masks in probability space under one global sparsity budget"
+    paper = ("Zhou, Zhang, Xu, Zhang (2021), "
+             "[Effective sparsification of neural networks with global sparsity constraint]"
+             "(https://arxiv.org/abs/2105.01571), CVPR")
 
     unsupported = {"validation": "its sparsity budget tightens until epoch t2 and its temperature anneals to the last "
                                   "epoch (Algorithm 1), so an earlier epoch does not meet the budget",

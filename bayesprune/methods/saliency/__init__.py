@@ -202,6 +202,11 @@ class SaliencyMethod(Method):
 
     name = "saliency"
     Options = SaliencyOptions
+    sparsity_option = "sparsity"
+    quick = ("saliency.finetune_epochs=2", "saliency.stages=[1, 3]")
+    summary = "one-shot and multi-stage criteria MP, OBD, LM, QM, SNIP with a step-size penalty"
+    paper = ("Laurent, Ballas, George, Ballas, Vincent (2020), "
+             "[Revisiting loss modelling for unstructured pruning](https://arxiv.org/abs/2006.12279)")
     unsupported = dict(UNREAD_BY_MASKED_TRAINING)
 
     def fit(self, net, data, options, ctx):

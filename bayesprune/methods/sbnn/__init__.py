@@ -170,6 +170,9 @@ class SBNN(Method):
 
     name = "sbnn"
     Options = SBNNOptions
+    summary = "spike-and-slab posterior over every weight; inclusion probabilities, feature importance, variable selection"
+    paper = ("Saha, Liu, Liang (2024), "
+             "[Efficient model compression for Bayesian neural networks](https://arxiv.org/abs/2411.00273)")
     #: Restarts pooled on a table under ``chains = "auto"``: one fit's ψ ranks the inputs by where its
     #: optimisation ended; breast cancer and diabetes (docs/usage.md, Feature importance) need several.
     table_chains = 4

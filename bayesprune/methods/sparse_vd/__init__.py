@@ -178,6 +178,10 @@ class SparseVD(Method):
 
     name = "sparse-vd"
     Options = SparseVDOptions
+    quick = ("sparse-vd.kl_anneal_start=0", "sparse-vd.kl_anneal_end=1")
+    summary = "Sparse Variational Dropout: a dropout rate per weight under a log-uniform prior; weights with log α > 3 removed"
+    paper = ("Molchanov, Ashukha, Vetrov (2017), "
+             "[Variational dropout sparsifies deep neural networks](https://arxiv.org/abs/1701.05369), ICML")
 
     def unsupported_for(self, options) -> dict:
         """``[optim]`` keys the fit does not read: the schedule under ``linear_lr_decay`` (the paper's

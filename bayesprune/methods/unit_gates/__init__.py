@@ -347,6 +347,12 @@ class UnitGatesMethod(Method):
 
     name = "unit-gates"
     Options = UnitGatesOptions
+    # the digits config of the golden recording (before log gamma and the rates were chosen held out)
+    quick = ("unit-gates.finetune_epochs=2", "unit-gates.log_gamma=-25.0", "optim.lr=0.001",
+             "unit-gates.finetune_lr=1e-4")
+    summary = "Bernoulli gates on units and filters with Beta or Flattening hyper-priors; units removed while training"
+    paper = ("Guenter, Sideris (2022), "
+             "[Robust learning of parsimonious deep neural networks](https://arxiv.org/abs/2205.04650)")
 
     prune_levels = ("unit",)
     unsupported = {

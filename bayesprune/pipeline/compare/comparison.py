@@ -8,7 +8,7 @@ table taken from its packaged config ``<method>-<compare.options_from>`` with th
 ``[<method>]`` keys over it, its ``[optim]`` from the same packaged config unless the comparison gives
 one, and:
 
-* a method with a sparsity option (``sparsity``, or ``sparsities`` as PFT's) fits once per sparsity
+* a method with a sparsity option (its ``Method.sparsity_option``: PFT's ``sparsities``) fits once per sparsity
   ``s`` with that option set to ``s`` and ``prune.droprates = [0, s]``: cell ``<method>-s<s>-seed<k>``;
 * a method without one whose scores prune weights (sBNN, Sparse VD) fits once per seed and is pruned
   at every sparsity (``prune.droprates = [0, *sparsities]``): cell ``<method>-seed<k>``; fitting it
@@ -207,7 +207,8 @@ def method_cells(raw: dict, options: CompareOptions, method: str) -> list:
         for seed in options.seeds:
             own = dict(table)
             if sparsity is not None:
-                own[option] = [sparsity] if option == "sparsities" else sparsity
+                listed = isinstance(getattr(get_method(method).Options(), option), (list, tuple))  # PFT's sparsities
+                own[option] = [sparsity] if listed else sparsity
                 droprates, name = [0.0, sparsity], f"{method}-s{sparsity:g}-seed{seed}"
             elif learns_width(method):
                 droprates, name = [0.0], f"{method}-seed{seed}"

@@ -1,0 +1,188 @@
+"""A new method is one package and its config, with no other file edited (issue 36): a toy eighth method
+added to a copy of bayesprune is listed, documented in the README and the reference, runs, is compared,
+and passes the shared, method-parametrised tests, which read every method from the registry."""
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import bayesprune
+import bayesprune.analysis
+import bayesprune.guides
+import bayesprune.models
+
+ROOT = Path(__file__).parents[1]
+
+#: The whole method: a plainly trained network scored by weight magnitude.
+TOY = '''"""A toy method: the network trained plainly, each weight scored by its magnitude."""
+from dataclasses import dataclass
+
+from bayesprune.core.errors import ConfigError
+from bayesprune.core.tasks import mean_loss
+from bayesprune.methods import register_method
+from bayesprune.methods.base import Method, NetworkFitted
+
+
+@dataclass(frozen=True)
+class ToyOptions:
+    """``[toy]``: the toy method's table.
+
+    Attributes:
+        power: a weight's score is its magnitude to this power.
+    """
+
+    power: float = 1.0
+
+    def __post_init__(self):
+        if not self.power > 0:
+            raise ConfigError(f"toy.power must be positive, got {self.power!r}")
+
+
+class ToyFitted(NetworkFitted):
+    method = "toy"
+    score_name = "weight magnitude"
+
+    def scores(self):
+        params = dict(self.net.named_parameters())
+        return {site: params[site].detach().double().abs() ** self.power for site in self.sites}
+
+    def state_dict(self):
+        return {"net": self.net.state_dict(), "power": self.power}
+
+    def load_state_dict(self, state):
+        self.net.load_state_dict(state["net"])
+
+
+@register_method
+class Toy(Method):
+    name = "toy"
+    Options = ToyOptions
+    unsupported = {"train.kernels": "it has no per-weight variational formulas",
+                   "model.noise_scale": "it trains by mean squared error"}
+    quick = ("toy.power=2.0",)
+    summary = "weight magnitude of a plainly trained network"
+    paper = "none"
+
+    def fit(self, net, data, options, ctx):
+        net = net.to(ctx.device)
+        history = ctx.train_network("train", net, ctx.batches(data.x_train, data.y_train), epochs=ctx.epochs,
+                                    loss=mean_loss(data.task), validate=True)
+        return self._fitted(net, options.power, data, history=history)
+
+    def restore(self, net, data, options, ctx, state):
+        net.load_state_dict(state["net"])
+        return self._fitted(net, state["power"], data)
+
+    @staticmethod
+    def _fitted(net, power, data, history=None):
+        fitted = ToyFitted(net, history=history, task=data.task)
+        fitted.power = power
+        return fitted
+'''
+
+CONFIG = '''description = "toy: magnitude of a plain MLP (64-100-10) on scikit-learn's digits"
+method = "toy"
+device = "cpu"
+
+[data]
+dataset = "digits"
+batch_size = 100
+
+[model]
+architecture = "mlp"
+hidden = [100]
+
+[optim]
+lr = 0.01
+
+[train]
+epochs = 5
+'''
+
+#: The shared tests that read the registry, each selected for the toy method (or for every method).
+SHARED = {"tests/test_services.py": "toy", "tests/test_methods.py": "every_registered_method",
+          "tests/test_docs.py": "generated or every_method", "tests/test_readme.py": "quick_start or under_15",
+          "tests/test_compare.py": "cells_of_a_comparison", "tests/test_importance_methods.py": "toy"}
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory):
+    """A copy of the installed package (its top-level ``models``, ``guides``, ``analysis`` inside it), the
+    tests, docs/generate.py and its outputs, with the toy package added and nothing else changed."""
+    root = tmp_path_factory.mktemp("copy")
+    skip = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(Path(bayesprune.__file__).parent, root / "bayesprune", ignore=skip)
+    for module in (bayesprune.models, bayesprune.guides, bayesprune.analysis):
+        target = root / "bayesprune" / module.__name__.rsplit(".", 1)[1]
+        if not target.exists():  # an editable install maps them from the top-level folders
+            shutil.copytree(Path(module.__file__).parent, target, ignore=skip)
+    shutil.copytree(ROOT / "tests", root / "tests", ignore=skip)
+    (root / "docs").mkdir()
+    for name in ("README.md", "setup.cfg", "docs/generate.py", "docs/reference.md", "docs/usage.md"):
+        shutil.copy(ROOT / name, root / name)
+    package = root / "bayesprune" / "methods" / "toy"
+    (package / "configs").mkdir(parents=True)
+    (package / "__init__.py").write_text(TOY)
+    (package / "configs" / "toy-digits.toml").write_text(CONFIG)
+    return root
+
+
+def python(copy, *args, timeout=300):
+    """``python ARGS`` in the copy, which is first on the path: the installed package is not imported."""
+    env = {**os.environ, "PYTHONPATH": str(copy), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, *args], cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+#: In one process of the copy (one import of torch): where bayesprune comes from, ``bayesprune list``,
+#: ``python docs/generate.py``, a short run and a one-cell comparison of the toy method.
+SESSION = """
+import runpy
+
+import bayesprune, bayesprune.models
+from bayesprune.cli import main
+
+print("imported", bayesprune.__file__, bayesprune.models.__file__)
+assert main(["list"]) == 0
+assert runpy.run_path("docs/generate.py")["main"]() == 0
+assert main(["run", "toy-digits", "--out", "run", "--quiet", "--set", "train.epochs=2", "--set", "baseline.enabled=false"]) == 0
+assert main(["compare", "--out", "cmp", "--methods", "toy", "--sparsities", "0.5", "--seeds", "0", "--set", "train.epochs=1",
+             "--set", "baseline.epochs=1", "--set", "compare.finetune_epochs=1"]) == 0
+"""
+
+
+def test_the_toy_method_is_listed_documented_run_and_compared(copy):
+    printed = python(copy, "-c", SESSION)
+    (imported,) = [line.split()[1:] for line in printed.splitlines() if line.startswith("imported ")]
+    assert imported == [str(copy / "bayesprune" / "__init__.py"), str(copy / "bayesprune" / "models" / "__init__.py")]
+    assert "toy-digits" in printed
+
+    readme, reference = (copy / "README.md").read_text(), (copy / "docs" / "reference.md").read_text()
+    assert "| `toy` | weight magnitude of a plainly trained network | none |" in readme
+    assert "sparse-vd toy unit-gates; do" in readme  # the quick start runs toy-digits
+    assert "## `[toy]`" in reference and "| `power` | `1.0` | a weight's score is its magnitude to this power |" in reference
+
+    metrics = json.loads((copy / "run" / "metrics.json").read_text())
+    assert metrics["method"] == "toy" and metrics["score"] == "weight magnitude"
+    with open(copy / "cmp" / "leaderboard.csv") as handle:
+        rows = {row["method"]: row for row in csv.DictReader(handle)}
+    assert set(rows) == {"magnitude", "toy"} and float(rows["toy"]["sparsity"]) == 0.5
+
+
+def test_the_shared_method_tests_pass_for_the_toy_method(copy):
+    """The shared tests (README and reference included) as a developer of a method runs them: after
+    ``python docs/generate.py``."""
+    selection = " or ".join(f"({expression})" for expression in set(SHARED.values()))
+    arguments = ["-o", "addopts=", "-p", "no:cacheprovider", "--import-mode=importlib", "-v", "-k", selection, *SHARED]
+    printed = python(copy, "-c", "import runpy, sys, pytest\n"
+                     "assert runpy.run_path('docs/generate.py')['main']() == 0\n"
+                     f"sys.exit(pytest.main({arguments!r}))")
+    assert " failed" not in printed and " skipped" not in printed and " error" not in printed, printed[-3000:]
+    ran = [line for line in printed.splitlines() if "[toy]" in line and "PASSED" in line]
+    assert len(ran) >= 4, printed[-3000:]  # resume, validation, refused keys, importance
