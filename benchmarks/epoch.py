@@ -25,6 +25,7 @@ Usage: ``python benchmarks/epoch.py [--json] [--rounds 3] [--epochs 1] [--device
 tensors of MNIST's shape (content does not change the timing); ``auto`` (the default) is MNIST when it
 loads and synthetic otherwise.
 """
+
 import argparse
 import json
 import statistics
@@ -36,11 +37,11 @@ import torch
 import torch.nn.functional as F
 
 from bayesprune import TensorBatches, resolve_device
-from bayesprune.pipeline.config import load_config
-from bayesprune.data import CLASSIFICATION, Dataset, load_dataset
 from bayesprune.core.errors import DataError
 from bayesprune.core.loop import optimizer_step, train
+from bayesprune.data import CLASSIFICATION, Dataset, load_dataset
 from bayesprune.methods import FitContext, get_method
+from bayesprune.pipeline.config import load_config
 from bayesprune.pipeline.runner import new_net
 from svi_step import PlainTorchSBNN
 
@@ -49,14 +50,40 @@ METHODS = {
     "sbnn": ("mnist-lenet-300-100", ["sbnn.penalty='uniform'"]),
     "sparse-vd": ("sparse-vd-lenet300", []),
     "unit-gates": ("unit-gates-lenet300", ["unit-gates.finetune_epochs=0"]),
-    "pft": ("pft-lenet300", ["pft.pretrain_epochs=0", "pft.finetune_epochs=0", "pft.start_masks=['magnitude']",
-                             "pft.sparsities=[0.95]", "pft.perturbation_draws=0", "pft.equal_budget_baseline=false"]),
-    "pbp": ("pbp-lenet300", ["pbp.prior_epochs=0", "pbp.prior_mask_epochs=0", "pbp.mc_samples=1", "pbp.prior_samples=1",
-                             "pbp.sampling='networks'"]),
-    "probmask": ("probmask-lenet300", ["probmask.finetune_epochs=0", "probmask.baseline=false", "probmask.t1=1",
-                                       "probmask.t2=2"]),
-    "saliency": ("criteria-mlp", ["saliency.finetune_epochs=0", "saliency.stages=[1]", "saliency.penalties=[0.0]",
-                                  "saliency.criteria=['magnitude']"]),
+    "pft": (
+        "pft-lenet300",
+        [
+            "pft.pretrain_epochs=0",
+            "pft.finetune_epochs=0",
+            "pft.start_masks=['magnitude']",
+            "pft.sparsities=[0.95]",
+            "pft.perturbation_draws=0",
+            "pft.equal_budget_baseline=false",
+        ],
+    ),
+    "pbp": (
+        "pbp-lenet300",
+        [
+            "pbp.prior_epochs=0",
+            "pbp.prior_mask_epochs=0",
+            "pbp.mc_samples=1",
+            "pbp.prior_samples=1",
+            "pbp.sampling='networks'",
+        ],
+    ),
+    "probmask": (
+        "probmask-lenet300",
+        ["probmask.finetune_epochs=0", "probmask.baseline=false", "probmask.t1=1", "probmask.t2=2"],
+    ),
+    "saliency": (
+        "criteria-mlp",
+        [
+            "saliency.finetune_epochs=0",
+            "saliency.stages=[1]",
+            "saliency.penalties=[0.0]",
+            "saliency.criteria=['magnitude']",
+        ],
+    ),
 }
 
 
@@ -72,8 +99,16 @@ def mnist(kind: str) -> Dataset:
     generator = torch.Generator().manual_seed(0)
     x = torch.rand(60_000, 1, 28, 28, generator=generator)
     y = torch.randint(10, (60_000,), generator=generator)
-    return Dataset(name="synthetic-mnist", task=CLASSIFICATION, x_train=x, y_train=y, x_test=x[:10], y_test=y[:10],
-                   input_shape=(1, 28, 28), num_classes=10)
+    return Dataset(
+        name="synthetic-mnist",
+        task=CLASSIFICATION,
+        x_train=x,
+        y_train=y,
+        x_test=x[:10],
+        y_test=y[:10],
+        input_shape=(1, 28, 28),
+        num_classes=10,
+    )
 
 
 def method_epoch(name, dataset, device, epochs):
@@ -84,7 +119,9 @@ def method_epoch(name, dataset, device, epochs):
     def run():
         net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
         with pyro.validation_enabled(False):
-            get_method(name).fit(net, dataset, config.method_options, FitContext.from_config(config, dataset, device=device))
+            get_method(name).fit(
+                net, dataset, config.method_options, FitContext.from_config(config, dataset, device=device)
+            )
 
     return run, config
 
@@ -92,8 +129,13 @@ def method_epoch(name, dataset, device, epochs):
 def reference_epoch(config, dataset, device, epochs):
     """(a): the sBNN objective in plain PyTorch over the same minibatches."""
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed).to(device)
-    reference = PlainTorchSBNN(net, config.method_options.prior(), lr=config.optim.lr,
-                               init_scale=config.method_options.init_scale, dataset_size=dataset.num_train)
+    reference = PlainTorchSBNN(
+        net,
+        config.method_options.prior(),
+        lr=config.optim.lr,
+        init_scale=config.method_options.init_scale,
+        dataset_size=dataset.num_train,
+    )
     batches = TensorBatches(dataset.x_train.to(device), dataset.y_train.to(device), batch_size=config.data.batch_size)
 
     def run():
@@ -107,7 +149,9 @@ def reference_epoch(config, dataset, device, epochs):
 def deterministic_epoch(config, dataset, device, epochs):
     """(b): maximum-likelihood training of the same network (cross-entropy, Adam) on the library's loop."""
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed).to(device)
-    step = optimizer_step(lambda x, y: F.cross_entropy(net(x), y), torch.optim.Adam(net.parameters(), lr=config.optim.lr))
+    step = optimizer_step(
+        lambda x, y: F.cross_entropy(net(x), y), torch.optim.Adam(net.parameters(), lr=config.optim.lr)
+    )
     batches = TensorBatches(dataset.x_train.to(device), dataset.y_train.to(device), batch_size=config.data.batch_size)
 
     def run():
@@ -131,8 +175,15 @@ def run(args) -> dict:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     dataset = mnist(args.data)
-    result = {"device": str(device), "data": dataset.name, "num_threads": torch.get_num_threads(),
-              "rounds": args.rounds, "epochs": args.epochs, "torch_version": str(torch.__version__), "pyro_version": pyro.__version__}
+    result = {
+        "device": str(device),
+        "data": dataset.name,
+        "num_threads": torch.get_num_threads(),
+        "rounds": args.rounds,
+        "epochs": args.epochs,
+        "torch_version": str(torch.__version__),
+        "pyro_version": pyro.__version__,
+    }
     for name in args.methods:
         run_method, config = method_epoch(name, dataset, device, args.epochs)
         epochs = {name: run_method, "deterministic": deterministic_epoch(config, dataset, device, args.epochs)}
@@ -146,11 +197,16 @@ def run(args) -> dict:
             for key in keys[shift:] + keys[:shift]:
                 samples[key].append(timed(epochs[key], device))
         seconds = {key: statistics.median(values) / args.epochs for key, values in samples.items()}
-        result[name] = {"epoch_seconds": seconds[name], "deterministic_epoch_seconds": seconds["deterministic"],
-                        "ratio_vs_deterministic": seconds[name] / seconds["deterministic"]}
+        result[name] = {
+            "epoch_seconds": seconds[name],
+            "deterministic_epoch_seconds": seconds["deterministic"],
+            "ratio_vs_deterministic": seconds[name] / seconds["deterministic"],
+        }
         if "plain_torch" in seconds:
-            result[name].update(plain_torch_epoch_seconds=seconds["plain_torch"],
-                                ratio_vs_plain_torch=seconds[name] / seconds["plain_torch"])
+            result[name].update(
+                plain_torch_epoch_seconds=seconds["plain_torch"],
+                ratio_vs_plain_torch=seconds[name] / seconds["plain_torch"],
+            )
     return result
 
 
@@ -162,20 +218,29 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op CPU threads; 0 keeps torch's default")
     parser.add_argument("--epochs", type=int, default=1, help="epochs per timed sample (times are per epoch)")
     parser.add_argument("--data", choices=("auto", "mnist", "synthetic"), default="auto")
-    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS), help="time these only (default: all)")
+    parser.add_argument(
+        "--methods", nargs="+", choices=list(METHODS), default=list(METHODS), help="time these only (default: all)"
+    )
     args = parser.parse_args(argv)
     result = run(args)
     if args.json:
         print(json.dumps(result))
         return
-    print(f"one epoch of full MNIST LeNet-300-100 (each method's batch size), on {result['device']} ({result['num_threads']} threads, "
-          f"median of {result['rounds']} rounds of {result['epochs']} epoch(s), data {result['data']})")
+    print(
+        f"one epoch of full MNIST LeNet-300-100 (each method's batch size), on {result['device']} ({result['num_threads']} threads, "
+        f"median of {result['rounds']} rounds of {result['epochs']} epoch(s), data {result['data']})"
+    )
     for name in args.methods:
         r = result[name]
-        reference = (f"; plain PyTorch, same objective: {r['plain_torch_epoch_seconds']:.2f} s (ratio {r['ratio_vs_plain_torch']:.3f})"
-                     if "plain_torch_epoch_seconds" in r else "")
-        print(f"{name}: {r['epoch_seconds']:.2f} s; deterministic training: {r['deterministic_epoch_seconds']:.2f} s "
-              f"(ratio {r['ratio_vs_deterministic']:.2f}){reference}")
+        reference = (
+            f"; plain PyTorch, same objective: {r['plain_torch_epoch_seconds']:.2f} s (ratio {r['ratio_vs_plain_torch']:.3f})"
+            if "plain_torch_epoch_seconds" in r
+            else ""
+        )
+        print(
+            f"{name}: {r['epoch_seconds']:.2f} s; deterministic training: {r['deterministic_epoch_seconds']:.2f} s "
+            f"(ratio {r['ratio_vs_deterministic']:.2f}){reference}"
+        )
 
 
 if __name__ == "__main__":

@@ -11,14 +11,15 @@ The figure of merit is the efficiency at batch 1024: (dense time / exported time
 
 Usage: ``python benchmarks/export.py [--json] [--remove 0.5 0.7] [--threads 1] [--repeats 30]``.
 """
+
 import argparse
 import json
 
 import torch
 
 from bayesprune.core.export import count_macs, count_parameters, export, measure_latency
-from bayesprune.models import lenet_300_100
 from bayesprune.core.pruning import Budget, prune
+from bayesprune.models import lenet_300_100
 
 INPUT_SHAPE = (784,)
 BATCH_SIZES = (1, 64, 1024)
@@ -30,8 +31,11 @@ def weight_norm_scores(net) -> dict:
 
 
 def profile(net, *, repeats) -> dict:
-    return {"parameters": count_parameters(net)["nonzero"], "macs": count_macs(net, INPUT_SHAPE),
-            "seconds": measure_latency(net, INPUT_SHAPE, batch_sizes=BATCH_SIZES, repeats=repeats, device="cpu")}
+    return {
+        "parameters": count_parameters(net)["nonzero"],
+        "macs": count_macs(net, INPUT_SHAPE),
+        "seconds": measure_latency(net, INPUT_SHAPE, batch_sizes=BATCH_SIZES, repeats=repeats, device="cpu"),
+    }
 
 
 def run(remove, *, repeats) -> dict:
@@ -44,18 +48,26 @@ def run(remove, *, repeats) -> dict:
         entry["hidden"] = [small[1].out_features, small[3].out_features]
         mac_reduction = result["dense"]["macs"] / entry["macs"]
         time_reduction = {b: result["dense"]["seconds"][b] / entry["seconds"][b] for b in BATCH_SIZES}
-        entry.update(mac_reduction=mac_reduction, time_reduction=time_reduction,
-                     efficiency_1024=time_reduction[1024] / mac_reduction)
+        entry.update(
+            mac_reduction=mac_reduction,
+            time_reduction=time_reduction,
+            efficiency_1024=time_reduction[1024] / mac_reduction,
+        )
         result["exported"][str(fraction)] = entry
     return result
 
 
 def print_table(result):
     dense = result["dense"]
-    print(f"{'network':<22}{'params':>9}{'MACs':>9}" + "".join(f"{f'ms@{b}':>10}" for b in BATCH_SIZES)
-          + f"{'MAC red.':>10}{'time red.@1024':>16}{'efficiency':>12}")
+    print(
+        f"{'network':<22}{'params':>9}{'MACs':>9}"
+        + "".join(f"{f'ms@{b}':>10}" for b in BATCH_SIZES)
+        + f"{'MAC red.':>10}{'time red.@1024':>16}{'efficiency':>12}"
+    )
     rows = [("dense 300-100", dense, None)]
-    rows += [(f"remove {fraction} -> {'-'.join(map(str, e['hidden']))}", e, e) for fraction, e in result["exported"].items()]
+    rows += [
+        (f"remove {fraction} -> {'-'.join(map(str, e['hidden']))}", e, e) for fraction, e in result["exported"].items()
+    ]
     for label, entry, reduced in rows:
         line = f"{label:<22}{entry['parameters']:>9}{entry['macs']:>9}"
         line += "".join(f"{entry['seconds'][b] * 1e3:>10.3f}" for b in BATCH_SIZES)

@@ -18,6 +18,7 @@ time is the median, and the ratio (backward / jacobian) is taken within the same
 
 Usage: ``python benchmarks/ggn.py [--json] [--examples N] [--repeats R] [--threads T] [--devices cpu cuda]``.
 """
+
 import argparse
 import json
 import statistics
@@ -73,36 +74,55 @@ def time_device(device, *, examples, repeats) -> dict:
         raise SystemExit(f"{device}: the two GGN diagonals disagree by {difference:.3g} (relative) > {TOLERANCE}")
     samples = {name: [] for name in methods}
     for index in range(repeats):
-        for name in (list(methods) if index % 2 == 0 else list(methods)[::-1]):
+        for name in list(methods) if index % 2 == 0 else list(methods)[::-1]:
             samples[name].append(seconds(methods[name], net, sites, x))
     median = {name: statistics.median(times) for name, times in samples.items()}
-    return {"backward_s": median["backward"], "jacobian_s": median["jacobian"],
-            "ratio": median["backward"] / median["jacobian"], "max_relative_difference": difference}
+    return {
+        "backward_s": median["backward"],
+        "jacobian_s": median["jacobian"],
+        "ratio": median["backward"] / median["jacobian"],
+        "max_relative_difference": difference,
+    }
 
 
 def run(args) -> dict:
     torch.set_num_threads(args.threads)
     devices = [torch.device(name) for name in args.devices]
-    return {"devices": {str(device): time_device(device, examples=args.examples, repeats=args.repeats) for device in devices},
-            "examples": args.examples, "repeats": args.repeats, "num_threads": torch.get_num_threads(),
-            "torch_version": torch.__version__}
+    return {
+        "devices": {
+            str(device): time_device(device, examples=args.examples, repeats=args.repeats) for device in devices
+        },
+        "examples": args.examples,
+        "repeats": args.repeats,
+        "num_threads": torch.get_num_threads(),
+        "torch_version": torch.__version__,
+    }
 
 
 def format_table(result) -> str:
-    lines = [f"GGN diagonal of the 784-300-100-10 MLP over {result['examples']} examples (median of "
-             f"{result['repeats']}; torch {result['torch_version']}, {result['num_threads']} CPU threads)",
-             f"{'device':<8} {'backward s':>11} {'jacobian s':>11} {'backward/jacobian':>18} {'max rel diff':>13}"]
-    lines += [f"{device:<8} {r['backward_s']:>11.3f} {r['jacobian_s']:>11.3f} {r['ratio']:>18.4f}"
-              f" {r['max_relative_difference']:>13.1e}" for device, r in result["devices"].items()]
+    lines = [
+        f"GGN diagonal of the 784-300-100-10 MLP over {result['examples']} examples (median of "
+        f"{result['repeats']}; torch {result['torch_version']}, {result['num_threads']} CPU threads)",
+        f"{'device':<8} {'backward s':>11} {'jacobian s':>11} {'backward/jacobian':>18} {'max rel diff':>13}",
+    ]
+    lines += [
+        f"{device:<8} {r['backward_s']:>11.3f} {r['jacobian_s']:>11.3f} {r['ratio']:>18.4f}"
+        f" {r['max_relative_difference']:>13.1e}"
+        for device, r in result["devices"].items()
+    ]
     return "\n".join(lines)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object only")
-    parser.add_argument("--devices", nargs="+", choices=("cpu", "cuda"),
-                        default=["cpu"] + (["cuda"] if torch.cuda.is_available() else []),
-                        help="devices to time (default: the CPU, and CUDA when available)")
+    parser.add_argument(
+        "--devices",
+        nargs="+",
+        choices=("cpu", "cuda"),
+        default=["cpu"] + (["cuda"] if torch.cuda.is_available() else []),
+        help="devices to time (default: the CPU, and CUDA when available)",
+    )
     parser.add_argument("--examples", type=int, default=1000, help="examples the GGN is averaged over")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per method (median)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op CPU threads")

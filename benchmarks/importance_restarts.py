@@ -19,6 +19,7 @@ training part and scores on the test part (for the numbers quoted in the docs, a
         --set sbnn.log_tau1=0.0 --set optim.lr=0.01 --set train.epochs=300 --setting --set chains=4 ...
     OMP_NUM_THREADS=1 python benchmarks/importance_restarts.py --config sbnn-table --final   # the numbers in docs/usage.md
 """
+
 import argparse
 import itertools
 import sys
@@ -53,9 +54,9 @@ def write_tables(name: str, folder: Path, *, split_seed: int, final: bool) -> tu
     else:
         frame = getattr(sklearn.datasets, f"load_{name}")(as_frame=True).frame
     rows = np.random.default_rng(split_seed).permutation(len(frame))
-    train, test = rows[: int(0.8 * len(rows))], rows[int(0.8 * len(rows)):]
+    train, test = rows[: int(0.8 * len(rows))], rows[int(0.8 * len(rows)) :]
     if not final:
-        train, test = train[: int(0.75 * len(train))], train[int(0.75 * len(train)):]
+        train, test = train[: int(0.75 * len(train))], train[int(0.75 * len(train)) :]
     paths = folder / f"{name}-fit.csv", folder / f"{name}-score.csv"
     frame.iloc[train].to_csv(paths[0], index=False)
     frame.iloc[test].to_csv(paths[1], index=False)
@@ -69,19 +70,28 @@ def agreement(idata, relevant=None) -> dict:
     draws = idata.posterior["psi"].transpose("chain", "draw", "feature").values
     at_p = idata["variational"]["psi"].transpose("chain", "feature").values
     chains = range(len(at_p))
-    selections = [np.array([row["selected"] for row in pooled_importance(draws[c:c + 1], at_p[c:c + 1])]) for c in chains]
+    selections = [
+        np.array([row["selected"] for row in pooled_importance(draws[c : c + 1], at_p[c : c + 1])]) for c in chains
+    ]
     pairs = list(itertools.combinations(chains, 2))
-    truth = {} if relevant is None else {
-        "power": sum(row["selected"] for row in pooled if row["feature"] in relevant) / len(relevant),
-        "fdp": sum(row["selected"] and row["feature"] not in relevant for row in pooled) / max(1, sum(row["selected"] for row in pooled)),
-        "top_k_correct": len({row["feature"] for row in pooled if row["rank"] <= len(relevant)} & set(relevant)),
-    }
+    truth = (
+        {}
+        if relevant is None
+        else {
+            "power": sum(row["selected"] for row in pooled if row["feature"] in relevant) / len(relevant),
+            "fdp": sum(row["selected"] and row["feature"] not in relevant for row in pooled)
+            / max(1, sum(row["selected"] for row in pooled)),
+            "top_k_correct": len({row["feature"] for row in pooled if row["rank"] <= len(relevant)} & set(relevant)),
+        }
+    )
     return {
         **truth,
         "min_spearman": min((spearmanr(at_p[a], at_p[b])[0] for a, b in pairs), default=float("nan")),
         "max_selection_difference": max((int((selections[a] != selections[b]).sum()) for a, b in pairs), default=0),
         "selected": int(sum(row["selected"] for row in pooled)),
-        "covered": all(row["psi_low"] <= row["restart_low"] and row["restart_high"] <= row["psi_high"] for row in pooled),
+        "covered": all(
+            row["psi_low"] <= row["restart_low"] and row["restart_high"] <= row["psi_high"] for row in pooled
+        ),
         "max_r_hat": max(row["r_hat"] for row in pooled),
         "psi_range": (min(row["psi"] for row in pooled), max(row["psi"] for row in pooled)),
     }
@@ -92,18 +102,35 @@ def measure(name: str, overrides: list, folder: Path, *, split_seed: int, final:
 
     fit, score = write_tables(name, folder, split_seed=split_seed, final=final)
     start = {} if base is None else read_config(base)  # {}: a user's own config, every other key at its default
-    config = RunConfig.from_dict(apply_overrides(start, [
-        "method='sbnn'", "data.dataset='csv'", f"data.train='{fit}'", f"data.test='{score}'", f"data.target='{TARGET}'",
-        f"data.task='{TASKS[name]}'", *([f"model.hidden={hidden}"] if hidden else []), "baseline.enabled=false", "prune.droprates=[0.0]",
-        "device='cpu'", *overrides,
-    ]))
+    config = RunConfig.from_dict(
+        apply_overrides(
+            start,
+            [
+                "method='sbnn'",
+                "data.dataset='csv'",
+                f"data.train='{fit}'",
+                f"data.test='{score}'",
+                f"data.target='{TARGET}'",
+                f"data.task='{TASKS[name]}'",
+                *([f"model.hidden={hidden}"] if hidden else []),
+                "baseline.enabled=false",
+                "prune.droprates=[0.0]",
+                "device='cpu'",
+                *overrides,
+            ],
+        )
+    )
     out = folder / f"run-{name}"
     start = time.perf_counter()
     metrics = run(config, out, force=True)
     seconds = time.perf_counter() - start
     metric = "test_error" if TASKS[name] == "classification" else "test_rmse"
-    return {**agreement(az.from_netcdf(str(out / "posterior.nc")), RELEVANT.get(name)), "held_out": metrics[metric],
-            "chains": metrics["chains"], "seconds": seconds}
+    return {
+        **agreement(az.from_netcdf(str(out / "posterior.nc")), RELEVANT.get(name)),
+        "held_out": metrics[metric],
+        "chains": metrics["chains"],
+        "seconds": seconds,
+    }
 
 
 def settings(argv: list) -> list:
@@ -123,25 +150,44 @@ def main(argv=None):
     split = argv.index("--set") if "--set" in argv else (argv.index("--setting") if "--setting" in argv else len(argv))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", nargs="+", default=list(TASKS), choices=list(TASKS))
-    parser.add_argument("--hidden", default=None, help="widths of the MLP's hidden layers, e.g. [16] (default: the config's)")
+    parser.add_argument(
+        "--hidden", default=None, help="widths of the MLP's hidden layers, e.g. [16] (default: the config's)"
+    )
     parser.add_argument("--split-seed", type=int, default=0)
     parser.add_argument("--final", action="store_true", help="fit on the training part, score on the test part")
-    parser.add_argument("--config", default=None, help="a packaged config or TOML file to start from (default: none, "
-                        "every key at its default as in a config written by hand)")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="a packaged config or TOML file to start from (default: none, "
+        "every key at its default as in a config written by hand)",
+    )
     args = parser.parse_args(argv[:split])
     for overrides in settings(argv[split:]):
         for name in args.data:
             with tempfile.TemporaryDirectory() as folder:
-                result = measure(name, overrides, Path(folder), split_seed=args.split_seed, final=args.final, hidden=args.hidden,
-                                 base=args.config)
+                result = measure(
+                    name,
+                    overrides,
+                    Path(folder),
+                    split_seed=args.split_seed,
+                    final=args.final,
+                    hidden=args.hidden,
+                    base=args.config,
+                )
             low, high = result["psi_range"]
-            print(f"{name:14s} {' '.join(overrides) or '(defaults)'}: chains {result['chains']}, "
-                  f"min Spearman {result['min_spearman']:.3f}, selections differ by <= {result['max_selection_difference']} "
-                  f"({result['selected']} selected), interval covers restarts: {result['covered']}, "
-                  f"max R-hat {result['max_r_hat']:.3f}, psi {low:.3f}-{high:.3f}, held-out {result['held_out']:.4g}, "
-                  f"{result['seconds']:.0f} s"
-                  + (f", power {result['power']:.2f}, FDP {result['fdp']:.2f}, relevant in the top 5: {result['top_k_correct']}"
-                     if "power" in result else ""), flush=True)
+            print(
+                f"{name:14s} {' '.join(overrides) or '(defaults)'}: chains {result['chains']}, "
+                f"min Spearman {result['min_spearman']:.3f}, selections differ by <= {result['max_selection_difference']} "
+                f"({result['selected']} selected), interval covers restarts: {result['covered']}, "
+                f"max R-hat {result['max_r_hat']:.3f}, psi {low:.3f}-{high:.3f}, held-out {result['held_out']:.4g}, "
+                f"{result['seconds']:.0f} s"
+                + (
+                    f", power {result['power']:.2f}, FDP {result['fdp']:.2f}, relevant in the top 5: {result['top_k_correct']}"
+                    if "power" in result
+                    else ""
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ and for each, how many of the 5 relevant inputs its 5 highest-ranked inputs hold
 
     OMP_NUM_THREADS=1 python benchmarks/importance_validation.py --seeds 0 1 2 3 4 --rows 500
 """
+
 import argparse
 import sys
 import tempfile
@@ -37,8 +38,11 @@ def simulate(seed: int, rows: int, features: int):
 def scores(selected: np.ndarray, ranking: np.ndarray) -> dict:
     """Power, false-discovery proportion and relevant inputs among the top 5 (inputs 0-4 relevant)."""
     relevant = np.arange(len(selected)) < RELEVANT
-    return {"power": selected[relevant].mean(), "fdp": (selected & ~relevant).sum() / max(1, selected.sum()),
-            "top5": int(relevant[np.argsort(-ranking, kind="stable")[:RELEVANT]].sum())}
+    return {
+        "power": selected[relevant].mean(),
+        "fdp": (selected & ~relevant).sum() / max(1, selected.sum()),
+        "top5": int(relevant[np.argsort(-ranking, kind="stable")[:RELEVANT]].sum()),
+    }
 
 
 def sbnn_selection(x, y, folder: Path, overrides: list) -> tuple:
@@ -51,10 +55,22 @@ def sbnn_selection(x, y, folder: Path, overrides: list) -> tuple:
 
     path = folder / "table.csv"
     pd.DataFrame(x, columns=[f"x{j}" for j in range(x.shape[1])]).assign(**{TARGET: y}).to_csv(path, index=False)
-    config = RunConfig.from_dict(apply_overrides({}, [
-        "method='sbnn'", "data.dataset='csv'", f"data.path='{path}'", f"data.target='{TARGET}'", "data.task='regression'",
-        "baseline.enabled=false", "prune.droprates=[0.0]", "device='cpu'", *overrides,
-    ]))
+    config = RunConfig.from_dict(
+        apply_overrides(
+            {},
+            [
+                "method='sbnn'",
+                "data.dataset='csv'",
+                f"data.path='{path}'",
+                f"data.target='{TARGET}'",
+                "data.task='regression'",
+                "baseline.enabled=false",
+                "prune.droprates=[0.0]",
+                "device='cpu'",
+                *overrides,
+            ],
+        )
+    )
     run(config, folder / "run", force=True)
     rows = pooled_importance_of(az.from_netcdf(str(folder / "run" / "posterior.nc")))
     return np.array([row["selected"] for row in rows]), np.array([row["psi"] for row in rows])
@@ -97,20 +113,32 @@ def main(argv=None):
     for seed in args.seeds:
         x, y = simulate(seed, args.rows, args.features)
         with tempfile.TemporaryDirectory() as folder:
-            results = {"sbnn": sbnn_selection(x, y, Path(folder), [f"model.hidden=[{args.hidden}]", f"seed={seed}", *args.set])}
-        network = make_pipeline(StandardScaler(), MLPRegressor(hidden_layer_sizes=(args.hidden,), max_iter=2000, early_stopping=True, random_state=seed))
+            results = {
+                "sbnn": sbnn_selection(x, y, Path(folder), [f"model.hidden=[{args.hidden}]", f"seed={seed}", *args.set])
+            }
+        network = make_pipeline(
+            StandardScaler(),
+            MLPRegressor(hidden_layer_sizes=(args.hidden,), max_iter=2000, early_stopping=True, random_state=seed),
+        )
         results["network permutation"] = permutation_selection(network, x, y, seed)
         results["lasso"] = lasso_selection(x, y, seed)
-        results["forest permutation"] = permutation_selection(RandomForestRegressor(300, random_state=seed, n_jobs=1), x, y, seed)
+        results["forest permutation"] = permutation_selection(
+            RandomForestRegressor(300, random_state=seed, n_jobs=1), x, y, seed
+        )
         for name, (selected, ranking) in results.items():
             result = scores(selected, ranking)
             totals.setdefault(name, []).append(result)
-            print(f"seed {seed} {name:20s} selected {int(selected.sum()):2d}, power {result['power']:.2f}, "
-                  f"FDP {result['fdp']:.2f}, relevant in the top 5: {result['top5']}", flush=True)
+            print(
+                f"seed {seed} {name:20s} selected {int(selected.sum()):2d}, power {result['power']:.2f}, "
+                f"FDP {result['fdp']:.2f}, relevant in the top 5: {result['top5']}",
+                flush=True,
+            )
     for name, results in totals.items():
         mean = {key: np.mean([r[key] for r in results]) for key in results[0]}
-        print(f"mean over {len(args.seeds)} seeds, {name:20s}: power {mean['power']:.2f}, FDR {mean['fdp']:.2f}, "
-              f"relevant in the top 5: {mean['top5']:.1f}")
+        print(
+            f"mean over {len(args.seeds)} seeds, {name:20s}: power {mean['power']:.2f}, FDR {mean['fdp']:.2f}, "
+            f"relevant in the top 5: {mean['top5']:.1f}"
+        )
 
 
 if __name__ == "__main__":

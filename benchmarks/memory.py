@@ -12,6 +12,7 @@ most 2.
 
 Usage: ``python benchmarks/memory.py [--json] [--config mnist-lenet-300-100] [--epochs 1] [--set KEY=VALUE ...]``.
 """
+
 import argparse
 import json
 import tempfile
@@ -23,8 +24,8 @@ from pathlib import Path
 import torch
 
 import bayesprune.pipeline.runner as runner
-from bayesprune.pipeline.config import load_config
 from bayesprune.methods import get_method
+from bayesprune.pipeline.config import load_config
 
 PAGE = 4096
 
@@ -73,10 +74,12 @@ class Sampler:
 
 def instrument(sampler: Sampler, method):
     """Wrap the runner's phases so that the sampler knows which one runs."""
+
     def phase(name, function):
         def wrapped(*args, **kwargs):
             with sampler.within(name):
                 return function(*args, **kwargs)
+
         return wrapped
 
     cls = type(method)  # the runner makes its own instance
@@ -103,8 +106,14 @@ def main(argv=None):
         runner.run(config, Path(folder) / "run")
     peaks = {phase: round(value / 2**20, 1) for phase, value in sampler.peaks.items()}
     after = max(value for phase, value in peaks.items() if phase not in ("setup", "training"))
-    result = {"config": args.config, "epochs": args.epochs, "peak_mib": peaks, "training_peak_mib": peaks["training"],
-              "after_training_peak_mib": after, "after_training_over_training": after / peaks["training"]}
+    result = {
+        "config": args.config,
+        "epochs": args.epochs,
+        "peak_mib": peaks,
+        "training_peak_mib": peaks["training"],
+        "after_training_peak_mib": after,
+        "after_training_over_training": after / peaks["training"],
+    }
     if args.json:
         print(json.dumps(result))
         return

@@ -12,15 +12,25 @@ Running it again with the same ``--out`` continues: finished points are read bac
 Every point's ``pbp.grid_size`` is the number of points, so each certificate holds for whichever point
 is picked afterwards (the union bound of appendix D.2, counted by the sweep).
 """
+
 import argparse
 import json
 from pathlib import Path
 
 from bayesprune.analysis.tables import markdown_table
-from bayesprune.pipeline.compare.sweep import sweep
 from bayesprune.methods.pbp.plots import plot_bound_against_sparsity
+from bayesprune.pipeline.compare.sweep import sweep
 
-KEYS = ("bound", "bound_kl_inverse", "empirical_risk", "posterior_test_error", "prior_test_error", "kl", "sparsity", "grid_size")
+KEYS = (
+    "bound",
+    "bound_kl_inverse",
+    "empirical_risk",
+    "posterior_test_error",
+    "prior_test_error",
+    "kl",
+    "sparsity",
+    "grid_size",
+)
 
 
 def main(argv=None):
@@ -38,10 +48,18 @@ def main(argv=None):
     if args.resume:
         rows = sweep(None, None, args.out, jobs=args.jobs, engine=args.engine, resume=True)
     else:  # PBP's network is already pruned to its mask: the pruning curve needs no further droprate.
-        rows = sweep(args.config, grid, args.out, jobs=args.jobs, engine=args.engine,
-                     overrides=["prune.droprates=[0.0]", *args.overrides])
-    records = [{"alpha": row["pbp.alpha"], "target_sparsity": row["pbp.sparsity"], **{key: row[key] for key in KEYS}}
-               for row in rows]
+        rows = sweep(
+            args.config,
+            grid,
+            args.out,
+            jobs=args.jobs,
+            engine=args.engine,
+            overrides=["prune.droprates=[0.0]", *args.overrides],
+        )
+    records = [
+        {"alpha": row["pbp.alpha"], "target_sparsity": row["pbp.sparsity"], **{key: row[key] for key in KEYS}}
+        for row in rows
+    ]
     (args.out / "sweep.json").write_text(json.dumps(records, indent=1) + "\n")
     (args.out / "sweep.md").write_text(markdown_table(records) + "\n")
     plot_bound_against_sparsity(records, args.out / "fig4.png")

@@ -21,6 +21,7 @@ Usage: ``python benchmarks/projection.py [--json] [--size N] [--keep 0.1] [--rep
 [--dtype float32|float64] [--threads T] [--devices cpu cuda]``. ``--json`` prints one JSON object and
 nothing else on stdout.
 """
+
 import argparse
 import json
 import statistics
@@ -85,8 +86,10 @@ def seconds(method, s, budget):
 def time_device(device, *, size, keep, dtype, repeats, warmup) -> dict:
     """Check that both methods agree, then the median ms of each and their ratio on ``device``."""
     generator = torch.Generator().manual_seed(0)
-    s = (torch.rand(size, generator=generator, dtype=torch.float64)
-         + 0.1 * torch.randn(size, generator=generator, dtype=torch.float64)).to(device, dtype)
+    s = (
+        torch.rand(size, generator=generator, dtype=torch.float64)
+        + 0.1 * torch.randn(size, generator=generator, dtype=torch.float64)
+    ).to(device, dtype)
     budget = keep * size
     difference = float((project_onto_budget(s, budget).double() - project_by_sorting(s, budget).double()).abs().max())
     if not difference <= TOLERANCE:
@@ -96,11 +99,15 @@ def time_device(device, *, size, keep, dtype, repeats, warmup) -> dict:
             seconds(method, s, budget)
     samples = {name: [] for name in METHODS}
     for index in range(repeats):
-        for name in (list(METHODS) if index % 2 == 0 else list(METHODS)[::-1]):
+        for name in list(METHODS) if index % 2 == 0 else list(METHODS)[::-1]:
             samples[name].append(1e3 * seconds(METHODS[name], s, budget))
     ms = {name: statistics.median(times) for name, times in samples.items()}
-    return {"bisection_ms": ms["bisection"], "sort_ms": ms["sort"], "ratio": ms["bisection"] / ms["sort"],
-            "max_abs_difference": difference}
+    return {
+        "bisection_ms": ms["bisection"],
+        "sort_ms": ms["sort"],
+        "ratio": ms["bisection"] / ms["sort"],
+        "max_abs_difference": difference,
+    }
 
 
 def run(args) -> dict:
@@ -108,12 +115,18 @@ def run(args) -> dict:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     devices = [torch.device(name) for name in args.devices]
-    options = dict(size=args.size, keep=args.keep, dtype=getattr(torch, args.dtype), repeats=args.repeats,
-                   warmup=args.warmup)
+    options = dict(
+        size=args.size, keep=args.keep, dtype=getattr(torch, args.dtype), repeats=args.repeats, warmup=args.warmup
+    )
     return {
         "devices": {str(device): time_device(device, **options) for device in devices},
-        "size": args.size, "keep": args.keep, "dtype": args.dtype, "repeats": args.repeats,
-        "bisection_steps": BISECTION_STEPS, "num_threads": torch.get_num_threads(), "torch_version": torch.__version__,
+        "size": args.size,
+        "keep": args.keep,
+        "dtype": args.dtype,
+        "repeats": args.repeats,
+        "bisection_steps": BISECTION_STEPS,
+        "num_threads": torch.get_num_threads(),
+        "torch_version": torch.__version__,
     }
 
 
@@ -125,17 +138,24 @@ def format_table(result) -> str:
         f" torch {result['torch_version']}, {result['num_threads']} CPU threads)",
         f"{'device':<8} {'bisection ms':>13} {'sort ms':>10} {'bisection/sort':>15} {'max |diff|':>11}",
     ]
-    lines += [f"{device:<8} {r['bisection_ms']:>13.2f} {r['sort_ms']:>10.2f} {r['ratio']:>15.3f}"
-              f" {r['max_abs_difference']:>11.1e}" for device, r in result["devices"].items()]
+    lines += [
+        f"{device:<8} {r['bisection_ms']:>13.2f} {r['sort_ms']:>10.2f} {r['ratio']:>15.3f}"
+        f" {r['max_abs_difference']:>11.1e}"
+        for device, r in result["devices"].items()
+    ]
     return "\n".join(lines)
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object only")
-    parser.add_argument("--devices", nargs="+", choices=("cpu", "cuda"),
-                        default=["cpu"] + (["cuda"] if torch.cuda.is_available() else []),
-                        help="devices to time (default: the CPU, and CUDA when available)")
+    parser.add_argument(
+        "--devices",
+        nargs="+",
+        choices=("cpu", "cuda"),
+        default=["cpu"] + (["cuda"] if torch.cuda.is_available() else []),
+        help="devices to time (default: the CPU, and CUDA when available)",
+    )
     parser.add_argument("--size", type=int, default=10**7, help="entries of the projected vector")
     parser.add_argument("--keep", type=float, default=0.1, help="budget K as a fraction of the entries, in (0, 1)")
     parser.add_argument("--repeats", type=int, default=7, help="timed calls per method (median)")

@@ -20,6 +20,7 @@ The figure of merit: |curve - by hand| (target <= 5 points).
 
 Usage: ``python benchmarks/recalibration.py [--epochs 3] [--droprate 0.8] [--device auto] [--out DIR] [--threads 2]``.
 """
+
 import argparse
 import contextlib
 import io
@@ -36,17 +37,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from bayesprune.cli import main
-from bayesprune.data import load_dataset
 from bayesprune.core.pruning import prune
+from bayesprune.data import load_dataset
 from bayesprune.pipeline.runner import load_run
 
-FACTORY = '''
+FACTORY = """
 import torchvision
 
 
 def resnet18(input_shape, output_dim):
     return torchvision.models.resnet18(num_classes=output_dim)
-'''
+"""
 
 
 def write_user_files(folder: Path):
@@ -57,8 +58,13 @@ def write_user_files(folder: Path):
     def rgb32(x):
         return F.interpolate(x, size=(32, 32), mode="bilinear", align_corners=False).repeat(1, 3, 1, 1).numpy()
 
-    np.savez(folder / "digits32.npz", x_train=rgb32(data.x_train), y_train=data.y_train.numpy(),
-             x_test=rgb32(data.x_test), y_test=data.y_test.numpy())
+    np.savez(
+        folder / "digits32.npz",
+        x_train=rgb32(data.x_train),
+        y_train=data.y_train.numpy(),
+        x_test=rgb32(data.x_test),
+        y_test=data.y_test.numpy(),
+    )
 
 
 def error_of(net, x, y) -> float:
@@ -90,10 +96,17 @@ def masked_network(fitted, masks):
 
 
 def run(folder: Path, *, epochs: int, droprate: float, device: str) -> dict:
-    base = {"method": "sbnn", "device": device, "seed": 0,
-            "data": {"dataset": "npz", "path": str(folder / "digits32.npz"), "batch_size": 128},
-            "model": {"factory": "tvnets:resnet18"}, "optim": {"lr": 1e-3}, "train": {"epochs": epochs},
-            "prune": {"droprates": [0.0, 0.5, droprate, 0.9]}, "baseline": {"enabled": False}}
+    base = {
+        "method": "sbnn",
+        "device": device,
+        "seed": 0,
+        "data": {"dataset": "npz", "path": str(folder / "digits32.npz"), "batch_size": 128},
+        "model": {"factory": "tvnets:resnet18"},
+        "optim": {"lr": 1e-3},
+        "train": {"epochs": epochs},
+        "prune": {"droprates": [0.0, 0.5, droprate, 0.9]},
+        "baseline": {"enabled": False},
+    }
     result = {}
     for name, recalibrate in (("run", True), ("stale-run", False)):
         config = {**base, "prune": {**base["prune"], "recalibrate": recalibrate}}
@@ -115,8 +128,27 @@ def run(folder: Path, *, epochs: int, droprate: float, device: str) -> dict:
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert main(["export", str(folder / "run"), "--out", str(folder / "net.pt2"), "--budget", f"fraction={droprate}",
-                     "--budget", "level=weight", "--budget", "min_keep=0", "--repeats", "1", "--json", "--force"]) == 0
+        assert (
+            main(
+                [
+                    "export",
+                    str(folder / "run"),
+                    "--out",
+                    str(folder / "net.pt2"),
+                    "--budget",
+                    f"fraction={droprate}",
+                    "--budget",
+                    "level=weight",
+                    "--budget",
+                    "min_keep=0",
+                    "--repeats",
+                    "1",
+                    "--json",
+                    "--force",
+                ]
+            )
+            == 0
+        )
     reported = json.loads(out.getvalue())
     program = torch.export.load(str(folder / "net.pt2")).module()
     result["export_printed"] = reported["test_error"]
@@ -124,8 +156,9 @@ def run(folder: Path, *, epochs: int, droprate: float, device: str) -> dict:
     result["export_method"] = reported["method_test_error"]
     probabilities = fitted.inclusion_probabilities()
     median = {site: mask & (probabilities[site] >= 0.5) for site, mask in masks.items()}
-    result["export_by_hand"] = error_of(recalibrated_by_hand(masked_network(fitted, median), data.x_train, 128),
-                                        data.x_test, data.y_test)
+    result["export_by_hand"] = error_of(
+        recalibrated_by_hand(masked_network(fitted, median), data.x_train, 128), data.x_test, data.y_test
+    )
     return result
 
 
@@ -134,7 +167,9 @@ def main_cli(argv=None):
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--droprate", type=float, default=0.8)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--device", default="auto", help="where the runs fit (the config's device; default: CUDA if there is one)")
+    parser.add_argument(
+        "--device", default="auto", help="where the runs fit (the config's device; default: CUDA if there is one)"
+    )
     parser.add_argument("--out", help="folder for the run directories (default: a temporary one)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -145,10 +180,12 @@ def main_cli(argv=None):
         sys.path.insert(0, str(folder))
         result = run(folder, epochs=args.epochs, droprate=args.droprate, device=args.device)
     print(json.dumps(result, indent=1))
-    print(f"{args.droprate:.0%} removed: curve {result['curve']:.2f}%, by hand {result['by_hand']:.2f}% "
-          f"(|difference| {abs(result['curve'] - result['by_hand']):.2f} points), stale statistics {result['stale']:.2f}%, "
-          f"export file {result['export_file']:.2f}% (printed {result['export_printed']:.2f}%, its masks by hand "
-          f"{result['export_by_hand']:.2f}%); unpruned {result['unpruned']:.2f}%")
+    print(
+        f"{args.droprate:.0%} removed: curve {result['curve']:.2f}%, by hand {result['by_hand']:.2f}% "
+        f"(|difference| {abs(result['curve'] - result['by_hand']):.2f} points), stale statistics {result['stale']:.2f}%, "
+        f"export file {result['export_file']:.2f}% (printed {result['export_printed']:.2f}%, its masks by hand "
+        f"{result['export_by_hand']:.2f}%); unpruned {result['unpruned']:.2f}%"
+    )
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ method's block (the guides are ``PyroModule`` s, so their parameters and optimis
 Usage: ``python benchmarks/svi_step.py [--json] [--steps N] [--rounds R] [--device auto|cpu|cuda]
 [--threads T] [--local-reparameterization]``. ``--json`` prints one JSON object and nothing else on stdout.
 """
+
 import argparse
 import json
 import math
@@ -106,8 +107,16 @@ class PlainTorchSBNN:
         lr, init_scale, dataset_size: Adam's learning rate, the initial sigma, the N of N/B.
     """
 
-    def __init__(self, net, prior, *, local_reparameterization=False, lr=LEARNING_RATE, init_scale=INIT_SCALE,
-                 dataset_size=DATASET_SIZE):
+    def __init__(
+        self,
+        net,
+        prior,
+        *,
+        local_reparameterization=False,
+        lr=LEARNING_RATE,
+        init_scale=INIT_SCALE,
+        dataset_size=DATASET_SIZE,
+    ):
         linears = [module for module in net.modules() if isinstance(module, torch.nn.Linear)]
         self.shapes = [shape for layer in linears for shape in (layer.weight.shape, layer.bias.shape)]
         flat = torch.cat([tensor.detach().flatten() for layer in linears for tensor in (layer.weight, layer.bias)])

@@ -10,6 +10,7 @@ medians are reported with ``default_over_one_thread``, the target being at most 
 
 Usage: ``python benchmarks/threads.py [--json] [--rounds 2] [--epochs E]``.
 """
+
 import argparse
 import json
 import os
@@ -25,8 +26,12 @@ from bayesprune.pipeline.threads import available_cores
 
 def variants(cores: int) -> dict:
     """Name → the ``--threads`` arguments of each timed run."""
-    return {"default": [], "all": ["--threads", str(cores)], "cores-1": ["--threads", str(max(1, cores - 1))],
-            "one": ["--threads", "1"]}
+    return {
+        "default": [],
+        "all": ["--threads", str(cores)],
+        "cores-1": ["--threads", str(max(1, cores - 1))],
+        "one": ["--threads", "1"],
+    }
 
 
 def timed_run(arguments: list, epochs, folder: Path) -> float:
@@ -60,8 +65,14 @@ def main(argv=None):
         spinner.kill()
         spinner.wait()
     seconds = {name: statistics.median(values) for name, values in samples.items()}
-    result = {"cores": cores, "rounds": args.rounds, "epochs": args.epochs, "seconds": seconds, "samples": samples,
-              "default_over_one_thread": seconds["default"] / seconds["one"]}
+    result = {
+        "cores": cores,
+        "rounds": args.rounds,
+        "epochs": args.epochs,
+        "seconds": seconds,
+        "samples": samples,
+        "default_over_one_thread": seconds["default"] / seconds["one"],
+    }
     if args.json:
         print(json.dumps(result))
         return

@@ -16,6 +16,7 @@ The sets are a sweep over ``data.name`` (:func:`bayesprune.pipeline.compare.swee
 one run directory per set under ``--out/cells``; running it again with the same ``--out`` continues,
 and a finished set is read back, never refitted.
 """
+
 import argparse
 import json
 import math
@@ -77,7 +78,9 @@ def main():
     seed = load_config("uci", overrides).seed
     done = {}
     for name in names:
-        metrics = json.loads((args.out / "cells" / f"{point_name({'data.name': name})}-seed{seed}" / "metrics.json").read_text())
+        metrics = json.loads(
+            (args.out / "cells" / f"{point_name({'data.name': name})}-seed{seed}" / "metrics.json").read_text()
+        )
         done[name] = {"seconds": metrics["train_seconds"], "metrics": metrics}
         print(f"{name}: {_cell(metrics, 'test_rmse')} ({metrics['train_seconds']:.0f} s of training)", flush=True)
 
@@ -99,8 +102,12 @@ def main():
             f"| {'yes' if reach else 'no'} | {'yes' if beat else 'no'} |"
         )
     seconds = sum(record["seconds"] for record in done.values())
-    lines += ["", f"{reached} of {len(folders)} sets at or below the paper's sBNN mean; the sBNN beats the plain network "
-              f"on {beaten} of {len(folders)}; {seconds:.0f} s of training (sum over sets).", ""]
+    lines += [
+        "",
+        f"{reached} of {len(folders)} sets at or below the paper's sBNN mean; the sBNN beats the plain network "
+        f"on {beaten} of {len(folders)}; {seconds:.0f} s of training (sum over sets).",
+        "",
+    ]
     table = "\n".join(lines) + "\n"
     (args.out / "uci_results.md").write_text(table)
     print(table)

@@ -17,6 +17,7 @@ reached the objective's optimum::
 
     python benchmarks/uci_objective.py --data-root ../shared/data/uci [--sets energy ...] [--split 0] [--set key=value ...]
 """
+
 import argparse
 import copy
 import json
@@ -25,13 +26,13 @@ from pathlib import Path
 
 import torch
 
-from bayesprune.pipeline.baseline import train_plain
-from bayesprune.pipeline.config import load_config
 from bayesprune.core.early_stopping import hold_out
-from bayesprune.methods.sbnn import fit_posterior
 from bayesprune.core.objectives import AnalyticKLELBO
 from bayesprune.core.predict import metric
 from bayesprune.methods import FitContext
+from bayesprune.methods.sbnn import fit_posterior
+from bayesprune.pipeline.baseline import train_plain
+from bayesprune.pipeline.config import load_config
 from bayesprune.pipeline.runner import load_datasets, new_net
 
 ELBO_DRAWS = 32
@@ -41,8 +42,15 @@ def held_out_split(data_root: Path, name: str, split: int, overrides=()) -> tupl
     """``(config, dataset, validation)`` of the packaged ``uci`` config on ``split`` of set ``name``, with a
     tenth of the training rows as the test split (the real one is never read) and ``train.validation``'s
     rows held out of the rest."""
-    config = load_config("uci", [f"data.root={json.dumps(str(data_root))}", f"data.name={json.dumps(name)}",
-                                 f"data.splits=[{split}]", *overrides])
+    config = load_config(
+        "uci",
+        [
+            f"data.root={json.dumps(str(data_root))}",
+            f"data.name={json.dumps(name)}",
+            f"data.splits=[{split}]",
+            *overrides,
+        ],
+    )
     dataset = load_datasets(config)[0]
     dataset, x_held, y_held = hold_out(dataset, 0.1, seed=1000 + split)
     dataset = replace(dataset, x_test=x_held, y_test=y_held)
@@ -58,15 +66,24 @@ def compare(data_root: Path, name: str, split: int, overrides=()) -> dict:
     def sbnn(net):
         ctx = FitContext.from_config(config, dataset, device=device, validation=tuple(validation))
         fitted = fit_posterior(net, dataset, config.method_options, ctx)
-        elbo = -AnalyticKLELBO(num_particles=ELBO_DRAWS).loss(fitted.model, fitted.guide, dataset.x_train, dataset.y_train)
+        elbo = -AnalyticKLELBO(num_particles=ELBO_DRAWS).loss(
+            fitted.model, fitted.guide, dataset.x_train, dataset.y_train
+        )
         rmse = metric("regression", fitted.predict(dataset.x_test), dataset.y_test, target_std=dataset.target_std)
         return {"rmse": rmse, "elbo": elbo, "final_elbo": fitted.history.elbo[-1]}
 
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
     plain = copy.deepcopy(net)
-    plain_rmse = train_plain(plain, dataset, epochs=config.train.epochs, lr=config.optim.lr,
-                             batch_size=config.data.batch_size, seed=config.seed, validation=validation,
-                             patience=config.train.patience)
+    plain_rmse = train_plain(
+        plain,
+        dataset,
+        epochs=config.train.epochs,
+        lr=config.optim.lr,
+        batch_size=config.data.batch_size,
+        seed=config.seed,
+        validation=validation,
+        patience=config.train.patience,
+    )
     return {"plain": plain_rmse, "scratch": sbnn(net), "warm": sbnn(copy.deepcopy(plain).train())}
 
 
@@ -79,15 +96,20 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(1)
     names = args.sets or sorted(path.name for path in args.data_root.iterdir() if (path / "data.txt").exists())
-    print("| data set | plain | sBNN from scratch | ELBO (kept, last epoch) | sBNN from the plain weights "
-          "| ELBO (kept, last epoch) | objective prefers |")
+    print(
+        "| data set | plain | sBNN from scratch | ELBO (kept, last epoch) | sBNN from the plain weights "
+        "| ELBO (kept, last epoch) | objective prefers |"
+    )
     print("|---|---|---|---|---|---|---|")
     for name in names:
         result = compare(args.data_root, name, args.split, args.overrides)
         scratch, warm = result["scratch"], result["warm"]
         preferred = "warm start" if warm["final_elbo"] > scratch["final_elbo"] else "scratch"
-        print(f"| {name} | {result['plain']:.4g} | {scratch['rmse']:.4g} | {scratch['elbo']:.0f}, {scratch['final_elbo']:.0f} "
-              f"| {warm['rmse']:.4g} | {warm['elbo']:.0f}, {warm['final_elbo']:.0f} | {preferred} |", flush=True)
+        print(
+            f"| {name} | {result['plain']:.4g} | {scratch['rmse']:.4g} | {scratch['elbo']:.0f}, {scratch['final_elbo']:.0f} "
+            f"| {warm['rmse']:.4g} | {warm['elbo']:.0f}, {warm['final_elbo']:.0f} | {preferred} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

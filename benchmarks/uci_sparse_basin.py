@@ -13,6 +13,7 @@ RMSE with 0, 25, 50 and 75% of the weights removed (lowest inclusion logit first
 
 Each fit prints one JSON line.
 """
+
 import argparse
 import json
 from pathlib import Path
@@ -20,10 +21,10 @@ from pathlib import Path
 import pyro
 import torch
 
-from bayesprune.pipeline.evaluation import pruning_curve
+from bayesprune.core.objectives import AnalyticKLELBO
 from bayesprune.methods import FitContext
 from bayesprune.methods.sbnn import fit_posterior
-from bayesprune.core.objectives import AnalyticKLELBO
+from bayesprune.pipeline.evaluation import pruning_curve
 from bayesprune.pipeline.runner import new_net
 from uci_objective import ELBO_DRAWS, held_out_split
 
@@ -42,9 +43,14 @@ def fit(data_root: Path, name: str, split: int, shrink: float, overrides=()) -> 
     elbo = -AnalyticKLELBO(num_particles=ELBO_DRAWS).loss(fitted.model, fitted.guide, dataset.x_train, dataset.y_train)
     logits = torch.cat([value.flatten() for value in fitted.guide.inclusion_logits().values()])
     curve = pruning_curve(fitted, dataset, droprates=DROPRATES)
-    return {"set": name, "split": split, "shrink": shrink, "elbo": round(elbo, 1),
-            "spike_share": round(float((logits < 0).double().mean()), 3),
-            "held_out_rmse": dict(zip(map(str, DROPRATES), (round(row["test_rmse"], 3) for row in curve)))}
+    return {
+        "set": name,
+        "split": split,
+        "shrink": shrink,
+        "elbo": round(elbo, 1),
+        "spike_share": round(float((logits < 0).double().mean()), 3),
+        "held_out_rmse": dict(zip(map(str, DROPRATES), (round(row["test_rmse"], 3) for row in curve))),
+    }
 
 
 def main(argv=None):

@@ -31,6 +31,7 @@ For the run directory's first seed, the benchmark measures:
 Usage: ``python benchmarks/unit_gates.py RUN_DIR [--json] [--skip-baseline] [--steps 300] [--rounds 3]
 [--training-rounds 2] [--threads 1]``.
 """
+
 import argparse
 import copy
 import itertools
@@ -43,13 +44,13 @@ from pathlib import Path
 import torch
 
 from bayesprune.core.export import measure_latency
-from bayesprune.core.loop import TensorBatches, optimizer_step, train
 from bayesprune.core.gates import UnitGates
+from bayesprune.core.loop import TensorBatches, optimizer_step, train
+from bayesprune.core.predict import metric
+from bayesprune.core.structure import layer_chain
 from bayesprune.methods import FitContext, get_method
 from bayesprune.methods.unit_gates import GateTraining, adam, data_cost
-from bayesprune.core.predict import metric
 from bayesprune.pipeline.runner import load_run, new_net
-from bayesprune.core.structure import layer_chain
 
 
 def gated_equivalent(config, dataset, learned, kept_units):
@@ -94,13 +95,22 @@ def magnitude_baseline(config, dataset, widths) -> float:
     def fit(model, lr, epochs):
         def loss_fn(x, y):
             return data_cost(model(x), y, dataset.num_train, None)
+
         train(optimizer_step(loss_fn, adam(model, lr, options.weight_precision)), batches, epochs=epochs)
 
     fit(net, config.optim.lr, config.train.epochs)
     chain = layer_chain(net, dataset.input_shape)
-    ratios = {layer.module: 1 - (width + 0.5) / layer.units for layer, width in zip(chain[:-1], widths) if width < layer.units}
-    pruner = tp.pruner.MetaPruner(net.eval(), dataset.x_train[:2], importance=tp.importance.MagnitudeImportance(p=1),
-                                  pruning_ratio=0.0, pruning_ratio_dict=ratios, ignored_layers=[chain[-1].module])
+    ratios = {
+        layer.module: 1 - (width + 0.5) / layer.units for layer, width in zip(chain[:-1], widths) if width < layer.units
+    }
+    pruner = tp.pruner.MetaPruner(
+        net.eval(),
+        dataset.x_train[:2],
+        importance=tp.importance.MagnitudeImportance(p=1),
+        pruning_ratio=0.0,
+        pruning_ratio_dict=ratios,
+        ignored_layers=[chain[-1].module],
+    )
     pruner.step()
     assert [layer.units for layer in layer_chain(net, dataset.input_shape)[:-1]] == list(widths)
     fit(net.train(), options.finetune_lr, options.finetune_epochs)
@@ -117,17 +127,24 @@ def training_costs(config, dataset, learned, *, steps: int, rounds: int) -> dict
     data = list(itertools.islice(iter(batches), steps))
 
     def gated(net):
-        training = GateTraining(net.train(), options, num_train=dataset.num_train, lr=config.optim.lr,
-                                input_shape=dataset.input_shape)
+        training = GateTraining(
+            net.train(), options, num_train=dataset.num_train, lr=config.optim.lr, input_shape=dataset.input_shape
+        )
         return training.step
 
     def fresh_dense():
         return new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
 
     plain_net = fresh_dense().train()
-    plain = optimizer_step(lambda x, y: data_cost(plain_net(x), y, dataset.num_train, None),
-                           adam(plain_net, config.optim.lr, options.weight_precision))
-    steppers = {"gates_dense": gated(fresh_dense()), "gates_learned": gated(copy.deepcopy(learned)), "plain_dense": plain}
+    plain = optimizer_step(
+        lambda x, y: data_cost(plain_net(x), y, dataset.num_train, None),
+        adam(plain_net, config.optim.lr, options.weight_precision),
+    )
+    steppers = {
+        "gates_dense": gated(fresh_dense()),
+        "gates_learned": gated(copy.deepcopy(learned)),
+        "plain_dense": plain,
+    }
     times = {name: [] for name in steppers}
     for _ in range(rounds):
         for name, step in steppers.items():
@@ -149,33 +166,50 @@ def whole_training(config, dataset, *, rounds: int) -> dict:
     def gates():
         net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
         start, cpu = time.perf_counter(), time.process_time()
-        get_method("unit-gates").fit(net, dataset, options, FitContext.from_config(config, dataset, device=torch.device("cpu")))
+        get_method("unit-gates").fit(
+            net, dataset, options, FitContext.from_config(config, dataset, device=torch.device("cpu"))
+        )
         return {"gates": time.perf_counter() - start, "gates_cpu": time.process_time() - cpu}
 
     def dense():
         net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
         batches = TensorBatches(dataset.x_train, dataset.y_train, batch_size=config.data.batch_size, seed=config.seed)
-        step = optimizer_step(lambda x, y: data_cost(net(x), y, dataset.num_train, None),
-                              adam(net, config.optim.lr, options.weight_precision))
+        step = optimizer_step(
+            lambda x, y: data_cost(net(x), y, dataset.num_train, None),
+            adam(net, config.optim.lr, options.weight_precision),
+        )
         ends = []
         start, cpu = time.perf_counter(), time.process_time()
-        train(step, batches, epochs=epochs,
-              callbacks=[lambda epoch, history: ends.append((time.perf_counter() - start, time.process_time() - cpu))])
-        return {"dense": ends[-1][0], "dense_train_epochs": ends[config.train.epochs - 1][0],
-                "dense_cpu": ends[-1][1], "dense_train_epochs_cpu": ends[config.train.epochs - 1][1]}
+        train(
+            step,
+            batches,
+            epochs=epochs,
+            callbacks=[lambda epoch, history: ends.append((time.perf_counter() - start, time.process_time() - cpu))],
+        )
+        return {
+            "dense": ends[-1][0],
+            "dense_train_epochs": ends[config.train.epochs - 1][0],
+            "dense_cpu": ends[-1][1],
+            "dense_train_epochs_cpu": ends[config.train.epochs - 1][1],
+        }
 
     samples = {}
     for index in range(rounds):
-        for timed in ((gates, dense) if index % 2 == 0 else (dense, gates)):
+        for timed in (gates, dense) if index % 2 == 0 else (dense, gates):
             for key, seconds in timed().items():
                 samples.setdefault(key, []).append(seconds)
                 print(f"round {index + 1}: {key} {seconds:.1f} s", file=sys.stderr, flush=True)
     seconds = {key: statistics.median(values) for key, values in samples.items()}
-    return {"epochs": epochs, "train_epochs": config.train.epochs, "rounds": rounds, "seconds": seconds,
-            "training_ratio_vs_dense": seconds["gates"] / seconds["dense"],
-            "training_ratio_vs_dense_train_epochs": seconds["gates"] / seconds["dense_train_epochs"],
-            "cpu_ratio_vs_dense": seconds["gates_cpu"] / seconds["dense_cpu"],
-            "cpu_ratio_vs_dense_train_epochs": seconds["gates_cpu"] / seconds["dense_train_epochs_cpu"]}
+    return {
+        "epochs": epochs,
+        "train_epochs": config.train.epochs,
+        "rounds": rounds,
+        "seconds": seconds,
+        "training_ratio_vs_dense": seconds["gates"] / seconds["dense"],
+        "training_ratio_vs_dense_train_epochs": seconds["gates"] / seconds["dense_train_epochs"],
+        "cpu_ratio_vs_dense": seconds["gates_cpu"] / seconds["dense_cpu"],
+        "cpu_ratio_vs_dense_train_epochs": seconds["gates_cpu"] / seconds["dense_train_epochs_cpu"],
+    }
 
 
 def main():
@@ -185,8 +219,12 @@ def main():
     parser.add_argument("--skip-baseline", action="store_true", help="only speed, training cost and equivalence")
     parser.add_argument("--steps", type=int, default=300, help="training steps per timed round (default 300)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the training-cost timing")
-    parser.add_argument("--training-rounds", type=int, default=2,
-                        help="interleaved rounds of the whole training against dense training (0 skips it)")
+    parser.add_argument(
+        "--training-rounds",
+        type=int,
+        default=2,
+        help="interleaved rounds of the whole training against dense training (0 skips it)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op CPU threads of every timing")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -206,8 +244,14 @@ def main():
     for device in devices:
         dense_times = measure_latency(dense, shape, device=device)
         learned_times = measure_latency(learned, shape, device=device)
-        forward[device] = {batch: {"dense": dense_times[batch], "learned": learned_times[batch],
-                                   "speedup": dense_times[batch] / learned_times[batch]} for batch in dense_times}
+        forward[device] = {
+            batch: {
+                "dense": dense_times[batch],
+                "learned": learned_times[batch],
+                "speedup": dense_times[batch] / learned_times[batch],
+            }
+            for batch in dense_times
+        }
     costs = training_costs(config, dataset, learned, steps=args.steps, rounds=args.rounds)
     result = {
         "num_threads": torch.get_num_threads(),
@@ -218,13 +262,17 @@ def main():
         f"training_seconds_per_{args.steps}_steps": costs,
         "late_epoch_over_first": costs["gates_learned"] / costs["gates_dense"],
         "gates_over_plain_training": costs["gates_dense"] / costs["plain_dense"],
-        "unit_gates_test_error": metrics["test_error"] if "per_seed" not in metrics else metrics["per_seed"][0]["test_error"],
+        "unit_gates_test_error": metrics["test_error"]
+        if "per_seed" not in metrics
+        else metrics["per_seed"][0]["test_error"],
     }
     if args.training_rounds > 0:
         whole = whole_training(config, dataset, rounds=args.training_rounds)
-        result.update(training_ratio_vs_dense=whole.pop("training_ratio_vs_dense"),
-                      training_ratio_vs_dense_train_epochs=whole.pop("training_ratio_vs_dense_train_epochs"),
-                      whole_training=whole)
+        result.update(
+            training_ratio_vs_dense=whole.pop("training_ratio_vs_dense"),
+            training_ratio_vs_dense_train_epochs=whole.pop("training_ratio_vs_dense_train_epochs"),
+            whole_training=whole,
+        )
     if not args.skip_baseline:
         result["magnitude_baseline_test_error"] = magnitude_baseline(config, dataset, [len(units) for units in kept])
     print(json.dumps(result, indent=1) if args.json else "\n".join(f"{key}: {value}" for key, value in result.items()))
