@@ -149,7 +149,7 @@ def finished_grids(tmp_path_factory):
     return {CMP: root / "cmp", SWEEP: root / "swp"}
 
 
-def build(files, root, complete_run, grids):
+def build(files, root, complete_run, grids):  # noqa: F811  (the fixture imported above)
     """The harness's :func:`test_bad_inputs._build`, with finished grids copied in (``CMP``, ``SWEEP``),
     paths removed (``GONE``), and content computed from the file already there (a function). A trailing
     space in a name lets a path be removed and then written again in one table."""
@@ -166,7 +166,7 @@ def build(files, root, complete_run, grids):
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_a_bad_grid_input_is_one_line_exit_2_and_changes_nothing(case, tmp_path, monkeypatch, capsys, complete_run,
+def test_a_bad_grid_input_is_one_line_exit_2_and_changes_nothing(case, tmp_path, monkeypatch, capsys, complete_run,  # noqa: F811
                                                                   finished_grids):
     files, argv, named = CASES[case]
     work = tmp_path / "work"

@@ -144,7 +144,10 @@ def test_early_stopping_keeps_the_state_of_the_epoch_with_the_lowest_validation_
     data, x_val, y_val = hold_out(data, 0.3, seed=0)
     net = build_architecture("mlp", data.input_shape, data.output_dim, hidden=[16])
     errors = []
-    record = (lambda epoch, history: errors.append(network_metric(net, x_val, y_val, "classification")))
+
+    def record(epoch, history):
+        errors.append(network_metric(net, x_val, y_val, "classification"))
+
     ctx = FitContext(epochs=12, batch_size=256, validation=(x_val, y_val), callbacks=(record,))
     ctx.optim = ctx.optim.__class__(name="sgd", lr=0.5, momentum=0.9)  # large steps: the error goes up and down
     ctx.train_network("dense", net, ctx.batches(data.x_train, data.y_train), epochs=12, loss=F.cross_entropy, validate=True)
