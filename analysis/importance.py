@@ -29,13 +29,10 @@ connections or batch norm); anything else raises ``ValueError``.
 import numpy as np
 import torch
 
+from bayesprune.analysis.plots import plt, save_figure  # pyplot, the Agg backend selected before it loaded
+from bayesprune.analysis.selection import DEFAULT_FDR, expected_false_discovery_rate, select_by_bayesian_fdr
 from bayesprune.core.structure import layer_chain
 
-from bayesprune.analysis.selection import DEFAULT_FDR, expected_false_discovery_rate, select_by_bayesian_fdr
-
-from bayesprune.analysis.plots import save_figure  # selects the Agg backend before pyplot loads
-
-import matplotlib.pyplot as plt  # noqa: E402
 
 def weight_inclusion_matrices(inclusion: dict, model_or_net) -> list:
     """The node influence matrices P^(1), ..., P^(L+1) of section 3.5, in network order.
