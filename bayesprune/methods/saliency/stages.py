@@ -68,7 +68,7 @@ def _stages(masked, criterion, sparsities, x, y, examples_per_stage, options):
 def multi_stage_masks(net, criterion: str, sparsity: float, **options) -> dict:
     """The masks of the last stage of :func:`pruning_stages` (same arguments): Algorithm 1 of paper 001
     without fine-tuning, at sparsity κ = ``sparsity``."""
-    for _, masks, _ in pruning_stages(net, criterion, sparsity, **options):
+    for _, masks, _ in pruning_stages(net, criterion, sparsity, **options):  # noqa: B007  (the last stage's)
         pass
     return masks
 
