@@ -12,6 +12,7 @@ from torch import nn
 
 from bayesprune.core.export import (count_macs, count_parameters, cut, dead_units, export, load_trainable, mask_parameters,
                                measure_latency, resize, restrict, save_portable, save_trainable, unmask_parameters)
+from bayesprune.methods import available_methods
 from bayesprune.models import lenet_5_caffe, lenet_5_classic, lenet_300_100, mlp
 from bayesprune.core.pruning import Budget, apply_masks, expand_unit_masks, prune, sparsity, unit_scores
 from bayesprune.core.structure import layer_chain, shrunk
@@ -390,7 +391,7 @@ def test_the_trainable_file_loads_weights_only_trains_and_computes_the_export(tm
 
 
 @pytest.mark.usefixtures("single_thread")
-@pytest.mark.parametrize("method", ["sbnn", "pft", "pbp", "probmask", "unit-gates", "saliency", "sparse-vd"])
+@pytest.mark.parametrize("method", sorted(available_methods()))
 def test_the_export_of_what_the_method_learned_has_the_runs_test_error(method, short_config, tmp_path, capsys):
     """`bayesprune export RUN_DIR` without a budget: the written file, loaded back, errs as the run does."""
     import json
