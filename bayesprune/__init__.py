@@ -9,9 +9,14 @@ from bayesprune.core.pruning import Budget, apply_masks, prune, sparsity
 from bayesprune.version import __version__
 
 
-def __getattr__(name):
-    if name == "fit_method":  # the pipeline, imported only when asked for
-        from bayesprune.api import fit_method
+#: The services on a fitted run, imported (with the pipeline) only when asked for: name -> module.
+_SERVICES = {"fit_method": "bayesprune.api", "export": "bayesprune.api", "certify": "bayesprune.pipeline.certify",
+             "report": "bayesprune.pipeline.report"}
 
-        return fit_method
+
+def __getattr__(name):
+    if name in _SERVICES:
+        from importlib import import_module
+
+        return getattr(import_module(_SERVICES[name]), name)
     raise AttributeError(f"module 'bayesprune' has no attribute {name!r}")

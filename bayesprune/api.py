@@ -16,8 +16,9 @@ from bayesprune.pipeline.config import RunConfig
 from bayesprune.data import CLASSIFICATION, REGRESSION, Dataset, validate
 from bayesprune.core.errors import ConfigError, DataError
 from bayesprune.core.loop import resolve_device
+from bayesprune.core.tasks import is_classification, task_of
 from bayesprune.methods import FitContext, get_method
-from bayesprune.pipeline.runner import refuse_unsupported
+from bayesprune.pipeline.checks import refuse_unsupported
 
 
 def fit_method(name: str, net: torch.nn.Module, train, test=None, *, options=None, epochs: int | None = None,
@@ -42,15 +43,7 @@ def fit_method(name: str, net: torch.nn.Module, train, test=None, *, options=Non
     re-estimates batch-norm statistics for the masked network on 20 batches of them (set
     ``fitted.calibration = None`` to keep the fit's own).
     """
-    x_train, y_train = _tensors(train, "train")
-    x_test, y_test = (x_train, y_train) if test is None else _tensors(test, "test")
-    classification = not y_train.is_floating_point()
-    data = Dataset(name="user data", task=CLASSIFICATION if classification else REGRESSION,
-                   x_train=x_train.float(), y_train=y_train.long() if classification else y_train.float(),
-                   x_test=x_test.float(), y_test=y_test.long() if classification else y_test.float(),
-                   input_shape=tuple(x_train.shape[1:]),
-                   num_classes=int(max(y_train.max(), y_test.max())) + 1 if classification else None)
-    validate(data)
+    data = _user_dataset(train, test)
     method = get_method(name)
     config = RunConfig.from_dict({
         "method": name, "seed": seed, "device": device, "optim": dict(optim or {}), "data": {"batch_size": batch_size},
@@ -70,6 +63,53 @@ def fit_method(name: str, net: torch.nn.Module, train, test=None, *, options=Non
     fitted = method.fit(net, data, config.method_options, ctx)
     fitted.calibration = config.prune.calibration(data.x_train, batch_size=batch_size)
     return fitted
+
+
+def export(run_or_fitted, *, out, budget=None, data=None, repeats: int = 30, force: bool = False):
+    """Write a fitted network as a file that runs with torch alone and a trainable file (``bayesprune export``).
+
+    Args:
+        run_or_fitted: a run directory (``bayesprune run --out``), or a :class:`~bayesprune.methods.Fitted`
+            (``fit_method``'s) with ``data``.
+        out: the ``.pt2`` file to write; ``OUT_STEM.trainable.pt`` is written beside it.
+        budget: a :class:`~bayesprune.core.pruning.Budget` pruning further than the method did, or ``None``.
+        data: for a ``Fitted``, the ``(x, y)`` tensors (or ``DataLoader``) its test metric is measured on.
+        repeats: timed forward passes per batch size; force: overwrite files at ``out``.
+
+    Returns the :class:`~bayesprune.pipeline.export.Exported` measurements (``.report``, as
+    ``bayesprune export --json`` prints them).
+
+    Example::
+
+        exported = bp.export("runs/digits", out="net.pt2", budget=bp.Budget(fraction=0.5))
+        exported.report["exported"]["parameters"]
+    """
+    from bayesprune.methods import Fitted
+    from bayesprune.pipeline.export import export_fitted, export_run
+
+    if isinstance(run_or_fitted, Fitted):
+        if data is None:
+            raise DataError("data: give the (x, y) tensors the exported network is measured on")
+        dataset = _user_dataset(data, data)
+        return export_fitted(run_or_fitted, dataset, out=out, budget=budget, repeats=repeats, force=force)
+    if data is not None:
+        raise DataError("data: a run directory exports with its own data; give data with a Fitted only")
+    return export_run(run_or_fitted, out=out, budget=budget, repeats=repeats, force=force)
+
+
+def _user_dataset(train, test=None) -> Dataset:
+    """The checked :class:`~bayesprune.data.Dataset` of the user's ``(x, y)`` tensors or loaders: integer
+    ``y`` is classification, floating ``y`` regression."""
+    x_train, y_train = _tensors(train, "train")
+    x_test, y_test = (x_train, y_train) if test is None else _tensors(test, "test")
+    classification = is_classification(task_of(y_train))
+    data = Dataset(name="user data", task=CLASSIFICATION if classification else REGRESSION,
+                   x_train=x_train.float(), y_train=y_train.long() if classification else y_train.float(),
+                   x_test=x_test.float(), y_test=y_test.long() if classification else y_test.float(),
+                   input_shape=tuple(x_train.shape[1:]),
+                   num_classes=int(max(y_train.max(), y_test.max())) + 1 if classification else None)
+    validate(data)
+    return data
 
 
 def _tensors(part, which: str) -> tuple:

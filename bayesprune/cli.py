@@ -15,11 +15,6 @@ from pathlib import Path
 from bayesprune.pipeline.config import load_config, packaged_configs
 from bayesprune.core.errors import BayesPruneError, Interrupted, StopNow, one_line
 from bayesprune.core.loop import STOP
-from bayesprune.core.validation import is_count
-
-
-#: The most timed forward passes ``export --repeats`` takes per batch size and device (more measures nothing new).
-MAX_REPEATS = 10_000
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,13 +58,9 @@ def _print_result(metrics, out):
 
 
 def _report(args):
-    from bayesprune.pipeline.report import write_report
+    from bayesprune.pipeline.report import report
 
-    run_dir = Path(args.run_dir)
-    for names in (("metrics.json",), ("history.csv", "elbo.csv"), ("scores.npz", "inclusion_probabilities.npz")):
-        if not any((run_dir / name).is_file() for name in names):
-            raise BayesPruneError(f"{run_dir}: not a run directory of a single fit (no {names[0]})")
-    print(f"wrote {write_report(run_dir)}")
+    print(f"wrote {report(args.run_dir)}")
 
 
 def _importance(args):
@@ -169,180 +160,18 @@ def _pooled_importance(idata, fitted, fdr: float) -> tuple:
 
 
 def _export(args):
-    import os
+    from bayesprune.pipeline.export import check_export_arguments, export_run
 
-    import torch
-
-    from bayesprune.core.export import (count_macs, count_parameters, dead_units, export, measure_latency, save_portable,
-                         save_trainable)
-    from bayesprune.methods import get_method
-    from bayesprune.core.normalization import changes, has_running_stats
-    from bayesprune.core.predict import metric
-    from bayesprune.core.preprocessing import preprocessing_of, with_preprocessing
-    from bayesprune.core.pruning import expand_unit_masks, prune
-    from bayesprune.pipeline.runner import load_run
-
-    out = Path(args.out)
-    if not out.name or out.is_dir() or args.out.endswith("/"):
-        raise BayesPruneError(f"--out {args.out!r}: name a file to write, not a folder")
-    trainable = out.with_name(f"{out.stem}.trainable.pt")
-    for path in (out, trainable):
-        if path.exists() and not args.force:
-            raise BayesPruneError(f"--out {out}: {path.name} exists; pass --force to overwrite it")
-    if not out.parent.is_dir():
-        raise BayesPruneError(f"--out {out}: the folder {out.parent} does not exist")
-    if not 1 <= args.repeats <= MAX_REPEATS:
-        raise BayesPruneError(f"--repeats must be a positive integer up to {MAX_REPEATS}, got {args.repeats}")
-    budget = _budget(args.budget) if args.budget else None
-    config, dataset, fitted = load_run(args.run_dir)
-    levels = get_method(config.method).prune_levels
-    if budget is not None and budget.level not in levels:
-        raise BayesPruneError(f"--budget level={budget.level}: method {config.method!r} prunes at level {' or '.join(levels)} only")
-    shape = tuple(dataset.input_shape)
-    dense = fitted.network().eval()
-    # What the method learned: its network as it is (already sparse or shrunk), or, for a method with
-    # inclusion probabilities, the weights of probability >= 1/2 (the median probability model).
-    probabilities = fitted.inclusion_probabilities()
-    weight_masks = {site: p >= 0.5 for site, p in probabilities.items()} if probabilities is not None else {}
-    try:
-        net = export(dense, weight_masks)
-        if budget is not None:
-            masks = prune(fitted.scores(), budget, net=dense, input_shape=shape)
-            if budget.level == "unit":
-                net = export(net, masks, input_shape=shape)
-                masks = expand_unit_masks(dense, masks, input_shape=shape)
-            else:
-                net = export(net, masks)
-            for name, mask in masks.items():
-                weight_masks[name] = weight_masks[name].to(mask.device) & mask if name in weight_masks else mask
-        dead = dead_units(net, input_shape=shape)
-        exported = export(net, dead, input_shape=shape).eval() if dead else net.eval()
-    except ValueError as error:
-        raise BayesPruneError(f"export: {error}") from None
-    # a masked network with batch norms is written with statistics of its own (prune.recalibrate)
-    recalibrated = fitted.calibration is not None and changes(dense, weight_masks) and has_running_stats(exported)
-    if recalibrated:
-        fitted.calibration.apply(exported)
-    x = dataset.x_test[:256]
-    with torch.no_grad():
-        masked = fitted.masked_network(weight_masks).eval()(x)
-        difference = (exported(x) - masked).abs().max().item()
-    # the file takes the rows of the user's files and gives targets in their units: the data's preprocessing inside
-    preprocessing = preprocessing_of(dataset)
-    raw_x = preprocessing.raw_inputs(dataset.x_test)
-    raw_y = preprocessing.raw_targets(dataset.y_test) if dataset.task == "regression" else dataset.y_test
-    partials = _fresh_beside(out), _fresh_beside(trainable)  # new files, never a link planted there
-    try:
-        save_portable(with_preprocessing(exported, preprocessing), partials[0], raw_x[:2])
-        try:
-            save_trainable(exported, partials[1], input_shape=shape, preprocessing=preprocessing)
-            why_not = None
-        except ValueError as error:
-            why_not = str(error)
-        loaded = torch.export.load(str(partials[0])).module()  # the file as written
-        with torch.no_grad():
-            outputs = torch.cat([loaded(chunk) for chunk in torch.split(raw_x, 1024)])
-    except BaseException:
-        for partial in partials:
-            partial.unlink(missing_ok=True)
-        raise
-    prediction = torch.softmax(outputs, -1) if dataset.task == "classification" else outputs.squeeze(-1)
-    name = "test_error" if dataset.task == "classification" else "test_rmse"
-    error = metric(dataset.task, prediction, raw_y)
-    # the method's own prediction with the same weights removed (the run's figure is of its whole network)
-    own = fitted.predict(dataset.x_test, masks=weight_masks) if weight_masks else None
-    own = None if own is None else metric(dataset.task, own, dataset.y_test, target_std=dataset.target_std)
-    os.replace(partials[0], out)
-    if why_not is None:
-        os.replace(partials[1], trainable)
-    else:
-        partials[1].unlink(missing_ok=True)
-
-    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    report = {"budget": None if budget is None else {key: value for key, value in vars(budget).items() if value is not None},
-              name: error, f"run_{name}": _run_metric(Path(args.run_dir), name), f"method_{name}": own,
-              "input_shape": list(shape), "recalibrated_statistics": recalibrated,
-              "standardises_inputs": preprocessing.input_mean is not None, "scales_outputs": preprocessing.scales_targets,
-              "max_abs_difference_to_masked": difference, "removed_dead_units": {site: int((~m).sum()) for site, m in dead.items()},
-              "file": str(out), "trainable_file": None if why_not else str(trainable)}
-    for key, network in (("dense", dense), ("exported", exported)):
-        report[key] = {"parameters": count_parameters(network), "macs": count_macs(network, shape),
-                       "latency_seconds": {device: measure_latency(network, shape, device=device, repeats=args.repeats)
-                                           for device in devices}}
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return
-    what = "the method's own network" if budget is None else f"budget {report['budget']}"
-    print(f"{what}; dead units removed: {sum(report['removed_dead_units'].values())}; "
-          + ("batch-norm statistics estimated again for the masked network; " if recalibrated else "")
-          + f"max |exported - masked dense| on {len(x)} test inputs: {difference:.2e}")
-    run_value = report[f"run_{name}"]
-    print(f"{name} of the written file: {error:.4g} (the run's: {'unknown' if run_value is None else f'{run_value:.4g}'}"
-          + ("" if own is None else f"; the method's own prediction with the same weights removed: {own:.4g}") + ")")
-    rows = [("parameters", "parameters", "total"), ("non-zero parameters", "parameters", "nonzero"), ("MACs", "macs", None)]
-    print(f"{'':<28}{'dense':>14}{'exported':>14}{'ratio':>8}")
-    for label, key, sub in rows:
-        values = [report[n][key][sub] if sub else report[n][key] for n in ("dense", "exported")]
-        print(f"{label:<28}{values[0]:>14,}{values[1]:>14,}{values[1] / values[0]:>8.3f}")
-    for device in devices:
-        for batch, seconds in report["dense"]["latency_seconds"][device].items():
-            small = report["exported"]["latency_seconds"][device][batch]
-            print(f"{f'latency {device}, batch {batch} (ms)':<28}{1e3 * seconds:>14.4f}{1e3 * small:>14.4f}{small / seconds:>8.3f}")
-    print(f"wrote {out}: torch.export.load(path).module() runs it with torch alone (inputs of shape (batch, "
-          f"{', '.join(map(str, shape))}) as the data files hold them" + _preprocessing_note(preprocessing) + ")")
-    if why_not is None:
-        print(f"wrote {trainable}: bayesprune.core.export.load_trainable(path) rebuilds it as a trainable nn.Module"
-              + ("" if not (report["standardises_inputs"] or report["scales_outputs"]) else
-                 " of the standardised data (load_trainable(path, raw_inputs=True) wraps it as the file above)"))
-    else:
-        print(f"no trainable file: {why_not}")
-
-
-def _preprocessing_note(preprocessing) -> str:
-    """What the exported file does to its inputs and outputs, for the line that names it."""
-    done = (["standardises them with the training split's mean and std"] if preprocessing.input_mean is not None else []) + \
-        (["gives the target in its own units"] if preprocessing.scales_targets else [])
-    return f"; it {' and '.join(done)}" if done else ""
-
-
-def _fresh_beside(path: Path) -> Path:
-    """A new empty hidden file beside ``path`` (same suffix), created exclusively: written, then renamed
-    onto ``path``, it replaces a link there instead of writing through it."""
-    import os
-    import tempfile
-
-    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".partial{path.suffix}", dir=path.parent)
-    os.close(handle)
-    return Path(name)
-
-
-def _run_metric(run_dir, name):
-    """The run's own ``name`` (of its first split and seed, as ``load_run`` restores it), or ``None``."""
-    try:
-        metrics = json.loads((run_dir / "metrics.json").read_text())
-    except (OSError, ValueError):
-        return None
-    for key in ("per_seed", "per_split"):
-        if key in metrics and metrics[key]:
-            metrics = metrics[key][0]
-    value = metrics.get(name)
-    return value if isinstance(value, (int, float)) else None
-
-
-#: Networks ``certify`` draws at most: 100 times the largest packaged ``pbp.mc_samples``, each a pass over the bound's rows.
-MAX_CERTIFY_SAMPLES = 100_000
+    check_export_arguments(args.out, repeats=args.repeats, force=args.force)  # before the budget and the run are read
+    exported = export_run(args.run_dir, out=args.out, budget=_budget(args.budget) if args.budget else None,
+                          repeats=args.repeats, force=args.force)
+    print(json.dumps(exported.report, indent=2) if args.json else "\n".join(exported.summary()))
 
 
 def _certify(args):
-    from bayesprune.methods import get_method
-    from bayesprune.pipeline.runner import load_run
+    from bayesprune.pipeline.certify import certify
 
-    if args.samples is not None and not (is_count(args.samples) and args.samples <= MAX_CERTIFY_SAMPLES):
-        raise BayesPruneError(f"--samples must be a positive integer up to {MAX_CERTIFY_SAMPLES:,}, got {args.samples}")
-    config, dataset, fitted = load_run(args.run_dir)
-    result = get_method(config.method).certificate(fitted, dataset, config.method_options, samples=args.samples)
-    if result is None:
-        raise BayesPruneError(f"{args.run_dir}: method {config.method!r} has no certificate (pbp has)")
+    result = certify(args.run_dir, samples=args.samples)
     if args.json:
         print(json.dumps(result, indent=2))
         return

@@ -8,9 +8,30 @@ import torch.nn.functional as F
 from bayesprune.core.predict import metric
 
 
+def is_classification(task: str) -> bool:
+    """Whether ``task`` (a :class:`~bayesprune.data.Dataset`'s) is classification, else regression."""
+    return task == "classification"
+
+
+def task_of(y: torch.Tensor) -> str:
+    """The task of targets ``y``: integer classes are classification, floating-point values regression."""
+    return "regression" if y.is_floating_point() else "classification"
+
+
+def metric_name(task: str) -> str:
+    """``test_error`` (percent) for classification, ``test_rmse`` for regression."""
+    return "test_error" if is_classification(task) else "test_rmse"
+
+
+def predictive_mean(output: torch.Tensor, task: str) -> torch.Tensor:
+    """A network's ``output`` as the predictive mean: class probabilities (softmax of the logits), or the
+    regression mean (its single output column)."""
+    return torch.softmax(output, dim=-1) if is_classification(task) else output.squeeze(-1)
+
+
 def mean_loss(task: str):
     """The mean training loss of a batch: cross-entropy on logits, or squared error for regression."""
-    if task == "classification":
+    if is_classification(task):
         return F.cross_entropy
     return lambda output, y: F.mse_loss(output.squeeze(-1), y)
 
@@ -23,7 +44,7 @@ def predict_network(net, x, task: str) -> torch.Tensor:
     with torch.no_grad():
         output = net(x.to(next(net.parameters()).device))
     net.train(training)
-    return torch.softmax(output, dim=-1) if task == "classification" else output.squeeze(-1)
+    return predictive_mean(output, task)
 
 
 def network_metric(net, x, y, task: str, *, target_std: float = 1.0) -> float:

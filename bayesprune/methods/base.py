@@ -11,7 +11,7 @@ from torch import nn
 
 from bayesprune.core.normalization import changes, has_running_stats, running_statistics, statistics_replaced
 from bayesprune.core.sites import site_names
-from bayesprune.core.tasks import masked_copy
+from bayesprune.core.tasks import masked_copy, predictive_mean
 
 
 class Fitted:
@@ -118,7 +118,7 @@ class NetworkFitted(Fitted):
         net = masked_copy(self.network(), masks or {}).eval()
         with torch.no_grad():
             output = net(x)
-        return torch.softmax(output, dim=-1) if self.task == "classification" else output.squeeze(-1)
+        return predictive_mean(output, self.task)
 
     def network(self):
         return copy.deepcopy(self.net)

@@ -7,7 +7,7 @@ import torch
 from bayesprune.core.early_stopping import EarlyStopping, hold_out
 from bayesprune.core.loop import TensorBatches, optimizer_step, train
 from bayesprune.core.predict import metric
-from bayesprune.core.tasks import mean_loss, network_metric, network_test_metric
+from bayesprune.core.tasks import mean_loss, network_metric, network_test_metric, task_of
 
 
 def fit_plain(net, x, y, *, epochs: int, lr: float, batch_size: int, seed: int = 0, validation=None,
@@ -27,15 +27,14 @@ def fit_plain(net, x, y, *, epochs: int, lr: float, batch_size: int, seed: int =
 def validation_stopping(net, validation, *, epochs: int, patience: int | None) -> EarlyStopping:
     """The :class:`~bayesprune.core.early_stopping.EarlyStopping` that keeps ``net``'s state scoring best
     on ``validation = (x_val, y_val)`` (error %, or RMSE in standardised units for regression)."""
-    task = "regression" if validation[1].is_floating_point() else "classification"
-    return EarlyStopping(lambda: network_metric(net, *validation, task), net.state_dict, net.load_state_dict,
+    return EarlyStopping(lambda: network_metric(net, *validation, task_of(validation[1])), net.state_dict, net.load_state_dict,
                          epochs=epochs, patience=patience)
 
 
 def _maximise_likelihood(net, x, y, *, epochs: int, lr: float, batch_size: int, seed: int, callbacks):
     """Adam on the mean loss of :func:`~bayesprune.core.tasks.mean_loss`; ``net`` ends in eval mode."""
     pyro.set_rng_seed(seed)
-    loss = mean_loss("regression" if y.is_floating_point() else "classification")
+    loss = mean_loss(task_of(y))
     net.train()
     train(optimizer_step(lambda xb, yb: loss(net(xb), yb), torch.optim.Adam(net.parameters(), lr=lr)),
           TensorBatches(x, y, batch_size=batch_size, seed=seed), epochs=epochs, callbacks=callbacks)

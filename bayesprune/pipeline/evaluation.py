@@ -1,6 +1,7 @@
 """Test metrics of a fitted network as weights are removed by their scores (paper 003, Tables 2 and 5)."""
 from bayesprune.core.predict import metric
 from bayesprune.core.pruning import Budget, bias_sites, expand_unit_masks, prune
+from bayesprune.core.tasks import metric_name  # noqa: F401  (the run's metric, read from here by the pipeline)
 
 
 def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, include_biases=True) -> list:
@@ -68,8 +69,3 @@ def first_sparsity_worse_by(curve: list, metric: str, margin: float, *, key: str
     first point's (the full model's) by more than ``margin``; ``None`` if no point does."""
     full = curve[0][metric]
     return next((row[key] for row in curve if row[metric] > full + margin), None)
-
-
-def metric_name(task: str) -> str:
-    """``test_error`` (percent) for classification, ``test_rmse`` for regression."""
-    return "test_error" if task == "classification" else "test_rmse"

@@ -19,6 +19,17 @@ from bayesprune.analysis.plots import plot_loss, plot_pruning_curve, plot_score_
 from bayesprune.analysis.tables import format_value, markdown_table, markdown_text
 
 
+def report(run_dir) -> Path:
+    """``bayesprune report RUN_DIR`` as a library call: :func:`write_report` of a run directory of a single
+    fit, refused in one line (:class:`~bayesprune.core.errors.BayesPruneError`) for any other folder.
+    Returns the path of ``report.md``."""
+    run_dir = Path(run_dir)
+    for names in (("metrics.json",), ("history.csv", "elbo.csv"), ("scores.npz", "inclusion_probabilities.npz")):
+        if not any((run_dir / name).is_file() for name in names):
+            raise BayesPruneError(f"{run_dir}: not a run directory of a single fit (no {names[0]})")
+    return write_report(run_dir)
+
+
 def write_report(run_dir) -> Path:
     """Write ``report.md`` with ``loss.png``, ``score_cdf.png`` and ``pruning_curve.png`` into ``run_dir``.
 

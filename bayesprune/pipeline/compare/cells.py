@@ -24,6 +24,7 @@ import torch
 from bayesprune.pipeline.config import first_difference
 from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.files import replacing, write_text
+from bayesprune.core.tasks import metric_name, predictive_mean
 
 #: The file a magnitude cell keeps its own description in (a run cell has ``config.toml``).
 CELL_FILE = "cell.json"
@@ -114,7 +115,7 @@ def check_folder(cell: Cell, folder: Path):
 def check_metrics(cell: Cell, path: Path) -> dict:
     """A finished cell's ``metrics.json``, refused naming the file where it lacks what the tables read."""
     metrics = read_json(path, keys=("task",))
-    name = "test_error" if metrics["task"] == "classification" else "test_rmse"
+    name = metric_name(metrics["task"])
     numbers = ["train_seconds"]
     if cell.kind == "magnitude":
         numbers, rows, row_keys = [f"baseline_{name}"], "per_sparsity", ("sparsity", name, "train_seconds")
@@ -299,8 +300,7 @@ def _test_metric(net, dataset) -> float:
     net.eval()
     with torch.no_grad():
         output = net(dataset.x_test)
-    prediction = torch.softmax(output, -1) if dataset.task == "classification" else output.squeeze(-1)
-    return metric(dataset.task, prediction, dataset.y_test, target_std=dataset.target_std)
+    return metric(dataset.task, predictive_mean(output, dataset.task), dataset.y_test, target_std=dataset.target_std)
 
 
 def prunable_weights(net, *, include_biases: bool) -> list:

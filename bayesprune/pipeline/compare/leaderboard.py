@@ -16,6 +16,7 @@ import torch
 from bayesprune.analysis.tables import markdown_table, write_csv
 from bayesprune.core.loop import check_stop
 from bayesprune.core.files import replacing, write_text
+from bayesprune.core.tasks import metric_name
 
 #: The leaderboard's columns, in order (the metric's name replaces ``test_error`` for regression).
 COLUMNS = ("method", "sparsity", "achieved_sparsity", "test_error", "test_error_std", "plain_test_error", "seeds",
@@ -85,7 +86,7 @@ def measure(cell, folder: Path, sparsity, options) -> dict:
 
 def _entries(cell, metrics: dict) -> list:
     """``(target sparsity, evaluated sparsity, test metric, training cost)`` of each leaderboard row of a cell."""
-    name = "test_error" if metrics.get("task", "classification") == "classification" else "test_rmse"
+    name = metric_name(metrics.get("task", "classification"))
     if cell.kind == "magnitude":
         wanted = {round(s, 6) for s in cell.sparsities}
         return [(row["sparsity"], row["sparsity"], row[name], {**_cost(metrics), "train_seconds": row["train_seconds"]})
@@ -137,7 +138,7 @@ def leaderboard_rows(cells: list, folders: list, options, results=None) -> list:
             certified[(method, cell.sparsity, cell.seed)] = metrics["bound"]
         if not cell.row:
             continue
-        name = "test_error" if metrics.get("task", "classification") == "classification" else "test_rmse"
+        name = metric_name(metrics.get("task", "classification"))
         if cell.kind == "magnitude":
             plain[cell.seed] = metrics[f"baseline_{name}"]
         for target, evaluated, value, cost in _entries(cell, metrics):

@@ -1,0 +1,124 @@
+"""What a run checks before anything is written: the data it loads, the size and shape of its network,
+its validation fraction, and the services and keys its method supports."""
+
+import torch
+
+from bayesprune.core.errors import ConfigError
+from bayesprune.core.fused import check_compiler
+from bayesprune.core.loop import resolve_device
+from bayesprune.core.validation import MAX_ELEMENTS
+from bayesprune.data import load_dataset, uci_num_splits
+from bayesprune.methods import get_method
+from bayesprune.models import new_net
+
+
+def load_datasets(config) -> list:
+    """The dataset of the config, or one per split when ``data.splits`` is set (UCI)."""
+    data = config.data
+    if data.splits is None:
+        return [load_dataset(data.dataset, **data.options)]
+    options = {key: value for key, value in data.options.items() if key != "split"}
+    first = load_dataset(data.dataset, **options)
+    splits = range(uci_num_splits(options["root"], options["name"])) if data.splits == "all" else data.splits
+    return [first if split == 0 else load_dataset(data.dataset, **options, split=split) for split in splits]
+
+
+def check_size(config, data):
+    """Refuse, before allocating it, a network of more than :data:`~bayesprune.core.validation.MAX_ELEMENTS`
+    (2**31) parameters, 8 GiB of float32 weights before any optimiser state or posterior, or ``chains``
+    of them above it together: it is built on PyTorch's ``meta`` device (shapes only, no memory) and
+    its parameters counted."""
+    try:
+        with torch.device("meta"):
+            net = new_net(config, data.input_shape, data.output_dim, seed=config.seed)
+        count = sum(param.numel() for param in net.parameters())
+    except Exception:  # noqa: BLE001 - a network that does not build on meta is built (and checked) for real
+        return
+    if count > MAX_ELEMENTS:
+        raise ConfigError(f"model: the network has {count:,} parameters, more than the {MAX_ELEMENTS:,} (2**31) "
+                          "bayesprune accepts; make model.hidden (or the architecture) smaller")
+    chains = run_chains(config, data)
+    if count * chains > MAX_ELEMENTS:  # the run holds every chain's fit until it writes the posterior
+        raise ConfigError(f"chains: {chains:,} fits of {count:,} parameters hold more than the {MAX_ELEMENTS:,} (2**31) "
+                          "bayesprune accepts; ask for fewer chains")
+
+
+#: Loaders of the user's own tables, whose runs pool ``Method.table_chains`` restarts under ``chains = "auto"``.
+TABLE_LOADERS = ("csv", "npz")
+
+def run_chains(config, data) -> int:
+    """The run's number of chains: ``config.chains``, or for ``"auto"`` the method's ``table_chains``
+    (restarts its feature importance pools) when ``data`` is the user's own table of 1-D inputs, else 1."""
+    if config.chains != "auto":
+        return config.chains
+    table = config.data.dataset in TABLE_LOADERS and len(data.input_shape) == 1
+    return getattr(get_method(config.method), "table_chains", 1) if table else 1
+
+
+def check_validation(config, datasets):
+    """Refuse a ``train.validation`` fraction that would leave no training example of a split."""
+    fraction = config.train.validation
+    for dataset in datasets if fraction > 0 else ():
+        if max(1, round(fraction * dataset.num_train)) >= dataset.num_train:
+            raise ConfigError(f"train.validation = {fraction} leaves no training example of {dataset.num_train}")
+
+
+def check_units(config, net, data):
+    """Refuse unit-level pruning (``prune.level = "unit"``, and every method that gates units) of a
+    network without hidden units (``model.hidden = []``): there is nothing it could remove."""
+    if config.prune.level != "unit":
+        return
+    from bayesprune.core.structure import unit_groups
+
+    try:
+        groups = unit_groups(net, data.input_shape)
+    except Exception:  # noqa: BLE001 - a network the graph cannot trace is the method's check to refuse
+        return
+    if not groups:
+        raise ConfigError("prune.level = 'unit': the network has no hidden units to remove (model.hidden = [] or "
+                          "an architecture without hidden layers)")
+
+
+def check_network(net, data):
+    """Refuse, before anything is written, a network that does not map two of the data's inputs to
+    outputs of the width the data need (``num_classes``, or 1 for regression), or one without a layer to
+    prune (a Linear, bilinear or convolution layer)."""
+    from bayesprune.core.sites import PRUNABLE
+
+    if not any(isinstance(module, PRUNABLE) for module in net.modules()):
+        raise ConfigError("model: the network has no Linear or convolution layer; bayesprune prunes their weights")
+    net.eval()
+    try:
+        with torch.no_grad():
+            output = net(data.x_train[:2])
+    except Exception as error:  # the user's network, whatever it raises
+        message = " ".join(str(error).split())[:200]
+        raise ConfigError(f"model: the network does not take inputs of shape {list(data.input_shape)} "
+                          f"({type(error).__name__}: {message})") from None
+    if not torch.is_tensor(output) or tuple(output.shape) != (2, data.output_dim):
+        shape = list(output.shape[1:]) if torch.is_tensor(output) else type(output).__name__
+        raise ConfigError(f"model: the network's output per example is {shape}; the data need [{data.output_dim}]")
+
+
+def refuse_unsupported(config, method, *, resuming: bool = False):
+    """Refuse, before anything is written, a config that asks ``method`` for a service or sets a key it
+    does not use (:attr:`~bayesprune.methods.Method.unsupported`), in one line naming the key."""
+    if config.prune.level not in method.prune_levels:
+        raise ConfigError(f"prune.level must be one of {list(method.prune_levels)} for method {method.name!r}, "
+                          f"got {config.prune.level!r}")
+    services = {"validation": ("train.validation", config.train.validation > 0),
+                "checkpoint": ("train.checkpoint_every", config.train.checkpoint_every != 1),
+                "resume": ("--resume", resuming)}
+    for name, why in method.unsupported_for(config.method_options).items():
+        key, asked = services[name] if name in services else (name, _set(config, name))
+        if asked:
+            raise ConfigError(f"{key} is not supported by method {method.name!r}: {why}")
+    if config.train.kernels == "compiled":
+        check_compiler(resolve_device(config.device))
+
+
+def _set(config, key: str) -> bool:
+    """Whether ``key`` (``"optim.momentum"``) holds another value than its section's default."""
+    section, field = key.split(".")
+    values = getattr(config, section)
+    return getattr(values, field) != getattr(type(values)(), field)

@@ -1,0 +1,221 @@
+"""``bayesprune export`` as a library call: a fitted network written as a file that runs with torch alone
+(``torch.export``) and a trainable file, smaller where the method or a :class:`~bayesprune.core.pruning.Budget`
+removed units, with its test metric, size, MACs and latency beside the dense network's."""
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from bayesprune.core.errors import BayesPruneError
+
+#: The most timed forward passes ``repeats`` may ask for per batch size and device (more measures nothing new).
+MAX_REPEATS = 10_000
+
+
+@dataclass
+class Exported:
+    """What :func:`export_run` wrote and measured.
+
+    Attributes:
+        report: the measurements (``bayesprune export --json`` prints them): the budget, the file's test
+            metric beside the run's and the method's own masked prediction, parameters, MACs and latency
+            of the dense and the exported network, the paths written.
+        compared_inputs: test inputs the exported network was checked against the masked dense one on.
+        no_trainable_file: why the trainable file could not be written, or ``None``.
+    """
+
+    report: dict
+    compared_inputs: int
+    no_trainable_file: str | None = None
+
+    def summary(self) -> list:
+        """The lines ``bayesprune export`` prints."""
+        report = self.report
+        name = "test_error" if "test_error" in report else "test_rmse"
+        own, run_value, devices = report[f"method_{name}"], report[f"run_{name}"], list(report["dense"]["latency_seconds"])
+        what = "the method's own network" if report["budget"] is None else f"budget {report['budget']}"
+        lines = [f"{what}; dead units removed: {sum(report['removed_dead_units'].values())}; "
+                 + ("batch-norm statistics estimated again for the masked network; " if report["recalibrated_statistics"] else "")
+                 + f"max |exported - masked dense| on {self.compared_inputs} test inputs: {report['max_abs_difference_to_masked']:.2e}",
+                 f"{name} of the written file: {report[name]:.4g} (the run's: {'unknown' if run_value is None else f'{run_value:.4g}'}"
+                 + ("" if own is None else f"; the method's own prediction with the same weights removed: {own:.4g}") + ")",
+                 f"{'':<28}{'dense':>14}{'exported':>14}{'ratio':>8}"]
+        for label, key, sub in (("parameters", "parameters", "total"), ("non-zero parameters", "parameters", "nonzero"),
+                                ("MACs", "macs", None)):
+            values = [report[n][key][sub] if sub else report[n][key] for n in ("dense", "exported")]
+            lines.append(f"{label:<28}{values[0]:>14,}{values[1]:>14,}{values[1] / values[0]:>8.3f}")
+        for device in devices:
+            for batch, seconds in report["dense"]["latency_seconds"][device].items():
+                small = report["exported"]["latency_seconds"][device][batch]
+                lines.append(f"{f'latency {device}, batch {batch} (ms)':<28}{1e3 * seconds:>14.4f}{1e3 * small:>14.4f}{small / seconds:>8.3f}")
+        done = (["standardises them with the training split's mean and std"] if report["standardises_inputs"] else []) + \
+            (["gives the target in its own units"] if report["scales_outputs"] else [])
+        lines.append(f"wrote {report['file']}: torch.export.load(path).module() runs it with torch alone (inputs of shape (batch, "
+                     f"{', '.join(map(str, report['input_shape']))}) as the data files hold them"
+                     + (f"; it {' and '.join(done)}" if done else "") + ")")
+        if self.no_trainable_file is None:
+            lines.append(f"wrote {report['trainable_file']}: bayesprune.core.export.load_trainable(path) rebuilds it as a trainable nn.Module"
+                         + ("" if not done else " of the standardised data (load_trainable(path, raw_inputs=True) wraps it as the file above)"))
+        else:
+            lines.append(f"no trainable file: {self.no_trainable_file}")
+        return lines
+
+
+def check_export_arguments(out, *, repeats: int = 30, force: bool = False) -> tuple:
+    """``(file, trainable file)`` of ``out``, refused in one line when ``out`` names a folder, a file there
+    exists (without ``force``) or its folder does not, or ``repeats`` is not a count up to :data:`MAX_REPEATS`."""
+    out_path = Path(out)
+    if not out_path.name or out_path.is_dir() or str(out).endswith("/"):
+        raise BayesPruneError(f"--out {str(out)!r}: name a file to write, not a folder")
+    trainable = out_path.with_name(f"{out_path.stem}.trainable.pt")
+    for path in (out_path, trainable):
+        if path.exists() and not force:
+            raise BayesPruneError(f"--out {out_path}: {path.name} exists; pass --force to overwrite it")
+    if not out_path.parent.is_dir():
+        raise BayesPruneError(f"--out {out_path}: the folder {out_path.parent} does not exist")
+    if not 1 <= repeats <= MAX_REPEATS:
+        raise BayesPruneError(f"--repeats must be a positive integer up to {MAX_REPEATS}, got {repeats}")
+    return out_path, trainable
+
+
+def export_run(run_dir, *, out, budget=None, repeats: int = 30, force: bool = False) -> Exported:
+    """Export the network of the saved run in ``run_dir`` (``bayesprune export RUN_DIR --out OUT``).
+
+    Args:
+        run_dir: a run directory of a single fit (``bayesprune run --out``).
+        out: the file to write (``torch.export`` format, ``.pt2``); ``OUT_STEM.trainable.pt`` is written beside it.
+        budget: a :class:`~bayesprune.core.pruning.Budget` pruning further than the method did (``prune``'s
+            scores of the fit), or ``None``: the method's own network (for a method with inclusion
+            probabilities, the median probability model: weights of probability >= 1/2).
+        repeats: timed forward passes per batch size and device.
+        force: overwrite existing files at ``out``.
+
+    Raises :class:`~bayesprune.core.errors.BayesPruneError` (one line, nothing written) on a bad argument
+    or run directory.
+    """
+    from bayesprune.pipeline.rundir import load_run
+
+    check_export_arguments(out, repeats=repeats, force=force)
+    _, dataset, fitted = load_run(run_dir)
+    return export_fitted(fitted, dataset, out=out, budget=budget, repeats=repeats, force=force,
+                         run_metrics=_first_fit_metrics(Path(run_dir)))
+
+
+def export_fitted(fitted, dataset, *, out, budget=None, repeats: int = 30, force: bool = False, run_metrics=None) -> Exported:
+    """Export ``fitted`` (a :class:`~bayesprune.methods.Fitted`), measured on ``dataset``'s test split, as
+    :func:`export_run` does; ``run_metrics`` (a ``metrics.json``'s record) gives the run's own test metric."""
+    from bayesprune.core.export import (
+        count_macs,
+        count_parameters,
+        dead_units,
+        export,
+        measure_latency,
+        save_portable,
+        save_trainable,
+    )
+    from bayesprune.core.normalization import changes, has_running_stats
+    from bayesprune.core.predict import metric
+    from bayesprune.core.preprocessing import preprocessing_of, with_preprocessing
+    from bayesprune.core.pruning import expand_unit_masks, prune
+    from bayesprune.core.tasks import is_classification, metric_name, predictive_mean
+    from bayesprune.methods import get_method
+
+    out, trainable = check_export_arguments(out, repeats=repeats, force=force)
+    levels = get_method(fitted.method).prune_levels
+    if budget is not None and budget.level not in levels:
+        raise BayesPruneError(f"--budget level={budget.level}: method {fitted.method!r} prunes at level {' or '.join(levels)} only")
+    shape = tuple(dataset.input_shape)
+    dense = fitted.network().eval()
+    # What the method learned: its network as it is (already sparse or shrunk), or, for a method with
+    # inclusion probabilities, the weights of probability >= 1/2 (the median probability model).
+    probabilities = fitted.inclusion_probabilities()
+    weight_masks = {site: p >= 0.5 for site, p in probabilities.items()} if probabilities is not None else {}
+    try:
+        net = export(dense, weight_masks)
+        if budget is not None:
+            masks = prune(fitted.scores(), budget, net=dense, input_shape=shape)
+            if budget.level == "unit":
+                net = export(net, masks, input_shape=shape)
+                masks = expand_unit_masks(dense, masks, input_shape=shape)
+            else:
+                net = export(net, masks)
+            for name, mask in masks.items():
+                weight_masks[name] = weight_masks[name].to(mask.device) & mask if name in weight_masks else mask
+        dead = dead_units(net, input_shape=shape)
+        exported = export(net, dead, input_shape=shape).eval() if dead else net.eval()
+    except ValueError as error:
+        raise BayesPruneError(f"export: {error}") from None
+    # a masked network with batch norms is written with statistics of its own (prune.recalibrate)
+    recalibrated = fitted.calibration is not None and changes(dense, weight_masks) and has_running_stats(exported)
+    if recalibrated:
+        fitted.calibration.apply(exported)
+    x = dataset.x_test[:256]
+    with torch.no_grad():
+        masked = fitted.masked_network(weight_masks).eval()(x)
+        difference = (exported(x) - masked).abs().max().item()
+    # the file takes the rows of the user's files and gives targets in their units: the data's preprocessing inside
+    preprocessing = preprocessing_of(dataset)
+    raw_x = preprocessing.raw_inputs(dataset.x_test)
+    raw_y = dataset.y_test if is_classification(dataset.task) else preprocessing.raw_targets(dataset.y_test)
+    partials = _fresh_beside(out), _fresh_beside(trainable)  # new files, never a link planted there
+    try:
+        save_portable(with_preprocessing(exported, preprocessing), partials[0], raw_x[:2])
+        try:
+            save_trainable(exported, partials[1], input_shape=shape, preprocessing=preprocessing)
+            why_not = None
+        except ValueError as error:
+            why_not = str(error)
+        loaded = torch.export.load(str(partials[0])).module()  # the file as written
+        with torch.no_grad():
+            outputs = torch.cat([loaded(chunk) for chunk in torch.split(raw_x, 1024)])
+    except BaseException:
+        for partial in partials:
+            partial.unlink(missing_ok=True)
+        raise
+    name = metric_name(dataset.task)
+    error = metric(dataset.task, predictive_mean(outputs, dataset.task), raw_y)
+    # the method's own prediction with the same weights removed (the run's figure is of its whole network)
+    own = fitted.predict(dataset.x_test, masks=weight_masks) if weight_masks else None
+    own = None if own is None else metric(dataset.task, own, dataset.y_test, target_std=dataset.target_std)
+    os.replace(partials[0], out)
+    if why_not is None:
+        os.replace(partials[1], trainable)
+    else:
+        partials[1].unlink(missing_ok=True)
+
+    run_value = (run_metrics or {}).get(name)
+    report = {"budget": None if budget is None else {key: value for key, value in vars(budget).items() if value is not None},
+              name: error, f"run_{name}": run_value if isinstance(run_value, (int, float)) else None, f"method_{name}": own,
+              "input_shape": list(shape), "recalibrated_statistics": recalibrated,
+              "standardises_inputs": preprocessing.input_mean is not None, "scales_outputs": preprocessing.scales_targets,
+              "max_abs_difference_to_masked": difference, "removed_dead_units": {site: int((~m).sum()) for site, m in dead.items()},
+              "file": str(out), "trainable_file": None if why_not else str(trainable)}
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for key, network in (("dense", dense), ("exported", exported)):
+        report[key] = {"parameters": count_parameters(network), "macs": count_macs(network, shape),
+                       "latency_seconds": {device: measure_latency(network, shape, device=device, repeats=repeats)
+                                           for device in devices}}
+    return Exported(report, compared_inputs=len(x), no_trainable_file=why_not)
+
+
+def _fresh_beside(path: Path) -> Path:
+    """A new empty hidden file beside ``path`` (same suffix), created exclusively: written, then renamed
+    onto ``path``, it replaces a link there instead of writing through it."""
+    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".partial{path.suffix}", dir=path.parent)
+    os.close(handle)
+    return Path(name)
+
+
+def _first_fit_metrics(run_dir: Path) -> dict:
+    """The run's ``metrics.json`` of its first split and seed (as ``load_run`` restores it), or ``{}``."""
+    try:
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    for key in ("per_seed", "per_split"):
+        if metrics.get(key):
+            metrics = metrics[key][0]
+    return metrics if isinstance(metrics, dict) else {}

@@ -1,0 +1,106 @@
+"""A run's ``metrics.json``: several splits summarised as mean and standard error, several seeds as mean
+and standard deviation, the sparsity where the error first grows by ``ERROR_MARGIN``, written as strict JSON."""
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from bayesprune.core.files import write_text
+from bayesprune.pipeline.evaluation import ERROR_MARGIN, ERROR_MARGIN_KEY, first_sparsity_worse_by, metric_name
+
+
+def write_metrics(path: Path, metrics: dict):
+    """``metrics.json`` as strict JSON: a NaN or infinite number (a mean over a diverged baseline)
+    is written as null."""
+    def strict(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {key: strict(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [strict(item) for item in value]
+        return value
+
+    write_text(path, json.dumps(strict(metrics), indent=2, allow_nan=False) + "\n")
+
+
+def with_reference(config, metrics: dict) -> dict:
+    """``metrics`` with, for classification, the sparsity at which the test error is first
+    ``ERROR_MARGIN`` points above the full model's (null if never), and the ``[reference]`` numbers
+    of this data set under ``reference``."""
+    if metrics["task"] == "classification":
+        metrics[ERROR_MARGIN_KEY] = first_sparsity_worse_by(metrics["pruning_curve"], "test_error", ERROR_MARGIN)
+    rows = config.reference.rows(config.data.options.get("name"))
+    if rows:
+        metrics["reference"] = {"source": config.reference.source, "rows": rows}
+    return metrics
+
+
+def _mean_and_stderr(values):
+    values = np.asarray(values, dtype=float)
+    return float(values.mean()), float(values.std() / np.sqrt(values.size))
+
+
+_PER_RUN = ("method", "dataset", "task", "device", "architecture", "n_weights", "epochs", "seed", "score")
+
+def summarise_splits(per_split: list) -> dict:
+    """One split's metrics as they are; several splits as mean and standard error (std / sqrt(n)) of
+    every numeric metric, training time summed."""
+    if len(per_split) == 1:
+        return per_split[0]
+    first = per_split[0]
+    name = metric_name(first["task"])
+    metrics = {key: value for key, value in first.items() if key != "pruning_curve"}
+    metrics["splits"] = len(per_split)
+    metrics["train_seconds"] = round(sum(m["train_seconds"] for m in per_split), 3)
+    for key, value in first.items():
+        if key not in _PER_RUN and key != "train_seconds" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            metrics[key], stderr = _mean_and_stderr([m[key] for m in per_split])
+            metrics[f"{key}_mean"], metrics[f"{key}_stderr"] = metrics[key], stderr
+    curve = []
+    for rows in zip(*(m["pruning_curve"] for m in per_split)):
+        row = {key: rows[0][key] for key in ("droprate", "n_weights_kept", "sparsity", "sparsity_weights")}
+        for key in rows[0]:
+            if key.startswith(name):
+                row[key], row[f"{key}_stderr"] = _mean_and_stderr([r[key] for r in rows])
+        curve.append(row)
+    metrics["pruning_curve"] = curve
+    metrics["per_split"] = [{key: m[key] for key in m if key.startswith(name)} for m in per_split]
+    return metrics
+
+
+def summarise_seeds(runs: list, seeds) -> dict:
+    """Runs repeated from several seeds: every number, every list of numbers (elementwise) and every
+    point of the pruning curve as its mean (under its own name) and standard deviation (``_std``)."""
+    first = runs[0]
+
+    def numeric(value):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    def numeric_list(key):
+        values = [run.get(key) for run in runs]
+        return all(isinstance(v, list) and v and all(numeric(x) for x in v) and len(v) == len(values[0]) for v in values)
+
+    metrics = dict(first)
+    for key, value in first.items():
+        if key in _PER_RUN or key.endswith("_stderr") or key.endswith("_mean"):
+            continue
+        if numeric(value) and all(numeric(run.get(key)) for run in runs):
+            values = np.array([run[key] for run in runs], dtype=float)
+            metrics[key], metrics[f"{key}_std"] = float(values.mean()), float(values.std(ddof=1))
+        elif key != "pruning_curve" and numeric_list(key):
+            values = np.array([run[key] for run in runs], dtype=float)
+            metrics[key], metrics[f"{key}_std"] = values.mean(0).tolist(), values.std(0, ddof=1).tolist()
+    curve = []
+    for rows in zip(*(run["pruning_curve"] for run in runs)):
+        row = dict(rows[0])
+        for key in rows[0]:
+            if key.startswith(metric_name(first["task"])) and not key.endswith("_stderr"):
+                values = np.array([r[key] for r in rows], dtype=float)
+                row[key], row[f"{key}_std"] = float(values.mean()), float(values.std(ddof=1))
+        curve.append(row)
+    metrics["pruning_curve"] = curve
+    metrics["seeds"] = list(seeds)
+    metrics["per_seed"] = [{key: run[key] for key in run if not isinstance(run[key], (list, dict))} for run in runs]
+    return metrics
