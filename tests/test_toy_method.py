@@ -110,6 +110,7 @@ SHARED = {
     "tests/test_services.py": "toy",
     "tests/test_importance_methods.py": "toy",
     "tests/test_export.py": "toy",
+    "tests/test_user_model.py": "toy",
     "tests/test_methods.py": "every_registered_method",
     "tests/test_docs.py": "reference_is_generated or readmes_method_table or every_method_and_core_section",
     "tests/test_readme.py": "quick_start_runs or under_15",
