@@ -268,8 +268,12 @@ def test_importance_command_pools_the_restarts_of_eq_3_18(two_chain_run, capsys)
         p1, p2 = (0.5 * (1 + np.tanh(saved[name].astype(float) / 2)) for name in ("1.weight", "3.weight"))
     variational = xr.open_dataset(two_chain_run / "posterior.nc", group="variational")
     np.testing.assert_allclose(variational["psi"].values[0], p2.sum(0) @ p1 / (100 * 10), rtol=1e-5)
-    # importance.csv pools the two restarts: the mean of their psi
+    # importance.csv pools the two restarts: the mean of their psi, an interval holding both
     np.testing.assert_allclose(psi, variational["psi"].values.mean(axis=0), rtol=1e-5)
+    np.testing.assert_allclose([float(row["restart_low"]) for row in rows], variational["psi"].values.min(axis=0), rtol=1e-5)
+    np.testing.assert_allclose([float(row["restart_high"]) for row in rows], variational["psi"].values.max(axis=0), rtol=1e-5)
+    assert all(float(row["psi_low"]) <= float(row["restart_low"]) and float(row["restart_high"]) <= float(row["psi_high"])
+               for row in rows)
     phi = np.array([float(row["phi"]) for row in rows])
     np.testing.assert_allclose(phi, (psi - psi.min()) / (psi.max() - psi.min()), rtol=1e-5, atol=1e-7)
     assert sorted(int(row["rank"]) for row in rows) == list(range(1, 65))
