@@ -14,7 +14,7 @@ from bayesprune.data import load_dataset
 from bayesprune.core.early_stopping import hold_out
 from bayesprune.core.errors import ConfigError, Interrupted
 from bayesprune.core.loop import STOP
-from bayesprune.methods import FitContext, available_methods, context
+from bayesprune.methods import FitContext, Method, available_methods, context
 from bayesprune.models import build_architecture
 from bayesprune.pipeline.runner import resume_run, run
 from bayesprune.core.tasks import network_metric
@@ -24,8 +24,10 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 METHODS = sorted(available_methods())
 #: Wall-clock numbers, which no two runs share.
 TIMINGS = {"train_seconds", "epoch_seconds"}
-#: Methods whose fit learns probabilities of weights or units.
-PROBABILISTIC = {"sbnn", "unit-gates", "pft", "pbp", "probmask", "sparse-vd"}
+#: Methods whose fit learns probabilities of weights or units: those with ArviZ data of their own.
+PROBABILISTIC = {
+    name for name, method in available_methods().items() if method.inference_data is not Method.inference_data
+}
 
 
 def without_timings(value):
