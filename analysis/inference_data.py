@@ -60,10 +60,9 @@ import numpy as np
 import torch
 import xarray as xr
 
+from bayesprune.analysis.plots import plot_inclusion_cdfs, plt, save_figure
 from bayesprune.core.errors import Interrupted
 from bayesprune.core.predict import evaluating
-
-from bayesprune.analysis.plots import plot_inclusion_cdfs, plt, save_figure
 
 #: Default ``sites=None`` stores every site's weights when the network has at most this many weights,
 #: else only the first layer's sites if they fit, else no per-weight draws.
@@ -437,7 +436,7 @@ def _attrs(fits, num_draws) -> dict:
     from bayesprune.version import __version__
 
     return {
-        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "created_at": datetime.datetime.now(datetime.UTC).isoformat(),
         "arviz_version": az.__version__,
         "inference_library": "pyro",
         "inference_library_version": pyro.__version__,

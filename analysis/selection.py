@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+
 def select_by_quantile(phi: torch.Tensor, quantile: float = 0.8) -> torch.Tensor:
     """Ẑ_j = 1[φ_j ≥ r] with r the ``quantile`` of φ (Algorithm 2, lines 3–4; the paper uses 0.8).
 

@@ -8,15 +8,14 @@ from pathlib import Path
 
 import numpy as np
 
-from bayesprune.core.errors import BayesPruneError
-from bayesprune.core.files import all_or_nothing, arrays_digest, read_npz, write_text
-
-from bayesprune.pipeline.evaluation import ERROR_MARGIN, ERROR_MARGIN_KEY, first_sparsity_worse_by, metric_name
 from bayesprune.analysis.importance import INTERVAL, RHAT_WARNING, SELECTION, disagreeing_features, pooled_importance_of
 from bayesprune.analysis.inference_data import METHOD_ATTRIBUTE, plot_diagnostics
-from bayesprune.analysis.selection import DEFAULT_FDR
 from bayesprune.analysis.plots import plot_loss, plot_pruning_curve, plot_score_cdf
+from bayesprune.analysis.selection import DEFAULT_FDR
 from bayesprune.analysis.tables import format_value, markdown_table, markdown_text
+from bayesprune.core.errors import BayesPruneError
+from bayesprune.core.files import all_or_nothing, arrays_digest, read_npz, write_text
+from bayesprune.pipeline.evaluation import ERROR_MARGIN, ERROR_MARGIN_KEY, first_sparsity_worse_by, metric_name
 
 
 def report(run_dir) -> Path:

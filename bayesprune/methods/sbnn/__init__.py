@@ -13,19 +13,23 @@ import torch
 from pyro.optim import PyroLRScheduler
 from torch import nn
 
-from bayesprune.analysis.importance import node_importance, node_layer_names, scaled_importance, weight_inclusion_matrices
+from bayesprune.analysis.importance import (
+    node_importance,
+    node_layer_names,
+    scaled_importance,
+    weight_inclusion_matrices,
+)
 from bayesprune.analysis.inference_data import to_inference_data
 from bayesprune.core.checkpoint import load_module_state
 from bayesprune.core.loop import PENALTIES, svi_step
-from bayesprune.guides import SpikeSlabGuide
-from bayesprune.models import LIKELIHOODS, BayesianNetwork
 from bayesprune.core.objectives import OBJECTIVES
 from bayesprune.core.optim import build_optim
-from bayesprune.models.priors import SpikeSlabPrior
 from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
-
+from bayesprune.guides import SpikeSlabGuide
 from bayesprune.methods import register_method
 from bayesprune.methods.base import GuideFitted, Method
+from bayesprune.models import LIKELIHOODS, BayesianNetwork
+from bayesprune.models.priors import SpikeSlabPrior
 
 #: Test points in the posterior predictive of ``posterior.nc`` (it stores one draw per point per draw).
 PREDICTIVE_TEST_POINTS = 1000
