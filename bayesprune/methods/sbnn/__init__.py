@@ -43,9 +43,6 @@ class SBNNOptions:
         pi, log_tau0, log_tau1: spike-and-slab prior π, log τ0 < log τ1 (eq. 3.1); the defaults are
             the paper's regression setting (section 4.2).
         init_scale: initial σ of every weight in q.
-        init_loc_scale: multiplies the network's initial weights before they become q's means m. Below 1
-            the fit starts near the spike, so a weight enters the slab where the data ask for it rather
-            than where its random start put it, and restarts agree on which inputs matter.
         objective: a key of :data:`bayesprune.core.objectives.OBJECTIVES`.
         penalty: minibatch penalty scheme, ``uniform`` (eq. 4.2) or ``geometric`` (eq. 4.3).
         local_reparameterization: sample pre-activations instead of weights (linear layers only).
@@ -57,7 +54,6 @@ class SBNNOptions:
     log_tau0: float = -6.0
     log_tau1: float = 1.0
     init_scale: float = 0.01
-    init_loc_scale: float = 1.0
     objective: str = "analytic-kl"
     penalty: str = "uniform"
     local_reparameterization: bool = False
@@ -71,8 +67,6 @@ class SBNNOptions:
         require(is_number(self.log_tau1) and abs(self.log_tau1) <= 80, "sbnn.log_tau1", "lie in [-80, 80]", self.log_tau1)
         require(self.log_tau0 < self.log_tau1, "sbnn.log_tau0", f"be below sbnn.log_tau1 = {self.log_tau1} (tau0 < tau1)", self.log_tau0)
         require(is_scale(self.init_scale), "sbnn.init_scale", f"be a positive number up to {MAX_SCALE:g}", self.init_scale)
-        require(is_scale(self.init_loc_scale), "sbnn.init_loc_scale", f"be a positive number up to {MAX_SCALE:g}",
-                self.init_loc_scale)
         require(self.objective in OBJECTIVES, "sbnn.objective", f"be one of {sorted(OBJECTIVES)}", self.objective)
         require(self.penalty in PENALTIES, "sbnn.penalty", f"be one of {sorted(PENALTIES)}", self.penalty)
         require(isinstance(self.local_reparameterization, bool), "sbnn.local_reparameterization", "be true or false", self.local_reparameterization)
@@ -137,7 +131,6 @@ def fit_posterior(net, data, options: SBNNOptions, ctx, *, prior=None, guide_cla
     pyro.clear_param_store()
     pyro.set_rng_seed(ctx.seed)
     device = ctx.device
-    _shrink_sites(net, ctx.sites(net), options.init_loc_scale)
     model = build_model(net.to(device), data, options.prior() if prior is None else prior, noise_scale=ctx.noise_scale,
                         sites=ctx.sites(net)).to(device)
     guide = guide_class(model, init_scale=options.init_scale).to(device)
@@ -154,18 +147,6 @@ def fit_posterior(net, data, options: SBNNOptions, ctx, *, prior=None, guide_cla
                                    scheduler=optim if isinstance(optim, PyroLRScheduler) else None, validate=fitted.predict)
     fitted.seconds = time.perf_counter() - start
     return fitted
-
-
-def _shrink_sites(net, sites: list, factor: float):
-    """Multiply the ``sites`` parameters of ``net`` by ``factor`` in place: q's means start there
-    (``sbnn.init_loc_scale``)."""
-    if factor == 1:
-        return
-    names = set(sites)
-    with torch.no_grad():
-        for name, param in net.named_parameters():
-            if name in names:
-                param.mul_(factor)
 
 
 @register_method
