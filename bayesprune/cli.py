@@ -8,12 +8,10 @@ import json
 import math
 import signal
 import sys
-import warnings
-from contextlib import contextmanager
 from pathlib import Path
 
-from bayesprune.pipeline.config import load_config, packaged_configs
-from bayesprune.core.errors import BayesPruneError, Interrupted, StopNow, one_line
+from bayesprune.pipeline.config import packaged_configs
+from bayesprune.core.errors import BayesPruneError, Interrupted, StopNow, one_line, warnings_after_success
 from bayesprune.core.loop import STOP
 
 
@@ -23,31 +21,23 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _run(args):
-    from bayesprune.pipeline.runner import resume_run, run  # heavy imports (torch, pyro) only when needed
+    from bayesprune.pipeline.runner import resume_run, run_file  # heavy imports (torch, pyro) only when needed
 
     if args.resume is not None:
-        given = [flag for flag, value in (("a config", args.config), ("--out", args.out), ("--set", args.overrides),
-                                          ("--data-root", args.data_root), ("--force", args.force)) if value]
+        values = (args.config, args.out, args.overrides, args.data_root, args.force)
+        given = [flag for flag, value in zip(("a config", "--out", "--set", "--data-root", "--force"), values) if value]
         if given:
             raise BayesPruneError(f"--resume continues the run with its own config.toml; drop {', '.join(given)}")
-        metrics = resume_run(args.resume, progress=not args.quiet)
-        _print_result(metrics, args.resume)
-        return
-    if args.out is None:
+        _print_result(resume_run(args.resume, progress=not args.quiet), args.resume)
+    elif args.out is None:
         raise BayesPruneError("run needs --out DIR (or --resume DIR)")
-    overrides = list(args.overrides)
-    if args.data_root is not None:
-        # stored resolved, so the run directory's config.toml works from any directory
-        overrides.append(f"data.root={json.dumps(str(Path(args.data_root).resolve()))}")
-    config = load_config(args.config, overrides)
-    # A run's own config.toml may rerun it in place (it is read before anything is replaced).
-    own = (Path(args.out) / "config.toml").resolve()
-    config_file = [args.config] if args.config and Path(args.config).is_file() and Path(args.config).resolve() != own else []
-    metrics = run(config, args.out, force=args.force, progress=not args.quiet, inputs=config_file)
-    if config.experiment.name is not None:
-        print(f"experiment {config.experiment.name}: results in {args.out}")
-        return
-    _print_result(metrics, args.out)
+    else:
+        options = {"overrides": args.overrides, "data_root": args.data_root, "force": args.force}
+        config, metrics = run_file(args.config, args.out, progress=not args.quiet, **options)
+        if config.experiment.name is None:
+            _print_result(metrics, args.out)
+        else:
+            print(f"experiment {config.experiment.name}: results in {args.out}")
 
 
 def _print_result(metrics, out):
@@ -172,11 +162,8 @@ def _certify(args):
     from bayesprune.pipeline.certify import certify
 
     result = certify(args.run_dir, samples=args.samples)
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return
-    for key, value in result.items():
-        print(f"{key:<24}{value:.6g}" if isinstance(value, float) else f"{key:<24}{value}")
+    lines = [f"{key:<24}{value:.6g}" if isinstance(value, float) else f"{key:<24}{value}" for key, value in result.items()]
+    print(json.dumps(result, indent=2) if args.json else "\n".join(lines))
 
 
 def _budget(assignments):
@@ -201,69 +188,36 @@ def _budget(assignments):
     return Budget(**fields)
 
 
-def _grid_folder(args) -> Path:
-    """The folder a ``compare`` or ``sweep`` writes: ``--out`` (a new grid) or ``--resume`` (one to continue)."""
+def _grid(args):
+    """``compare`` or ``sweep``: the grid's cells fitted by the engine and its tables written; exit status 1,
+    with one line, when a cell failed while fitting (its reason is in the table)."""
+    name = args.command
     if (args.out is None) == (args.resume is None):
-        raise BayesPruneError(f"{args.command} needs --out DIR (a new {args.command}) or --resume DIR (continue one), not both")
+        raise BayesPruneError(f"{name} needs --out DIR (a new {name}) or --resume DIR (continue one), not both")
     if "" in (args.out, args.resume):
         raise BayesPruneError(f"{'--out' if args.out == '' else '--resume'} is empty; name a folder")
-    return Path(args.resume or args.out)
+    out = Path(args.resume or args.out)  # a new grid, or one to continue
+    engine = {k: getattr(args, k) for k in ("seeds", "jobs", "engine", "address", "overrides", "track", "track_uri")}
+    engine["resume"] = args.resume is not None
+    if name == "compare":
+        from bayesprune.pipeline.compare import compare
 
+        rows = compare(args.config, out, methods=args.methods, sparsities=args.sparsities, **engine)
+        table = out / "leaderboard.md"
+        print(f"{len(rows)} rows; wrote {table}, leaderboard.csv, leaderboard.png")
+    else:
+        from bayesprune.pipeline.compare.sweep import sweep
 
-def _compare(args):
-    from bayesprune.pipeline.compare import compare
-
-    out = _grid_folder(args)
-    rows = compare(args.config, out, methods=args.methods, sparsities=args.sparsities, seeds=args.seeds, jobs=args.jobs,
-                   engine=args.engine, address=args.address, overrides=args.overrides, track=args.track,
-                   track_uri=args.track_uri, resume=args.resume is not None)
-    print(f"{len(rows)} rows; wrote {out / 'leaderboard.md'}, leaderboard.csv, leaderboard.png")
-    return _failed_cells(rows, out / "leaderboard.md")
-
-
-def _failed_cells(rows, table) -> int:
-    """Exit status 1, with one line, when a cell of the grid failed while fitting (its reason is in ``table``)."""
+        if args.resume is None and not (args.config and args.grid):
+            raise BayesPruneError("sweep needs a CONFIG and at least one --grid key=v1,v2,... (or --resume DIR)")
+        rows = sweep(args.config, args.grid, out, **engine)
+        table = out / "summary.md"
+        print(f"{len(rows)} grid points; wrote {table} and summary.csv")
     failed = [row for row in rows if row.get("failed")]
     if failed:
-        print(f"bayesprune: {len(failed)} of {len(rows)} rows have a failed cell (reasons in {table}); run the same "
-              "grid with --resume to fit them again", file=sys.stderr)
+        message = f"{len(failed)} of {len(rows)} rows have a failed cell (reasons in {table}); run the same grid with --resume to fit them again"
+        print(f"bayesprune: {message}", file=sys.stderr)
     return 1 if failed else 0
-
-
-def _sweep(args):
-    from bayesprune.pipeline.compare.sweep import sweep
-
-    out = _grid_folder(args)
-    if args.resume is None and not (args.config and args.grid):
-        raise BayesPruneError("sweep needs a CONFIG and at least one --grid key=v1,v2,... (or --resume DIR)")
-    rows = sweep(args.config, args.grid, out, seeds=args.seeds, jobs=args.jobs, engine=args.engine, address=args.address,
-                 overrides=args.overrides, track=args.track, track_uri=args.track_uri, resume=args.resume is not None)
-    print(f"{len(rows)} grid points; wrote {out / 'summary.md'} and summary.csv")
-    return _failed_cells(rows, out / "summary.md")
-
-
-def _grid_engine_arguments(parser):
-    """The flags ``compare`` and ``sweep`` share."""
-    parser.add_argument("--out", help="a new folder for the cells and the tables")
-    parser.add_argument("--resume", metavar="DIR", help="continue the grid in DIR with its own config (finished cells are "
-                                                        "read back, never fitted again; --seeds, compare's --methods and "
-                                                        "--sparsities add or drop cells; --jobs, --engine, --address and "
-                                                        "--track may change)")
-    parser.add_argument("--seeds", type=int, nargs="+", help="fit every cell from each seed")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config key for every cell (repeatable)")
-    parser.add_argument("--jobs", type=int, default=1, help="cells fitted at once (local engine; one thread each)")
-    parser.add_argument("--engine", choices=["local", "ray"], default="local",
-                        help="local process pool (default) or Ray (pip install 'bayesprune[ray]')")
-    parser.add_argument("--address", help="the Ray cluster's address (default: a local Ray for this call)")
-    parser.add_argument("--track", choices=["mlflow"],
-                        help="log each cell (config as params, metrics.json and its pruning curve as metrics, report "
-                             "and plots as artifacts; one run per cell, tagged method, sparsity, seed) and the tables "
-                             "(a parent run) to MLflow as cells finish; a cell logged before is not logged again "
-                             "(pip install 'bayesprune[track]')")
-    parser.add_argument("--track-uri", metavar="URI",
-                        help="the MLflow store --track logs to: a folder or any tracking URI (default: file:OUT/mlruns; "
-                             "read a file store with MLFLOW_ALLOW_FILE_STORE=true set, as MLflow 3 asks)")
 
 
 def _list(args):
@@ -273,90 +227,106 @@ def _list(args):
         print(f"{name:<{width}}  {description}")
 
 
+#: The help of each command, and of the options whose help does not fit beside them (``bayesprune COMMAND --help``).
+HELP = {
+    "run": "fit a config and write its run directory",
+    "report": "regenerate report.md and its plots from a run directory",
+    "importance": "feature importance ψ, φ (paper 003, eqs. 3.18-3.19) and node importance of a run",
+    "export": "write a fitted run's network, smaller where the method (or --budget) removed units, as a file that runs with torch alone and a trainable file; prints its test error beside the run's",
+    "certify": "recompute the PAC-Bayes certificate of a saved pbp run from its training data",
+    "compare": "every method and magnitude pruning of the plain network on one network, data and budget; a leaderboard of test error, size, MACs and latency per sparsity",
+    "sweep": "the cross product of --grid values over a config, each point and seed a run; a summary over seeds (PBP's union bound counted)",
+    "list": "list the packaged configs",
+    "run config": "packaged config name or TOML path (default: the embedded default)",
+    "run --threads": "torch CPU threads (default: the idle cores less one, at least one; OMP_NUM_THREADS, when set, is kept)",
+    "importance --top": "features shown in the bar plot importance.png (default 30); image inputs get a heat map of every pixel",
+    "importance --fdr": "bound on the posterior expected false-discovery rate of the selection (default 0.1)",
+    "export --out": "file to write (torch.export format, .pt2); the trainable file FILE_STEM.trainable.pt is written beside it",
+    "export --budget": "prune further than the method did, by a field of the budget (repeatable): fraction, keep or threshold; scope global|layer; level unit|weight; min_keep (defaults level=unit min_keep=1); without it the method's own network is exported",
+    "certify --samples": "networks drawn from the posterior (default: the run's pbp.mc_samples)",
+    "compare config": "comparison config: packaged name or TOML path (default: compare-digits)",
+    "compare --methods": "methods to compare (default: all, and magnitude, which always runs)",
+    "sweep --grid": "a config key and its values (repeatable: the grid is the cross product)",
+    "grid --resume": "continue the grid in DIR with its own config (finished cells are read back, never fitted again; --seeds, compare's --methods and --sparsities add or drop cells; --jobs, --engine, --address and --track may change)",
+    "grid --engine": "local process pool (default) or Ray (pip install 'bayesprune[ray]')",
+    "grid --track": "log each cell (config as params, metrics.json and its pruning curve as metrics, report and plots as artifacts; one run per cell, tagged method, sparsity, seed) and the tables (a parent run) to MLflow as cells finish; a cell logged before is not logged again (pip install 'bayesprune[track]')",
+    "grid --track-uri": "the MLflow store --track logs to: a folder or any tracking URI (default: file:OUT/mlruns; read a file store with MLFLOW_ALLOW_FILE_STORE=true set, as MLflow 3 asks)",
+}
+
+
 def build_parser():
     parser = _Parser(prog="bayesprune", description="Bayesian and probabilistic pruning of neural networks.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    run = commands.add_parser("run", help="fit a config and write its run directory")
-    run.add_argument("config", nargs="?", help="packaged config name or TOML path (default: the embedded default)")
+    def command(name, handler, *positional):
+        sub = commands.add_parser(name, help=HELP[name])
+        sub.set_defaults(handler=handler)
+        for argument in positional:
+            sub.add_argument(argument)
+        return sub
+
+    def overrides(sub, help):
+        sub.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help)
+
+    run = command("run", _run)
+    run.add_argument("config", nargs="?", help=HELP["run config"])
     run.add_argument("--out", help="run directory to create")
     run.add_argument("--resume", metavar="DIR", help="continue the interrupted run in DIR from its last checkpoint")
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a config key, e.g. --set sbnn.pi=0.3 (repeatable)")
+    overrides(run, "override a config key, e.g. --set sbnn.pi=0.3 (repeatable)")
     run.add_argument("--data-root", help="directory holding the data (sets data.root)")
     run.add_argument("--force", action="store_true", help="overwrite a non-empty --out directory")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
-    run.add_argument("--threads", type=int, help="torch CPU threads (default: the idle cores less one, at least one; "
-                                                 "OMP_NUM_THREADS, when set, is kept)")
-    run.set_defaults(handler=_run)
+    run.add_argument("--threads", type=int, help=HELP["run --threads"])
 
-    report = commands.add_parser("report", help="regenerate report.md and its plots from a run directory")
-    report.add_argument("run_dir")
-    report.set_defaults(handler=_report)
+    command("report", _report, "run_dir")
 
-    importance = commands.add_parser(
-        "importance", help="feature importance ψ, φ (paper 003, eqs. 3.18-3.19) and node importance of a run"
-    )
-    importance.add_argument("run_dir")
-    importance.add_argument("--top", type=int, default=30, help="features shown in the bar plot importance.png (default 30); image inputs get a heat map of every pixel")
+    importance = command("importance", _importance, "run_dir")
+    importance.add_argument("--top", type=int, default=30, help=HELP["importance --top"])
     importance.add_argument("--force", action="store_true", help="overwrite existing importance files")
-    importance.add_argument("--fdr", type=float, default=0.1,
-                            help="bound on the posterior expected false-discovery rate of the selection (default 0.1)")
-    importance.set_defaults(handler=_importance)
+    importance.add_argument("--fdr", type=float, default=0.1, help=HELP["importance --fdr"])
 
-    exporting = commands.add_parser(
-        "export", help="write a fitted run's network, smaller where the method (or --budget) removed units, as a file "
-                       "that runs with torch alone and a trainable file; prints its test error beside the run's"
-    )
-    exporting.add_argument("run_dir")
-    exporting.add_argument("--out", required=True, help="file to write (torch.export format, .pt2); the trainable file "
-                                                        "FILE_STEM.trainable.pt is written beside it")
-    exporting.add_argument("--budget", action="append", default=[], metavar="KEY=VALUE",
-                           help="prune further than the method did, by a field of the budget (repeatable): fraction, "
-                                "keep or threshold; scope global|layer; level unit|weight; min_keep (defaults level=unit "
-                                "min_keep=1); without it the method's own network is exported")
+    exporting = command("export", _export, "run_dir")
+    exporting.add_argument("--out", required=True, help=HELP["export --out"])
+    exporting.add_argument("--budget", action="append", default=[], metavar="KEY=VALUE", help=HELP["export --budget"])
     exporting.add_argument("--repeats", type=int, default=30, help="timed forward passes per batch size (default 30)")
     exporting.add_argument("--json", action="store_true", help="print the measurements as JSON")
     exporting.add_argument("--force", action="store_true", help="overwrite an existing --out file")
-    exporting.set_defaults(handler=_export)
 
-    certify = commands.add_parser("certify", help="recompute the PAC-Bayes certificate of a saved pbp run from its training data")
-    certify.add_argument("run_dir")
-    certify.add_argument("--samples", type=int, help="networks drawn from the posterior (default: the run's pbp.mc_samples)")
+    certify = command("certify", _certify, "run_dir")
+    certify.add_argument("--samples", type=int, help=HELP["certify --samples"])
     certify.add_argument("--json", action="store_true", help="print the certificate as JSON")
-    certify.set_defaults(handler=_certify)
 
-    comparing = commands.add_parser(
-        "compare", help="every method and magnitude pruning of the plain network on one network, data and budget; "
-                        "a leaderboard of test error, size, MACs and latency per sparsity")
-    comparing.add_argument("config", nargs="?", help="comparison config: packaged name or TOML path (default: compare-digits)")
-    comparing.add_argument("--methods", nargs="+", help="methods to compare (default: all, and magnitude, which always runs)")
+    comparing = command("compare", _grid)
+    comparing.add_argument("config", nargs="?", help=HELP["compare config"])
+    comparing.add_argument("--methods", nargs="+", help=HELP["compare --methods"])
     comparing.add_argument("--sparsities", type=float, nargs="+", help="sparsity budgets, fractions of the weights removed")
-    _grid_engine_arguments(comparing)
-    comparing.set_defaults(handler=_compare)
-
-    sweeping = commands.add_parser("sweep", help="the cross product of --grid values over a config, each point and seed a run; "
-                                                 "a summary over seeds (PBP's union bound counted)")
+    sweeping = command("sweep", _grid)
     sweeping.add_argument("config", nargs="?", help="packaged config name or TOML path")
-    sweeping.add_argument("--grid", action="append", metavar="KEY=V1,V2",
-                          help="a config key and its values (repeatable: the grid is the cross product)")
-    _grid_engine_arguments(sweeping)
-    sweeping.set_defaults(handler=_sweep)
+    sweeping.add_argument("--grid", action="append", metavar="KEY=V1,V2", help=HELP["sweep --grid"])
+    for grid in (comparing, sweeping):  # the flags compare and sweep share
+        grid.add_argument("--out", help="a new folder for the cells and the tables")
+        grid.add_argument("--resume", metavar="DIR", help=HELP["grid --resume"])
+        grid.add_argument("--seeds", type=int, nargs="+", help="fit every cell from each seed")
+        overrides(grid, "override a config key for every cell (repeatable)")
+        grid.add_argument("--jobs", type=int, default=1, help="cells fitted at once (local engine; one thread each)")
+        grid.add_argument("--engine", choices=["local", "ray"], default="local", help=HELP["grid --engine"])
+        grid.add_argument("--address", help="the Ray cluster's address (default: a local Ray for this call)")
+        grid.add_argument("--track", choices=["mlflow"], help=HELP["grid --track"])
+        grid.add_argument("--track-uri", metavar="URI", help=HELP["grid --track-uri"])
 
-    listing = commands.add_parser("list", help="list the packaged configs")
-    listing.set_defaults(handler=_list)
+    command("list", _list)
     return parser
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    previous = {number: signal.signal(number, _request_stop) for number in (signal.SIGINT, signal.SIGTERM)}
+    previous = {number: signal.signal(number, STOP.request) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         if args.command != "list":  # list reads no tensor (and imports no torch)
             from bayesprune.pipeline.threads import set_threads
 
             set_threads(getattr(args, "threads", None))
-        with _warnings_after_success():
+        with warnings_after_success():
             status = args.handler(args)
     except (Interrupted, StopNow) as error:
         print(f"bayesprune: interrupted: {one_line(str(error))}", file=sys.stderr)
@@ -366,32 +336,14 @@ def main(argv=None):
             print(f"bayesprune: error: {one_line(line)}", file=sys.stderr)
         return 2
     except MemoryError as error:  # a size no check foresaw: the same one line, never a traceback
-        print(f"bayesprune: error: out of memory{': ' + one_line(str(error)) if str(error) else ''}; "
-              "use a smaller network, data set or batch", file=sys.stderr)
+        detail = f": {one_line(str(error))}" if str(error) else ""
+        print(f"bayesprune: error: out of memory{detail}; use a smaller network, data set or batch", file=sys.stderr)
         return 2
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
         STOP.signal = None
     return status or 0
-
-
-@contextmanager
-def _warnings_after_success():
-    """Hold back the warnings a command raises (Pillow's on an odd image, a library's deprecations) and
-    show them once it succeeds: a refused command's one line is all it prints."""
-    with warnings.catch_warnings(record=True) as caught:
-        yield
-    for warning in caught:
-        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-
-
-def _request_stop(number, frame):
-    """Stop at the end of the training step in progress (a second signal stops at once, with the same
-    one line: :class:`~bayesprune.core.errors.StopNow`)."""
-    if STOP.signal is not None:
-        raise StopNow(number)
-    STOP.signal = number
 
 
 if __name__ == "__main__":

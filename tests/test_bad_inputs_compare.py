@@ -234,7 +234,6 @@ def test_a_ray_address_where_a_web_server_answers_ends_in_one_line(through, not_
 def test_run_resume_refuses_a_config_edited_after_the_fit_started(tmp_path, capsys, monkeypatch):
     """The reported case: an interrupted run, its config.toml then edited (the learning rate, the seed, the
     data): --resume names the key instead of continuing the old fit under the new config; unedited, it resumes."""
-    from bayesprune import cli
     from bayesprune.methods import context
 
     original, calls = context.write_checkpoint, []
@@ -243,7 +242,7 @@ def test_run_resume_refuses_a_config_edited_after_the_fit_started(tmp_path, caps
         original(*args, **kwargs)
         calls.append(1)
         if len(calls) == 1:
-            cli._request_stop(signal.SIGTERM, None)
+            STOP.request(signal.SIGTERM)
 
     monkeypatch.setattr(context, "write_checkpoint", stop_after_first)
     out = tmp_path / "run"

@@ -21,7 +21,7 @@ UNEQUAL = ("file", "trainable_file", "latency_seconds")
 def pbp_run(tmp_path_factory, short_config):
     """A short PBP run: it has scores, a median probability model and a certificate."""
     out = tmp_path_factory.mktemp("services") / "run"
-    run(short_config("pbp"), out)
+    run(short_config("pbp", "baseline.enabled=false"), out)
     return out
 
 

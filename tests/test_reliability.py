@@ -127,18 +127,16 @@ def short_argv(short_config, method, out):
 def stop_on_call(module, name, call=1, twice=False):
     """Wrap ``module.name`` so that its ``call``-th call first delivers SIGTERM (through the command
     line's handler; ``twice``: after the call, two of them, the second before the first was honoured)."""
-    from bayesprune import cli
-
     original, calls = getattr(module, name), []
 
     def wrapped(*args, **kwargs):
         calls.append(1)
         if len(calls) == call and not twice:
-            cli._request_stop(signal.SIGTERM, None)
+            STOP.request(signal.SIGTERM)
         result = original(*args, **kwargs)
         if len(calls) == call and twice:
-            cli._request_stop(signal.SIGTERM, None)
-            cli._request_stop(signal.SIGTERM, None)
+            STOP.request(signal.SIGTERM)
+            STOP.request(signal.SIGTERM)
         return result
 
     return wrapped

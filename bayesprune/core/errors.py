@@ -1,10 +1,22 @@
 """Exceptions that the command line turns into a one-line message and exit status 2."""
+import warnings
+from contextlib import contextmanager
 
 
 def one_line(message: str) -> str:
     """``message`` with every control character (a newline in a file name, an escape code) written as
     Python writes it in a string literal (``\\n``), so that an error is one line whatever names it holds."""
     return "".join(character if character.isprintable() else repr(character)[1:-1] for character in message)
+
+
+@contextmanager
+def warnings_after_success():
+    """Hold back the warnings a command raises (Pillow's on an odd image, a library's deprecations) and
+    show them once it succeeds: a refused command's one line is all it prints."""
+    with warnings.catch_warnings(record=True) as caught:
+        yield
+    for warning in caught:
+        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
 
 
 class BayesPruneError(Exception):

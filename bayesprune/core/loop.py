@@ -11,7 +11,7 @@ from pyro.optim import PyroLRScheduler
 from pyro.poutine.messenger import Messenger
 from tqdm.auto import tqdm
 
-from bayesprune.core.errors import ConfigError, Interrupted, TrainingDiverged
+from bayesprune.core.errors import ConfigError, Interrupted, StopNow, TrainingDiverged
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -211,6 +211,13 @@ class StopRequest:
     end of the step in progress and raises :class:`~bayesprune.core.errors.Interrupted`."""
 
     signal: int | None = None
+
+    def request(self, number: int, frame=None):
+        """The handler of ``number``: stop at the end of the training step in progress; a second signal
+        stops at once, with the same one line (:class:`~bayesprune.core.errors.StopNow`)."""
+        if self.signal is not None:
+            raise StopNow(number)
+        self.signal = number
 
 
 STOP = StopRequest()

@@ -43,6 +43,7 @@ from bayesprune.pipeline.checks import (
     refuse_unsupported,
     run_chains,
 )
+from bayesprune.pipeline.config import load_config
 from bayesprune.pipeline.evaluation import (
     metric_name,
     pruning_curve,
@@ -110,6 +111,20 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
                 _write_final_checkpoint(staging, *final)
         move_into_place(staging, out, force=force)
     return metrics
+
+
+def run_file(name, out, *, overrides=(), data_root=None, force: bool = False, progress: bool = False) -> tuple:
+    """``bayesprune run NAME --out OUT``: :func:`run` of the packaged config or TOML file ``name`` (``None``:
+    the embedded default) with ``overrides`` (``"key=value"``) and the data in ``data_root``; returns
+    ``(config, metrics)``."""
+    overrides = list(overrides)
+    if data_root is not None:  # stored resolved, so the run directory's config.toml works from any directory
+        overrides.append(f"data.root={json.dumps(str(Path(data_root).resolve()))}")
+    config = load_config(name, overrides)
+    # A run's own config.toml may rerun it in place (it is read before anything is replaced).
+    own = (Path(out) / "config.toml").resolve()
+    config_file = [name] if name and Path(name).is_file() and Path(name).resolve() != own else []
+    return config, run(config, out, force=force, progress=progress, inputs=config_file)
 
 
 def _seed_run(config, method, datasets, device, staging: Path, out: Path, *, first: bool, several: bool, progress: bool,
