@@ -31,6 +31,7 @@ from bayesprune.core.files import arrays_digest, read_npz, replacing
 from bayesprune.core.loop import check_stop, resolve_device
 from bayesprune.core.normalization import has_running_stats
 from bayesprune.core.preprocessing import preprocessing_of
+from bayesprune.core.tasks import is_classification
 from bayesprune.methods import FitContext, get_method
 from bayesprune.models import new_net
 from bayesprune.pipeline.baseline import least_squares_test_rmse, train_plain
@@ -285,7 +286,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
             metrics.update({f"baseline_{key}": value for key, value in plain.items()})  # its epoch and validation curve
         except TrainingDiverged as error:
             metrics[f"baseline_{name}"], metrics["baseline_diverged"] = None, str(error)
-        if dataset.task == "regression":
+        if not is_classification(dataset.task):
             metrics[f"baseline_linear_{name}"] = least_squares_test_rmse(dataset)
     return metrics
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from bayesprune.core.files import write_text
+from bayesprune.core.tasks import is_classification
 from bayesprune.pipeline.evaluation import ERROR_MARGIN, ERROR_MARGIN_KEY, first_sparsity_worse_by, metric_name
 
 
@@ -29,7 +30,7 @@ def with_reference(config, metrics: dict) -> dict:
     """``metrics`` with, for classification, the sparsity at which the test error is first
     ``ERROR_MARGIN`` points above the full model's (null if never), and the ``[reference]`` numbers
     of this data set under ``reference``."""
-    if metrics["task"] == "classification":
+    if is_classification(metrics["task"]):
         metrics[ERROR_MARGIN_KEY] = first_sparsity_worse_by(metrics["pruning_curve"], "test_error", ERROR_MARGIN)
     rows = config.reference.rows(config.data.options.get("name"))
     if rows:

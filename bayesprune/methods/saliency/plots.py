@@ -4,6 +4,7 @@ import numpy as np
 
 from bayesprune.analysis.plots import plt, save_figure
 from bayesprune.analysis.tables import markdown_table
+from bayesprune.core.tasks import is_classification
 
 
 def saliency_table(metrics: dict) -> str:
@@ -21,7 +22,7 @@ def saliency_table(metrics: dict) -> str:
              "lowest gap after (fine-tuned points)": cell(best.get("lowest_gap_after_finetune")), "Spearman ρ": cell(best["rho"])}
             for criterion, best in metrics["best"].items()]
     before = metrics.get("error_before_pruning")
-    classification = metrics.get("task", "classification") == "classification"
+    classification = is_classification(metrics.get("task", "classification"))
     name, unit = ("Error", " %") if classification else ("RMSE", "")
     lead = "Errors are measured on the test split (the held-out validation images with `data.validation = true`). "
     lead += "" if before is None else f"{name} before pruning: {before:.4g}{unit}. "
@@ -72,7 +73,7 @@ def plot_gap_against_delta_loss(metrics: dict, path):
         axis.scatter(*zip(*points), label=criterion + ("" if rho is None else f" (ρ = {rho:.2f})"))
     axis.set_xscale(_loss_scale(loss for _, loss, _ in rows))
     rho = metrics.get("spearman_rho")
-    classification = metrics.get("task", "classification") == "classification"
+    classification = is_classification(metrics.get("task", "classification"))
     unit = "error gap after fine-tuning (points)" if classification else "RMSE gap after fine-tuning"
     axis.set(xlabel="ΔL(θ, Δθ) (training loss)", ylabel=unit,
              title="Gap after fine-tuning vs ΔL" + ("" if rho is None else f", ρ = {rho:.2f}"))
