@@ -23,7 +23,7 @@ from bayesprune.pipeline.checks import refuse_unsupported
 
 def fit_method(name: str, net: torch.nn.Module, train, test=None, *, options=None, epochs: int | None = None,
                batch_size: int = 128, optim: dict | None = None, device: str = "auto", seed: int = 0,
-               validation=None, patience: int | None = None, progress: bool = False):
+               validation=None, patience: int | None = None, progress: bool = False, expose=(), hide=()):
     """Fit the method registered as ``name`` on ``net`` and return its :class:`~bayesprune.methods.Fitted`.
 
     Args:
@@ -38,6 +38,9 @@ def fit_method(name: str, net: torch.nn.Module, train, test=None, *, options=Non
         epochs: length of the method's main stage (``train.epochs``; default 200).
         batch_size, optim: minibatch size and the ``[optim]`` table (``{"name": "sgd", "lr": 0.01}``).
         validation: ``(x, y)`` held out for early stopping, where the method supports it.
+        expose, hide: parameters added to the sites or taken out, as ``model.expose`` and
+            ``model.hide`` of a config (names, globs or module type names; ``hide`` wins;
+            :func:`bayesprune.core.sites.site_names`).
 
     The returned fit carries ``train``'s inputs as its ``calibration``: ``fitted.predict(x, masks=...)``
     re-estimates batch-norm statistics for the masked network on 20 batches of them (set
@@ -47,6 +50,7 @@ def fit_method(name: str, net: torch.nn.Module, train, test=None, *, options=Non
     method = get_method(name)
     config = RunConfig.from_dict({
         "method": name, "seed": seed, "device": device, "optim": dict(optim or {}), "data": {"batch_size": batch_size},
+        "model": {"expose": expose, "hide": hide},
         "train": {"epochs": 200 if epochs is None else epochs}, "prune": {"level": method.prune_levels[0]}, **({name: dict(options)} if isinstance(options, dict) else {}),
     })
     if options is not None and not isinstance(options, dict):

@@ -168,11 +168,11 @@ def _certify(args):
 
 def _budget(assignments):
     """The :class:`~bayesprune.core.pruning.Budget` of ``--budget key=value`` assignments over the command's defaults
-    (``level=unit min_keep=1``; one of fraction, keep and threshold must be given)."""
+    (``level=unit``; one of fraction, keep and threshold must be given; ``min_keep`` as in Python)."""
     from bayesprune.pipeline.config import parse_override
     from bayesprune.core.pruning import Budget
 
-    fields, given = {"level": "unit", "min_keep": 1}, set()
+    fields, given = {"level": "unit"}, set()
     for assignment in assignments:
         keys, value = parse_override(assignment)
         key = ".".join(keys)
@@ -242,7 +242,7 @@ HELP = {
     "importance --top": "features shown in the bar plot importance.png (default 30); image inputs get a heat map of every pixel",
     "importance --fdr": "bound on the posterior expected false-discovery rate of the selection (default 0.1)",
     "export --out": "file to write (torch.export format, .pt2); the trainable file FILE_STEM.trainable.pt is written beside it",
-    "export --budget": "prune further than the method did, by a field of the budget (repeatable): fraction, keep or threshold; scope global|layer; level unit|weight; min_keep (defaults level=unit min_keep=1); without it the method's own network is exported",
+    "export --budget": "prune further than the method did, by a field of the budget (repeatable): fraction, keep or threshold; scope global|layer; level unit|weight; min_keep (default level=unit, min_keep a tenth of each layer's units, at least 1); without it the method's own network is exported",
     "certify --samples": "networks drawn from the posterior (default: the run's pbp.mc_samples)",
     "compare config": "comparison config: packaged name or TOML path (default: compare-digits)",
     "compare --methods": "methods to compare (default: all, and magnitude, which always runs)",

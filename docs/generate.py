@@ -55,7 +55,7 @@ CORE = {
     "prune.droprates": "fractions removed, lowest score first (sBNN: the inclusion logit B − A of eq. 3.8, in float64)",
     "prune.scope": "`global` (ranked across the network) or `layer`",
     "prune.level": "`weight`, or `unit` (hidden units and convolution filters, scored by their gate or by the mean score of their incoming weights)",
-    "prune.min_keep": "kept per layer at least, so that none is emptied",
+    "prune.min_keep": "kept per layer at least; absent, none of the weights and a tenth of each layer's units (at least 1), so that no unit layer is emptied or left one unit",
     "prune.include_biases": "rank and count the biases with the weights (paper 003's prior covers both); `false` keeps every bias and the droprate is a fraction of the weights. Every curve row reports `sparsity` (all parameters) and `sparsity_weights` (biases left out)",
     "prune.recalibrate": "re-estimate the batch-norm (running-statistics) layers' statistics of every masked network on training batches before it is scored or exported (\"adaptive BN\", `bayesprune.core.normalization`); `false` keeps the dense fit's. Networks without such layers are unaffected",
     "prune.recalibrate_batches": "training batches (of `data.batch_size`) the statistics are re-estimated on, at most 1000",

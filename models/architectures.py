@@ -164,7 +164,21 @@ def build_from_factory(spec: str, input_shape, output_dim: int, *, init: str = "
                           f"{type(error).__name__}: {_one_line(error)}") from None
     if not isinstance(net, nn.Module):
         raise ConfigError(f"model.factory: {spec} returned a {type(net).__name__}, not a torch.nn.Module")
-    return _initialise(net, init)
+    return main_logits(_initialise(net, init))
+
+
+def main_logits(net: nn.Module) -> nn.Module:
+    """``net``, made to return its main logits alone where it has auxiliary classifiers: torchvision's
+    GoogLeNet and Inception v3 (``aux_logits=True``, their default) return them beside the main ones in
+    training mode (``GoogLeNetOutputs``, ``InceptionOutputs``), which no loss here reads. Their
+    parameters stay in the network, unused."""
+    if getattr(net, "aux_logits", False) and _first_field_only not in net._forward_hooks.values():
+        net.register_forward_hook(_first_field_only)
+    return net
+
+
+def _first_field_only(module, args, output):
+    return output[0] if getattr(output, "_fields", ())[:1] == ("logits",) else None
 
 
 def _one_line(error) -> str:

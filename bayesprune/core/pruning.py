@@ -32,9 +32,12 @@ class Budget:
         level: ``"weight"`` masks entries of every site; ``"unit"`` masks the hidden units
             (filters) of each layer, scored per unit (gate sites, or :func:`unit_scores`).
         min_keep: floor per site (weight level) or per layer (unit level): at least this many of
-            its highest-scoring entries are kept, so no layer is emptied. The floors are kept
-            first; the rest of the count goes by rank, so the total is the count asked for, or
-            the sum of the floors if that is larger.
+            its highest-scoring entries are kept. The floors are kept first; the rest of the count
+            goes by rank, so the total is the count asked for, or the sum of the floors if that is
+            larger. ``None`` (the default, in Python, in ``prune.min_keep`` and in ``export
+            --budget``): no floor at weight level; at unit level a tenth of each layer's units,
+            at least one (:func:`default_floor`), so that a global budget leaves no layer a
+            bottleneck of one channel. ``0`` lets a unit budget empty a layer.
 
     Ties are broken by position: among equal scores, entries of earlier sites, and earlier entries
     within a site, are removed first. Ranking is in float64, so pass scores in a form that does not
@@ -46,7 +49,7 @@ class Budget:
     threshold: float | None = None
     scope: str = "global"
     level: str = "weight"
-    min_keep: int = 0
+    min_keep: int | None = None
 
     def __post_init__(self):
         given = [name for name in ("fraction", "keep", "threshold") if getattr(self, name) is not None]
@@ -60,8 +63,26 @@ class Budget:
             require(is_number(self.threshold), "budget.threshold", "be a finite number", self.threshold)
         require(self.scope in SCOPES, "budget.scope", f"be one of {list(SCOPES)}", self.scope)
         require(self.level in LEVELS, "budget.level", f"be one of {list(LEVELS)}", self.level)
-        require(is_int(self.min_keep) and 0 <= self.min_keep <= MAX_ELEMENTS, "budget.min_keep",
+        require(self.min_keep is None or is_int(self.min_keep) and 0 <= self.min_keep <= MAX_ELEMENTS, "budget.min_keep",
                 f"be a non-negative integer up to {MAX_ELEMENTS}", self.min_keep)
+
+    def floor(self, size: int) -> int:
+        """How many of the ``size`` entries of one site (weight level) or units of one layer (unit
+        level) are kept whatever their scores."""
+        if self.min_keep is not None:
+            return min(self.min_keep, size)
+        return default_floor(size) if self.level == "unit" else 0
+
+
+#: The share of each layer's units a unit-level budget keeps by default (:attr:`Budget.min_keep`).
+#: Measured on torchvision's resnet18 with random scores: at half the units removed globally, a floor
+#: of one unit leaves layers of one channel, a tenth leaves none under a tenth of its width.
+UNIT_FLOOR_SHARE = 0.1
+
+
+def default_floor(units: int) -> int:
+    """The default number of a layer's ``units`` a unit budget keeps: ``max(1, ceil(0.1 · units))``."""
+    return min(units, max(1, math.ceil(UNIT_FLOOR_SHARE * units)))
 
 
 def prune(scores: dict, budget: Budget, *, net=None, input_shape=None) -> dict:
@@ -106,7 +127,7 @@ def _select(scores: dict, budget: Budget) -> dict:
     start = 0
     for score in scores.values():
         size = score.numel()
-        floor = min(budget.min_keep, size)
+        floor = budget.floor(size)
         if floor:
             local = torch.argsort(flat[start:start + size], stable=True)[size - floor:]
             forced[start + local] = True

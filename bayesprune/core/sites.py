@@ -1,7 +1,7 @@
 """Which parameters of a network are sites: the tensors priors, masks, scores and sparsity counts are
-about. By default, the parameters of the prunable layers (``Linear``, ``Bilinear`` and convolutions);
-normalisation layers and any other parameter stay point estimates unless exposed, as TyXe's
-``hide``/``expose`` do."""
+about. By default, the parameters of the prunable layers (``Linear``, ``Bilinear`` and convolutions)
+and the query/key/value projections of ``nn.MultiheadAttention``; normalisation layers and any other
+parameter stay point estimates unless exposed, as TyXe's ``hide``/``expose`` do."""
 from fnmatch import fnmatchcase
 
 from torch import nn
@@ -20,6 +20,17 @@ UNREAD_BY_MASKED_TRAINING = {
 #: Layer types whose parameters are sites by default.
 PRUNABLE = (nn.Linear, nn.Bilinear, nn.modules.conv._ConvNd)
 
+#: The projection parameters of ``nn.MultiheadAttention``, held by the attention module itself rather
+#: than by a ``Linear`` (its output projection is one, a site already): the packed query/key/value
+#: weight and bias, or the three separate weights when keys and values have their own sizes. The
+#: learned key/value biases (``bias_k``, ``bias_v``) are extra tokens, not weights, and stay out.
+ATTENTION_PROJECTIONS = ("in_proj_weight", "in_proj_bias", "q_proj_weight", "k_proj_weight", "v_proj_weight")
+
+
+def _is_site_by_default(module: nn.Module, param_name: str) -> bool:
+    return isinstance(module, PRUNABLE) or (isinstance(module, nn.MultiheadAttention)
+                                            and param_name in ATTENTION_PROJECTIONS)
+
 
 def site_names(net: nn.Module, *, expose=(), hide=()) -> list:
     """The names of ``net``'s site parameters, in network order (a parameter shared by several modules
@@ -29,10 +40,13 @@ def site_names(net: nn.Module, *, expose=(), hide=()) -> list:
     (``"*.bn1.*"``) or a module type name (``"BatchNorm2d"``); ``hide`` wins. An entry that matches no
     parameter raises :class:`~bayesprune.core.errors.ConfigError` naming ``model.expose``/``model.hide``.
     """
-    owner = {}
+    owner, default = {}, set()
     for module_name, module in net.named_modules():
         for param_name, _ in module.named_parameters(recurse=False):
-            owner.setdefault(f"{module_name}.{param_name}" if module_name else param_name, module)
+            name = f"{module_name}.{param_name}" if module_name else param_name
+            if name not in owner and _is_site_by_default(module, param_name):
+                default.add(name)
+            owner.setdefault(name, module)
     names = [name for name, _ in net.named_parameters()]
 
     def matching(pattern):
@@ -47,7 +61,7 @@ def site_names(net: nn.Module, *, expose=(), hide=()) -> list:
                 raise ConfigError(f"{key}: {pattern!r} matches no parameter of the network")
             chosen[key] |= found
     return [name for name in names
-            if (isinstance(owner[name], PRUNABLE) or name in chosen["model.expose"]) and name not in chosen["model.hide"]]
+            if (name in default or name in chosen["model.expose"]) and name not in chosen["model.hide"]]
 
 
 def weight_sites(net: nn.Module) -> list:

@@ -365,7 +365,8 @@ def remove_units(net: nn.Module, unit_masks: dict, *, input_shape=None, graph=No
         if tuple(mask.shape) != (group.units,):
             raise ValueError(f"the mask {site!r} has shape {tuple(mask.shape)}, the layer {group.units} units")
         if not mask.any():
-            raise ValueError(f"the mask {site!r} removes every unit of layer {group.name!r}")
+            raise ValueError(f"the mask {site!r} removes every unit of layer {group.name!r}: a budget's min_keep "
+                             "(left unset, a tenth of each layer's units) keeps some")
     for site, mask in unit_masks.items():
         removed = (~mask.to(torch.bool)).nonzero().flatten().tolist()
         if removed:

@@ -183,10 +183,22 @@ class GuideFitted(Fitted):
         return predict(self.model, self.guide, x, num_samples=num_samples, masks=masks)
 
     def network(self):
-        net = copy.deepcopy(self.net)
         point = {name: value.detach() for name, value in self.model.point.values().items()}
-        net.load_state_dict({**point, **self.guide.mean_params()}, strict=False)  # buffers stay the network's
-        return net
+        return with_point_estimate(self.net, {**point, **self.guide.mean_params()})
+
+
+def with_point_estimate(net: nn.Module, values: dict) -> nn.Module:
+    """A copy of ``net`` with the tensors of ``values`` (parameter name → value) in place of its own; its
+    other parameters and its buffers (batch norm's statistics) stay ``net``'s.
+
+    Loaded through ``net``'s own state dict so that its version metadata reaches the modules that read
+    it in ``_load_from_state_dict`` (torchvision's MNASNet and VisionTransformer do; a plain dict has none).
+    """
+    net = copy.deepcopy(net)
+    state = net.state_dict()
+    state.update((name, value) for name, value in values.items() if name in state)
+    net.load_state_dict(state)
+    return net
 
 
 class Method:

@@ -143,7 +143,8 @@ class PruneConfig:
     """``[prune]``: the pruning curve. At each droprate the fraction of all weights (``level =
     "weight"``) or of all hidden units (``"unit"``) with the lowest scores is removed, ranked over the
     whole network (``scope = "global"``) or within each layer (``"layer"``), keeping at least
-    ``min_keep`` per layer (:class:`bayesprune.core.pruning.Budget`). ``include_biases`` says whether the
+    ``min_keep`` per layer (absent: none of the weights, a tenth of each layer's units;
+    :class:`bayesprune.core.pruning.Budget`). ``include_biases`` says whether the
     biases are ranked and counted with the weights (paper 003 puts its prior on both) or always kept;
     every point of the curve reports its sparsity both ways. ``recalibrate`` re-estimates the
     running statistics of the network's batch norms for every masked network that is scored or
@@ -153,7 +154,7 @@ class PruneConfig:
     droprates: tuple = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
     scope: str = "global"
     level: str = "weight"
-    min_keep: int = 0
+    min_keep: int | None = None
     include_biases: bool = True
     recalibrate: bool = True
     recalibrate_batches: int = 20
@@ -168,7 +169,7 @@ class PruneConfig:
         object.__setattr__(self, "droprates", tuple(sorted(set(float(rate) for rate in self.droprates))))
         _require(self.scope in SCOPES, "prune.scope", f"be one of {list(SCOPES)}", self.scope)
         _require(self.level in LEVELS, "prune.level", f"be one of {list(LEVELS)}", self.level)
-        _require(is_count(self.min_keep, 0), "prune.min_keep", f"be a non-negative integer up to {MAX_COUNT}", self.min_keep)
+        _require(self.min_keep is None or is_count(self.min_keep, 0), "prune.min_keep", f"be a non-negative integer up to {MAX_COUNT}", self.min_keep)
         _require(isinstance(self.include_biases, bool), "prune.include_biases", "be true or false", self.include_biases)
         _require(isinstance(self.recalibrate, bool), "prune.recalibrate", "be true or false", self.recalibrate)
         _require(_is_int(self.recalibrate_batches) and 0 < self.recalibrate_batches <= MAX_BATCHES,

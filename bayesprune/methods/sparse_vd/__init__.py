@@ -12,7 +12,6 @@ no prior and no noise: they are point estimates trained by the likelihood, as in
 Scores are −log α per weight in float64 (higher = keep); a budget that removes the fraction of
 weights with log α > 3 masks exactly the paper's pruned weights.
 """
-import copy
 import time
 from dataclasses import dataclass
 
@@ -32,7 +31,7 @@ from bayesprune.core.tasks import mean_loss
 from bayesprune.core.validation import MAX_COUNT, is_count, is_int, is_number, require
 
 from bayesprune.methods import register_method
-from bayesprune.methods.base import Fitted, Method
+from bayesprune.methods.base import Fitted, Method, with_point_estimate
 from bayesprune.methods.sparse_vd.distributions import LOG_ALPHA_THRESHOLD
 from bayesprune.methods.sparse_vd.model import KLAnnealing, SparseVDELBO, SparseVDGuide, SparseVDNetwork, linear_decay, weight_sites
 
@@ -129,9 +128,7 @@ class SparseVDFitted(Fitted):
         return total / max(num_samples, 1)
 
     def network(self):
-        net = copy.deepcopy(self.net)
-        net.load_state_dict(self.params(), strict=False)  # buffers (batch norm's statistics) stay the network's
-        return net
+        return with_point_estimate(self.net, self.params())
 
     def metrics(self) -> dict:
         log_alpha = self.log_alpha()

@@ -1,0 +1,162 @@
+"""Every classification builder of ``torchvision.models`` through ``bayesprune run``, as a new user would.
+
+Each builder (random weights, ``num_classes`` of the data) is a ``model.factory`` of a TOML config on
+a tiny ``.npz`` of random images at the smallest input size it accepts; one epoch of each method,
+one predictive draw, no baseline, the unpruned point only. A builder passes when the command exits 0
+and writes ``metrics.json``; the largest builders are skipped on memory (:data:`SKIPPED`).
+
+    python benchmarks/torchvision_walk.py                      # every builder, sbnn and sparse-vd
+    python benchmarks/torchvision_walk.py resnet18 vit_b_16    # some builders
+
+Prints one line per builder and method (seconds, or the last line of the error) and exits 1 if any
+failed. ``tests/test_torchvision_walk.py`` runs a representative subset with :func:`run_one`.
+"""
+import argparse
+import contextlib
+import io
+import sys
+import tempfile
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+import numpy as np
+import tomli_w
+import torch
+import torchvision
+
+from bayesprune.cli import main
+
+#: Builders skipped, with the reason: their parameters (and the sBNN's three tensors per weight)
+#: do not fit a small machine's memory, and they are larger versions of builders that run.
+SKIPPED = {
+    "vit_h_14": "632M parameters (the sBNN holds 3 tensors a weight: about 8 GB); vit_b_16 runs",
+    "regnet_y_128gf": "645M parameters (about 8 GB for the sBNN); regnet_y_400mf runs",
+    "vit_l_16": "304M parameters (about 4 GB for the sBNN); vit_b_16 runs",
+    "vit_l_32": "306M parameters (about 4 GB for the sBNN); vit_b_32 runs",
+}
+
+#: Input sides tried, smallest first, in training mode: most builders take 32 pixels, AlexNet 64, the
+#: vision transformers only their ``image_size`` (224) and Inception v3's auxiliary classifier 299.
+SIDES = (32, 64, 96, 128, 224, 299)
+CLASSES = 3
+ROWS = 8
+
+#: One epoch, one draw: what the walk checks is that every stage runs, not what it learns.
+METHODS = {
+    "sbnn": {"predictive_samples": 1},
+    "sparse-vd": {"kl_anneal_start": 0, "kl_anneal_end": 1, "predictive_samples": 1},
+}
+
+FACTORY = '''
+import torchvision
+
+
+def __getattr__(name):
+    def build(input_shape, output_dim):
+        return torchvision.models.get_model(name, weights=None, num_classes=output_dim)
+    return build
+'''
+
+
+def builders() -> list:
+    """Every classification builder of ``torchvision.models``, fewest parameters first."""
+    def size(name):
+        if name in SKIPPED:
+            return float("inf")
+        try:
+            with torch.device("meta"):  # shapes only: no initialisation computed
+                net = torchvision.models.get_model(name, weights=None)
+        except NotImplementedError:  # a builder that computes its widths with tensors (RegNet)
+            net = torchvision.models.get_model(name, weights=None)
+        return sum(p.numel() for p in net.parameters())
+    return sorted(torchvision.models.list_models(module=torchvision.models), key=size)
+
+
+def smallest_side(name: str) -> int:
+    """The smallest of :data:`SIDES` at which builder ``name`` maps a batch of two images to logits."""
+    net = torchvision.models.get_model(name, weights=None, num_classes=CLASSES)
+    for side in SIDES:
+        try:
+            with torch.no_grad():
+                net(torch.zeros(2, 3, side, side))
+            return side
+        except (RuntimeError, ValueError, AssertionError):
+            continue
+    raise ValueError(f"{name} takes none of the input sides {SIDES}")
+
+
+def write_inputs(folder: Path, side: int) -> None:
+    """The factory module (``tvnets:<builder>``) and ``<side>.npz`` of random images."""
+    (folder / "tvnets.py").write_text(FACTORY)
+    path = folder / f"{side}.npz"
+    if not path.exists():
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((2 * ROWS, 3, side, side)).astype(np.float32)
+        y = np.arange(2 * ROWS) % CLASSES
+        np.savez(path, x_train=x[:ROWS], y_train=y[:ROWS], x_test=x[ROWS:], y_test=y[ROWS:])
+
+
+def run_one(folder: Path, name: str, method: str, side: int) -> tuple:
+    """Run ``method`` for one epoch on builder ``name`` at ``side`` x ``side`` pixels from a TOML config
+    in ``folder`` (on ``sys.path``); returns (exit status, stderr or traceback, run directory)."""
+    write_inputs(folder, side)
+    config = {"method": method, "device": "cpu", "seed": 0,
+              "data": {"dataset": "npz", "path": str(folder / f"{side}.npz"), "batch_size": ROWS},
+              "model": {"factory": f"tvnets:{name}"}, "optim": {"lr": 1e-3}, "train": {"epochs": 1},
+              method: METHODS[method], "prune": {"droprates": [0.0]}, "baseline": {"enabled": False}}
+    toml = folder / f"{name}-{method}.toml"
+    toml.write_text(tomli_w.dumps(config))
+    out = folder / f"run-{name}-{method}"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            status = main(["run", str(toml), "--out", str(out), "--quiet"])
+        except Exception:  # noqa: BLE001 - a traceback is what the walk reports
+            status, err = 1, io.StringIO(traceback.format_exc())
+    return status, err.getvalue(), out
+
+
+def walk_builder(name: str, methods: list, folder: str, threads: int) -> list:
+    """Lines of :func:`main_walk`'s table for builder ``name`` (each method in turn), and the failures."""
+    torch.set_num_threads(threads)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    side = smallest_side(name)
+    lines, failed = [], []
+    for method in methods:
+        start = time.perf_counter()
+        status, err, out = run_one(Path(folder), name, method, side)
+        ok = status == 0 and (out / "metrics.json").exists()
+        detail = f"{time.perf_counter() - start:6.1f} s" if ok else "FAILED\n" + err.strip()
+        lines.append(f"{name:24s} {side:4d} px {method:10s} {detail}")
+        failed += [] if ok else [f"{name}/{method}"]
+    return lines, failed
+
+
+def main_walk(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="builders (default: all but the skipped ones)")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--jobs", type=int, default=1, help="builders walked at once, each in its own process")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of each process")
+    args = parser.parse_args(argv)
+    names = args.names or builders()
+    for name in names:
+        if name in SKIPPED and not args.names:
+            print(f"{name:24s} skipped: {SKIPPED[name]}", flush=True)
+    names = [name for name in names if args.names or name not in SKIPPED]
+    failed = []
+    with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(args.jobs) as pool:
+        runs = [pool.submit(walk_builder, name, args.methods, tmp, args.threads) for name in names]
+        for run in as_completed(runs):
+            lines, failures = run.result()
+            print("\n".join(lines), flush=True)
+            failed += failures
+    print(f"{len(failed)} failed" + (": " + ", ".join(failed) if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main_walk())
