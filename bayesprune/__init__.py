@@ -11,7 +11,7 @@ from bayesprune.version import __version__
 
 #: The services on a fitted run, imported (with the pipeline) only when asked for: name -> module.
 _SERVICES = {"fit_method": "bayesprune.api", "export": "bayesprune.api", "certify": "bayesprune.pipeline.certify",
-             "report": "bayesprune.pipeline.report"}
+             "importance": "bayesprune.pipeline.importance", "report": "bayesprune.pipeline.report"}
 
 
 def __getattr__(name):

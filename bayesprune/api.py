@@ -12,13 +12,13 @@ from dataclasses import replace
 import torch
 from torch.utils.data import DataLoader
 
-from bayesprune.pipeline.config import RunConfig
-from bayesprune.data import CLASSIFICATION, REGRESSION, Dataset, validate
 from bayesprune.core.errors import ConfigError, DataError
 from bayesprune.core.loop import resolve_device
 from bayesprune.core.tasks import is_classification, task_of
+from bayesprune.data import CLASSIFICATION, REGRESSION, Dataset, validate
 from bayesprune.methods import FitContext, get_method
 from bayesprune.pipeline.checks import refuse_unsupported
+from bayesprune.pipeline.config import RunConfig
 
 
 def fit_method(name: str, net: torch.nn.Module, train, test=None, *, options=None, epochs: int | None = None,

@@ -5,7 +5,6 @@ line on stderr and exit with status 2, without a traceback.
 """
 import argparse
 import json
-import math
 import signal
 import sys
 from pathlib import Path
@@ -54,107 +53,17 @@ def _report(args):
 
 
 def _importance(args):
-    from bayesprune.analysis.importance import (SELECTION, input_importance, keep_matrices, kept_inputs_record, node_importance_table,
-                                      plot_importance, plot_importance_image)
-    from bayesprune.analysis.tables import write_csv
-    from bayesprune.core.files import write_text
-    from bayesprune.pipeline.runner import load_run
+    from bayesprune.pipeline.importance import importance
 
-    if args.top < 1:
-        raise BayesPruneError(f"--top must be a positive integer, got {args.top}")
-    if not 0 <= args.fdr < 1:
-        raise BayesPruneError(f"--fdr must lie in [0, 1), got {args.fdr}")
-    run_dir = Path(args.run_dir)
-    outputs = [run_dir / name for name in ("importance.csv", "node_importance.csv", "importance.png", SELECTION)]
-    if any(path.exists() for path in outputs) and not args.force:
-        raise BayesPruneError(f"{run_dir}: importance.csv exists; pass --force to overwrite it")
-    folder = next((path for path in outputs if path.is_dir() and not path.is_symlink()), None)
-    if folder is not None:
-        raise BayesPruneError(f"{folder}: is a folder, where importance writes a file; move it away")
-    config, dataset, fitted = load_run(run_dir)
-    idata = _posterior_with_importance(run_dir)
-    if idata is not None:
-        rows, nodes, selection = _pooled_importance(idata, fitted, args.fdr)
-    else:
-        try:
-            soft, hard, kept_by = keep_matrices(fitted)
-            rows = input_importance(fitted, dataset.feature_names)
-            nodes = node_importance_table(fitted.net, hard if soft is None else soft)
-        except ValueError as error:
-            raise BayesPruneError(f"{run_dir}: {error}") from None
-        selection = kept_inputs_record(rows, kept_by)
-    write_csv(outputs[0], rows)
-    write_csv(outputs[1], nodes)
-    if len(dataset.input_shape) == 3 and len(rows) == math.prod(dataset.input_shape):
-        plot_importance_image(rows, dataset.input_shape, outputs[2], title="Feature importance φ")
-    else:
-        ordered = sorted(rows, key=lambda row: row["rank"])
-        plot_importance(ordered[: args.top], outputs[2],
-                        title=f"Feature importance ψ (top {min(args.top, len(rows))} of {len(rows)})")
-    if len(dataset.input_shape) == 1:
-        selection["refit"] = _refit_on_selection(config, dataset, [row["selected"] for row in rows])
-    write_text(outputs[3], json.dumps(selection, indent=1) + "\n")
-    print(f"selected {len(selection['selected'])} of {len(rows)} inputs ({selection['rule']}): "
-          f"{', '.join(selection['selected']) or 'none'}")
-    if "refit" in selection:
-        refit = selection["refit"]
-        print(f"plain network refit on the selected inputs: {refit['metric']} {refit['selected_inputs']:.4g} "
-              f"(all inputs: {refit['all_inputs']:.4g})")
-    print(f"wrote {', '.join(str(path) for path in outputs)}")
-
-
-def _refit_on_selection(config, dataset, selected: list) -> dict:
-    """Test metric of the run's plain network trained, as the run trains it, on all inputs and on the
-    selected ones only (the others set to zero: X·diag(Ẑ), paper 003's Algorithm 2)."""
-    from dataclasses import replace
-
-    import torch
-
-    from bayesprune.analysis.selection import mask_features
-    from bayesprune.models import new_net
-    from bayesprune.pipeline.baseline import train_plain
-    from bayesprune.pipeline.evaluation import metric_name
-
-    config = config.for_data(dataset.num_train)
-    mask = torch.tensor(selected, dtype=torch.bool)
-    masked = replace(dataset, x_train=mask_features(dataset.x_train, mask), x_test=mask_features(dataset.x_test, mask))
-    result = {"metric": metric_name(dataset.task)}
-    for key, data in (("all_inputs", dataset), ("selected_inputs", masked)):
-        net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
-        result[key] = train_plain(net, data, epochs=config.baseline.epochs or config.train.epochs,
-                                  lr=config.baseline.lr or config.optim.lr, batch_size=config.data.batch_size,
-                                  seed=config.seed, hold=config.baseline.held_out)["test"]
-    return result
-
-
-def _posterior_with_importance(run_dir: Path):
-    """The run's ``posterior.nc`` (checked as the report checks it) when it holds ψ's draws, else ``None``."""
-    from bayesprune.pipeline.report import read_metrics, read_posterior, read_scores
-
-    if not (run_dir / "posterior.nc").is_file():
-        return None
-    idata = read_posterior(run_dir, read_metrics(run_dir)["method"], read_scores(run_dir))
-    return idata if "psi" in idata.posterior.data_vars else None
-
-
-def _pooled_importance(idata, fitted, fdr: float) -> tuple:
-    """Rows of ``importance.csv`` and ``node_importance.csv`` and the ``selection.json`` record, from every
-    restart of ``posterior.nc`` pooled: the numbers the report gives."""
-    from bayesprune.analysis.importance import node_layer_names, pooled_importance_of, pooled_node_importance_of, selection_record
-    from bayesprune.core.structure import layer_chain
-
-    rows = pooled_importance_of(idata, fdr=fdr)
-    outputs = layer_chain(fitted.net)[-1].module.weight.shape[0]
-    nodes = pooled_node_importance_of(idata, node_layer_names(fitted.net), outputs)
-    return rows, nodes, selection_record(rows, fdr=fdr, restarts=idata.posterior.sizes["chain"])
+    print("\n".join(importance(args.run_dir, top=args.top, fdr=args.fdr, force=args.force).summary()))
 
 
 def _export(args):
-    from bayesprune.pipeline.export import check_export_arguments, export_run
+    from bayesprune.pipeline.export import budget_of, check_export_arguments, export_run
 
     check_export_arguments(args.out, repeats=args.repeats, force=args.force)  # before the budget and the run are read
-    exported = export_run(args.run_dir, out=args.out, budget=_budget(args.budget) if args.budget else None,
-                          repeats=args.repeats, force=args.force)
+    budget = budget_of(args.budget) if args.budget else None
+    exported = export_run(args.run_dir, out=args.out, budget=budget, repeats=args.repeats, force=args.force)
     print(json.dumps(exported.report, indent=2) if args.json else "\n".join(exported.summary()))
 
 
@@ -162,30 +71,8 @@ def _certify(args):
     from bayesprune.pipeline.certify import certify
 
     result = certify(args.run_dir, samples=args.samples)
-    lines = [f"{key:<24}{value:.6g}" if isinstance(value, float) else f"{key:<24}{value}" for key, value in result.items()]
+    lines = [f"{k:<24}{v:.6g}" if isinstance(v, float) else f"{k:<24}{v}" for k, v in result.items()]
     print(json.dumps(result, indent=2) if args.json else "\n".join(lines))
-
-
-def _budget(assignments):
-    """The :class:`~bayesprune.core.pruning.Budget` of ``--budget key=value`` assignments over the command's defaults
-    (``level=unit``; one of fraction, keep and threshold must be given; ``min_keep`` as in Python)."""
-    from bayesprune.pipeline.config import parse_override
-    from bayesprune.core.pruning import Budget
-
-    fields, given = {"level": "unit"}, set()
-    for assignment in assignments:
-        keys, value = parse_override(assignment)
-        key = ".".join(keys)
-        if key in given:
-            raise BayesPruneError(f"--budget {key}: given twice; give each budget field once")
-        fields[key] = value
-        given.add(key)
-    unknown = sorted(set(fields) - set(Budget.__dataclass_fields__))
-    if unknown:
-        raise BayesPruneError(f"--budget {unknown[0]}: not a budget field (one of {sorted(Budget.__dataclass_fields__)})")
-    if not {"fraction", "keep", "threshold"} & set(fields):
-        raise BayesPruneError("--budget needs one of fraction, keep and threshold (e.g. --budget fraction=0.5)")
-    return Budget(**fields)
 
 
 def _grid(args):

@@ -9,11 +9,11 @@ import torch
 import torchvision
 
 import bayesprune as bp
-from bayesprune.cli import _budget
 from bayesprune.core.export import export
 from bayesprune.core.pruning import Budget, prune
 from bayesprune.models import mlp
 from bayesprune.pipeline.config import load_config
+from bayesprune.pipeline.export import budget_of
 
 
 def best_subset(scores: dict, count: int, floors: dict) -> set:
@@ -51,8 +51,8 @@ def test_weight_budgets_have_no_floor_unless_asked():
 
 
 def test_the_command_line_and_a_config_default_to_the_python_budget():
-    assert _budget(["fraction=0.5"]) == bp.Budget(fraction=0.5, level="unit")
-    assert _budget(["fraction=0.5", "min_keep=0"]) == bp.Budget(fraction=0.5, level="unit", min_keep=0)
+    assert budget_of(["fraction=0.5"]) == bp.Budget(fraction=0.5, level="unit")
+    assert budget_of(["fraction=0.5", "min_keep=0"]) == bp.Budget(fraction=0.5, level="unit", min_keep=0)
     config = load_config("default", ["prune.level='unit'"])
     assert config.prune.budget(0.5) == bp.Budget(fraction=0.5, level="unit")
     assert "min_keep" not in config.to_dict()["prune"]

@@ -114,3 +114,21 @@ def test_the_command_line_is_argument_parsing_only():
     """Issue 36: the services live in the pipeline; ``cli.py`` parses arguments and calls them."""
     lines = len((Path(bp.__file__).parent / "cli.py").read_text().splitlines())
     assert lines < 250, f"bayesprune/cli.py has {lines} lines"
+
+
+
+def test_importance_from_python_writes_the_files_and_lines_of_the_command_line(pbp_run, capsys):
+    names = ("importance.csv", "node_importance.csv", "selection.json")
+    status, out, _ = _cli(capsys, "importance", pbp_run, "--fdr", 0.2, "--top", 5, "--force")
+    assert status == 0
+    expected = {name: (pbp_run / name).read_text() for name in names}
+    for name in names:
+        (pbp_run / name).unlink()
+    result = bp.importance(pbp_run, fdr=0.2, top=5, force=True)
+    assert capsys.readouterr().out == ""
+    assert {name: (pbp_run / name).read_text() for name in names} == expected
+    assert result.summary() == out.splitlines()
+    assert result.selection == json.loads(expected["selection.json"])
+    with pytest.raises(BayesPruneError) as refused:
+        bp.importance(pbp_run)  # the files exist, without force
+    assert _cli(capsys, "importance", pbp_run)[2] == f"bayesprune: error: {refused.value}\n"

@@ -10,6 +10,8 @@ from pathlib import Path
 import torch
 
 from bayesprune.core.errors import BayesPruneError
+from bayesprune.core.pruning import Budget
+from bayesprune.pipeline.config import parse_override
 
 #: The most timed forward passes ``repeats`` may ask for per batch size and device (more measures nothing new).
 MAX_REPEATS = 10_000
@@ -62,6 +64,25 @@ class Exported:
         else:
             lines.append(f"no trainable file: {self.no_trainable_file}")
         return lines
+
+
+def budget_of(assignments) -> Budget:
+    """The :class:`~bayesprune.core.pruning.Budget` of ``--budget key=value`` assignments over the command's defaults
+    (``level=unit``; one of fraction, keep and threshold must be given; ``min_keep`` as in Python)."""
+    fields, given = {"level": "unit"}, set()
+    for assignment in assignments:
+        keys, value = parse_override(assignment)
+        key = ".".join(keys)
+        if key in given:
+            raise BayesPruneError(f"--budget {key}: given twice; give each budget field once")
+        fields[key] = value
+        given.add(key)
+    unknown = sorted(set(fields) - set(Budget.__dataclass_fields__))
+    if unknown:
+        raise BayesPruneError(f"--budget {unknown[0]}: not a budget field (one of {sorted(Budget.__dataclass_fields__)})")
+    if not {"fraction", "keep", "threshold"} & set(fields):
+        raise BayesPruneError("--budget needs one of fraction, keep and threshold (e.g. --budget fraction=0.5)")
+    return Budget(**fields)
 
 
 def check_export_arguments(out, *, repeats: int = 30, force: bool = False) -> tuple:

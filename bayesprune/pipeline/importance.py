@@ -1,0 +1,151 @@
+"""``bayesprune importance`` as a library call: the feature importance ψ, φ (paper 003, eqs. 3.18-3.19)
+and node importance of a saved run, its selection of inputs, and the plain network refit on them,
+written beside the run as ``importance.csv``, ``node_importance.csv``, ``importance.png`` and
+``selection.json``."""
+import json
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from bayesprune.analysis.importance import (
+    SELECTION,
+    input_importance,
+    keep_matrices,
+    kept_inputs_record,
+    node_importance_table,
+    node_layer_names,
+    plot_importance,
+    plot_importance_image,
+    pooled_importance_of,
+    pooled_node_importance_of,
+    selection_record,
+)
+from bayesprune.analysis.selection import mask_features
+from bayesprune.analysis.tables import write_csv
+from bayesprune.core.errors import BayesPruneError
+from bayesprune.core.files import write_text
+from bayesprune.core.structure import layer_chain
+from bayesprune.core.tasks import metric_name
+from bayesprune.models import new_net
+from bayesprune.pipeline.baseline import train_plain
+from bayesprune.pipeline.report import read_metrics, read_posterior, read_scores
+from bayesprune.pipeline.rundir import load_run
+
+#: The files :func:`importance` writes into the run directory, in the order it names them.
+FILES = ("importance.csv", "node_importance.csv", "importance.png", SELECTION)
+
+
+@dataclass
+class Importance:
+    """What :func:`importance` computed and wrote.
+
+    Attributes:
+        rows: one per input (``importance.csv``): its ψ (and φ), rank and whether it is selected.
+        nodes: one per hidden unit (``node_importance.csv``).
+        selection: the ``selection.json`` record: the selected inputs, the rule, and for tables the
+            plain network's ``refit`` on them.
+        files: the paths written.
+    """
+
+    rows: list
+    nodes: list
+    selection: dict
+    files: list
+
+    def summary(self) -> list:
+        """The lines ``bayesprune importance`` prints."""
+        selection = self.selection
+        lines = [f"selected {len(selection['selected'])} of {len(self.rows)} inputs ({selection['rule']}): "
+                 f"{', '.join(selection['selected']) or 'none'}"]
+        if "refit" in selection:
+            refit = selection["refit"]
+            lines.append(f"plain network refit on the selected inputs: {refit['metric']} {refit['selected_inputs']:.4g} "
+                         f"(all inputs: {refit['all_inputs']:.4g})")
+        return [*lines, f"wrote {', '.join(str(path) for path in self.files)}"]
+
+
+def importance(run_dir, *, top: int = 30, fdr: float = 0.1, force: bool = False) -> Importance:
+    """The importance of the inputs of the saved run in ``run_dir`` (``bayesprune importance RUN_DIR``).
+
+    With a ``posterior.nc`` holding ψ's draws, every restart pooled (the numbers the report gives) and
+    the inputs selected by the Bayesian FDR bound ``fdr``; otherwise the fit's own keep matrices, and
+    the inputs a path of kept weights joins to the output. For 1-D inputs (tables), the run's plain
+    network is refit on the selected inputs alone and on all of them.
+
+    Args:
+        run_dir: a run directory of a single fit.
+        top: features shown in the bar plot ``importance.png`` (image inputs get a heat map of every pixel).
+        fdr: bound on the posterior expected false-discovery rate of the selection, in [0, 1).
+        force: overwrite the importance files of an earlier call.
+
+    Raises :class:`~bayesprune.core.errors.BayesPruneError` (one line, nothing written) on a bad argument
+    or run directory.
+    """
+    if top < 1:
+        raise BayesPruneError(f"--top must be a positive integer, got {top}")
+    if not 0 <= fdr < 1:
+        raise BayesPruneError(f"--fdr must lie in [0, 1), got {fdr}")
+    run_dir = Path(run_dir)
+    outputs = [run_dir / name for name in FILES]
+    if any(path.exists() for path in outputs) and not force:
+        raise BayesPruneError(f"{run_dir}: importance.csv exists; pass --force to overwrite it")
+    folder = next((path for path in outputs if path.is_dir() and not path.is_symlink()), None)
+    if folder is not None:
+        raise BayesPruneError(f"{folder}: is a folder, where importance writes a file; move it away")
+    config, dataset, fitted = load_run(run_dir)
+    idata = _posterior_with_importance(run_dir)
+    if idata is not None:
+        rows, nodes, selection = _pooled_importance(idata, fitted, fdr)
+    else:
+        try:
+            soft, hard, kept_by = keep_matrices(fitted)
+            rows = input_importance(fitted, dataset.feature_names)
+            nodes = node_importance_table(fitted.net, hard if soft is None else soft)
+        except ValueError as error:
+            raise BayesPruneError(f"{run_dir}: {error}") from None
+        selection = kept_inputs_record(rows, kept_by)
+    write_csv(outputs[0], rows)
+    write_csv(outputs[1], nodes)
+    if len(dataset.input_shape) == 3 and len(rows) == math.prod(dataset.input_shape):
+        plot_importance_image(rows, dataset.input_shape, outputs[2], title="Feature importance φ")
+    else:
+        ordered = sorted(rows, key=lambda row: row["rank"])
+        plot_importance(ordered[:top], outputs[2], title=f"Feature importance ψ (top {min(top, len(rows))} of {len(rows)})")
+    if len(dataset.input_shape) == 1:
+        selection["refit"] = _refit_on_selection(config, dataset, [row["selected"] for row in rows])
+    write_text(outputs[3], json.dumps(selection, indent=1) + "\n")
+    return Importance(rows, nodes, selection, outputs)
+
+
+def _refit_on_selection(config, dataset, selected: list) -> dict:
+    """Test metric of the run's plain network trained, as the run trains it, on all inputs and on the
+    selected ones only (the others set to zero: X·diag(Ẑ), paper 003's Algorithm 2)."""
+    config = config.for_data(dataset.num_train)
+    mask = torch.tensor(selected, dtype=torch.bool)
+    masked = replace(dataset, x_train=mask_features(dataset.x_train, mask), x_test=mask_features(dataset.x_test, mask))
+    result = {"metric": metric_name(dataset.task)}
+    for key, data in (("all_inputs", dataset), ("selected_inputs", masked)):
+        net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
+        result[key] = train_plain(net, data, epochs=config.baseline.epochs or config.train.epochs,
+                                  lr=config.baseline.lr or config.optim.lr, batch_size=config.data.batch_size,
+                                  seed=config.seed, hold=config.baseline.held_out)["test"]
+    return result
+
+
+def _posterior_with_importance(run_dir: Path):
+    """The run's ``posterior.nc`` (checked as the report checks it) when it holds ψ's draws, else ``None``."""
+    if not (run_dir / "posterior.nc").is_file():
+        return None
+    idata = read_posterior(run_dir, read_metrics(run_dir)["method"], read_scores(run_dir))
+    return idata if "psi" in idata.posterior.data_vars else None
+
+
+def _pooled_importance(idata, fitted, fdr: float) -> tuple:
+    """Rows of ``importance.csv`` and ``node_importance.csv`` and the ``selection.json`` record, from every
+    restart of ``posterior.nc`` pooled: the numbers the report gives."""
+    rows = pooled_importance_of(idata, fdr=fdr)
+    outputs = layer_chain(fitted.net)[-1].module.weight.shape[0]
+    nodes = pooled_node_importance_of(idata, node_layer_names(fitted.net), outputs)
+    return rows, nodes, selection_record(rows, fdr=fdr, restarts=idata.posterior.sizes["chain"])
