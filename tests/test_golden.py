@@ -56,7 +56,7 @@ ENTRIES = 8
 
 def recording(name: str) -> tuple[Path, Path]:
     """The golden metrics file and scores file of ``name`` (a method, or ``"default"``)."""
-    if name == "default":  # the default run's file name, as tests/test_methods.py reads it
+    if name == "default":
         return FOLDER / "default-2-epochs-metrics.json", FOLDER / "default-2-epochs-scores.json"
     return FOLDER / f"{name}-digits-2-epochs.json", FOLDER / f"{name}-digits-2-epochs-scores.json"
 
