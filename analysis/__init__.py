@@ -4,6 +4,7 @@ The pruning curve (:func:`bayesprune.pipeline.evaluation.pruning_curve`) and a r
 (:func:`bayesprune.pipeline.report.write_report`) belong to the pipeline: they evaluate and lay out a
 run, while this package reads posteriors and never fits.
 """
+
 from bayesprune.analysis.inference_data import plot_diagnostics, summary_table, to_inference_data, write_posterior
 
 __all__ = [

@@ -26,6 +26,7 @@ Only plain chains are supported (:func:`bayesprune.core.structure.layer_chain`: 
 layers in module order with pooling, activations and ``Flatten`` between them, no branches, skip
 connections or batch norm); anything else raises ``ValueError``.
 """
+
 import numpy as np
 import torch
 
@@ -59,9 +60,11 @@ def weight_inclusion_matrices(inclusion: dict, model_or_net) -> list:
             raise KeyError(f"no inclusion probabilities for weight site {layer.weight_site!r}")
         probs = inclusion[layer.weight_site].detach()
         if probs.numel() and not bool(((probs >= 0) & (probs <= 1)).all()):
-            raise ValueError(f"{layer.weight_site}: inclusion probabilities must lie in [0, 1], got values from "
-                             f"{probs.min().item():.4g} to {probs.max().item():.4g} (scores such as inclusion logits are "
-                             "no probabilities: pass fitted.inclusion_probabilities())")
+            raise ValueError(
+                f"{layer.weight_site}: inclusion probabilities must lie in [0, 1], got values from "
+                f"{probs.min().item():.4g} to {probs.max().item():.4g} (scores such as inclusion logits are "
+                "no probabilities: pass fitted.inclusion_probabilities())"
+            )
         if probs.dim() == 4:  # Conv2d (out, in, kh, kw): mean over the kernel positions
             probs = probs.mean(dim=(2, 3))
         if inputs_per_node > 1:  # Linear after Flatten of a (C, H, W) map: fold the channel-major inputs to C
@@ -149,7 +152,10 @@ def keep_matrices(fitted) -> tuple:
     if soft is None and getattr(fitted, "keep", None) is not None:
         soft, name = fitted.keep, "keep probability"
     if soft is None and fitted.score_name == "keep logit":
-        soft, name = {site: torch.sigmoid(value.double()) for site, value in fitted.scores().items()}, "keep probability"
+        soft, name = (
+            {site: torch.sigmoid(value.double()) for site, value in fitted.scores().items()},
+            "keep probability",
+        )
     if hasattr(fitted, "log_alpha"):
         hard = {site: (value <= fitted.threshold).double() for site, value in fitted.log_alpha().items()}
         return soft, hard, "kept by Sparse VD (log α at most its threshold)"
@@ -187,9 +193,18 @@ def input_importance(fitted, feature_names=None) -> list:
     rank = torch.empty_like(order)
     rank[order] = torch.arange(1, len(psi) + 1)
     phi = scaled_importance(psi)
-    return [{"feature": names[j], "psi": float(psi[j]), "phi": float(phi[j]), "weights_kept": int(kept[j]),
-             "first_layer_score": float(scores[j]), "selected": bool(connected[j]), "rank": int(rank[j])}
-            for j in range(len(psi))]
+    return [
+        {
+            "feature": names[j],
+            "psi": float(psi[j]),
+            "phi": float(phi[j]),
+            "weights_kept": int(kept[j]),
+            "first_layer_score": float(scores[j]),
+            "selected": bool(connected[j]),
+            "rank": int(rank[j]),
+        }
+        for j in range(len(psi))
+    ]
 
 
 def _sum_per_input(weight: torch.Tensor) -> torch.Tensor:
@@ -273,11 +288,21 @@ def pooled_importance(psi_draws, psi_at_p, feature_names=None, *, fdr: float = D
     rank[order] = np.arange(1, features + 1)
     phi = scaled_importance(psi)
     return [
-        {"feature": names[j], "psi": float(psi[j]), "phi": float(phi[j]), "psi_sd": float(pooled[:, j].std()),
-         "psi_low": float(low[j]), "psi_high": float(high[j]),
-         "restart_low": float(at_p[:, j].min()), "restart_high": float(at_p[:, j].max()),
-         "r_hat": float(r_hat[j]), "ess": float(ess[j]), "inclusion_probability": float(inclusion[j]),
-         "selected": bool(selected[j]), "rank": int(rank[j])}
+        {
+            "feature": names[j],
+            "psi": float(psi[j]),
+            "phi": float(phi[j]),
+            "psi_sd": float(pooled[:, j].std()),
+            "psi_low": float(low[j]),
+            "psi_high": float(high[j]),
+            "restart_low": float(at_p[:, j].min()),
+            "restart_high": float(at_p[:, j].max()),
+            "r_hat": float(r_hat[j]),
+            "ess": float(ess[j]),
+            "inclusion_probability": float(inclusion[j]),
+            "selected": bool(selected[j]),
+            "rank": int(rank[j]),
+        }
         for j in range(features)
     ]
 
@@ -317,8 +342,11 @@ def pooled_node_importance_of(idata, layers: list, num_outputs: int) -> list:
     values = [variational["psi"].mean("chain").values]
     values += [variational[f"node_importance.{layer}"].mean("chain").values for layer in layers[1:-1]]
     values.append(np.ones(num_outputs))
-    return [{"layer": layer, "node": node, "importance": float(value)}
-            for layer, row in zip(layers, values) for node, value in enumerate(row)]
+    return [
+        {"layer": layer, "node": node, "importance": float(value)}
+        for layer, row in zip(layers, values)
+        for node, value in enumerate(row)
+    ]
 
 
 def selection_record(rows: list, *, fdr: float, restarts: int) -> dict:
@@ -330,8 +358,8 @@ def selection_record(rows: list, *, fdr: float, restarts: int) -> dict:
         "rule": "bayesian-fdr",
         "fdr": fdr,
         "description": "the largest set of inputs of highest posterior inclusion probability (the pooled probability "
-                       "that a path of included weights joins the input to the output) whose posterior expected "
-                       "false-discovery rate, the mean of 1 - inclusion probability over the set, is at most fdr",
+        "that a path of included weights joins the input to the output) whose posterior expected "
+        "false-discovery rate, the mean of 1 - inclusion probability over the set, is at most fdr",
         "restarts": restarts,
         "selected": [row["feature"] for row in rows if row["selected"]],
         "not_selected": [row["feature"] for row in rows if not row["selected"]],
@@ -346,7 +374,7 @@ def kept_inputs_record(rows: list, kept_by: str) -> dict:
     return {
         "rule": "kept-by-the-fit",
         "description": f"an input is selected when a path of weights the fit keeps ({kept_by}) joins it to the output; "
-                       "no false-discovery rate is controlled",
+        "no false-discovery rate is controlled",
         "selected": [row["feature"] for row in rows if row["selected"]],
         "not_selected": [row["feature"] for row in rows if not row["selected"]],
     }
@@ -378,10 +406,16 @@ def plot_importance(rows, path, *, title="Feature importance"):
         axis.errorbar(psi, positions, xerr=np.clip(errors, 0, None), fmt="none", ecolor="0.3", capsize=2)
     selected = np.array([row.get("selected", True) for row in rows], dtype=bool)
     axis.scatter(psi[selected], positions[selected], color="C0", zorder=3, label="selected")
-    axis.scatter(psi[~selected], positions[~selected], facecolors="white", edgecolors="C0", zorder=3, label="not selected")
+    axis.scatter(
+        psi[~selected], positions[~selected], facecolors="white", edgecolors="C0", zorder=3, label="not selected"
+    )
     axis.set_yticks(positions, [row["feature"] for row in rows])
-    axis.set(xlabel="importance ψ (eq. 3.18); bar: 94% interval, restarts pooled", ylabel="input feature",
-             xlim=(0, None), title=title)
+    axis.set(
+        xlabel="importance ψ (eq. 3.18); bar: 94% interval, restarts pooled",
+        ylabel="input feature",
+        xlim=(0, None),
+        title=title,
+    )
     if any("selected" in row for row in rows):
         axis.legend(loc="lower right", fontsize="small")
     save_figure(figure, path)

@@ -47,6 +47,7 @@ Groups of the object :func:`to_inference_data` returns (``C`` chains, ``S`` draw
 The object is an ``arviz.InferenceData`` under ArviZ 0.x and an ``xarray.DataTree`` under ArviZ ≥ 1
 (which replaced ``InferenceData``); both write with ``.to_netcdf`` and load with ``arviz.from_netcdf``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -130,8 +131,18 @@ def to_inference_data(
         torch.manual_seed(seed)
         for model, guide, _ in fits:
             chains.append(
-                _chain(model, guide, selected, x_test, num_draws, num_predictive_draws,
-                       regression, dataset, batch_size, feature_importance)
+                _chain(
+                    model,
+                    guide,
+                    selected,
+                    x_test,
+                    num_draws,
+                    num_predictive_draws,
+                    regression,
+                    dataset,
+                    batch_size,
+                    feature_importance,
+                )
             )
 
     coords = {"chain": np.arange(len(fits)), "draw": np.arange(num_draws)}
@@ -164,7 +175,9 @@ def to_inference_data(
                 coords[dim] = np.arange(len(values))
         names = dataset.feature_names
         coords["feature"] = (
-            np.array(names, dtype=object) if names is not None and len(names) == num_features else np.arange(num_features)
+            np.array(names, dtype=object)
+            if names is not None and len(names) == num_features
+            else np.arange(num_features)
         )
 
     variational["inclusion_probability_quantile"] = (["chain", "quantile"], np.stack([c["quantiles"] for c in chains]))
@@ -301,7 +314,9 @@ def _plot_diagnostics(idata, folder, max_features):
         _arviz_or_fallback(
             lambda az: _label_forest(az.plot_forest(idata, var_names=["psi"], coords={"feature": list(top)})),
             lambda: _forest_fallback(psi.sel(feature=top), plt),
-            path, plt, "forest plot",
+            path,
+            plt,
+            "forest plot",
         )
         written["forest_psi"] = path
     groups = _group_names(idata)
@@ -309,16 +324,25 @@ def _plot_diagnostics(idata, folder, max_features):
         path = folder / "ppc.png"
         _arviz_or_fallback(
             _arviz_ppc(idata),
-            lambda: _ppc_fallback(_group(idata, "posterior_predictive")["obs"], _group(idata, "observed_data")["obs"], plt),
-            path, plt, "posterior predictive check",
+            lambda: _ppc_fallback(
+                _group(idata, "posterior_predictive")["obs"], _group(idata, "observed_data")["obs"], plt
+            ),
+            path,
+            plt,
+            "posterior predictive check",
         )
         written["ppc"] = path
     variational = _group(idata, "variational") if "variational" in groups else None
     if variational is not None and "inclusion_probability_quantile" in variational.data_vars:
         path = folder / "inclusion_cdf.png"
         quantiles = variational["inclusion_probability_quantile"]
-        plot_inclusion_cdfs({f"chain {chain}": (quantiles.sel(chain=chain).values, quantiles["quantile"].values)
-                             for chain in quantiles["chain"].values}, path)
+        plot_inclusion_cdfs(
+            {
+                f"chain {chain}": (quantiles.sel(chain=chain).values, quantiles["quantile"].values)
+                for chain in quantiles["chain"].values
+            },
+            path,
+        )
         written["inclusion_cdf"] = path
     return written
 
@@ -327,8 +351,9 @@ def _plot_diagnostics(idata, folder, max_features):
 # Draws
 
 
-def _chain(model, guide, selected, x_test, num_draws, num_predictive_draws, regression, dataset,
-           batch_size, feature_importance):
+def _chain(
+    model, guide, selected, x_test, num_draws, num_predictive_draws, regression, dataset, batch_size, feature_importance
+):
     posteriors = guide.posteriors()
     device = _device(model)
     x = x_test.to(device)
@@ -339,10 +364,12 @@ def _chain(model, guide, selected, x_test, num_draws, num_predictive_draws, regr
         if draw < num_predictive_draws:
             params = {name: q.sample() for name, q in posteriors.items()}
             with evaluating(model.net):
-                y = torch.cat([
-                    model.likelihood.distribution(model.network(params, chunk)).sample()
-                    for chunk in torch.split(x, batch_size)
-                ]).cpu()
+                y = torch.cat(
+                    [
+                        model.likelihood.distribution(model.network(params, chunk)).sample()
+                        for chunk in torch.split(x, batch_size)
+                    ]
+                ).cpu()
             predictive.append((_original_units(y, dataset) if regression else y).numpy())
         else:
             params = {name: posteriors[name].sample() for name in selected}
@@ -500,8 +527,11 @@ def _arviz_or_fallback(arviz_plot, fallback, path, plt, what):
     except Interrupted:  # a stop request (save_figure), not a failure of ArviZ's
         raise
     except Exception as error:  # noqa: BLE001 - any ArviZ failure falls back to a plain plot
-        warnings.warn(f"arviz could not draw the {what} ({type(error).__name__}: {error}); drawing a plain one",
-                      RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"arviz could not draw the {what} ({type(error).__name__}: {error}); drawing a plain one",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         save_figure(fallback(), path)
     finally:
         for number in set(plt.get_fignums()) - before:
@@ -527,8 +557,13 @@ def _forest_fallback(psi: xr.DataArray, plt):
     positions = np.arange(draws.shape[2])
     for chain, values in enumerate(draws):
         low, high = np.quantile(values, [0.03, 0.97], axis=0)
-        axis.errorbar(values.mean(0), positions + 0.1 * chain, xerr=[values.mean(0) - low, high - values.mean(0)],
-                      fmt="o", label=f"restart {chain}")
+        axis.errorbar(
+            values.mean(0),
+            positions + 0.1 * chain,
+            xerr=[values.mean(0) - low, high - values.mean(0)],
+            fmt="o",
+            label=f"restart {chain}",
+        )
     axis.set_yticks(positions, [str(v) for v in psi[psi.dims[-1]].values])
     axis.set(xlabel=FOREST_XLABEL, ylabel=FOREST_YLABEL, title="feature importance per restart")
     axis.legend()

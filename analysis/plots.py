@@ -1,4 +1,5 @@
 """Plots of a run, each written to a PNG file (matplotlib's non-interactive Agg backend)."""
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -43,8 +44,9 @@ def plot_inclusion_cdfs(curves: dict, path, *, score_name="score"):
         axis.plot(values, fractions, label=label)
     probabilities = all(np.all((values >= 0) & (values <= 1)) for values, _ in curves.values())
     limits = {"xlim": (0, 1)} if probabilities else {}
-    axis.set(xlabel=score_name, ylabel="fraction of weights ≤ score", ylim=(0, 1.01),
-             title=f"CDF of {score_name}s", **limits)
+    axis.set(
+        xlabel=score_name, ylabel="fraction of weights ≤ score", ylim=(0, 1.01), title=f"CDF of {score_name}s", **limits
+    )
     if any(label is not None for label in curves):
         axis.legend()
     save_figure(figure, path)
@@ -59,7 +61,9 @@ def plot_pruning_curve(curve, metric, path, *, baseline=None, score_name="score"
         axis.plot(rates, [row[f"{metric}_mc"] for row in curve], "s--", label="MC predictive")
     if baseline is not None:
         axis.axhline(baseline, color="grey", linestyle=":", label="plain network")
-    axis.set(xlabel="droprate (% of weights removed)", ylabel=metric.replace("_", " "), title=f"Pruning by {score_name}")
+    axis.set(
+        xlabel="droprate (% of weights removed)", ylabel=metric.replace("_", " "), title=f"Pruning by {score_name}"
+    )
     axis.legend()
     save_figure(figure, path)
 

@@ -13,6 +13,7 @@ Refitting is a pluggable ``fit_predict(x_train, y_train, x_test) -> y_pred``:
 paper's choice, refitting the sBNN, is :func:`bayesprune.experiments.common.sbnn_fit_predict`:
 this module reads posteriors and never fits one.
 """
+
 from dataclasses import dataclass
 
 import torch
@@ -158,8 +159,16 @@ def _choose(thresholds, mean, std_error, one_standard_error: bool) -> int:
 
 
 def select_by_cross_validation(
-    x, y, phi, *, fit_predict, folds: int = 10, thresholds=None, one_standard_error: bool = False,
-    loss=mean_squared_error, seed: int = 0,
+    x,
+    y,
+    phi,
+    *,
+    fit_predict,
+    folds: int = 10,
+    thresholds=None,
+    one_standard_error: bool = False,
+    loss=mean_squared_error,
+    seed: int = 0,
 ) -> CrossValidatedSelection:
     """Choose the threshold on φ by k-fold cross-validation of BNN_VS (paper 003, section 4.1).
 
@@ -199,8 +208,11 @@ def select_by_cross_validation(
     mean, std_error = errors.mean(dim=1), errors.std(dim=1) / folds**0.5
     chosen = _choose(candidates, mean, std_error, one_standard_error)
     return CrossValidatedSelection(
-        threshold=candidates[chosen].item(), selected=phi.double() >= candidates[chosen],
-        thresholds=candidates, cv_error=mean, cv_std_error=std_error,
+        threshold=candidates[chosen].item(),
+        selected=phi.double() >= candidates[chosen],
+        thresholds=candidates,
+        cv_error=mean,
+        cv_std_error=std_error,
     )
 
 

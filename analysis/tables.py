@@ -1,4 +1,5 @@
 """Tables of a run's results: markdown for ``report.md`` and CSV files."""
+
 import csv
 from pathlib import Path
 
@@ -27,7 +28,9 @@ def markdown_table(rows: list, columns=None, *, digits: int = 4) -> str:
     """Rows (dicts) as a markdown table of ``columns`` (default: all keys of the first row)."""
     columns = list(columns or rows[0])
     lines = ["| " + " | ".join(markdown_text(column) for column in columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(markdown_text(format_value(row[column], digits)) for column in columns) + " |" for row in rows]
+    lines += [
+        "| " + " | ".join(markdown_text(format_value(row[column], digits)) for column in columns) + " |" for row in rows
+    ]
     return "\n".join(lines)
 
 

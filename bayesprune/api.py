@@ -7,6 +7,7 @@ Example::
     fitted = bp.fit_method("sparse-vd", net, (x_train, y_train), (x_test, y_test), epochs=50)
     masks = bp.prune(fitted.scores(), bp.Budget(fraction=0.9))
 """
+
 from dataclasses import replace
 
 import torch
@@ -21,9 +22,24 @@ from bayesprune.pipeline.checks import refuse_unsupported
 from bayesprune.pipeline.config import RunConfig
 
 
-def fit_method(name: str, net: torch.nn.Module, train, test=None, *, options=None, epochs: int | None = None,
-               batch_size: int = 128, optim: dict | None = None, device: str = "auto", seed: int = 0,
-               validation=None, patience: int | None = None, progress: bool = False, expose=(), hide=()):
+def fit_method(
+    name: str,
+    net: torch.nn.Module,
+    train,
+    test=None,
+    *,
+    options=None,
+    epochs: int | None = None,
+    batch_size: int = 128,
+    optim: dict | None = None,
+    device: str = "auto",
+    seed: int = 0,
+    validation=None,
+    patience: int | None = None,
+    progress: bool = False,
+    expose=(),
+    hide=(),
+):
     """Fit the method registered as ``name`` on ``net`` and return its :class:`~bayesprune.methods.Fitted`.
 
     Args:
@@ -48,11 +64,19 @@ def fit_method(name: str, net: torch.nn.Module, train, test=None, *, options=Non
     """
     data = _user_dataset(train, test)
     method = get_method(name)
-    config = RunConfig.from_dict({
-        "method": name, "seed": seed, "device": device, "optim": dict(optim or {}), "data": {"batch_size": batch_size},
-        "model": {"expose": expose, "hide": hide},
-        "train": {"epochs": 200 if epochs is None else epochs}, "prune": {"level": method.prune_levels[0]}, **({name: dict(options)} if isinstance(options, dict) else {}),
-    })
+    config = RunConfig.from_dict(
+        {
+            "method": name,
+            "seed": seed,
+            "device": device,
+            "optim": dict(optim or {}),
+            "data": {"batch_size": batch_size},
+            "model": {"expose": expose, "hide": hide},
+            "train": {"epochs": 200 if epochs is None else epochs},
+            "prune": {"level": method.prune_levels[0]},
+            **({name: dict(options)} if isinstance(options, dict) else {}),
+        }
+    )
     if options is not None and not isinstance(options, dict):
         if not isinstance(options, method.Options):
             raise ConfigError(f"options must be a dict or a {method.Options.__name__}, got {type(options).__name__}")
@@ -60,9 +84,16 @@ def fit_method(name: str, net: torch.nn.Module, train, test=None, *, options=Non
     refuse_unsupported(config, method)
     method.check(net, data, config.method_options)
     if validation is not None and "validation" in method.unsupported_for(config.method_options):
-        raise ConfigError(f"validation is not supported by method {name!r}: {method.unsupported_for(config.method_options)['validation']}")
-    ctx = FitContext.from_config(config, data, device=resolve_device(device), progress=progress,
-                                 validation=None if validation is None else _tensors(validation, "validation"))
+        raise ConfigError(
+            f"validation is not supported by method {name!r}: {method.unsupported_for(config.method_options)['validation']}"
+        )
+    ctx = FitContext.from_config(
+        config,
+        data,
+        device=resolve_device(device),
+        progress=progress,
+        validation=None if validation is None else _tensors(validation, "validation"),
+    )
     ctx.patience = patience
     fitted = method.fit(net, data, config.method_options, ctx)
     fitted.calibration = config.prune.calibration(data.x_train, batch_size=batch_size)
@@ -107,11 +138,16 @@ def _user_dataset(train, test=None) -> Dataset:
     x_train, y_train = _tensors(train, "train")
     x_test, y_test = (x_train, y_train) if test is None else _tensors(test, "test")
     classification = is_classification(task_of(y_train))
-    data = Dataset(name="user data", task=CLASSIFICATION if classification else REGRESSION,
-                   x_train=x_train.float(), y_train=y_train.long() if classification else y_train.float(),
-                   x_test=x_test.float(), y_test=y_test.long() if classification else y_test.float(),
-                   input_shape=tuple(x_train.shape[1:]),
-                   num_classes=int(max(y_train.max(), y_test.max())) + 1 if classification else None)
+    data = Dataset(
+        name="user data",
+        task=CLASSIFICATION if classification else REGRESSION,
+        x_train=x_train.float(),
+        y_train=y_train.long() if classification else y_train.float(),
+        x_test=x_test.float(),
+        y_test=y_test.long() if classification else y_test.float(),
+        input_shape=tuple(x_train.shape[1:]),
+        num_classes=int(max(y_train.max(), y_test.max())) + 1 if classification else None,
+    )
     validate(data)
     return data
 

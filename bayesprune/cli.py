@@ -3,15 +3,16 @@
 User errors (bad config values, bad data, an occupied output directory, a diverged fit) print one
 line on stderr and exit with status 2, without a traceback.
 """
+
 import argparse
 import json
 import signal
 import sys
 from pathlib import Path
 
-from bayesprune.pipeline.config import packaged_configs
 from bayesprune.core.errors import BayesPruneError, Interrupted, StopNow, one_line, warnings_after_success
 from bayesprune.core.loop import STOP
+from bayesprune.pipeline.config import packaged_configs
 
 
 class _Parser(argparse.ArgumentParser):
@@ -186,7 +187,9 @@ def build_parser():
     comparing = command("compare", _grid)
     comparing.add_argument("config", nargs="?", help=HELP["compare config"])
     comparing.add_argument("--methods", nargs="+", help=HELP["compare --methods"])
-    comparing.add_argument("--sparsities", type=float, nargs="+", help="sparsity budgets, fractions of the weights removed")
+    comparing.add_argument(
+        "--sparsities", type=float, nargs="+", help="sparsity budgets, fractions of the weights removed"
+    )
     sweeping = command("sweep", _grid)
     sweeping.add_argument("config", nargs="?", help="packaged config name or TOML path")
     sweeping.add_argument("--grid", action="append", metavar="KEY=V1,V2", help=HELP["sweep --grid"])

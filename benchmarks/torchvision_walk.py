@@ -11,6 +11,7 @@ and writes ``metrics.json``; the largest builders are skipped on memory (:data:`
 Prints one line per builder and method (seconds, or the last line of the error) and exits 1 if any
 failed. ``tests/test_torchvision_walk.py`` runs a representative subset with :func:`run_one`.
 """
+
 import argparse
 import contextlib
 import io
@@ -49,7 +50,7 @@ METHODS = {
     "sparse-vd": {"kl_anneal_start": 0, "kl_anneal_end": 1, "predictive_samples": 1},
 }
 
-FACTORY = '''
+FACTORY = """
 import torchvision
 
 
@@ -57,11 +58,12 @@ def __getattr__(name):
     def build(input_shape, output_dim):
         return torchvision.models.get_model(name, weights=None, num_classes=output_dim)
     return build
-'''
+"""
 
 
 def builders() -> list:
     """Every classification builder of ``torchvision.models``, fewest parameters first."""
+
     def size(name):
         if name in SKIPPED:
             return float("inf")
@@ -71,6 +73,7 @@ def builders() -> list:
         except NotImplementedError:  # a builder that computes its widths with tensors (RegNet)
             net = torchvision.models.get_model(name, weights=None)
         return sum(p.numel() for p in net.parameters())
+
     return sorted(torchvision.models.list_models(module=torchvision.models), key=size)
 
 
@@ -102,10 +105,18 @@ def run_one(folder: Path, name: str, method: str, side: int) -> tuple:
     """Run ``method`` for one epoch on builder ``name`` at ``side`` x ``side`` pixels from a TOML config
     in ``folder`` (on ``sys.path``); returns (exit status, stderr or traceback, run directory)."""
     write_inputs(folder, side)
-    config = {"method": method, "device": "cpu", "seed": 0,
-              "data": {"dataset": "npz", "path": str(folder / f"{side}.npz"), "batch_size": ROWS},
-              "model": {"factory": f"tvnets:{name}"}, "optim": {"lr": 1e-3}, "train": {"epochs": 1},
-              method: METHODS[method], "prune": {"droprates": [0.0]}, "baseline": {"enabled": False}}
+    config = {
+        "method": method,
+        "device": "cpu",
+        "seed": 0,
+        "data": {"dataset": "npz", "path": str(folder / f"{side}.npz"), "batch_size": ROWS},
+        "model": {"factory": f"tvnets:{name}"},
+        "optim": {"lr": 1e-3},
+        "train": {"epochs": 1},
+        method: METHODS[method],
+        "prune": {"droprates": [0.0]},
+        "baseline": {"enabled": False},
+    }
     toml = folder / f"{name}-{method}.toml"
     toml.write_text(tomli_w.dumps(config))
     out = folder / f"run-{name}-{method}"

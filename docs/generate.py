@@ -9,6 +9,7 @@ docstrings are prose. A field without a description stops the generator with the
 that someone writes one. ``tests/test_docs.py`` regenerates both and fails when the committed text
 differs: neither can drift from the code.
 """
+
 import dataclasses
 import inspect
 import math
@@ -26,19 +27,19 @@ TOP = {
     "description": "free text, shown by `bayesprune list`",
     "seed": "the seed of the run (splits, initialisation, minibatch order)",
     "seeds": "`[0, 1, 2]` repeats the whole run from each seed: `metrics.json` holds the mean of every number, `<key>_std` its standard deviation, lists of numbers elementwise, and `per_seed`",
-    "device": "`\"auto\"` (CUDA when present), `\"cpu\"` or `\"cuda[:N]\"`",
-    "chains": "independent fits from seeds `seed`, `seed + 1`, … written to `posterior.nc` (R-hat and ESS compare restarts; feature importance pools them); metrics and checkpoint are the first chain's. `\"auto\"`: 4 for the sBNN on your own table (`csv`, `npz` of 1-D inputs), else 1",
+    "device": '`"auto"` (CUDA when present), `"cpu"` or `"cuda[:N]"`',
+    "chains": 'independent fits from seeds `seed`, `seed + 1`, … written to `posterior.nc` (R-hat and ESS compare restarts; feature importance pools them); metrics and checkpoint are the first chain\'s. `"auto"`: 4 for the sBNN on your own table (`csv`, `npz` of 1-D inputs), else 1',
 }
 
 #: Descriptions of the fields of the core sections, ``section.field`` → text.
 CORE = {
     "data.dataset": "`digits`, `mnist`, `fashion-mnist`, `cifar10` (needs `root`), `uci` (needs `root`, `name`, `split`), your own data: `npz`, `csv`, `image-folder` (see [the loaders](#your-own-data)); the simulators `linear-regression`, `feature-importance-2var`, `feature-importance-many`, `feature-selection`",
-    "data.batch_size": "minibatch size, or `\"auto\"`: a hundredth of the training rows, at least 32",
-    "data.splits": "UCI only: fit every listed split, or `\"all\"`, and report mean and standard error",
+    "data.batch_size": 'minibatch size, or `"auto"`: a hundredth of the training rows, at least 32',
+    "data.splits": 'UCI only: fit every listed split, or `"all"`, and report mean and standard error',
     "model.architecture": "`mlp`, `lenet-300-100`, `lenet-5-caffe` (20-50-800-500; `lenet-5` is its earlier name), `lenet-5-classic` (6-16-120-84, paper 004); options `hidden` (widths of `mlp`, default `[100]`) and `activation` (`relu`, `tanh`, `sigmoid`, `leaky-relu`)",
-    "model.factory": "`\"module:callable\"`: your own network, built as `callable(input_shape, output_dim, **options)` with the run's working directory importable; recorded in `config.toml` so `load_run` rebuilds it. Not beside `architecture`",
+    "model.factory": '`"module:callable"`: your own network, built as `callable(input_shape, output_dim, **options)` with the run\'s working directory importable; recorded in `config.toml` so `load_run` rebuilds it. Not beside `architecture`',
     "model.noise_scale": "fixed noise standard deviation of the Gaussian likelihood (regression); unset, it is learned",
-    "model.expose": "parameters added to the sites (names, globs such as `\"*.bn1.*\"`, or module type names such as `\"BatchNorm2d\"`); by default the sites are the parameters of the Linear and convolution layers",
+    "model.expose": 'parameters added to the sites (names, globs such as `"*.bn1.*"`, or module type names such as `"BatchNorm2d"`); by default the sites are the parameters of the Linear and convolution layers',
     "model.hide": "parameters taken out of the sites (same forms); they stay point estimates that the optimiser trains",
     "optim.name": "`adam` or `sgd`",
     "optim.lr": "learning rate",
@@ -63,7 +64,7 @@ CORE = {
     "baseline.epochs": "its epochs (unset: `train.epochs`)",
     "baseline.lr": "its rate (unset: `optim.lr`)",
     "baseline.validation": "the fraction of the training rows it holds out when the run holds out none (`train.validation = 0`; unset: 0.2): every epoch is scored on them and the best is kept (`baseline_best_epoch`, `baseline_validation_curve` in `metrics.json`); with `train.validation` it uses the run's part, and this key is refused; `0` keeps its last epoch, on every row. Measured (seeds 0-2, 200 epochs unless said): scikit-learn's diabetes as a CSV, MLP 100: RMSE 65.1 (last epoch) → 54.1, the linear model 53.3; digits, MLP 100: 2.96 → 3.15%; digits, a residual CNN with batch norm, 60 epochs: 0.0 → 0.93%: where the last epoch does not overfit, the fifth held out costs up to a point",
-    "reference.source": "where the published numbers come from (`\"paper 003, Table 8, set 2\"`)",
+    "reference.source": 'where the published numbers come from (`"paper 003, Table 8, set 2"`)',
     "reference.droprates": "droprates of the published numbers",
     "reference.values": "published test metrics printed beside the curve in `report.md`: a list, or a table of lists keyed by `data.name` (the packaged `uci` carries paper 003's Table 2, `mnist-lenet-5-caffe` Table 8, `mnist-lenet-300-100` Table 7)",
 }
@@ -108,7 +109,9 @@ tables). Every defect is one line naming the file or the option.
 
 #: Hand-written prose of each method's section: (before the table, after the table).
 PROSE = {
-    "sbnn": ("", """\
+    "sbnn": (
+        "",
+        """\
 The packaged `default` config uses π = 0.5, log τ1 = −0.5, log τ0 = −5.5 (paper 003 section 4.3's
 family log τ1 = −1 + c, log τ0 = −5 − c for fully connected nets, at c = 0.5), `init_scale = 0.001`
 and Adam at 0.005 annealed to zero (`optim.schedule = "cosine"`), chosen on a fifth of the training
@@ -123,20 +126,25 @@ sBNN weights are ranked by their inclusion logit B − A (eq. 3.8) in float64, n
 p* rounds to exactly 1 from B − A ≈ 17 on (most weights of a trained net), and a budget would then
 remove tied weights in network order. On the old default prior at 80% removed that was 28.3% test
 error against 6.9% by logit.
-"""),
-    "unit-gates": ("""\
+""",
+    ),
+    "unit-gates": (
+        """\
 Packaged `unit-gates-lenet300`, `unit-gates-lenet5` with section 7's settings: batch 64, λ = 20,
 Adam 1e-3 for 50 epochs, fine-tuning 10 epochs at 1e-4, θ(0) = 0.5, θ_tol = 1e-3, log γ = −25 / −100,
 leaky ReLU 1e-3, Glorot-normal weights.
-""", """\
+""",
+        """\
 A unit whose θ meets the pruning condition is switched off at once and removed from the network,
 its gates and Adam's state at the end of the epoch. `metrics.json` adds `pruning_ratio` (weights
 removed / weights of the starting network; `pruning_ratio_with_input_threshold`),
 `learned_architecture`, `units_alive`, `epoch_test_error` and `epoch_seconds` per epoch and
 `theta_trajectories`; the report plots them (`units.png`, `theta.png`). Runs need
 `prune.level = "unit"` and `train.validation = 0`.
-"""),
-    "pft": ("""\
+""",
+    ),
+    "pft": (
+        """\
 Packaged `pft-lenet300` and `pft-mlp3x1000` with appendix D.3's settings: SGD with momentum 0.9 at
 0.01, batches of 128, 30 epochs each of pre-training, mask training (`train.epochs`) and
 fine-tuning, clamp mapping, ε = 1e-4, β = 0.5. For every start mask and sparsity s, the one-shot
@@ -144,15 +152,18 @@ mask (OSP: the top 1 − s of the criterion's scores, fine-tuned) is compared wi
 (keep-probabilities λ started from the scores by eq. 6, trained with the weights on the empirical
 Gibbs risk through the Concrete relaxation, the top 1 − s of λ kept, ties in λ by |W|, fine-tuned
 for the same epochs as OSP). The one-shot criteria are those of `bayesprune.core.criteria`.
-""", """\
+""",
+        """\
 `metrics.json` adds, in the order of `grid` (`[start mask, sparsity]` pairs): `osp_test_error`,
 `pft_test_error`, `osp_equal_epochs_test_error` (with `equal_budget_baseline`), `mask_overlap`
 (share of the start mask's weights PFT keeps, Fig. 2 left) and `pft_expected_sparsity`; `keep_probability_histogram` (20 bins of λ, Fig. 11),
 `perturbation_increase_dense` and `perturbation_increase_pft`. The run's network is the first
 pair's; `report.md` adds the OSP/PFT table and `mask_overlap.png`, `perturbation.png`,
 `keep_probabilities.png`.
-"""),
-    "pbp": ("""\
+""",
+    ),
+    "pbp": (
+        """\
 Packaged `pbp-lenet300` and `pbp-mlp3x1000` with appendix D.2's settings. The training set S is
 split at random into S_P (a fraction α) and S \\ S_P (n examples). Stage 1 trains the network on
 S_P; stage 2 starts keep-probabilities λ⁰ from a criterion (eq. 6) and trains the prior
@@ -161,7 +172,8 @@ same family at P and minimises Theorem 1 (eq. 4) by SVI (`bayesprune.methods.pbp
 platform's `AnalyticKLELBO` with its `combine` hook) with the bounded cross-entropy (A.3) on
 S \\ S_P, the examples the bound's empirical term is measured on. Biases carry Gaussian slabs with
 λ = 1, so KL(Q ‖ P) (appendix B.4, a registered KL of `DiracSpikeSlab`) covers every parameter.
-""", """\
+""",
+        """\
 The certificate (`bayesprune.core.bounds.certificate`) bounds the 0-1 error of the Gibbs classifier Q:
 Q's empirical risk on S \\ S_P is estimated from `mc_samples` networks with its own upper confidence
 bound kl⁻¹(R̂ ‖ log(2/δ′)/m), and that bound enters Theorem 1 (`bound`) and Theorem 2
@@ -183,8 +195,10 @@ cert = certificate(mean_risk=0.02, samples=1000, kl=150.0, n=30_000, delta=0.05)
 print(f"Theorem 1: {float(cert.bound):.4f}, Theorem 2: {float(cert.bound_kl_inverse):.4f}")
 print(f"kl inverse: {float(kl_inverse(0.02, 0.01)):.4f}")  # sup{p : kl(0.02 || p) <= 0.01}
 ```
-"""),
-    "probmask": ("""\
+""",
+    ),
+    "probmask": (
+        """\
 Packaged `probmask-lenet300`, `probmask-lenet5`: Table 4's optimisers, SGD with momentum 0.9 at 0.1
 for the weights and Adam at 6e-3 for s, batches of 256, gradients clipped to norm 3 as in the
 authors' code, the 100-epoch schedule t1 = 16, t2 = 60; the paper has no MNIST setting. Every
@@ -194,14 +208,17 @@ step s is projected exactly onto {s ∈ [0, 1]ⁿ, Σ s ≤ k·n} (Theorem 1, by
 `bayesprune.methods.probmask.projection`), k falling from 1 to 1 − `sparsity` between epochs t1 and
 t2 (eq. 7). The final mask is the best of `final_draws` draws m ~ Bernoulli(s) on 10,000 training
 examples, then fine-tuned.
-""", """\
+""",
+        """\
 `metrics.json` adds `sparsity` (of the drawn mask), `remaining_ratio_per_layer`,
 `share_s_near_binary` (s within 0.01 of 0 or 1), `s_histogram`, `test_error_before_finetune` and
 `magnitude_test_error`; `report.md` plots `remaining_ratio.png` (Fig. 3) and `keep_probabilities.png`
 (Fig. 5). `python benchmarks/projection.py [--size 10000000]` times the bisection projection against
 a sort-based exact projection in one run (CPU, and CUDA when present).
-"""),
-    "saliency": ("""\
+""",
+    ),
+    "saliency": (
+        """\
 Packaged `criteria-mlp`: the MLP 784-300-100-10 with tanh and Glorot weights, 50,000 / 10,000
 train/validation images (`data.validation = true`), 400 epochs of SGD at 0.01 with momentum 0.9,
 `optim.weight_decay` = 5e-4, batches of 100, 98.85% pruned, fine-tuning as long as training. The
@@ -214,7 +231,8 @@ whose printed formula in the paper is garbled), the saliencies re-estimated on 1
 examples per stage; every (criterion, π, λ) records ΔL = |L(θ ⊙ m) − L(θ)| on 10,000 training
 examples and the validation error before pruning, after pruning and after fine-tuning the mask. The
 dense network trains for `train.epochs`.
-""", """\
+""",
+        """\
 `metrics.json` adds, in `grid` order (`[criterion, π, λ]`), `delta_loss`, `error_after_pruning`,
 `error_after_finetune`, `gap_before_finetune`, `gap_after_finetune` (points; null where not
 fine-tuned), `error_before_pruning`, `spearman_rho` (ΔL against the gap after fine-tuning, all
@@ -224,11 +242,15 @@ for each π (`delta_loss.png`, Fig. 1) and the gap after fine-tuning against ΔL
 (`gap_vs_delta_loss.png`, Fig. 3). OBD and QM compute the Gauss-Newton diagonal at every stage
 (14-19 s per stage of 1,000 examples on one CPU thread for this MLP): the packaged grid is meant for
 a GPU; `--set saliency.stages=[1,14]` and fewer epochs give a look on a CPU.
-"""),
-    "sparse-vd": ("""\
+""",
+    ),
+    "sparse-vd": (
+        """\
 Packaged `sparse-vd-digits`, `sparse-vd-lenet300`, `sparse-vd-lenet5`. The method's package,
 `bayesprune/methods/sparse_vd/`, is the worked example of writing a method (see the README).
-""", ""),
+""",
+        "",
+    ),
 }
 
 
@@ -247,7 +269,7 @@ def attributes(cls) -> dict:
     if "Attributes:" not in lines:
         return {}
     groups, names = {}, None
-    for line in lines[lines.index("Attributes:") + 1:]:
+    for line in lines[lines.index("Attributes:") + 1 :]:
         if line and not line.startswith(" "):
             break  # the section ends at the next unindented line
         entry = re.match(r" {4}([\w, ]+):(?:\s+(.*)|$)", line)
@@ -280,7 +302,9 @@ def markdown(text: str) -> str:
     """reST inline markup as markdown: ``code`` and :role:`~target` to `code`, table pipes escaped."""
     text = re.sub(r":\w+:`~?([\w.]+)`", lambda m: f"`{m.group(1)}`", text)
     text = text.replace("``", "`")
-    return " ".join(text.split()) if "\n\n" not in text else "\n\n".join(" ".join(p.split()) for p in text.split("\n\n"))
+    return (
+        " ".join(text.split()) if "\n\n" not in text else "\n\n".join(" ".join(p.split()) for p in text.split("\n\n"))
+    )
 
 
 def capital(text: str) -> str:
@@ -318,7 +342,9 @@ def table(section: str, cls, descriptions: dict, instance, skip=("options",)) ->
     descriptions = dict(descriptions)
     for name in names:
         if not descriptions.get(name):
-            owner = next((key for key, text in descriptions.items() if text and f"``{name}``" in text and key in names), None)
+            owner = next(
+                (key for key, text in descriptions.items() if text and f"``{name}``" in text and key in names), None
+            )
             if owner:
                 descriptions[name] = f"see ``{owner}``"
     missing = [f"{section}.{name}" for name in names if not descriptions.get(name)]
@@ -329,8 +355,14 @@ def table(section: str, cls, descriptions: dict, instance, skip=("options",)) ->
     for name in names:
         if name in done:
             continue
-        group = next((key for key in descriptions if isinstance(key, tuple) and key[0] == name
-                      and all(member in names for member in key)), (name,))
+        group = next(
+            (
+                key
+                for key in descriptions
+                if isinstance(key, tuple) and key[0] == name and all(member in names for member in key)
+            ),
+            (name,),
+        )
         done.update(group)
         keys = ", ".join(f"`{member}`" for member in group)
         defaults = ", ".join(toml_value(getattr(instance, member)) for member in group)
@@ -339,18 +371,24 @@ def table(section: str, cls, descriptions: dict, instance, skip=("options",)) ->
 
 
 def core_sections():
-    from bayesprune.pipeline import config
     from bayesprune.core.optim import OptimConfig
+    from bayesprune.pipeline import config
 
-    return [("data", config.DataConfig), ("model", config.ModelConfig), ("optim", OptimConfig),
-            ("train", config.TrainConfig), ("prune", config.PruneConfig), ("baseline", config.BaselineConfig),
-            ("reference", config.ReferenceConfig)]
+    return [
+        ("data", config.DataConfig),
+        ("model", config.ModelConfig),
+        ("optim", OptimConfig),
+        ("train", config.TrainConfig),
+        ("prune", config.PruneConfig),
+        ("baseline", config.BaselineConfig),
+        ("reference", config.ReferenceConfig),
+    ]
 
 
 def generate() -> str:
     """The text of ``docs/reference.md``; raises :class:`UndocumentedField` naming every field without a description."""
-    from bayesprune.pipeline.config import RunConfig, packaged_configs
     from bayesprune.methods import available_methods
+    from bayesprune.pipeline.config import RunConfig, packaged_configs
 
     methods = dict(sorted(available_methods().items()))
     sections = core_sections()
@@ -361,7 +399,11 @@ def generate() -> str:
 
     out.append("## Top level\n")
     run = RunConfig()
-    top = [f.name for f in dataclasses.fields(RunConfig) if f.name not in dict(sections) and f.name not in ("experiment", "method_options")]
+    top = [
+        f.name
+        for f in dataclasses.fields(RunConfig)
+        if f.name not in dict(sections) and f.name not in ("experiment", "method_options")
+    ]
     try:
         out += table("", RunConfig, TOP, run, skip=[f.name for f in dataclasses.fields(RunConfig) if f.name not in top])
     except UndocumentedField as err:
@@ -384,16 +426,24 @@ def generate() -> str:
         except UndocumentedField as err:
             missing += err.args[0]
         if name in ("data", "model"):
-            out.append(f"| `<option>` | | any other key is an option of the {'loader' if name == 'data' else 'builder'}, e.g. "
-                       + ("`root`, `path`, `test_fraction`, `seed`, `n`, `alpha` |" if name == "data" else "`hidden`, `activation` |"))
+            out.append(
+                f"| `<option>` | | any other key is an option of the {'loader' if name == 'data' else 'builder'}, e.g. "
+                + (
+                    "`root`, `path`, `test_fraction`, `seed`, `n`, `alpha` |"
+                    if name == "data"
+                    else "`hidden`, `activation` |"
+                )
+            )
         out.append("")
         if name == "data":
             out.append(USER_DATA)
 
     out.append("## Keys each method refuses\n")
-    out.append("A method lists the services and config keys it does not use (`Method.unsupported`); the runner "
-               "refuses a config that asks for one, or sets such a key to anything but its default, in one line "
-               "naming the key. Every other key acts. The pruning levels are those `prune.level` accepts.\n")
+    out.append(
+        "A method lists the services and config keys it does not use (`Method.unsupported`); the runner "
+        "refuses a config that asks for one, or sets such a key to anything but its default, in one line "
+        "naming the key. Every other key acts. The pruning levels are those `prune.level` accepts.\n"
+    )
     out += ["| method | prune levels | refused | why |", "|---|---|---|---|"]
     for name, cls in methods.items():
         refused = cls().unsupported_for(cls.Options())
@@ -435,9 +485,12 @@ def comparison_section() -> list:
     """``[compare]`` of a comparison config (``bayesprune compare``), from ``CompareOptions``."""
     from bayesprune.pipeline.compare.comparison import CompareOptions, comparison_configs
 
-    out = ["## `[compare]` (comparison configs)\n",
-           "A comparison config (`bayesprune compare [NAME|PATH]`) is a run config without `method`, plus this table "
-           "and, optionally, a table per method over its packaged options (`bayesprune.pipeline.compare.comparison`).", ""]
+    out = [
+        "## `[compare]` (comparison configs)\n",
+        "A comparison config (`bayesprune compare [NAME|PATH]`) is a run config without `method`, plus this table "
+        "and, optionally, a table per method over its packaged options (`bayesprune.pipeline.compare.comparison`).",
+        "",
+    ]
     out += table("compare", CompareOptions, attributes(CompareOptions), CompareOptions())
     out.append("")
     out.append("Packaged comparisons: " + ", ".join(f"`{name}`" for name in comparison_configs()) + ".\n")
@@ -450,10 +503,18 @@ def readme_regions() -> dict:
     from bayesprune.methods import available_methods
 
     methods = available_methods()
-    table = ["| `method` | what it learns | paper |", "|---|---|---|",
-             *(f"| `{name}` | {cell(cls.summary)} | {cell(cls.paper)} |" for name, cls in methods.items())]
-    commands = ["```bash", f"for method in {' '.join(methods)}; do", "    bayesprune run $method-digits --out runs/$method",
-                "done", "```"]
+    table = [
+        "| `method` | what it learns | paper |",
+        "|---|---|---|",
+        *(f"| `{name}` | {cell(cls.summary)} | {cell(cls.paper)} |" for name, cls in methods.items()),
+    ]
+    commands = [
+        "```bash",
+        f"for method in {' '.join(methods)}; do",
+        "    bayesprune run $method-digits --out runs/$method",
+        "done",
+        "```",
+    ]
     return {"methods": "\n".join(table), "quick start": "\n".join(commands)}
 
 
@@ -470,9 +531,9 @@ def readme(text: str) -> str:
 
 
 def _method_of(config_name: str) -> str:
-    from bayesprune.pipeline.config import _packaged_files
-
     import tomllib
+
+    from bayesprune.pipeline.config import _packaged_files
 
     return tomllib.loads(_packaged_files()[config_name].read_text()).get("method", "sbnn")
 
@@ -481,9 +542,12 @@ def main() -> int:
     try:
         text = generate()
     except UndocumentedField as err:
-        print("docs/generate.py: no description for " + ", ".join(err.args[0])
-              + " (write one in the Options docstring's Attributes section, or in docs/generate.py's CORE for a core section)",
-              file=sys.stderr)
+        print(
+            "docs/generate.py: no description for "
+            + ", ".join(err.args[0])
+            + " (write one in the Options docstring's Attributes section, or in docs/generate.py's CORE for a core section)",
+            file=sys.stderr,
+        )
         return 1
     OUTPUT.write_text(text)
     README.write_text(readme(README.read_text()))

@@ -1,4 +1,5 @@
 """Variational guides matching the model programs in :mod:`bayesprune.models`."""
+
 from bayesprune.guides.normal import NormalGuide
 from bayesprune.guides.spike_slab import SpikeSlabGuide
 

@@ -1,4 +1,5 @@
 """The flat mean-field Gaussian parameters every guide of :mod:`bayesprune.guides` shares."""
+
 import math
 
 import pyro
@@ -37,8 +38,7 @@ class MeanFieldGuide(PyroModule):
     def _split(self, flat: torch.Tensor) -> dict:
         sizes = [shape.numel() for shape in self.site_shapes.values()]
         return {
-            name: chunk.view(shape)
-            for (name, shape), chunk in zip(self.site_shapes.items(), torch.split(flat, sizes))
+            name: chunk.view(shape) for (name, shape), chunk in zip(self.site_shapes.items(), torch.split(flat, sizes))
         }
 
     def _locs_and_scales(self) -> tuple:

@@ -1,4 +1,5 @@
 """Mean-field Gaussian guide of a plain BNN (the "BNN" baseline of paper 003, section 4.1, Experiment 3)."""
+
 import pyro.distributions as dist
 
 from bayesprune.guides.mean_field import MeanFieldGuide

@@ -1,9 +1,9 @@
 """Mean-field Gaussian × Bernoulli guide of the sparse BNN (paper 003, eq. 3.3 and Algorithm 1)."""
+
 import torch
 
 from bayesprune.core.distributions import SpikeAndSlab, SpikeSlabPosterior, SpikeSlabPosteriors, inclusion_logits
 from bayesprune.core.fused import softplus
-
 from bayesprune.guides.mean_field import MeanFieldGuide
 
 
@@ -36,7 +36,8 @@ class SpikeSlabGuide(MeanFieldGuide):
             bases = [prior.base_dist for prior in priors.values()]
             first = bases[0] if bases else None
             shared = all(
-                type(base) is SpikeAndSlab and all(
+                type(base) is SpikeAndSlab
+                and all(
                     value.dim() == 0 and torch.equal(value, first_value)
                     for value, first_value in zip(base.hyperparameters, first.hyperparameters)
                 )

@@ -1,5 +1,14 @@
 """Pyro model programs: Bayesian networks, likelihoods and the architectures they wrap."""
-from bayesprune.models.architectures import ARCHITECTURES, build_architecture, lenet_5_caffe, lenet_5_classic, lenet_300_100, mlp, new_net
+
+from bayesprune.models.architectures import (
+    ARCHITECTURES,
+    build_architecture,
+    lenet_5_caffe,
+    lenet_5_classic,
+    lenet_300_100,
+    mlp,
+    new_net,
+)
 from bayesprune.models.bnn import BayesianNetwork
 from bayesprune.models.likelihoods import LIKELIHOODS, BoundedCategorical, Categorical, Gaussian, Likelihood
 

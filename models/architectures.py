@@ -3,6 +3,7 @@
 Every builder takes ``input_shape`` (without the batch dimension), ``output_dim`` and keyword
 options, and returns a plain ``nn.Module``.
 """
+
 import importlib
 import math
 import os
@@ -56,11 +57,17 @@ def _lenet(name, input_shape, output_dim, *, filters, kernel, hidden, activation
     ``output_dim``, square kernels without padding."""
     smallest = 3 * kernel + 1  # the smallest input that leaves one position after the second pool
     if len(input_shape) != 3 or min(input_shape[1:]) < smallest:
-        raise ConfigError(f"model.architecture {name!r} needs image inputs of at least {smallest}x{smallest}, "
-                          f"got shape {tuple(input_shape)}")
+        raise ConfigError(
+            f"model.architecture {name!r} needs image inputs of at least {smallest}x{smallest}, "
+            f"got shape {tuple(input_shape)}"
+        )
     features = nn.Sequential(
-        nn.Conv2d(input_shape[0], filters[0], kernel), _activation(activation), nn.MaxPool2d(2),
-        nn.Conv2d(filters[0], filters[1], kernel), _activation(activation), nn.MaxPool2d(2),
+        nn.Conv2d(input_shape[0], filters[0], kernel),
+        _activation(activation),
+        nn.MaxPool2d(2),
+        nn.Conv2d(filters[0], filters[1], kernel),
+        _activation(activation),
+        nn.MaxPool2d(2),
         nn.Flatten(),
     )
     with torch.no_grad():
@@ -77,7 +84,9 @@ def lenet_5_caffe(input_shape, output_dim, *, activation="relu"):
     conv 5×5 (20) → max-pool 2 → conv 5×5 (50) → max-pool 2 → fc 500 → fc ``output_dim``
     (430,500 weights and 580 biases on 28×28 MNIST).
     """
-    return _lenet("lenet-5-caffe", input_shape, output_dim, filters=(20, 50), kernel=5, hidden=(500,), activation=activation)
+    return _lenet(
+        "lenet-5-caffe", input_shape, output_dim, filters=(20, 50), kernel=5, hidden=(500,), activation=activation
+    )
 
 
 def lenet_5_classic(input_shape, output_dim, *, activation="relu"):
@@ -86,7 +95,9 @@ def lenet_5_classic(input_shape, output_dim, *, activation="relu"):
     conv 5×5 (6) → max-pool 2 → conv 5×5 (16) → max-pool 2 → fc 120 → fc 84 → fc ``output_dim``,
     no padding: 44,190 weights on 28×28 MNIST, biases aside.
     """
-    return _lenet("lenet-5-classic", input_shape, output_dim, filters=(6, 16), kernel=5, hidden=(120, 84), activation=activation)
+    return _lenet(
+        "lenet-5-classic", input_shape, output_dim, filters=(6, 16), kernel=5, hidden=(120, 84), activation=activation
+    )
 
 
 ARCHITECTURES = {
@@ -140,8 +151,10 @@ def network_factory(spec: str):
     except StopNow:
         raise
     except (Exception, KeyboardInterrupt, SystemExit) as error:  # any failure of the user's import, even sys.exit
-        raise ConfigError(f"model.factory: cannot import module {module_name!r} from {os.getcwd()} "
-                          f"({type(error).__name__}: {_one_line(error)})") from None
+        raise ConfigError(
+            f"model.factory: cannot import module {module_name!r} from {os.getcwd()} "
+            f"({type(error).__name__}: {_one_line(error)})"
+        ) from None
     finally:
         if added:
             sys.path.remove(os.getcwd())
@@ -160,8 +173,9 @@ def build_from_factory(spec: str, input_shape, output_dim: int, *, init: str = "
     except StopNow:
         raise
     except (Exception, KeyboardInterrupt, SystemExit) as error:  # the user's code, even sys.exit(0)
-        raise ConfigError(f"model.factory: {spec}{tuple(input_shape), output_dim} raised "
-                          f"{type(error).__name__}: {_one_line(error)}") from None
+        raise ConfigError(
+            f"model.factory: {spec}{tuple(input_shape), output_dim} raised {type(error).__name__}: {_one_line(error)}"
+        ) from None
     if not isinstance(net, nn.Module):
         raise ConfigError(f"model.factory: {spec} returned a {type(net).__name__}, not a torch.nn.Module")
     return main_logits(_initialise(net, init))

@@ -1,4 +1,5 @@
 """A Bayesian neural network as one Pyro program: priors on a plain ``nn.Module``, then a likelihood."""
+
 import pyro
 import torch
 from pyro.nn import PyroModule, PyroParam
@@ -63,8 +64,9 @@ class BayesianNetwork(PyroModule):
         device = torch.device(device) if device is not None else next(self.net.parameters()).device
         if device not in self._site_priors:
             params = dict(self.net.named_parameters())
-            self._site_priors[device] = {name: self.prior.distribution(name, params[name].detach().to(device))
-                                         for name in self.sites}
+            self._site_priors[device] = {
+                name: self.prior.distribution(name, params[name].detach().to(device)) for name in self.sites
+            }
         return self._site_priors[device]
 
     def network(self, params: dict, x: torch.Tensor) -> torch.Tensor:

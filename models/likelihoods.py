@@ -1,4 +1,5 @@
 """Likelihoods own the data plate and the N/B minibatch rescaling (``dataset_size`` given once)."""
+
 import math
 
 import pyro
@@ -82,8 +83,9 @@ class _BoundedCrossEntropy(dist.Categorical):
     def __init__(self, logits, min_prob: float, validate_args=None):
         super().__init__(logits=logits, validate_args=validate_args)
         if self._validate_args and not 0.0 < min_prob < 1.0:
-            raise ValueError(f"Expected parameter min_prob of distribution {type(self).__name__} to lie in (0, 1), "
-                             f"got {min_prob}")
+            raise ValueError(
+                f"Expected parameter min_prob of distribution {type(self).__name__} to lie in (0, 1), got {min_prob}"
+            )
         self.min_prob = min_prob
 
     def expand(self, batch_shape, _instance=None):

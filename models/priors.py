@@ -3,6 +3,7 @@
 A policy answers one question, :meth:`Prior.distribution`, for every parameter of every module; the
 model turns each answer into one Pyro sample site named after the parameter's path (``fc1.weight``).
 """
+
 import math
 
 import pyro.distributions as dist
@@ -79,7 +80,9 @@ class GivenPrior(Prior):
     def distribution(self, name, param):
         prior = self.distributions[name]
         if prior.batch_shape != param.shape:
-            raise ValueError(f"the prior of {name!r} has shape {tuple(prior.batch_shape)}, the parameter {tuple(param.shape)}")
+            raise ValueError(
+                f"the prior of {name!r} has shape {tuple(prior.batch_shape)}, the parameter {tuple(param.shape)}"
+            )
         return prior.to_event(param.dim())
 
 

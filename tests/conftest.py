@@ -1,5 +1,6 @@
 """Shared pytest fixtures: a fixed seed, an empty Pyro parameter store and Pyro validation for every test;
 one thread where asked; every method's digits config shortened to seconds (its declared ``Method.quick``)."""
+
 import pyro
 import pytest
 import torch

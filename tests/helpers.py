@@ -1,4 +1,5 @@
 """What several test modules share: a LeNet-5 written the usual way, and a check of one-line data errors."""
+
 import contextlib
 
 import pytest

@@ -1,5 +1,6 @@
 """Any ``nn.Module`` for every weight-level method: sites are the parameters of the prunable layers,
 batch norm stays a point estimate whose running statistics survive, skip connections just work."""
+
 import json
 
 import numpy as np
@@ -11,10 +12,10 @@ from torchvision.models.resnet import BasicBlock
 
 import bayesprune as bp
 from bayesprune.cli import main
-from bayesprune.data import load_dataset
 from bayesprune.core.errors import ConfigError
-from bayesprune.pipeline.runner import load_run
 from bayesprune.core.sites import site_names, weight_sites
+from bayesprune.data import load_dataset
+from bayesprune.pipeline.runner import load_run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -22,12 +23,29 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 SHORT = {
     "sbnn": ({}, {"lr": 1e-3}),
     "sparse-vd": ({"kl_anneal_start": 0, "kl_anneal_end": 1}, {"lr": 1e-3}),
-    "pft": ({"pretrain_epochs": 1, "finetune_epochs": 1, "start_masks": ["magnitude"], "sparsities": [0.9],
-             "perturbation_draws": 1, "equal_budget_baseline": False}, {"name": "sgd", "lr": 0.01, "momentum": 0.9}),
-    "pbp": ({"prior_epochs": 1, "prior_mask_epochs": 1, "mc_samples": 5, "prior_samples": 2}, {"name": "sgd", "lr": 0.01}),
-    "probmask": ({"t1": 1, "t2": 2, "finetune_epochs": 1, "final_draws": 2, "baseline": False}, {"name": "sgd", "lr": 0.01}),
-    "saliency": ({"criteria": ["magnitude"], "stages": [1], "penalties": [0.0], "finetune_epochs": 1},
-                 {"name": "sgd", "lr": 0.01}),
+    "pft": (
+        {
+            "pretrain_epochs": 1,
+            "finetune_epochs": 1,
+            "start_masks": ["magnitude"],
+            "sparsities": [0.9],
+            "perturbation_draws": 1,
+            "equal_budget_baseline": False,
+        },
+        {"name": "sgd", "lr": 0.01, "momentum": 0.9},
+    ),
+    "pbp": (
+        {"prior_epochs": 1, "prior_mask_epochs": 1, "mc_samples": 5, "prior_samples": 2},
+        {"name": "sgd", "lr": 0.01},
+    ),
+    "probmask": (
+        {"t1": 1, "t2": 2, "finetune_epochs": 1, "final_draws": 2, "baseline": False},
+        {"name": "sgd", "lr": 0.01},
+    ),
+    "saliency": (
+        {"criteria": ["magnitude"], "stages": [1], "penalties": [0.0], "finetune_epochs": 1},
+        {"name": "sgd", "lr": 0.01},
+    ),
 }
 
 
@@ -35,16 +53,27 @@ def resnet(input_shape=(1, 8, 8), output_dim=10):
     """A small residual CNN of torchvision's ResNet blocks: a stem, an identity BasicBlock and one with a
     1x1-convolution projection (batch norm throughout), global pooling, a linear head."""
     projection = nn.Sequential(nn.Conv2d(8, 16, 1, stride=2, bias=False), nn.BatchNorm2d(16))
-    return nn.Sequential(nn.Conv2d(input_shape[0], 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
-                         BasicBlock(8, 8), BasicBlock(8, 16, stride=2, downsample=projection),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, output_dim))
+    return nn.Sequential(
+        nn.Conv2d(input_shape[0], 8, 3, padding=1, bias=False),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        BasicBlock(8, 8),
+        BasicBlock(8, 16, stride=2, downsample=projection),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(16, output_dim),
+    )
 
 
 def test_sites_are_the_prunable_layers_and_the_user_can_expose_or_hide():
     net = resnet()
     names = [name for name, _ in net.named_parameters()]
-    normalisation = {f"{path}.{kind}" for path, module in net.named_modules() if isinstance(module, nn.BatchNorm2d)
-                     for kind in ("weight", "bias")}
+    normalisation = {
+        f"{path}.{kind}"
+        for path, module in net.named_modules()
+        if isinstance(module, nn.BatchNorm2d)
+        for kind in ("weight", "bias")
+    }
     convolutions_and_linear = [name for name in names if name not in normalisation]
     assert site_names(net) == convolutions_and_linear and "7.bias" in site_names(net) and len(normalisation) == 12
     assert weight_sites(net) == [name for name in convolutions_and_linear if name.endswith("weight")]
@@ -79,8 +108,13 @@ def user_files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("user")
     (folder / "mynets.py").write_text(FACTORY)
     data = load_dataset("digits")
-    np.savez(folder / "digits.npz", x_train=data.x_train[:128].numpy(), y_train=data.y_train[:128].numpy(),
-             x_test=data.x_test[:100].numpy(), y_test=data.y_test[:100].numpy())
+    np.savez(
+        folder / "digits.npz",
+        x_train=data.x_train[:128].numpy(),
+        y_train=data.y_train[:128].numpy(),
+        x_test=data.x_test[:100].numpy(),
+        y_test=data.y_test[:100].numpy(),
+    )
     return folder
 
 
@@ -91,9 +125,17 @@ def test_every_weight_level_method_runs_a_resnet_with_batch_norm_from_a_config(m
     running statistics included, with the run's own test error."""
     monkeypatch.chdir(user_files)
     options, optim = SHORT[method]
-    config = {"method": method, "device": "cpu", "data": {"dataset": "npz", "path": "digits.npz", "batch_size": 128},
-              "model": {"factory": "mynets:resnet"}, "optim": optim, "train": {"epochs": 1}, method: options,
-              "prune": {"droprates": [0.0], "include_biases": False}, "baseline": {"enabled": False}}
+    config = {
+        "method": method,
+        "device": "cpu",
+        "data": {"dataset": "npz", "path": "digits.npz", "batch_size": 128},
+        "model": {"factory": "mynets:resnet"},
+        "optim": optim,
+        "train": {"epochs": 1},
+        method: options,
+        "prune": {"droprates": [0.0], "include_biases": False},
+        "baseline": {"enabled": False},
+    }
     (user_files / f"{method}.toml").write_text(tomli_w.dumps(config))
     out = user_files / f"run-{method}"
     assert main(["run", f"{method}.toml", "--out", str(out), "--quiet"]) == 0
@@ -114,8 +156,16 @@ def test_fit_method_hands_over_a_network_with_the_fits_batch_norm_statistics():
     data = load_dataset("digits")
     torch.manual_seed(0)
     options, optim = SHORT["sbnn"]
-    fitted = bp.fit_method("sbnn", resnet(), (data.x_train[:256], data.y_train[:256]), options=options, epochs=1,
-                           batch_size=128, optim=optim, device="cpu")
+    fitted = bp.fit_method(
+        "sbnn",
+        resnet(),
+        (data.x_train[:256], data.y_train[:256]),
+        options=options,
+        epochs=1,
+        batch_size=128,
+        optim=optim,
+        device="cpu",
+    )
     plain = fitted.network().eval()
     with torch.no_grad():
         expected = torch.softmax(plain(data.x_test[:50]), -1)
@@ -123,15 +173,23 @@ def test_fit_method_hands_over_a_network_with_the_fits_batch_norm_statistics():
 
 
 def test_unit_gates_refuses_the_resnet_in_one_line_and_a_unit_level_export_of_it_runs_with_torch_alone(
-        user_files, monkeypatch, capsys, tmp_path):
+    user_files, monkeypatch, capsys, tmp_path
+):
     """Unit gates need a plain chain: refused before anything is written. An sBNN run of the ResNet, pruned
     by a quarter of its channels through the dependency graph, is a file torch alone runs, and the test
     error the export prints is that file's own."""
     monkeypatch.chdir(user_files)
-    config = {"device": "cpu", "data": {"dataset": "npz", "path": "digits.npz", "batch_size": 64},
-              "model": {"factory": "mynets:resnet"}, "train": {"epochs": 1}, "prune": {"droprates": [0.0]},
-              "baseline": {"enabled": False}}
-    (user_files / "gates.toml").write_text(tomli_w.dumps({**config, "method": "unit-gates", "prune": {"level": "unit"}}))
+    config = {
+        "device": "cpu",
+        "data": {"dataset": "npz", "path": "digits.npz", "batch_size": 64},
+        "model": {"factory": "mynets:resnet"},
+        "train": {"epochs": 1},
+        "prune": {"droprates": [0.0]},
+        "baseline": {"enabled": False},
+    }
+    (user_files / "gates.toml").write_text(
+        tomli_w.dumps({**config, "method": "unit-gates", "prune": {"level": "unit"}})
+    )
     assert main(["run", "gates.toml", "--out", str(tmp_path / "gates"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unit-gates gates the units of a plain chain" in err and "BatchNorm2d" in err
@@ -139,8 +197,12 @@ def test_unit_gates_refuses_the_resnet_in_one_line_and_a_unit_level_export_of_it
     (user_files / "sbnn-export.toml").write_text(tomli_w.dumps({**config, "method": "sbnn"}))
     assert main(["run", "sbnn-export.toml", "--out", str(tmp_path / "run"), "--quiet"]) == 0
     capsys.readouterr()
-    assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "net.pt2"), "--budget", "fraction=0.25",
-                 "--json"]) == 0
+    assert (
+        main(
+            ["export", str(tmp_path / "run"), "--out", str(tmp_path / "net.pt2"), "--budget", "fraction=0.25", "--json"]
+        )
+        == 0
+    )
     reported = json.loads(capsys.readouterr().out)
     program = torch.export.load(str(tmp_path / "net.pt2")).module()
     data = load_dataset("npz", path=str(user_files / "digits.npz"))

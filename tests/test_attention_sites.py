@@ -1,5 +1,6 @@
 """``nn.MultiheadAttention``'s query/key/value projections are sites by default, scored and pruned like a
 ``Linear``'s weights, and ``fit_method`` chooses the sites with ``expose``/``hide`` as a config does."""
+
 import numpy as np
 import pytest
 import tomli_w
@@ -15,22 +16,29 @@ from bayesprune.pipeline.runner import load_run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-FACTORY = '''
+FACTORY = """
 from torchvision.models import VisionTransformer
 
 
 def vit(input_shape, output_dim):
     return VisionTransformer(image_size=input_shape[-1], patch_size=4, num_layers=1, num_heads=2, hidden_dim=8,
                              mlp_dim=16, num_classes=output_dim)
-'''
+"""
 IN_PROJ = "encoder.layers.encoder_layer_0.self_attention.in_proj_weight"
 SHORT = {"sbnn": {"predictive_samples": 1}}
 
 
 def vit(input_shape=(3, 8, 8), output_dim=10):
     """torchvision's VisionTransformer, one encoder block of two heads on 8x8 images (four patches)."""
-    return VisionTransformer(image_size=input_shape[-1], patch_size=4, num_layers=1, num_heads=2, hidden_dim=8,
-                             mlp_dim=16, num_classes=output_dim)
+    return VisionTransformer(
+        image_size=input_shape[-1],
+        patch_size=4,
+        num_layers=1,
+        num_heads=2,
+        hidden_dim=8,
+        mlp_dim=16,
+        num_classes=output_dim,
+    )
 
 
 def digits(rows: int):
@@ -42,12 +50,25 @@ def digits(rows: int):
 def test_attention_projections_are_sites_of_a_vit_and_of_a_pytorch_encoder_layer():
     assert {IN_PROJ, IN_PROJ.replace("weight", "bias")} <= set(site_names(vit()))
     layer = nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16)
-    assert site_names(layer) == ["self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
-                                 "self_attn.out_proj.bias", "linear1.weight", "linear1.bias", "linear2.weight",
-                                 "linear2.bias"]
+    assert site_names(layer) == [
+        "self_attn.in_proj_weight",
+        "self_attn.in_proj_bias",
+        "self_attn.out_proj.weight",
+        "self_attn.out_proj.bias",
+        "linear1.weight",
+        "linear1.bias",
+        "linear2.weight",
+        "linear2.bias",
+    ]
     separate = nn.MultiheadAttention(8, 2, kdim=4, vdim=6)
-    assert site_names(separate) == ["q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
-                                    "out_proj.weight", "out_proj.bias"]
+    assert site_names(separate) == [
+        "q_proj_weight",
+        "k_proj_weight",
+        "v_proj_weight",
+        "in_proj_bias",
+        "out_proj.weight",
+        "out_proj.bias",
+    ]
 
 
 def test_a_weight_budget_prunes_the_query_key_value_weights_of_a_fitted_vit():
@@ -78,13 +99,21 @@ def test_fit_method_exposes_and_hides_sites_as_a_config_does(tmp_path, monkeypat
     x, y = digits(100)  # every class once at least
     np.savez(tmp_path / "digits.npz", x_train=x.numpy(), y_train=y.numpy(), x_test=x.numpy(), y_test=y.numpy())
     expose, hide = ["LayerNorm"], ["*.in_proj_bias", "heads.*"]
-    config = {"method": "sbnn", "device": "cpu", "data": {"dataset": "npz", "path": "digits.npz", "batch_size": 100},
-              "model": {"factory": "vits:vit", "expose": expose, "hide": hide}, "train": {"epochs": 1},
-              "sbnn": SHORT["sbnn"], "prune": {"droprates": [0.0]}, "baseline": {"enabled": False}}
+    config = {
+        "method": "sbnn",
+        "device": "cpu",
+        "data": {"dataset": "npz", "path": "digits.npz", "batch_size": 100},
+        "model": {"factory": "vits:vit", "expose": expose, "hide": hide},
+        "train": {"epochs": 1},
+        "sbnn": SHORT["sbnn"],
+        "prune": {"droprates": [0.0]},
+        "baseline": {"enabled": False},
+    }
     (tmp_path / "vit.toml").write_text(tomli_w.dumps(config))
     assert main(["run", "vit.toml", "--out", "run", "--quiet"]) == 0
     from_config = list(load_run(tmp_path / "run")[2].scores())
-    from_python = bp.fit_method("sbnn", vit(), (x, y), options=SHORT["sbnn"], epochs=1, batch_size=100, device="cpu",
-                                expose=expose, hide=hide)
+    from_python = bp.fit_method(
+        "sbnn", vit(), (x, y), options=SHORT["sbnn"], epochs=1, batch_size=100, device="cpu", expose=expose, hide=hide
+    )
     assert list(from_python.scores()) == from_config
     assert from_config != site_names(vit()) and "encoder.ln.weight" in from_config and IN_PROJ in from_config

@@ -11,6 +11,7 @@ before any fit; a Ray address where a server that is not Ray answers, or a bad `
 one line within seconds; ``run --resume`` of a run whose ``config.toml`` was edited is refused naming
 the key.
 """
+
 import json
 import shutil
 import signal
@@ -21,24 +22,34 @@ import tomllib
 
 import pytest
 import tomli_w
-from test_bad_inputs import DIR, RUN, _build, _tree, complete_run  # noqa: F401  (complete_run: the harness's fixture)
 
 from bayesprune.cli import main
 from bayesprune.core.loop import STOP
+from test_bad_inputs import DIR, RUN, _build, _tree, complete_run  # noqa: F401  (complete_run: the harness's fixture)
 
 CMP, SWEEP, GONE = "<complete comparison>", "<complete sweep>", "<removed>"
-TINY = ["--set", "train.epochs=1", "--set", "baseline.epochs=1", "--set", "compare.finetune_epochs=1",
-        "--set", "compare.latency_repeats=2"]
+TINY = [
+    "--set",
+    "train.epochs=1",
+    "--set",
+    "baseline.epochs=1",
+    "--set",
+    "compare.finetune_epochs=1",
+    "--set",
+    "compare.latency_repeats=2",
+]
 NEW = ["compare", "--out", "new", "--methods", "sbnn", "--sparsities", "0.5", *TINY]
 RESUME = ["compare", "--resume", "cmp"]
 
 
 def edit_json(change):
     """Content made from the file already there (JSON), changed by ``change(value)``."""
+
     def edited(path):
         value = json.loads(path.read_text())
         change(value)
         return json.dumps(value)
+
     return edited
 
 
@@ -47,15 +58,18 @@ def replace_text(old, new):
         text = path.read_text()
         assert old in text, (path, old)
         return text.replace(old, new)
+
     return edited
 
 
 def edit_toml(section, key, value):
     """Content made from the TOML file already there, ``[section] key`` set to ``value``."""
+
     def edited(path):
         config = tomllib.loads(path.read_text())
         config.setdefault(section, {})[key] = value
         return tomli_w.dumps(config)
+
     return edited
 
 
@@ -79,62 +93,136 @@ MAGNITUDE_CELL, SBNN_CELL = "cmp/cells/magnitude-seed0", "cmp/cells/sbnn-seed0"
 
 CASES = {
     # cell folders and cells/ that are links or files: never followed, never written through
-    "cells/ a link to a folder outside": ({"cmp": CMP, "elsewhere": DIR, "cmp/cells": GONE, "cmp/cells ": ("link", "../elsewhere")},
-                                         RESUME, "cells"),
+    "cells/ a link to a folder outside": (
+        {"cmp": CMP, "elsewhere": DIR, "cmp/cells": GONE, "cmp/cells ": ("link", "../elsewhere")},
+        RESUME,
+        "cells",
+    ),
     "cells/ a file": ({"cmp": CMP, "cmp/cells": GONE, "cmp/cells ": "not a folder"}, RESUME, "cells"),
-    "a cell folder a link to another run": ({"cmp": CMP, "done": RUN, SBNN_CELL: GONE, SBNN_CELL + " ": ("link", "../../done")},
-                                            RESUME, "sbnn-seed0"),
-    "a cell folder a link to nowhere": ({"cmp": CMP, SBNN_CELL: GONE, SBNN_CELL + " ": ("link", "/nonexistent/cell")},
-                                        RESUME, "sbnn-seed0"),
+    "a cell folder a link to another run": (
+        {"cmp": CMP, "done": RUN, SBNN_CELL: GONE, SBNN_CELL + " ": ("link", "../../done")},
+        RESUME,
+        "sbnn-seed0",
+    ),
+    "a cell folder a link to nowhere": (
+        {"cmp": CMP, SBNN_CELL: GONE, SBNN_CELL + " ": ("link", "/nonexistent/cell")},
+        RESUME,
+        "sbnn-seed0",
+    ),
     "a cell a file": ({"cmp": CMP, MAGNITUDE_CELL: GONE, MAGNITUDE_CELL + " ": "a file"}, RESUME, "magnitude-seed0"),
-    "comparison.toml a link": ({"cmp": CMP, "elsewhere.toml": "[compare]\n", "cmp/comparison.toml": GONE,
-                                "cmp/comparison.toml ": ("link", "../elsewhere.toml")}, RESUME, "comparison.toml"),
-    "sweep cells/ a link": ({"swp": SWEEP, "elsewhere": DIR, "swp/cells": GONE, "swp/cells ": ("link", "../elsewhere")},
-                            ["sweep", "--resume", "swp"], "cells"),
+    "comparison.toml a link": (
+        {
+            "cmp": CMP,
+            "elsewhere.toml": "[compare]\n",
+            "cmp/comparison.toml": GONE,
+            "cmp/comparison.toml ": ("link", "../elsewhere.toml"),
+        },
+        RESUME,
+        "comparison.toml",
+    ),
+    "sweep cells/ a link": (
+        {"swp": SWEEP, "elsewhere": DIR, "swp/cells": GONE, "swp/cells ": ("link", "../elsewhere")},
+        ["sweep", "--resume", "swp"],
+        "cells",
+    ),
     # tampered cell files: one line naming the file
     "metrics.json not JSON": ({"cmp": CMP, SBNN_CELL + "/metrics.json": "{not json"}, RESUME, "metrics.json"),
     "metrics.json a list": ({"cmp": CMP, SBNN_CELL + "/metrics.json": "[1, 2]"}, RESUME, "metrics.json"),
     "metrics.json not UTF-8": ({"cmp": CMP, SBNN_CELL + "/metrics.json": b"\xff\xfe{"}, RESUME, "metrics.json"),
-    "metrics.json without its curve": ({"cmp": CMP, SBNN_CELL + "/metrics.json": edit_json(_pop("pruning_curve"))},
-                                       RESUME, "pruning_curve"),
-    "metrics.json with a text error": ({"cmp": CMP, SBNN_CELL + "/metrics.json": edit_json(_curve_text)}, RESUME, "test_error"),
-    "metrics.json without its task": ({"cmp": CMP, SBNN_CELL + "/metrics.json": edit_json(_pop("task"))}, RESUME, "task"),
-    "magnitude metrics.json without its rows": ({"cmp": CMP, MAGNITUDE_CELL + "/metrics.json": edit_json(_pop("per_sparsity"))},
-                                                RESUME, "per_sparsity"),
+    "metrics.json without its curve": (
+        {"cmp": CMP, SBNN_CELL + "/metrics.json": edit_json(_pop("pruning_curve"))},
+        RESUME,
+        "pruning_curve",
+    ),
+    "metrics.json with a text error": (
+        {"cmp": CMP, SBNN_CELL + "/metrics.json": edit_json(_curve_text)},
+        RESUME,
+        "test_error",
+    ),
+    "metrics.json without its task": (
+        {"cmp": CMP, SBNN_CELL + "/metrics.json": edit_json(_pop("task"))},
+        RESUME,
+        "task",
+    ),
+    "magnitude metrics.json without its rows": (
+        {"cmp": CMP, MAGNITUDE_CELL + "/metrics.json": edit_json(_pop("per_sparsity"))},
+        RESUME,
+        "per_sparsity",
+    ),
     "cell.json not JSON": ({"cmp": CMP, MAGNITUDE_CELL + "/cell.json": "]["}, RESUME, "cell.json"),
-    "cell.json of another fine-tuning": ({"cmp": CMP, MAGNITUDE_CELL + "/cell.json": edit_json(_cell_finetune)},
-                                         RESUME, "finetune_epochs"),
-    "cell.json a link": ({"cmp": CMP, "other.json": "{}", MAGNITUDE_CELL + "/cell.json": GONE,
-                          MAGNITUDE_CELL + "/cell.json ": ("link", "../../../other.json")}, RESUME, "cell.json"),
+    "cell.json of another fine-tuning": (
+        {"cmp": CMP, MAGNITUDE_CELL + "/cell.json": edit_json(_cell_finetune)},
+        RESUME,
+        "finetune_epochs",
+    ),
+    "cell.json a link": (
+        {
+            "cmp": CMP,
+            "other.json": "{}",
+            MAGNITUDE_CELL + "/cell.json": GONE,
+            MAGNITUDE_CELL + "/cell.json ": ("link", "../../../other.json"),
+        },
+        RESUME,
+        "cell.json",
+    ),
     # edited configs: refused naming the key, a finished cell never refitted from another config
-    "comparison.toml with other epochs": ({"cmp": CMP, "cmp/comparison.toml": edit_toml("train", "epochs", 2)},
-                                          RESUME, "train.epochs"),
+    "comparison.toml with other epochs": (
+        {"cmp": CMP, "cmp/comparison.toml": edit_toml("train", "epochs", 2)},
+        RESUME,
+        "train.epochs",
+    ),
     "comparison.toml not TOML": ({"cmp": CMP, "cmp/comparison.toml": "[compare\n"}, RESUME, "comparison.toml"),
     "a cell's config.toml with another learning rate": (
-        {"cmp": CMP, SBNN_CELL + "/config.toml": edit_toml("optim", "lr", 0.5)}, RESUME, "optim.lr"),
+        {"cmp": CMP, SBNN_CELL + "/config.toml": edit_toml("optim", "lr", 0.5)},
+        RESUME,
+        "optim.lr",
+    ),
     "sweep.toml not TOML": ({"swp": SWEEP, "swp/sweep.toml": "grid = ["}, ["sweep", "--resume", "swp"], "sweep.toml"),
-    "sweep.toml without its grid": ({"swp": SWEEP, "swp/sweep.toml": replace_text("[grid]", "[nogrid]")},
-                                    ["sweep", "--resume", "swp"], "grid"),
-    "sweep.toml with text seeds": ({"swp": SWEEP, "swp/sweep.toml": replace_text("seeds = [\n    0,\n]", 'seeds = "all"')},
-                                   ["sweep", "--resume", "swp"], "seeds"),
+    "sweep.toml without its grid": (
+        {"swp": SWEEP, "swp/sweep.toml": replace_text("[grid]", "[nogrid]")},
+        ["sweep", "--resume", "swp"],
+        "grid",
+    ),
+    "sweep.toml with text seeds": (
+        {"swp": SWEEP, "swp/sweep.toml": replace_text("seeds = [\n    0,\n]", 'seeds = "all"')},
+        ["sweep", "--resume", "swp"],
+        "seeds",
+    ),
     # --resume keeps the grid's config
     "compare --resume with --set": ({"cmp": CMP}, [*RESUME, "--set", "train.epochs=2"], "--set"),
     "sweep --resume with --grid": ({"swp": SWEEP}, ["sweep", "--resume", "swp", "--grid", "optim.lr=0.1"], "--grid"),
     # numbers without a practical bound, keys that would be ignored
     "latency repeats 10**9": ({}, [*NEW, "--set", "compare.latency_repeats=1000000000"], "compare.latency_repeats"),
     "latency batch 10**9": ({}, [*NEW, "--set", "compare.latency_batch=1000000000"], "compare.latency_batch"),
-    "fine-tuning 10**12 epochs": ({}, [*NEW, "--set", "compare.finetune_epochs=1000000000000"], "compare.finetune_epochs"),
+    "fine-tuning 10**12 epochs": (
+        {},
+        [*NEW, "--set", "compare.finetune_epochs=1000000000000"],
+        "compare.finetune_epochs",
+    ),
     "budget of 0 epochs": ({}, [*NEW, "--set", "compare.budget=0"], "compare.budget"),
-    "budget below a method's stages": ({}, ["compare", "--out", "new", "--methods", "pft", "--set", "compare.budget=2"],
-                                       "compare.budget"),
+    "budget below a method's stages": (
+        {},
+        ["compare", "--out", "new", "--methods", "pft", "--set", "compare.budget=2"],
+        "compare.budget",
+    ),
     "budget and train.steps": ({}, [*NEW, "--set", "compare.budget=4", "--set", "train.steps=10"], "train.steps"),
-    "another method's config in compare.configs": ({}, [*NEW, "--set", "compare.configs={sbnn = 'pbp-digits'}"],
-                                                   "compare.configs.sbnn"),
-    "unknown config in compare.configs": ({}, [*NEW, "--set", "compare.configs={sbnn = 'nonesuch'}"], "compare.configs.sbnn"),
+    "another method's config in compare.configs": (
+        {},
+        [*NEW, "--set", "compare.configs={sbnn = 'pbp-digits'}"],
+        "compare.configs.sbnn",
+    ),
+    "unknown config in compare.configs": (
+        {},
+        [*NEW, "--set", "compare.configs={sbnn = 'nonesuch'}"],
+        "compare.configs.sbnn",
+    ),
     "certify 10**6 networks": ({"done": RUN}, ["certify", "done", "--samples", "1000000"], "--samples"),
     # refusals of the run's own checks, before any fit
-    "a method that refuses the network": ({}, ["compare", "--out", "new", "--methods", "unit-gates", "--set", "model.hidden=[]"],
-                                          "unit-gates"),
+    "a method that refuses the network": (
+        {},
+        ["compare", "--out", "new", "--methods", "unit-gates", "--set", "model.hidden=[]"],
+        "unit-gates",
+    ),
     "a Ray address where nothing answers": ({}, [*NEW, "--engine", "ray", "--address", "127.0.0.1:9"], "--address"),
 }
 
@@ -143,9 +231,31 @@ CASES = {
 def finished_grids(tmp_path_factory):
     """A finished comparison (sbnn and magnitude at 50 %, one seed, every stage one epoch) and sweep."""
     root = tmp_path_factory.mktemp("grids")
-    assert main(["compare", "--out", str(root / "cmp"), "--methods", "sbnn", "--sparsities", "0.5", "--seeds", "0", *TINY]) == 0
-    assert main(["sweep", "default", "--grid", "optim.lr=0.01", "--out", str(root / "swp"), "--seeds", "0", "--set",
-                 "train.epochs=1", "--set", "baseline.enabled=false", "--set", "sbnn.predictive_samples=1"]) == 0
+    assert (
+        main(["compare", "--out", str(root / "cmp"), "--methods", "sbnn", "--sparsities", "0.5", "--seeds", "0", *TINY])
+        == 0
+    )
+    assert (
+        main(
+            [
+                "sweep",
+                "default",
+                "--grid",
+                "optim.lr=0.01",
+                "--out",
+                str(root / "swp"),
+                "--seeds",
+                "0",
+                "--set",
+                "train.epochs=1",
+                "--set",
+                "baseline.enabled=false",
+                "--set",
+                "sbnn.predictive_samples=1",
+            ]
+        )
+        == 0
+    )
     return {CMP: root / "cmp", SWEEP: root / "swp"}
 
 
@@ -166,8 +276,14 @@ def build(files, root, complete_run, grids):  # noqa: F811  (the fixture importe
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_a_bad_grid_input_is_one_line_exit_2_and_changes_nothing(case, tmp_path, monkeypatch, capsys, complete_run,  # noqa: F811
-                                                                  finished_grids):
+def test_a_bad_grid_input_is_one_line_exit_2_and_changes_nothing(
+    case,
+    tmp_path,
+    monkeypatch,
+    capsys,
+    complete_run,  # noqa: F811
+    finished_grids,
+):
     files, argv, named = CASES[case]
     work = tmp_path / "work"
     work.mkdir()
@@ -185,8 +301,25 @@ def test_every_refusing_method_is_named_before_any_fit(tmp_path, capsys):
     """unit gates (early stopping while units leave) and PFT (early stopping on a pre-training it skips) refuse;
     sBNN and magnitude would fit: nothing is fitted, nothing written, one line per refusal."""
     start = time.perf_counter()
-    status = main(["compare", "--out", str(tmp_path / "new"), "--methods", "sbnn", "unit-gates", "pft", "--sparsities", "0.5",
-                   "--set", "model.hidden=[]", "--set", "train.validation=0.2", "--set", "pft.pretrain_epochs=0"])
+    status = main(
+        [
+            "compare",
+            "--out",
+            str(tmp_path / "new"),
+            "--methods",
+            "sbnn",
+            "unit-gates",
+            "pft",
+            "--sparsities",
+            "0.5",
+            "--set",
+            "model.hidden=[]",
+            "--set",
+            "train.validation=0.2",
+            "--set",
+            "pft.pretrain_epochs=0",
+        ]
+    )
     err = capsys.readouterr().err
     lines = err.splitlines()
     assert status == 2 and len(lines) == 2 and all(line.startswith("bayesprune: error: method ") for line in lines), err
@@ -247,16 +380,31 @@ def test_run_resume_refuses_a_config_edited_after_the_fit_started(tmp_path, caps
     monkeypatch.setattr(context, "write_checkpoint", stop_after_first)
     out = tmp_path / "run"
     try:
-        status = main(["run", "--out", str(out), "--quiet", "--set", "train.epochs=3", "--set", "baseline.enabled=false",
-                       "--set", "sbnn.predictive_samples=1"])
+        status = main(
+            [
+                "run",
+                "--out",
+                str(out),
+                "--quiet",
+                "--set",
+                "train.epochs=3",
+                "--set",
+                "baseline.enabled=false",
+                "--set",
+                "sbnn.predictive_samples=1",
+            ]
+        )
     finally:
         STOP.signal = None
     assert status == 143 and (out / "checkpoint.pt").is_file(), capsys.readouterr().err
     monkeypatch.setattr(context, "write_checkpoint", original)
     capsys.readouterr()
     config = (out / "config.toml").read_text()
-    for old, new, key in (("lr = 0.005", "lr = 0.02", "optim.lr"), ("seed = 0", "seed = 7", "seed"),
-                          ('dataset = "digits"', 'dataset = "iris"', "data.dataset")):
+    for old, new, key in (
+        ("lr = 0.005", "lr = 0.02", "optim.lr"),
+        ("seed = 0", "seed = 7", "seed"),
+        ('dataset = "digits"', 'dataset = "iris"', "data.dataset"),
+    ):
         assert old in config, config
         (out / "config.toml").write_text(config.replace(old, new))
         status = main(["run", "--resume", str(out), "--quiet"])
@@ -270,6 +418,17 @@ def test_run_resume_refuses_a_config_edited_after_the_fit_started(tmp_path, caps
 
 def test_the_table_covers_the_grid_cases_of_the_issue():
     named = " ".join(CASES)
-    for kind in ("link", "file", "metrics.json", "cell.json", "sweep.toml", "comparison.toml", "config.toml",
-                 "latency", "fine-tuning", "compare.configs", "Ray"):
+    for kind in (
+        "link",
+        "file",
+        "metrics.json",
+        "cell.json",
+        "sweep.toml",
+        "comparison.toml",
+        "config.toml",
+        "latency",
+        "fine-tuning",
+        "compare.configs",
+        "Ray",
+    ):
         assert kind in named, kind

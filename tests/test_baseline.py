@@ -1,6 +1,7 @@
 """The references beside every result: the plain network keeps the epoch its validation curve says is
 best (on a part of the training rows when the run holds out none), and regression runs report the
 least-squares linear model, against numpy's lstsq."""
+
 import json
 
 import numpy as np
@@ -8,11 +9,11 @@ import pytest
 import torch
 from torch import nn
 
-from bayesprune.pipeline.baseline import least_squares_test_rmse, train_plain
 from bayesprune.cli import main
+from bayesprune.core.tasks import network_metric
 from bayesprune.data import load_dataset
 from bayesprune.data.registry import Dataset
-from bayesprune.core.tasks import network_metric
+from bayesprune.pipeline.baseline import least_squares_test_rmse, train_plain
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -22,8 +23,18 @@ def regression(seed=0, n_train=120, n_test=60, d=4, noise=0.3, target_std=2.5):
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(n_train + n_test, d, generator=generator)
     y = x @ torch.linspace(-1, 1, d) + 0.7 + noise * torch.randn(n_train + n_test, generator=generator)
-    return Dataset("toy", "regression", x[:n_train], y[:n_train], x[n_train:], y[n_train:], (d,), None,
-                   target_mean=0.0, target_std=target_std)
+    return Dataset(
+        "toy",
+        "regression",
+        x[:n_train],
+        y[:n_train],
+        x[n_train:],
+        y[n_train:],
+        (d,),
+        None,
+        target_mean=0.0,
+        target_std=target_std,
+    )
 
 
 def test_the_linear_models_rmse_is_numpys_least_squares_on_the_same_split():
@@ -40,8 +51,17 @@ def test_the_linear_models_rmse_is_numpys_least_squares_on_the_same_split():
 
 def test_the_linear_model_of_image_shaped_inputs_flattens_them():
     data = regression(d=12)
-    images = Dataset("toy", "regression", data.x_train.reshape(-1, 3, 2, 2), data.y_train,
-                     data.x_test.reshape(-1, 3, 2, 2), data.y_test, (3, 2, 2), None, target_std=data.target_std)
+    images = Dataset(
+        "toy",
+        "regression",
+        data.x_train.reshape(-1, 3, 2, 2),
+        data.y_train,
+        data.x_test.reshape(-1, 3, 2, 2),
+        data.y_test,
+        (3, 2, 2),
+        None,
+        target_std=data.target_std,
+    )
     assert least_squares_test_rmse(images) == pytest.approx(least_squares_test_rmse(data), rel=1e-9)
 
 
@@ -59,6 +79,7 @@ def test_the_kept_epoch_is_the_argmin_of_the_recorded_validation_curve():
     assert result["best_epoch"] == int(np.argmin(curve)) and result["best_epoch"] < 59
     # the network handed back is that epoch's: scored again on the same held-out rows (hold_out at the seed)
     from bayesprune.core.early_stopping import hold_out
+
     _, x_val, y_val = hold_out(data, 0.25, seed=1)
     assert network_metric(net, x_val, y_val, "regression") == pytest.approx(min(curve), rel=1e-5)
     assert result["test"] == pytest.approx(network_metric(net, data.x_test, data.y_test, "regression", target_std=2.5))
@@ -72,10 +93,13 @@ def test_the_runs_own_validation_part_is_used_instead_of_a_new_one():
 
 
 def test_a_fraction_of_its_own_beside_the_runs_validation_part_is_refused():
-    from bayesprune.pipeline.config import load_config
     from bayesprune.core.errors import ConfigError
+    from bayesprune.pipeline.config import load_config
 
-    assert load_config("default").baseline.held_out == 0.2 and load_config("default", ["baseline.validation=0"]).baseline.held_out == 0
+    assert (
+        load_config("default").baseline.held_out == 0.2
+        and load_config("default", ["baseline.validation=0"]).baseline.held_out == 0
+    )
     with pytest.raises(ConfigError, match="baseline.validation"):
         load_config("default", ["train.validation=0.2", "baseline.validation=0.1"])
 
@@ -95,8 +119,26 @@ def test_on_an_exactly_linear_problem_the_plain_network_beats_predicting_the_mea
 
 def test_a_regression_run_reports_both_references(tmp_path):
     out = tmp_path / "run"
-    assert main(["run", "default", "--out", str(out), "--quiet", "--set", "data.dataset=linear-regression",
-                 "--set", "data.n=200", "--set", "train.epochs=4", "--set", "prune.droprates=[0.0]"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "default",
+                "--out",
+                str(out),
+                "--quiet",
+                "--set",
+                "data.dataset=linear-regression",
+                "--set",
+                "data.n=200",
+                "--set",
+                "train.epochs=4",
+                "--set",
+                "prune.droprates=[0.0]",
+            ]
+        )
+        == 0
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     data = load_dataset("linear-regression", n=200)
     assert metrics["baseline_linear_test_rmse"] == pytest.approx(least_squares_test_rmse(data), rel=1e-6)
@@ -110,14 +152,21 @@ def test_a_regression_run_reports_both_references(tmp_path):
 def test_a_comparisons_plain_network_is_the_runs(tmp_path):
     """``compare``'s plain network (its magnitude cell) follows the runner's rule (:func:`train_plain` with
     the runner's arguments): same network, same held-out rows, same kept epoch, the same test error."""
+    from bayesprune.models import new_net
     from bayesprune.pipeline.compare.cells import Cell, _magnitude
     from bayesprune.pipeline.config import load_config
-    from bayesprune.models import new_net
     from bayesprune.pipeline.runner import load_datasets
 
     config = load_config("default", ["train.epochs=3"])
     data = load_datasets(config)[0]
-    plain = train_plain(new_net(config, data.input_shape, data.output_dim, seed=0), data, epochs=3, lr=config.baseline.lr,
-                        batch_size=config.data.batch_size, seed=0, hold=config.baseline.held_out)
+    plain = train_plain(
+        new_net(config, data.input_shape, data.output_dim, seed=0),
+        data,
+        epochs=3,
+        lr=config.baseline.lr,
+        batch_size=config.data.batch_size,
+        seed=0,
+        hold=config.baseline.held_out,
+    )
     cell = Cell("magnitude", "magnitude", config.to_dict(), "magnitude", seed=0, sparsities=(0.5,), finetune_epochs=0)
     assert _magnitude(cell, tmp_path / "cell")["baseline_test_error"] == plain["test"]

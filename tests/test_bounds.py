@@ -1,4 +1,5 @@
 """PAC-Bayes bounds of paper 000 (Theorems 1-2, eqs. 4, 7, 13-16) against numpy/scipy, brute-force and simulation oracles."""
+
 import itertools
 import json
 import math
@@ -194,8 +195,14 @@ def test_certificate_splits_delta_between_the_sampling_and_the_theorem_of_every_
     fields = cert.to_dict()
     assert fields == json.loads(json.dumps(fields))
     assert fields == {
-        "bound": cert.bound, "bound_kl_inverse": cert.bound_kl_inverse, "empirical_risk": mean_risk,
-        "empirical_risk_bound": cert.empirical_risk_bound, "kl": kl, "n": n, "delta": delta, "samples": samples,
+        "bound": cert.bound,
+        "bound_kl_inverse": cert.bound_kl_inverse,
+        "empirical_risk": mean_risk,
+        "empirical_risk_bound": cert.empirical_risk_bound,
+        "kl": kl,
+        "n": n,
+        "delta": delta,
+        "samples": samples,
         "grid_size": grid_size,
     }
     assert {type(value) for value in fields.values()} == {float, int}
@@ -210,10 +217,20 @@ def test_a_larger_grid_gives_a_larger_certificate():
 VALID = {"mean_risk": 0.1, "samples": 100, "kl": 10.0, "n": 1000, "delta": 0.05, "grid_size": 1}
 
 
-@pytest.mark.parametrize("name, value", [
-    ("delta", 0.0), ("delta", 1.0), ("n", 0), ("samples", 0), ("grid_size", 0), ("mean_risk", 1.5),
-    ("mean_risk", -0.1), ("kl", -1.0), ("n", 10.5),
-])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("delta", 0.0),
+        ("delta", 1.0),
+        ("n", 0),
+        ("samples", 0),
+        ("grid_size", 0),
+        ("mean_risk", 1.5),
+        ("mean_risk", -0.1),
+        ("kl", -1.0),
+        ("n", 10.5),
+    ],
+)
 def test_certificate_refuses_bad_inputs_by_name(name, value):
     with pytest.raises(ValueError, match=f"^{name} must"):
         certificate(**{**VALID, name: value})

@@ -1,6 +1,7 @@
 """The default per-layer floor of unit budgets (``Budget.min_keep`` left unset): the same in Python, in a
 config and on the command line, checked against subsets enumerated by hand, and on torchvision's
 resnet18, where a global budget with a floor of one unit collapses layers to a single channel."""
+
 import itertools
 import math
 
@@ -21,8 +22,11 @@ def best_subset(scores: dict, count: int, floors: dict) -> set:
     ``floors[layer]`` units of every layer, the one of highest total score (scores are distinct)."""
     pairs = [(layer, unit) for layer, score in scores.items() for unit in range(score.numel())]
     size = max(count, sum(floors.values()))
-    admissible = (set(subset) for subset in itertools.combinations(pairs, size)
-                  if all(sum(layer == name for layer, _ in subset) >= floor for name, floor in floors.items()))
+    admissible = (
+        set(subset)
+        for subset in itertools.combinations(pairs, size)
+        if all(sum(layer == name for layer, _ in subset) >= floor for name, floor in floors.items())
+    )
     return max(admissible, key=lambda subset: sum(float(scores[layer][unit]) for layer, unit in subset))
 
 
@@ -36,8 +40,10 @@ def test_unset_min_keep_keeps_a_tenth_of_every_layer_at_least_one_against_enumer
     every global count keeps the best subset that respects them."""
     net = mlp((5,), 3, hidden=[12, 3])
     generator = torch.Generator().manual_seed(seed)
-    scores = {"1.gate": torch.rand(12, generator=generator, dtype=torch.float64),
-              "3.gate": torch.rand(3, generator=generator, dtype=torch.float64) - 0.5}  # the small layer scores lower
+    scores = {
+        "1.gate": torch.rand(12, generator=generator, dtype=torch.float64),
+        "3.gate": torch.rand(3, generator=generator, dtype=torch.float64) - 0.5,
+    }  # the small layer scores lower
     for count in (0, 2, 4, 7):
         masks = prune(scores, Budget(keep=count, level="unit"), net=net)
         assert kept(masks) == best_subset(scores, count, {"1.gate": 2, "3.gate": 1})

@@ -1,4 +1,5 @@
 """End-to-end tests of the ``bayesprune`` command line: outputs of a run and rejection of bad input."""
+
 import csv
 import json
 import os
@@ -26,8 +27,19 @@ def test_default_run_writes_a_complete_run_directory(tmp_path, capsys):
     out = tmp_path / "run"
     status, stdout, _ = run_cli(capsys, "run", "--out", str(out), *QUICK)
     assert status == 0
-    expected = {"metrics.json", "pruning_curve.csv", "report.md", "loss.png", "inclusion_cdf.png",
-                "pruning_curve.png", "checkpoint.pt", "config.toml", "history.csv", "scores.npz", "posterior.nc"}
+    expected = {
+        "metrics.json",
+        "pruning_curve.csv",
+        "report.md",
+        "loss.png",
+        "inclusion_cdf.png",
+        "pruning_curve.png",
+        "checkpoint.pt",
+        "config.toml",
+        "history.csv",
+        "scores.npz",
+        "posterior.nc",
+    }
     assert expected <= {path.name for path in out.iterdir()}
     metrics = json.loads((out / "metrics.json").read_text())
     for key in ("method", "dataset", "device", "n_weights", "train_seconds", "test_error", "baseline_test_error"):
@@ -48,9 +60,20 @@ def test_default_run_writes_a_complete_run_directory(tmp_path, capsys):
 
 def test_the_report_sets_the_papers_rows_beside_the_curve_and_finds_the_half_point_sparsity(tmp_path, capsys):
     out = tmp_path / "run"
-    reference = ["--set", "reference.source='paper X'", "--set", "reference.droprates=[0.0, 0.5, 0.6]",
-                 "--set", "reference.values=[1.0, 1.25, 1.75]"]
-    assert run_cli(capsys, "run", "--out", str(out), *QUICK, "--set", "prune.droprates=[0.25, 0.5, 0.75, 0.9]", *reference)[0] == 0
+    reference = [
+        "--set",
+        "reference.source='paper X'",
+        "--set",
+        "reference.droprates=[0.0, 0.5, 0.6]",
+        "--set",
+        "reference.values=[1.0, 1.25, 1.75]",
+    ]
+    assert (
+        run_cli(
+            capsys, "run", "--out", str(out), *QUICK, "--set", "prune.droprates=[0.25, 0.5, 0.75, 0.9]", *reference
+        )[0]
+        == 0
+    )
     with open(out / "pruning_curve.csv", newline="") as handle:
         curve = [{key: float(value) for key, value in row.items()} for row in csv.DictReader(handle)]
     worse = [row["sparsity"] for row in curve if row["test_error"] > curve[0]["test_error"] + 0.5]
@@ -59,7 +82,9 @@ def test_the_report_sets_the_papers_rows_beside_the_curve_and_finds_the_half_poi
     table = [line for line in (out / "report.md").read_text().splitlines() if line.startswith("| ")]
     header = table[[line.startswith("| droprate |") for line in table].index(True)]
     assert header.endswith("| paper X |")
-    by_rate = {line.split(" | ")[0].strip("| "): line.split(" | ")[-1].strip(" |") for line in table if line.startswith("| 0")}
+    by_rate = {
+        line.split(" | ")[0].strip("| "): line.split(" | ")[-1].strip(" |") for line in table if line.startswith("| 0")
+    }
     assert (by_rate["0"], by_rate["0.25"], by_rate["0.5"], by_rate["0.6"]) == ("1", "—", "1.25", "1.75")
     # The paper's own rows first exceed their full model's by 0.5 points at droprate 0.6.
     assert "(paper X: 0.6)" in (out / "report.md").read_text()
@@ -122,8 +147,19 @@ def test_nan_in_data_file_exits_2_naming_the_file(tmp_path, capsys):
     values[4][1] = float("nan")
     _write_uci(tmp_path / "uci", values)
     out = tmp_path / "run"
-    status, _, err = run_cli(capsys, "run", "--out", str(out), "--quiet", "--set", "data.dataset=uci",
-                             "--set", f"data.root='{tmp_path / 'uci'}'", "--set", "data.name=toy")
+    status, _, err = run_cli(
+        capsys,
+        "run",
+        "--out",
+        str(out),
+        "--quiet",
+        "--set",
+        "data.dataset=uci",
+        "--set",
+        f"data.root='{tmp_path / 'uci'}'",
+        "--set",
+        "data.name=toy",
+    )
     assert status == 2 and "data.txt" in err and err.count("\n") == 1
     assert not out.exists()
 
@@ -141,8 +177,9 @@ def test_divergence_exits_2_and_keeps_the_last_good_checkpoint(tmp_path, capsys,
 
     monkeypatch.setattr(AnalyticKLELBO, "loss_and_grads", loss_and_grads)
     out = tmp_path / "run"
-    status, _, err = run_cli(capsys, "run", "--out", str(out), "--quiet", "--set", "train.epochs=5",
-                             "--set", "train.checkpoint_every=1")
+    status, _, err = run_cli(
+        capsys, "run", "--out", str(out), "--quiet", "--set", "train.epochs=5", "--set", "train.checkpoint_every=1"
+    )
     assert status == 2 and "nan" in err.lower() and err.count("\n") == 1
     assert torch.load(out / "checkpoint.pt", weights_only=True)["metadata"]["epoch"] == 2
     assert not (out / "metrics.json").exists()
@@ -155,7 +192,9 @@ def test_a_diverged_plain_baseline_is_null_in_strict_json(tmp_path, capsys, monk
         raise ValueError(f"{constant} is not JSON")
 
     # the plain network's loss is NaN from its first step (a learning rate large enough to diverge is refused)
-    monkeypatch.setattr(bayesprune.pipeline.baseline, "mean_loss", lambda task: lambda output, target: output.sum() * float("nan"))
+    monkeypatch.setattr(
+        bayesprune.pipeline.baseline, "mean_loss", lambda task: lambda output, target: output.sum() * float("nan")
+    )
     out = tmp_path / "run"
     status, _, _ = run_cli(capsys, "run", "--out", str(out), *QUICK, "--set", "baseline.epochs=2")
     metrics = json.loads((out / "metrics.json").read_text(), parse_constant=refuse)
@@ -184,7 +223,10 @@ def test_console_script_reports_errors_without_traceback(tmp_path):
     script = os.path.join(os.path.dirname(sys.executable), "bayesprune")
     result = subprocess.run(
         [script, "run", "--out", str(tmp_path / "run"), "--set", "sbnn.pi=1.5"],
-        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "sbnn.pi" in result.stderr
@@ -193,8 +235,13 @@ def test_console_script_reports_errors_without_traceback(tmp_path):
 def test_a_successful_run_prints_its_result_line_and_nothing_else(tmp_path):
     """No ArviZ log line (a single chain's R-hat), no FutureWarning: stdout holds the result, stderr nothing."""
     script = os.path.join(os.path.dirname(sys.executable), "bayesprune")
-    result = subprocess.run([script, "run", "--out", str(tmp_path / "run"), *QUICK], capture_output=True, text=True,
-                            cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = subprocess.run(
+        [script, "run", "--out", str(tmp_path / "run"), *QUICK],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert result.returncode == 0 and result.stderr == ""
     assert result.stdout.count("\n") == 1 and "results in" in result.stdout
 
@@ -270,10 +317,16 @@ def test_importance_command_pools_the_restarts_of_eq_3_18(two_chain_run, capsys)
     np.testing.assert_allclose(variational["psi"].values[0], p2.sum(0) @ p1 / (100 * 10), rtol=1e-5)
     # importance.csv pools the two restarts: the mean of their psi, an interval holding both
     np.testing.assert_allclose(psi, variational["psi"].values.mean(axis=0), rtol=1e-5)
-    np.testing.assert_allclose([float(row["restart_low"]) for row in rows], variational["psi"].values.min(axis=0), rtol=1e-5)
-    np.testing.assert_allclose([float(row["restart_high"]) for row in rows], variational["psi"].values.max(axis=0), rtol=1e-5)
-    assert all(float(row["psi_low"]) <= float(row["restart_low"]) and float(row["restart_high"]) <= float(row["psi_high"])
-               for row in rows)
+    np.testing.assert_allclose(
+        [float(row["restart_low"]) for row in rows], variational["psi"].values.min(axis=0), rtol=1e-5
+    )
+    np.testing.assert_allclose(
+        [float(row["restart_high"]) for row in rows], variational["psi"].values.max(axis=0), rtol=1e-5
+    )
+    assert all(
+        float(row["psi_low"]) <= float(row["restart_low"]) and float(row["restart_high"]) <= float(row["psi_high"])
+        for row in rows
+    )
     phi = np.array([float(row["phi"]) for row in rows])
     np.testing.assert_allclose(phi, (psi - psi.min()) / (psi.max() - psi.min()), rtol=1e-5, atol=1e-7)
     assert sorted(int(row["rank"]) for row in rows) == list(range(1, 65))
@@ -281,7 +334,9 @@ def test_importance_command_pools_the_restarts_of_eq_3_18(two_chain_run, capsys)
     with open(two_chain_run / "node_importance.csv") as handle:
         nodes = list(csv.DictReader(handle))
     hidden = [float(row["importance"]) for row in nodes if row["layer"] == "1"]
-    np.testing.assert_allclose(variational["node_importance.1"].values[0], p2.mean(0), rtol=1e-5)  # mean over the 10 outputs
+    np.testing.assert_allclose(
+        variational["node_importance.1"].values[0], p2.mean(0), rtol=1e-5
+    )  # mean over the 10 outputs
     np.testing.assert_allclose(hidden, variational["node_importance.1"].values.mean(axis=0), rtol=1e-5)
     np.testing.assert_allclose([float(row["importance"]) for row in nodes if row["layer"] == "input"], psi)
     assert all(float(row["importance"]) == 1.0 for row in nodes if row["layer"] == "3")
@@ -336,14 +391,29 @@ def test_unit_level_pruning_curve_and_export_of_a_run(tmp_path, capsys):
     """A run whose curve removes hidden units; `export` writes a smaller network whose outputs equal the
     masked dense network's and that loads with torch alone."""
     out = tmp_path / "run"
-    assert run_cli(capsys, "run", "--out", str(out), *QUICK, "--set", "prune.level='unit'",
-                   "--set", "prune.droprates=[0.5]", "--set", "prune.min_keep=1")[0] == 0
+    assert (
+        run_cli(
+            capsys,
+            "run",
+            "--out",
+            str(out),
+            *QUICK,
+            "--set",
+            "prune.level='unit'",
+            "--set",
+            "prune.droprates=[0.5]",
+            "--set",
+            "prune.min_keep=1",
+        )[0]
+        == 0
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     row = metrics["pruning_curve"][1]
     assert row["droprate"] == 0.5 and row["n_weights_kept"] == 7510 - 50 * (64 + 1 + 10)  # 50 of 100 hidden units
     target = tmp_path / "small.pt2"
-    status, stdout, _ = run_cli(capsys, "export", str(out), "--out", str(target), "--budget", "keep=30", "--json",
-                                "--repeats", "2")
+    status, stdout, _ = run_cli(
+        capsys, "export", str(out), "--out", str(target), "--budget", "keep=30", "--json", "--repeats", "2"
+    )
     assert status == 0
     report = json.loads(stdout)
     assert report["max_abs_difference_to_masked"] < 1e-5
@@ -424,7 +494,9 @@ CORRUPTIONS = {
 }
 
 
-@pytest.mark.parametrize("name, content", [(name, content) for name, contents in CORRUPTIONS.items() for content in contents])
+@pytest.mark.parametrize(
+    "name, content", [(name, content) for name, contents in CORRUPTIONS.items() for content in contents]
+)
 def test_report_names_a_corrupt_run_file_in_one_line(two_chain_run, tmp_path, capsys, name, content):
     import shutil
 
@@ -435,8 +507,19 @@ def test_report_names_a_corrupt_run_file_in_one_line(two_chain_run, tmp_path, ca
     assert status == 2 and err.count("\n") == 1 and f"{run_dir / name}:" in err
 
 
-RESUMABLE = ["--quiet", "--set", "train.epochs=15", "--set", "baseline.enabled=false", "--set", "train.validation=0.2",
-             "--set", "optim.schedule='cosine'", "--set", "sbnn.predictive_samples=2"]
+RESUMABLE = [
+    "--quiet",
+    "--set",
+    "train.epochs=15",
+    "--set",
+    "baseline.enabled=false",
+    "--set",
+    "train.validation=0.2",
+    "--set",
+    "optim.schedule='cosine'",
+    "--set",
+    "sbnn.predictive_samples=2",
+]
 
 
 def signalled_run(tmp_path, args, signal_number):
@@ -445,8 +528,13 @@ def signalled_run(tmp_path, args, signal_number):
     so that it imports the installed package, not the source tree (whose analysis/ setup.cfg maps in)."""
     import time
 
-    process = subprocess.Popen([sys.executable, "-m", "bayesprune", "run", "--out", str(tmp_path / "run"), *args],
-                               stderr=subprocess.PIPE, text=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bayesprune", "run", "--out", str(tmp_path / "run"), *args],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     deadline = time.time() + 120
     while not list(tmp_path.glob(".run.*.partial/checkpoint.pt")) and time.time() < deadline:
         time.sleep(0.05)
@@ -503,13 +591,16 @@ def quick_run(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("case, named", [
-    ("complete", "is complete"),
-    ("no checkpoint", "no checkpoint.pt"),
-    ("no loop state", "checkpoint.pt: holds no training-loop state"),
-    ("with --set", "drop --set"),
-    ("missing", "no config.toml"),
-])
+@pytest.mark.parametrize(
+    "case, named",
+    [
+        ("complete", "is complete"),
+        ("no checkpoint", "no checkpoint.pt"),
+        ("no loop state", "checkpoint.pt: holds no training-loop state"),
+        ("with --set", "drop --set"),
+        ("missing", "no config.toml"),
+    ],
+)
 def test_resume_refuses_what_it_cannot_continue(quick_run, tmp_path, capsys, case, named):
     import shutil
 
@@ -540,8 +631,9 @@ def test_sigint_stops_the_run_at_a_step_and_keeps_the_last_checkpoint(tmp_path):
     import signal
 
     out = tmp_path / "run"
-    returncode, err = signalled_run(tmp_path, ["--quiet", "--set", "train.epochs=100000", "--set", "baseline.enabled=false"],
-                                    signal.SIGINT)
+    returncode, err = signalled_run(
+        tmp_path, ["--quiet", "--set", "train.epochs=100000", "--set", "baseline.enabled=false"], signal.SIGINT
+    )
     assert returncode == 130, err
     assert err.startswith("bayesprune: interrupted:") and err.count("\n") == 1 and "Traceback" not in err
     epoch = torch.load(out / "checkpoint.pt", weights_only=True)["metadata"]["epoch"]

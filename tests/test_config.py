@@ -1,10 +1,11 @@
 """Config resolution, overrides and validation."""
+
 import tomllib
 
 import pytest
 
-from bayesprune.pipeline.config import RunConfig, load_config, packaged_configs, parse_override
 from bayesprune.core.errors import ConfigError
+from bayesprune.pipeline.config import RunConfig, load_config, packaged_configs, parse_override
 
 
 @pytest.mark.parametrize("name", sorted(packaged_configs()))
@@ -18,7 +19,9 @@ def test_overrides_are_parsed_as_toml_values_or_strings():
     assert parse_override("model.hidden=[50, 50]") == (["model", "hidden"], [50, 50])
     assert parse_override("data.name=energy") == (["data", "name"], "energy")
     config = load_config("default", ["sbnn.pi=0.25", "model.hidden=[7]", "data.seed=3"])
-    assert config.method_options.pi == 0.25 and config.model.options["hidden"] == [7] and config.data.options["seed"] == 3
+    assert (
+        config.method_options.pi == 0.25 and config.model.options["hidden"] == [7] and config.data.options["seed"] == 3
+    )
 
 
 @pytest.mark.parametrize(
@@ -57,7 +60,9 @@ def test_reference_values_must_match_their_droprates_by_name():
         RunConfig.from_dict({"reference": {"source": "paper", "droprates": [0.0, 0.5], "values": {"wine": [1.0, "x"]}}})
     with pytest.raises(ConfigError, match=r"^reference.source must be given"):
         RunConfig.from_dict({"reference": {"droprates": [0.0], "values": [1.0]}})
-    config = RunConfig.from_dict({"reference": {"source": "p", "droprates": [0.0, 0.5], "values": {"wine": [1.0, 2.0]}}})
+    config = RunConfig.from_dict(
+        {"reference": {"source": "p", "droprates": [0.0, 0.5], "values": {"wine": [1.0, 2.0]}}}
+    )
     assert config.reference.rows("wine") == [{"droprate": 0.0, "value": 1.0}, {"droprate": 0.5, "value": 2.0}]
     assert config.reference.rows("boston") == []
 

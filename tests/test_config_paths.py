@@ -1,6 +1,7 @@
 """Relative file and folder names in a config file are read from the config file's folder, as most tools
 do; where the file is not there, from the current folder (as before); a ``--set`` value is the shell's,
 read from the current folder."""
+
 import pytest
 
 from bayesprune.pipeline.config import load_config

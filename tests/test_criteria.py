@@ -1,5 +1,6 @@
 """Loss-model criteria, multi-stage pruning and schedules of paper 001 (eqs. 1, 3-6, 8; Algorithm 1) against
 explicit Jacobians and Hessians, finite differences, hand computations and exact counts."""
+
 import copy
 import math
 
@@ -11,9 +12,9 @@ from torch.func import functional_call
 
 from bayesprune.core.criteria import CRITERIA, ggn_diagonal, saliency, weight_sites
 from bayesprune.core.errors import ConfigError
+from bayesprune.core.pruning import Budget, prune
 from bayesprune.methods.saliency.schedules import sparsity_schedule
 from bayesprune.methods.saliency.stages import loss_change, multi_stage_masks, pruning_stages
-from bayesprune.core.pruning import Budget, prune
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: per-op overhead, not threads
 
@@ -140,10 +141,14 @@ def test_lm_qm_obd_are_eqs_6_5_3_with_finite_difference_gradients_and_the_explic
         theta = net.get_parameter(site).detach()
         torch.testing.assert_close(lm[site], (grads[site] * theta).abs(), rtol=1e-6, atol=1e-9)
         torch.testing.assert_close(obd[site], 0.5 * ggn[site] * theta**2, rtol=1e-10, atol=1e-12)
-        torch.testing.assert_close(qm[site], (-grads[site] * theta + 0.5 * ggn[site] * theta**2).abs(), rtol=1e-6, atol=1e-9)
+        torch.testing.assert_close(
+            qm[site], (-grads[site] * theta + 0.5 * ggn[site] * theta**2).abs(), rtol=1e-6, atol=1e-9
+        )
         assert lm[site].dtype == torch.float64
     if kind == "cross_entropy":  # LM is SNIP's saliency (section 3.1)
-        torch.testing.assert_close(flat(lm), flat(saliency("snip", net, x=x, y=y, loss=F.cross_entropy)), rtol=1e-12, atol=0)
+        torch.testing.assert_close(
+            flat(lm), flat(saliency("snip", net, x=x, y=y, loss=F.cross_entropy)), rtol=1e-12, atol=0
+        )
 
 
 def test_at_a_minimum_the_gradient_term_vanishes_so_qm_is_obd_and_lm_is_zero():
@@ -151,7 +156,9 @@ def test_at_a_minimum_the_gradient_term_vanishes_so_qm_is_obd_and_lm_is_zero():
     torch.manual_seed(3)
     net = nn.Sequential(nn.Linear(3, 3)).double()
     x, y = data("cross_entropy", n=200)
-    optimizer = torch.optim.LBFGS(net.parameters(), max_iter=500, tolerance_grad=1e-13, tolerance_change=0, line_search_fn="strong_wolfe")
+    optimizer = torch.optim.LBFGS(
+        net.parameters(), max_iter=500, tolerance_grad=1e-13, tolerance_change=0, line_search_fn="strong_wolfe"
+    )
 
     def closure():
         optimizer.zero_grad()
@@ -186,7 +193,9 @@ def test_the_penalty_adds_half_lambda_theta_squared_and_a_large_one_ranks_like_m
     plain = saliency(name, net, generator=torch.Generator().manual_seed(0), **options)
     penalised = saliency(name, net, generator=torch.Generator().manual_seed(0), penalty=0.3, **options)
     for site in plain:
-        torch.testing.assert_close(penalised[site] - plain[site], 0.15 * net.get_parameter(site).detach() ** 2, rtol=1e-12, atol=1e-15)
+        torch.testing.assert_close(
+            penalised[site] - plain[site], 0.15 * net.get_parameter(site).detach() ** 2, rtol=1e-12, atol=1e-15
+        )
     large = saliency(name, net, generator=torch.Generator().manual_seed(0), penalty=1e10, **options)
     assert torch.equal(torch.argsort(flat(large)), torch.argsort(flat(saliency("magnitude", net))))
 
@@ -202,18 +211,22 @@ def test_schedules_end_at_the_target_and_increase(target, stages):
             assert all(later > earlier for earlier, later in zip([0.0] + schedule, schedule))
     steps = [later - earlier for earlier, later in zip([0.0] + linear, linear)]
     assert steps == pytest.approx([target / stages] * stages, abs=1e-15)
-    assert exponential == pytest.approx([1 - (1 - target) ** (i / stages) for i in range(1, stages + 1)], rel=1e-12, abs=1e-15)
+    assert exponential == pytest.approx(
+        [1 - (1 - target) ** (i / stages) for i in range(1, stages + 1)], rel=1e-12, abs=1e-15
+    )
     assert sparsity_schedule(target, stages) == exponential
 
 
 def test_the_exponential_schedule_removes_a_constant_fraction_of_what_is_left_and_front_loads():
     schedule = sparsity_schedule(0.99, 4, "exponential")
     kept = [1.0] + [1 - kappa for kappa in schedule]
-    assert [later / earlier for earlier, later in zip(kept, kept[1:])] == pytest.approx([0.01 ** 0.25] * 4, rel=1e-12)
+    assert [later / earlier for earlier, later in zip(kept, kept[1:])] == pytest.approx([0.01**0.25] * 4, rel=1e-12)
     assert schedule[0] > sparsity_schedule(0.99, 4, "linear")[0]
 
 
-@pytest.mark.parametrize("args", [(1.0, 3, "linear"), (-0.1, 3, "linear"), (0.5, 0, "linear"), (0.5, 2.0, "linear"), (0.5, 3, "cubic")])
+@pytest.mark.parametrize(
+    "args", [(1.0, 3, "linear"), (-0.1, 3, "linear"), (0.5, 0, "linear"), (0.5, 2.0, "linear"), (0.5, 3, "cubic")]
+)
 def test_schedules_reject_bad_arguments(args):
     with pytest.raises(ConfigError):
         sparsity_schedule(*args)
@@ -227,8 +240,19 @@ def test_multi_stage_masks_are_nested_and_remove_exact_counts(criterion, schedul
     x, y = data("cross_entropy", n=40, shape=(6,), outputs=4)
     total = 6 * 8 + 8 * 4
     previous = None
-    stages = list(pruning_stages(net, criterion, 0.83, x=x, y=y, stages=5, schedule=schedule, examples_per_stage=10,
-                                 generator=torch.Generator().manual_seed(0)))
+    stages = list(
+        pruning_stages(
+            net,
+            criterion,
+            0.83,
+            x=x,
+            y=y,
+            stages=5,
+            schedule=schedule,
+            examples_per_stage=10,
+            generator=torch.Generator().manual_seed(0),
+        )
+    )
     assert [kappa for kappa, _, _ in stages] == sparsity_schedule(0.83, 5, schedule)
     for kappa, masks, _ in stages:
         assert list(masks) == weight_sites(net) and all(mask.dtype == torch.bool for mask in masks.values())
@@ -275,11 +299,16 @@ def test_every_stage_draws_its_own_examples(monkeypatch):
 
     seen = []
     real = stages_module.saliency
-    monkeypatch.setattr(stages_module, "saliency", lambda criterion, net, *, x, y, **kw: seen.append(x) or real(
-        criterion, net, x=x, y=y, **kw))
+    monkeypatch.setattr(
+        stages_module,
+        "saliency",
+        lambda criterion, net, *, x, y, **kw: seen.append(x) or real(criterion, net, x=x, y=y, **kw),
+    )
     net = tiny_mlp((6, 10, 3))
     x, y = torch.randn(200, 6, dtype=torch.float64), torch.randint(0, 3, (200,))
-    multi_stage_masks(net, "obd", 0.8, x=x, y=y, stages=3, examples_per_stage=20, generator=torch.Generator().manual_seed(5))
+    multi_stage_masks(
+        net, "obd", 0.8, x=x, y=y, stages=3, examples_per_stage=20, generator=torch.Generator().manual_seed(5)
+    )
     draws = torch.Generator().manual_seed(5)
     assert len(seen) == 3
     for examples in seen:
@@ -323,12 +352,22 @@ def test_loss_change_against_a_hand_computation():
         return [sum(w[k][j] * row[j] for j in range(2)) for k in range(2)]
 
     def cross_entropy(w, labels):
-        return sum(math.log(sum(math.exp(u) for u in logits(w, row))) - logits(w, row)[t]
-                   for row, t in zip(x.tolist(), labels)) / 2
+        return (
+            sum(
+                math.log(sum(math.exp(u) for u in logits(w, row))) - logits(w, row)[t]
+                for row, t in zip(x.tolist(), labels)
+            )
+            / 2
+        )
 
     def squared(w, targets):
-        return sum(0.5 * sum((u - t) ** 2 for u, t in zip(logits(w, row), target))
-                   for row, target in zip(x.tolist(), targets)) / 2
+        return (
+            sum(
+                0.5 * sum((u - t) ** 2 for u, t in zip(logits(w, row), target))
+                for row, target in zip(x.tolist(), targets)
+            )
+            / 2
+        )
 
     labels, targets = [0, 1], [[0.5, -1.0], [2.0, 0.0]]
     expected = abs(cross_entropy(pruned, labels) - cross_entropy(weight, labels))

@@ -3,6 +3,7 @@ digits run fits on the GPU, and what it wrote serves a machine without one. Its 
 tensors only, the run is read back and exported on the CPU, and the exported network reproduces the
 fitted network's masked outputs there; stopped at its first checkpoint, it resumes on the GPU and
 ends where the uninterrupted run ends."""
+
 import json
 
 import pytest
@@ -47,17 +48,18 @@ def test_fits_on_cuda_and_exports_on_cpu(method, short_config, tmp_path, capsys)
 def test_the_variational_kernels_on_cuda_equal_those_on_the_cpu(kernels):
     """The sBNN's joint draw and KL (bayesprune.core.fused.drawn_kl) on CUDA, eager or compiled (Triton),
     equals the CPU's at the same draw: the noise is taken from the CUDA draw."""
-    from test_kernels import PRIOR, SHAPES
-
     from bayesprune.core.distributions import SpikeSlabPosteriors
     from bayesprune.core.fused import kernel_mode, softplus
+    from test_kernels import PRIOR, SHAPES
 
     n = sum(torch.Size(shape).numel() for shape in SHAPES.values())
     results = []
     for device in ("cuda", "cpu"):
         loc = torch.linspace(-1, 1, n, device=device).requires_grad_()
         rho = torch.linspace(-9, 3, n, device=device).requires_grad_()
-        prior = PRIOR if device == "cpu" else type(PRIOR)(*(getattr(PRIOR, k).to(device) for k in ("pi", "tau0", "tau1")))
+        prior = (
+            PRIOR if device == "cpu" else type(PRIOR)(*(getattr(PRIOR, k).to(device) for k in ("pi", "tau0", "tau1")))
+        )
         with kernel_mode(kernels):
             posterior = SpikeSlabPosteriors(loc, softplus(rho), SHAPES, [prior] * len(SHAPES), prior.constants)
             draws = torch.cat([q.rsample().flatten() for q in posterior.sites.values()])
@@ -96,5 +98,7 @@ def numbers(value, prefix=""):
     if isinstance(value, dict):
         return {key: item for name, entry in value.items() for key, item in numbers(entry, f"{prefix}/{name}").items()}
     if isinstance(value, list):
-        return {key: item for index, entry in enumerate(value) for key, item in numbers(entry, f"{prefix}/{index}").items()}
+        return {
+            key: item for index, entry in enumerate(value) for key, item in numbers(entry, f"{prefix}/{index}").items()
+        }
     return {prefix: value} if isinstance(value, (int, float)) and not isinstance(value, bool) else {}

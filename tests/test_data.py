@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from bayesprune.data import DATASETS, Dataset, load_dataset, uci_num_splits, validate
-
 from helpers import raises_data_error
 
 SIMULATORS = ["linear-regression", "feature-importance-2var", "feature-importance-many", "feature-selection"]
@@ -92,8 +91,11 @@ def test_dataset_properties():
         (_tiny_classification, {"x_train": torch.tensor([[float("nan")] * 3] * 4)}, "x_train has NaN"),
         (_tiny_classification, {"x_test": torch.full((2, 3), float("inf"))}, "x_test has NaN"),
         (_tiny_classification, {"y_train": torch.tensor([0, 1, 2])}, "y_train has shape"),
-        (_tiny_classification, {"x_test": torch.zeros(0, 3), "y_test": torch.zeros(0, dtype=torch.int64)},
-         "x_test is empty"),
+        (
+            _tiny_classification,
+            {"x_test": torch.zeros(0, 3), "y_test": torch.zeros(0, dtype=torch.int64)},
+            "x_test is empty",
+        ),
         (_tiny_classification, {"x_train": torch.zeros(4, 5)}, "input_shape"),
         (_tiny_classification, {"x_train": torch.zeros(4, 3, dtype=torch.float64)}, "x_train has dtype"),
         (_tiny_classification, {"num_classes": None}, "num_classes"),
@@ -284,11 +286,14 @@ def test_cifar10_batch_that_would_run_code_is_refused(tmp_path, monkeypatch):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("batch, needle", [
-    ({"data": np.zeros((2, 3072), np.float32), "labels": [0, 1]}, "uint8 'data'"),
-    ({"data": np.zeros((2, 3072), np.uint8), "labels": [0]}, "integer 'labels'"),
-    ([1, 2], "uint8 'data'"),
-])
+@pytest.mark.parametrize(
+    "batch, needle",
+    [
+        ({"data": np.zeros((2, 3072), np.float32), "labels": [0, 1]}, "uint8 'data'"),
+        ({"data": np.zeros((2, 3072), np.uint8), "labels": [0]}, "integer 'labels'"),
+        ([1, 2], "uint8 'data'"),
+    ],
+)
 def test_cifar10_malformed_batch_is_named(tmp_path, monkeypatch, batch, needle):
     _fake_cifar10(tmp_path, monkeypatch, test_batch=pickle.dumps(batch, protocol=4))
     with raises_data_error("test_batch", needle):

@@ -7,6 +7,7 @@ under test: ``log_prob`` is checked to integrate (or sum) to 1 by quadrature and
 frequencies of its own samples, each registered KL against a Monte-Carlo estimate of
 E_q[log q − log p], and the bounded cross-entropy against its formula written with ``log_softmax``.
 """
+
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -20,8 +21,8 @@ from scipy import integrate
 from torch.distributions import Bernoulli, Normal, kl_divergence
 
 from bayesprune.core.distributions import SpikeAndSlab, SpikeSlabPosterior
-from bayesprune.methods.pbp.distributions import DiracSpikeSlab
 from bayesprune.guides import SpikeSlabGuide
+from bayesprune.methods.pbp.distributions import DiracSpikeSlab
 from bayesprune.methods.sparse_vd.distributions import AdditiveNormal, LogUniform
 from bayesprune.models import BayesianNetwork, Categorical, mlp
 from bayesprune.models.likelihoods import _BoundedCrossEntropy
@@ -48,12 +49,19 @@ class Fixture(NamedTuple):
 FIXTURES = [
     Fixture("spike_slab", SpikeAndSlab, dict(pi=t(0.3), tau0=t(0.1), tau1=t(1.5))),
     Fixture("spike_slab_batch", SpikeAndSlab, dict(pi=t([0.2, 0.5, 0.9]), tau0=t(0.05), tau1=t([1.0, 2.0, 0.5]))),
-    Fixture("spike_slab_posterior", SpikeSlabPosterior, dict(loc=t([[0.3], [-1.0]]), scale=t([0.2, 0.7]), logits=t(0.4))),
+    Fixture(
+        "spike_slab_posterior", SpikeSlabPosterior, dict(loc=t([[0.3], [-1.0]]), scale=t([0.2, 0.7]), logits=t(0.4))
+    ),
     Fixture("dirac_spike_slab", DiracSpikeSlab, dict(probs=t(0.6), loc=t(0.5), scale=t(0.8))),
-    Fixture("dirac_spike_slab_batch", DiracSpikeSlab, dict(probs=t([0.1, 0.7, 1.0]), loc=t([0.0, -2.0, 1.0]), scale=t(0.5))),
+    Fixture(
+        "dirac_spike_slab_batch", DiracSpikeSlab, dict(probs=t([0.1, 0.7, 1.0]), loc=t([0.0, -2.0, 1.0]), scale=t(0.5))
+    ),
     Fixture("additive_normal", AdditiveNormal, dict(loc=t([0.5, -0.2, 2.0]), log_sigma2=t([-2.0, 0.0, 1.0]))),
-    Fixture("bounded_cross_entropy", _BoundedCrossEntropy, dict(logits=t([[2.0, -1.0, 0.0, -9.0], [0.0, 0.0, 0.0, 0.0]]),
-                                                               min_prob=1e-3)),
+    Fixture(
+        "bounded_cross_entropy",
+        _BoundedCrossEntropy,
+        dict(logits=t([[2.0, -1.0, 0.0, -9.0], [0.0, 0.0, 0.0, 0.0]]), min_prob=1e-3),
+    ),
 ]
 CONTINUOUS = [f for f in FIXTURES if f.make in (SpikeAndSlab, SpikeSlabPosterior, AdditiveNormal)]
 
@@ -65,10 +73,11 @@ def fixtures(selection):
 def parameter_shapes(d):
     """Parameter name → its shape, which is the batch shape but for a categorical's (the classes follow)."""
     classes = d.logits.shape[-1:] if isinstance(d, _BoundedCrossEntropy) else torch.Size()
-    return {name: getattr(d, name).shape[:len(getattr(d, name).shape) - len(classes)] for name in d.arg_constraints}
+    return {name: getattr(d, name).shape[: len(getattr(d, name).shape) - len(classes)] for name in d.arg_constraints}
 
 
 # Shapes (Pyro: test_support_shape, test_infer_shapes, test_batch_log_prob shapes).
+
 
 @fixtures(FIXTURES)
 @pytest.mark.parametrize("sample_shape", [(), (4,), (2, 3)])
@@ -99,6 +108,7 @@ def test_support_contains_samples(fixture):
 
 
 # expand (Pyro: test_expand_by, test_expand_new_dim, test_expand_existing_dim, test_subsequent_expands_ok, test_expand_error).
+
 
 def _expanded_shapes(batch_shape):
     grown = torch.Size([5]) + batch_shape
@@ -150,6 +160,7 @@ def test_log_prob_of_a_scalar_broadcasts_to_the_batch(fixture):
 def test_spike_and_slab_in_a_plate_counts_every_element():
     """Regression: a scalar observation in plate(5) of an expanded prior scores 5 log p(x), not log p(x)."""
     pi, tau0, tau1, x = 0.3, 0.1, 1.5, 0.4
+
     def normal(scale):
         return math.exp(-0.5 * (x / scale) ** 2) / (scale * math.sqrt(2 * math.pi))
 
@@ -180,6 +191,7 @@ def test_log_uniform_expand_and_broadcast():
 
 
 # enumerate_support (Pyro: test_enumerate_support, test_enumerate_support_shape).
+
 
 @fixtures(FIXTURES)
 def test_enumerate_support(fixture):
@@ -222,7 +234,9 @@ BAD_PARAMETERS = [
 ]
 
 
-@pytest.mark.parametrize("make, params", BAD_PARAMETERS, ids=[f"{m.__name__}-{i}" for i, (m, _) in enumerate(BAD_PARAMETERS)])
+@pytest.mark.parametrize(
+    "make, params", BAD_PARAMETERS, ids=[f"{m.__name__}-{i}" for i, (m, _) in enumerate(BAD_PARAMETERS)]
+)
 def test_bad_parameters_are_refused(make, params):
     with pytest.raises(ValueError):
         make(**params, validate_args=True)
@@ -262,6 +276,7 @@ def test_validation_survives_expand():
 
 # log_prob against its own normaliser and against samples.
 
+
 def _elements(d):
     """Every batch element of ``d`` as a 0-dim-batch distribution (by indexing an expanded copy)."""
     for index in np.ndindex(*d.batch_shape):
@@ -272,8 +287,10 @@ def _elements(d):
 def test_continuous_log_prob_integrates_to_one(fixture):
     d = fixture.build()
     for index, density in _elements(d):
-        mass = sum(integrate.quad(density, a, b, limit=200, points=[0.0] if a < 0 < b else None)[0]
-                   for a, b in [(-math.inf, -1.0), (-1.0, 1.0), (1.0, math.inf)])
+        mass = sum(
+            integrate.quad(density, a, b, limit=200, points=[0.0] if a < 0 < b else None)[0]
+            for a, b in [(-math.inf, -1.0), (-1.0, 1.0), (1.0, math.inf)]
+        )
         assert mass == pytest.approx(1.0, abs=1e-6), index
 
 
@@ -319,7 +336,9 @@ def test_bounded_cross_entropy_against_its_formula():
     assert torch.allclose(d.log_prob(values), expected, atol=1e-12)
     assert d.log_prob(values).min() >= -1.0 and d.log_prob(values).max() <= 0.0
     draws = d.sample((3, 5))
-    assert torch.allclose(d.log_prob(draws), expected.T.expand(3, 5, 2, 4).gather(-1, draws.unsqueeze(-1)).squeeze(-1), atol=1e-12)
+    assert torch.allclose(
+        d.log_prob(draws), expected.T.expand(3, 5, 2, 4).gather(-1, draws.unsqueeze(-1)).squeeze(-1), atol=1e-12
+    )
     # samples are the categorical's: their frequencies match softmax(logits)
     many = d.sample((20000,))
     frequencies = torch.stack([(many == k).double().mean(0) for k in range(4)], -1)
@@ -328,6 +347,7 @@ def test_bounded_cross_entropy_against_its_formula():
 
 
 # Registered KLs against Monte Carlo.
+
 
 def _monte_carlo(integrand, n):
     return integrand.mean(0), integrand.std(0) / math.sqrt(n)

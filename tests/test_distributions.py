@@ -4,6 +4,7 @@ Oracles: numerical minimisation (scipy), Monte-Carlo estimates written with plai
 ``torch.distributions.Normal``/``Bernoulli``, closed-form Gaussian and Bernoulli KLs from torch,
 numerical quadrature and a Kolmogorov-Smirnov test against the mixture CDF.
 """
+
 import itertools
 import math
 
@@ -55,6 +56,7 @@ def joint_kl_monte_carlo(loc, scale, probs, pi, tau0, tau1, num_samples):
 
 
 # Proposition 3.2: the closed-form optimal inclusion probability.
+
 
 @pytest.mark.parametrize("pi", [0.1, 0.5, 0.9])
 @pytest.mark.parametrize("taus", [(math.exp(-6.0), math.exp(1.0)), (0.1, 1.0), (0.5, 0.6)])

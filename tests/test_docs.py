@@ -1,5 +1,6 @@
 """docs/: the config reference is what docs/generate.py writes from the code, and every Python example of
 docs/ runs as written."""
+
 import dataclasses
 import importlib.util
 import re
@@ -116,8 +117,23 @@ def test_the_api_example_prunes_half_the_weights(capsys):
 
 def test_the_arviz_and_importance_example_reads_a_run_directory(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert main(["run", "--out", "runs/default", "--quiet", "--set", "train.epochs=2", "--set", "baseline.enabled=false",
-                 "--set", "sbnn.predictive_samples=2"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--out",
+                "runs/default",
+                "--quiet",
+                "--set",
+                "train.epochs=2",
+                "--set",
+                "baseline.enabled=false",
+                "--set",
+                "sbnn.predictive_samples=2",
+            ]
+        )
+        == 0
+    )
     exec(compile(example("usage.md", "az.from_netcdf"), "docs/usage.md, the ArviZ example", "exec"), {})
     assert "'feature': 'x0'" in capsys.readouterr().out
 

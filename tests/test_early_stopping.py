@@ -1,18 +1,21 @@
 """Training length that adapts to the data: step budgets, held-out validation, early stopping."""
+
 import math
 
 import pytest
 import torch
 
-from bayesprune.pipeline.config import RunConfig, load_config
-from bayesprune.data import Dataset
 from bayesprune.core.early_stopping import EarlyStopping, epochs_for_steps, hold_out
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.loop import TensorBatches, train
+from bayesprune.data import Dataset
+from bayesprune.pipeline.config import RunConfig, load_config
 from bayesprune.pipeline.runner import run
 
 
-@pytest.mark.parametrize("steps, n, batch", [(1, 10, 32), (100, 455, 32), (20000, 455, 32), (7, 64, 8), (8, 64, 8), (9, 64, 8)])
+@pytest.mark.parametrize(
+    "steps, n, batch", [(1, 10, 32), (100, 455, 32), (20000, 455, 32), (7, 64, 8), (8, 64, 8), (9, 64, 8)]
+)
 def test_epochs_for_steps_is_the_first_epoch_count_reaching_the_budget(steps, n, batch):
     per_epoch = len(TensorBatches(torch.zeros(n, 1), torch.zeros(n), batch_size=batch))
     epochs = next(e for e in range(1, steps + 2) if e * per_epoch >= steps)
@@ -34,7 +37,9 @@ def test_hold_out_splits_the_training_part_only():
     assert len(y_val) == 10 and rest.num_train == 40
     assert sorted(torch.cat([rest.y_train, y_val]).tolist()) == y.tolist()
     assert torch.equal(rest.x_test, dataset.x_test) and torch.equal(x_val.squeeze(1), y_val)
-    assert torch.equal(hold_out(dataset, 0.2, seed=3)[2], y_val) and not torch.equal(hold_out(dataset, 0.2, seed=4)[2], y_val)
+    assert torch.equal(hold_out(dataset, 0.2, seed=3)[2], y_val) and not torch.equal(
+        hold_out(dataset, 0.2, seed=4)[2], y_val
+    )
 
 
 @pytest.mark.parametrize("patience, trained", [(None, 8), (2, 6), (10, 8)])
@@ -54,24 +59,46 @@ def test_early_stopping_restores_the_best_epoch(patience, trained):
         epoch_of["now"] += 1
         return curve[epoch_of["now"]]
 
-    stopping = EarlyStopping(score, lambda: {"w": weight.detach()}, lambda state: weight.data.copy_(state["w"]),
-                             epochs=len(curve), patience=patience)
-    history = train(step, TensorBatches(torch.zeros(4, 1), torch.zeros(4), batch_size=4), epochs=len(curve),
-                    callbacks=[stopping])
+    stopping = EarlyStopping(
+        score,
+        lambda: {"w": weight.detach()},
+        lambda state: weight.data.copy_(state["w"]),
+        epochs=len(curve),
+        patience=patience,
+    )
+    history = train(
+        step, TensorBatches(torch.zeros(4, 1), torch.zeros(4), batch_size=4), epochs=len(curve), callbacks=[stopping]
+    )
     assert len(history.epoch_losses) == trained
     assert stopping.best_epoch == 3 and stopping.best_score == 1.0 and weight.item() == 4.0
 
 
-@pytest.mark.parametrize("train_table, field", [({"steps": 0}, "train.steps"), ({"epochs": 0}, "train.epochs"),
-                                                ({"validation": 1.0}, "train.validation"), ({"patience": 5}, "train.patience")])
+@pytest.mark.parametrize(
+    "train_table, field",
+    [
+        ({"steps": 0}, "train.steps"),
+        ({"epochs": 0}, "train.epochs"),
+        ({"validation": 1.0}, "train.validation"),
+        ({"patience": 5}, "train.patience"),
+    ],
+)
 def test_bad_training_length_names_the_field(train_table, field):
     with pytest.raises(ConfigError, match=f"^{field}"):
         RunConfig.from_dict({"train": train_table})
 
 
 def test_a_run_with_a_step_budget_and_validation(tmp_path):
-    config = load_config("default", ["train.steps=30", "train.validation=0.2", "train.patience=3", "data.batch_size='auto'",
-                                     "device='cpu'", "prune.droprates=[0.5]"])
+    config = load_config(
+        "default",
+        [
+            "train.steps=30",
+            "train.validation=0.2",
+            "train.patience=3",
+            "data.batch_size='auto'",
+            "device='cpu'",
+            "prune.droprates=[0.5]",
+        ],
+    )
     metrics = run(config, tmp_path / "run")
     # digits: 1437 training rows, 287 held out; batch max(32, ceil(1150 / 100)) = 32, 36 steps per epoch
     assert metrics["n_validation"] == 287 and metrics["epochs"] == 1

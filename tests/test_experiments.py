@@ -1,4 +1,5 @@
 """The paper's simulation studies (paper 003, section 4.1) as registered experiments."""
+
 import json
 
 import numpy as np
@@ -6,18 +7,18 @@ import pytest
 import torch
 
 from bayesprune.cli import main
-from bayesprune.pipeline.config import load_config
-from bayesprune.data import load_dataset
 from bayesprune.core.errors import ConfigError
+from bayesprune.core.objectives import AnalyticKLELBO
+from bayesprune.core.statistics import pearson, ranks, spearman
+from bayesprune.data import load_dataset
 from bayesprune.experiments import EXPERIMENTS, get_experiment
 from bayesprune.experiments.common import averaged_importance, fit_importance, with_dropout
-from bayesprune.core.statistics import pearson, ranks, spearman
 from bayesprune.experiments.selection import candidate_thresholds
 from bayesprune.guides import GUIDES, NormalGuide
 from bayesprune.models import BayesianNetwork, build_architecture
 from bayesprune.models.likelihoods import Gaussian
-from bayesprune.core.objectives import AnalyticKLELBO
 from bayesprune.models.priors import PRIORS, GaussianPrior
+from bayesprune.pipeline.config import load_config
 from bayesprune.pipeline.runner import run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -26,12 +27,27 @@ SIMULATIONS = ["feature-importance-2var", "feature-importance-many", "feature-se
 
 # Tiny settings: few rows, few epochs, few grid points.
 TINY = {
-    "feature-importance-2var": ["data.n=300", "train.epochs=3", "experiment.alphas=[0.0, 0.5, 1.0]",
-                                "experiment.repeats=2"],
-    "feature-importance-many": ["data.n=300", "train.epochs=3", "experiment.alphas=[1.0, 4.0]",
-                                'experiment.functions=["linear"]'],
-    "feature-selection": ["data.n=300", "data.num_features=10", "train.epochs=3", "experiment.folds=2",
-                          "experiment.cv_epochs=2", "experiment.cv_grid=4", "experiment.cv_pis=[0.3]"],
+    "feature-importance-2var": [
+        "data.n=300",
+        "train.epochs=3",
+        "experiment.alphas=[0.0, 0.5, 1.0]",
+        "experiment.repeats=2",
+    ],
+    "feature-importance-many": [
+        "data.n=300",
+        "train.epochs=3",
+        "experiment.alphas=[1.0, 4.0]",
+        'experiment.functions=["linear"]',
+    ],
+    "feature-selection": [
+        "data.n=300",
+        "data.num_features=10",
+        "train.epochs=3",
+        "experiment.folds=2",
+        "experiment.cv_epochs=2",
+        "experiment.cv_grid=4",
+        "experiment.cv_pis=[0.3]",
+    ],
 }
 
 
@@ -46,24 +62,27 @@ def test_packaged_config_selects_its_registered_experiment(name):
     assert set(experiment.resolve(config)) == set(experiment.options)
 
 
-@pytest.mark.parametrize("name, assignment, field", [
-    ("feature-importance-2var", "experiment.alphas=[0.1, 1.5, 0.3]", "experiment.alphas"),
-    ("feature-importance-2var", "experiment.alphas=[0.1, 0.1, 0.3]", "experiment.alphas"),
-    ("feature-importance-2var", "experiment.alphas=0.5", "experiment.alphas"),
-    ("feature-importance-2var", "experiment.min_spearman=2", "experiment.min_spearman"),
-    ("feature-importance-2var", "experiment.nonsense=1", "experiment.nonsense"),
-    ("feature-importance-2var", "experiment.repeats=0", "experiment.repeats"),
-    ("feature-importance-many", "experiment.alphas=[0.0, 1.0]", "experiment.alphas"),
-    ("feature-importance-many", 'experiment.functions=["cubic"]', "experiment.functions"),
-    ("feature-selection", "experiment.folds=1", "experiment.folds"),
-    ("feature-selection", "experiment.folds=2.5", "experiment.folds"),
-    ("feature-selection", 'experiment.cv_fit="forest"', "experiment.cv_fit"),
-    ("feature-selection", "experiment.cv_pis=[0.1, 1.2]", "experiment.cv_pis"),
-    ("feature-selection", "experiment.quantile=-0.1", "experiment.quantile"),
-    ("feature-selection", "experiment.one_standard_error=1", "experiment.one_standard_error"),
-    ("feature-selection", 'data.dataset="feature-importance-many"', "data.dataset"),
-    ("feature-selection", 'model.architecture="lenet-300-100"', "model.architecture"),
-])
+@pytest.mark.parametrize(
+    "name, assignment, field",
+    [
+        ("feature-importance-2var", "experiment.alphas=[0.1, 1.5, 0.3]", "experiment.alphas"),
+        ("feature-importance-2var", "experiment.alphas=[0.1, 0.1, 0.3]", "experiment.alphas"),
+        ("feature-importance-2var", "experiment.alphas=0.5", "experiment.alphas"),
+        ("feature-importance-2var", "experiment.min_spearman=2", "experiment.min_spearman"),
+        ("feature-importance-2var", "experiment.nonsense=1", "experiment.nonsense"),
+        ("feature-importance-2var", "experiment.repeats=0", "experiment.repeats"),
+        ("feature-importance-many", "experiment.alphas=[0.0, 1.0]", "experiment.alphas"),
+        ("feature-importance-many", 'experiment.functions=["cubic"]', "experiment.functions"),
+        ("feature-selection", "experiment.folds=1", "experiment.folds"),
+        ("feature-selection", "experiment.folds=2.5", "experiment.folds"),
+        ("feature-selection", 'experiment.cv_fit="forest"', "experiment.cv_fit"),
+        ("feature-selection", "experiment.cv_pis=[0.1, 1.2]", "experiment.cv_pis"),
+        ("feature-selection", "experiment.quantile=-0.1", "experiment.quantile"),
+        ("feature-selection", "experiment.one_standard_error=1", "experiment.one_standard_error"),
+        ("feature-selection", 'data.dataset="feature-importance-many"', "data.dataset"),
+        ("feature-selection", 'model.architecture="lenet-300-100"', "model.architecture"),
+    ],
+)
 def test_check_rejects_bad_options_naming_the_field(name, assignment, field, tmp_path):
     config = load_config(name, [assignment])
     with pytest.raises(ConfigError, match=rf"^{field} ") as error:
@@ -100,7 +119,9 @@ def test_tiny_run_writes_metrics_tables_figures_and_report(name, tmp_path):
         assert set(metrics["importance_correlation"]["linear"]) == {"1", "4"}
     if name == "feature-selection":
         assert set(metrics["selection_accuracy"]) == {"quantile", "cv"}
-        assert {"sbnn_full", "bnn_vs_quantile", "bnn_vs_cv", "nn", "nn_dropout", "linear", "bnn_gaussian"} == set(metrics["test_mse"])
+        assert {"sbnn_full", "bnn_vs_quantile", "bnn_vs_cv", "nn", "nn_dropout", "linear", "bnn_gaussian"} == set(
+            metrics["test_mse"]
+        )
         assert all(np.isfinite(value) and value > 0 for value in metrics["test_mse"].values())
         assert set(metrics["cv_active_proportion"]) == {"0.3"}
 
@@ -109,20 +130,35 @@ def test_psi_follows_the_stronger_of_two_features():
     """Experiment 1 oracle: with little noise, ψ2 > ψ1 at α = 0.9 and ψ1 > ψ2 at α = 0.1."""
     config = load_config("feature-importance-2var", ["data.n=600", "data.noise=0.1", "train.epochs=30"])
     for alpha, stronger in ((0.9, 1), (0.1, 0)):
-        psi = fit_importance(config, load_dataset(config.data.dataset, n=600, noise=0.1, alpha=alpha),
-                             device=torch.device("cpu")).psi
+        psi = fit_importance(
+            config, load_dataset(config.data.dataset, n=600, noise=0.1, alpha=alpha), device=torch.device("cpu")
+        ).psi
         assert psi[stronger] > psi[1 - stronger]
 
 
 @pytest.mark.parametrize("cv_fit", ["linear", "additive"])
 def test_selection_is_perfect_on_a_trivially_separable_design(tmp_path, cv_fit):
     """Experiment 3 oracle: 10 features, linear f, almost no noise: both thresholds find Z exactly."""
-    config = load_config("feature-selection", [
-        "data.n=600", "data.num_features=10", 'data.f="linear"', "data.noise=0.01", "data.pi=0.2", "data.alpha=0.5",
-        "train.epochs=40", "experiment.folds=3", f'experiment.cv_fit="{cv_fit}"', "experiment.cv_grid=10",
-        "experiment.cv_pis=[0.2]", "experiment.quantile=0.8",
-    ])
-    truth = load_dataset("feature-selection", n=600, num_features=10, f="linear", noise=0.01, alpha=0.5).extras["active"]
+    config = load_config(
+        "feature-selection",
+        [
+            "data.n=600",
+            "data.num_features=10",
+            'data.f="linear"',
+            "data.noise=0.01",
+            "data.pi=0.2",
+            "data.alpha=0.5",
+            "train.epochs=40",
+            "experiment.folds=3",
+            f'experiment.cv_fit="{cv_fit}"',
+            "experiment.cv_grid=10",
+            "experiment.cv_pis=[0.2]",
+            "experiment.quantile=0.8",
+        ],
+    )
+    truth = load_dataset("feature-selection", n=600, num_features=10, f="linear", noise=0.01, alpha=0.5).extras[
+        "active"
+    ]
     assert int(truth.sum()) == 2  # the top-20% quantile rule can then be exact
     metrics = run(config, tmp_path / "out")
     assert metrics["selection_accuracy"] == {"quantile": 1.0, "cv": 1.0}

@@ -1,6 +1,7 @@
 """Unit-level pruning, export to smaller layers (through Torch-Pruning's dependency graph), resizing,
 portable and trainable files and masks under fine-tuning, each against the masked dense network or a
 hand count."""
+
 import copy
 import subprocess
 import sys
@@ -10,15 +11,26 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bayesprune.core.export import (count_macs, count_parameters, cut, dead_units, export, load_trainable, mask_parameters,
-                               measure_latency, resize, restrict, save_portable, save_trainable, unmask_parameters)
-from bayesprune.methods import available_methods
-from bayesprune.models import lenet_5_caffe, lenet_5_classic, lenet_300_100, mlp
+from bayesprune.core.export import (
+    count_macs,
+    count_parameters,
+    cut,
+    dead_units,
+    export,
+    load_trainable,
+    mask_parameters,
+    measure_latency,
+    resize,
+    restrict,
+    save_portable,
+    save_trainable,
+    unmask_parameters,
+)
 from bayesprune.core.pruning import Budget, apply_masks, expand_unit_masks, prune, sparsity, unit_scores
 from bayesprune.core.structure import layer_chain, shrunk
-
+from bayesprune.methods import available_methods
+from bayesprune.models import lenet_5_caffe, lenet_5_classic, lenet_300_100, mlp
 from helpers import ClassicLeNet5
-
 
 NETWORKS = {
     "mlp": (lambda: mlp((12,), 3, hidden=[9, 7]), (12,)),
@@ -75,9 +87,11 @@ def test_expand_unit_masks_zeroes_rows_biases_and_the_next_layers_channel_blocks
     net = lenet_5_caffe((1, 16, 16), 3)  # conv 20 → pool → conv 50 → pool → flatten (50·1·1) → fc 500 → fc 3
     units = {"3.gate": torch.arange(50) % 2 == 0}
     masks = expand_unit_masks(net, units)
-    assert masks["3.weight"][1].sum() == 0 and masks["3.weight"][0].all() and masks["3.bias"].tolist()[:2] == [True, False]
+    assert (
+        masks["3.weight"][1].sum() == 0 and masks["3.weight"][0].all() and masks["3.bias"].tolist()[:2] == [True, False]
+    )
     per_channel = net[7].in_features // 50
-    assert masks["7.weight"][:, per_channel:2 * per_channel].sum() == 0 and masks["7.weight"][:, :per_channel].all()
+    assert masks["7.weight"][:, per_channel : 2 * per_channel].sum() == 0 and masks["7.weight"][:, :per_channel].all()
 
 
 @pytest.mark.parametrize("name", NETWORKS)
@@ -123,16 +137,31 @@ class MixesChannels(nn.Module):
         return self.fc2(torch.softmax(self.fc1(x), dim=1))
 
 
-@pytest.mark.parametrize("net, match", [
-    (nn.Sequential(nn.Linear(4, 3), Scaled(3), nn.ReLU(), nn.Linear(3, 2)), r"^module '1' \(Scaled\) is not supported"),
-    (nn.Sequential(nn.Conv2d(4, 4, 3, groups=2), nn.Flatten(), nn.Linear(16, 2)), r"^module '0' \(Conv2d with groups=2\)"),
-    (MixesChannels(), r"^module 'fc1': removing its units does not compute the masked network"),
-])
+@pytest.mark.parametrize(
+    "net, match",
+    [
+        (
+            nn.Sequential(nn.Linear(4, 3), Scaled(3), nn.ReLU(), nn.Linear(3, 2)),
+            r"^module '1' \(Scaled\) is not supported",
+        ),
+        (
+            nn.Sequential(nn.Conv2d(4, 4, 3, groups=2), nn.Flatten(), nn.Linear(16, 2)),
+            r"^module '0' \(Conv2d with groups=2\)",
+        ),
+        (MixesChannels(), r"^module 'fc1': removing its units does not compute the masked network"),
+    ],
+)
 def test_what_torch_pruning_cannot_handle_is_refused_naming_the_module(net, match):
     gate = "fc1.gate" if isinstance(net, MixesChannels) else "0.gate"
     units = 3 if isinstance(net, MixesChannels) or isinstance(net[0], nn.Linear) else 4
     with pytest.raises(ValueError, match=match):
-        export(net, {gate: torch.arange(units) != 1}, input_shape=(4, 4, 4) if isinstance(net[0] if isinstance(net, nn.Sequential) else None, nn.Conv2d) else None)
+        export(
+            net,
+            {gate: torch.arange(units) != 1},
+            input_shape=(4, 4, 4)
+            if isinstance(net[0] if isinstance(net, nn.Sequential) else None, nn.Conv2d)
+            else None,
+        )
 
 
 def test_batch_norm_between_linear_layers_shrinks_with_its_units():
@@ -149,12 +178,18 @@ def test_batch_norm_between_linear_layers_shrinks_with_its_units():
         assert (small(x) - masked_dense(net, masks)(x)).abs().max() < 1e-6
 
 
-@pytest.mark.parametrize("masks, match", [
-    ({"1.weight": torch.ones(4, dtype=torch.bool)}, r"mask of '1.weight' has shape \(4,\)"),
-    ({"1.gate": torch.ones(5, dtype=torch.bool)}, r"mask '1.gate' has shape \(5,\), the layer 4 units"),
-    ({"3.gate": torch.ones(2, dtype=torch.bool)}, r"for no unit group of the network \(the groups: \['1.gate'\]\): \['3.gate'\]"),
-    ({"1.gate": torch.zeros(4, dtype=torch.bool)}, r"removes every unit of layer '1'"),
-])
+@pytest.mark.parametrize(
+    "masks, match",
+    [
+        ({"1.weight": torch.ones(4, dtype=torch.bool)}, r"mask of '1.weight' has shape \(4,\)"),
+        ({"1.gate": torch.ones(5, dtype=torch.bool)}, r"mask '1.gate' has shape \(5,\), the layer 4 units"),
+        (
+            {"3.gate": torch.ones(2, dtype=torch.bool)},
+            r"for no unit group of the network \(the groups: \['1.gate'\]\): \['3.gate'\]",
+        ),
+        ({"1.gate": torch.zeros(4, dtype=torch.bool)}, r"removes every unit of layer '1'"),
+    ],
+)
 def test_bad_masks_are_named(masks, match):
     with pytest.raises(ValueError, match=match):
         export(mlp((5,), 2, hidden=[4]), masks)
@@ -170,8 +205,10 @@ def test_a_shrunk_network_saved_and_restored_predicts_identically(tmp_path):
     net = lenet_5_caffe((1, 28, 28), 10).eval()
     units = prune(random_scores(net, torch.Generator().manual_seed(4)), Budget(keep=40, level="unit"), net=net)
     small = export(net, units)
-    torch.save({"structure": {name: list(p.shape) for name, p in small.named_parameters()}, "state": small.state_dict()},
-               tmp_path / "small.pt")
+    torch.save(
+        {"structure": {name: list(p.shape) for name, p in small.named_parameters()}, "state": small.state_dict()},
+        tmp_path / "small.pt",
+    )
     saved = torch.load(tmp_path / "small.pt", weights_only=True)
     rebuilt = resize(lenet_5_caffe((1, 28, 28), 10), saved["structure"]).eval()
     rebuilt.load_state_dict(saved["state"])
@@ -180,8 +217,9 @@ def test_a_shrunk_network_saved_and_restored_predicts_identically(tmp_path):
 
 
 def test_the_portable_file_runs_without_bayesprune_or_pyro(tmp_path):
-    net = export(lenet_300_100((784,), 10).eval(),
-                 {"1.gate": torch.arange(300) < 120, "3.gate": torch.arange(100) < 30})
+    net = export(
+        lenet_300_100((784,), 10).eval(), {"1.gate": torch.arange(300) < 120, "3.gate": torch.arange(100) < 30}
+    )
     path = tmp_path / "net.pt2"
     save_portable(net, path, torch.randn(2, 784))
     x = torch.randn(64, 784)
@@ -240,8 +278,11 @@ class Block(nn.Module):
         super().__init__()
         self.conv1, self.bn1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout)
         self.conv2, self.bn2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout)
-        self.skip = (nn.Identity() if stride == 1 and cin == cout
-                     else nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)))
+        self.skip = (
+            nn.Identity()
+            if stride == 1 and cin == cout
+            else nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+        )
 
     def forward(self, x):
         return F.relu(self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x))))) + self.skip(x))
@@ -284,8 +325,12 @@ def trained_resnet():
 def test_residual_units_removed_through_the_dependency_graph_compute_the_masked_network():
     net = trained_resnet()
     shape = (3, 12, 12)
-    units = prune(random_scores(net, torch.Generator().manual_seed(7)), Budget(fraction=0.5, level="unit", min_keep=1),
-                  net=net, input_shape=shape)
+    units = prune(
+        random_scores(net, torch.Generator().manual_seed(7)),
+        Budget(fraction=0.5, level="unit", min_keep=1),
+        net=net,
+        input_shape=shape,
+    )
     assert list(units) == list(RESNET_GROUPS)
     small = export(net, units, input_shape=shape).eval()
     # oracle: every removed channel's conv filter and batch-norm weight and bias zeroed by hand
@@ -302,7 +347,12 @@ def test_residual_units_removed_through_the_dependency_graph_compute_the_masked_
         assert (small(x) - oracle(x)).abs().max() < 1e-5
         assert (small(x) - masked_dense(net, expand_unit_masks(net, units, input_shape=shape))(x)).abs().max() < 1e-5
     kept = {site: int(mask.sum()) for site, mask in units.items()}
-    assert small.stem[0].out_channels == small.stem[1].num_features == small.block1.conv2.out_channels == kept["stem.0.gate"]
+    assert (
+        small.stem[0].out_channels
+        == small.stem[1].num_features
+        == small.block1.conv2.out_channels
+        == kept["stem.0.gate"]
+    )
     assert small.block1.conv1.in_channels == small.block2.skip[0].in_channels == kept["stem.0.gate"]
     assert small.block2.skip[0].out_channels == small.head.in_features == kept["block2.conv2.gate"]
     assert small.head.out_features == 5
@@ -312,8 +362,15 @@ def test_residual_units_removed_through_the_dependency_graph_compute_the_masked_
 def test_a_shrunk_residual_network_is_rebuilt_from_its_shapes_and_restricts_optimiser_moments(tmp_path):
     net = trained_resnet()
     shape = (3, 12, 12)
-    units = {site: torch.arange(mask_len) % 3 != 1 for site, mask_len in
-             (("stem.0.gate", 8), ("block1.conv1.gate", 8), ("block2.conv1.gate", 12), ("block2.conv2.gate", 12))}
+    units = {
+        site: torch.arange(mask_len) % 3 != 1
+        for site, mask_len in (
+            ("stem.0.gate", 8),
+            ("block1.conv1.gate", 8),
+            ("block2.conv1.gate", 12),
+            ("block2.conv2.gate", 12),
+        )
+    }
     small = export(net, units, input_shape=shape)
     rebuilt = resize(ResNet(), {name: list(p.shape) for name, p in small.named_parameters()}, input_shape=shape)
     rebuilt.load_state_dict(small.state_dict())
@@ -333,12 +390,21 @@ def test_shrunk_gives_the_exported_network_and_the_cuts_of_its_parameters():
         net.train()(torch.randn(16, 3, 12, 12))
     net.eval()
     shape = (3, 12, 12)
-    units = {site: torch.arange(mask_len) % 3 != 2 for site, mask_len in
-             (("stem.0.gate", 8), ("block1.conv1.gate", 8), ("block2.conv1.gate", 12), ("block2.conv2.gate", 12))}
+    units = {
+        site: torch.arange(mask_len) % 3 != 2
+        for site, mask_len in (
+            ("stem.0.gate", 8),
+            ("block1.conv1.gate", 8),
+            ("block2.conv1.gate", 12),
+            ("block2.conv2.gate", 12),
+        )
+    }
     small, cuts = shrunk(net, units, input_shape=shape)
     oracle = export(net, units, input_shape=shape)
-    for theirs, ours in ((dict(oracle.named_parameters()), dict(small.named_parameters())),
-                         (dict(oracle.named_buffers()), dict(small.named_buffers()))):
+    for theirs, ours in (
+        (dict(oracle.named_parameters()), dict(small.named_parameters())),
+        (dict(oracle.named_buffers()), dict(small.named_buffers())),
+    ):
         assert theirs.keys() == ours.keys()
         assert all(ours[name].dtype == theirs[name].dtype and torch.equal(ours[name], theirs[name]) for name in theirs)
     params = dict(net.named_parameters())
@@ -372,8 +438,11 @@ def test_dead_units_are_those_that_produce_nothing_or_are_read_by_nothing():
 
 def test_the_trainable_file_loads_weights_only_trains_and_computes_the_export(tmp_path):
     net = trained_resnet()
-    small = export(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 10 * 10, 3)).eval(),
-                   {"0.gate": torch.tensor([True, False, True, True])}, input_shape=(3, 12, 12))
+    small = export(
+        nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 10 * 10, 3)).eval(),
+        {"0.gate": torch.tensor([True, False, True, True])},
+        input_shape=(3, 12, 12),
+    )
     path = tmp_path / "net.trainable.pt"
     save_trainable(small, path, input_shape=(3, 12, 12))
     saved = torch.load(path, weights_only=True)
@@ -405,9 +474,13 @@ def test_the_export_of_what_the_method_learned_has_the_runs_test_error(method, s
     report = json.loads(capsys.readouterr().out)
     assert report["budget"] is None and report["input_shape"] == [1, 8, 8]
     if method == "sbnn":  # the run's figure is of the posterior mean; the export removes weights of p* < 1/2
-        assert report["method_test_error"] is not None and abs(report["test_error"] - report["method_test_error"]) <= 0.1
+        assert (
+            report["method_test_error"] is not None and abs(report["test_error"] - report["method_test_error"]) <= 0.1
+        )
     else:
-        assert report["method_test_error"] is None and abs(report["test_error"] - report["run_test_error"]) <= 0.1, report
+        assert report["method_test_error"] is None and abs(report["test_error"] - report["run_test_error"]) <= 0.1, (
+            report
+        )
     assert report["max_abs_difference_to_masked"] < 1e-4
     assert report["exported"]["parameters"]["total"] <= report["dense"]["parameters"]["total"]
     trainable = load_trainable(report["trainable_file"])
@@ -417,5 +490,12 @@ def test_the_export_of_what_the_method_learned_has_the_runs_test_error(method, s
         assert torch.allclose(trainable(x), torch.export.load(str(target)).module()(x), atol=1e-5)
     trainable.train()
     trainable(x).sum().backward()
-    print(method, report["run_test_error"], report["test_error"], report["removed_dead_units"],
-          report["dense"]["parameters"], report["exported"]["parameters"], file=sys.stderr)
+    print(
+        method,
+        report["run_test_error"],
+        report["test_error"],
+        report["removed_dead_units"],
+        report["dense"]["parameters"],
+        report["exported"]["parameters"],
+        file=sys.stderr,
+    )

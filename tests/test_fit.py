@@ -4,6 +4,7 @@ Oracles: the closed-form optimum of mean-field VI for Bayesian linear regression
 simulated sparse regressions (relevant inputs, noise level), exact arithmetic on recorded losses and
 learning rates, and parameters snapshotted independently of the checkpoint code.
 """
+
 import math
 
 import numpy as np
@@ -16,15 +17,25 @@ from torch import nn
 from torch.distributions import Bernoulli, Normal, kl_divergence
 
 from bayesprune.core.checkpoint import load_module_state, read_checkpoint, save_checkpoint
-from bayesprune.methods import FitContext
-from bayesprune.data import load_dataset
 from bayesprune.core.errors import TrainingDiverged
-from bayesprune.core.loop import Callback, GeometricPenalty, History, TensorBatches, UniformPenalty, fit, optimizer_step, svi_step, train
-from bayesprune.guides import SpikeSlabGuide
-from bayesprune.methods.sbnn import SBNNFitted
-from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
+from bayesprune.core.loop import (
+    Callback,
+    GeometricPenalty,
+    History,
+    TensorBatches,
+    UniformPenalty,
+    fit,
+    optimizer_step,
+    svi_step,
+    train,
+)
 from bayesprune.core.objectives import AnalyticKLELBO
 from bayesprune.core.predict import predict
+from bayesprune.data import load_dataset
+from bayesprune.guides import SpikeSlabGuide
+from bayesprune.methods import FitContext
+from bayesprune.methods.sbnn import SBNNFitted
+from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
 from bayesprune.models.priors import SpikeSlabPrior
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -134,8 +145,13 @@ def test_callbacks_run_every_epoch_and_can_stop():
         return epoch == 2
 
     history = fit(
-        model, guide, TensorBatches(x, y, batch_size=30), objective=AnalyticKLELBO(), optim=Adam({"lr": 0.01}),
-        epochs=10, callbacks=[record, stop_after_third],
+        model,
+        guide,
+        TensorBatches(x, y, batch_size=30),
+        objective=AnalyticKLELBO(),
+        optim=Adam({"lr": 0.01}),
+        epochs=10,
+        callbacks=[record, stop_after_third],
     )
     assert seen == [(0, 1), (1, 2), (2, 3)]
     assert len(history.epoch_losses) == 3
@@ -155,11 +171,14 @@ def joint_kl(guide, prior):
     total = 0.0
     for q in guide.posteriors().values():
         p = q.probs
-        total = total + (
-            kl_divergence(Bernoulli(probs=p), Bernoulli(probs=torch.full_like(p, prior.pi)))
-            + p * kl_divergence(Normal(q.loc, q.scale), Normal(0.0, prior.tau1))
-            + (1 - p) * kl_divergence(Normal(q.loc, q.scale), Normal(0.0, prior.tau0))
-        ).sum()
+        total = (
+            total
+            + (
+                kl_divergence(Bernoulli(probs=p), Bernoulli(probs=torch.full_like(p, prior.pi)))
+                + p * kl_divergence(Normal(q.loc, q.scale), Normal(0.0, prior.tau1))
+                + (1 - p) * kl_divergence(Normal(q.loc, q.scale), Normal(0.0, prior.tau0))
+            ).sum()
+        )
     return total.item()
 
 
@@ -172,8 +191,13 @@ def test_geometric_penalty_reweights_the_kl_per_step():
     for name, penalty in [("uniform", UniformPenalty()), ("geometric", GeometricPenalty())]:
         pyro.set_rng_seed(4)
         runs[name] = fit(
-            model, guide, TensorBatches(x, y, batch_size=16, seed=1), objective=AnalyticKLELBO(),
-            optim=SGD({"lr": 0.0}), epochs=2, penalty=penalty,
+            model,
+            guide,
+            TensorBatches(x, y, batch_size=16, seed=1),
+            objective=AnalyticKLELBO(),
+            optim=SGD({"lr": 0.0}),
+            epochs=2,
+            penalty=penalty,
         ).step_losses
     with torch.no_grad():
         kl = joint_kl(guide, prior)
@@ -198,9 +222,12 @@ def fit_sparse(data, net, epochs):
     guide = SpikeSlabGuide(model, init_scale=0.01)
     steps = epochs * math.ceil(data.num_train / 100)
     fit(
-        model, guide, TensorBatches(data.x_train, data.y_train, batch_size=100),
+        model,
+        guide,
+        TensorBatches(data.x_train, data.y_train, batch_size=100),
         objective=AnalyticKLELBO(local_reparameterization=True),
-        optim=ClippedAdam({"lr": 0.05, "lrd": 0.1 ** (1 / steps)}), epochs=epochs,
+        optim=ClippedAdam({"lr": 0.05, "lrd": 0.1 ** (1 / steps)}),
+        epochs=epochs,
     )
     return model, guide
 
@@ -275,9 +302,14 @@ def test_training_diverged_keeps_last_good_checkpoint(tmp_path):
     optim = Adam({"lr": 0.01})
     step = svi_step(model, guide, objective=AnalyticKLELBO(), optim=optim)
     with pytest.raises(TrainingDiverged, match="epoch 3"):
-        FitContext(checkpoint=path).train("svi", step, PoisonedBatches(x, y, good_epochs=2), epochs=10,
-                                          state={"model": model, "guide": guide, "optimizer": optim},
-                                          callbacks=[lambda epoch, history: snapshots.append(snapshot(guide))])
+        FitContext(checkpoint=path).train(
+            "svi",
+            step,
+            PoisonedBatches(x, y, good_epochs=2),
+            epochs=10,
+            state={"model": model, "guide": guide, "optimizer": optim},
+            callbacks=[lambda epoch, history: snapshots.append(snapshot(guide))],
+        )
     assert len(snapshots) == 2
     assert path.exists() and not (tmp_path / "last.pt.partial").exists()
     state = torch.load(path, weights_only=True)
@@ -298,8 +330,14 @@ def test_training_diverged_on_nan_loss():
     x = torch.full((20, 3), float("nan"))
     pyro.enable_validation(False)
     with pytest.raises(TrainingDiverged):
-        fit(model, guide, TensorBatches(x, torch.randn(20), batch_size=20), objective=AnalyticKLELBO(),
-            optim=Adam({"lr": 0.01}), epochs=3)
+        fit(
+            model,
+            guide,
+            TensorBatches(x, torch.randn(20), batch_size=20),
+            objective=AnalyticKLELBO(),
+            optim=Adam({"lr": 0.01}),
+            epochs=3,
+        )
 
 
 def run_fit(seed):
@@ -307,8 +345,14 @@ def run_fit(seed):
     model, guide = regression_problem(seed)
     data = torch.Generator().manual_seed(123)
     x, y = torch.randn(20, 3, generator=data), torch.randn(20, generator=data)
-    history = fit(model, guide, TensorBatches(x, y, batch_size=5, seed=seed), objective=AnalyticKLELBO(),
-                  optim=Adam({"lr": 0.02}), epochs=5)
+    history = fit(
+        model,
+        guide,
+        TensorBatches(x, y, batch_size=5, seed=seed),
+        objective=AnalyticKLELBO(),
+        optim=Adam({"lr": 0.02}),
+        epochs=5,
+    )
     return history, snapshot(guide)
 
 
@@ -382,7 +426,9 @@ def test_train_runs_any_step_to_its_optimum_least_squares():
     """``train`` over a plain optimiser step: linear least squares reaches numpy's lstsq solution."""
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(200, 3, generator=generator, dtype=torch.float64)
-    y = x @ torch.tensor([1.5, -2.0, 0.5], dtype=torch.float64) + 0.1 * torch.randn(200, generator=generator, dtype=torch.float64)
+    y = x @ torch.tensor([1.5, -2.0, 0.5], dtype=torch.float64) + 0.1 * torch.randn(
+        200, generator=generator, dtype=torch.float64
+    )
     weight = torch.zeros(3, dtype=torch.float64, requires_grad=True)
     optimizer = torch.optim.SGD([weight], lr=0.1)
     calls = []
@@ -413,7 +459,9 @@ def test_train_with_optimizer_step_reaches_lstsq():
     torch scheduler) ends at numpy's lstsq solution, up to the minibatch noise of the last small steps."""
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(200, 4, generator=generator, dtype=torch.float64)
-    y = x @ torch.tensor([0.5, -1.0, 2.0, 0.0], dtype=torch.float64) + 0.2 * torch.randn(200, generator=generator, dtype=torch.float64)
+    y = x @ torch.tensor([0.5, -1.0, 2.0, 0.0], dtype=torch.float64) + 0.2 * torch.randn(
+        200, generator=generator, dtype=torch.float64
+    )
     net = nn.Linear(4, 1, bias=False).double()
     optimizer = torch.optim.Adam(net.parameters(), lr=0.05)
     schedule = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.98)
@@ -456,15 +504,23 @@ def test_train_calls_hooks_in_order_and_stops_early():
     """on_step runs after every step in list order, on_epoch after every epoch in list order (plain callables
     too); one on_epoch returning True stops after that epoch, but every callback of that epoch still runs."""
     log = []
-    callbacks = [Recorder("a", log), EpochOnly(log), lambda epoch, history: log.append(("plain", "epoch", epoch)),
-                 Recorder("b", log, stop=1)]
+    callbacks = [
+        Recorder("a", log),
+        EpochOnly(log),
+        lambda epoch, history: log.append(("plain", "epoch", epoch)),
+        Recorder("b", log, stop=1),
+    ]
     history = train(counting_step, [(None, None)] * 3, epochs=5, callbacks=callbacks)
     expected = []
     for epoch in range(2):
         for index in range(3):
             expected += [("a", "step", epoch, index), ("b", "step", epoch, index)]
-        expected += [("a", "epoch", epoch, epoch + 1), ("epoch-only", "epoch", epoch, epoch + 1),
-                     ("plain", "epoch", epoch), ("b", "epoch", epoch, epoch + 1)]
+        expected += [
+            ("a", "epoch", epoch, epoch + 1),
+            ("epoch-only", "epoch", epoch, epoch + 1),
+            ("plain", "epoch", epoch),
+            ("b", "epoch", epoch, epoch + 1),
+        ]
     assert log == expected
     assert history.epoch_losses == [2.0, 2.0] and history.step_losses == [1.0, 2.0, 3.0] * 2
 
@@ -475,7 +531,9 @@ def test_train_divergence_names_epoch_and_step_after_earlier_epoch_callbacks():
     log = []
     losses = iter([1.0, 1.0, 1.0, 1.0, 1.0, float("nan"), 1.0])
     with pytest.raises(TrainingDiverged, match="epoch 2, step 3"):
-        train(lambda x, y, i, n: torch.tensor(next(losses)), [(None, None)] * 3, epochs=3, callbacks=[Recorder("r", log)])
+        train(
+            lambda x, y, i, n: torch.tensor(next(losses)), [(None, None)] * 3, epochs=3, callbacks=[Recorder("r", log)]
+        )
     assert [entry for entry in log if entry[1] == "epoch"] == [("r", "epoch", 0, 1)]
     assert [entry[2:] for entry in log if entry[1] == "step"] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
 

@@ -3,6 +3,7 @@ its running maximum, and only "after the first n0 training iterations" (section 
 sentence counted by hand: with n0 = 3, a unit whose θ lies 20% below its maximum from the start is still
 in the network after steps 1, 2 and 3 and leaves at step 4, not at step 3 (an implementation that
 applies the rule one step early fails here)."""
+
 import pytest
 import torch
 from torch import nn

@@ -1,5 +1,6 @@
 """Unit gates (paper 004): gating as eq. 1, C1 − C0 estimators against exact two-pass differences,
 and removal of units while training."""
+
 import math
 
 import pytest
@@ -9,9 +10,9 @@ from torch import nn
 
 from bayesprune.core.export import export
 from bayesprune.core.gates import Concrete, Exact, Hybrid, Taylor, UnitGates, project_unit_weights, unit_weight_norms
+from bayesprune.core.structure import shrunk
 from bayesprune.methods.unit_gates import GateTraining, UnitGatesOptions
 from bayesprune.models import build_architecture
-from bayesprune.core.structure import shrunk
 
 
 def small_net(seed=0):
@@ -28,6 +29,7 @@ def cost_fn(net, gates, x, y):
     def cost_of(values):
         with torch.no_grad(), gates.applied(net, values):
             return 100 * F.cross_entropy(net(x), y)
+
     return cost_of
 
 
@@ -89,7 +91,10 @@ def test_the_taylor_estimate_becomes_exact_as_a_units_weights_shrink():
             net[2].weight[:, 3] *= scale
         gates = UnitGates(net)
         taylor = Taylor()
-        values = [torch.ones(7, dtype=torch.float64).requires_grad_(), torch.ones(6, dtype=torch.float64).requires_grad_()]
+        values = [
+            torch.ones(7, dtype=torch.float64).requires_grad_(),
+            torch.ones(6, dtype=torch.float64).requires_grad_(),
+        ]
         with gates.applied(net, values):
             (100 * F.cross_entropy(net(x), y)).backward()
         estimate = taylor.data_gradient(list(gates.theta), values, None)[0][3]
@@ -129,7 +134,8 @@ def relaxed_gate_moments(theta: float, temperature: float):
 @pytest.mark.usefixtures("single_thread")
 @pytest.mark.parametrize("temperature", [0.1, 0.02])
 def test_the_concrete_estimate_averages_to_the_gradient_of_the_relaxed_and_as_t_falls_the_bernoulli_expectation(
-        temperature):
+    temperature,
+):
     """Eq. 23 through :class:`Concrete` on the θ of a UnitGates: K independent pairs of gates
     (θ1, θ2) = (0.3, 0.6), f(z) = Σ_k (a1 z_k1 + a2 z_k2 + r)², so that each pair's θ-gradient is one
     independent draw of the estimator. Its mean over K = 10⁵ pairs lies within 4 standard errors of
@@ -148,12 +154,19 @@ def test_the_concrete_estimate_averages_to_the_gradient_of_the_relaxed_and_as_t_
     draws = estimator.data_gradient(gates.raw_tensors(), values, None)[0].view(pairs, 2).double()
     mean, stderr = draws.mean(0), draws.std(0) / math.sqrt(pairs)
     (m1, q1, dm1, dq1), (m2, q2, dm2, dq2) = (relaxed_gate_moments(p, temperature) for p in theta)
-    relaxed = torch.tensor([a1**2 * dq1 + 2 * a1 * a2 * dm1 * m2 + 2 * r * a1 * dm1,
-                            a2**2 * dq2 + 2 * a1 * a2 * m1 * dm2 + 2 * r * a2 * dm2], dtype=torch.float64)
+    relaxed = torch.tensor(
+        [
+            a1**2 * dq1 + 2 * a1 * a2 * dm1 * m2 + 2 * r * a1 * dm1,
+            a2**2 * dq2 + 2 * a1 * a2 * m1 * dm2 + 2 * r * a2 * dm2,
+        ],
+        dtype=torch.float64,
+    )
     assert bool(((mean - relaxed).abs() < 4 * stderr).all()), (mean, relaxed, stderr)
     if temperature <= 0.02:
-        bernoulli = torch.tensor([a1**2 + 2 * a1 * a2 * theta[1] + 2 * r * a1, a2**2 + 2 * a1 * a2 * theta[0] + 2 * r * a2],
-                                 dtype=torch.float64)
+        bernoulli = torch.tensor(
+            [a1**2 + 2 * a1 * a2 * theta[1] + 2 * r * a1, a2**2 + 2 * a1 * a2 * theta[0] + 2 * r * a2],
+            dtype=torch.float64,
+        )
         assert bool(((mean - bernoulli).abs() < 4 * stderr).all()), (mean, bernoulli, stderr)
 
 
@@ -216,8 +229,11 @@ def test_the_theta_gradient_is_the_data_estimate_plus_the_hyper_priors_term(monk
     expected = data[0] + training.hyper_prior.theta_gradient(training.gates.raw.detach())
     received = []
     theta = training.gates.raw.detach()
-    decay = next(group["weight_decay"] for group in training.optimizer.param_groups
-                 if any(param is training.gates.raw for param in group["params"]))
+    decay = next(
+        group["weight_decay"]
+        for group in training.optimizer.param_groups
+        if any(param is training.gates.raw for param in group["params"])
+    )
     monkeypatch.setattr(training.optimizer, "step", lambda: received.append(training.gates.raw.grad + decay * theta))
     training.step(x, y, 0, 1)
     assert len(received) == 1 and received[0].numel() == 7 + 6
@@ -243,10 +259,19 @@ def test_a_unit_gates_run_writes_a_smaller_network_and_its_gate_posterior(tmp_pa
     from bayesprune.pipeline.config import load_config
     from bayesprune.pipeline.runner import load_run, run
 
-    config = load_config("unit-gates-lenet300", [
-        "data.dataset='digits'", "model.architecture='mlp'", "model.hidden=[40, 20]", "train.epochs=6",
-        "unit-gates.log_gamma=-3.0", "unit-gates.finetune_epochs=1", "baseline.epochs=1", "device='cpu'",
-    ])
+    config = load_config(
+        "unit-gates-lenet300",
+        [
+            "data.dataset='digits'",
+            "model.architecture='mlp'",
+            "model.hidden=[40, 20]",
+            "train.epochs=6",
+            "unit-gates.log_gamma=-3.0",
+            "unit-gates.finetune_epochs=1",
+            "baseline.epochs=1",
+            "device='cpu'",
+        ],
+    )
     metrics = run(config, tmp_path / "run")
     learned = metrics["learned_architecture"]
     assert metrics["starting_architecture"] == [40, 20] and sum(learned) == metrics["units_alive"][-1]
@@ -256,7 +281,8 @@ def test_a_unit_gates_run_writes_a_smaller_network_and_its_gate_posterior(tmp_pa
     _, dataset, fitted = load_run(tmp_path / "run")  # rebuilt in the learned, smaller structure
     assert [fitted.net[1].out_features, fitted.net[3].out_features] == learned
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["test_error"] == pytest.approx(
-        100 * float((fitted.predict(dataset.x_test).argmax(-1) != dataset.y_test).float().mean()))
+        100 * float((fitted.predict(dataset.x_test).argmax(-1) != dataset.y_test).float().mean())
+    )
     assert (tmp_path / "run" / "posterior.nc").exists() and (tmp_path / "run" / "theta.png").exists()
 
 
@@ -291,9 +317,17 @@ def test_unit_gates_prune_a_wide_network_to_the_few_units_a_known_problem_needs(
         with torch.no_grad():
             return float((net(test[0]).argmax(-1) != test[1]).float().mean())
 
-    fitted = fit_method("unit-gates", wide(), train, test, epochs=30, batch_size=64, optim={"lr": 0.01}, device="cpu",
-                        options={"log_gamma": -2.0, "weight_precision": 20 * 512 / 60_000, "finetune_epochs": 20,
-                                 "finetune_lr": 1e-3})
+    fitted = fit_method(
+        "unit-gates",
+        wide(),
+        train,
+        test,
+        epochs=30,
+        batch_size=64,
+        optim={"lr": 0.01},
+        device="cpu",
+        options={"log_gamma": -2.0, "weight_precision": 20 * 512 / 60_000, "finetune_epochs": 20, "finetune_lr": 1e-3},
+    )
     plain = wide()
     optimizer = torch.optim.Adam(plain.parameters(), lr=0.01)
     generator = torch.Generator().manual_seed(0)

@@ -11,6 +11,7 @@ number stays the same to float32 precision.
 Record again (only when a change of numbers is intended and explained in its commit) with
 ``python tests/test_golden.py [name ...]``.
 """
+
 import json
 import math
 import sys
@@ -19,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from bayesprune.pipeline.report import SCORES_DIGEST
 
-from bayesprune.pipeline.config import load_config
 from bayesprune.core.files import read_npz
+from bayesprune.pipeline.config import load_config
+from bayesprune.pipeline.report import SCORES_DIGEST
 from bayesprune.pipeline.runner import run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -31,8 +32,15 @@ FOLDER = Path(__file__).parent / "golden"
 METHODS = ["pbp", "pft", "probmask", "saliency", "sbnn", "unit-gates"]
 #: The default config as it was when its golden was recorded: log tau1 0, log tau0 -5, sigma 0.01 and
 #: Adam 0.01 constant.
-DEFAULT_AS_RECORDED = ["train.epochs=2", "device='cpu'", "sbnn.log_tau1=0.0", "sbnn.log_tau0=-5.0", "sbnn.init_scale=0.01",
-                       "optim.lr=0.01", "optim.schedule='constant'"]
+DEFAULT_AS_RECORDED = [
+    "train.epochs=2",
+    "device='cpu'",
+    "sbnn.log_tau1=0.0",
+    "sbnn.log_tau0=-5.0",
+    "sbnn.init_scale=0.01",
+    "optim.lr=0.01",
+    "optim.schedule='constant'",
+]
 #: Keys of metrics.json that are no number of the run: wall-clock times, which no two runs share, and
 #: the digest of scores.npz, an integrity check of the run directory (the report refuses the scores of
 #: another run) whose bits change with the last bit of any score; the scores are compared by
@@ -79,11 +87,18 @@ def scores_summary(scores: dict, entries: dict | None = None) -> dict:
     summary = {}
     for site, values in sorted(scores.items()):
         flat = np.asarray(values, dtype=np.float64).ravel()
-        indices = entries[site] if entries and site in entries else \
-            sorted(generator.choice(flat.size, min(ENTRIES, flat.size), replace=False).tolist())
-        summary[site] = {"shape": list(values.shape), "mean": float(flat.mean()), "std": float(flat.std()),
-                         **{name: float(np.quantile(flat, q)) for name, q in QUANTILES.items()},
-                         "entries": {str(index): float(flat[index]) for index in indices if index < flat.size}}
+        indices = (
+            entries[site]
+            if entries and site in entries
+            else sorted(generator.choice(flat.size, min(ENTRIES, flat.size), replace=False).tolist())
+        )
+        summary[site] = {
+            "shape": list(values.shape),
+            "mean": float(flat.mean()),
+            "std": float(flat.std()),
+            **{name: float(np.quantile(flat, q)) for name, q in QUANTILES.items()},
+            "entries": {str(index): float(flat[index]) for index in indices if index < flat.size},
+        }
     return summary
 
 
@@ -92,9 +107,17 @@ def same(value, recorded, atol: float = ATOL) -> bool:
     if isinstance(recorded, float) and isinstance(value, (int, float)):
         return math.isclose(value, recorded, rel_tol=RTOL, abs_tol=atol)
     if isinstance(recorded, dict):
-        return isinstance(value, dict) and recorded.keys() <= value.keys() and all(same(value[k], recorded[k], atol) for k in recorded)
+        return (
+            isinstance(value, dict)
+            and recorded.keys() <= value.keys()
+            and all(same(value[k], recorded[k], atol) for k in recorded)
+        )
     if isinstance(recorded, list):
-        return isinstance(value, list) and len(value) == len(recorded) and all(same(v, r, atol) for v, r in zip(value, recorded))
+        return (
+            isinstance(value, list)
+            and len(value) == len(recorded)
+            and all(same(v, r, atol) for v, r in zip(value, recorded))
+        )
     return value == recorded
 
 
@@ -112,8 +135,11 @@ def differing_scores(scores: dict, recorded: dict) -> dict:
     if scores.keys() != recorded.keys():
         return {"sites": (sorted(scores), sorted(recorded))}
     summary = scores_summary(scores, {site: list(map(int, record["entries"])) for site, record in recorded.items()})
-    return {site: (summary[site], record) for site, record in recorded.items()
-            if not same(summary[site], record, atol=max(ATOL, RTOL * max(abs(record["min"]), abs(record["max"]))))}
+    return {
+        site: (summary[site], record)
+        for site, record in recorded.items()
+        if not same(summary[site], record, atol=max(ATOL, RTOL * max(abs(record["min"]), abs(record["max"]))))
+    }
 
 
 @pytest.mark.parametrize("name", [*METHODS, "default"])
@@ -135,7 +161,9 @@ def test_the_comparison_passes_within_the_tolerance_and_fails_beyond_it():
         moved["pruning_curve"][1]["test_error"] = error * factor
         assert (not differing_metrics(moved, recorded)) is reproduced
     assert differing_metrics({**recorded, "n_weights": recorded["n_weights"] + 1}, recorded).keys() == {"n_weights"}
-    assert differing_metrics({key: value for key, value in recorded.items() if key != "chains"}, recorded).keys() == {"chains"}
+    assert differing_metrics({key: value for key, value in recorded.items() if key != "chains"}, recorded).keys() == {
+        "chains"
+    }
 
 
 def test_the_scores_comparison_passes_within_the_tolerance_and_fails_beyond_it():

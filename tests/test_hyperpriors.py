@@ -1,4 +1,5 @@
 """Hyper-priors of the unit gates (paper 004, section 4): π*(θ) against a numerical minimisation of eq. 10."""
+
 import math
 
 import pytest
@@ -112,5 +113,7 @@ def test_the_python_api_refuses_a_fit_the_command_line_refuses():
     net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
     before = [param.detach().clone() for param in net.parameters()]
     with pytest.raises(ConfigError, match="unit-gates.eps1 must"):
-        fit_method("unit-gates", net, (torch.randn(8, 3), torch.randint(0, 2, (8,))), options={"log_gamma": -100.0}, epochs=1)
+        fit_method(
+            "unit-gates", net, (torch.randn(8, 3), torch.randint(0, 2, (8,))), options={"log_gamma": -100.0}, epochs=1
+        )
     assert all(torch.equal(a, b.detach()) for a, b in zip(before, net.parameters()))  # refused before training

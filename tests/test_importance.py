@@ -1,4 +1,5 @@
 """Feature and node importance (paper 003, section 3.5, eqs. 3.18 and 3.19) against path enumeration."""
+
 import itertools
 import math
 from types import SimpleNamespace
@@ -20,10 +21,10 @@ from bayesprune.analysis.importance import (
 from bayesprune.data import load_dataset
 from bayesprune.experiments.common import simulation_config
 from bayesprune.guides import SpikeSlabGuide
-from bayesprune.models import build_architecture
-from bayesprune.models.architectures import lenet_5_caffe, mlp
 from bayesprune.methods import FitContext
 from bayesprune.methods.sbnn import build_model, fit_posterior
+from bayesprune.models import build_architecture
+from bayesprune.models.architectures import lenet_5_caffe, mlp
 
 
 def random_inclusion(net, seed=0):
@@ -159,7 +160,9 @@ def fit_simulation(dataset):
     """Fit the paper's 20-10 sBNN (section 4.1) with :func:`simulation_config` on ``dataset``; returns ψ."""
     config = simulation_config(data={"dataset": dataset.name})
     net = build_architecture("mlp", dataset.input_shape, dataset.output_dim, **config.model.options)
-    fitted = fit_posterior(net, dataset, config.method_options, FitContext.from_config(config, dataset, device=torch.device("cpu")))
+    fitted = fit_posterior(
+        net, dataset, config.method_options, FitContext.from_config(config, dataset, device=torch.device("cpu"))
+    )
     return feature_importance(weight_inclusion_matrices(fitted.inclusion_probabilities(), fitted.net))
 
 

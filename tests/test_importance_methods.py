@@ -1,5 +1,6 @@
 """``bayesprune importance`` on a run of every method on a CSV table (issue 38, item 3): the table's
 feature names, a selection list, and each method's own numbers per input against the saved fit."""
+
 import csv
 import json
 
@@ -27,9 +28,19 @@ def table(tmp_path_factory):
 
 
 def run_and_importance(method, table, out, capsys, *extra):
-    settings = ["train.epochs=2", "device='cpu'", "baseline.enabled=false", "chains=1", *available_methods()[method].quick, *extra,
-                "data.dataset='csv'", f"data.path='{table}'", "data.target='label'", "model.hidden=[6]",
-                "prune.droprates=[0.0]"]
+    settings = [
+        "train.epochs=2",
+        "device='cpu'",
+        "baseline.enabled=false",
+        "chains=1",
+        *available_methods()[method].quick,
+        *extra,
+        "data.dataset='csv'",
+        f"data.path='{table}'",
+        "data.target='label'",
+        "model.hidden=[6]",
+        "prune.droprates=[0.0]",
+    ]
     config = "sbnn-digits" if method == "sbnn" else f"{method}-digits"
     assert main(["run", config, "--out", str(out), "--quiet", *(arg for s in settings for arg in ("--set", s))]) == 0
     assert main(["importance", str(out)]) == 0
@@ -50,7 +61,11 @@ def test_importance_of_every_method_names_the_table_features_and_selects(method,
     assert (tmp_path / "run" / "importance.png").stat().st_size > 0
     assert main(["report", str(tmp_path / "run")]) == 0
     report = (tmp_path / "run" / "report.md").read_text()
-    line = next(line for line in report.splitlines() if line.startswith(f"**Selected inputs ({len(selection['selected'])} of 4):**"))
+    line = next(
+        line
+        for line in report.splitlines()
+        if line.startswith(f"**Selected inputs ({len(selection['selected'])} of 4):**")
+    )
     listed = line.split(":** ")[1].split(".")[0].split(";")[0]
     assert sorted(listed.split(", ")) == sorted(selection["selected"] or ["none"])
 
@@ -63,7 +78,9 @@ def test_sparse_vd_importance_counts_the_input_weights_it_keeps(table, tmp_path,
     log_alpha = fitted.log_alpha()["1.weight"]  # (hidden, inputs), by hand
     kept = (log_alpha <= fitted.threshold).sum(dim=0)
     assert [int(row["weights_kept"]) for row in rows] == kept.tolist()
-    np.testing.assert_allclose([float(row["first_layer_score"]) for row in rows], (-log_alpha).sum(dim=0).double(), rtol=1e-6)
+    np.testing.assert_allclose(
+        [float(row["first_layer_score"]) for row in rows], (-log_alpha).sum(dim=0).double(), rtol=1e-6
+    )
     removed = [name for name, count in zip(FEATURES, kept.tolist()) if count == 0]
     assert all(name in selection["not_selected"] for name in removed)  # an input without a kept weight is dropped
 
@@ -78,8 +95,9 @@ def test_saliency_importance_sums_the_pruning_order_of_each_input(table, tmp_pat
 def test_the_refit_on_all_inputs_is_the_runs_plain_network(table, tmp_path, capsys):
     """selection.json's refit trains the plain network as the run does: on all inputs it gives the run's
     baseline error exactly; the report puts the refit beside it."""
-    rows, selection, printed = run_and_importance("sparse-vd", table, tmp_path / "run", capsys,
-                                                  "baseline.enabled=true", "baseline.epochs=2")
+    rows, selection, printed = run_and_importance(
+        "sparse-vd", table, tmp_path / "run", capsys, "baseline.enabled=true", "baseline.epochs=2"
+    )
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     refit = selection["refit"]
     assert refit["metric"] == "test_error"

@@ -1,5 +1,6 @@
 """Importance of several restarts pooled (issue 38): the mixture's ψ, its interval, R-hat across restarts
 and the selection by the Bayesian false-discovery rate, each against an independent computation."""
+
 import itertools
 
 import numpy as np
@@ -23,12 +24,22 @@ def restarts(num_restarts=3, draws=200, seed=0):
     generator = torch.Generator().manual_seed(seed)
     at_p, sampled = [], []
     for _ in range(num_restarts):
-        probs = {name: torch.rand(p.shape, generator=generator, dtype=torch.float64) for name, p in net.named_parameters()}
+        probs = {
+            name: torch.rand(p.shape, generator=generator, dtype=torch.float64) for name, p in net.named_parameters()
+        }
         at_p.append(feature_importance(weight_inclusion_matrices(probs, net)))
-        sampled.append(torch.stack([
-            feature_importance(weight_inclusion_matrices({k: torch.bernoulli(v, generator=generator) for k, v in probs.items()}, net))
-            for _ in range(draws)
-        ]))
+        sampled.append(
+            torch.stack(
+                [
+                    feature_importance(
+                        weight_inclusion_matrices(
+                            {k: torch.bernoulli(v, generator=generator) for k, v in probs.items()}, net
+                        )
+                    )
+                    for _ in range(draws)
+                ]
+            )
+        )
     return torch.stack(sampled).numpy(), torch.stack(at_p).numpy()
 
 
@@ -38,7 +49,9 @@ def test_pooled_psi_is_the_mean_of_the_restarts_and_its_interval_holds_each_of_t
     np.testing.assert_allclose([row["psi"] for row in rows], at_p.mean(axis=0))  # by hand: the mean over restarts
     for j, row in enumerate(rows):
         assert row["psi_low"] <= at_p[:, j].min() and at_p[:, j].max() <= row["psi_high"]
-        assert row["restart_low"] == pytest.approx(at_p[:, j].min()) and row["restart_high"] == pytest.approx(at_p[:, j].max())
+        assert row["restart_low"] == pytest.approx(at_p[:, j].min()) and row["restart_high"] == pytest.approx(
+            at_p[:, j].max()
+        )
         assert row["psi_low"] <= np.quantile(draws[:, :, j], 0.03) + 1e-12  # at least the pooled draws' 94% interval
         assert row["psi_high"] >= np.quantile(draws[:, :, j], 0.97) - 1e-12
     # the mixture's mean is also what the pooled draws of ψ(Z) estimate (ψ(Z) is unbiased for ψ(p))
@@ -51,7 +64,7 @@ def gelman_rubin(chains: np.ndarray) -> float:
     """Split R-hat (Gelman et al., BDA3, section 11.4) of (C, S) draws, written out: each chain cut in two
     halves, then the variance of the pooled draws against the mean variance within the halves."""
     half = chains.shape[1] // 2
-    chains = np.concatenate([chains[:, :half], chains[:, half:2 * half]])
+    chains = np.concatenate([chains[:, :half], chains[:, half : 2 * half]])
     _, draws = chains.shape
     within = chains.var(axis=1, ddof=1).mean()
     between = draws * chains.mean(axis=1).var(ddof=1)
@@ -127,21 +140,27 @@ def test_selection_record_lists_the_selection_and_its_expected_fdr():
     assert record["inclusion_probability"] == {"a": 1.0, "b": 0.9, "c": 0.0}
 
 
-@pytest.mark.parametrize(("settings", "input_shape", "expected"), [
-    (["data.dataset='csv'"], (30,), 4),  # the sBNN on the user's table: restarts pooled by default
-    (["data.dataset='npz'"], (30,), 4),
-    (["data.dataset='npz'"], (1, 8, 8), 1),  # images: one fit (the importance of pixels is not pooled by default)
-    (["data.dataset='digits'"], (64,), 1),  # a packaged dataset keeps its one fit
-    (["data.dataset='csv'", "method='sparse-vd'"], (30,), 1),  # a method without restarts to pool
-    (["data.dataset='csv'", "chains=2"], (30,), 2),  # asked for, taken as it is
-])
+@pytest.mark.parametrize(
+    ("settings", "input_shape", "expected"),
+    [
+        (["data.dataset='csv'"], (30,), 4),  # the sBNN on the user's table: restarts pooled by default
+        (["data.dataset='npz'"], (30,), 4),
+        (["data.dataset='npz'"], (1, 8, 8), 1),  # images: one fit (the importance of pixels is not pooled by default)
+        (["data.dataset='digits'"], (64,), 1),  # a packaged dataset keeps its one fit
+        (["data.dataset='csv'", "method='sparse-vd'"], (30,), 1),  # a method without restarts to pool
+        (["data.dataset='csv'", "chains=2"], (30,), 2),  # asked for, taken as it is
+    ],
+)
 def test_auto_chains_pool_four_sbnn_restarts_on_a_table(settings, input_shape, expected):
     from types import SimpleNamespace
 
     from bayesprune.pipeline.config import load_config
     from bayesprune.pipeline.runner import run_chains
 
-    config = load_config("sparse-vd-digits" if "method='sparse-vd'" in settings else "default", [s for s in settings if not s.startswith("method")])
+    config = load_config(
+        "sparse-vd-digits" if "method='sparse-vd'" in settings else "default",
+        [s for s in settings if not s.startswith("method")],
+    )
     assert config.chains == ("auto" if not any(s.startswith("chains") for s in settings) else 2)
     assert run_chains(config, SimpleNamespace(input_shape=input_shape)) == expected
 

@@ -1,4 +1,5 @@
 """ArviZ conversion of fitted sBNNs, checked against the guides' own parameters and direct predictions."""
+
 import math
 import warnings
 
@@ -13,12 +14,12 @@ import xarray as xr
 
 from bayesprune.analysis import inference_data as idm
 from bayesprune.analysis.inference_data import plot_diagnostics, summary_table, to_inference_data, write_posterior
-from bayesprune.data import load_dataset
 from bayesprune.core.loop import TensorBatches, fit
-from bayesprune.guides import SpikeSlabGuide
-from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
 from bayesprune.core.objectives import AnalyticKLELBO
 from bayesprune.core.predict import predict
+from bayesprune.data import load_dataset
+from bayesprune.guides import SpikeSlabGuide
+from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
 from bayesprune.models.priors import SpikeSlabPrior
 
 DRAWS = 400
@@ -61,7 +62,11 @@ def _q_of(guide):
 @torch.no_grad()
 def _network_means(model, guide, x, samples):
     """Oracle: predictive means (regression means or class probabilities) under ``samples`` draws W ~ q."""
-    return torch.stack([model.likelihood.mean(model.network(guide.sample_params(), x)) for _ in range(samples)]).double().numpy()
+    return (
+        torch.stack([model.likelihood.mean(model.network(guide.sample_params(), x)) for _ in range(samples)])
+        .double()
+        .numpy()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +76,9 @@ def regression(single_thread):
         _fit(dataset, Gaussian(dataset.num_train), seed=seed, epochs=epochs, hidden=(8,), lr=0.05)
         for seed, epochs in ((0, 30), (1, 25))
     ]
-    idata = to_inference_data(fits, dataset, num_draws=DRAWS, num_predictive_draws=DRAWS, feature_importance=_importance)
+    idata = to_inference_data(
+        fits, dataset, num_draws=DRAWS, num_predictive_draws=DRAWS, feature_importance=_importance
+    )
     return dataset, fits, idata
 
 
@@ -113,11 +120,17 @@ def test_inclusion_draws_match_probabilities(regression):
             assert set(np.unique(draws)) <= {0, 1}
             bound = 5 * np.sqrt(p * (1 - p) / DRAWS) + 1e-12
             assert (np.abs(draws.mean(0) - p) <= bound).all(), name
-            np.testing.assert_allclose(idata.variational[f"{name}.inclusion_probability"].sel(chain=chain), p, rtol=1e-6)
+            np.testing.assert_allclose(
+                idata.variational[f"{name}.inclusion_probability"].sel(chain=chain), p, rtol=1e-6
+            )
         flat = np.concatenate([p.ravel() for p in probs.values()])
         posterior = idata.posterior.sel(chain=chain)
-        np.testing.assert_allclose(posterior["inclusion_probability_mean"].values, [[p.mean() for p in probs.values()]] * DRAWS)
-        np.testing.assert_allclose(posterior["fraction_included"].values, [[(p >= 0.5).mean() for p in probs.values()]] * DRAWS)
+        np.testing.assert_allclose(
+            posterior["inclusion_probability_mean"].values, [[p.mean() for p in probs.values()]] * DRAWS
+        )
+        np.testing.assert_allclose(
+            posterior["fraction_included"].values, [[(p >= 0.5).mean() for p in probs.values()]] * DRAWS
+        )
         np.testing.assert_allclose(posterior["network_fraction_included"].values, (flat >= 0.5).mean())
         quantiles = idata.variational["inclusion_probability_quantile"].sel(chain=chain).values
         np.testing.assert_allclose(quantiles[[0, 50, 100]], [flat.min(), np.median(flat), flat.max()], rtol=1e-6)
@@ -135,6 +148,7 @@ def test_feature_importance_is_exact_at_p_and_unbiased_over_inclusion_draws(regr
         variance = (p * (1 - p)).sum(0) / p.shape[0] ** 2
         assert (np.abs(draws.mean(0) - p.mean(0)) <= 5 * np.sqrt(variance / DRAWS) + 1e-12).all()
         np.testing.assert_allclose(draws.var(0, ddof=1), variance, rtol=0.4, atol=1e-4)
+
 
 def test_posterior_predictive_matches_direct_prediction(regression):
     dataset, fits, idata = regression
@@ -198,7 +212,9 @@ def test_classification_predictive_is_categorical():
         for seed in (0, 1)
     ]
     draws, points = 200, 30
-    idata = to_inference_data(fits, dataset, num_draws=draws, num_predictive_draws=draws, max_test_points=points, sites="all")
+    idata = to_inference_data(
+        fits, dataset, num_draws=draws, num_predictive_draws=draws, max_test_points=points, sites="all"
+    )
     obs = idata.posterior_predictive["obs"]
     assert obs.shape == (2, draws, points) and np.issubdtype(obs.dtype, np.integer)
     assert obs.min() >= 0 and obs.max() < dataset.num_classes
@@ -253,15 +269,18 @@ def test_the_posterior_predictive_leaves_batch_norm_statistics_as_they_are():
     so the fit written after them is the one that was evaluated."""
     dataset = load_dataset("digits")
     pyro.clear_param_store()
-    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
-                              torch.nn.Linear(16, 10))
+    net = torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(64, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(), torch.nn.Linear(16, 10)
+    )
     model = BayesianNetwork(net, SpikeSlabPrior(), Categorical(dataset.num_train))
     guide = SpikeSlabGuide(model)
     batches = TensorBatches(dataset.x_train, dataset.y_train, batch_size=256, seed=0)
     history = fit(model, guide, batches, objective=AnalyticKLELBO(), optim=pyro.optim.Adam({"lr": 0.01}), epochs=1)
     statistics = {name: buffer.clone() for name, buffer in net.named_buffers()}
     expected = predict(model, guide, dataset.x_test[:50])
-    to_inference_data([(model, guide, history, 0.0)], dataset, num_draws=20, num_predictive_draws=20, max_test_points=50)
+    to_inference_data(
+        [(model, guide, history, 0.0)], dataset, num_draws=20, num_predictive_draws=20, max_test_points=50
+    )
     for name, buffer in net.named_buffers():
         assert torch.equal(buffer, statistics[name]), name
     assert net.training and torch.equal(predict(model, guide, dataset.x_test[:50]), expected)

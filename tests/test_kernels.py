@@ -1,5 +1,6 @@
 """The per-weight kernels (bayesprune.core.fused): the joint draw and KL against autograd of the plain
 formula, compiled against eager, and train.kernels' modes, its auto rule and its refusals."""
+
 import math
 
 import pytest
@@ -7,10 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch.distributions import kl_divergence
 
-from bayesprune.pipeline.config import load_config
 from bayesprune.core.distributions import SpikeAndSlab, SpikeSlabPosterior, SpikeSlabPosteriors
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.fused import AUTO_COMPILE_SIZE, _Kernels, check_compiler, kernel_mode, run_kernel, softplus
+from bayesprune.pipeline.config import load_config
 from bayesprune.pipeline.runner import run
 
 PRIOR = SpikeAndSlab(torch.tensor(0.25), torch.tensor(math.exp(-5.0)), torch.tensor(math.exp(-1.0)))

@@ -5,6 +5,7 @@ inside functions too (a lazy import is still a dependency); relative imports are
 ``models/``, ``guides/`` and ``analysis/`` are read as ``bayesprune.models`` and so on. Only the
 source is read (``ast``): nothing of the package is run beyond finding where it is installed.
 """
+
 import ast
 import importlib.util
 from pathlib import Path
@@ -150,7 +151,9 @@ def without_allowed(graph: dict) -> dict:
 def test_the_folders_are_the_layers():
     root = Path(importlib.util.find_spec("bayesprune").submodule_search_locations[0])
     top = {name for name, path in modules().items() if path.parent == root and name.startswith("bayesprune")}
-    assert top == ENTRY_POINTS, f"modules at the top of bayesprune/ that belong in a layer's folder: {sorted(top - ENTRY_POINTS)}"
+    assert top == ENTRY_POINTS, (
+        f"modules at the top of bayesprune/ that belong in a layer's folder: {sorted(top - ENTRY_POINTS)}"
+    )
 
 
 def test_every_module_of_the_table_exists():
@@ -177,9 +180,17 @@ def test_no_import_reaches_a_higher_layer():
 
 def test_nothing_outside_the_experiments_imports_them():
     inside = lambda name: name == "bayesprune.experiments" or name.startswith("bayesprune.experiments.")  # noqa: E731
-    importers = [f"{name} → {target}" for name, targets in sorted(import_graph().items()) if not inside(name)
-                 for target in sorted(targets) if inside(target)]
-    assert not importers, "bayesprune.experiments is found by name (bayesprune.pipeline.experiments), never imported:\n" + "\n".join(importers)
+    importers = [
+        f"{name} → {target}"
+        for name, targets in sorted(import_graph().items())
+        if not inside(name)
+        for target in sorted(targets)
+        if inside(target)
+    ]
+    assert not importers, (
+        "bayesprune.experiments is found by name (bayesprune.pipeline.experiments), never imported:\n"
+        + "\n".join(importers)
+    )
 
 
 def test_one_name_per_class():
@@ -190,7 +201,9 @@ def test_one_name_per_class():
             if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                 defined.setdefault(node.name, []).append(name)
     twice = {cls: owners for cls, owners in sorted(defined.items()) if len(owners) > 1}
-    assert not twice, "classes defined in more than one module:\n" + "\n".join(f"{cls}: {', '.join(owners)}" for cls, owners in twice.items())
+    assert not twice, "classes defined in more than one module:\n" + "\n".join(
+        f"{cls}: {', '.join(owners)}" for cls, owners in twice.items()
+    )
 
 
 def test_allowed_imports_still_exist():
@@ -201,12 +214,28 @@ def test_allowed_imports_still_exist():
 
 def test_the_reader_sees_lazy_relative_and_package_imports(tmp_path):
     source = tmp_path / "example.py"
-    source.write_text("from . import loop, register\nfrom .data import Dataset\nimport bayesprune.guides.normal\n"
-                      "def later():\n    from ..methods import get_method\n")
-    known = {"bayesprune.core", "bayesprune.core.data", "bayesprune.core.loop", "bayesprune.guides.normal",
-             "bayesprune.core.methods", "bayesprune.core.example"}
+    source.write_text(
+        "from . import loop, register\nfrom .data import Dataset\nimport bayesprune.guides.normal\n"
+        "def later():\n    from ..methods import get_method\n"
+    )
+    known = {
+        "bayesprune.core",
+        "bayesprune.core.data",
+        "bayesprune.core.loop",
+        "bayesprune.guides.normal",
+        "bayesprune.core.methods",
+        "bayesprune.core.example",
+    }
     assert imports("bayesprune.core.example", source, known) == {
-        "bayesprune.core", "bayesprune.core.loop", "bayesprune.core.data", "bayesprune.guides.normal"}
+        "bayesprune.core",
+        "bayesprune.core.loop",
+        "bayesprune.core.data",
+        "bayesprune.guides.normal",
+    }
     package = tmp_path / "__init__.py"
     package.write_text(source.read_text())
-    assert imports("bayesprune.core", package, known) == {"bayesprune.core.loop", "bayesprune.core.data", "bayesprune.guides.normal"}
+    assert imports("bayesprune.core", package, known) == {
+        "bayesprune.core.loop",
+        "bayesprune.core.data",
+        "bayesprune.guides.normal",
+    }

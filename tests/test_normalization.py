@@ -1,5 +1,6 @@
 """Masked networks with batch norms are scored and exported with statistics of their own ("adaptive BN"):
 checked against statistics and networks recalibrated by hand."""
+
 import copy
 import json
 from tomllib import loads as tomllib_loads
@@ -11,12 +12,12 @@ import torch
 from torch import nn
 
 import bayesprune as bp
-from bayesprune.pipeline.evaluation import pruning_curve
 from bayesprune.cli import main
-from bayesprune.data import load_dataset
-from bayesprune.methods.base import NetworkFitted
 from bayesprune.core.normalization import Calibration, has_running_stats, recalibrate
 from bayesprune.core.pruning import Budget, prune
+from bayesprune.data import load_dataset
+from bayesprune.methods.base import NetworkFitted
+from bayesprune.pipeline.evaluation import pruning_curve
 from bayesprune.pipeline.runner import load_run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -33,8 +34,15 @@ def bn_cnn(input_shape, output_dim):
 
 
 def bn_mlp():
-    return nn.Sequential(nn.Flatten(), nn.Linear(64, 12), nn.BatchNorm1d(12), nn.ReLU(), nn.Dropout(0.5),
-                         nn.Linear(12, 10), nn.BatchNorm1d(10))
+    return nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(64, 12),
+        nn.BatchNorm1d(12),
+        nn.ReLU(),
+        nn.Dropout(0.5),
+        nn.Linear(12, 10),
+        nn.BatchNorm1d(10),
+    )
 
 
 def masked(net, masks):
@@ -62,8 +70,9 @@ def recalibrated_by_hand(net, x):
 
 def random_masks(net, fraction, seed=0):
     generator = torch.Generator().manual_seed(seed)
-    return {name: torch.rand(p.shape, generator=generator) >= fraction for name, p in net.named_parameters()
-            if p.dim() > 1}
+    return {
+        name: torch.rand(p.shape, generator=generator) >= fraction for name, p in net.named_parameters() if p.dim() > 1
+    }
 
 
 def test_the_statistics_are_the_mean_and_variance_of_the_masked_networks_activations():
@@ -128,8 +137,16 @@ def test_the_pruning_curve_scores_each_masked_network_of_a_fit_with_its_own_stat
     data = load_dataset("digits")
     x_train, y_train = data.x_train[:256], data.y_train[:256]
     torch.manual_seed(0)
-    fitted = bp.fit_method("sbnn", bn_mlp(), (x_train, y_train), (data.x_test, data.y_test), epochs=1,
-                           batch_size=128, optim={"lr": 1e-3}, device="cpu")
+    fitted = bp.fit_method(
+        "sbnn",
+        bn_mlp(),
+        (x_train, y_train),
+        (data.x_test, data.y_test),
+        epochs=1,
+        batch_size=128,
+        optim={"lr": 1e-3},
+        device="cpu",
+    )
     assert fitted.calibration is not None and torch.equal(fitted.calibration.inputs, x_train)
     fitted.calibration = Calibration(x_train, batches=1, batch_size=256)
     curve = pruning_curve(fitted, data, droprates=[0.0, 0.8])
@@ -151,11 +168,23 @@ def bn_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("bn")
     (folder / "bnnets.py").write_text(FACTORY)
     data = load_dataset("digits")
-    np.savez(folder / "digits.npz", x_train=data.x_train[:128].numpy(), y_train=data.y_train[:128].numpy(),
-             x_test=data.x_test[:150].numpy(), y_test=data.y_test[:150].numpy())
-    config = {"method": "sbnn", "device": "cpu", "data": {"dataset": "npz", "path": str(folder / "digits.npz"), "batch_size": 128},
-              "model": {"factory": "bnnets:bn_cnn"}, "optim": {"lr": 3e-3}, "train": {"epochs": 3},
-              "prune": {"droprates": [0.0, 0.8], "recalibrate_batches": 1}, "baseline": {"enabled": False}}
+    np.savez(
+        folder / "digits.npz",
+        x_train=data.x_train[:128].numpy(),
+        y_train=data.y_train[:128].numpy(),
+        x_test=data.x_test[:150].numpy(),
+        y_test=data.y_test[:150].numpy(),
+    )
+    config = {
+        "method": "sbnn",
+        "device": "cpu",
+        "data": {"dataset": "npz", "path": str(folder / "digits.npz"), "batch_size": 128},
+        "model": {"factory": "bnnets:bn_cnn"},
+        "optim": {"lr": 3e-3},
+        "train": {"epochs": 3},
+        "prune": {"droprates": [0.0, 0.8], "recalibrate_batches": 1},
+        "baseline": {"enabled": False},
+    }
     runs = {}
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(folder)
@@ -181,7 +210,9 @@ def _hand_error(run, *, fresh: bool, median_model: bool = False):
         return 100 * (net(data.x_test).argmax(-1) != data.y_test).float().mean().item(), net, data
 
 
-def test_a_runs_curve_and_its_export_are_the_masked_network_with_statistics_recalibrated_by_hand(bn_run, capsys, tmp_path):
+def test_a_runs_curve_and_its_export_are_the_masked_network_with_statistics_recalibrated_by_hand(
+    bn_run, capsys, tmp_path
+):
     metrics = json.loads((bn_run["fresh"] / "metrics.json").read_text())
     error, hand, data = _hand_error(bn_run["fresh"], fresh=True)
     assert metrics["recalibrated_statistics"] is True
@@ -189,14 +220,32 @@ def test_a_runs_curve_and_its_export_are_the_masked_network_with_statistics_reca
     assert "estimated again on training batches" in (bn_run["fresh"] / "report.md").read_text()
     error, hand, data = _hand_error(bn_run["fresh"], fresh=True, median_model=True)
     capsys.readouterr()
-    assert main(["export", str(bn_run["fresh"]), "--out", str(tmp_path / "net.pt2"), "--budget", "fraction=0.8", "--budget", "level=weight",
-                 "--budget", "min_keep=0", "--json"]) == 0
+    assert (
+        main(
+            [
+                "export",
+                str(bn_run["fresh"]),
+                "--out",
+                str(tmp_path / "net.pt2"),
+                "--budget",
+                "fraction=0.8",
+                "--budget",
+                "level=weight",
+                "--budget",
+                "min_keep=0",
+                "--json",
+            ]
+        )
+        == 0
+    )
     reported = json.loads(capsys.readouterr().out)
     program = torch.export.load(str(tmp_path / "net.pt2")).module()
     with torch.no_grad():
         assert torch.allclose(program(data.x_test), hand(data.x_test), atol=1e-4)
     assert reported["recalibrated_statistics"] is True
-    assert reported["test_error"] == pytest.approx(error, abs=1e-9) and reported["method_test_error"] == pytest.approx(error, abs=1e-9)
+    assert reported["test_error"] == pytest.approx(error, abs=1e-9) and reported["method_test_error"] == pytest.approx(
+        error, abs=1e-9
+    )
 
 
 def test_prune_recalibrate_false_scores_the_masked_network_with_the_dense_networks_statistics(bn_run):
@@ -208,21 +257,25 @@ def test_prune_recalibrate_false_scores_the_masked_network_with_the_dense_networ
     assert "`prune.recalibrate = false`" in (bn_run["stale"] / "report.md").read_text()
 
 
-@pytest.mark.parametrize("value, message", [(0, "positive integer up to 1000"), (1001, "positive integer up to 1000"),
-                                            (2.5, "positive integer")])
+@pytest.mark.parametrize(
+    "value, message",
+    [(0, "positive integer up to 1000"), (1001, "positive integer up to 1000"), (2.5, "positive integer")],
+)
 def test_recalibrate_batches_is_bounded(value, message):
-    from bayesprune.pipeline.config import PruneConfig
     from bayesprune.core.errors import ConfigError
+    from bayesprune.pipeline.config import PruneConfig
 
     with pytest.raises(ConfigError, match=f"^prune.recalibrate_batches must be a {message}"):
         PruneConfig(recalibrate_batches=value)
 
 
-def test_compares_magnitude_cell_scores_and_saves_each_pruned_network_with_its_own_statistics(bn_run, tmp_path, monkeypatch):
+def test_compares_magnitude_cell_scores_and_saves_each_pruned_network_with_its_own_statistics(
+    bn_run, tmp_path, monkeypatch
+):
     """The magnitude baseline of ``compare`` (no fine-tuning): the network it saves at each sparsity holds
     the statistics its masked weights give over the training rows, and its recorded error is that network's."""
-    from bayesprune.pipeline.compare.cells import Cell, _magnitude, network_file
     from bayesprune.models import new_net
+    from bayesprune.pipeline.compare.cells import Cell, _magnitude, network_file
 
     folder = bn_run["fresh"].parent
     monkeypatch.syspath_prepend(str(folder))

@@ -4,6 +4,7 @@ Oracles: a hand-written sBNN objective (plain ``F.linear`` forward pass, explici
 log-likelihood, KL from torch's closed-form Gaussian and Bernoulli KLs, p* from the paper's eq. 3.8),
 Monte-Carlo estimates of its expectation, and exact rational arithmetic for the penalty weights.
 """
+
 import math
 from fractions import Fraction
 
@@ -16,13 +17,13 @@ from torch.distributions import Bernoulli, Normal, kl_divergence
 
 from bayesprune.core.criteria import weight_sites
 from bayesprune.core.distributions import SpikeSlabPosterior
-from bayesprune.core.loop import GeometricPenalty, PenaltyScale, UniformPenalty
 from bayesprune.core.fused import kernel_mode
+from bayesprune.core.loop import GeometricPenalty, PenaltyScale, UniformPenalty
+from bayesprune.core.objectives import AnalyticKLELBO, site_kl
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.methods.pbp.distributions import DiracSpikeSlab
 from bayesprune.methods.pbp.guide import DiracSpikeSlabGuide
 from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
-from bayesprune.core.objectives import AnalyticKLELBO, site_kl
 from bayesprune.models.priors import GivenPrior, SpikeSlabPrior
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -321,8 +322,12 @@ def test_fused_kl_equals_the_plain_kl_values_and_gradients(kernels):
     grads = guide.loc.grad.clone(), guide.rho.grad.clone()
     guide.loc.grad = guide.rho.grad = None
     locs, scales = guide._split(guide.loc), guide._split(F.softplus(guide.rho))
-    plain = torch.stack([kl_divergence(SpikeSlabPosterior(locs[name], scales[name], posteriors[name].logits), prior).sum()
-                         for name, prior in priors.items()])
+    plain = torch.stack(
+        [
+            kl_divergence(SpikeSlabPosterior(locs[name], scales[name], posteriors[name].logits), prior).sum()
+            for name, prior in priors.items()
+        ]
+    )
     (plain * weights).sum().backward()
     torch.testing.assert_close(fused, plain, rtol=2e-6, atol=1e-5)
     torch.testing.assert_close(grads, (guide.loc.grad, guide.rho.grad), rtol=2e-6, atol=1e-6)
@@ -334,7 +339,9 @@ def test_per_site_priors_fall_back_to_the_registered_kl():
     posteriors = SpikeSlabGuide(model, init_scale=0.1).posteriors()
     assert all(q._segment is None for q in posteriors.values())
     for name, prior in model.site_priors().items():
-        assert torch.equal(site_kl(posteriors[name], prior.base_dist), kl_divergence(posteriors[name], prior.base_dist).sum())
+        assert torch.equal(
+            site_kl(posteriors[name], prior.base_dist), kl_divergence(posteriors[name], prior.base_dist).sum()
+        )
 
 
 @pytest.mark.parametrize("parameterization", ["sigmoid", "clamp"])
@@ -349,12 +356,18 @@ def test_fused_pbp_kl_equals_the_plain_kl_values_and_gradients(parameterization,
     def uniform(shape, low, high):
         return low + (high - low) * torch.rand(shape, generator=generator)
 
-    priors = {name: DiracSpikeSlab(uniform(p.shape, 0.05, 0.95) if name in weights else torch.ones(p.shape),
-                                   0.1 * torch.randn(p.shape, generator=generator), uniform(p.shape, 0.01, 0.2))
-              for name, p in net.named_parameters()}
+    priors = {
+        name: DiracSpikeSlab(
+            uniform(p.shape, 0.05, 0.95) if name in weights else torch.ones(p.shape),
+            0.1 * torch.randn(p.shape, generator=generator),
+            uniform(p.shape, 0.01, 0.2),
+        )
+        for name, p in net.named_parameters()
+    }
     model = BayesianNetwork(net, GivenPrior(priors), Categorical(10), sites=list(priors))
-    guide = DiracSpikeSlabGuide(model, {name: priors[name].probs for name in weights}, scale=0.05,
-                                parameterization=parameterization)
+    guide = DiracSpikeSlabGuide(
+        model, {name: priors[name].probs for name in weights}, scale=0.05, parameterization=parameterization
+    )
     parameters = [guide.loc, guide.log_scale, *guide.masks.parameters()]
     with torch.no_grad():
         for parameter in parameters:
@@ -369,8 +382,14 @@ def test_fused_pbp_kl_equals_the_plain_kl_values_and_gradients(parameterization,
     for parameter in parameters:
         parameter.grad = None
     keep, locs, scales = guide.masks.probabilities(), guide._split(guide.loc), guide._split(guide.log_scale.exp())
-    plain = torch.stack([kl_divergence(DiracSpikeSlab(keep.get(name, torch.ones_like(locs[name])), locs[name], scales[name]),
-                                       prior.base_dist).sum() for name, prior in model.site_priors().items()])
+    plain = torch.stack(
+        [
+            kl_divergence(
+                DiracSpikeSlab(keep.get(name, torch.ones_like(locs[name])), locs[name], scales[name]), prior.base_dist
+            ).sum()
+            for name, prior in model.site_priors().items()
+        ]
+    )
     (plain * site_weights).sum().backward()
     torch.testing.assert_close(fused, plain, rtol=2e-6, atol=1e-5)
     torch.testing.assert_close(grads, [parameter.grad for parameter in parameters], rtol=2e-6, atol=1e-6)
@@ -380,6 +399,8 @@ def test_vectorised_log1p_is_within_a_few_ulps_of_log1p_from_minus_one_up():
     """bayesprune.core.fused.log1p (softplus, the Concrete noise, PBP's fused Bernoulli KL) against float64 log1p."""
     from bayesprune.core.fused import log1p
 
-    u = torch.cat([-1 + torch.logspace(-7, 0, 2000)[:-1], -torch.logspace(-30, -1, 2000), torch.logspace(-30, 30, 2000)])
+    u = torch.cat(
+        [-1 + torch.logspace(-7, 0, 2000)[:-1], -torch.logspace(-30, -1, 2000), torch.logspace(-30, 30, 2000)]
+    )
     exact = torch.log1p(u.double())
     assert ((log1p(u).double() - exact).abs() <= 4 * torch.finfo(torch.float32).eps * exact.abs()).all()

@@ -4,12 +4,13 @@ at every draw. A network reused for an example across draws repeats its value, s
 Hoeffding's inequality with m = draws · n no longer holds: for two draws its failure probability grows
 from δ'/2 to about √(δ'/2). The oracles are a classifier whose every network is right with a known
 probability (0.7 wrong, independently per draw) and the Hoeffding guarantee itself, checked by Monte Carlo."""
+
 import pytest
 import torch
 
 from bayesprune.core.bounds import sample_risk_bound
-from bayesprune.methods.pbp.distributions import DiracSpikeSlab
 from bayesprune.methods import pbp
+from bayesprune.methods.pbp.distributions import DiracSpikeSlab
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -23,8 +24,10 @@ class OneWeightDecides:
     def __init__(self):
         self.net = torch.nn.Linear(1, 2)
         tiny = torch.full((2, 1), 1e-6)
-        self.q = {"weight": DiracSpikeSlab(torch.tensor([[0.3], [1.0]]), torch.tensor([[1.0], [0.5]]), tiny),
-                  "bias": DiracSpikeSlab(torch.ones(2), torch.zeros(2), torch.full((2,), 1e-6))}
+        self.q = {
+            "weight": DiracSpikeSlab(torch.tensor([[0.3], [1.0]]), torch.tensor([[1.0], [0.5]]), tiny),
+            "bias": DiracSpikeSlab(torch.ones(2), torch.zeros(2), torch.full((2,), 1e-6)),
+        }
 
     def network(self, params, x):
         return torch.func.functional_call(self.net, params, (x,))
@@ -35,8 +38,9 @@ class OneWeightDecides:
 
 def per_example_errors(n: int, draws: int) -> torch.Tensor:
     toy = OneWeightDecides()
-    return pbp.gibbs_errors(toy, toy, torch.ones(n, 1), torch.zeros(n, dtype=torch.long), samples=draws,
-                            sampling="examples")
+    return pbp.gibbs_errors(
+        toy, toy, torch.ones(n, 1), torch.zeros(n, dtype=torch.long), samples=draws, sampling="examples"
+    )
 
 
 def test_two_draws_on_one_example_agree_as_often_as_independent_networks_do():

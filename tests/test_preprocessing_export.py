@@ -2,6 +2,7 @@
 inputs and puts regression outputs back in the target's units, so that fed the raw test rows it gives
 the error ``bayesprune export`` prints. Oracles: the exported file loaded with ``torch.export.load``,
 fed the CSV's rows as numpy reads them, scored by hand with numpy."""
+
 import json
 
 import numpy as np
@@ -10,8 +11,8 @@ import torch
 from sklearn.datasets import load_breast_cancer, load_diabetes
 
 from bayesprune.cli import main
-from bayesprune.data import load_dataset
 from bayesprune.core.export import load_trainable
+from bayesprune.data import load_dataset
 
 
 def write_split(folder, x, y, *, test_rows: int, seed: int = 0):
@@ -28,11 +29,34 @@ def write_split(folder, x, y, *, test_rows: int, seed: int = 0):
 
 def run_and_export(tmp_path, capsys, train, test, task, epochs):
     out, target = tmp_path / "run", tmp_path / "net.pt2"
-    settings = ["data.dataset='csv'", f"data.train='{train}'", f"data.test='{test}'", "data.target='target'",
-                f"data.task='{task}'", f"train.epochs={epochs}", "baseline.enabled=false", "device='cpu'",
-                "model.hidden=[16]", "sparse-vd.kl_anneal_start=0", "sparse-vd.kl_anneal_end=1", "data.batch_size=512", "optim.lr=0.03"]
-    assert main(["run", "sparse-vd-digits", "--out", str(out), "--quiet",
-                 *(word for setting in settings for word in ("--set", setting))]) == 0
+    settings = [
+        "data.dataset='csv'",
+        f"data.train='{train}'",
+        f"data.test='{test}'",
+        "data.target='target'",
+        f"data.task='{task}'",
+        f"train.epochs={epochs}",
+        "baseline.enabled=false",
+        "device='cpu'",
+        "model.hidden=[16]",
+        "sparse-vd.kl_anneal_start=0",
+        "sparse-vd.kl_anneal_end=1",
+        "data.batch_size=512",
+        "optim.lr=0.03",
+    ]
+    assert (
+        main(
+            [
+                "run",
+                "sparse-vd-digits",
+                "--out",
+                str(out),
+                "--quiet",
+                *(word for setting in settings for word in ("--set", setting)),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["export", str(out), "--out", str(target), "--json", "--repeats", "1"]) == 0
     return out, target, json.loads(capsys.readouterr().out)
@@ -70,8 +94,12 @@ def test_a_csv_regression_export_fed_raw_rows_gives_the_printed_rmse_in_target_u
     assert rmse == pytest.approx(report["test_rmse"], rel=1e-4), report
     rows = torch.tensor(np.loadtxt(test, delimiter=",", skiprows=1)[:, :-1], dtype=torch.float32)
     with torch.no_grad():  # the trainable file computes on standardised data; wrapped, as the file above
-        assert np.allclose(load_trainable(report["trainable_file"], raw_inputs=True)(rows).numpy(),
-                           file_outputs(exported, test), rtol=1e-5, atol=1e-3)
+        assert np.allclose(
+            load_trainable(report["trainable_file"], raw_inputs=True)(rows).numpy(),
+            file_outputs(exported, test),
+            rtol=1e-5,
+            atol=1e-3,
+        )
 
     # a run written before preprocessing was stored: recomputed from the data config, the same file
     checkpoint = out / "checkpoint.pt"
@@ -82,8 +110,10 @@ def test_a_csv_regression_export_fed_raw_rows_gives_the_printed_rmse_in_target_u
     assert json.loads(capsys.readouterr().out)["test_rmse"] == pytest.approx(report["test_rmse"], rel=1e-6)
 
     # stored statistics of another shape, or data files changed since the fit: one line, exit 2
-    for preprocessing, field in (({**stored, "input_std": stored["input_std"][:3]}, "input_std"),
-                                 ({**stored, "target_mean": stored["target_mean"] + 1.0}, "target_mean")):
+    for preprocessing, field in (
+        ({**stored, "input_std": stored["input_std"][:3]}, "input_std"),
+        ({**stored, "target_mean": stored["target_mean"] + 1.0}, "target_mean"),
+    ):
         torch.save({**saved, "preprocessing": preprocessing}, checkpoint)
         assert main(["export", str(out), "--out", str(tmp_path / f"{field}.pt2")]) == 2
         error = capsys.readouterr().err

@@ -1,17 +1,18 @@
 """ProbMask (paper 002): schedules, the relaxed two-Gumbel mask, the budget after every step, end to end on digits."""
+
 import math
 
 import pytest
 import torch
 
-from bayesprune.pipeline.config import RunConfig
-from bayesprune.core.loop import TensorBatches, train
 from bayesprune.core.gates import StochasticMasks
+from bayesprune.core.loop import TensorBatches, train
+from bayesprune.core.tasks import mean_loss
 from bayesprune.methods.probmask import ProbMaskOptions, ProbMaskTraining
 from bayesprune.methods.probmask.schedules import annealed_temperature, cubic_keep_ratio
 from bayesprune.models import mlp
+from bayesprune.pipeline.config import RunConfig
 from bayesprune.pipeline.runner import load_run, new_net, run
-from bayesprune.core.tasks import mean_loss
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -34,7 +35,9 @@ def test_the_relaxed_two_gumbel_mask_is_one_with_probability_s():
     """σ((log s − log(1 − s) + g₁ − g₀)/τ) at the final τ = 0.03 is (close to) Bernoulli(s) (appendix A.3)."""
     torch.manual_seed(0)
     s = torch.tensor([0.02, 0.25, 0.5, 0.9])
-    masks = StochasticMasks({"w": s.expand(50_000, 4).clone()}, parameterization="clamp", temperature=annealed_temperature(10, 10))
+    masks = StochasticMasks(
+        {"w": s.expand(50_000, 4).clone()}, parameterization="clamp", temperature=annealed_temperature(10, 10)
+    )
     draws = masks.relaxed()["w"].detach()
     assert torch.all((draws.mean(0) - s).abs() < 0.01)
     assert float(((draws < 0.01) | (draws > 0.99)).float().mean()) > 0.95
@@ -63,8 +66,9 @@ def test_s_leaves_1_before_the_budget_binds():
     net = mlp((8,), 3, hidden=[16])
     x, y = torch.randn(64, 8), torch.randint(0, 3, (64,))
     config = RunConfig.from_dict({"method": "probmask", "optim": {"name": "sgd", "lr": 0.05}})
-    training = ProbMaskTraining(net, ProbMaskOptions(sparsity=0.8, t1=5, t2=10), config.optim, epochs=20,
-                                loss=mean_loss("classification"))
+    training = ProbMaskTraining(
+        net, ProbMaskOptions(sparsity=0.8, t1=5, t2=10), config.optim, epochs=20, loss=mean_loss("classification")
+    )
     training.step(x, y, 0, 1)
     assert training.keep == 1 and float((training.masks.raw < 1).float().mean()) > 0.1
 
@@ -76,7 +80,9 @@ def test_the_global_budget_shifts_every_layer_by_one_threshold():
     torch.manual_seed(0)
     net = mlp((8,), 3, hidden=[16])
     config = RunConfig.from_dict({"method": "probmask", "optim": {"name": "sgd", "lr": 0.05}})
-    training = ProbMaskTraining(net, ProbMaskOptions(sparsity=0.5, t1=0, t2=2), config.optim, epochs=3, loss=mean_loss("classification"))
+    training = ProbMaskTraining(
+        net, ProbMaskOptions(sparsity=0.5, t1=0, t2=2), config.optim, epochs=3, loss=mean_loss("classification")
+    )
     n1, n2 = (shape.numel() for shape in training.masks.shapes.values())
     with torch.no_grad():
         training.masks.raw.copy_(torch.cat([torch.ones(n1), torch.full((n2,), 0.5)]))
@@ -108,14 +114,24 @@ def test_every_step_ends_inside_the_budget():
     assert budgets[-1][1] == pytest.approx(0.2 * training.masks.raw.numel())
 
 
-SMALL = {"data": {"dataset": "digits", "batch_size": 64}, "model": {"architecture": "mlp", "hidden": [64]},
-         "optim": {"name": "sgd", "lr": 0.05, "momentum": 0.9}, "train": {"epochs": 12}, "baseline": {"enabled": False},
-         "prune": {"droprates": [0.0], "include_biases": False}}
+SMALL = {
+    "data": {"dataset": "digits", "batch_size": 64},
+    "model": {"architecture": "mlp", "hidden": [64]},
+    "optim": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
+    "train": {"epochs": 12},
+    "baseline": {"enabled": False},
+    "prune": {"droprates": [0.0], "include_biases": False},
+}
 
 
 def probmask(**options) -> RunConfig:
-    return RunConfig.from_dict({"method": "probmask", **SMALL,
-                                "probmask": {"sparsity": 0.9, "t1": 2, "t2": 8, "finetune_epochs": 2, "baseline": False, **options}})
+    return RunConfig.from_dict(
+        {
+            "method": "probmask",
+            **SMALL,
+            "probmask": {"sparsity": 0.9, "t1": 2, "t2": 8, "finetune_epochs": 2, "baseline": False, **options},
+        }
+    )
 
 
 @pytest.fixture(scope="module")

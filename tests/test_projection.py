@@ -1,4 +1,5 @@
 """The projection of paper 002 (Theorem 1, eq. 6) against a generic QP solver, its KKT conditions and its edges."""
+
 import math
 
 import numpy as np
@@ -14,7 +15,10 @@ pytestmark = pytest.mark.usefixtures("single_thread")  # small vectors: per-op o
 def solve_qp(s: np.ndarray, budget: float) -> np.ndarray:
     """argmin ‖x − s‖² s.t. 0 ≤ x ≤ 1, Σx ≤ K, by SLSQP (appendix A.4's problem, no Theorem 1)."""
     result = minimize(
-        lambda x: 0.5 * np.sum((x - s) ** 2), np.zeros_like(s), jac=lambda x: x - s, method="SLSQP",
+        lambda x: 0.5 * np.sum((x - s) ** 2),
+        np.zeros_like(s),
+        jac=lambda x: x - s,
+        method="SLSQP",
         bounds=[(0.0, 1.0)] * len(s),
         constraints=[{"type": "ineq", "fun": lambda x: budget - x.sum(), "jac": lambda x: -np.ones_like(x)}],
         options={"ftol": 1e-11, "maxiter": 1000},  # tighter stalls its line search at the optimum
@@ -97,9 +101,11 @@ def test_edges_keep_shape_and_leave_the_input_alone():
 
 def test_project_sites_is_one_projection_of_the_concatenation():
     rng = np.random.default_rng(6)
-    scores = {"fc1.weight": torch.from_numpy(rng.normal(0.5, 1, (20, 30))),
-              "fc1.bias": torch.from_numpy(rng.normal(0.5, 1, 20)),
-              "fc2.weight": torch.from_numpy(rng.normal(0.3, 1, (10, 20)))}
+    scores = {
+        "fc1.weight": torch.from_numpy(rng.normal(0.5, 1, (20, 30))),
+        "fc1.bias": torch.from_numpy(rng.normal(0.5, 1, 20)),
+        "fc2.weight": torch.from_numpy(rng.normal(0.3, 1, (10, 20))),
+    }
     projected = project_sites(scores, 150.0)
     assert list(projected) == list(scores)
     assert all(projected[name].shape == tensor.shape for name, tensor in scores.items())

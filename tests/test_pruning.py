@@ -1,4 +1,5 @@
 """Tests of bayesprune.core.pruning against a numpy oracle (sort of the concatenated scores), brute force and exact counts."""
+
 import math
 from fractions import Fraction
 
@@ -6,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from bayesprune.models import mlp
 from bayesprune.core.pruning import Budget, apply_masks, prune, sparsity
+from bayesprune.models import mlp
 
 SHAPES = [
     {"a": (3, 4), "b": (5,), "c": (2, 2, 2)},
@@ -141,9 +142,11 @@ def brute_force_keep(scores: dict, count: int, floor: int) -> set:
     Each site first keeps its ``floor`` best entries; the rest of ``count`` goes to the best of the
     others; on equal scores the later entry (later site, later index) ranks higher.
     """
-    entries = [(float(value), site_rank, index, name)
-               for site_rank, (name, score) in enumerate(scores.items())
-               for index, value in enumerate(score.flatten().tolist())]
+    entries = [
+        (float(value), site_rank, index, name)
+        for site_rank, (name, score) in enumerate(scores.items())
+        for index, value in enumerate(score.flatten().tolist())
+    ]
     best_first = sorted(entries, key=lambda e: (e[0], e[1], e[2]), reverse=True)
     kept = set()
     for name in scores:
@@ -164,7 +167,9 @@ def kept_pairs(masks):
 def test_keep_count_and_floors_against_brute_force(seed, floor):
     """Scores drawn from 4 values (many ties): the kept set equals the hand enumeration, globally and per site."""
     generator = torch.Generator().manual_seed(seed)
-    scores = {name: torch.randint(0, 4, shape, generator=generator).double() for name, shape in SHAPES[seed % 3].items()}
+    scores = {
+        name: torch.randint(0, 4, shape, generator=generator).double() for name, shape in SHAPES[seed % 3].items()
+    }
     n = sum(s.numel() for s in scores.values())
     for count in (0, 1, n // 3, n - 1, n):
         masks = prune(scores, Budget(keep=count, min_keep=floor))
@@ -188,8 +193,18 @@ def test_threshold_keeps_scores_at_or_above_it_and_floors_still_hold():
     assert masks["b"].tolist() == [False, True]
 
 
-@pytest.mark.parametrize("fields", [{}, {"fraction": 0.1, "keep": 3}, {"keep": -1}, {"threshold": float("inf")},
-                                    {"keep": 1, "scope": "row"}, {"keep": 1, "level": "neuron"}, {"keep": 1, "min_keep": 1.5}])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"fraction": 0.1, "keep": 3},
+        {"keep": -1},
+        {"threshold": float("inf")},
+        {"keep": 1, "scope": "row"},
+        {"keep": 1, "level": "neuron"},
+        {"keep": 1, "min_keep": 1.5},
+    ],
+)
 def test_invalid_budgets_name_the_field(fields):
     with pytest.raises(ValueError, match="^budget"):
         Budget(**fields)
@@ -203,7 +218,7 @@ def test_fraction_budget_against_a_stable_numpy_argsort(shapes):
     for droprate in DROPRATES:
         masks = prune(scores, Budget(fraction=droprate))
         kept = np.concatenate([masks[name].numpy().ravel() for name in scores])
-        dropped = np.argsort(flat, kind="stable")[:math.floor(Fraction(str(droprate)) * flat.size)]
+        dropped = np.argsort(flat, kind="stable")[: math.floor(Fraction(str(droprate)) * flat.size)]
         assert set(np.flatnonzero(~kept).tolist()) == set(dropped.tolist())
 
 
@@ -211,11 +226,17 @@ def test_fraction_budget_against_a_stable_numpy_argsort(shapes):
 @pytest.mark.parametrize("floor", [0, 2])
 def test_fraction_and_threshold_per_layer_against_brute_force(seed, floor):
     generator = torch.Generator().manual_seed(seed)
-    scores = {name: torch.randint(0, 5, shape, generator=generator).double() / 4 for name, shape in SHAPES[seed % 3].items()}
+    scores = {
+        name: torch.randint(0, 5, shape, generator=generator).double() / 4 for name, shape in SHAPES[seed % 3].items()
+    }
     for fraction in (0.0, 0.3, 0.75):
         masks = prune(scores, Budget(fraction=fraction, scope="layer", min_keep=floor))
-        expected = set().union(*(brute_force_keep({name: s}, s.numel() - math.floor(Fraction(str(fraction)) * s.numel()), floor)
-                                 for name, s in scores.items()))
+        expected = set().union(
+            *(
+                brute_force_keep({name: s}, s.numel() - math.floor(Fraction(str(fraction)) * s.numel()), floor)
+                for name, s in scores.items()
+            )
+        )
         assert kept_pairs(masks) == expected
     for threshold in (0.0, 0.5, 1.0, 2.0):
         above = {(name, i) for name, s in scores.items() for i, v in enumerate(s.flatten().tolist()) if v >= threshold}
@@ -230,8 +251,10 @@ def test_unit_budgets_count_units_across_layers_against_brute_force(floor):
     the output layer gets no mask."""
     net = mlp((5,), 3, hidden=[6, 4])
     generator = torch.Generator().manual_seed(3)
-    gates = {"1.gate": torch.randint(0, 3, (6,), generator=generator).double(),
-             "3.gate": torch.randint(0, 3, (4,), generator=generator).double()}
+    gates = {
+        "1.gate": torch.randint(0, 3, (6,), generator=generator).double(),
+        "3.gate": torch.randint(0, 3, (4,), generator=generator).double(),
+    }
     for keep in (0, 3, 7, 10):
         masks = prune(gates, Budget(keep=keep, level="unit", min_keep=floor), net=net)
         assert list(masks) == ["1.gate", "3.gate"]

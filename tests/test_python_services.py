@@ -1,5 +1,6 @@
 """export, certify and report called from Python give what the command line gives on the same run: the
 command line is the oracle (same files, same numbers, same one-line refusal)."""
+
 import json
 from pathlib import Path
 
@@ -33,16 +34,33 @@ def _cli(capsys, *argv) -> tuple:
 
 def _comparable(report: dict) -> dict:
     """``report`` without what two calls cannot share (timings, paths)."""
-    return {key: _comparable(value) if isinstance(value, dict) else value
-            for key, value in report.items() if key not in UNEQUAL}
+    return {
+        key: _comparable(value) if isinstance(value, dict) else value
+        for key, value in report.items()
+        if key not in UNEQUAL
+    }
 
 
 def test_export_from_python_writes_the_file_and_numbers_the_command_line_does(pbp_run, tmp_path, capsys):
-    status, out, _ = _cli(capsys, "export", pbp_run, "--out", tmp_path / "cli.pt2", "--budget", "fraction=0.5",
-                          "--budget", "min_keep=1", "--json", "--repeats", 1)
+    status, out, _ = _cli(
+        capsys,
+        "export",
+        pbp_run,
+        "--out",
+        tmp_path / "cli.pt2",
+        "--budget",
+        "fraction=0.5",
+        "--budget",
+        "min_keep=1",
+        "--json",
+        "--repeats",
+        1,
+    )
     assert status == 0
     expected = json.loads(out)
-    exported = bp.export(pbp_run, out=tmp_path / "api.pt2", budget=bp.Budget(fraction=0.5, level="unit", min_keep=1), repeats=1)
+    exported = bp.export(
+        pbp_run, out=tmp_path / "api.pt2", budget=bp.Budget(fraction=0.5, level="unit", min_keep=1), repeats=1
+    )
     assert _comparable(exported.report) == _comparable(expected)
     assert exported.report["file"] == str(tmp_path / "api.pt2")
     x = torch.randn(16, 1, 8, 8)
@@ -58,12 +76,15 @@ def test_export_from_python_prints_nothing_and_its_summary_is_the_command_lines(
     exported = bp.export(pbp_run, out=tmp_path / "net.pt2", repeats=1, force=True)
     assert capsys.readouterr().out == ""
     timed = ("latency",)  # the only lines whose numbers are measured again
-    assert ([line for line in exported.summary() if not line.startswith(timed)]
-            == [line for line in out.splitlines() if not line.startswith(timed)])
+    assert [line for line in exported.summary() if not line.startswith(timed)] == [
+        line for line in out.splitlines() if not line.startswith(timed)
+    ]
 
 
 @pytest.mark.parametrize("out, word", [("folder", "--out"), ("mine.pt2", "--force"), ("missing/net.pt2", "missing")])
-def test_export_from_python_refuses_what_the_command_line_refuses_with_the_same_line(pbp_run, tmp_path, capsys, out, word):
+def test_export_from_python_refuses_what_the_command_line_refuses_with_the_same_line(
+    pbp_run, tmp_path, capsys, out, word
+):
     (tmp_path / "folder").mkdir()
     (tmp_path / "mine.pt2").write_text("mine")
     status, _, err = _cli(capsys, "export", pbp_run, "--out", tmp_path / out, "--repeats", 1)
@@ -114,7 +135,6 @@ def test_the_command_line_is_argument_parsing_only():
     """Issue 36: the services live in the pipeline; ``cli.py`` parses arguments and calls them."""
     lines = len((Path(bp.__file__).parent / "cli.py").read_text().splitlines())
     assert lines < 250, f"bayesprune/cli.py has {lines} lines"
-
 
 
 def test_importance_from_python_writes_the_files_and_lines_of_the_command_line(pbp_run, capsys):

@@ -1,6 +1,7 @@
 """The README's examples run as written: its Python blocks, its TOML file and the `bayesprune run` commands
 (the quick-start configs validated, the own-data run made with 2 epochs); its command synopsis matches
 the parsers; it stays under 15 KB."""
+
 import json
 import re
 import shlex
@@ -18,7 +19,9 @@ README = PATH.read_text()
 BLOCKS = re.findall(r"```(\w+)\n(.*?)```", README, flags=re.DOTALL)
 PYTHON = [text for lang, text in BLOCKS if lang == "python"]
 (TOML,) = [text for lang, text in BLOCKS if lang == "toml"]
-RUNS = [line for lang, text in BLOCKS if lang == "bash" for line in text.splitlines() if line.startswith("bayesprune run")]
+RUNS = [
+    line for lang, text in BLOCKS if lang == "bash" for line in text.splitlines() if line.startswith("bayesprune run")
+]
 
 
 def python(holding: str) -> str:
@@ -49,10 +52,12 @@ def test_the_python_quick_start_prunes_90_percent_of_a_users_network(capsys):
 
 
 def test_the_quick_start_runs_the_digits_config_of_every_method():
-    from bayesprune.pipeline.config import load_config
     from bayesprune.methods import available_methods
+    from bayesprune.pipeline.config import load_config
 
-    (methods,) = re.findall(r"\nfor method in ([\w -]+); do\n +bayesprune run \$method-digits --out runs/\$method\ndone\n", README)
+    (methods,) = re.findall(
+        r"\nfor method in ([\w -]+); do\n +bayesprune run \$method-digits --out runs/\$method\ndone\n", README
+    )
     assert methods.split() == sorted(available_methods())
     for method in methods.split():
         assert load_config(f"{method}-digits").method == method
@@ -75,9 +80,30 @@ def test_your_own_network_and_data_run_from_the_toml_file(tmp_path, monkeypatch,
 
 def test_the_run_reading_example_reads_a_regression_run(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert main(["run", "default", "--out", "runs/mine", "--quiet", "--set", "data.dataset=linear-regression",
-                 "--set", "data.n=200", "--set", "train.epochs=2", "--set", "baseline.epochs=1",
-                 "--set", "sbnn.predictive_samples=2", "--set", "prune.droprates=[0.0, 0.5]"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "default",
+                "--out",
+                "runs/mine",
+                "--quiet",
+                "--set",
+                "data.dataset=linear-regression",
+                "--set",
+                "data.n=200",
+                "--set",
+                "train.epochs=2",
+                "--set",
+                "baseline.epochs=1",
+                "--set",
+                "sbnn.predictive_samples=2",
+                "--set",
+                "prune.droprates=[0.0, 0.5]",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     exec(compile(python("metrics.json"), "README, reading a run", "exec"), {})
     rmse = json.loads((tmp_path / "runs/mine/metrics.json").read_text())["pruning_curve"][1]["test_rmse"]

@@ -1,6 +1,7 @@
 """Reliability of the commands against an edited run directory, a second run, signals and bad inputs
 (issue 28): nothing is written through a link or outside the folder a command may write, a complete run
 is never replaced without ``--force``, SIGTERM is honoured everywhere, every bad input is one line."""
+
 import hashlib
 import json
 import shutil
@@ -43,12 +44,16 @@ def no_stop_request():
 
 # 1. Writes never go through a symbolic link -------------------------------------------------------
 
-@pytest.mark.parametrize("name, argv", [
-    ("report.md", ["report"]),
-    ("loss.png", ["report"]),
-    ("importance.csv", ["importance", "--force"]),
-    ("importance.png", ["importance", "--force"]),
-])
+
+@pytest.mark.parametrize(
+    "name, argv",
+    [
+        ("report.md", ["report"]),
+        ("loss.png", ["report"]),
+        ("importance.csv", ["importance", "--force"]),
+        ("importance.png", ["importance", "--force"]),
+    ],
+)
 def test_a_link_in_a_run_directory_is_replaced_never_written_through(copy_of, tmp_path, capsys, name, argv):
     outside = tmp_path / "precious.txt"
     outside.write_text("the user's own file\n")
@@ -86,8 +91,11 @@ def test_the_report_escapes_the_text_it_copies_from_metrics_json(copy_of, capsys
 
 # 2. A complete run is never replaced without --force ----------------------------------------------
 
+
 @pytest.mark.parametrize("force", [False, True])
-def test_a_run_completed_while_another_loaded_its_data_is_never_replaced_without_force(tmp_path, capsys, monkeypatch, force):
+def test_a_run_completed_while_another_loaded_its_data_is_never_replaced_without_force(
+    tmp_path, capsys, monkeypatch, force
+):
     """Run B checks ``out`` (empty), then loads its data slowly; meanwhile run A completes into ``out``.
     B is refused in one line and A is intact; under ``--force`` B replaces it as asked."""
     from bayesprune.pipeline import runner
@@ -116,6 +124,7 @@ def test_a_run_completed_while_another_loaded_its_data_is_never_replaced_without
 
 
 # 3. Signals are honoured outside the training loops --------------------------------------------------
+
 
 def short_argv(short_config, method, out):
     """``bayesprune run`` of the method's short digits config (:func:`conftest.short_config_of`), saved as a file."""
@@ -178,8 +187,9 @@ def test_sigterm_during_the_plain_baseline_keeps_the_finished_fit_and_resumes(tm
 
     out = tmp_path / "out"
     monkeypatch.setattr(runner, "train_plain", stop_on_call(runner, "train_plain"))
-    interrupted_then_resumed(["run", "--out", str(out), *QUICK, "--set", "baseline.enabled=true", "--set", "baseline.epochs=1"],
-                             out, capsys)
+    interrupted_then_resumed(
+        ["run", "--out", str(out), *QUICK, "--set", "baseline.enabled=true", "--set", "baseline.epochs=1"], out, capsys
+    )
     assert "baseline_test_error" in json.loads((out / "metrics.json").read_text())
 
 
@@ -192,6 +202,7 @@ def test_a_second_sigterm_stops_at_once_with_the_same_one_line(tmp_path, capsys,
 
 
 # 4-6. Run directories: tampered checkpoints, edited configs ---------------------------------------
+
 
 @pytest.fixture(scope="module")
 def stopped_run(tmp_path_factory):
@@ -238,6 +249,7 @@ def test_certify_takes_pbp_s_split_from_the_checkpoint_not_the_editable_config(t
 
 # Round 2: signals while the run writes its files and inside a saliency stage; files checked against the run
 
+
 @pytest.mark.parametrize("where", ["write_posterior", "write_report"])
 def test_sigterm_while_the_run_writes_its_posterior_or_report_stops_and_resumes(tmp_path, capsys, monkeypatch, where):
     """The run stops as in training: exit 143, no report of a run that did not finish, its training-loop
@@ -254,7 +266,9 @@ def test_sigterm_while_the_run_writes_its_posterior_or_report_stops_and_resumes(
     assert "loop" not in torch.load(out / "checkpoint.pt", weights_only=True)
 
 
-def test_sigterm_inside_a_saliency_stage_stops_before_its_next_chunk_of_examples(tmp_path, capsys, monkeypatch, short_config):
+def test_sigterm_inside_a_saliency_stage_stops_before_its_next_chunk_of_examples(
+    tmp_path, capsys, monkeypatch, short_config
+):
     """A stage's generalised Gauss-Newton runs over chunks of examples (1000 examples: 4 chunks); a stop
     requested in the first is honoured before the second, not after the stage and every grid point."""
     from bayesprune.core import criteria
@@ -263,8 +277,15 @@ def test_sigterm_inside_a_saliency_stage_stops_before_its_next_chunk_of_examples
     calls = []
     monkeypatch.setattr(criteria, "_hessian_factor", _counting(stop_on_call(criteria, "_hessian_factor"), calls))
     path = out.parent / "saliency.toml"
-    path.write_text(short_config("saliency", "train.epochs=1", "baseline.enabled=false", "saliency.criteria=['obd']",
-                                 "saliency.examples_per_stage=1000").to_toml())
+    path.write_text(
+        short_config(
+            "saliency",
+            "train.epochs=1",
+            "baseline.enabled=false",
+            "saliency.criteria=['obd']",
+            "saliency.examples_per_stage=1000",
+        ).to_toml()
+    )
     status = main(["run", str(path), "--out", str(out), "--quiet"])
     err = capsys.readouterr().err
     assert status == 143 and err.count("\n") == 1 and "Traceback" not in err, err
@@ -307,15 +328,27 @@ def test_export_refuses_a_budget_level_the_method_does_not_score(complete_run, t
     from bayesprune.methods import get_method
 
     monkeypatch.setattr(type(get_method("sbnn")), "prune_levels", ("unit",))
-    status = main(["export", str(complete_run), "--out", str(tmp_path / "net.pt2"), "--budget", "level=weight",
-                   "--budget", "fraction=0.5"])
+    status = main(
+        [
+            "export",
+            str(complete_run),
+            "--out",
+            str(tmp_path / "net.pt2"),
+            "--budget",
+            "level=weight",
+            "--budget",
+            "fraction=0.5",
+        ]
+    )
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and "level=weight" in err and "sbnn" in err, err
     assert sorted(tmp_path.iterdir()) == []
     assert get_method("unit-gates").prune_levels == ("unit",)
 
 
-def test_sigterm_during_bayesprune_report_stops_at_the_next_plot_and_leaves_the_run_as_it_was(copy_of, capsys, monkeypatch):
+def test_sigterm_during_bayesprune_report_stops_at_the_next_plot_and_leaves_the_run_as_it_was(
+    copy_of, capsys, monkeypatch
+):
     from bayesprune.pipeline import report
 
     before = {path.name: path.read_bytes() for path in copy_of.iterdir()}

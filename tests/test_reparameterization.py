@@ -3,6 +3,7 @@
 Oracles: Monte Carlo over explicit weight draws W ~ N(m, s^2) pushed through plain ``F.linear`` /
 ``F.conv2d`` (the weight-sampling estimator), and Monte-Carlo averages of the loss without the trick.
 """
+
 import math
 
 import pyro
@@ -12,11 +13,11 @@ import torch.nn.functional as F
 from pyro.poutine.messenger import Messenger
 from torch.distributions import Normal
 
+from bayesprune.core.objectives import AnalyticKLELBO
+from bayesprune.core.reparameterization import LocalReparameterization
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
-from bayesprune.core.objectives import AnalyticKLELBO
 from bayesprune.models.priors import SpikeSlabPrior
-from bayesprune.core.reparameterization import LocalReparameterization
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

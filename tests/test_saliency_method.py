@@ -1,5 +1,6 @@
 """The ``saliency`` method end to end on scikit-learn's digits (paper 001): the grid of criteria × stages ×
 penalties, ΔL, the error gaps, Spearman's ρ, the saved sparse network and its options."""
+
 import math
 
 import numpy as np
@@ -7,28 +8,43 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-from bayesprune.pipeline.config import RunConfig
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.loop import resolve_device
-from bayesprune.methods import get_method
-from bayesprune.methods import FitContext
+from bayesprune.core.pruning import Budget, prune
+from bayesprune.methods import FitContext, get_method
 from bayesprune.methods.saliency import spearman_or_none
 from bayesprune.methods.saliency.stages import loss_change, multi_stage_masks
-from bayesprune.core.pruning import Budget, prune
+from bayesprune.pipeline.config import RunConfig
 from bayesprune.pipeline.runner import load_datasets, load_run, new_net, run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 CRITERIA = ["magnitude", "obd", "lm", "qm"]
-OPTIONS = {"criteria": CRITERIA, "sparsity": 0.9, "stages": [1, 3], "penalties": [0.0, 1.0], "examples_per_stage": 100,
-           "finetune_epochs": 1, "finetune": "all"}
+OPTIONS = {
+    "criteria": CRITERIA,
+    "sparsity": 0.9,
+    "stages": [1, 3],
+    "penalties": [0.0, 1.0],
+    "examples_per_stage": 100,
+    "finetune_epochs": 1,
+    "finetune": "all",
+}
 
 
 def config(**options) -> RunConfig:
-    return RunConfig.from_dict({
-        "method": "saliency", "data": {"dataset": "digits", "batch_size": 64}, "model": {"architecture": "mlp", "hidden": [32]},
-        "optim": {"name": "sgd", "lr": 0.05, "momentum": 0.9}, "baseline": {"enabled": False}, "device": "cpu",
-        "prune": {"droprates": [0.0, 0.9], "include_biases": False}, "train": {"epochs": 5}, "saliency": {**OPTIONS, **options}})
+    return RunConfig.from_dict(
+        {
+            "method": "saliency",
+            "data": {"dataset": "digits", "batch_size": 64},
+            "model": {"architecture": "mlp", "hidden": [32]},
+            "optim": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
+            "baseline": {"enabled": False},
+            "device": "cpu",
+            "prune": {"droprates": [0.0, 0.9], "include_biases": False},
+            "train": {"epochs": 5},
+            "saliency": {**OPTIONS, **options},
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -57,18 +73,30 @@ def test_the_grid_covers_every_criterion_stage_count_and_penalty(saved_run):
     out, metrics = saved_run
     expected = [[c, s, p] for c in CRITERIA for s in (1, 3) for p in (0.0, 1.0)]
     assert metrics["grid"] == expected
-    for key in ("delta_loss", "gap_before_finetune", "gap_after_finetune", "error_after_pruning", "error_after_finetune"):
+    for key in (
+        "delta_loss",
+        "gap_before_finetune",
+        "gap_after_finetune",
+        "error_after_pruning",
+        "error_after_finetune",
+    ):
         assert len(metrics[key]) == len(expected)
     assert all(g is not None for g in metrics["gap_after_finetune"]) and metrics["finetuned_points"] == 16
-    for before, after, gap_before, gap_after in zip(metrics["error_after_pruning"], metrics["error_after_finetune"],
-                                                    metrics["gap_before_finetune"], metrics["gap_after_finetune"]):
+    for before, after, gap_before, gap_after in zip(
+        metrics["error_after_pruning"],
+        metrics["error_after_finetune"],
+        metrics["gap_before_finetune"],
+        metrics["gap_after_finetune"],
+    ):
         assert gap_before == pytest.approx(before - metrics["error_before_pruning"])
         assert gap_after == pytest.approx(after - metrics["error_before_pruning"])
     assert set(metrics["best"]) == set(CRITERIA)
     for criterion, best in metrics["best"].items():
         assert set(best) >= {"penalty", "stages", "delta_loss", "gap_before_finetune", "gap_after_finetune", "rho"}
         assert best["stages"] == 3  # the largest π
-        assert best["delta_loss"] == min(d for (c, s, _), d in zip(metrics["grid"], metrics["delta_loss"]) if c == criterion and s == 3)
+        assert best["delta_loss"] == min(
+            d for (c, s, _), d in zip(metrics["grid"], metrics["delta_loss"]) if c == criterion and s == 3
+        )
     report = (out / "report.md").read_text()
     assert "## Pruning criteria (paper 001)" in report and "delta_loss.png" in report
     assert (out / "delta_loss.png").is_file() and (out / "gap_vs_delta_loss.png").is_file()
@@ -88,7 +116,9 @@ def test_saved_network_has_exactly_its_sparsity_and_a_budget_over_its_scores_kee
         assert torch.equal(masks[name], param != 0)
     point = next(row for row in metrics["pruning_curve"] if row["droprate"] == 0.9)
     assert point["test_error"] == pytest.approx(metrics["test_error"])
-    assert metrics["test_error"] == pytest.approx(metrics["error_after_finetune"][metrics["grid"].index(["magnitude", 3, 0.0])])
+    assert metrics["test_error"] == pytest.approx(
+        metrics["error_after_finetune"][metrics["grid"].index(["magnitude", 3, 0.0])]
+    )
 
 
 def test_recorded_loss_change_and_masks_match_the_saliency_module(fitted):
@@ -100,11 +130,22 @@ def test_recorded_loss_change_and_masks_match_the_saliency_module(fitted):
     assert len(fit.loss_rows) == dataset.num_train
     for index, point in enumerate(fit.points):
         assert fit.report["delta_loss"][index] == point.delta_loss
-        assert loss_change(fit.dense, point.masks, dataset.x_train, dataset.y_train) == pytest.approx(point.delta_loss, rel=1e-5, abs=1e-7)
+        assert loss_change(fit.dense, point.masks, dataset.x_train, dataset.y_train) == pytest.approx(
+            point.delta_loss, rel=1e-5, abs=1e-7
+        )
         if point.stages == 3 and point.criterion in ("lm", "qm"):
             generator = torch.Generator().manual_seed(cfg.seed + 1)
-            reference = multi_stage_masks(fit.dense, point.criterion, 0.9, x=dataset.x_train, y=dataset.y_train, stages=3,
-                                          penalty=point.penalty, examples_per_stage=100, generator=generator)
+            reference = multi_stage_masks(
+                fit.dense,
+                point.criterion,
+                0.9,
+                x=dataset.x_train,
+                y=dataset.y_train,
+                stages=3,
+                penalty=point.penalty,
+                examples_per_stage=100,
+                generator=generator,
+            )
             assert all(torch.equal(reference[site], point.masks[site]) for site in reference)
     point = fit.points[5]
     with torch.no_grad():
@@ -142,13 +183,17 @@ def test_best_mode_fine_tunes_the_lowest_loss_change_penalty_per_criterion_and_s
 def test_spearman_rho_matches_scipy(saved_run):
     _, metrics = saved_run
     for criterion in CRITERIA:
-        expected = spearmanr(rows_of(metrics, criterion, "delta_loss"), rows_of(metrics, criterion, "gap_after_finetune")).statistic
+        expected = spearmanr(
+            rows_of(metrics, criterion, "delta_loss"), rows_of(metrics, criterion, "gap_after_finetune")
+        ).statistic
         rho = metrics["best"][criterion]["rho"]
         if np.isnan(expected):
             assert rho is None  # magnitude: a constant ΔL has no ranking
         else:
             assert rho == pytest.approx(expected)
-    assert metrics["spearman_rho"] == pytest.approx(spearmanr(metrics["delta_loss"], metrics["gap_after_finetune"]).statistic)
+    assert metrics["spearman_rho"] == pytest.approx(
+        spearmanr(metrics["delta_loss"], metrics["gap_after_finetune"]).statistic
+    )
     generator = np.random.default_rng(0)
     for _ in range(5):
         a, b = generator.integers(0, 4, 12), generator.normal(size=12).round(1)  # many ties
@@ -156,12 +201,24 @@ def test_spearman_rho_matches_scipy(saved_run):
     assert spearman_or_none([1, 2], [2, 1]) is None and spearman_or_none([1, 1, 1], [1, 2, 3]) is None
 
 
-@pytest.mark.parametrize("key, value", [
-    ("criteria", ["magnitude", "nonsense"]), ("criteria", []), ("criteria", ["lm", "lm"]), ("sparsity", 1.0),
-    ("stages", [0]), ("stages", [1, 1]), ("penalties", [-1.0]), ("schedule", "cubic"), ("examples_per_stage", 0),
-    ("loss_examples", 0), ("finetune_epochs", -1), ("finetune", "some"),
-    ("stages", 3),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("criteria", ["magnitude", "nonsense"]),
+        ("criteria", []),
+        ("criteria", ["lm", "lm"]),
+        ("sparsity", 1.0),
+        ("stages", [0]),
+        ("stages", [1, 1]),
+        ("penalties", [-1.0]),
+        ("schedule", "cubic"),
+        ("examples_per_stage", 0),
+        ("loss_examples", 0),
+        ("finetune_epochs", -1),
+        ("finetune", "some"),
+        ("stages", 3),
+    ],
+)
 def test_bad_options_are_refused_naming_the_field(key, value):
     with pytest.raises(ConfigError, match=rf"^saliency\.{key} must"):
         config(**{key: value})

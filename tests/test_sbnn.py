@@ -1,4 +1,5 @@
 """The sBNN plug-in (paper 003): what its scores rank, against hand-computed eq. 3.8."""
+
 import math
 
 import numpy as np
@@ -6,10 +7,10 @@ import pytest
 import torch
 from torch import nn
 
+from bayesprune.core.pruning import Budget, prune
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.methods.sbnn import SBNNFitted, SBNNOptions
 from bayesprune.models import LIKELIHOODS, BayesianNetwork
-from bayesprune.core.pruning import Budget, prune
 
 
 def saturated_fit(options: SBNNOptions) -> SBNNFitted:
@@ -58,23 +59,25 @@ def test_a_tied_budget_removes_the_lowest_logits_not_the_first_in_network_order(
 
 
 def test_local_reparameterization_on_a_convolution_is_refused_by_name():
-    from bayesprune.pipeline.config import load_config
-    from bayesprune.data import Dataset
     from bayesprune.core.errors import ConfigError
+    from bayesprune.data import Dataset
     from bayesprune.methods import FitContext
     from bayesprune.methods.sbnn import fit_posterior
+    from bayesprune.pipeline.config import load_config
 
     config = load_config("default", ["sbnn.local_reparameterization=true", "train.epochs=1"])
     x, y = torch.randn(8, 1, 6, 6), torch.randint(0, 2, (8,))
     dataset = Dataset("toy", "classification", x, y, x, y, (1, 6, 6), 2)
     net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(32, 2))
     with pytest.raises(ConfigError, match=r"^sbnn.local_reparameterization must be false .*\(0\)"):
-        fit_posterior(net, dataset, config.method_options, FitContext.from_config(config, dataset, device=torch.device("cpu")))
+        fit_posterior(
+            net, dataset, config.method_options, FitContext.from_config(config, dataset, device=torch.device("cpu"))
+        )
 
 
 def test_a_droprate_counts_biases_only_when_asked_and_both_sparsities_are_reported():
-    from bayesprune.pipeline.evaluation import pruning_curve
     from bayesprune.data import Dataset
+    from bayesprune.pipeline.evaluation import pruning_curve
 
     options = SBNNOptions()
     fitted = saturated_fit(options)  # 4-6-2: 24 + 12 weights, 6 + 2 biases
@@ -84,8 +87,9 @@ def test_a_droprate_counts_biases_only_when_asked_and_both_sparsities_are_report
     logits = eq_3_8_logits(fitted, options)
     is_bias = np.zeros(logits.size, dtype=bool)
     is_bias[24:30], is_bias[42:44] = True, True  # site order: 0.weight, 0.bias, 2.weight, 2.bias
-    with_biases, weights_only = (pruning_curve(fitted, dataset, droprates=[0.5], include_biases=flag)[0]
-                                 for flag in (True, False))
+    with_biases, weights_only = (
+        pruning_curve(fitted, dataset, droprates=[0.5], include_biases=flag)[0] for flag in (True, False)
+    )
     # Biases ranked with the weights: half of all 44 parameters go, the lowest logits among all.
     removed_weights = int(np.sum(~is_bias[np.argsort(logits, kind="stable")[:22]]))
     assert with_biases["n_weights_kept"] == 22 and with_biases["sparsity"] == 0.5

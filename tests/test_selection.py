@@ -1,4 +1,5 @@
 """Feature selection BNN_VS (paper 003, Algorithm 2 and the cross-validated threshold of section 4.1)."""
+
 import numpy as np
 import pyro
 import pytest
@@ -17,7 +18,6 @@ from bayesprune.analysis.selection import (
     selection_accuracy,
 )
 from bayesprune.experiments.common import sbnn_fit_predict, simulation_config
-
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -57,14 +57,19 @@ def test_folds_partition_the_rows():
 
 def test_least_squares_matches_numpy_and_ignores_zeroed_features():
     generator = torch.Generator().manual_seed(0)
-    x, y = torch.randn(80, 4, generator=generator, dtype=torch.float64), torch.randn(80, generator=generator, dtype=torch.float64)
+    x, y = (
+        torch.randn(80, 4, generator=generator, dtype=torch.float64),
+        torch.randn(80, generator=generator, dtype=torch.float64),
+    )
     design = np.hstack([x[:60].numpy(), np.ones((60, 1))])
     coefficients = np.linalg.lstsq(design, y[:60].numpy(), rcond=None)[0]
     expected = np.hstack([x[60:].numpy(), np.ones((20, 1))]) @ coefficients
     np.testing.assert_allclose(least_squares_fit_predict(x[:60], y[:60], x[60:]).numpy(), expected, rtol=1e-6)
     masked = mask_features(x, torch.tensor([True, False, True, True]))
-    torch.testing.assert_close(least_squares_fit_predict(masked[:60], y[:60], masked[60:]),
-                               least_squares_fit_predict(x[:60, [0, 2, 3]], y[:60], x[60:, [0, 2, 3]]))
+    torch.testing.assert_close(
+        least_squares_fit_predict(masked[:60], y[:60], masked[60:]),
+        least_squares_fit_predict(x[:60, [0, 2, 3]], y[:60], x[60:, [0, 2, 3]]),
+    )
 
 
 def test_hinge_basis_is_x_and_its_ramps_at_the_knots():
@@ -84,8 +89,10 @@ def test_additive_spline_is_exact_on_a_broken_line_with_its_knot_at_the_median()
     linear_mse = (least_squares_fit_predict(x[:401], y[:401], x[401:]) - y[401:]).pow(2).mean()
     assert linear_mse > 1.0  # the linear model cannot bend: the spline's exactness is not trivial
     masked = mask_features(x, torch.tensor([True, False, True]))
-    torch.testing.assert_close(additive_spline_fit_predict(masked[:401], y[:401], masked[401:], knots=1),
-                               additive_spline_fit_predict(x[:401, [0, 2]], y[:401], x[401:, [0, 2]], knots=1))
+    torch.testing.assert_close(
+        additive_spline_fit_predict(masked[:401], y[:401], masked[401:], knots=1),
+        additive_spline_fit_predict(x[:401, [0, 2]], y[:401], x[401:, [0, 2]], knots=1),
+    )
 
 
 def sparse_linear_problem(n=600, num_features=20, num_active=5, seed=0):

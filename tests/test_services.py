@@ -1,6 +1,7 @@
 """The platform's services hold for every registered method: stopped at a checkpoint and resumed, a run
 equals the uninterrupted one; ``train.validation`` keeps the best epoch or is refused in one line;
 methods that learn probabilities write a ``posterior.nc`` that ArviZ reads."""
+
 import json
 import signal
 
@@ -10,14 +11,14 @@ import torch
 import torch.nn.functional as F
 
 from bayesprune.cli import main
-from bayesprune.data import load_dataset
 from bayesprune.core.early_stopping import hold_out
 from bayesprune.core.errors import ConfigError, Interrupted
 from bayesprune.core.loop import STOP
+from bayesprune.core.tasks import network_metric
+from bayesprune.data import load_dataset
 from bayesprune.methods import FitContext, Method, available_methods, context
 from bayesprune.models import build_architecture
 from bayesprune.pipeline.runner import resume_run, run
-from bayesprune.core.tasks import network_metric
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -83,8 +84,9 @@ def stopper(monkeypatch):
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_stopped_at_a_checkpoint_then_resumed_equals_the_uninterrupted_run(method, tmp_path, short_config, stopper,
-                                                                           uninterrupted):
+def test_stopped_at_a_checkpoint_then_resumed_equals_the_uninterrupted_run(
+    method, tmp_path, short_config, stopper, uninterrupted
+):
     """SIGTERM at the first checkpoint and, for a fit of several stages, at a checkpoint half-way (finished
     stages are put back, not trained again); ``--resume`` then gives the uninterrupted metrics."""
     config = short_config(method, "baseline.enabled=false")
@@ -101,7 +103,9 @@ def test_stopped_at_a_checkpoint_then_resumed_equals_the_uninterrupted_run(metho
         assert without_timings(json.loads((out / "metrics.json").read_text())) == whole
 
 
-def test_a_run_of_several_seeds_resumes_without_fitting_finished_seeds_again(tmp_path, short_config, stopper, monkeypatch):
+def test_a_run_of_several_seeds_resumes_without_fitting_finished_seeds_again(
+    tmp_path, short_config, stopper, monkeypatch
+):
     config = short_config("sbnn", "seeds=[0, 1]", "baseline.enabled=false")
     counter = stopper()
     whole = without_timings(run(config, tmp_path / "whole"))
@@ -114,7 +118,11 @@ def test_a_run_of_several_seeds_resumes_without_fitting_finished_seeds_again(tmp
     fitted_seeds = []
     method = available_methods()["sbnn"]
     original = method.fit
-    monkeypatch.setattr(method, "fit", lambda self, net, data, options, ctx: fitted_seeds.append(ctx.seed) or original(self, net, data, options, ctx))
+    monkeypatch.setattr(
+        method,
+        "fit",
+        lambda self, net, data, options, ctx: fitted_seeds.append(ctx.seed) or original(self, net, data, options, ctx),
+    )
     assert without_timings(resume_run(out)) == whole
     assert fitted_seeds == [1]
     assert not list(out.glob("checkpoint-seed-*.pt"))
@@ -152,7 +160,9 @@ def test_early_stopping_keeps_the_state_of_the_epoch_with_the_lowest_validation_
 
     ctx = FitContext(epochs=12, batch_size=256, validation=(x_val, y_val), callbacks=(record,))
     ctx.optim = ctx.optim.__class__(name="sgd", lr=0.5, momentum=0.9)  # large steps: the error goes up and down
-    ctx.train_network("dense", net, ctx.batches(data.x_train, data.y_train), epochs=12, loss=F.cross_entropy, validate=True)
+    ctx.train_network(
+        "dense", net, ctx.batches(data.x_train, data.y_train), epochs=12, loss=F.cross_entropy, validate=True
+    )
     best = min(range(len(errors)), key=errors.__getitem__)
     assert ctx.best_epoch == best + 1 and best < len(errors) - 1  # not simply the last epoch
     assert network_metric(net, x_val, y_val, "classification") == errors[best]
@@ -174,15 +184,23 @@ def test_methods_that_learn_probabilities_write_a_posterior_arviz_reads(method, 
 
 
 #: A valid setting of each config key a method may not read (the name first where the key needs it).
-SETTINGS = {"optim.name": ["optim.name='sgd'"], "optim.momentum": ["optim.name='sgd'", "optim.momentum=0.5"],
-            "optim.schedule": ["optim.schedule='cosine'"], "optim.weight_decay": ["optim.weight_decay=1e-4"],
-            "model.noise_scale": ["model.noise_scale=0.5"], "model.expose": ["model.expose=['BatchNorm2d']"],
-            "model.hide": ["model.hide=['*.bias']"], "train.kernels": ["train.kernels='eager'"]}
+SETTINGS = {
+    "optim.name": ["optim.name='sgd'"],
+    "optim.momentum": ["optim.name='sgd'", "optim.momentum=0.5"],
+    "optim.schedule": ["optim.schedule='cosine'"],
+    "optim.weight_decay": ["optim.weight_decay=1e-4"],
+    "model.noise_scale": ["model.noise_scale=0.5"],
+    "model.expose": ["model.expose=['BatchNorm2d']"],
+    "model.hide": ["model.hide=['*.bias']"],
+    "train.kernels": ["train.kernels='eager'"],
+}
 
 
 @pytest.mark.parametrize("method", METHODS)
 def test_a_key_the_method_does_not_read_is_refused_naming_it(method, tmp_path, short_config):
-    keys = [key for key in available_methods()[method]().unsupported_for(short_config(method).method_options) if "." in key]
+    keys = [
+        key for key in available_methods()[method]().unsupported_for(short_config(method).method_options) if "." in key
+    ]
     for key in keys:
         with pytest.raises(ConfigError, match=r"^optim.name|^" + key.replace(".", r"\.") + " is not supported by"):
             run(short_config(method, *SETTINGS[key]), tmp_path / "run")

@@ -1,5 +1,6 @@
 """Sparse Variational Dropout (Molchanov, Ashukha and Vetrov, 2017): the KL approximation of eq. 14,
 local reparameterisation, the ARD effect on a linear model, and a run from the command line."""
+
 import json
 import math
 
@@ -10,14 +11,20 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributions import kl_divergence
 
-from bayesprune.pipeline.config import OptimConfig, load_config
-from bayesprune.data import Dataset
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.fused import kernel_mode
+from bayesprune.data import Dataset
 from bayesprune.methods import FitContext, get_method
 from bayesprune.methods.sparse_vd import SparseVDOptions
-from bayesprune.methods.sparse_vd.distributions import K1, AdditiveNormal, AdditiveNormals, LogUniform, neg_kl_approximation
+from bayesprune.methods.sparse_vd.distributions import (
+    K1,
+    AdditiveNormal,
+    AdditiveNormals,
+    LogUniform,
+    neg_kl_approximation,
+)
 from bayesprune.methods.sparse_vd.model import KLAnnealing, MaskedLocalReparameterization, linear_decay
+from bayesprune.pipeline.config import OptimConfig, load_config
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -43,7 +50,9 @@ def test_the_kl_approximation_has_the_papers_constants_and_limits():
     la = torch.tensor([-20.0, 0.0, 20.0], dtype=torch.float64)
     values = neg_kl_approximation(la)
     # at log α = 0: k1 σ(k2) − ½ log 2 − k1
-    assert values[1].item() == pytest.approx(0.63576 / (1 + math.exp(-1.87320)) - 0.5 * math.log(2) - 0.63576, abs=1e-12)
+    assert values[1].item() == pytest.approx(
+        0.63576 / (1 + math.exp(-1.87320)) - 0.5 * math.log(2) - 0.63576, abs=1e-12
+    )
     assert values[2].item() == pytest.approx(0.0, abs=1e-8)  # α → ∞: −KL → k1 + C = 0
     assert values[0].item() == pytest.approx(-10.0 - K1 + 0.63576 / (1 + math.exp(-(1.87320 - 1.48695 * 20))), abs=1e-6)
     assert torch.all(values[1:] - values[:-1] > 0)  # larger dropout rate, smaller KL
@@ -123,6 +132,7 @@ def test_local_reparameterization_matches_the_moments_of_weight_sampling(kind):
 
         def exact(theta, variance):
             return F.conv2d(x, theta, bias, padding=1), F.conv2d(x**2, variance, padding=1)
+
     theta = torch.randn(shape, dtype=torch.float64)
     q = AdditiveNormal(theta, torch.randn(shape, dtype=torch.float64) - 1.0)
     mean, variance = exact(theta, q.variance)
@@ -152,8 +162,16 @@ def _sparse_regression(n=400, d=20, seed=0):
     beta = torch.zeros(d)
     beta[:3] = torch.tensor([2.0, -1.5, 1.0])
     y = x @ beta + 0.05 * torch.randn(n, generator=generator)
-    return Dataset(name="sparse-linear", task="regression", x_train=x, y_train=y, x_test=x[:100], y_test=y[:100],
-                   input_shape=(d,), num_classes=None)
+    return Dataset(
+        name="sparse-linear",
+        task="regression",
+        x_train=x,
+        y_train=y,
+        x_test=x[:100],
+        y_test=y[:100],
+        input_shape=(d,),
+        num_classes=None,
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -161,8 +179,15 @@ def test_on_a_sparse_linear_model_only_the_relevant_weights_keep_log_alpha_below
     data = _sparse_regression(seed=seed)
     torch.manual_seed(seed)
     net = nn.Linear(20, 1)
-    ctx = FitContext(seed=seed, epochs=60, batch_size=200, optim=OptimConfig(lr=0.1), task="regression",
-                     noise_scale=0.5, method="sparse-vd")
+    ctx = FitContext(
+        seed=seed,
+        epochs=60,
+        batch_size=200,
+        optim=OptimConfig(lr=0.1),
+        task="regression",
+        noise_scale=0.5,
+        method="sparse-vd",
+    )
     options = SparseVDOptions(kl_anneal_start=0, kl_anneal_end=5)
     fitted = get_method("sparse-vd").fit(net, data, options, ctx)
     log_alpha = fitted.log_alpha()["weight"].flatten()
@@ -190,8 +215,10 @@ def test_the_kl_weight_and_the_rate_follow_the_authors_schedules():
     assert [to_zero(e) for e in (0, 100, 199)] == [1.0, 0.5, 0.005]
 
 
-@pytest.mark.parametrize(("key", "value"), [("threshold", 9.0), ("kl_anneal_end", 2), ("lr_decay_start", 1.0),
-                                            ("train_clip", 1), ("predictive_samples", -1)])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("threshold", 9.0), ("kl_anneal_end", 2), ("lr_decay_start", 1.0), ("train_clip", 1), ("predictive_samples", -1)],
+)
 def test_an_invalid_option_names_its_field(key, value):
     with pytest.raises(ConfigError, match=f"sparse-vd.{key}"):
         SparseVDOptions(**{key: value})
@@ -209,8 +236,22 @@ def test_a_run_from_the_command_line_writes_scores_posterior_and_report(tmp_path
     from bayesprune.pipeline.runner import load_run
 
     out = tmp_path / "run"
-    assert main(["run", "sparse-vd-digits", "--out", str(out), "--set", "train.epochs=2", "--set", "baseline.epochs=1",
-                 "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "sparse-vd-digits",
+                "--out",
+                str(out),
+                "--set",
+                "train.epochs=2",
+                "--set",
+                "baseline.epochs=1",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["method"] == "sparse-vd" and metrics["epochs"] == 2
     assert 0 <= metrics["fraction_removed_by_threshold"] <= 1
@@ -233,9 +274,9 @@ def test_a_fit_interrupted_after_an_epoch_resumes_to_the_uninterrupted_result(tm
     """The stage's state (model, guide, optimiser with its linear-decay schedule) and the KL annealing
     are checkpointed: resuming inside the KL warm-up gives the same weights as never stopping."""
     from bayesprune.core.checkpoint import read_checkpoint
-    from bayesprune.data import load_dataset
     from bayesprune.core.errors import Interrupted
     from bayesprune.core.loop import STOP
+    from bayesprune.data import load_dataset
     from bayesprune.models import build_architecture
 
     data = load_dataset("digits")
@@ -271,10 +312,20 @@ def test_the_objectives_kl_covers_every_weight_of_every_layer_and_no_bias():
     from bayesprune.methods.sparse_vd.model import SparseVDELBO, SparseVDGuide
 
     torch.manual_seed(0)
-    net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Flatten(), nn.Linear(2 * 6 * 6, 5), nn.ReLU(), nn.Linear(5, 3))
+    net = nn.Sequential(
+        nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Flatten(), nn.Linear(2 * 6 * 6, 5), nn.ReLU(), nn.Linear(5, 3)
+    )
     x, y = torch.randn(4, 1, 8, 8), torch.tensor([0, 1, 2, 1])
-    data = Dataset(name="tiny", task="classification", x_train=x, y_train=y, x_test=x, y_test=y, input_shape=(1, 8, 8),
-                   num_classes=3)
+    data = Dataset(
+        name="tiny",
+        task="classification",
+        x_train=x,
+        y_train=y,
+        x_test=x,
+        y_test=y,
+        input_shape=(1, 8, 8),
+        num_classes=3,
+    )
     model = build_model(net, data)
     guide = SparseVDGuide(model, init_log_sigma2=-4.0)
     assert list(guide.site_shapes) == ["0.weight", "3.weight", "5.weight"]

@@ -1,5 +1,6 @@
 """Stochastic masks, one-shot criteria, the point-mass spike-and-slab and the PAC-Bayes objective (paper 000),
 each against an independent oracle."""
+
 import math
 
 import numpy as np
@@ -10,15 +11,15 @@ from torch.distributions import Normal, kl_divergence
 
 from bayesprune.core.bounds import pac_bayes_bound
 from bayesprune.core.criteria import saliency
-from bayesprune.methods.pbp.distributions import DiracSpikeSlab
 from bayesprune.core.gates import StochasticMasks, block_isotropic, isotropic
-from bayesprune.methods.pbp.guide import DiracSpikeSlabGuide
+from bayesprune.core.pruning import Budget, lexicographic_ranks, prune
 from bayesprune.methods.pbp import network_kl
+from bayesprune.methods.pbp.distributions import DiracSpikeSlab
+from bayesprune.methods.pbp.guide import DiracSpikeSlabGuide
+from bayesprune.methods.pbp.objectives import GibbsRisk, PACBayesBound
 from bayesprune.methods.pft import mask_overlap
 from bayesprune.models import BayesianNetwork, BoundedCategorical, mlp
-from bayesprune.methods.pbp.objectives import GibbsRisk, PACBayesBound
 from bayesprune.models.priors import GivenPrior
-from bayesprune.core.pruning import Budget, lexicographic_ranks, prune
 
 
 @pytest.mark.parametrize("shape", [(5,), (3, 4)])
@@ -49,8 +50,14 @@ def test_network_kl_covers_every_parameter_of_every_layer():
     torch.manual_seed(1)
     net = mlp((4,), 3, hidden=[5])
     names = [name for name, _ in net.named_parameters()]
-    priors = {name: DiracSpikeSlab(torch.rand(p.shape) * 0.8 + 0.1 if name.endswith("weight") else torch.ones(p.shape),
-                                   p.detach() + 0.1, torch.full(p.shape, 0.2)) for name, p in net.named_parameters()}
+    priors = {
+        name: DiracSpikeSlab(
+            torch.rand(p.shape) * 0.8 + 0.1 if name.endswith("weight") else torch.ones(p.shape),
+            p.detach() + 0.1,
+            torch.full(p.shape, 0.2),
+        )
+        for name, p in net.named_parameters()
+    }
     model = BayesianNetwork(net, GivenPrior(priors), BoundedCategorical(10))
     keep = {name: torch.rand(priors[name].probs.shape) * 0.8 + 0.1 for name in names if name.endswith("weight")}
     guide = DiracSpikeSlabGuide(model, keep, scale=0.3)
@@ -103,13 +110,17 @@ def test_block_isotropic_keeps_the_top_scores_at_the_expected_sparsity():
     assert np.allclose(flat[top], 1 - sparsity * epsilon / (1 - sparsity))
     assert np.allclose(np.delete(flat, top), epsilon)
     assert 1 - flat.mean() == pytest.approx(sparsity, abs=1e-6)
-    assert 1 - np.concatenate([v.numpy().ravel() for v in isotropic(scores, sparsity).values()]).mean() == pytest.approx(sparsity)
+    assert 1 - np.concatenate(
+        [v.numpy().ravel() for v in isotropic(scores, sparsity).values()]
+    ).mean() == pytest.approx(sparsity)
     with pytest.raises(ValueError, match="s·ε/\\(1 − s\\) < 1"):
         block_isotropic(scores, 0.99, 0.02)
 
 
 def test_mask_ranks_break_ties_in_lambda_by_the_tiebreak_not_by_position():
-    masks = StochasticMasks({"a": torch.tensor([1.0, 1.0, 0.3]), "b": torch.tensor([1.0, 1.0])}, parameterization="clamp")
+    masks = StochasticMasks(
+        {"a": torch.tensor([1.0, 1.0, 0.3]), "b": torch.tensor([1.0, 1.0])}, parameterization="clamp"
+    )
     magnitude = {"a": torch.tensor([0.1, 0.5, 9.0]), "b": torch.tensor([0.2, 0.7])}
     kept = prune(masks.ranks(magnitude), Budget(fraction=0.6))  # keep 2 of 5: the two λ = 1 weights of largest |w|
     assert kept["a"].tolist() == [False, True, False] and kept["b"].tolist() == [False, True]
@@ -117,7 +128,10 @@ def test_mask_ranks_break_ties_in_lambda_by_the_tiebreak_not_by_position():
 
 def test_lexicographic_ranks_order_like_sorting_pairs():
     rng = np.random.default_rng(4)
-    primary = {"a": torch.tensor(rng.integers(0, 3, 12).astype(float)), "b": torch.tensor(rng.integers(0, 3, 8).astype(float))}
+    primary = {
+        "a": torch.tensor(rng.integers(0, 3, 12).astype(float)),
+        "b": torch.tensor(rng.integers(0, 3, 8).astype(float)),
+    }
     secondary = {"a": torch.tensor(rng.random(12)), "b": torch.tensor(rng.random(8))}
     ranks = lexicographic_ranks(primary, secondary)
     pairs = list(zip(torch.cat(list(primary.values())).tolist(), torch.cat(list(secondary.values())).tolist()))
@@ -145,7 +159,9 @@ def test_snip_scores_are_weight_times_the_finite_difference_gradient():
             weight[index] -= 2e-6
             down = F.cross_entropy(net(x), y).item()
             weight[index] += 1e-6
-        assert scores["1.weight"][index].item() == pytest.approx(abs(weight[index].item() * (up - down) / 2e-6), rel=1e-5)
+        assert scores["1.weight"][index].item() == pytest.approx(
+            abs(weight[index].item() * (up - down) / 2e-6), rel=1e-5
+        )
     assert set(scores) == {"1.weight", "3.weight"}
     torch.testing.assert_close(saliency("magnitude", net)["3.weight"], net[3].weight.detach().abs())
 
@@ -164,16 +180,27 @@ def test_the_pac_bayes_objective_is_theorem_1_of_the_gibbs_risk_and_the_exact_kl
     """Same draws (same seed): PACBayesBound's loss equals eq. 4 of GibbsRisk's loss and the network KL."""
     torch.manual_seed(6)
     net = mlp((4,), 3, hidden=[5])
-    priors = {name: DiracSpikeSlab(torch.full(p.shape, 0.7) if name.endswith("weight") else torch.ones(p.shape),
-                                   p.detach().clone(), torch.full(p.shape, 0.1)) for name, p in net.named_parameters()}
+    priors = {
+        name: DiracSpikeSlab(
+            torch.full(p.shape, 0.7) if name.endswith("weight") else torch.ones(p.shape),
+            p.detach().clone(),
+            torch.full(p.shape, 0.1),
+        )
+        for name, p in net.named_parameters()
+    }
     model = BayesianNetwork(net, GivenPrior(priors), BoundedCategorical(50))
-    guide = DiracSpikeSlabGuide(model, {name: torch.full(p.shape, 0.6) for name, p in net.named_parameters() if name.endswith("weight")},
-                                scale=0.05)
+    guide = DiracSpikeSlabGuide(
+        model,
+        {name: torch.full(p.shape, 0.6) for name, p in net.named_parameters() if name.endswith("weight")},
+        scale=0.05,
+    )
     x, y = torch.randn(50, 4), torch.randint(0, 3, (50,))
     torch.manual_seed(7)
     bound = PACBayesBound(n=50, delta=0.05).differentiable_loss(model, guide, x, y)
     torch.manual_seed(7)
     risk = GibbsRisk(dataset_size=50).differentiable_loss(model, guide, x, y)
-    expected = pac_bayes_bound(risk.detach().double(), torch.tensor(network_kl(guide, priors), dtype=torch.float64), n=50, delta=0.05)
+    expected = pac_bayes_bound(
+        risk.detach().double(), torch.tensor(network_kl(guide, priors), dtype=torch.float64), n=50, delta=0.05
+    )
     assert float(bound.detach()) == pytest.approx(float(expected), rel=1e-5)
     assert 0 <= float(risk.detach()) <= 1

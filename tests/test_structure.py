@@ -1,17 +1,28 @@
 """Tests of bayesprune.core.structure: the layer chain against hand-written descriptions of small networks."""
+
 import pytest
 import torch
 from torch import nn
 
-from bayesprune.models import lenet_5_caffe, mlp
 from bayesprune.core.structure import layer_chain
-
+from bayesprune.models import lenet_5_caffe, mlp
 from helpers import ClassicLeNet5
 
 
 def describe(layers):
-    return [(layer.name, layer.kind, layer.units, layer.weight_site, layer.bias_site, layer.gate_site, layer.consumer,
-             layer.inputs_per_unit) for layer in layers]
+    return [
+        (
+            layer.name,
+            layer.kind,
+            layer.units,
+            layer.weight_site,
+            layer.bias_site,
+            layer.gate_site,
+            layer.consumer,
+            layer.inputs_per_unit,
+        )
+        for layer in layers
+    ]
 
 
 def test_an_mlp_chain_by_hand():
@@ -25,8 +36,14 @@ def test_an_mlp_chain_by_hand():
 
 def test_nested_sequential_conv_flatten_linear_owns_h_times_w_columns_per_channel():
     net = nn.Sequential(
-        nn.Sequential(nn.Conv2d(1, 20, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(20, 50, 5, bias=False), nn.ReLU(),
-                      nn.MaxPool2d(2)),
+        nn.Sequential(
+            nn.Conv2d(1, 20, 5),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(20, 50, 5, bias=False),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+        ),
         nn.Sequential(nn.Flatten(), nn.Linear(50 * 4 * 4, 500), nn.ReLU(), nn.Linear(500, 10)),
     )
     layers = layer_chain(net, (1, 28, 28))  # 28 → conv 24 → pool 12 → conv 8 → pool 4: 4·4 columns per channel
@@ -36,14 +53,23 @@ def test_nested_sequential_conv_flatten_linear_owns_h_times_w_columns_per_channe
         ("1.1", "linear", 500, "1.1.weight", "1.1.bias", "1.1.gate", "1.3", 1),
         ("1.3", "linear", 10, "1.3.weight", "1.3.bias", "1.3.gate", None, None),
     ]
-    assert [layer.inputs_per_unit for layer in layer_chain(lenet_5_caffe((1, 28, 28), 10), (1, 28, 28))] == [1, 16, 1, None]
+    assert [layer.inputs_per_unit for layer in layer_chain(lenet_5_caffe((1, 28, 28), 10), (1, 28, 28))] == [
+        1,
+        16,
+        1,
+        None,
+    ]
 
 
 def test_a_custom_forward_that_is_a_plain_chain_is_accepted():
     layers = layer_chain(ClassicLeNet5(), (1, 28, 28))
     assert [(layer.name, layer.units, layer.consumer, layer.inputs_per_unit) for layer in layers] == [
-        ("conv1", 6, "conv2", 1), ("conv2", 16, "fc1", 16), ("fc1", 120, "fc2", 1), ("fc2", 84, "fc3", 1),
-        ("fc3", 10, None, None)]
+        ("conv1", 6, "conv2", 1),
+        ("conv2", 16, "fc1", 16),
+        ("fc1", 120, "fc2", 1),
+        ("fc2", 84, "fc3", 1),
+        ("fc3", 10, None, None),
+    ]
 
 
 class Residual(nn.Module):
@@ -76,21 +102,38 @@ class MixesChannels(Residual):
         return self.out(self.fc2(torch.softmax(self.fc1(x), dim=1)))
 
 
-@pytest.mark.parametrize("net, match", [
-    (nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.ReLU(), nn.Linear(3, 2)), r"^module '1' \(BatchNorm1d\)"),
-    (nn.Sequential(nn.Conv2d(4, 4, 3, groups=2), nn.Flatten(), nn.Linear(16, 2)), r"^module '0' \(Conv2d with groups=2\)"),
-    (nn.Sequential(nn.Conv2d(4, 4, 3, groups=4), nn.Flatten(), nn.Linear(16, 2)), r"^module '0' \(Conv2d with groups=4\)"),
-    (nn.Sequential(nn.Linear(4, 3), nn.LayerNorm(3), nn.Linear(3, 2)), r"^module '1' \(LayerNorm\)"),
-    (nn.Sequential(nn.Linear(4, 3), nn.Linear(5, 2)), r"^module '1' takes 5 inputs"),
-    (nn.Sequential(nn.Sequential(Residual())), r"^module '0.0' \(Residual\) is not a plain chain: the output of '0.0.fc1' reaches "),
-    (InputSkip(), r"^the network \(InputSkip\) is not a plain chain: the input reaches"),
-    (CalledTwice(), r"^module 'fc2' \(Linear\) is not called once in registration order"),
-    (OutOfOrder(), r"^module 'fc2' \(Linear\) is not called once in registration order"),
-    (MixesChannels(), r"^the network \(MixesChannels\) is not a plain chain: unit 0 of 'fc1' changes inputs of 'fc2'"),
-])
+@pytest.mark.parametrize(
+    "net, match",
+    [
+        (nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.ReLU(), nn.Linear(3, 2)), r"^module '1' \(BatchNorm1d\)"),
+        (
+            nn.Sequential(nn.Conv2d(4, 4, 3, groups=2), nn.Flatten(), nn.Linear(16, 2)),
+            r"^module '0' \(Conv2d with groups=2\)",
+        ),
+        (
+            nn.Sequential(nn.Conv2d(4, 4, 3, groups=4), nn.Flatten(), nn.Linear(16, 2)),
+            r"^module '0' \(Conv2d with groups=4\)",
+        ),
+        (nn.Sequential(nn.Linear(4, 3), nn.LayerNorm(3), nn.Linear(3, 2)), r"^module '1' \(LayerNorm\)"),
+        (nn.Sequential(nn.Linear(4, 3), nn.Linear(5, 2)), r"^module '1' takes 5 inputs"),
+        (
+            nn.Sequential(nn.Sequential(Residual())),
+            r"^module '0.0' \(Residual\) is not a plain chain: the output of '0.0.fc1' reaches ",
+        ),
+        (InputSkip(), r"^the network \(InputSkip\) is not a plain chain: the input reaches"),
+        (CalledTwice(), r"^module 'fc2' \(Linear\) is not called once in registration order"),
+        (OutOfOrder(), r"^module 'fc2' \(Linear\) is not called once in registration order"),
+        (
+            MixesChannels(),
+            r"^the network \(MixesChannels\) is not a plain chain: unit 0 of 'fc1' changes inputs of 'fc2'",
+        ),
+    ],
+)
 def test_what_is_not_a_plain_chain_is_named(net, match):
     with pytest.raises(ValueError, match=match):
-        layer_chain(net, (4, 4, 4) if isinstance(net[0] if isinstance(net, nn.Sequential) else None, nn.Conv2d) else None)
+        layer_chain(
+            net, (4, 4, 4) if isinstance(net[0] if isinstance(net, nn.Sequential) else None, nn.Conv2d) else None
+        )
 
 
 def test_the_flattened_width_is_checked_against_the_input_shape():
@@ -110,15 +153,19 @@ def test_the_probe_leaves_the_network_as_it_was():
 
 
 def test_unit_groups_of_plain_chains_are_their_hidden_layers():
-    from bayesprune.models import lenet_5_caffe as caffe
     from bayesprune.core.structure import unit_groups
+    from bayesprune.models import lenet_5_caffe as caffe
 
-    for net, shape in ((mlp((5,), 2, hidden=[4, 3]), None), (caffe((1, 28, 28), 10), (1, 28, 28)),
-                       (ClassicLeNet5(), (1, 28, 28))):
+    for net, shape in (
+        (mlp((5,), 2, hidden=[4, 3]), None),
+        (caffe((1, 28, 28), 10), (1, 28, 28)),
+        (ClassicLeNet5(), (1, 28, 28)),
+    ):
         hidden = layer_chain(net, shape)[:-1]
         groups = unit_groups(net, shape)
-        assert [(g.name, g.units, g.producers, g.consumers) for g in groups] == \
-            [(layer.name, layer.units, (layer.name,), (layer.consumer,)) for layer in hidden]
+        assert [(g.name, g.units, g.producers, g.consumers) for g in groups] == [
+            (layer.name, layer.units, (layer.name,), (layer.consumer,)) for layer in hidden
+        ]
         assert [g.gate_site for g in groups] == [layer.gate_site for layer in hidden]
 
 
@@ -141,7 +188,11 @@ def test_unit_groups_of_shared_consumers_and_concatenations_by_hand():
 
     net = TwoHeads().eval()
     groups = {g.gate_site: (g.units, g.producers, g.consumers) for g in unit_groups(net)}
-    assert groups == {"fc1.gate": (6, ("fc1",), ("a", "b")), "a.gate": (3, ("a",), ("out",)), "b.gate": (2, ("b",), ("out",))}
+    assert groups == {
+        "fc1.gate": (6, ("fc1",), ("a", "b")),
+        "a.gate": (3, ("a",), ("out",)),
+        "b.gate": (2, ("b",), ("out",)),
+    }
     masks = {"fc1.gate": torch.tensor([1, 0, 1, 1, 0, 1], dtype=torch.bool), "b.gate": torch.tensor([False, True])}
     small = export(net, masks)
     assert (small.a.in_features, small.b.in_features, small.b.out_features, small.out.in_features) == (4, 4, 1, 4)

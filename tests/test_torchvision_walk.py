@@ -5,6 +5,7 @@ what broke or could: MNASNet, whose ``_load_from_state_dict`` reads the state di
 SqueezeNet (no Linear layer at all: its classifier is a convolution) and ShuffleNet (channel shuffle,
 concatenations), each one epoch of sBNN and of sparse VD. ``test_attention_sites`` runs a ViT.
 """
+
 import json
 import sys
 from pathlib import Path
@@ -32,8 +33,15 @@ def test_network_keeps_the_version_metadata_a_torchvision_module_reads(method):
     torch.manual_seed(0)
     x, y = torch.randn(8, 3, 32, 32), torch.arange(8) % 3
     options = {"predictive_samples": 1, **({"kl_anneal_start": 0, "kl_anneal_end": 1} if method == "sparse-vd" else {})}
-    fitted = bp.fit_method(method, torchvision.models.mnasnet0_5(num_classes=3), (x, y), options=options, epochs=1,
-                           batch_size=8, device="cpu")
+    fitted = bp.fit_method(
+        method,
+        torchvision.models.mnasnet0_5(num_classes=3),
+        (x, y),
+        options=options,
+        epochs=1,
+        batch_size=8,
+        device="cpu",
+    )
     plain = fitted.network().eval()
     with torch.no_grad():
         expected = torch.softmax(plain(x), -1)
@@ -44,8 +52,10 @@ def test_a_factory_network_with_auxiliary_classifiers_trains_on_its_main_logits(
     """GoogLeNet returns its auxiliary classifiers' logits beside the main ones in training mode, which
     failed every run in its loss; from a factory it returns the main logits alone, the same numbers."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "auxnets.py").write_text("import torchvision\n\n\ndef googlenet(input_shape, output_dim):\n"
-                                         "    return torchvision.models.googlenet(weights=None, num_classes=output_dim)\n")
+    (tmp_path / "auxnets.py").write_text(
+        "import torchvision\n\n\ndef googlenet(input_shape, output_dim):\n"
+        "    return torchvision.models.googlenet(weights=None, num_classes=output_dim)\n"
+    )
     net = build_from_factory("auxnets:googlenet", (3, 32, 32), 3).train()
     x = torch.randn(2, 3, 32, 32)
     torch.manual_seed(0)  # the same dropout draws in both passes

@@ -1,6 +1,7 @@
 """--track mlflow: a real MLflow file store, read back with MLflow's own client: one run per cell whose
 params are the cell's config.toml, whose metrics are its metrics.json, with its files as artifacts;
 a second call adds no run; without MLflow the flag is refused in one line."""
+
 import json
 import sys
 import tomllib
@@ -12,16 +13,41 @@ from bayesprune.pipeline.compare.tracking import basis_points, cell_metrics, fla
 
 mlflow = pytest.importorskip("mlflow")
 
-TINY = ["train.epochs=1", "baseline.epochs=1", "compare.finetune_epochs=1", "compare.latency_repeats=2",
-        "pbp.prior_epochs=1", "pbp.prior_mask_epochs=1", "pbp.mc_samples=10", "pbp.prior_samples=5"]
-PBP_TINY = ["train.epochs=1", "pbp.prior_epochs=1", "pbp.prior_mask_epochs=1", "pbp.mc_samples=10", "pbp.prior_samples=5",
-            "baseline.enabled=false"]
+TINY = [
+    "train.epochs=1",
+    "baseline.epochs=1",
+    "compare.finetune_epochs=1",
+    "compare.latency_repeats=2",
+    "pbp.prior_epochs=1",
+    "pbp.prior_mask_epochs=1",
+    "pbp.mc_samples=10",
+    "pbp.prior_samples=5",
+]
+PBP_TINY = [
+    "train.epochs=1",
+    "pbp.prior_epochs=1",
+    "pbp.prior_mask_epochs=1",
+    "pbp.mc_samples=10",
+    "pbp.prior_samples=5",
+    "baseline.enabled=false",
+]
 CELLS = ("magnitude-seed0", "pbp-s0.5-seed0")
 
 
 def _argv(out):
-    return ["compare", "--out", str(out), "--methods", "magnitude", "pbp", "--sparsities", "0.5",
-            *(flag for item in TINY for flag in ("--set", item)), "--track", "mlflow"]
+    return [
+        "compare",
+        "--out",
+        str(out),
+        "--methods",
+        "magnitude",
+        "pbp",
+        "--sparsities",
+        "0.5",
+        *(flag for item in TINY for flag in ("--set", item)),
+        "--track",
+        "mlflow",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -68,18 +94,33 @@ def test_one_run_per_cell_with_its_config_metrics_and_files(store, tmp_path):
         assert tags["mlflow.parentRunId"] == parent and tags["seed"] == "0" and tags["sparsity"] == "0.5"
         assert tags["method"] == name.split("-")[0]
         metrics = json.loads((folder / "metrics.json").read_text())
-        numbers = {key: value for key, value in metrics.items()
-                   if isinstance(value, (int, float)) and not isinstance(value, bool)}
-        plain = {key: value for key, value in run.data.metrics.items() if not key.startswith(("pruning_curve.", "per_sparsity."))}
+        numbers = {
+            key: value
+            for key, value in metrics.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+        }
+        plain = {
+            key: value
+            for key, value in run.data.metrics.items()
+            if not key.startswith(("pruning_curve.", "per_sparsity."))
+        }
         assert plain == pytest.approx(numbers) and len(plain) == len(numbers)  # curves: stepped metrics, below
         if name.startswith("pbp"):
             config = tomllib.loads((folder / "config.toml").read_text())
             assert run.data.params == {key: _param(value) for key, value in _independent_flatten(config).items()}
             assert run.data.params["pbp.sparsity"] == "0.5" and run.data.params["train.epochs"] == "1"
             history = client.get_metric_history(run.info.run_id, "pruning_curve.test_error")
-            assert {m.step: m.value for m in history} == {round(1e4 * row["droprate"]): row["test_error"]
-                                                          for row in metrics["pruning_curve"]}
-            expected = {"metrics.json", "config.toml", "report.md", "loss.png", "pruning_curve.png", "keep_probabilities.png"}
+            assert {m.step: m.value for m in history} == {
+                round(1e4 * row["droprate"]): row["test_error"] for row in metrics["pruning_curve"]
+            }
+            expected = {
+                "metrics.json",
+                "config.toml",
+                "report.md",
+                "loss.png",
+                "pruning_curve.png",
+                "keep_probabilities.png",
+            }
         else:
             config = json.loads((folder / "cell.json").read_text())["config"]
             params = {key: _param(value) for key, value in _independent_flatten(config).items()}
@@ -94,7 +135,8 @@ def test_one_run_per_cell_with_its_config_metrics_and_files(store, tmp_path):
     top = client.get_run(parent)
     assert top.info.status == "FINISHED"
     assert {"leaderboard.md", "leaderboard.csv", "leaderboard.json", "leaderboard.png", "comparison.toml"} <= {
-        item.path for item in client.list_artifacts(parent)}
+        item.path for item in client.list_artifacts(parent)
+    }
 
 
 def test_resuming_adds_no_run(store):
@@ -111,8 +153,24 @@ def test_resuming_adds_no_run(store):
 def test_a_sweep_is_tracked_to_a_given_store(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     out, where = tmp_path / "sweep", tmp_path / "elsewhere"
-    assert main(["sweep", "pbp-digits", "--grid", "pbp.alpha=0.5,0.7", "--out", str(out), "--track", "mlflow",
-                 "--track-uri", str(where), *(flag for item in PBP_TINY for flag in ("--set", item))]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "pbp-digits",
+                "--grid",
+                "pbp.alpha=0.5,0.7",
+                "--out",
+                str(out),
+                "--track",
+                "mlflow",
+                "--track-uri",
+                str(where),
+                *(flag for item in PBP_TINY for flag in ("--set", item)),
+            ]
+        )
+        == 0
+    )
     assert not (out / "mlruns").exists()
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     client = mlflow.tracking.MlflowClient(tracking_uri=where.as_uri())
@@ -124,7 +182,9 @@ def test_a_sweep_is_tracked_to_a_given_store(tmp_path, monkeypatch):
         assert run.data.tags["grid.pbp.alpha"] == str(alpha) and run.data.params["pbp.alpha"] == str(alpha)
         assert run.data.tags["method"] == "pbp" and run.data.tags["sparsity"] == run.data.params["pbp.sparsity"]
         assert run.data.params["pbp.grid_size"] == "2" and run.data.metrics["bound"] == pytest.approx(metrics["bound"])
-    assert {"summary.md", "summary.csv", "sweep.toml"} <= {item.path for item in client.list_artifacts(runs["sweep"].info.run_id)}
+    assert {"summary.md", "summary.csv", "sweep.toml"} <= {
+        item.path for item in client.list_artifacts(runs["sweep"].info.run_id)
+    }
 
 
 def test_without_mlflow_track_is_refused_in_one_line_naming_the_extra(tmp_path, capsys, monkeypatch):
@@ -137,10 +197,13 @@ def test_without_mlflow_track_is_refused_in_one_line_naming_the_extra(tmp_path, 
     assert not out.exists()
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--track-uri", "x"], "--track-uri names where --track logs"),
-    (["--track", "mlflow", "--track-uri", "FILE"], "exists and is not a directory"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--track-uri", "x"], "--track-uri names where --track logs"),
+        (["--track", "mlflow", "--track-uri", "FILE"], "exists and is not a directory"),
+    ],
+)
 def test_bad_tracking_flags_are_refused_in_one_line(tmp_path, capsys, argv, message):
     (tmp_path / "file").write_text("")
     argv = [item.replace("FILE", str(tmp_path / "file")) for item in argv]
@@ -152,10 +215,25 @@ def test_bad_tracking_flags_are_refused_in_one_line(tmp_path, capsys, argv, mess
 
 
 def test_metrics_and_params_of_a_cell():
-    metrics = {"method": "pbp", "seed": 0, "test_error": 12.5, "ok": True, "histogram": [1.0, 2.0], "gap": None,
-               "pruning_curve": [{"droprate": 0.0, "test_error": 10.0}, {"droprate": 0.95, "test_error": 30.0}]}
-    assert cell_metrics(metrics) == [("seed", 0.0, 0), ("test_error", 12.5, 0), ("pruning_curve.test_error", 10.0, 0),
-                                     ("pruning_curve.test_error", 30.0, 9500)]
+    metrics = {
+        "method": "pbp",
+        "seed": 0,
+        "test_error": 12.5,
+        "ok": True,
+        "histogram": [1.0, 2.0],
+        "gap": None,
+        "pruning_curve": [{"droprate": 0.0, "test_error": 10.0}, {"droprate": 0.95, "test_error": 30.0}],
+    }
+    assert cell_metrics(metrics) == [
+        ("seed", 0.0, 0),
+        ("test_error", 12.5, 0),
+        ("pruning_curve.test_error", 10.0, 0),
+        ("pruning_curve.test_error", 30.0, 9500),
+    ]
     assert basis_points(0.995) == 9950
     assert flatten({"seed": 1, "prune": {"droprates": [0.0, 0.5], "scope": "global"}, "a": {"b": {"c": True}}}) == {
-        "seed": "1", "prune.droprates": "[0.0, 0.5]", "prune.scope": "global", "a.b.c": "true"}
+        "seed": "1",
+        "prune.droprates": "[0.0, 0.5]",
+        "prune.scope": "global",
+        "a.b.c": "true",
+    }

@@ -12,7 +12,6 @@ from PIL import Image
 
 from bayesprune.cli import main
 from bayesprune.data import MAX_INFERRED_CLASSES, Dataset, load_dataset, validate
-
 from helpers import raises_data_error
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -24,8 +23,12 @@ def digits_arrays(n_train=120, n_test=40, image=True):
 
     x, y = load_digits(return_X_y=True)
     x = (x / 16.0).astype(np.float32).reshape(-1, 1, 8, 8) if image else x
-    return {"x_train": x[:n_train], "y_train": y[:n_train], "x_test": x[n_train:n_train + n_test],
-            "y_test": y[n_train:n_train + n_test]}
+    return {
+        "x_train": x[:n_train],
+        "y_train": y[:n_train],
+        "x_test": x[n_train : n_train + n_test],
+        "y_test": y[n_train : n_train + n_test],
+    }
 
 
 def regression_arrays(rng=None, n_train=50, n_test=20, d=3):
@@ -58,7 +61,9 @@ def image_folder(root, classes=None, sizes=(10, 12), count=3, mode="RGB"):
             (root / part / name).mkdir(parents=True, exist_ok=True)
             for k in range(count):
                 shape = sizes if mode == "L" else (*sizes, 3)
-                Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8), mode=mode).save(root / part / name / f"{k}.png")
+                Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8), mode=mode).save(
+                    root / part / name / f"{k}.png"
+                )
     return str(root)
 
 
@@ -174,14 +179,28 @@ NPZ_DEFECTS = {
     "row counts": (lambda a: a.__setitem__("y_train", a["y_train"][:-1]), ["y_train has 119 rows", "x_train has 120"]),
     "NaN in inputs": (_nan_in_x, ["x_train", "NaN", "row 7"]),
     "inf in targets": (_set("y_test", np.full(40, np.inf)), ["y_test", "infinite"]),
-    "huge input": (lambda a: a.__setitem__("x_test", np.full(a["x_test"].shape, 1e300)), ["x_test", "beyond float32's range", "row 0"]),
-    "train/test shapes": (lambda a: a.__setitem__("x_test", a["x_test"][:, :, :7]), ["x_test", "(1, 7, 8)", "(1, 8, 8)"]),
+    "huge input": (
+        lambda a: a.__setitem__("x_test", np.full(a["x_test"].shape, 1e300)),
+        ["x_test", "beyond float32's range", "row 0"],
+    ),
+    "train/test shapes": (
+        lambda a: a.__setitem__("x_test", a["x_test"][:, :, :7]),
+        ["x_test", "(1, 7, 8)", "(1, 8, 8)"],
+    ),
     "negative label": (lambda a: a.__setitem__("y_test", a["y_test"] - 1), ["y_test has label -1", "0..K-1"]),
-    "1-based labels": (lambda a: [a.__setitem__(k, a[k] + 1) for k in ("y_train", "y_test")],
-                       ["no example of class 0", "K = 11"]),
-    "test class unseen in training": (lambda a: a.__setitem__("y_test", np.full(40, 12)), ["no example of class 10", "K = 13"]),
+    "1-based labels": (
+        lambda a: [a.__setitem__(k, a[k] + 1) for k in ("y_train", "y_test")],
+        ["no example of class 0", "K = 11"],
+    ),
+    "test class unseen in training": (
+        lambda a: a.__setitem__("y_test", np.full(40, 12)),
+        ["no example of class 10", "K = 13"],
+    ),
     "empty split": (lambda a: [a.__setitem__(k, a[k][:0]) for k in ("x_test", "y_test")], ["x_test is empty"]),
-    "integer and float targets": (lambda a: a.__setitem__("y_test", a["y_test"] * 1.0), ["y_train has dtype int", "y_test float64"]),
+    "integer and float targets": (
+        lambda a: a.__setitem__("y_test", a["y_test"] * 1.0),
+        ["y_train has dtype int", "y_test float64"],
+    ),
     "1-d inputs": (_set("x_train", np.zeros(120)), ["x_train has shape (120,)"]),
     "text inputs": (_set("x_train", np.array([["a"]] * 120)), ["x_train has dtype <U1", "numbers"]),
     "2-d targets": (_set("y_train", np.zeros((120, 2), dtype=int)), ["y_train has shape (120, 2)", "(120,)"]),
@@ -262,23 +281,33 @@ def test_csv_task_inferred_from_the_target(tmp_path):
     assert load_dataset("csv", path=path, target="t").task == "classification"
     assert load_dataset("csv", path=path, target="t", task="regression").task == "regression"
     assert load_dataset("csv", path=write_csv(tmp_path / "many.csv", ["a", "t"], many), target="t").task == "regression"
-    assert load_dataset("csv", path=write_csv(tmp_path / "f.csv", ["a", "t"], [[i, i / 7] for i in range(30)]),
-                        target="t").task == "regression"
+    assert (
+        load_dataset(
+            "csv", path=write_csv(tmp_path / "f.csv", ["a", "t"], [[i, i / 7] for i in range(30)]), target="t"
+        ).task
+        == "regression"
+    )
 
 
 def test_csv_numeric_classes_in_numeric_order(tmp_path):
     rows = [[i, (2, 9, 10)[i % 3]] for i in range(30)]
     data = load_dataset("csv", path=write_csv(tmp_path / "n.csv", ["a", "t"], rows), target="t", normalize=False)
     assert data.class_names == ("2", "9", "10")
-    assert [data.class_names[k] for k in data.y_train.tolist()] == [str((2, 9, 10)[int(a) % 3]) for a in data.x_train[:, 0]]
+    assert [data.class_names[k] for k in data.y_train.tolist()] == [
+        str((2, 9, 10)[int(a) % 3]) for a in data.x_train[:, 0]
+    ]
     spelled = [[i, ("9", "9.0", "2.5")[i % 3]] for i in range(30)]  # 9 and 9.0 are one class
-    data = load_dataset("csv", path=write_csv(tmp_path / "s.csv", ["a", "t"], spelled), target="t", task="classification")
+    data = load_dataset(
+        "csv", path=write_csv(tmp_path / "s.csv", ["a", "t"], spelled), target="t", task="classification"
+    )
     assert data.class_names == ("2.5", "9")
 
 
 def test_csv_two_files_keep_their_rows_and_map_test_classes(tmp_path):
     train = write_csv(tmp_path / "train.csv", ["label", "a"], [[("x", "y", "z")[i % 3], i] for i in range(9)])
-    test = write_csv(tmp_path / "test.csv", ["a", "label"], [[i, ("z", "x")[i % 2]] for i in range(4)])  # columns reordered
+    test = write_csv(
+        tmp_path / "test.csv", ["a", "label"], [[i, ("z", "x")[i % 2]] for i in range(4)]
+    )  # columns reordered
     data = load_dataset("csv", train=train, test=test, target="label", normalize=False)
     assert data.name == "csv/train" and data.class_names == ("x", "y", "z")
     assert data.x_test[:, 0].tolist() == [0, 1, 2, 3] and data.y_test.tolist() == [2, 0, 2, 0]
@@ -293,44 +322,101 @@ def test_csv_blank_lines_bom_and_spaces(tmp_path):
 
 
 CSV_DEFECTS = {
-    "no such column": ({"t.csv": "a,b\n1,2\n"}, {"path": "t.csv", "target": "y"},
-                       ["data.target", "'y'", "columns: a, b"]),
-    "headerless file": ({"t.csv": "1,2\n3,4\n"}, {"path": "t.csv", "target": "y"}, ["first line must name the columns"]),
-    "text feature": ({"t.csv": "a,colour,y\n1,2,0\n2,red,1\n"}, {"path": "t.csv", "target": "y"},
-                     ["t.csv", "column 'colour' is not numeric", "line 3", "'red'"]),
+    "no such column": (
+        {"t.csv": "a,b\n1,2\n"},
+        {"path": "t.csv", "target": "y"},
+        ["data.target", "'y'", "columns: a, b"],
+    ),
+    "headerless file": (
+        {"t.csv": "1,2\n3,4\n"},
+        {"path": "t.csv", "target": "y"},
+        ["first line must name the columns"],
+    ),
+    "text feature": (
+        {"t.csv": "a,colour,y\n1,2,0\n2,red,1\n"},
+        {"path": "t.csv", "target": "y"},
+        ["t.csv", "column 'colour' is not numeric", "line 3", "'red'"],
+    ),
     "empty feature cell": ({"t.csv": "a,b,y\n1,,0\n"}, {"path": "t.csv", "target": "y"}, ["column 'b'", "empty cell"]),
     "NaN feature": ({"t.csv": "a,b,y\n1,nan,0\n"}, {"path": "t.csv", "target": "y"}, ["column 'b'", "NaN", "line 2"]),
-    "inf target": ({"t.csv": "a,y\n" + "".join(f"{i},{i}.5\n" for i in range(9)) + "9,inf\n"},
-                   {"path": "t.csv", "target": "y"}, ["target column 'y'", "infinite", "line 11"]),
-    "empty target cell": ({"t.csv": "a,y\n1,\n"}, {"path": "t.csv", "target": "y"}, ["target column 'y'", "empty cell", "line 2"]),
-    "ragged line": ({"t.csv": "a,b,y\n1,2,3\n4,5\n"}, {"path": "t.csv", "target": "y"}, ["t.csv", "line 3 has 2 fields"]),
+    "inf target": (
+        {"t.csv": "a,y\n" + "".join(f"{i},{i}.5\n" for i in range(9)) + "9,inf\n"},
+        {"path": "t.csv", "target": "y"},
+        ["target column 'y'", "infinite", "line 11"],
+    ),
+    "empty target cell": (
+        {"t.csv": "a,y\n1,\n"},
+        {"path": "t.csv", "target": "y"},
+        ["target column 'y'", "empty cell", "line 2"],
+    ),
+    "ragged line": (
+        {"t.csv": "a,b,y\n1,2,3\n4,5\n"},
+        {"path": "t.csv", "target": "y"},
+        ["t.csv", "line 3 has 2 fields"],
+    ),
     "duplicate column": ({"t.csv": "a,a,y\n1,2,3\n"}, {"path": "t.csv", "target": "y"}, ["column 'a' twice"]),
     "no rows": ({"t.csv": "a,y\n"}, {"path": "t.csv", "target": "y"}, ["t.csv", "no rows"]),
     "empty file": ({"t.csv": ""}, {"path": "t.csv", "target": "y"}, ["t.csv", "empty"]),
     "not UTF-8": ({"t.csv": b"a,y\n\xff\xfe,1\n"}, {"path": "t.csv", "target": "y"}, ["t.csv", "not UTF-8"]),
     "only target": ({"t.csv": "y\n1\n"}, {"path": "t.csv", "target": "y"}, ["no feature column"]),
-    "text target for regression": ({"t.csv": "a,y\n1,cat\n"}, {"path": "t.csv", "target": "y", "task": "regression"},
-                                   ["target column 'y' is not numeric", "line 2", "data.task"]),
-    "test class unseen": ({"tr.csv": "a,y\n1,cat\n2,dog\n", "te.csv": "a,y\n1,emu\n"},
-                          {"train": "tr.csv", "test": "te.csv", "target": "y"}, ["te.csv", "line 2", "'emu'", "cat, dog"]),
-    "columns differ": ({"tr.csv": "a,y\n1,2\n", "te.csv": "b,y\n1,2\n"}, {"train": "tr.csv", "test": "te.csv", "target": "y"},
-                       ["te.csv", "column 'a'"]),
+    "text target for regression": (
+        {"t.csv": "a,y\n1,cat\n"},
+        {"path": "t.csv", "target": "y", "task": "regression"},
+        ["target column 'y' is not numeric", "line 2", "data.task"],
+    ),
+    "test class unseen": (
+        {"tr.csv": "a,y\n1,cat\n2,dog\n", "te.csv": "a,y\n1,emu\n"},
+        {"train": "tr.csv", "test": "te.csv", "target": "y"},
+        ["te.csv", "line 2", "'emu'", "cat, dog"],
+    ),
+    "columns differ": (
+        {"tr.csv": "a,y\n1,2\n", "te.csv": "b,y\n1,2\n"},
+        {"train": "tr.csv", "test": "te.csv", "target": "y"},
+        ["te.csv", "column 'a'"],
+    ),
     "missing file": ({}, {"path": "absent.csv", "target": "y"}, ["data.path", "absent.csv", "no such file"]),
-    "path and train": ({"t.csv": "a,y\n1,2\n"}, {"path": "t.csv", "train": "t.csv", "target": "y"}, ["data.path", "data.train"]),
+    "path and train": (
+        {"t.csv": "a,y\n1,2\n"},
+        {"path": "t.csv", "train": "t.csv", "target": "y"},
+        ["data.path", "data.train"],
+    ),
     "train without test": ({"t.csv": "a,y\n1,2\n"}, {"train": "t.csv", "target": "y"}, ["data.test is required"]),
     "nothing": ({}, {"target": "y"}, ["data.path is required"]),
-    "fraction with two files": ({"t.csv": "a,y\n1,2\n"}, {"train": "t.csv", "test": "t.csv", "target": "y", "test_fraction": 0.3},
-                                ["data.test_fraction"]),
-    "seed with two files": ({"t.csv": "a,y\n1,2\n"}, {"train": "t.csv", "test": "t.csv", "target": "y", "seed": 1},
-                            ["data.seed"]),
-    "bad task": ({"t.csv": "a,y\n1,2\n"}, {"path": "t.csv", "target": "y", "task": "ranking"}, ["data.task", "'ranking'"]),
-    "fraction 1": ({"t.csv": "a,y\n1,2\n"}, {"path": "t.csv", "target": "y", "test_fraction": 1.0}, ["data.test_fraction"]),
-    "split leaves nothing": ({"t.csv": "a,y\n1,2.5\n2,3.5\n"}, {"path": "t.csv", "target": "y", "test_fraction": 0.1},
-                             ["data.test_fraction=0.1", "empty", "2 rows"]),
-    "class too rare to stratify": ({"t.csv": "a,y\n1,cat\n2,cat\n3,dog\n4,cat\n"}, {"path": "t.csv", "target": "y"},
-                                   ["t.csv", "class 'dog' has one row", "data.train"]),
-    "test too small to stratify": ({"t.csv": "a,y\n" + "".join(f"{i},{i % 3}\n" for i in range(9))},
-                                   {"path": "t.csv", "target": "y", "test_fraction": 0.2}, ["data.test_fraction=0.2", "stratified", "t.csv"]),
+    "fraction with two files": (
+        {"t.csv": "a,y\n1,2\n"},
+        {"train": "t.csv", "test": "t.csv", "target": "y", "test_fraction": 0.3},
+        ["data.test_fraction"],
+    ),
+    "seed with two files": (
+        {"t.csv": "a,y\n1,2\n"},
+        {"train": "t.csv", "test": "t.csv", "target": "y", "seed": 1},
+        ["data.seed"],
+    ),
+    "bad task": (
+        {"t.csv": "a,y\n1,2\n"},
+        {"path": "t.csv", "target": "y", "task": "ranking"},
+        ["data.task", "'ranking'"],
+    ),
+    "fraction 1": (
+        {"t.csv": "a,y\n1,2\n"},
+        {"path": "t.csv", "target": "y", "test_fraction": 1.0},
+        ["data.test_fraction"],
+    ),
+    "split leaves nothing": (
+        {"t.csv": "a,y\n1,2.5\n2,3.5\n"},
+        {"path": "t.csv", "target": "y", "test_fraction": 0.1},
+        ["data.test_fraction=0.1", "empty", "2 rows"],
+    ),
+    "class too rare to stratify": (
+        {"t.csv": "a,y\n1,cat\n2,cat\n3,dog\n4,cat\n"},
+        {"path": "t.csv", "target": "y"},
+        ["t.csv", "class 'dog' has one row", "data.train"],
+    ),
+    "test too small to stratify": (
+        {"t.csv": "a,y\n" + "".join(f"{i},{i % 3}\n" for i in range(9))},
+        {"path": "t.csv", "target": "y", "test_fraction": 0.2},
+        ["data.test_fraction=0.2", "stratified", "t.csv"],
+    ),
 }
 
 
@@ -418,8 +504,17 @@ def test_image_folder_empty_class_folder(tmp_path):
 
 
 def test_class_names_must_match_the_classes():
-    data = Dataset("toy", "classification", torch.zeros(4, 2), torch.tensor([0, 1, 0, 1]), torch.zeros(2, 2),
-                   torch.tensor([0, 1]), (2,), 2, class_names=("a", "b"))
+    data = Dataset(
+        "toy",
+        "classification",
+        torch.zeros(4, 2),
+        torch.tensor([0, 1, 0, 1]),
+        torch.zeros(2, 2),
+        torch.tensor([0, 1]),
+        (2,),
+        2,
+        class_names=("a", "b"),
+    )
     validate(data)
     with raises_data_error("class_names", "num_classes=2"):
         validate(dataclasses.replace(data, class_names=("a",)))
@@ -433,7 +528,11 @@ def test_the_loaders_from_a_toml_config(tmp_path):
     image_root = image_folder(tmp_path / "shapes")
     for section, name, shape in (
         (f'dataset = "csv"\npath = "{csv_path}"\ntarget = "label"\ntask = "classification"', "csv/animals", (3,)),
-        (f'dataset = "image-folder"\nroot = "{image_root}"\nsize = [6, 6]\ngrayscale = true', "image-folder/shapes", (1, 6, 6)),
+        (
+            f'dataset = "image-folder"\nroot = "{image_root}"\nsize = [6, 6]\ngrayscale = true',
+            "image-folder/shapes",
+            (1, 6, 6),
+        ),
     ):
         (tmp_path / "c.toml").write_text(f"[data]\n{section}\n")
         config = load_config(str(tmp_path / "c.toml"))
@@ -444,9 +543,27 @@ def test_the_loaders_from_a_toml_config(tmp_path):
 def test_a_run_on_an_npz_of_digits(tmp_path):
     path = write_npz(tmp_path / "my-digits.npz", digits_arrays(n_train=200, n_test=60))
     out = tmp_path / "run"
-    status = main(["run", "sbnn-digits", "--out", str(out), "--quiet", "--set", "data.dataset='npz'",
-                   "--set", f"data.path='{path}'", "--set", "train.epochs=2", "--set", "baseline.enabled=false",
-                   "--set", "data.batch_size='auto'", "--set", "train.validation=0.2"])
+    status = main(
+        [
+            "run",
+            "sbnn-digits",
+            "--out",
+            str(out),
+            "--quiet",
+            "--set",
+            "data.dataset='npz'",
+            "--set",
+            f"data.path='{path}'",
+            "--set",
+            "train.epochs=2",
+            "--set",
+            "baseline.enabled=false",
+            "--set",
+            "data.batch_size='auto'",
+            "--set",
+            "train.validation=0.2",
+        ]
+    )
     assert status == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["dataset"] == "npz/my-digits" and metrics["task"] == "classification"
@@ -454,13 +571,25 @@ def test_a_run_on_an_npz_of_digits(tmp_path):
 
 
 CLI_DEFECTS = {
-    "npz missing array": (lambda tmp: write_npz(tmp / "d.npz", {k: v for k, v in digits_arrays().items() if k != "x_test"}),
-                          "npz", "path", "'x_test'"),
+    "npz missing array": (
+        lambda tmp: write_npz(tmp / "d.npz", {k: v for k, v in digits_arrays().items() if k != "x_test"}),
+        "npz",
+        "path",
+        "'x_test'",
+    ),
     "npz absent": (lambda tmp: str(tmp / "absent.npz"), "npz", "path", "absent.npz"),
-    "csv text feature": (lambda tmp: write_csv(tmp / "t.csv", ["a", "colour", "y"], [[1, "red", 0], [2, "blue", 1]]),
-                         "csv", "path", "'colour'"),
-    "image folder without test": (lambda tmp: image_folder(tmp / "imgs", classes={"train": ["a"]}), "image-folder", "root",
-                                  "test"),
+    "csv text feature": (
+        lambda tmp: write_csv(tmp / "t.csv", ["a", "colour", "y"], [[1, "red", 0], [2, "blue", 1]]),
+        "csv",
+        "path",
+        "'colour'",
+    ),
+    "image folder without test": (
+        lambda tmp: image_folder(tmp / "imgs", classes={"train": ["a"]}),
+        "image-folder",
+        "root",
+        "test",
+    ),
 }
 
 
@@ -470,8 +599,24 @@ def test_a_bad_file_is_one_line_exit_2_and_nothing_written(case, tmp_path, capsy
     value = make(tmp_path)
     before = sorted(p.name for p in tmp_path.iterdir())
     extra = ["--set", "data.target='y'"] if dataset == "csv" else []
-    status = main(["run", "sbnn-digits", "--out", str(tmp_path / "run"), "--quiet", "--set", f"data.dataset='{dataset}'",
-                   "--set", f"data.{option}='{value}'", *extra, "--set", "train.epochs=1", "--set", "baseline.enabled=false"])
+    status = main(
+        [
+            "run",
+            "sbnn-digits",
+            "--out",
+            str(tmp_path / "run"),
+            "--quiet",
+            "--set",
+            f"data.dataset='{dataset}'",
+            "--set",
+            f"data.{option}='{value}'",
+            *extra,
+            "--set",
+            "train.epochs=1",
+            "--set",
+            "baseline.enabled=false",
+        ]
+    )
     err = capsys.readouterr().err
     assert status == 2, err
     assert err.startswith("bayesprune: error:") and err.count("\n") == 1 and named in err, err

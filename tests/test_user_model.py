@@ -1,4 +1,5 @@
 """The user's own network: ``model.factory`` from a config, and ``bayesprune.fit_method`` from Python."""
+
 import json
 
 import pytest
@@ -7,15 +8,15 @@ from torch import nn
 
 import bayesprune as bp
 from bayesprune.cli import main
-from bayesprune.pipeline.config import load_config
-from bayesprune.data import load_dataset
 from bayesprune.core.errors import ConfigError
+from bayesprune.data import load_dataset
 from bayesprune.methods import available_methods
+from bayesprune.pipeline.config import load_config
 from bayesprune.pipeline.runner import load_run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-FACTORY = '''
+FACTORY = """
 import math
 
 from torch import nn
@@ -35,7 +36,7 @@ def not_a_module(input_shape, output_dim, **options):
 
 def wrong_width(input_shape, output_dim, **options):
     return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), output_dim + 1))
-'''
+"""
 
 
 @pytest.fixture
@@ -47,22 +48,43 @@ def user_folder(tmp_path, monkeypatch):
 
 def test_a_factory_network_runs_and_its_run_directory_rebuilds_it(user_folder, short_config):
     out = user_folder / "run"
-    assert main(["run", "sbnn-digits", "--out", str(out), "--quiet", "--set", "model.factory='usernets:tiny'",
-                 "--set", "model.hidden=7", "--set", "train.epochs=2", "--set", "baseline.enabled=false"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "sbnn-digits",
+                "--out",
+                str(out),
+                "--quiet",
+                "--set",
+                "model.factory='usernets:tiny'",
+                "--set",
+                "model.hidden=7",
+                "--set",
+                "train.epochs=2",
+                "--set",
+                "baseline.enabled=false",
+            ]
+        )
+        == 0
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["architecture"] == "usernets:tiny" and metrics["n_weights"] == 64 * 7 + 7 + 7 * 10 + 10
     config, _, fitted = load_run(out)
     assert config.model.factory == "usernets:tiny" and fitted.net[1].weight.shape == (7, 64)
 
 
-@pytest.mark.parametrize("factory, message", [
-    ("nowhere:tiny", "model.factory: cannot import module 'nowhere'"),
-    ("usernets:absent", "model.factory: module 'usernets' has no callable 'absent'"),
-    ("usernets:raises", "model.factory: usernets:raises((1, 8, 8), 10) raised RuntimeError: no such layer"),
-    ("usernets:not_a_module", "model.factory: usernets:not_a_module returned a str, not a torch.nn.Module"),
-    ("usernets:wrong_width", "model: the network's output per example is [11]; the data need [10]"),
-    ("not a path", "model.factory must be 'module:callable'"),
-])
+@pytest.mark.parametrize(
+    "factory, message",
+    [
+        ("nowhere:tiny", "model.factory: cannot import module 'nowhere'"),
+        ("usernets:absent", "model.factory: module 'usernets' has no callable 'absent'"),
+        ("usernets:raises", "model.factory: usernets:raises((1, 8, 8), 10) raised RuntimeError: no such layer"),
+        ("usernets:not_a_module", "model.factory: usernets:not_a_module returned a str, not a torch.nn.Module"),
+        ("usernets:wrong_width", "model: the network's output per example is [11]; the data need [10]"),
+        ("not a path", "model.factory must be 'module:callable'"),
+    ],
+)
 def test_a_bad_factory_is_one_line_and_writes_nothing(user_folder, capsys, factory, message):
     out = user_folder / "run"
     status = main(["run", "sbnn-digits", "--out", str(out), "--quiet", "--set", f"model.factory='{factory}'"])
@@ -83,14 +105,28 @@ def test_fit_method_fits_every_method_on_a_users_network_from_tensors(method):
     data = load_dataset("digits")
     torch.manual_seed(0)
     net = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
-    short = {"pft": {"pretrain_epochs": 3, "finetune_epochs": 1, "start_masks": ["magnitude"], "perturbation_draws": 1},
-             "pbp": {"prior_epochs": 3, "prior_mask_epochs": 1, "mc_samples": 10, "prior_samples": 2, "sparsity": 0.5},
-             "probmask": {"t1": 1, "t2": 2, "finetune_epochs": 1, "sparsity": 0.5},
-             "saliency": {"stages": [1], "penalties": [0.0], "finetune_epochs": 1, "sparsity": 0.5},
-             "unit-gates": {"finetune_epochs": 1}}.get(method, {})
-    optim = {"name": "sgd", "lr": 0.05, "momentum": 0.9} if method in ("pft", "pbp", "probmask", "saliency") else {"lr": 0.01}
-    fitted = bp.fit_method(method, net, (data.x_train, data.y_train), (data.x_test, data.y_test), options=short,
-                           epochs=3, optim=optim, device="cpu")
+    short = {
+        "pft": {"pretrain_epochs": 3, "finetune_epochs": 1, "start_masks": ["magnitude"], "perturbation_draws": 1},
+        "pbp": {"prior_epochs": 3, "prior_mask_epochs": 1, "mc_samples": 10, "prior_samples": 2, "sparsity": 0.5},
+        "probmask": {"t1": 1, "t2": 2, "finetune_epochs": 1, "sparsity": 0.5},
+        "saliency": {"stages": [1], "penalties": [0.0], "finetune_epochs": 1, "sparsity": 0.5},
+        "unit-gates": {"finetune_epochs": 1},
+    }.get(method, {})
+    optim = (
+        {"name": "sgd", "lr": 0.05, "momentum": 0.9}
+        if method in ("pft", "pbp", "probmask", "saliency")
+        else {"lr": 0.01}
+    )
+    fitted = bp.fit_method(
+        method,
+        net,
+        (data.x_train, data.y_train),
+        (data.x_test, data.y_test),
+        options=short,
+        epochs=3,
+        optim=optim,
+        device="cpu",
+    )
     scores = fitted.scores()
     assert scores and all(site in dict(fitted.net.named_parameters()) or site.endswith(".gate") for site in scores)
     error = 100 * (fitted.predict(data.x_test).argmax(-1) != data.y_test).float().mean().item()

@@ -9,6 +9,7 @@ hyper-parameter grid, appendix D.2).
 Numbers may be tensors or Python numbers; Python numbers become float64 tensors, so every function
 returns a tensor (0-dim for scalars: ``float()`` it for a plain number).
 """
+
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -197,6 +198,11 @@ def certificate(*, mean_risk, samples: int, kl, n: int, delta: float = 0.05, gri
     return Certificate(
         bound=float(pac_bayes_bound(risk_bound, kl, n=n, delta=each)),
         bound_kl_inverse=float(kl_inverse_bound(risk_bound, kl, n=n, delta=each)),
-        empirical_risk=mean_risk, empirical_risk_bound=risk_bound, kl=kl, n=n, delta=delta, samples=samples,
+        empirical_risk=mean_risk,
+        empirical_risk_bound=risk_bound,
+        kl=kl,
+        n=n,
+        delta=delta,
+        samples=samples,
         grid_size=grid_size,
     )

@@ -10,6 +10,7 @@ and, for an unfinished fit, ``loop``: the finished stages' results and the
 :class:`~bayesprune.core.loop.LoopState` of the stage in progress (:class:`bayesprune.methods.FitContext`).
 Checkpoints of earlier versions (``{model, guide, metadata}``, sBNN only) still read.
 """
+
 import hashlib
 import pickle
 import zipfile
@@ -30,20 +31,33 @@ def save_checkpoint(path, fitted, *, metadata=None, built=None, preprocessing=No
     """Write the state of the finished fit ``fitted`` atomically, with the structure of its network,
     ``built``, the :func:`shapes` of the network the fit started from (``None``: not known), and the
     data's ``preprocessing`` (a :class:`~bayesprune.core.preprocessing.Preprocessing`, or ``None``)."""
-    write_checkpoint(path, method=fitted.method, state=fitted.state_dict(), metadata=metadata,
-                     structure=shapes(fitted.net), built=built,
-                     preprocessing=None if preprocessing is None else preprocessing.state())
+    write_checkpoint(
+        path,
+        method=fitted.method,
+        state=fitted.state_dict(),
+        metadata=metadata,
+        structure=shapes(fitted.net),
+        built=built,
+        preprocessing=None if preprocessing is None else preprocessing.state(),
+    )
 
 
-def write_checkpoint(path, *, method: str, state: dict, metadata=None, structure=None, built=None, loop=None,
-                     preprocessing=None):
+def write_checkpoint(
+    path, *, method: str, state: dict, metadata=None, structure=None, built=None, loop=None, preprocessing=None
+):
     """Write a checkpoint atomically (a crash never leaves a half-written file): ``state`` of a
     ``method``, and for an unfinished fit the stages' state ``loop``
     (:meth:`bayesprune.methods.FitContext.train`) it resumes from."""
     from bayesprune.version import __version__
 
-    saved = {"method": method, "structure": structure, "built": built, "state": state, "metadata": dict(metadata or {}),
-             "versions": {"bayesprune": __version__, "torch": str(torch.__version__)}}
+    saved = {
+        "method": method,
+        "structure": structure,
+        "built": built,
+        "state": state,
+        "metadata": dict(metadata or {}),
+        "versions": {"bayesprune": __version__, "torch": str(torch.__version__)},
+    }
     if loop is not None:
         saved["loop"] = loop
     if preprocessing is not None:
@@ -79,8 +93,13 @@ def read_checkpoint(path) -> dict:
     if not isinstance(saved, dict):
         raise BayesPruneError(f"{path}: not a bayesprune checkpoint")
     if "method" not in saved and {"model", "guide"} <= saved.keys():
-        saved = {"method": "sbnn", "structure": None, "state": {"model": saved["model"], "guide": saved["guide"]},
-                 "metadata": saved.get("metadata", {}), "versions": {}}
+        saved = {
+            "method": "sbnn",
+            "structure": None,
+            "state": {"model": saved["model"], "guide": saved["guide"]},
+            "metadata": saved.get("metadata", {}),
+            "versions": {},
+        }
     if not {"method", "state"} <= saved.keys():
         raise BayesPruneError(f"{path}: not a bayesprune checkpoint")
     problem = _layout_problem(saved)
@@ -91,6 +110,7 @@ def read_checkpoint(path) -> dict:
 
 def _layout_problem(saved: dict):
     """What in a checkpoint's fields is not of the type :func:`write_checkpoint` writes, or ``None``."""
+
     def count(value):
         return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -105,23 +125,34 @@ def _layout_problem(saved: dict):
         return f"metadata epoch {epoch!r} is not a non-negative integer"
     for key in ("structure", "built"):
         table = saved.get(key)
-        if table is not None and not (isinstance(table, dict) and all(
-                isinstance(shape, list) and all(count(size) for size in shape) for shape in table.values())):
+        if table is not None and not (
+            isinstance(table, dict)
+            and all(isinstance(shape, list) and all(count(size) for size in shape) for shape in table.values())
+        ):
             return f"{key} is not a table of shapes"
     if not isinstance(saved.get("preprocessing", {}), dict):
         return "preprocessing is not a table"
     loop = saved.get("loop")
     if loop is not None:
         current = loop.get("current") if isinstance(loop, dict) else None
-        if not (isinstance(loop, dict) and isinstance(loop.get("stages"), list)
-                and all(isinstance(stage, dict) and isinstance(stage.get("name"), str) for stage in loop["stages"])):
+        if not (
+            isinstance(loop, dict)
+            and isinstance(loop.get("stages"), list)
+            and all(isinstance(stage, dict) and isinstance(stage.get("name"), str) for stage in loop["stages"])
+        ):
             return "loop stages are not a list of stages"
-        if current is not None and not (isinstance(current, dict) and count(current.get("index"))
-                                        and isinstance(current.get("name"), str) and isinstance(current.get("loop"), dict)
-                                        and count(current["loop"].get("epoch"))):
+        if current is not None and not (
+            isinstance(current, dict)
+            and count(current.get("index"))
+            and isinstance(current.get("name"), str)
+            and isinstance(current.get("loop"), dict)
+            and count(current["loop"].get("epoch"))
+        ):
             return "the loop's current stage is not an index, a name and an epoch"
         if current is not None and current["index"] != len(loop["stages"]):
-            return f"the loop's current stage {current['index']} does not follow its {len(loop['stages'])} finished stages"
+            return (
+                f"the loop's current stage {current['index']} does not follow its {len(loop['stages'])} finished stages"
+            )
     return None
 
 

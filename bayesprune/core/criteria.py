@@ -13,6 +13,7 @@ what pruning costs (eq. 1) are the saliency method's (:mod:`bayesprune.methods.s
 
 The network is evaluated in the mode it is in: call ``net.eval()`` first if it holds dropout.
 """
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -30,13 +31,17 @@ GGN_CHUNK = 256
 
 def register_criterion(name: str):
     """Decorator: register a criterion under ``name``."""
+
     def register(function):
         CRITERIA[name] = function
         return function
+
     return register
 
 
-def saliency(name: str, net, *, x=None, y=None, loss=None, generator=None, penalty: float = 0.0, loss_kind=None) -> dict:
+def saliency(
+    name: str, net, *, x=None, y=None, loss=None, generator=None, penalty: float = 0.0, loss_kind=None
+) -> dict:
     """The scores of criterion ``name`` for every weight site of ``net``, in float64 (they rank without ties
     collapsing).
 
@@ -56,8 +61,10 @@ def saliency(name: str, net, *, x=None, y=None, loss=None, generator=None, penal
     sites = weight_sites(net)
     scores = CRITERIA[name](net, sites, x=x, y=y, loss=loss, generator=generator, loss_kind=loss_kind)
     params = dict(net.named_parameters())
-    return {site: score.detach().to(torch.float64) + penalty / 2 * params[site].detach().to(torch.float64) ** 2
-            for site, score in scores.items()}
+    return {
+        site: score.detach().to(torch.float64) + penalty / 2 * params[site].detach().to(torch.float64) ** 2
+        for site, score in scores.items()
+    }
 
 
 def loss_kind_of(y: torch.Tensor, loss_kind: str | None = None) -> str:
@@ -123,8 +130,12 @@ def ggn_diagonal(net, sites, x, y, *, loss_kind=None, chunk: int = GGN_CHUNK) ->
         output, captured = _forward_capturing(net, params, batch, modules)
         factor = _hessian_factor(output, kind)
         for column in factor.unbind(2):
-            deltas = torch.autograd.grad(output, [captured[path][1] for path in modules],
-                                         grad_outputs=column.reshape(output.shape), retain_graph=True)
+            deltas = torch.autograd.grad(
+                output,
+                [captured[path][1] for path in modules],
+                grad_outputs=column.reshape(output.shape),
+                retain_graph=True,
+            )
             for (path, module), delta in zip(modules.items(), deltas):
                 for name, value in _squared_gradients(module, owners[path], captured[path][0], delta).items():
                     total[owners[path][name]] += value
@@ -141,6 +152,7 @@ def _forward_capturing(net, params, batch, modules: dict):
             if path in captured:
                 raise ValueError(f"module {path!r} is called more than once per forward: ggn_diagonal needs each once")
             captured[path] = (inputs[0].detach(), output)
+
         return hook
 
     handles = [module.register_forward_hook(capture(path)) for path, module in modules.items()]
@@ -152,7 +164,9 @@ def _forward_capturing(net, params, batch, modules: dict):
             handle.remove()
     for path in modules:
         if path not in captured:
-            raise ValueError(f"module {path!r} is not called in the forward: ggn_diagonal needs each site's module once")
+            raise ValueError(
+                f"module {path!r} is not called in the forward: ggn_diagonal needs each site's module once"
+            )
     return output, captured
 
 

@@ -9,6 +9,7 @@ objective, bound and report that calls :func:`torch.distributions.kl_divergence`
 PAC-Bayes pruning's spike-and-slab with a point mass at zero is PBP's own:
 :class:`bayesprune.methods.pbp.distributions.DiracSpikeSlab`.
 """
+
 import math
 from typing import NamedTuple
 
@@ -79,8 +80,10 @@ class SpikeAndSlab(TorchDistribution):
         self._constants = None
         super().__init__(self.pi.shape, validate_args=validate_args)
         if self._validate_args and not torch.all(self.tau0 < self.tau1):
-            raise ValueError(f"Expected parameter tau0 ({self.tau0}) of distribution {type(self).__name__} to lie "
-                             f"below tau1 ({self.tau1}): the spike is the narrower component")
+            raise ValueError(
+                f"Expected parameter tau0 ({self.tau0}) of distribution {type(self).__name__} to lie "
+                f"below tau1 ({self.tau1}): the spike is the narrower component"
+            )
 
     @property
     def constants(self) -> "SpikeSlabConstants":
@@ -267,15 +270,28 @@ class SpikeSlabPosteriors(FlatPosterior):
         super().__init__(shapes, priors)
         self.loc, self.scale, self.constants = loc, scale, constants
         with torch.no_grad():  # m² + σ², shared by p* (eq. 3.8) and the KL's terms
-            self.second_moment, self.logits = run_kernel(_second_moment_and_logits, loc, scale, quadratic=constants.logit_quadratic,
-                                                         offset=constants.logit_offset)
+            self.second_moment, self.logits = run_kernel(
+                _second_moment_and_logits,
+                loc,
+                scale,
+                quadratic=constants.logit_quadratic,
+                offset=constants.logit_offset,
+            )
         self.make_sites(SpikeSlabPosterior, loc, scale, self.logits)
 
     def kl_terms(self) -> tuple:
         """:func:`_spike_slab_kl_terms` of the flat m and σ at the detached p = p*."""
         c = self.constants
-        return _spike_slab_kl_terms, (self.loc, self.scale, self.second_moment, self.logits), dict(
-            log_slab=c.log_slab, slab_quadratic=c.slab_quadratic, log_spike=c.log_spike, spike_quadratic=c.spike_quadratic)
+        return (
+            _spike_slab_kl_terms,
+            (self.loc, self.scale, self.second_moment, self.logits),
+            dict(
+                log_slab=c.log_slab,
+                slab_quadratic=c.slab_quadratic,
+                log_spike=c.log_spike,
+                spike_quadratic=c.spike_quadratic,
+            ),
+        )
 
 
 def _second_moment_and_logits(loc, scale, *, quadratic, offset):
@@ -296,7 +312,9 @@ def _spike_slab_kl_terms(loc, scale, second_moment, logits, *, log_slab, slab_qu
     """
     e = logits.abs().clamp_max_(80).neg_().exp_()  # no subnormal e (10x slower arithmetic): off by < 2e-35
     w = e + 1
-    value = torch.minimum(torch.addcmul(log_slab, second_moment, slab_quadratic), torch.addcmul(log_spike, second_moment, spike_quadratic))
+    value = torch.minimum(
+        torch.addcmul(log_slab, second_moment, slab_quadratic), torch.addcmul(log_spike, second_moment, spike_quadratic)
+    )
     value -= (w * scale).log_()
     value -= 0.5
     p = sigmoid_from_exp(logits, e, w)

@@ -6,6 +6,7 @@ of 40,000 get the same optimisation effort; ``[train] validation`` holds out tha
 training split, scores the point estimate on it after every epoch, and ends the fit at the epoch that
 scored best (after ``patience`` epochs without improvement, or at the end of the budget).
 """
+
 import copy
 import math
 from dataclasses import replace
@@ -36,8 +37,12 @@ def hold_out(dataset, fraction: float, *, seed: int):
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     held, kept = order[:size], order[size:].sort().values
     rows = dataset.extras.get("train_rows", torch.arange(n))[kept]
-    rest = replace(dataset, x_train=dataset.x_train[kept], y_train=dataset.y_train[kept],
-                   extras={**dataset.extras, "train_rows": rows})
+    rest = replace(
+        dataset,
+        x_train=dataset.x_train[kept],
+        y_train=dataset.y_train[kept],
+        extras={**dataset.extras, "train_rows": rows},
+    )
     return rest, dataset.x_train[held], dataset.y_train[held]
 
 
@@ -77,8 +82,13 @@ class EarlyStopping(Callback):
 
     def state_dict(self) -> dict:
         """The best score, its epoch and its state, and the scores so far, for a checkpoint to resume from."""
-        return {"best_score": self.best_score, "best_epoch": self.best_epoch, "best": self._best, "stopped": self.stopped,
-                "scores": list(self.scores)}
+        return {
+            "best_score": self.best_score,
+            "best_epoch": self.best_epoch,
+            "best": self._best,
+            "stopped": self.stopped,
+            "scores": list(self.scores),
+        }
 
     def load_state_dict(self, state: dict):
         self.best_score, self.best_epoch, self._best = state["best_score"], state["best_epoch"], state["best"]

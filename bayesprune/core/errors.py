@@ -1,4 +1,5 @@
 """Exceptions that the command line turns into a one-line message and exit status 2."""
+
 import warnings
 from contextlib import contextmanager
 

@@ -8,6 +8,7 @@ parameter and MAC counts, measured latency, a file that runs without bayesprune 
 :func:`load_trainable`), masks that survive fine-tuning, and :func:`resize` to rebuild a network
 that shrank while training from the shapes in its checkpoint.
 """
+
 import copy
 import inspect
 import json
@@ -21,7 +22,14 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from bayesprune.core.preprocessing import Preprocessing, with_preprocessing
 from bayesprune.core.pruning import apply_masks, expand_unit_masks
-from bayesprune.core.structure import dependency_graph, example_input, input_shape_of, kept_entries, remove_units, unit_groups
+from bayesprune.core.structure import (
+    dependency_graph,
+    example_input,
+    input_shape_of,
+    kept_entries,
+    remove_units,
+    unit_groups,
+)
 
 CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 #: Relative tolerance of the check of an export against the masked network (float32 sums in
@@ -61,7 +69,9 @@ def export(net: nn.Module, masks: dict, *, input_shape=None) -> nn.Module:
         raise ValueError(f"masks for parameters the network does not have: {unknown}")
     for name, mask in weight_masks.items():
         if mask.shape != params[name].shape:
-            raise ValueError(f"the mask of {name!r} has shape {tuple(mask.shape)}, the parameter {tuple(params[name].shape)}")
+            raise ValueError(
+                f"the mask of {name!r} has shape {tuple(mask.shape)}, the parameter {tuple(params[name].shape)}"
+            )
     with torch.no_grad():
         for name, mask in weight_masks.items():
             params[name].mul_(mask.to(params[name].device, params[name].dtype))
@@ -80,11 +90,24 @@ def check_export(original, exported, weight_masks: dict, unit_masks: dict, shape
     if _agrees(original, exported, weight_masks, unit_masks, shape):
         return
     removed = [name for name, mask in unit_masks.items() if not bool(mask.all())]
-    culprit = next((name for name in removed
-                    if not _agrees(original, remove_units(copy.deepcopy(original), {name: unit_masks[name]}, input_shape=shape),
-                                   {}, {name: unit_masks[name]}, shape)), removed[0])
-    raise ValueError(f"module {culprit.removesuffix('.gate')!r}: removing its units does not compute the masked network: "
-                     "an operation mixes its channels where Torch-Pruning cannot see")
+    culprit = next(
+        (
+            name
+            for name in removed
+            if not _agrees(
+                original,
+                remove_units(copy.deepcopy(original), {name: unit_masks[name]}, input_shape=shape),
+                {},
+                {name: unit_masks[name]},
+                shape,
+            )
+        ),
+        removed[0],
+    )
+    raise ValueError(
+        f"module {culprit.removesuffix('.gate')!r}: removing its units does not compute the masked network: "
+        "an operation mixes its channels where Torch-Pruning cannot see"
+    )
 
 
 def _agrees(original, exported, weight_masks, unit_masks, shape) -> bool:
@@ -120,7 +143,9 @@ def dead_units(net: nn.Module, *, input_shape=None) -> dict:
     masks = {}
     for group in unit_groups(net, graph=graph):
         root = net.get_submodule(group.name)
-        items = graph.get_pruning_group(root, graph.get_pruner_of_module(root).prune_out_channels, list(range(group.units)))
+        items = graph.get_pruning_group(
+            root, graph.get_pruner_of_module(root).prune_out_channels, list(range(group.units))
+        )
         produced = torch.zeros(group.units, dtype=torch.long)
         read = torch.zeros(group.units, dtype=torch.long)
         for item in items:
@@ -138,7 +163,12 @@ def dead_units(net: nn.Module, *, input_shape=None) -> dict:
                     entries = param.detach()[index.to(param.device)].ne(0).reshape(len(index), -1).any(1)
                     produced.index_add_(0, roots, entries.long().cpu())
             elif isinstance(module, nn.Linear) or (isinstance(module, CONVOLUTIONS) and module.groups == 1):
-                columns = module.weight.detach()[:, index.to(module.weight.device)].ne(0).transpose(0, 1).reshape(len(index), -1)
+                columns = (
+                    module.weight.detach()[:, index.to(module.weight.device)]
+                    .ne(0)
+                    .transpose(0, 1)
+                    .reshape(len(index), -1)
+                )
                 read.index_add_(0, roots, columns.any(1).long().cpu())
             else:
                 read += 1
@@ -151,7 +181,9 @@ def dead_units(net: nn.Module, *, input_shape=None) -> dict:
 def restrict(tensors: dict, net: nn.Module, unit_masks: dict, *, input_shape=None) -> dict:
     """Tensors shaped like ``net``'s parameters (by parameter name: gradients, optimiser moments)
     cut to the kept units as :func:`export` cuts the parameters; others are returned as they are."""
-    cuts = kept_entries(net, {name: mask.to(torch.bool).cpu() for name, mask in unit_masks.items()}, input_shape=input_shape)
+    cuts = kept_entries(
+        net, {name: mask.to(torch.bool).cpu() for name, mask in unit_masks.items()}, input_shape=input_shape
+    )
     return cut(tensors, cuts, {name: param.shape for name, param in net.named_parameters()})
 
 
@@ -186,7 +218,9 @@ def resize(net: nn.Module, shapes: dict, *, input_shape=None) -> nn.Module:
             masks[group.gate_site] = torch.arange(group.units) < shape[0]
     if masks:
         remove_units(net, masks, graph=graph)
-    wrong = [name for name, param in net.named_parameters() if name in shapes and list(param.shape) != list(shapes[name])]
+    wrong = [
+        name for name, param in net.named_parameters() if name in shapes and list(param.shape) != list(shapes[name])
+    ]
     if wrong:
         raise ValueError(f"removing units cannot give {wrong[0]!r} the shape {list(shapes[wrong[0]])}")
     return net
@@ -214,7 +248,9 @@ def count_macs(net: nn.Module, input_shape) -> int:
     return counter.get_total_flops() // 2
 
 
-def measure_latency(net, input_shape, *, batch_sizes=(1, 64, 1024), warmup: int = 5, repeats: int = 30, device=None) -> dict:
+def measure_latency(
+    net, input_shape, *, batch_sizes=(1, 64, 1024), warmup: int = 5, repeats: int = 30, device=None
+) -> dict:
     """Median wall-clock seconds of one forward pass at each batch size, after ``warmup`` passes.
 
     Inputs are random, of the parameters' dtype; gradients off; the network in eval mode (restored
@@ -309,7 +345,9 @@ def save_trainable(net: nn.Module, path, *, input_shape, preprocessing=None):
     try:
         rebuilt.load_state_dict(net.state_dict())
     except RuntimeError as error:
-        raise ValueError(f"the network's description does not rebuild it: {' '.join(str(error).split())[:200]}") from None
+        raise ValueError(
+            f"the network's description does not rebuild it: {' '.join(str(error).split())[:200]}"
+        ) from None
     x = example_input(net, input_shape)
     training = net.training
     try:
@@ -320,8 +358,16 @@ def save_trainable(net: nn.Module, path, *, input_shape, preprocessing=None):
     if not same:
         raise ValueError("the network's description does not rebuild it: the rebuilt network computes another function")
     state = {name: value.detach().cpu() for name, value in net.state_dict().items()}
-    torch.save({"format": TRAINABLE_FORMAT, "input_shape": list(input_shape), "architecture": architecture,
-                "state_dict": state, "preprocessing": None if preprocessing is None else preprocessing.state()}, path)
+    torch.save(
+        {
+            "format": TRAINABLE_FORMAT,
+            "input_shape": list(input_shape),
+            "architecture": architecture,
+            "state_dict": state,
+            "preprocessing": None if preprocessing is None else preprocessing.state(),
+        },
+        path,
+    )
 
 
 def load_trainable(path, *, map_location=None, raw_inputs: bool = False) -> nn.Module:
@@ -345,11 +391,17 @@ def _describe(module, name):
     where = f"module {name!r}" if name else "the network"
     kind = type(module)
     if kind is nn.Sequential:
-        return {"type": "Sequential", "children": [[child, _describe(sub, f"{name}.{child}" if name else child)]
-                                                   for child, sub in module.named_children()]}
+        return {
+            "type": "Sequential",
+            "children": [
+                [child, _describe(sub, f"{name}.{child}" if name else child)] for child, sub in module.named_children()
+            ],
+        }
     if getattr(nn, kind.__name__, None) is not kind or list(module.children()):
-        raise ValueError(f"{where} ({kind.__name__}) has a forward of its own: a trainable file describes networks of "
-                         "nn.Sequential and torch.nn layers only")
+        raise ValueError(
+            f"{where} ({kind.__name__}) has a forward of its own: a trainable file describes networks of "
+            "nn.Sequential and torch.nn layers only"
+        )
     args = {}
     for parameter in list(inspect.signature(kind.__init__).parameters.values())[1:]:
         if parameter.name in ("device", "dtype") or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):

@@ -9,6 +9,7 @@ replaces a link instead of following it; a crash leaves the old file or the new 
 Reading, :func:`read_npz` trusts no header of an .npz archive it has not checked against the archive,
 and :func:`check_plain_tree` refuses a folder of inputs that holds a link or anything but regular files.
 """
+
 import errno
 import hashlib
 import math
@@ -100,13 +101,17 @@ def read_npz(path) -> dict:
                 version = np.lib.format.read_magic(member)
                 if version not in ((1, 0), (2, 0)):
                     raise ValueError(f"array {name!r}: .npy format version {version} is not one numpy.savez writes")
-                read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                read_header = (
+                    np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                )
                 shape, _, dtype = read_header(member)
             values = math.prod(shape)
             if dtype.hasobject:
                 raise ValueError(f"array {name!r} is an object array; files are never unpickled")
             if values > MAX_ELEMENTS or values * dtype.itemsize > info.file_size:
-                raise ValueError(f"array {name!r} declares shape {shape} of {dtype}, more than its {info.file_size:,} bytes hold")
+                raise ValueError(
+                    f"array {name!r} declares shape {shape} of {dtype}, more than its {info.file_size:,} bytes hold"
+                )
             with archive.open(info) as member:
                 arrays[name] = np.lib.format.read_array(member, allow_pickle=False)
     return arrays
@@ -120,10 +125,14 @@ def check_plain_tree(folder):
         for path in [parent] * (parent == str(folder)) + [os.path.join(parent, name) for name in folders + files]:
             mode = os.lstat(path).st_mode
             if stat.S_ISLNK(mode):
-                raise DataError(f"{path}: is a symbolic link; an input folder is read without following links (copy "
-                                "what it points to in its place)")
+                raise DataError(
+                    f"{path}: is a symbolic link; an input folder is read without following links (copy "
+                    "what it points to in its place)"
+                )
             if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-                raise DataError(f"{path}: not a regular file (a FIFO, socket or device); an input folder holds files only")
+                raise DataError(
+                    f"{path}: not a regular file (a FIFO, socket or device); an input folder holds files only"
+                )
 
 
 @contextmanager

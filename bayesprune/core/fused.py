@@ -27,6 +27,7 @@ equal to float precision. The mode is ``train.kernels`` (:func:`kernel_mode`, se
 short to repay the first compilation, about 5 s, 14 s with an empty cache, on 2 cores), ``"compiled"``
 compiles every kernel, ``"eager"`` none.
 """
+
 import warnings
 from contextlib import contextmanager
 
@@ -76,8 +77,11 @@ def run_kernel(function, *tensors, **constants):
             if mode == "compiled":
                 raise
             _Kernels.broken = _first_line(error)
-            warnings.warn(f"train.kernels = 'auto': torch.compile failed ({_Kernels.broken}); kernels run eagerly",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"train.kernels = 'auto': torch.compile failed ({_Kernels.broken}); kernels run eagerly",
+                RuntimeWarning,
+                stacklevel=2,
+            )
     return function(*tensors, **constants)
 
 
@@ -87,8 +91,9 @@ def check_compiler(device: torch.device) -> None:
     try:
         _compiled(_softplus_and_slope)(torch.zeros(8, device=device))
     except Exception as error:
-        raise ConfigError(f"train.kernels = 'compiled' needs torch.compile on {device.type}, which failed here: "
-                          f"{_first_line(error)}") from None
+        raise ConfigError(
+            f"train.kernels = 'compiled' needs torch.compile on {device.type}, which failed here: {_first_line(error)}"
+        ) from None
 
 
 def _first_line(error: Exception) -> str:
@@ -193,7 +198,9 @@ class _DrawnKL(torch.autograd.Function):
     @staticmethod
     def forward(ctx, terms, sizes, constants, loc, scale, *others):
         noise = torch.randn_like(loc)
-        weights, value, grad_loc, grad_scale = run_kernel(_draw_and_terms, loc, scale, noise, *others, terms=terms, **constants)
+        weights, value, grad_loc, grad_scale = run_kernel(
+            _draw_and_terms, loc, scale, noise, *others, terms=terms, **constants
+        )
         ctx.sizes, ctx.others = sizes, len(others)
         ctx.save_for_backward(noise, grad_loc, grad_scale)
         return weights, _site_sums(value, sizes)
@@ -246,8 +253,10 @@ class FlatPosterior:
     def site_views(self, flat: torch.Tensor) -> list:
         """The site tensors of a flat vector: one ``split`` (one autograd node, whose backward is one
         concatenation), and a view only where a site is not 1-dimensional."""
-        return [chunk if chunk.shape == shape else chunk.view(shape)
-                for chunk, shape in zip(flat.split(self.sizes), self.shapes)]
+        return [
+            chunk if chunk.shape == shape else chunk.view(shape)
+            for chunk, shape in zip(flat.split(self.sizes), self.shapes)
+        ]
 
     def covers(self, prior) -> bool:
         """Is ``prior`` one the fused formula is written for: one of the ``priors`` this posterior was built for."""

@@ -29,6 +29,7 @@ An :class:`Estimator` draws one step's gate values from any gate and estimates t
 :func:`block_isotropic` and :func:`isotropic` set keep-probabilities from a criterion's scores at an
 expected sparsity s (paper 000, appendix A.1, eq. 6), the start of PFT's and PBP's masks.
 """
+
 import dataclasses
 import itertools
 from contextlib import contextmanager
@@ -121,8 +122,10 @@ class StochasticGate(nn.Module):
         if self.parameterization == "sigmoid":
             return list(self.raw_tensors())
         if self.parameterization == "clamp":
-            return [torch.log(p + _RELAXATION_EPS) - torch.log(1 - p + _RELAXATION_EPS)
-                    for p in map(_closed_clamp, self.raw_tensors())]
+            return [
+                torch.log(p + _RELAXATION_EPS) - torch.log(1 - p + _RELAXATION_EPS)
+                for p in map(_closed_clamp, self.raw_tensors())
+            ]
         return [torch.log(raw) - torch.log1p(-raw) for raw in self.raw_tensors()]
 
     def probabilities(self) -> dict:
@@ -209,7 +212,9 @@ class UnitGates(StochasticGate):
 
     def __init__(self, net: nn.Module, *, init: float = 0.5, input_shape=None):
         super().__init__()
-        self._hold(layer_chain(net, input_shape)[:-1], torch.full((), float(init), device=next(net.parameters()).device))
+        self._hold(
+            layer_chain(net, input_shape)[:-1], torch.full((), float(init), device=next(net.parameters()).device)
+        )
 
     def _hold(self, layers: list, theta: torch.Tensor):
         self.layers = layers
@@ -222,8 +227,10 @@ class UnitGates(StochasticGate):
         one with fewer units, so it is not traced again."""
         gates = UnitGates.__new__(UnitGates)
         super(UnitGates, gates).__init__()
-        gates._hold([dataclasses.replace(layer, module=net.get_submodule(layer.name)) for layer in self.layers],
-                    self.raw.detach()[torch.cat(keep)])
+        gates._hold(
+            [dataclasses.replace(layer, module=net.get_submodule(layer.name)) for layer in self.layers],
+            self.raw.detach()[torch.cat(keep)],
+        )
         return gates
 
     @property
@@ -253,6 +260,7 @@ class UnitGates(StochasticGate):
     @contextmanager
     def applied(self, net: nn.Module, values: list):
         """Within the block, ``net`` multiplies each gated unit's output by its value in ``values``."""
+
         def gate(value, per_unit):
             def hook(module, args):
                 x = args[0]
@@ -261,10 +269,13 @@ class UnitGates(StochasticGate):
                 else:
                     scale = value if per_unit == 1 else value.repeat_interleave(per_unit)
                 return (x * scale.to(x.dtype),)
+
             return hook
 
-        handles = [module.register_forward_pre_hook(gate(value, layer.inputs_per_unit))
-                   for module, layer, value in zip(self.consumers(net), self.layers, values)]
+        handles = [
+            module.register_forward_pre_hook(gate(value, layer.inputs_per_unit))
+            for module, layer, value in zip(self.consumers(net), self.layers, values)
+        ]
         try:
             yield
         finally:

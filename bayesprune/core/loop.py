@@ -1,4 +1,5 @@
 """One training loop over any step, and its SVI step: minibatches, penalty weights, learning-rate schedule, callbacks, divergence stop."""
+
 import contextlib
 import math
 import random
@@ -139,13 +140,25 @@ class LoopState:
         return any(state.get("stopped", False) for state in self.callbacks)
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, **self.history_dict(self.history), "optimizer": self.optimizer,
-                "batches": self.batches, "rng": self.rng, "callbacks": self.callbacks}
+        return {
+            "epoch": self.epoch,
+            **self.history_dict(self.history),
+            "optimizer": self.optimizer,
+            "batches": self.batches,
+            "rng": self.rng,
+            "callbacks": self.callbacks,
+        }
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "LoopState":
-        return cls(state["epoch"], cls.history_from_dict(state), state["optimizer"], state["batches"], state["rng"],
-                   list(state["callbacks"]))
+        return cls(
+            state["epoch"],
+            cls.history_from_dict(state),
+            state["optimizer"],
+            state["batches"],
+            state["rng"],
+            list(state["callbacks"]),
+        )
 
     @staticmethod
     def history_dict(history: History) -> dict:
@@ -161,9 +174,12 @@ def rng_state() -> dict:
     """The global random states of torch (CPU and CUDA), ``random`` and NumPy, as tensors and lists
     (a checkpoint loads them with ``weights_only=True``)."""
     kind, keys, position, has_gauss, cached = np.random.get_state()
-    return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            "random": list(random.getstate()[1]), "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), position,
-                                                               has_gauss, cached]}
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "random": list(random.getstate()[1]),
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, cached],
+    }
 
 
 def set_rng_state(state: dict):
@@ -202,7 +218,9 @@ def _hooks(callbacks) -> tuple:
         elif callable(callback):
             on_epoch.append(callback)
         else:
-            raise TypeError(f"a callback needs on_step/on_epoch or must be callable as callback(epoch, history), got {callback!r}")
+            raise TypeError(
+                f"a callback needs on_step/on_epoch or must be callable as callback(epoch, history), got {callback!r}"
+            )
     return on_step, on_epoch
 
 
@@ -230,8 +248,17 @@ def check_stop(where: str):
         raise Interrupted(f"stopped by signal {STOP.signal} {where}", STOP.signal)
 
 
-def train(step, batches, *, epochs: int, callbacks=(), progress: bool = False, scheduler=None,
-          resume: "LoopState | None" = None, desc: str = "fit") -> History:
+def train(
+    step,
+    batches,
+    *,
+    epochs: int,
+    callbacks=(),
+    progress: bool = False,
+    scheduler=None,
+    resume: "LoopState | None" = None,
+    desc: str = "fit",
+) -> History:
     """The one training loop: ``epochs`` passes of ``step`` over ``batches``; every method's fit runs on it.
 
     Args:
@@ -339,8 +366,19 @@ def svi_step(model, guide, *, objective, optim, penalty=None):
     return step
 
 
-def fit(model, guide, batches, *, objective, optim, epochs: int, penalty=None, callbacks=(), progress: bool = False,
-        resume: LoopState | None = None) -> History:
+def fit(
+    model,
+    guide,
+    batches,
+    *,
+    objective,
+    optim,
+    epochs: int,
+    penalty=None,
+    callbacks=(),
+    progress: bool = False,
+    resume: LoopState | None = None,
+) -> History:
     """Fit ``guide`` to the posterior of ``model`` by SVI: :func:`train` over :func:`svi_step`.
 
     Args:
@@ -365,4 +403,6 @@ def fit(model, guide, batches, *, objective, optim, epochs: int, penalty=None, c
     """
     step = svi_step(model, guide, objective=objective, optim=optim, penalty=penalty)
     scheduler = optim if isinstance(optim, PyroLRScheduler) else None
-    return train(step, batches, epochs=epochs, callbacks=callbacks, scheduler=scheduler, progress=progress, resume=resume)
+    return train(
+        step, batches, epochs=epochs, callbacks=callbacks, scheduler=scheduler, progress=progress, resume=resume
+    )

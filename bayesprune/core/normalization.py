@@ -8,6 +8,7 @@ statistics of the masked network on a fixed number of training batches (one forw
 gradient), the remedy of the pruning literature ("adaptive batch normalisation": Li et al. 2020,
 "EagleEye: Fast Sub-net Evaluation for Efficient Neural Network Pruning").
 """
+
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -25,8 +26,11 @@ MAX_BATCHES = 1000
 def norm_layers(net: nn.Module) -> list:
     """``(name, module)`` of every normalisation layer of ``net`` that keeps running statistics (batch
     norms, instance norms with ``track_running_stats=True``)."""
-    return [(name, module) for name, module in net.named_modules()
-            if isinstance(module, _NormBase) and module.track_running_stats and module.running_mean is not None]
+    return [
+        (name, module)
+        for name, module in net.named_modules()
+        if isinstance(module, _NormBase) and module.track_running_stats and module.running_mean is not None
+    ]
 
 
 def has_running_stats(net: nn.Module) -> bool:
@@ -44,8 +48,9 @@ def calibration_batches(inputs: torch.Tensor, *, batches: int, batch_size: int, 
 
 
 @torch.no_grad()
-def recalibrate(net: nn.Module, inputs: torch.Tensor, *, batches: int = DEFAULT_BATCHES, batch_size: int = 128,
-                seed: int = 0) -> nn.Module:
+def recalibrate(
+    net: nn.Module, inputs: torch.Tensor, *, batches: int = DEFAULT_BATCHES, batch_size: int = 128, seed: int = 0
+) -> nn.Module:
     """Replace the running statistics of every normalisation layer of ``net`` by those of ``net`` as it
     is (masked weights zeroed) on :func:`calibration_batches` of ``inputs``; returns ``net``.
 
@@ -79,8 +84,11 @@ def recalibrate(net: nn.Module, inputs: torch.Tensor, *, batches: int = DEFAULT_
 
 def running_statistics(net: nn.Module) -> dict:
     """The buffers of ``net``'s normalisation layers (running mean, variance, batch count), by state-dict name."""
-    return {f"{name}.{buffer}": value for name, module in norm_layers(net)
-            for buffer, value in module.named_buffers(recurse=False)}
+    return {
+        f"{name}.{buffer}": value
+        for name, module in norm_layers(net)
+        for buffer, value in module.named_buffers(recurse=False)
+    }
 
 
 @contextmanager
@@ -105,8 +113,11 @@ def changes(net: nn.Module, masks) -> bool:
     not zero already: masks that remove nothing, or only weights a sparse method has zeroed, leave the
     network, and so its statistics, as they are."""
     params = dict(net.named_parameters())
-    return any(bool((params[name].detach() != 0)[~mask.to(params[name].device, torch.bool)].any())
-               for name, mask in (masks or {}).items() if name in params)
+    return any(
+        bool((params[name].detach() != 0)[~mask.to(params[name].device, torch.bool)].any())
+        for name, mask in (masks or {}).items()
+        if name in params
+    )
 
 
 @dataclass(frozen=True)

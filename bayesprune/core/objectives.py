@@ -9,6 +9,7 @@ Latent sites are not scored by log-density at all (unlike Pyro's ``TraceMeanFiel
 evaluates both traces' weight-sized log-densities), which is what keeps an SVI step close to a
 hand-written PyTorch step.
 """
+
 import torch
 from pyro import poutine
 from pyro.infer import ELBO

@@ -1,5 +1,6 @@
 """The ``[optim]`` section and the optimisers it describes: Pyro's for SVI, ``torch.optim``'s for plain
 optimiser steps."""
+
 from dataclasses import dataclass
 
 import pyro.optim
@@ -33,9 +34,15 @@ class OptimConfig:
         require(self.schedule in SCHEDULES, "optim.schedule", f"be one of {list(SCHEDULES)}", self.schedule)
         require(is_number(self.gamma) and 0 < self.gamma <= 1, "optim.gamma", "lie in (0, 1]", self.gamma)
         require(is_number(self.momentum) and 0 <= self.momentum < 1, "optim.momentum", "lie in [0, 1)", self.momentum)
-        require(self.momentum == 0 or self.name == "sgd", "optim.momentum", "be 0 unless optim.name = 'sgd'", self.momentum)
-        require(is_scale(self.weight_decay, positive=False), "optim.weight_decay", f"be a non-negative number up to {MAX_SCALE:g}",
-                 self.weight_decay)
+        require(
+            self.momentum == 0 or self.name == "sgd", "optim.momentum", "be 0 unless optim.name = 'sgd'", self.momentum
+        )
+        require(
+            is_scale(self.weight_decay, positive=False),
+            "optim.weight_decay",
+            f"be a non-negative number up to {MAX_SCALE:g}",
+            self.weight_decay,
+        )
 
 
 def torch_optim_and_args(config) -> tuple:

@@ -1,4 +1,5 @@
 """Predictions of a fitted Bayesian network: the posterior-mean network and the Monte-Carlo predictive."""
+
 from contextlib import contextmanager
 
 import torch

@@ -13,6 +13,7 @@ raw inputs and gives regression outputs in the target's own units::
 
 ``bayesprune export`` writes the wrapped network, so its file takes the rows of the user's table.
 """
+
 from __future__ import annotations
 
 import math
@@ -51,8 +52,12 @@ class Preprocessing:
 
     def state(self) -> dict:
         """Plain data for a checkpoint: the four fields (tensors, or ``None``, and floats)."""
-        return {"input_mean": self.input_mean, "input_std": self.input_std,
-                "target_mean": self.target_mean, "target_std": self.target_std}
+        return {
+            "input_mean": self.input_mean,
+            "input_std": self.input_std,
+            "target_mean": self.target_mean,
+            "target_std": self.target_std,
+        }
 
     @classmethod
     def from_state(cls, state, input_shape) -> Preprocessing:
@@ -66,7 +71,9 @@ class Preprocessing:
         for name in ("target_mean", "target_std"):
             if isinstance(state[name], bool) or not isinstance(state[name], (int, float)):
                 raise ValueError(f"preprocessing {name} must be a number, got {state[name]!r}")
-        preprocessing = cls(state["input_mean"], state["input_std"], float(state["target_mean"]), float(state["target_std"]))
+        preprocessing = cls(
+            state["input_mean"], state["input_std"], float(state["target_mean"]), float(state["target_std"])
+        )
         problem = preprocessing.problem(input_shape)
         if problem:
             raise ValueError(f"preprocessing {problem}")
@@ -78,8 +85,12 @@ class Preprocessing:
             return "input_mean and input_std must both be given or both be None"
         for name in ("input_mean", "input_std"):
             value = getattr(self, name)
-            if value is not None and not (torch.is_tensor(value) and value.dtype == torch.float32
-                                          and tuple(value.shape) == tuple(input_shape) and bool(torch.isfinite(value).all())):
+            if value is not None and not (
+                torch.is_tensor(value)
+                and value.dtype == torch.float32
+                and tuple(value.shape) == tuple(input_shape)
+                and bool(torch.isfinite(value).all())
+            ):
                 return f"{name} must be finite float32 numbers of shape {tuple(input_shape)}"
         if self.input_std is not None and not bool((self.input_std > 0).all()):
             return "input_std must be positive"
@@ -92,7 +103,8 @@ class Preprocessing:
         for name in ("input_mean", "input_std"):
             mine, theirs = getattr(self, name), getattr(other, name)
             if (mine is None) != (theirs is None) or (
-                    mine is not None and not torch.allclose(mine, theirs.to(mine.device), rtol=1e-5, atol=1e-6)):
+                mine is not None and not torch.allclose(mine, theirs.to(mine.device), rtol=1e-5, atol=1e-6)
+            ):
                 return name
         for name in ("target_mean", "target_std"):
             if not math.isclose(getattr(self, name), getattr(other, name), rel_tol=1e-6, abs_tol=1e-9):

@@ -6,6 +6,7 @@ names; unit-level masks by ``"<layer>.gate"``, one per unit group of Torch-Pruni
 graph (:func:`bayesprune.core.structure.unit_groups`: a hidden layer of a plain chain, or the channels a
 residual stage ties together).
 """
+
 import math
 from dataclasses import dataclass
 
@@ -55,16 +56,26 @@ class Budget:
         given = [name for name in ("fraction", "keep", "threshold") if getattr(self, name) is not None]
         require(len(given) == 1, "budget", "set exactly one of fraction, keep and threshold", given)
         if self.fraction is not None:
-            require(is_number(self.fraction) and 0 <= self.fraction < 1, "budget.fraction", "lie in [0, 1)", self.fraction)
+            require(
+                is_number(self.fraction) and 0 <= self.fraction < 1, "budget.fraction", "lie in [0, 1)", self.fraction
+            )
         if self.keep is not None:
-            require(is_int(self.keep) and 0 <= self.keep <= MAX_ELEMENTS, "budget.keep",
-                    f"be a non-negative integer up to {MAX_ELEMENTS}", self.keep)
+            require(
+                is_int(self.keep) and 0 <= self.keep <= MAX_ELEMENTS,
+                "budget.keep",
+                f"be a non-negative integer up to {MAX_ELEMENTS}",
+                self.keep,
+            )
         if self.threshold is not None:
             require(is_number(self.threshold), "budget.threshold", "be a finite number", self.threshold)
         require(self.scope in SCOPES, "budget.scope", f"be one of {list(SCOPES)}", self.scope)
         require(self.level in LEVELS, "budget.level", f"be one of {list(LEVELS)}", self.level)
-        require(self.min_keep is None or is_int(self.min_keep) and 0 <= self.min_keep <= MAX_ELEMENTS, "budget.min_keep",
-                f"be a non-negative integer up to {MAX_ELEMENTS}", self.min_keep)
+        require(
+            self.min_keep is None or is_int(self.min_keep) and 0 <= self.min_keep <= MAX_ELEMENTS,
+            "budget.min_keep",
+            f"be a non-negative integer up to {MAX_ELEMENTS}",
+            self.min_keep,
+        )
 
     def floor(self, size: int) -> int:
         """How many of the ``size`` entries of one site (weight level) or units of one layer (unit
@@ -129,7 +140,7 @@ def _select(scores: dict, budget: Budget) -> dict:
         size = score.numel()
         floor = budget.floor(size)
         if floor:
-            local = torch.argsort(flat[start:start + size], stable=True)[size - floor:]
+            local = torch.argsort(flat[start : start + size], stable=True)[size - floor :]
             forced[start + local] = True
         start += size
     if budget.threshold is not None:
@@ -138,10 +149,13 @@ def _select(scores: dict, budget: Budget) -> dict:
         count = n - math.floor(round(budget.fraction * n, 6)) if budget.fraction is not None else min(budget.keep, n)
         candidates = order[~forced[order]]
         extra = max(count - int(forced.sum()), 0)
-        keep[candidates[candidates.numel() - extra:]] = True
+        keep[candidates[candidates.numel() - extra :]] = True
     keep |= forced
     sizes = [score.numel() for score in scores.values()]
-    return {name: chunk.view(score.shape).to(score.device) for (name, score), chunk in zip(scores.items(), torch.split(keep, sizes))}
+    return {
+        name: chunk.view(score.shape).to(score.device)
+        for (name, score), chunk in zip(scores.items(), torch.split(keep, sizes))
+    }
 
 
 def unit_scores(scores: dict, net, *, reduce: str = "mean", input_shape=None) -> dict:
@@ -170,7 +184,9 @@ def unit_scores(scores: dict, net, *, reduce: str = "mean", input_shape=None) ->
             if isinstance(module, (torch.nn.Linear, torch.nn.modules.conv._ConvNd)) and site in scores:
                 rows.append(scores[site].detach().to(torch.float64).flatten(1))
         if not rows:
-            raise ValueError(f"no score for layer {group.name!r}: expected {group.gate_site!r} or {group.name + '.weight'!r}")
+            raise ValueError(
+                f"no score for layer {group.name!r}: expected {group.gate_site!r} or {group.name + '.weight'!r}"
+            )
         device = rows[0].device
         units[group.gate_site] = reducers[reduce](torch.cat([row.to(device) for row in rows], dim=1), dim=1)
     return units
@@ -200,8 +216,11 @@ def apply_masks(params: dict, masks: dict) -> dict:
 
 def bias_sites(net) -> set:
     """Site names of the biases of ``net``'s modules (``"<module>.bias"``)."""
-    return {f"{name}.bias" if name else "bias" for name, module in net.named_modules()
-            if isinstance(getattr(module, "bias", None), torch.nn.Parameter)}
+    return {
+        f"{name}.bias" if name else "bias"
+        for name, module in net.named_modules()
+        if isinstance(getattr(module, "bias", None), torch.nn.Parameter)
+    }
 
 
 def sparsity(masks: dict) -> float:
@@ -225,5 +244,7 @@ def lexicographic_ranks(primary: dict, secondary: dict) -> dict:
     order = order[torch.argsort(first[order], stable=True)]
     ranks = torch.empty_like(first)
     ranks[order] = torch.arange(first.numel(), dtype=torch.float64)
-    return {site: chunk.view(score.shape).to(score.device)
-            for (site, score), chunk in zip(primary.items(), torch.split(ranks, sizes))}
+    return {
+        site: chunk.view(score.shape).to(score.device)
+        for (site, score), chunk in zip(primary.items(), torch.split(ranks, sizes))
+    }

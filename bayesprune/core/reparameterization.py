@@ -8,6 +8,7 @@ layer. It is not for ``conv2d``: the output positions of one example share a ker
 pre-activations are correlated, and drawing them independently changes the expected loss (measured
 as a 16-standard-error shift on a small conv net). Convolutions are refused.
 """
+
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
@@ -44,8 +45,10 @@ class LocalReparameterization(TorchFunctionMode):
         kwargs = kwargs or {}
         sampled = len(args) > 1 and id(args[1]) in self.posteriors
         if sampled and func in _CONVOLUTIONS:
-            raise ValueError(f"local reparameterization is not exact for {func.__name__} (output positions share "
-                             "a kernel); sample the weights instead")
+            raise ValueError(
+                f"local reparameterization is not exact for {func.__name__} (output positions share "
+                "a kernel); sample the weights instead"
+            )
         if func is not F.linear or not sampled:
             return func(*args, **kwargs)
         x, weight, *rest = args

@@ -2,6 +2,7 @@
 about. By default, the parameters of the prunable layers (``Linear``, ``Bilinear`` and convolutions)
 and the query/key/value projections of ``nn.MultiheadAttention``; normalisation layers and any other
 parameter stay point estimates unless exposed, as TyXe's ``hide``/``expose`` do."""
+
 from fnmatch import fnmatchcase
 
 from torch import nn
@@ -28,8 +29,9 @@ ATTENTION_PROJECTIONS = ("in_proj_weight", "in_proj_bias", "q_proj_weight", "k_p
 
 
 def _is_site_by_default(module: nn.Module, param_name: str) -> bool:
-    return isinstance(module, PRUNABLE) or (isinstance(module, nn.MultiheadAttention)
-                                            and param_name in ATTENTION_PROJECTIONS)
+    return isinstance(module, PRUNABLE) or (
+        isinstance(module, nn.MultiheadAttention) and param_name in ATTENTION_PROJECTIONS
+    )
 
 
 def site_names(net: nn.Module, *, expose=(), hide=()) -> list:
@@ -60,8 +62,11 @@ def site_names(net: nn.Module, *, expose=(), hide=()) -> list:
             if not found:
                 raise ConfigError(f"{key}: {pattern!r} matches no parameter of the network")
             chosen[key] |= found
-    return [name for name in names
-            if (name in default or name in chosen["model.expose"]) and name not in chosen["model.hide"]]
+    return [
+        name
+        for name in names
+        if (name in default or name in chosen["model.expose"]) and name not in chosen["model.hide"]
+    ]
 
 
 def weight_sites(net: nn.Module) -> list:

@@ -1,4 +1,5 @@
 """Correlation statistics of experiments and method comparisons: Pearson, average ranks, Spearman."""
+
 import math
 
 import numpy as np
@@ -25,7 +26,7 @@ def ranks(values) -> np.ndarray:
         stop = start
         while stop + 1 < values.size and sorted_values[stop + 1] == sorted_values[start]:
             stop += 1
-        result[order[start:stop + 1]] = (start + stop) / 2 + 1
+        result[order[start : stop + 1]] = (start + stop) / 2 + 1
         start = stop + 1
     return result
 

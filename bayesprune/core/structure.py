@@ -17,6 +17,7 @@ each with its consumer and how many input columns of the consumer each of its un
 H·W when a convolution is flattened into a linear layer, channel-major as ``nn.Flatten`` lays it
 out). The unit gates of paper 004 and the importance paths of paper 003 act on such chains.
 """
+
 import copy
 from dataclasses import dataclass
 
@@ -27,8 +28,21 @@ from torch import nn
 WEIGHTED = (nn.Linear, nn.Conv2d)
 #: Modules a chain may hold between weighted layers: they act on each unit (channel) separately.
 PASS_THROUGH = (
-    nn.ReLU, nn.LeakyReLU, nn.ELU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.Softplus, nn.Identity,
-    nn.Dropout, nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d, nn.Flatten,
+    nn.ReLU,
+    nn.LeakyReLU,
+    nn.ELU,
+    nn.GELU,
+    nn.SiLU,
+    nn.Tanh,
+    nn.Sigmoid,
+    nn.Softplus,
+    nn.Identity,
+    nn.Dropout,
+    nn.MaxPool2d,
+    nn.AvgPool2d,
+    nn.AdaptiveAvgPool2d,
+    nn.AdaptiveMaxPool2d,
+    nn.Flatten,
 )
 
 
@@ -104,10 +118,14 @@ def layer_chain(net: nn.Module, input_shape=None) -> list:
     leaves = [(name, module) for name, module in net.named_modules() if not list(module.children())]
     for name, module in leaves:
         if not isinstance(module, WEIGHTED + PASS_THROUGH):
-            raise ValueError(f"module {name!r} ({type(module).__name__}) is not supported: "
-                             "only chains of Linear/Conv2d, pooling, activations, Dropout and Flatten")
+            raise ValueError(
+                f"module {name!r} ({type(module).__name__}) is not supported: "
+                "only chains of Linear/Conv2d, pooling, activations, Dropout and Flatten"
+            )
         if isinstance(module, nn.Conv2d) and module.groups != 1:
-            raise ValueError(f"module {name!r} (Conv2d with groups={module.groups}) is not supported: grouped convolution")
+            raise ValueError(
+                f"module {name!r} (Conv2d with groups={module.groups}) is not supported: grouped convolution"
+            )
     weighted = [(name, module) for name, module in leaves if isinstance(module, WEIGHTED)]
     if not weighted:
         raise ValueError("the network has no Linear or Conv2d layer")
@@ -137,6 +155,7 @@ def _check_forward(net, leaves, layers, input_shape):
             calls.append(name)
             inputs[name], outputs[name] = args[0].clone(), output.clone()  # before any in-place activation
             return replace[name](output) if name in replace else None
+
         return hook
 
     def run(value, replacements):
@@ -157,33 +176,55 @@ def _check_forward(net, leaves, layers, input_shape):
             clean = dict(inputs)
             order = [name for name, _ in leaves]
             if calls != order:
-                culprit = next((a for a, b in zip(calls, order) if a != b), None) or (calls[len(order):] or order[len(calls):])[0]
-                raise ValueError(f"module {culprit!r} ({type(modules[culprit]).__name__}) is not called once in registration "
-                                 f"order (calls: {calls}): only plain chains are supported")
+                culprit = (
+                    next((a for a, b in zip(calls, order) if a != b), None)
+                    or (calls[len(order) :] or order[len(calls) :])[0]
+                )
+                raise ValueError(
+                    f"module {culprit!r} ({type(modules[culprit]).__name__}) is not called once in registration "
+                    f"order (calls: {calls}): only plain chains are supported"
+                )
             held = {layer.name: outputs[layer.name] for layer in layers}
             sources = [None] + layers[:-1]
             for source, target in zip(sources, layers):
                 # With the target's output held, nothing upstream of it may reach the network's output.
                 replacements = {target.name: lambda output, value=held[target.name]: value}
                 if source is None:
-                    changed = run(torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype), replacements)
+                    changed = run(
+                        torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype), replacements
+                    )
                 else:
-                    replacements[source.name] = lambda output: torch.randn(output.shape, generator=generator,
-                                                                           device=output.device, dtype=output.dtype)
+                    replacements[source.name] = lambda output: torch.randn(
+                        output.shape, generator=generator, device=output.device, dtype=output.dtype
+                    )
                     changed = run(x, replacements)
                 if not torch.allclose(changed, expected, rtol=1e-5, atol=1e-6):
-                    _not_a_chain(net, target.name, f"the {'input' if source is None else f'output of {source.name!r}'} "
-                                                   f"reaches the network's output other than through {target.name!r} "
-                                                   "(a skip or residual connection?)")
+                    _not_a_chain(
+                        net,
+                        target.name,
+                        f"the {'input' if source is None else f'output of {source.name!r}'} "
+                        f"reaches the network's output other than through {target.name!r} "
+                        "(a skip or residual connection?)",
+                    )
             for source in layers[:-1]:
                 # A unit may change only its own inputs of the consumer (no mixing across channels).
                 baseline = clean[source.consumer]
-                run(x, {source.name: lambda output: torch.cat([output[:, :1] + 1 + output[:, :1].abs(), output[:, 1:]], 1)})
+                run(
+                    x,
+                    {
+                        source.name: lambda output: torch.cat(
+                            [output[:, :1] + 1 + output[:, :1].abs(), output[:, 1:]], 1
+                        )
+                    },
+                )
                 block = baseline[0].numel() // source.units  # channel-major: unit 0's inputs come first
                 others = (inputs[source.consumer] != baseline).flatten(1)[:, block:]
                 if others.any():
-                    _not_a_chain(net, source.consumer, f"unit 0 of {source.name!r} changes inputs of {source.consumer!r} "
-                                                       "that belong to other units")
+                    _not_a_chain(
+                        net,
+                        source.consumer,
+                        f"unit 0 of {source.name!r} changes inputs of {source.consumer!r} that belong to other units",
+                    )
     finally:
         for hook in hooks:
             hook.remove()
@@ -208,11 +249,15 @@ def _inputs_per_unit(module, following, name) -> int:
     fan_in = next_module.weight.shape[1]
     if isinstance(next_module, nn.Conv2d) or isinstance(module, nn.Linear):
         if fan_in != units:
-            raise ValueError(f"module {next_name!r} takes {fan_in} inputs, which do not match the {units} units of {name!r}")
+            raise ValueError(
+                f"module {next_name!r} takes {fan_in} inputs, which do not match the {units} units of {name!r}"
+            )
         return 1
     # Conv2d → (pooling) → Flatten → Linear: each channel owns H·W consecutive columns.
     if fan_in % units:
-        raise ValueError(f"module {next_name!r} takes {fan_in} inputs, which do not match the {units} channels of {name!r}")
+        raise ValueError(
+            f"module {next_name!r} takes {fan_in} inputs, which do not match the {units} channels of {name!r}"
+        )
     return fan_in // units
 
 
@@ -297,12 +342,18 @@ def dependency_graph(net: nn.Module, input_shape=None):
     graph = tp.DependencyGraph()
     for name, module in net.named_modules():
         if isinstance(module, nn.modules.conv._ConvNd) and module.groups not in (1, module.in_channels):
-            raise ValueError(f"module {name!r} ({type(module).__name__} with groups={module.groups}) is not supported: "
-                             "grouped convolution")
+            raise ValueError(
+                f"module {name!r} ({type(module).__name__} with groups={module.groups}) is not supported: "
+                "grouped convolution"
+            )
         pruner = graph.get_pruner_of_module(module)
-        if next(module.parameters(recurse=False), None) is not None and (pruner is None or isinstance(pruner, tp.ops.DummyPruner)):
-            raise ValueError(f"module {name!r} ({type(module).__name__}) is not supported: "
-                             "it holds parameters of its own that Torch-Pruning has no pruner for")
+        if next(module.parameters(recurse=False), None) is not None and (
+            pruner is None or isinstance(pruner, tp.ops.DummyPruner)
+        ):
+            raise ValueError(
+                f"module {name!r} ({type(module).__name__}) is not supported: "
+                "it holds parameters of its own that Torch-Pruning has no pruner for"
+            )
     x = example_input(net, input_shape)
     training = net.training
     net.eval()
@@ -339,11 +390,19 @@ def unit_groups(net: nn.Module, input_shape=None, *, graph=None) -> list:
             name = names.get(item.dep.target.module)
             if name is not None:
                 (producers if graph.is_out_channel_pruning_fn(item.dep.handler) else consumers).add(name)
-        weighted = sorted((name for name in producers if isinstance(net.get_submodule(name), (nn.modules.conv._ConvNd, nn.Linear))),
-                          key=order.get)
+        weighted = sorted(
+            (name for name in producers if isinstance(net.get_submodule(name), (nn.modules.conv._ConvNd, nn.Linear))),
+            key=order.get,
+        )
         root = net.get_submodule(weighted[0])
-        groups.append(UnitGroup(weighted[0], graph.get_out_channels(root), tuple(sorted(producers, key=order.get)),
-                                tuple(sorted(consumers, key=order.get))))
+        groups.append(
+            UnitGroup(
+                weighted[0],
+                graph.get_out_channels(root),
+                tuple(sorted(producers, key=order.get)),
+                tuple(sorted(consumers, key=order.get)),
+            )
+        )
     return sorted(groups, key=lambda group: order[group.name])
 
 
@@ -365,8 +424,10 @@ def remove_units(net: nn.Module, unit_masks: dict, *, input_shape=None, graph=No
         if tuple(mask.shape) != (group.units,):
             raise ValueError(f"the mask {site!r} has shape {tuple(mask.shape)}, the layer {group.units} units")
         if not mask.any():
-            raise ValueError(f"the mask {site!r} removes every unit of layer {group.name!r}: a budget's min_keep "
-                             "(left unset, a tenth of each layer's units) keeps some")
+            raise ValueError(
+                f"the mask {site!r} removes every unit of layer {group.name!r}: a budget's min_keep "
+                "(left unset, a tenth of each layer's units) keeps some"
+            )
     for site, mask in unit_masks.items():
         removed = (~mask.to(torch.bool)).nonzero().flatten().tolist()
         if removed:
@@ -396,8 +457,11 @@ def _index_probe(net: nn.Module, unit_masks: dict, input_shape) -> tuple:
             param.copy_(torch.arange(param.numel(), dtype=torch.float64, device=param.device).view(param.shape))
     before = {name: param.numel() for name, param in probe.named_parameters()}
     remove_units(probe, unit_masks, input_shape=input_shape_of(net, input_shape))
-    cuts = {name: (param.detach().flatten().round().long(), tuple(param.shape))
-            for name, param in probe.named_parameters() if param.numel() != before[name]}
+    cuts = {
+        name: (param.detach().flatten().round().long(), tuple(param.shape))
+        for name, param in probe.named_parameters()
+        if param.numel() != before[name]
+    }
     return probe, cuts
 
 

@@ -1,5 +1,6 @@
 """What every method needs of its task, written once: the training loss, the test metric of a plain
 network and a masked copy of one."""
+
 import copy
 
 import torch

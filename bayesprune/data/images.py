@@ -71,13 +71,18 @@ def load_digits(*, test_fraction: float = 0.2, seed: int = 0, flatten: bool = Fa
 
 # torchvision raises these on missing (RuntimeError) or malformed (the rest) files.
 _TORCHVISION_READ_ERRORS = (
-    RuntimeError, OSError, EOFError, pickle.UnpicklingError, AssertionError, TypeError, ValueError, KeyError,
+    RuntimeError,
+    OSError,
+    EOFError,
+    pickle.UnpicklingError,
+    AssertionError,
+    TypeError,
+    ValueError,
+    KeyError,
 )
 
 
-def _torchvision_dataset(
-    name: str, class_name: str, root, limit_train: int | None, limit_test: int | None
-) -> Dataset:
+def _torchvision_dataset(name: str, class_name: str, root, limit_train: int | None, limit_test: int | None) -> Dataset:
     """Read an MNIST-like torchvision dataset from ``root`` without downloading.
 
     Pixels are scaled to ``[0, 1]`` and laid out as ``(N, 1, H, W)``.
@@ -119,7 +124,6 @@ class NumpyOnlyUnpickler(pickle.Unpickler):
         if name == "_reconstruct" and module in ("numpy.core.multiarray", "numpy._core.multiarray"):
             return np.ndarray.__reduce__(np.zeros(0))[0]  # numpy's array reconstructor, wherever numpy keeps it
         raise pickle.UnpicklingError(f"refusing to unpickle {module}.{name}: only numpy arrays are allowed")
-
 
 
 @register_dataset("fashion-mnist")

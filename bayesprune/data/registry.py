@@ -133,8 +133,7 @@ def load_dataset(name: str, /, **options) -> Dataset:
     for option in options:
         if option not in parameters:
             raise DataError(
-                f"unknown option data.{option} for dataset {name!r} "
-                f"(options: {', '.join(parameters) or 'none'})"
+                f"unknown option data.{option} for dataset {name!r} (options: {', '.join(parameters) or 'none'})"
             )
     for option, parameter in parameters.items():
         if parameter.default is inspect.Parameter.empty and option not in options:
@@ -159,17 +158,13 @@ def validate(dataset: Dataset) -> None:
     """
     where = f"dataset {dataset.name!r}"
     if dataset.task not in (CLASSIFICATION, REGRESSION):
-        raise DataError(
-            f"{where}: task must be {CLASSIFICATION!r} or {REGRESSION!r}, got {dataset.task!r}"
-        )
+        raise DataError(f"{where}: task must be {CLASSIFICATION!r} or {REGRESSION!r}, got {dataset.task!r}")
     for part in ("train", "test"):
         x, y = getattr(dataset, f"x_{part}"), getattr(dataset, f"y_{part}")
         if x.shape[0] == 0:
             raise DataError(f"{where}: x_{part} is empty")
         if y.shape != (x.shape[0],):
-            raise DataError(
-                f"{where}: y_{part} has shape {tuple(y.shape)}, expected ({x.shape[0]},) to match x_{part}"
-            )
+            raise DataError(f"{where}: y_{part} has shape {tuple(y.shape)}, expected ({x.shape[0]},) to match x_{part}")
         if tuple(x.shape[1:]) != tuple(dataset.input_shape):
             raise DataError(
                 f"{where}: x_{part} has example shape {tuple(x.shape[1:])}, "
@@ -195,9 +190,7 @@ def validate(dataset: Dataset) -> None:
         raise DataError(f"{where}: {problem}")
     if dataset.task == REGRESSION:
         if dataset.num_classes is not None:
-            raise DataError(
-                f"{where}: num_classes must be None for regression, got {dataset.num_classes!r}"
-            )
+            raise DataError(f"{where}: num_classes must be None for regression, got {dataset.num_classes!r}")
         scale, shift = dataset.target_std, dataset.target_mean
         if not (math.isfinite(scale) and scale > 0 and math.isfinite(shift)):
             raise DataError(

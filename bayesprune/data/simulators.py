@@ -45,14 +45,18 @@ def _simulated_dataset(
     n = x.shape[0]
     num_test = round(n * test_fraction)
     if not 0 < num_test < n:
-        raise DataError(
-            f"data.test_fraction={test_fraction!r} leaves an empty train or test set with data.n={n}"
-        )
+        raise DataError(f"data.test_fraction={test_fraction!r} leaves an empty train or test set with data.n={n}")
     order = rng.permutation(n)
     train, test = order[num_test:], order[:num_test]
     return _regression_dataset(
-        name, x[train], y[train], x[test], y[test],
-        normalize=normalize, feature_names=_feature_names(x.shape[1]), extras=extras,
+        name,
+        x[train],
+        y[train],
+        x[test],
+        y[test],
+        normalize=normalize,
+        feature_names=_feature_names(x.shape[1]),
+        extras=extras,
     )
 
 
@@ -65,8 +69,10 @@ def _simulation_options(
     before anything is drawn."""
     n, num_features = _integer("n", n, minimum=1), _integer("num_features", num_features, minimum=1)
     if n * num_features > MAX_ELEMENTS:
-        raise DataError(f"data.n = {n:,} rows of {num_features:,} features are more than the {MAX_ELEMENTS:,} (2**31) "
-                        "values bayesprune simulates; make data.n or data.num_features smaller")
+        raise DataError(
+            f"data.n = {n:,} rows of {num_features:,} features are more than the {MAX_ELEMENTS:,} (2**31) "
+            "values bayesprune simulates; make data.n or data.num_features smaller"
+        )
     return (
         n,
         num_features,
@@ -114,20 +120,20 @@ def load_linear_regression(
         ``extras["relevant"]`` (bool ``(D,)``).
     """
     n, num_features, rng, test_fraction, noise, normalize = _simulation_options(
-        n, num_features, seed, test_fraction, noise, normalize)
+        n, num_features, seed, test_fraction, noise, normalize
+    )
     num_relevant = _integer("num_relevant", num_relevant, minimum=0)
     if num_relevant > num_features:
-        raise DataError(
-            f"data.num_relevant must be at most data.num_features={num_features}, got {num_relevant}"
-        )
+        raise DataError(f"data.num_relevant must be at most data.num_features={num_features}, got {num_relevant}")
     coefficient = _real("coefficient", coefficient)
     relevant = np.arange(num_features) < num_relevant
     beta = coefficient * relevant
     x = rng.standard_normal((n, num_features))
     y = x @ beta + noise * rng.standard_normal(n)
     extras = {"beta": torch.from_numpy(beta).float(), "relevant": torch.from_numpy(relevant)}
-    return _simulated_dataset("linear-regression", x, y, rng, test_fraction=test_fraction,
-                              normalize=normalize, extras=extras)
+    return _simulated_dataset(
+        "linear-regression", x, y, rng, test_fraction=test_fraction, normalize=normalize, extras=extras
+    )
 
 
 @register_dataset("feature-importance-2var")
@@ -165,8 +171,9 @@ def load_feature_importance_2var(
     y = x @ beta + noise * rng.standard_normal(n)
     importance = 1.0 - np.sum((y - alpha * x[:, 1]) ** 2) / np.sum(y**2)
     extras = {"importance": float(importance), "beta": torch.from_numpy(beta).float()}
-    return _simulated_dataset("feature-importance-2var", x, y, rng, test_fraction=test_fraction,
-                              normalize=normalize, extras=extras)
+    return _simulated_dataset(
+        "feature-importance-2var", x, y, rng, test_fraction=test_fraction, normalize=normalize, extras=extras
+    )
 
 
 @register_dataset("feature-importance-many")
@@ -201,14 +208,16 @@ def load_feature_importance_many(
         A regression :class:`Dataset` with ``extras["beta"]`` (float32 ``(D,)``).
     """
     n, num_features, rng, test_fraction, noise, normalize = _simulation_options(
-        n, num_features, seed, test_fraction, noise, normalize)
+        n, num_features, seed, test_fraction, noise, normalize
+    )
     beta = _effect_sizes(num_features, _real("alpha", alpha, low=0.0, open_low=True))
     link = _LINKS[_choice("f", f, tuple(_LINKS))]
     x = rng.standard_normal((n, num_features))
     y = link(x) @ beta + noise * rng.standard_normal(n)
     extras = {"beta": torch.from_numpy(beta).float()}
-    return _simulated_dataset("feature-importance-many", x, y, rng, test_fraction=test_fraction,
-                              normalize=normalize, extras=extras)
+    return _simulated_dataset(
+        "feature-importance-many", x, y, rng, test_fraction=test_fraction, normalize=normalize, extras=extras
+    )
 
 
 @register_dataset("feature-selection")
@@ -247,7 +256,8 @@ def load_feature_selection(
         and ``extras["active"]`` (bool ``(D,)``, the ``Z_j``).
     """
     n, num_features, rng, test_fraction, noise, normalize = _simulation_options(
-        n, num_features, seed, test_fraction, noise, normalize)
+        n, num_features, seed, test_fraction, noise, normalize
+    )
     beta = _effect_sizes(num_features, _real("alpha", alpha, low=0.0, open_low=True))
     pi = _real("pi", pi, low=0.0, high=1.0)
     link = _LINKS[_choice("f", f, tuple(_LINKS))]
@@ -255,5 +265,6 @@ def load_feature_selection(
     x = rng.standard_normal((n, num_features))
     y = link(x) @ (beta * active) + noise * rng.standard_normal(n)
     extras = {"beta": torch.from_numpy(beta).float(), "active": torch.from_numpy(active)}
-    return _simulated_dataset("feature-selection", x, y, rng, test_fraction=test_fraction,
-                              normalize=normalize, extras=extras)
+    return _simulated_dataset(
+        "feature-selection", x, y, rng, test_fraction=test_fraction, normalize=normalize, extras=extras
+    )

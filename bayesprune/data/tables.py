@@ -68,8 +68,10 @@ def _regression_dataset(
 
 def _input_scaling(mean: np.ndarray, std: np.ndarray) -> dict:
     """The :class:`Dataset` fields ``input_mean`` and ``input_std`` of :func:`_standardize`'s statistics."""
-    return {"input_mean": torch.from_numpy(np.asarray(mean, dtype=np.float32)),
-            "input_std": torch.from_numpy(np.asarray(std, dtype=np.float32))}
+    return {
+        "input_mean": torch.from_numpy(np.asarray(mean, dtype=np.float32)),
+        "input_std": torch.from_numpy(np.asarray(std, dtype=np.float32)),
+    }
 
 
 def _feature_names(num_features: int) -> tuple[str, ...]:
@@ -193,10 +195,17 @@ def load_uci(
     magnitude = np.abs(data[:, columns]).max(axis=0)
     bad = np.flatnonzero(~np.isfinite(spread) | (magnitude > np.finfo(np.float32).max))
     if bad.size:  # standardising or storing in float32 would turn the column into inf or NaN
-        raise DataError(f"{_uci_path(root, name, 'data.txt')}: column {columns[bad[0]]} has values too large to use "
-                        f"(up to {magnitude[bad[0]]:.3g}; float32 holds up to 3.4e38)")
+        raise DataError(
+            f"{_uci_path(root, name, 'data.txt')}: column {columns[bad[0]]} has values too large to use "
+            f"(up to {magnitude[bad[0]]:.3g}; float32 holds up to 3.4e38)"
+        )
     x, y = data[:, features], data[:, target[0]]
     return _regression_dataset(
-        f"uci/{name}", x[train], y[train], x[test], y[test],
-        normalize=normalize, feature_names=_feature_names(len(features)),
+        f"uci/{name}",
+        x[train],
+        y[train],
+        x[test],
+        y[test],
+        normalize=normalize,
+        feature_names=_feature_names(len(features)),
     )

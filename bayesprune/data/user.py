@@ -136,8 +136,10 @@ def _num_classes(source: str, y_train: np.ndarray, y_test: np.ndarray, hint: str
 def _several_classes(source: str, k: int) -> None:
     """Refuse ``k`` < 2 classes: a classifier of one class learns nothing and is always right."""
     if k < 2:
-        raise DataError(f"{source}: the targets hold one class only; a classifier needs two or more "
-                        "(numeric targets of a regression: set data.task = 'regression')")
+        raise DataError(
+            f"{source}: the targets hold one class only; a classifier needs two or more "
+            "(numeric targets of a regression: set data.task = 'regression')"
+        )
 
 
 def _names(source: str, name: str, values, expected: int, what: str) -> tuple[str, ...]:
@@ -177,7 +179,10 @@ def _build(
             target_mean, target_std = float(y_mean), float(y_std)
         labels = {"y_train": torch.from_numpy(y_train).float(), "y_test": torch.from_numpy(y_test).float()}
     else:
-        labels = {"y_train": torch.from_numpy(y_train.astype(np.int64)), "y_test": torch.from_numpy(y_test.astype(np.int64))}
+        labels = {
+            "y_train": torch.from_numpy(y_train.astype(np.int64)),
+            "y_test": torch.from_numpy(y_test.astype(np.int64)),
+        }
     return Dataset(
         name=name,
         task=REGRESSION if num_classes is None else CLASSIFICATION,
@@ -207,7 +212,9 @@ def _npz_arrays(path: str) -> dict[str, np.ndarray]:
         with open(path, "rb") as handle:
             start = handle.read(6)
         if start == b"\x93NUMPY":
-            raise DataError(f"{path}: holds one array (.npy), not an .npz archive of x_train, y_train, x_test and y_test") from None
+            raise DataError(
+                f"{path}: holds one array (.npy), not an .npz archive of x_train, y_train, x_test and y_test"
+            ) from None
         if start and not start.startswith(b"PK"):  # a pickle numpy would need to unpickle, or text
             raise DataError(f"{path}: not an .npz archive (numpy.savez); data files are never unpickled") from None
         raise DataError(f"{path}: cannot read it as an .npz archive ({_one_line(err)})") from None
@@ -220,9 +227,7 @@ def _npz_arrays(path: str) -> dict[str, np.ndarray]:
         )
     unknown = [n for n in names if n not in _NPZ_ARRAYS + _NPZ_NAMES]
     if unknown:
-        raise DataError(
-            f"{path}: unexpected array {unknown[0]!r} (known: {', '.join(_NPZ_ARRAYS + _NPZ_NAMES)})"
-        )
+        raise DataError(f"{path}: unexpected array {unknown[0]!r} (known: {', '.join(_NPZ_ARRAYS + _NPZ_NAMES)})")
     return arrays
 
 
@@ -251,9 +256,7 @@ def load_npz(*, path: str | os.PathLike, normalize: bool | None = None) -> Datas
     x_train = _inputs(path, "x_train", arrays["x_train"])
     x_test = _inputs(path, "x_test", arrays["x_test"])
     if x_train.shape[1:] != x_test.shape[1:]:
-        raise DataError(
-            f"{path}: x_test has example shape {x_test.shape[1:]} but x_train has {x_train.shape[1:]}"
-        )
+        raise DataError(f"{path}: x_test has example shape {x_test.shape[1:]} but x_train has {x_train.shape[1:]}")
     y_train = _targets(path, "y_train", arrays["y_train"], x_train.shape[0], "x_train")
     y_test = _targets(path, "y_test", arrays["y_test"], x_test.shape[0], "x_test")
     kinds = {y_train.dtype.kind == "f", y_test.dtype.kind == "f"}
@@ -279,7 +282,11 @@ def load_npz(*, path: str | os.PathLike, normalize: bool | None = None) -> Datas
         class_names = _names(path, "class_names", arrays["class_names"], num_classes, "class")
     tabular = x_train.ndim == 2
     return _build(
-        f"npz/{Path(path).stem}", x_train, y_train, x_test, y_test,
+        f"npz/{Path(path).stem}",
+        x_train,
+        y_train,
+        x_test,
+        y_test,
         num_classes=num_classes,
         normalize_inputs=tabular if normalize is None else normalize,
         normalize_targets=True if normalize is None else normalize,
@@ -434,7 +441,9 @@ def load_csv(
     if path is None:
         if train is None or test is None:
             missing = "path" if train is None and test is None else "test" if test is None else "train"
-            raise DataError(f"data.{missing} is required for dataset 'csv' (give data.path, or data.train and data.test)")
+            raise DataError(
+                f"data.{missing} is required for dataset 'csv' (give data.path, or data.train and data.test)"
+            )
         for option, value in (("test_fraction", test_fraction), ("seed", seed)):
             if value is not None:
                 raise DataError(f"data.{option} splits data.path; data.train and data.test are already split")
@@ -467,15 +476,21 @@ def load_csv(
             raise DataError(f"{source}: target column {target!r} has an empty cell on line {lines[empty]}")
         ys.append((values, lines))
         sources.append(source)
-    task = _csv_task(task, first, target, [v for values, _ in ys for v in values], [n for _, lines in ys for n in lines])
+    task = _csv_task(
+        task, first, target, [v for values, _ in ys for v in values], [n for _, lines in ys for n in lines]
+    )
 
     class_names = num_classes = None
     if task == CLASSIFICATION:
         for (values, lines), source in zip(ys, sources):
-            bad = next((i for i, v in enumerate(values) if _number(v) is not None and not math.isfinite(_number(v))), None)
+            bad = next(
+                (i for i, v in enumerate(values) if _number(v) is not None and not math.isfinite(_number(v))), None
+            )
             if bad is not None:
-                raise DataError(f"{source}: target column {target!r} has the label {values[bad]!r} on line {lines[bad]}; "
-                                "a class label must be finite")
+                raise DataError(
+                    f"{source}: target column {target!r} has the label {values[bad]!r} on line {lines[bad]}; "
+                    "a class label must be finite"
+                )
         key = _label_key([v for values, _ in ys for v in values])
         classes = sorted({key(v) for v in ys[0][0]})  # numeric order for numbers, text order otherwise
         index = {label: i for i, label in enumerate(classes)}
@@ -533,7 +548,11 @@ def load_csv(
             train_rows, test_rows = order[num_test:], order[:num_test]
         x_train, x_test, y_train, y_test = x[train_rows], x[test_rows], y[train_rows], y[test_rows]
     return _build(
-        f"csv/{Path(first).stem}", x_train, y_train, x_test, y_test,
+        f"csv/{Path(first).stem}",
+        x_train,
+        y_train,
+        x_test,
+        y_test,
         num_classes=num_classes,
         normalize_inputs=normalize,
         normalize_targets=normalize,
@@ -637,8 +656,10 @@ def load_image_folder(
     if size is not None:
         values = (len(train.samples) + len(test.samples)) * (1 if grayscale else 3) * size[0] * size[1]
         if values > MAX_ELEMENTS:
-            raise DataError(f"data.size {list(size)}: {len(train.samples) + len(test.samples)} images of that size hold "
-                            f"{values:,} values, more than {MAX_ELEMENTS:,}")
+            raise DataError(
+                f"data.size {list(size)}: {len(train.samples) + len(test.samples)} images of that size hold "
+                f"{values:,} values, more than {MAX_ELEMENTS:,}"
+            )
     shape: list = []
     x_train, x_test = _read_images(train, shape), _read_images(test, shape)
     to_train = torch.tensor([train.class_to_idx[name] for name in test.classes], dtype=torch.int64)

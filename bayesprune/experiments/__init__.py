@@ -9,8 +9,8 @@ writes ``config.toml`` and ``metrics.json`` and moves ``folder`` into place when
 The registry lives below this package, in :mod:`bayesprune.pipeline.experiments`, which finds the
 studies by name: nothing else in bayesprune imports this package.
 """
-from bayesprune.pipeline.experiments import EXPERIMENTS, available_experiments, get_experiment, register_experiment
 
 from bayesprune.experiments import graded_features, selection, two_features  # noqa: F401  (registers the studies)
+from bayesprune.pipeline.experiments import EXPERIMENTS, available_experiments, get_experiment, register_experiment
 
 __all__ = ["EXPERIMENTS", "available_experiments", "get_experiment", "register_experiment"]

@@ -13,6 +13,7 @@
 * :func:`criterion`, :func:`write_report` and :func:`plot_series`
   for the figures and ``report.md`` of a run (tables: :mod:`bayesprune.analysis.tables`).
 """
+
 import math
 import time
 from dataclasses import dataclass
@@ -23,23 +24,23 @@ from torch import nn
 
 from bayesprune.analysis.importance import feature_importance, scaled_importance, weight_inclusion_matrices
 from bayesprune.analysis.plots import plt, save_figure
-from bayesprune.pipeline.baseline import fit_plain
-from bayesprune.data import REGRESSION, Dataset, load_dataset
-from bayesprune.pipeline.config import RunConfig
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.loop import resolve_device
-from bayesprune.guides import NormalGuide
-from bayesprune.models import new_net
 from bayesprune.core.predict import predict
-from bayesprune.models.priors import GaussianPrior
 from bayesprune.core.validation import is_number as _is_number
+from bayesprune.data import REGRESSION, Dataset, load_dataset
+from bayesprune.guides import NormalGuide
 from bayesprune.methods import FitContext
 from bayesprune.methods.sbnn import fit_posterior
-
+from bayesprune.models import new_net
+from bayesprune.models.priors import GaussianPrior
+from bayesprune.pipeline.baseline import fit_plain
+from bayesprune.pipeline.config import RunConfig
 
 # ---------------------------------------------------------------------------------------------
 # Options
 # ---------------------------------------------------------------------------------------------
+
 
 def _fail(key, requirement, value):
     raise ConfigError(f"experiment.{key} must {requirement}, got {value!r}")
@@ -91,7 +92,12 @@ def choice_list(choices):
     """Validator of a non-empty list of distinct members of ``choices``."""
 
     def validate(key, value):
-        if not isinstance(value, (list, tuple)) or not value or len(set(value)) != len(value) or any(v not in choices for v in value):
+        if (
+            not isinstance(value, (list, tuple))
+            or not value
+            or len(set(value)) != len(value)
+            or any(v not in choices for v in value)
+        ):
             _fail(key, f"be a non-empty list of distinct members of {sorted(choices)}", value)
         return list(value)
 
@@ -118,23 +124,33 @@ class Experiment:
         given = dict(config.experiment.options)
         for key in given:
             if key not in self.options:
-                raise ConfigError(f"experiment.{key} is not an option of {config.experiment.name!r}; "
-                                  f"options: {sorted(self.options)}")
+                raise ConfigError(
+                    f"experiment.{key} is not an option of {config.experiment.name!r}; options: {sorted(self.options)}"
+                )
         return {key: validate(key, given.get(key, default)) for key, (default, validate) in self.options.items()}
 
     def check(self, config):
         """Reject a config this study cannot run (wrong dataset, bad options) before anything is written."""
         if config.data.dataset != self.dataset:
-            raise ConfigError(f"data.dataset must be {self.dataset!r} for experiment {config.experiment.name!r}, "
-                              f"got {config.data.dataset!r}")
+            raise ConfigError(
+                f"data.dataset must be {self.dataset!r} for experiment {config.experiment.name!r}, "
+                f"got {config.data.dataset!r}"
+            )
         if config.model.architecture != "mlp":
-            raise ConfigError(f"model.architecture must be 'mlp' for experiment {config.experiment.name!r}, "
-                              f"got {config.model.architecture!r}")
-        adaptive = {"train.steps": config.train.steps is not None, "train.validation": config.train.validation > 0,
-                    "data.batch_size": config.data.batch_size == "auto"}
+            raise ConfigError(
+                f"model.architecture must be 'mlp' for experiment {config.experiment.name!r}, "
+                f"got {config.model.architecture!r}"
+            )
+        adaptive = {
+            "train.steps": config.train.steps is not None,
+            "train.validation": config.train.validation > 0,
+            "data.batch_size": config.data.batch_size == "auto",
+        }
         for key, given in adaptive.items():
             if given:
-                raise ConfigError(f"{key}: a study's fits use fixed epochs and batches; not for experiment {config.experiment.name!r}")
+                raise ConfigError(
+                    f"{key}: a study's fits use fixed epochs and batches; not for experiment {config.experiment.name!r}"
+                )
         self.validate(config, self.resolve(config))
 
     def validate(self, config, options):
@@ -187,8 +203,14 @@ def sbnn_fit_predict(config=None, *, device=None):
         if not y_train.is_floating_point():
             raise ValueError("sbnn_fit_predict supports regression (floating-point targets) only")
         fold = Dataset(
-            name="cross-validation-fold", task=REGRESSION, x_train=x_train, y_train=y_train,
-            x_test=x_test, y_test=torch.zeros(len(x_test)), input_shape=tuple(x_train.shape[1:]), num_classes=None,
+            name="cross-validation-fold",
+            task=REGRESSION,
+            x_train=x_train,
+            y_train=y_train,
+            x_test=x_test,
+            y_test=torch.zeros(len(x_test)),
+            input_shape=tuple(x_train.shape[1:]),
+            num_classes=None,
         )
         net = new_net(config, fold.input_shape, fold.output_dim, seed=config.seed)
         ctx = FitContext.from_config(config, fold, device=device)
@@ -227,7 +249,9 @@ def fit_importance(config, dataset, *, device, seed=None) -> ImportanceFit:
     """Fit the sBNN of ``config`` on ``dataset`` and compute ψ and φ of its inputs."""
     seed = config.seed if seed is None else seed
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
-    fitted = fit_posterior(net, dataset, config.method_options, FitContext.from_config(config, dataset, device=device, seed=seed))
+    fitted = fit_posterior(
+        net, dataset, config.method_options, FitContext.from_config(config, dataset, device=device, seed=seed)
+    )
     psi = feature_importance(weight_inclusion_matrices(fitted.inclusion_probabilities(), fitted.net)).cpu()
     return ImportanceFit(fitted.model, fitted.guide, psi, scaled_importance(psi), fitted.seconds)
 
@@ -267,8 +291,15 @@ def fit_plain_net(config, x, y, *, seed: int, dropout: float = 0.0, epochs=None)
     net = new_net(config, x.shape[1:], 1, seed=seed)
     if dropout > 0:
         net = with_dropout(net, dropout)
-    return fit_plain(net, x, y, epochs=epochs or config.train.epochs, lr=config.optim.lr,
-                     batch_size=config.data.batch_size, seed=seed)
+    return fit_plain(
+        net,
+        x,
+        y,
+        epochs=epochs or config.train.epochs,
+        lr=config.optim.lr,
+        batch_size=config.data.batch_size,
+        seed=seed,
+    )
 
 
 def nn_fit_predict(config, *, epochs: int, seed: int):
@@ -292,8 +323,14 @@ def fit_gaussian_bnn(config, dataset, *, device, seed: int, scale: float = 1.0):
         ``(model, guide)``; predict with :func:`bayesprune.core.predict.predict`.
     """
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
-    fitted = fit_posterior(net, dataset, config.method_options, FitContext.from_config(config, dataset, device=device, seed=seed),
-                           prior=GaussianPrior(scale=scale), guide_class=NormalGuide)
+    fitted = fit_posterior(
+        net,
+        dataset,
+        config.method_options,
+        FitContext.from_config(config, dataset, device=device, seed=seed),
+        prior=GaussianPrior(scale=scale),
+        guide_class=NormalGuide,
+    )
     return fitted.model, fitted.guide
 
 
@@ -316,6 +353,7 @@ class Stopwatch:
 # ---------------------------------------------------------------------------------------------
 # Figures, report
 # ---------------------------------------------------------------------------------------------
+
 
 def criterion(text: str, passed: bool) -> str:
     """One line of a report's done-when list."""

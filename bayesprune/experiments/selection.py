@@ -27,23 +27,41 @@ Deviations from the paper, for compute (two shared CPU cores):
 * φ comes from one fit on all the training data (as in the paper); only the threshold is
   cross-validated.
 """
+
 import dataclasses
 import functools
 
 import torch
 
 from bayesprune.analysis.selection import (
-    additive_spline_fit_predict, least_squares_fit_predict, mask_features, select_by_cross_validation, select_by_quantile,
+    additive_spline_fit_predict,
+    least_squares_fit_predict,
+    mask_features,
+    select_by_cross_validation,
+    select_by_quantile,
     selection_accuracy,
 )
 from bayesprune.analysis.tables import markdown_table, write_csv
 from bayesprune.core.predict import predict
-from bayesprune.pipeline.experiments import register_experiment
-
 from bayesprune.experiments.common import (
-    Experiment, Stopwatch, boolean, choice, criterion, fit_gaussian_bnn, fit_importance, fit_plain_net, load,
-    mse_on_test, nn_fit_predict, number, number_list, plot_series, sbnn_fit_predict, write_report,
+    Experiment,
+    Stopwatch,
+    boolean,
+    choice,
+    criterion,
+    fit_gaussian_bnn,
+    fit_importance,
+    fit_plain_net,
+    load,
+    mse_on_test,
+    nn_fit_predict,
+    number,
+    number_list,
+    plot_series,
+    sbnn_fit_predict,
+    write_report,
 )
+from bayesprune.pipeline.experiments import register_experiment
 
 CV_FITS = ("additive", "linear", "nn", "sbnn")
 
@@ -99,13 +117,20 @@ class FeatureSelection(Experiment):
             return functools.partial(additive_spline_fit_predict, knots=options["cv_knots"])
         if options["cv_fit"] == "nn":
             return nn_fit_predict(config, epochs=options["cv_epochs"], seed=config.seed)
-        return sbnn_fit_predict(dataclasses.replace(config, train=dataclasses.replace(config.train, epochs=options["cv_epochs"])))
+        return sbnn_fit_predict(
+            dataclasses.replace(config, train=dataclasses.replace(config.train, epochs=options["cv_epochs"]))
+        )
 
     def _cross_validate(self, config, options, dataset, phi):
         return select_by_cross_validation(
-            dataset.x_train, dataset.y_train, phi, fit_predict=self._fit_predict(config, options),
-            folds=options["folds"], thresholds=candidate_thresholds(phi, options["cv_grid"]),
-            one_standard_error=options["one_standard_error"], seed=config.seed,
+            dataset.x_train,
+            dataset.y_train,
+            phi,
+            fit_predict=self._fit_predict(config, options),
+            folds=options["folds"],
+            thresholds=candidate_thresholds(phi, options["cv_grid"]),
+            one_standard_error=options["one_standard_error"],
+            seed=config.seed,
         )
 
     def run(self, config, folder, *, device, progress=False):
@@ -120,9 +145,14 @@ class FeatureSelection(Experiment):
 
         mse = {"sbnn_full": mse_on_test(full.predict(dataset.x_test), dataset)}
         for name, selected in selections.items():
-            masked = dataclasses.replace(dataset, x_train=mask_features(dataset.x_train, selected),
-                                         x_test=mask_features(dataset.x_test, selected))
-            mse[f"bnn_vs_{name}"] = mse_on_test(fit_importance(config, masked, device=device).predict(masked.x_test), dataset)
+            masked = dataclasses.replace(
+                dataset,
+                x_train=mask_features(dataset.x_train, selected),
+                x_test=mask_features(dataset.x_test, selected),
+            )
+            mse[f"bnn_vs_{name}"] = mse_on_test(
+                fit_importance(config, masked, device=device).predict(masked.x_test), dataset
+            )
         mse.update(self._baselines(config, options, dataset, device))
         if progress:
             print(f"main setting done: {mse}", flush=True)
@@ -133,12 +163,17 @@ class FeatureSelection(Experiment):
             fit_pi = fit_importance(config, data_pi, device=device)
             cv_pi = self._cross_validate(config, options, data_pi, fit_pi.phi)
             truth_pi = data_pi.extras["active"]
-            sweep.append({
-                "pi": pi, "true_active_proportion": truth_pi.double().mean().item(),
-                "cv_active_proportion": cv_pi.active_proportion,
-                "cv_selection_accuracy": selection_accuracy(cv_pi.selected, truth_pi),
-                "quantile_selection_accuracy": selection_accuracy(select_by_quantile(fit_pi.phi, options["quantile"]), truth_pi),
-            })
+            sweep.append(
+                {
+                    "pi": pi,
+                    "true_active_proportion": truth_pi.double().mean().item(),
+                    "cv_active_proportion": cv_pi.active_proportion,
+                    "cv_selection_accuracy": selection_accuracy(cv_pi.selected, truth_pi),
+                    "quantile_selection_accuracy": selection_accuracy(
+                        select_by_quantile(fit_pi.phi, options["quantile"]), truth_pi
+                    ),
+                }
+            )
             if progress:
                 print(f"pi={pi}: {sweep[-1]}", flush=True)
 
@@ -156,10 +191,15 @@ class FeatureSelection(Experiment):
         }
         metrics["criteria"] = {
             **{f"selection_accuracy_{name}": value >= options["min_accuracy"] for name, value in accuracy.items()},
-            **{f"bnn_vs_{name}_beats_nn_and_bnn": mse[f"bnn_vs_{name}"] < min(mse["nn"], mse["bnn_gaussian"])
-               for name in selections},
-            **{f"cv_proportion_pi_{row['pi']:g}": abs(row["cv_active_proportion"] - row["true_active_proportion"]) <= tolerance
-               for row in sweep},
+            **{
+                f"bnn_vs_{name}_beats_nn_and_bnn": mse[f"bnn_vs_{name}"] < min(mse["nn"], mse["bnn_gaussian"])
+                for name in selections
+            },
+            **{
+                f"cv_proportion_pi_{row['pi']:g}": abs(row["cv_active_proportion"] - row["true_active_proportion"])
+                <= tolerance
+                for row in sweep
+            },
         }
         metrics["seconds"] = round(float(watch), 1)
         self._write(folder, config, options, metrics, cv)
@@ -173,45 +213,80 @@ class FeatureSelection(Experiment):
             net = fit_plain_net(config, x, y, seed=config.seed, dropout=rate)
             with torch.no_grad():
                 mse[name] = mse_on_test(net(dataset.x_test.to(device)).squeeze(-1).cpu(), dataset)
-        mse["linear"] = mse_on_test(least_squares_fit_predict(dataset.x_train, dataset.y_train, dataset.x_test), dataset)
-        model, guide = fit_gaussian_bnn(config, dataset, device=device, seed=config.seed, scale=options["gaussian_prior_scale"])
+        mse["linear"] = mse_on_test(
+            least_squares_fit_predict(dataset.x_train, dataset.y_train, dataset.x_test), dataset
+        )
+        model, guide = fit_gaussian_bnn(
+            config, dataset, device=device, seed=config.seed, scale=options["gaussian_prior_scale"]
+        )
         mse["bnn_gaussian"] = mse_on_test(predict(model, guide, dataset.x_test.to(device)).cpu(), dataset)
         return mse
 
     def _write(self, folder, config, options, metrics, cv):
         mse, accuracy, sweep = metrics["test_mse"], metrics["selection_accuracy"], metrics["sweep"]
         criteria = metrics["criteria"]
-        write_csv(folder / "test_mse.csv", [{"model": name, "test_mse": value} for name, value in mse.items()],
-                  digits=8)
+        write_csv(
+            folder / "test_mse.csv", [{"model": name, "test_mse": value} for name, value in mse.items()], digits=8
+        )
         write_csv(folder / "cv_sparsity.csv", sweep, digits=8)
-        write_csv(folder / "cv_curve.csv", [{"threshold": t, "cv_mse": e, "cv_std_error": s} for t, e, s in
-                                            zip(cv.thresholds.tolist(), cv.cv_error.tolist(), cv.cv_std_error.tolist())],
-                  digits=8)
-        plot_series(folder / "cv_sparsity.png", [row["true_active_proportion"] for row in sweep],
-                    {"detected by CV": [row["cv_active_proportion"] for row in sweep],
-                     "y = x": [row["true_active_proportion"] for row in sweep]},
-                    xlabel="true proportion of active features", ylabel="proportion kept by the CV threshold",
-                    title="Experiment 3: detected sparsity (Figure 7a)")
+        write_csv(
+            folder / "cv_curve.csv",
+            [
+                {"threshold": t, "cv_mse": e, "cv_std_error": s}
+                for t, e, s in zip(cv.thresholds.tolist(), cv.cv_error.tolist(), cv.cv_std_error.tolist())
+            ],
+            digits=8,
+        )
+        plot_series(
+            folder / "cv_sparsity.png",
+            [row["true_active_proportion"] for row in sweep],
+            {
+                "detected by CV": [row["cv_active_proportion"] for row in sweep],
+                "y = x": [row["true_active_proportion"] for row in sweep],
+            },
+            xlabel="true proportion of active features",
+            ylabel="proportion kept by the CV threshold",
+            title="Experiment 3: detected sparsity (Figure 7a)",
+        )
         data = config.data.options
         bound, tolerance = options["min_accuracy"], options["max_proportion_error"]
-        lines = [criterion(f"selection accuracy, {name} threshold: {accuracy[name]:.3f} ≥ {bound}",
-                           criteria[f"selection_accuracy_{name}"]) for name in accuracy]
-        lines += [criterion(f"BNN_VS ({name}) test MSE {mse[f'bnn_vs_{name}']:.4g} < NN {mse['nn']:.4g} "
-                            f"and plain BNN {mse['bnn_gaussian']:.4g}", criteria[f"bnn_vs_{name}_beats_nn_and_bnn"])
-                  for name in accuracy]
-        lines += [criterion(f"π = {row['pi']:g}: CV keeps {row['cv_active_proportion']:.2f}, "
-                            f"true {row['true_active_proportion']:.2f} (within {tolerance})",
-                            criteria[f"cv_proportion_pi_{row['pi']:g}"]) for row in sweep]
-        write_report(folder, "Experiment 3: variable selection and prediction power (paper 003, section 4.1)", [
-            f"Data: {config.data.dataset} with {data or 'the defaults'}; true active proportion "
-            f"{metrics['true_active_proportion']:.2f}. sBNN {config.model.options.get('hidden')}, "
-            f"{config.train.epochs} epochs. CV: {options['folds']} folds, refit {options['cv_fit']!r} "
-            f"({options['cv_epochs']} epochs), {options['cv_grid']} candidate thresholds; "
-            f"{metrics['seconds']} s in all.",
-            "## Done when\n\n" + "\n".join(lines),
-            "## Test MSE (original units)\n\n" + markdown_table(
-                [{"model": name, "test MSE": value} for name, value in mse.items()]),
-            f"CV threshold φ ≥ {metrics['cv_threshold']:.4f} keeps {metrics['cv_selected_proportion']:.2f} of the features.",
-            "## Detected sparsity over π\n\n" + markdown_table(sweep),
-            "![detected sparsity](cv_sparsity.png)",
-        ])
+        lines = [
+            criterion(
+                f"selection accuracy, {name} threshold: {accuracy[name]:.3f} ≥ {bound}",
+                criteria[f"selection_accuracy_{name}"],
+            )
+            for name in accuracy
+        ]
+        lines += [
+            criterion(
+                f"BNN_VS ({name}) test MSE {mse[f'bnn_vs_{name}']:.4g} < NN {mse['nn']:.4g} "
+                f"and plain BNN {mse['bnn_gaussian']:.4g}",
+                criteria[f"bnn_vs_{name}_beats_nn_and_bnn"],
+            )
+            for name in accuracy
+        ]
+        lines += [
+            criterion(
+                f"π = {row['pi']:g}: CV keeps {row['cv_active_proportion']:.2f}, "
+                f"true {row['true_active_proportion']:.2f} (within {tolerance})",
+                criteria[f"cv_proportion_pi_{row['pi']:g}"],
+            )
+            for row in sweep
+        ]
+        write_report(
+            folder,
+            "Experiment 3: variable selection and prediction power (paper 003, section 4.1)",
+            [
+                f"Data: {config.data.dataset} with {data or 'the defaults'}; true active proportion "
+                f"{metrics['true_active_proportion']:.2f}. sBNN {config.model.options.get('hidden')}, "
+                f"{config.train.epochs} epochs. CV: {options['folds']} folds, refit {options['cv_fit']!r} "
+                f"({options['cv_epochs']} epochs), {options['cv_grid']} candidate thresholds; "
+                f"{metrics['seconds']} s in all.",
+                "## Done when\n\n" + "\n".join(lines),
+                "## Test MSE (original units)\n\n"
+                + markdown_table([{"model": name, "test MSE": value} for name, value in mse.items()]),
+                f"CV threshold φ ≥ {metrics['cv_threshold']:.4f} keeps {metrics['cv_selected_proportion']:.2f} of the features.",
+                "## Detected sparsity over π\n\n" + markdown_table(sweep),
+                "![detected sparsity](cv_sparsity.png)",
+            ],
+        )

@@ -5,13 +5,13 @@ group ``bayesprune.methods``) defining a :class:`Method` subclass decorated with
 :func:`register_method`. Nothing else is edited to add one: :func:`get_method` imports every module
 of this package and every entry point the first time it is asked.
 """
+
 import importlib
 import pkgutil
 from dataclasses import fields
 from importlib.metadata import entry_points
 
 from bayesprune.core.errors import ConfigError
-
 from bayesprune.methods.base import Fitted, Method
 from bayesprune.methods.context import SERVICES, FitContext
 
@@ -64,5 +64,14 @@ def _discover():
     _discovered = True
 
 
-__all__ = ["FitContext", "Fitted", "METHODS", "Method", "SERVICES", "available_methods", "get_method", "register_method",
-           "sparsity_option"]
+__all__ = [
+    "FitContext",
+    "Fitted",
+    "METHODS",
+    "Method",
+    "SERVICES",
+    "available_methods",
+    "get_method",
+    "register_method",
+    "sparsity_option",
+]

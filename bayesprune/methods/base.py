@@ -3,6 +3,7 @@
 Downstream code (the runner, evaluation, pruning, export, reports, the command line) reads a
 :class:`Fitted` and nothing else, so it never depends on one method's internals.
 """
+
 import copy
 from typing import ClassVar
 
@@ -110,7 +111,9 @@ class NetworkFitted(Fitted):
     """A :class:`Fitted` whose result is one deterministic network (no posterior): it predicts with the
     network, masked entries zeroed, and reports the method's numbers in ``report``."""
 
-    def __init__(self, net: nn.Module, *, history=None, seconds: float = 0.0, report=None, task: str = "classification"):
+    def __init__(
+        self, net: nn.Module, *, history=None, seconds: float = 0.0, report=None, task: str = "classification"
+    ):
         super().__init__(net, history=history, seconds=seconds)
         self.report, self.task = report or {}, task
 

@@ -11,6 +11,7 @@ again: a finished stage is not trained but its result is put back (with the rand
 the stage in progress continues from its last epoch. The code between stages runs again and draws
 the same random numbers, so the resumed fit equals the uninterrupted one.
 """
+
 import copy
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,8 +24,17 @@ from bayesprune.core.checkpoint import load_module_state, write_checkpoint
 from bayesprune.core.early_stopping import EarlyStopping
 from bayesprune.core.errors import BayesPruneError, Interrupted
 from bayesprune.core.export import mask_parameters, unmask_parameters
-from bayesprune.core.loop import STOP, History, LoopState, TensorBatches, optimizer_step, rng_state, set_rng_state, train
 from bayesprune.core.fused import kernel_mode
+from bayesprune.core.loop import (
+    STOP,
+    History,
+    LoopState,
+    TensorBatches,
+    optimizer_step,
+    rng_state,
+    set_rng_state,
+    train,
+)
 from bayesprune.core.optim import OptimConfig, torch_optimizer, torch_scheduler
 from bayesprune.core.predict import metric
 from bayesprune.core.sites import site_names
@@ -94,12 +104,23 @@ class FitContext:
         ``data.batch_size = "auto"`` resolved on its training rows), at ``seed`` (the config's by
         default); ``services`` set the other fields (``validation``, ``checkpoint``, ``resume``, ...)."""
         resolved = config.for_data(data.num_train)
-        return cls(device=device, seed=config.seed if seed is None else seed, epochs=resolved.train.epochs,
-                   batch_size=resolved.data.batch_size, optim=config.optim, task=data.task,
-                   noise_scale=config.model.noise_scale, expose=config.model.expose, hide=config.model.hide,
-                   patience=config.train.patience,
-                   checkpoint_every=config.train.checkpoint_every, method=config.method, kernels=config.train.kernels,
-                   config=config.to_dict(), **services)
+        return cls(
+            device=device,
+            seed=config.seed if seed is None else seed,
+            epochs=resolved.train.epochs,
+            batch_size=resolved.data.batch_size,
+            optim=config.optim,
+            task=data.task,
+            noise_scale=config.model.noise_scale,
+            expose=config.model.expose,
+            hide=config.model.hide,
+            patience=config.train.patience,
+            checkpoint_every=config.train.checkpoint_every,
+            method=config.method,
+            kernels=config.train.kernels,
+            config=config.to_dict(),
+            **services,
+        )
 
     def sites(self, net) -> list:
         """The names of ``net``'s site parameters under ``expose`` and ``hide`` (:func:`bayesprune.core.sites.site_names`)."""
@@ -108,11 +129,13 @@ class FitContext:
     def batches(self, x, y, *, seed: int | None = None) -> TensorBatches:
         """Shuffled minibatches of ``(x, y)`` on the device, of the run's size, seeded with ``seed``
         (the fit's seed by default)."""
-        return TensorBatches(x.to(self.device), y.to(self.device), batch_size=self.batch_size,
-                             seed=self.seed if seed is None else seed)
+        return TensorBatches(
+            x.to(self.device), y.to(self.device), batch_size=self.batch_size, seed=self.seed if seed is None else seed
+        )
 
-    def train(self, name: str, step, batches, *, epochs: int, state: dict, scheduler=None, callbacks=(),
-              validate=None) -> History:
+    def train(
+        self, name: str, step, batches, *, epochs: int, state: dict, scheduler=None, callbacks=(), validate=None
+    ) -> History:
         """Run one stage of the fit: ``epochs`` passes of ``step`` over ``batches`` (:func:`bayesprune.core.loop.train`).
 
         Args:
@@ -151,18 +174,35 @@ class FitContext:
         if self.checkpoint is not None:
             callbacks.append(_StageCheckpoint(self, index, name, state, batches, epochs, stateful))
         with kernel_mode(self.kernels):
-            history = train(step, batches, epochs=epochs, callbacks=callbacks, scheduler=scheduler, progress=self.progress,
-                            resume=loop, desc=name)
+            history = train(
+                step,
+                batches,
+                epochs=epochs,
+                callbacks=callbacks,
+                scheduler=scheduler,
+                progress=self.progress,
+                resume=loop,
+                desc=name,
+            )
         if early is not None:
             self.best_epoch = early.best_epoch + 1
         # A finished stage's result is kept for the checkpoints that follow (a fit without them never resumes).
         result = _snapshot(state) if self.checkpoint is not None else None
-        self._finished.append({"name": name, "history": LoopState.history_dict(history), "state": result,
-                               "rng": rng_state(), "batches": batches.generator.get_state(), "best_epoch": self.best_epoch})
+        self._finished.append(
+            {
+                "name": name,
+                "history": LoopState.history_dict(history),
+                "state": result,
+                "rng": rng_state(),
+                "batches": batches.generator.get_state(),
+                "best_epoch": self.best_epoch,
+            }
+        )
         return history
 
-    def train_network(self, name: str, net: nn.Module, batches, *, epochs: int, loss, mask=None,
-                      validate: bool = False) -> History:
+    def train_network(
+        self, name: str, net: nn.Module, batches, *, epochs: int, loss, mask=None, validate: bool = False
+    ) -> History:
         """A stage of plain training: ``net`` in place by ``loss(net(x), y)`` with the run's optimiser and
         schedule. Under ``mask`` (site → bool) the pruned
         weights stay exactly zero whatever the optimiser does (:func:`bayesprune.core.export.mask_parameters`).
@@ -173,9 +213,15 @@ class FitContext:
         scheduler = torch_scheduler(self.optim, optimizer, epochs=epochs)
         state = {"net": net, "optimizer": optimizer, **({"scheduler": scheduler} if scheduler is not None else {})}
         try:
-            return self.train(name, optimizer_step(lambda x, y: loss(net(x), y), optimizer), batches, epochs=epochs,
-                              state=state, scheduler=scheduler,
-                              validate=(lambda x: predict_network(net, x, self.task)) if validate else None)
+            return self.train(
+                name,
+                optimizer_step(lambda x, y: loss(net(x), y), optimizer),
+                batches,
+                epochs=epochs,
+                state=state,
+                scheduler=scheduler,
+                validate=(lambda x: predict_network(net, x, self.task)) if validate else None,
+            )
         finally:
             if mask is not None:
                 unmask_parameters(net)
@@ -186,7 +232,9 @@ class FitContext:
     def _put_back(self, record: dict, name: str, state: dict, batches) -> History:
         """A finished stage of the checkpoint resumed from: its result, not its training."""
         if record["name"] != name:
-            raise ValueError(f"the checkpoint's stage {len(self._finished) + 1} is {record['name']!r}, this fit's is {name!r}")
+            raise ValueError(
+                f"the checkpoint's stage {len(self._finished) + 1} is {record['name']!r}, this fit's is {name!r}"
+            )
         _load(state, record["state"])
         set_rng_state(record["rng"])
         batches.generator.set_state(record["batches"])
@@ -201,9 +249,13 @@ class FitContext:
         if current["name"] != name:
             raise ValueError(f"the checkpoint's stage {index + 1} is {current['name']!r}, this fit's is {name!r}")
         loop = LoopState.from_state_dict(current["loop"])
-        if not (isinstance(loop.epoch, int) and 0 <= loop.epoch <= epochs and len(loop.history.epoch_losses) == loop.epoch):
-            raise ValueError(f"stage {name!r} stopped at epoch {loop.epoch!r} with {len(loop.history.epoch_losses)} epochs "
-                             f"of losses, and runs {epochs} epochs (was the config edited?)")
+        if not (
+            isinstance(loop.epoch, int) and 0 <= loop.epoch <= epochs and len(loop.history.epoch_losses) == loop.epoch
+        ):
+            raise ValueError(
+                f"stage {name!r} stopped at epoch {loop.epoch!r} with {len(loop.history.epoch_losses)} epochs "
+                f"of losses, and runs {epochs} epochs (was the config edited?)"
+            )
         _load(state, self.resume["state"])
         batches.generator.set_state(loop.batches)
         for callback, saved in zip(stateful, loop.callbacks, strict=True):
@@ -217,8 +269,9 @@ class FitContext:
         def score():
             return metric(self.task, validate(x).cpu(), y)
 
-        return EarlyStopping(score, lambda: _snapshot(state), lambda saved: _load(state, saved), epochs=epochs,
-                             patience=self.patience)
+        return EarlyStopping(
+            score, lambda: _snapshot(state), lambda saved: _load(state, saved), epochs=epochs, patience=self.patience
+        )
 
 
 @contextmanager
@@ -243,13 +296,28 @@ class _StageCheckpoint:
         context = self.context
         if (epoch + 1) % context.checkpoint_every and epoch + 1 != self.epochs:
             return
-        loop = LoopState(epoch + 1, history, {}, self.batches.generator.get_state(), rng_state(),
-                         [callback.state_dict() for callback in self.stateful])
-        write_checkpoint(context.checkpoint, method=context.method, state={key: _state_of(obj) for key, obj in self.state.items()},
-                         metadata={"epoch": epoch + 1, "stage": self.name,
-                                   **({} if context.config is None else {"config": context.config})},
-                         loop={"stages": list(context._finished),
-                               "current": {"index": self.index, "name": self.name, "loop": loop.state_dict()}})
+        loop = LoopState(
+            epoch + 1,
+            history,
+            {},
+            self.batches.generator.get_state(),
+            rng_state(),
+            [callback.state_dict() for callback in self.stateful],
+        )
+        write_checkpoint(
+            context.checkpoint,
+            method=context.method,
+            state={key: _state_of(obj) for key, obj in self.state.items()},
+            metadata={
+                "epoch": epoch + 1,
+                "stage": self.name,
+                **({} if context.config is None else {"config": context.config}),
+            },
+            loop={
+                "stages": list(context._finished),
+                "current": {"index": self.index, "name": self.name, "loop": loop.state_dict()},
+            },
+        )
 
 
 def _state_of(obj):

@@ -1,6 +1,7 @@
 """The references every Bayesian result is compared with, on the same split: the plain (non-Bayesian)
 network of the same shape, trained by maximum likelihood and stopped early on a validation part of
 the training rows, and, for regression, the least-squares linear model."""
+
 import pyro
 import torch
 
@@ -10,8 +11,9 @@ from bayesprune.core.predict import metric
 from bayesprune.core.tasks import mean_loss, network_metric, network_test_metric, task_of
 
 
-def fit_plain(net, x, y, *, epochs: int, lr: float, batch_size: int, seed: int = 0, validation=None,
-              patience: int | None = None):
+def fit_plain(
+    net, x, y, *, epochs: int, lr: float, batch_size: int, seed: int = 0, validation=None, patience: int | None = None
+):
     """Train ``net`` on ``(x, y)`` by maximum likelihood with Adam and return it in eval mode.
 
     Cross-entropy for integer labels, mean squared error for floating-point (regression) targets.
@@ -27,8 +29,13 @@ def fit_plain(net, x, y, *, epochs: int, lr: float, batch_size: int, seed: int =
 def validation_stopping(net, validation, *, epochs: int, patience: int | None) -> EarlyStopping:
     """The :class:`~bayesprune.core.early_stopping.EarlyStopping` that keeps ``net``'s state scoring best
     on ``validation = (x_val, y_val)`` (error %, or RMSE in standardised units for regression)."""
-    return EarlyStopping(lambda: network_metric(net, *validation, task_of(validation[1])), net.state_dict, net.load_state_dict,
-                         epochs=epochs, patience=patience)
+    return EarlyStopping(
+        lambda: network_metric(net, *validation, task_of(validation[1])),
+        net.state_dict,
+        net.load_state_dict,
+        epochs=epochs,
+        patience=patience,
+    )
 
 
 def _maximise_likelihood(net, x, y, *, epochs: int, lr: float, batch_size: int, seed: int, callbacks):
@@ -36,13 +43,27 @@ def _maximise_likelihood(net, x, y, *, epochs: int, lr: float, batch_size: int, 
     pyro.set_rng_seed(seed)
     loss = mean_loss(task_of(y))
     net.train()
-    train(optimizer_step(lambda xb, yb: loss(net(xb), yb), torch.optim.Adam(net.parameters(), lr=lr)),
-          TensorBatches(x, y, batch_size=batch_size, seed=seed), epochs=epochs, callbacks=callbacks)
+    train(
+        optimizer_step(lambda xb, yb: loss(net(xb), yb), torch.optim.Adam(net.parameters(), lr=lr)),
+        TensorBatches(x, y, batch_size=batch_size, seed=seed),
+        epochs=epochs,
+        callbacks=callbacks,
+    )
     net.eval()
 
 
-def train_plain(net, dataset, *, epochs: int, lr: float, batch_size: int, seed: int = 0, validation=None,
-                patience: int | None = None, hold: float = 0.0) -> dict:
+def train_plain(
+    net,
+    dataset,
+    *,
+    epochs: int,
+    lr: float,
+    batch_size: int,
+    seed: int = 0,
+    validation=None,
+    patience: int | None = None,
+    hold: float = 0.0,
+) -> dict:
     """Train ``net`` by maximum likelihood with Adam on ``dataset``'s training rows and score it on its
     test rows; returns ``{"test": metric, ...}`` (error % or RMSE in the target's units).
 
@@ -59,8 +80,16 @@ def train_plain(net, dataset, *, epochs: int, lr: float, batch_size: int, seed: 
     device = next(net.parameters()).device
     validation = None if validation is None else tuple(part.to(device) for part in validation)
     stopping = None if validation is None else validation_stopping(net, validation, epochs=epochs, patience=patience)
-    _maximise_likelihood(net, dataset.x_train.to(device), dataset.y_train.to(device), epochs=epochs, lr=lr,
-                         batch_size=batch_size, seed=seed, callbacks=[] if stopping is None else [stopping])
+    _maximise_likelihood(
+        net,
+        dataset.x_train.to(device),
+        dataset.y_train.to(device),
+        epochs=epochs,
+        lr=lr,
+        batch_size=batch_size,
+        seed=seed,
+        callbacks=[] if stopping is None else [stopping],
+    )
     result = {"test": network_test_metric(net, dataset)}
     if stopping is not None:
         result.update(best_epoch=stopping.best_epoch, validation_curve=stopping.scores, n_validation=len(validation[1]))
@@ -71,6 +100,7 @@ def least_squares_test_rmse(dataset) -> float:
     """Test RMSE, in the target's units, of the linear model with an intercept fitted to the training
     rows by least squares (closed form: the minimum-norm solution of ``[X 1] w = y``, in float64 on
     the CPU; inputs of any shape are flattened)."""
+
     def design(x):
         x = x.detach().cpu().double().flatten(1)
         return torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], dim=1)

@@ -1,5 +1,6 @@
 """``bayesprune certify`` as a library call: the PAC-Bayes certificate of a saved run, recomputed from
 its training data by the method that fitted it (PBP's, paper 002)."""
+
 from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.validation import is_count
 

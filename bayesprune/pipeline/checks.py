@@ -35,16 +35,21 @@ def check_size(config, data):
     except Exception:  # noqa: BLE001 - a network that does not build on meta is built (and checked) for real
         return
     if count > MAX_ELEMENTS:
-        raise ConfigError(f"model: the network has {count:,} parameters, more than the {MAX_ELEMENTS:,} (2**31) "
-                          "bayesprune accepts; make model.hidden (or the architecture) smaller")
+        raise ConfigError(
+            f"model: the network has {count:,} parameters, more than the {MAX_ELEMENTS:,} (2**31) "
+            "bayesprune accepts; make model.hidden (or the architecture) smaller"
+        )
     chains = run_chains(config, data)
     if count * chains > MAX_ELEMENTS:  # the run holds every chain's fit until it writes the posterior
-        raise ConfigError(f"chains: {chains:,} fits of {count:,} parameters hold more than the {MAX_ELEMENTS:,} (2**31) "
-                          "bayesprune accepts; ask for fewer chains")
+        raise ConfigError(
+            f"chains: {chains:,} fits of {count:,} parameters hold more than the {MAX_ELEMENTS:,} (2**31) "
+            "bayesprune accepts; ask for fewer chains"
+        )
 
 
 #: Loaders of the user's own tables, whose runs pool ``Method.table_chains`` restarts under ``chains = "auto"``.
 TABLE_LOADERS = ("csv", "npz")
+
 
 def run_chains(config, data) -> int:
     """The run's number of chains: ``config.chains``, or for ``"auto"`` the method's ``table_chains``
@@ -75,8 +80,10 @@ def check_units(config, net, data):
     except Exception:  # noqa: BLE001 - a network the graph cannot trace is the method's check to refuse
         return
     if not groups:
-        raise ConfigError("prune.level = 'unit': the network has no hidden units to remove (model.hidden = [] or "
-                          "an architecture without hidden layers)")
+        raise ConfigError(
+            "prune.level = 'unit': the network has no hidden units to remove (model.hidden = [] or "
+            "an architecture without hidden layers)"
+        )
 
 
 def check_network(net, data):
@@ -93,8 +100,10 @@ def check_network(net, data):
             output = net(data.x_train[:2])
     except Exception as error:  # the user's network, whatever it raises
         message = " ".join(str(error).split())[:200]
-        raise ConfigError(f"model: the network does not take inputs of shape {list(data.input_shape)} "
-                          f"({type(error).__name__}: {message})") from None
+        raise ConfigError(
+            f"model: the network does not take inputs of shape {list(data.input_shape)} "
+            f"({type(error).__name__}: {message})"
+        ) from None
     if not torch.is_tensor(output) or tuple(output.shape) != (2, data.output_dim):
         shape = list(output.shape[1:]) if torch.is_tensor(output) else type(output).__name__
         raise ConfigError(f"model: the network's output per example is {shape}; the data need [{data.output_dim}]")
@@ -104,11 +113,15 @@ def refuse_unsupported(config, method, *, resuming: bool = False):
     """Refuse, before anything is written, a config that asks ``method`` for a service or sets a key it
     does not use (:attr:`~bayesprune.methods.Method.unsupported`), in one line naming the key."""
     if config.prune.level not in method.prune_levels:
-        raise ConfigError(f"prune.level must be one of {list(method.prune_levels)} for method {method.name!r}, "
-                          f"got {config.prune.level!r}")
-    services = {"validation": ("train.validation", config.train.validation > 0),
-                "checkpoint": ("train.checkpoint_every", config.train.checkpoint_every != 1),
-                "resume": ("--resume", resuming)}
+        raise ConfigError(
+            f"prune.level must be one of {list(method.prune_levels)} for method {method.name!r}, "
+            f"got {config.prune.level!r}"
+        )
+    services = {
+        "validation": ("train.validation", config.train.validation > 0),
+        "checkpoint": ("train.checkpoint_every", config.train.checkpoint_every != 1),
+        "resume": ("--resume", resuming),
+    }
     for name, why in method.unsupported_for(config.method_options).items():
         key, asked = services[name] if name in services else (name, _set(config, name))
         if asked:

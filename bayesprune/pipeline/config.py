@@ -4,6 +4,7 @@ Every invalid value raises :class:`~bayesprune.core.errors.ConfigError` naming t
 (``sbnn.pi must lie in (0, 1), got 1.5``). Packaged configs live in ``bayesprune/configs`` and are
 addressed by file stem; any key can be overridden with ``section.key=value``.
 """
+
 import math
 import re
 import tomllib
@@ -16,10 +17,9 @@ import tomli_w
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.fused import KERNEL_MODES
 from bayesprune.core.optim import OptimConfig  # [optim] lives with the optimisers it builds (the methods read it)
-from bayesprune.core.validation import MAX_SCALE, is_count, is_scale
+from bayesprune.core.validation import MAX_SCALE, is_count, is_scale, refuse_unknown_keys
 from bayesprune.core.validation import is_int as _is_int
 from bayesprune.core.validation import is_number as _is_number
-from bayesprune.core.validation import refuse_unknown_keys
 from bayesprune.core.validation import require as _require
 
 
@@ -43,16 +43,24 @@ class DataConfig:
 
     def __post_init__(self):
         _require(isinstance(self.dataset, str), "data.dataset", "be a string", self.dataset)
-        _require(self.batch_size == "auto" or is_count(self.batch_size), "data.batch_size",
-                 f"be a positive integer up to {MAX_COUNT} or 'auto'", self.batch_size)
+        _require(
+            self.batch_size == "auto" or is_count(self.batch_size),
+            "data.batch_size",
+            f"be a positive integer up to {MAX_COUNT} or 'auto'",
+            self.batch_size,
+        )
         if self.splits is not None:
             _require(self.dataset == "uci", "data.splits", "only be set for data.dataset = 'uci'", self.splits)
             valid = self.splits == "all" or (
                 isinstance(self.splits, list) and self.splits and all(_is_int(k) and k >= 0 for k in self.splits)
             )
             _require(valid, "data.splits", "be 'all' or a non-empty list of split indices", self.splits)
-            _require("split" not in self.options, "data.split", "not be given beside data.splits (set data.splits = [k] for split k)",
-                     self.options.get("split"))
+            _require(
+                "split" not in self.options,
+                "data.split",
+                "not be given beside data.splits (set data.splits = [k] for split k)",
+                self.options.get("split"),
+            )
 
     def batch_size_for(self, num_train: int) -> int:
         """The minibatch size for ``num_train`` training rows."""
@@ -86,15 +94,30 @@ class ModelConfig:
         _require(isinstance(self.architecture, str), "model.architecture", "be a string", self.architecture)
         for key in ("expose", "hide"):
             value = getattr(self, key)
-            _require(isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value), f"model.{key}",
-                     "be a list of parameter names, globs or module type names", value)
+            _require(
+                isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value),
+                f"model.{key}",
+                "be a list of parameter names, globs or module type names",
+                value,
+            )
             object.__setattr__(self, key, tuple(value))
         if self.factory is not None:
-            _require(isinstance(self.factory, str) and FACTORY.fullmatch(self.factory) is not None, "model.factory",
-                     "be 'module:callable' (e.g. 'mynets:resnet')", self.factory)
-            _require(self.architecture == "mlp", "model.architecture", "not be given beside model.factory", self.architecture)
+            _require(
+                isinstance(self.factory, str) and FACTORY.fullmatch(self.factory) is not None,
+                "model.factory",
+                "be 'module:callable' (e.g. 'mynets:resnet')",
+                self.factory,
+            )
+            _require(
+                self.architecture == "mlp", "model.architecture", "not be given beside model.factory", self.architecture
+            )
         if self.noise_scale is not None:
-            _require(is_scale(self.noise_scale), "model.noise_scale", f"be a positive number up to {MAX_SCALE:g}", self.noise_scale)
+            _require(
+                is_scale(self.noise_scale),
+                "model.noise_scale",
+                f"be a positive number up to {MAX_SCALE:g}",
+                self.noise_scale,
+            )
 
     @property
     def name(self) -> str:
@@ -124,17 +147,39 @@ class TrainConfig:
 
     def __post_init__(self):
         if self.steps is not None:
-            _require(_is_int(self.steps) and 0 < self.steps <= MAX_COUNT, "train.steps", f"be a positive integer up to {MAX_COUNT}", self.steps)
+            _require(
+                _is_int(self.steps) and 0 < self.steps <= MAX_COUNT,
+                "train.steps",
+                f"be a positive integer up to {MAX_COUNT}",
+                self.steps,
+            )
             object.__setattr__(self, "epochs", None)  # the budget replaces them (an override of a config's epochs)
         elif self.epochs is None:
             object.__setattr__(self, "epochs", 200)
         if self.epochs is not None:
-            _require(_is_int(self.epochs) and 0 < self.epochs <= MAX_COUNT, "train.epochs", f"be a positive integer up to {MAX_COUNT}", self.epochs)
-        _require(_is_number(self.validation) and 0 <= self.validation < 1, "train.validation", "lie in [0, 1)", self.validation)
+            _require(
+                _is_int(self.epochs) and 0 < self.epochs <= MAX_COUNT,
+                "train.epochs",
+                f"be a positive integer up to {MAX_COUNT}",
+                self.epochs,
+            )
+        _require(
+            _is_number(self.validation) and 0 <= self.validation < 1,
+            "train.validation",
+            "lie in [0, 1)",
+            self.validation,
+        )
         if self.patience is not None:
-            _require(_is_int(self.patience) and self.patience > 0, "train.patience", "be a positive integer", self.patience)
+            _require(
+                _is_int(self.patience) and self.patience > 0, "train.patience", "be a positive integer", self.patience
+            )
             _require(self.validation > 0, "train.patience", "come with train.validation > 0", self.patience)
-        _require(is_count(self.checkpoint_every), "train.checkpoint_every", f"be a positive integer up to {MAX_COUNT}", self.checkpoint_every)
+        _require(
+            is_count(self.checkpoint_every),
+            "train.checkpoint_every",
+            f"be a positive integer up to {MAX_COUNT}",
+            self.checkpoint_every,
+        )
         _require(self.kernels in KERNEL_MODES, "train.kernels", f"be one of {list(KERNEL_MODES)}", self.kernels)
 
 
@@ -163,17 +208,31 @@ class PruneConfig:
         from bayesprune.core.normalization import MAX_BATCHES
         from bayesprune.core.pruning import LEVELS, SCOPES
 
-        _require(isinstance(self.droprates, (list, tuple)) and len(self.droprates) > 0, "prune.droprates", "be a non-empty list", self.droprates)
+        _require(
+            isinstance(self.droprates, (list, tuple)) and len(self.droprates) > 0,
+            "prune.droprates",
+            "be a non-empty list",
+            self.droprates,
+        )
         for rate in self.droprates:
             _require(_is_number(rate) and 0 <= rate < 1, "prune.droprates", "contain only droprates in [0, 1)", rate)
         object.__setattr__(self, "droprates", tuple(sorted(set(float(rate) for rate in self.droprates))))
         _require(self.scope in SCOPES, "prune.scope", f"be one of {list(SCOPES)}", self.scope)
         _require(self.level in LEVELS, "prune.level", f"be one of {list(LEVELS)}", self.level)
-        _require(self.min_keep is None or is_count(self.min_keep, 0), "prune.min_keep", f"be a non-negative integer up to {MAX_COUNT}", self.min_keep)
+        _require(
+            self.min_keep is None or is_count(self.min_keep, 0),
+            "prune.min_keep",
+            f"be a non-negative integer up to {MAX_COUNT}",
+            self.min_keep,
+        )
         _require(isinstance(self.include_biases, bool), "prune.include_biases", "be true or false", self.include_biases)
         _require(isinstance(self.recalibrate, bool), "prune.recalibrate", "be true or false", self.recalibrate)
-        _require(_is_int(self.recalibrate_batches) and 0 < self.recalibrate_batches <= MAX_BATCHES,
-                 "prune.recalibrate_batches", f"be a positive integer up to {MAX_BATCHES}", self.recalibrate_batches)
+        _require(
+            _is_int(self.recalibrate_batches) and 0 < self.recalibrate_batches <= MAX_BATCHES,
+            "prune.recalibrate_batches",
+            f"be a positive integer up to {MAX_BATCHES}",
+            self.recalibrate_batches,
+        )
 
     def budget(self, droprate: float):
         """The :class:`~bayesprune.core.pruning.Budget` of one point of the curve."""
@@ -186,7 +245,9 @@ class PruneConfig:
         ``batch_size``), or ``None`` with ``recalibrate = false``."""
         from bayesprune.core.normalization import Calibration
 
-        return Calibration(inputs, batches=self.recalibrate_batches, batch_size=batch_size) if self.recalibrate else None
+        return (
+            Calibration(inputs, batches=self.recalibrate_batches, batch_size=batch_size) if self.recalibrate else None
+        )
 
 
 @dataclass(frozen=True)
@@ -208,9 +269,19 @@ class BaselineConfig:
     def __post_init__(self):
         _require(isinstance(self.enabled, bool), "baseline.enabled", "be true or false", self.enabled)
         if self.validation is not None:
-            _require(_is_number(self.validation) and 0 <= self.validation < 1, "baseline.validation", "lie in [0, 1)", self.validation)
+            _require(
+                _is_number(self.validation) and 0 <= self.validation < 1,
+                "baseline.validation",
+                "lie in [0, 1)",
+                self.validation,
+            )
         if self.epochs is not None:
-            _require(_is_int(self.epochs) and 0 < self.epochs <= MAX_COUNT, "baseline.epochs", f"be a positive integer up to {MAX_COUNT}", self.epochs)
+            _require(
+                _is_int(self.epochs) and 0 < self.epochs <= MAX_COUNT,
+                "baseline.epochs",
+                f"be a positive integer up to {MAX_COUNT}",
+                self.epochs,
+            )
         if self.lr is not None:
             _require(is_scale(self.lr), "baseline.lr", f"be a positive number up to {MAX_SCALE:g}", self.lr)
 
@@ -237,15 +308,29 @@ class ReferenceConfig:
         _require(self.source is None or isinstance(self.source, str), "reference.source", "be a string", self.source)
         _require(isinstance(self.droprates, (list, tuple)), "reference.droprates", "be a list", self.droprates)
         for rate in self.droprates:
-            _require(_is_number(rate) and 0 <= rate < 1, "reference.droprates", "contain only droprates in [0, 1)", rate)
+            _require(
+                _is_number(rate) and 0 <= rate < 1, "reference.droprates", "contain only droprates in [0, 1)", rate
+            )
         rows = self.values.values() if isinstance(self.values, dict) else [self.values]
         for row in rows:
-            _require(isinstance(row, (list, tuple)) and len(row) == len(self.droprates) and all(_is_number(v) for v in row),
-                     "reference.values", f"hold {len(self.droprates)} numbers (one per reference.droprates) per row", row)
-        _require(self.source is not None or not self.droprates, "reference.source", "be given with reference values", self.source)
+            _require(
+                isinstance(row, (list, tuple)) and len(row) == len(self.droprates) and all(_is_number(v) for v in row),
+                "reference.values",
+                f"hold {len(self.droprates)} numbers (one per reference.droprates) per row",
+                row,
+            )
+        _require(
+            self.source is not None or not self.droprates,
+            "reference.source",
+            "be given with reference values",
+            self.source,
+        )
         object.__setattr__(self, "droprates", tuple(float(rate) for rate in self.droprates))
-        values = ({name: tuple(row) for name, row in self.values.items()} if isinstance(self.values, dict)
-                  else tuple(self.values))
+        values = (
+            {name: tuple(row) for name, row in self.values.items()}
+            if isinstance(self.values, dict)
+            else tuple(self.values)
+        )
         object.__setattr__(self, "values", values)
 
     def rows(self, data_name: str | None) -> list:
@@ -331,19 +416,43 @@ class RunConfig:
         method = get_method(self.method)
         if self.method_options is None:
             object.__setattr__(self, "method_options", method.Options())
-        _require(isinstance(self.method_options, method.Options), self.method, f"be a {method.Options.__name__}", self.method_options)
-        _require(_is_int(self.seed) and 0 <= self.seed < MAX_SEED, "seed", "be a non-negative integer below 2**31", self.seed)
-        _require(isinstance(self.seeds, (list, tuple)) and all(_is_int(s) and 0 <= s < MAX_SEED for s in self.seeds)
-                 and len(set(self.seeds)) == len(self.seeds), "seeds", "be a list of distinct non-negative integers below 2**31", self.seeds)
+        _require(
+            isinstance(self.method_options, method.Options),
+            self.method,
+            f"be a {method.Options.__name__}",
+            self.method_options,
+        )
+        _require(
+            _is_int(self.seed) and 0 <= self.seed < MAX_SEED, "seed", "be a non-negative integer below 2**31", self.seed
+        )
+        _require(
+            isinstance(self.seeds, (list, tuple))
+            and all(_is_int(s) and 0 <= s < MAX_SEED for s in self.seeds)
+            and len(set(self.seeds)) == len(self.seeds),
+            "seeds",
+            "be a list of distinct non-negative integers below 2**31",
+            self.seeds,
+        )
         object.__setattr__(self, "seeds", tuple(self.seeds))
-        _require(self.chains == "auto" or (_is_int(self.chains) and 0 < self.chains <= MAX_CHAINS), "chains",
-                 f"be \"auto\" or a positive integer up to {MAX_CHAINS}", self.chains)
-        _require(isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),
-                 "device", "be 'auto', 'cpu' or 'cuda[:N]'", self.device)
+        _require(
+            self.chains == "auto" or (_is_int(self.chains) and 0 < self.chains <= MAX_CHAINS),
+            "chains",
+            f'be "auto" or a positive integer up to {MAX_CHAINS}',
+            self.chains,
+        )
+        _require(
+            isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),
+            "device",
+            "be 'auto', 'cpu' or 'cuda[:N]'",
+            self.device,
+        )
         _require(isinstance(self.description, str), "description", "be a string", self.description)
-        _require(self.baseline.validation is None or self.train.validation == 0, "baseline.validation",
-                 "not be given beside train.validation (the plain network keeps its epoch on the run's validation part)",
-                 self.baseline.validation)
+        _require(
+            self.baseline.validation is None or self.train.validation == 0,
+            "baseline.validation",
+            "not be given beside train.validation (the plain network keeps its epoch on the run's validation part)",
+            self.baseline.validation,
+        )
 
     @classmethod
     def from_dict(cls, raw: dict) -> "RunConfig":
@@ -375,8 +484,12 @@ class RunConfig:
         from bayesprune.core.early_stopping import epochs_for_steps
 
         batch_size = self.data.batch_size_for(num_train)
-        epochs = self.train.epochs if self.train.steps is None else epochs_for_steps(self.train.steps, num_train, batch_size)
-        return replace(self, data=replace(self.data, batch_size=batch_size), train=replace(self.train, epochs=epochs, steps=None))
+        epochs = (
+            self.train.epochs if self.train.steps is None else epochs_for_steps(self.train.steps, num_train, batch_size)
+        )
+        return replace(
+            self, data=replace(self.data, batch_size=batch_size), train=replace(self.train, epochs=epochs, steps=None)
+        )
 
     def to_dict(self) -> dict:
         """Nested dict in TOML layout (options folded back into their sections, ``None`` dropped)."""
@@ -453,11 +566,16 @@ def _packaged_files() -> dict:
     """Packaged config name → its file, from ``bayesprune/configs`` and every method package's
     ``configs`` folder (a method ships its configs beside its code)."""
     root = resources.files("bayesprune")
-    folders = [root / "configs", *(entry / "configs" for entry in sorted((root / "methods").iterdir(), key=lambda e: e.name))]
+    folders = [
+        root / "configs",
+        *(entry / "configs" for entry in sorted((root / "methods").iterdir(), key=lambda e: e.name)),
+    ]
     files = {}
     for folder in folders:
         if folder.is_dir():
-            files.update({entry.name[: -len(".toml")]: entry for entry in folder.iterdir() if entry.name.endswith(".toml")})
+            files.update(
+                {entry.name[: -len(".toml")]: entry for entry in folder.iterdir() if entry.name.endswith(".toml")}
+            )
     return dict(sorted(files.items()))
 
 

@@ -1,4 +1,5 @@
 """Test metrics of a fitted network as weights are removed by their scores (paper 003, Tables 2 and 5)."""
+
 from bayesprune.core.predict import metric
 from bayesprune.core.pruning import Budget, bias_sites, expand_unit_masks, prune
 from bayesprune.core.tasks import metric_name  # noqa: F401  (the run's metric, read from here by the pipeline)
@@ -42,15 +43,21 @@ def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, inclu
     rows = []
     for droprate in droprates:
         rule = budget(droprate) if budget is not None else Budget(fraction=droprate)
-        ranked = scores if include_biases or rule.level == "unit" else {k: v for k, v in scores.items() if k not in biases}
+        ranked = (
+            scores if include_biases or rule.level == "unit" else {k: v for k, v in scores.items() if k not in biases}
+        )
         masks = prune(ranked, rule, net=fitted.net)
         if rule.level == "unit":
             masks = expand_unit_masks(fitted.net, masks)
         gone = {site: zero | ~masks[site].cpu() if site in masks else zero for site, zero in zeros.items()}
         removed = sum(int(site_gone.sum()) for site_gone in gone.values())
         removed_weights = sum(int(site_gone.sum()) for site, site_gone in gone.items() if site not in biases)
-        row = {"droprate": droprate, "n_weights_kept": total - removed, "sparsity": round(removed / total, 6),
-               "sparsity_weights": round(removed_weights / total_weights, 6)}
+        row = {
+            "droprate": droprate,
+            "n_weights_kept": total - removed,
+            "sparsity": round(removed / total, 6),
+            "sparsity_weights": round(removed_weights / total_weights, 6),
+        }
         for suffix, samples in evaluations:
             prediction = fitted.predict(x, num_samples=samples, masks=masks).cpu()
             row[name + suffix] = metric(dataset.task, prediction, dataset.y_test, target_std=dataset.target_std)

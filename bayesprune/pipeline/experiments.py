@@ -5,6 +5,7 @@ A study is a class in a module of :mod:`bayesprune.experiments`, registered with
 every module of that package by name the first time it is asked, as :mod:`bayesprune.methods`
 finds its methods, so a new study is one new module and no other file changes.
 """
+
 import importlib
 import pkgutil
 

@@ -1,6 +1,7 @@
 """``bayesprune export`` as a library call: a fitted network written as a file that runs with torch alone
 (``torch.export``) and a trainable file, smaller where the method or a :class:`~bayesprune.core.pruning.Budget`
 removed units, with its test metric, size, MACs and latency beside the dense network's."""
+
 import json
 import os
 import tempfile
@@ -37,30 +38,56 @@ class Exported:
         """The lines ``bayesprune export`` prints."""
         report = self.report
         name = "test_error" if "test_error" in report else "test_rmse"
-        own, run_value, devices = report[f"method_{name}"], report[f"run_{name}"], list(report["dense"]["latency_seconds"])
+        own, run_value, devices = (
+            report[f"method_{name}"],
+            report[f"run_{name}"],
+            list(report["dense"]["latency_seconds"]),
+        )
         what = "the method's own network" if report["budget"] is None else f"budget {report['budget']}"
-        lines = [f"{what}; dead units removed: {sum(report['removed_dead_units'].values())}; "
-                 + ("batch-norm statistics estimated again for the masked network; " if report["recalibrated_statistics"] else "")
-                 + f"max |exported - masked dense| on {self.compared_inputs} test inputs: {report['max_abs_difference_to_masked']:.2e}",
-                 f"{name} of the written file: {report[name]:.4g} (the run's: {'unknown' if run_value is None else f'{run_value:.4g}'}"
-                 + ("" if own is None else f"; the method's own prediction with the same weights removed: {own:.4g}") + ")",
-                 f"{'':<28}{'dense':>14}{'exported':>14}{'ratio':>8}"]
-        for label, key, sub in (("parameters", "parameters", "total"), ("non-zero parameters", "parameters", "nonzero"),
-                                ("MACs", "macs", None)):
+        lines = [
+            f"{what}; dead units removed: {sum(report['removed_dead_units'].values())}; "
+            + (
+                "batch-norm statistics estimated again for the masked network; "
+                if report["recalibrated_statistics"]
+                else ""
+            )
+            + f"max |exported - masked dense| on {self.compared_inputs} test inputs: {report['max_abs_difference_to_masked']:.2e}",
+            f"{name} of the written file: {report[name]:.4g} (the run's: {'unknown' if run_value is None else f'{run_value:.4g}'}"
+            + ("" if own is None else f"; the method's own prediction with the same weights removed: {own:.4g}")
+            + ")",
+            f"{'':<28}{'dense':>14}{'exported':>14}{'ratio':>8}",
+        ]
+        for label, key, sub in (
+            ("parameters", "parameters", "total"),
+            ("non-zero parameters", "parameters", "nonzero"),
+            ("MACs", "macs", None),
+        ):
             values = [report[n][key][sub] if sub else report[n][key] for n in ("dense", "exported")]
             lines.append(f"{label:<28}{values[0]:>14,}{values[1]:>14,}{values[1] / values[0]:>8.3f}")
         for device in devices:
             for batch, seconds in report["dense"]["latency_seconds"][device].items():
                 small = report["exported"]["latency_seconds"][device][batch]
-                lines.append(f"{f'latency {device}, batch {batch} (ms)':<28}{1e3 * seconds:>14.4f}{1e3 * small:>14.4f}{small / seconds:>8.3f}")
-        done = (["standardises them with the training split's mean and std"] if report["standardises_inputs"] else []) + \
-            (["gives the target in its own units"] if report["scales_outputs"] else [])
-        lines.append(f"wrote {report['file']}: torch.export.load(path).module() runs it with torch alone (inputs of shape (batch, "
-                     f"{', '.join(map(str, report['input_shape']))}) as the data files hold them"
-                     + (f"; it {' and '.join(done)}" if done else "") + ")")
+                lines.append(
+                    f"{f'latency {device}, batch {batch} (ms)':<28}{1e3 * seconds:>14.4f}{1e3 * small:>14.4f}{small / seconds:>8.3f}"
+                )
+        done = (
+            ["standardises them with the training split's mean and std"] if report["standardises_inputs"] else []
+        ) + (["gives the target in its own units"] if report["scales_outputs"] else [])
+        lines.append(
+            f"wrote {report['file']}: torch.export.load(path).module() runs it with torch alone (inputs of shape (batch, "
+            f"{', '.join(map(str, report['input_shape']))}) as the data files hold them"
+            + (f"; it {' and '.join(done)}" if done else "")
+            + ")"
+        )
         if self.no_trainable_file is None:
-            lines.append(f"wrote {report['trainable_file']}: bayesprune.core.export.load_trainable(path) rebuilds it as a trainable nn.Module"
-                         + ("" if not done else " of the standardised data (load_trainable(path, raw_inputs=True) wraps it as the file above)"))
+            lines.append(
+                f"wrote {report['trainable_file']}: bayesprune.core.export.load_trainable(path) rebuilds it as a trainable nn.Module"
+                + (
+                    ""
+                    if not done
+                    else " of the standardised data (load_trainable(path, raw_inputs=True) wraps it as the file above)"
+                )
+            )
         else:
             lines.append(f"no trainable file: {self.no_trainable_file}")
         return lines
@@ -79,7 +106,9 @@ def budget_of(assignments) -> Budget:
         given.add(key)
     unknown = sorted(set(fields) - set(Budget.__dataclass_fields__))
     if unknown:
-        raise BayesPruneError(f"--budget {unknown[0]}: not a budget field (one of {sorted(Budget.__dataclass_fields__)})")
+        raise BayesPruneError(
+            f"--budget {unknown[0]}: not a budget field (one of {sorted(Budget.__dataclass_fields__)})"
+        )
     if not {"fraction", "keep", "threshold"} & set(fields):
         raise BayesPruneError("--budget needs one of fraction, keep and threshold (e.g. --budget fraction=0.5)")
     return Budget(**fields)
@@ -121,11 +150,20 @@ def export_run(run_dir, *, out, budget=None, repeats: int = 30, force: bool = Fa
 
     check_export_arguments(out, repeats=repeats, force=force)
     _, dataset, fitted = load_run(run_dir)
-    return export_fitted(fitted, dataset, out=out, budget=budget, repeats=repeats, force=force,
-                         run_metrics=_first_fit_metrics(Path(run_dir)))
+    return export_fitted(
+        fitted,
+        dataset,
+        out=out,
+        budget=budget,
+        repeats=repeats,
+        force=force,
+        run_metrics=_first_fit_metrics(Path(run_dir)),
+    )
 
 
-def export_fitted(fitted, dataset, *, out, budget=None, repeats: int = 30, force: bool = False, run_metrics=None) -> Exported:
+def export_fitted(
+    fitted, dataset, *, out, budget=None, repeats: int = 30, force: bool = False, run_metrics=None
+) -> Exported:
     """Export ``fitted`` (a :class:`~bayesprune.methods.Fitted`), measured on ``dataset``'s test split, as
     :func:`export_run` does; ``run_metrics`` (a ``metrics.json``'s record) gives the run's own test metric."""
     from bayesprune.core.export import (
@@ -147,7 +185,9 @@ def export_fitted(fitted, dataset, *, out, budget=None, repeats: int = 30, force
     out, trainable = check_export_arguments(out, repeats=repeats, force=force)
     levels = get_method(fitted.method).prune_levels
     if budget is not None and budget.level not in levels:
-        raise BayesPruneError(f"--budget level={budget.level}: method {fitted.method!r} prunes at level {' or '.join(levels)} only")
+        raise BayesPruneError(
+            f"--budget level={budget.level}: method {fitted.method!r} prunes at level {' or '.join(levels)} only"
+        )
     shape = tuple(dataset.input_shape)
     dense = fitted.network().eval()
     # What the method learned: its network as it is (already sparse or shrunk), or, for a method with
@@ -208,17 +248,29 @@ def export_fitted(fitted, dataset, *, out, budget=None, repeats: int = 30, force
         partials[1].unlink(missing_ok=True)
 
     run_value = (run_metrics or {}).get(name)
-    report = {"budget": None if budget is None else {key: value for key, value in vars(budget).items() if value is not None},
-              name: error, f"run_{name}": run_value if isinstance(run_value, (int, float)) else None, f"method_{name}": own,
-              "input_shape": list(shape), "recalibrated_statistics": recalibrated,
-              "standardises_inputs": preprocessing.input_mean is not None, "scales_outputs": preprocessing.scales_targets,
-              "max_abs_difference_to_masked": difference, "removed_dead_units": {site: int((~m).sum()) for site, m in dead.items()},
-              "file": str(out), "trainable_file": None if why_not else str(trainable)}
+    report = {
+        "budget": None if budget is None else {key: value for key, value in vars(budget).items() if value is not None},
+        name: error,
+        f"run_{name}": run_value if isinstance(run_value, (int, float)) else None,
+        f"method_{name}": own,
+        "input_shape": list(shape),
+        "recalibrated_statistics": recalibrated,
+        "standardises_inputs": preprocessing.input_mean is not None,
+        "scales_outputs": preprocessing.scales_targets,
+        "max_abs_difference_to_masked": difference,
+        "removed_dead_units": {site: int((~m).sum()) for site, m in dead.items()},
+        "file": str(out),
+        "trainable_file": None if why_not else str(trainable),
+    }
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     for key, network in (("dense", dense), ("exported", exported)):
-        report[key] = {"parameters": count_parameters(network), "macs": count_macs(network, shape),
-                       "latency_seconds": {device: measure_latency(network, shape, device=device, repeats=repeats)
-                                           for device in devices}}
+        report[key] = {
+            "parameters": count_parameters(network),
+            "macs": count_macs(network, shape),
+            "latency_seconds": {
+                device: measure_latency(network, shape, device=device, repeats=repeats) for device in devices
+            },
+        }
     return Exported(report, compared_inputs=len(x), no_trainable_file=why_not)
 
 

@@ -2,6 +2,7 @@
 and node importance of a saved run, its selection of inputs, and the plain network refit on them,
 written beside the run as ``importance.csv``, ``node_importance.csv``, ``importance.png`` and
 ``selection.json``."""
+
 import json
 import math
 from dataclasses import dataclass, replace
@@ -57,12 +58,16 @@ class Importance:
     def summary(self) -> list:
         """The lines ``bayesprune importance`` prints."""
         selection = self.selection
-        lines = [f"selected {len(selection['selected'])} of {len(self.rows)} inputs ({selection['rule']}): "
-                 f"{', '.join(selection['selected']) or 'none'}"]
+        lines = [
+            f"selected {len(selection['selected'])} of {len(self.rows)} inputs ({selection['rule']}): "
+            f"{', '.join(selection['selected']) or 'none'}"
+        ]
         if "refit" in selection:
             refit = selection["refit"]
-            lines.append(f"plain network refit on the selected inputs: {refit['metric']} {refit['selected_inputs']:.4g} "
-                         f"(all inputs: {refit['all_inputs']:.4g})")
+            lines.append(
+                f"plain network refit on the selected inputs: {refit['metric']} {refit['selected_inputs']:.4g} "
+                f"(all inputs: {refit['all_inputs']:.4g})"
+            )
         return [*lines, f"wrote {', '.join(str(path) for path in self.files)}"]
 
 
@@ -112,7 +117,9 @@ def importance(run_dir, *, top: int = 30, fdr: float = 0.1, force: bool = False)
         plot_importance_image(rows, dataset.input_shape, outputs[2], title="Feature importance φ")
     else:
         ordered = sorted(rows, key=lambda row: row["rank"])
-        plot_importance(ordered[:top], outputs[2], title=f"Feature importance ψ (top {min(top, len(rows))} of {len(rows)})")
+        plot_importance(
+            ordered[:top], outputs[2], title=f"Feature importance ψ (top {min(top, len(rows))} of {len(rows)})"
+        )
     if len(dataset.input_shape) == 1:
         selection["refit"] = _refit_on_selection(config, dataset, [row["selected"] for row in rows])
     write_text(outputs[3], json.dumps(selection, indent=1) + "\n")
@@ -128,9 +135,15 @@ def _refit_on_selection(config, dataset, selected: list) -> dict:
     result = {"metric": metric_name(dataset.task)}
     for key, data in (("all_inputs", dataset), ("selected_inputs", masked)):
         net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
-        result[key] = train_plain(net, data, epochs=config.baseline.epochs or config.train.epochs,
-                                  lr=config.baseline.lr or config.optim.lr, batch_size=config.data.batch_size,
-                                  seed=config.seed, hold=config.baseline.held_out)["test"]
+        result[key] = train_plain(
+            net,
+            data,
+            epochs=config.baseline.epochs or config.train.epochs,
+            lr=config.baseline.lr or config.optim.lr,
+            batch_size=config.data.batch_size,
+            seed=config.seed,
+            hold=config.baseline.held_out,
+        )["test"]
     return result
 
 

@@ -1,4 +1,5 @@
 """``report.md`` and its plots, regenerated from the files of a run directory alone."""
+
 import csv
 import json
 import math
@@ -49,8 +50,9 @@ def _write_report(run_dir: Path, metrics: dict) -> Path:
     losses = read_losses(run_dir)
     scores = read_scores(run_dir)
     if SCORES_DIGEST in metrics and arrays_digest(scores) != metrics[SCORES_DIGEST]:
-        raise BayesPruneError(f"{run_dir / 'scores.npz'}: not the scores metrics.json records (one of the two comes "
-                              "from another run)")
+        raise BayesPruneError(
+            f"{run_dir / 'scores.npz'}: not the scores metrics.json records (one of the two comes from another run)"
+        )
     posterior = read_posterior(run_dir, metrics["method"], scores) if (run_dir / "posterior.nc").exists() else None
     metric = metric_name(metrics["task"])
     baseline = metrics.get(f"baseline_{metric}")
@@ -63,10 +65,16 @@ def _write_report(run_dir: Path, metrics: dict) -> Path:
     # The CDF of ranks is the diagonal whatever the run: only scores that are values say something.
     score_plot = not diagnostics and "rank" not in score_name
     if score_plot:
-        plot_score_cdf(np.concatenate([value.ravel() for value in scores.values()]), run_dir / "score_cdf.png", score_name=score_name)
+        plot_score_cdf(
+            np.concatenate([value.ravel() for value in scores.values()]),
+            run_dir / "score_cdf.png",
+            score_name=score_name,
+        )
     curve_plot = len(metrics["pruning_curve"]) > 1
     if curve_plot:
-        plot_pruning_curve(metrics["pruning_curve"], metric, run_dir / "pruning_curve.png", baseline=baseline, score_name=score_name)
+        plot_pruning_curve(
+            metrics["pruning_curve"], metric, run_dir / "pruning_curve.png", baseline=baseline, score_name=score_name
+        )
 
     unit = " (%)" if metric == "test_error" else ""
     summary = [
@@ -80,27 +88,37 @@ def _write_report(run_dir: Path, metrics: dict) -> Path:
         (f"{metric}{unit}, point estimate", f"{metrics[metric]:.4g}"),
         *([(f"{metric}{unit}, MC predictive", f"{metrics[metric + '_mc']:.4g}")] if metric + "_mc" in metrics else []),
         (f"{metric}{unit}, plain network", "—" if baseline is None else f"{baseline:.4g}"),
-        *([(f"{metric}, linear model (least squares)", f"{metrics[f'baseline_linear_{metric}']:.4g}")]
-          if metrics.get(f"baseline_linear_{metric}") is not None else []),
-        *((key.replace("_", " "), format_value(value)) for key, value in metrics.items() if key not in _SHOWN and not isinstance(value, (list, dict))),
+        *(
+            [(f"{metric}, linear model (least squares)", f"{metrics[f'baseline_linear_{metric}']:.4g}")]
+            if metrics.get(f"baseline_linear_{metric}") is not None
+            else []
+        ),
+        *(
+            (key.replace("_", " "), format_value(value))
+            for key, value in metrics.items()
+            if key not in _SHOWN and not isinstance(value, (list, dict))
+        ),
     ]
     curve, columns = _curve_with_reference(metrics, metric)
     shown = markdown_text(score_name)  # what the report copies from metrics.json is text, never markdown
-    text = "\n\n".join([
-        f"# bayesprune run: {markdown_text(metrics['method'])} on {markdown_text(metrics['dataset'])}",
-        "| quantity | value |\n|---|---|\n" + "\n".join(f"| {markdown_text(k)} | {markdown_text(v)} |" for k, v in summary),
-        f"## Pruning by {shown}\n\nWeights are ranked globally by their {shown} and the lowest "
-        "fraction (the droprate) is set to zero. Sparsity counts all parameters; `sparsity_weights` "
-        "leaves the biases out." + _statistics_sentence(metrics),
-        markdown_table(curve, columns),
-        *_error_margin_line(metrics),
-        *(["![test metric against droprate](pruning_curve.png)"] if curve_plot else []),
-        *([f"## Scores\n\n![CDF of the {shown} of every weight](score_cdf.png)"] if score_plot else []),
-        "## Optimisation\n\n![training loss per epoch](loss.png)",
-        *(_importance_files(run_dir) if (run_dir / "importance.png").exists() else []),
-        *diagnostics,
-        *_method_sections(run_dir, metrics),
-    ])
+    text = "\n\n".join(
+        [
+            f"# bayesprune run: {markdown_text(metrics['method'])} on {markdown_text(metrics['dataset'])}",
+            "| quantity | value |\n|---|---|\n"
+            + "\n".join(f"| {markdown_text(k)} | {markdown_text(v)} |" for k, v in summary),
+            f"## Pruning by {shown}\n\nWeights are ranked globally by their {shown} and the lowest "
+            "fraction (the droprate) is set to zero. Sparsity counts all parameters; `sparsity_weights` "
+            "leaves the biases out." + _statistics_sentence(metrics),
+            markdown_table(curve, columns),
+            *_error_margin_line(metrics),
+            *(["![test metric against droprate](pruning_curve.png)"] if curve_plot else []),
+            *([f"## Scores\n\n![CDF of the {shown} of every weight](score_cdf.png)"] if score_plot else []),
+            "## Optimisation\n\n![training loss per epoch](loss.png)",
+            *(_importance_files(run_dir) if (run_dir / "importance.png").exists() else []),
+            *diagnostics,
+            *_method_sections(run_dir, metrics),
+        ]
+    )
     path = run_dir / "report.md"
     write_text(path, text + "\n")
     return path
@@ -111,10 +129,14 @@ def _statistics_sentence(metrics: dict) -> str:
     if "recalibrated_statistics" not in metrics:
         return ""
     if metrics["recalibrated_statistics"]:
-        return (" The batch-norm statistics of every masked network are estimated again on training batches "
-                "before it is scored (`prune.recalibrate`).")
-    return (" Every masked network is scored with the batch-norm statistics of the dense network "
-            "(`prune.recalibrate = false`): stale, they can make a pruned network look far worse than it is.")
+        return (
+            " The batch-norm statistics of every masked network are estimated again on training batches "
+            "before it is scored (`prune.recalibrate`)."
+        )
+    return (
+        " Every masked network is scored with the batch-norm statistics of the dense network "
+        "(`prune.recalibrate = false`): stale, they can make a pruned network look far worse than it is."
+    )
 
 
 def _method_sections(run_dir: Path, metrics: dict) -> list:
@@ -128,7 +150,11 @@ def _curve_with_reference(metrics: dict, metric: str):
     """The pruning curve's rows and columns, with the ``[reference]`` value at each droprate it gives
     (the paper's rows at other droprates are appended)."""
     curve = [dict(row) for row in metrics["pruning_curve"]]
-    columns = [c for c in ("droprate", "sparsity", "sparsity_weights", "n_weights_kept", metric, f"{metric}_mc") if c in curve[0]]
+    columns = [
+        c
+        for c in ("droprate", "sparsity", "sparsity_weights", "n_weights_kept", metric, f"{metric}_mc")
+        if c in curve[0]
+    ]
     reference = metrics.get("reference")
     if not reference:
         return curve, columns
@@ -147,8 +173,10 @@ def _error_margin_line(metrics: dict) -> list:
     if ERROR_MARGIN_KEY not in metrics:
         return []
     found = metrics[ERROR_MARGIN_KEY]
-    text = (f"Sparsity at which the test error first exceeds the full model's by {ERROR_MARGIN:g} points: "
-            f"{'not reached' if found is None else f'{found:.4g}'}")
+    text = (
+        f"Sparsity at which the test error first exceeds the full model's by {ERROR_MARGIN:g} points: "
+        f"{'not reached' if found is None else f'{found:.4g}'}"
+    )
     reference = metrics.get("reference")
     if reference and reference["rows"][0]["droprate"] == 0:
         paper = first_sparsity_worse_by(reference["rows"], "value", ERROR_MARGIN, key="droprate")
@@ -163,8 +191,18 @@ def _reading(path: Path):
         yield
     except BayesPruneError:
         raise
-    except (OSError, EOFError, ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError, zipfile.BadZipFile,
-            csv.Error) as error:
+    except (
+        OSError,
+        EOFError,
+        ValueError,
+        KeyError,
+        TypeError,
+        IndexError,
+        AttributeError,
+        RecursionError,
+        zipfile.BadZipFile,
+        csv.Error,
+    ) as error:
         reason = " ".join(str(error).split())[:160] or type(error).__name__
         raise BayesPruneError(f"{path}: not readable as bayesprune wrote it ({reason})") from None
 
@@ -172,7 +210,17 @@ def _reading(path: Path):
 #: The key of ``metrics.json`` holding the digest of the run's ``scores.npz`` arrays
 #: (:func:`~bayesprune.core.files.arrays_digest`): a report refuses a scores.npz, or a metrics.json, of another run.
 SCORES_DIGEST = "scores_sha256"
-REQUIRED_METRICS = ("method", "dataset", "task", "architecture", "device", "n_weights", "epochs", "train_seconds", "pruning_curve")
+REQUIRED_METRICS = (
+    "method",
+    "dataset",
+    "task",
+    "architecture",
+    "device",
+    "n_weights",
+    "epochs",
+    "train_seconds",
+    "pruning_curve",
+)
 
 
 def read_metrics(run_dir: Path) -> dict:
@@ -248,7 +296,9 @@ def _check_metrics(metrics: dict):
             raise ValueError("'pruning_curve' has ragged rows or values that are not numbers")
         if not _number(row.get("droprate")):
             raise ValueError("'pruning_curve' has a row without a droprate")
-        if not all(0 <= row[key] <= 1 for key in ("droprate", "sparsity", "sparsity_weights") if row.get(key) is not None):
+        if not all(
+            0 <= row[key] <= 1 for key in ("droprate", "sparsity", "sparsity_weights") if row.get(key) is not None
+        ):
             raise ValueError("'pruning_curve' has a droprate or sparsity outside [0, 1]")
     droprates = [row["droprate"] for row in curve]
     if droprates != sorted(set(droprates)):
@@ -256,8 +306,14 @@ def _check_metrics(metrics: dict):
     reference = metrics.get("reference")
     if reference is not None:
         rows = reference.get("rows") if isinstance(reference, dict) else None
-        if not (isinstance(rows, list) and rows and isinstance(reference.get("source"), str)
-                and all(isinstance(row, dict) and _number(row.get("droprate")) and _number(row.get("value")) for row in rows)):
+        if not (
+            isinstance(rows, list)
+            and rows
+            and isinstance(reference.get("source"), str)
+            and all(
+                isinstance(row, dict) and _number(row.get("droprate")) and _number(row.get("value")) for row in rows
+            )
+        ):
             raise ValueError("'reference' is not a source and rows of droprate and value")
 
 
@@ -283,9 +339,29 @@ def read_scores(run_dir: Path) -> dict:
         return read_npz(path)
 
 
-_SHOWN = {"method", "dataset", "task", "device", "architecture", "n_weights", "epochs", "seed", "train_seconds",
-          "score", "chains", "test_error", "test_error_mc", "test_rmse", "test_rmse_mc",
-          "baseline_test_error", "baseline_test_rmse", "baseline_linear_test_rmse", "reference", "recalibrated_statistics", ERROR_MARGIN_KEY}
+_SHOWN = {
+    "method",
+    "dataset",
+    "task",
+    "device",
+    "architecture",
+    "n_weights",
+    "epochs",
+    "seed",
+    "train_seconds",
+    "score",
+    "chains",
+    "test_error",
+    "test_error_mc",
+    "test_rmse",
+    "test_rmse_mc",
+    "baseline_test_error",
+    "baseline_test_rmse",
+    "baseline_linear_test_rmse",
+    "reference",
+    "recalibrated_statistics",
+    ERROR_MARGIN_KEY,
+}
 
 
 _IMPORTANCE = [
@@ -302,9 +378,11 @@ def _importance_files(run_dir: Path) -> list:
     if record is None or record["rule"] != "kept-by-the-fit":
         return _IMPORTANCE
     selected, dropped = record["selected"], record["not_selected"]
-    line = (f"**Selected inputs ({len(selected)} of {len(selected) + len(dropped)}):** "
-            f"{', '.join(markdown_text(name) for name in selected) or 'none'}; removed: "
-            f"{', '.join(markdown_text(name) for name in dropped) or 'none'}. {markdown_text(record['description'])}.")
+    line = (
+        f"**Selected inputs ({len(selected)} of {len(selected) + len(dropped)}):** "
+        f"{', '.join(markdown_text(name) for name in selected) or 'none'}; removed: "
+        f"{', '.join(markdown_text(name) for name in dropped) or 'none'}. {markdown_text(record['description'])}."
+    )
     return [*_IMPORTANCE, line, *_refit_line(record, selected)]
 
 
@@ -320,8 +398,10 @@ def _read_selection(run_dir: Path):
         if "fdr" in record and not (_number(record["fdr"]) and 0 <= record["fdr"] < 1):
             raise ValueError("'fdr' is not a number in [0, 1)")
         refit = record.get("refit")
-        if refit is not None and not (isinstance(refit.get("metric"), str)
-                                      and all(_number(refit.get(key)) for key in ("all_inputs", "selected_inputs"))):
+        if refit is not None and not (
+            isinstance(refit.get("metric"), str)
+            and all(_number(refit.get(key)) for key in ("all_inputs", "selected_inputs"))
+        ):
             raise ValueError("'refit' is not a metric and two numbers")
     return record
 
@@ -333,8 +413,10 @@ def _refit_line(record, selected: list) -> list:
     if refit is None:
         return []
     metric = markdown_text(refit["metric"])
-    return [f"The plain network of the run's shape refit on the selected inputs alone (the others set to zero): "
-            f"{metric} {refit['selected_inputs']:.4g}, against {refit['all_inputs']:.4g} on all inputs."]
+    return [
+        f"The plain network of the run's shape refit on the selected inputs alone (the others set to zero): "
+        f"{metric} {refit['selected_inputs']:.4g}, against {refit['all_inputs']:.4g} on all inputs."
+    ]
 
 
 def _importance_sections(rows: list, chains: int, top: int, fdr: float, record=None) -> list:
@@ -348,13 +430,26 @@ def _importance_sections(rows: list, chains: int, top: int, fdr: float, record=N
         f"restart. The {min(top, len(rows))} most important of {len(rows)} features:"
     )
     columns = ["feature", "psi", "psi_low", "psi_high", "restarts", "r_hat", "ess", "inclusion_probability", "selected"]
-    table = [{**{key: row[key] for key in columns if key in row},
-              "restarts": f"{row['restart_low']:.3g}–{row['restart_high']:.3g}", "selected": "yes" if row["selected"] else "no"}
-             for row in ordered[:top]]
-    selection = (f"**Selected inputs ({len(selected)} of {len(rows)}):** {', '.join(markdown_text(name) for name in selected) or 'none'}. "
-                 f"{_selection_rule(fdr)}")
+    table = [
+        {
+            **{key: row[key] for key in columns if key in row},
+            "restarts": f"{row['restart_low']:.3g}–{row['restart_high']:.3g}",
+            "selected": "yes" if row["selected"] else "no",
+        }
+        for row in ordered[:top]
+    ]
+    selection = (
+        f"**Selected inputs ({len(selected)} of {len(rows)}):** {', '.join(markdown_text(name) for name in selected) or 'none'}. "
+        f"{_selection_rule(fdr)}"
+    )
     chosen = [row["feature"] for row in rows if row["selected"]]
-    return [text, markdown_table(table, columns), selection, *_refit_line(record, chosen), _restart_agreement(rows, chains)]
+    return [
+        text,
+        markdown_table(table, columns),
+        selection,
+        *_refit_line(record, chosen),
+        _restart_agreement(rows, chains),
+    ]
 
 
 def _selection_rule(fdr: float) -> str:
@@ -369,8 +464,10 @@ def _selection_rule(fdr: float) -> str:
 def _restart_agreement(rows: list, chains: int) -> str:
     """R-hat's reading for a variational posterior, and the features whose restarts disagree."""
     if chains < 2:
-        return ("One restart: R-hat and ESS need at least two (`chains`), and the interval is one fit's, which is "
-                "narrower than the spread between fits. Use `chains = 4` or more before trusting a ranking.")
+        return (
+            "One restart: R-hat and ESS need at least two (`chains`), and the interval is one fit's, which is "
+            "narrower than the spread between fits. Use `chains = 4` or more before trusting a ranking."
+        )
     meaning = (
         "R-hat compares the spread of ψ between restarts with its spread within each restart's posterior. "
         "For a variational fit it is not a test of MCMC mixing: each restart is an independent optimisation, so "
@@ -380,9 +477,11 @@ def _restart_agreement(rows: list, chains: int) -> str:
     flagged = disagreeing_features(rows)
     if not flagged:
         return f"{meaning} Every feature's R-hat is at most {RHAT_WARNING}."
-    return (f"{meaning}\n\n**Warning: the restarts disagree (R-hat > {RHAT_WARNING}) on {len(flagged)} of {len(rows)} "
-            f"features:** {', '.join(markdown_text(name) for name in flagged)}. Their ranks are not settled; fit more "
-            "restarts or longer.")
+    return (
+        f"{meaning}\n\n**Warning: the restarts disagree (R-hat > {RHAT_WARNING}) on {len(flagged)} of {len(rows)} "
+        f"features:** {', '.join(markdown_text(name) for name in flagged)}. Their ranks are not settled; fit more "
+        "restarts or longer."
+    )
 
 
 def read_posterior(run_dir: Path, method: str, scores: dict):
@@ -399,7 +498,9 @@ def read_posterior(run_dir: Path, method: str, scores: dict):
             raise ValueError(f"written by method {written_by!r}, but the run is of method {method!r}")
         for name, draws in idata.posterior.data_vars.items():
             if name in scores and tuple(draws.shape[2:]) != scores[name].shape:
-                raise ValueError(f"{name!r} has shape {list(draws.shape[2:])}, but scores.npz has {list(scores[name].shape)}")
+                raise ValueError(
+                    f"{name!r} has shape {list(draws.shape[2:])}, but scores.npz has {list(scores[name].shape)}"
+                )
     return idata
 
 
@@ -416,7 +517,10 @@ def _diagnostics(run_dir: Path, idata, top: int = 10) -> list:
         record = _read_selection(run_dir)
         fdr = record["fdr"] if record is not None and "fdr" in record else DEFAULT_FDR
         sections += _importance_sections(pooled_importance_of(idata, fdr=fdr), chains, top, fdr, record)
-    captions = {"forest_psi": "forest plot of the feature importance ψ of each restart", "ppc": "posterior predictive check on the test set",
-                "inclusion_cdf": "CDF of inclusion probabilities per chain"}
+    captions = {
+        "forest_psi": "forest plot of the feature importance ψ of each restart",
+        "ppc": "posterior predictive check on the test set",
+        "inclusion_cdf": "CDF of inclusion probabilities per chain",
+    }
     sections += [f"![{captions[name]}]({path.name})" for name, path in written.items()]
     return sections

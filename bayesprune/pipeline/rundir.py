@@ -1,6 +1,7 @@
 """The run directory: refusing an output directory that could lose a user's files, writing a run in a
 hidden staging directory under a lock and moving it into place when complete, finding what an
 interrupted run left to resume, and loading a saved run back (:func:`load_run`)."""
+
 import fcntl
 import glob
 import json
@@ -35,6 +36,7 @@ FIRST_FIT_FILES = (CHECKPOINT, "history.csv", "scores.npz", POSTERIOR)
 
 NAME_MAX = 255
 
+
 def check_output_dir(out: Path, *, force: bool, inputs=()):
     """Refuse, before any work, an output directory whose replacement could lose a user's files.
 
@@ -63,8 +65,9 @@ def check_output_dir(out: Path, *, force: bool, inputs=()):
         if not force:
             raise BayesPruneError(f"--out {out}: directory is not empty; pass --force to overwrite it")
         if not (out / "config.toml").is_file():
-            raise BayesPruneError(f"--out {out}: is not a bayesprune run directory (no config.toml); "
-                                  "--force replaces only earlier runs")
+            raise BayesPruneError(
+                f"--out {out}: is not a bayesprune run directory (no config.toml); --force replaces only earlier runs"
+            )
 
 
 def load_run(run_dir):
@@ -86,11 +89,15 @@ def load_run(run_dir):
         config = replace(config, data=replace(config.data, splits=[first]))
     saved = read_checkpoint(run_dir / CHECKPOINT)
     if saved["method"] != config.method:
-        raise BayesPruneError(f"{run_dir / CHECKPOINT}: saved by method {saved['method']!r}, but config.toml has {config.method!r}")
+        raise BayesPruneError(
+            f"{run_dir / CHECKPOINT}: saved by method {saved['method']!r}, but config.toml has {config.method!r}"
+        )
     recorded = _recorded_state_digest(run_dir)
     if recorded is not None and recorded != state_digest(saved["state"]):
-        raise BayesPruneError(f"{run_dir / CHECKPOINT}: not the fit metrics.json records (one of the two comes from another "
-                              "run); put the run's own checkpoint back")
+        raise BayesPruneError(
+            f"{run_dir / CHECKPOINT}: not the fit metrics.json records (one of the two comes from another "
+            "run); put the run's own checkpoint back"
+        )
     dataset = load_datasets(config)[0]
     check_size(config, dataset)
     _check_preprocessing(run_dir / CHECKPOINT, saved, dataset)
@@ -98,15 +105,19 @@ def load_run(run_dir):
     built, builds = saved.get("built"), shapes(net)
     if built is not None and built != builds:  # config.toml edited after the fit (a wider network, another one)
         name = next(name for name in [*builds, *built] if builds.get(name) != built.get(name))
-        raise BayesPruneError(f"{run_dir / CHECKPOINT}: was fitted from a network whose {name} has shape {built.get(name)}, "
-                              f"but config.toml builds {builds.get(name)}")
+        raise BayesPruneError(
+            f"{run_dir / CHECKPOINT}: was fitted from a network whose {name} has shape {built.get(name)}, "
+            f"but config.toml builds {builds.get(name)}"
+        )
     structure = saved.get("structure")
     if structure and any(list(param.shape) != structure.get(name) for name, param in net.named_parameters()):
         from bayesprune.core.export import resize
 
         mismatch = next(name for name, param in net.named_parameters() if list(param.shape) != structure.get(name))
-        where = (f"{run_dir / CHECKPOINT}: holds {mismatch} of shape {structure.get(mismatch)}, but config.toml builds "
-                 f"{list(dict(net.named_parameters())[mismatch].shape)}")
+        where = (
+            f"{run_dir / CHECKPOINT}: holds {mismatch} of shape {structure.get(mismatch)}, but config.toml builds "
+            f"{list(dict(net.named_parameters())[mismatch].shape)}"
+        )
         try:  # a fit that removed units saved a smaller network; any other difference is another network's
             if set(structure) != {name for name, _ in net.named_parameters()}:
                 raise ValueError("other parameters")
@@ -114,8 +125,10 @@ def load_run(run_dir):
         except ValueError as error:
             raise BayesPruneError(f"{where} ({error})") from None
     if "loop" in saved:
-        raise BayesPruneError(f"{run_dir / CHECKPOINT}: holds an unfinished fit (stage {saved['metadata'].get('stage')!r}, "
-                              f"epoch {saved['metadata'].get('epoch')}); finish it with: bayesprune run --resume {run_dir}")
+        raise BayesPruneError(
+            f"{run_dir / CHECKPOINT}: holds an unfinished fit (stage {saved['metadata'].get('stage')!r}, "
+            f"epoch {saved['metadata'].get('epoch')}); finish it with: bayesprune run --resume {run_dir}"
+        )
     ctx = FitContext.from_config(config, dataset, device=torch.device("cpu"))
     try:
         fitted = get_method(config.method).restore(net, dataset, config.method_options, ctx, saved["state"])
@@ -127,7 +140,9 @@ def load_run(run_dir):
         raise BayesPruneError(f"{run_dir / CHECKPOINT}: not the state the method {config.method!r} writes ({problem})")
     # the training part the fit saw (without its validation rows), so masked statistics are the run's own
     part = hold_out(dataset, config.train.validation, seed=config.seed)[0] if config.train.validation > 0 else dataset
-    fitted.calibration = config.prune.calibration(part.x_train, batch_size=config.for_data(part.num_train).data.batch_size)
+    fitted.calibration = config.prune.calibration(
+        part.x_train, batch_size=config.for_data(part.num_train).data.batch_size
+    )
     return config, dataset, fitted
 
 
@@ -143,8 +158,10 @@ def _check_preprocessing(path: Path, saved: dict, dataset):
         raise BayesPruneError(f"{path}: {error}") from None
     field = stored.differs_from(preprocessing_of(dataset))
     if field:
-        raise BayesPruneError(f"{path}: the fit's data had another {field} than the data config.toml loads now "
-                              "(the data files changed since the run)")
+        raise BayesPruneError(
+            f"{path}: the fit's data had another {field} than the data config.toml loads now "
+            "(the data files changed since the run)"
+        )
 
 
 def _recorded_state_digest(run_dir: Path):
@@ -178,7 +195,9 @@ def staged(out: Path, *, resumed_from=None, force: bool = False):
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         lock.close()
-        raise BayesPruneError(f"--out {out}: another run is writing it; wait for it or choose another directory") from None
+        raise BayesPruneError(
+            f"--out {out}: another run is writing it; wait for it or choose another directory"
+        ) from None
     try:
         check_output_dir(out, force=force)  # what another run wrote there before this one took the lock
     except BayesPruneError:
@@ -236,8 +255,12 @@ def resumable(out: Path) -> tuple:
     if config.experiment.name is not None:
         raise BayesPruneError(f"--resume {out}: {config.experiment.name} runs do not resume; run them again")
     checkpoints = [read_checkpoint(path) for path in _progress_files(source) if path.suffix == ".pt"]
-    if not (source / SEEDS).is_dir() and not any(saved["method"] == config.method and "loop" in saved for saved in checkpoints):
-        raise BayesPruneError(f"{source / CHECKPOINT}: holds no training-loop state of a {config.method} fit to resume from")
+    if not (source / SEEDS).is_dir() and not any(
+        saved["method"] == config.method and "loop" in saved for saved in checkpoints
+    ):
+        raise BayesPruneError(
+            f"{source / CHECKPOINT}: holds no training-loop state of a {config.method} fit to resume from"
+        )
     for saved in checkpoints:
         _refuse_edited(config, saved.get("metadata", {}).get("config"), source / "config.toml")
     return source, config
@@ -254,11 +277,16 @@ def _refuse_edited(config, fitted, path: Path):
         wanted["seed"] = fitted["seed"]
     key = first_difference(fitted, wanted)
     if key is not None:
-        raise BayesPruneError(f"{path}: {key} was edited after the fit started (its checkpoint was made from another "
-                              f"value); undo the edit, or start a new run")
+        raise BayesPruneError(
+            f"{path}: {key} was edited after the fit started (its checkpoint was made from another "
+            f"value); undo the edit, or start a new run"
+        )
 
 
 def _progress_files(folder: Path) -> list:
     """The checkpoints and finished seeds an interrupted run left in ``folder``."""
-    return [path for path in [folder / CHECKPOINT, *folder.glob("checkpoint-seed-*.pt"), *(folder / SEEDS).glob("*.json")]
-            if path.is_file()]
+    return [
+        path
+        for path in [folder / CHECKPOINT, *folder.glob("checkpoint-seed-*.pt"), *(folder / SEEDS).glob("*.json")]
+        if path.is_file()
+    ]

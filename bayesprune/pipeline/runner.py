@@ -8,6 +8,7 @@ written. The run is written to a hidden staging directory beside ``out`` and mov
 complete, so ``out`` is never left half-written; after a divergence only the last good checkpoint
 and the config are moved there.
 """
+
 import copy
 import json
 import shutil
@@ -90,9 +91,21 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     with staged(out, resumed_from=resumed_from, force=force) as staging:
         (staging / "config.toml").write_text(config.to_toml())
         seeds = config.seeds or [config.seed]
-        runs = [_seed_run(replace(config, seed=seed), method, datasets, device, staging, out, first=number == 0,
-                          several=len(seeds) > 1, progress=progress, resumed_from=resumed_from)
-                for number, seed in enumerate(seeds)]
+        runs = [
+            _seed_run(
+                replace(config, seed=seed),
+                method,
+                datasets,
+                device,
+                staging,
+                out,
+                first=number == 0,
+                several=len(seeds) > 1,
+                progress=progress,
+                resumed_from=resumed_from,
+            )
+            for number, seed in enumerate(seeds)
+        ]
         per_seed = [metrics for metrics, _ in runs]
         before = set(staging.iterdir())
         try:  # a signal while writing the run's files stops it as in training: the checkpoint kept, resumable
@@ -128,8 +141,19 @@ def run_file(name, out, *, overrides=(), data_root=None, force: bool = False, pr
     return config, run(config, out, force=force, progress=progress, inputs=config_file)
 
 
-def _seed_run(config, method, datasets, device, staging: Path, out: Path, *, first: bool, several: bool, progress: bool,
-              resumed_from=None) -> tuple:
+def _seed_run(
+    config,
+    method,
+    datasets,
+    device,
+    staging: Path,
+    out: Path,
+    *,
+    first: bool,
+    several: bool,
+    progress: bool,
+    resumed_from=None,
+) -> tuple:
     """The metrics of one seed of the run (``config.seed``), and the fit whose final checkpoint is
     still to write (:func:`_fit_splits`), or ``None``.
 
@@ -151,8 +175,18 @@ def _seed_run(config, method, datasets, device, staging: Path, out: Path, *, fir
     if resumed_from is not None and (resumed_from / checkpoint).is_file():
         saved = read_checkpoint(resumed_from / checkpoint)
         resume = saved if "loop" in saved and saved["method"] == config.method else None
-    metrics, final = _fit_splits(config, method, datasets, device, staging, out, first=first, progress=progress,
-                                 checkpoint=staging / checkpoint, resume=resume)
+    metrics, final = _fit_splits(
+        config,
+        method,
+        datasets,
+        device,
+        staging,
+        out,
+        first=first,
+        progress=progress,
+        checkpoint=staging / checkpoint,
+        resume=resume,
+    )
     if several:
         if final is not None:  # a finished seed is taken as it is on --resume: its checkpoint first
             _write_final_checkpoint(staging, *final)
@@ -164,8 +198,19 @@ def _seed_run(config, method, datasets, device, staging: Path, out: Path, *, fir
     return metrics, final
 
 
-def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, first: bool, progress: bool,
-                checkpoint: Path, resume=None) -> tuple:
+def _fit_splits(
+    config,
+    method,
+    datasets,
+    device,
+    staging: Path,
+    out: Path,
+    *,
+    first: bool,
+    progress: bool,
+    checkpoint: Path,
+    resume=None,
+) -> tuple:
     """Fit and evaluate every split from ``config.seed``; the first fit checkpoints to ``checkpoint``
     (continuing from ``resume``, a checkpoint of that fit, when given), and the run's first writes its
     fit into ``staging``. Returns the metrics and, for the run's first fit, ``(fitted, built, preprocessing)`` for
@@ -186,7 +231,11 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
                 net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
                 baseline_net = copy.deepcopy(net) if chain == 0 else None
                 ctx = FitContext.from_config(
-                    config, dataset, device=device, seed=seed, progress=progress,
+                    config,
+                    dataset,
+                    device=device,
+                    seed=seed,
+                    progress=progress,
                     validation=None if validation is None else tuple(validation),
                     checkpoint=checkpoint if index == chain == 0 else None,
                     resume=resume if index == chain == 0 else None,
@@ -195,8 +244,14 @@ def _fit_splits(config, method, datasets, device, staging: Path, out: Path, *, f
                 fitted.calibration = config.prune.calibration(dataset.x_train, batch_size=split_config.data.batch_size)
                 if chain == 0:
                     built = shapes(baseline_net)
-                    per_split.append({**_evaluate(split_config, dataset, fitted, device, baseline_net, validation, ctx.best_epoch),
-                                      **training_cost(ctx)})
+                    per_split.append(
+                        {
+                            **_evaluate(
+                                split_config, dataset, fitted, device, baseline_net, validation, ctx.best_epoch
+                            ),
+                            **training_cost(ctx),
+                        }
+                    )
                 fits.append(fitted)
             if first and index == 0:
                 _write_fit(staging, fits[0])
@@ -247,14 +302,22 @@ def training_cost(ctx) -> dict:
     """The fit's training over all its stages: ``train_epochs`` and ``train_steps`` (optimiser steps), so
     that fits of methods with several stages compare by what they cost (``compare``'s leaderboard)."""
     histories = [stage["history"] for stage in ctx._finished]  # noqa: SLF001 - the stages the context ran
-    return {"train_epochs": sum(len(history["epoch_losses"]) for history in histories),
-            "train_steps": sum(len(history["step_losses"]) for history in histories)}
+    return {
+        "train_epochs": sum(len(history["epoch_losses"]) for history in histories),
+        "train_steps": sum(len(history["step_losses"]) for history in histories),
+    }
 
 
 def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, best_epoch=None) -> dict:
     name = metric_name(dataset.task)
-    curve = pruning_curve(fitted, dataset, droprates=sorted({0.0, *config.prune.droprates}), device=device,
-                          budget=config.prune.budget, include_biases=config.prune.include_biases)
+    curve = pruning_curve(
+        fitted,
+        dataset,
+        droprates=sorted({0.0, *config.prune.droprates}),
+        device=device,
+        budget=config.prune.budget,
+        include_biases=config.prune.include_biases,
+    )
     metrics = {
         "method": config.method,
         "dataset": dataset.name,
@@ -277,9 +340,14 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
     if config.baseline.enabled:  # a diverged plain network is reported, not allowed to sink the run
         try:
             plain = train_plain(
-                baseline_net.to(device), dataset,
-                epochs=config.baseline.epochs or config.train.epochs, lr=config.baseline.lr or config.optim.lr,
-                batch_size=config.data.batch_size, seed=config.seed, validation=validation, patience=config.train.patience,
+                baseline_net.to(device),
+                dataset,
+                epochs=config.baseline.epochs or config.train.epochs,
+                lr=config.baseline.lr or config.optim.lr,
+                batch_size=config.data.batch_size,
+                seed=config.seed,
+                validation=validation,
+                patience=config.train.patience,
                 hold=config.baseline.held_out,
             )
             metrics[f"baseline_{name}"] = plain.pop("test")
@@ -302,7 +370,9 @@ def _stopped(error, staging: Path, out: Path, checkpoint: str):
         stage = f"stage {metadata['stage']!r}, " if metadata.get("stage") else ""
         move_into_place(staging, out, force=True)  # an interrupted run's files only: the complete run is kept above
         where = f"the checkpoint of {stage}epoch {metadata.get('epoch')} is in {out / checkpoint}"
-        if isinstance(error, (Interrupted, StopNow)) and ("loop" in read_checkpoint(out / checkpoint) or (out / SEEDS).is_dir()):
+        if isinstance(error, (Interrupted, StopNow)) and (
+            "loop" in read_checkpoint(out / checkpoint) or (out / SEEDS).is_dir()
+        ):
             where += f"; continue with: bayesprune run --resume {out}"
     elif (staging / SEEDS).is_dir():
         move_into_place(staging, out, force=True)
@@ -312,13 +382,17 @@ def _stopped(error, staging: Path, out: Path, checkpoint: str):
     else:
         where = "no checkpoint was written"
     message = f"{error}; {where}"
-    return Interrupted(message, error.signal) if isinstance(error, (Interrupted, StopNow)) else TrainingDiverged(message)
+    return (
+        Interrupted(message, error.signal) if isinstance(error, (Interrupted, StopNow)) else TrainingDiverged(message)
+    )
 
 
 def _write_fit(folder: Path, fitted):
     """``history.csv`` (training loss per epoch) and ``scores.npz`` (the score of every site)."""
     losses = fitted.history.epoch_losses
-    write_csv(folder / "history.csv", [{"epoch": epoch + 1, "loss": f"{loss:.8g}"} for epoch, loss in enumerate(losses)])
+    write_csv(
+        folder / "history.csv", [{"epoch": epoch + 1, "loss": f"{loss:.8g}"} for epoch, loss in enumerate(losses)]
+    )
     with replacing(folder / "scores.npz") as temporary:
         np.savez(temporary, **{name: score.cpu().numpy() for name, score in fitted.scores().items()})
 
@@ -334,5 +408,10 @@ def _write_final_checkpoint(folder: Path, fitted, built: dict, preprocessing):
     """The fit's final checkpoint (early stopping may have put an earlier epoch back), in place of its
     training-loop checkpoint: its network's structure, ``built`` (the shapes the config built) and the
     data's ``preprocessing``, which :func:`load_run` checks the reloaded data against."""
-    save_checkpoint(folder / CHECKPOINT, fitted, metadata={"epoch": len(fitted.history.epoch_losses)}, built=built,
-                    preprocessing=preprocessing)
+    save_checkpoint(
+        folder / CHECKPOINT,
+        fitted,
+        metadata={"epoch": len(fitted.history.epoch_losses)},
+        built=built,
+        preprocessing=preprocessing,
+    )

@@ -1,5 +1,6 @@
 """A run's ``metrics.json``: several splits summarised as mean and standard error, several seeds as mean
 and standard deviation, the sparsity where the error first grows by ``ERROR_MARGIN``, written as strict JSON."""
+
 import json
 import math
 from pathlib import Path
@@ -14,6 +15,7 @@ from bayesprune.pipeline.evaluation import ERROR_MARGIN, ERROR_MARGIN_KEY, first
 def write_metrics(path: Path, metrics: dict):
     """``metrics.json`` as strict JSON: a NaN or infinite number (a mean over a diverged baseline)
     is written as null."""
+
     def strict(value):
         if isinstance(value, float) and not math.isfinite(value):
             return None
@@ -45,6 +47,7 @@ def _mean_and_stderr(values):
 
 _PER_RUN = ("method", "dataset", "task", "device", "architecture", "n_weights", "epochs", "seed", "score")
 
+
 def summarise_splits(per_split: list) -> dict:
     """One split's metrics as they are; several splits as mean and standard error (std / sqrt(n)) of
     every numeric metric, training time summed."""
@@ -56,7 +59,12 @@ def summarise_splits(per_split: list) -> dict:
     metrics["splits"] = len(per_split)
     metrics["train_seconds"] = round(sum(m["train_seconds"] for m in per_split), 3)
     for key, value in first.items():
-        if key not in _PER_RUN and key != "train_seconds" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if (
+            key not in _PER_RUN
+            and key != "train_seconds"
+            and isinstance(value, (int, float))
+            and not isinstance(value, bool)
+        ):
             metrics[key], stderr = _mean_and_stderr([m[key] for m in per_split])
             metrics[f"{key}_mean"], metrics[f"{key}_stderr"] = metrics[key], stderr
     curve = []
@@ -81,7 +89,9 @@ def summarise_seeds(runs: list, seeds) -> dict:
 
     def numeric_list(key):
         values = [run.get(key) for run in runs]
-        return all(isinstance(v, list) and v and all(numeric(x) for x in v) and len(v) == len(values[0]) for v in values)
+        return all(
+            isinstance(v, list) and v and all(numeric(x) for x in v) and len(v) == len(values[0]) for v in values
+        )
 
     metrics = dict(first)
     for key, value in first.items():

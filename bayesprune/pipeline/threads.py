@@ -9,6 +9,7 @@ from ``/proc/loadavg``), less one left free for a process that starts later, and
 one thread on a two-core machine, 15 on an idle 16-core one. ``--threads N`` (or ``OMP_NUM_THREADS``) sets the count instead; the compare and sweep
 engines pin each worker to one thread themselves.
 """
+
 import os
 
 import torch

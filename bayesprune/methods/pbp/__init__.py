@@ -25,6 +25,7 @@ those rows (their indices in the training split as loaded, and a digest of their
 ``bayesprune certify`` measures the risk on exactly them, never on rows rebuilt from a config.
 Biases carry Gaussian slabs with λ = λ⁰ = 1, so the KL covers every parameter.
 """
+
 import hashlib
 import math
 import time
@@ -40,20 +41,19 @@ from bayesprune.core import bounds
 from bayesprune.core.checkpoint import load_module_state
 from bayesprune.core.criteria import CRITERIA, saliency, weight_sites
 from bayesprune.core.errors import BayesPruneError, ConfigError
-from bayesprune.core.loop import check_stop, svi_step
 from bayesprune.core.gates import PARAMETERIZATIONS, block_isotropic
-from bayesprune.models import BayesianNetwork, BoundedCategorical, Categorical
+from bayesprune.core.loop import check_stop, svi_step
 from bayesprune.core.optim import build_optim
-from bayesprune.models.priors import GivenPrior
 from bayesprune.core.tasks import mean_loss
 from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
-
 from bayesprune.methods import SERVICES, Method, register_method
 from bayesprune.methods.base import GuideFitted
 from bayesprune.methods.pbp.distributions import DiracSpikeSlab
 from bayesprune.methods.pbp.guide import DiracSpikeSlabGuide
 from bayesprune.methods.pbp.objectives import GibbsRisk, PACBayesBound
 from bayesprune.methods.pbp.start import fit_start, is_start_method, start_method
+from bayesprune.models import BayesianNetwork, BoundedCategorical, Categorical
+from bayesprune.models.priors import GivenPrior
 
 #: Rows per forward pass when a sampled network is scored on a data split.
 EVALUATION_CHUNK = 10_000
@@ -118,30 +118,75 @@ class PBPOptions:
     def __post_init__(self):
         key = "pbp."
         for name in ("alpha", "sparsity", "epsilon", "min_prob", "delta"):
-            require(is_number(getattr(self, name)) and 0 < getattr(self, name) < 1, key + name, "lie in (0, 1)", getattr(self, name))
-        require(self.sparsity * self.epsilon / (1 - self.sparsity) < 1, key + "epsilon",
-                f"satisfy s·ε/(1 − s) < 1 at s = {self.sparsity} (eq. 6)", self.epsilon)
-        require(self.start_mask in CRITERIA or is_start_method(self.start_mask), key + "start_mask",
-                f"be a criterion of {sorted(CRITERIA)} or a method (other than pbp)", self.start_mask)
+            require(
+                is_number(getattr(self, name)) and 0 < getattr(self, name) < 1,
+                key + name,
+                "lie in (0, 1)",
+                getattr(self, name),
+            )
+        require(
+            self.sparsity * self.epsilon / (1 - self.sparsity) < 1,
+            key + "epsilon",
+            f"satisfy s·ε/(1 − s) < 1 at s = {self.sparsity} (eq. 6)",
+            self.epsilon,
+        )
+        require(
+            self.start_mask in CRITERIA or is_start_method(self.start_mask),
+            key + "start_mask",
+            f"be a criterion of {sorted(CRITERIA)} or a method (other than pbp)",
+            self.start_mask,
+        )
         for name in ("start_options", "start_optim"):
             require(isinstance(getattr(self, name), dict), key + name, "be a table", getattr(self, name))
-            require(not getattr(self, name) or is_start_method(self.start_mask), key + name,
-                    "be empty when pbp.start_mask is a criterion", getattr(self, name))
+            require(
+                not getattr(self, name) or is_start_method(self.start_mask),
+                key + name,
+                "be empty when pbp.start_mask is a criterion",
+                getattr(self, name),
+            )
         if is_start_method(self.start_mask):
             start_method(self)
-        require(is_number(self.log_sigma2) and -40 <= self.log_sigma2 <= 10, key + "log_sigma2", "lie in [-40, 10]", self.log_sigma2)
-        require(self.parameterization in PARAMETERIZATIONS, key + "parameterization", f"be one of {list(PARAMETERIZATIONS)}",
-                self.parameterization)
-        require(is_scale(self.temperature), key + "temperature", f"be a positive number up to {MAX_SCALE:g}", self.temperature)
+        require(
+            is_number(self.log_sigma2) and -40 <= self.log_sigma2 <= 10,
+            key + "log_sigma2",
+            "lie in [-40, 10]",
+            self.log_sigma2,
+        )
+        require(
+            self.parameterization in PARAMETERIZATIONS,
+            key + "parameterization",
+            f"be one of {list(PARAMETERIZATIONS)}",
+            self.parameterization,
+        )
+        require(
+            is_scale(self.temperature),
+            key + "temperature",
+            f"be a positive number up to {MAX_SCALE:g}",
+            self.temperature,
+        )
         require(isinstance(self.learn_scale, bool), key + "learn_scale", "be true or false", self.learn_scale)
         for name in ("prior_epochs", "prior_mask_epochs"):
-            require(is_count(getattr(self, name), 0), key + name, f"be a non-negative integer up to {MAX_COUNT}", getattr(self, name))
+            require(
+                is_count(getattr(self, name), 0),
+                key + name,
+                f"be a non-negative integer up to {MAX_COUNT}",
+                getattr(self, name),
+            )
         for name in ("grid_size", "mc_samples", "prior_samples"):
-            require(is_count(getattr(self, name)), key + name, f"be a positive integer up to {MAX_COUNT}", getattr(self, name))
+            require(
+                is_count(getattr(self, name)),
+                key + name,
+                f"be a positive integer up to {MAX_COUNT}",
+                getattr(self, name),
+            )
         require(self.sampling in SAMPLING, key + "sampling", f"be one of {list(SAMPLING)}", self.sampling)
-        require(self.sampling == "networks" or self.mc_samples <= MAX_PER_EXAMPLE_DRAWS, key + "mc_samples",
-                f"be at most {MAX_PER_EXAMPLE_DRAWS} with pbp.sampling = 'examples' (each draw is a network for every "
-                "example; 1 already gives m = n)", self.mc_samples)
+        require(
+            self.sampling == "networks" or self.mc_samples <= MAX_PER_EXAMPLE_DRAWS,
+            key + "mc_samples",
+            f"be at most {MAX_PER_EXAMPLE_DRAWS} with pbp.sampling = 'examples' (each draw is a network for every "
+            "example; 1 already gives m = n)",
+            self.mc_samples,
+        )
 
 
 def split_rows(num_train: int, alpha: float, seed: int) -> tuple:
@@ -169,14 +214,18 @@ def bound_examples(fitted, data) -> tuple:
             them, or its examples there are not the ones the fit certified on (the data changed).
     """
     if fitted.bound_rows is None:
-        raise BayesPruneError("this PBP fit was saved before the rows of S \\ S_P were recorded; fit it again to certify it")
+        raise BayesPruneError(
+            "this PBP fit was saved before the rows of S \\ S_P were recorded; fit it again to certify it"
+        )
     given = data.extras.get("train_rows", torch.arange(data.num_train))
     position = torch.full((max(int(given.max()), int(fitted.bound_rows.max())) + 1,), -1, dtype=torch.int64)
     position[given] = torch.arange(len(given))
     local = position[fitted.bound_rows]
     if bool((local < 0).any()) or examples_digest(data.x_train[local], data.y_train[local]) != fitted.bound_digest:
-        raise BayesPruneError(f"the training data does not hold the {len(local)} examples of S \\ S_P this fit certified on, "
-                              "at the rows it recorded (its data or data options changed)")
+        raise BayesPruneError(
+            f"the training data does not hold the {len(local)} examples of S \\ S_P this fit certified on, "
+            "at the rows it recorded (its data or data options changed)"
+        )
     return data.x_train[local], data.y_train[local]
 
 
@@ -200,8 +249,10 @@ def gibbs_errors(model, guide, x, y, *, samples: int, sampling: str = "networks"
     for _ in range(samples):
         check_stop("while drawing networks from the posterior")
         params = guide.sample_params()
-        wrong = sum(int((model.network(params, xs).argmax(-1) != ys).sum())
-                    for xs, ys in zip(torch.split(x, EVALUATION_CHUNK), torch.split(y, EVALUATION_CHUNK)))
+        wrong = sum(
+            int((model.network(params, xs).argmax(-1) != ys).sum())
+            for xs, ys in zip(torch.split(x, EVALUATION_CHUNK), torch.split(y, EVALUATION_CHUNK))
+        )
         errors.append(wrong / len(y))
     return torch.tensor(errors, dtype=torch.float64)
 
@@ -234,8 +285,20 @@ class PBPFitted(GuideFitted):
     method = "pbp"
     score_name = "keep logit"
 
-    def __init__(self, model, guide, priors: dict, *, bound_rows, bound_digest, alpha: float, history=None, seconds=0.0,
-                 report=None, predictive_samples: int = 20):
+    def __init__(
+        self,
+        model,
+        guide,
+        priors: dict,
+        *,
+        bound_rows,
+        bound_digest,
+        alpha: float,
+        history=None,
+        seconds=0.0,
+        report=None,
+        predictive_samples: int = 20,
+    ):
         super().__init__(model, guide, history=history, seconds=seconds, predictive_samples=predictive_samples)
         # S \ S_P, the rows the prior never saw: the certificate is valid on these rows only, so they are
         # kept with the fit (indices in the training split as loaded, and their examples' digest), never
@@ -250,12 +313,20 @@ class PBPFitted(GuideFitted):
         return dict(self.report)
 
     def state_dict(self) -> dict:
-        return {"guide": {k: v.detach().clone() for k, v in self.guide.state_dict().items()},
-                "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
-                "prior": {name: {"probs": p.probs.clone(), "loc": p.loc.clone(), "scale": p.scale.clone()}
-                          for name, p in self.priors.items()},
-                **({} if self.bound_rows is None else {"bound_rows": self.bound_rows.clone(), "bound_digest": self.bound_digest}),
-                "alpha": self.alpha}
+        return {
+            "guide": {k: v.detach().clone() for k, v in self.guide.state_dict().items()},
+            "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
+            "prior": {
+                name: {"probs": p.probs.clone(), "loc": p.loc.clone(), "scale": p.scale.clone()}
+                for name, p in self.priors.items()
+            },
+            **(
+                {}
+                if self.bound_rows is None
+                else {"bound_rows": self.bound_rows.clone(), "bound_digest": self.bound_digest}
+            ),
+            "alpha": self.alpha,
+        }
 
     def load_state_dict(self, state):
         load_module_state(self.guide, state["guide"])
@@ -265,8 +336,10 @@ class PBPFitted(GuideFitted):
 def _prior_distributions(guide) -> dict:
     """The stage-2 guide's distributions, detached: the data-dependent prior P of stage 3."""
     with torch.no_grad():
-        return {name: DiracSpikeSlab(q.probs.detach().clone(), q.loc.detach().clone(), q.scale.detach().clone())
-                for name, q in guide.posteriors().items()}
+        return {
+            name: DiracSpikeSlab(q.probs.detach().clone(), q.loc.detach().clone(), q.scale.detach().clone())
+            for name, q in guide.posteriors().items()
+        }
 
 
 def _model_and_guide(net, priors: dict, likelihood, options, *, learn_scale: bool) -> tuple:
@@ -279,8 +352,14 @@ def _model_and_guide(net, priors: dict, likelihood, options, *, learn_scale: boo
                 param.copy_(priors[name].loc)
     model = BayesianNetwork(net, GivenPrior(priors), likelihood, sites=list(priors))
     keep = {name: priors[name].probs for name in weight_sites(net) if name in priors}
-    guide = DiracSpikeSlabGuide(model, keep, scale=math.exp(options.log_sigma2 / 2), learn_scale=learn_scale,
-                                parameterization=options.parameterization, temperature=options.temperature)
+    guide = DiracSpikeSlabGuide(
+        model,
+        keep,
+        scale=math.exp(options.log_sigma2 / 2),
+        learn_scale=learn_scale,
+        parameterization=options.parameterization,
+        temperature=options.temperature,
+    )
     return model, guide
 
 
@@ -288,13 +367,21 @@ def _variational_stage(ctx, name: str, model, guide, batches, *, objective, epoc
     """A stage of SVI on ``objective`` with the run's optimiser and schedule."""
     optim = build_optim(ctx.optim, epochs=epochs)
     step = svi_step(model, guide, objective=objective, optim=optim)
-    return ctx.train(name, step, batches, epochs=epochs, state={"guide": guide, "optimizer": optim},
-                     scheduler=optim if isinstance(optim, PyroLRScheduler) else None)
+    return ctx.train(
+        name,
+        step,
+        batches,
+        epochs=epochs,
+        state={"guide": guide, "optimizer": optim},
+        scheduler=optim if isinstance(optim, PyroLRScheduler) else None,
+    )
 
 
 def _posterior(net, priors: dict, *, n: int, options) -> tuple:
     """Stage 3's model (prior P, bounded cross-entropy on the n examples of S \\ S_P) and Q started at P."""
-    return _model_and_guide(net, priors, BoundedCategorical(n, min_prob=options.min_prob), options, learn_scale=options.learn_scale)
+    return _model_and_guide(
+        net, priors, BoundedCategorical(n, min_prob=options.min_prob), options, learn_scale=options.learn_scale
+    )
 
 
 @register_method
@@ -310,11 +397,16 @@ class PBPMethod(Method):
 
     def unsupported_for(self, options) -> dict:
         if not options.prior_epochs:
-            return {"validation": "early stopping acts on stage 1 (the network trained on S_P), and pbp.prior_epochs is 0"}
+            return {
+                "validation": "early stopping acts on stage 1 (the network trained on S_P), and pbp.prior_epochs is 0"
+            }
         if is_start_method(options.start_mask):  # stage 1 is that method's fit: what it does not support
             method, own, _ = start_method(options)
-            return {service: f"stage 1 is method {method.name!r} (pbp.start_mask): {why}"
-                    for service, why in method.unsupported_for(own).items() if service in SERVICES}
+            return {
+                service: f"stage 1 is method {method.name!r} (pbp.start_mask): {why}"
+                for service, why in method.unsupported_for(own).items()
+                if service in SERVICES
+            }
         return {}
 
     def check(self, net, data, options):
@@ -322,8 +414,10 @@ class PBPMethod(Method):
         cut = math.floor(options.alpha * data.num_train)
         if not 0 < cut < data.num_train:
             empty = "S_P" if cut == 0 else "S \\ S_P"
-            raise ConfigError(f"pbp.alpha = {options.alpha} leaves {empty} empty "
-                              f"(α·N = {options.alpha * data.num_train:.3g} of N = {data.num_train} training examples)")
+            raise ConfigError(
+                f"pbp.alpha = {options.alpha} leaves {empty} empty "
+                f"(α·N = {options.alpha * data.num_train:.3g} of N = {data.num_train} training examples)"
+            )
 
     def fit(self, net, data, options, ctx):
         self.check(net, data, options)  # on the rows left after train.validation
@@ -340,39 +434,82 @@ class PBPMethod(Method):
         start = time.perf_counter()
         loss = mean_loss(data.task)
         if is_start_method(options.start_mask):
-            prior_data = replace(data, x_train=data.x_train[prior_rows], y_train=data.y_train[prior_rows],
-                                 extras={key: value for key, value in data.extras.items() if key != "train_rows"})
+            prior_data = replace(
+                data,
+                x_train=data.x_train[prior_rows],
+                y_train=data.y_train[prior_rows],
+                extras={key: value for key, value in data.extras.items() if key != "train_rows"},
+            )
             scores = fit_start(net, prior_data, options, ctx)
             scores = {site: scores[site].to(device) for site in weight_sites(net)}
         else:
-            ctx.train_network("stage 1: network on S_P", net, prior_batches, epochs=options.prior_epochs, loss=loss, validate=True)
-            scores = saliency(options.start_mask, net, x=x_prior[:SALIENCY_EXAMPLES], y=y_prior[:SALIENCY_EXAMPLES], loss=loss)
+            ctx.train_network(
+                "stage 1: network on S_P", net, prior_batches, epochs=options.prior_epochs, loss=loss, validate=True
+            )
+            scores = saliency(
+                options.start_mask, net, x=x_prior[:SALIENCY_EXAMPLES], y=y_prior[:SALIENCY_EXAMPLES], loss=loss
+            )
         keep = block_isotropic(scores, options.sparsity, options.epsilon)
         params = dict(net.named_parameters())
-        initial = {name: DiracSpikeSlab(keep[name] if name in keep else torch.ones_like(params[name]), params[name].detach().clone(),
-                                        torch.full_like(params[name], math.exp(options.log_sigma2 / 2))) for name in ctx.sites(net)}
-        prior_model, prior_guide = _model_and_guide(net, initial, Categorical(len(prior_rows)), options, learn_scale=False)
+        initial = {
+            name: DiracSpikeSlab(
+                keep[name] if name in keep else torch.ones_like(params[name]),
+                params[name].detach().clone(),
+                torch.full_like(params[name], math.exp(options.log_sigma2 / 2)),
+            )
+            for name in ctx.sites(net)
+        }
+        prior_model, prior_guide = _model_and_guide(
+            net, initial, Categorical(len(prior_rows)), options, learn_scale=False
+        )
         histograms = {"keep_probability_histogram_start": prior_guide.masks.histogram()}
-        _variational_stage(ctx, "stage 2: prior P on S_P", prior_model, prior_guide, prior_batches,
-                           objective=GibbsRisk(dataset_size=len(prior_rows)), epochs=options.prior_mask_epochs)
+        _variational_stage(
+            ctx,
+            "stage 2: prior P on S_P",
+            prior_model,
+            prior_guide,
+            prior_batches,
+            objective=GibbsRisk(dataset_size=len(prior_rows)),
+            epochs=options.prior_mask_epochs,
+        )
         priors = _prior_distributions(prior_guide)
         histograms["keep_probability_histogram_prior"] = prior_guide.masks.histogram()
-        prior_test = gibbs_errors(prior_model, prior_guide, data.x_test.to(device), data.y_test.to(device),
-                                  samples=options.prior_samples)
+        prior_test = gibbs_errors(
+            prior_model, prior_guide, data.x_test.to(device), data.y_test.to(device), samples=options.prior_samples
+        )
 
         pyro.clear_param_store()
         model, guide = _posterior(net, priors, n=len(bound_rows), options=options)
         delta_theorem = options.delta / (2 * options.grid_size)
-        history = _variational_stage(ctx, "stage 3: posterior Q by the bound", model, guide, ctx.batches(x_bound, y_bound),
-                                     objective=PACBayesBound(n=len(bound_rows), delta=delta_theorem), epochs=ctx.epochs)
+        history = _variational_stage(
+            ctx,
+            "stage 3: posterior Q by the bound",
+            model,
+            guide,
+            ctx.batches(x_bound, y_bound),
+            objective=PACBayesBound(n=len(bound_rows), delta=delta_theorem),
+            epochs=ctx.epochs,
+        )
         seconds = time.perf_counter() - start
         loaded = data.extras.get("train_rows", torch.arange(data.num_train))  # rows of the training split as loaded
-        fitted = PBPFitted(model, guide, priors, bound_rows=loaded[bound_rows].clone(), alpha=options.alpha, history=history,
-                           bound_digest=examples_digest(data.x_train[bound_rows], data.y_train[bound_rows]), seconds=seconds)
-        fitted.report = {**self.certificate(fitted, data, options),
-                         "prior_test_error": 100 * float(prior_test.mean()), "prior_mc_samples": options.prior_samples,
-                         "prior_expected_sparsity": prior_guide.masks.expected_sparsity(), **histograms,
-                         "keep_probability_histogram_posterior": guide.masks.histogram()}
+        fitted = PBPFitted(
+            model,
+            guide,
+            priors,
+            bound_rows=loaded[bound_rows].clone(),
+            alpha=options.alpha,
+            history=history,
+            bound_digest=examples_digest(data.x_train[bound_rows], data.y_train[bound_rows]),
+            seconds=seconds,
+        )
+        fitted.report = {
+            **self.certificate(fitted, data, options),
+            "prior_test_error": 100 * float(prior_test.mean()),
+            "prior_mc_samples": options.prior_samples,
+            "prior_expected_sparsity": prior_guide.masks.expected_sparsity(),
+            **histograms,
+            "keep_probability_histogram_posterior": guide.masks.histogram(),
+        }
         return fitted
 
     def certificate(self, fitted, data, options, *, samples: int | None = None) -> dict:
@@ -382,29 +519,57 @@ class PBPMethod(Method):
         S \\ S_P the fit recorded (:func:`bound_examples`), whatever ``data``'s split options say."""
         samples = samples or options.mc_samples
         if options.sampling == "examples" and samples > MAX_PER_EXAMPLE_DRAWS:
-            raise BayesPruneError(f"--samples: at most {MAX_PER_EXAMPLE_DRAWS} draws per example with pbp.sampling = "
-                                  f"'examples' (each is a network for every example), got {samples}")
+            raise BayesPruneError(
+                f"--samples: at most {MAX_PER_EXAMPLE_DRAWS} draws per example with pbp.sampling = "
+                f"'examples' (each is a network for every example), got {samples}"
+            )
         device = next(fitted.net.parameters()).device
         x_bound, y_bound = (tensor.to(device) for tensor in bound_examples(fitted, data))
-        empirical = gibbs_errors(fitted.model, fitted.guide, x_bound, y_bound, samples=samples, sampling=options.sampling)
-        test = gibbs_errors(fitted.model, fitted.guide, data.x_test.to(device), data.y_test.to(device), samples=samples,
-                            sampling=options.sampling)
+        empirical = gibbs_errors(
+            fitted.model, fitted.guide, x_bound, y_bound, samples=samples, sampling=options.sampling
+        )
+        test = gibbs_errors(
+            fitted.model,
+            fitted.guide,
+            data.x_test.to(device),
+            data.y_test.to(device),
+            samples=samples,
+            sampling=options.sampling,
+        )
         kl = network_kl(fitted.guide, fitted.priors)
-        result = bounds.certificate(mean_risk=float(empirical.mean()), samples=len(empirical), kl=kl, n=len(y_bound),
-                                    delta=options.delta, grid_size=options.grid_size).to_dict()
-        return {"bound": result["bound"], "bound_kl_inverse": result["bound_kl_inverse"],
-                "empirical_risk": result["empirical_risk"], "empirical_risk_bound": result["empirical_risk_bound"],
-                "posterior_test_error": 100 * float(test.mean()), "kl": kl, "n_bound": len(y_bound),
-                "sparsity": fitted.guide.masks.expected_sparsity(), "alpha": fitted.alpha, "delta": options.delta,
-                "grid_size": options.grid_size, "mc_samples": samples, "sampling": options.sampling,
-                "risk_draws": len(empirical)}
+        result = bounds.certificate(
+            mean_risk=float(empirical.mean()),
+            samples=len(empirical),
+            kl=kl,
+            n=len(y_bound),
+            delta=options.delta,
+            grid_size=options.grid_size,
+        ).to_dict()
+        return {
+            "bound": result["bound"],
+            "bound_kl_inverse": result["bound_kl_inverse"],
+            "empirical_risk": result["empirical_risk"],
+            "empirical_risk_bound": result["empirical_risk_bound"],
+            "posterior_test_error": 100 * float(test.mean()),
+            "kl": kl,
+            "n_bound": len(y_bound),
+            "sparsity": fitted.guide.masks.expected_sparsity(),
+            "alpha": fitted.alpha,
+            "delta": options.delta,
+            "grid_size": options.grid_size,
+            "mc_samples": samples,
+            "sampling": options.sampling,
+            "risk_draws": len(empirical),
+        }
 
     def inference_data(self, fits, data, *, seed):
         """q and the data-dependent prior p of every parameter, one chain per fit
         (:func:`.inference_data.dirac_spike_slab_inference_data`)."""
         from bayesprune.methods.pbp.inference_data import dirac_spike_slab_inference_data
 
-        return dirac_spike_slab_inference_data([fit.guide.posteriors() for fit in fits], [fit.priors for fit in fits], seed=seed)
+        return dirac_spike_slab_inference_data(
+            [fit.guide.posteriors() for fit in fits], [fit.priors for fit in fits], seed=seed
+        )
 
     def report_sections(self, run_dir, metrics):
         """The certificate beside the measured errors (Fig. 4's quantities for this run)."""
@@ -413,27 +578,62 @@ class PBPMethod(Method):
 
         if "bound" not in metrics:
             return []
-        rows = [{"quantity": label, "value": metrics[key]} for label, key in (
-            ("certificate, Theorem 1 (0-1 error)", "bound"), ("certificate, Theorem 2 (kl inverse)", "bound_kl_inverse"),
-            ("empirical Gibbs risk on S \\ S_P", "empirical_risk"), ("its Monte-Carlo upper bound", "empirical_risk_bound"),
-            ("posterior Q test error (%)", "posterior_test_error"), ("prior P test error (%)", "prior_test_error"),
-            ("KL(Q ‖ P)", "kl"), ("n, examples of S \\ S_P", "n_bound"), ("expected sparsity of Q", "sparsity"),
-            ("alpha", "alpha"), ("delta", "delta"), ("grid size (union bound)", "grid_size"), ("Monte-Carlo networks", "mc_samples"))]
-        rows += [{"quantity": label, "value": metrics[key]} for label, key in (  # absent from runs before pbp.sampling
-            ("networks drawn (sampling)", "sampling"), ("Monte-Carlo draws m of the risk bound", "risk_draws")) if key in metrics]
+        rows = [
+            {"quantity": label, "value": metrics[key]}
+            for label, key in (
+                ("certificate, Theorem 1 (0-1 error)", "bound"),
+                ("certificate, Theorem 2 (kl inverse)", "bound_kl_inverse"),
+                ("empirical Gibbs risk on S \\ S_P", "empirical_risk"),
+                ("its Monte-Carlo upper bound", "empirical_risk_bound"),
+                ("posterior Q test error (%)", "posterior_test_error"),
+                ("prior P test error (%)", "prior_test_error"),
+                ("KL(Q ‖ P)", "kl"),
+                ("n, examples of S \\ S_P", "n_bound"),
+                ("expected sparsity of Q", "sparsity"),
+                ("alpha", "alpha"),
+                ("delta", "delta"),
+                ("grid size (union bound)", "grid_size"),
+                ("Monte-Carlo networks", "mc_samples"),
+            )
+        ]
+        rows += [
+            {"quantity": label, "value": metrics[key]}
+            for label, key in (  # absent from runs before pbp.sampling
+                ("networks drawn (sampling)", "sampling"),
+                ("Monte-Carlo draws m of the risk bound", "risk_draws"),
+            )
+            if key in metrics
+        ]
         sections = []
         if "keep_probability_histogram_posterior" in metrics:
-            plot_keep_probabilities({label: metrics[f"keep_probability_histogram_{key}"] for label, key in (
-                ("start (eq. 6)", "start"), ("prior P after stage 2", "prior"), ("posterior Q after stage 3", "posterior"))},
-                Path(run_dir) / "keep_probabilities.png")
-            sections.append("![keep-probabilities at the start, of P and of Q (paper 000, Fig. 11)](keep_probabilities.png)")
+            plot_keep_probabilities(
+                {
+                    label: metrics[f"keep_probability_histogram_{key}"]
+                    for label, key in (
+                        ("start (eq. 6)", "start"),
+                        ("prior P after stage 2", "prior"),
+                        ("posterior Q after stage 3", "posterior"),
+                    )
+                },
+                Path(run_dir) / "keep_probabilities.png",
+            )
+            sections.append(
+                "![keep-probabilities at the start, of P and of Q (paper 000, Fig. 11)](keep_probabilities.png)"
+            )
         if metrics["bound"] < 1:
-            claim = (f"With probability at least {1 - metrics['delta']:g} over the training data, the Gibbs classifier Q "
-                     f"errs on at most {100 * metrics['bound']:.2f}% of new examples.")
+            claim = (
+                f"With probability at least {1 - metrics['delta']:g} over the training data, the Gibbs classifier Q "
+                f"errs on at most {100 * metrics['bound']:.2f}% of new examples."
+            )
         else:
-            claim = (f"The certificate is vacuous: its bound, {100 * metrics['bound']:.2f}%, says nothing about the error "
-                     "on new examples (too few examples in S \\ S_P for KL(Q ‖ P), or too few epochs).")
-        return ["## PAC-Bayes certificate (paper 000, Theorems 1-2)\n\n" + claim + "\n\n" + markdown_table(rows), *sections]
+            claim = (
+                f"The certificate is vacuous: its bound, {100 * metrics['bound']:.2f}%, says nothing about the error "
+                "on new examples (too few examples in S \\ S_P for KL(Q ‖ P), or too few epochs)."
+            )
+        return [
+            "## PAC-Bayes certificate (paper 000, Theorems 1-2)\n\n" + claim + "\n\n" + markdown_table(rows),
+            *sections,
+        ]
 
     def restore(self, net, data, options, ctx, state):
         # the fit's S \ S_P (checkpoints before it was recorded: n from alpha, no certificate; alpha
@@ -443,8 +643,14 @@ class PBPMethod(Method):
             raise ValueError(f"alpha {alpha!r} is not a fraction")
         if rows is None:
             n = data.num_train - math.floor(alpha * data.num_train)
-        elif not (torch.is_tensor(rows) and rows.dtype == torch.int64 and rows.dim() == 1 and len(rows) > 0
-                  and int(rows.min()) >= 0 and isinstance(digest, str)):
+        elif not (
+            torch.is_tensor(rows)
+            and rows.dtype == torch.int64
+            and rows.dim() == 1
+            and len(rows) > 0
+            and int(rows.min()) >= 0
+            and isinstance(digest, str)
+        ):
             raise ValueError("bound_rows is not a list of row indices with its digest")
         else:
             n = len(rows)

@@ -4,6 +4,7 @@
 :class:`DiracSpikeSlabPosteriors` holds one network's sites in flat vectors and evaluates the KL of all
 of them in one fused kernel (:mod:`bayesprune.core.fused`).
 """
+
 import functools
 from typing import NamedTuple
 
@@ -110,7 +111,10 @@ class FlatDiracSpikeSlabPrior(NamedTuple):
     @classmethod
     def of(cls, priors: list):
         with torch.no_grad():
-            flat = [torch.cat([getattr(prior, key).detach().flatten() for prior in priors]) for key in ("probs", "loc", "scale")]
+            flat = [
+                torch.cat([getattr(prior, key).detach().flatten() for prior in priors])
+                for key in ("probs", "loc", "scale")
+            ]
         return cls(flat[0], flat[1], flat[2].square().reciprocal(), tuple(priors))
 
 
@@ -137,9 +141,16 @@ class DiracSpikeSlabPosteriors(FlatPosterior):
     def kl_terms(self) -> tuple:
         """:func:`_dirac_spike_slab_kl_terms` of the flat λ, μ and σ, with the derivatives the step needs."""
         prior = self.prior
-        return _dirac_spike_slab_kl_terms, (self.probs, self.loc, self.scale), dict(
-            prior_probs=prior.probs, prior_loc=prior.loc, prior_precision=prior.precision,
-            needs=tuple(x.requires_grad for x in (self.probs, self.loc, self.scale)))
+        return (
+            _dirac_spike_slab_kl_terms,
+            (self.probs, self.loc, self.scale),
+            dict(
+                prior_probs=prior.probs,
+                prior_loc=prior.loc,
+                prior_precision=prior.precision,
+                needs=tuple(x.requires_grad for x in (self.probs, self.loc, self.scale)),
+            ),
+        )
 
 
 def _dirac_spike_slab_kl_terms(probs, loc, scale, *, prior_probs, prior_loc, prior_precision, needs):
@@ -153,7 +164,9 @@ def _dirac_spike_slab_kl_terms(probs, loc, scale, *, prior_probs, prior_loc, pri
     grads = [None, None, None]
     if needs[0]:
         both_ends = (probs == prior_probs) & (prior_probs * (1 - prior_probs) == 0)
-        slope = (probs / prior_probs).log_().sub_(((1 - probs) / (1 - prior_probs)).log_())  # log1p is scalar code on CPU
+        slope = (
+            (probs / prior_probs).log_().sub_(((1 - probs) / (1 - prior_probs)).log_())
+        )  # log1p is scalar code on CPU
         grads[0] = slope.masked_fill_(both_ends, 0.0).add_(gaussian)
     if needs[1]:
         grads[1] = difference.mul_(prior_precision).mul_(probs)

@@ -1,4 +1,5 @@
 """Spike-and-slab posterior with a point mass at zero over every parameter (paper 000, section 5.1)."""
+
 import math
 
 import pyro
@@ -27,8 +28,16 @@ class DiracSpikeSlabGuide(PyroModule):
         parameterization, temperature: of the masks (appendices B.1, B.3).
     """
 
-    def __init__(self, model, keep: dict, *, scale: float, learn_scale: bool = True, parameterization: str = "sigmoid",
-                 temperature: float = 0.5):
+    def __init__(
+        self,
+        model,
+        keep: dict,
+        *,
+        scale: float,
+        learn_scale: bool = True,
+        parameterization: str = "sigmoid",
+        temperature: float = 0.5,
+    ):
         super().__init__()
         self.site_shapes = dict(model.site_shapes)
         masks = StochasticMasks(keep, parameterization=parameterization, temperature=temperature)
@@ -56,7 +65,9 @@ class DiracSpikeSlabGuide(PyroModule):
         if key not in self._flat_priors:
             bases = [prior.base_dist for prior in priors.values()]
             flat = list(priors) == list(self.site_shapes) and all(
-                type(base) is DiracSpikeSlab and base.batch_shape == shape for base, shape in zip(bases, self.site_shapes.values()))
+                type(base) is DiracSpikeSlab and base.batch_shape == shape
+                for base, shape in zip(bases, self.site_shapes.values())
+            )
             self._flat_priors[key] = FlatDiracSpikeSlabPrior.of(bases) if flat else None
         return self._flat_priors[key]
 
@@ -69,11 +80,25 @@ class DiracSpikeSlabGuide(PyroModule):
         prior = self._flat_prior(self._site_priors(self.loc.device))
         if prior is not None:
             ones = self.loc.new_ones
-            probs = torch.cat([keep[name].flatten() if name in keep else ones(shape.numel()) for name, shape in self.site_shapes.items()])
-            return DiracSpikeSlabPosteriors(probs, self.loc, scale, self.site_shapes, prior, temperature=self.temperature).sites
+            probs = torch.cat(
+                [
+                    keep[name].flatten() if name in keep else ones(shape.numel())
+                    for name, shape in self.site_shapes.items()
+                ]
+            )
+            return DiracSpikeSlabPosteriors(
+                probs, self.loc, scale, self.site_shapes, prior, temperature=self.temperature
+            ).sites
         locs, scales = self._split(self.loc), self._split(scale)
-        return {name: DiracSpikeSlab(keep[name] if name in keep else torch.ones_like(locs[name]), locs[name], scales[name],
-                                     temperature=self.temperature) for name in self.site_shapes}
+        return {
+            name: DiracSpikeSlab(
+                keep[name] if name in keep else torch.ones_like(locs[name]),
+                locs[name],
+                scales[name],
+                temperature=self.temperature,
+            )
+            for name in self.site_shapes
+        }
 
     def forward(self, *args, **kwargs):
         for name, posterior in self.posteriors().items():
@@ -83,7 +108,10 @@ class DiracSpikeSlabGuide(PyroModule):
     def mean_params(self) -> dict:
         """The deterministic sparse network: μ where λ ≥ 1/2 (the most probable mask), 0 elsewhere."""
         keep = self.masks.probabilities()
-        return {name: loc * (keep[name] >= 0.5) if name in keep else loc.clone() for name, loc in self._split(self.loc).items()}
+        return {
+            name: loc * (keep[name] >= 0.5) if name in keep else loc.clone()
+            for name, loc in self._split(self.loc).items()
+        }
 
     @torch.no_grad()
     def sample_params(self) -> dict:

@@ -1,5 +1,6 @@
 """PBP's posteriors as ArviZ data (``posterior.nc``): q and the data-dependent prior p, both
 spike-and-slab with a point mass at zero (paper 000, eq. 5)."""
+
 import torch
 import xarray as xr
 

@@ -1,4 +1,5 @@
 """Plots of PBP runs (paper 000, section 6), from their metrics alone."""
+
 from bayesprune.analysis.plots import plt, save_figure
 
 

@@ -10,12 +10,12 @@ estimate becomes W⁰ and its scores rank the weights of eq. 6, so λ⁰ keeps e
 certificate then bounds the Gibbs risk of a stochastic network around that method's mask, trained by
 the bound on S \\ S_P: the same method's mask fitted on all of S is not certified by it.
 """
+
 import pyro
 
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.optim import OptimConfig
 from bayesprune.core.validation import refuse_unknown_keys
-
 from bayesprune.methods import available_methods, get_method, sparsity_option
 
 
@@ -29,16 +29,20 @@ def start_method(options) -> tuple:
     option set to ``pbp.sparsity`` (refused when ``start_options`` asks for another)."""
     method = get_method(options.start_mask)
     if "weight" not in method.prune_levels:
-        raise ConfigError(f"pbp.start_mask = {options.start_mask!r}: its mask removes whole units, and PBP's prior "
-                          "keeps or drops single weights (eq. 6)")
+        raise ConfigError(
+            f"pbp.start_mask = {options.start_mask!r}: its mask removes whole units, and PBP's prior "
+            "keeps or drops single weights (eq. 6)"
+        )
     values = dict(options.start_options)
     refuse_unknown_keys("pbp.start_options", values, method.Options, owner=method.name)
     option = sparsity_option(method.name)
     if option is not None:
         wanted = [options.sparsity] if option == "sparsities" else options.sparsity
         if option in values and values[option] != wanted:
-            raise ConfigError(f"pbp.start_options.{option} = {values[option]!r}: the start mask is taken at "
-                              f"pbp.sparsity = {options.sparsity}; leave it out")
+            raise ConfigError(
+                f"pbp.start_options.{option} = {values[option]!r}: the start mask is taken at "
+                f"pbp.sparsity = {options.sparsity}; leave it out"
+            )
         values[option] = wanted
     try:
         own = method.Options(**values)

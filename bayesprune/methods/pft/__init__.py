@@ -12,6 +12,7 @@ the random weights of initialisation, with no weight training before or after.
 The run's network is the first (start mask, sparsity) pair's; every pair's numbers are lists in
 ``grid`` order in ``metrics.json``.
 """
+
 import copy
 import time
 from dataclasses import dataclass
@@ -21,16 +22,16 @@ import torch
 from torch.func import functional_call
 
 from bayesprune.core.criteria import CRITERIA, saliency
-from bayesprune.core.loop import History, check_stop, optimizer_step
 from bayesprune.core.gates import INITS, PARAMETERIZATIONS, StochasticMasks, block_isotropic, isotropic
+from bayesprune.core.loop import History, check_stop, optimizer_step
 from bayesprune.core.optim import torch_optimizer
 from bayesprune.core.pruning import Budget, apply_masks, prune
 from bayesprune.core.sites import UNREAD_BY_MASKED_TRAINING
 from bayesprune.core.tasks import mean_loss, network_test_metric
 from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
-
 from bayesprune.methods import Method, register_method
 from bayesprune.methods.base import SparseNetworkFitted
+
 
 @dataclass(frozen=True)
 class PFTOptions:
@@ -85,35 +86,85 @@ class PFTOptions:
         for name in ("start_masks", "sparsities", "perturbation_scales"):
             require(isinstance(getattr(self, name), (list, tuple)), key + name, "be a list", getattr(self, name))
             object.__setattr__(self, name, tuple(getattr(self, name)))
-        require(len(self.start_masks) > 0 and all(name in CRITERIA for name in self.start_masks)
-                and len(set(self.start_masks)) == len(self.start_masks), key + "start_masks",
-                f"be a non-empty list of {sorted(CRITERIA)} without repeats", list(self.start_masks))
-        require(len(self.sparsities) > 0 and all(is_number(s) and 0 < s < 1 for s in self.sparsities)
-                and len(set(self.sparsities)) == len(self.sparsities), key + "sparsities",
-                "be a non-empty list of numbers in (0, 1) without repeats", list(self.sparsities))
+        require(
+            len(self.start_masks) > 0
+            and all(name in CRITERIA for name in self.start_masks)
+            and len(set(self.start_masks)) == len(self.start_masks),
+            key + "start_masks",
+            f"be a non-empty list of {sorted(CRITERIA)} without repeats",
+            list(self.start_masks),
+        )
+        require(
+            len(self.sparsities) > 0
+            and all(is_number(s) and 0 < s < 1 for s in self.sparsities)
+            and len(set(self.sparsities)) == len(self.sparsities),
+            key + "sparsities",
+            "be a non-empty list of numbers in (0, 1) without repeats",
+            list(self.sparsities),
+        )
         require(self.init in INITS, key + "init", f"be one of {list(INITS)}", self.init)
-        require(self.parameterization in PARAMETERIZATIONS, key + "parameterization", f"be one of {list(PARAMETERIZATIONS)}",
-                self.parameterization)
+        require(
+            self.parameterization in PARAMETERIZATIONS,
+            key + "parameterization",
+            f"be one of {list(PARAMETERIZATIONS)}",
+            self.parameterization,
+        )
         require(is_number(self.epsilon) and 0 < self.epsilon < 1, key + "epsilon", "lie in (0, 1)", self.epsilon)
         if self.init == "block":
             worst = max(self.sparsities)
-            require(worst * self.epsilon / (1 - worst) < 1, key + "epsilon", f"satisfy s·ε/(1 − s) < 1 at s = {worst} (eq. 6)",
-                    self.epsilon)
-        require(is_scale(self.temperature), key + "temperature", f"be a positive number up to {MAX_SCALE:g}", self.temperature)
-        require(self.mask_lr is None or is_scale(self.mask_lr), key + "mask_lr",
-                f"be a positive number up to {MAX_SCALE:g} (or absent, for optim.lr)", self.mask_lr)
+            require(
+                worst * self.epsilon / (1 - worst) < 1,
+                key + "epsilon",
+                f"satisfy s·ε/(1 − s) < 1 at s = {worst} (eq. 6)",
+                self.epsilon,
+            )
+        require(
+            is_scale(self.temperature),
+            key + "temperature",
+            f"be a positive number up to {MAX_SCALE:g}",
+            self.temperature,
+        )
+        require(
+            self.mask_lr is None or is_scale(self.mask_lr),
+            key + "mask_lr",
+            f"be a positive number up to {MAX_SCALE:g} (or absent, for optim.lr)",
+            self.mask_lr,
+        )
         for name in ("pretrain_epochs", "finetune_epochs", "perturbation_draws"):
-            require(is_count(getattr(self, name), 0), key + name, f"be a non-negative integer up to {MAX_COUNT}", getattr(self, name))
-        require(is_count(self.saliency_examples), key + "saliency_examples", f"be a positive integer up to {MAX_COUNT}",
-                self.saliency_examples)
+            require(
+                is_count(getattr(self, name), 0),
+                key + name,
+                f"be a non-negative integer up to {MAX_COUNT}",
+                getattr(self, name),
+            )
+        require(
+            is_count(self.saliency_examples),
+            key + "saliency_examples",
+            f"be a positive integer up to {MAX_COUNT}",
+            self.saliency_examples,
+        )
         for name in ("at_initialization", "masks_only", "equal_budget_baseline"):
             require(isinstance(getattr(self, name), bool), key + name, "be true or false", getattr(self, name))
-        require(all(is_number(s) and s > 0 for s in self.perturbation_scales), key + "perturbation_scales",
-                "be a list of positive numbers", list(self.perturbation_scales))
+        require(
+            all(is_number(s) and s > 0 for s in self.perturbation_scales),
+            key + "perturbation_scales",
+            "be a list of positive numbers",
+            list(self.perturbation_scales),
+        )
 
 
-def train_masks(ctx, name: str, net, masks: StochasticMasks, batches, *, epochs: int, loss, weights: bool = True,
-                mask_lr: float | None = None) -> History:
+def train_masks(
+    ctx,
+    name: str,
+    net,
+    masks: StochasticMasks,
+    batches,
+    *,
+    epochs: int,
+    loss,
+    weights: bool = True,
+    mask_lr: float | None = None,
+) -> History:
     """Minimise the empirical Gibbs risk of ``b ∘ W`` over λ (and W when ``weights``) through the relaxed
     masks, one Concrete draw per step (PFT stage 2.2), as the stage ``name`` of ``ctx``: λ at ``mask_lr``
     (``ctx.optim.lr`` when ``None``) without weight decay, W at ``ctx.optim``'s rate and decay."""
@@ -126,8 +177,13 @@ def train_masks(ctx, name: str, net, masks: StochasticMasks, batches, *, epochs:
         params = {name: param if weights else param.detach() for name, param in net.named_parameters()}
         return loss(functional_call(net, apply_masks(params, masks.relaxed()), (x,)), y)
 
-    return ctx.train(name, optimizer_step(gibbs_loss, optimizer), batches, epochs=epochs,
-                     state={"net": net, "masks": masks, "optimizer": optimizer})
+    return ctx.train(
+        name,
+        optimizer_step(gibbs_loss, optimizer),
+        batches,
+        epochs=epochs,
+        state={"net": net, "masks": masks, "optimizer": optimizer},
+    )
 
 
 def mask_overlap(start: dict, end: dict) -> float:
@@ -138,7 +194,9 @@ def mask_overlap(start: dict, end: dict) -> float:
 
 def weight_rms(net) -> dict:
     """The root mean square of each weight tensor of ``net``."""
-    return {name: param.detach().pow(2).mean().sqrt() for name, param in net.named_parameters() if name.endswith("weight")}
+    return {
+        name: param.detach().pow(2).mean().sqrt() for name, param in net.named_parameters() if name.endswith("weight")
+    }
 
 
 @torch.no_grad()
@@ -191,15 +249,20 @@ class PFTMethod(Method):
     sparsity_option = "sparsities"
     quick = ("pft.pretrain_epochs=2", "pft.finetune_epochs=2", "pft.perturbation_draws=1")
     summary = "probabilistic fine-tuning of a one-shot mask (magnitude, SNIP, random)"
-    paper = ("Hayou, He, Dziugaite (2021), "
-             "[Probabilistic fine-tuning of pruning masks and PAC-Bayes self-bounded learning]"
-             "(https://arxiv.org/abs/2110.11804)")
+    paper = (
+        "Hayou, He, Dziugaite (2021), "
+        "[Probabilistic fine-tuning of pruning masks and PAC-Bayes self-bounded learning]"
+        "(https://arxiv.org/abs/2110.11804)"
+    )
 
     unsupported = dict(UNREAD_BY_MASKED_TRAINING)
 
     def unsupported_for(self, options) -> dict:
         if options.at_initialization or options.masks_only or not options.pretrain_epochs:
-            return {**self.unsupported, "validation": "early stopping acts on the dense pre-training, which this config skips"}
+            return {
+                **self.unsupported,
+                "validation": "early stopping acts on the dense pre-training, which this config skips",
+            }
         return dict(self.unsupported)
 
     def fit(self, net, data, options, ctx):
@@ -211,7 +274,9 @@ class PFTMethod(Method):
         start = time.perf_counter()
         history = History()
         if options.pretrain_epochs and not (options.at_initialization or options.masks_only):
-            history = ctx.train_network("pretrain", net, batches, epochs=options.pretrain_epochs, loss=loss, validate=True)
+            history = ctx.train_network(
+                "pretrain", net, batches, epochs=options.pretrain_epochs, loss=loss, validate=True
+            )
         rows = torch.randperm(data.num_train, generator=generator)[: options.saliency_examples]
         x_saliency, y_saliency = data.x_train[rows].to(ctx.device), data.y_train[rows].to(ctx.device)
         grid, results, first = [], [], None
@@ -223,16 +288,25 @@ class PFTMethod(Method):
                 results.append(pair.numbers)
                 if first is None:
                     first = pair
-                    history = History(history.step_losses + pair.history.step_losses, history.epoch_losses + pair.history.epoch_losses)
+                    history = History(
+                        history.step_losses + pair.history.step_losses, history.epoch_losses + pair.history.epoch_losses
+                    )
         tuned, ranks, masks = first.net, first.ranks, first.masks
         seconds = time.perf_counter() - start
         report = {"grid": grid, **{key: [row[key] for row in results] for key in results[0]}}
         report["keep_probability_histogram"] = masks.histogram()
         report["perturbation_scales"] = list(options.perturbation_scales)
-        noise = {"rms": weight_rms(net), "scales": options.perturbation_scales, "draws": options.perturbation_draws, "generator": generator}
+        noise = {
+            "rms": weight_rms(net),
+            "scales": options.perturbation_scales,
+            "draws": options.perturbation_draws,
+            "generator": generator,
+        }
         report["perturbation_increase_dense"] = perturbation_increase(net, data, **noise)
         report["perturbation_increase_pft"] = perturbation_increase(tuned, data, **noise)
-        return PFTFitted(tuned, ranks, keep=masks.probabilities(), history=history, seconds=seconds, report=report, task=data.task)
+        return PFTFitted(
+            tuned, ranks, keep=masks.probabilities(), history=history, seconds=seconds, report=report, task=data.task
+        )
 
     @staticmethod
     def _pair(net, scores: dict, criterion: str, sparsity: float, batches, data, options, ctx) -> "Pair":
@@ -242,24 +316,52 @@ class PFTMethod(Method):
         finetune_epochs = 0 if options.masks_only else options.finetune_epochs
         start_mask = prune(scores, Budget(fraction=sparsity))
         osp = copy.deepcopy(net)
-        ctx.train_network(f"one-shot fine-tune {label}", osp, batches, epochs=finetune_epochs, loss=loss, mask=start_mask)
+        ctx.train_network(
+            f"one-shot fine-tune {label}", osp, batches, epochs=finetune_epochs, loss=loss, mask=start_mask
+        )
         osp_test_error = network_test_metric(osp, data)
         if options.equal_budget_baseline and not options.masks_only:
-            ctx.train_network(f"one-shot equal budget {label}", osp, batches, epochs=ctx.epochs, loss=loss, mask=start_mask)
-        init = block_isotropic(scores, sparsity, options.epsilon) if options.init == "block" else isotropic(scores, sparsity)
-        masks = StochasticMasks(init, parameterization=options.parameterization, temperature=options.temperature).to(ctx.device)
+            ctx.train_network(
+                f"one-shot equal budget {label}", osp, batches, epochs=ctx.epochs, loss=loss, mask=start_mask
+            )
+        init = (
+            block_isotropic(scores, sparsity, options.epsilon)
+            if options.init == "block"
+            else isotropic(scores, sparsity)
+        )
+        masks = StochasticMasks(init, parameterization=options.parameterization, temperature=options.temperature).to(
+            ctx.device
+        )
         tuned = copy.deepcopy(net)
-        mask_history = train_masks(ctx, f"masks {label}", tuned, masks, batches, epochs=ctx.epochs, loss=loss,
-                                   weights=not options.masks_only, mask_lr=options.mask_lr)
+        mask_history = train_masks(
+            ctx,
+            f"masks {label}",
+            tuned,
+            masks,
+            batches,
+            epochs=ctx.epochs,
+            loss=loss,
+            weights=not options.masks_only,
+            mask_lr=options.mask_lr,
+        )
         params = dict(tuned.named_parameters())
         ranks = masks.ranks({site: params[site].abs() for site in masks.sites})
         end_mask = prune(ranks, Budget(fraction=sparsity))
-        finetune_history = ctx.train_network(f"fine-tune {label}", tuned, batches, epochs=finetune_epochs, loss=loss, mask=end_mask)
-        numbers = {"osp_test_error": osp_test_error, "pft_test_error": network_test_metric(tuned, data),
-                   "mask_overlap": mask_overlap(start_mask, end_mask), "pft_expected_sparsity": masks.expected_sparsity()}
+        finetune_history = ctx.train_network(
+            f"fine-tune {label}", tuned, batches, epochs=finetune_epochs, loss=loss, mask=end_mask
+        )
+        numbers = {
+            "osp_test_error": osp_test_error,
+            "pft_test_error": network_test_metric(tuned, data),
+            "mask_overlap": mask_overlap(start_mask, end_mask),
+            "pft_expected_sparsity": masks.expected_sparsity(),
+        }
         if options.equal_budget_baseline and not options.masks_only:
             numbers["osp_equal_epochs_test_error"] = network_test_metric(osp, data)
-        history = History(mask_history.step_losses + finetune_history.step_losses, mask_history.epoch_losses + finetune_history.epoch_losses)
+        history = History(
+            mask_history.step_losses + finetune_history.step_losses,
+            mask_history.epoch_losses + finetune_history.epoch_losses,
+        )
         return Pair(numbers, tuned, masks, ranks, history)
 
     def restore(self, net, data, options, ctx, state):
@@ -268,6 +370,7 @@ class PFTMethod(Method):
     def inference_data(self, fits, data, *, seed):
         """λ of the first (start mask, sparsity) pair: q(b) = Bernoulli(λ) of every weight."""
         return PFTFitted.inference_data(fits, seed=seed)
+
     def report_sections(self, run_dir, metrics):
         """OSP against PFT per start mask and sparsity (Fig. 1), mask overlap (Fig. 2 left), noise
         robustness (Fig. 2 right) and the histogram of λ (Fig. 11)."""
@@ -276,7 +379,9 @@ class PFTMethod(Method):
         if "grid" not in metrics:
             return []
         plot_pft(metrics, Path(run_dir))
-        return ["## Probabilistic fine-tuning (paper 000)\n\n" + pft_table(metrics),
-                "![mask overlap against sparsity](mask_overlap.png)",
-                "![test error increase under weight noise](perturbation.png)",
-                "![histogram of keep-probabilities](keep_probabilities.png)"]
+        return [
+            "## Probabilistic fine-tuning (paper 000)\n\n" + pft_table(metrics),
+            "![mask overlap against sparsity](mask_overlap.png)",
+            "![test error increase under weight noise](perturbation.png)",
+            "![histogram of keep-probabilities](keep_probabilities.png)",
+        ]

@@ -15,6 +15,7 @@ The s optimiser is Adam at 6e-3 (Table 4, the paper's only searched hyper-parame
 is ``[optim]``. Biases are not masked. The baseline (``baseline = true``) is global magnitude
 pruning at the same sparsity of the network trained densely for as many epochs, fine-tuned as long.
 """
+
 import copy
 import time
 from dataclasses import dataclass
@@ -30,7 +31,6 @@ from bayesprune.core.pruning import Budget, apply_masks, lexicographic_ranks, pr
 from bayesprune.core.sites import UNREAD_BY_MASKED_TRAINING
 from bayesprune.core.tasks import masked_copy, mean_loss, network_test_metric
 from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_int, is_number, is_scale, require
-
 from bayesprune.methods import Method, register_method
 from bayesprune.methods.base import SparseNetworkFitted
 from bayesprune.methods.probmask.projection import project_onto_budget
@@ -77,12 +77,32 @@ class ProbMaskOptions:
         require(is_number(self.sparsity) and 0 < self.sparsity < 1, key + "sparsity", "lie in (0, 1)", self.sparsity)
         require(self.scope in SCOPES, key + "scope", f"be one of {list(SCOPES)}", self.scope)
         for name in ("probability_lr", "clip_norm"):
-            require(is_scale(getattr(self, name)), key + name, f"be a positive number up to {MAX_SCALE:g}", getattr(self, name))
+            require(
+                is_scale(getattr(self, name)),
+                key + name,
+                f"be a positive number up to {MAX_SCALE:g}",
+                getattr(self, name),
+            )
         for name in ("samples", "final_draws"):
-            require(is_count(getattr(self, name)), key + name, f"be a positive integer up to {MAX_COUNT}", getattr(self, name))
+            require(
+                is_count(getattr(self, name)),
+                key + name,
+                f"be a positive integer up to {MAX_COUNT}",
+                getattr(self, name),
+            )
         for name in ("t1", "finetune_epochs"):
-            require(is_count(getattr(self, name), 0), key + name, f"be a non-negative integer up to {MAX_COUNT}", getattr(self, name))
-        require(is_int(self.t2) and self.t1 < self.t2 <= MAX_COUNT, key + "t2", f"be an integer above probmask.t1 = {self.t1} up to {MAX_COUNT}", self.t2)
+            require(
+                is_count(getattr(self, name), 0),
+                key + name,
+                f"be a non-negative integer up to {MAX_COUNT}",
+                getattr(self, name),
+            )
+        require(
+            is_int(self.t2) and self.t1 < self.t2 <= MAX_COUNT,
+            key + "t2",
+            f"be an integer above probmask.t1 = {self.t1} up to {MAX_COUNT}",
+            self.t2,
+        )
         for name in ("supermask", "baseline"):
             require(isinstance(getattr(self, name), bool), key + name, "be true or false", getattr(self, name))
 
@@ -94,8 +114,11 @@ class ProbMaskTraining:
         self.net, self.options, self.epochs, self.loss = net, options, epochs, loss
         sites = weight_sites(net)
         params = dict(net.named_parameters())
-        self.masks = StochasticMasks({site: torch.ones_like(params[site]) for site in sites}, parameterization="clamp",
-                                     temperature=annealed_temperature(1, epochs))
+        self.masks = StochasticMasks(
+            {site: torch.ones_like(params[site]) for site in sites},
+            parameterization="clamp",
+            temperature=annealed_temperature(1, epochs),
+        )
         self.weight_optimizer = None if options.supermask else torch_optimizer(optim_config, net.parameters())
         self.probability_optimizer = torch.optim.Adam(self.masks.parameters(), lr=options.probability_lr)
         self.keep = cubic_keep_ratio(1, start=options.t1, end=options.t2, final=1 - options.sparsity)
@@ -103,9 +126,13 @@ class ProbMaskTraining:
     def state_dict(self) -> dict:
         """The masks, both optimisers and the schedule's place (temperature, keep ratio); the network
         is checkpointed on its own."""
-        return {"masks": self.masks.state_dict(), "temperature": self.masks.temperature, "keep": self.keep,
-                "probability_optimizer": self.probability_optimizer.state_dict(),
-                **({"weight_optimizer": self.weight_optimizer.state_dict()} if self.weight_optimizer else {})}
+        return {
+            "masks": self.masks.state_dict(),
+            "temperature": self.masks.temperature,
+            "keep": self.keep,
+            "probability_optimizer": self.probability_optimizer.state_dict(),
+            **({"weight_optimizer": self.weight_optimizer.state_dict()} if self.weight_optimizer else {}),
+        }
 
     def load_state_dict(self, state: dict):
         self.masks.load_state_dict(state["masks"])
@@ -118,10 +145,15 @@ class ProbMaskTraining:
         optimizers = [self.probability_optimizer] + ([self.weight_optimizer] if self.weight_optimizer else [])
         for optimizer in optimizers:
             optimizer.zero_grad(set_to_none=True)
-        params = {name: param if self.weight_optimizer else param.detach() for name, param in self.net.named_parameters()}
+        params = {
+            name: param if self.weight_optimizer else param.detach() for name, param in self.net.named_parameters()
+        }
         total = 0.0
         for _ in range(self.options.samples):
-            value = self.loss(functional_call(self.net, apply_masks(params, self.masks.relaxed()), (x,)), y) / self.options.samples
+            value = (
+                self.loss(functional_call(self.net, apply_masks(params, self.masks.relaxed()), (x,)), y)
+                / self.options.samples
+            )
             value.backward()
             total = total + value.detach()
         torch.nn.utils.clip_grad_norm_([*self.masks.parameters(), *self.net.parameters()], self.options.clip_norm)
@@ -139,14 +171,16 @@ class ProbMaskTraining:
             return
         start = 0
         for shape in self.masks.shapes.values():
-            chunk = raw[start:start + shape.numel()]
+            chunk = raw[start : start + shape.numel()]
             chunk.copy_(project_onto_budget(chunk, self.keep * shape.numel()))
             start += shape.numel()
 
     def on_epoch(self, epoch, history):
         following = epoch + 2  # Algorithm 1 sets τ and k at the start of epoch t = 1, ..., T
         self.masks.temperature = annealed_temperature(min(following, self.epochs), self.epochs)
-        self.keep = cubic_keep_ratio(following, start=self.options.t1, end=self.options.t2, final=1 - self.options.sparsity)
+        self.keep = cubic_keep_ratio(
+            following, start=self.options.t1, end=self.options.t2, final=1 - self.options.sparsity
+        )
 
 
 @torch.no_grad()
@@ -165,9 +199,11 @@ def best_draw(net, masks: StochasticMasks, x, y, *, draws: int, loss, generator=
 def layer_report(mask: dict, masks: StochasticMasks) -> dict:
     """Remaining ratio per layer (Fig. 3), the share of s within 0.01 of 0 or 1, and the histogram of s (Fig. 5)."""
     s = torch.cat([p.detach().flatten() for p in masks.probabilities().values()])
-    return {"remaining_ratio_per_layer": {site: float(m.float().mean()) for site, m in mask.items()},
-            "share_s_near_binary": float(((s <= 0.01) | (s >= 0.99)).float().mean()),
-            "s_histogram": masks.histogram()}
+    return {
+        "remaining_ratio_per_layer": {site: float(m.float().mean()) for site, m in mask.items()},
+        "share_s_near_binary": float(((s <= 0.01) | (s >= 0.99)).float().mean()),
+        "s_histogram": masks.histogram(),
+    }
 
 
 class ProbMaskFitted(SparseNetworkFitted):
@@ -187,13 +223,17 @@ class ProbMaskMethod(Method):
     sparsity_option = "sparsity"
     quick = ("probmask.t1=1", "probmask.t2=2", "probmask.finetune_epochs=2")
     summary = "masks in probability space under one global sparsity budget"
-    paper = ("Zhou, Zhang, Xu, Zhang (2021), "
-             "[Effective sparsification of neural networks with global sparsity constraint]"
-             "(https://arxiv.org/abs/2105.01571), CVPR")
+    paper = (
+        "Zhou, Zhang, Xu, Zhang (2021), "
+        "[Effective sparsification of neural networks with global sparsity constraint]"
+        "(https://arxiv.org/abs/2105.01571), CVPR"
+    )
 
-    unsupported = {"validation": "its sparsity budget tightens until epoch t2 and its temperature anneals to the last "
-                                  "epoch (Algorithm 1), so an earlier epoch does not meet the budget",
-                   **UNREAD_BY_MASKED_TRAINING}
+    unsupported = {
+        "validation": "its sparsity budget tightens until epoch t2 and its temperature anneals to the last "
+        "epoch (Algorithm 1), so an earlier epoch does not meet the budget",
+        **UNREAD_BY_MASKED_TRAINING,
+    }
 
     def fit(self, net, data, options, ctx):
         torch.manual_seed(ctx.seed)
@@ -204,17 +244,34 @@ class ProbMaskMethod(Method):
         dense = copy.deepcopy(net)
         start = time.perf_counter()
         training = ProbMaskTraining(net, options, ctx.optim, epochs=ctx.epochs, loss=loss)
-        history = ctx.train("masks", training.step, batches, epochs=ctx.epochs, callbacks=[training],
-                            state={"net": net, "training": training})
+        history = ctx.train(
+            "masks",
+            training.step,
+            batches,
+            epochs=ctx.epochs,
+            callbacks=[training],
+            state={"net": net, "training": training},
+        )
         rows = torch.randperm(data.num_train, generator=torch.Generator().manual_seed(ctx.seed))[:SELECTION_EXAMPLES]
-        mask = best_draw(net, training.masks, data.x_train[rows].to(ctx.device), data.y_train[rows].to(ctx.device),
-                         draws=options.final_draws, loss=loss, generator=generator)
+        mask = best_draw(
+            net,
+            training.masks,
+            data.x_train[rows].to(ctx.device),
+            data.y_train[rows].to(ctx.device),
+            draws=options.final_draws,
+            loss=loss,
+            generator=generator,
+        )
         report = {"test_error_before_finetune": network_test_metric(masked_copy(net, mask), data)}
         finetune_epochs = 0 if options.supermask else options.finetune_epochs
         ctx.train_network("fine-tune", net, batches, epochs=finetune_epochs, loss=loss, mask=mask)
         seconds = time.perf_counter() - start
         removed = sum(int((~m).sum()) for m in mask.values())
-        report.update(sparsity=removed / sum(m.numel() for m in mask.values()), scope=options.scope, **layer_report(mask, training.masks))
+        report.update(
+            sparsity=removed / sum(m.numel() for m in mask.values()),
+            scope=options.scope,
+            **layer_report(mask, training.masks),
+        )
         if options.baseline and not options.supermask:
             report["magnitude_test_error"] = _magnitude_baseline(dense, options, batches, data, loss, ctx)
         keep = training.masks.probabilities()
@@ -231,7 +288,6 @@ class ProbMaskMethod(Method):
     def report_sections(self, run_dir, metrics):
         """Remaining ratio per layer (paper 002, Fig. 3) and the histogram of s (Fig. 5)."""
         from bayesprune.analysis.plots import plot_keep_probabilities
-
         from bayesprune.methods.probmask.plots import plot_remaining_ratio
 
         if "remaining_ratio_per_layer" not in metrics:
@@ -239,11 +295,14 @@ class ProbMaskMethod(Method):
         plot_remaining_ratio(metrics["remaining_ratio_per_layer"], Path(run_dir) / "remaining_ratio.png")
         plot_keep_probabilities({"s after training": metrics["s_histogram"]}, Path(run_dir) / "keep_probabilities.png")
         baseline = metrics.get("magnitude_test_error")
-        return [f"## ProbMask (paper 002)\n\n{metrics['scope']} budget, sparsity {100 * metrics['sparsity']:.2f}% of the weights, "
-                f"test error {metrics['test_error_before_finetune']:.2f}% before fine-tuning"
-                + ("" if baseline is None else f"; global magnitude pruning with the same epochs: {baseline:.2f}%")
-                + f". {100 * metrics['share_s_near_binary']:.1f}% of s end within 0.01 of 0 or 1.",
-                "![remaining ratio per layer](remaining_ratio.png)", "![histogram of s](keep_probabilities.png)"]
+        return [
+            f"## ProbMask (paper 002)\n\n{metrics['scope']} budget, sparsity {100 * metrics['sparsity']:.2f}% of the weights, "
+            f"test error {metrics['test_error_before_finetune']:.2f}% before fine-tuning"
+            + ("" if baseline is None else f"; global magnitude pruning with the same epochs: {baseline:.2f}%")
+            + f". {100 * metrics['share_s_near_binary']:.1f}% of s end within 0.01 of 0 or 1.",
+            "![remaining ratio per layer](remaining_ratio.png)",
+            "![histogram of s](keep_probabilities.png)",
+        ]
 
 
 def _magnitude_baseline(dense, options, batches, data, loss, ctx) -> float:
@@ -251,5 +310,7 @@ def _magnitude_baseline(dense, options, batches, data, loss, ctx) -> float:
     then fine-tuned for ``finetune_epochs``: ProbMask's total epochs."""
     ctx.train_network("magnitude baseline: dense", dense, batches, epochs=ctx.epochs, loss=loss)
     mask = prune(saliency("magnitude", dense), Budget(fraction=options.sparsity))
-    ctx.train_network("magnitude baseline: fine-tune", dense, batches, epochs=options.finetune_epochs, loss=loss, mask=mask)
+    ctx.train_network(
+        "magnitude baseline: fine-tune", dense, batches, epochs=options.finetune_epochs, loss=loss, mask=mask
+    )
     return network_test_metric(dense, data)

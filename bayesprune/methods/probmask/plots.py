@@ -1,4 +1,5 @@
 """Plots of a ProbMask run (paper 002, Fig. 3), from its ``metrics.json`` alone."""
+
 from bayesprune.analysis.plots import plt, save_figure
 
 

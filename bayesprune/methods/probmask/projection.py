@@ -12,6 +12,7 @@ The left side of eq. 6 is continuous and non-increasing in v₁* (eq. 25), so th
 bisection, as the paper proposes. The budget is global: :func:`project_sites` projects the scores of
 all layers as one vector, which lets the projection move mass between layers.
 """
+
 import torch
 
 from bayesprune.core.validation import is_number, require

@@ -28,6 +28,7 @@ largest π, the paper's Tables 1-3 report the best λ at π = 140); its scores r
 stage at which they were pruned and, within a stage, by their saliency at that stage, so a budget
 at ``sparsity`` keeps exactly its mask.
 """
+
 import copy
 import hashlib
 import math
@@ -45,7 +46,6 @@ from bayesprune.core.sites import UNREAD_BY_MASKED_TRAINING
 from bayesprune.core.statistics import spearman
 from bayesprune.core.tasks import masked_copy, mean_loss, network_test_metric
 from bayesprune.core.validation import MAX_COUNT, is_count, is_number, require
-
 from bayesprune.methods import Method, register_method
 from bayesprune.methods.base import SparseNetworkFitted
 from bayesprune.methods.saliency.schedules import SPARSITY_SCHEDULES
@@ -96,21 +96,51 @@ class SaliencyOptions:
         for name in ("criteria", "stages", "penalties"):
             require(isinstance(getattr(self, name), (list, tuple)), key + name, "be a list", getattr(self, name))
             object.__setattr__(self, name, tuple(getattr(self, name)))
-        require(len(self.criteria) > 0 and all(isinstance(c, str) and c in CRITERIA for c in self.criteria)
-                and len(set(self.criteria)) == len(self.criteria), key + "criteria",
-                f"be a non-empty list of distinct names of {sorted(CRITERIA)}", list(self.criteria))
+        require(
+            len(self.criteria) > 0
+            and all(isinstance(c, str) and c in CRITERIA for c in self.criteria)
+            and len(set(self.criteria)) == len(self.criteria),
+            key + "criteria",
+            f"be a non-empty list of distinct names of {sorted(CRITERIA)}",
+            list(self.criteria),
+        )
         require(is_number(self.sparsity) and 0 < self.sparsity < 1, key + "sparsity", "lie in (0, 1)", self.sparsity)
-        require(len(self.stages) > 0 and all(is_count(p) for p in self.stages) and len(set(self.stages)) == len(self.stages),
-                key + "stages", f"be a non-empty list of distinct positive integers up to {MAX_COUNT}", list(self.stages))
-        require(len(self.penalties) > 0 and all(is_number(p) and p >= 0 for p in self.penalties)
-                and len(set(self.penalties)) == len(self.penalties), key + "penalties",
-                "be a non-empty list of distinct non-negative numbers", list(self.penalties))
+        require(
+            len(self.stages) > 0
+            and all(is_count(p) for p in self.stages)
+            and len(set(self.stages)) == len(self.stages),
+            key + "stages",
+            f"be a non-empty list of distinct positive integers up to {MAX_COUNT}",
+            list(self.stages),
+        )
+        require(
+            len(self.penalties) > 0
+            and all(is_number(p) and p >= 0 for p in self.penalties)
+            and len(set(self.penalties)) == len(self.penalties),
+            key + "penalties",
+            "be a non-empty list of distinct non-negative numbers",
+            list(self.penalties),
+        )
         object.__setattr__(self, "penalties", tuple(float(p) for p in self.penalties))
-        require(self.schedule in SPARSITY_SCHEDULES, key + "schedule", f"be one of {list(SPARSITY_SCHEDULES)}", self.schedule)
+        require(
+            self.schedule in SPARSITY_SCHEDULES,
+            key + "schedule",
+            f"be one of {list(SPARSITY_SCHEDULES)}",
+            self.schedule,
+        )
         for name in ("examples_per_stage", "loss_examples"):
-            require(is_count(getattr(self, name)), key + name, f"be a positive integer up to {MAX_COUNT}", getattr(self, name))
-        require(is_count(self.finetune_epochs, 0), key + "finetune_epochs", f"be a non-negative integer up to {MAX_COUNT}",
-                self.finetune_epochs)
+            require(
+                is_count(getattr(self, name)),
+                key + name,
+                f"be a positive integer up to {MAX_COUNT}",
+                getattr(self, name),
+            )
+        require(
+            is_count(self.finetune_epochs, 0),
+            key + "finetune_epochs",
+            f"be a non-negative integer up to {MAX_COUNT}",
+            self.finetune_epochs,
+        )
         require(self.finetune in FINETUNE_MODES, key + "finetune", f"be one of {list(FINETUNE_MODES)}", self.finetune)
 
 
@@ -126,9 +156,13 @@ def prune_in_stages(net, criterion: str, sparsity: float, *, stages: int, **opti
         weights), ties by position; a budget at ``sparsity`` over the ranks keeps exactly ``masks``.
     """
     masks = {site: torch.ones_like(net.get_parameter(site), dtype=torch.bool) for site in weight_sites(net)}
-    stage_of = {site: torch.full(mask.shape, math.inf, dtype=torch.float64, device=mask.device) for site, mask in masks.items()}
+    stage_of = {
+        site: torch.full(mask.shape, math.inf, dtype=torch.float64, device=mask.device) for site, mask in masks.items()
+    }
     value_at = {site: torch.zeros(mask.shape, dtype=torch.float64, device=mask.device) for site, mask in masks.items()}
-    for stage, (_, new, scores) in enumerate(pruning_stages(net, criterion, sparsity, stages=stages, **options), start=1):
+    for stage, (_, new, scores) in enumerate(
+        pruning_stages(net, criterion, sparsity, stages=stages, **options), start=1
+    ):
         for site in masks:
             dropped = masks[site] & ~new[site]
             stage_of[site][dropped] = stage
@@ -205,8 +239,10 @@ class SaliencyMethod(Method):
     sparsity_option = "sparsity"
     quick = ("saliency.finetune_epochs=2", "saliency.stages=[1, 3]")
     summary = "one-shot and multi-stage criteria MP, OBD, LM, QM, SNIP with a step-size penalty"
-    paper = ("Laurent, Ballas, George, Ballas, Vincent (2020), "
-             "[Revisiting loss modelling for unstructured pruning](https://arxiv.org/abs/2006.12279)")
+    paper = (
+        "Laurent, Ballas, George, Ballas, Vincent (2020), "
+        "[Revisiting loss modelling for unstructured pruning](https://arxiv.org/abs/2006.12279)"
+    )
     unsupported = dict(UNREAD_BY_MASKED_TRAINING)
 
     def fit(self, net, data, options, ctx):
@@ -215,10 +251,14 @@ class SaliencyMethod(Method):
         loss = mean_loss(data.task)
         x_train, y_train = data.x_train.to(ctx.device), data.y_train.to(ctx.device)
         start = time.perf_counter()
-        history = ctx.train_network("dense", net, ctx.batches(x_train, y_train), epochs=ctx.epochs, loss=loss, validate=True)
+        history = ctx.train_network(
+            "dense", net, ctx.batches(x_train, y_train), epochs=ctx.epochs, loss=loss, validate=True
+        )
         net.eval()
         error_before = network_test_metric(net, data)
-        loss_rows = torch.randperm(data.num_train, generator=torch.Generator().manual_seed(ctx.seed))[: options.loss_examples]
+        loss_rows = torch.randperm(data.num_train, generator=torch.Generator().manual_seed(ctx.seed))[
+            : options.loss_examples
+        ]
         x_loss, y_loss = x_train[loss_rows.to(ctx.device)], y_train[loss_rows.to(ctx.device)]
 
         points = []
@@ -226,20 +266,46 @@ class SaliencyMethod(Method):
             for stages in options.stages:
                 for penalty in options.penalties:
                     masks, ranks = prune_in_stages(
-                        net, criterion, options.sparsity, x=x_train, y=y_train, stages=stages, schedule=options.schedule,
-                        penalty=penalty, examples_per_stage=options.examples_per_stage, loss=loss,
-                        generator=torch.Generator().manual_seed(ctx.seed + 1))
+                        net,
+                        criterion,
+                        options.sparsity,
+                        x=x_train,
+                        y=y_train,
+                        stages=stages,
+                        schedule=options.schedule,
+                        penalty=penalty,
+                        examples_per_stage=options.examples_per_stage,
+                        loss=loss,
+                        generator=torch.Generator().manual_seed(ctx.seed + 1),
+                    )
                     pruned = masked_copy(net, masks)
-                    points.append(GridPoint(criterion, stages, penalty, masks, ranks, loss_change(net, masks, x_loss, y_loss),
-                                            network_test_metric(pruned, data)))
+                    points.append(
+                        GridPoint(
+                            criterion,
+                            stages,
+                            penalty,
+                            masks,
+                            ranks,
+                            loss_change(net, masks, x_loss, y_loss),
+                            network_test_metric(pruned, data),
+                        )
+                    )
 
-        best = {criterion: min((p for p in points if p.criterion == criterion and p.stages == max(options.stages)),
-                               key=lambda p: _order_key(p.delta_loss)) for criterion in options.criteria}
+        best = {
+            criterion: min(
+                (p for p in points if p.criterion == criterion and p.stages == max(options.stages)),
+                key=lambda p: _order_key(p.delta_loss),
+            )
+            for criterion in options.criteria
+        }
         if options.finetune == "all":
             chosen = points
         else:
-            chosen = [min((p for p in points if p.criterion == c and p.stages == s), key=lambda p: _order_key(p.delta_loss))
-                      for c in options.criteria for s in options.stages]
+            chosen = [
+                min((p for p in points if p.criterion == c and p.stages == s), key=lambda p: _order_key(p.delta_loss))
+                for c in options.criteria
+                for s in options.stages
+            ]
         tuned, first = {}, best[options.criteria[0]]
         for point in chosen:
             key = _mask_key(point.masks)
@@ -247,18 +313,34 @@ class SaliencyMethod(Method):
                 sparse = copy.deepcopy(net)
                 sparse.train()
                 finetune_history = ctx.train_network(
-                    f"fine-tune {point.criterion}, {point.stages} stages, penalty {point.penalty:g}", sparse,
-                    ctx.batches(x_train, y_train, seed=ctx.seed + 2), epochs=options.finetune_epochs, loss=loss, mask=point.masks)
+                    f"fine-tune {point.criterion}, {point.stages} stages, penalty {point.penalty:g}",
+                    sparse,
+                    ctx.batches(x_train, y_train, seed=ctx.seed + 2),
+                    epochs=options.finetune_epochs,
+                    loss=loss,
+                    mask=point.masks,
+                )
                 sparse.eval()
                 tuned[key] = (sparse, finetune_history, network_test_metric(sparse, data))
             point.error_after_finetune = tuned[key][2]
         final, finetune_history, _ = tuned[_mask_key(first.masks)]
-        history = History(history.step_losses + finetune_history.step_losses, history.epoch_losses + finetune_history.epoch_losses)
+        history = History(
+            history.step_losses + finetune_history.step_losses, history.epoch_losses + finetune_history.epoch_losses
+        )
         seconds = time.perf_counter() - start
         report = _report(points, best, error_before, options)
         net.train()
-        return SaliencyFitted(copy.deepcopy(final), first.ranks, dense=net, points=points, loss_rows=loss_rows.cpu(),
-                              history=history, seconds=seconds, report=report, task=data.task)
+        return SaliencyFitted(
+            copy.deepcopy(final),
+            first.ranks,
+            dense=net,
+            points=points,
+            loss_rows=loss_rows.cpu(),
+            history=history,
+            seconds=seconds,
+            report=report,
+            task=data.task,
+        )
 
     def restore(self, net, data, options, ctx, state):
         return SaliencyFitted.restore(net, state, task=data.task)
@@ -273,14 +355,17 @@ class SaliencyMethod(Method):
         folder = Path(run_dir)
         plot_delta_loss(metrics, folder / "delta_loss.png")
         plot_gap_against_delta_loss(metrics, folder / "gap_vs_delta_loss.png")
-        return ["## Pruning criteria (paper 001)\n\n" + saliency_table(metrics),
-                "![ΔL against the penalty λ for each number of stages π](delta_loss.png)",
-                "![error gap after fine-tuning against ΔL](gap_vs_delta_loss.png)"]
+        return [
+            "## Pruning criteria (paper 001)\n\n" + saliency_table(metrics),
+            "![ΔL against the penalty λ for each number of stages π](delta_loss.png)",
+            "![error gap after fine-tuning against ΔL](gap_vs_delta_loss.png)",
+        ]
 
 
 def _report(points: list, best: dict, error_before: float, options) -> dict:
     """``metrics.json``'s numbers of a grid: lists in ``grid`` order, the best point per criterion and
     Spearman's ρ between ΔL and the gap after fine-tuning."""
+
     def gap(error):
         return None if error is None else error - error_before
 
@@ -299,12 +384,17 @@ def _report(points: list, best: dict, error_before: float, options) -> dict:
         own = [p for p in tuned if p.criterion == criterion]
         at_largest = [p for p in points if p.criterion == criterion and p.stages == point.stages]
         report["best"][criterion] = {
-            "penalty": point.penalty, "stages": point.stages, "delta_loss": point.delta_loss,
-            "gap_before_finetune": gap(point.error_after_pruning), "gap_after_finetune": gap(point.error_after_finetune),
+            "penalty": point.penalty,
+            "stages": point.stages,
+            "delta_loss": point.delta_loss,
+            "gap_before_finetune": gap(point.error_after_pruning),
+            "gap_after_finetune": gap(point.error_after_finetune),
             "rho": spearman_or_none([p.delta_loss for p in own], [gap(p.error_after_finetune) for p in own]),
             "lowest_gap_before_finetune": min(gap(p.error_after_pruning) for p in at_largest),
             "lowest_gap_after_finetune": min(gap(p.error_after_finetune) for p in own),
         }
-    report["spearman_rho"] = spearman_or_none([p.delta_loss for p in tuned], [gap(p.error_after_finetune) for p in tuned])
+    report["spearman_rho"] = spearman_or_none(
+        [p.delta_loss for p in tuned], [gap(p.error_after_finetune) for p in tuned]
+    )
     report["finetuned_points"] = len(tuned)
     return report

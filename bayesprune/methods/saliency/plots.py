@@ -1,5 +1,6 @@
 """Tables and plots of a saliency run (paper 001: criteria × stages π × penalties λ), from its
 ``metrics.json`` alone."""
+
 import numpy as np
 
 from bayesprune.analysis.plots import plt, save_figure
@@ -13,23 +14,35 @@ def saliency_table(metrics: dict) -> str:
     set with ``data.validation = true``), the lowest gaps over λ at that π before fine-tuning (Table 3)
     and over its fine-tuned points after fine-tuning (Table 2), and Spearman's ρ between ΔL and the gap
     after fine-tuning over its fine-tuned points (section 6.1; "—" where undefined)."""
+
     def cell(value):
         return "—" if value is None else value
 
-    rows = [{"criterion": criterion, "π": best["stages"], "best λ": best["penalty"], "ΔL": cell(best["delta_loss"]),
-             "gap before fine-tuning": cell(best["gap_before_finetune"]), "gap after fine-tuning": cell(best["gap_after_finetune"]),
-             "lowest gap before (over λ)": cell(best.get("lowest_gap_before_finetune")),
-             "lowest gap after (fine-tuned points)": cell(best.get("lowest_gap_after_finetune")), "Spearman ρ": cell(best["rho"])}
-            for criterion, best in metrics["best"].items()]
+    rows = [
+        {
+            "criterion": criterion,
+            "π": best["stages"],
+            "best λ": best["penalty"],
+            "ΔL": cell(best["delta_loss"]),
+            "gap before fine-tuning": cell(best["gap_before_finetune"]),
+            "gap after fine-tuning": cell(best["gap_after_finetune"]),
+            "lowest gap before (over λ)": cell(best.get("lowest_gap_before_finetune")),
+            "lowest gap after (fine-tuned points)": cell(best.get("lowest_gap_after_finetune")),
+            "Spearman ρ": cell(best["rho"]),
+        }
+        for criterion, best in metrics["best"].items()
+    ]
     before = metrics.get("error_before_pruning")
     classification = is_classification(metrics.get("task", "classification"))
     name, unit = ("Error", " %") if classification else ("RMSE", "")
     lead = "Errors are measured on the test split (the held-out validation images with `data.validation = true`). "
     lead += "" if before is None else f"{name} before pruning: {before:.4g}{unit}. "
     rho = metrics.get("spearman_rho")
-    lead += (f"Gaps are {'errors' if classification else 'RMSEs'} minus the one before pruning"
-             f"{', in points' if classification else ''}. Spearman's ρ over all fine-tuned points: "
-             f"{'—' if rho is None else f'{rho:.3f}'} ({metrics.get('finetuned_points', '?')} points).")
+    lead += (
+        f"Gaps are {'errors' if classification else 'RMSEs'} minus the one before pruning"
+        f"{', in points' if classification else ''}. Spearman's ρ over all fine-tuned points: "
+        f"{'—' if rho is None else f'{rho:.3f}'} ({metrics.get('finetuned_points', '?')} points)."
+    )
     return lead + "\n\n" + markdown_table(rows, list(rows[0]))
 
 
@@ -65,8 +78,11 @@ def plot_gap_against_delta_loss(metrics: dict, path):
     """Paper 001, Fig. 3: the error gap after fine-tuning against ΔL(θ, Δθ) for every fine-tuned grid point,
     one colour per criterion, with Spearman's ρ (per criterion in the legend, over all points in the title)."""
     figure, axis = plt.subplots(figsize=(5.5, 4))
-    rows = [(c, loss, gap) for (c, _, _), loss, gap in zip(metrics["grid"], metrics["delta_loss"], metrics["gap_after_finetune"])
-            if gap is not None and loss is not None]
+    rows = [
+        (c, loss, gap)
+        for (c, _, _), loss, gap in zip(metrics["grid"], metrics["delta_loss"], metrics["gap_after_finetune"])
+        if gap is not None and loss is not None
+    ]
     for criterion in dict.fromkeys(c for c, _, _ in rows):
         points = [(loss, gap) for c, loss, gap in rows if c == criterion]
         rho = metrics.get("best", {}).get(criterion, {}).get("rho")
@@ -75,8 +91,11 @@ def plot_gap_against_delta_loss(metrics: dict, path):
     rho = metrics.get("spearman_rho")
     classification = is_classification(metrics.get("task", "classification"))
     unit = "error gap after fine-tuning (points)" if classification else "RMSE gap after fine-tuning"
-    axis.set(xlabel="ΔL(θ, Δθ) (training loss)", ylabel=unit,
-             title="Gap after fine-tuning vs ΔL" + ("" if rho is None else f", ρ = {rho:.2f}"))
+    axis.set(
+        xlabel="ΔL(θ, Δθ) (training loss)",
+        ylabel=unit,
+        title="Gap after fine-tuning vs ΔL" + ("" if rho is None else f", ρ = {rho:.2f}"),
+    )
     if rows:
         axis.legend()
     save_figure(figure, path)

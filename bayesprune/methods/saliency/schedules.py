@@ -3,6 +3,7 @@
 :func:`sparsity_schedule` gives the target sparsity κ_i of each stage i = 1, …, π of multi-stage
 pruning without weight updates between the stages (paper 001, section 3.2 and Algorithm 1, line 5).
 """
+
 import math
 
 from bayesprune.core.validation import is_int, is_number, require

@@ -1,6 +1,7 @@
 """Multi-stage pruning without weight updates between the stages, and what pruning costs (paper 001,
 Algorithm 1 without its fine-tuning, eq. 1), over any criterion of :mod:`bayesprune.core.criteria`.
 """
+
 import copy
 import math
 
@@ -11,12 +12,24 @@ from bayesprune.core.criteria import CRITERIA, loss_kind_of, mean_loss_of_kind, 
 from bayesprune.core.loop import check_stop
 from bayesprune.core.pruning import Budget, apply_masks, prune
 from bayesprune.core.validation import is_int, require
-
 from bayesprune.methods.saliency.schedules import sparsity_schedule
 
 
-def pruning_stages(net, criterion: str, sparsity: float, *, x, y, stages: int, schedule: str = "exponential",
-                   penalty: float = 0.0, examples_per_stage: int = 1000, loss=None, loss_kind=None, generator=None):
+def pruning_stages(
+    net,
+    criterion: str,
+    sparsity: float,
+    *,
+    x,
+    y,
+    stages: int,
+    schedule: str = "exponential",
+    penalty: float = 0.0,
+    examples_per_stage: int = 1000,
+    loss=None,
+    loss_kind=None,
+    generator=None,
+):
     """Prune ``net`` in π = ``stages`` stages without updating the weights in between (paper 001,
     Algorithm 1 without its fine-tuning): an iterator of ``(κ_i, masks, scores)`` after every stage,
     ``scores`` the saliencies the stage ranked by.
@@ -42,8 +55,12 @@ def pruning_stages(net, criterion: str, sparsity: float, *, x, y, stages: int, s
         loss, loss_kind, generator: as in :func:`~bayesprune.core.criteria.saliency`; ``generator`` also
             draws the examples.
     """
-    require(is_int(examples_per_stage) and examples_per_stage > 0, "examples_per_stage", "be a positive integer",
-            examples_per_stage)
+    require(
+        is_int(examples_per_stage) and examples_per_stage > 0,
+        "examples_per_stage",
+        "be a positive integer",
+        examples_per_stage,
+    )
     if criterion not in CRITERIA:
         raise ValueError(f"criterion must be one of {sorted(CRITERIA)}, got {criterion!r}")
     sparsities = sparsity_schedule(sparsity, stages, schedule)
@@ -57,8 +74,9 @@ def _stages(masked, criterion, sparsities, x, y, examples_per_stage, options):
         check_stop(f"while pruning to sparsity {kappa:.4g}")
         rows = torch.randperm(len(x), generator=options["generator"])[:examples_per_stage].to(x.device)
         scores = saliency(criterion, masked, x=x[rows], y=y[rows], **options)
-        masks = prune({site: score.masked_fill(~masks[site], -math.inf) for site, score in scores.items()},
-                      Budget(fraction=kappa))
+        masks = prune(
+            {site: score.masked_fill(~masks[site], -math.inf) for site, score in scores.items()}, Budget(fraction=kappa)
+        )
         with torch.no_grad():
             for site, mask in masks.items():
                 masked.get_parameter(site).mul_(mask)

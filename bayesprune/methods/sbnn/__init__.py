@@ -4,6 +4,7 @@ Prior π·N(0, τ1²) + (1 − π)·N(0, τ0²) on every weight (eq. 3.1), mean-
 closed-form inclusion probability p*(m, σ) (eq. 3.8), the objective of eqs. 3.6-3.7 with the
 minibatch penalty of eq. 4.2 or 4.3, and pruning by inclusion probability.
 """
+
 import math
 import time
 from dataclasses import dataclass
@@ -63,15 +64,41 @@ class SBNNOptions:
     def __post_init__(self):
         require(is_number(self.pi) and 0 < self.pi < 1, "sbnn.pi", "lie in (0, 1)", self.pi)
         # τ = exp(log τ) is held in float32: beyond ±80 it overflows or vanishes.
-        require(is_number(self.log_tau0) and abs(self.log_tau0) <= 80, "sbnn.log_tau0", "lie in [-80, 80]", self.log_tau0)
-        require(is_number(self.log_tau1) and abs(self.log_tau1) <= 80, "sbnn.log_tau1", "lie in [-80, 80]", self.log_tau1)
-        require(self.log_tau0 < self.log_tau1, "sbnn.log_tau0", f"be below sbnn.log_tau1 = {self.log_tau1} (tau0 < tau1)", self.log_tau0)
-        require(is_scale(self.init_scale), "sbnn.init_scale", f"be a positive number up to {MAX_SCALE:g}", self.init_scale)
+        require(
+            is_number(self.log_tau0) and abs(self.log_tau0) <= 80, "sbnn.log_tau0", "lie in [-80, 80]", self.log_tau0
+        )
+        require(
+            is_number(self.log_tau1) and abs(self.log_tau1) <= 80, "sbnn.log_tau1", "lie in [-80, 80]", self.log_tau1
+        )
+        require(
+            self.log_tau0 < self.log_tau1,
+            "sbnn.log_tau0",
+            f"be below sbnn.log_tau1 = {self.log_tau1} (tau0 < tau1)",
+            self.log_tau0,
+        )
+        require(
+            is_scale(self.init_scale), "sbnn.init_scale", f"be a positive number up to {MAX_SCALE:g}", self.init_scale
+        )
         require(self.objective in OBJECTIVES, "sbnn.objective", f"be one of {sorted(OBJECTIVES)}", self.objective)
         require(self.penalty in PENALTIES, "sbnn.penalty", f"be one of {sorted(PENALTIES)}", self.penalty)
-        require(isinstance(self.local_reparameterization, bool), "sbnn.local_reparameterization", "be true or false", self.local_reparameterization)
-        require(is_count(self.num_particles), "sbnn.num_particles", f"be a positive integer up to {MAX_COUNT}", self.num_particles)
-        require(is_count(self.predictive_samples), "sbnn.predictive_samples", f"be a positive integer up to {MAX_COUNT}", self.predictive_samples)
+        require(
+            isinstance(self.local_reparameterization, bool),
+            "sbnn.local_reparameterization",
+            "be true or false",
+            self.local_reparameterization,
+        )
+        require(
+            is_count(self.num_particles),
+            "sbnn.num_particles",
+            f"be a positive integer up to {MAX_COUNT}",
+            self.num_particles,
+        )
+        require(
+            is_count(self.predictive_samples),
+            "sbnn.predictive_samples",
+            f"be a positive integer up to {MAX_COUNT}",
+            self.predictive_samples,
+        )
 
     def prior(self) -> SpikeSlabPrior:
         return SpikeSlabPrior(pi=self.pi, tau0=math.exp(self.log_tau0), tau1=math.exp(self.log_tau1))
@@ -125,26 +152,42 @@ def fit_posterior(net, data, options: SBNNOptions, ctx, *, prior=None, guide_cla
     """
     if options.local_reparameterization:
         convolutions = [name for name, module in net.named_modules() if isinstance(module, nn.modules.conv._ConvNd)]
-        require(not convolutions, "sbnn.local_reparameterization",
-                f"be false for a network with convolutions ({convolutions[0] if convolutions else ''}): it is exact "
-                "for linear layers only", True)
+        require(
+            not convolutions,
+            "sbnn.local_reparameterization",
+            f"be false for a network with convolutions ({convolutions[0] if convolutions else ''}): it is exact "
+            "for linear layers only",
+            True,
+        )
     pyro.clear_param_store()
     pyro.set_rng_seed(ctx.seed)
     device = ctx.device
-    model = build_model(net.to(device), data, options.prior() if prior is None else prior, noise_scale=ctx.noise_scale,
-                        sites=ctx.sites(net)).to(device)
+    model = build_model(
+        net.to(device),
+        data,
+        options.prior() if prior is None else prior,
+        noise_scale=ctx.noise_scale,
+        sites=ctx.sites(net),
+    ).to(device)
     guide = guide_class(model, init_scale=options.init_scale).to(device)
     fitted = SBNNFitted(model, guide, predictive_samples=options.predictive_samples)
     objective = OBJECTIVES[options.objective](
-        num_particles=options.num_particles, local_reparameterization=options.local_reparameterization,
+        num_particles=options.num_particles,
+        local_reparameterization=options.local_reparameterization,
     )
     optim = build_optim(ctx.optim, epochs=ctx.epochs)
     step = svi_step(model, guide, objective=objective, optim=optim, penalty=PENALTIES[options.penalty]())
     start = time.perf_counter()
     with pyro.validation_enabled(False):  # argument checks cost ~10x per step; the config was validated
-        fitted.history = ctx.train("svi", step, ctx.batches(data.x_train, data.y_train), epochs=ctx.epochs,
-                                   state={"model": model, "guide": guide, "optimizer": optim},
-                                   scheduler=optim if isinstance(optim, PyroLRScheduler) else None, validate=fitted.predict)
+        fitted.history = ctx.train(
+            "svi",
+            step,
+            ctx.batches(data.x_train, data.y_train),
+            epochs=ctx.epochs,
+            state={"model": model, "guide": guide, "optimizer": optim},
+            scheduler=optim if isinstance(optim, PyroLRScheduler) else None,
+            validate=fitted.predict,
+        )
     fitted.seconds = time.perf_counter() - start
     return fitted
 
@@ -155,18 +198,28 @@ class SBNN(Method):
 
     name = "sbnn"
     Options = SBNNOptions
-    summary = "spike-and-slab posterior over every weight; inclusion probabilities, feature importance, variable selection"
-    paper = ("Saha, Liu, Liang (2024), "
-             "[Efficient model compression for Bayesian neural networks](https://arxiv.org/abs/2411.00273)")
+    summary = (
+        "spike-and-slab posterior over every weight; inclusion probabilities, feature importance, variable selection"
+    )
+    paper = (
+        "Saha, Liu, Liang (2024), "
+        "[Efficient model compression for Bayesian neural networks](https://arxiv.org/abs/2411.00273)"
+    )
     #: Restarts pooled on a table under ``chains = "auto"``: one fit's ψ ranks the inputs by where its
     #: optimisation ended; breast cancer and diabetes (docs/usage.md, Feature importance) need several.
     table_chains = 4
     unsupported = {"optim.weight_decay": "the spike-and-slab prior regularises the weights; set it in [sbnn]"}
     legacy_keys = {
-        "prior.name": None, "prior.pi": "pi", "prior.log_tau0": "log_tau0", "prior.log_tau1": "log_tau1",
-        "guide.name": None, "guide.init_scale": "init_scale",
-        "objective.name": "objective", "objective.penalty": "penalty",
-        "objective.local_reparameterization": "local_reparameterization", "objective.num_particles": "num_particles",
+        "prior.name": None,
+        "prior.pi": "pi",
+        "prior.log_tau0": "log_tau0",
+        "prior.log_tau1": "log_tau1",
+        "guide.name": None,
+        "guide.init_scale": "init_scale",
+        "objective.name": "objective",
+        "objective.penalty": "penalty",
+        "objective.local_reparameterization": "local_reparameterization",
+        "objective.num_particles": "num_particles",
         "train.predictive_samples": "predictive_samples",
     }
 
@@ -199,5 +252,6 @@ class SBNN(Method):
         except ValueError:  # not a plain Linear/Conv2d chain (branches, batch norm, grouped convolutions)
             feature_importance = None
         chains = [(fitted.model, fitted.guide, fitted.history) for fitted in fits]
-        return to_inference_data(chains, dataset, feature_importance=feature_importance, seed=seed,
-                                 max_test_points=PREDICTIVE_TEST_POINTS)
+        return to_inference_data(
+            chains, dataset, feature_importance=feature_importance, seed=seed, max_test_points=PREDICTIVE_TEST_POINTS
+        )

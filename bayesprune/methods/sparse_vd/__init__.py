@@ -12,6 +12,7 @@ no prior and no noise: they are point estimates trained by the likelihood, as in
 Scores are −log α per weight in float64 (higher = keep); a budget that removes the fraction of
 weights with log α > 3 masks exactly the paper's pruned weights.
 """
+
 import time
 from dataclasses import dataclass
 
@@ -23,17 +24,23 @@ from pyro.optim import PyroLRScheduler
 from bayesprune.core.checkpoint import load_module_state
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.loop import svi_step
-from bayesprune.models import LIKELIHOODS
 from bayesprune.core.optim import build_optim, torch_optim_and_args
 from bayesprune.core.predict import evaluating
 from bayesprune.core.pruning import apply_masks
 from bayesprune.core.tasks import mean_loss
 from bayesprune.core.validation import MAX_COUNT, is_count, is_int, is_number, require
-
 from bayesprune.methods import register_method
 from bayesprune.methods.base import Fitted, Method, with_point_estimate
 from bayesprune.methods.sparse_vd.distributions import LOG_ALPHA_THRESHOLD
-from bayesprune.methods.sparse_vd.model import KLAnnealing, SparseVDELBO, SparseVDGuide, SparseVDNetwork, linear_decay, weight_sites
+from bayesprune.methods.sparse_vd.model import (
+    KLAnnealing,
+    SparseVDELBO,
+    SparseVDGuide,
+    SparseVDNetwork,
+    linear_decay,
+    weight_sites,
+)
+from bayesprune.models import LIKELIHOODS
 
 
 @dataclass(frozen=True)
@@ -68,22 +75,52 @@ class SparseVDOptions:
 
     def __post_init__(self):
         key = "sparse-vd."
-        require(is_number(self.init_log_sigma2) and -30 <= self.init_log_sigma2 <= 10, key + "init_log_sigma2",
-                "lie in [-30, 10]", self.init_log_sigma2)
-        require(is_number(self.threshold) and -8 < self.threshold < 8, key + "threshold",
-                "lie in (-8, 8) (log alpha is clipped to [-8, 8])", self.threshold)
+        require(
+            is_number(self.init_log_sigma2) and -30 <= self.init_log_sigma2 <= 10,
+            key + "init_log_sigma2",
+            "lie in [-30, 10]",
+            self.init_log_sigma2,
+        )
+        require(
+            is_number(self.threshold) and -8 < self.threshold < 8,
+            key + "threshold",
+            "lie in (-8, 8) (log alpha is clipped to [-8, 8])",
+            self.threshold,
+        )
         require(isinstance(self.train_clip, bool), key + "train_clip", "be true or false", self.train_clip)
-        require(is_count(self.kl_anneal_start, 0), key + "kl_anneal_start",
-                f"be a non-negative integer up to {MAX_COUNT}", self.kl_anneal_start)
-        require(is_int(self.kl_anneal_end) and self.kl_anneal_start <= self.kl_anneal_end <= MAX_COUNT, key + "kl_anneal_end",
-                f"be an integer from sparse-vd.kl_anneal_start = {self.kl_anneal_start} up to {MAX_COUNT}", self.kl_anneal_end)
-        require(isinstance(self.linear_lr_decay, bool), key + "linear_lr_decay", "be true or false", self.linear_lr_decay)
-        require(is_number(self.lr_decay_start) and 0 <= self.lr_decay_start < 1, key + "lr_decay_start", "lie in [0, 1)",
-                self.lr_decay_start)
-        require(is_count(self.pretrain_epochs, 0), key + "pretrain_epochs",
-                f"be a non-negative integer up to {MAX_COUNT}", self.pretrain_epochs)
-        require(is_count(self.predictive_samples, 0), key + "predictive_samples",
-                f"be a non-negative integer up to {MAX_COUNT}", self.predictive_samples)
+        require(
+            is_count(self.kl_anneal_start, 0),
+            key + "kl_anneal_start",
+            f"be a non-negative integer up to {MAX_COUNT}",
+            self.kl_anneal_start,
+        )
+        require(
+            is_int(self.kl_anneal_end) and self.kl_anneal_start <= self.kl_anneal_end <= MAX_COUNT,
+            key + "kl_anneal_end",
+            f"be an integer from sparse-vd.kl_anneal_start = {self.kl_anneal_start} up to {MAX_COUNT}",
+            self.kl_anneal_end,
+        )
+        require(
+            isinstance(self.linear_lr_decay, bool), key + "linear_lr_decay", "be true or false", self.linear_lr_decay
+        )
+        require(
+            is_number(self.lr_decay_start) and 0 <= self.lr_decay_start < 1,
+            key + "lr_decay_start",
+            "lie in [0, 1)",
+            self.lr_decay_start,
+        )
+        require(
+            is_count(self.pretrain_epochs, 0),
+            key + "pretrain_epochs",
+            f"be a non-negative integer up to {MAX_COUNT}",
+            self.pretrain_epochs,
+        )
+        require(
+            is_count(self.predictive_samples, 0),
+            key + "predictive_samples",
+            f"be a non-negative integer up to {MAX_COUNT}",
+            self.predictive_samples,
+        )
 
 
 class SparseVDFitted(Fitted):
@@ -96,8 +133,16 @@ class SparseVDFitted(Fitted):
     method = "sparse-vd"
     score_name = "-log alpha"
 
-    def __init__(self, model, guide, *, threshold: float = LOG_ALPHA_THRESHOLD, history=None, seconds: float = 0.0,
-                 predictive_samples: int = 0):
+    def __init__(
+        self,
+        model,
+        guide,
+        *,
+        threshold: float = LOG_ALPHA_THRESHOLD,
+        history=None,
+        seconds: float = 0.0,
+        predictive_samples: int = 0,
+    ):
         super().__init__(model.net, history=history, seconds=seconds, predictive_samples=predictive_samples)
         self.model, self.guide, self.threshold = model, guide, threshold
 
@@ -123,8 +168,12 @@ class SparseVDFitted(Fitted):
             for _ in range(max(num_samples, 1)):
                 params = self.params(sample=num_samples > 0)
                 params = apply_masks(params, masks) if masks else params
-                total = total + torch.cat([self.model.likelihood.mean(self.model.network(params, chunk))
-                                           for chunk in torch.split(x, batch_size)])
+                total = total + torch.cat(
+                    [
+                        self.model.likelihood.mean(self.model.network(params, chunk))
+                        for chunk in torch.split(x, batch_size)
+                    ]
+                )
         return total / max(num_samples, 1)
 
     def network(self):
@@ -162,11 +211,14 @@ def build_optimizer(options: SparseVDOptions, optim, *, epochs: int):
     if not options.linear_lr_decay:
         return build_optim(optim, epochs=epochs)
     if optim.schedule != "constant":
-        raise ConfigError(f"sparse-vd.linear_lr_decay must be false when optim.schedule = {optim.schedule!r} "
-                          "(the two schedules exclude each other)")
+        raise ConfigError(
+            f"sparse-vd.linear_lr_decay must be false when optim.schedule = {optim.schedule!r} "
+            "(the two schedules exclude each other)"
+        )
     torch_optim, args = torch_optim_and_args(optim)
-    return pyro.optim.LambdaLR({"optimizer": torch_optim, "optim_args": args,
-                                "lr_lambda": linear_decay(epochs, options.lr_decay_start)})
+    return pyro.optim.LambdaLR(
+        {"optimizer": torch_optim, "optim_args": args, "lr_lambda": linear_decay(epochs, options.lr_decay_start)}
+    )
 
 
 @register_method
@@ -177,8 +229,10 @@ class SparseVD(Method):
     Options = SparseVDOptions
     quick = ("sparse-vd.kl_anneal_start=0", "sparse-vd.kl_anneal_end=1")
     summary = "Sparse Variational Dropout: a dropout rate per weight under a log-uniform prior; weights with log α > 3 removed"
-    paper = ("Molchanov, Ashukha, Vetrov (2017), "
-             "[Variational dropout sparsifies deep neural networks](https://arxiv.org/abs/1701.05369), ICML")
+    paper = (
+        "Molchanov, Ashukha, Vetrov (2017), "
+        "[Variational dropout sparsifies deep neural networks](https://arxiv.org/abs/1701.05369), ICML"
+    )
 
     def unsupported_for(self, options) -> dict:
         """``[optim]`` keys the fit does not read: the schedule under ``linear_lr_decay`` (the paper's
@@ -189,8 +243,10 @@ class SparseVD(Method):
             why = "sparse-vd.linear_lr_decay = true decays the rate linearly to 0 instead; set it to false for [optim]'s schedule"
             unread["optim.schedule"] = why  # optim.gamma is read by the exponential schedule alone
         if options.pretrain_epochs == 0:
-            unread["optim.weight_decay"] = ("the log-uniform prior regularises the weights; weight decay acts only on "
-                                            "sparse-vd.pretrain_epochs of plain training")
+            unread["optim.weight_decay"] = (
+                "the log-uniform prior regularises the weights; weight decay acts only on "
+                "sparse-vd.pretrain_epochs of plain training"
+            )
         return unread
 
     def check(self, net, data, options):
@@ -209,15 +265,22 @@ class SparseVD(Method):
             ctx.train_network("pretrain", net, batches, epochs=options.pretrain_epochs, loss=mean_loss(data.task))
         model = build_model(net, data, noise_scale=ctx.noise_scale).to(device)
         guide = SparseVDGuide(model, init_log_sigma2=options.init_log_sigma2).to(device)
-        fitted = SparseVDFitted(model, guide, threshold=options.threshold, predictive_samples=options.predictive_samples)
+        fitted = SparseVDFitted(
+            model, guide, threshold=options.threshold, predictive_samples=options.predictive_samples
+        )
         annealing = KLAnnealing(start=options.kl_anneal_start, end=options.kl_anneal_end)
         objective = SparseVDELBO(annealing=annealing, train_clip=options.train_clip, threshold=options.threshold)
         optim = build_optimizer(options, ctx.optim, epochs=ctx.epochs)
         step = svi_step(model, guide, objective=objective, optim=optim)
         with pyro.validation_enabled(False):  # argument checks cost much per step; the options were validated
             fitted.history = ctx.train(
-                "svi", step, batches, epochs=ctx.epochs, state={"model": model, "guide": guide, "optimizer": optim},
-                scheduler=optim if isinstance(optim, PyroLRScheduler) else None, callbacks=[annealing],
+                "svi",
+                step,
+                batches,
+                epochs=ctx.epochs,
+                state={"model": model, "guide": guide, "optimizer": optim},
+                scheduler=optim if isinstance(optim, PyroLRScheduler) else None,
+                callbacks=[annealing],
                 validate=fitted.predict,
             )
         fitted.seconds = time.perf_counter() - start

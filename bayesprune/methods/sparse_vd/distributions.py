@@ -12,6 +12,7 @@ with the constant C = −k1 chosen so that −KL → 0 as α → ∞. :func:`neg
 formula, and the KL registered between :class:`AdditiveNormal` and :class:`LogUniform` is its negative
 per weight (≥ 0, 0 at α = ∞), so every objective reading ``kl_divergence`` reads the paper's KL.
 """
+
 import math
 
 import torch

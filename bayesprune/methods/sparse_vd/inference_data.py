@@ -17,6 +17,7 @@ Groups (``C`` chains = independent fits, ``S`` draws per chain):
 ``sample_stats``
     ``elbo``, dims ``(chain, epoch)``: minus the training loss per epoch (its KL term annealed).
 """
+
 import numpy as np
 import torch
 import xarray as xr
@@ -62,9 +63,14 @@ def to_inference_data(fits: list, data=None, *, num_draws: int = 50, num_predict
             if data is not None:
                 x = data.x_test[:PREDICTIVE_TEST_POINTS].to(fit.guide.theta.device)
                 with evaluating(fit.net):
-                    predictive.append(np.stack([
-                        fit.model.likelihood.distribution(fit.model.network(d, x)).sample().cpu().numpy()
-                        for d in draws[:num_predictive_draws]]))
+                    predictive.append(
+                        np.stack(
+                            [
+                                fit.model.likelihood.distribution(fit.model.network(d, x)).sample().cpu().numpy()
+                                for d in draws[:num_predictive_draws]
+                            ]
+                        )
+                    )
     site_dims = {name: [f"{name}_dim_{axis}" for axis in range(len(shapes[name]))] for name in drawn}
     variables = {name: (["chain", "draw", *site_dims[name]], np.stack(values)) for name, values in posterior.items()}
     fractions, quantiles = [], []
@@ -73,34 +79,54 @@ def to_inference_data(fits: list, data=None, *, num_draws: int = 50, num_predict
         fractions.append([float((value > fit.threshold).double().mean()) for value in log_alpha.values()])
         flat = torch.cat([value.flatten() for value in log_alpha.values()]).cpu().numpy()
         quantiles.append(np.quantile(flat, _QUANTILES))
-        thetas, log_sigma2s = fit.guide._split(fit.guide.theta.detach()), fit.guide._split(fit.guide.log_sigma2.detach())
+        thetas, log_sigma2s = (
+            fit.guide._split(fit.guide.theta.detach()),
+            fit.guide._split(fit.guide.log_sigma2.detach()),
+        )
         for name in drawn:
-            for key, value in (("theta", thetas[name]), ("log_sigma2", log_sigma2s[name]), ("log_alpha", log_alpha[name])):
+            for key, value in (
+                ("theta", thetas[name]),
+                ("log_sigma2", log_sigma2s[name]),
+                ("log_alpha", log_alpha[name]),
+            ):
                 variational.setdefault(f"{name}.{key}", []).append(value.float().cpu().numpy())
     fractions = np.array(fractions)
-    network = np.array([float((torch.cat([v.flatten() for v in fit.log_alpha().values()]) > fit.threshold).double().mean())
-                        for fit in fits])
+    network = np.array(
+        [
+            float((torch.cat([v.flatten() for v in fit.log_alpha().values()]) > fit.threshold).double().mean())
+            for fit in fits
+        ]
+    )
     variables["fraction_removed"] = (["chain", "draw", "site"], np.repeat(fractions[:, None], num_draws, axis=1))
     variables["network_fraction_removed"] = (["chain", "draw"], np.repeat(network[:, None], num_draws, axis=1))
     coords = {"chain": np.arange(chains), "draw": np.arange(num_draws), "site": np.array(list(shapes), dtype=object)}
     for name in drawn:
         coords.update({dim: np.arange(size) for dim, size in zip(site_dims[name], shapes[name])})
-    variational_vars = {key: (["chain", *site_dims[key.rsplit(".", 1)[0]]], np.stack(values)) for key, values in variational.items()}
+    variational_vars = {
+        key: (["chain", *site_dims[key.rsplit(".", 1)[0]]], np.stack(values)) for key, values in variational.items()
+    }
     variational_vars["log_alpha_quantile"] = (["chain", "quantile"], np.stack(quantiles))
     histories = [fit.history for fit in fits]
     length = max((len(h.epoch_losses) for h in histories if h is not None), default=0)
     elbo = np.full((chains, length), np.nan)
     for row, history in enumerate(histories):
         if history is not None:
-            elbo[row, :len(history.epoch_losses)] = history.elbo
-    attrs = {"inference": "Sparse VD (Molchanov et al., 2017): mean-field Gaussian q with a log-uniform prior; "
-                          "chains are independent restarts", "num_chains": chains, "num_draws": num_draws}
+            elbo[row, : len(history.epoch_losses)] = history.elbo
+    attrs = {
+        "inference": "Sparse VD (Molchanov et al., 2017): mean-field Gaussian q with a log-uniform prior; "
+        "chains are independent restarts",
+        "num_chains": chains,
+        "num_draws": num_draws,
+    }
     variational_coords = {dim: coords[dim] for dims, _ in variational_vars.values() for dim in dims if dim in coords}
     groups = {
         "posterior": xr.Dataset(variables, coords=coords, attrs=attrs),
         "variational": xr.Dataset(variational_vars, coords={**variational_coords, "quantile": _QUANTILES}, attrs=attrs),
-        "sample_stats": xr.Dataset({"elbo": (["chain", "epoch"], elbo)},
-                                   coords={"chain": coords["chain"], "epoch": np.arange(1, length + 1)}, attrs=attrs),
+        "sample_stats": xr.Dataset(
+            {"elbo": (["chain", "epoch"], elbo)},
+            coords={"chain": coords["chain"], "epoch": np.arange(1, length + 1)},
+            attrs=attrs,
+        ),
     }
     if data is not None:
         y = data.y_test[:PREDICTIVE_TEST_POINTS].cpu()
@@ -108,8 +134,10 @@ def to_inference_data(fits: list, data=None, *, num_draws: int = 50, num_predict
             scale, shift = data.target_std, data.target_mean
             y, predictive = y.double() * scale + shift, [p * scale + shift for p in predictive]
         points = {"test_point": np.arange(len(y))}
-        groups["posterior_predictive"] = xr.Dataset({"obs": (["chain", "draw", "test_point"], np.stack(predictive))},
-                                                    coords={"chain": coords["chain"], "draw": np.arange(len(predictive[0])), **points},
-                                                    attrs=attrs)
+        groups["posterior_predictive"] = xr.Dataset(
+            {"obs": (["chain", "draw", "test_point"], np.stack(predictive))},
+            coords={"chain": coords["chain"], "draw": np.arange(len(predictive[0])), **points},
+            attrs=attrs,
+        )
         groups["observed_data"] = xr.Dataset({"obs": (["test_point"], y.numpy())}, coords=points, attrs=attrs)
     return _container(groups)

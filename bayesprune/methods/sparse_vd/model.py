@@ -8,6 +8,7 @@ weight site in two flat vectors. :class:`SparseVDELBO` scores the likelihood thr
 pre-activations (the local reparameterisation trick, section 4.3 and eq. 17) and adds the registered
 KL of eq. 14, weighted by an annealing factor.
 """
+
 import math
 
 import pyro
@@ -20,7 +21,6 @@ from torch.func import functional_call
 from torch.overrides import TorchFunctionMode
 
 from bayesprune.core.objectives import AnalyticKLELBO, latent_sites
-
 from bayesprune.methods.sparse_vd.distributions import LOG_ALPHA_THRESHOLD, AdditiveNormals, LogUniform, log_alpha
 
 _CONVOLUTIONS = (F.conv1d, F.conv2d, F.conv3d)
@@ -29,8 +29,9 @@ _PRUNABLE = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 def weight_sites(net: nn.Module) -> list:
     """Names of the weights that carry the log-uniform prior: those of ``Linear`` and convolutions."""
-    return [f"{name}.weight" if name else "weight" for name, module in net.named_modules()
-            if isinstance(module, _PRUNABLE)]
+    return [
+        f"{name}.weight" if name else "weight" for name, module in net.named_modules() if isinstance(module, _PRUNABLE)
+    ]
 
 
 class MaskedLocalReparameterization(TorchFunctionMode):
@@ -116,8 +117,9 @@ class SparseVDNetwork(PyroModule):
         device = torch.device(device)
         if device not in self._site_priors:
             params = dict(self._modules["net"].named_parameters())
-            self._site_priors[device] = {name: self.prior.distribution(name, params[name].detach().to(device))
-                                         for name in self.weight_names}
+            self._site_priors[device] = {
+                name: self.prior.distribution(name, params[name].detach().to(device)) for name in self.weight_names
+            }
         return self._site_priors[device]
 
     def point_params(self) -> dict:
@@ -197,8 +199,9 @@ class SparseVDELBO(AnalyticKLELBO):
     ``threshold`` are zeroed in both pre-activation maps while training (the authors' code).
     """
 
-    def __init__(self, *, annealing=None, train_clip: bool = True, threshold: float = LOG_ALPHA_THRESHOLD,
-                 num_particles: int = 1):
+    def __init__(
+        self, *, annealing=None, train_clip: bool = True, threshold: float = LOG_ALPHA_THRESHOLD, num_particles: int = 1
+    ):
         super().__init__(num_particles=num_particles)
         self.annealing, self.train_clip, self.threshold = annealing, train_clip, threshold
 

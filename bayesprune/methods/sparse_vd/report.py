@@ -1,5 +1,6 @@
 """The Sparse VD section of ``report.md``: what the log α > threshold rule removes, per layer, and the
 distribution of log α (from ``metrics.json`` and ``scores.npz`` alone)."""
+
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,9 @@ def report_sections(run_dir, metrics: dict) -> list:
         return []
     run_dir = Path(run_dir)
     threshold = metrics["log_alpha_threshold"]
-    rows = "\n".join(f"| `{site}` | {100 * fraction:.2f} |" for site, fraction in metrics.get("layer_fraction_removed", {}).items())
+    rows = "\n".join(
+        f"| `{site}` | {100 * fraction:.2f} |" for site, fraction in metrics.get("layer_fraction_removed", {}).items()
+    )
     text = (
         "## Sparse VD: weights with log α above the threshold (Molchanov et al., 2017)\n\n"
         f"The test-time network uses θ with every weight of log α > {threshold:g} set to zero, so every point "

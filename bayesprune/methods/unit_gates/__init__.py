@@ -13,6 +13,7 @@ network to reduce the computational cost in further training iterations"), so ev
 costs less. After training, units with θ < ``final_threshold`` go, the rest are kept
 deterministically (ξ = 1) and the smaller network is fine-tuned (section 7.1).
 """
+
 import math
 import time
 from dataclasses import dataclass
@@ -23,11 +24,10 @@ import torch.nn.functional as F
 
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.export import check_export, cut
-from bayesprune.core.loop import optimizer_step
 from bayesprune.core.gates import ESTIMATORS, UnitGates, project_unit_weights, unit_weight_norms
+from bayesprune.core.loop import optimizer_step
 from bayesprune.core.structure import input_shape_of, layer_chain, shrunk
 from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
-
 from bayesprune.methods import Method, register_method
 from bayesprune.methods.base import NetworkFitted
 from bayesprune.methods.unit_gates.hyperpriors import BetaHyperPrior, FlatteningHyperPrior, SALHyperPrior
@@ -91,25 +91,62 @@ class UnitGatesOptions:
 
     def __post_init__(self):
         key = "unit-gates."
-        require(is_scale(self.weight_precision, positive=False), key + "weight_precision", f"be a non-negative number up to {MAX_SCALE:g}",
-                self.weight_precision)
+        require(
+            is_scale(self.weight_precision, positive=False),
+            key + "weight_precision",
+            f"be a non-negative number up to {MAX_SCALE:g}",
+            self.weight_precision,
+        )
         require(self.hyperprior in HYPERPRIORS, key + "hyperprior", f"be one of {list(HYPERPRIORS)}", self.hyperprior)
         require(self.estimator in ESTIMATORS, key + "estimator", f"be one of {sorted(ESTIMATORS)}", self.estimator)
         require(self.condition in CONDITIONS, key + "condition", f"be one of {list(CONDITIONS)}", self.condition)
         for name in ("temperature", "finetune_lr"):
-            require(is_scale(getattr(self, name)), key + name, f"be a positive number up to {MAX_SCALE:g}", getattr(self, name))
-        require(self.phi_max == math.inf or (is_number(self.phi_max) and self.phi_max > 0), key + "phi_max",
-                "be a positive number or inf", self.phi_max)
+            require(
+                is_scale(getattr(self, name)),
+                key + name,
+                f"be a positive number up to {MAX_SCALE:g}",
+                getattr(self, name),
+            )
+        require(
+            self.phi_max == math.inf or (is_number(self.phi_max) and self.phi_max > 0),
+            key + "phi_max",
+            "be a positive number or inf",
+            self.phi_max,
+        )
         for name in ("theta_init", "theta_low", "theta_high", "theta_tol", "theta_per", "final_threshold"):
-            require(is_number(getattr(self, name)) and 0 < getattr(self, name) < 1, key + name, "lie in (0, 1)", getattr(self, name))
-        require(self.theta_low < self.theta_init < self.theta_high, key + "theta_init", "lie between theta_low and theta_high", self.theta_init)
+            require(
+                is_number(getattr(self, name)) and 0 < getattr(self, name) < 1,
+                key + name,
+                "lie in (0, 1)",
+                getattr(self, name),
+            )
+        require(
+            self.theta_low < self.theta_init < self.theta_high,
+            key + "theta_init",
+            "lie between theta_low and theta_high",
+            self.theta_init,
+        )
         for name in ("n0", "finetune_epochs", "hybrid_units"):
-            require(is_count(getattr(self, name), 0), key + name, f"be a non-negative integer up to {MAX_COUNT}", getattr(self, name))
-        require(is_scale(self.input_threshold, positive=False), key + "input_threshold", f"be a non-negative number up to {MAX_SCALE:g}",
-                self.input_threshold)
+            require(
+                is_count(getattr(self, name), 0),
+                key + name,
+                f"be a non-negative integer up to {MAX_COUNT}",
+                getattr(self, name),
+            )
+        require(
+            is_scale(self.input_threshold, positive=False),
+            key + "input_threshold",
+            f"be a non-negative number up to {MAX_SCALE:g}",
+            self.input_threshold,
+        )
         for name in ("alpha", "beta"):  # every option is checked, whichever hyper-prior reads it
-            require(getattr(self, name) is None or (is_number(getattr(self, name)) and 0 < getattr(self, name) <= MAX_SHAPE),
-                    key + name, f"be a positive number up to {MAX_SHAPE:g}", getattr(self, name))
+            require(
+                getattr(self, name) is None
+                or (is_number(getattr(self, name)) and 0 < getattr(self, name) <= MAX_SHAPE),
+                key + name,
+                f"be a positive number up to {MAX_SHAPE:g}",
+                getattr(self, name),
+            )
         try:
             FlatteningHyperPrior(self.log_gamma, eps1=self.eps1, eps2=self.eps2)  # log_gamma, eps1 and eps2 likewise
             self.hyper_prior()
@@ -127,11 +164,21 @@ class UnitGatesOptions:
         key = "unit-gates."
         lowest, highest = (math.log(t) - math.log1p(-t) + self.log_gamma for t in (self.theta_low, self.theta_high))
         bound = math.exp(lowest) / (1 + math.exp(lowest))
-        require(self.eps1 < bound, key + "eps1", f"lie below {bound:.3g} (γ θ_l/(1 − θ_l), so that the Flattening term is "
-                "−log γ, eq. 31, for every θ in [theta_low, theta_high])", self.eps1)
+        require(
+            self.eps1 < bound,
+            key + "eps1",
+            f"lie below {bound:.3g} (γ θ_l/(1 − θ_l), so that the Flattening term is "
+            "−log γ, eq. 31, for every θ in [theta_low, theta_high])",
+            self.eps1,
+        )
         bound = 1 / (1 + math.exp(highest))
-        require(self.eps2 < bound, key + "eps2", f"lie below {bound:.3g} (so that the Flattening term is −log γ, eq. 31, "
-                "for every θ in [theta_low, theta_high])", self.eps2)
+        require(
+            self.eps2 < bound,
+            key + "eps2",
+            f"lie below {bound:.3g} (so that the Flattening term is −log γ, eq. 31, "
+            "for every θ in [theta_low, theta_high])",
+            self.eps2,
+        )
 
     def hyper_prior(self):
         """The :mod:`~bayesprune.methods.unit_gates.hyperpriors` object these options describe."""
@@ -174,8 +221,17 @@ class GateTraining:
     meet the pruning condition, and the epoch callback that records the network's size, θ and test
     error. ``net``, ``gates`` and ``optimizer`` are replaced when units go."""
 
-    def __init__(self, net, options: UnitGatesOptions, *, num_train: int, lr: float, noise_scale=None, input_shape=None,
-                 test=None):
+    def __init__(
+        self,
+        net,
+        options: UnitGatesOptions,
+        *,
+        num_train: int,
+        lr: float,
+        noise_scale=None,
+        input_shape=None,
+        test=None,
+    ):
         self.net, self.options, self.num_train, self.noise_scale = net, options, num_train, noise_scale
         self.test = test  # (x, y): the test error of the current network after each epoch (Fig. 3), classification
         self.input_shape = input_shape
@@ -194,11 +250,18 @@ class GateTraining:
     def state_dict(self) -> dict:
         """Everything the training changes, with the starting index of every unit still in the network
         (:meth:`load_state_dict` removes the others first)."""
-        return {"kept_units": [k.clone() for k in self.kept_units], "net": self.net.state_dict(),
-                "theta": [t.detach().clone() for t in self.gates.theta], "optimizer": self.optimizer.state_dict(),
-                "theta_max": [m.clone() for m in self.gates.per_layer(self.theta_max)],
-                "steps": self.steps, "units_alive": list(self.units_alive), "epoch_seconds": list(self.epoch_seconds),
-                "epoch_test_error": list(self.epoch_test_error), "theta_trajectories": list(self.theta_trajectories)}
+        return {
+            "kept_units": [k.clone() for k in self.kept_units],
+            "net": self.net.state_dict(),
+            "theta": [t.detach().clone() for t in self.gates.theta],
+            "optimizer": self.optimizer.state_dict(),
+            "theta_max": [m.clone() for m in self.gates.per_layer(self.theta_max)],
+            "steps": self.steps,
+            "units_alive": list(self.units_alive),
+            "epoch_seconds": list(self.epoch_seconds),
+            "epoch_test_error": list(self.epoch_test_error),
+            "theta_trajectories": list(self.theta_trajectories),
+        }
 
     def load_state_dict(self, state: dict):
         self.remove([torch.isin(now, saved) for now, saved in zip(self.kept_units, state["kept_units"])])
@@ -210,7 +273,10 @@ class GateTraining:
         self.theta_max = torch.cat(state["theta_max"]).to(self.gates.raw.device)
         self.steps = state["steps"]
         self.units_alive, self.epoch_seconds = list(state["units_alive"]), list(state["epoch_seconds"])
-        self.epoch_test_error, self.theta_trajectories = list(state["epoch_test_error"]), list(state["theta_trajectories"])
+        self.epoch_test_error, self.theta_trajectories = (
+            list(state["epoch_test_error"]),
+            list(state["theta_trajectories"]),
+        )
 
     def step(self, x, y, index, num_batches):
         gates = self.gates
@@ -228,7 +294,9 @@ class GateTraining:
         norms = [torch.cat(unit_weight_norms(self.net, gates))] if self.options.estimator == "hybrid" else None
         data = self.estimator.data_gradient(theta, values, cost_of, norms)
         for t, d in zip(theta, data):  # eq. 19, less the λθ the optimiser's weight decay adds back
-            t.grad = d.add_(self.hyper_prior.theta_gradient(t.detach())).sub_(t.detach(), alpha=self.options.weight_precision)
+            t.grad = d.add_(self.hyper_prior.theta_gradient(t.detach())).sub_(
+                t.detach(), alpha=self.options.weight_precision
+            )
         self.optimizer.step()
         self._after_step()
         return cost.detach() / self.num_train
@@ -251,8 +319,12 @@ class GateTraining:
                 return
             off = theta < self.theta_max * (1 - options.theta_per)
         if bool(off.any()):
-            self.remove([~layer_off if not bool(layer_off.all()) else torch.ones_like(layer_off)
-                         for layer_off in self.gates.per_layer(off)])
+            self.remove(
+                [
+                    ~layer_off if not bool(layer_off.all()) else torch.ones_like(layer_off)
+                    for layer_off in self.gates.per_layer(off)
+                ]
+            )
 
     def on_epoch(self, epoch, history):
         now = time.perf_counter()
@@ -348,11 +420,17 @@ class UnitGatesMethod(Method):
     name = "unit-gates"
     Options = UnitGatesOptions
     # the digits config of the golden recording (before log gamma and the rates were chosen held out)
-    quick = ("unit-gates.finetune_epochs=2", "unit-gates.log_gamma=-25.0", "optim.lr=0.001",
-             "unit-gates.finetune_lr=1e-4")
+    quick = (
+        "unit-gates.finetune_epochs=2",
+        "unit-gates.log_gamma=-25.0",
+        "optim.lr=0.001",
+        "unit-gates.finetune_lr=1e-4",
+    )
     summary = "Bernoulli gates on units and filters with Beta or Flattening hyper-priors; units removed while training"
-    paper = ("Guenter, Sideris (2022), "
-             "[Robust learning of parsimonious deep neural networks](https://arxiv.org/abs/2205.04650)")
+    paper = (
+        "Guenter, Sideris (2022), "
+        "[Robust learning of parsimonious deep neural networks](https://arxiv.org/abs/2205.04650)"
+    )
 
     prune_levels = ("unit",)
     unsupported = {
@@ -380,11 +458,20 @@ class UnitGatesMethod(Method):
         net = net.to(ctx.device)
         starting = _weights(net)
         test = (data.x_test.to(ctx.device), data.y_test.to(ctx.device)) if data.task == "classification" else None
-        training = GateTraining(net, options, num_train=data.num_train, lr=ctx.optim.lr,
-                                noise_scale=ctx.noise_scale, input_shape=data.input_shape, test=test)
+        training = GateTraining(
+            net,
+            options,
+            num_train=data.num_train,
+            lr=ctx.optim.lr,
+            noise_scale=ctx.noise_scale,
+            input_shape=data.input_shape,
+            test=test,
+        )
         batches = ctx.batches(data.x_train, data.y_train)
         start = time.perf_counter()
-        history = ctx.train("gates", training.step, batches, epochs=ctx.epochs, callbacks=[training], state={"training": training})
+        history = ctx.train(
+            "gates", training.step, batches, epochs=ctx.epochs, callbacks=[training], state={"training": training}
+        )
         keep = [t.detach() >= options.final_threshold for t in training.gates.theta]
         keep = [k if bool(k.any()) else t.detach() == t.detach().max() for k, t in zip(keep, training.gates.theta)]
         training.remove(keep)
@@ -457,8 +544,14 @@ def _fine_tune(ctx, net, batches, options, num_train, first, input_mask):
         with torch.no_grad():
             first.mul_(input_mask)
         callbacks.append(_KeepZero(first, input_mask))
-    ctx.train("fine-tune", optimizer_step(loss_fn, optimizer), batches, epochs=options.finetune_epochs, callbacks=callbacks,
-              state={"net": net, "optimizer": optimizer})
+    ctx.train(
+        "fine-tune",
+        optimizer_step(loss_fn, optimizer),
+        batches,
+        epochs=options.finetune_epochs,
+        callbacks=callbacks,
+        state={"net": net, "optimizer": optimizer},
+    )
 
 
 class _KeepZero:

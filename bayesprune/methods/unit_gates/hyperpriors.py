@@ -12,6 +12,7 @@ and the objective's derivative in θ becomes (eq. 19)
 Each hyper-prior gives π*(θ) in closed form through its logit (float64, so that the tiny γ and ε of
 the paper's configs neither underflow nor round to 1) and the regularising term of ∂L/∂θ.
 """
+
 import math
 
 import torch
@@ -76,7 +77,12 @@ class FlatteningHyperPrior(HyperPrior):
     """
 
     def __init__(self, log_gamma: float, *, eps1: float, eps2: float):
-        require(is_number(log_gamma) and log_gamma < 0, "hyperprior log_gamma", "be negative (γ < 1, section 4.2)", log_gamma)
+        require(
+            is_number(log_gamma) and log_gamma < 0,
+            "hyperprior log_gamma",
+            "be negative (γ < 1, section 4.2)",
+            log_gamma,
+        )
         _check_eps(eps1, eps2)
         self.log_gamma, self.eps1, self.eps2 = float(log_gamma), float(eps1), float(eps2)
 

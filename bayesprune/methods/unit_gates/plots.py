@@ -1,4 +1,5 @@
 """Plots of a unit-gates run (paper 004, Figs. 3-4), from its ``metrics.json`` alone."""
+
 import numpy as np
 
 from bayesprune.analysis.plots import plt, save_figure

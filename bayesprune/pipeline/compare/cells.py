@@ -11,6 +11,7 @@ Two kinds:
   (:func:`bayesprune.pipeline.baseline.fit_plain`, the same rule as the runner's plain network), then, at each
   sparsity, its weights of smallest magnitude removed and the rest fine-tuned with the mask fixed.
 """
+
 import copy
 import glob
 import json
@@ -21,10 +22,10 @@ from pathlib import Path
 
 import torch
 
-from bayesprune.pipeline.config import first_difference
 from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.files import replacing, write_text
 from bayesprune.core.tasks import metric_name, predictive_mean
+from bayesprune.pipeline.config import first_difference
 
 #: The file a magnitude cell keeps its own description in (a run cell has ``config.toml``).
 CELL_FILE = "cell.json"
@@ -72,8 +73,14 @@ class Cell:
 
     def describe(self) -> dict:
         """What a magnitude cell records in ``cell.json`` (and compares with on a later call)."""
-        return {"kind": self.kind, "method": self.method, "seed": self.seed, "sparsities": list(self.sparsities),
-                "finetune_epochs": self.finetune_epochs, "config": self.run_config().to_dict()}
+        return {
+            "kind": self.kind,
+            "method": self.method,
+            "seed": self.seed,
+            "sparsities": list(self.sparsities),
+            "finetune_epochs": self.finetune_epochs,
+            "config": self.run_config().to_dict(),
+        }
 
 
 def finished(folder: Path) -> bool:
@@ -133,15 +140,21 @@ def check_metrics(cell: Cell, path: Path) -> dict:
         for key in row_keys:
             if not _number(row.get(key)) and row.get(key, 0) is not None:
                 raise BayesPruneError(f"{path}: a row of {rows!r} has no number {key!r}")
-    if cell.sparsity is not None and missing_sparsities(replace(cell, sparsity=None, sparsities=(cell.sparsity,)), metrics):
+    if cell.sparsity is not None and missing_sparsities(
+        replace(cell, sparsity=None, sparsities=(cell.sparsity,)), metrics
+    ):
         raise BayesPruneError(f"{path}: has no row at the cell's sparsity {cell.sparsity:g}")
     missing = missing_sparsities(cell, metrics)
     if missing and cell.kind == "magnitude" and not (path.parent / PLAIN_FILE).is_file():
-        raise BayesPruneError(f"{path}: the finished cell {cell.name} was not evaluated at sparsity {missing[0]:g} and "
-                              f"keeps no {PLAIN_FILE} to prune again (an earlier version); give that sparsity in a new --out")
+        raise BayesPruneError(
+            f"{path}: the finished cell {cell.name} was not evaluated at sparsity {missing[0]:g} and "
+            f"keeps no {PLAIN_FILE} to prune again (an earlier version); give that sparsity in a new --out"
+        )
     if missing and ("per_split" in metrics or "per_seed" in metrics):
-        raise BayesPruneError(f"{path}: the finished cell {cell.name} (several splits or seeds) was not evaluated at "
-                              f"sparsity {missing[0]:g}; give that sparsity in a new --out")
+        raise BayesPruneError(
+            f"{path}: the finished cell {cell.name} (several splits or seeds) was not evaluated at "
+            f"sparsity {missing[0]:g}; give that sparsity in a new --out"
+        )
     return metrics
 
 
@@ -179,7 +192,9 @@ def stale(cell: Cell, folder: Path) -> str | None:
         if not (folder / CELL_FILE).exists():
             return None if not finished(folder) else f"no {CELL_FILE}"
         held = read_json(folder / CELL_FILE)
-        key = first_difference(_without(held, "sparsities"), _without(json.loads(json.dumps(cell.describe())), "sparsities"))
+        key = first_difference(
+            _without(held, "sparsities"), _without(json.loads(json.dumps(cell.describe())), "sparsities")
+        )
         return None if key is None else f"its {CELL_FILE} differs at {key}"
     if not (folder / "config.toml").exists():
         return None if not finished(folder) else "no config.toml"
@@ -215,7 +230,14 @@ def refusal(cell: Cell, datasets: dict) -> str | None:
     refuses every such cell before fitting any. ``datasets`` caches the data by its config."""
     from bayesprune.methods import get_method
     from bayesprune.models import new_net
-    from bayesprune.pipeline.runner import check_network, check_size, check_units, check_validation, load_datasets, refuse_unsupported
+    from bayesprune.pipeline.runner import (
+        check_network,
+        check_size,
+        check_units,
+        check_validation,
+        load_datasets,
+        refuse_unsupported,
+    )
 
     try:
         config = cell.run_config()
@@ -278,13 +300,18 @@ def _evaluate_at_more_sparsities(cell: Cell, folder: Path, metrics: dict) -> dic
 
     import tomli_w
 
-    from bayesprune.pipeline.evaluation import pruning_curve
     from bayesprune.analysis.tables import write_csv
+    from bayesprune.pipeline.evaluation import pruning_curve
     from bayesprune.pipeline.runner import load_run
 
     config, dataset, fitted = load_run(folder)
-    rows = pruning_curve(fitted, dataset, droprates=missing_sparsities(cell, metrics), budget=config.prune.budget,
-                         include_biases=config.prune.include_biases)
+    rows = pruning_curve(
+        fitted,
+        dataset,
+        droprates=missing_sparsities(cell, metrics),
+        budget=config.prune.budget,
+        include_biases=config.prune.include_biases,
+    )
     metrics["pruning_curve"] = sorted([*metrics["pruning_curve"], *rows], key=lambda row: row["droprate"])
     raw = tomllib.loads((folder / "config.toml").read_text())
     raw["prune"]["droprates"] = [row["droprate"] for row in metrics["pruning_curve"]]
@@ -314,13 +341,13 @@ def prunable_weights(net, *, include_biases: bool) -> list:
 
 def _magnitude(cell: Cell, folder: Path) -> dict:
     """The plain network, then global magnitude pruning and fine-tuning at each sparsity (see the module)."""
-    from bayesprune.pipeline.evaluation import metric_name
-    from bayesprune.pipeline.baseline import fit_plain
     from bayesprune.core.early_stopping import hold_out
     from bayesprune.core.export import mask_parameters, unmask_parameters
-    from bayesprune.models import new_net
     from bayesprune.core.normalization import changes
     from bayesprune.core.pruning import Budget, prune
+    from bayesprune.models import new_net
+    from bayesprune.pipeline.baseline import fit_plain
+    from bayesprune.pipeline.evaluation import metric_name
     from bayesprune.pipeline.runner import load_datasets
 
     config = cell.run_config()
@@ -330,8 +357,12 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
         dataset, *validation = hold_out(dataset, config.train.validation, seed=config.seed)
     resolved = config.for_data(dataset.num_train)
     name = metric_name(dataset.task)
-    rule = dict(epochs=config.baseline.epochs or resolved.train.epochs, lr=config.baseline.lr or config.optim.lr,
-                batch_size=resolved.data.batch_size, seed=config.seed)
+    rule = dict(
+        epochs=config.baseline.epochs or resolved.train.epochs,
+        lr=config.baseline.lr or config.optim.lr,
+        batch_size=resolved.data.batch_size,
+        seed=config.seed,
+    )
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
     plain_rows = dataset
     if validation is None and config.baseline.held_out > 0:  # the runner's plain network's rule (train_plain)
@@ -339,15 +370,26 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
     held = json.loads((folder / "metrics.json").read_text()) if finished(folder) else None
     start = time.perf_counter()
     if held is None:
-        fit_plain(net, plain_rows.x_train, plain_rows.y_train, validation=validation, patience=config.train.patience, **rule)
+        fit_plain(
+            net, plain_rows.x_train, plain_rows.y_train, validation=validation, patience=config.train.patience, **rule
+        )
     else:  # a finished cell asked for more sparsities: its plain network, not trained again
         net.load_state_dict(torch.load(folder / PLAIN_FILE, weights_only=True))
     plain_seconds = time.perf_counter() - start
     epochs = rule["epochs"] + cell.finetune_epochs  # the plain network's and one sparsity's fine-tuning
-    metrics = {"method": cell.method, "dataset": dataset.name, "task": dataset.task, "seed": config.seed,
-               "architecture": config.model.name, "plain_seconds": round(plain_seconds, 3), "train_epochs": epochs,
-               "train_steps": epochs * math.ceil(dataset.num_train / rule["batch_size"]),
-               f"baseline_{name}": _test_metric(net, dataset), "finetune_epochs": cell.finetune_epochs, "per_sparsity": []}
+    metrics = {
+        "method": cell.method,
+        "dataset": dataset.name,
+        "task": dataset.task,
+        "seed": config.seed,
+        "architecture": config.model.name,
+        "plain_seconds": round(plain_seconds, 3),
+        "train_epochs": epochs,
+        "train_steps": epochs * math.ceil(dataset.num_train / rule["batch_size"]),
+        f"baseline_{name}": _test_metric(net, dataset),
+        "finetune_epochs": cell.finetune_epochs,
+        "per_sparsity": [],
+    }
     if held is not None:
         metrics, plain_seconds = held, held["plain_seconds"]
     sites = prunable_weights(net, include_biases=config.prune.include_biases)
@@ -370,12 +412,19 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
             calibration.apply(pruned)  # the masked network's own batch-norm statistics (prune.recalibrate)
         with replacing(folder / network_file(sparsity)) as temporary:
             torch.save(pruned.state_dict(), temporary)
-        metrics["per_sparsity"].append({"sparsity": sparsity, name: _test_metric(pruned, dataset),
-                                        "train_seconds": round(plain_seconds + time.perf_counter() - start, 3)})
+        metrics["per_sparsity"].append(
+            {
+                "sparsity": sparsity,
+                name: _test_metric(pruned, dataset),
+                "train_seconds": round(plain_seconds + time.perf_counter() - start, 3),
+            }
+        )
     metrics["per_sparsity"].sort(key=lambda row: row["sparsity"])
     evaluated = [row["sparsity"] for row in metrics["per_sparsity"]]
     write_text(folder / CELL_FILE, json.dumps({**cell.describe(), "sparsities": evaluated}, indent=1) + "\n")
-    write_text(folder / "metrics.json", json.dumps(metrics, indent=2) + "\n")  # last: the cell is finished only when complete
+    write_text(
+        folder / "metrics.json", json.dumps(metrics, indent=2) + "\n"
+    )  # last: the cell is finished only when complete
     return metrics
 
 

@@ -27,6 +27,7 @@ alone with its own table and optimiser and ``train.epochs`` epochs (``pbp.start_
 when that starts from magnitude), the rest PBP's own; its bound fills the method's ``bound`` column. A method that learns its own width has none (its mask
 removes units; PBP's prior is over weights).
 """
+
 import copy
 import json
 import math
@@ -37,16 +38,15 @@ from pathlib import Path
 
 import tomli_w
 
-from bayesprune.pipeline.config import RunConfig, apply_overrides, load_config, packaged_configs
 from bayesprune.core.errors import BayesPruneError, ConfigError
 from bayesprune.core.files import write_text
-from bayesprune.methods import available_methods, get_method, sparsity_option
 from bayesprune.core.validation import MAX_COUNT, is_count, is_int, is_number, require
-
+from bayesprune.methods import available_methods, get_method, sparsity_option
 from bayesprune.pipeline.compare.cells import Cell
 from bayesprune.pipeline.compare.engines import check_engine, run_cells
 from bayesprune.pipeline.compare.leaderboard import leaderboard_rows, write_leaderboard
 from bayesprune.pipeline.compare.tracking import open_tracker
+from bayesprune.pipeline.config import RunConfig, apply_overrides, load_config, packaged_configs
 
 #: The baseline's name among the methods.
 MAGNITUDE = "magnitude"
@@ -98,41 +98,97 @@ class CompareOptions:
         for name in self.methods:
             require(name in known, "compare.methods", f"contain only methods of {sorted(known)}", name)
         object.__setattr__(self, "methods", tuple(dict.fromkeys(self.methods or known)))
-        require(isinstance(self.sparsities, (list, tuple)) and len(self.sparsities) > 0
-                and all(is_number(s) and 0 < s < 1 for s in self.sparsities) and len(set(self.sparsities)) == len(self.sparsities),
-                "compare.sparsities", "be a non-empty list of distinct numbers in (0, 1)", self.sparsities)
+        require(
+            isinstance(self.sparsities, (list, tuple))
+            and len(self.sparsities) > 0
+            and all(is_number(s) and 0 < s < 1 for s in self.sparsities)
+            and len(set(self.sparsities)) == len(self.sparsities),
+            "compare.sparsities",
+            "be a non-empty list of distinct numbers in (0, 1)",
+            self.sparsities,
+        )
         object.__setattr__(self, "sparsities", tuple(sorted({float(s) for s in self.sparsities})))
-        require(isinstance(self.seeds, (list, tuple)) and len(self.seeds) > 0 and all(is_int(s) and 0 <= s < 2**31 for s in self.seeds)
-                and len(set(self.seeds)) == len(self.seeds), "compare.seeds", "be a non-empty list of distinct non-negative integers",
-                self.seeds)
+        require(
+            isinstance(self.seeds, (list, tuple))
+            and len(self.seeds) > 0
+            and all(is_int(s) and 0 <= s < 2**31 for s in self.seeds)
+            and len(set(self.seeds)) == len(self.seeds),
+            "compare.seeds",
+            "be a non-empty list of distinct non-negative integers",
+            self.seeds,
+        )
         object.__setattr__(self, "seeds", tuple(self.seeds))
         require(isinstance(self.options_from, str), "compare.options_from", "be a string", self.options_from)
-        suffixes = {name[len(method) + 1:] for name in packaged_configs() for method in available_methods()
-                    if name.startswith(f"{method}-")}
-        require(self.options_from in suffixes, "compare.options_from",
-                f"name a packaged config suffix <method>-<options_from>, one of {sorted(suffixes)}", self.options_from)
-        require(isinstance(self.configs, dict), "compare.configs", "be a table of method = packaged config", self.configs)
+        suffixes = {
+            name[len(method) + 1 :]
+            for name in packaged_configs()
+            for method in available_methods()
+            if name.startswith(f"{method}-")
+        }
+        require(
+            self.options_from in suffixes,
+            "compare.options_from",
+            f"name a packaged config suffix <method>-<options_from>, one of {sorted(suffixes)}",
+            self.options_from,
+        )
+        require(
+            isinstance(self.configs, dict), "compare.configs", "be a table of method = packaged config", self.configs
+        )
         for method, name in self.configs.items():
-            require(method in available_methods(), "compare.configs", f"name methods of {sorted(available_methods())}", method)
-            require(isinstance(name, str) and name in packaged_configs(), f"compare.configs.{method}",
-                    "be a packaged config (bayesprune list)", name)
+            require(
+                method in available_methods(),
+                "compare.configs",
+                f"name methods of {sorted(available_methods())}",
+                method,
+            )
+            require(
+                isinstance(name, str) and name in packaged_configs(),
+                f"compare.configs.{method}",
+                "be a packaged config (bayesprune list)",
+                name,
+            )
             held = load_config(name).method
-            require(held == method, f"compare.configs.{method}", f"be a config of method {method!r} (it is {held!r}'s)", name)
-        require(is_count(self.finetune_epochs, 0), "compare.finetune_epochs", f"be a non-negative integer up to {MAX_COUNT}",
-                self.finetune_epochs)
-        require(self.budget is None or is_count(self.budget), "compare.budget",
-                f"be a positive number of epochs up to {MAX_COUNT}", self.budget)
+            require(
+                held == method,
+                f"compare.configs.{method}",
+                f"be a config of method {method!r} (it is {held!r}'s)",
+                name,
+            )
+        require(
+            is_count(self.finetune_epochs, 0),
+            "compare.finetune_epochs",
+            f"be a non-negative integer up to {MAX_COUNT}",
+            self.finetune_epochs,
+        )
+        require(
+            self.budget is None or is_count(self.budget),
+            "compare.budget",
+            f"be a positive number of epochs up to {MAX_COUNT}",
+            self.budget,
+        )
         require(isinstance(self.certify, bool), "compare.certify", "be true or false", self.certify)
-        require(is_int(self.latency_batch) and 0 < self.latency_batch <= MAX_LATENCY_BATCH, "compare.latency_batch",
-                f"be a positive integer up to {MAX_LATENCY_BATCH}", self.latency_batch)
-        require(is_int(self.latency_repeats) and 0 < self.latency_repeats <= MAX_LATENCY_REPEATS, "compare.latency_repeats",
-                f"be a positive integer up to {MAX_LATENCY_REPEATS}", self.latency_repeats)
+        require(
+            is_int(self.latency_batch) and 0 < self.latency_batch <= MAX_LATENCY_BATCH,
+            "compare.latency_batch",
+            f"be a positive integer up to {MAX_LATENCY_BATCH}",
+            self.latency_batch,
+        )
+        require(
+            is_int(self.latency_repeats) and 0 < self.latency_repeats <= MAX_LATENCY_REPEATS,
+            "compare.latency_repeats",
+            f"be a positive integer up to {MAX_LATENCY_REPEATS}",
+            self.latency_repeats,
+        )
 
 
 def comparison_configs() -> dict:
     """The packaged comparison configs: name → file."""
     folder = resources.files("bayesprune.pipeline.compare") / "configs"
-    return {entry.name[:-5]: entry for entry in sorted(folder.iterdir(), key=lambda e: e.name) if entry.name.endswith(".toml")}
+    return {
+        entry.name[:-5]: entry
+        for entry in sorted(folder.iterdir(), key=lambda e: e.name)
+        if entry.name.endswith(".toml")
+    }
 
 
 def _read(source: str) -> dict:
@@ -178,21 +234,35 @@ def learns_width(method: str) -> bool:
 def method_cells(raw: dict, options: CompareOptions, method: str) -> list:
     """The cells of one method (see the module)."""
     registered = set(available_methods())
-    base = {key: copy.deepcopy(value) for key, value in raw.items()
-            if key not in ("compare", "description", "seed", "seeds", *registered)}
+    base = {
+        key: copy.deepcopy(value)
+        for key, value in raw.items()
+        if key not in ("compare", "description", "seed", "seeds", *registered)
+    }
     prune = dict(base.get("prune", {}))
     cells = []
     if method == MAGNITUDE:
         finetune = options.finetune_epochs
         if options.budget is not None:
             plain = base.get("baseline", {}).get("epochs") or _resolved(base)["train"]["epochs"]
-            split = split_epochs(options.budget, {"baseline.epochs": plain, "compare.finetune_epochs": finetune}, MAGNITUDE)
+            split = split_epochs(
+                options.budget, {"baseline.epochs": plain, "compare.finetune_epochs": finetune}, MAGNITUDE
+            )
             base["baseline"] = {**base.get("baseline", {}), "epochs": split["baseline.epochs"]}
             finetune = split["compare.finetune_epochs"]
         for seed in options.seeds:
             config = {**base, "seed": seed, "description": "compare: the plain network, pruned by magnitude"}
-            cells.append(Cell(name=f"{MAGNITUDE}-seed{seed}", kind="magnitude", config=config, method=MAGNITUDE, seed=seed,
-                              sparsities=options.sparsities, finetune_epochs=finetune))
+            cells.append(
+                Cell(
+                    name=f"{MAGNITUDE}-seed{seed}",
+                    kind="magnitude",
+                    config=config,
+                    method=MAGNITUDE,
+                    seed=seed,
+                    sparsities=options.sparsities,
+                    finetune_epochs=finetune,
+                )
+            )
         return cells
     packaged = _packaged_raw(options.configs.get(method, f"{method}-{options.options_from}"))
     table = {**packaged.get(method, {}), **raw.get(method, {})}
@@ -215,10 +285,25 @@ def method_cells(raw: dict, options: CompareOptions, method: str) -> list:
                 prune["level"] = get_method(method).prune_levels[0]
             else:
                 droprates, name = [0.0, *options.sparsities], f"{method}-seed{seed}"
-            config = {**base, "method": method, "seed": seed, method: own, "prune": {**prune, "droprates": droprates},
-                      "description": f"compare: {method}" + ("" if sparsity is None else f" at sparsity {sparsity:g}")}
-            cells.append(Cell(name=name, kind="run", config=config, method=method, seed=seed, sparsity=sparsity,
-                              sparsities=() if learns_width(method) else tuple(options.sparsities)))
+            config = {
+                **base,
+                "method": method,
+                "seed": seed,
+                method: own,
+                "prune": {**prune, "droprates": droprates},
+                "description": f"compare: {method}" + ("" if sparsity is None else f" at sparsity {sparsity:g}"),
+            }
+            cells.append(
+                Cell(
+                    name=name,
+                    kind="run",
+                    config=config,
+                    method=method,
+                    seed=seed,
+                    sparsity=sparsity,
+                    sparsities=() if learns_width(method) else tuple(options.sparsities),
+                )
+            )
     return cells
 
 
@@ -242,9 +327,14 @@ def held_to_budget(base: dict, table: dict, method: str, budget: int) -> dict:
     resolved = _resolved({**base, "method": method, method: table})
     if resolved["train"].get("steps") is not None:
         raise ConfigError("compare.budget counts epochs: remove train.steps")
-    stages = {"train.epochs": resolved["train"]["epochs"],
-              **{f"{method}.{key}": value for key, value in resolved[method].items()
-                 if key.endswith("_epochs") and is_int(value)}}
+    stages = {
+        "train.epochs": resolved["train"]["epochs"],
+        **{
+            f"{method}.{key}": value
+            for key, value in resolved[method].items()
+            if key.endswith("_epochs") and is_int(value)
+        },
+    }
     split = split_epochs(budget, stages, method)
     base["train"] = {**base.get("train", {}), "epochs": split.pop("train.epochs")}
     return {**table, **{key.partition(".")[2]: value for key, value in split.items()}}
@@ -255,13 +345,15 @@ def split_epochs(budget: int, stages: dict, owner: str) -> dict:
     runs, the rest by largest remainder, so that they sum to ``budget`` exactly; a stage of 0 stays off."""
     running = {key: epochs for key, epochs in stages.items() if epochs > 0}
     if budget < len(running):
-        raise ConfigError(f"compare.budget = {budget}: fewer epochs than the {len(running)} training stages of {owner} "
-                          f"({', '.join(running)})")
+        raise ConfigError(
+            f"compare.budget = {budget}: fewer epochs than the {len(running)} training stages of {owner} "
+            f"({', '.join(running)})"
+        )
     total = sum(running.values())
     shares = {key: (budget - len(running)) * epochs / total for key, epochs in running.items()}
     given = {key: 1 + math.floor(share) for key, share in shares.items()}
     largest = sorted(running, key=lambda key: shares[key] - math.floor(shares[key]), reverse=True)
-    for key in largest[:budget - sum(given.values())]:
+    for key in largest[: budget - sum(given.values())]:
         given[key] += 1
     return {**stages, **given}
 
@@ -278,11 +370,22 @@ def certificate_cells(raw: dict, options: CompareOptions, method: str) -> list:
             table = {**packaged.get(method, {}), **raw.get(method, {})}
             table.pop(sparsity_option(method), None)  # PBP sets it to its own sparsity
             optim = raw.get("optim", packaged.get("optim", {}))
-            config["pbp"].update(start_mask=method, start_options=table, start_optim=copy.deepcopy(optim),
-                                 prior_epochs=config.get("train", {}).get("epochs", 200))
+            config["pbp"].update(
+                start_mask=method,
+                start_options=table,
+                start_optim=copy.deepcopy(optim),
+                prior_epochs=config.get("train", {}).get("epochs", 200),
+            )
         config["description"] = f"compare: PBP's certificate for {method}'s mask at sparsity {pbp.sparsity:g}"
-        cells.append(replace(pbp, name=f"certificate-{method}-s{pbp.sparsity:g}-seed{pbp.seed}", config=config,
-                             certifies=(method,), row=False))
+        cells.append(
+            replace(
+                pbp,
+                name=f"certificate-{method}-s{pbp.sparsity:g}-seed{pbp.seed}",
+                config=config,
+                certifies=(method,),
+                row=False,
+            )
+        )
     return cells
 
 
@@ -292,7 +395,9 @@ def comparison_cells(raw: dict, options: CompareOptions) -> list:
     cells = [cell for method in [MAGNITUDE, *methods] for cell in method_cells(raw, options, method)]
     if options.certify:
         certified = [MAGNITUDE, *(method for method in methods if method != "pbp" and not learns_width(method))]
-        own = [cell for cell in cells if cell.method == "pbp" and cell.run_config().method_options.start_mask == MAGNITUDE]
+        own = [
+            cell for cell in cells if cell.method == "pbp" and cell.run_config().method_options.start_mask == MAGNITUDE
+        ]
         if own:  # PBP's own cells already start from magnitude pruning's mask: they certify the baseline
             cells = [replace(cell, certifies=(MAGNITUDE,)) if cell in own else cell for cell in cells]
             certified.remove(MAGNITUDE)
@@ -321,7 +426,9 @@ def check_grid_dir(out: Path, marker: str, *, resume: bool) -> Path | None:
         return out / marker
     if out.is_dir() and any(out.iterdir()):
         if (out / marker).is_file():
-            raise BayesPruneError(f"--out {out}: holds a {kind}; continue it with --resume {out}, or give a new directory")
+            raise BayesPruneError(
+                f"--out {out}: holds a {kind}; continue it with --resume {out}, or give a new directory"
+            )
         raise BayesPruneError(f"--out {out}: is not empty; give a new directory")
     return None
 
@@ -352,8 +459,13 @@ def check_cells(out: Path, cells: list) -> list:
         if why:
             refused.setdefault((cell.method, why), []).append(cell.name)
     if refused:
-        raise CellsRefused([f"method {method} refuses {len(names)} cell{'s' * (len(names) > 1)} "
-                            f"({', '.join(names[:3])}{', …' * (len(names) > 3)}): {why}" for (method, why), names in refused.items()])
+        raise CellsRefused(
+            [
+                f"method {method} refuses {len(names)} cell{'s' * (len(names) > 1)} "
+                f"({', '.join(names[:3])}{', …' * (len(names) > 3)}): {why}"
+                for (method, why), names in refused.items()
+            ]
+        )
     return folders
 
 
@@ -365,9 +477,23 @@ class CellsRefused(BayesPruneError):
         self.lines = list(lines)
 
 
-def compare(source=None, out="runs/compare", *, methods=None, sparsities=None, seeds=None, jobs: int = 1,
-            engine: str = "local", address=None, overrides=(), track=None, track_uri=None, resume: bool = False,
-            report=None, status=None) -> list:
+def compare(
+    source=None,
+    out="runs/compare",
+    *,
+    methods=None,
+    sparsities=None,
+    seeds=None,
+    jobs: int = 1,
+    engine: str = "local",
+    address=None,
+    overrides=(),
+    track=None,
+    track_uri=None,
+    resume: bool = False,
+    report=None,
+    status=None,
+) -> list:
     """Run a comparison into ``out`` (a new folder), or continue it (``resume=True``), and write its
     leaderboard; returns its rows.
 
@@ -386,8 +512,11 @@ def compare(source=None, out="runs/compare", *, methods=None, sparsities=None, s
         refuse_with_resume(config=source, set=list(overrides))
     saved = check_grid_dir(out, MARKER, resume=resume)
     raw, options = load_comparison(str(saved) if saved else source, () if resume else overrides)
-    given = {key: tuple(value) for key, value in (("methods", methods), ("sparsities", sparsities), ("seeds", seeds))
-             if value is not None}
+    given = {
+        key: tuple(value)
+        for key, value in (("methods", methods), ("sparsities", sparsities), ("seeds", seeds))
+        if value is not None
+    }
     if given:
         try:
             options = replace(options, **given)
@@ -399,11 +528,29 @@ def compare(source=None, out="runs/compare", *, methods=None, sparsities=None, s
     tracker = open_tracker(track, track_uri, out, kind="compare")
     out.mkdir(parents=True, exist_ok=True)
     # --resume with other lists: the marker holds them from now on (cells dropped keep their folders)
-    write_text(out / MARKER, tomli_w.dumps({**raw, "compare": {**raw.get("compare", {}), "methods": list(options.methods),
-                                                               "sparsities": list(options.sparsities),
-                                                               "seeds": list(options.seeds)}}))
-    results = run_cells(cells, folders, engine=engine, jobs=jobs, address=address, status=status,
-                        report=report if tracker is None else tracker.reporter(report or (lambda *args: None)))
+    write_text(
+        out / MARKER,
+        tomli_w.dumps(
+            {
+                **raw,
+                "compare": {
+                    **raw.get("compare", {}),
+                    "methods": list(options.methods),
+                    "sparsities": list(options.sparsities),
+                    "seeds": list(options.seeds),
+                },
+            }
+        ),
+    )
+    results = run_cells(
+        cells,
+        folders,
+        engine=engine,
+        jobs=jobs,
+        address=address,
+        status=status,
+        report=report if tracker is None else tracker.reporter(report or (lambda *args: None)),
+    )
     rows = leaderboard_rows(cells, folders, options, results)
     write_leaderboard(out, rows)
     write_text(out / "leaderboard.json", json.dumps(rows, indent=1) + "\n")

@@ -5,6 +5,7 @@ the same numbers for the same seeds.
 * ``ray``: one Ray task per cell (one CPU each) on the cluster at ``address``, or on a local Ray
   started for the call when no address is given; needs the optional extra ``bayesprune[ray]``.
 """
+
 import multiprocessing
 import os
 import signal
@@ -17,7 +18,6 @@ from pathlib import Path
 
 from bayesprune.core.errors import BayesPruneError, Interrupted
 from bayesprune.core.loop import STOP
-
 from bayesprune.pipeline.compare.cells import complete, execute, read_json
 
 ENGINES = ("local", "ray")
@@ -62,8 +62,9 @@ def _probe(address: str, flag: str):
         raise BayesPruneError(f"{flag} {address}: what answers there is not a Ray cluster's head (no gRPC server)")
 
 
-def run_cells(cells: list, folders: list, *, engine: str = "local", jobs: int = 1, address=None, report=None,
-              status=None) -> list:
+def run_cells(
+    cells: list, folders: list, *, engine: str = "local", jobs: int = 1, address=None, report=None, status=None
+) -> list:
     """Execute every cell into its folder on ``engine``; returns their metrics in order.
 
     A finished cell is read back, never fitted again (one evaluated at every sparsity is evaluated at
@@ -118,8 +119,12 @@ def _local(chosen, *, jobs: int, finish, progress):
     # signal while they start is held, never a worker killed half-started.
     previous = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(chosen)), mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_worker_start, initargs=(os.getpid(),))
+    pool = ProcessPoolExecutor(
+        max_workers=min(jobs, len(chosen)),
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_worker_start,
+        initargs=(os.getpid(),),
+    )
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         pending = {pool.submit(execute, cell, folder): (index, cell) for index, cell, folder in chosen}
@@ -141,14 +146,19 @@ def _local(chosen, *, jobs: int, finish, progress):
                 except Interrupted:
                     continue  # the worker saw the signal first; the loop below reports it
                 except BrokenProcessPool as error:  # a worker killed (out of memory, SIGKILL): no cell runs further
-                    raise BayesPruneError(f"a worker of the local engine died ({error}); finished cells are kept, "
-                                          "run the same command again to continue") from None
+                    raise BayesPruneError(
+                        f"a worker of the local engine died ({error}); finished cells are kept, "
+                        "run the same command again to continue"
+                    ) from None
                 except Exception as error:  # noqa: BLE001 - a cell's own failure is recorded, the others go on
                     metrics = failure(error)
                 finish(index, metrics)
             if STOP.signal is not None:
-                raise Interrupted(f"stopped after {progress.done} of {progress.total} cells; the cells in progress keep "
-                                  "their last checkpoint; run the same command again to continue", STOP.signal)
+                raise Interrupted(
+                    f"stopped after {progress.done} of {progress.total} cells; the cells in progress keep "
+                    "their last checkpoint; run the same command again to continue",
+                    STOP.signal,
+                )
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         _stop_workers(workers, STOP.signal or signal.SIGTERM)
@@ -181,6 +191,7 @@ def _worker_start(parent: int):
     line does), so that its checkpoint is kept for the next call; the worker is killed when its parent
     dies (Linux: ``PR_SET_PDEATHSIG``), so that a compare killed with SIGKILL leaves no fit running (the
     fit's checkpoint of its last epoch, written atomically, is what the next call continues from)."""
+
     def request_stop(number, frame):
         STOP.signal = number
 
@@ -203,11 +214,17 @@ def _ray(chosen, *, address, finish, progress):
     if started:
         handlers = {number: signal.getsignal(number) for number in STOP_SIGNALS}
         try:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                     runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+            ray.init(
+                address=address,
+                include_dashboard=False,
+                log_to_driver=False,
+                runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
+            )
         except Exception as error:  # Ray raises ConnectionError, RuntimeError, ValueError, … for a bad address
             message = " ".join(str(error).split())[:200]
-            raise BayesPruneError(f"--address {address}: no Ray cluster answers ({type(error).__name__}: {message})") from None
+            raise BayesPruneError(
+                f"--address {address}: no Ray cluster answers ({type(error).__name__}: {message})"
+            ) from None
         finally:  # Ray puts its own handlers in, which end the driver without stopping its tasks
             for number, handler in handlers.items():
                 signal.signal(number, handler)
@@ -228,8 +245,10 @@ def _ray(chosen, *, address, finish, progress):
             if STOP.signal is not None:
                 for ref in refs:
                     ray.cancel(ref, force=True)
-                raise Interrupted(f"stopped after {progress.done} of {progress.total} cells; run the same command again "
-                                  "to continue", STOP.signal)
+                raise Interrupted(
+                    f"stopped after {progress.done} of {progress.total} cells; run the same command again to continue",
+                    STOP.signal,
+                )
     finally:
         if started:
             ray.shutdown()
@@ -256,7 +275,7 @@ class Progress:
         self.status(f"bayesprune: {self.total} cells, {read_back} finished earlier (read back), {left} to fit")
 
     def running(self, cells):
-        names = tuple(cell.name for cell in cells)[:self.workers]  # a pool marks one more as running, queued
+        names = tuple(cell.name for cell in cells)[: self.workers]  # a pool marks one more as running, queued
         if names and names != self.current:
             self.current = names
             self.status(f"bayesprune: [{self.done}/{self.total}] fitting {', '.join(names)}")
@@ -268,7 +287,9 @@ class Progress:
         left = self.total - self.done
         estimate = f"about {_duration(elapsed / self.fitted * left)} left" if left else "all done"
         outcome = f"failed: {metrics['failed']}" if "failed" in metrics else "done"
-        self.status(f"bayesprune: [{self.done}/{self.total}] {cell.name} {outcome} ({_duration(elapsed)} so far; {estimate})")
+        self.status(
+            f"bayesprune: [{self.done}/{self.total}] {cell.name} {outcome} ({_duration(elapsed)} so far; {estimate})"
+        )
 
 
 def _duration(seconds: float) -> str:

@@ -6,6 +6,7 @@ Every number is read from the cells' run directories (``metrics.json``; the netw
 :func:`bayesprune.pipeline.runner.load_run`, pruned at the row's sparsity by :func:`bayesprune.core.pruning.prune`,
 its dead units removed by :func:`bayesprune.core.export.export`), never from a method's internals.
 """
+
 import json
 import math
 from pathlib import Path
@@ -14,13 +15,29 @@ import numpy as np
 import torch
 
 from bayesprune.analysis.tables import markdown_table, write_csv
-from bayesprune.core.loop import check_stop
 from bayesprune.core.files import replacing, write_text
+from bayesprune.core.loop import check_stop
 from bayesprune.core.tasks import metric_name
 
 #: The leaderboard's columns, in order (the metric's name replaces ``test_error`` for regression).
-COLUMNS = ("method", "sparsity", "achieved_sparsity", "test_error", "test_error_std", "plain_test_error", "seeds",
-           "train_seconds", "train_epochs", "train_steps", "params", "macs", "latency_ms", "bound", "cells", "failed")
+COLUMNS = (
+    "method",
+    "sparsity",
+    "achieved_sparsity",
+    "test_error",
+    "test_error_std",
+    "plain_test_error",
+    "seeds",
+    "train_seconds",
+    "train_epochs",
+    "train_steps",
+    "params",
+    "macs",
+    "latency_ms",
+    "bound",
+    "cells",
+    "failed",
+)
 
 
 def _weights(net) -> tuple:
@@ -33,11 +50,10 @@ def pruned_network(cell, folder: Path, sparsity):
     """``(network, input_shape, dense_weights)``: the cell's network pruned at ``sparsity`` (``None``: as the
     method left it) with its dead units removed, one input's shape, and the weights of the full network."""
     from bayesprune.core.export import dead_units, export
-    from bayesprune.models import new_net
     from bayesprune.core.pruning import bias_sites, expand_unit_masks, prune
-    from bayesprune.pipeline.runner import load_datasets, load_run
-
+    from bayesprune.models import new_net
     from bayesprune.pipeline.compare.cells import network_file
+    from bayesprune.pipeline.runner import load_datasets, load_run
 
     if cell.kind == "magnitude":
         config = cell.run_config()
@@ -76,12 +92,17 @@ def measure(cell, folder: Path, sparsity, options) -> dict:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        seconds = measure_latency(net, shape, batch_sizes=(options.latency_batch,), repeats=options.latency_repeats,
-                                  device="cpu")[options.latency_batch]
+        seconds = measure_latency(
+            net, shape, batch_sizes=(options.latency_batch,), repeats=options.latency_repeats, device="cpu"
+        )[options.latency_batch]
     finally:
         torch.set_num_threads(threads)
-    return {"achieved_sparsity": 1 - _weights(net)[0] / dense, "params": count_parameters(net)["nonzero"],
-            "macs": count_macs(net, shape), "latency_ms": 1e3 * seconds}
+    return {
+        "achieved_sparsity": 1 - _weights(net)[0] / dense,
+        "params": count_parameters(net)["nonzero"],
+        "macs": count_macs(net, shape),
+        "latency_ms": 1e3 * seconds,
+    }
 
 
 def _entries(cell, metrics: dict) -> list:
@@ -89,8 +110,11 @@ def _entries(cell, metrics: dict) -> list:
     name = metric_name(metrics.get("task", "classification"))
     if cell.kind == "magnitude":
         wanted = {round(s, 6) for s in cell.sparsities}
-        return [(row["sparsity"], row["sparsity"], row[name], {**_cost(metrics), "train_seconds": row["train_seconds"]})
-                for row in metrics["per_sparsity"] if round(row["sparsity"], 6) in wanted]
+        return [
+            (row["sparsity"], row["sparsity"], row[name], {**_cost(metrics), "train_seconds": row["train_seconds"]})
+            for row in metrics["per_sparsity"]
+            if round(row["sparsity"], 6) in wanted
+        ]
     curve = {round(row["droprate"], 6): row[name] for row in metrics["pruning_curve"]}
     if cell.sparsity is not None:
         return [(cell.sparsity, cell.sparsity, curve[round(cell.sparsity, 6)], _cost(metrics))]
@@ -129,7 +153,7 @@ def leaderboard_rows(cells: list, folders: list, options, results=None) -> list:
     for index, (cell, folder) in enumerate(zip(cells, folders)):
         result = None if results is None else results[index]
         if result is not None and "failed" in result:
-            for target in (_targets(cell) if cell.row else []):
+            for target in _targets(cell) if cell.row else []:
                 failed.setdefault((cell.method, target), []).append(f"{cell.name}: {result['failed']}")
                 folder_names.setdefault((cell.method, target), []).append(f"cells/{cell.name}")
             continue
@@ -145,8 +169,14 @@ def leaderboard_rows(cells: list, folders: list, options, results=None) -> list:
             check_stop("while measuring the leaderboard; every cell is kept, --resume writes it")
             folder_names.setdefault((cell.method, target), []).append(f"cells/{cell.name}")
             found.setdefault((cell.method, target), []).append(
-                {"seed": cell.seed, name: value, "bound": metrics.get("bound"), **cost,
-                 **measure(cell, Path(folder), evaluated, options)})
+                {
+                    "seed": cell.seed,
+                    name: value,
+                    "bound": metrics.get("bound"),
+                    **cost,
+                    **measure(cell, Path(folder), evaluated, options),
+                }
+            )
     for (method, target), entries in found.items():
         for entry in entries:
             entry["bound"] = certified.get((method, target, entry["seed"]), entry["bound"])
@@ -155,18 +185,23 @@ def leaderboard_rows(cells: list, folders: list, options, results=None) -> list:
         method, target = key
         entries = found.get(key, [])
         values = [entry[name] for entry in entries]
-        rows.append({
-            "method": method, "sparsity": target,
-            "achieved_sparsity": _mean(entry["achieved_sparsity"] for entry in entries),
-            name: float(np.mean(values)) if values else None,
-            f"{name}_std": float(np.std(values, ddof=1)) if len(values) > 1 else None,
-            f"plain_{name}": _mean(plain.get(entry["seed"]) for entry in entries),
-            "seeds": len(entries),
-            **{key: _mean(entry[key] for entry in entries)
-               for key in ("train_seconds", "train_epochs", "train_steps", "params", "macs", "latency_ms", "bound")},
-            "cells": " ".join(folder_names[key]),
-            "failed": "; ".join(failed.get(key, [])) or None,
-        })
+        rows.append(
+            {
+                "method": method,
+                "sparsity": target,
+                "achieved_sparsity": _mean(entry["achieved_sparsity"] for entry in entries),
+                name: float(np.mean(values)) if values else None,
+                f"{name}_std": float(np.std(values, ddof=1)) if len(values) > 1 else None,
+                f"plain_{name}": _mean(plain.get(entry["seed"]) for entry in entries),
+                "seeds": len(entries),
+                **{
+                    key: _mean(entry[key] for entry in entries)
+                    for key in ("train_seconds", "train_epochs", "train_steps", "params", "macs", "latency_ms", "bound")
+                },
+                "cells": " ".join(folder_names[key]),
+                "failed": "; ".join(failed.get(key, [])) or None,
+            }
+        )
     return sorted(rows, key=lambda row: (row["method"] != "magnitude", row["method"], row["sparsity"] or -1))
 
 
@@ -188,7 +223,9 @@ def write_leaderboard(out: Path, rows: list):
     """``leaderboard.csv`` (every number as measured), ``leaderboard.md`` (rounded, sparsities in percent,
     ``learned`` for a method that sets its own width) and ``leaderboard.png``."""
     out = Path(out)
-    write_csv(out / "leaderboard.csv", [{key: "" if value is None else value for key, value in row.items()} for row in rows])
+    write_csv(
+        out / "leaderboard.csv", [{key: "" if value is None else value for key, value in row.items()} for row in rows]
+    )
     shown = []
     for row in rows:
         item = {key: _format(value, key) for key, value in row.items()}
@@ -196,12 +233,19 @@ def write_leaderboard(out: Path, rows: list):
             item["sparsity"] = "learned"
         shown.append(item)
     name = next((key for key in rows[0] if key in ("test_error", "test_rmse")), "test_error") if rows else "test_error"
-    text = ["# Leaderboard", "",
-            f"Per method and target sparsity: {name} (mean and standard deviation over seeds) of the pruned network, the "
-            "plain network's, training seconds, and the pruned network (dead units removed): non-zero parameters, "
-            "MACs of one input, median CPU latency of one batch on one thread; `bound`: a PAC-Bayes certificate "
-            "(PBP's own, and with compare.certify, PBP's posterior started from the method's mask fitted on S_P).",
-            "", markdown_table(shown), "", "![test error against sparsity](leaderboard.png)", ""]
+    text = [
+        "# Leaderboard",
+        "",
+        f"Per method and target sparsity: {name} (mean and standard deviation over seeds) of the pruned network, the "
+        "plain network's, training seconds, and the pruned network (dead units removed): non-zero parameters, "
+        "MACs of one input, median CPU latency of one batch on one thread; `bound`: a PAC-Bayes certificate "
+        "(PBP's own, and with compare.certify, PBP's posterior started from the method's mask fitted on S_P).",
+        "",
+        markdown_table(shown),
+        "",
+        "![test error against sparsity](leaderboard.png)",
+        "",
+    ]
     write_text(out / "leaderboard.md", "\n".join(text))
     plot_leaderboard(rows, out / "leaderboard.png", metric=name)
 
@@ -234,12 +278,27 @@ def plot_leaderboard(rows: list, path: Path, *, metric: str = "test_error"):
         errors = [row.get(f"{metric}_std") or 0.0 for row in mine]
         colour = colours(index % 10)
         shown = [(x, min(y, top)) for x, y in points]
-        axes.errorbar([p[0] for p in shown], [p[1] for p in shown], yerr=errors, fmt="o", color=colour,
-                      markerfacecolor="none", capsize=2, alpha=0.8)
+        axes.errorbar(
+            [p[0] for p in shown],
+            [p[1] for p in shown],
+            yerr=errors,
+            fmt="o",
+            color=colour,
+            markerfacecolor="none",
+            capsize=2,
+            alpha=0.8,
+        )
         front = [(x, min(y, top)) for x, y in pareto_front(points)]
         clipped = ", ".join(f"{y:.3g} at {x:.0f} %" for x, y in points if y > top)
-        axes.plot([p[0] for p in front], [p[1] for p in front], marker="o", color=colour, linewidth=1.8,
-                  linestyle=("-", "--", "-.", ":")[index // 10 % 4], label=method + (f" (off the chart: {clipped})" if clipped else ""))
+        axes.plot(
+            [p[0] for p in front],
+            [p[1] for p in front],
+            marker="o",
+            color=colour,
+            linewidth=1.8,
+            linestyle=("-", "--", "-.", ":")[index // 10 % 4],
+            label=method + (f" (off the chart: {clipped})" if clipped else ""),
+        )
     if plain:
         axes.axhline(float(np.mean(plain)), color="grey", linestyle="--", linewidth=1, label="plain network (dense)")
     axes.set_ylim(0, top)
@@ -247,8 +306,11 @@ def plot_leaderboard(rows: list, path: Path, *, metric: str = "test_error"):
     axes.set_ylabel("test error (%)" if metric == "test_error" else "test RMSE")
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8, loc="upper left")
-    axes.set_title("Error against sparsity (hollow: every point; line: each method's Pareto front; "
-                   "clipped points' values in the legend)", fontsize=9)
+    axes.set_title(
+        "Error against sparsity (hollow: every point; line: each method's Pareto front; "
+        "clipped points' values in the legend)",
+        fontsize=9,
+    )
     figure.tight_layout()
     with replacing(path) as temporary:
         figure.savefig(temporary, dpi=130)

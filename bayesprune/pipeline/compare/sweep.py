@@ -6,6 +6,7 @@ For PBP the union bound over the grid is counted for the user: every cell's ``pb
 number of grid points times the config's own ``pbp.grid_size`` (settings searched outside the sweep),
 so each cell's certificate holds for whichever point is picked afterwards (paper 000, appendix D.2).
 """
+
 import copy
 import itertools
 import json
@@ -17,14 +18,13 @@ import numpy as np
 import tomli_w
 
 from bayesprune.analysis.tables import markdown_table, write_csv
-from bayesprune.pipeline.config import RunConfig, apply_overrides, parse_override, read_config
 from bayesprune.core.errors import BayesPruneError, ConfigError
 from bayesprune.core.files import write_text
-
 from bayesprune.pipeline.compare.cells import Cell
 from bayesprune.pipeline.compare.comparison import check_cells, check_grid_dir, refuse_with_resume
 from bayesprune.pipeline.compare.engines import check_engine, run_cells
 from bayesprune.pipeline.compare.tracking import open_tracker
+from bayesprune.pipeline.config import RunConfig, apply_overrides, parse_override, read_config
 
 MARKER = "sweep.toml"
 #: Keys a grid may not vary: the sweep sets them itself.
@@ -60,7 +60,9 @@ def parse_grid(assignments) -> dict:
         if not sep or not key:
             raise BayesPruneError(f"--grid expects key=v1,v2,..., got {assignment!r}")
         if key in RESERVED:
-            raise BayesPruneError(f"--grid {key}: set by the sweep itself" + (" (give --seeds)" if key.startswith("seed") else ""))
+            raise BayesPruneError(
+                f"--grid {key}: set by the sweep itself" + (" (give --seeds)" if key.startswith("seed") else "")
+            )
         if key in grid:
             raise BayesPruneError(f"--grid {key}: given twice")
         values = [part.strip() for part in _split(text)]
@@ -110,8 +112,16 @@ def sweep_cells(raw: dict, grid: dict, seeds, overrides=()) -> list:
         if config.method == "pbp":
             resolved["pbp"]["grid_size"] = len(points) * base.method_options.grid_size
         for seed in seeds:
-            cells.append(Cell(name=f"{point_name(point)}-seed{seed}", kind="run", config={**copy.deepcopy(resolved), "seed": seed},
-                              method=config.method, seed=seed, point=point))
+            cells.append(
+                Cell(
+                    name=f"{point_name(point)}-seed{seed}",
+                    kind="run",
+                    config={**copy.deepcopy(resolved), "seed": seed},
+                    method=config.method,
+                    seed=seed,
+                    point=point,
+                )
+            )
     for cell in cells:
         cell.run_config()
     names = [cell.name for cell in cells]
@@ -133,8 +143,11 @@ def _check_applied(config, key: str, value):
 
 
 def _numbers(metrics: dict) -> dict:
-    return {key: value for key, value in metrics.items()
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "seed"}
+    return {
+        key: value
+        for key, value in metrics.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "seed"
+    }
 
 
 def summary_rows(cells: list, results: list) -> list:
@@ -163,15 +176,44 @@ def summary_rows(cells: list, results: list) -> list:
 
 def _shown(rows: list, grid: dict) -> list:
     """The summary's Markdown columns: the grid, seeds, and the main numbers where the cells have them."""
-    main = ("test_error", "test_rmse", "test_error_mc", "baseline_test_error", "baseline_test_rmse", "train_seconds",
-            "bound", "bound_kl_inverse", "empirical_risk", "grid_size")
+    main = (
+        "test_error",
+        "test_rmse",
+        "test_error_mc",
+        "baseline_test_error",
+        "baseline_test_rmse",
+        "train_seconds",
+        "bound",
+        "bound_kl_inverse",
+        "empirical_risk",
+        "grid_size",
+    )
     keys = list(dict.fromkeys(key for row in rows for key in row))
-    columns = [*grid, "seeds", *(key for key in keys if key in main or (key.endswith("_std") and key[:-4] in main)), "failed"]
+    columns = [
+        *grid,
+        "seeds",
+        *(key for key in keys if key in main or (key.endswith("_std") and key[:-4] in main)),
+        "failed",
+    ]
     return [{key: "–" if row.get(key) is None else row.get(key) for key in columns} for row in rows]
 
 
-def sweep(source, grid_assignments, out, *, seeds=None, jobs: int = 1, engine: str = "local", address=None, overrides=(),
-          track=None, track_uri=None, resume: bool = False, report=None, status=None) -> list:
+def sweep(
+    source,
+    grid_assignments,
+    out,
+    *,
+    seeds=None,
+    jobs: int = 1,
+    engine: str = "local",
+    address=None,
+    overrides=(),
+    track=None,
+    track_uri=None,
+    resume: bool = False,
+    report=None,
+    status=None,
+) -> list:
     """Run the sweep into ``out`` (a new folder), or continue it (``resume=True``): cells under
     ``out/cells``, ``summary.csv`` (every number) and ``summary.md``; returns the summary rows.
 
@@ -196,14 +238,36 @@ def sweep(source, grid_assignments, out, *, seeds=None, jobs: int = 1, engine: s
     folders = check_cells(out, cells)
     tracker = open_tracker(track, track_uri, out, kind="sweep")
     out.mkdir(parents=True, exist_ok=True)
-    write_text(out / MARKER, tomli_w.dumps({"source": str(source or "default"), "grid": grid, "overrides": list(overrides),
-                                             "seeds": sorted({cell.seed for cell in cells}), "config": raw}))
-    results = run_cells(cells, folders, engine=engine, jobs=jobs, address=address, status=status,
-                        report=report if tracker is None else tracker.reporter(report or (lambda *args: None)))
+    write_text(
+        out / MARKER,
+        tomli_w.dumps(
+            {
+                "source": str(source or "default"),
+                "grid": grid,
+                "overrides": list(overrides),
+                "seeds": sorted({cell.seed for cell in cells}),
+                "config": raw,
+            }
+        ),
+    )
+    results = run_cells(
+        cells,
+        folders,
+        engine=engine,
+        jobs=jobs,
+        address=address,
+        status=status,
+        report=report if tracker is None else tracker.reporter(report or (lambda *args: None)),
+    )
     rows = summary_rows(cells, results)
-    write_csv(out / "summary.csv", [{key: "" if value is None else value for key, value in row.items()} for row in rows])
-    write_text(out / "summary.md", f"# Sweep of {source or 'default'}\n\nMean and standard deviation over seeds per grid "
-                                    f"point ({len(rows)} points, cells in cells/).\n\n{markdown_table(_shown(rows, grid))}\n")
+    write_csv(
+        out / "summary.csv", [{key: "" if value is None else value for key, value in row.items()} for row in rows]
+    )
+    write_text(
+        out / "summary.md",
+        f"# Sweep of {source or 'default'}\n\nMean and standard deviation over seeds per grid "
+        f"point ({len(rows)} points, cells in cells/).\n\n{markdown_table(_shown(rows, grid))}\n",
+    )
     if tracker is not None:
         tracker.finish([MARKER, "summary.md", "summary.csv"])
     return rows

@@ -22,6 +22,7 @@ bayesprune logs, and a reader of the store sets it too (``MlflowClient(tracking_
 ui``). MLflow's usage telemetry is off while bayesprune logs, unless ``MLFLOW_DISABLE_TELEMETRY`` is
 set otherwise: logging to a local store sends nothing anywhere.
 """
+
 import json
 import os
 import tomllib
@@ -39,8 +40,12 @@ RUN_ID_FILE = "mlflow_run_id"
 CELL_ARTIFACTS = ("metrics.json", "config.toml", "cell.json", "report.md", "history.csv", "pruning_curve.csv")
 #: The environment MLflow reads while bayesprune logs (a value the user set is kept): a tracking server
 #: that does not answer is given up after one try of 10 s, not MLflow's retries for minutes.
-ENVIRONMENT = {"MLFLOW_ALLOW_FILE_STORE": "true", "MLFLOW_DISABLE_TELEMETRY": "true",
-               "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+ENVIRONMENT = {
+    "MLFLOW_ALLOW_FILE_STORE": "true",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+}
 #: What MLflow takes in one ``log_batch``.
 _BATCH = {"params": 100, "metrics": 1000}
 
@@ -135,13 +140,18 @@ def cell_metrics(metrics: dict) -> list:
         if _number(value):
             found.append((key, float(value), 0))
         elif isinstance(value, list) and value and all(isinstance(row, dict) for row in value):
-            axis = next((name for name in ("droprate", "sparsity") if all(_number(row.get(name)) for row in value)), None)
+            axis = next(
+                (name for name in ("droprate", "sparsity") if all(_number(row.get(name)) for row in value)), None
+            )
             if axis is None:
                 continue
             for row in value:
                 step = basis_points(row[axis])
-                found.extend((f"{key}.{name}", float(number), step) for name, number in row.items()
-                             if name != axis and _number(number))
+                found.extend(
+                    (f"{key}.{name}", float(number), step)
+                    for name, number in row.items()
+                    if name != axis and _number(number)
+                )
     return found
 
 
@@ -210,10 +220,17 @@ class MlflowTracker:
             name = str(self.out.resolve())
             found = self._call("reading the experiment", self.client.get_experiment_by_name, name)
             if found is not None and found.lifecycle_stage != "active":
-                raise BayesPruneError(f"--track mlflow ({self.uri}): the experiment {name!r} is deleted; restore it "
-                                      "or give another --track-uri")
-            self._experiment = found.experiment_id if found is not None else self._call(
-                "creating the experiment", self.client.create_experiment, name, tags={"bayesprune.kind": self.kind})
+                raise BayesPruneError(
+                    f"--track mlflow ({self.uri}): the experiment {name!r} is deleted; restore it "
+                    "or give another --track-uri"
+                )
+            self._experiment = (
+                found.experiment_id
+                if found is not None
+                else self._call(
+                    "creating the experiment", self.client.create_experiment, name, tags={"bayesprune.kind": self.kind}
+                )
+            )
         return self._experiment
 
     def _held(self, folder: Path):
@@ -239,8 +256,13 @@ class MlflowTracker:
         if self._parent is None:
             run_id, _ = self._held(self.out)
             if run_id is None:
-                run = self._call("creating the parent run", self.client.create_run, self.experiment(),
-                                 run_name=self.out.resolve().name, tags={"bayesprune.kind": self.kind})
+                run = self._call(
+                    "creating the parent run",
+                    self.client.create_run,
+                    self.experiment(),
+                    run_name=self.out.resolve().name,
+                    tags={"bayesprune.kind": self.kind},
+                )
                 run_id = run.info.run_id
                 write_text(self.out / RUN_ID_FILE, run_id + "\n")
             self._parent = run_id
@@ -257,21 +279,39 @@ class MlflowTracker:
         if run_id is not None:
             self._call("deleting an unfinished run", self.client.delete_run, run_id)
         metrics = json.loads((folder / "metrics.json").read_text())
-        tags = {"method": cell.method, "sparsity": sparsity_tag(cell), "seed": str(cell.seed), "bayesprune.cell": cell.name,
-                "bayesprune.kind": cell.kind, "mlflow.parentRunId": self.parent(),
-                **{f"grid.{key}": value if isinstance(value, str) else json.dumps(value) for key, value in cell.point.items()}}
-        run = self._call(f"creating the run of {cell.name}", self.client.create_run, self.experiment(), run_name=cell.name,
-                         tags=tags)
+        tags = {
+            "method": cell.method,
+            "sparsity": sparsity_tag(cell),
+            "seed": str(cell.seed),
+            "bayesprune.cell": cell.name,
+            "bayesprune.kind": cell.kind,
+            "mlflow.parentRunId": self.parent(),
+            **{
+                f"grid.{key}": value if isinstance(value, str) else json.dumps(value)
+                for key, value in cell.point.items()
+            },
+        }
+        run = self._call(
+            f"creating the run of {cell.name}", self.client.create_run, self.experiment(), run_name=cell.name, tags=tags
+        )
         run_id = run.info.run_id
         params = [Param(key, value) for key, value in cell_params(folder).items()]
         stamp = int(1000 * (folder / "metrics.json").stat().st_mtime)
         numbers = [Metric(key, value, stamp, step) for key, value, step in cell_metrics(metrics)]
         for start in range(0, len(params), _BATCH["params"]):
-            self._call(f"logging the params of {cell.name}", self.client.log_batch, run_id,
-                       params=params[start:start + _BATCH["params"]])
+            self._call(
+                f"logging the params of {cell.name}",
+                self.client.log_batch,
+                run_id,
+                params=params[start : start + _BATCH["params"]],
+            )
         for start in range(0, len(numbers), _BATCH["metrics"]):
-            self._call(f"logging the metrics of {cell.name}", self.client.log_batch, run_id,
-                       metrics=numbers[start:start + _BATCH["metrics"]])
+            self._call(
+                f"logging the metrics of {cell.name}",
+                self.client.log_batch,
+                run_id,
+                metrics=numbers[start : start + _BATCH["metrics"]],
+            )
         files = [folder / name for name in CELL_ARTIFACTS] + sorted(folder.glob("*.png"))
         for path in files:
             if path.is_file() and not path.is_symlink():
@@ -282,6 +322,7 @@ class MlflowTracker:
 
     def reporter(self, report):
         """``report`` (an engine's callback) that first logs the cell it is told of."""
+
         def logged(cell, metrics, done, total):
             self.log_cell(cell, self.out / "cells" / cell.name)
             report(cell, metrics, done, total)
