@@ -165,7 +165,7 @@ class Experiment:
 # ---------------------------------------------------------------------------------------------
 
 # The paper's simulation network (section 4.1: two hidden layers of 20 and 10 nodes) with a prior
-# that separates relevant from irrelevant inputs on the simulated data (see tests/test_importance.py).
+# that separates relevant from irrelevant inputs on the simulated data (see tests/analysis/test_importance.py).
 SIMULATION_CONFIG = {
     "device": "cpu",
     "data": {"dataset": "feature-selection", "batch_size": 256},

@@ -180,6 +180,6 @@ def test_importance_refuses_logits_in_place_of_probabilities():
 def test_the_docs_call_importance_table_with_probabilities():
     from pathlib import Path
 
-    usage = (Path(__file__).parents[1] / "docs" / "usage.md").read_text()
+    usage = (Path(__file__).parents[2] / "docs" / "usage.md").read_text()
     assert "importance_table(fitted.net, fitted.inclusion_probabilities()" in usage
     assert "importance_table(fitted.net, fitted.scores()" not in usage

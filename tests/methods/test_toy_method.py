@@ -17,7 +17,7 @@ import bayesprune.analysis
 import bayesprune.guides
 import bayesprune.models
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 #: The whole method: a plainly trained network scored by weight magnitude.
 TOY = '''"""A toy method: the network trained plainly, each weight scored by its magnitude."""
@@ -107,14 +107,14 @@ epochs = 5
 
 #: The shared tests that read the registry, each selected for the toy method (or for every method).
 SHARED = {
-    "tests/test_services.py": "toy",
-    "tests/test_importance_methods.py": "toy",
-    "tests/test_export.py": "toy",
-    "tests/test_user_model.py": "toy",
-    "tests/test_methods.py": "every_registered_method",
+    "tests/pipeline/test_services.py": "toy",
+    "tests/methods/test_importance_methods.py": "toy",
+    "tests/core/test_export.py": "toy",
+    "tests/models/test_user_model.py": "toy",
+    "tests/methods/test_methods.py": "every_registered_method",
     "tests/test_docs.py": "reference_is_generated or readmes_method_table or every_method_and_core_section",
     "tests/test_readme.py": "quick_start_runs or under_15",
-    "tests/test_compare.py": "cells_of_a_comparison",
+    "tests/pipeline/test_compare.py": "cells_of_a_comparison",
 }
 
 
