@@ -32,3 +32,24 @@ def raises_data_error(*needles):
     assert "\n" not in message, message
     for needle in needles:
         assert str(needle) in message, f"{needle!r} not in {message!r}"
+
+
+#: Comparison settings of one epoch everywhere: the compare and tracking tests check bookkeeping, not accuracy.
+TINY = [
+    "train.epochs=1",
+    "baseline.epochs=1",
+    "compare.finetune_epochs=1",
+    "compare.latency_repeats=2",
+    "pbp.prior_epochs=1",
+    "pbp.prior_mask_epochs=1",
+    "pbp.mc_samples=10",
+    "pbp.prior_samples=5",
+]
+PBP_TINY = [
+    "train.epochs=1",
+    "pbp.prior_epochs=1",
+    "pbp.prior_mask_epochs=1",
+    "pbp.mc_samples=10",
+    "pbp.prior_samples=5",
+    "baseline.enabled=false",
+]

@@ -15,26 +15,8 @@ from bayesprune.pipeline.compare import compare, comparison_cells, load_comparis
 from bayesprune.pipeline.compare.leaderboard import pareto_front
 from bayesprune.pipeline.compare.sweep import parse_grid, sweep
 from bayesprune.pipeline.config import load_config
+from helpers import PBP_TINY, TINY
 
-# One epoch everywhere: the tests check bookkeeping, not accuracy.
-TINY = [
-    "train.epochs=1",
-    "baseline.epochs=1",
-    "compare.finetune_epochs=1",
-    "compare.latency_repeats=2",
-    "pbp.prior_epochs=1",
-    "pbp.prior_mask_epochs=1",
-    "pbp.mc_samples=10",
-    "pbp.prior_samples=5",
-]
-PBP_TINY = [
-    "train.epochs=1",
-    "pbp.prior_epochs=1",
-    "pbp.prior_mask_epochs=1",
-    "pbp.mc_samples=10",
-    "pbp.prior_samples=5",
-    "baseline.enabled=false",
-]
 REQUIRED = (
     "method",
     "sparsity",

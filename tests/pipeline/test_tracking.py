@@ -10,27 +10,10 @@ import pytest
 
 from bayesprune.cli import main
 from bayesprune.pipeline.compare.tracking import basis_points, cell_metrics, flatten
+from helpers import PBP_TINY, TINY
 
 mlflow = pytest.importorskip("mlflow")
 
-TINY = [
-    "train.epochs=1",
-    "baseline.epochs=1",
-    "compare.finetune_epochs=1",
-    "compare.latency_repeats=2",
-    "pbp.prior_epochs=1",
-    "pbp.prior_mask_epochs=1",
-    "pbp.mc_samples=10",
-    "pbp.prior_samples=5",
-]
-PBP_TINY = [
-    "train.epochs=1",
-    "pbp.prior_epochs=1",
-    "pbp.prior_mask_epochs=1",
-    "pbp.mc_samples=10",
-    "pbp.prior_samples=5",
-    "baseline.enabled=false",
-]
 CELLS = ("magnitude-seed0", "pbp-s0.5-seed0")
 
 
