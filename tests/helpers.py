@@ -1,12 +1,15 @@
-"""What several test modules share: a LeNet-5 written the usual way, and a check of one-line data errors."""
+"""What several test modules share: a LeNet-5 written the usual way, a check of one-line data errors,
+the comparisons' one-epoch settings, and a posterior whose every network is right or wrong by one weight."""
 
 import contextlib
 
 import pytest
+import torch
 import torch.nn.functional as F
 from torch import nn
 
 from bayesprune.core.errors import DataError
+from bayesprune.methods.pbp.distributions import DiracSpikeSlab
 
 
 class ClassicLeNet5(nn.Module):
@@ -53,3 +56,26 @@ PBP_TINY = [
     "pbp.prior_samples=5",
     "baseline.enabled=false",
 ]
+
+
+class OneWeightDecides:
+    """A linear classifier on the constant input 1 whose answer is right exactly when one Bernoulli keep
+    draw of weight (0, 0) is 1 (λ = 0.3): every network is right on every example or on none, and a
+    network drawn per example is wrong with probability 0.7, independently."""
+
+    def __init__(self):
+        self.net = torch.nn.Linear(1, 2)
+        tiny = torch.full((2, 1), 1e-6)
+        self.q = {
+            "weight": DiracSpikeSlab(torch.tensor([[0.3], [1.0]]), torch.tensor([[1.0], [0.5]]), tiny),
+            "bias": DiracSpikeSlab(torch.ones(2), torch.zeros(2), torch.full((2,), 1e-6)),
+        }
+
+    def network(self, params, x):
+        return torch.func.functional_call(self.net, params, (x,))
+
+    def posteriors(self):
+        return self.q
+
+    def sample_params(self):
+        return {name: q.sample() for name, q in self.q.items()}

@@ -10,30 +10,11 @@ import torch
 
 from bayesprune.core.bounds import sample_risk_bound
 from bayesprune.methods import pbp
-from bayesprune.methods.pbp.distributions import DiracSpikeSlab
+from helpers import OneWeightDecides
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 WRONG = 0.7  # the Gibbs risk of the classifier below
-
-
-class OneWeightDecides:
-    """A linear classifier on the constant input 1 that is right exactly when one Bernoulli keep draw of
-    weight (0, 0) is 1 (λ = 0.3): a network drawn from it is wrong with probability 0.7."""
-
-    def __init__(self):
-        self.net = torch.nn.Linear(1, 2)
-        tiny = torch.full((2, 1), 1e-6)
-        self.q = {
-            "weight": DiracSpikeSlab(torch.tensor([[0.3], [1.0]]), torch.tensor([[1.0], [0.5]]), tiny),
-            "bias": DiracSpikeSlab(torch.ones(2), torch.zeros(2), torch.full((2,), 1e-6)),
-        }
-
-    def network(self, params, x):
-        return torch.func.functional_call(self.net, params, (x,))
-
-    def posteriors(self):
-        return self.q
 
 
 def per_example_errors(n: int, draws: int) -> torch.Tensor:

@@ -12,9 +12,9 @@ from bayesprune.cli import main
 from bayesprune.core.bounds import certificate
 from bayesprune.core.errors import ConfigError
 from bayesprune.methods import pbp
-from bayesprune.methods.pbp.distributions import DiracSpikeSlab
 from bayesprune.pipeline.config import RunConfig, load_config
 from bayesprune.pipeline.runner import load_run, new_net, run
+from helpers import OneWeightDecides
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -226,29 +226,6 @@ def test_certify_measures_the_risk_on_the_fits_own_s_minus_s_p_when_validation_h
     )
     assert main(["certify", str(edited), "--samples", "2"]) == 2  # digits' train/test split drawn from another seed
     assert "does not hold the 575 examples of S \\ S_P" in capsys.readouterr().err
-
-
-class OneWeightDecides:
-    """A linear classifier on the constant input 1 whose answer is right exactly when one Bernoulli keep
-    draw of weight (0, 0) is 1 (λ = 0.3): every network is right on every example or on none, and a
-    network drawn per example is wrong with probability 0.7, independently."""
-
-    def __init__(self):
-        self.net = torch.nn.Linear(1, 2)
-        tiny = torch.full((2, 1), 1e-6)
-        self.q = {
-            "weight": DiracSpikeSlab(torch.tensor([[0.3], [1.0]]), torch.tensor([[1.0], [0.5]]), tiny),
-            "bias": DiracSpikeSlab(torch.ones(2), torch.zeros(2), torch.full((2,), 1e-6)),
-        }
-
-    def network(self, params, x):
-        return torch.func.functional_call(self.net, params, (x,))
-
-    def posteriors(self):
-        return self.q
-
-    def sample_params(self):
-        return {name: q.sample() for name, q in self.q.items()}
 
 
 def test_gibbs_errors_per_example_draw_a_network_for_every_example_and_estimate_the_gibbs_risk():
