@@ -122,6 +122,15 @@ class FitContext:
             **services,
         )
 
+    def training_cost(self) -> dict:
+        """The fit's training over all its stages so far: ``train_epochs`` and ``train_steps`` (optimiser
+        steps), so that fits of methods with several stages compare by what they cost (``compare``'s leaderboard)."""
+        histories = [stage["history"] for stage in self._finished]
+        return {
+            "train_epochs": sum(len(history["epoch_losses"]) for history in histories),
+            "train_steps": sum(len(history["step_losses"]) for history in histories),
+        }
+
     def sites(self, net) -> list:
         """The names of ``net``'s site parameters under ``expose`` and ``hide`` (:func:`bayesprune.core.sites.site_names`)."""
         return site_names(net, expose=self.expose, hide=self.hide)

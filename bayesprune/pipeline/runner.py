@@ -249,7 +249,7 @@ def _fit_splits(
                             **_evaluate(
                                 split_config, dataset, fitted, device, baseline_net, validation, ctx.best_epoch
                             ),
-                            **training_cost(ctx),
+                            **ctx.training_cost(),
                         }
                     )
                 fits.append(fitted)
@@ -296,16 +296,6 @@ def _run_experiment(config, out: Path, *, progress: bool, force: bool = False) -
         write_metrics(staging / "metrics.json", metrics)
         move_into_place(staging, out, force=force)
     return metrics
-
-
-def training_cost(ctx) -> dict:
-    """The fit's training over all its stages: ``train_epochs`` and ``train_steps`` (optimiser steps), so
-    that fits of methods with several stages compare by what they cost (``compare``'s leaderboard)."""
-    histories = [stage["history"] for stage in ctx._finished]  # noqa: SLF001 - the stages the context ran
-    return {
-        "train_epochs": sum(len(history["epoch_losses"]) for history in histories),
-        "train_steps": sum(len(history["step_losses"]) for history in histories),
-    }
 
 
 def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, best_epoch=None) -> dict:
