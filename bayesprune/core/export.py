@@ -23,6 +23,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from bayesprune.core.preprocessing import Preprocessing, with_preprocessing
 from bayesprune.core.pruning import apply_masks, expand_unit_masks
 from bayesprune.core.structure import (
+    ATTENTION,
     dependency_graph,
     example_input,
     input_shape_of,
@@ -121,7 +122,10 @@ def _agrees(original, exported, weight_masks, unit_masks, shape) -> bool:
     try:
         with torch.no_grad():
             expected = torch.func.functional_call(original, apply_masks(dict(original.named_parameters()), masks), (x,))
-            got = exported(x)
+            try:
+                got = exported(x)
+            except RuntimeError:  # the removal broke a shape a module of the network relies on
+                return False
     finally:
         for modules, flags in zip((original.modules(), exported.modules()), modes):
             for module, flag in zip(modules, flags):
@@ -133,8 +137,8 @@ def dead_units(net: nn.Module, *, input_shape=None) -> dict:
     """Unit masks (``"<root>.gate"`` → ``True`` = keep) that remove the dead units of ``net``: a unit
     whose every entry in its group's producers is zero (``Linear``/``Conv`` rows and biases,
     batch-norm weight and bias: its output is zero), or whose every column in its consumers is zero
-    (nothing reads it). Groups with no dead unit, and groups all of whose units are dead (a layer is
-    never emptied), are left out.
+    (nothing reads it). Groups with no dead unit, groups all of whose units are dead (a layer is
+    never emptied), and the heads of ``nn.MultiheadAttention`` modules are left out.
 
     Removing a unit of the first kind is exact for activations with f(0) = 0 (ReLU, tanh, GELU, …).
     """
@@ -143,8 +147,12 @@ def dead_units(net: nn.Module, *, input_shape=None) -> dict:
     masks = {}
     for group in unit_groups(net, graph=graph):
         root = net.get_submodule(group.name)
+        if isinstance(root, ATTENTION):
+            continue  # a head's rows lie inside one module: not looked at
+        unit_of = torch.empty(group.channels, dtype=torch.long)
+        unit_of[group.channel_indices()] = torch.arange(group.units).view(-1, 1)
         items = graph.get_pruning_group(
-            root, graph.get_pruner_of_module(root).prune_out_channels, list(range(group.units))
+            root, graph.get_pruner_of_module(root).prune_out_channels, list(range(group.channels))
         )
         produced = torch.zeros(group.units, dtype=torch.long)
         read = torch.zeros(group.units, dtype=torch.long)
@@ -152,7 +160,7 @@ def dead_units(net: nn.Module, *, input_shape=None) -> dict:
             module = item.dep.target.module
             if module not in names:
                 continue  # an operation without parameters
-            roots = torch.tensor(item.root_idxs, dtype=torch.long)
+            roots = unit_of[torch.tensor(item.root_idxs, dtype=torch.long)]
             index = torch.tensor(item.idxs, dtype=torch.long)
             known = isinstance(module, (nn.Linear, *CONVOLUTIONS, nn.modules.batchnorm._BatchNorm))
             if graph.is_out_channel_pruning_fn(item.dep.handler):
@@ -213,9 +221,11 @@ def resize(net: nn.Module, shapes: dict, *, input_shape=None) -> nn.Module:
     graph = dependency_graph(net, input_shape)
     masks = {}
     for group in unit_groups(net, graph=graph):
-        shape = shapes.get(f"{group.name}.weight")
-        if shape is not None and shape[0] < group.units:
-            masks[group.gate_site] = torch.arange(group.units) < shape[0]
+        site, _ = group.weight_rows(net)[0]
+        shape = shapes.get(site)
+        rows = net.get_parameter(site).shape[0]
+        if shape is not None and shape[0] < rows:
+            masks[group.gate_site] = torch.arange(group.units) < group.units * shape[0] // rows
     if masks:
         remove_units(net, masks, graph=graph)
     wrong = [

@@ -165,7 +165,8 @@ def unit_scores(scores: dict, net, *, reduce: str = "mean", input_shape=None) ->
     A ``"<root>.gate"`` entry of ``scores`` is taken as it is; otherwise the unit's score is the
     ``reduce`` (``"mean"``, ``"max"`` or ``"sum"``) of the scores of its incoming weights (its row
     of a ``Linear``, its kernel across input channels of a ``Conv``, in every ``Linear``/``Conv``
-    that produces the group's channels: a residual stage's convolutions and projection together),
+    that produces the group's channels: a residual stage's convolutions and projection together; a
+    head's query, key and value rows, :meth:`~bayesprune.core.structure.UnitGroup.weight_rows`),
     e.g. the mean inclusion probability of the unit's weights. Biases and batch norms are not
     counted. The group feeding the output has no gate.
     """
@@ -177,12 +178,11 @@ def unit_scores(scores: dict, net, *, reduce: str = "mean", input_shape=None) ->
         if group.gate_site in scores:
             units[group.gate_site] = scores[group.gate_site]
             continue
-        rows = []
-        for name in group.producers:
-            module = net.get_submodule(name)
-            site = f"{name}.weight"
-            if isinstance(module, (torch.nn.Linear, torch.nn.modules.conv._ConvNd)) and site in scores:
-                rows.append(scores[site].detach().to(torch.float64).flatten(1))
+        rows = [
+            scores[site].detach().to(torch.float64).flatten(1)[index.to(scores[site].device)].flatten(1)
+            for site, index in group.weight_rows(net)
+            if site in scores
+        ]
         if not rows:
             raise ValueError(
                 f"no score for layer {group.name!r}: expected {group.gate_site!r} or {group.name + '.weight'!r}"

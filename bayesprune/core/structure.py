@@ -265,29 +265,197 @@ def _inputs_per_unit(module, following, name) -> int:
 
 #: Square input sizes tried, in order, when a convolutional network is given no input shape.
 PROBE_SIZES = (28, 32, 224, 64, 16, 8, 96, 128, 256, *range(1, 65))
+#: Modules that normalise across channels: removing a channel changes what the others compute, so
+#: their channels are no units (zeroing one is not removing it).
+NORMALISING = (nn.LayerNorm, nn.GroupNorm)
 
 
 @dataclass(frozen=True)
 class UnitGroup:
-    """Output channels that must be removed together (a dependency group of Torch-Pruning).
+    """Units that are removed as one, each a set of coupled channels (a dependency group of Torch-Pruning).
+
+    Unit ``i`` covers the root's output channels ``channel_indices()[i]``: ``block`` consecutive
+    channels (a head's ``head_dim``; 1 for a channel), repeated in each of ``repeats`` equal slices of
+    the channels (the groups of a grouped convolution, which must all keep the same width). So
+    ``channels = units · block · repeats``. The same indices are the unit's output entries in every
+    producer (rows of a ``Linear``/``Conv``, batch-norm entries; for an attention module, the rows of
+    each of its query, key and value projections) and its input columns in every consumer
+    (``Linear`` columns, ``Conv`` input channels, an attention's ``out_proj`` columns); a consumer
+    behind a concatenation sees them shifted by the offset of the group's slice, and a flattened
+    channel owns its H·W consecutive columns. Scaling those consumer columns by a unit's gate is
+    removing the unit when the gate is 0.
 
     Attributes:
-        name: the root's module path: the group's first ``Linear``/``Conv`` in module order.
-        units: the number of units (channels) of the group.
-        producers: paths of the modules whose output channels are the units (``Linear``/``Conv``
-            rows, batch norms), in module order.
+        name: the root's module path: the group's first ``Linear``/``Conv`` in module order, or the
+            attention module (``nn.MultiheadAttention``) whose heads are the units.
+        units: the number of units.
+        producers: paths of the modules whose output channels are the units, in module order.
         consumers: paths of the modules that take the units as input channels, in module order.
+        block: consecutive channels per unit (``head_dim`` for attention heads, else 1).
+        repeats: slices of the channels each unit has a block in (a grouped convolution's groups, else 1).
+        heads_of: the module whose ``num_heads`` counts the units (heads), else ``None``.
     """
 
     name: str
     units: int
     producers: tuple
     consumers: tuple
+    block: int = 1
+    repeats: int = 1
+    heads_of: str | None = None
 
     @property
     def gate_site(self) -> str:
         """The site of the group's unit (filter) gate or mask: ``"<root>.gate"``."""
         return f"{self.name}.gate" if self.name else "gate"
+
+    @property
+    def channels(self) -> int:
+        """The root's output channels: ``units · block · repeats``."""
+        return self.units * self.block * self.repeats
+
+    def channel_indices(self) -> torch.Tensor:
+        """``(units, repeats · block)``: the root's output channels that each unit covers."""
+        within = torch.arange(self.units).view(-1, 1, 1) * self.block + torch.arange(self.block).view(1, 1, -1)
+        return (within + torch.arange(self.repeats).view(1, -1, 1) * (self.units * self.block)).flatten(1)
+
+    def weight_rows(self, net: nn.Module) -> list:
+        """``[(weight site, rows)]``: for each ``Linear``/``Conv``/attention producer, the rows of its
+        weight that each unit owns, ``rows`` of shape ``(units, k)`` (an attention's query, key and
+        value rows of a head together)."""
+        index = self.channel_indices()
+        rows = []
+        for name in self.producers:
+            module = net.get_submodule(name)
+            if isinstance(module, ATTENTION):
+                width = module.in_proj_weight.shape[0] // 3
+                rows.append((_site(name, "in_proj_weight"), torch.cat([index + k * width for k in range(3)], 1)))
+            elif isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)):
+                rows.append((_site(name, "weight"), index))
+        return rows
+
+
+def _site(module: str, parameter: str) -> str:
+    return f"{module}.{parameter}" if module else parameter
+
+
+class HeadsRemovedAttention(nn.Module):
+    """``nn.MultiheadAttention`` with some of its heads removed: the query, key and value projections
+    and the output projection's inputs are ``num_heads · head_dim`` wide, fewer than the embedding.
+
+    ``nn.MultiheadAttention`` cannot hold that (its heads always fill the embedding), so removing
+    heads puts this module in its place (:func:`remove_units`). It is called as
+    ``nn.MultiheadAttention`` is, returns what it returns (``(output, weights or None)``), and keeps its
+    parameter names (``in_proj_weight``, ``in_proj_bias``, ``out_proj.weight``, ``out_proj.bias``), so
+    masks, states and optimiser moments keyed by parameter name carry over. Each head computes
+    softmax(q·kᵀ / √head_dim)·v, as there.
+    """
+
+    #: The query/key/value width is not the embedding's: ``nn.TransformerEncoderLayer`` reads this
+    #: and leaves its fused fast path (which assumes ``nn.MultiheadAttention``'s shapes) for this forward.
+    _qkv_same_embed_dim = False
+
+    def __init__(self, embed_dim, num_heads, head_dim, *, bias=True, out_bias=True, dropout=0.0, batch_first=False):
+        super().__init__()
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, head_dim
+        self.dropout, self.batch_first = dropout, batch_first
+        width = num_heads * head_dim
+        self.in_proj_weight = nn.Parameter(torch.empty(3 * width, embed_dim))
+        self.in_proj_bias = nn.Parameter(torch.zeros(3 * width)) if bias else None
+        self.out_proj = nn.Linear(width, embed_dim, bias=out_bias)
+
+    @classmethod
+    def keeping(cls, attention: nn.Module, heads: torch.Tensor) -> "HeadsRemovedAttention":
+        """``attention`` (``nn.MultiheadAttention`` or this class) with only the heads ``heads``
+        (indices), holding copies of their projections."""
+        head_dim = attention.head_dim
+        width = attention.in_proj_weight.shape[0] // 3
+        rows = (heads.view(-1, 1) * head_dim + torch.arange(head_dim)).flatten().to(attention.in_proj_weight.device)
+        qkv = torch.cat([rows + k * width for k in range(3)])
+        bias = attention.in_proj_bias
+        smaller = cls(
+            attention.embed_dim,
+            len(heads),
+            head_dim,
+            bias=bias is not None,
+            out_bias=attention.out_proj.bias is not None,
+            dropout=attention.dropout,
+            batch_first=attention.batch_first,
+        ).to(attention.in_proj_weight.device, attention.in_proj_weight.dtype)
+        with torch.no_grad():
+            smaller.in_proj_weight.copy_(attention.in_proj_weight[qkv])
+            if bias is not None:
+                smaller.in_proj_bias.copy_(bias[qkv])
+            smaller.out_proj.weight.copy_(attention.out_proj.weight[:, rows])
+            if smaller.out_proj.bias is not None:
+                smaller.out_proj.bias.copy_(attention.out_proj.bias)
+        return smaller.train(attention.training)
+
+    def forward(
+        self,
+        query,
+        key,
+        value,
+        key_padding_mask=None,
+        need_weights=True,
+        attn_mask=None,
+        average_attn_weights=True,
+        is_causal=False,
+    ):
+        unbatched = query.dim() == 2
+        if unbatched:
+            query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+            key_padding_mask = None if key_padding_mask is None else key_padding_mask.unsqueeze(0)
+        if not self.batch_first or unbatched:
+            query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
+        batch, length, source = query.shape[0], query.shape[1], key.shape[1]
+        weights = self.in_proj_weight.chunk(3)
+        biases = self.in_proj_bias.chunk(3) if self.in_proj_bias is not None else (None,) * 3
+        q, k, v = (
+            nn.functional.linear(x, w, b).view(x.shape[0], x.shape[1], self.num_heads, self.head_dim).transpose(1, 2)
+            for x, w, b in zip((query, key, value), weights, biases)
+        )
+        scores = q @ k.transpose(-2, -1) / self.head_dim**0.5
+        if attn_mask is None and is_causal:
+            attn_mask = torch.ones(length, source, dtype=torch.bool, device=q.device).triu(1)
+        if attn_mask is not None:
+            mask = attn_mask.view(-1, self.num_heads, length, source) if attn_mask.dim() == 3 else attn_mask
+            scores = scores.masked_fill(mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+        if key_padding_mask is not None:
+            mask = key_padding_mask.view(batch, 1, 1, source)
+            scores = scores.masked_fill(mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+        attention = nn.functional.dropout(scores.softmax(-1), self.dropout, self.training)
+        output = self.out_proj((attention @ v).transpose(1, 2).reshape(batch, length, -1))
+        if not self.batch_first or unbatched:
+            output = output.transpose(0, 1)
+        if unbatched:
+            output, attention = output.squeeze(1), attention.squeeze(0)
+        if not need_weights:
+            return output, None
+        return output, attention.mean(-3) if average_attn_weights else attention
+
+
+#: Attention modules whose heads are unit groups of their own (their embedding is no unit).
+ATTENTION = (nn.MultiheadAttention, HeadsRemovedAttention)
+
+
+class _EmbeddingPruner(tp.pruner.function.BasePruningFunc):
+    """Torch-Pruning's view of a :class:`HeadsRemovedAttention`: one operation whose input and output
+    channels are the embedding (its heads are unit groups of their own)."""
+
+    def prune_out_channels(self, layer, idxs):
+        keep = sorted(set(range(layer.embed_dim)) - set(idxs))
+        layer.in_proj_weight = self._prune_parameter_and_grad(layer.in_proj_weight, keep, 1)
+        tp.prune_linear_out_channels(layer.out_proj, idxs)
+        layer.embed_dim = len(keep)
+        return layer
+
+    prune_in_channels = prune_out_channels
+
+    def get_out_channels(self, layer):
+        return layer.embed_dim
+
+    get_in_channels = get_out_channels
 
 
 def input_shape_of(net: nn.Module, input_shape=None) -> tuple:
@@ -334,32 +502,24 @@ def example_input(net: nn.Module, input_shape=None, *, batch: int = 2) -> torch.
 def dependency_graph(net: nn.Module, input_shape=None):
     """Torch-Pruning's ``DependencyGraph`` of ``net``, traced in eval mode on :func:`example_input`.
 
+    Parameters of modules Torch-Pruning has no pruner for (ConvNeXt's layer scale, a ViT's class
+    token and position embedding) are its unwrapped parameters, cut along their last dimension of
+    more than one entry; grouped convolutions are its channel groups (:attr:`UnitGroup.repeats`).
+    Whether a removal computes the masked network is checked afterwards
+    (:func:`bayesprune.core.export.check_export`), not assumed.
+
     Raises:
-        ValueError: a module Torch-Pruning cannot prune (a module holding parameters of its own that
-            no pruner handles, a grouped convolution that is not depthwise), naming its path and
-            type; or a network that fails to run or to trace.
+        ValueError: a network that fails to run or to trace.
     """
     graph = tp.DependencyGraph()
-    for name, module in net.named_modules():
-        if isinstance(module, nn.modules.conv._ConvNd) and module.groups not in (1, module.in_channels):
-            raise ValueError(
-                f"module {name!r} ({type(module).__name__} with groups={module.groups}) is not supported: "
-                "grouped convolution"
-            )
-        pruner = graph.get_pruner_of_module(module)
-        if next(module.parameters(recurse=False), None) is not None and (
-            pruner is None or isinstance(pruner, tp.ops.DummyPruner)
-        ):
-            raise ValueError(
-                f"module {name!r} ({type(module).__name__}) is not supported: "
-                "it holds parameters of its own that Torch-Pruning has no pruner for"
-            )
     x = example_input(net, input_shape)
     training = net.training
     net.eval()
     try:
         with torch.enable_grad():
-            graph.build_dependency(net, example_inputs=x, verbose=False)
+            graph.build_dependency(
+                net, example_inputs=x, customized_pruners={HeadsRemovedAttention: _EmbeddingPruner()}, verbose=False
+            )
     except Exception as error:  # a tracing failure of any kind is the user's network's
         message = " ".join(str(error).split())[:200]
         raise ValueError(f"the network cannot be traced on inputs of shape {tuple(x.shape[1:])}: {message}") from None
@@ -371,45 +531,98 @@ def dependency_graph(net: nn.Module, input_shape=None):
 def unit_groups(net: nn.Module, input_shape=None, *, graph=None) -> list:
     """The :class:`UnitGroup` s of ``net`` that can lose units, in the module order of their roots.
 
-    A group that reaches the network's output (its units are outputs) is left out.
+    Channel groups come from Torch-Pruning's dependency graph. Left out: a group that reaches the
+    network's output (its units are outputs), one that a layer or group norm normalises across (a
+    transformer's or ConvNeXt's residual stream: removing a channel changes the statistics of the
+    others), and an attention's embedding. The heads of every attention module are a group of their
+    own: an ``nn.MultiheadAttention`` (query/key/value rows and ``out_proj`` columns of a head), and
+    a module with an integer ``num_heads`` whose query, key and value ``Linear`` children form one
+    channel group with its output projection.
 
     Args:
         net: the network.
         input_shape: one input's shape without the batch dimension (default: :func:`input_shape_of`).
         graph: a :func:`dependency_graph` of ``net`` already built.
+
+    Raises:
+        ValueError: a ``num_heads`` that does not divide the width of its query/key/value layers.
     """
     graph = graph if graph is not None else dependency_graph(net, input_shape)
     names = {module: name for name, module in net.named_modules()}
     order = {name: index for index, name in enumerate(names.values())}
     groups = []
     for group in graph.get_all_groups(root_module_types=(nn.modules.conv._ConvNd, nn.Linear)):
-        if any(not item.dep.target.outputs for item in group if graph.is_out_channel_pruning_fn(item.dep.handler)):
-            continue  # its units are the network's outputs
-        producers, consumers = set(), set()
+        producers, consumers, repeats, skip = set(), set(), 1, False
         for item in group:
-            name = names.get(item.dep.target.module)
-            if name is not None:
-                (producers if graph.is_out_channel_pruning_fn(item.dep.handler) else consumers).add(name)
+            module, out = item.dep.target.module, graph.is_out_channel_pruning_fn(item.dep.handler)
+            skip |= (out and not item.dep.target.outputs) or isinstance(module, NORMALISING + ATTENTION)
+            if isinstance(module, nn.modules.conv._ConvNd) and module.groups not in (1, module.in_channels):
+                repeats = max(repeats, module.groups)  # a grouped convolution: every group keeps the same width
+            if module in names:
+                (producers if out else consumers).add(names[module])
+        if skip:
+            continue
         weighted = sorted(
             (name for name in producers if isinstance(net.get_submodule(name), (nn.modules.conv._ConvNd, nn.Linear))),
             key=order.get,
         )
-        root = net.get_submodule(weighted[0])
+        channels = graph.get_out_channels(net.get_submodule(weighted[0]))
+        owner = _heads_owner(net, weighted, consumers)
+        block = 1
+        if owner is not None:
+            heads = net.get_submodule(owner).num_heads
+            if channels % heads:
+                raise ValueError(
+                    f"module {owner!r} has num_heads={heads}, which does not divide the {channels} "
+                    f"output features of {weighted[0]!r}"
+                )
+            block = channels // heads
         groups.append(
             UnitGroup(
                 weighted[0],
-                graph.get_out_channels(root),
+                channels // (block * repeats),
                 tuple(sorted(producers, key=order.get)),
                 tuple(sorted(consumers, key=order.get)),
+                block=block,
+                repeats=repeats,
+                heads_of=owner,
             )
         )
+    for name, module in net.named_modules():
+        if isinstance(module, ATTENTION) and name and _heads_removable(module):
+            groups.append(
+                UnitGroup(name, module.num_heads, (name,), (f"{name}.out_proj",), block=module.head_dim, heads_of=name)
+            )
     return sorted(groups, key=lambda group: order[group.name])
+
+
+def _heads_owner(net, linears, consumers):
+    """The module whose query, key and value ``Linear`` s are ``linears`` (two or more children of one
+    module with an integer ``num_heads``, read by a ``Linear`` child of it), else ``None``."""
+    parents = {name.rpartition(".")[0] for name in linears}
+    if len(linears) < 2 or len(parents) != 1:
+        return None
+    owner = parents.pop()
+    heads = getattr(net.get_submodule(owner), "num_heads", None)
+    reads = any(
+        name.rpartition(".")[0] == owner and isinstance(net.get_submodule(name), nn.Linear) for name in consumers
+    )
+    return owner if isinstance(heads, int) and not isinstance(heads, bool) and reads else None
+
+
+def _heads_removable(module) -> bool:
+    """Are ``module``'s heads separable: one packed projection, no bias or zero row added to the keys."""
+    if isinstance(module, HeadsRemovedAttention):
+        return True
+    return module._qkv_same_embed_dim and module.bias_k is None and not module.add_zero_attn
 
 
 def remove_units(net: nn.Module, unit_masks: dict, *, input_shape=None, graph=None) -> nn.Module:
     """Remove from ``net``, in place, the units whose entry in ``unit_masks`` (``"<root>.gate"`` →
-    boolean mask, ``True`` = keep) is ``False``, through Torch-Pruning's dependency graph: every
-    producer, consumer and coupled layer of each group shrinks together. Returns ``net``.
+    boolean mask, ``True`` = keep) is ``False``: every producer, consumer and coupled layer of each
+    group shrinks together, through Torch-Pruning's dependency graph; a module's ``num_heads``
+    follows its heads; an attention module that loses heads is replaced by a
+    :class:`HeadsRemovedAttention` holding the others. Returns ``net``.
 
     Raises:
         ValueError: a mask for no group, of the wrong shape, or removing every unit of a group.
@@ -422,17 +635,30 @@ def remove_units(net: nn.Module, unit_masks: dict, *, input_shape=None, graph=No
     for site, mask in unit_masks.items():
         group = groups[site]
         if tuple(mask.shape) != (group.units,):
-            raise ValueError(f"the mask {site!r} has shape {tuple(mask.shape)}, the layer {group.units} units")
+            what = f"{group.units} heads of {group.block} channels" if group.heads_of else f"{group.units} units"
+            raise ValueError(f"the mask {site!r} has shape {tuple(mask.shape)}, the layer {what}")
         if not mask.any():
             raise ValueError(
                 f"the mask {site!r} removes every unit of layer {group.name!r}: a budget's min_keep "
                 "(left unset, a tenth of each layer's units) keeps some"
             )
+    attention = {}
     for site, mask in unit_masks.items():
-        removed = (~mask.to(torch.bool)).nonzero().flatten().tolist()
-        if removed:
-            root = net.get_submodule(groups[site].name)
-            graph.get_pruning_group(root, graph.get_pruner_of_module(root).prune_out_channels, removed).prune()
+        group, mask = groups[site], mask.to(torch.bool).cpu()
+        if bool(mask.all()):
+            continue
+        root = net.get_submodule(group.name)
+        if isinstance(root, ATTENTION):
+            attention[group.name] = mask  # replaced after the graph's removals, which hold its modules
+            continue
+        removed = group.channel_indices()[~mask].flatten().tolist()
+        graph.get_pruning_group(root, graph.get_pruner_of_module(root).prune_out_channels, removed).prune()
+        if group.heads_of is not None:
+            net.get_submodule(group.heads_of).num_heads = int(mask.sum())
+    for name, mask in attention.items():
+        parent, _, child = name.rpartition(".")
+        smaller = HeadsRemovedAttention.keeping(net.get_submodule(name), mask.nonzero().flatten())
+        setattr(net.get_submodule(parent), child, smaller)
     return net
 
 
