@@ -1,13 +1,15 @@
 """``bayesprune importance`` as a library call: the feature importance ψ, φ (paper 003, eqs. 3.18-3.19)
 and node importance of a saved run, its selection of inputs, and the plain network refit on them,
 written beside the run as ``importance.csv``, ``node_importance.csv``, ``importance.png`` and
-``selection.json``."""
+``selection.json``. The selection is the Bayesian FDR rule on posterior inclusion, or on request
+model-X knockoffs (a frequentist FDR guarantee, :mod:`bayesprune.analysis.knockoffs`)."""
 
 import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from bayesprune.analysis.importance import (
@@ -23,19 +25,25 @@ from bayesprune.analysis.importance import (
     pooled_node_importance_of,
     selection_record,
 )
+from bayesprune.analysis.knockoffs import GaussianKnockoffs, knockoff_threshold
 from bayesprune.analysis.selection import mask_features
 from bayesprune.analysis.tables import write_csv
 from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.files import write_text
+from bayesprune.core.loop import resolve_device
 from bayesprune.core.structure import layer_chain
 from bayesprune.core.tasks import metric_name
+from bayesprune.methods import FitContext, get_method
 from bayesprune.models import new_net
 from bayesprune.pipeline.baseline import train_plain
+from bayesprune.pipeline.checks import run_chains
 from bayesprune.pipeline.report import read_metrics, read_posterior, read_scores
 from bayesprune.pipeline.rundir import load_run
 
 #: The files :func:`importance` writes into the run directory, in the order it names them.
 FILES = ("importance.csv", "node_importance.csv", "importance.png", SELECTION)
+#: The selection rules of :func:`importance`: the Bayesian FDR on posterior inclusion, model-X knockoffs.
+SELECTIONS = ("bayesian-fdr", "knockoff")
 
 
 @dataclass
@@ -71,18 +79,24 @@ class Importance:
         return [*lines, f"wrote {', '.join(str(path) for path in self.files)}"]
 
 
-def importance(run_dir, *, top: int = 30, fdr: float = 0.1, force: bool = False) -> Importance:
+def importance(
+    run_dir, *, top: int = 30, fdr: float = 0.1, selection: str = "bayesian-fdr", force: bool = False
+) -> Importance:
     """The importance of the inputs of the saved run in ``run_dir`` (``bayesprune importance RUN_DIR``).
 
     With a ``posterior.nc`` holding ψ's draws, every restart pooled (the numbers the report gives) and
     the inputs selected by the Bayesian FDR bound ``fdr``; otherwise the fit's own keep matrices, and
-    the inputs a path of kept weights joins to the output. For 1-D inputs (tables), the run's plain
-    network is refit on the selected inputs alone and on all of them.
+    the inputs a path of kept weights joins to the output. ``selection="knockoff"`` (1-D inputs only)
+    selects instead by model-X knockoffs at level ``fdr`` (:func:`knockoff_statistic`: the run's method
+    fitted again, as many restarts as the run, on the inputs beside their knockoff copies). For 1-D
+    inputs (tables), the run's plain network is refit on the selected inputs alone and on all of them.
 
     Args:
         run_dir: a run directory of a single fit.
         top: features shown in the bar plot ``importance.png`` (image inputs get a heat map of every pixel).
-        fdr: bound on the posterior expected false-discovery rate of the selection, in [0, 1).
+        fdr: bound on the false-discovery rate of the selection, in [0, 1): the posterior expected rate
+            (``bayesian-fdr``) or the frequentist one (``knockoff``, in (0, 1)).
+        selection: ``"bayesian-fdr"`` or ``"knockoff"``.
         force: overwrite the importance files of an earlier call.
 
     Raises :class:`~bayesprune.core.errors.BayesPruneError` (one line, nothing written) on a bad argument
@@ -92,6 +106,10 @@ def importance(run_dir, *, top: int = 30, fdr: float = 0.1, force: bool = False)
         raise BayesPruneError(f"--top must be a positive integer, got {top}")
     if not 0 <= fdr < 1:
         raise BayesPruneError(f"--fdr must lie in [0, 1), got {fdr}")
+    if selection not in SELECTIONS:
+        raise BayesPruneError(f"--selection must be one of {', '.join(SELECTIONS)}, got {selection!r}")
+    if selection == "knockoff" and fdr == 0:
+        raise BayesPruneError("--fdr must lie in (0, 1) for knockoff selection, got 0")
     run_dir = Path(run_dir)
     outputs = [run_dir / name for name in FILES]
     if any(path.exists() for path in outputs) and not force:
@@ -100,9 +118,11 @@ def importance(run_dir, *, top: int = 30, fdr: float = 0.1, force: bool = False)
     if folder is not None:
         raise BayesPruneError(f"{folder}: is a folder, where importance writes a file; move it away")
     config, dataset, fitted = load_run(run_dir)
+    if selection == "knockoff" and len(dataset.input_shape) != 1:
+        raise BayesPruneError(f"{run_dir}: knockoff selection needs 1-D inputs (a table), got {dataset.input_shape}")
     idata = _posterior_with_importance(run_dir)
     if idata is not None:
-        rows, nodes, selection = _pooled_importance(idata, fitted, fdr)
+        rows, nodes, record = _pooled_importance(idata, fitted, fdr)
     else:
         try:
             soft, hard, kept_by = keep_matrices(fitted)
@@ -110,7 +130,12 @@ def importance(run_dir, *, top: int = 30, fdr: float = 0.1, force: bool = False)
             nodes = node_importance_table(fitted.net, hard if soft is None else soft)
         except ValueError as error:
             raise BayesPruneError(f"{run_dir}: {error}") from None
-        selection = kept_inputs_record(rows, kept_by)
+        record = kept_inputs_record(rows, kept_by)
+    if selection == "knockoff":
+        statistic = knockoff_statistic(config, dataset)
+        record = knockoff_record(rows, statistic, fdr=fdr, restarts=run_chains(config, dataset))
+        for row, w in zip(rows, statistic):
+            row.update(knockoff_statistic=float(w), selected=row["feature"] in record["selected"])
     write_csv(outputs[0], rows)
     write_csv(outputs[1], nodes)
     if len(dataset.input_shape) == 3 and len(rows) == math.prod(dataset.input_shape):
@@ -121,9 +146,9 @@ def importance(run_dir, *, top: int = 30, fdr: float = 0.1, force: bool = False)
             ordered[:top], outputs[2], title=f"Feature importance ψ (top {min(top, len(rows))} of {len(rows)})"
         )
     if len(dataset.input_shape) == 1:
-        selection["refit"] = _refit_on_selection(config, dataset, [row["selected"] for row in rows])
-    write_text(outputs[3], json.dumps(selection, indent=1) + "\n")
-    return Importance(rows, nodes, selection, outputs)
+        record["refit"] = _refit_on_selection(config, dataset, [row["selected"] for row in rows])
+    write_text(outputs[3], json.dumps(record, indent=1) + "\n")
+    return Importance(rows, nodes, record, outputs)
 
 
 def _refit_on_selection(config, dataset, selected: list) -> dict:
@@ -162,3 +187,69 @@ def _pooled_importance(idata, fitted, fdr: float) -> tuple:
     outputs = layer_chain(fitted.net)[-1].module.weight.shape[0]
     nodes = pooled_node_importance_of(idata, node_layer_names(fitted.net), outputs)
     return rows, nodes, selection_record(rows, fdr=fdr, restarts=idata.posterior.sizes["chain"])
+
+
+def knockoff_statistic(config, dataset, *, seed: int | None = None) -> np.ndarray:
+    """W_j = ψ_j − ψ̃_j of model-X knockoffs (Candès et al. 2018, section 3.2), with ψ of paper 003's
+    eq. 3.18.
+
+    Second-order equicorrelated Gaussian knockoffs X̃ (:class:`~bayesprune.analysis.knockoffs.GaussianKnockoffs`,
+    fitted on the training rows) are drawn for the training and test rows, and the config's method
+    is fitted on [X, X̃] as the run fits it: one restart per chain of the run (seeds ``config.seed``,
+    ``+1``, ...), ψ of the 2p inputs averaged over them (:func:`~bayesprune.analysis.importance.input_importance`).
+    Swapping X_j with X̃_j swaps ψ_j with ψ̃_j, so W_j flips sign: the antisymmetry the guarantee needs.
+
+    Args:
+        config, dataset: the run's config and its table (1-D inputs).
+        seed: generator of the knockoff draws; the config's seed by default.
+
+    Returns:
+        W, one per input.
+    """
+    seed = config.seed if seed is None else seed
+    x_train = dataset.x_train.double().numpy()
+    knockoffs = GaussianKnockoffs.fit(x_train)
+
+    def beside_knockoffs(x, draw_seed):
+        copies = torch.as_tensor(knockoffs.sample(x.double().numpy(), seed=draw_seed), dtype=x.dtype)
+        return torch.cat([x, copies], dim=1)
+
+    features = x_train.shape[1]
+    augmented = replace(
+        dataset,
+        x_train=beside_knockoffs(dataset.x_train, seed),
+        x_test=beside_knockoffs(dataset.x_test, seed + 1),
+        input_shape=(2 * features,),
+        feature_names=None,
+        input_mean=None,
+        input_std=None,
+    )
+    method, device = get_method(config.method), resolve_device(config.device)
+    psi = []
+    for chain in range(run_chains(config, dataset)):
+        net = new_net(config, augmented.input_shape, augmented.output_dim, seed=config.seed + chain)
+        ctx = FitContext.from_config(config, augmented, device=device, seed=config.seed + chain)
+        fitted = method.fit(net, augmented, config.method_options, ctx)
+        psi.append([row["psi"] for row in input_importance(fitted)])
+    psi = np.mean(psi, axis=0)
+    return psi[:features] - psi[features:]
+
+
+def knockoff_record(rows: list, statistic, *, fdr: float, restarts: int) -> dict:
+    """The ``selection.json`` record of knockoff+ at level ``fdr`` on the statistic W of :func:`knockoff_statistic`."""
+    threshold = knockoff_threshold(statistic, fdr)
+    chosen = [row["feature"] for row, w in zip(rows, statistic) if w >= threshold]
+    return {
+        "rule": "knockoff+",
+        "fdr": fdr,
+        "description": "model-X knockoffs (second-order equicorrelated Gaussian, Ledoit-Wolf covariance of the "
+        "training rows): the method refit on the inputs beside their knockoff copies, W = psi(input) - "
+        "psi(knockoff), the inputs with W at or above the knockoff+ threshold; the expected false-discovery "
+        "proportion is at most fdr when the inputs are Gaussian (approximately otherwise), and nothing is "
+        "selected unless at least 1/fdr inputs can be",
+        "restarts": restarts,
+        "selected": chosen,
+        "not_selected": [row["feature"] for row in rows if row["feature"] not in chosen],
+        "threshold": threshold if np.isfinite(threshold) else None,
+        "knockoff_statistic": {row["feature"]: float(w) for row, w in zip(rows, statistic)},
+    }

@@ -1,0 +1,84 @@
+"""Model-X knockoffs (analysis/knockoffs.py): the joint covariance of (X, X̃) against its closed form, and
+the knockoff(+) threshold against a brute-force scan and a hand computation."""
+
+import numpy as np
+import pytest
+
+from bayesprune.analysis.knockoffs import GaussianKnockoffs, knockoff_threshold, select_by_knockoffs
+
+
+def ar1(p: int, rho: float) -> np.ndarray:
+    return rho ** np.abs(np.subtract.outer(np.arange(p), np.arange(p)))
+
+
+def test_knockoffs_have_the_closed_form_joint_covariance_on_gaussian_x():
+    # Σ = diag(σ) AR(1, 0.5) diag(σ): R's smallest eigenvalue is 1 - 2·0.5·cos(π/(p+1)) for large p; here by numpy.
+    p, sd = 5, np.array([1.0, 2.0, 0.5, 1.0, 3.0])
+    sigma = ar1(p, 0.5) * np.outer(sd, sd)
+    mean = np.arange(p, dtype=float)
+    knockoffs = GaussianKnockoffs.equicorrelated(mean, sigma)
+    s = min(1.0, 2 * np.linalg.eigvalsh(ar1(p, 0.5)).min()) * sd**2
+    np.testing.assert_allclose(knockoffs.s, s, rtol=1e-5)
+    x = np.random.default_rng(0).multivariate_normal(mean, sigma, size=200_000)
+    joint = np.hstack([x, knockoffs.sample(x, seed=1)])
+    d = np.diag(knockoffs.s)
+    expected = np.block([[sigma, sigma - d], [sigma - d, sigma]])
+    np.testing.assert_allclose(joint.mean(axis=0), np.r_[mean, mean], atol=0.03)
+    # Monte-Carlo error of a covariance of 2e5 rows: about 3 σ_i σ_j / sqrt(2e5) < 0.02 · σ_i σ_j
+    np.testing.assert_allclose(
+        np.cov(joint.T) / np.outer(np.r_[sd, sd], np.r_[sd, sd]),
+        expected / np.outer(np.r_[sd, sd], np.r_[sd, sd]),
+        atol=0.02,
+    )
+    np.testing.assert_allclose(knockoffs.joint_covariance(), expected)
+
+
+def test_independent_inputs_get_independent_copies():
+    knockoffs = GaussianKnockoffs.fit(np.random.default_rng(0).standard_normal((2000, 4)))
+    np.testing.assert_allclose(knockoffs.s, np.diag(knockoffs.covariance) * (1 - 1e-6), rtol=0.05)
+    x = np.random.default_rng(1).standard_normal((20_000, 4))
+    cross = np.cov(np.hstack([x, knockoffs.sample(x)]).T)[:4, 4:]
+    assert np.abs(cross).max() < 0.05
+
+
+def brute_force_selection(w, q, offset):
+    """The selection at the smallest t of a grid of step ½ over (0, max|W|] (integer W: every |W_j| and
+    every gap between them) whose ratio is at most q."""
+    for t in np.arange(0.5, np.abs(w).max() + 0.5, 0.5):
+        if (offset + np.sum(w <= -t)) / max(1, np.sum(w >= t)) <= q:
+            return w >= t
+    return np.zeros(len(w), dtype=bool)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("offset", [0, 1])
+def test_threshold_selects_what_a_brute_force_scan_selects(seed, offset):
+    rng = np.random.default_rng(seed)
+    w = np.r_[rng.integers(5, 30, 8), rng.integers(-10, 11, 12)]  # ties and zeros included
+    for q in (0.1, 0.2, 0.3):
+        np.testing.assert_array_equal(select_by_knockoffs(w, q, offset=offset), brute_force_selection(w, q, offset))
+
+
+def test_threshold_matches_a_hand_computation():
+    w = np.array([5, 4, 3, -2, 1, -0.5, 0])
+    # t = 3: knockoff+ (1 + 0) / 3; t = 1: knockoff (0 + 1) / 4
+    assert knockoff_threshold(w, 0.34) == 3
+    assert select_by_knockoffs(w, 0.34).tolist() == [True, True, True, False, False, False, False]
+    assert knockoff_threshold(w, 0.25, offset=0) == 1
+    assert knockoff_threshold(w, 0.3) == float("inf")  # knockoff+ needs at least 1/q = 3.3 selections
+    assert not select_by_knockoffs(w, 0.3).any()
+    with pytest.raises(ValueError, match="q must"):
+        knockoff_threshold(w, 0.0)
+
+
+def test_knockoff_plus_controls_the_false_discovery_rate_when_null_signs_are_coin_flips():
+    # The guarantee's premise (Candès et al. 2018, Lemma 3.2): the signs of the null W_j are i.i.d. fair coins.
+    rng = np.random.default_rng(0)
+    proportions, power = [], []
+    for _ in range(1000):
+        w = np.r_[rng.uniform(0.5, 3, 20), rng.uniform(0, 1, 30) * rng.choice([-1, 1], 30)]
+        selected = select_by_knockoffs(w, 0.1)
+        proportions.append(selected[20:].sum() / max(1, selected.sum()))
+        power.append(selected[:20].mean())
+    assert np.mean(proportions) <= 0.1 + 3 * np.std(proportions) / np.sqrt(1000)
+    assert np.mean(power) > 0.8
