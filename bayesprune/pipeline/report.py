@@ -372,10 +372,10 @@ _IMPORTANCE = [
 
 
 def _importance_files(run_dir: Path) -> list:
-    """The section on ``bayesprune importance``'s files; for a fit without pooled restarts, the inputs
-    its ``selection.json`` lists (a pooled posterior's selection is in the diagnostics)."""
+    """The section on ``bayesprune importance``'s files; the inputs its ``selection.json`` lists unless
+    they are the Bayesian FDR selection of a pooled posterior, which the diagnostics give."""
     record = _read_selection(run_dir)
-    if record is None or record["rule"] != "kept-by-the-fit":
+    if record is None or record["rule"] == "bayesian-fdr":
         return _IMPORTANCE
     selected, dropped = record["selected"], record["not_selected"]
     line = (

@@ -95,3 +95,18 @@ def test_record_selects_the_inputs_at_or_above_the_knockoff_plus_threshold():
 def test_a_bad_selection_is_refused_in_one_line_before_anything_is_read(tmp_path, options, message):
     with pytest.raises(BayesPruneError, match=message):
         importance_module.importance(tmp_path / "no-run", **options)
+
+
+def test_the_report_names_the_knockoff_selection(tmp_path):
+    import json
+
+    from bayesprune.pipeline.report import _importance_files
+
+    rows = [{"feature": name} for name in "abcdefg"]
+    record = importance_module.knockoff_record(rows, np.array([5, 4, 3, -2, 1, -0.5, 0]), fdr=0.34, restarts=4)
+    (tmp_path / "selection.json").write_text(json.dumps(record))
+    lines = _importance_files(tmp_path)
+    assert any(
+        line.startswith("**Selected inputs (3 of 7):** a, b, c; removed: d, e, f, g. model-X knockoffs")
+        for line in lines
+    )
