@@ -17,6 +17,7 @@ import time
 
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.utils import parametrize
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -141,8 +142,12 @@ def dead_units(net: nn.Module, *, input_shape=None) -> dict:
     never emptied), and the heads of ``nn.MultiheadAttention`` modules are left out.
 
     Removing a unit of the first kind is exact for activations with f(0) = 0 (ReLU, tanh, GELU, …).
+    A network Torch-Pruning cannot trace has none that can be removed: ``{}``.
     """
-    graph = dependency_graph(net, input_shape)
+    try:
+        graph = dependency_graph(net, input_shape)
+    except ValueError:
+        return {}
     names = {module: name for name, module in net.named_modules()}
     masks = {}
     for group in unit_groups(net, graph=graph):
@@ -246,14 +251,20 @@ def count_macs(net: nn.Module, input_shape) -> int:
     """Multiply-accumulates of one forward pass of a single input: half the floating-point operations
     that :class:`torch.utils.flop_counter.FlopCounterMode` counts (matrix products, convolutions,
     attention). Zeroed weights are counted: dense hardware multiplies them all the same.
+
+    Attention is counted as its matrix products: the pass runs with ``nn.MultiheadAttention``'s fused
+    fast path off and scaled dot-product attention on its math backend (the fused kernels are not
+    counted at all).
     """
     parameter = next(net.parameters())
-    training = net.training
+    training, fast_path = net.training, torch.backends.mha.get_fastpath_enabled()
     net.eval()
+    torch.backends.mha.set_fastpath_enabled(False)
     try:
-        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), FlopCounterMode(display=False) as counter:
             net(torch.zeros(1, *input_shape, device=parameter.device, dtype=parameter.dtype))
     finally:
+        torch.backends.mha.set_fastpath_enabled(fast_path)
         net.train(training)
     return counter.get_total_flops() // 2
 

@@ -415,23 +415,33 @@ class HeadsRemovedAttention(nn.Module):
             nn.functional.linear(x, w, b).view(x.shape[0], x.shape[1], self.num_heads, self.head_dim).transpose(1, 2)
             for x, w, b in zip((query, key, value), weights, biases)
         )
-        scores = q @ k.transpose(-2, -1) / self.head_dim**0.5
         if attn_mask is None and is_causal:
             attn_mask = torch.ones(length, source, dtype=torch.bool, device=q.device).triu(1)
-        if attn_mask is not None:
-            mask = attn_mask.view(-1, self.num_heads, length, source) if attn_mask.dim() == 3 else attn_mask
-            scores = scores.masked_fill(mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
-        if key_padding_mask is not None:
-            mask = key_padding_mask.view(batch, 1, 1, source)
-            scores = scores.masked_fill(mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
-        attention = nn.functional.dropout(scores.softmax(-1), self.dropout, self.training)
-        output = self.out_proj((attention @ v).transpose(1, 2).reshape(batch, length, -1))
+        bias = None  # additive: -inf where a query may not look (True in a boolean mask, as in nn.MultiheadAttention)
+        for mask in (
+            None
+            if attn_mask is None
+            else attn_mask.view(-1, self.num_heads if attn_mask.dim() == 3 else 1, length, source),
+            None if key_padding_mask is None else key_padding_mask.view(batch, 1, 1, source),
+        ):
+            if mask is not None and mask.dtype == torch.bool:
+                mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(mask, float("-inf"))
+            if mask is not None:
+                bias = mask.to(q.dtype) if bias is None else bias + mask.to(q.dtype)
+        dropout = self.dropout if self.training else 0.0
+        if need_weights:
+            scores = q @ k.transpose(-2, -1) / self.head_dim**0.5
+            attention = nn.functional.dropout((scores if bias is None else scores + bias).softmax(-1), dropout)
+            mixed = attention @ v
+        else:
+            mixed = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout)
+        output = self.out_proj(mixed.transpose(1, 2).reshape(batch, length, -1))
         if not self.batch_first or unbatched:
             output = output.transpose(0, 1)
+        if not need_weights:
+            return (output.squeeze(1) if unbatched else output), None
         if unbatched:
             output, attention = output.squeeze(1), attention.squeeze(0)
-        if not need_weights:
-            return output, None
         return output, attention.mean(-3) if average_attn_weights else attention
 
 

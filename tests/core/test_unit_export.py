@@ -9,7 +9,7 @@ import torch
 import torchvision
 from torch import nn
 
-from bayesprune.core.export import export
+from bayesprune.core.export import count_macs, dead_units, export
 from bayesprune.core.pruning import unit_scores
 from bayesprune.core.structure import HeadsRemovedAttention, remove_units, shrunk, unit_groups
 
@@ -204,3 +204,58 @@ def test_torchvision_convnext_block_exports_its_mlp_hidden_units():
 def test_a_head_count_that_does_not_divide_is_named(net, masks, match):
     with pytest.raises(ValueError, match=match):
         export(net, masks or {"attention.q.gate": torch.tensor([True, False])}, input_shape=(5, 8))
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize(
+    "masks",
+    [
+        {},
+        {"key_padding_mask": torch.tensor([[False, True, False, False, True]] * 3)},
+        {"attn_mask": torch.ones(5, 5, dtype=torch.bool).triu(1), "is_causal": True},
+        {"attn_mask": torch.randn(12, 5, 5, generator=torch.Generator().manual_seed(0))},
+    ],
+)
+def test_all_heads_kept_compute_what_multihead_attention_computes(batch_first, masks):
+    torch.manual_seed(0)
+    attention = nn.MultiheadAttention(16, 4, batch_first=batch_first).eval()
+    kept = HeadsRemovedAttention.keeping(attention, torch.arange(4))
+    x = torch.randn(3, 5, 16) if batch_first else torch.randn(5, 3, 16)
+    with torch.no_grad():
+        for need_weights in (True, False):
+            expected, weights = attention(x, x, x, need_weights=need_weights, **masks)
+            got, got_weights = kept(x, x, x, need_weights=need_weights, **masks)
+            assert (got - expected).abs().max() < 1e-5
+            assert (got_weights is None) == (weights is None)
+            assert weights is None or (got_weights - weights).abs().max() < 1e-5
+
+
+def test_attention_is_counted_as_its_matrix_products():
+    net = encoder_layer()
+    length, width, hidden = 5, 16, 24
+    projections = 4 * length * width * width  # query, key, value and output
+    attention = 2 * length * length * width  # scores and their weighted sum, over all heads
+    mlp = 2 * length * width * hidden
+    assert count_macs(net, (length, 8)) == length * 8 * width + projections + attention + mlp + length * width * 3
+
+
+def test_channel_shuffle_is_refused_naming_the_module_and_shufflenet_at_unit_level_only():
+    class ChannelShuffle(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = nn.Conv2d(3, 4, 1), nn.Conv2d(4, 2, 1)
+
+        def forward(self, x):
+            x = self.conv1(x)
+            batch, channels, height, width = x.shape
+            x = x.view(batch, 2, channels // 2, height, width).transpose(1, 2).reshape(batch, channels, height, width)
+            return self.conv2(x).mean((2, 3))
+
+    with pytest.raises(ValueError, match=r"^module 'conv1': removing its units does not compute the masked network"):
+        export(ChannelShuffle().eval(), {"conv1.gate": torch.tensor([True, False, True, True])}, input_shape=(3, 4, 4))
+    net = torchvision.models.shufflenet_v2_x0_5(num_classes=3).eval()  # Torch-Pruning cannot trace it at any size
+    with pytest.raises(ValueError, match=r"^the network cannot be traced on inputs of shape \(3, 32, 32\): integer"):
+        unit_groups(net, (3, 32, 32))
+    assert dead_units(net, input_shape=(3, 32, 32)) == {}
+    masks = {"fc.weight": torch.rand(3, 1024) > 0.5}
+    assert torch.equal(export(net, masks).fc.weight, net.fc.weight * masks["fc.weight"])
