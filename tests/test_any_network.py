@@ -172,12 +172,13 @@ def test_fit_method_hands_over_a_network_with_the_fits_batch_norm_statistics():
     assert torch.allclose(fitted.predict(data.x_test[:50]), expected, atol=1e-5)
 
 
-def test_unit_gates_refuses_the_resnet_in_one_line_and_a_unit_level_export_of_it_runs_with_torch_alone(
+def test_unit_gates_remove_the_resnets_coupled_channels_while_training_and_its_export_runs_with_torch_alone(
     user_files, monkeypatch, capsys, tmp_path
 ):
-    """Unit gates need a plain chain: refused before anything is written. An sBNN run of the ResNet, pruned
-    by a quarter of its channels through the dependency graph, is a file torch alone runs, and the test
-    error the export prints is that file's own."""
+    """Unit gates on a residual CNN with batch norm (one gate per group of coupled channels): channels
+    leave while it trains, the run's network is smaller, and the file ``bayesprune export`` writes runs with
+    torch alone and has the test error the export prints. An sBNN run of the ResNet, pruned by a quarter
+    of its channels through the dependency graph, likewise."""
     monkeypatch.chdir(user_files)
     config = {
         "device": "cpu",
@@ -187,13 +188,31 @@ def test_unit_gates_refuses_the_resnet_in_one_line_and_a_unit_level_export_of_it
         "prune": {"droprates": [0.0]},
         "baseline": {"enabled": False},
     }
-    (user_files / "gates.toml").write_text(
-        tomli_w.dumps({**config, "method": "unit-gates", "prune": {"level": "unit"}})
+    gates = {
+        **config,
+        "method": "unit-gates",
+        "data": {**config["data"], "batch_size": 32},
+        "optim": {"lr": 0.05},
+        "train": {"epochs": 3},
+        "prune": {"level": "unit", "droprates": [0.0]},
+        "unit-gates": {"theta_init": 0.2, "log_gamma": -3.0, "finetune_epochs": 1},
+    }
+    (user_files / "gates.toml").write_text(tomli_w.dumps(gates))
+    assert main(["run", "gates.toml", "--out", str(tmp_path / "gates"), "--quiet"]) == 0
+    metrics = json.loads((tmp_path / "gates" / "metrics.json").read_text())
+    alive = metrics["units_alive"]
+    assert (
+        metrics["starting_architecture"] == [8, 8, 16, 16] and alive == sorted(alive, reverse=True) and alive[-1] < 48
     )
-    assert main(["run", "gates.toml", "--out", str(tmp_path / "gates"), "--quiet"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "unit-gates gates the units of a plain chain" in err and "BatchNorm2d" in err
-    assert not (tmp_path / "gates").exists()
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "gates"), "--out", str(tmp_path / "gates.pt2"), "--json"]) == 0
+    reported = json.loads(capsys.readouterr().out)
+    program = torch.export.load(str(tmp_path / "gates.pt2")).module()
+    data = load_dataset("npz", path=str(user_files / "digits.npz"))
+    with torch.no_grad():
+        error = 100 * (program(data.x_test).argmax(-1) != data.y_test).float().mean().item()
+    assert error == pytest.approx(reported["test_error"])
+    assert sum(p.numel() for p in program.parameters()) < sum(p.numel() for p in resnet().parameters())
     (user_files / "sbnn-export.toml").write_text(tomli_w.dumps({**config, "method": "sbnn"}))
     assert main(["run", "sbnn-export.toml", "--out", str(tmp_path / "run"), "--quiet"]) == 0
     capsys.readouterr()

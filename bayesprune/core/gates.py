@@ -30,16 +30,16 @@ An :class:`Estimator` draws one step's gate values from any gate and estimates t
 expected sparsity s (paper 000, appendix A.1, eq. 6), the start of PFT's and PBP's masks.
 """
 
-import dataclasses
 import itertools
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from bayesprune.core.fused import log1p
 from bayesprune.core.pruning import Budget, lexicographic_ranks, prune
-from bayesprune.core.structure import layer_chain
+from bayesprune.core.structure import dependency_graph, example_input, input_shape_of, shrunk, unit_groups
 
 #: Parameterisations of a trained mask's raw values (appendix B.1 of paper 000).
 PARAMETERIZATIONS = ("sigmoid", "clamp")
@@ -199,53 +199,172 @@ class StochasticMasks(StochasticGate):
         return lexicographic_ranks(self.logits(), tiebreak)
 
 
+#: Modules that may produce a gated group's units: each of their outputs is one unit's own. A group
+#: holding another producer (a ``LayerNorm`` or ``GroupNorm`` normalises across the units, so closing a
+#: gate at the consumers is not removing the unit) has no gate.
+GATED_PRODUCERS = (nn.Linear, nn.modules.conv._ConvNd, nn.modules.batchnorm._BatchNorm)
+#: Modules whose input channels a gate scales: dimension 1 of a convolution's input (not grouped), the
+#: last of a Linear's.
+GATED_CONSUMERS = (nn.Linear, nn.modules.conv._ConvNd)
+
+
+@dataclass(frozen=True)
+class _Reader:
+    """A module that reads gated units as input channels: for each gated group it reads, the input
+    channels (``columns``) and the group's unit of each (``units``). ``per_unit`` is set where one
+    group's units are all its inputs, in order, each a block of ``per_unit`` channels (a chain's next
+    layer; a flattened channel's H·W columns): the scale is then the gate values repeated."""
+
+    channel_dim: int
+    inputs: int
+    reads: tuple
+    per_unit: int | None
+
+
 class UnitGates(StochasticGate):
-    """θ of every hidden unit of ``net``'s layer chain, held directly (``"probability"``) and kept in
-    [0, 1] by its training (paper 004, Algorithm 1): the gated layers' vectors end to end in the one
-    trained tensor :attr:`raw`, read per layer through :attr:`theta`.
+    """θ of every unit of ``net``'s unit groups (:func:`bayesprune.core.structure.unit_groups`), one gate
+    per group unit, held directly (``"probability"``) and kept in [0, 1] by its training (paper 004,
+    Algorithm 1): the groups' vectors end to end in the one trained tensor :attr:`raw`, read per group
+    through :attr:`theta`.
+
+    A gate multiplies its unit's input channel in every consumer of the group (eq. 1's ξ on the unit's
+    output, applied where it is read), so that a gate at 0 computes the network with the unit removed
+    from every coupled layer (residual additions, batch norms, depthwise convolutions), as
+    :func:`bayesprune.core.structure.shrunk` removes it. A group whose units a ``LayerNorm`` or another
+    module mixes (:data:`GATED_PRODUCERS`, :data:`GATED_CONSUMERS`) has no gate: its root and the
+    reason are in :attr:`ungated`. For a plain chain the groups are its hidden layers.
 
     Args:
-        net: a plain chain (:func:`bayesprune.core.structure.layer_chain`); its last layer has no gate.
+        net: the network; the group feeding its output has no gate.
         init: θ(0) of every unit (0.5 in the paper).
-        input_shape: one input's shape, to check a convolutional chain's forward.
+        input_shape: one input's shape, to trace the network.
     """
 
     def __init__(self, net: nn.Module, *, init: float = 0.5, input_shape=None):
         super().__init__()
-        self._hold(
-            layer_chain(net, input_shape)[:-1], torch.full((), float(init), device=next(net.parameters()).device)
-        )
-
-    def _hold(self, layers: list, theta: torch.Tensor):
-        self.layers = layers
-        self.units = [layer.units for layer in layers]
+        self._trace(net, input_shape)
+        theta = torch.full((), float(init), device=next(net.parameters()).device)
         self.raw = nn.Parameter(theta.expand(sum(self.units)).clone())
 
+    def _trace(self, net: nn.Module, input_shape):
+        self.input_shape = input_shape_of(net, input_shape)
+        graph = dependency_graph(net, self.input_shape)
+        names = {module: name for name, module in net.named_modules()}
+        device = next(net.parameters()).device
+        self.groups, self.ungated, self.producers = [], {}, []
+        reads = {}
+        for group in unit_groups(net, graph=graph):
+            root = net.get_submodule(group.name)
+            if not isinstance(root, (nn.Linear, nn.modules.conv._ConvNd)):
+                self.ungated[group.name] = f"the heads of {type(root).__name__} are not gated"
+                continue
+            unit_of = torch.empty(group.channels, dtype=torch.long)  # the unit of each of the root's channels
+            unit_of[group.channel_indices()] = torch.arange(group.units).view(-1, 1)
+            items = graph.get_pruning_group(
+                root, graph.get_pruner_of_module(root).prune_out_channels, list(range(group.channels))
+            )
+            rows, columns, why = {}, {}, None
+            for item in items:
+                name = names.get(item.dep.target.module)
+                if name is None:
+                    continue  # an operation without parameters: additions, concatenations, reshapes
+                module = net.get_submodule(name)
+                index = (
+                    torch.tensor(item.idxs, dtype=torch.long, device=device),
+                    unit_of[torch.tensor(item.root_idxs, dtype=torch.long)].to(device),
+                )
+                if graph.is_out_channel_pruning_fn(item.dep.handler):
+                    if not isinstance(module, GATED_PRODUCERS):
+                        why = f"module {name!r} ({type(module).__name__}) mixes its units"
+                    elif not isinstance(module, nn.modules.batchnorm._BatchNorm):
+                        rows[name] = index
+                elif not isinstance(module, GATED_CONSUMERS) or getattr(module, "groups", 1) != 1:
+                    why = f"module {name!r} ({type(module).__name__}) reads its units"
+                else:
+                    columns[name] = index
+            for name in rows:  # a depthwise convolution is a producer: its output is gated where it is read
+                columns.pop(name, None)
+            if why is not None or not columns:
+                self.ungated[group.name] = why or "nothing reads its units through a Linear or convolution"
+                continue
+            for name, index in columns.items():
+                reads.setdefault(name, []).append((len(self.groups), *index))
+            self.groups.append(group)
+            self.producers.append(rows)
+        self.units = [group.units for group in self.groups]
+        self.readers = {name: self._reader(net.get_submodule(name), group_reads) for name, group_reads in reads.items()}
+
+    def _reader(self, module, reads) -> _Reader:
+        conv = isinstance(module, nn.modules.conv._ConvNd)
+        inputs = module.in_channels if conv else module.in_features
+        per_unit = None
+        if len(reads) == 1:
+            group, columns, units = reads[0]
+            block = inputs // self.units[group]
+            in_order = torch.arange(inputs, device=columns.device)
+            if (
+                block * self.units[group] == inputs
+                and torch.equal(columns, in_order)
+                and torch.equal(units, in_order // block)
+            ):
+                per_unit = block
+        return _Reader(1 if conv else -1, inputs, tuple(reads), per_unit)
+
     def restricted(self, net: nn.Module, keep: list) -> "UnitGates":
-        """The gates of ``net``, this chain without the units where ``keep`` (one mask per gated layer)
-        is false (:func:`bayesprune.core.structure.shrunk`), holding the kept units' θ. The chain is this
-        one with fewer units, so it is not traced again."""
+        """The gates of ``net``, this network without the units where ``keep`` (one mask per gated group)
+        is false (:func:`bayesprune.core.structure.shrunk`), holding the kept units' θ."""
         gates = UnitGates.__new__(UnitGates)
         super(UnitGates, gates).__init__()
-        gates._hold(
-            [dataclasses.replace(layer, module=net.get_submodule(layer.name)) for layer in self.layers],
-            self.raw.detach()[torch.cat(keep)],
-        )
+        gates._trace(net, self.input_shape)
+        if gates.sites != self.sites or gates.units != [int(k.sum()) for k in keep]:
+            raise ValueError(f"the smaller network's unit groups {gates.sites} are not this network's {self.sites}")
+        gates.raw = nn.Parameter(self.raw.detach()[torch.cat(keep)])
         return gates
+
+    @torch.no_grad()
+    def check_removal(self, net: nn.Module):
+        """Raise ``ValueError`` unless gates at 0 compute ``net`` with their units removed
+        (:func:`bayesprune.core.structure.shrunk`), on probe inputs in eval mode, every other unit of each
+        group closed; naming the first group for which they do not (an operation that mixes its units
+        where the dependency graph cannot see)."""
+        keep = [torch.arange(units, device=self.raw.device) % 2 == 0 for units in self.units]
+        if self._closes_as_removed(net, keep):
+            return
+        for index, group in enumerate(self.groups):
+            alone = [k if i == index else torch.ones_like(k) for i, k in enumerate(keep)]
+            if not self._closes_as_removed(net, alone):
+                raise ValueError(
+                    f"module {group.name!r}: a closed gate of its units does not compute the network with the "
+                    "units removed (an operation mixes them where the dependency graph cannot see)"
+                )
+
+    def _closes_as_removed(self, net, keep) -> bool:
+        smaller, _ = shrunk(net, {site: k.cpu() for site, k in zip(self.sites, keep)}, input_shape=self.input_shape)
+        x = example_input(net, self.input_shape)
+        training = net.training
+        net.eval()
+        smaller.eval()
+        try:
+            with self.applied(net, [k.to(x.dtype) for k in keep]):
+                gated = net(x)
+        finally:
+            net.train(training)
+        expected = smaller(x)
+        return (gated - expected).abs().max().item() <= 1e-4 * expected.abs().max().item()  # at its own scale
 
     @property
     def theta(self) -> list:
-        """θ of every gated layer, in order: views of :attr:`raw` (written through under ``no_grad``)."""
+        """θ of every gated group, in order: views of :attr:`raw` (written through under ``no_grad``)."""
         return self.per_layer(self.raw)
 
     def per_layer(self, flat: torch.Tensor) -> list:
-        """A tensor laid out as :attr:`raw` (a draw, a gradient, a mask), split into one view per gated layer."""
+        """A tensor laid out as :attr:`raw` (a draw, a gradient, a mask), split into one view per gated group."""
         return list(flat.split(self.units))
 
     @property
     def sites(self) -> list:
-        """``"<layer>.gate"`` of every gated layer, in order."""
-        return [layer.gate_site for layer in self.layers]
+        """``"<root>.gate"`` of every gated group, in order."""
+        return [group.gate_site for group in self.groups]
 
     def raw_tensors(self) -> list:
         return [self.raw]
@@ -253,28 +372,33 @@ class UnitGates(StochasticGate):
     def _to_sites(self, tensors: list) -> dict:
         return dict(zip(self.sites, self.per_layer(tensors[0])))
 
-    def consumers(self, net) -> list:
-        """The module of the next weighted layer of each gated layer, looked up in ``net``."""
-        return [net.get_submodule(layer.consumer) for layer in self.layers]
+    def scale(self, reader: _Reader, values: list) -> torch.Tensor:
+        """The factor of each input channel of a reader under the gate ``values`` (one tensor per group)."""
+        if reader.per_unit is not None:
+            value = values[reader.reads[0][0]]
+            return value if reader.per_unit == 1 else value.repeat_interleave(reader.per_unit)
+        scale = torch.ones(reader.inputs, dtype=values[0].dtype, device=values[0].device)
+        for group, columns, units in reader.reads:
+            scale = scale.index_put((columns,), values[group][units])
+        return scale
 
     @contextmanager
     def applied(self, net: nn.Module, values: list):
-        """Within the block, ``net`` multiplies each gated unit's output by its value in ``values``."""
+        """Within the block, ``net`` multiplies each gated unit's output by its value in ``values``, in
+        every module that reads it."""
 
-        def gate(value, per_unit):
+        def gate(reader):
             def hook(module, args):
                 x = args[0]
-                if x.dim() > 2:
-                    scale = value.view(1, -1, *([1] * (x.dim() - 2)))
-                else:
-                    scale = value if per_unit == 1 else value.repeat_interleave(per_unit)
-                return (x * scale.to(x.dtype),)
+                scale = self.scale(reader, values)
+                if reader.channel_dim == 1:
+                    scale = scale.view(1, -1, *([1] * (x.dim() - 2)))
+                return (x * scale.to(x.dtype), *args[1:])
 
             return hook
 
         handles = [
-            module.register_forward_pre_hook(gate(value, layer.inputs_per_unit))
-            for module, layer, value in zip(self.consumers(net), self.layers, values)
+            net.get_submodule(name).register_forward_pre_hook(gate(reader)) for name, reader in self.readers.items()
         ]
         try:
             yield
@@ -284,32 +408,49 @@ class UnitGates(StochasticGate):
 
 
 def unit_weight_norms(net: nn.Module, gates: UnitGates) -> list:
-    """‖w_b‖² + ‖w_f‖² of every gated unit: its fan-in weights and bias, and its fan-out columns in
-    the next layer (Fig. 1), the quantity Algorithm 1 bounds by 2 φ_max."""
-    norms = []
-    for layer, consumer in zip(gates.layers, gates.consumers(net)):
-        fan_in = layer.module.weight.detach().flatten(1).pow(2).sum(1)
-        if layer.module.bias is not None:
-            fan_in = fan_in + layer.module.bias.detach().pow(2)
-        fan_out = consumer.weight.detach().transpose(0, 1).flatten(1).pow(2).sum(1)
-        if fan_out.numel() != fan_in.numel():  # a flattened channel owns a block of columns
-            fan_out = fan_out.view(fan_in.numel(), -1).sum(1)
-        norms.append(fan_in + fan_out)
+    """‖w_b‖² + ‖w_f‖² of every gated unit: its fan-in weights and biases (its rows in the group's
+    ``Linear``/``Conv`` producers) and its fan-out columns in every consumer (Fig. 1), the quantity
+    Algorithm 1 bounds by 2 φ_max."""
+    parameter = next(net.parameters())
+    norms = [torch.zeros(units, dtype=parameter.dtype, device=parameter.device) for units in gates.units]
+    for norm, rows in zip(norms, gates.producers):
+        for name, (index, units) in rows.items():
+            module = net.get_submodule(name)
+            norm.index_add_(0, units, module.weight.detach()[index].flatten(1).pow(2).sum(1))
+            if module.bias is not None:
+                norm.index_add_(0, units, module.bias.detach()[index].pow(2))
+    for name, reader in gates.readers.items():
+        weight = net.get_submodule(name).weight.detach()
+        columns_first = weight.transpose(0, 1)
+        if reader.per_unit is not None:  # every column, in order; a flattened channel owns a block of them
+            group = reader.reads[0][0]
+            norms[group] += columns_first.flatten(1).pow(2).sum(1).view(-1, reader.per_unit).sum(1)
+            continue
+        for group, columns, units in reader.reads:
+            norms[group].index_add_(0, units, columns_first[columns].flatten(1).pow(2).sum(1))
     return norms
 
 
 @torch.no_grad()
 def project_unit_weights(net: nn.Module, gates: UnitGates, phi_max: float):
     """Scale each unit's fan-in and fan-out weights so that ‖w_b‖² + ‖w_f‖² ≤ 2 φ_max (Algorithm 1, step 11)."""
-    for layer, consumer, norm in zip(gates.layers, gates.consumers(net), unit_weight_norms(net, gates)):
-        scale = torch.sqrt((2 * phi_max / norm.clamp_min(1e-30)).clamp(max=1.0))
-        if bool((scale < 1).any()):
-            shape = (-1, *([1] * (layer.module.weight.dim() - 1)))
-            layer.module.weight.mul_(scale.view(shape))
-            if layer.module.bias is not None:
-                layer.module.bias.mul_(scale)
-            columns = scale.repeat_interleave(consumer.weight.shape[1] // scale.numel())
-            consumer.weight.mul_(columns.view(1, -1, *([1] * (consumer.weight.dim() - 2))))
+    scales = [
+        torch.sqrt((2 * phi_max / norm.clamp_min(1e-30)).clamp(max=1.0)) for norm in unit_weight_norms(net, gates)
+    ]
+    for group, (scale, rows) in enumerate(zip(scales, gates.producers)):
+        if not bool((scale < 1).any()):
+            continue
+        for name, (index, units) in rows.items():
+            module = net.get_submodule(name)
+            factor = torch.ones(module.weight.shape[0], device=scale.device).index_put((index,), scale[units])
+            module.weight.mul_(factor.view(-1, *([1] * (module.weight.dim() - 1))))
+            if module.bias is not None:
+                module.bias.mul_(factor)
+        alone = [scale if other == group else torch.ones_like(s) for other, s in enumerate(scales)]
+        for name, reader in gates.readers.items():
+            if any(read[0] == group for read in reader.reads):
+                weight = net.get_submodule(name).weight
+                weight.mul_(gates.scale(reader, alone).view(1, -1, *([1] * (weight.dim() - 2))))
 
 
 class Estimator:

@@ -49,7 +49,7 @@ def test_a_gate_at_zero_is_the_network_without_the_unit():
             assert torch.allclose(smaller(x), gated, atol=1e-5)
 
 
-def test_the_gates_of_a_smaller_network_are_its_chain_traced_again_with_the_kept_units_theta():
+def test_the_gates_of_a_smaller_network_are_its_groups_traced_again_with_the_kept_units_theta():
     for name, shape in (("mlp", (5,)), ("lenet-5-classic", (1, 28, 28))):
         torch.manual_seed(0)
         net = build_architecture(name, shape, 3, **({"hidden": (7, 6)} if name == "mlp" else {}))
@@ -61,8 +61,8 @@ def test_the_gates_of_a_smaller_network_are_its_chain_traced_again_with_the_kept
             k[0] = True
         smaller, _ = shrunk(net, dict(zip(gates.sites, keep)), input_shape=shape)
         restricted, traced = gates.restricted(smaller, keep), UnitGates(smaller, input_shape=shape)
-        assert restricted.layers == traced.layers and restricted.units == traced.units == [int(k.sum()) for k in keep]
-        assert all(layer.module is smaller.get_submodule(layer.name) for layer in restricted.layers)
+        assert restricted.groups == traced.groups and restricted.units == traced.units == [int(k.sum()) for k in keep]
+        assert restricted.sites == gates.sites
         for theta, before, k in zip(restricted.theta, gates.theta, keep):
             assert torch.equal(theta.detach(), before.detach()[k])
         assert restricted.raw.is_leaf and restricted.raw.requires_grad

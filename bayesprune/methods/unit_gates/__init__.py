@@ -21,12 +21,13 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.export import check_export, cut
 from bayesprune.core.gates import ESTIMATORS, UnitGates, project_unit_weights, unit_weight_norms
 from bayesprune.core.loop import optimizer_step
-from bayesprune.core.structure import input_shape_of, layer_chain, shrunk
+from bayesprune.core.structure import input_shape_of, shrunk
 from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
 from bayesprune.methods import Method, register_method
 from bayesprune.methods.base import NetworkFitted
@@ -409,8 +410,10 @@ class UnitGatesFitted(NetworkFitted):
 
 
 def _weights(net) -> int:
-    """Weights (not biases) of the Linear/Conv2d layers: the count of paper 004's pruning ratio."""
-    return sum(p.numel() for name, p in net.named_parameters() if name.endswith("weight"))
+    """Weights (not biases) of the Linear and convolution layers: the count of paper 004's pruning ratio."""
+    return sum(
+        module.weight.numel() for module in net.modules() if isinstance(module, (nn.Linear, nn.modules.conv._ConvNd))
+    )
 
 
 @register_method
@@ -445,13 +448,25 @@ class UnitGatesMethod(Method):
     }
 
     def check(self, net, data, options):
-        """Algorithm 1 gates the units of a plain chain of Linear/Conv2d layers (paper 004), under a
-        Flattening term that is flat where θ can be (:meth:`UnitGatesOptions.check_flat_part`)."""
+        """Algorithm 1 gates the units of the network's unit groups (paper 004; one gate per group of
+        coupled channels, :class:`~bayesprune.core.gates.UnitGates`), a closed gate computing the network
+        with its units removed, under a Flattening term that is flat where θ can be
+        (:meth:`UnitGatesOptions.check_flat_part`)."""
         options.check_flat_part()
         try:
-            layer_chain(net, data.input_shape)
+            gates = UnitGates(net, input_shape=data.input_shape)
+            if not gates.groups:
+                weighted = [
+                    name for name, m in net.named_modules() if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd))
+                ]
+                ungated = "".join(f"; {name!r}: {why}" for name, why in gates.ungated.items())
+                raise ValueError(
+                    f"no units of its layers {str(weighted[:8])[1:-1]} can be gated: they are the network's "
+                    f"outputs, or a LayerNorm/GroupNorm normalises across them{ungated}"
+                )
+            gates.check_removal(net)
         except ValueError as error:
-            raise ConfigError(f"model: unit-gates gates the units of a plain chain of layers; {error}") from None
+            raise ConfigError(f"model: unit-gates gates the units of the network's unit groups; {error}") from None
 
     def fit(self, net, data, options, ctx):
         torch.manual_seed(ctx.seed)
