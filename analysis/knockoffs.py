@@ -8,9 +8,14 @@ X̃_j are swapped (here ψ_j − ψ̃_j of a network fitted on [X, X̃], paper 0
 to be positive as negative for every irrelevant input, and the knockoff+ threshold (Barber and Candès
 2015, eq. 1.9 of Candès et al.) bounds the expected false-discovery proportion by q.
 
+Knockoff+ cannot select fewer than 1/q inputs (with q = 0.1 and 5 relevant inputs it selects
+none); κ knockoff copies of every input (Roquero Gimenez and Zou 2019, "Improving the stability of the
+knockoff procedure: multiple simultaneous knockoffs", AISTATS) lower that floor to 1/(κq), and
+:func:`select_by_multiple_knockoffs` is their filter, knockoff+ itself for κ = 1.
+
 The knockoffs here are second-order Gaussian knockoffs (Candès et al., section 3.1) with the
-equicorrelated choice of s (their eq. 3.4), which needs no semidefinite program: on the
-correlation scale s_j = min(1, 2 λ_min(R)). X's mean and covariance are estimated from the rows given,
+equicorrelated choice of s (their eq. 3.4; Roquero Gimenez and Zou's appendix A for κ copies), which
+needs no semidefinite program: on the correlation scale s_j = min(1, (κ + 1)/κ · λ_min(R)). X's mean and covariance are estimated from the rows given,
 the covariance with Ledoit-Wolf shrinkage (scikit-learn), which stays invertible with fewer rows
 than a few times the inputs. The guarantee is exact when X is Gaussian with the estimated moments and
 approximate otherwise (second-order knockoffs match the first two moments only).
@@ -23,56 +28,66 @@ import numpy as np
 
 @dataclass(frozen=True)
 class GaussianKnockoffs:
-    """Second-order equicorrelated Gaussian knockoffs of inputs with ``mean`` and ``covariance``.
+    """κ second-order equicorrelated Gaussian knockoff copies of inputs with ``mean`` and ``covariance``.
 
-    X̃ | X ~ N(μ + (X − μ)(I − Σ⁻¹D), 2D − DΣ⁻¹D) with D = diag(s), so that (X, X̃) has covariance
-    [[Σ, Σ − D], [Σ − D, Σ]] (Candès et al. 2018, eq. 3.2-3.3).
+    (X, X̃¹, …, X̃^κ) is Gaussian with Σ in every diagonal block and Σ − D, D = diag(s), in every other
+    block (Candès et al. 2018, eq. 3.2 for κ = 1), so that swapping X_j with any of its copies leaves
+    the law unchanged. Each copy given X is N(μ + (X − μ)(I − Σ⁻¹D), 2D − DΣ⁻¹D), two copies
+    covarying by D − DΣ⁻¹D.
 
     Attributes:
         mean: μ, shape ``(p,)``.
         covariance: Σ, shape ``(p, p)``.
         s: the diagonal of D, shape ``(p,)``.
+        copies: κ.
     """
 
     mean: np.ndarray
     covariance: np.ndarray
     s: np.ndarray
+    copies: int = 1
 
     @classmethod
-    def equicorrelated(cls, mean, covariance) -> "GaussianKnockoffs":
-        """s_j = min(1, 2 λ_min(R)) σ_j² with R the correlation matrix of ``covariance`` (eq. 3.4)."""
+    def equicorrelated(cls, mean, covariance, *, copies: int = 1) -> "GaussianKnockoffs":
+        """s_j = min(1, (κ + 1)/κ · λ_min(R)) σ_j² with R the correlation matrix of ``covariance`` (eq. 3.4)."""
+        if copies < 1:
+            raise ValueError(f"copies must be a positive integer, got {copies}")
         covariance = np.asarray(covariance, dtype=float)
         scale = np.sqrt(np.diag(covariance))
         correlation = covariance / np.outer(scale, scale)
-        # 2 λ_min exactly makes the joint covariance singular; a hair less keeps X̃ a random variable.
-        fraction = min(1.0, 2 * np.linalg.eigvalsh(correlation)[0] * (1 - 1e-6))
-        return cls(np.asarray(mean, dtype=float), covariance, fraction * scale**2)
+        # The bound exactly makes the joint covariance singular; a hair less keeps X̃ a random variable.
+        fraction = min(1.0, (copies + 1) / copies * np.linalg.eigvalsh(correlation)[0] * (1 - 1e-6))
+        return cls(np.asarray(mean, dtype=float), covariance, fraction * scale**2, copies)
 
     @classmethod
-    def fit(cls, x) -> "GaussianKnockoffs":
+    def fit(cls, x, *, copies: int = 1) -> "GaussianKnockoffs":
         """Equicorrelated knockoffs of rows like ``x`` (``(n, p)``): its column means and Ledoit-Wolf covariance."""
         from sklearn.covariance import LedoitWolf
 
         x = np.asarray(x, dtype=float)
         if x.ndim != 2 or x.shape[0] < 2:
             raise ValueError(f"knockoffs need a table of at least 2 rows, got shape {x.shape}")
-        return cls.equicorrelated(x.mean(axis=0), LedoitWolf().fit(x).covariance_)
+        return cls.equicorrelated(x.mean(axis=0), LedoitWolf().fit(x).covariance_, copies=copies)
 
     def joint_covariance(self) -> np.ndarray:
-        """The covariance of (X, X̃): [[Σ, Σ − D], [Σ − D, Σ]]."""
+        """The covariance of (X, X̃¹, …, X̃^κ): Σ on the diagonal blocks, Σ − D elsewhere."""
+        blocks = self.copies + 1
         off = self.covariance - np.diag(self.s)
-        return np.block([[self.covariance, off], [off, self.covariance]])
+        return np.kron(np.ones((blocks, blocks)), off) + np.kron(np.eye(blocks), np.diag(self.s))
 
     def sample(self, x, *, seed: int = 0) -> np.ndarray:
-        """A knockoff copy X̃ of every row of ``x`` (``(n, p)``), drawn from X̃ | X with generator ``seed``."""
+        """The κ copies [X̃¹, …, X̃^κ] of every row of ``x`` (``(n, p)`` → ``(n, κp)``), drawn given X with
+        generator ``seed``."""
         x = np.asarray(x, dtype=float)
-        solved = np.linalg.solve(self.covariance, np.diag(self.s))  # Σ⁻¹D
-        conditional_mean = self.mean + (x - self.mean) @ (np.eye(len(self.s)) - solved)
-        conditional_covariance = 2 * np.diag(self.s) - np.diag(self.s) @ solved
+        d = np.diag(self.s)
+        d_solved = d @ np.linalg.solve(self.covariance, d)  # DΣ⁻¹D
+        conditional_mean = self.mean + (x - self.mean) @ (np.eye(len(self.s)) - np.linalg.solve(self.covariance, d))
+        blocks = np.eye(self.copies)
+        conditional_covariance = np.kron(blocks, d) + np.kron(np.ones_like(blocks), d - d_solved)
         values, vectors = np.linalg.eigh((conditional_covariance + conditional_covariance.T) / 2)
         root = vectors * np.sqrt(np.clip(values, 0, None))
-        noise = np.random.default_rng(seed).standard_normal(x.shape)
-        return conditional_mean + noise @ root.T
+        noise = np.random.default_rng(seed).standard_normal((len(x), self.copies * len(self.s)))
+        return np.tile(conditional_mean, self.copies) + noise @ root.T
 
 
 def knockoff_threshold(w, q: float, *, offset: int = 1) -> float:
@@ -98,3 +113,35 @@ def knockoff_threshold(w, q: float, *, offset: int = 1) -> float:
 def select_by_knockoffs(w, q: float, *, offset: int = 1) -> np.ndarray:
     """Boolean mask {j : W_j ≥ T} of :func:`knockoff_threshold`."""
     return np.asarray(w, dtype=float) >= knockoff_threshold(w, q, offset=offset)
+
+
+def select_by_multiple_knockoffs(importance, q: float) -> np.ndarray:
+    """The multiple-knockoff+ filter of Roquero Gimenez and Zou (2019) on the importance of every input
+    and of its κ copies; with κ = 1 it is knockoff+ on W = importance − copy's importance.
+
+    For input j, κ_j is which of its κ + 1 versions is most important (0: the input itself) and
+    τ_j = T_(0) − median(T_(1), …, T_(κ)) the lead of the most important over the median of the rest.
+    The inputs with κ_j = 0 and τ_j ≥ T are selected, T the smallest τ with
+    (1 + #{κ_j ≠ 0, τ_j ≥ T}) / (κ · #{κ_j = 0, τ_j ≥ T}) ≤ q; the expected false-discovery proportion
+    is at most q.
+
+    Args:
+        importance: ``(κ + 1, p)``: row 0 the inputs' importance, row k that of their k-th copies.
+        q: the level, in (0, 1).
+
+    Returns:
+        Boolean mask of the selected inputs.
+    """
+    if not 0 < q < 1:
+        raise ValueError(f"q must lie in (0, 1), got {q}")
+    importance = np.asarray(importance, dtype=float)
+    if importance.ndim != 2 or importance.shape[0] < 2:
+        raise ValueError(f"importance must have shape (copies + 1, inputs), got {importance.shape}")
+    copies = importance.shape[0] - 1
+    leader = np.argmax(importance, axis=0)
+    ordered = -np.sort(-importance, axis=0)
+    lead = ordered[0] - np.median(ordered[1:], axis=0)
+    for t in np.unique(lead[lead > 0]):  # ascending: the first that qualifies is the minimum
+        if (1 + np.sum((leader != 0) & (lead >= t))) / copies / max(1, np.sum((leader == 0) & (lead >= t))) <= q:
+            return (leader == 0) & (lead >= t)
+    return np.zeros(importance.shape[1], dtype=bool)

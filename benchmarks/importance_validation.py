@@ -1,19 +1,36 @@
-"""Selection against known truth (issue 38, item 4): Friedman's first function with 5 relevant inputs
-of 20 (y = 10 sin(π x0 x1) + 20 (x2 − ½)² + 10 x3 + 5 x4 + N(0, 1), inputs 5-19 noise; scikit-learn's
-``make_friedman1``), a few hundred rows, several seeds. For each seed it prints the power and the
-false-discovery proportion of
+"""Selection against known truth (issue 38, item 4): simulated tables with 5 relevant inputs, a few
+hundred rows, several seeds; every rule and baseline measured in the same run on the same rows.
 
-- the sBNN's selection (every restart of ``chains = "auto"`` pooled, the Bayesian FDR rule at 0.1,
-  :func:`~bayesprune.analysis.importance.pooled_importance_of`), fitted from a CSV by ``bayesprune run``;
-- permutation importance (scikit-learn) of the plain network of the same shape (``MLPRegressor``,
-  ``--hidden`` units), on held-out training rows, an input selected when its mean importance is
-  above zero by more than twice its standard error over the repeats (the one-sided 0.05 reading);
-- the lasso (``LassoCV``, 5-fold): the inputs of non-zero coefficient;
-- a random forest's permutation importance, thresholded as the network's;
+Simulations (``--simulation``):
 
-and for each, how many of the 5 relevant inputs its 5 highest-ranked inputs hold.
+- ``friedman1``: Friedman's first function, y = 10 sin(π x0 x1) + 20 (x2 − ½)² + 10 x3 + 5 x4 + N(0, 1),
+  inputs 5-19 uniform noise (scikit-learn's ``make_friedman1``). The sBNN settings were chosen on it.
+- ``paper003``: paper 003's eq. 4.1 (section 4.1, Experiment 3) with exactly 5 active inputs of 20 at
+  positions drawn per seed, y = Σ_j β_j f(x_j) Z_j + N(0, 1), f(x) = e^|x| − 2x + sin(2πx), β_j = j/α,
+  α = 2, x ~ N(0, I). Not tuned on.
+- ``correlated``: 30 inputs, x ~ N(0, Σ) with Σ_ij = 0.5^|i−j| (neighbours of relevant inputs are
+  correlated with them), relevant x0, x6, x12, x18, x24:
+  y = 2 sin(π x0 / 2) + 1.5 x6 x12 + 2 |x18| + 1.5 tanh(2 x24) + N(0, 1). Not tuned on.
 
-    OMP_NUM_THREADS=1 python benchmarks/importance_validation.py --seeds 0 1 2 3 4 --rows 500
+For each seed it prints power, false-discovery proportion (FDP) and how many of the 5 relevant inputs
+the rule's 5 highest-ranked inputs hold, for
+
+- ``sbnn bayes-fdr``: the sBNN's pooled selection (``chains`` restarts, the Bayesian FDR rule at
+  ``--fdr`` on posterior inclusion, :func:`~bayesprune.analysis.importance.pooled_importance_of`),
+  fitted from a CSV by ``bayesprune run``;
+- ``sbnn knockoff+``: model-X knockoffs, two equicorrelated Gaussian copies of every input
+  (:func:`~bayesprune.pipeline.importance.knockoff_importance`: the run's config refitted on
+  [X, X̃¹, X̃²]): knockoff+ on W = ψ − ψ̃¹ alone (one copy; it cannot select fewer than 1/fdr inputs)
+  and the two-copy filter (what ``bayesprune importance --selection knockoff`` selects), at ``--fdr``;
+- ``net perm``: permutation importance (scikit-learn) of the plain network of the same shape
+  (``MLPRegressor``), on held-out rows, kept when the mean importance exceeds twice its standard
+  error over the repeats; ``net perm knockoff+`` the same network on [X, X̃¹, X̃²], its permutation
+  importance of every column thresholded as the sBNN's knockoffs;
+- ``lasso``: the inputs of non-zero ``LassoCV`` coefficient; ``lasso knockoff+``: the absolute
+  coefficients |b| on [X, X̃¹, X̃²] (Candès et al.'s lasso coefficient-difference statistic), thresholded the same way;
+- ``forest perm``: a random forest's permutation importance, kept as the network's.
+
+    OMP_NUM_THREADS=1 python benchmarks/importance_validation.py --simulation paper003 --seeds 0 1 2 3 4
 """
 
 import argparse
@@ -27,17 +44,42 @@ sys.path.insert(0, str(Path(__file__).parent))
 from importance_restarts import TARGET  # noqa: E402
 
 RELEVANT = 5
+#: The sBNN settings chosen on Friedman-1 (docs/usage.md, Feature importance and selection).
+SBNN = ["sbnn.log_tau0=-3.0", "sbnn.log_tau1=0.0", "optim.lr=0.01", "train.epochs=300", "chains=4"]
 
 
-def simulate(seed: int, rows: int, features: int):
+def friedman1(seed: int, rows: int):
     from sklearn.datasets import make_friedman1
 
-    return make_friedman1(rows, n_features=features, noise=1.0, random_state=seed)
+    x, y = make_friedman1(rows, n_features=20, noise=1.0, random_state=seed)
+    return x, y, np.arange(20) < RELEVANT
 
 
-def scores(selected: np.ndarray, ranking: np.ndarray) -> dict:
-    """Power, false-discovery proportion and relevant inputs among the top 5 (inputs 0-4 relevant)."""
-    relevant = np.arange(len(selected)) < RELEVANT
+def paper003(seed: int, rows: int, features: int = 20, alpha: float = 2.0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, features))
+    active = np.zeros(features, dtype=bool)
+    active[rng.choice(features, RELEVANT, replace=False)] = True
+    beta = np.arange(1, features + 1) / alpha
+    f = np.exp(np.abs(x)) - 2 * x + np.sin(2 * np.pi * x)
+    return x, f @ (beta * active) + rng.standard_normal(rows), active
+
+
+def correlated(seed: int, rows: int, features: int = 30):
+    rng = np.random.default_rng(seed)
+    sigma = 0.5 ** np.abs(np.subtract.outer(np.arange(features), np.arange(features)))
+    x = rng.multivariate_normal(np.zeros(features), sigma, size=rows)
+    a, b, c, d, e = (x[:, j] for j in (0, 6, 12, 18, 24))
+    y = 2 * np.sin(np.pi * a / 2) + 1.5 * b * c + 2 * np.abs(d) + 1.5 * np.tanh(2 * e) + rng.standard_normal(rows)
+    active = np.isin(np.arange(features), [0, 6, 12, 18, 24])
+    return x, y, active
+
+
+SIMULATIONS = {"friedman1": friedman1, "paper003": paper003, "correlated": correlated}
+
+
+def scores(selected: np.ndarray, ranking: np.ndarray, relevant: np.ndarray) -> dict:
+    """Power, false-discovery proportion and relevant inputs among the top 5."""
     return {
         "power": selected[relevant].mean(),
         "fdp": (selected & ~relevant).sum() / max(1, selected.sum()),
@@ -45,100 +87,128 @@ def scores(selected: np.ndarray, ranking: np.ndarray) -> dict:
     }
 
 
-def sbnn_selection(x, y, folder: Path, overrides: list) -> tuple:
+def sbnn_fit(x, y, folder: Path, overrides: list, fdr: float):
+    """The sBNN run on the table as a CSV: its pooled rows and (config, dataset) for the knockoff refit."""
     import arviz as az
     import pandas as pd
 
     from bayesprune.analysis.importance import pooled_importance_of
     from bayesprune.pipeline.config import RunConfig, apply_overrides
+    from bayesprune.pipeline.rundir import load_run
     from bayesprune.pipeline.runner import run
 
     path = folder / "table.csv"
     pd.DataFrame(x, columns=[f"x{j}" for j in range(x.shape[1])]).assign(**{TARGET: y}).to_csv(path, index=False)
-    config = RunConfig.from_dict(
-        apply_overrides(
-            {},
-            [
-                "method='sbnn'",
-                "data.dataset='csv'",
-                f"data.path='{path}'",
-                f"data.target='{TARGET}'",
-                "data.task='regression'",
-                "baseline.enabled=false",
-                "prune.droprates=[0.0]",
-                "device='cpu'",
-                *overrides,
-            ],
-        )
-    )
+    settings = ["method='sbnn'", "data.dataset='csv'", f"data.path='{path}'", f"data.target='{TARGET}'"]
+    settings += ["data.task='regression'", "baseline.enabled=false", "prune.droprates=[0.0]", "device='cpu'"]
+    config = RunConfig.from_dict(apply_overrides({}, [*settings, *overrides]))
     run(config, folder / "run", force=True)
-    rows = pooled_importance_of(az.from_netcdf(str(folder / "run" / "posterior.nc")))
-    return np.array([row["selected"] for row in rows]), np.array([row["psi"] for row in rows])
+    rows = pooled_importance_of(az.from_netcdf(str(folder / "run" / "posterior.nc")), fdr=fdr)
+    config, dataset, _ = load_run(folder / "run")
+    return rows, config, dataset
 
 
-def permutation_selection(model, x, y, seed: int) -> tuple:
-    """Fit on 80% of the rows, permute on the other 20%; selected when mean > 2 standard errors."""
+def knockoff_rules(importance: np.ndarray, fdr: float) -> dict:
+    """Knockoff+ on the first copy alone, and the two-copy filter, at ``fdr``; ranked by the lead over the copies.
+
+    ``importance``: ``(3, p)``, the inputs' importance and their two copies' (a valid one-copy statistic too:
+    the three versions of a null input are exchangeable)."""
+    from bayesprune.analysis.knockoffs import select_by_multiple_knockoffs
+
+    lead = importance[0] - importance[1:].max(axis=0)
+    return {
+        f"knockoff+ 1 copy {fdr:g}": (select_by_multiple_knockoffs(importance[:2], fdr), importance[0] - importance[1]),
+        f"knockoff+ 2 copies {fdr:g}": (select_by_multiple_knockoffs(importance, fdr), lead),
+    }
+
+
+def permutation_importance_of(model, x, y, seed: int) -> tuple:
+    """Fit on 80% of the rows, permute on the other 20%: mean importance and its standard error."""
     from sklearn.inspection import permutation_importance
     from sklearn.model_selection import train_test_split
 
     x_fit, x_held, y_fit, y_held = train_test_split(x, y, test_size=0.2, random_state=seed)
     model.fit(x_fit, y_fit)
     result = permutation_importance(model, x_held, y_held, n_repeats=20, random_state=seed)
-    standard_error = result.importances_std / np.sqrt(result.importances.shape[1])
-    return result.importances_mean > 2 * standard_error, result.importances_mean
+    return result.importances_mean, result.importances_std / np.sqrt(result.importances.shape[1])
 
 
-def lasso_selection(x, y, seed: int) -> tuple:
+def two_standard_errors(mean, standard_error) -> tuple:
+    return mean > 2 * standard_error, mean
+
+
+def lasso_coefficients(x, y, seed: int) -> np.ndarray:
     from sklearn.linear_model import LassoCV
     from sklearn.preprocessing import StandardScaler
 
-    coefficients = LassoCV(cv=5, random_state=seed).fit(StandardScaler().fit_transform(x), y).coef_
-    return coefficients != 0, np.abs(coefficients)
+    return LassoCV(cv=5, random_state=seed).fit(StandardScaler().fit_transform(x), y).coef_
 
 
-def main(argv=None):
+def one_seed(simulation, seed: int, args) -> dict:
     from sklearn.ensemble import RandomForestRegressor
     from sklearn.neural_network import MLPRegressor
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--rows", type=int, default=500)
-    parser.add_argument("--features", type=int, default=20)
-    parser.add_argument("--hidden", type=int, default=100, help="hidden units of both networks (default 100)")
-    parser.add_argument("--set", action="append", default=[], help="config override of the sBNN run (repeatable)")
-    args = parser.parse_args(argv)
-    totals = {}
-    for seed in args.seeds:
-        x, y = simulate(seed, args.rows, args.features)
-        with tempfile.TemporaryDirectory() as folder:
-            results = {
-                "sbnn": sbnn_selection(x, y, Path(folder), [f"model.hidden=[{args.hidden}]", f"seed={seed}", *args.set])
-            }
-        network = make_pipeline(
+    from bayesprune.analysis.knockoffs import GaussianKnockoffs
+    from bayesprune.pipeline.importance import knockoff_importance
+
+    x, y, relevant = SIMULATIONS[simulation](seed, args.rows)
+    features = x.shape[1]
+    results = {}
+    with tempfile.TemporaryDirectory() as folder:
+        overrides = [f"model.hidden=[{args.hidden}]", f"seed={seed}", *SBNN]
+        rows, config, dataset = sbnn_fit(x, y, Path(folder), overrides, args.fdr)
+        psi = np.array([row["psi"] for row in rows])
+        results["sbnn bayes-fdr"] = np.array([row["selected"] for row in rows]), psi
+        if not args.no_knockoffs:
+            psi = knockoff_importance(config, dataset, copies=2)
+            results.update({f"sbnn {name}": value for name, value in knockoff_rules(psi, args.fdr).items()})
+
+    def network():
+        return make_pipeline(
             StandardScaler(),
             MLPRegressor(hidden_layer_sizes=(args.hidden,), max_iter=2000, early_stopping=True, random_state=seed),
         )
-        results["network permutation"] = permutation_selection(network, x, y, seed)
-        results["lasso"] = lasso_selection(x, y, seed)
-        results["forest permutation"] = permutation_selection(
-            RandomForestRegressor(300, random_state=seed, n_jobs=1), x, y, seed
-        )
-        for name, (selected, ranking) in results.items():
-            result = scores(selected, ranking)
+
+    results["net perm"] = two_standard_errors(*permutation_importance_of(network(), x, y, seed))
+    results["lasso"] = (coefficients := lasso_coefficients(x, y, seed)) != 0, np.abs(coefficients)
+    forest = RandomForestRegressor(300, random_state=seed, n_jobs=1)
+    results["forest perm"] = two_standard_errors(*permutation_importance_of(forest, x, y, seed))
+    if not args.no_knockoffs:
+        augmented = np.hstack([x, GaussianKnockoffs.fit(x, copies=2).sample(x, seed=seed)])
+        importance, _ = permutation_importance_of(network(), augmented, y, seed)
+        rules = knockoff_rules(importance.reshape(3, features), args.fdr)
+        results.update({f"net perm {name}": value for name, value in rules.items()})
+        coefficients = np.abs(lasso_coefficients(augmented, y, seed))
+        rules = knockoff_rules(coefficients.reshape(3, features), args.fdr)
+        results.update({f"lasso {name}": value for name, value in rules.items()})
+    return {name: scores(selected, ranking, relevant) for name, (selected, ranking) in results.items()}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--simulation", choices=sorted(SIMULATIONS), default="paper003")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--rows", type=int, default=400)
+    parser.add_argument("--hidden", type=int, default=100, help="hidden units of both networks (default 100)")
+    parser.add_argument("--fdr", type=float, default=0.1, help="the level of every FDR rule (default 0.1)")
+    parser.add_argument("--no-knockoffs", action="store_true", help="skip the knockoff rules (less than half the time)")
+    args = parser.parse_args(argv)
+    totals = {}
+    for seed in args.seeds:
+        for name, result in one_seed(args.simulation, seed, args).items():
             totals.setdefault(name, []).append(result)
             print(
-                f"seed {seed} {name:20s} selected {int(selected.sum()):2d}, power {result['power']:.2f}, "
-                f"FDP {result['fdp']:.2f}, relevant in the top 5: {result['top5']}",
+                f"seed {seed} {name:24s} power {result['power']:.2f}, FDP {result['fdp']:.2f}, "
+                f"relevant in the top 5: {result['top5']}",
                 flush=True,
             )
+    print(f"\n{args.simulation}, {args.rows} rows, seeds {' '.join(map(str, args.seeds))}, level {args.fdr:g}\n")
+    print("| rule | power | FDR (mean FDP) | relevant in the top 5 |\n|---|---|---|---|")
     for name, results in totals.items():
         mean = {key: np.mean([r[key] for r in results]) for key in results[0]}
-        print(
-            f"mean over {len(args.seeds)} seeds, {name:20s}: power {mean['power']:.2f}, FDR {mean['fdp']:.2f}, "
-            f"relevant in the top 5: {mean['top5']:.1f}"
-        )
+        print(f"| {name} | {mean['power']:.2f} | {mean['fdp']:.2f} | {mean['top5']:.1f} |")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from bayesprune.analysis.importance import (
     pooled_node_importance_of,
     selection_record,
 )
-from bayesprune.analysis.knockoffs import GaussianKnockoffs, knockoff_threshold
+from bayesprune.analysis.knockoffs import GaussianKnockoffs, select_by_multiple_knockoffs
 from bayesprune.analysis.selection import mask_features
 from bayesprune.analysis.tables import write_csv
 from bayesprune.core.errors import BayesPruneError
@@ -44,6 +44,9 @@ from bayesprune.pipeline.rundir import load_run
 FILES = ("importance.csv", "node_importance.csv", "importance.png", SELECTION)
 #: The selection rules of :func:`importance`: the Bayesian FDR on posterior inclusion, model-X knockoffs.
 SELECTIONS = ("bayesian-fdr", "knockoff")
+#: Knockoff copies of every input: knockoff+ with one copy selects nothing unless it can select 1/fdr
+#: inputs at once (none of 5 relevant inputs at fdr 0.1); κ copies lower that floor to 1/(κ·fdr).
+KNOCKOFF_COPIES = 2
 
 
 @dataclass
@@ -80,15 +83,21 @@ class Importance:
 
 
 def importance(
-    run_dir, *, top: int = 30, fdr: float = 0.1, selection: str = "bayesian-fdr", force: bool = False
+    run_dir,
+    *,
+    top: int = 30,
+    fdr: float = 0.1,
+    selection: str = "bayesian-fdr",
+    copies: int = KNOCKOFF_COPIES,
+    force: bool = False,
 ) -> Importance:
     """The importance of the inputs of the saved run in ``run_dir`` (``bayesprune importance RUN_DIR``).
 
     With a ``posterior.nc`` holding ψ's draws, every restart pooled (the numbers the report gives) and
     the inputs selected by the Bayesian FDR bound ``fdr``; otherwise the fit's own keep matrices, and
     the inputs a path of kept weights joins to the output. ``selection="knockoff"`` (1-D inputs only)
-    selects instead by model-X knockoffs at level ``fdr`` (:func:`knockoff_statistic`: the run's method
-    fitted again, as many restarts as the run, on the inputs beside their knockoff copies). For 1-D
+    selects instead by model-X knockoffs at level ``fdr`` (:func:`knockoff_importance`: the run's method
+    fitted again, as many restarts as the run, on the inputs beside ``copies`` knockoff copies). For 1-D
     inputs (tables), the run's plain network is refit on the selected inputs alone and on all of them.
 
     Args:
@@ -97,6 +106,7 @@ def importance(
         fdr: bound on the false-discovery rate of the selection, in [0, 1): the posterior expected rate
             (``bayesian-fdr``) or the frequentist one (``knockoff``, in (0, 1)).
         selection: ``"bayesian-fdr"`` or ``"knockoff"``.
+        copies: knockoff copies of every input (``knockoff`` only).
         force: overwrite the importance files of an earlier call.
 
     Raises :class:`~bayesprune.core.errors.BayesPruneError` (one line, nothing written) on a bad argument
@@ -110,6 +120,8 @@ def importance(
         raise BayesPruneError(f"--selection must be one of {', '.join(SELECTIONS)}, got {selection!r}")
     if selection == "knockoff" and fdr == 0:
         raise BayesPruneError("--fdr must lie in (0, 1) for knockoff selection, got 0")
+    if not (isinstance(copies, int) and copies >= 1):
+        raise BayesPruneError(f"--copies must be a positive integer, got {copies!r}")
     run_dir = Path(run_dir)
     outputs = [run_dir / name for name in FILES]
     if any(path.exists() for path in outputs) and not force:
@@ -132,10 +144,10 @@ def importance(
             raise BayesPruneError(f"{run_dir}: {error}") from None
         record = kept_inputs_record(rows, kept_by)
     if selection == "knockoff":
-        statistic = knockoff_statistic(config, dataset)
-        record = knockoff_record(rows, statistic, fdr=fdr, restarts=run_chains(config, dataset))
-        for row, w in zip(rows, statistic):
-            row.update(knockoff_statistic=float(w), selected=row["feature"] in record["selected"])
+        psi = knockoff_importance(config, dataset, copies=copies)
+        record = knockoff_record(rows, psi, fdr=fdr, restarts=run_chains(config, dataset))
+        for row, knockoff_psi in zip(rows, psi[1:].max(axis=0)):
+            row.update(knockoff_psi=float(knockoff_psi), selected=row["feature"] in record["selected"])
     write_csv(outputs[0], rows)
     write_csv(outputs[1], nodes)
     if len(dataset.input_shape) == 3 and len(rows) == math.prod(dataset.input_shape):
@@ -189,37 +201,39 @@ def _pooled_importance(idata, fitted, fdr: float) -> tuple:
     return rows, nodes, selection_record(rows, fdr=fdr, restarts=idata.posterior.sizes["chain"])
 
 
-def knockoff_statistic(config, dataset, *, seed: int | None = None) -> np.ndarray:
-    """W_j = ψ_j − ψ̃_j of model-X knockoffs (Candès et al. 2018, section 3.2), with ψ of paper 003's
-    eq. 3.18.
+def knockoff_importance(config, dataset, *, copies: int = KNOCKOFF_COPIES, seed: int | None = None) -> np.ndarray:
+    """ψ (paper 003's eq. 3.18) of every input and of each of its ``copies`` model-X knockoffs (Candès et
+    al. 2018; Roquero Gimenez and Zou 2019 for several copies).
 
-    Second-order equicorrelated Gaussian knockoffs X̃ (:class:`~bayesprune.analysis.knockoffs.GaussianKnockoffs`,
+    Second-order equicorrelated Gaussian knockoffs (:class:`~bayesprune.analysis.knockoffs.GaussianKnockoffs`,
     fitted on the training rows) are drawn for the training and test rows, and the config's method
-    is fitted on [X, X̃] as the run fits it: one restart per chain of the run (seeds ``config.seed``,
-    ``+1``, ...), ψ of the 2p inputs averaged over them (:func:`~bayesprune.analysis.importance.input_importance`).
-    Swapping X_j with X̃_j swaps ψ_j with ψ̃_j, so W_j flips sign: the antisymmetry the guarantee needs.
+    is fitted on [X, X̃¹, …] as the run fits it: one restart per chain of the run (seeds ``config.seed``,
+    ``+1``, ...), ψ of every column averaged over them (:func:`~bayesprune.analysis.importance.input_importance`).
+    Swapping X_j with one of its copies swaps their ψ: the exchangeability the guarantee needs.
 
     Args:
         config, dataset: the run's config and its table (1-D inputs).
+        copies: knockoff copies of every input.
         seed: generator of the knockoff draws; the config's seed by default.
 
     Returns:
-        W, one per input.
+        ``(copies + 1, p)``: row 0 the inputs' ψ, row k that of their k-th copies
+        (:func:`~bayesprune.analysis.knockoffs.select_by_multiple_knockoffs` reads it).
     """
     seed = config.seed if seed is None else seed
     x_train = dataset.x_train.double().numpy()
-    knockoffs = GaussianKnockoffs.fit(x_train)
+    knockoffs = GaussianKnockoffs.fit(x_train, copies=copies)
 
     def beside_knockoffs(x, draw_seed):
-        copies = torch.as_tensor(knockoffs.sample(x.double().numpy(), seed=draw_seed), dtype=x.dtype)
-        return torch.cat([x, copies], dim=1)
+        drawn = torch.as_tensor(knockoffs.sample(x.double().numpy(), seed=draw_seed), dtype=x.dtype)
+        return torch.cat([x, drawn], dim=1)
 
     features = x_train.shape[1]
     augmented = replace(
         dataset,
         x_train=beside_knockoffs(dataset.x_train, seed),
         x_test=beside_knockoffs(dataset.x_test, seed + 1),
-        input_shape=(2 * features,),
+        input_shape=((copies + 1) * features,),
         feature_names=None,
         input_mean=None,
         input_std=None,
@@ -231,25 +245,26 @@ def knockoff_statistic(config, dataset, *, seed: int | None = None) -> np.ndarra
         ctx = FitContext.from_config(config, augmented, device=device, seed=config.seed + chain)
         fitted = method.fit(net, augmented, config.method_options, ctx)
         psi.append([row["psi"] for row in input_importance(fitted)])
-    psi = np.mean(psi, axis=0)
-    return psi[:features] - psi[features:]
+    return np.mean(psi, axis=0).reshape(copies + 1, features)
 
 
-def knockoff_record(rows: list, statistic, *, fdr: float, restarts: int) -> dict:
-    """The ``selection.json`` record of knockoff+ at level ``fdr`` on the statistic W of :func:`knockoff_statistic`."""
-    threshold = knockoff_threshold(statistic, fdr)
-    chosen = [row["feature"] for row, w in zip(rows, statistic) if w >= threshold]
+def knockoff_record(rows: list, psi, *, fdr: float, restarts: int) -> dict:
+    """The ``selection.json`` record of the multiple-knockoff+ filter at level ``fdr`` on the ψ of
+    :func:`knockoff_importance` (knockoff+ with one copy)."""
+    psi = np.asarray(psi, dtype=float)
+    chosen = select_by_multiple_knockoffs(psi, fdr)
     return {
         "rule": "knockoff+",
         "fdr": fdr,
-        "description": "model-X knockoffs (second-order equicorrelated Gaussian, Ledoit-Wolf covariance of the "
-        "training rows): the method refit on the inputs beside their knockoff copies, W = psi(input) - "
-        "psi(knockoff), the inputs with W at or above the knockoff+ threshold; the expected false-discovery "
-        "proportion is at most fdr when the inputs are Gaussian (approximately otherwise), and nothing is "
-        "selected unless at least 1/fdr inputs can be",
+        "description": f"model-X knockoffs ({len(psi) - 1} second-order equicorrelated Gaussian copies of every "
+        "input, Ledoit-Wolf covariance of the training rows): the method refit on the inputs beside their "
+        "copies, an input selected when its psi leads its copies' by at least the knockoff+ threshold "
+        "(Roquero Gimenez and Zou's filter for several copies); the expected false-discovery proportion is at "
+        "most fdr when the inputs are Gaussian (approximately otherwise), and nothing is selected unless at "
+        "least 1/(copies x fdr) inputs can be",
         "restarts": restarts,
-        "selected": chosen,
-        "not_selected": [row["feature"] for row in rows if row["feature"] not in chosen],
-        "threshold": threshold if np.isfinite(threshold) else None,
-        "knockoff_statistic": {row["feature"]: float(w) for row, w in zip(rows, statistic)},
+        "copies": len(psi) - 1,
+        "selected": [row["feature"] for row, keep in zip(rows, chosen) if keep],
+        "not_selected": [row["feature"] for row, keep in zip(rows, chosen) if not keep],
+        "psi_input_and_copies": {row["feature"]: psi[:, j].tolist() for j, row in enumerate(rows)},
     }

@@ -4,32 +4,37 @@ the knockoff(+) threshold against a brute-force scan and a hand computation."""
 import numpy as np
 import pytest
 
-from bayesprune.analysis.knockoffs import GaussianKnockoffs, knockoff_threshold, select_by_knockoffs
+from bayesprune.analysis.knockoffs import (
+    GaussianKnockoffs,
+    knockoff_threshold,
+    select_by_knockoffs,
+    select_by_multiple_knockoffs,
+)
 
 
 def ar1(p: int, rho: float) -> np.ndarray:
     return rho ** np.abs(np.subtract.outer(np.arange(p), np.arange(p)))
 
 
-def test_knockoffs_have_the_closed_form_joint_covariance_on_gaussian_x():
-    # Σ = diag(σ) AR(1, 0.5) diag(σ): R's smallest eigenvalue is 1 - 2·0.5·cos(π/(p+1)) for large p; here by numpy.
+@pytest.mark.parametrize("copies", [1, 2])
+def test_knockoffs_have_the_closed_form_joint_covariance_on_gaussian_x(copies):
+    # Σ = diag(σ) AR(1, 0.5) diag(σ); every block of (X, X̃¹, …) is Σ on the diagonal, Σ − D off it
     p, sd = 5, np.array([1.0, 2.0, 0.5, 1.0, 3.0])
     sigma = ar1(p, 0.5) * np.outer(sd, sd)
     mean = np.arange(p, dtype=float)
-    knockoffs = GaussianKnockoffs.equicorrelated(mean, sigma)
-    s = min(1.0, 2 * np.linalg.eigvalsh(ar1(p, 0.5)).min()) * sd**2
+    knockoffs = GaussianKnockoffs.equicorrelated(mean, sigma, copies=copies)
+    s = min(1.0, (copies + 1) / copies * np.linalg.eigvalsh(ar1(p, 0.5)).min()) * sd**2
     np.testing.assert_allclose(knockoffs.s, s, rtol=1e-5)
-    x = np.random.default_rng(0).multivariate_normal(mean, sigma, size=200_000)
+    x = np.random.default_rng(0).multivariate_normal(mean, sigma, size=100_000)
     joint = np.hstack([x, knockoffs.sample(x, seed=1)])
+    assert joint.shape == (100_000, (copies + 1) * p)
+    blocks = copies + 1
     d = np.diag(knockoffs.s)
-    expected = np.block([[sigma, sigma - d], [sigma - d, sigma]])
-    np.testing.assert_allclose(joint.mean(axis=0), np.r_[mean, mean], atol=0.03)
-    # Monte-Carlo error of a covariance of 2e5 rows: about 3 σ_i σ_j / sqrt(2e5) < 0.02 · σ_i σ_j
-    np.testing.assert_allclose(
-        np.cov(joint.T) / np.outer(np.r_[sd, sd], np.r_[sd, sd]),
-        expected / np.outer(np.r_[sd, sd], np.r_[sd, sd]),
-        atol=0.02,
-    )
+    expected = np.block([[sigma if i == j else sigma - d for j in range(blocks)] for i in range(blocks)])
+    np.testing.assert_allclose(joint.mean(axis=0), np.tile(mean, blocks), atol=0.05)
+    # Monte-Carlo error of a correlation-scale covariance of 1e5 rows: about 3 / sqrt(1e5) < 0.02
+    scale = np.outer(np.tile(sd, blocks), np.tile(sd, blocks))
+    np.testing.assert_allclose(np.cov(joint.T) / scale, expected / scale, atol=0.02)
     np.testing.assert_allclose(knockoffs.joint_covariance(), expected)
 
 
@@ -82,3 +87,37 @@ def test_knockoff_plus_controls_the_false_discovery_rate_when_null_signs_are_coi
         power.append(selected[:20].mean())
     assert np.mean(proportions) <= 0.1 + 3 * np.std(proportions) / np.sqrt(1000)
     assert np.mean(power) > 0.8
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_one_copy_of_multiple_knockoffs_is_knockoff_plus(seed):
+    rng = np.random.default_rng(seed)
+    importance = rng.integers(0, 12, size=(2, 20)).astype(float)
+    importance[0, :6] += 10
+    for q in (0.1, 0.2, 0.3):
+        np.testing.assert_array_equal(
+            select_by_multiple_knockoffs(importance, q), select_by_knockoffs(importance[0] - importance[1], q)
+        )
+
+
+def test_multiple_knockoffs_match_a_hand_computation():
+    # κ = 2: leaders 0, 0, 0, 0, 0, 1; leads (largest minus median of the other two) 9.5, 8.5, ..., 5.5, 4.5
+    importance = np.array([[10, 9, 8, 7, 6, 1], [1, 1, 1, 1, 1, 5], [0, 0, 0, 0, 0, 0]], dtype=float)
+    # t = 4.5: (1 + 1) / (2·5) = 0.2; t = 5.5: (1 + 0) / (2·5) = 0.1
+    assert select_by_multiple_knockoffs(importance, 0.1).tolist() == [True] * 5 + [False]
+    assert select_by_multiple_knockoffs(importance, 0.09).tolist() == [False] * 6  # t = 6.5: 1 / (2·4) > 0.09
+    assert not select_by_knockoffs(importance[0] - importance[1], 0.1).any()  # knockoff+ needs 10 selections
+
+
+def test_two_copies_control_the_false_discovery_rate_and_select_five_of_twenty_at_q_one_tenth():
+    # Null inputs' importance is exchangeable with their copies'; 5 relevant inputs lead by far.
+    rng = np.random.default_rng(0)
+    proportions, power = [], []
+    for _ in range(1000):
+        importance = rng.random((3, 20))
+        importance[0, :5] += 10
+        selected = select_by_multiple_knockoffs(importance, 0.1)
+        proportions.append(selected[5:].sum() / max(1, selected.sum()))
+        power.append(selected[:5].mean())
+    assert np.mean(proportions) <= 0.1 + 3 * np.std(proportions) / np.sqrt(1000)
+    assert np.mean(power) == 1.0

@@ -1,13 +1,13 @@
 """``bayesprune importance --selection knockoff`` (issue 38, item 2): the method is refit on the inputs
-beside their knockoff copies and W_j = ψ_j − ψ̃_j; the fit is replaced here by a stand-in whose ψ is
-each column's absolute correlation with the target, so the wiring is checked without training."""
+beside their knockoff copies and selects by how far each input's ψ leads its copies'; the fit is
+replaced here by a stand-in whose ψ is each column's absolute correlation with the target, so the
+wiring is checked without training."""
 
 import numpy as np
 import pytest
 import torch
 
 import bayesprune.pipeline.importance as importance_module
-from bayesprune.analysis.knockoffs import knockoff_threshold
 from bayesprune.core.errors import BayesPruneError
 from bayesprune.data import REGRESSION, Dataset
 from bayesprune.pipeline.config import RunConfig, apply_overrides
@@ -55,34 +55,36 @@ def table(rows=4000, features=6, seed=0):
     )
 
 
-def test_statistic_is_the_fits_importance_of_each_input_minus_its_knockoffs(method):
+@pytest.mark.parametrize("copies", [1, 2])
+def test_knockoff_importance_is_the_fits_importance_of_each_input_and_its_copies(method, copies):
     dataset, sigma = table()
     config = RunConfig.from_dict(apply_overrides({}, ["method='sbnn'", "chains=2", "seed=7", "device='cpu'"]))
-    w = importance_module.knockoff_statistic(config, dataset)
+    psi = importance_module.knockoff_importance(config, dataset, copies=copies)
     assert [seed for _, seed in method.fits] == [7, 8]  # one fit per restart of the run, the run's seeds
     augmented = method.fits[0][0]
-    assert augmented.input_shape == (12,) and augmented.x_test.shape == (1000, 12)
+    assert augmented.input_shape == (6 * (copies + 1),) and augmented.x_test.shape == (1000, 6 * (copies + 1))
     torch.testing.assert_close(augmented.x_train[:, :6], dataset.x_train)
-    # (X, X̃) has the knockoffs' joint covariance [[Σ, Σ − D], [Σ − D, Σ]] with s = min(1, 2 λ_min(Σ)) (Σ = R here)
-    s = min(1.0, 2 * np.linalg.eigvalsh(sigma).min())
-    cross = np.cov(augmented.x_train.double().numpy().T)[:6, 6:]
-    np.testing.assert_allclose(cross, sigma - s * np.eye(6), atol=0.08)
-    # ψ of the stand-in is |corr(column, y)|: the knockoffs of relevant inputs carry only what Σ − D passes on
+    # X and each copy covary by Σ − D, s = min(1, (κ + 1)/κ λ_min(Σ)) (Σ = R here)
+    s = min(1.0, (copies + 1) / copies * np.linalg.eigvalsh(sigma).min())
+    covariance = np.cov(augmented.x_train.double().numpy().T)
+    for k in range(1, copies + 1):
+        np.testing.assert_allclose(covariance[:6, 6 * k : 6 * (k + 1)], sigma - s * np.eye(6), atol=0.08)
+    # ψ of the stand-in is |corr(column, y)|: row 0 the inputs, row k their k-th copies
     x, y = augmented.x_train.double().numpy(), augmented.y_train.double().numpy()
     correlation = np.abs([np.corrcoef(column, y)[0, 1] for column in x.T])
-    np.testing.assert_allclose(w, correlation[:6] - correlation[6:], rtol=1e-6)
-    assert w[0] > 0.3 and w[3] > 0.3 and np.abs(np.delete(w, [0, 3])).max() < w[[0, 3]].min()
+    np.testing.assert_allclose(psi, correlation.reshape(copies + 1, 6), rtol=1e-6)
+    lead = psi[0] - psi[1:].max(axis=0)
+    assert lead[0] > 0.3 and lead[3] > 0.3 and np.abs(np.delete(lead, [0, 3])).max() < 0.1
 
 
-def test_record_selects_the_inputs_at_or_above_the_knockoff_plus_threshold():
-    rows = [{"feature": name} for name in "abcdefg"]
-    w = np.array([5, 4, 3, -2, 1, -0.5, 0])
-    record = importance_module.knockoff_record(rows, w, fdr=0.34, restarts=4)
-    assert knockoff_threshold(w, 0.34) == 3 == record["threshold"]  # (1 + 0) / 3 ≤ 0.34; t = 1 gives (1 + 1) / 4
-    assert record["selected"] == ["a", "b", "c"] and record["not_selected"] == ["d", "e", "f", "g"]
-    assert record["rule"] == "knockoff+" and record["knockoff_statistic"]["d"] == -2
-    nothing = importance_module.knockoff_record(rows, w, fdr=0.3, restarts=4)  # needs 1/0.3 > 3 selections
-    assert nothing["selected"] == [] and nothing["threshold"] is None
+def test_record_selects_by_the_multiple_knockoff_filter():
+    rows = [{"feature": name} for name in "abcdef"]
+    psi = np.array([[10, 9, 8, 7, 6, 1], [1, 1, 1, 1, 1, 5], [0, 0, 0, 0, 0, 0]], dtype=float)
+    record = importance_module.knockoff_record(rows, psi, fdr=0.1, restarts=4)
+    assert record["selected"] == list("abcde") and record["not_selected"] == ["f"]  # the filter's hand example
+    assert record["rule"] == "knockoff+" and record["copies"] == 2
+    assert record["psi_input_and_copies"]["f"] == [1, 5, 0]
+    assert importance_module.knockoff_record(rows, psi[:2], fdr=0.1, restarts=4)["selected"] == []  # 1/q = 10
 
 
 @pytest.mark.parametrize(
@@ -102,11 +104,12 @@ def test_the_report_names_the_knockoff_selection(tmp_path):
 
     from bayesprune.pipeline.report import _importance_files
 
-    rows = [{"feature": name} for name in "abcdefg"]
-    record = importance_module.knockoff_record(rows, np.array([5, 4, 3, -2, 1, -0.5, 0]), fdr=0.34, restarts=4)
-    (tmp_path / "selection.json").write_text(json.dumps(record))
+    rows = [{"feature": name} for name in "abcdef"]
+    psi = np.array([[10, 9, 8, 7, 6, 1], [1, 1, 1, 1, 1, 5], [0, 0, 0, 0, 0, 0]], dtype=float)
+    (tmp_path / "selection.json").write_text(
+        json.dumps(importance_module.knockoff_record(rows, psi, fdr=0.1, restarts=4))
+    )
     lines = _importance_files(tmp_path)
     assert any(
-        line.startswith("**Selected inputs (3 of 7):** a, b, c; removed: d, e, f, g. model-X knockoffs")
-        for line in lines
+        line.startswith("**Selected inputs (5 of 6):** a, b, c, d, e; removed: f. model-X knockoffs") for line in lines
     )
