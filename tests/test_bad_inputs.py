@@ -126,6 +126,31 @@ def csv_table(rows, header="a,b,y"):
     return header + "\n" + "\n".join(",".join(str(v) for v in row) for row in rows) + "\n"
 
 
+HEADS_NOT_DIVIDING = """
+class Attention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.num_heads = 3  # the forward splits 8 features into 2 heads
+        self.q, self.k, self.v, self.proj = (torch.nn.Linear(8, 8) for _ in range(4))
+
+    def forward(self, x):
+        q, k, v = (f(x).view(-1, 2, 2, 4).transpose(1, 2) for f in (self.q, self.k, self.v))
+        return self.proj(((q @ k.transpose(-2, -1)).softmax(-1) @ v).transpose(1, 2).reshape(-1, 2, 8))
+
+
+class Net(torch.nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.embed, self.attention, self.head = torch.nn.Linear(64, 16), Attention(), torch.nn.Linear(16, k)
+
+    def forward(self, x):
+        x = self.embed(x.flatten(1)).view(-1, 2, 8)
+        return self.head((x + self.attention(x)).flatten(1))
+
+
+def net(shape, k, **options):
+    return Net(k)
+"""
 CSV_RUN = settings("data.dataset='csv'", "data.path='t.csv'", "data.target='y'")
 COMPARE = ["compare", "--out", "cmp", "--methods", "sbnn", "--sparsities", "0.5", "--set", "train.epochs=1"]
 
@@ -774,6 +799,12 @@ CASES = {
         {"done": RUN, "done/metrics.json": metrics_edit(lambda m: m["pruning_curve"].reverse())},
         ["report", "done"],
         "metrics.json",
+    ),
+    # issue 37: units of networks practitioners bring
+    "unit pruning of an attention whose num_heads does not divide its width": (
+        {**factory("net_heads", HEADS_NOT_DIVIDING)[0]},
+        [*factory("net_heads", "")[1], "--set", "prune.level='unit'"],
+        "module 'attention' has num_heads=3",
     ),
 }
 

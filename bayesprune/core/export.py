@@ -25,6 +25,7 @@ from bayesprune.core.preprocessing import Preprocessing, with_preprocessing
 from bayesprune.core.pruning import apply_masks, expand_unit_masks
 from bayesprune.core.structure import (
     ATTENTION,
+    NotTraceable,
     dependency_graph,
     example_input,
     input_shape_of,
@@ -146,7 +147,7 @@ def dead_units(net: nn.Module, *, input_shape=None) -> dict:
     """
     try:
         graph = dependency_graph(net, input_shape)
-    except ValueError:
+    except NotTraceable:
         return {}
     names = {module: name for name, module in net.named_modules()}
     masks = {}

@@ -509,6 +509,10 @@ def example_input(net: nn.Module, input_shape=None, *, batch: int = 2) -> torch.
     return torch.randn(batch, *shape, generator=generator, device=parameter.device, dtype=parameter.dtype)
 
 
+class NotTraceable(ValueError):
+    """Torch-Pruning cannot trace the network: its units are unknown, its weights can still be pruned."""
+
+
 def dependency_graph(net: nn.Module, input_shape=None):
     """Torch-Pruning's ``DependencyGraph`` of ``net``, traced in eval mode on :func:`example_input`.
 
@@ -519,7 +523,7 @@ def dependency_graph(net: nn.Module, input_shape=None):
     (:func:`bayesprune.core.export.check_export`), not assumed.
 
     Raises:
-        ValueError: a network that fails to run or to trace.
+        NotTraceable: a network that fails to run or to trace.
     """
     graph = tp.DependencyGraph()
     x = example_input(net, input_shape)
@@ -532,7 +536,7 @@ def dependency_graph(net: nn.Module, input_shape=None):
             )
     except Exception as error:  # a tracing failure of any kind is the user's network's
         message = " ".join(str(error).split())[:200]
-        raise ValueError(f"the network cannot be traced on inputs of shape {tuple(x.shape[1:])}: {message}") from None
+        raise NotTraceable(f"the network cannot be traced on inputs of shape {tuple(x.shape[1:])}: {message}") from None
     finally:
         net.train(training)
     return graph
