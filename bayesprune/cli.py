@@ -21,23 +21,36 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _run(args):
-    from bayesprune.pipeline.runner import resume_run, run_file  # heavy imports (torch, pyro) only when needed
+    # heavy imports (torch, pyro) only when needed
+    from bayesprune.core import distributed
+    from bayesprune.pipeline.processes import check_processes, launch
+    from bayesprune.pipeline.runner import resume_run, run_file
 
-    if args.resume is not None:
-        values = (args.config, args.out, args.overrides, args.data_root, args.force)
-        given = [flag for flag, value in zip(("a config", "--out", "--set", "--data-root", "--force"), values) if value]
-        if given:
-            raise BayesPruneError(f"--resume continues the run with its own config.toml; drop {', '.join(given)}")
-        _print_result(resume_run(args.resume, progress=not args.quiet), args.resume)
-    elif args.out is None:
-        raise BayesPruneError("run needs --out DIR (or --resume DIR)")
-    else:
-        options = {"overrides": args.overrides, "data_root": args.data_root, "force": args.force}
-        config, metrics = run_file(args.config, args.out, progress=not args.quiet, **options)
-        if config.experiment.name is None:
-            _print_result(metrics, args.out)
+    check_processes(args.processes)
+    if (args.processes or 1) > 1 and not distributed.launched():
+        return launch(args.argv, args.processes)
+    try:
+        if args.resume is not None:
+            values = (args.config, args.out, args.overrides, args.data_root, args.force)
+            flags = ("a config", "--out", "--set", "--data-root", "--force")
+            given = [flag for flag, value in zip(flags, values) if value]
+            if given:
+                raise BayesPruneError(f"--resume continues the run with its own config.toml; drop {', '.join(given)}")
+            config, metrics, out = None, resume_run(args.resume, progress=not args.quiet), args.resume
+        elif args.out is None:
+            raise BayesPruneError("run needs --out DIR (or --resume DIR)")
         else:
-            print(f"experiment {config.experiment.name}: results in {args.out}")
+            options = {"overrides": args.overrides, "data_root": args.data_root, "force": args.force}
+            config, metrics = run_file(args.config, args.out, progress=not args.quiet, **options)
+            out = args.out
+        if distributed.rank() != 0:  # process 0 of several speaks for the run
+            return None
+        if config is None or config.experiment.name is None:
+            _print_result(metrics, out)
+        else:
+            print(f"experiment {config.experiment.name}: results in {out}")
+    finally:
+        distributed.stop()
 
 
 def _print_result(metrics, out):
@@ -127,6 +140,7 @@ HELP = {
     "list": "list the packaged configs",
     "run config": "packaged config name or TOML path (default: the embedded default)",
     "run --threads": "torch CPU threads (default: the idle cores less one, at least one; OMP_NUM_THREADS, when set, is kept)",
+    "run --processes": "fit on N processes of this machine, each its share of every minibatch, gradients averaged (PyTorch distributed: gloo on CPU, NCCL on CUDA, one GPU per process); the run directory is written once; under torchrun, leave it out",
     "importance --top": "features shown in the bar plot importance.png (default 30); image inputs get a heat map of every pixel",
     "importance --fdr": "bound on the posterior expected false-discovery rate of the selection (default 0.1)",
     "export --out": "file to write (torch.export format, .pt2); the trainable file FILE_STEM.trainable.pt is written beside it",
@@ -165,6 +179,7 @@ def build_parser():
     run.add_argument("--force", action="store_true", help="overwrite a non-empty --out directory")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--threads", type=int, help=HELP["run --threads"])
+    run.add_argument("--processes", type=int, metavar="N", help=HELP["run --processes"])
 
     command("report", _report, "run_dir")
 
@@ -210,6 +225,7 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what a launch of several processes passes on
     previous = {number: signal.signal(number, STOP.request) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         if args.command != "list":  # list reads no tensor (and imports no torch)

@@ -12,18 +12,23 @@ from pyro.optim import PyroLRScheduler
 from pyro.poutine.messenger import Messenger
 from tqdm.auto import tqdm
 
+from bayesprune.core import distributed
 from bayesprune.core.errors import ConfigError, Interrupted, StopNow, TrainingDiverged
 
 
 def resolve_device(device: str = "auto") -> torch.device:
     """``"auto"`` picks CUDA when available, else CPU; anything else is passed to ``torch.device``.
+    A process launched as one of several (:mod:`~bayesprune.core.distributed`) takes the CUDA device of
+    its local rank.
 
     Raises:
         ConfigError: CUDA asked for where there is none, or a device index it does not have.
     """
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     resolved = torch.device(device)
+    if resolved.type == "cuda" and resolved.index is None and distributed.launched():
+        resolved = torch.device("cuda", distributed.local_rank())
     if resolved.type == "cuda":
         available = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if (resolved.index or 0) >= available:
@@ -32,7 +37,8 @@ def resolve_device(device: str = "auto") -> torch.device:
 
 
 class TensorBatches:
-    """Shuffled minibatches of in-memory tensors, reproducible from ``seed``.
+    """Shuffled minibatches of in-memory tensors, reproducible from ``seed``; in a run on several
+    processes each yields its share of every minibatch (:func:`~bayesprune.core.distributed.shard`).
 
     Args:
         x, y: tensors with the same first dimension, already on the training device.
@@ -55,7 +61,7 @@ class TensorBatches:
         order = torch.randperm(n, generator=self.generator) if self.shuffle else torch.arange(n)
         order = order.to(self.x.device)
         for start in range(0, n, self.batch_size):
-            rows = order[start : start + self.batch_size]
+            rows = distributed.shard(order[start : start + self.batch_size])
             yield self.x[rows], self.y[rows]
 
 
@@ -308,7 +314,8 @@ def train(
                 hook(epoch, index, loss)
             if STOP.signal is not None:
                 raise Interrupted(f"stopped by signal {STOP.signal} in epoch {epoch + 1}", STOP.signal)
-        values = torch.stack(losses).tolist() if losses else []  # one host synchronisation per epoch
+        # One host synchronisation per epoch; on several processes, the whole minibatches' losses.
+        values = distributed.average(torch.stack(losses)).tolist() if losses else []
         for index, value in enumerate(values):
             _check_finite(value, epoch, index)
         history.step_losses.extend(values)
@@ -340,6 +347,7 @@ def optimizer_step(loss_fn, optimizer):
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(x, y)
         loss.backward()
+        distributed.average_gradients([param for group in optimizer.param_groups for param in group["params"]])
         optimizer.step()
         return loss.detach()
 
@@ -357,7 +365,9 @@ def svi_step(model, guide, *, objective, optim, penalty=None):
         scaled = PenaltyScale(weight) if weight != 1.0 else contextlib.nullcontext()
         with scaled, poutine.trace(param_only=True) as capture:
             loss = objective.loss_and_grads(model, guide, x, y)
-        params = {site["value"].unconstrained() for site in capture.trace.nodes.values()}
+        # In the trace's order, the same in every process of a distributed run.
+        params = list(dict.fromkeys(site["value"].unconstrained() for site in capture.trace.nodes.values()))
+        distributed.average_gradients(params)
         optim(params)
         for param in params:  # as pyro.infer.util.zero_grads, without allocating zeros for the next backward
             param.grad = None

@@ -19,6 +19,7 @@ import numpy as np
 
 from bayesprune.analysis.inference_data import write_posterior
 from bayesprune.analysis.tables import write_csv
+from bayesprune.core import distributed
 from bayesprune.core.checkpoint import (
     CHECKPOINT_DIGEST,
     read_checkpoint,
@@ -50,6 +51,7 @@ from bayesprune.pipeline.evaluation import (
     metric_name,
     pruning_curve,
 )
+from bayesprune.pipeline.processes import check_same_fits, join, own_directory
 from bayesprune.pipeline.report import SCORES_DIGEST, write_report
 from bayesprune.pipeline.rundir import (
     CHECKPOINT,
@@ -74,6 +76,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     out = Path(out)
     files = [config.data.options.get(key) for key in ("root", "path", "train", "test")]  # the data's own files
     check_output_dir(out, force=force, inputs=[*inputs, *(path for path in files if isinstance(path, str))])
+    join(config, out, force=force, resumed_from=resumed_from)
     if config.experiment.name is not None:
         return _run_experiment(config, out, progress=progress, force=force)
     method = get_method(config.method)
@@ -87,8 +90,12 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     method.check(net, datasets[0], config.method_options)
     check_stop("while loading the data")  # before anything is written
     device = resolve_device(config.device)
+    progress = progress and distributed.rank() == 0
 
-    with staged(out, resumed_from=resumed_from, force=force) as staging:
+    with (
+        own_directory(out, resumed_from) as (out, resumed_from),
+        staged(out, resumed_from=resumed_from, force=force) as staging,
+    ):
         (staging / "config.toml").write_text(config.to_toml())
         seeds = config.seeds or [config.seed]
         runs = [
@@ -106,6 +113,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
             )
             for number, seed in enumerate(seeds)
         ]
+        check_same_fits([final[0] for _, final in runs if final is not None], method.name)
         per_seed = [metrics for metrics, _ in runs]
         before = set(staging.iterdir())
         try:  # a signal while writing the run's files stops it as in training: the checkpoint kept, resumable
@@ -280,7 +288,7 @@ def resume_run(out, *, progress: bool = False) -> dict:
     out = Path(out)
     source, config = resumable(out)
     metrics = run(config, out, force=True, progress=progress, resumed_from=source)
-    if source != out:
+    if source != out and distributed.rank() == 0:
         shutil.rmtree(source)
     return metrics
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from torch.func import functional_call
 
+from bayesprune.core import distributed
 from bayesprune.core.criteria import saliency, weight_sites
 from bayesprune.core.gates import StochasticMasks
 from bayesprune.core.optim import torch_optimizer
@@ -156,7 +157,9 @@ class ProbMaskTraining:
             )
             value.backward()
             total = total + value.detach()
-        torch.nn.utils.clip_grad_norm_([*self.masks.parameters(), *self.net.parameters()], self.options.clip_norm)
+        trained = [*self.masks.parameters(), *self.net.parameters()]
+        distributed.average_gradients(trained)
+        torch.nn.utils.clip_grad_norm_(trained, self.options.clip_norm)
         for optimizer in optimizers:
             optimizer.step()
         self.project()
