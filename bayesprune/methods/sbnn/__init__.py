@@ -5,6 +5,7 @@ closed-form inclusion probability p*(m, σ) (eq. 3.8), the objective of eqs. 3.6
 minibatch penalty of eq. 4.2 or 4.3, and pruning by inclusion probability.
 """
 
+import copy
 import math
 import time
 from dataclasses import dataclass
@@ -25,12 +26,20 @@ from bayesprune.core.checkpoint import load_module_state
 from bayesprune.core.loop import PENALTIES, svi_step
 from bayesprune.core.objectives import OBJECTIVES
 from bayesprune.core.optim import build_optim
+from bayesprune.core.predict import metric
 from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.methods import register_method
 from bayesprune.methods.base import GuideFitted, Method
 from bayesprune.models import LIKELIHOODS, BayesianNetwork
 from bayesprune.models.priors import SpikeSlabPrior
+
+#: Draws of W in the ELBO that chooses among several starts (``sbnn.keep = "elbo"``).
+ELBO_DRAWS = 32
+#: The most starts one fit makes (``sbnn.starts``): each is a whole fit.
+MAX_STARTS = 32
+#: ``sbnn.keep``: how a fit of several starts keeps one.
+KEEP_RULES = ("elbo", "validation")
 
 #: Test points in the posterior predictive of ``posterior.nc`` (it stores one draw per point per draw).
 PREDICTIVE_TEST_POINTS = 1000
@@ -49,6 +58,14 @@ class SBNNOptions:
         local_reparameterization: sample pre-activations instead of weights (linear layers only).
         num_particles: Monte-Carlo draws of W per step.
         predictive_samples: draws W ~ q(W) of the Monte-Carlo predictive.
+        starts: one fit per factor, each from the network's initial weights and biases multiplied by
+            it (``[1.0]``, the default: the paper's single fit). Not in paper 003, which fits once: from
+            the usual start the UCI fits end in a dense optimum whose pruning curve falls from 20%
+            removed, and smaller starts reach other optima of the same objective
+            (docs/reproductions.md, UCI regression), so several starts and a rule to keep one.
+        keep: which start's fit is kept, by a rule that reads no test data: ``"elbo"``, the highest
+            ELBO −J (eq. 3.6) on the training rows (:func:`elbo`), the paper's own objective;
+            ``"validation"``, the lowest error on the training rows ``train.validation`` holds out.
     """
 
     pi: float = 0.5
@@ -60,6 +77,8 @@ class SBNNOptions:
     local_reparameterization: bool = False
     num_particles: int = 1
     predictive_samples: int = 20
+    starts: tuple = (1.0,)
+    keep: str = "elbo"
 
     def __post_init__(self):
         require(is_number(self.pi) and 0 < self.pi < 1, "sbnn.pi", "lie in (0, 1)", self.pi)
@@ -99,6 +118,17 @@ class SBNNOptions:
             f"be a positive integer up to {MAX_COUNT}",
             self.predictive_samples,
         )
+        require(isinstance(self.starts, (list, tuple)), "sbnn.starts", "be a list", self.starts)
+        object.__setattr__(self, "starts", tuple(self.starts))
+        require(
+            0 < len(self.starts) <= MAX_STARTS
+            and all(is_scale(factor) for factor in self.starts)
+            and len(set(self.starts)) == len(self.starts),
+            "sbnn.starts",
+            f"be a list of 1 to {MAX_STARTS} positive numbers without repeats",
+            list(self.starts),
+        )
+        require(self.keep in KEEP_RULES, "sbnn.keep", f"be one of {list(KEEP_RULES)}", self.keep)
 
     def prior(self) -> SpikeSlabPrior:
         return SpikeSlabPrior(pi=self.pi, tau0=math.exp(self.log_tau0), tau1=math.exp(self.log_tau1))
@@ -120,11 +150,15 @@ class SBNNFitted(GuideFitted):
     def inclusion_probabilities(self) -> dict:
         return self.guide.inclusion_probabilities()
 
+    #: ``[{"start", <keep rule>, "kept"}]``, one per start of a fit of several (``sbnn.starts``); else ``None``.
+    starts = None
+
     def metrics(self) -> dict:
         probs = torch.cat([p.flatten() for p in self.inclusion_probabilities().values()])
         return {
             "final_elbo": self.history.elbo[-1],
             "fraction_inclusion_below_half": float((probs < 0.5).float().mean()),
+            **({} if self.starts is None else {"starts": self.starts}),
         }
 
     def state_dict(self) -> dict:
@@ -143,9 +177,11 @@ def build_model(net, data, prior, *, noise_scale=None, sites=None) -> BayesianNe
     return BayesianNetwork(net, prior, LIKELIHOODS[data.task](data.num_train, **options), sites=sites)
 
 
-def fit_posterior(net, data, options: SBNNOptions, ctx, *, prior=None, guide_class=SpikeSlabGuide) -> SBNNFitted:
+def fit_posterior(
+    net, data, options: SBNNOptions, ctx, *, prior=None, guide_class=SpikeSlabGuide, stage: str = "svi"
+) -> SBNNFitted:
     """Fit the sBNN of ``options`` on ``data``, starting from the weights of ``net``, in one stage
-    (``"svi"``) of ``ctx.epochs`` epochs that early stopping acts on.
+    (``stage``) of ``ctx.epochs`` epochs that early stopping acts on.
 
     ``prior`` and ``guide_class`` replace the spike-and-slab pair (e.g. the plain Gaussian BNN
     baseline); the objective, optimiser, batches and epochs stay the same.
@@ -180,7 +216,7 @@ def fit_posterior(net, data, options: SBNNOptions, ctx, *, prior=None, guide_cla
     start = time.perf_counter()
     with pyro.validation_enabled(False):  # argument checks cost ~10x per step; the config was validated
         fitted.history = ctx.train(
-            "svi",
+            stage,
             step,
             ctx.batches(data.x_train, data.y_train),
             epochs=ctx.epochs,
@@ -189,7 +225,60 @@ def fit_posterior(net, data, options: SBNNOptions, ctx, *, prior=None, guide_cla
             validate=fitted.predict,
         )
     fitted.seconds = time.perf_counter() - start
+    fitted.best_epoch = ctx.best_epoch
     return fitted
+
+
+def fit_starts(net, data, options: SBNNOptions, ctx) -> list:
+    """One fit of ``options`` per factor of ``options.starts``, from ``net``'s weights and biases
+    multiplied by it (each in a stage of its own, the first ``"svi"``, all from ``ctx.seed``)."""
+    fits = []
+    for index, factor in enumerate(options.starts):
+        start = copy.deepcopy(net)
+        with torch.no_grad():
+            for param in start.parameters():
+                param.mul_(factor)
+        stage = "svi" if index == 0 else f"svi from start x{factor:g}"
+        fits.append(fit_posterior(start, data, options, ctx, stage=stage))
+    return fits
+
+
+def elbo(fitted: SBNNFitted, data, options: SBNNOptions, *, seed: int = 0) -> float:
+    """The ELBO −J(θ) (eq. 3.6) of ``fitted`` on ``data``'s training rows: the objective of ``options``
+    without minibatch penalty weights, over :data:`ELBO_DRAWS` draws of W seeded with ``seed``."""
+    objective = OBJECTIVES[options.objective](
+        num_particles=ELBO_DRAWS, local_reparameterization=options.local_reparameterization
+    )
+    device = next(fitted.guide.parameters()).device
+    # Pyro modules share parameters of the same name through the param store: emptied, it takes this
+    # fit's own (and is left empty, so that no other fit of the same names reads them).
+    pyro.clear_param_store()
+    pyro.set_rng_seed(seed)
+    try:
+        with pyro.validation_enabled(False):
+            return -objective.loss(fitted.model, fitted.guide, data.x_train.to(device), data.y_train.to(device))
+    finally:
+        pyro.clear_param_store()
+
+
+def keep_start(fits: list, data, options: SBNNOptions, ctx) -> SBNNFitted:
+    """The fit ``options.keep`` keeps of ``fits`` (one per start), its ``starts`` the score of each;
+    ``ctx.best_epoch`` becomes its kept epoch. Reads the training rows only (``keep = "validation"``: those
+    ``ctx.validation`` holds out), never the test split."""
+    if options.keep == "elbo":
+        scores = [elbo(fitted, data, options, seed=ctx.seed) for fitted in fits]
+        best = max(range(len(fits)), key=scores.__getitem__)
+    else:
+        x, y = ctx.validation
+        scores = [metric(ctx.task, fitted.predict(x.to(ctx.device)).cpu(), y) for fitted in fits]
+        best = min(range(len(fits)), key=scores.__getitem__)
+    kept = fits[best]
+    kept.starts = [
+        {"start": factor, options.keep: score, "kept": index == best}
+        for index, (factor, score) in enumerate(zip(options.starts, scores))
+    ]
+    ctx.best_epoch = kept.best_epoch
+    return kept
 
 
 @register_method
@@ -224,7 +313,15 @@ class SBNN(Method):
     }
 
     def fit(self, net, data, options, ctx):
-        return fit_posterior(net, data, options, ctx)
+        if len(options.starts) == 1 and options.starts[0] == 1:
+            return fit_posterior(net, data, options, ctx)
+        require(
+            options.keep != "validation" or ctx.validation is not None,
+            "sbnn.keep",
+            "be 'elbo' when train.validation is 0 (no training rows held out to compare the starts on)",
+            options.keep,
+        )
+        return keep_start(fit_starts(net, data, options, ctx), data, options, ctx)
 
     def restore(self, net, data, options, ctx, state):
         model = build_model(net, data, options.prior(), noise_scale=ctx.noise_scale, sites=ctx.sites(net))
