@@ -525,21 +525,63 @@ def dependency_graph(net: nn.Module, input_shape=None):
     Raises:
         NotTraceable: a network that fails to run or to trace.
     """
-    graph = tp.DependencyGraph()
     x = example_input(net, input_shape)
     training = net.training
     net.eval()
     try:
-        with torch.enable_grad():
-            graph.build_dependency(
-                net, example_inputs=x, customized_pruners={HeadsRemovedAttention: _EmbeddingPruner()}, verbose=False
+        graph = _traced(net, x)
+        if isinstance(graph, Exception):
+            message = " ".join(str(graph).split())[:200]
+            where = _where_tracing_fails(net, x, graph)
+            raise NotTraceable(
+                f"{where} cannot be traced by Torch-Pruning on inputs of shape {tuple(x.shape[1:])}: {message}"
             )
-    except Exception as error:  # a tracing failure of any kind is the user's network's
-        message = " ".join(str(error).split())[:200]
-        raise NotTraceable(f"the network cannot be traced on inputs of shape {tuple(x.shape[1:])}: {message}") from None
     finally:
         net.train(training)
     return graph
+
+
+def _traced(module, inputs):
+    """Torch-Pruning's graph of ``module`` run on ``inputs``, or the exception its tracing raised."""
+    try:
+        with torch.enable_grad():
+            return tp.DependencyGraph().build_dependency(
+                module,
+                example_inputs=inputs,
+                customized_pruners={HeadsRemovedAttention: _EmbeddingPruner()},
+                verbose=False,
+            )
+    except Exception as error:  # a tracing failure of any kind is the user's network's
+        return error
+
+
+def _where_tracing_fails(net, x, error) -> str:
+    """``"module 'path' (Type)"``: the innermost module that, traced alone on the inputs it is given
+    in ``net``, fails as ``net`` does (same exception type and message); ``"the network"`` if none."""
+    inputs = {}
+    hooks = [
+        module.register_forward_pre_hook(lambda module, args, name=name: inputs.setdefault(name, args))
+        for name, module in net.named_modules()
+    ]
+    try:
+        with torch.no_grad():
+            net(x)
+    except Exception:  # noqa: BLE001 - a network that does not run: nothing to narrow down
+        return "the network"
+    finally:
+        for hook in hooks:
+            hook.remove()
+    same = (type(error), str(error))
+    name, found = "", True
+    while found:
+        found = False
+        for child, _ in net.get_submodule(name).named_children():
+            path = f"{name}.{child}" if name else child
+            failure = _traced(net.get_submodule(path), inputs[path]) if path in inputs else None
+            if isinstance(failure, Exception) and (type(failure), str(failure)) == same:
+                name, found = path, True
+                break
+    return f"module {name!r} ({type(net.get_submodule(name)).__name__})" if name else "the network"
 
 
 def unit_groups(net: nn.Module, input_shape=None, *, graph=None) -> list:
