@@ -360,9 +360,11 @@ def _chain(
     weights = {name: [] for name in selected}
     inclusion = {name: [] for name in selected}
     predictive = []
+    locs = {name: posteriors[name].loc.detach() for name in selected}
+    scales = {name: posteriors[name].scale.detach() for name in selected}
     for draw in range(num_draws):
         if draw < num_predictive_draws:
-            params = {name: q.sample() for name, q in posteriors.items()}
+            params = guide.sample_params()
             with evaluating(model.net):
                 y = torch.cat(
                     [
@@ -371,8 +373,10 @@ def _chain(
                     ]
                 ).cpu()
             predictive.append((_original_units(y, dataset) if regression else y).numpy())
-        else:
-            params = {name: posteriors[name].sample() for name in selected}
+        elif len(selected) == len(posteriors):  # the draws of every site, as the predictive's are
+            params = guide.sample_params()
+        else:  # a draw of the selected sites alone, not of the whole network
+            params = {name: torch.addcmul(locs[name], scales[name], torch.randn_like(locs[name])) for name in selected}
         for name in selected:
             weights[name].append(params[name].float().cpu().numpy())
             inclusion[name].append(torch.bernoulli(posteriors[name].probs).to(torch.int8).cpu().numpy())
@@ -382,8 +386,8 @@ def _chain(
     result = {
         "weights": {name: np.stack(values) for name, values in weights.items()},
         "inclusion": {name: np.stack(values) for name, values in inclusion.items()},
-        "loc": {name: posteriors[name].loc.detach().float().cpu().numpy() for name in selected},
-        "scale": {name: posteriors[name].scale.detach().float().cpu().numpy() for name in selected},
+        "loc": {name: locs[name].float().cpu().numpy() for name in selected},
+        "scale": {name: scales[name].float().cpu().numpy() for name in selected},
         "inclusion_probability": {name: probs[name].numpy() for name in selected},
         "site_mean": np.array([p.double().mean().item() for p in probs.values()]),
         "site_fraction": np.array([(p >= 0.5).double().mean().item() for p in probs.values()]),

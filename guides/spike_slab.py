@@ -63,6 +63,16 @@ class SpikeSlabGuide(MeanFieldGuide):
         return posteriors
 
     @torch.no_grad()
+    def sample_params(self) -> dict:
+        """One draw W ~ q(W) for every site. Where one network-wide posterior draws them all (priors
+        shared), m + σ ε from one ``randn`` over the flat vectors, the draw that posterior makes, without
+        the KL it computes beside it (the predictive and ArviZ's draws need none)."""
+        if self._shared_constants(self._site_priors(self.loc.device)) is None:
+            return super().sample_params()
+        noise = torch.randn_like(self.loc)
+        return self._split(torch.addcmul(self.loc, softplus(self.rho), noise))
+
+    @torch.no_grad()
     def inclusion_probabilities(self) -> dict:
         """p*(m, σ) of every weight, keyed by site name."""
         return {name: q.probs for name, q in self.posteriors().items()}

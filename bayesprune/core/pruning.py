@@ -112,27 +112,44 @@ def prune(scores: dict, budget: Budget, *, net=None, input_shape=None) -> dict:
         unit group under ``"<root>.gate"`` (the output layer's units are never removed);
         :func:`expand_unit_masks` turns them into weight masks.
     """
+    return next(prune_each(scores, [budget], net=net, input_shape=input_shape))
+
+
+def prune_each(scores: dict, budgets, *, net=None, input_shape=None):
+    """:func:`prune` at each of ``budgets`` (all of one level and scope), the scores ranked once: yields
+    the masks of each budget in turn (the points of a pruning curve, one held at a time)."""
+    budgets = list(budgets)
     if not scores:
         raise ValueError("no scores to prune")
-    if budget.level == "unit":
+    if not budgets:
+        return
+    level, scope = budgets[0].level, budgets[0].scope
+    if any((budget.level, budget.scope) != (level, scope) for budget in budgets):
+        raise ValueError("prune_each takes budgets of one level and one scope")
+    if level == "unit":
         if net is None:
             raise ValueError("a unit-level budget needs the network (net=...)")
         scores = unit_scores(scores, net, input_shape=input_shape)
-    groups = [dict(scores)] if budget.scope == "global" else [{name: score} for name, score in scores.items()]
-    masks = {}
-    for group in groups:
-        masks.update(_select(group, budget))
-    return masks
+    groups = [dict(scores)] if scope == "global" else [{name: score} for name, score in scores.items()]
+    rankings = [_ranking(group) for group in groups]
+    for budget in budgets:
+        yield {name: mask for ranking in rankings for name, mask in _select(ranking, budget).items()}
 
 
-def _select(scores: dict, budget: Budget) -> dict:
+def _ranking(scores: dict) -> tuple:
+    """``(scores, flat, order)``: the scores in one float64 vector and its removal order (lowest first,
+    earlier position first on ties)."""
     for name, score in scores.items():
         if torch.isnan(score).any():
             raise ValueError(f"the scores of site {name!r} contain NaN")
     device = next(iter(scores.values())).device
     flat = torch.cat([score.detach().flatten().to(device, torch.float64) for score in scores.values()])
+    return scores, flat, torch.argsort(flat, stable=True)
+
+
+def _select(ranking: tuple, budget: Budget) -> dict:
+    scores, flat, order = ranking
     n = flat.numel()
-    order = torch.argsort(flat, stable=True)  # removal order: lowest first, earlier position first on ties
     keep = torch.zeros(n, dtype=torch.bool, device=flat.device)
     forced = torch.zeros_like(keep)
     start = 0

@@ -73,10 +73,15 @@ class Fitted:
         masked point estimate, and the same for every one of the S draws. The fit's own are left as
         they were.
         """
+        return self.predictions(x, masks=masks, samples=(num_samples,))[0]
+
+    def predictions(self, x: torch.Tensor, *, masks=None, samples=(0,)) -> list:
+        """:meth:`predict` with each number of draws of ``samples``, under one estimate of the masked
+        network's statistics (the point estimate and the Monte-Carlo predictive of a pruning curve)."""
         if self.calibration is None or not masks or not has_running_stats(self.net):
-            return self._predict(x, masks=masks, num_samples=num_samples)
+            return [self._predict(x, masks=masks, num_samples=count) for count in samples]
         with statistics_replaced(self.net, running_statistics(self.masked_network(masks))):
-            return self._predict(x, masks=masks, num_samples=num_samples)
+            return [self._predict(x, masks=masks, num_samples=count) for count in samples]
 
     def _predict(self, x: torch.Tensor, *, masks=None, num_samples: int = 0) -> torch.Tensor:
         """:meth:`predict` with the normalisation statistics ``self.net`` holds: what a method implements."""

@@ -1,7 +1,7 @@
 """Test metrics of a fitted network as weights are removed by their scores (paper 003, Tables 2 and 5)."""
 
 from bayesprune.core.predict import metric
-from bayesprune.core.pruning import Budget, bias_sites, expand_unit_masks, prune
+from bayesprune.core.pruning import Budget, bias_sites, expand_unit_masks, prune_each
 from bayesprune.core.tasks import metric_name  # noqa: F401  (the run's metric, read from here by the pipeline)
 
 
@@ -27,9 +27,10 @@ def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, inclu
         (``test_error`` in percent, or ``test_rmse``) for the point estimate, and with suffix ``_mc``
         for the Monte-Carlo predictive when ``fitted.predictive_samples > 0``.
 
-    Each masked network is scored through :meth:`~bayesprune.methods.Fitted.predict`, so a network
-    with batch norms is scored with statistics estimated again for it where ``fitted.calibration``
-    is set (the full model, whose masks remove nothing, keeps its own).
+    The scores are ranked once for every droprate. Each masked network is scored through
+    :meth:`~bayesprune.methods.Fitted.predictions`, so a network with batch norms is scored with
+    statistics estimated again for it where ``fitted.calibration`` is set, once for its point estimate
+    and its Monte-Carlo predictive (the full model, whose masks remove nothing, keeps its own).
     """
     name = metric_name(dataset.task)
     x = dataset.x_test.to(device) if device is not None else dataset.x_test
@@ -40,14 +41,12 @@ def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, inclu
     point = dict(fitted.network().named_parameters())
     zeros = {site: (point[site].detach() == 0).cpu() for site in fitted.sites}
     evaluations = [("", 0)] + ([("_mc", fitted.predictive_samples)] if fitted.predictive_samples > 0 else [])
+    rules = [budget(droprate) if budget is not None else Budget(fraction=droprate) for droprate in droprates]
+    unit = rules[0].level == "unit" if rules else False
+    ranked = scores if include_biases or unit else {k: v for k, v in scores.items() if k not in biases}
     rows = []
-    for droprate in droprates:
-        rule = budget(droprate) if budget is not None else Budget(fraction=droprate)
-        ranked = (
-            scores if include_biases or rule.level == "unit" else {k: v for k, v in scores.items() if k not in biases}
-        )
-        masks = prune(ranked, rule, net=fitted.net)
-        if rule.level == "unit":
+    for droprate, masks in zip(droprates, prune_each(ranked, rules, net=fitted.net)):
+        if unit:
             masks = expand_unit_masks(fitted.net, masks)
         gone = {site: zero | ~masks[site].cpu() if site in masks else zero for site, zero in zeros.items()}
         removed = sum(int(site_gone.sum()) for site_gone in gone.values())
@@ -58,9 +57,9 @@ def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, inclu
             "sparsity": round(removed / total, 6),
             "sparsity_weights": round(removed_weights / total_weights, 6),
         }
-        for suffix, samples in evaluations:
-            prediction = fitted.predict(x, num_samples=samples, masks=masks).cpu()
-            row[name + suffix] = metric(dataset.task, prediction, dataset.y_test, target_std=dataset.target_std)
+        predictions = fitted.predictions(x, masks=masks, samples=[samples for _, samples in evaluations])
+        for (suffix, _), prediction in zip(evaluations, predictions):
+            row[name + suffix] = metric(dataset.task, prediction.cpu(), dataset.y_test, target_std=dataset.target_std)
         rows.append(row)
     return rows
 

@@ -57,27 +57,31 @@ def to_inference_data(fits: list, data=None, *, num_draws: int = 50, num_predict
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for fit in fits:
-            draws = [fit.params(sample=True) for _ in range(num_draws)]
+            x = None if data is None else data.x_test[:PREDICTIVE_TEST_POINTS].to(fit.guide.theta.device)
+            sites, labels = {name: [] for name in drawn}, []
+            q, keep = fit.guide.posteriors(), fit.guide.keep_masks(fit.threshold)
+            for draw in range(num_draws):  # one draw of the whole network held at a time, and only for the predictive
+                if x is not None and draw < num_predictive_draws:
+                    params = fit.params(sample=True)
+                else:
+                    params = {name: q[name].rsample() * keep[name] for name in drawn}
+                for name in drawn:
+                    sites[name].append(params[name].float().cpu().numpy())
+                if x is not None and draw < num_predictive_draws:
+                    with evaluating(fit.net):
+                        labels.append(fit.model.likelihood.distribution(fit.model.network(params, x)).sample().cpu())
             for name in drawn:
-                posterior.setdefault(name, []).append(torch.stack([d[name] for d in draws]).float().cpu().numpy())
-            if data is not None:
-                x = data.x_test[:PREDICTIVE_TEST_POINTS].to(fit.guide.theta.device)
-                with evaluating(fit.net):
-                    predictive.append(
-                        np.stack(
-                            [
-                                fit.model.likelihood.distribution(fit.model.network(d, x)).sample().cpu().numpy()
-                                for d in draws[:num_predictive_draws]
-                            ]
-                        )
-                    )
+                posterior.setdefault(name, []).append(np.stack(sites[name]))
+            if x is not None:
+                predictive.append(torch.stack(labels).numpy())
     site_dims = {name: [f"{name}_dim_{axis}" for axis in range(len(shapes[name]))] for name in drawn}
     variables = {name: (["chain", "draw", *site_dims[name]], np.stack(values)) for name, values in posterior.items()}
-    fractions, quantiles = [], []
+    fractions, network, quantiles = [], [], []
     for fit in fits:
         log_alpha = fit.log_alpha()
         fractions.append([float((value > fit.threshold).double().mean()) for value in log_alpha.values()])
         flat = torch.cat([value.flatten() for value in log_alpha.values()]).cpu().numpy()
+        network.append(float((flat > fit.threshold).mean()))
         quantiles.append(np.quantile(flat, _QUANTILES))
         thetas, log_sigma2s = (
             fit.guide._split(fit.guide.theta.detach()),
@@ -90,13 +94,7 @@ def to_inference_data(fits: list, data=None, *, num_draws: int = 50, num_predict
                 ("log_alpha", log_alpha[name]),
             ):
                 variational.setdefault(f"{name}.{key}", []).append(value.float().cpu().numpy())
-    fractions = np.array(fractions)
-    network = np.array(
-        [
-            float((torch.cat([v.flatten() for v in fit.log_alpha().values()]) > fit.threshold).double().mean())
-            for fit in fits
-        ]
-    )
+    fractions, network = np.array(fractions), np.array(network)
     variables["fraction_removed"] = (["chain", "draw", "site"], np.repeat(fractions[:, None], num_draws, axis=1))
     variables["network_fraction_removed"] = (["chain", "draw"], np.repeat(network[:, None], num_draws, axis=1))
     coords = {"chain": np.arange(chains), "draw": np.arange(num_draws), "site": np.array(list(shapes), dtype=object)}
