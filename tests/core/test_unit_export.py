@@ -13,6 +13,8 @@ from bayesprune.core.export import count_macs, dead_units, export
 from bayesprune.core.pruning import unit_scores
 from bayesprune.core.structure import HeadsRemovedAttention, remove_units, shrunk, unit_groups
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 
 class SeparateQKV(nn.Module):
     """Multi-head self-attention with query, key and value ``Linear`` s of their own."""
