@@ -135,8 +135,12 @@ Adam 1e-3 for 50 epochs, fine-tuning 10 epochs at 1e-4, θ(0) = 0.5, θ_tol = 1e
 leaky ReLU 1e-3, Glorot-normal weights.
 """,
         """\
-A unit whose θ meets the pruning condition is switched off at once and removed from the network,
-its gates and Adam's state at the end of the epoch. `metrics.json` adds `pruning_ratio` (weights
+Any network Torch-Pruning traces: one gate per unit group (`bayesprune.core.structure.unit_groups`:
+channels coupled through residual additions, batch norms and depthwise convolutions share a gate;
+a transformer's attention heads and MLP hidden units), a closed gate computing the network with the
+unit removed. A unit whose θ meets the pruning condition leaves the network, its gates and Adam's
+state at that step (`remove_at = "epoch"`: its gate is held at 0 and the network rebuilt once at the
+epoch's end). `metrics.json` adds `pruning_ratio` (weights
 removed / weights of the starting network; `pruning_ratio_with_input_threshold`),
 `learned_architecture`, `units_alive`, `epoch_test_error` and `epoch_seconds` per epoch and
 `theta_trajectories`; the report plots them (`units.png`, `theta.png`). Runs need

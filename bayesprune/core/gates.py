@@ -1,8 +1,8 @@
 """The stochastic gate: Bernoulli keep-probabilities of some sites, and interchangeable estimators.
 
 A gate keeps each entry of its sites with probability p: every weight of a Linear/Conv weight
-(PFT's and PBP's λ, paper 000, section 2; ProbMask's s, paper 002) or every hidden unit/filter of a
-layer chain (θ of paper 004, eq. 1). What is common is written once in :class:`StochasticGate`:
+(PFT's and PBP's λ, paper 000, section 2; ProbMask's s, paper 002) or every unit of a network's
+unit groups: channels, filters, attention heads (θ of paper 004, eq. 1). What is common is written once in :class:`StochasticGate`:
 the keep-probabilities under a parameterisation of the trained raw values, rank scores, relaxed
 draws, exact draws, the histogram and the expected sparsity. The two granularities differ only in
 how the raw values are held and applied:
@@ -10,10 +10,10 @@ how the raw values are held and applied:
 * :class:`StochasticMasks`: one keep-probability per weight in a single flat vector (an optimiser
   step is one operation), ``"sigmoid"`` (λ = σ(ρ)) or ``"clamp"`` (λ = clamp(ρ, 0, 1)), paper 000,
   appendix B.1; applied with :func:`bayesprune.core.pruning.apply_masks`;
-* :class:`UnitGates`: θ of every hidden unit held directly (``"probability"``), the layers' vectors
-  laid end to end in one flat vector (a draw, the hyper-prior's term, the pruning condition and an
-  optimiser step are one operation each, however many layers are gated); applied by
-  :meth:`UnitGates.applied`, which scales the consumer's input columns (eq. 1).
+* :class:`UnitGates`: θ of every unit held directly (``"probability"``), the groups' vectors laid
+  end to end in one flat vector (a draw, the hyper-prior's term, the pruning condition and an
+  optimiser step are one operation each, however many groups are gated); applied by
+  :meth:`UnitGates.applied`, which scales the unit's input columns in every consumer (eq. 1).
 
 An :class:`Estimator` draws one step's gate values from any gate and estimates the data part of
 ∂L/∂p (paper 004, section 3; eq. 19's C1 − C0):
@@ -39,7 +39,14 @@ from torch import nn
 
 from bayesprune.core.fused import log1p
 from bayesprune.core.pruning import Budget, lexicographic_ranks, prune
-from bayesprune.core.structure import dependency_graph, example_input, input_shape_of, shrunk, unit_groups
+from bayesprune.core.structure import (
+    HeadsRemovedAttention,
+    dependency_graph,
+    example_input,
+    input_shape_of,
+    shrunk,
+    unit_groups,
+)
 
 #: Parameterisations of a trained mask's raw values (appendix B.1 of paper 000).
 PARAMETERIZATIONS = ("sigmoid", "clamp")
@@ -230,9 +237,11 @@ class UnitGates(StochasticGate):
     A gate multiplies its unit's input channel in every consumer of the group (eq. 1's ξ on the unit's
     output, applied where it is read), so that a gate at 0 computes the network with the unit removed
     from every coupled layer (residual additions, batch norms, depthwise convolutions), as
-    :func:`bayesprune.core.structure.shrunk` removes it. A group whose units a ``LayerNorm`` or another
-    module mixes (:data:`GATED_PRODUCERS`, :data:`GATED_CONSUMERS`) has no gate: its root and the
-    reason are in :attr:`ungated`. For a plain chain the groups are its hidden layers.
+    :func:`bayesprune.core.structure.shrunk` removes it. An attention's heads are gated at its output
+    projection, once :func:`separable_heads` holds it as a module. A group that another module reads
+    or produces (:data:`GATED_PRODUCERS`, :data:`GATED_CONSUMERS`) has no gate: its root and the reason
+    are in :attr:`ungated`. For a plain chain the groups are its hidden layers, and the gates compute
+    what the layer-chain gates did before, bit for bit.
 
     Args:
         net: the network; the group feeding its output has no gate.
@@ -255,8 +264,15 @@ class UnitGates(StochasticGate):
         reads = {}
         for group in unit_groups(net, graph=graph):
             root = net.get_submodule(group.name)
+            if isinstance(root, HeadsRemovedAttention):  # a head's output is read by the output projection alone
+                units = torch.arange(group.units, device=device).repeat_interleave(group.block)
+                columns = group.channel_indices().flatten().to(device)
+                reads.setdefault(f"{group.name}.out_proj", []).append((len(self.groups), columns, units))
+                self.groups.append(group)
+                self.producers.append({})
+                continue
             if not isinstance(root, (nn.Linear, nn.modules.conv._ConvNd)):
-                self.ungated[group.name] = f"the heads of {type(root).__name__} are not gated"
+                self.ungated[group.name] = f"the heads of {type(root).__name__} are gated after separable_heads"
                 continue
             unit_of = torch.empty(group.channels, dtype=torch.long)  # the unit of each of the root's channels
             unit_of[group.channel_indices()] = torch.arange(group.units).view(-1, 1)
@@ -405,6 +421,21 @@ class UnitGates(StochasticGate):
         finally:
             for handle in handles:
                 handle.remove()
+
+
+def separable_heads(net: nn.Module, input_shape=None) -> nn.Module:
+    """``net`` with every ``nn.MultiheadAttention`` whose heads are units replaced, in place, by a
+    :class:`~bayesprune.core.structure.HeadsRemovedAttention` holding all its heads: the same
+    computation and parameter names, but its output projection is called as a module, where
+    :class:`UnitGates` scales a head's columns (``nn.MultiheadAttention`` reads the projection's
+    weight inside its functional forward). Returns ``net``."""
+    for group in unit_groups(net, input_shape):
+        attention = net.get_submodule(group.name)
+        if isinstance(attention, nn.MultiheadAttention):
+            parent, _, child = group.name.rpartition(".")
+            whole = HeadsRemovedAttention.keeping(attention, torch.arange(attention.num_heads))
+            setattr(net.get_submodule(parent), child, whole)
+    return net
 
 
 def unit_weight_norms(net: nn.Module, gates: UnitGates) -> list:

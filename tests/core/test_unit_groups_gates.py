@@ -8,8 +8,9 @@ import torchvision
 from torch import nn
 
 from bayesprune.cli import main
-from bayesprune.core.gates import UnitGates
+from bayesprune.core.gates import UnitGates, separable_heads
 from bayesprune.core.structure import shrunk
+from bayesprune.methods.unit_gates import GateTraining, UnitGatesOptions
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -71,3 +72,82 @@ def test_a_network_whose_units_a_layer_norm_mixes_is_refused_in_one_line(tmp_pat
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "prune.level" in err and "no hidden units to remove" in err
     assert not (tmp_path / "out").exists()
+
+
+def small_vit():
+    """A two-layer torchvision VisionTransformer of two heads, its classifier random (torchvision starts it at 0)."""
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    net = VisionTransformer(
+        image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=10
+    )
+    nn.init.normal_(net.heads.head.weight)
+    return net.eval()
+
+
+def test_a_vision_transformers_heads_and_mlp_units_are_gates_that_close_as_removed():
+    """The heads of nn.MultiheadAttention (held as a HeadsRemovedAttention of all its heads: the same
+    outputs) and the MLP hidden units are gated; closed gates compute the smaller network; the residual
+    stream, which LayerNorms normalise across, has no gate."""
+    net, x = small_vit(), torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        dense = net(x)
+        separable_heads(net, (3, 32, 32))
+        torch.testing.assert_close(net(x), dense, rtol=1e-5, atol=1e-5)
+    gates = UnitGates(net, input_shape=(3, 32, 32))
+    assert gates.units == [2, 64, 2, 64] and gates.sites[0] == "encoder.layers.encoder_layer_0.self_attention.gate"
+    keep = [torch.tensor([True, False]), torch.arange(64) % 3 == 0, torch.tensor([False, True]), torch.arange(64) < 5]
+    smaller, _ = shrunk(net, dict(zip(gates.sites, keep)), input_shape=(3, 32, 32))
+    with torch.no_grad():
+        with gates.applied(net, [k.float() for k in keep]):
+            gated = net(x)
+        expected = smaller.eval()(x)
+    assert smaller.encoder.layers[0].self_attention.num_heads == 1 and not torch.allclose(expected, dense, atol=1e-2)
+    torch.testing.assert_close(gated, expected, rtol=1e-4, atol=1e-4 * float(expected.abs().max()))
+
+
+def test_a_head_leaves_the_vision_transformer_at_the_step_its_gate_meets_the_pruning_condition():
+    """Algorithm 1, step 4 on a transformer: a head whose θ is below θ_tol is removed at that step; the
+    smaller network is the updated one with that head's gate at 0."""
+    net = separable_heads(small_vit().train(), (3, 32, 32))
+    generator = torch.Generator().manual_seed(2)
+    x, y = torch.randn(8, 3, 32, 32, generator=generator), torch.arange(8) % 10
+    training = GateTraining(net, UnitGatesOptions(), num_train=8, lr=1e-6, input_shape=(3, 32, 32))
+    with torch.no_grad():
+        training.gates.theta[2][0] = 1e-4  # head 0 of the second layer; a step of lr 1e-6 cannot lift it past 1e-3
+    training.step(x, y, 0, 10)
+    assert training.kept_units[2].tolist() == [1] and training.gates.units == [2, 64, 1, 64]
+    assert training.net.encoder.layers[1].self_attention.num_heads == 1
+    values = [torch.ones(2), torch.ones(64), torch.tensor([0.0, 1.0]), torch.ones(64)]
+    net.eval()
+    training.net.eval()
+    with torch.no_grad(), UnitGates(net, input_shape=(3, 32, 32)).applied(net, values):
+        expected = net(x)
+    with torch.no_grad():
+        torch.testing.assert_close(training.net(x), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_remove_at_epoch_holds_a_switched_off_units_gate_at_0_and_removes_it_at_the_epochs_end():
+    """``remove_at = "epoch"``: a unit meeting the pruning condition stays in the network with θ = 0 (its
+    gate always 0) until the epoch ends, when one rebuild removes it; the smaller network computes the
+    network with that gate closed."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 6), nn.Tanh(), nn.Linear(6, 3))
+    generator = torch.Generator().manual_seed(1)
+    x, y = torch.randn(32, 5, generator=generator), torch.randint(0, 3, (32,), generator=generator)
+    training = GateTraining(net, UnitGatesOptions(remove_at="epoch"), num_train=100, lr=1e-6)
+    with torch.no_grad():
+        training.gates.theta[0][[2, 5]] = 1e-4
+    training.step(x, y, 0, 2)
+    assert training.gates.units == [7, 6] and training.gates.theta[0][[2, 5]].tolist() == [0.0, 0.0]
+    assert training.estimator.values(training.gates)[0][[2, 5]].tolist() == [0.0, 0.0]
+    training.step(x, y, 1, 2)  # the second step: θ stays 0, every other θ is finite
+    assert training.gates.theta[0][[2, 5]].tolist() == [0.0, 0.0] and bool(training.gates.raw.isfinite().all())
+    values = [torch.tensor([1.0, 1, 0, 1, 1, 0, 1]), torch.ones(6)]
+    with torch.no_grad(), UnitGates(net).applied(net, values):
+        expected = net(x)
+    training.on_epoch(0, None)
+    assert training.kept_units[0].tolist() == [0, 1, 3, 4, 6] and training.gates.units == [5, 6]
+    with torch.no_grad():
+        torch.testing.assert_close(training.net(x), expected)
