@@ -8,6 +8,7 @@ from fnmatch import fnmatchcase
 from torch import nn
 
 from bayesprune.core.errors import ConfigError
+from bayesprune.core.structure import ATTENTION
 
 #: The config keys a method that trains a plain network by its mean loss under masks of the
 #: :func:`weight_sites` does not read (:attr:`bayesprune.methods.Method.unsupported`).
@@ -29,9 +30,8 @@ ATTENTION_PROJECTIONS = ("in_proj_weight", "in_proj_bias", "q_proj_weight", "k_p
 
 
 def _is_site_by_default(module: nn.Module, param_name: str) -> bool:
-    return isinstance(module, PRUNABLE) or (
-        isinstance(module, nn.MultiheadAttention) and param_name in ATTENTION_PROJECTIONS
-    )
+    # an attention that lost heads (HeadsRemovedAttention) keeps its projections' names and sites
+    return isinstance(module, PRUNABLE) or (isinstance(module, ATTENTION) and param_name in ATTENTION_PROJECTIONS)
 
 
 def site_names(net: nn.Module, *, expose=(), hide=()) -> list:

@@ -11,6 +11,7 @@ from torch import nn
 
 from bayesprune.core.export import count_macs, dead_units, export
 from bayesprune.core.pruning import unit_scores
+from bayesprune.core.sites import site_names
 from bayesprune.core.structure import HeadsRemovedAttention, remove_units, shrunk, unit_groups
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -121,6 +122,13 @@ def test_heads_removed_from_a_shrunk_network_again_and_the_cuts_follow_parameter
         net, {site.removesuffix("gate") + "out_proj": torch.cat([torch.arange(4, 8), torch.arange(12, 16)])}
     )
     assert close(twice, oracle, shape)
+
+
+def test_an_attention_that_lost_heads_keeps_its_sites():
+    net = encoder_layer()
+    smaller = export(net, {"1.self_attn.gate": torch.tensor([False, True])}, input_shape=(5, 8))
+    assert site_names(smaller) == site_names(net)
+    assert "1.self_attn.in_proj_weight" in site_names(net)
 
 
 def test_a_head_scores_its_query_key_and_value_rows():
