@@ -218,8 +218,9 @@ def resize(net: nn.Module, shapes: dict, *, input_shape=None) -> nn.Module:
 
     ``shapes`` maps parameter names to shapes, as a checkpoint's ``structure`` records them, so the
     state of a network that lost units while training loads into a freshly built one. Each unit
-    group whose root has fewer output channels in ``shapes`` loses its last units (which ones does
-    not matter: the state is loaded next).
+    group whose root has fewer rows in ``shapes`` (output channels; an attention's query, key and
+    value rows for its heads) loses its last units (which ones does not matter: the state is loaded
+    next).
 
     Raises:
         ValueError: shapes that removing units cannot give.

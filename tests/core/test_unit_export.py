@@ -9,7 +9,7 @@ import torch
 import torchvision
 from torch import nn
 
-from bayesprune.core.export import count_macs, dead_units, export
+from bayesprune.core.export import count_macs, dead_units, export, resize
 from bayesprune.core.pruning import unit_scores
 from bayesprune.core.sites import site_names
 from bayesprune.core.structure import HeadsRemovedAttention, remove_units, shrunk, unit_groups
@@ -272,3 +272,16 @@ def test_channel_shuffle_is_refused_naming_the_module_and_shufflenet_at_unit_lev
     assert dead_units(net, input_shape=(3, 32, 32)) == {}
     masks = {"fc.weight": torch.rand(3, 1024) > 0.5}
     assert torch.equal(export(net, masks).fc.weight, net.fc.weight * masks["fc.weight"])
+
+
+@pytest.mark.parametrize("build, shape", [(lambda: tiny_vit(heads=4), (3, 16, 16)), (Block, (5, 8))])
+def test_a_network_that_lost_heads_is_rebuilt_from_its_shapes(build, shape):
+    torch.manual_seed(0)
+    net = build().eval()
+    masks = {group.gate_site: torch.arange(group.units) % 2 == 0 for group in unit_groups(net, shape)}
+    smaller = export(net, masks, input_shape=shape)
+    rebuilt = resize(
+        build().eval(), {name: param.shape for name, param in smaller.named_parameters()}, input_shape=shape
+    )
+    rebuilt.load_state_dict(smaller.state_dict())
+    assert close(rebuilt, smaller, shape)
