@@ -69,7 +69,8 @@ def _report(args):
 def _importance(args):
     from bayesprune.pipeline.importance import importance
 
-    print("\n".join(importance(args.run_dir, top=args.top, fdr=args.fdr, force=args.force).summary()))
+    options = {"top": args.top, "fdr": args.fdr, "selection": args.selection, "copies": args.copies}
+    print("\n".join(importance(args.run_dir, force=args.force, **options).summary()))
 
 
 def _export(args):
@@ -142,7 +143,11 @@ HELP = {
     "run --threads": "torch CPU threads (default: the idle cores less one, at least one; OMP_NUM_THREADS, when set, is kept)",
     "run --processes": "fit on N processes of this machine, each its share of every minibatch, gradients averaged (PyTorch distributed: gloo on CPU, NCCL on CUDA, one GPU per process); the run directory is written once; under torchrun, leave it out",
     "importance --top": "features shown in the bar plot importance.png (default 30); image inputs get a heat map of every pixel",
-    "importance --fdr": "bound on the posterior expected false-discovery rate of the selection (default 0.1)",
+    "importance --fdr": "bound on the false-discovery rate of the selection (default 0.1): posterior expected "
+    "(bayesian-fdr) or frequentist (knockoff)",
+    "importance --selection": "bayesian-fdr (default: posterior inclusion probabilities) or knockoff (model-X "
+    "knockoffs, a frequentist guarantee; refits the run's method on the inputs beside their copies, tables only)",
+    "importance --copies": "knockoff copies of every input (default 2): one copy selects nothing below 1/fdr inputs",
     "export --out": "file to write (torch.export format, .pt2); the trainable file FILE_STEM.trainable.pt is written beside it",
     "export --budget": "prune further than the method did, by a field of the budget (repeatable): fraction, keep or threshold; scope global|layer; level unit|weight; min_keep (default level=unit, min_keep a tenth of each layer's units, at least 1); without it the method's own network is exported",
     "certify --samples": "networks drawn from the posterior (default: the run's pbp.mc_samples)",
@@ -187,6 +192,10 @@ def build_parser():
     importance.add_argument("--top", type=int, default=30, help=HELP["importance --top"])
     importance.add_argument("--force", action="store_true", help="overwrite existing importance files")
     importance.add_argument("--fdr", type=float, default=0.1, help=HELP["importance --fdr"])
+    importance.add_argument(
+        "--selection", choices=["bayesian-fdr", "knockoff"], default="bayesian-fdr", help=HELP["importance --selection"]
+    )
+    importance.add_argument("--copies", type=int, default=2, help=HELP["importance --copies"])
 
     exporting = command("export", _export, "run_dir")
     exporting.add_argument("--out", required=True, help=HELP["export --out"])

@@ -113,3 +113,12 @@ def test_the_report_names_the_knockoff_selection(tmp_path):
     assert any(
         line.startswith("**Selected inputs (5 of 6):** a, b, c, d, e; removed: f. model-X knockoffs") for line in lines
     )
+
+
+def test_the_command_line_passes_the_selection_and_refuses_a_bad_one_in_one_line(tmp_path, capsys):
+    from bayesprune.cli import main
+
+    assert main(["importance", str(tmp_path / "no-run"), "--selection", "knockoff", "--copies", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "bayesprune: error: --copies must be a positive integer, got 0"
+    assert main(["importance", str(tmp_path / "no-run"), "--selection", "knockoff"]) == 2  # reached the run directory
+    assert "not a run directory" in capsys.readouterr().err
