@@ -151,6 +151,21 @@ class Net(torch.nn.Module):
 def net(shape, k, **options):
     return Net(k)
 """
+NOT_TRACEABLE = """
+class Net(torch.nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(64, 16), torch.nn.Linear(16, k)
+
+    def forward(self, x):
+        if torch.is_grad_enabled() and not self.training:  # Torch-Pruning traces in eval mode with gradients
+            raise RuntimeError("not traceable")
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+
+def net(shape, k, **options):
+    return Net(k)
+"""
 CSV_RUN = settings("data.dataset='csv'", "data.path='t.csv'", "data.target='y'")
 COMPARE = ["compare", "--out", "cmp", "--methods", "sbnn", "--sparsities", "0.5", "--set", "train.epochs=1"]
 
@@ -805,6 +820,11 @@ CASES = {
         {**factory("net_heads", HEADS_NOT_DIVIDING)[0]},
         [*factory("net_heads", "")[1], "--set", "prune.level='unit'"],
         "module 'attention' has num_heads=3",
+    ),
+    "unit pruning of a network Torch-Pruning cannot trace": (
+        {**factory("net_untraced", NOT_TRACEABLE)[0]},
+        [*factory("net_untraced", "")[1], "--set", "prune.level='unit'"],
+        "cannot be traced by Torch-Pruning",
     ),
 }
 

@@ -70,16 +70,15 @@ def check_validation(config, datasets):
 
 def check_units(config, net, data):
     """Refuse unit-level pruning (``prune.level = "unit"``, and every method that gates units) of a
-    network without hidden units (``model.hidden = []``): there is nothing it could remove; or one
-    whose units are ill-defined (an attention's ``num_heads`` that does not divide its width)."""
+    network without hidden units (``model.hidden = []``): there is nothing it could remove; of one
+    Torch-Pruning cannot trace (its units are unknown: the pruning curve would fail after training);
+    or of one whose units are ill-defined (an attention's ``num_heads`` that does not divide its width)."""
     if config.prune.level != "unit":
         return
-    from bayesprune.core.structure import NotTraceable, unit_groups
+    from bayesprune.core.structure import unit_groups
 
     try:
         groups = unit_groups(net, data.input_shape)
-    except NotTraceable:  # the method's check to refuse, if the method needs a trace
-        return
     except ValueError as error:
         raise ConfigError(f"prune.level = 'unit': {error}") from None
     if not groups:
