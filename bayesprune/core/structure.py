@@ -283,7 +283,8 @@ class UnitGroup:
     (``Linear`` columns, ``Conv`` input channels, an attention's ``out_proj`` columns); a consumer
     behind a concatenation sees them shifted by the offset of the group's slice, and a flattened
     channel owns its H·W consecutive columns. Scaling those consumer columns by a unit's gate is
-    removing the unit when the gate is 0.
+    removing the unit when the gate is 0. An attention's ``out_proj`` is read as a weight by its
+    attention module, never called: scale its weight's columns, not its inputs through a hook.
 
     Attributes:
         name: the root's module path: the group's first ``Linear``/``Conv`` in module order, or the
