@@ -6,9 +6,11 @@ of its training rows held out for early stopping) once per start of ``--starts``
 weights and biases multiplied by the factor; 1 is the packaged fit), and prints one JSON line per fit:
 its ELBO (−J of eq. 3.6 on the training rows, :func:`bayesprune.methods.sbnn.elbo`), its RMSE on the
 held-out training rows, the share of weights with p* < 1/2, and its test RMSE at each droprate of the
-config. The test split scores every fit but chooses none. The closing table shows per set the curve of
-the packaged fit (start 1), of the fit of highest ELBO (``keep = "elbo"``) and of lowest held-out
-training RMSE (``keep = "validation"``), beside the paper's Table 2 (mean over splits)::
+config, the weights of lowest inclusion logit removed over the whole network (``prune.scope = "global"``,
+the paper's ranking) and the same fraction in each layer (``"layer"``). The test split scores every fit
+but chooses none. The closing table shows per set and scope the curve of the packaged fit (start 1), of
+the fit of highest ELBO (``keep = "elbo"``) and of lowest held-out training RMSE (``keep =
+"validation"``), beside the paper's Table 2 (mean over splits)::
 
     python benchmarks/uci_starts.py --data-root ../shared/data/uci --sets bostonHousing energy [--splits 2]
         [--starts 1 0.4 0.2 0.1] [--set key=value ...]
@@ -23,11 +25,16 @@ import torch
 
 from bayesprune.core.early_stopping import hold_out
 from bayesprune.core.predict import metric
+from bayesprune.core.pruning import Budget
 from bayesprune.methods import FitContext
 from bayesprune.methods.sbnn import elbo, fit_starts
 from bayesprune.pipeline.config import load_config
 from bayesprune.pipeline.evaluation import pruning_curve
 from bayesprune.pipeline.runner import load_datasets, new_net
+
+#: ``prune.scope``: the weights of lowest inclusion logit removed over the whole network (the paper's
+#: ranking) or the same fraction in each layer.
+SCOPES = ("global", "layer")
 
 
 def fit_split(config, dataset, index: int) -> list:
@@ -40,9 +47,16 @@ def fit_split(config, dataset, index: int) -> list:
     ctx = FitContext.from_config(config, dataset, device=torch.device("cpu"), seed=seed, validation=tuple(validation))
     records = []
     for factor, fitted in zip(options.starts, fit_starts(net, dataset, options, ctx)):
-        curve = pruning_curve(
-            fitted, dataset, droprates=split_config.prune.droprates, include_biases=config.prune.include_biases
-        )
+        curves = {
+            scope: pruning_curve(
+                fitted,
+                dataset,
+                droprates=split_config.prune.droprates,
+                budget=lambda droprate, scope=scope: Budget(fraction=droprate, scope=scope),
+                include_biases=config.prune.include_biases,
+            )
+            for scope in SCOPES
+        }
         probs = torch.cat([p.flatten() for p in fitted.inclusion_probabilities().values()])
         records.append(
             {
@@ -53,7 +67,10 @@ def fit_split(config, dataset, index: int) -> list:
                     metric("regression", fitted.predict(validation[0]), validation[1], target_std=dataset.target_std), 4
                 ),
                 "spike_share": round(float((probs < 0.5).double().mean()), 3),
-                "test_rmse": [round(row["test_rmse"], 4) for row in curve],
+                **{
+                    f"test_rmse_{scope}": [round(row["test_rmse"], 4) for row in curve]
+                    for scope, curve in curves.items()
+                },
             }
         )
     return records
@@ -105,10 +122,14 @@ def main(argv=None):
                 "| set | fit | starts kept | " + " | ".join(f"{d:g}" for d in droprates) + " |",
                 "|---|---|---|" + "---|" * len(droprates),
             ]
-        for label, chosen in rows.items():
-            means = [statistics.mean(record["test_rmse"][i] for record in chosen) for i in range(len(droprates))]
-            starts = ", ".join(f"{record['start']:g}" for record in chosen)
-            lines.append(f"| {name} | {label} | {starts} | " + " | ".join(f"{m:.3g}" for m in means) + " |")
+        for scope in SCOPES:
+            for label, chosen in rows.items():
+                key = f"test_rmse_{scope}"
+                means = [statistics.mean(record[key][i] for record in chosen) for i in range(len(droprates))]
+                starts = ", ".join(f"{record['start']:g}" for record in chosen)
+                lines.append(
+                    f"| {name} | {label}, {scope} | {starts} | " + " | ".join(f"{m:.3g}" for m in means) + " |"
+                )
         if paper:
             lines.append(f"| {name} | paper 003 | | " + " | ".join(f"{v:.2f}" for v in paper) + " |")
     print("\n".join(lines))
