@@ -202,7 +202,7 @@ def unit_scores(scores: dict, net, *, reduce: str = "mean", input_shape=None) ->
         ]
         if not rows:
             raise ValueError(
-                f"no score for layer {group.name!r}: expected {group.gate_site!r} or {group.name + '.weight'!r}"
+                f"no score for layer {group.name!r}: expected {group.gate_site!r} or {group.weight_rows(net)[0][0]!r}"
             )
         device = rows[0].device
         units[group.gate_site] = reducers[reduce](torch.cat([row.to(device) for row in rows], dim=1), dim=1)

@@ -141,6 +141,10 @@ def test_a_head_scores_its_query_key_and_value_rows():
         for h in range(2)
     ]
     assert torch.allclose(got, torch.stack(expected).double())
+    with pytest.raises(
+        ValueError, match=r"^no score for layer '1.self_attn': expected .* or '1.self_attn.in_proj_weight'$"
+    ):
+        unit_scores({"1.linear1.weight": scores["1.linear1.weight"]}, net, input_shape=(5, 8))
 
 
 class LayerScale(nn.Module):
