@@ -30,6 +30,7 @@ An :class:`Estimator` draws one step's gate values from any gate and estimates t
 expected sparsity s (paper 000, appendix A.1, eq. 6), the start of PFT's and PBP's masks.
 """
 
+import dataclasses
 import itertools
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -328,12 +329,34 @@ class UnitGates(StochasticGate):
 
     def restricted(self, net: nn.Module, keep: list) -> "UnitGates":
         """The gates of ``net``, this network without the units where ``keep`` (one mask per gated group)
-        is false (:func:`bayesprune.core.structure.shrunk`), holding the kept units' θ."""
+        is false (:func:`bayesprune.core.structure.shrunk`), holding the kept units' θ.
+
+        The groups are this network's with fewer units, and each row and column their index left after
+        the removed ones: not traced again, which would also see other groups where a depthwise
+        convolution is left one channel (Torch-Pruning then takes it for an ordinary one)."""
         gates = UnitGates.__new__(UnitGates)
         super(UnitGates, gates).__init__()
-        gates._trace(net, self.input_shape)
-        if gates.sites != self.sites or gates.units != [int(k.sum()) for k in keep]:
-            raise ValueError(f"the smaller network's unit groups {gates.sites} are not this network's {self.sites}")
+        gates.input_shape, gates.ungated = self.input_shape, dict(self.ungated)
+        keep = [k.to(self.raw.device) for k in keep]
+        new_unit = [torch.cumsum(k.long(), 0) - 1 for k in keep]
+        gates.groups = [dataclasses.replace(group, units=int(k.sum())) for group, k in zip(self.groups, keep)]
+        gates.units = [group.units for group in gates.groups]
+        gates.producers = []
+        for group, rows in enumerate(self.producers):
+            gates.producers.append(
+                {
+                    name: _kept(index, units, keep[group], new_unit[group], index[~keep[group][units]])
+                    for name, (index, units) in rows.items()
+                }
+            )
+        gates.readers = {}
+        for name, reader in self.readers.items():
+            removed = torch.cat([columns[~keep[group][units]] for group, columns, units in reader.reads])
+            reads = [
+                (group, *_kept(columns, units, keep[group], new_unit[group], removed))
+                for group, columns, units in reader.reads
+            ]
+            gates.readers[name] = gates._reader(net.get_submodule(name), reads)
         gates.raw = nn.Parameter(self.raw.detach()[torch.cat(keep)])
         return gates
 
@@ -421,6 +444,14 @@ class UnitGates(StochasticGate):
         finally:
             for handle in handles:
                 handle.remove()
+
+
+def _kept(index, units, keep, new_unit, removed) -> tuple:
+    """``(index, units)`` of a module's rows or columns of one group after the removal: those of kept
+    units, each index less the ``removed`` indices before it, each unit its index among the kept."""
+    stays = keep[units]
+    index = index[stays]
+    return index - torch.searchsorted(removed.sort().values, index), new_unit[units[stays]]
 
 
 def separable_heads(net: nn.Module, input_shape=None) -> nn.Module:

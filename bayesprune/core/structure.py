@@ -494,7 +494,7 @@ def input_shape_of(net: nn.Module, input_shape=None) -> tuple:
                 shape = (first.in_channels, *[size] * spatial)
                 try:
                     net(torch.zeros(1, *shape, device=parameter.device, dtype=parameter.dtype))
-                except (RuntimeError, ValueError):
+                except (RuntimeError, ValueError, AssertionError):  # torchvision asserts its image size
                     continue
                 return shape
     finally:

@@ -151,3 +151,32 @@ def test_remove_at_epoch_holds_a_switched_off_units_gate_at_0_and_removes_it_at_
     assert training.kept_units[0].tolist() == [0, 1, 3, 4, 6] and training.gates.units == [5, 6]
     with torch.no_grad():
         torch.testing.assert_close(training.net(x), expected)
+
+
+def test_the_gates_of_a_smaller_mobilenet_close_as_removed_where_a_depthwise_convolution_is_left_one_channel():
+    """After a removal the gates keep their groups, each row and column at its index in the smaller
+    network: also where Torch-Pruning, tracing the smaller network again, would split a group (a
+    depthwise convolution of one channel is an ordinary one to it). Closed gates of the smaller network
+    still compute its smaller network."""
+    torch.manual_seed(0)
+    net = with_statistics(torchvision.models.get_model("mobilenet_v2", weights=None, num_classes=10))
+    gates = UnitGates(net, input_shape=(3, 32, 32))
+    generator = torch.Generator().manual_seed(4)
+    keep = [torch.rand(units, generator=generator) < 0.7 for units in gates.units]
+    for k, site in zip(keep, gates.sites):
+        k[0] = True
+        if site == "features.16.conv.0.0.gate":
+            k[1:] = False  # its depthwise convolution is left one channel
+    smaller, _ = shrunk(net, dict(zip(gates.sites, keep)), input_shape=(3, 32, 32))
+    restricted = gates.restricted(smaller, keep)
+    assert restricted.sites == gates.sites and restricted.units == [int(k.sum()) for k in keep]
+    again = [torch.rand(units, generator=generator) < 0.7 for units in restricted.units]
+    for k in again:
+        k[0] = True
+    smallest, _ = shrunk(smaller, dict(zip(restricted.sites, again)), input_shape=(3, 32, 32))
+    x = torch.randn(4, 3, 32, 32, generator=generator)
+    with torch.no_grad():
+        with restricted.applied(smaller.eval(), [k.float() for k in again]):
+            gated = smaller(x)
+        expected = smallest.eval()(x)
+    torch.testing.assert_close(gated, expected, rtol=1e-4, atol=1e-4 * float(expected.abs().max()))
