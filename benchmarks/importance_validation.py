@@ -16,12 +16,12 @@ For each seed it prints power, false-discovery proportion (FDP) and how many of 
 the rule's 5 highest-ranked inputs hold, for
 
 - ``sbnn bayes-fdr``: the sBNN's pooled selection (``chains`` restarts, the Bayesian FDR rule at
-  ``--fdr`` on posterior inclusion, :func:`~bayesprune.analysis.importance.pooled_importance_of`),
+  each ``--fdr`` level on posterior inclusion, :func:`~bayesprune.analysis.importance.pooled_importance_of`),
   fitted from a CSV by ``bayesprune run``;
 - ``sbnn knockoff+``: model-X knockoffs, two equicorrelated Gaussian copies of every input
   (:func:`~bayesprune.pipeline.importance.knockoff_importance`: the run's config refitted on
   [X, X̃¹, X̃²]): knockoff+ on W = ψ − ψ̃¹ alone (one copy; it cannot select fewer than 1/fdr inputs)
-  and the two-copy filter (what ``bayesprune importance --selection knockoff`` selects), at ``--fdr``;
+  and the two-copy filter (what ``bayesprune importance --selection knockoff`` selects), at each level;
 - ``net perm``: permutation importance (scikit-learn) of the plain network of the same shape
   (``MLPRegressor``), on held-out rows, kept when the mean importance exceeds twice its standard
   error over the repeats; ``net perm knockoff+`` the same network on [X, X̃¹, X̃²], its permutation
@@ -30,7 +30,7 @@ the rule's 5 highest-ranked inputs hold, for
   coefficients |b| on [X, X̃¹, X̃²] (Candès et al.'s lasso coefficient-difference statistic), thresholded the same way;
 - ``forest perm``: a random forest's permutation importance, kept as the network's.
 
-    OMP_NUM_THREADS=1 python benchmarks/importance_validation.py --simulation paper003 --seeds 0 1 2 3 4
+    OMP_NUM_THREADS=1 python benchmarks/importance_validation.py --simulation paper003 --seeds 0 1 2 3 4 --fdr 0.1 0.2
 """
 
 import argparse
@@ -87,7 +87,7 @@ def scores(selected: np.ndarray, ranking: np.ndarray, relevant: np.ndarray) -> d
     }
 
 
-def sbnn_fit(x, y, folder: Path, overrides: list, fdr: float):
+def sbnn_fit(x, y, folder: Path, overrides: list):
     """The sBNN run on the table as a CSV: its pooled rows and (config, dataset) for the knockoff refit."""
     import arviz as az
     import pandas as pd
@@ -103,23 +103,28 @@ def sbnn_fit(x, y, folder: Path, overrides: list, fdr: float):
     settings += ["data.task='regression'", "baseline.enabled=false", "prune.droprates=[0.0]", "device='cpu'"]
     config = RunConfig.from_dict(apply_overrides({}, [*settings, *overrides]))
     run(config, folder / "run", force=True)
-    rows = pooled_importance_of(az.from_netcdf(str(folder / "run" / "posterior.nc")), fdr=fdr)
+    rows = pooled_importance_of(az.from_netcdf(str(folder / "run" / "posterior.nc")))
     config, dataset, _ = load_run(folder / "run")
     return rows, config, dataset
 
 
-def knockoff_rules(importance: np.ndarray, fdr: float) -> dict:
-    """Knockoff+ on the first copy alone, and the two-copy filter, at ``fdr``; ranked by the lead over the copies.
+def knockoff_rules(importance: np.ndarray, levels: list) -> dict:
+    """Knockoff+ on the first copy alone, and the two-copy filter, at every level; ranked by W = ψ − ψ̃¹ and
+    by the lead over both copies.
 
     ``importance``: ``(3, p)``, the inputs' importance and their two copies' (a valid one-copy statistic too:
     the three versions of a null input are exchangeable)."""
     from bayesprune.analysis.knockoffs import select_by_multiple_knockoffs
 
     lead = importance[0] - importance[1:].max(axis=0)
-    return {
-        f"knockoff+ 1 copy {fdr:g}": (select_by_multiple_knockoffs(importance[:2], fdr), importance[0] - importance[1]),
-        f"knockoff+ 2 copies {fdr:g}": (select_by_multiple_knockoffs(importance, fdr), lead),
-    }
+    rules = {}
+    for fdr in levels:
+        rules[f"knockoff+ 1 copy {fdr:g}"] = (
+            select_by_multiple_knockoffs(importance[:2], fdr),
+            importance[0] - importance[1],
+        )
+        rules[f"knockoff+ 2 copies {fdr:g}"] = select_by_multiple_knockoffs(importance, fdr), lead
+    return rules
 
 
 def permutation_importance_of(model, x, y, seed: int) -> tuple:
@@ -145,12 +150,14 @@ def lasso_coefficients(x, y, seed: int) -> np.ndarray:
 
 
 def one_seed(simulation, seed: int, args) -> dict:
+    import torch
     from sklearn.ensemble import RandomForestRegressor
     from sklearn.neural_network import MLPRegressor
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
     from bayesprune.analysis.knockoffs import GaussianKnockoffs
+    from bayesprune.analysis.selection import select_by_bayesian_fdr
     from bayesprune.pipeline.importance import knockoff_importance
 
     x, y, relevant = SIMULATIONS[simulation](seed, args.rows)
@@ -158,9 +165,11 @@ def one_seed(simulation, seed: int, args) -> dict:
     results = {}
     with tempfile.TemporaryDirectory() as folder:
         overrides = [f"model.hidden=[{args.hidden}]", f"seed={seed}", *SBNN]
-        rows, config, dataset = sbnn_fit(x, y, Path(folder), overrides, args.fdr)
+        rows, config, dataset = sbnn_fit(x, y, Path(folder), overrides)
         psi = np.array([row["psi"] for row in rows])
-        results["sbnn bayes-fdr"] = np.array([row["selected"] for row in rows]), psi
+        inclusion = torch.tensor([row["inclusion_probability"] for row in rows], dtype=torch.float64)
+        for fdr in args.fdr:
+            results[f"sbnn bayes-fdr {fdr:g}"] = select_by_bayesian_fdr(inclusion, fdr).numpy(), psi
         if not args.no_knockoffs:
             psi = knockoff_importance(config, dataset, copies=2)
             results.update({f"sbnn {name}": value for name, value in knockoff_rules(psi, args.fdr).items()})
@@ -192,7 +201,7 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--rows", type=int, default=400)
     parser.add_argument("--hidden", type=int, default=100, help="hidden units of both networks (default 100)")
-    parser.add_argument("--fdr", type=float, default=0.1, help="the level of every FDR rule (default 0.1)")
+    parser.add_argument("--fdr", type=float, nargs="+", default=[0.1], help="levels of every FDR rule (default 0.1)")
     parser.add_argument("--no-knockoffs", action="store_true", help="skip the knockoff rules (less than half the time)")
     args = parser.parse_args(argv)
     totals = {}
@@ -204,7 +213,7 @@ def main(argv=None):
                 f"relevant in the top 5: {result['top5']}",
                 flush=True,
             )
-    print(f"\n{args.simulation}, {args.rows} rows, seeds {' '.join(map(str, args.seeds))}, level {args.fdr:g}\n")
+    print(f"\n{args.simulation}, {args.rows} rows, seeds {' '.join(map(str, args.seeds))}\n")
     print("| rule | power | FDR (mean FDP) | relevant in the top 5 |\n|---|---|---|---|")
     for name, results in totals.items():
         mean = {key: np.mean([r[key] for r in results]) for key in results[0]}
