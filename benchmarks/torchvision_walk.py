@@ -15,11 +15,12 @@ failed. ``tests/test_torchvision_walk.py`` runs a representative subset with :fu
 import argparse
 import contextlib
 import io
+import resource
+import subprocess
 import sys
 import tempfile
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
@@ -129,42 +130,52 @@ def run_one(folder: Path, name: str, method: str, side: int) -> tuple:
     return status, err.getvalue(), out
 
 
-def walk_builder(name: str, methods: list, folder: str, threads: int) -> list:
-    """Lines of :func:`main_walk`'s table for builder ``name`` (each method in turn), and the failures."""
+def walk_one(name: str, method: str, folder: str, threads: int, max_gib: float) -> tuple:
+    """The line of :func:`main_walk`'s table for ``method`` on builder ``name``, run in a process of its
+    own (its address space capped at ``max_gib``), and whether it failed. The line gives the seconds of
+    the command and the peak resident memory of the process."""
+    resource.setrlimit(resource.RLIMIT_AS, (int(max_gib * 2**30),) * 2)
     torch.set_num_threads(threads)
     if folder not in sys.path:
         sys.path.insert(0, folder)
     side = smallest_side(name)
-    lines, failed = [], []
-    for method in methods:
-        start = time.perf_counter()
-        status, err, out = run_one(Path(folder), name, method, side)
-        ok = status == 0 and (out / "metrics.json").exists()
-        detail = f"{time.perf_counter() - start:6.1f} s" if ok else "FAILED\n" + err.strip()
-        lines.append(f"{name:24s} {side:4d} px {method:10s} {detail}")
-        failed += [] if ok else [f"{name}/{method}"]
-    return lines, failed
+    start = time.perf_counter()
+    status, err, out = run_one(Path(folder), name, method, side)
+    ok = status == 0 and (out / "metrics.json").exists()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+    detail = f"{time.perf_counter() - start:7.1f} s {peak:6.2f} GiB" if ok else "FAILED\n" + err.strip()
+    return f"{name:24s} {side:4d} px {method:10s} {detail}", not ok
 
 
 def main_walk(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="builders (default: all but the skipped ones)")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--jobs", type=int, default=1, help="builders walked at once, each in its own process")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads of each process")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of each run")
+    parser.add_argument("--max-gib", type=float, default=16, help="address space of each run's process (GiB)")
+    parser.add_argument("--one", nargs=2, metavar=("FOLDER", "METHOD"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.one:  # a run in this process: the walk's child
+        line, failed = walk_one(args.names[0], args.one[1], args.one[0], args.threads, args.max_gib)
+        print(line, flush=True)
+        return 1 if failed else 0
     names = args.names or builders()
     for name in names:
         if name in SKIPPED and not args.names:
             print(f"{name:24s} skipped: {SKIPPED[name]}", flush=True)
     names = [name for name in names if args.names or name not in SKIPPED]
     failed = []
-    with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(args.jobs) as pool:
-        runs = [pool.submit(walk_builder, name, args.methods, tmp, args.threads) for name in names]
-        for run in as_completed(runs):
-            lines, failures = run.result()
-            print("\n".join(lines), flush=True)
-            failed += failures
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:  # one run at a time, each in a process of its own: its peak memory is its own
+            for method in args.methods:
+                options = ["--threads", str(args.threads), "--max-gib", str(args.max_gib)]
+                child = subprocess.run(
+                    [sys.executable, __file__, name, "--one", tmp, method, *options], capture_output=True, text=True
+                )
+                print(child.stdout.strip() or f"{name:24s} {method:10s} FAILED (exit {child.returncode})", flush=True)
+                if child.returncode != 0:
+                    print(child.stderr.strip()[-2000:], flush=True)
+                    failed.append(f"{name}/{method}")
     print(f"{len(failed)} failed" + (": " + ", ".join(failed) if failed else ""))
     return 1 if failed else 0
 

@@ -164,7 +164,7 @@ def _select(ranking: tuple, budget: Budget) -> dict:
         keep = flat >= budget.threshold
     else:
         count = n - math.floor(round(budget.fraction * n, 6)) if budget.fraction is not None else min(budget.keep, n)
-        candidates = order[~forced[order]]
+        candidates = order[~forced[order]] if forced.any() else order
         extra = max(count - int(forced.sum()), 0)
         keep[candidates[candidates.numel() - extra :]] = True
     keep |= forced

@@ -349,6 +349,11 @@ class SBNN(Method):
         except ValueError:  # not a plain Linear/Conv2d chain (branches, batch norm, grouped convolutions)
             feature_importance = None
         chains = [(fitted.model, fitted.guide, fitted.history) for fitted in fits]
-        return to_inference_data(
-            chains, dataset, feature_importance=feature_importance, seed=seed, max_test_points=PREDICTIVE_TEST_POINTS
+        return to_inference_data(  # as many predictive draws as the Monte-Carlo predictive: one knob for their cost
+            chains,
+            dataset,
+            feature_importance=feature_importance,
+            seed=seed,
+            max_test_points=PREDICTIVE_TEST_POINTS,
+            num_predictive_draws=fits[0].predictive_samples,
         )

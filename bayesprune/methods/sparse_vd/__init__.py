@@ -294,10 +294,11 @@ class SparseVD(Method):
         return SparseVDFitted(model, guide, threshold=options.threshold, predictive_samples=options.predictive_samples)
 
     def inference_data(self, fits, data, *, seed):
-        """θ, log σ² and log α of the chains and weight draws of q (:func:`.inference_data.to_inference_data`)."""
+        """θ, log σ² and log α of the chains and weight draws of q (:func:`.inference_data.to_inference_data`),
+        with as many predictive draws as the Monte-Carlo predictive makes (20 where it makes none)."""
         from bayesprune.methods.sparse_vd.inference_data import to_inference_data
 
-        return to_inference_data(fits, data, seed=seed)
+        return to_inference_data(fits, data, seed=seed, num_predictive_draws=fits[0].predictive_samples or 20)
 
     def report_sections(self, run_dir, metrics):
         """The fraction of weights log α > threshold removes, per layer, and the histogram of log α."""

@@ -61,13 +61,14 @@ def to_inference_data(fits: list, data=None, *, num_draws: int = 50, num_predict
             sites, labels = {name: [] for name in drawn}, []
             q, keep = fit.guide.posteriors(), fit.guide.keep_masks(fit.threshold)
             for draw in range(num_draws):  # one draw of the whole network held at a time, and only for the predictive
-                if x is not None and draw < num_predictive_draws:
-                    params = fit.params(sample=True)
-                else:
-                    params = {name: q[name].rsample() * keep[name] for name in drawn}
+                whole = x is not None and draw < num_predictive_draws
+                # fit.params(sample=True), the masks computed once: every site, or the stored ones alone
+                params = {name: q[name].rsample() * keep[name] for name in (q if whole else drawn)}
+                if whole:
+                    params.update(fit.model.point_params())
                 for name in drawn:
                     sites[name].append(params[name].float().cpu().numpy())
-                if x is not None and draw < num_predictive_draws:
+                if whole:
                     with evaluating(fit.net):
                         labels.append(fit.model.likelihood.distribution(fit.model.network(params, x)).sample().cpu())
             for name in drawn:
