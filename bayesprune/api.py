@@ -17,6 +17,7 @@ from bayesprune.core.errors import ConfigError, DataError
 from bayesprune.core.loop import resolve_device
 from bayesprune.core.tasks import is_classification, task_of
 from bayesprune.data import CLASSIFICATION, REGRESSION, Dataset, validate
+from bayesprune.data.streaming import loader_rows
 from bayesprune.methods import FitContext, get_method
 from bayesprune.pipeline.checks import refuse_unsupported
 from bayesprune.pipeline.config import RunConfig
@@ -39,6 +40,7 @@ def fit_method(
     progress: bool = False,
     expose=(),
     hide=(),
+    stream: bool = False,
 ):
     """Fit the method registered as ``name`` on ``net`` and return its :class:`~bayesprune.methods.Fitted`.
 
@@ -57,12 +59,15 @@ def fit_method(
         expose, hide: parameters added to the sites or taken out, as ``model.expose`` and
             ``model.hide`` of a config (names, globs or module type names; ``hide`` wins;
             :func:`bayesprune.core.sites.site_names`).
+        stream: read a ``train`` DataLoader's rows as each minibatch needs them (decoded in its
+            ``num_workers`` processes, in the fit's own shuffled order) instead of into one tensor
+            (:func:`bayesprune.data.streaming.loader_rows`); its dataset must be map-style.
 
     The returned fit carries ``train``'s inputs as its ``calibration``: ``fitted.predict(x, masks=...)``
     re-estimates batch-norm statistics for the masked network on 20 batches of them (set
     ``fitted.calibration = None`` to keep the fit's own).
     """
-    data = _user_dataset(train, test)
+    data = _user_dataset(train, test, stream=stream)
     method = get_method(name)
     config = RunConfig.from_dict(
         {
@@ -132,10 +137,12 @@ def export(run_or_fitted, *, out, budget=None, data=None, repeats: int = 30, for
     return export_run(run_or_fitted, out=out, budget=budget, repeats=repeats, force=force)
 
 
-def _user_dataset(train, test=None) -> Dataset:
+def _user_dataset(train, test=None, *, stream: bool = False) -> Dataset:
     """The checked :class:`~bayesprune.data.Dataset` of the user's ``(x, y)`` tensors or loaders: integer
-    ``y`` is classification, floating ``y`` regression."""
-    x_train, y_train = _tensors(train, "train")
+    ``y`` is classification, floating ``y`` regression; ``stream``: a ``train`` DataLoader's inputs read on demand."""
+    if stream and not isinstance(train, DataLoader):
+        raise DataError("stream: reads the rows of a train DataLoader; train is not one")
+    x_train, y_train = loader_rows(train, "train") if stream else _tensors(train, "train")
     x_test, y_test = (x_train, y_train) if test is None else _tensors(test, "test")
     classification = is_classification(task_of(y_train))
     data = Dataset(

@@ -40,17 +40,24 @@ class TensorBatches:
     """Shuffled minibatches of in-memory tensors, reproducible from ``seed``; in a run on several
     processes each yields its share of every minibatch (:func:`~bayesprune.core.distributed.shard`).
 
+    ``x`` may also be rows read on demand (:class:`~bayesprune.data.streaming.Rows`, anything with
+    ``read(chunks)`` yielding the inputs of each list of row indices): the minibatches are then those
+    rows, in the same order a tensor would give, decoded as they are needed.
+
     Args:
         x, y: tensors with the same first dimension, already on the training device.
         batch_size: rows per batch; the last batch of an epoch may be smaller.
         shuffle: reshuffle at every epoch.
         seed: seed of the shuffling generator.
+        augment: applied to every minibatch's inputs (``augment(x)``, e.g.
+            :class:`~bayesprune.data.streaming.Augment`), or ``None``.
     """
 
-    def __init__(self, x, y, *, batch_size: int, shuffle: bool = True, seed: int = 0):
+    def __init__(self, x, y, *, batch_size: int, shuffle: bool = True, seed: int = 0, augment=None):
         self.x, self.y = x, y
         self.batch_size = int(batch_size)
         self.shuffle = shuffle
+        self.augment = augment
         self.generator = torch.Generator().manual_seed(seed)
 
     def __len__(self):
@@ -59,10 +66,12 @@ class TensorBatches:
     def __iter__(self):
         n = len(self.x)
         order = torch.randperm(n, generator=self.generator) if self.shuffle else torch.arange(n)
-        order = order.to(self.x.device)
-        for start in range(0, n, self.batch_size):
-            rows = distributed.shard(order[start : start + self.batch_size])
-            yield self.x[rows], self.y[rows]
+        in_memory = torch.is_tensor(self.x)
+        order = order.to(self.x.device if in_memory else self.y.device)
+        chunks = [distributed.shard(order[start : start + self.batch_size]) for start in range(0, n, self.batch_size)]
+        inputs = (self.x[rows] for rows in chunks) if in_memory else self.x.read([rows.cpu() for rows in chunks])
+        for rows, x in zip(chunks, inputs):
+            yield x if self.augment is None else self.augment(x), self.y[rows]
 
 
 class UniformPenalty:

@@ -52,6 +52,11 @@ class Dataset:
         input_mean: float32 of shape ``input_shape``: the training split's mean subtracted from
             every raw input, or ``None`` where the inputs are used as given.
         input_std: float32 of shape ``input_shape``: the scale the inputs were divided by, or ``None``.
+        augment: what every training minibatch's inputs go through (``data.augment``:
+            :class:`~bayesprune.data.streaming.Augment`), or ``None``.
+
+    ``x_train`` may be :class:`~bayesprune.data.streaming.Rows` read on demand instead of a tensor
+    (``data.stream``, a user's large ``DataLoader``): methods train on it batch by batch.
     """
 
     name: str
@@ -69,6 +74,7 @@ class Dataset:
     extras: dict = field(default_factory=dict)
     input_mean: torch.Tensor | None = None
     input_std: torch.Tensor | None = None
+    augment: object = None
 
     @property
     def output_dim(self) -> int:
@@ -172,7 +178,7 @@ def validate(dataset: Dataset) -> None:
             )
         if x.dtype != torch.float32:
             raise DataError(f"{where}: x_{part} has dtype {x.dtype}, expected torch.float32")
-        if not torch.isfinite(x).all():
+        if torch.is_tensor(x) and not torch.isfinite(x).all():  # rows read on demand are checked as read
             raise DataError(f"{where}: x_{part} has NaN or infinite values")
         if dataset.task == CLASSIFICATION:
             _check_labels(where, f"y_{part}", y, dataset.num_classes)

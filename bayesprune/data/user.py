@@ -41,6 +41,7 @@ image folder) is one :class:`~bayesprune.core.errors.DataError` line naming the 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import os
 import zipfile
@@ -54,6 +55,7 @@ from bayesprune.core.files import check_plain_tree, read_npz
 from bayesprune.core.validation import MAX_ELEMENTS
 from bayesprune.data.options import _boolean, _choice, _directory, _file, _fraction, _integer
 from bayesprune.data.registry import CLASSIFICATION, REGRESSION, Dataset, register_dataset
+from bayesprune.data.streaming import ImageFiles, Rows, augment_option
 from bayesprune.data.tables import _input_scaling, _standardize
 
 #: A CSV target of whole numbers with at most this many distinct values is taken for class labels
@@ -232,7 +234,13 @@ def _npz_arrays(path: str) -> dict[str, np.ndarray]:
 
 
 @register_dataset("npz")
-def load_npz(*, path: str | os.PathLike, normalize: bool | None = None) -> Dataset:
+def load_npz(
+    *,
+    path: str | os.PathLike,
+    normalize: bool | None = None,
+    augment: list[str] | None = None,
+    crop_padding: int | None = None,
+) -> Dataset:
     """Arrays ``x_train``, ``y_train``, ``x_test``, ``y_test`` of an ``.npz`` archive (:func:`numpy.savez`).
 
     Integer or boolean targets are class labels ``0..K-1`` (``K`` the largest label plus one over
@@ -246,6 +254,9 @@ def load_npz(*, path: str | os.PathLike, normalize: bool | None = None) -> Datas
         normalize: Standardise inputs and regression targets with the training split's mean and
             std. ``None``: true for ``(N, D)`` inputs; for other shapes only regression targets
             are standardised and the inputs are kept as given.
+        augment: for images ``(N, C, H, W)``: ``["crop", "flip"]`` or either, the training minibatches'
+            augmentation (:class:`~bayesprune.data.streaming.Augment`); off by default.
+        crop_padding: zeros added on each side before the random crop (default 4).
 
     Returns:
         A :class:`Dataset` named ``"npz/<file name without .npz>"``.
@@ -257,6 +268,7 @@ def load_npz(*, path: str | os.PathLike, normalize: bool | None = None) -> Datas
     x_test = _inputs(path, "x_test", arrays["x_test"])
     if x_train.shape[1:] != x_test.shape[1:]:
         raise DataError(f"{path}: x_test has example shape {x_test.shape[1:]} but x_train has {x_train.shape[1:]}")
+    augmentation = augment_option(augment, crop_padding, x_train.shape[1:], path)
     y_train = _targets(path, "y_train", arrays["y_train"], x_train.shape[0], "x_train")
     y_test = _targets(path, "y_test", arrays["y_test"], x_test.shape[0], "x_test")
     kinds = {y_train.dtype.kind == "f", y_test.dtype.kind == "f"}
@@ -281,7 +293,7 @@ def load_npz(*, path: str | os.PathLike, normalize: bool | None = None) -> Datas
             raise DataError(f"{path}: class_names given for floating (regression) targets")
         class_names = _names(path, "class_names", arrays["class_names"], num_classes, "class")
     tabular = x_train.ndim == 2
-    return _build(
+    data = _build(
         f"npz/{Path(path).stem}",
         x_train,
         y_train,
@@ -293,6 +305,7 @@ def load_npz(*, path: str | os.PathLike, normalize: bool | None = None) -> Datas
         feature_names=feature_names,
         class_names=class_names,
     )
+    return dataclasses.replace(data, augment=augmentation)
 
 
 # csv: a table with a header line, one column of which is the target.
@@ -618,6 +631,10 @@ def load_image_folder(
     root: str | os.PathLike,
     size: int | list[int] | None = None,
     grayscale: bool = False,
+    stream: bool = False,
+    workers: int = 0,
+    augment: list[str] | None = None,
+    crop_padding: int | None = None,
 ) -> Dataset:
     """Images in torchvision's ``ImageFolder`` layout: ``root/train/<class>/*`` and ``root/test/<class>/*``.
 
@@ -631,6 +648,13 @@ def load_image_folder(
         size: ``[height, width]`` (or one int for a square) every image is resized to; ``None``:
             keep the sizes, which must then all agree.
         grayscale: One luminance channel instead of three (RGB).
+        stream: Leave the training images on disk: ``x_train`` is
+            :class:`~bayesprune.data.streaming.Rows` decoding each minibatch's files as it is needed
+            (the test images are still read into memory).
+        workers: With ``stream``: processes decoding the files (0: the training process).
+        augment: ``["crop", "flip"]`` or either: the training minibatches' augmentation
+            (:class:`~bayesprune.data.streaming.Augment`); off by default.
+        crop_padding: zeros added on each side before the random crop (default 4).
 
     Returns:
         A classification :class:`Dataset` named ``"image-folder/<root's name>"``.
@@ -640,6 +664,10 @@ def load_image_folder(
     root = _directory("root", root)
     size = _image_size(size)
     grayscale = _boolean("grayscale", grayscale)
+    stream = _boolean("stream", stream)
+    workers = _integer("workers", workers, minimum=0)
+    if workers and not stream:
+        raise DataError("data.workers decode the files of data.stream = true; it is false")
     steps = [transforms.Grayscale(num_output_channels=1)] if grayscale else []
     if size is not None:
         steps.append(transforms.Resize(size))
@@ -653,15 +681,22 @@ def load_image_folder(
             f"{os.path.join(root, 'train')} (classes: {', '.join(train.classes)})"
         )
     _several_classes(os.path.join(root, "train"), len(train.classes))
+    held = len(test.samples) + (0 if stream else len(train.samples))
     if size is not None:
-        values = (len(train.samples) + len(test.samples)) * (1 if grayscale else 3) * size[0] * size[1]
+        values = held * (1 if grayscale else 3) * size[0] * size[1]
         if values > MAX_ELEMENTS:
             raise DataError(
-                f"data.size {list(size)}: {len(train.samples) + len(test.samples)} images of that size hold "
-                f"{values:,} values, more than {MAX_ELEMENTS:,}"
+                f"data.size {list(size)}: {held} images of that size hold "
+                f"{values:,} values, more than {MAX_ELEMENTS:,} (data.stream = true leaves the training images on disk)"
             )
     shape: list = []
-    x_train, x_test = _read_images(train, shape), _read_images(test, shape)
+    x_test = _read_images(test, shape)
+    augmentation = augment_option(augment, crop_padding, shape[0], f"image-folder {root}")
+    if stream:
+        folder = os.path.join(root, "train")
+        x_train = Rows(ImageFiles(train.samples, transform), shape[0], where=folder, workers=workers)
+    else:
+        x_train = _read_images(train, shape)
     to_train = torch.tensor([train.class_to_idx[name] for name in test.classes], dtype=torch.int64)
     return Dataset(
         name=f"image-folder/{Path(root).resolve().name}",
@@ -673,4 +708,5 @@ def load_image_folder(
         input_shape=tuple(x_train.shape[1:]),
         num_classes=len(train.classes),
         class_names=tuple(train.classes),
+        augment=augmentation,
     )

@@ -72,6 +72,8 @@ class FitContext:
             (:func:`bayesprune.core.fused.kernel_mode`).
         config: the run config (TOML layout) the fit is made from, kept in its checkpoints so that
             ``--resume`` refuses a ``config.toml`` edited since (:func:`bayesprune.pipeline.runner.resume_run`).
+        augment: applied to every training minibatch's inputs (the data's ``augment``,
+            :class:`~bayesprune.data.streaming.Augment`), or ``None``.
 
     After the fit, ``best_epoch`` (1-based) is the epoch early stopping kept, or ``None``.
     """
@@ -95,6 +97,7 @@ class FitContext:
     method: str = ""
     kernels: str = "auto"
     config: dict | None = None
+    augment: object = None
     best_epoch: int | None = field(default=None, init=False)
     _finished: list = field(default_factory=list, init=False, repr=False)
 
@@ -119,6 +122,7 @@ class FitContext:
             method=config.method,
             kernels=config.train.kernels,
             config=config.to_dict(),
+            augment=data.augment,
             **services,
         )
 
@@ -137,9 +141,14 @@ class FitContext:
 
     def batches(self, x, y, *, seed: int | None = None) -> TensorBatches:
         """Shuffled minibatches of ``(x, y)`` on the device, of the run's size, seeded with ``seed``
-        (the fit's seed by default)."""
+        (the fit's seed by default), augmented by :attr:`augment`. ``x`` may be rows read on demand
+        (:class:`~bayesprune.data.streaming.Rows`): each minibatch is decoded as it is needed."""
         return TensorBatches(
-            x.to(self.device), y.to(self.device), batch_size=self.batch_size, seed=self.seed if seed is None else seed
+            x.to(self.device),
+            y.to(self.device),
+            batch_size=self.batch_size,
+            seed=self.seed if seed is None else seed,
+            augment=self.augment,
         )
 
     def train(

@@ -1,0 +1,195 @@
+"""Rows read on demand give the minibatches a tensor gives; augmentation against a brute-force search of
+crops; an image folder and a user's DataLoader streamed; every defect one DataError line."""
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch import nn
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+
+import bayesprune as bp
+from bayesprune.core.loop import TensorBatches
+from bayesprune.data import load_dataset
+from bayesprune.data.streaming import Augment, Rows, augment_option, loader_rows
+from helpers import raises_data_error
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def images(n=50, shape=(3, 6, 5), seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.rand(n, *shape, generator=generator), torch.randint(0, 3, (n,), generator=generator)
+
+
+def batches_of(x, y, **options):
+    return [(bx.clone(), by.clone()) for bx, by in TensorBatches(x, y, batch_size=8, seed=3, **options)]
+
+
+def test_rows_index_as_the_tensor_they_read():
+    x, y = images()
+    rows = Rows(TensorDataset(x, y), x.shape[1:], where="train")
+    assert len(rows) == 50 and rows.shape == x.shape and rows.dtype == torch.float32
+    for index in (7, -1, slice(3, 9), slice(None, None, 4), torch.tensor([4, 0, 4]), x[:, 0, 0, 0] > 0.5):
+        assert torch.equal(rows[index], x[index])
+    assert torch.equal(rows[torch.tensor([[1, 2], [3, 4]])], x[torch.tensor([[1, 2], [3, 4]])])
+
+
+def test_streamed_minibatches_are_the_tensors_minibatches_in_order_and_after_resuming():
+    x, y = images()
+    rows = Rows(TensorDataset(x, y), x.shape[1:])
+    batches = TensorBatches(rows, y, batch_size=8, seed=3)
+    expected = TensorBatches(x, y, batch_size=8, seed=3)
+    for _ in range(2):  # two epochs: each reshuffled the same way
+        got, want = list(batches), list(expected)
+        assert len(got) == len(want) == len(batches) == 7
+        for (gx, gy), (wx, wy) in zip(got, want, strict=True):
+            assert torch.equal(gx, wx) and torch.equal(gy, wy)
+    state = batches.generator.get_state()
+    after = list(expected)
+    batches.generator.set_state(state)
+    assert all(torch.equal(g[0], w[0]) for g, w in zip(batches, after, strict=True))
+
+
+def test_rows_decoded_in_a_worker_process_are_the_same():
+    x, y = images(n=20)
+    rows = Rows(TensorDataset(x, y), x.shape[1:], workers=1)
+    assert torch.equal(torch.cat([bx for bx, _ in TensorBatches(rows, y, batch_size=6, shuffle=False)]), x)
+
+
+def _crops(padded, h, w):
+    return [
+        padded[:, i : i + h, j : j + w] for i in range(padded.shape[1] - h + 1) for j in range(padded.shape[2] - w + 1)
+    ]
+
+
+def test_crop_and_flip_give_a_window_of_the_padded_image_each_offset_and_side_drawn():
+    x, _ = images(n=400, shape=(2, 5, 6))
+    torch.manual_seed(0)
+    out = Augment(crop_padding=2, flip=True)(x)
+    assert out.shape == x.shape
+    seen = set()
+    for image, augmented in zip(x, out):
+        windows = _crops(torch.nn.functional.pad(image, (2, 2, 2, 2)), 5, 6)
+        matches = [(k, side) for k, window in enumerate(windows) for side, view in ((0, window), (1, window.flip(-1)))]
+        found = [
+            (k, side) for k, side in matches if torch.equal(augmented, windows[k] if side == 0 else windows[k].flip(-1))
+        ]
+        assert found, "not a (mirrored) window of the zero-padded image"
+        seen.add(found[0])
+    assert len({k for k, _ in seen}) == 25 and {side for _, side in seen} == {0, 1}  # every offset, both sides
+    sides = [side for _, side in seen]
+    assert 0.3 < np.mean(sides) < 0.7
+    assert torch.equal(Augment()(x), x)
+
+
+def test_augmentation_applies_to_training_batches_only():
+    x, y = images(n=16)
+    torch.manual_seed(1)
+    flipped = [bx for bx, _ in TensorBatches(x, y, batch_size=16, shuffle=False, augment=lambda b: b.flip(-1))]
+    assert torch.equal(flipped[0], x.flip(-1))
+    assert torch.equal(next(iter(TensorBatches(x, y, batch_size=16, shuffle=False)))[0], x)
+
+
+def test_augment_option_and_its_refusals():
+    assert augment_option(None, None, (3, 8, 8), "d") is None
+    augment = augment_option(["crop", "flip"], None, (3, 8, 8), "d")
+    assert (augment.crop_padding, augment.flip) == (4, True)
+    assert augment_option(["flip"], None, (1, 4, 4), "d").crop_padding == 0
+    with raises_data_error("data.augment", "images (C, H, W)", "table.npz", "(4,)"):
+        augment_option(["flip"], None, (4,), "table.npz")
+    with raises_data_error("data.augment", "'crop'"):
+        augment_option(["rotate"], None, (3, 8, 8), "d")
+    with raises_data_error("data.crop_padding", "no 'crop'"):
+        augment_option(["flip"], 2, (3, 8, 8), "d")
+    with raises_data_error("data.crop_padding", "from 1 to"):
+        augment_option(["crop"], 9, (3, 8, 8), "d")
+
+
+def image_folder(root, count=4):
+    rng = np.random.default_rng(0)
+    for part in ("train", "test"):
+        for name in ("a", "b"):
+            (root / part / name).mkdir(parents=True)
+            for k in range(count):
+                Image.fromarray(rng.integers(0, 256, (6, 5, 3), dtype=np.uint8)).save(root / part / name / f"{k}.png")
+    return str(root)
+
+
+def test_a_streamed_image_folder_reads_the_pixels_the_loaded_one_holds(tmp_path):
+    root = image_folder(tmp_path / "imgs")
+    held = load_dataset("image-folder", root=root)
+    streamed = load_dataset("image-folder", root=root, stream=True, augment=["crop", "flip"], crop_padding=1)
+    assert isinstance(streamed.x_train, Rows) and torch.is_tensor(streamed.x_test)
+    assert streamed.num_train == held.num_train == 8 and streamed.input_shape == (3, 6, 5)
+    assert torch.equal(streamed.x_train[torch.arange(8)], held.x_train)
+    assert torch.equal(streamed.y_train, held.y_train) and torch.equal(streamed.x_test, held.x_test)
+    assert held.augment is None and (streamed.augment.crop_padding, streamed.augment.flip) == (1, True)
+
+
+def test_a_streamed_image_folder_refuses_an_unreadable_file_in_one_line_when_read(tmp_path):
+    root = tmp_path / "imgs"
+    image_folder(root)
+    (root / "train" / "b" / "2.png").write_bytes(b"not a png")
+    data = load_dataset("image-folder", root=str(root), stream=True, workers=1)
+    with raises_data_error("2.png", "cannot read the image"):
+        list(TensorBatches(data.x_train, data.y_train, batch_size=4))
+    with raises_data_error("data.workers", "data.stream"):
+        load_dataset("image-folder", root=str(root), workers=2)
+
+
+class Generated(torch.utils.data.Dataset):
+    def __init__(self, x, y, bad_row=None, bad=None):
+        self.x, self.y, self.bad_row, self.bad = x, y, bad_row, bad
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return (self.bad, self.y[i]) if i == self.bad_row else (self.x[i], self.y[i])
+
+
+def test_a_shuffling_dataloader_streams_its_rows_with_labels_in_index_order():
+    x, y = images(n=30)
+    rows, labels = loader_rows(DataLoader(Generated(x, y), batch_size=7, shuffle=True), "train")
+    assert torch.equal(labels, y) and torch.equal(rows[torch.arange(30)], x)
+
+
+def test_a_dataloader_of_the_wrong_shapes_or_types_is_one_line_naming_it():
+    x, y = images(n=12)
+    with raises_data_error("train", "batch 3 cannot be read", "[3, 6, 4]"):
+        loader_rows(DataLoader(Generated(x, y, 9, torch.zeros(3, 6, 4)), batch_size=4), "train")
+    with raises_data_error("train", "batch 1 has x (4, 3, 6, 5) of torch.bool", "expected float x"):
+        loader_rows(DataLoader(TensorDataset(x.bool(), y), batch_size=4), "train")
+    for bad, when_read in ((torch.zeros(3, 6, 4), "(3, 6, 5)"), (torch.zeros(3, 6, 5, dtype=torch.bool), "bool")):
+        with raises_data_error("train", when_read):  # a dataset with targets: found when the row is read
+            data = Generated(x, y, 9, bad)
+            data.targets = y
+            rows, labels = loader_rows(DataLoader(data, batch_size=4), "train")
+            list(TensorBatches(rows, labels, batch_size=4))
+    with raises_data_error("train", "y of shape (B,)"):
+        loader_rows(DataLoader(TensorDataset(x, y[:, None].expand(12, 2)), batch_size=4), "train")
+    with raises_data_error("train", "(x, y) tensors"):
+        loader_rows(DataLoader(TensorDataset(x), batch_size=4), "train")
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(zip(x, y))
+
+    with raises_data_error("train", "iterable"):
+        loader_rows(DataLoader(Stream(), batch_size=4), "train")
+
+
+def test_fit_method_streaming_a_dataloader_fits_as_on_the_tensors():
+    x, y = images(n=40, shape=(1, 4, 4), seed=2)
+
+    def fitted(train, **options):
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Flatten(), nn.Linear(16, 5), nn.ReLU(), nn.Linear(5, 3))
+        return bp.fit_method("sbnn", net, train, (x, y), epochs=2, batch_size=16, device="cpu", **options)
+
+    held = fitted((x, y))
+    streamed = fitted(DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True), stream=True)
+    assert streamed.history.epoch_losses == pytest.approx(held.history.epoch_losses, rel=1e-6)
+    with raises_data_error("stream", "not one"):
+        fitted((x, y), stream=True)
