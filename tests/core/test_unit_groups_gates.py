@@ -9,8 +9,9 @@ from torch import nn
 
 from bayesprune.cli import main
 from bayesprune.core.gates import UnitGates, separable_heads
-from bayesprune.core.structure import shrunk
-from bayesprune.methods.unit_gates import GateTraining, UnitGatesOptions
+from bayesprune.core.pruning import unit_scores
+from bayesprune.core.structure import shrunk, unit_groups
+from bayesprune.methods.unit_gates import GateTraining, UnitGatesOptions, _split_groups
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -170,6 +171,13 @@ def test_the_gates_of_a_smaller_mobilenet_close_as_removed_where_a_depthwise_con
     smaller, _ = shrunk(net, dict(zip(gates.sites, keep)), input_shape=(3, 32, 32))
     restricted = gates.restricted(smaller, keep)
     assert restricted.sites == gates.sites and restricted.units == [int(k.sum()) for k in keep]
+    theta = dict(zip(restricted.sites, restricted.theta))
+    scores = _split_groups(smaller, restricted, theta, (3, 32, 32))  # what a fit scores: every group of its network
+    assert set(scores) - set(theta) == {"features.16.conv.1.0.gate"}
+    assert scores["features.16.conv.1.0.gate"] == theta["features.16.conv.0.0.gate"]
+    assert set(unit_scores(scores, smaller, input_shape=(3, 32, 32))) == {
+        group.gate_site for group in unit_groups(smaller, (3, 32, 32))
+    }
     again = [torch.rand(units, generator=generator) < 0.7 for units in restricted.units]
     for k in again:
         k[0] = True

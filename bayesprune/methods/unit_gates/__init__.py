@@ -28,7 +28,7 @@ from bayesprune.core.errors import ConfigError
 from bayesprune.core.export import check_export, cut
 from bayesprune.core.gates import ESTIMATORS, UnitGates, project_unit_weights, separable_heads, unit_weight_norms
 from bayesprune.core.loop import optimizer_step
-from bayesprune.core.structure import input_shape_of, shrunk
+from bayesprune.core.structure import input_shape_of, shrunk, unit_groups
 from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
 from bayesprune.methods import Method, register_method
 from bayesprune.methods.base import NetworkFitted
@@ -545,7 +545,14 @@ class UnitGatesMethod(Method):
             "epoch_test_error": training.epoch_test_error,
             "theta_trajectories": training.theta_trajectories,
         }
-        return UnitGatesFitted(final, theta, history=history, seconds=seconds, report=report, task=data.task)
+        return UnitGatesFitted(
+            final,
+            _split_groups(final, training.gates, theta, data.input_shape),
+            history=history,
+            seconds=seconds,
+            report=report,
+            task=data.task,
+        )
 
     def inference_data(self, fits, data, *, seed):
         """q(ξ) = Bernoulli(θ) of every kept unit, one chain per fit
@@ -579,6 +586,19 @@ class UnitGatesMethod(Method):
     def restore(self, net, data, options, ctx, state):
         net.load_state_dict(state["net"])
         return UnitGatesFitted(net, dict(state["theta"]), task=data.task)
+
+
+def _split_groups(net, gates, theta: dict, input_shape) -> dict:
+    """``theta`` with the θ of every unit group of the smaller ``net`` that is no gated group: a depthwise
+    convolution left one channel is a group of its own to Torch-Pruning (it takes it for an ordinary
+    convolution), holding the one unit of the gated group it belonged to, and its θ."""
+    owner = {producer: group.gate_site for group in gates.groups for producer in group.producers}
+    theta = dict(theta)
+    for group in unit_groups(net, input_shape):
+        source = owner.get(group.name)
+        if group.gate_site not in theta and source is not None and theta[source].numel() == group.units:
+            theta[group.gate_site] = theta[source].clone()
+    return theta
 
 
 def _fine_tune(ctx, net, batches, options, num_train, first, input_mask):
