@@ -649,6 +649,27 @@ CASES = {
         IMAGE_RUN,
         "9x9",
     ),
+    # issue 40: streaming and augmentation
+    "augmentation of a table": (
+        {"d.npz": "<npz of a table>"},
+        settings("data.dataset='npz'", "data.path='d.npz'", "data.augment=['flip']"),
+        "data.augment applies to images (C, H, W)",
+    ),
+    "image folder padding images it does not crop": (
+        image_folder(),
+        [*IMAGE_RUN, "--set", "data.augment=['flip']", "--set", "data.crop_padding=2"],
+        "data.crop_padding pads the images",
+    ),
+    "streamed image folder with an unreadable image": (
+        image_folder(**{"train/b/2.png": b"not a png"}),
+        [*IMAGE_RUN, "--set", "data.stream=true"],
+        "2.png",
+    ),
+    "streamed image folder with an image of another size": (
+        image_folder(**{"train/b/1.png": png((9, 9))}),
+        [*IMAGE_RUN, "--set", "data.stream=true"],
+        "9x9",
+    ),
     "image folder resized to 10**5 x 10**5": (
         image_folder(),
         [*IMAGE_RUN, "--set", "data.size=[100000, 100000]"],
@@ -891,7 +912,7 @@ def _special(value, complete_run, path):
             name: -value if value.is_floating_point() else value for name, value in saved["state"]["guide"].items()
         }
         return saved_checkpoint(saved)
-    if value in ("<npz of one class>", "<npz of 0 features>"):
+    if value in ("<npz of one class>", "<npz of 0 features>", "<npz of a table>"):
         features = 0 if value == "<npz of 0 features>" else 3
         labels = np.zeros(10, np.int64) if value == "<npz of one class>" else np.arange(10) % 2
         np.savez(

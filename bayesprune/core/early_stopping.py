@@ -28,7 +28,8 @@ def hold_out(dataset, fraction: float, *, seed: int):
 
     The training part's ``extras["train_rows"]`` are the indices of its rows in the training split as
     loaded (composed when ``dataset`` is itself a training part), so that a fit can record which of the
-    data's rows it used (PBP's S \\ S_P, which its certificate must be computed on again).
+    data's rows it used (PBP's S \\ S_P, which its certificate must be computed on again). Training
+    rows read on demand (:class:`~bayesprune.data.streaming.Rows`) stay so; the held-out ones are read.
     """
     n = dataset.num_train
     size = max(1, round(fraction * n))
@@ -37,13 +38,14 @@ def hold_out(dataset, fraction: float, *, seed: int):
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     held, kept = order[:size], order[size:].sort().values
     rows = dataset.extras.get("train_rows", torch.arange(n))[kept]
+    x = dataset.x_train
     rest = replace(
         dataset,
-        x_train=dataset.x_train[kept],
+        x_train=x.subset(kept) if hasattr(x, "subset") else x[kept],  # rows read on demand stay so
         y_train=dataset.y_train[kept],
         extras={**dataset.extras, "train_rows": rows},
     )
-    return rest, dataset.x_train[held], dataset.y_train[held]
+    return rest, x[held], dataset.y_train[held]
 
 
 class EarlyStopping(Callback):

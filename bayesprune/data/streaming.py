@@ -105,6 +105,12 @@ class Rows:
     def float(self) -> Rows:
         return self
 
+    def subset(self, rows: torch.Tensor) -> Rows:
+        """The rows of the integer tensor ``rows``, still read on demand (a held-out split's training part)."""
+        return Rows(
+            _Subset(self.items, rows), self.example_shape, where=self.where, workers=self.workers, device=self.device
+        )
+
     def __getitem__(self, index) -> torch.Tensor:
         """The rows ``index`` (an int, a slice, a list or an integer or boolean tensor) as a float32 tensor."""
         if isinstance(index, numbers.Integral):
@@ -141,6 +147,25 @@ class Rows:
             yield x.to(self.device, non_blocking=True)
 
 
+class _Subset(torch.utils.data.Dataset):
+    """Items ``rows`` of ``items`` (as :class:`torch.utils.data.Subset`, the indices kept in one tensor)."""
+
+    def __init__(self, items, rows: torch.Tensor):
+        self.items, self.rows = items, rows.to("cpu", torch.int64)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int):
+        return self.items[int(self.rows[index])]
+
+    def __getitems__(self, indices):
+        rows = self.rows[torch.as_tensor(indices, dtype=torch.int64)].tolist()
+        if hasattr(self.items, "__getitems__"):
+            return self.items.__getitems__(rows)
+        return [self.items[row] for row in rows]
+
+
 class ImageFiles(torch.utils.data.Dataset):
     """An image folder's files, each decoded when read (Pillow through a torchvision ``transform``).
 
@@ -154,6 +179,25 @@ class ImageFiles(torch.utils.data.Dataset):
 
     def __len__(self) -> int:
         return len(self.samples)
+
+    def check(self, size: tuple[int, int] | None) -> None:
+        """Open every file's header (no pixel decoded), refusing one Pillow cannot read or, where
+        ``size`` (height, width) is given, one of another size: the defects found before training."""
+        from PIL import Image
+
+        for path, _ in self.samples:
+            try:
+                with Image.open(path) as image:
+                    found = image.size[::-1]
+            except Image.UnidentifiedImageError:
+                raise DataError(f"{path}: cannot read the image (not a format Pillow reads)") from None
+            except (OSError, ValueError, Image.DecompressionBombError) as err:
+                raise DataError(f"{path}: cannot read the image ({' '.join(str(err).split())})") from None
+            if size is not None and tuple(found) != tuple(size):
+                raise DataError(
+                    f"{path}: image is {found[0]}x{found[1]} but the others are {size[0]}x{size[1]}; "
+                    "set data.size to resize every image"
+                )
 
     def __getitem__(self, index: int) -> torch.Tensor:
         from PIL import Image

@@ -694,7 +694,9 @@ def load_image_folder(
     augmentation = augment_option(augment, crop_padding, shape[0], f"image-folder {root}")
     if stream:
         folder = os.path.join(root, "train")
-        x_train = Rows(ImageFiles(train.samples, transform), shape[0], where=folder, workers=workers)
+        files = ImageFiles(train.samples, transform)
+        files.check(None if size is not None else shape[0][1:])
+        x_train = Rows(files, shape[0], where=folder, workers=workers)
     else:
         x_train = _read_images(train, shape)
     to_train = torch.tensor([train.class_to_idx[name] for name in test.classes], dtype=torch.int64)

@@ -1,6 +1,8 @@
 """Rows read on demand give the minibatches a tensor gives; augmentation against a brute-force search of
 crops; an image folder and a user's DataLoader streamed; every defect one DataError line."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -9,8 +11,9 @@ from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 import bayesprune as bp
+from bayesprune.core.early_stopping import hold_out
 from bayesprune.core.loop import TensorBatches
-from bayesprune.data import load_dataset
+from bayesprune.data import Dataset, load_dataset
 from bayesprune.data.streaming import Augment, Rows, augment_option, loader_rows
 from helpers import raises_data_error
 
@@ -49,6 +52,20 @@ def test_streamed_minibatches_are_the_tensors_minibatches_in_order_and_after_res
     after = list(expected)
     batches.generator.set_state(state)
     assert all(torch.equal(g[0], w[0]) for g, w in zip(batches, after, strict=True))
+
+
+def test_a_held_out_part_of_streamed_rows_keeps_its_training_rows_streamed():
+    x, y = images(n=30)
+    held = Dataset("t", "classification", x, y, x, y, tuple(x.shape[1:]), 3)
+    streamed = dataclasses.replace(held, x_train=Rows(TensorDataset(x, y), x.shape[1:]))
+    (rest, x_held, y_held), (want, x_want, y_want) = hold_out(streamed, 0.2, seed=1), hold_out(held, 0.2, seed=1)
+    assert isinstance(rest.x_train, Rows) and len(rest.x_train) == 24
+    assert torch.equal(rest.x_train[torch.arange(24)], want.x_train) and torch.equal(rest.y_train, want.y_train)
+    assert torch.equal(x_held, x_want) and torch.equal(y_held, y_want)
+    assert torch.equal(
+        next(iter(TensorBatches(rest.x_train, rest.y_train, batch_size=5, seed=2)))[0],
+        next(iter(TensorBatches(want.x_train, want.y_train, batch_size=5, seed=2)))[0],
+    )
 
 
 def test_rows_decoded_in_a_worker_process_are_the_same():
