@@ -424,22 +424,27 @@ def plot_importance(rows, path, *, title="Feature importance"):
 
 
 def plot_importance_image(rows, input_shape, path, *, title="Feature importance"):
-    """The scaled importance φ (eq. 3.19) of image inputs as a heat map of the image, one panel per channel.
+    """The importance ψ (eq. 3.18) of image inputs as a heat map of the image, one panel per channel.
+
+    ψ is drawn on its own scale from 0 to its largest value, not min-max scaled: φ of eq. 3.19 would
+    draw the least important pixel as exactly 0, however large its ψ.
 
     Args:
-        rows: rows of :func:`importance_table`, one per pixel, in input (C, H, W) order.
+        rows: rows of :func:`importance_table` or :func:`pooled_importance`, one per pixel, in input
+            (C, H, W) order.
         input_shape: ``(C, H, W)``.
         path: the PNG file to write.
 
     Returns:
-        The φ image drawn, shape ``(C, H, W)``.
+        The ψ image drawn, shape ``(C, H, W)``.
     """
     channels, height, width = input_shape
-    phi = np.asarray([row["phi"] for row in rows], dtype=float).reshape(channels, height, width)
+    psi = np.asarray([row["psi"] for row in rows], dtype=float).reshape(channels, height, width)
+    top = float(psi.max()) if psi.size and psi.max() > 0 else 1.0
     figure, axes = plt.subplots(1, channels, figsize=(3.2 * channels + 0.8, 3.2), squeeze=False)
     for channel, axis in enumerate(axes[0]):
-        image = axis.imshow(phi[channel], cmap="viridis", vmin=0, vmax=1)
+        image = axis.imshow(psi[channel], cmap="viridis", vmin=0, vmax=top)
         axis.set(xticks=[], yticks=[], title=title if channels == 1 else f"{title}, channel {channel}")
-    figure.colorbar(image, ax=axes[0, -1], label="scaled importance φ")
+    figure.colorbar(image, ax=axes[0, -1], label="importance ψ (eq. 3.18)")
     save_figure(figure, path)
-    return phi
+    return psi

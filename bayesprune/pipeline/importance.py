@@ -151,7 +151,7 @@ def importance(
     write_csv(outputs[0], rows)
     write_csv(outputs[1], nodes)
     if len(dataset.input_shape) == 3 and len(rows) == math.prod(dataset.input_shape):
-        plot_importance_image(rows, dataset.input_shape, outputs[2], title="Feature importance φ")
+        plot_importance_image(rows, dataset.input_shape, outputs[2], title="Feature importance ψ")
     else:
         ordered = sorted(rows, key=lambda row: row["rank"])
         plot_importance(

@@ -181,8 +181,8 @@ def test_fitted_sbnn_tracks_relative_influence_of_two_features(fast_svi):
 
 def test_the_importance_of_image_inputs_is_drawn_where_each_pixel_lies(tmp_path):
     """Only the pixels of one row and one column of a 2-channel 4x5 image keep their outgoing
-    weights (p = 1, all others p = 0): eq. 3.18 gives them the largest ψ (φ = 1) and every other
-    pixel ψ = 0 (φ = 0), and the heat map shows exactly that cross in the right channel."""
+    weights (p = 1, all others p = 0): eq. 3.18 gives them ψ = 1 and every other pixel ψ = 0, and the
+    heat map shows exactly that cross in the right channel."""
     shape = (2, 4, 5)
     net = mlp(shape, 3, hidden=(6,))
     expected = torch.zeros(shape)
@@ -190,7 +190,21 @@ def test_the_importance_of_image_inputs_is_drawn_where_each_pixel_lies(tmp_path)
     inclusion = {name: torch.ones(p.shape, dtype=torch.float64) for name, p in net.named_parameters()}
     inclusion["1.weight"] = expected.flatten().repeat(6, 1).double()
     rows = importance_table(net, inclusion)
-    phi = plot_importance_image(rows, shape, tmp_path / "importance.png")
-    assert phi.shape == shape
-    assert torch.equal(torch.from_numpy(phi).float(), expected)
+    image = plot_importance_image(rows, shape, tmp_path / "importance.png")
+    assert image.shape == shape
+    assert torch.equal(torch.from_numpy(image).float(), expected)
     assert (tmp_path / "importance.png").stat().st_size > 0
+
+
+def test_the_image_heat_map_draws_psi_on_its_own_scale(tmp_path):
+    """Issue 38, item 6: no pixel is drawn as exactly 0 by min-max scaling. Every first-layer weight
+    has p = 1/2 except the cross's (p = 1), all later weights p = 1: eq. 3.18 gives the cross ψ = 1 and
+    every other pixel ψ = 1/2 (one factor 1/2 on each path), which φ of eq. 3.19 would draw as 0."""
+    shape = (1, 3, 4)
+    net = mlp(shape, 2, hidden=(5,))
+    cross = torch.zeros(shape)
+    cross[0, 1, :], cross[0, :, 2] = 1.0, 1.0
+    inclusion = {name: torch.ones(p.shape, dtype=torch.float64) for name, p in net.named_parameters()}
+    inclusion["1.weight"] = (0.5 + 0.5 * cross.flatten()).repeat(5, 1).double()
+    image = plot_importance_image(importance_table(net, inclusion), shape, tmp_path / "importance.png")
+    assert torch.equal(torch.from_numpy(image).float(), 0.5 + 0.5 * cross)
