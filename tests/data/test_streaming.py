@@ -144,12 +144,16 @@ def test_a_streamed_image_folder_reads_the_pixels_the_loaded_one_holds(tmp_path)
     assert held.augment is None and (streamed.augment.crop_padding, streamed.augment.flip) == (1, True)
 
 
-def test_a_streamed_image_folder_refuses_an_unreadable_file_in_one_line_when_read(tmp_path):
+def test_a_streamed_image_folder_refuses_a_bad_file_in_one_line_when_loaded_or_read(tmp_path):
     root = tmp_path / "imgs"
     image_folder(root)
     (root / "train" / "b" / "2.png").write_bytes(b"not a png")
+    with raises_data_error("2.png", "cannot read the image"):  # its header: before training
+        load_dataset("image-folder", root=str(root), stream=True)
+    whole = (root / "train" / "a" / "1.png").read_bytes()
+    (root / "train" / "b" / "2.png").write_bytes(whole[:60])  # a header, then the pixels cut short
     data = load_dataset("image-folder", root=str(root), stream=True, workers=1)
-    with raises_data_error("2.png", "cannot read the image"):
+    with raises_data_error("2.png", "cannot read the image"):  # its pixels, in a worker process
         list(TensorBatches(data.x_train, data.y_train, batch_size=4))
     with raises_data_error("data.workers", "data.stream"):
         load_dataset("image-folder", root=str(root), workers=2)
