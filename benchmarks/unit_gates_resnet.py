@@ -1,0 +1,212 @@
+"""Unit gates on torchvision's ResNet-18 against Torch-Pruning's magnitude pruning, at the same MACs and epochs.
+
+What is measured, per seed, on scikit-learn's digits as 3x32x32 images (``benchmarks/recalibration.py``'s
+``digits32.npz``) and ``torchvision.models.resnet18(num_classes=10)`` with random weights:
+
+* **unit gates** (paper 004, one gate per group of coupled channels), from the command line as a user
+  runs it (``model.factory`` TOML, ``bayesprune run``): ``--epochs`` epochs of Algorithm 1, channels
+  leaving the network while it trains, then ``--finetune-epochs`` of the smaller network; its test
+  error (``metrics.json``), the learned network's MACs against the dense one's
+  (:func:`bayesprune.core.export.count_macs`), the seconds of each epoch and the channels alive
+  after it, and the CPU time of one training step (forward and backward, gates on) of the learned
+  network against the dense one (median of interleaved repeats: the measure a busy machine disturbs
+  least);
+* **Torch-Pruning's magnitude pruning**: the dense network trained ``--epochs`` epochs with the same
+  objective (N/B-scaled cross-entropy plus λ/2 WᵀW, Adam at ``--lr``, batch 64), pruned once by
+  ``tp.pruner.MagnitudePruner`` with ``tp.importance.MagnitudeImportance(p=2)`` (the classifier kept)
+  at the channel ratio whose MACs are the unit gates' network's (bisection), then fine-tuned
+  ``--finetune-epochs`` epochs at ``--finetune-lr``: the same total epochs and MACs;
+* the mean over ``--seeds``.
+
+Numbers and the command: docs/reproductions.md, "Unit gates on torchvision networks".
+
+Usage: ``python benchmarks/unit_gates_resnet.py [--seeds 0 1 2] [--epochs 8] [--finetune-epochs 2]
+[--log-gamma -4] [--theta-lr 0.01] [--lr 0.003] [--finetune-lr 0.001] [--remove-at epoch] [--out DIR] [--json]``
+(one thread).
+"""
+
+import argparse
+import contextlib
+import copy
+import io
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import tomli_w
+import torch
+import torch_pruning as tp
+import torchvision
+
+from bayesprune.cli import main
+from bayesprune.core.export import count_macs
+from bayesprune.data import load_dataset
+from bayesprune.methods.unit_gates import GateTraining, UnitGatesOptions, adam, data_cost
+from bayesprune.pipeline.runner import load_run
+
+sys.path.insert(0, str(Path(__file__).parent))
+from recalibration import write_user_files  # noqa: E402
+
+SHAPE = (3, 32, 32)
+BATCH = 64
+
+
+def error_of(net, x, y) -> float:
+    net.eval()
+    with torch.no_grad():
+        predictions = torch.cat([net(chunk).argmax(-1) for chunk in torch.split(x, 256)])
+    return 100.0 * float((predictions != y).float().mean())
+
+
+def train(net, data, epochs: int, lr: float, precision: float, seed: int):
+    """Adam on (N/B)·cross-entropy + λ/2 WᵀW (unit gates' objective without gates), batches of 64."""
+    optimizer = adam(net, lr, precision)
+    generator = torch.Generator().manual_seed(seed)
+    n = len(data.x_train)
+    net.train()
+    for _ in range(epochs):
+        for rows in torch.randperm(n, generator=generator).split(BATCH):
+            optimizer.zero_grad(set_to_none=True)
+            data_cost(net(data.x_train[rows]), data.y_train[rows], n, None).backward()
+            optimizer.step()
+    return net
+
+
+def pruned_to(net, macs: int):
+    """``net`` pruned by Torch-Pruning's magnitude pruner to about ``macs`` (bisection on the channel ratio)."""
+    low, high, best = 0.0, 0.95, None
+    for _ in range(12):
+        ratio = (low + high) / 2
+        candidate = copy.deepcopy(net)
+        pruner = tp.pruner.MagnitudePruner(
+            candidate,
+            torch.zeros(1, *SHAPE),
+            importance=tp.importance.MagnitudeImportance(p=2),
+            pruning_ratio=ratio,
+            ignored_layers=[candidate.fc],
+        )
+        pruner.step()
+        got = count_macs(candidate, SHAPE)
+        if best is None or abs(got - macs) < abs(best[1] - macs):
+            best = (candidate, got, ratio)
+        low, high = (ratio, high) if got > macs else (low, ratio)
+    return best
+
+
+def step_seconds(net, data, options, rounds: int = 5) -> float:
+    """Median CPU seconds of one Algorithm 1 step (gates on) on ``net``, a batch of 64."""
+    training = GateTraining(copy.deepcopy(net), options, num_train=len(data.x_train), lr=1e-9, input_shape=SHAPE)
+    x, y = data.x_train[:BATCH], data.y_train[:BATCH]
+    times = []
+    for _ in range(rounds + 1):
+        start = time.process_time()
+        training.step(x, y, 0, 1)
+        times.append(time.process_time() - start)
+    return statistics.median(times[1:])
+
+
+def run_seed(folder: Path, seed: int, args) -> dict:
+    data = load_dataset("npz", path=str(folder / "digits32.npz"))
+    config = {
+        "method": "unit-gates",
+        "device": "cpu",
+        "seed": seed,
+        "data": {"dataset": "npz", "path": str(folder / "digits32.npz"), "batch_size": BATCH},
+        "model": {"factory": "tvnets:resnet18"},
+        "optim": {"lr": args.lr},
+        "train": {"epochs": args.epochs},
+        "unit-gates": {
+            "log_gamma": args.log_gamma,
+            "theta_lr": args.theta_lr,
+            "remove_at": args.remove_at,
+            "finetune_epochs": args.finetune_epochs,
+            "finetune_lr": args.finetune_lr,
+        },
+        "prune": {"level": "unit", "droprates": [0.0]},
+        "baseline": {"enabled": False},
+    }
+    toml = folder / f"gates-{seed}.toml"
+    toml.write_text(tomli_w.dumps(config))
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["run", str(toml), "--out", str(folder / f"gates-{seed}"), "--quiet"]) == 0
+    gates_seconds = time.perf_counter() - start
+    metrics = json.loads((folder / f"gates-{seed}" / "metrics.json").read_text())
+    _, _, fitted = load_run(folder / f"gates-{seed}")
+    learned = fitted.net.cpu()
+    torch.manual_seed(seed)
+    dense = torchvision.models.resnet18(num_classes=10)
+    dense_macs, learned_macs = count_macs(dense, SHAPE), count_macs(learned, SHAPE)
+    options = UnitGatesOptions(log_gamma=args.log_gamma)
+    dense_step, learned_step = step_seconds(dense, data, options), step_seconds(learned, data, options)
+
+    start = time.perf_counter()
+    torch.manual_seed(seed)
+    trained = train(torchvision.models.resnet18(num_classes=10), data, args.epochs, args.lr, 20.0, seed)
+    pruned, tp_macs, ratio = pruned_to(trained.eval(), learned_macs)
+    train(pruned, data, args.finetune_epochs, args.finetune_lr, 20.0, seed + 1000)
+    tp_seconds = time.perf_counter() - start
+    return {
+        "seed": seed,
+        "gates_error": metrics["test_error"],
+        "gates_macs_ratio": learned_macs / dense_macs,
+        "gates_learned_channels": metrics["learned_architecture"],
+        "gates_units_alive": metrics["units_alive"],
+        "gates_epoch_seconds": metrics["epoch_seconds"],
+        "gates_epoch_test_error": metrics["epoch_test_error"],
+        "gates_step_cpu_seconds": {"dense": dense_step, "learned": learned_step},
+        "gates_seconds": gates_seconds,
+        "tp_error": error_of(pruned, data.x_test, data.y_test),
+        "tp_macs_ratio": tp_macs / dense_macs,
+        "tp_channel_ratio": ratio,
+        "tp_dense_error": error_of(trained, data.x_test, data.y_test),
+        "tp_seconds": tp_seconds,
+        "dense_macs": dense_macs,
+    }
+
+
+def main_cli(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--finetune-epochs", type=int, default=2)
+    parser.add_argument("--log-gamma", type=float, default=-4.0)
+    parser.add_argument("--theta-lr", type=float, default=0.01)
+    parser.add_argument("--lr", type=float, default=0.003)
+    parser.add_argument("--remove-at", default="epoch", choices=["step", "epoch"])
+    parser.add_argument("--finetune-lr", type=float, default=0.001)
+    parser.add_argument("--out", help="folder for the runs (default: a temporary one)")
+    parser.add_argument("--json", action="store_true", help="print every number as JSON")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as temporary:
+        folder = Path(args.out or temporary)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_user_files(folder)
+        sys.path.insert(0, str(folder))
+        rows = []
+        for seed in args.seeds:
+            rows.append(run_seed(folder, seed, args))
+            row = rows[-1]
+            print(
+                f"seed {seed}: unit gates {row['gates_error']:.2f}% at {100 * row['gates_macs_ratio']:.1f}% of the MACs "
+                f"(channels alive per epoch {row['gates_units_alive']}, epoch seconds {row['gates_epoch_seconds']}, "
+                f"step CPU seconds dense {row['gates_step_cpu_seconds']['dense']:.3f} / learned "
+                f"{row['gates_step_cpu_seconds']['learned']:.3f}); Torch-Pruning magnitude {row['tp_error']:.2f}% at "
+                f"{100 * row['tp_macs_ratio']:.1f}% (dense before pruning {row['tp_dense_error']:.2f}%)",
+                flush=True,
+            )
+    mean = {key: statistics.mean(row[key] for row in rows) for key in ("gates_error", "tp_error", "gates_macs_ratio")}
+    print(
+        f"mean of {len(rows)} seeds: unit gates {mean['gates_error']:.2f}%, Torch-Pruning magnitude + fine-tuning "
+        f"{mean['tp_error']:.2f}%, at {100 * mean['gates_macs_ratio']:.1f}% of resnet18's MACs"
+    )
+    if args.json:
+        print(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main_cli()
