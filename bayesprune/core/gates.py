@@ -241,8 +241,8 @@ class UnitGates(StochasticGate):
     :func:`bayesprune.core.structure.shrunk` removes it. An attention's heads are gated at its output
     projection, once :func:`separable_heads` holds it as a module. A group that another module reads
     or produces (:data:`GATED_PRODUCERS`, :data:`GATED_CONSUMERS`) has no gate: its root and the reason
-    are in :attr:`ungated`. For a plain chain the groups are its hidden layers, and the gates compute
-    what the layer-chain gates did before, bit for bit.
+    are in :attr:`ungated`. For a plain chain the groups are its hidden layers, and a consumer reading
+    one group's units in order is scaled by the repeated gate values, as the layer-chain gates did.
 
     Args:
         net: the network; the group feeding its output has no gate.
