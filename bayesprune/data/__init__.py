@@ -27,7 +27,8 @@ The code is split by role: :mod:`~bayesprune.data.registry` (the container, the 
 checks), :mod:`~bayesprune.data.options` (checks of loader options),
 :mod:`~bayesprune.data.images` (digits, Fashion-MNIST, CIFAR-10), :mod:`~bayesprune.data.mnist`,
 :mod:`~bayesprune.data.tables` (UCI), :mod:`~bayesprune.data.simulators` and
-:mod:`~bayesprune.data.user` (the user's own files). Importing this package
+:mod:`~bayesprune.data.user` (the user's own files) and :mod:`~bayesprune.data.streaming` (training
+rows read a minibatch at a time, and the augmentation of image minibatches). Importing this package
 registers every loader; every public name is importable from here.
 """
 

@@ -61,6 +61,20 @@ def _one_line(error: BaseException) -> str:
     return last.split(": ", 1)[1] if last.startswith(("DataError: ", "bayesprune.core.errors.DataError: ")) else last
 
 
+class _Lists:
+    """A batch sampler of given index chunks, each a list only when its turn comes (a million rows'
+    indices as Python ints take tens of MB)."""
+
+    def __init__(self, chunks):
+        self.chunks = list(chunks)
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def __iter__(self):
+        return (chunk.tolist() if torch.is_tensor(chunk) else list(chunk) for chunk in self.chunks)
+
+
 def _workers_seed() -> torch.Generator:
     """The generator a DataLoader draws its workers' seed from: its own, so that reading rows leaves
     torch's global generator (the fit's draws) as it was."""
@@ -127,10 +141,9 @@ class Rows:
 
     def read(self, chunks):
         """The inputs of each list (or tensor) of row indices in ``chunks``, in order, on :attr:`device`."""
-        chunks = [chunk.tolist() if torch.is_tensor(chunk) else list(chunk) for chunk in chunks]
         loader = DataLoader(
             self.items,
-            batch_sampler=chunks,
+            batch_sampler=_Lists(chunks),
             num_workers=self.workers,
             collate_fn=functools.partial(_stack, shape=self.example_shape, where=self.where),
             pin_memory=self.device.type == "cuda",

@@ -23,7 +23,12 @@ from Python (``load_dataset("npz", path="...")``):
   read with torchvision into memory. The classes are the training folder's class folders in sorted
   order (the test folder may hold a subset). ``data.size`` (``[height, width]``, or one int for a
   square) resizes every image; ``data.grayscale`` keeps one channel instead of three. Pixels lie in
-  ``[0, 1]``, as in the built-in image sets.
+  ``[0, 1]``, as in the built-in image sets. ``data.stream = true`` leaves the training images on disk,
+  decoded a minibatch at a time in ``data.workers`` processes (:mod:`~bayesprune.data.streaming`).
+
+``data.augment`` (``image-folder``, ``npz`` images) lists ``"crop"`` (after ``data.crop_padding`` zeros,
+default 4) and ``"flip"``: the augmentation of the training minibatches
+(:class:`~bayesprune.data.streaming.Augment`), refused for inputs that are not images.
 
 ``data.normalize`` (``npz``, ``csv``) standardises with the training split's mean and standard
 deviation, as the UCI loader's option of that name: the inputs, per feature (per pixel for images),
@@ -639,9 +644,9 @@ def load_image_folder(
     """Images in torchvision's ``ImageFolder`` layout: ``root/train/<class>/*`` and ``root/test/<class>/*``.
 
     Read with :class:`torchvision.datasets.ImageFolder` (RGB) and its transforms into ``(C, H, W)``
-    float tensors in ``[0, 1]``, all held in memory. The classes are ``train``'s class folders in
-    sorted order, named in ``class_names``; ``test`` may hold a subset of them, and a test class
-    that ``train`` lacks is refused.
+    float tensors in ``[0, 1]``, held in memory (the training ones left on disk with ``stream``). The
+    classes are ``train``'s class folders in sorted order, named in ``class_names``; ``test`` may hold a
+    subset of them, and a test class that ``train`` lacks is refused.
 
     Args:
         root: Directory holding ``train/`` and ``test/``.
