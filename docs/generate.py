@@ -119,6 +119,9 @@ the tensor (`tests/data/test_streaming.py`).
   processes decode them. Every file's header is opened at load, so an unreadable file or one of another
   size is refused before training; a file whose pixels are cut short is refused, in one line, when read.
   The test images are still read into memory.
+- `npz` with `data.stream = true` memory-maps `x_train` (stored uncompressed, as `numpy.savez` writes
+  it; a compressed member is refused): rows are read from the file a minibatch at a time, never
+  standardised (`data.normalize = true` is refused beside it, and is the default for tables).
 - From Python, `fit_method(name, net, loader, test, stream=True)` streams a `DataLoader` over a
   map-style dataset (its targets are the dataset's `targets` where it has them, else one pass over the
   loader; a batch of the wrong shapes or types is one line naming `train`). An iterable dataset is refused.
@@ -132,7 +135,7 @@ minibatches only, on their device, drawn from torch's generator (checkpointed); 
 trains without it. On inputs that are not images `(C, H, W)` it is refused in one line, as is
 `data.crop_padding` without `"crop"`.
 
-Not streamed yet: `npz` (read whole; no memory map), the test split and the evaluation, and the places
+Not streamed yet: the test split and the evaluation, and the places
 that read the whole training split at once: sBNN's `keep = "elbo"` over several starts (the ELBO of
 every row in one pass), PBP's prior/bound split, and feature importance (tables only). Normalisation of
 images is not among the augmentations.

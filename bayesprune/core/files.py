@@ -16,6 +16,7 @@ import math
 import os
 import shutil
 import stat
+import struct
 import tempfile
 import zipfile
 from contextlib import contextmanager
@@ -85,33 +86,55 @@ def arrays_digest(arrays: dict) -> str:
     return digest.hexdigest()
 
 
-def read_npz(path) -> dict:
-    """Name → array of every array of the .npz archive (``numpy.savez``) at ``path``, never unpickled.
+def _npy_header(name: str, handle) -> tuple:
+    """``(shape, fortran_order, dtype)`` of the .npy member ``name`` whose file ``handle`` is at its start."""
+    version = np.lib.format.read_magic(handle)
+    if version not in ((1, 0), (2, 0)):
+        raise ValueError(f"array {name!r}: .npy format version {version} is not one numpy.savez writes")
+    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    return read_header(handle)
+
+
+def _mapped(path, name: str, info: zipfile.ZipInfo) -> np.memmap:
+    """The array of the stored (uncompressed) member ``info`` as a read-only memory map of ``path``."""
+    if info.compress_type != zipfile.ZIP_STORED:
+        raise ValueError(
+            f"array {name!r} is compressed (numpy.savez_compressed); a memory map needs it stored (numpy.savez)"
+        )
+    with open(path, "rb") as handle:
+        handle.seek(info.header_offset + 26)  # the local header's name and extra-field lengths
+        name_length, extra_length = struct.unpack("<HH", handle.read(4))
+        handle.seek(info.header_offset + 30 + name_length + extra_length)
+        shape, fortran, dtype = _npy_header(name, handle)
+        offset = handle.tell()
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
+
+
+def read_npz(path, *, mapped=()) -> dict:
+    """Name → array of every array of the .npz archive (``numpy.savez``) at ``path``, never unpickled;
+    the arrays named in ``mapped`` are read-only memory maps of the file instead (read when indexed).
 
     Each member's header is read and checked before its array is allocated: an object array, a shape
     of more than :data:`~bayesprune.core.validation.MAX_ELEMENTS` values or more bytes than the member holds
-    (a tampered header declaring 10**12 images) raises ``ValueError`` naming the array; an unreadable
-    archive raises ``OSError``, ``EOFError`` or ``zipfile.BadZipFile``.
+    (a tampered header declaring 10**12 images), or a compressed member to map, raises ``ValueError``
+    naming the array; an unreadable archive raises ``OSError``, ``EOFError`` or ``zipfile.BadZipFile``.
     """
     arrays = {}
     with zipfile.ZipFile(path) as archive:
         for info in archive.infolist():
             name = info.filename.removesuffix(".npy")
             with archive.open(info) as member:
-                version = np.lib.format.read_magic(member)
-                if version not in ((1, 0), (2, 0)):
-                    raise ValueError(f"array {name!r}: .npy format version {version} is not one numpy.savez writes")
-                read_header = (
-                    np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-                )
-                shape, _, dtype = read_header(member)
+                shape, _, dtype = _npy_header(name, member)
             values = math.prod(shape)
             if dtype.hasobject:
                 raise ValueError(f"array {name!r} is an object array; files are never unpickled")
-            if values > MAX_ELEMENTS or values * dtype.itemsize > info.file_size:
+            if (values > MAX_ELEMENTS and name not in mapped) or values * dtype.itemsize > info.file_size:
                 raise ValueError(
                     f"array {name!r} declares shape {shape} of {dtype}, more than its {info.file_size:,} bytes hold"
                 )
+            if name in mapped:
+                arrays[name] = _mapped(path, name, info)
+                continue
             with archive.open(info) as member:
                 arrays[name] = np.lib.format.read_array(member, allow_pickle=False)
     return arrays

@@ -179,6 +179,38 @@ class _Subset(torch.utils.data.Dataset):
         return [self.items[row] for row in rows]
 
 
+class ArrayItems(torch.utils.data.Dataset):
+    """The rows of an array, each read (as float32) when indexed: a memory map of an .npz member
+    (:func:`~bayesprune.core.files.read_npz` with ``mapped``) reads only those rows from the file. A worker
+    process maps the file again rather than receiving the array."""
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.from_numpy(np.array(self.array[index], dtype=np.float32))
+
+    def __getitems__(self, indices) -> list:
+        return list(torch.from_numpy(np.array(self.array[np.asarray(indices)], dtype=np.float32)))
+
+    def __getstate__(self) -> dict:
+        a = self.array
+        if not isinstance(a, np.memmap):
+            return {"array": a}
+        order = "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
+        return {"map": (a.filename, a.dtype, a.offset, a.shape, order)}
+
+    def __setstate__(self, state: dict):
+        if "array" in state:
+            self.array = state["array"]
+        else:
+            filename, dtype, offset, shape, order = state["map"]
+            self.array = np.memmap(filename, dtype=dtype, mode="r", offset=offset, shape=shape, order=order)
+
+
 class ImageFiles(torch.utils.data.Dataset):
     """An image folder's files, each decoded when read (Pillow through a torchvision ``transform``).
 

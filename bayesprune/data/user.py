@@ -60,7 +60,7 @@ from bayesprune.core.files import check_plain_tree, read_npz
 from bayesprune.core.validation import MAX_ELEMENTS
 from bayesprune.data.options import _boolean, _choice, _directory, _file, _fraction, _integer
 from bayesprune.data.registry import CLASSIFICATION, REGRESSION, Dataset, register_dataset
-from bayesprune.data.streaming import ImageFiles, Rows, augment_option
+from bayesprune.data.streaming import ArrayItems, ImageFiles, Rows, augment_option
 from bayesprune.data.tables import _input_scaling, _standardize
 
 #: A CSV target of whole numbers with at most this many distinct values is taken for class labels
@@ -102,7 +102,7 @@ def _inputs(source: str, name: str, x: np.ndarray) -> np.ndarray:
         raise DataError(f"{source}: {name} is empty (no rows)")
     if math.prod(x.shape[1:]) == 0:
         raise DataError(f"{source}: {name} has shape {x.shape}: no feature in a row")
-    if x.dtype.kind == "f":
+    if x.dtype.kind == "f" and not isinstance(x, np.memmap):  # a memory map's rows are checked as read
         _check_finite(source, name, x)
     return x
 
@@ -209,10 +209,10 @@ def _build(
 # npz: four arrays written by numpy.savez.
 
 
-def _npz_arrays(path: str) -> dict[str, np.ndarray]:
+def _npz_arrays(path: str, mapped=()) -> dict[str, np.ndarray]:
     """The arrays of an .npz archive, read without unpickling and headers checked (:func:`~bayesprune.core.files.read_npz`)."""
     try:
-        arrays = read_npz(path)
+        arrays = read_npz(path, mapped=mapped)
     except ValueError as err:
         raise DataError(f"{path}: {_one_line(err)} (save numbers, or strings as a str array)") from None
     except (OSError, EOFError, zipfile.BadZipFile) as err:
@@ -243,6 +243,7 @@ def load_npz(
     *,
     path: str | os.PathLike,
     normalize: bool | None = None,
+    stream: bool = False,
     augment: list[str] | None = None,
     crop_padding: int | None = None,
 ) -> Dataset:
@@ -259,6 +260,9 @@ def load_npz(
         normalize: Standardise inputs and regression targets with the training split's mean and
             std. ``None``: true for ``(N, D)`` inputs; for other shapes only regression targets
             are standardised and the inputs are kept as given.
+        stream: Memory-map ``x_train`` (stored uncompressed, as :func:`numpy.savez` writes it): rows
+            are read from the file a minibatch at a time (:class:`~bayesprune.data.streaming.Rows`),
+            never standardised.
         augment: for images ``(N, C, H, W)``: ``["crop", "flip"]`` or either, the training minibatches'
             augmentation (:class:`~bayesprune.data.streaming.Augment`); off by default.
         crop_padding: zeros added on each side before the random crop (default 4).
@@ -268,7 +272,8 @@ def load_npz(
     """
     path = _file("path", path)
     normalize = None if normalize is None else _boolean("normalize", normalize)
-    arrays = _npz_arrays(path)
+    stream = _boolean("stream", stream)
+    arrays = _npz_arrays(path, mapped=("x_train",) if stream else ())
     x_train = _inputs(path, "x_train", arrays["x_train"])
     x_test = _inputs(path, "x_test", arrays["x_test"])
     if x_train.shape[1:] != x_test.shape[1:]:
@@ -298,18 +303,26 @@ def load_npz(
             raise DataError(f"{path}: class_names given for floating (regression) targets")
         class_names = _names(path, "class_names", arrays["class_names"], num_classes, "class")
     tabular = x_train.ndim == 2
+    normalize_inputs = tabular if normalize is None else normalize
+    if stream and normalize_inputs:
+        raise DataError(
+            f"data.normalize standardises x_train of {path} as a whole, and data.stream reads it a minibatch at a "
+            "time: set data.normalize = false (and standardise the file's inputs yourself)"
+        )
     data = _build(
         f"npz/{Path(path).stem}",
-        x_train,
+        np.array(x_train[:1]) if stream else x_train,
         y_train,
         x_test,
         y_test,
         num_classes=num_classes,
-        normalize_inputs=tabular if normalize is None else normalize,
+        normalize_inputs=normalize_inputs,
         normalize_targets=True if normalize is None else normalize,
         feature_names=feature_names,
         class_names=class_names,
     )
+    if stream:
+        data = dataclasses.replace(data, x_train=Rows(ArrayItems(x_train), x_train.shape[1:], where=f"{path}: x_train"))
     return dataclasses.replace(data, augment=augmentation)
 
 

@@ -2,6 +2,7 @@
 crops; an image folder and a user's DataLoader streamed; every defect one DataError line."""
 
 import dataclasses
+import pickle
 
 import numpy as np
 import pytest
@@ -214,3 +215,23 @@ def test_fit_method_streaming_a_dataloader_fits_as_on_the_tensors():
     assert streamed.history.epoch_losses == pytest.approx(held.history.epoch_losses, rel=1e-6)
     with raises_data_error("stream", "not one"):
         fitted((x, y), stream=True)
+
+
+def test_a_memory_mapped_npz_reads_the_rows_the_loaded_one_holds(tmp_path):
+    x, y = images(n=30, shape=(2, 3, 4))
+    arrays = {"x_train": x.numpy(), "y_train": y.numpy(), "x_test": x[:5].numpy(), "y_test": y[:5].numpy()}
+    np.savez(tmp_path / "d.npz", **arrays)
+    held = load_dataset("npz", path=str(tmp_path / "d.npz"))
+    mapped = load_dataset("npz", path=str(tmp_path / "d.npz"), stream=True)
+    assert isinstance(mapped.x_train, Rows) and isinstance(mapped.x_train.items.array, np.memmap)
+    assert torch.equal(mapped.x_train[torch.arange(30)], held.x_train) and torch.equal(mapped.y_train, held.y_train)
+    again = pickle.loads(pickle.dumps(mapped.x_train.items))  # as a worker process receives it: mapped again
+    assert isinstance(again.array, np.memmap) and torch.equal(torch.stack(again.__getitems__([4, 1])), x[[4, 1]])
+    np.savez_compressed(tmp_path / "c.npz", **arrays)
+    with raises_data_error("c.npz", "compressed"):
+        load_dataset("npz", path=str(tmp_path / "c.npz"), stream=True)
+    flat = {**arrays, "x_train": arrays["x_train"].reshape(30, -1), "x_test": arrays["x_test"].reshape(5, -1)}
+    np.savez(tmp_path / "t.npz", **flat)
+    with raises_data_error("data.normalize", "data.stream"):
+        load_dataset("npz", path=str(tmp_path / "t.npz"), stream=True)
+    assert len(load_dataset("npz", path=str(tmp_path / "t.npz"), stream=True, normalize=False).x_train) == 30
