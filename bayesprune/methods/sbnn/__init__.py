@@ -59,10 +59,10 @@ class SBNNOptions:
         num_particles: Monte-Carlo draws of W per step.
         predictive_samples: draws W ~ q(W) of the Monte-Carlo predictive.
         starts: one fit per factor, each from the network's initial weights and biases multiplied by
-            it (``[1.0]``, the default: the paper's single fit). Not in paper 003, which fits once: from
-            the usual start the UCI fits end in a dense optimum whose pruning curve falls from 20%
-            removed, and smaller starts reach other optima of the same objective
-            (docs/reproductions.md, UCI regression), so several starts and a rule to keep one.
+            it (``[1.0]``, the default: the paper's single fit). Not in paper 003, which fits once: on
+            UCI the usual start ends in a dense optimum and smaller starts reach sparser ones of higher
+            ELBO, whose curves stay flat to 25% removed but not to 50% (docs/reproductions.md, UCI
+            regression), so several starts and a rule to keep one.
         keep: which start's fit is kept, by a rule that reads no test data: ``"elbo"``, the highest
             ELBO −J (eq. 3.6) on the training rows (:func:`elbo`), the paper's own objective;
             ``"validation"``, the lowest error on the training rows ``train.validation`` holds out.
