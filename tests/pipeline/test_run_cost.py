@@ -51,7 +51,9 @@ def test_the_curve_estimates_each_masked_networks_statistics_once_for_its_point_
     x, y = _data()
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 3))
-    fitted = bp.fit_method("sbnn", net, (x, y), options={"predictive_samples": 3}, epochs=1, batch_size=32, device="cpu")
+    fitted = bp.fit_method(
+        "sbnn", net, (x, y), options={"predictive_samples": 3}, epochs=1, batch_size=32, device="cpu"
+    )
     dataset = Dataset("toy", "classification", x, y, x, y, (6,), 3)
     recalibrations = []
     apply = Calibration.apply
@@ -86,7 +88,9 @@ def test_sparse_vd_posterior_draws_hold_one_draw_of_a_large_network_at_a_time():
     small sites still follow q. (The draw in use and the next being made: two at most.)"""
     x, y = _data(n=32, features=200)
     net = nn.Sequential(nn.Linear(200, 150), nn.ReLU(), nn.Linear(150, 3))  # 30,000 weights: not stored
-    fitted = bp.fit_method("sparse-vd", net, (x, y), options={"kl_anneal_start": 0, "kl_anneal_end": 0}, epochs=1, device="cpu")
+    fitted = bp.fit_method(
+        "sparse-vd", net, (x, y), options={"kl_anneal_start": 0, "kl_anneal_end": 0}, epochs=1, device="cpu"
+    )
     alive, most = set(), [0]
     params = fitted.params
 
