@@ -128,6 +128,10 @@ the tensor (`tests/data/test_streaming.py`).
 - `train.validation` and the baseline's hold-out keep the training part streamed; the held-out rows
   are read into memory.
 
+Every method trains on streamed rows: sBNN's streamed fit is tested to give the losses of the fit on
+the tensors, and a one-off check (a `DataLoader` of 64 images, one epoch, a small CNN) gave each of
+the other six methods the same losses too.
+
 `data.augment` (`image-folder`, `npz` images; off by default) lists `"crop"` (zero padding of
 `data.crop_padding` pixels, default 4, on each side, then a window of the image's size at a uniform
 offset) and `"flip"` (left-right mirror with probability 1/2). It applies to the method's training
@@ -137,7 +141,8 @@ trains without it. On inputs that are not images `(C, H, W)` it is refused in on
 
 Not streamed yet: the test split and the evaluation, and the places
 that read the whole training split at once: sBNN's `keep = "elbo"` over several starts (the ELBO of
-every row in one pass), PBP's prior/bound split, and feature importance (tables only). Normalisation of
+every row in one pass; refused in one line beside streamed rows, `sbnn.keep = "validation"` is not),
+PBP's prior and bound parts (read into memory), and feature importance (tables only). Normalisation of
 images is not among the augmentations.
 
 Peak memory against the number of images (`python benchmarks/streaming.py --sizes 10000 1000000

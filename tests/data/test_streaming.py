@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 import bayesprune as bp
 from bayesprune.core.early_stopping import hold_out
+from bayesprune.core.errors import ConfigError
 from bayesprune.core.loop import TensorBatches
 from bayesprune.data import Dataset, load_dataset
 from bayesprune.data.streaming import Augment, Rows, augment_option, loader_rows
@@ -215,6 +216,8 @@ def test_fit_method_streaming_a_dataloader_fits_as_on_the_tensors():
     assert streamed.history.epoch_losses == pytest.approx(held.history.epoch_losses, rel=1e-6)
     with raises_data_error("stream", "not one"):
         fitted((x, y), stream=True)
+    with pytest.raises(ConfigError, match="^sbnn.keep must be 'validation' for training rows read a minibatch"):
+        fitted(DataLoader(TensorDataset(x, y), batch_size=16), stream=True, options={"starts": [1, 2]})
 
 
 def test_a_memory_mapped_npz_reads_the_rows_the_loaded_one_holds(tmp_path):

@@ -312,6 +312,15 @@ class SBNN(Method):
         "train.predictive_samples": "predictive_samples",
     }
 
+    def check(self, net, data, options):
+        require(
+            options.keep != "elbo" or list(options.starts) == [1] or torch.is_tensor(data.x_train),
+            "sbnn.keep",
+            "be 'validation' for training rows read a minibatch at a time (data.stream): 'elbo' scores each "
+            "start on every training row at once",
+            options.keep,
+        )
+
     def fit(self, net, data, options, ctx):
         if len(options.starts) == 1 and options.starts[0] == 1:
             return fit_posterior(net, data, options, ctx)
