@@ -155,7 +155,7 @@ class Rows:
                 x = next(batches)
             except StopIteration:
                 return
-            except DataError as error:
+            except DataError as error:  # raised in a worker, it arrives with the worker's traceback
                 raise DataError(_one_line(error)) from None
             yield x.to(self.device, non_blocking=True)
 

@@ -13,10 +13,10 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 import bayesprune as bp
 from bayesprune.core.early_stopping import hold_out
-from bayesprune.core.errors import ConfigError
+from bayesprune.core.errors import ConfigError, DataError
 from bayesprune.core.loop import TensorBatches
 from bayesprune.data import Dataset, load_dataset
-from bayesprune.data.streaming import Augment, Rows, augment_option, loader_rows
+from bayesprune.data.streaming import Augment, Rows, _one_line, augment_option, loader_rows
 from helpers import raises_data_error
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -154,9 +154,14 @@ def test_a_streamed_image_folder_refuses_a_bad_file_in_one_line_when_loaded_or_r
         load_dataset("image-folder", root=str(root), stream=True)
     whole = (root / "train" / "a" / "1.png").read_bytes()
     (root / "train" / "b" / "2.png").write_bytes(whole[:60])  # a header, then the pixels cut short
-    data = load_dataset("image-folder", root=str(root), stream=True, workers=1)
-    with raises_data_error("2.png", "cannot read the image"):  # its pixels, in a worker process
+    data = load_dataset("image-folder", root=str(root), stream=True)
+    with raises_data_error("2.png", "cannot read the image"):  # its pixels, when read
         list(TensorBatches(data.x_train, data.y_train, batch_size=4))
+    # In a worker process the error arrives with the worker's traceback in its message: its last line.
+    worker = DataError(
+        "Caught DataError in DataLoader worker process 0.\nOriginal Traceback:\n  File x\nDataError: a.png: bad"
+    )
+    assert _one_line(worker) == "a.png: bad"
     with raises_data_error("data.workers", "data.stream"):
         load_dataset("image-folder", root=str(root), workers=2)
 
