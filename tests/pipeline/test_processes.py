@@ -72,7 +72,7 @@ def test_two_processes_run_what_one_process_runs(table, tmp_path):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["one", "two"]  # nothing else written beside
 
 
-#: Fits PFT and ProbMask (their own training steps) in each process of a launch; process 0 writes
+#: Fits PFT, ProbMask and unit gates (their own training steps) in each process of a launch; process 0 writes
 #: their losses and predictions to argv[1].
 FIT_IN_EACH_PROCESS = """
 import json, sys, torch
@@ -91,11 +91,11 @@ if distributed.rank() == 0:
     json.dump(results, open(sys.argv[1], "w"))
 distributed.stop()
 """
-METHODS = [("pft", {"start_masks": ["magnitude"], "sparsities": [0.5]}), ("probmask", {})]
+METHODS = [("pft", {"start_masks": ["magnitude"], "sparsities": [0.5]}), ("probmask", {}), ("unit-gates", {})]
 
 
 def test_each_methods_own_training_step_averages_over_processes(tmp_path):
-    """PFT and ProbMask through ``fit_method`` in a process group of two (as a user's ``torchrun``
+    """PFT, ProbMask and unit gates through ``fit_method`` in a process group of two (as a user's ``torchrun``
     script would): the same losses and predictions as in one process."""
     import torch
 

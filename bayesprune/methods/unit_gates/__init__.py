@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bayesprune.core import distributed
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.export import check_export, cut
 from bayesprune.core.gates import ESTIMATORS, UnitGates, project_unit_weights, separable_heads, unit_weight_norms
@@ -322,6 +323,7 @@ class GateTraining:
                 t.detach(), alpha=self.options.weight_precision
             )
             t.grad[self.switched_off] = 0.0  # θ = 0 held: its logit's derivative is not finite
+        distributed.average_gradients([param for group in self.optimizer.param_groups for param in group["params"]])
         self.optimizer.step()
         self._after_step()
         return cost.detach() / self.num_train
