@@ -78,6 +78,8 @@ class Fitted:
     def predictions(self, x: torch.Tensor, *, masks=None, samples=(0,)) -> list:
         """:meth:`predict` with each number of draws of ``samples``, under one estimate of the masked
         network's statistics (the point estimate and the Monte-Carlo predictive of a pruning curve)."""
+        if type(self).predict is not Fitted.predict:  # a method that predicts in its own way
+            return [self.predict(x, masks=masks, num_samples=count) for count in samples]
         if self.calibration is None or not masks or not has_running_stats(self.net):
             return [self._predict(x, masks=masks, num_samples=count) for count in samples]
         with statistics_replaced(self.net, running_statistics(self.masked_network(masks))):
