@@ -8,7 +8,6 @@ import argparse
 import json
 import signal
 import sys
-from pathlib import Path
 
 from bayesprune.core.errors import BayesPruneError, Interrupted, StopNow, one_line, warnings_after_success
 from bayesprune.core.loop import STOP
@@ -21,43 +20,35 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _run(args):
-    # heavy imports (torch, pyro) only when needed
-    from bayesprune.core import distributed
-    from bayesprune.pipeline.processes import check_processes, launch
+    from bayesprune.pipeline.processes import on_processes  # heavy imports (torch, pyro) only when needed
+
+    return on_processes(args.processes, args.argv, lambda: _run_here(args))
+
+
+def _run_here(args) -> str:
+    """Run or resume in this process; the line to print."""
     from bayesprune.pipeline.runner import resume_run, run_file
 
-    check_processes(args.processes)
-    if (args.processes or 1) > 1 and not distributed.launched():
-        return launch(args.argv, args.processes)
-    try:
-        if args.resume is not None:
-            values = (args.config, args.out, args.overrides, args.data_root, args.force)
-            flags = ("a config", "--out", "--set", "--data-root", "--force")
-            given = [flag for flag, value in zip(flags, values) if value]
-            if given:
-                raise BayesPruneError(f"--resume continues the run with its own config.toml; drop {', '.join(given)}")
-            config, metrics, out = None, resume_run(args.resume, progress=not args.quiet), args.resume
-        elif args.out is None:
-            raise BayesPruneError("run needs --out DIR (or --resume DIR)")
-        else:
-            options = {"overrides": args.overrides, "data_root": args.data_root, "force": args.force}
-            config, metrics = run_file(args.config, args.out, progress=not args.quiet, **options)
-            out = args.out
-        if distributed.rank() != 0:  # process 0 of several speaks for the run
-            return None
-        if config is None or config.experiment.name is None:
-            _print_result(metrics, out)
-        else:
-            print(f"experiment {config.experiment.name}: results in {out}")
-    finally:
-        distributed.stop()
+    if args.resume is not None:
+        values = (args.config, args.out, args.overrides, args.data_root, args.force)
+        given = [flag for flag, value in zip(("a config", "--out", "--set", "--data-root", "--force"), values) if value]
+        if given:
+            raise BayesPruneError(f"--resume continues the run with its own config.toml; drop {', '.join(given)}")
+        return _result(resume_run(args.resume, progress=not args.quiet), args.resume)
+    if args.out is None:
+        raise BayesPruneError("run needs --out DIR (or --resume DIR)")
+    options = {"overrides": args.overrides, "data_root": args.data_root, "force": args.force}
+    config, metrics = run_file(args.config, args.out, progress=not args.quiet, **options)
+    if config.experiment.name is None:
+        return _result(metrics, args.out)
+    return f"experiment {config.experiment.name}: results in {args.out}"
 
 
-def _print_result(metrics, out):
+def _result(metrics, out) -> str:
     metric = "test_error" if "test_error" in metrics else "test_rmse"
     baseline = metrics.get(f"baseline_{metric}")
     versus = "" if baseline is None else f" (plain network: {baseline:.4g})"
-    print(f"{metrics['dataset']}: {metric} {metrics[metric]:.4g}{versus}; results in {out}")
+    return f"{metrics['dataset']}: {metric} {metrics[metric]:.4g}{versus}; results in {out}"
 
 
 def _report(args):
@@ -93,12 +84,10 @@ def _certify(args):
 def _grid(args):
     """``compare`` or ``sweep``: the grid's cells fitted by the engine and its tables written; exit status 1,
     with one line, when a cell failed while fitting (its reason is in the table)."""
+    from bayesprune.pipeline.compare.comparison import exit_status, grid_folder
+
     name = args.command
-    if (args.out is None) == (args.resume is None):
-        raise BayesPruneError(f"{name} needs --out DIR (a new {name}) or --resume DIR (continue one), not both")
-    if "" in (args.out, args.resume):
-        raise BayesPruneError(f"{'--out' if args.out == '' else '--resume'} is empty; name a folder")
-    out = Path(args.resume or args.out)  # a new grid, or one to continue
+    out = grid_folder(name, args.out, args.resume)  # a new grid, or one to continue
     engine = {k: getattr(args, k) for k in ("seeds", "jobs", "engine", "address", "overrides", "track", "track_uri")}
     engine["resume"] = args.resume is not None
     if name == "compare":
@@ -115,11 +104,7 @@ def _grid(args):
         rows = sweep(args.config, args.grid, out, **engine)
         table = out / "summary.md"
         print(f"{len(rows)} grid points; wrote {table} and summary.csv")
-    failed = [row for row in rows if row.get("failed")]
-    if failed:
-        message = f"{len(failed)} of {len(rows)} rows have a failed cell (reasons in {table}); run the same grid with --resume to fit them again"
-        print(f"bayesprune: {message}", file=sys.stderr)
-    return 1 if failed else 0
+    return exit_status(rows, table)
 
 
 def _list(args):
@@ -211,9 +196,7 @@ def build_parser():
     comparing = command("compare", _grid)
     comparing.add_argument("config", nargs="?", help=HELP["compare config"])
     comparing.add_argument("--methods", nargs="+", help=HELP["compare --methods"])
-    comparing.add_argument(
-        "--sparsities", type=float, nargs="+", help="sparsity budgets, fractions of the weights removed"
-    )
+    comparing.add_argument("--sparsities", type=float, nargs="+", help="sparsity budgets: fractions of weights removed")
     sweeping = command("sweep", _grid)
     sweeping.add_argument("config", nargs="?", help="packaged config name or TOML path")
     sweeping.add_argument("--grid", action="append", metavar="KEY=V1,V2", help=HELP["sweep --grid"])

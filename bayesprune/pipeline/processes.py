@@ -67,6 +67,23 @@ def own_directory(out: Path, resumed_from=None):
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def on_processes(processes, argv: list, run):
+    """``bayesprune run``'s body on ``processes`` processes: ``run()`` here (one of a launch, or alone),
+    its line printed by process 0 alone, the process group left afterwards; or, asked for several
+    processes outside a launch, :func:`launch` them with ``argv``. Returns the launch's exit status,
+    or ``None``."""
+    check_processes(processes)
+    if (processes or 1) > 1 and not distributed.launched():
+        return launch(argv, processes)
+    try:
+        line = run()
+        if distributed.rank() == 0:  # process 0 of several speaks for the run
+            print(line)
+    finally:
+        distributed.stop()
+    return None
+
+
 def check_processes(processes):
     """Refuse a ``--processes`` that is not a positive count, or that disagrees with the launcher's."""
     if processes is None:

@@ -31,6 +31,7 @@ removes units; PBP's prior is over weights).
 import copy
 import json
 import math
+import sys
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
@@ -408,6 +409,25 @@ def comparison_cells(raw: dict, options: CompareOptions) -> list:
         except ConfigError as error:
             raise ConfigError(f"compare, method {cell.method}: {error}") from None
     return cells
+
+
+def grid_folder(name: str, out: str | None, resume: str | None) -> Path:
+    """The folder of ``bayesprune compare`` or ``sweep`` (``name``): ``--out`` (a new grid) or ``--resume``
+    (one to continue), exactly one of them, naming a folder."""
+    if (out is None) == (resume is None):
+        raise BayesPruneError(f"{name} needs --out DIR (a new {name}) or --resume DIR (continue one), not both")
+    if "" in (out, resume):
+        raise BayesPruneError(f"{'--out' if out == '' else '--resume'} is empty; name a folder")
+    return Path(resume or out)
+
+
+def exit_status(rows: list, table: Path) -> int:
+    """A finished grid's exit status: 1, after one line on stderr, where a row has a failed cell, else 0."""
+    failed = [row for row in rows if row.get("failed")]
+    if failed:
+        message = f"{len(failed)} of {len(rows)} rows have a failed cell (reasons in {table}); run the same grid with --resume to fit them again"
+        print(f"bayesprune: {message}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def check_grid_dir(out: Path, marker: str, *, resume: bool) -> Path | None:
