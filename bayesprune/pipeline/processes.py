@@ -115,9 +115,11 @@ def launch(argv: list, processes: int) -> int:
             "LOCAL_WORLD_SIZE": str(processes),
             "RANK": str(rank),
             "LOCAL_RANK": str(rank),
+            # The package this process imported, not one the working directory holds (-P: cwd not on the path).
+            "PYTHONPATH": os.pathsep.join(path for path in sys.path if path),
         }
         quiet = {} if rank == 0 else {"stdout": subprocess.DEVNULL, "stderr": logs[rank - 1]}
-        workers.append(subprocess.Popen([sys.executable, "-m", "bayesprune", *argv], env=env, **quiet))
+        workers.append(subprocess.Popen([sys.executable, "-P", "-m", "bayesprune", *argv], env=env, **quiet))
     forwarded, failed_at = None, None
     while any(worker.poll() is None for worker in workers):
         if STOP.signal is not None and forwarded is None:

@@ -7,11 +7,15 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
 
 from bayesprune.cli import main
+
+#: Where the processes start: not the checkout, whose bayesprune/ folder is not the installed package.
+CWD = tempfile.gettempdir()
 
 SETTINGS = [
     "data.dataset='csv'",
@@ -52,6 +56,7 @@ def cli(args, **env):
         capture_output=True,
         text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+        cwd=CWD,
         timeout=300,
     )
 
@@ -109,7 +114,9 @@ def test_each_methods_own_training_step_averages_over_processes(tmp_path):
     for worker in workers:
         assert worker.wait(timeout=300) == 0, worker.stderr.read()
     one = tmp_path / "one.json"
-    single = subprocess.run([sys.executable, "-c", script, str(one), str(tmp_path / "data.pt")], capture_output=True)
+    single = subprocess.run(
+        [sys.executable, "-c", script, str(one), str(tmp_path / "data.pt")], capture_output=True, cwd=CWD
+    )
     assert single.returncode == 0, single.stderr
     one, two = json.loads(one.read_text()), json.loads(two.read_text())
     for method, _ in METHODS:
@@ -130,6 +137,7 @@ def launched(args: list, processes: int = 2) -> list:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            cwd=CWD,
             env={
                 **os.environ,
                 "OMP_NUM_THREADS": "1",
