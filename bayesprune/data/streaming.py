@@ -139,6 +139,11 @@ class Rows:
             return torch.empty((0, *self.example_shape), device=self.device)
         return next(iter(self.read([rows]))).reshape(*index.shape, *self.example_shape)
 
+    def batches(self, batch_size: int):
+        """Every row in index order, ``batch_size`` at a time (the last batch may be smaller), as
+        ``torch.split(tensor, batch_size)`` gives them: what an evaluation reads."""
+        return self.read(torch.arange(len(self)).split(int(batch_size)))
+
     def read(self, chunks):
         """The inputs of each list (or tensor) of row indices in ``chunks``, in order, on :attr:`device`."""
         loader = DataLoader(

@@ -1,5 +1,7 @@
 """Test metrics of a fitted network as weights are removed by their scores (paper 003, Tables 2 and 5)."""
 
+import torch
+
 from bayesprune.core.predict import metric
 from bayesprune.core.pruning import Budget, bias_sites, expand_unit_masks, prune_each
 from bayesprune.core.tasks import metric_name  # noqa: F401  (the run's metric, read from here by the pipeline)
@@ -30,7 +32,8 @@ def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, inclu
     The scores are ranked once for every droprate. Each masked network is scored through
     :meth:`~bayesprune.methods.Fitted.predictions`, so a network with batch norms is scored with
     statistics estimated again for it where ``fitted.calibration`` is set, once for its point estimate
-    and its Monte-Carlo predictive (the full model, whose masks remove nothing, keeps its own).
+    and its Monte-Carlo predictive (the full model, whose masks remove nothing, keeps its own). A test
+    split read on demand is scored a batch at a time (:func:`batched_predictions`).
     """
     name = metric_name(dataset.task)
     x = dataset.x_test.to(device) if device is not None else dataset.x_test
@@ -57,11 +60,32 @@ def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, inclu
             "sparsity": round(removed / total, 6),
             "sparsity_weights": round(removed_weights / total_weights, 6),
         }
-        predictions = fitted.predictions(x, masks=masks, samples=[samples for _, samples in evaluations])
+        predictions = batched_predictions(fitted, x, masks=masks, samples=[samples for _, samples in evaluations])
         for (suffix, _), prediction in zip(evaluations, predictions):
             row[name + suffix] = metric(dataset.task, prediction.cpu(), dataset.y_test, target_std=dataset.target_std)
         rows.append(row)
     return rows
+
+
+def batched_predictions(fitted, x, *, masks=None, samples=(0,), batch_size: int = 4096) -> list:
+    """``fitted.predictions(x, masks=masks, samples=samples)``, with ``x`` a tensor or rows read on demand
+    (:class:`~bayesprune.data.streaming.Rows`, anything with ``batches(size)``), then predicted
+    ``batch_size`` rows at a time, never held as one tensor.
+
+    Every batch is predicted from the same state of torch's generator (put back before each), so each
+    sees the same posterior draws and the predictions are those of the whole tensor, whose methods
+    evaluate each draw in chunks of 4096 rows; the generator ends where the whole tensor leaves it.
+    """
+    if torch.is_tensor(x):
+        return fitted.predictions(x, masks=masks, samples=samples)
+    start = torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    parts = []
+    for batch in x.batches(batch_size):
+        torch.set_rng_state(start[0])
+        if start[1] is not None:
+            torch.cuda.set_rng_state_all(start[1])
+        parts.append([prediction.cpu() for prediction in fitted.predictions(batch, masks=masks, samples=samples)])
+    return [torch.cat(predictions) for predictions in zip(*parts)]
 
 
 # The sparsity of a pruned classifier that stays within half a point of the full model's test error

@@ -17,6 +17,7 @@ from bayesprune.core.errors import ConfigError, DataError
 from bayesprune.core.loop import TensorBatches
 from bayesprune.data import Dataset, load_dataset
 from bayesprune.data.streaming import Augment, Rows, _one_line, augment_option, loader_rows
+from bayesprune.pipeline.evaluation import batched_predictions, pruning_curve
 from helpers import raises_data_error
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -243,3 +244,30 @@ def test_a_memory_mapped_npz_reads_the_rows_the_loaded_one_holds(tmp_path):
     with raises_data_error("data.normalize", "data.stream"):
         load_dataset("npz", path=str(tmp_path / "t.npz"), stream=True)
     assert len(load_dataset("npz", path=str(tmp_path / "t.npz"), stream=True, normalize=False).x_train) == 30
+
+
+def test_a_streamed_test_split_gives_the_pruning_curve_of_the_tensor():
+    """The pruning curve read a batch at a time equals the one of the tensor (point and Monte-Carlo
+    predictive); batches of 7 rows see the same posterior draws as the whole tensor, not draws of their own."""
+    x, y = images(n=40, shape=(1, 4, 4), seed=2)
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(16, 5), nn.ReLU(), nn.Linear(5, 3))
+    fitted = bp.fit_method(
+        "sbnn", net, (x, y), epochs=1, batch_size=16, device="cpu", options={"predictive_samples": 4}
+    )
+    held = Dataset("t", "classification", x, y, x, y, (1, 4, 4), 3)
+    streamed = dataclasses.replace(held, x_test=Rows(TensorDataset(x, y), (1, 4, 4)))
+
+    def after(run):  # the result and the state torch's generator is left in
+        torch.manual_seed(5)
+        return run(), torch.get_rng_state()
+
+    curve, state = after(lambda: pruning_curve(fitted, held, droprates=[0.0, 0.5]))
+    streamed_curve, streamed_state = after(lambda: pruning_curve(fitted, streamed, droprates=[0.0, 0.5]))
+    assert streamed_curve == curve and torch.equal(streamed_state, state) and "test_error_mc" in curve[0]
+    whole, state = after(lambda: fitted.predictions(x, samples=[0, 4]))
+    batched, batched_state = after(lambda: batched_predictions(fitted, streamed.x_test, samples=[0, 4], batch_size=7))
+    assert torch.equal(batched_state, state)
+    for got, want in zip(batched, whole, strict=True):
+        assert torch.allclose(got, want, atol=1e-6)
+    assert not torch.allclose(whole[1][:7], fitted.predictions(x[:7], samples=[4])[0], atol=1e-3)  # draws differ
