@@ -17,7 +17,7 @@ from bayesprune.core.errors import ConfigError, DataError
 from bayesprune.core.loop import resolve_device
 from bayesprune.core.tasks import is_classification, task_of
 from bayesprune.data import CLASSIFICATION, REGRESSION, Dataset, validate
-from bayesprune.data.streaming import loader_rows
+from bayesprune.data.streaming import loader_rows, loader_tensors
 from bayesprune.methods import FitContext, get_method
 from bayesprune.pipeline.checks import refuse_unsupported
 from bayesprune.pipeline.config import RunConfig
@@ -161,10 +161,7 @@ def _user_dataset(train, test=None, *, stream: bool = False) -> Dataset:
 
 def _tensors(part, which: str) -> tuple:
     if isinstance(part, DataLoader):
-        batches = list(part)
-        if not batches:
-            raise DataError(f"{which}: the DataLoader yields no batch")
-        return torch.cat([batch[0] for batch in batches]), torch.cat([batch[1] for batch in batches])
+        return loader_tensors(part, which)
     if isinstance(part, (tuple, list)) and len(part) == 2 and all(torch.is_tensor(t) for t in part):
         return part[0], part[1]
     raise DataError(f"{which}: give (x, y) tensors or a DataLoader of (x, y) batches")

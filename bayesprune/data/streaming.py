@@ -324,6 +324,45 @@ def augment_option(augment, crop_padding, input_shape: tuple, where: str) -> Aug
     return Augment(crop_padding=padding if "crop" in augment else 0, flip="flip" in augment)
 
 
+def _checked_batches(loader, which: str, shape=None):
+    """The ``(x, y)`` batches of ``loader``, each checked: a pair of tensors, ``x`` float of one shape
+    (``shape``, else the first batch's), ``y`` one number per row; the first defect is one
+    :class:`~bayesprune.core.errors.DataError` line naming ``which`` and the batch."""
+    batches = iter(loader)
+    number = 0
+    while True:
+        number += 1
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (RuntimeError, TypeError, ValueError) as error:  # the loader's collate_fn refusing a batch
+            raise DataError(f"{which}: the DataLoader's batch {number} cannot be read: {_one_line(error)}") from None
+        if not (isinstance(batch, (tuple, list)) and len(batch) == 2 and all(torch.is_tensor(t) for t in batch)):
+            raise DataError(f"{which}: the DataLoader's batch {number} is not a pair of (x, y) tensors")
+        x, y = batch
+        shape = tuple(x.shape[1:]) if shape is None else shape
+        if not x.dtype.is_floating_point or tuple(x.shape[1:]) != shape or y.shape != (x.shape[0],):
+            raise DataError(
+                f"{which}: the DataLoader's batch {number} has x {tuple(x.shape)} of {x.dtype} and y {tuple(y.shape)}; "
+                f"expected float x of shape (B, {', '.join(map(str, shape))}) and y of shape (B,)"
+            )
+        yield x, y
+
+
+def loader_tensors(loader: DataLoader, which: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every ``(x, y)`` batch of a :class:`~torch.utils.data.DataLoader`, checked as :func:`loader_rows`
+    checks them, read into two tensors.
+
+    Raises:
+        DataError: a batch of the wrong shapes or types, or no batch; the message names ``which``.
+    """
+    batches = list(_checked_batches(loader, which))
+    if not batches:
+        raise DataError(f"{which}: the DataLoader yields no batch")
+    return torch.cat([x for x, _ in batches]), torch.cat([y for _, y in batches])
+
+
 def loader_rows(loader: DataLoader, which: str) -> tuple[Rows, torch.Tensor]:
     """The inputs of a :class:`~torch.utils.data.DataLoader` over a map-style dataset as :class:`Rows`
     (decoded in the loader's ``num_workers`` processes) and its targets as a tensor.
@@ -350,27 +389,12 @@ def loader_rows(loader: DataLoader, which: str) -> tuple[Rows, torch.Tensor]:
         collate_fn=loader.collate_fn,
         generator=_workers_seed(),
     )
-    batches = iter(ordered)
-    shape, ys, number = None, [], 0
-    while targets is None or number == 0:
-        number += 1
-        try:
-            batch = next(batches)
-        except StopIteration:
-            break
-        except (RuntimeError, TypeError, ValueError) as error:  # the loader's collate_fn refusing a batch
-            raise DataError(f"{which}: the DataLoader's batch {number} cannot be read: {_one_line(error)}") from None
-        if not (isinstance(batch, (tuple, list)) and len(batch) == 2 and all(torch.is_tensor(t) for t in batch)):
-            raise DataError(f"{which}: the DataLoader's batch {number} is not a pair of (x, y) tensors")
-        x, y = batch
-        shape = tuple(x.shape[1:]) if shape is None else shape
-        if not x.dtype.is_floating_point or tuple(x.shape[1:]) != shape or y.shape != (x.shape[0],):
-            raise DataError(
-                f"{which}: the DataLoader's batch {number} has x {tuple(x.shape)} of {x.dtype} and y {tuple(y.shape)}; "
-                f"expected float x of shape (B, {', '.join(map(str, shape))}) and y of shape (B,)"
-            )
-        ys.append(y)
-    y = torch.cat(ys) if targets is None else torch.as_tensor(targets)
+    batches = _checked_batches(ordered, which)
+    if targets is None:  # every batch read for its y
+        pairs = list(batches)
+        shape, y = tuple(pairs[0][0].shape[1:]), torch.cat([y for _, y in pairs])
+    else:  # the first batch read for the shape
+        shape, y = tuple(next(batches)[0].shape[1:]), torch.as_tensor(targets)
     if y.shape != (len(items),):
         raise DataError(f"{which}: {tuple(y.shape)} targets for the {len(items)} rows of the DataLoader's dataset")
     return Rows(items, shape, where=which, workers=loader.num_workers), y

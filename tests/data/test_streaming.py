@@ -209,6 +209,37 @@ def test_a_dataloader_of_the_wrong_shapes_or_types_is_one_line_naming_it():
         loader_rows(DataLoader(Stream(), batch_size=4), "train")
 
 
+class Items(torch.utils.data.Dataset):
+    def __init__(self, item, n=12):
+        self.item, self.n = item, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return self.item(i)
+
+
+def test_a_dataloader_read_into_tensors_refuses_what_a_streamed_one_refuses():
+    """fit_method's DataLoaders read whole (stream = false): the batches a streamed one refuses, in one
+    line naming the part, where torch.cat and indexing raised their own errors before."""
+    x, y = images(n=12, shape=(1, 4, 4))
+    bad = {
+        "batch 3 has x (4, 1, 4, 5)": Items(lambda i: (torch.rand(1, 4, 4 if i < 8 else 5), y[i])),
+        "batch 1 is not a pair": Items(lambda i: {"x": x[i], "y": y[i]}),
+        "batch 1 is not a pair of (x, y) tensors": Items(lambda i: (x[i], "cat")),
+        "of torch.bool": TensorDataset(x.bool(), y),
+    }
+    for needle, items in bad.items():
+        for stream in (False, True):
+            with raises_data_error("train: the DataLoader's", needle):
+                bp.fit_method("sbnn", nn.Flatten(), DataLoader(items, batch_size=4), (x, y), epochs=1, stream=stream)
+    with raises_data_error("test: the DataLoader's batch 1 is not a pair"):
+        bp.fit_method("sbnn", nn.Flatten(), (x, y), DataLoader(TensorDataset(x), batch_size=4), epochs=1)
+    with raises_data_error("train: the DataLoader yields no batch"):
+        bp.fit_method("sbnn", nn.Flatten(), DataLoader(TensorDataset(x[:0], y[:0])), (x, y), epochs=1)
+
+
 def test_fit_method_streaming_a_dataloader_fits_as_on_the_tensors():
     x, y = images(n=40, shape=(1, 4, 4), seed=2)
 
