@@ -62,3 +62,9 @@ class MeanFieldGuide(PyroModule):
     def sample_params(self) -> dict:
         """One draw W ~ q(W) for every site."""
         return {name: q.rsample() for name, q in self.posteriors().items()}
+
+    def sampler(self):
+        """A function making one draw W ~ q(W) for every site at each call (:meth:`sample_params`), for
+        draws in a row while the parameters stay as they are; a guide may compute what the draws
+        share once."""
+        return self.sample_params

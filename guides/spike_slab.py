@@ -64,13 +64,20 @@ class SpikeSlabGuide(MeanFieldGuide):
 
     @torch.no_grad()
     def sample_params(self) -> dict:
-        """One draw W ~ q(W) for every site. Where one network-wide posterior draws them all (priors
-        shared), m + σ ε from one ``randn`` over the flat vectors, the draw that posterior makes, without
-        the KL it computes beside it (the predictive and ArviZ's draws need none)."""
+        """One draw W ~ q(W) for every site (:meth:`sampler`)."""
+        return self.sampler()()
+
+    @torch.no_grad()
+    def sampler(self):
+        """A function making one draw W ~ q(W) for every site at each call, while m and ρ stay as they
+        are. Where one network-wide posterior draws them all (priors shared), m + σ ε from one ``randn``
+        over the flat vectors, the draw that posterior makes, without the KL it computes beside it (the
+        predictive and ArviZ's draws need none), and σ = softplus(ρ) computed once for all the draws:
+        on a resnet18 it cost as much as a draw's forward pass over 360 test images."""
         if self._shared_constants(self._site_priors(self.loc.device)) is None:
-            return super().sample_params()
-        noise = torch.randn_like(self.loc)
-        return self._split(torch.addcmul(self.loc, softplus(self.rho), noise))
+            return super().sampler()
+        loc, scale = self.loc.detach(), softplus(self.rho.detach())
+        return lambda: self._split(torch.addcmul(loc, scale, torch.randn_like(loc)))
 
     @torch.no_grad()
     def inclusion_probabilities(self) -> dict:

@@ -33,12 +33,17 @@ def predict(model, guide, x, *, num_samples: int = 0, masks=None, batch_size: in
 
     One draw is held at a time (drawn, evaluated over ``x`` in chunks of ``batch_size``, dropped), so
     the memory does not grow with S; the evaluations draw nothing, so the draws are those of S
-    ``sample_params()`` calls in a row.
+    ``sample_params()`` calls in a row, made by the guide's ``sampler()`` where it has one (which
+    computes what the draws share once).
     """
+    if num_samples == 0:
+        draw = guide.mean_params
+    else:
+        draw = guide.sampler() if hasattr(guide, "sampler") else guide.sample_params
     total = 0.0
     with evaluating(model.net):
         for _ in range(max(num_samples, 1)):
-            params = guide.mean_params() if num_samples == 0 else guide.sample_params()
+            params = draw()
             params = apply_masks(params, masks) if masks else params
             total = total + torch.cat(
                 [model.likelihood.mean(model.network(params, chunk)) for chunk in torch.split(x, batch_size)]

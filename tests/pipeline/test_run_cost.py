@@ -14,7 +14,7 @@ from torch import nn
 import bayesprune as bp
 import bayesprune.core.distributions as distributions
 from bayesprune.core.normalization import Calibration
-from bayesprune.core.pruning import Budget, prune_each
+from bayesprune.core.pruning import Budget, apply_masks, prune_each
 from bayesprune.data import Dataset
 from bayesprune.methods.sparse_vd.inference_data import to_inference_data as sparse_vd_inference_data
 from bayesprune.pipeline.evaluation import pruning_curve
@@ -114,3 +114,29 @@ def test_sparse_vd_posterior_draws_hold_one_draw_of_a_large_network_at_a_time():
     values = idata.posterior["2.weight"].sel(chain=0).values.astype(np.float64)
     z = (values.mean(0) - theta) / (sigma / math.sqrt(draws))
     assert np.abs(z[kept]).max() < 5 and (values[:, ~kept] == 0).all()
+
+
+def test_the_mc_predictive_computes_sigma_once_and_averages_the_draws_of_sample_params(monkeypatch):
+    """σ = softplus(ρ) cost a resnet18's draw as much as its forward pass: the S draws of one
+    Monte-Carlo predictive compute it once, and are still S ``sample_params()`` draws in a row."""
+    import bayesprune.guides.spike_slab as spike_slab
+    from bayesprune.core.predict import predict
+
+    x, y = _data()
+    fitted = bp.fit_method(
+        "sbnn", nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)), (x, y), epochs=1, device="cpu"
+    )
+    model, guide = fitted.model, fitted.guide
+    masks = bp.prune(fitted.scores(), Budget(fraction=0.5))
+    torch.manual_seed(3)
+    expected = 0.0
+    for _ in range(4):
+        params = apply_masks(guide.sample_params(), masks)
+        expected = expected + model.likelihood.mean(model.network(params, x)).detach()
+    calls = []
+    softplus = spike_slab.softplus
+    monkeypatch.setattr(spike_slab, "softplus", lambda rho: calls.append(1) or softplus(rho))
+    torch.manual_seed(3)
+    prediction = predict(model, guide, x, num_samples=4, masks=masks)
+    assert len(calls) == 1
+    assert torch.allclose(prediction, expected / 4, rtol=1e-6, atol=1e-7)
