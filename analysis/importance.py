@@ -107,6 +107,33 @@ def feature_importance(matrices) -> torch.Tensor:
     return node_importance(matrices)[0]
 
 
+def path_scores(logits: dict, model_or_net) -> dict:
+    """Every weight's (and bias's) log-probability of lying on an included path to the output: log p_w +
+    log ψ^(l)_i, its inclusion probability times the importance (:func:`node_importance`, the mean path
+    probability to the output of section 3.5) of the node i it feeds.
+
+    Ranked by p_w alone, a weight into a hidden unit whose own output weights sit in the spike counts
+    as much as one the network uses; here it goes first (``sbnn.score = "path"``).
+
+    Args:
+        logits: site name → inclusion logits B − A (eq. 3.8) of every weight and bias of a chain of
+            layers (:func:`~bayesprune.core.structure.layer_chain`).
+        model_or_net: the ``BayesianNetwork`` or its plain network.
+
+    Returns:
+        Site name → float64 scores of the same shapes (−inf where a node has no included path).
+    """
+    net = getattr(model_or_net, "net", model_or_net)
+    log_probs = {site: torch.nn.functional.logsigmoid(value.double()) for site, value in logits.items()}
+    reached = node_importance(weight_inclusion_matrices({k: v.exp() for k, v in log_probs.items()}, net))[1:]
+    scores = {}
+    for layer, importance in zip(layer_chain(net), reached):
+        for site in filter(None, (layer.weight_site, layer.bias_site)):
+            value = log_probs[site]
+            scores[site] = value + importance.log().reshape(-1, *[1] * (value.dim() - 1))
+    return scores
+
+
 def scaled_importance(psi: torch.Tensor) -> torch.Tensor:
     """Min-max scaled importance φ_j = (ψ_j − min ψ) / (max ψ − min ψ) of eq. 3.19, in [0, 1].
 
