@@ -1,8 +1,9 @@
 """``bayesprune importance`` as a library call: the feature importance ψ, φ (paper 003, eqs. 3.18-3.19)
 and node importance of a saved run, its selection of inputs, and the plain network refit on them,
 written beside the run as ``importance.csv``, ``node_importance.csv``, ``importance.png`` and
-``selection.json``. The selection is the Bayesian FDR rule on posterior inclusion, or on request
-model-X knockoffs (a frequentist FDR guarantee, :mod:`bayesprune.analysis.knockoffs`)."""
+``selection.json``. The selection is the Bayesian FDR rule on posterior inclusion, or on request the
+inclusion probabilities' empirical null (:func:`~bayesprune.analysis.selection.select_by_empirical_null`)
+or model-X knockoffs (a frequentist FDR guarantee, :mod:`bayesprune.analysis.knockoffs`)."""
 
 import json
 import math
@@ -26,7 +27,7 @@ from bayesprune.analysis.importance import (
     selection_record,
 )
 from bayesprune.analysis.knockoffs import GaussianKnockoffs, select_by_multiple_knockoffs
-from bayesprune.analysis.selection import mask_features
+from bayesprune.analysis.selection import inclusion_logit, mask_features, select_by_empirical_null
 from bayesprune.analysis.tables import write_csv
 from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.files import write_text
@@ -42,8 +43,9 @@ from bayesprune.pipeline.rundir import load_run
 
 #: The files :func:`importance` writes into the run directory, in the order it names them.
 FILES = ("importance.csv", "node_importance.csv", "importance.png", SELECTION)
-#: The selection rules of :func:`importance`: the Bayesian FDR on posterior inclusion, model-X knockoffs.
-SELECTIONS = ("bayesian-fdr", "knockoff")
+#: The selection rules of :func:`importance`: the Bayesian FDR on posterior inclusion, the empirical null of
+#: its logits, model-X knockoffs.
+SELECTIONS = ("bayesian-fdr", "empirical-null", "knockoff")
 #: Knockoff copies of every input: knockoff+ with one copy selects nothing unless it can select 1/fdr
 #: inputs at once (none of 5 relevant inputs at fdr 0.1); κ copies lower that floor to 1/(κ·fdr).
 KNOCKOFF_COPIES = 2
@@ -95,8 +97,10 @@ def importance(
 
     With a ``posterior.nc`` holding ψ's draws, every restart pooled (the numbers the report gives) and
     the inputs selected by the Bayesian FDR bound ``fdr``; otherwise the fit's own keep matrices, and
-    the inputs a path of kept weights joins to the output. ``selection="knockoff"`` (1-D inputs only)
-    selects instead by model-X knockoffs at level ``fdr`` (:func:`knockoff_importance`: the run's method
+    the inputs a path of kept weights joins to the output. ``selection="empirical-null"`` selects by the
+    Benjamini-Hochberg rule at ``fdr`` on the pooled inclusion probabilities' logits against their empirical
+    null (:func:`empirical_null_record`); ``selection="knockoff"`` (1-D inputs only) selects instead by
+    model-X knockoffs at level ``fdr`` (:func:`knockoff_importance`: the run's method
     fitted again, as many restarts as the run, on the inputs beside ``copies`` knockoff copies). For 1-D
     inputs (tables), the run's plain network is refit on the selected inputs alone and on all of them.
 
@@ -104,8 +108,8 @@ def importance(
         run_dir: a run directory of a single fit.
         top: features shown in the bar plot ``importance.png`` (image inputs get a heat map of every pixel).
         fdr: bound on the false-discovery rate of the selection, in [0, 1): the posterior expected rate
-            (``bayesian-fdr``) or the frequentist one (``knockoff``, in (0, 1)).
-        selection: ``"bayesian-fdr"`` or ``"knockoff"``.
+            (``bayesian-fdr``) or the frequentist one (``empirical-null`` and ``knockoff``, in (0, 1)).
+        selection: ``"bayesian-fdr"``, ``"empirical-null"`` or ``"knockoff"``.
         copies: knockoff copies of every input (``knockoff`` only).
         force: overwrite the importance files of an earlier call.
 
@@ -118,8 +122,8 @@ def importance(
         raise BayesPruneError(f"--fdr must lie in [0, 1), got {fdr}")
     if selection not in SELECTIONS:
         raise BayesPruneError(f"--selection must be one of {', '.join(SELECTIONS)}, got {selection!r}")
-    if selection == "knockoff" and fdr == 0:
-        raise BayesPruneError("--fdr must lie in (0, 1) for knockoff selection, got 0")
+    if selection != "bayesian-fdr" and fdr == 0:
+        raise BayesPruneError(f"--fdr must lie in (0, 1) for {selection} selection, got 0")
     if not (isinstance(copies, int) and copies >= 1):
         raise BayesPruneError(f"--copies must be a positive integer, got {copies!r}")
     run_dir = Path(run_dir)
@@ -133,6 +137,10 @@ def importance(
     if selection == "knockoff" and len(dataset.input_shape) != 1:
         raise BayesPruneError(f"{run_dir}: knockoff selection needs 1-D inputs (a table), got {dataset.input_shape}")
     idata = _posterior_with_importance(run_dir)
+    if selection == "empirical-null" and idata is None:
+        raise BayesPruneError(
+            f"{run_dir}: empirical-null selection needs posterior.nc's pooled inclusion (an sbnn run)"
+        )
     if idata is not None:
         rows, nodes, record = _pooled_importance(idata, fitted, fdr)
     else:
@@ -143,6 +151,11 @@ def importance(
         except ValueError as error:
             raise BayesPruneError(f"{run_dir}: {error}") from None
         record = kept_inputs_record(rows, kept_by)
+    if selection == "empirical-null":
+        sizes = idata.posterior.sizes
+        record = empirical_null_record(rows, fdr=fdr, draws=sizes["chain"] * sizes["draw"], restarts=sizes["chain"])
+        for row in rows:
+            row["selected"] = row["feature"] in record["selected"]
     if selection == "knockoff":
         psi = knockoff_importance(config, dataset, copies=copies)
         record = knockoff_record(rows, psi, fdr=fdr, restarts=run_chains(config, dataset))
@@ -267,4 +280,30 @@ def knockoff_record(rows: list, psi, *, fdr: float, restarts: int) -> dict:
         "selected": [row["feature"] for row, keep in zip(rows, chosen) if keep],
         "not_selected": [row["feature"] for row, keep in zip(rows, chosen) if not keep],
         "psi_input_and_copies": {row["feature"]: psi[:, j].tolist() for j, row in enumerate(rows)},
+    }
+
+
+def empirical_null_record(rows: list, *, fdr: float, draws: int, restarts: int) -> dict:
+    """The ``selection.json`` record of :func:`~bayesprune.analysis.selection.select_by_empirical_null` at
+    level ``fdr`` on the logits of the pooled inclusion probabilities (rows of
+    :func:`~bayesprune.analysis.importance.pooled_importance`, from ``draws`` posterior draws in all).
+
+    An irrelevant input keeps a path of included weights in well over half the draws (its ~100
+    first-layer weights each have a small inclusion probability), so these probabilities overstate
+    relevance when read as calibrated, as the Bayesian FDR rule reads them; compared with the other
+    inputs' instead, the irrelevant ones form the null.
+    """
+    inclusion = torch.tensor([row["inclusion_probability"] for row in rows], dtype=torch.float64)
+    chosen = select_by_empirical_null(inclusion_logit(inclusion, draws), fdr)
+    return {
+        "rule": "empirical-null",
+        "fdr": fdr,
+        "description": "Benjamini-Hochberg at fdr on one-sided p-values of every input's inclusion logit (the logit "
+        "of the pooled probability that a path of included weights joins it to the output) against a normal null "
+        "centred at the inputs' median, scaled by their median absolute deviation (Efron's empirical null); the "
+        "false-discovery rate is about fdr or less when most inputs are irrelevant",
+        "restarts": restarts,
+        "selected": [row["feature"] for row, keep in zip(rows, chosen) if keep],
+        "not_selected": [row["feature"] for row, keep in zip(rows, chosen) if not keep],
+        "inclusion_probability": {row["feature"]: row["inclusion_probability"] for row in rows},
     }

@@ -156,3 +156,57 @@ def test_sbnn_fit_predict_refits_the_network_on_a_fold():
     assert prediction.shape == (16,) and torch.isfinite(prediction).all()
     with pytest.raises(ValueError, match="regression"):
         fit_predict(x[:48], y[:48].long(), x[48:])
+
+
+def test_benjamini_hochberg_keeps_what_scipys_adjusted_p_values_keep():
+    from scipy.stats import false_discovery_control
+
+    from bayesprune.analysis.selection import benjamini_hochberg
+
+    assert benjamini_hochberg(torch.tensor([0.5, 0.01, 0.03, 0.02]), 0.1).tolist() == [False, True, True, True]
+    generator = np.random.default_rng(0)
+    for _ in range(50):
+        p = np.concatenate([generator.uniform(size=15), generator.uniform(0, 0.02, size=5)])
+        expected = false_discovery_control(p) <= 0.1
+        assert benjamini_hochberg(torch.tensor(p), 0.1).numpy().tolist() == expected.tolist()
+
+
+def null_simulations(count, inputs=20, relevant=0, shift=6.0, seed=0):
+    """``count`` data sets of ``inputs`` independent N(δ, σ²) statistics, δ and σ drawn per set, the first
+    ``relevant`` of them shifted by ``shift`` σ."""
+    generator = torch.Generator().manual_seed(seed)
+    centre, scale = torch.randn(count, 1, generator=generator) * 5, torch.rand(count, 1, generator=generator) + 0.1
+    statistic = torch.randn(count, inputs, generator=generator, dtype=torch.float64)
+    statistic[:, :relevant] += shift
+    return centre + scale * statistic
+
+
+def test_empirical_null_p_values_are_uniform_when_every_input_is_null():
+    from bayesprune.analysis.selection import empirical_null_p_values
+
+    p = torch.stack([empirical_null_p_values(statistic, seed=1) for statistic in null_simulations(400)])
+    for level in (0.01, 0.05, 0.2, 0.5):  # Monte Carlo: 8000 p-values (correlated within a set)
+        assert abs((p <= level).double().mean().item() - level) < 0.015 + 0.1 * level
+
+
+def test_empirical_null_selection_controls_the_false_discovery_rate_on_simulated_nulls():
+    from bayesprune.analysis.selection import select_by_empirical_null
+
+    null = torch.stack([select_by_empirical_null(statistic, 0.1) for statistic in null_simulations(400)])
+    assert null.any(dim=1).double().mean() < 0.13  # with no relevant input the FDR is P(anything selected)
+    chosen = torch.stack([select_by_empirical_null(s, 0.1) for s in null_simulations(400, relevant=5, seed=1)])
+    false_discoveries = chosen[:, 5:].sum(dim=1) / chosen.sum(dim=1).clamp(min=1)
+    assert false_discoveries.mean() < 0.1 and chosen[:, :5].double().mean() > 0.85
+    # the rule reads positions among the inputs: a positive affine map of the statistic selects the same
+    statistic = null_simulations(1, relevant=5, seed=2)[0]
+    assert torch.equal(select_by_empirical_null(3 * statistic - 7, 0.1), select_by_empirical_null(statistic, 0.1))
+    assert not select_by_empirical_null(torch.tensor([1.0] * 15 + [2.0] * 5), 0.1).any()  # σ₀ = 0: no null to read
+
+
+def test_inclusion_logit_is_the_empirical_logit():
+    from bayesprune.analysis.selection import inclusion_logit
+
+    logit = inclusion_logit(torch.tensor([0.0, 0.25, 1.0]), 400)
+    torch.testing.assert_close(
+        logit, torch.tensor([-np.log(801), np.log(100.5 / 300.5), np.log(801)], dtype=torch.float64)
+    )

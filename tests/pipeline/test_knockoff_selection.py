@@ -90,7 +90,7 @@ def test_record_selects_by_the_multiple_knockoff_filter():
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"selection": "lasso"}, "--selection must be one of bayesian-fdr, knockoff"),
+        ({"selection": "lasso"}, "--selection must be one of bayesian-fdr, empirical-null, knockoff"),
         ({"selection": "knockoff", "fdr": 0.0}, "--fdr must lie in \\(0, 1\\)"),
     ],
 )
@@ -122,3 +122,13 @@ def test_the_command_line_passes_the_selection_and_refuses_a_bad_one_in_one_line
     assert capsys.readouterr().err.strip() == "bayesprune: error: --copies must be a positive integer, got 0"
     assert main(["importance", str(tmp_path / "no-run"), "--selection", "knockoff"]) == 2  # reached the run directory
     assert "not a run directory" in capsys.readouterr().err
+
+
+def test_empirical_null_record_selects_the_inputs_whose_inclusion_stands_out():
+    generator = np.random.default_rng(0)
+    inclusion = np.concatenate([[1.0, 1.0, 0.95], generator.binomial(400, 0.65, size=17) / 400])
+    rows = [{"feature": f"x{j}", "inclusion_probability": float(p)} for j, p in enumerate(inclusion)]
+    record = importance_module.empirical_null_record(rows, fdr=0.1, draws=400, restarts=4)
+    # 17 irrelevant inputs at 0.65 ± 0.024 (binomial): x0-x2 are 10 or more of their sds above them
+    assert record["selected"] == ["x0", "x1", "x2"] and len(record["not_selected"]) == 17
+    assert record["rule"] == "empirical-null" and record["restarts"] == 4 and record["inclusion_probability"]["x0"] == 1
