@@ -14,7 +14,8 @@ What is measured, per seed, on scikit-learn's digits as 3x32x32 images (``benchm
 * **Torch-Pruning's magnitude pruning**: the dense network trained ``--epochs`` epochs with the same
   objective (N/B-scaled cross-entropy plus λ/2 WᵀW, Adam at ``--lr``, batch 64), pruned once by
   ``tp.pruner.MagnitudePruner`` with ``tp.importance.MagnitudeImportance(p=2)`` (the classifier kept)
-  at the channel ratio whose MACs are the unit gates' network's (bisection), then fine-tuned
+  at the channel ratio whose MACs are the unit gates' network's (bisection,
+  :func:`bayesprune.pipeline.compare.structured.pruned_to_macs`), then fine-tuned
   ``--finetune-epochs`` epochs at ``--finetune-lr``: the same total epochs and MACs;
 * the mean over ``--seeds``.
 
@@ -38,13 +39,13 @@ from pathlib import Path
 
 import tomli_w
 import torch
-import torch_pruning as tp
 import torchvision
 
 from bayesprune.cli import main
 from bayesprune.core.export import count_macs
 from bayesprune.data import load_dataset
 from bayesprune.methods.unit_gates import GateTraining, UnitGatesOptions, adam, data_cost
+from bayesprune.pipeline.compare.structured import pruned_to_macs
 from bayesprune.pipeline.runner import load_run
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -73,27 +74,6 @@ def train(net, data, epochs: int, lr: float, precision: float, seed: int):
             data_cost(net(data.x_train[rows]), data.y_train[rows], n, None).backward()
             optimizer.step()
     return net
-
-
-def pruned_to(net, macs: int):
-    """``net`` pruned by Torch-Pruning's magnitude pruner to about ``macs`` (bisection on the channel ratio)."""
-    low, high, best = 0.0, 0.95, None
-    for _ in range(12):
-        ratio = (low + high) / 2
-        candidate = copy.deepcopy(net)
-        pruner = tp.pruner.MagnitudePruner(
-            candidate,
-            torch.zeros(1, *SHAPE),
-            importance=tp.importance.MagnitudeImportance(p=2),
-            pruning_ratio=ratio,
-            ignored_layers=[candidate.fc],
-        )
-        pruner.step()
-        got = count_macs(candidate, SHAPE)
-        if best is None or abs(got - macs) < abs(best[1] - macs):
-            best = (candidate, got, ratio)
-        low, high = (ratio, high) if got > macs else (low, ratio)
-    return best
 
 
 def step_seconds(net, data, options, rounds: int = 5) -> float:
@@ -146,7 +126,7 @@ def run_seed(folder: Path, seed: int, args) -> dict:
     start = time.perf_counter()
     torch.manual_seed(seed)
     trained = train(torchvision.models.resnet18(num_classes=10), data, args.epochs, args.lr, 20.0, seed)
-    pruned, tp_macs, ratio = pruned_to(trained.eval(), learned_macs)
+    pruned, tp_macs, ratio = pruned_to_macs(trained.eval(), SHAPE, learned_macs, ignored=["fc"])
     train(pruned, data, args.finetune_epochs, args.finetune_lr, 20.0, seed + 1000)
     tp_seconds = time.perf_counter() - start
     return {

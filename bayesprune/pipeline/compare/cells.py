@@ -4,12 +4,15 @@ A cell is plain data (a name, a kind, the raw config it runs), so that any engin
 worker; :func:`execute` is the one function a worker calls. A finished cell (``metrics.json``
 present) is read back, never fitted again.
 
-Two kinds:
+Three kinds:
 
 * ``"run"``: an ordinary :func:`bayesprune.pipeline.runner.run` of the cell's config (any registered method).
 * ``"magnitude"``: the baseline of a comparison: the plain network trained by maximum likelihood
   (:func:`bayesprune.pipeline.baseline.fit_plain`, the same rule as the runner's plain network), then, at each
   sparsity, its weights of smallest magnitude removed and the rest fine-tuned with the mask fixed.
+* ``"torch-pruning"``: the baseline of a comparison at unit level: the same plain network, then, at each
+  sparsity (a fraction of units), Torch-Pruning's own pruner (:mod:`bayesprune.pipeline.compare.structured`)
+  removes that fraction of each layer's channels and the smaller network is fine-tuned.
 """
 
 import copy
@@ -31,6 +34,8 @@ from bayesprune.pipeline.config import first_difference
 CELL_FILE = "cell.json"
 #: A magnitude cell's plain network (a weights-only state dict), pruned again at a sparsity added later.
 PLAIN_FILE = "network-plain.pt"
+#: The kinds that train the plain network and prune it at each sparsity (the baselines).
+PLAIN_KINDS = ("magnitude", "torch-pruning")
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,7 @@ class Cell:
 
     Attributes:
         name: its directory under ``<out>/cells``.
-        kind: ``"run"`` or ``"magnitude"``.
+        kind: ``"run"``, ``"magnitude"`` or ``"torch-pruning"``.
         config: the raw config (TOML layout) it runs; validated by :meth:`run_config`.
         method: the method's name (``"magnitude"`` for the baseline).
         seed: its seed.
@@ -124,7 +129,7 @@ def check_metrics(cell: Cell, path: Path) -> dict:
     metrics = read_json(path, keys=("task",))
     name = metric_name(metrics["task"])
     numbers = ["train_seconds"]
-    if cell.kind == "magnitude":
+    if cell.kind in PLAIN_KINDS:
         numbers, rows, row_keys = [f"baseline_{name}"], "per_sparsity", ("sparsity", name, "train_seconds")
     else:
         rows, row_keys = "pruning_curve", ("droprate", name)
@@ -145,7 +150,7 @@ def check_metrics(cell: Cell, path: Path) -> dict:
     ):
         raise BayesPruneError(f"{path}: has no row at the cell's sparsity {cell.sparsity:g}")
     missing = missing_sparsities(cell, metrics)
-    if missing and cell.kind == "magnitude" and not (path.parent / PLAIN_FILE).is_file():
+    if missing and cell.kind in PLAIN_KINDS and not (path.parent / PLAIN_FILE).is_file():
         raise BayesPruneError(
             f"{path}: the finished cell {cell.name} was not evaluated at sparsity {missing[0]:g} and "
             f"keeps no {PLAIN_FILE} to prune again (an earlier version); give that sparsity in a new --out"
@@ -161,7 +166,7 @@ def check_metrics(cell: Cell, path: Path) -> dict:
 def missing_sparsities(cell: Cell, metrics: dict) -> list:
     """The sparsities a finished cell evaluated at every sparsity (magnitude, sBNN, Sparse VD) was not
     evaluated at: ``--resume`` with more ``--sparsities`` evaluates it there, never fitting it again."""
-    if cell.kind == "magnitude":
+    if cell.kind in PLAIN_KINDS:
         held = {round(row["sparsity"], 6) for row in metrics["per_sparsity"]}
     elif cell.sparsity is None and cell.sparsities:
         held = {round(row["droprate"], 6) for row in metrics["pruning_curve"]}
@@ -188,7 +193,7 @@ def stale(cell: Cell, folder: Path) -> str | None:
     folder = Path(folder)
     if not folder.exists() or not any(folder.iterdir()):
         return None
-    if cell.kind == "magnitude":
+    if cell.kind in PLAIN_KINDS:
         if not (folder / CELL_FILE).exists():
             return None if not finished(folder) else f"no {CELL_FILE}"
         held = read_json(folder / CELL_FILE)
@@ -252,6 +257,10 @@ def refusal(cell: Cell, datasets: dict) -> str | None:
         check_validation(config, data)
         net = new_net(config, data[0].input_shape, data[0].output_dim, seed=config.seed)
         check_network(net, data[0])
+        if cell.kind == "torch-pruning":
+            from bayesprune.pipeline.compare.structured import check_prunable
+
+            check_prunable(net, tuple(data[0].input_shape))
         if method is not None:
             check_units(config, net, data[0])
             method.check(net, data[0], config.method_options)
@@ -273,7 +282,7 @@ def execute(cell: Cell, folder: str, threads: int = 1) -> dict:
             return metrics
         if cell.kind == "run":
             return _evaluate_at_more_sparsities(cell, folder, metrics)
-    if cell.kind == "magnitude":
+    if cell.kind in PLAIN_KINDS:
         return _magnitude(cell, folder)
     from bayesprune.core.errors import Interrupted
     from bayesprune.pipeline.runner import resume_run, run
@@ -347,6 +356,7 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
     from bayesprune.core.pruning import Budget, prune
     from bayesprune.models import new_net
     from bayesprune.pipeline.baseline import fit_plain
+    from bayesprune.pipeline.compare import structured
     from bayesprune.pipeline.evaluation import metric_name
     from bayesprune.pipeline.runner import load_datasets
 
@@ -400,16 +410,28 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
             torch.save(net.state_dict(), temporary)
     for sparsity in missing_sparsities(cell, metrics):
         start = time.perf_counter()
-        pruned = copy.deepcopy(net)
-        params = dict(pruned.named_parameters())
-        scores = {site: params[site].detach().abs().double() for site in sites}
-        masks = prune(scores, Budget(fraction=sparsity, scope=config.prune.scope, min_keep=config.prune.min_keep))
-        mask_parameters(pruned, masks)
-        if cell.finetune_epochs:
-            fit_plain(pruned, dataset.x_train, dataset.y_train, **{**rule, "epochs": cell.finetune_epochs})
-        unmask_parameters(pruned).eval()
-        if calibration is not None and changes(net, masks):
-            calibration.apply(pruned)  # the masked network's own batch-norm statistics (prune.recalibrate)
+        if cell.kind == "torch-pruning":
+            pruned = structured.pruned_and_finetuned(
+                net,
+                dataset,
+                ratio=sparsity,
+                importance=cell.method.removeprefix(structured.PREFIX),
+                finetune_epochs=cell.finetune_epochs,
+                rule=rule,
+            )
+            if calibration is not None:
+                calibration.apply(pruned)  # the smaller network's own batch-norm statistics (prune.recalibrate)
+        else:
+            pruned = copy.deepcopy(net)
+            params = dict(pruned.named_parameters())
+            scores = {site: params[site].detach().abs().double() for site in sites}
+            masks = prune(scores, Budget(fraction=sparsity, scope=config.prune.scope, min_keep=config.prune.min_keep))
+            mask_parameters(pruned, masks)
+            if cell.finetune_epochs:
+                fit_plain(pruned, dataset.x_train, dataset.y_train, **{**rule, "epochs": cell.finetune_epochs})
+            unmask_parameters(pruned).eval()
+            if calibration is not None and changes(net, masks):
+                calibration.apply(pruned)  # the masked network's own batch-norm statistics (prune.recalibrate)
         with replacing(folder / network_file(sparsity)) as temporary:
             torch.save(pruned.state_dict(), temporary)
         metrics["per_sparsity"].append(

@@ -19,6 +19,11 @@ one, and:
   trains it), pruned by weight magnitude at every sparsity and fine-tuned ``compare.finetune_epochs``
   epochs with the mask fixed: cell ``magnitude-seed<k>``. Its plain network is the one every row's
   ``plain_test_error`` reports, so the method cells do not train it again (``baseline.enabled = false``).
+* at unit level (``prune.level = "unit"``), Torch-Pruning's own structured pruner
+  (``compare.torch_pruning``, :mod:`~bayesprune.pipeline.compare.structured`): the same plain network,
+  each layer's channels pruned by the fraction of units of each sparsity with Torch-Pruning's magnitude
+  or Taylor importance and fine-tuned ``compare.finetune_epochs`` epochs: cell
+  ``torch-pruning-<importance>-seed<k>``.
 
 With ``compare.certify``, every method's mask gets a PAC-Bayes certificate (paper 000): per sparsity
 and seed, a PBP cell ``certificate-<method>-s<s>-seed<k>`` whose stage 1 is that method fitted on S_P
@@ -46,6 +51,7 @@ from bayesprune.methods import available_methods, get_method, sparsity_option
 from bayesprune.pipeline.compare.cells import Cell
 from bayesprune.pipeline.compare.engines import check_engine, run_cells
 from bayesprune.pipeline.compare.leaderboard import leaderboard_rows, write_leaderboard
+from bayesprune.pipeline.compare.structured import IMPORTANCES, PREFIX
 from bayesprune.pipeline.compare.tracking import open_tracker
 from bayesprune.pipeline.config import RunConfig, apply_overrides, load_config, packaged_configs
 
@@ -80,6 +86,9 @@ class CompareOptions:
         budget: when set, every method trains this many epochs in all, split over its stages in the
             proportions its config gives them (:func:`held_to_budget`; magnitude: the plain network's
             ``baseline.epochs`` and ``finetune_epochs``).
+        torch_pruning: Torch-Pruning's importances (``"magnitude"``, ``"taylor"``) whose structured pruner
+            is a baseline at unit level, one row each; unset: ``["magnitude"]`` at unit level; ``[]``:
+            none. Refused at weight level (it removes units).
     """
 
     methods: tuple = ()
@@ -92,6 +101,7 @@ class CompareOptions:
     latency_repeats: int = 30
     certify: bool = False
     budget: int | None = None
+    torch_pruning: tuple | None = None
 
     def __post_init__(self):
         known = [*available_methods(), MAGNITUDE]
@@ -168,6 +178,16 @@ class CompareOptions:
             self.budget,
         )
         require(isinstance(self.certify, bool), "compare.certify", "be true or false", self.certify)
+        if self.torch_pruning is not None:
+            require(
+                isinstance(self.torch_pruning, (list, tuple))
+                and all(name in IMPORTANCES for name in self.torch_pruning)
+                and len(set(self.torch_pruning)) == len(self.torch_pruning),
+                "compare.torch_pruning",
+                f"be a list of distinct importances of {list(IMPORTANCES)}",
+                self.torch_pruning,
+            )
+            object.__setattr__(self, "torch_pruning", tuple(self.torch_pruning))
         require(
             is_int(self.latency_batch) and 0 < self.latency_batch <= MAX_LATENCY_BATCH,
             "compare.latency_batch",
@@ -359,6 +379,31 @@ def split_epochs(budget: int, stages: dict, owner: str) -> dict:
     return {**stages, **given}
 
 
+def structured_cells(options: CompareOptions, baseline: list) -> list:
+    """Torch-Pruning's cells (``compare.torch_pruning``): the magnitude ``baseline`` cells' plain network
+    and fine-tuning, pruned by Torch-Pruning's structured pruner instead."""
+    level = baseline[0].run_config().prune.level
+    importances = options.torch_pruning
+    if importances is None:
+        importances = IMPORTANCES[:1] if level == "unit" else ()
+    elif importances and level != "unit":
+        raise ConfigError(
+            "compare.torch_pruning: Torch-Pruning's structured pruner removes units; it is a baseline "
+            'at prune.level = "unit" only (give [] or set prune.level)'
+        )
+    return [
+        replace(
+            cell,
+            name=f"{PREFIX}{importance}-seed{cell.seed}",
+            kind="torch-pruning",
+            method=f"{PREFIX}{importance}",
+            config={**cell.config, "description": f"compare: the plain network, Torch-Pruning's {importance} pruner"},
+        )
+        for importance in importances
+        for cell in baseline
+    ]
+
+
 def certificate_cells(raw: dict, options: CompareOptions, method: str) -> list:
     """PBP's cells started from ``method``'s mask fitted on S_P, one per sparsity and seed (see the module)."""
     cells = []
@@ -394,6 +439,7 @@ def comparison_cells(raw: dict, options: CompareOptions) -> list:
     """Every cell of the comparison, each config validated (a bad one raises before anything is written)."""
     methods = [method for method in options.methods if method != MAGNITUDE]
     cells = [cell for method in [MAGNITUDE, *methods] for cell in method_cells(raw, options, method)]
+    cells += structured_cells(options, [cell for cell in cells if cell.method == MAGNITUDE])
     if options.certify:
         certified = [MAGNITUDE, *(method for method in methods if method != "pbp" and not learns_width(method))]
         own = [

@@ -4,7 +4,9 @@ against sparsity with each method's Pareto front.
 
 Every number is read from the cells' run directories (``metrics.json``; the network from
 :func:`bayesprune.pipeline.runner.load_run`, pruned at the row's sparsity by :func:`bayesprune.core.pruning.prune`,
-its dead units removed by :func:`bayesprune.core.export.export`), never from a method's internals.
+its removed units (unit level) and dead units taken out by :func:`bayesprune.core.export.export`; a baseline's
+network from its cell's files, Torch-Pruning's rebuilt at its smaller shapes), never from a method's internals:
+the parameters, MACs and latency are those of the exported, physically smaller network.
 """
 
 import json
@@ -18,6 +20,7 @@ from bayesprune.analysis.tables import markdown_table, write_csv
 from bayesprune.core.files import replacing, write_text
 from bayesprune.core.loop import check_stop
 from bayesprune.core.tasks import metric_name
+from bayesprune.pipeline.compare.cells import PLAIN_KINDS
 
 #: The leaderboard's columns, in order (the metric's name replaces ``test_error`` for regression).
 COLUMNS = (
@@ -49,18 +52,21 @@ def _weights(net) -> tuple:
 def pruned_network(cell, folder: Path, sparsity):
     """``(network, input_shape, dense_weights)``: the cell's network pruned at ``sparsity`` (``None``: as the
     method left it) with its dead units removed, one input's shape, and the weights of the full network."""
-    from bayesprune.core.export import dead_units, export
-    from bayesprune.core.pruning import bias_sites, expand_unit_masks, prune
+    from bayesprune.core.export import dead_units, export, resize
+    from bayesprune.core.pruning import bias_sites, prune
     from bayesprune.models import new_net
     from bayesprune.pipeline.compare.cells import network_file
     from bayesprune.pipeline.runner import load_datasets, load_run
 
-    if cell.kind == "magnitude":
+    if cell.kind in PLAIN_KINDS:
         config = cell.run_config()
         dataset = load_datasets(config)[0]
         net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
         dense = _weights(net)[1]
-        net.load_state_dict(torch.load(folder / network_file(sparsity), weights_only=True))
+        state = torch.load(folder / network_file(sparsity), weights_only=True)
+        if cell.kind == "torch-pruning":  # Torch-Pruning's smaller network: the plain one cut to its shapes
+            resize(net, {name: tuple(value.shape) for name, value in state.items()}, input_shape=dataset.input_shape)
+        net.load_state_dict(state)
     else:
         config, dataset, fitted = load_run(folder)
         dense = _weights(new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed))[1]
@@ -71,10 +77,9 @@ def pruned_network(cell, folder: Path, sparsity):
             if budget.level == "weight" and not config.prune.include_biases:
                 biases = bias_sites(fitted.net)
                 scores = {site: score for site, score in scores.items() if site not in biases}
-            masks = prune(scores, budget, net=fitted.net)
-            if budget.level == "unit":
-                masks = expand_unit_masks(fitted.net, masks)
-            net = export(net, masks)
+            masks = prune(scores, budget, net=net, input_shape=tuple(dataset.input_shape))
+            # unit level: the units removed from the network (attention heads too), not zeroed in it
+            net = export(net, masks, input_shape=tuple(dataset.input_shape))
     shape = tuple(dataset.input_shape)
     try:
         dead = dead_units(net, input_shape=shape)
@@ -108,7 +113,7 @@ def measure(cell, folder: Path, sparsity, options) -> dict:
 def _entries(cell, metrics: dict) -> list:
     """``(target sparsity, evaluated sparsity, test metric, training cost)`` of each leaderboard row of a cell."""
     name = metric_name(metrics.get("task", "classification"))
-    if cell.kind == "magnitude":
+    if cell.kind in PLAIN_KINDS:
         wanted = {round(s, 6) for s in cell.sparsities}
         return [
             (row["sparsity"], row["sparsity"], row[name], {**_cost(metrics), "train_seconds": row["train_seconds"]})
@@ -125,7 +130,7 @@ def _entries(cell, metrics: dict) -> list:
 
 def _targets(cell) -> list:
     """The target sparsities a cell gives rows for (``None``: the width it learned)."""
-    if cell.kind == "magnitude" or (cell.sparsity is None and cell.sparsities):
+    if cell.kind in PLAIN_KINDS or (cell.sparsity is None and cell.sparsities):
         return list(cell.sparsities)
     return [cell.sparsity]
 

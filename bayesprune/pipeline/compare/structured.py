@@ -1,0 +1,116 @@
+"""Torch-Pruning's own structured pruner: the baseline of a comparison at unit level.
+
+The heuristic a practitioner reaches for (Torch-Pruning's ``BasePruner`` with its magnitude or Taylor
+importance, then fine-tuning), run through the library itself, not re-implemented. Each dependency
+group loses the same fraction of its channels (Torch-Pruning's uniform ``pruning_ratio``), the
+fraction a unit-level budget removes. Torch-Pruning prunes the units a unit-level budget can remove
+(:func:`bayesprune.core.structure.unit_groups`) and no others: every ``Linear``/``Conv`` that produces
+none of them (the output layer, a normalised residual stream) is one of its ``ignored_layers``, and
+so are the query/key/value layers of attention heads (heads need Torch-Pruning's per-model head
+options; the baseline keeps them).
+"""
+
+import copy
+
+import torch
+import torch_pruning as tp
+from torch import nn
+
+from bayesprune.core.export import count_macs
+from bayesprune.core.structure import unit_groups
+
+#: Torch-Pruning's importance criteria the baseline offers (``compare.torch_pruning``).
+IMPORTANCES = ("magnitude", "taylor")
+#: The baseline's method name in a comparison is this prefix and its importance.
+PREFIX = "torch-pruning-"
+
+
+def importance_of(name: str):
+    """Torch-Pruning's importance ``name``: L2 magnitude of a group's weights, or first-order Taylor
+    (|w · ∂L/∂w|, gradients read from the parameters)."""
+    if name == "magnitude":
+        return tp.importance.MagnitudeImportance(p=2)
+    if name == "taylor":
+        return tp.importance.TaylorImportance()
+    raise ValueError(f"unknown Torch-Pruning importance {name!r} (one of {list(IMPORTANCES)})")
+
+
+def ignored_layers(net: nn.Module, input_shape) -> list:
+    """Paths of the ``Linear``/``Conv`` layers Torch-Pruning leaves whole: those that produce no unit
+    group (see the module)."""
+    pruned = {name for group in unit_groups(net, input_shape) if group.heads_of is None for name in group.producers}
+    weighted = (nn.Linear, nn.modules.conv._ConvNd)
+    return [name for name, module in net.named_modules() if isinstance(module, weighted) and name not in pruned]
+
+
+def prune_channels(net: nn.Module, input_shape, *, ratio: float, importance: str = "magnitude", ignored=None):
+    """Prune ``net`` in place with Torch-Pruning's ``BasePruner``: each group loses ``ratio`` of its
+    channels, ranked by ``importance`` (for ``"taylor"``, the gradients already in the parameters'
+    ``.grad``). ``ignored``: module paths left whole (default :func:`ignored_layers`). Returns ``net``."""
+    ignored = ignored_layers(net, input_shape) if ignored is None else ignored
+    pruner = tp.pruner.BasePruner(
+        net,
+        torch.zeros(1, *input_shape),
+        importance=importance_of(importance),
+        pruning_ratio=ratio,
+        ignored_layers=[net.get_submodule(name) for name in ignored],
+    )
+    pruner.step()
+    return net
+
+
+def pruned_to_macs(net: nn.Module, input_shape, macs: int, *, importance="magnitude", ignored=None, steps: int = 12):
+    """``(pruned copy, its MACs, ratio)``: ``net`` pruned by :func:`prune_channels` at the ratio whose MACs
+    (:func:`bayesprune.core.export.count_macs`) come closest to ``macs``, found by bisection on (0, 0.95)."""
+    low, high, best = 0.0, 0.95, None
+    for _ in range(steps):
+        ratio = (low + high) / 2
+        candidate = prune_channels(copy.deepcopy(net), input_shape, ratio=ratio, importance=importance, ignored=ignored)
+        got = count_macs(candidate, input_shape)
+        if best is None or abs(got - macs) < abs(best[1] - macs):
+            best = (candidate, got, ratio)
+        low, high = (ratio, high) if got > macs else (low, ratio)
+    return best
+
+
+def accumulate_gradients(net: nn.Module, x, y, loss, *, batch_size: int):
+    """The gradient of the mean training ``loss`` over all of ``(x, y)`` in the parameters' ``.grad``
+    (batches of ``batch_size``, in order): what Taylor importance reads. ``net`` is left in eval mode."""
+    net.zero_grad(set_to_none=True)
+    net.eval()
+    for start in range(0, len(x), batch_size):
+        xb, yb = x[start : start + batch_size], y[start : start + batch_size]
+        (loss(net(xb), yb) * len(xb) / len(x)).backward()
+
+
+def pruned_and_finetuned(net: nn.Module, dataset, *, ratio: float, importance: str, finetune_epochs: int, rule: dict):
+    """A copy of the plain ``net`` pruned by :func:`prune_channels` at ``ratio`` (Taylor importance from
+    the gradient of the mean training loss), then fine-tuned ``finetune_epochs`` epochs as the plain
+    network was trained (``rule``: :func:`~bayesprune.pipeline.baseline.fit_plain`'s epochs, lr, batch
+    size and seed); in eval mode."""
+    from bayesprune.core.tasks import mean_loss
+    from bayesprune.pipeline.baseline import fit_plain
+
+    pruned = copy.deepcopy(net)
+    if importance == "taylor":
+        loss = mean_loss(dataset.task)
+        accumulate_gradients(pruned, dataset.x_train, dataset.y_train, loss, batch_size=rule["batch_size"])
+    prune_channels(pruned, tuple(dataset.input_shape), ratio=ratio, importance=importance)
+    pruned.zero_grad(set_to_none=True)
+    if finetune_epochs:
+        fit_plain(pruned, dataset.x_train, dataset.y_train, **{**rule, "epochs": finetune_epochs})
+    return pruned.eval()
+
+
+def check_prunable(net: nn.Module, input_shape):
+    """Refuse, in one line, a network Torch-Pruning's baseline cannot prune: one it cannot trace, or one
+    without a unit group."""
+    from bayesprune.core.errors import BayesPruneError
+    from bayesprune.core.structure import NotTraceable
+
+    try:
+        groups = unit_groups(net, input_shape)
+    except (NotTraceable, ValueError) as error:
+        raise BayesPruneError(f"Torch-Pruning's baseline: {error}") from None
+    if not any(group.heads_of is None for group in groups):
+        raise BayesPruneError("Torch-Pruning's baseline: the network has no hidden channels or units to remove")

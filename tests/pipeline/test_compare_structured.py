@@ -1,0 +1,128 @@
+"""Torch-Pruning's structured pruner as the baseline of a unit-level comparison
+(bayesprune.pipeline.compare.structured): the network it gives is the one Torch-Pruning gives directly,
+fine-tuning trains it, and the leaderboard measures the exported smaller network."""
+
+import copy
+import csv
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torch_pruning as tp
+from torch import nn
+
+from bayesprune.core.errors import ConfigError
+from bayesprune.core.export import count_macs
+from bayesprune.pipeline.compare import compare, comparison_cells, load_comparison
+from bayesprune.pipeline.compare.structured import ignored_layers, pruned_and_finetuned
+from helpers import TINY
+
+
+class Residual(nn.Module):
+    """A stem and a block whose output is added to it (their channels coupled), pooled into a classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.block = nn.Sequential(
+            nn.Conv2d(8, 6, 3, padding=1), nn.ReLU(), nn.Conv2d(6, 8, 3, padding=1), nn.BatchNorm2d(8)
+        )
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = F.relu(x + self.block(x))
+        return self.fc(x.mean((2, 3)))
+
+
+def _data():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(48, 1, 6, 6, generator=generator)
+    y = (x.mean((1, 2, 3)) > 0).long() + (x[:, 0, 0, 0] > 1).long()
+    return SimpleNamespace(x_train=x, y_train=y, task="classification", input_shape=(1, 6, 6))
+
+
+RULE = dict(epochs=1, lr=0.01, batch_size=48, seed=0)
+
+
+@pytest.mark.parametrize("importance", ["magnitude", "taylor"])
+def test_the_cell_prunes_as_torch_pruning_does_itself(importance):
+    """Without fine-tuning, the cell's network is the one Torch-Pruning's BasePruner gives with the same
+    importance and the classifier ignored (Taylor: the gradient of the mean cross-entropy): half of each
+    group's channels gone, its MACs counted by hand."""
+    torch.manual_seed(0)
+    net, data = Residual().eval(), _data()
+    assert ignored_layers(net, data.input_shape) == ["fc"]
+    ours = pruned_and_finetuned(net, data, ratio=0.5, importance=importance, finetune_epochs=0, rule=RULE)
+
+    theirs = copy.deepcopy(net)
+    if importance == "taylor":
+        F.cross_entropy(theirs(data.x_train), data.y_train).backward()
+    criterion = (
+        tp.importance.MagnitudeImportance(p=2) if importance == "magnitude" else tp.importance.TaylorImportance()
+    )
+    example = torch.zeros(1, 1, 6, 6)
+    tp.pruner.MetaPruner(theirs, example, importance=criterion, pruning_ratio=0.5, ignored_layers=[theirs.fc]).step()
+    assert ours.state_dict().keys() == theirs.state_dict().keys()
+    for name, value in theirs.state_dict().items():
+        assert torch.allclose(ours.state_dict()[name], value), name
+    assert ours.stem[0].out_channels == 4 and ours.block[0].out_channels == 3
+    convolutions = (4 * 1 + 3 * 4 + 4 * 3) * 9 * 36  # out · in channels · 3x3 kernel · 6x6 positions
+    assert count_macs(ours, data.input_shape) == convolutions + 4 * 3
+
+
+def test_fine_tuning_lowers_the_training_loss():
+    torch.manual_seed(0)
+    net, data = Residual().eval(), _data()
+
+    def loss(epochs):
+        pruned = pruned_and_finetuned(net, data, ratio=0.5, importance="magnitude", finetune_epochs=epochs, rule=RULE)
+        with torch.no_grad():
+            return F.cross_entropy(pruned.eval()(data.x_train), data.y_train).item()
+
+    assert loss(5) < loss(0)
+
+
+def test_the_baseline_is_chosen_at_unit_level_and_refused_at_weight_level():
+    unit = [*TINY, "prune.level='unit'"]
+    names = lambda overrides: {cell.name for cell in comparison_cells(*load_comparison(None, overrides))}  # noqa: E731
+    assert "torch-pruning-magnitude-seed0" in names(unit) and "torch-pruning-taylor-seed0" not in names(unit)
+    both = names([*unit, "compare.torch_pruning=['magnitude', 'taylor']"])
+    assert {"torch-pruning-magnitude-seed0", "torch-pruning-taylor-seed0"} <= both
+    assert not any(name.startswith("torch-pruning") for name in names([*unit, "compare.torch_pruning=[]"]))
+    assert not any(name.startswith("torch-pruning") for name in names(TINY))
+    with pytest.raises(ConfigError, match=r"compare.torch_pruning: .* prune.level = \"unit\" only"):
+        names([*TINY, "compare.torch_pruning=['taylor']"])
+    with pytest.raises(ConfigError, match="compare.torch_pruning"):
+        load_comparison(None, [*unit, "compare.torch_pruning=['l1']"])
+
+
+def test_the_leaderboard_measures_the_smaller_network_and_resume_adds_a_sparsity(tmp_path):
+    """digits' 64-100-10 MLP at unit level: Torch-Pruning's row at 50 % has 50 hidden units, its params and
+    MACs counted by hand; --resume with 80 % added prunes the saved plain network there (not trained again)."""
+    grid = dict(
+        methods=["magnitude"],
+        seeds=[0],
+        overrides=[*TINY, "prune.level='unit'", "data.batch_size=512"],
+        report=None,
+        status=lambda line: None,
+    )
+    compare(None, tmp_path / "cmp", sparsities=[0.5], **grid)
+    cell = tmp_path / "cmp" / "cells" / "torch-pruning-magnitude-seed0"
+    with open(tmp_path / "cmp" / "leaderboard.csv") as handle:
+        row = next(row for row in csv.DictReader(handle) if row["method"] == "torch-pruning-magnitude")
+    hidden = 50
+    assert float(row["macs"]) == 64 * hidden + hidden * 10 and float(row["params"]) == 65 * hidden + (hidden + 1) * 10
+    assert float(row["test_error"]) == json.loads((cell / "metrics.json").read_text())["per_sparsity"][0]["test_error"]
+    assert float(row["train_epochs"]) == 2  # the plain network's epoch and one of fine-tuning, as magnitude's
+
+    plain = (cell / "network-plain.pt").stat().st_mtime_ns
+    rows = compare(out=tmp_path / "cmp", resume=True, sparsities=[0.5, 0.8], **{**grid, "overrides": ()})
+    assert (cell / "network-plain.pt").stat().st_mtime_ns == plain
+    ours = {r["sparsity"]: r for r in rows if r["method"] == "torch-pruning-magnitude"}
+    assert ours[0.5]["test_error"] == float(row["test_error"])
+    kept = 19  # Torch-Pruning keeps int(100 · (1 − 0.8)) units, 19 in floating point
+    assert ours[0.8]["macs"] == 64 * kept + kept * 10
+    assert json.loads((cell / "cell.json").read_text())["sparsities"] == [0.5, 0.8]
