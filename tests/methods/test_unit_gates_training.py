@@ -1,0 +1,63 @@
+"""Algorithm 1's training loop of unit gates on a network with batch norms (paper 004)."""
+
+import pytest
+import torch
+from torch import nn
+
+from bayesprune.methods.unit_gates import GateTraining, UnitGatesOptions
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def small_cnn():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 6, 3), nn.BatchNorm2d(6), nn.ReLU(), nn.Flatten(), nn.Linear(6 * 4 * 4, 3))
+
+
+def test_the_test_error_after_an_epoch_is_the_eval_mode_networks_and_leaves_its_batch_norm_statistics():
+    """The per-epoch test error (Fig. 3) is the network's in eval mode (running statistics, the network
+    a user gets), computed here independently; the test rows do not enter the running statistics."""
+    net = small_cnn()
+    generator = torch.Generator().manual_seed(1)
+    x, y = torch.randn(40, 1, 6, 6, generator=generator), torch.randint(0, 3, (40,), generator=generator)
+    x_test, y_test = (
+        3 + 2 * torch.randn(30, 1, 6, 6, generator=generator),
+        torch.randint(0, 3, (30,), generator=generator),
+    )
+    training = GateTraining(
+        net, UnitGatesOptions(), num_train=40, lr=1e-3, input_shape=(1, 6, 6), test=(x_test, y_test)
+    )
+    training.step(x, y, 0, 1)
+    norm = training.net[1]
+    before = (norm.running_mean.clone(), norm.running_var.clone(), int(norm.num_batches_tracked))
+    expected = torch.nn.functional.batch_norm(
+        training.net[0](x_test), before[0], before[1], norm.weight, norm.bias, training=False, eps=norm.eps
+    )
+    with torch.no_grad():
+        expected = training.net[4](training.net[3](training.net[2](expected))).argmax(-1)
+    training.on_epoch(0, None)
+    assert training.epoch_test_error == [pytest.approx(100 * float((expected != y_test).float().mean()))]
+    torch.testing.assert_close(norm.running_mean, before[0], rtol=0, atol=0)
+    torch.testing.assert_close(norm.running_var, before[1], rtol=0, atol=0)
+    assert int(norm.num_batches_tracked) == before[2] and training.net.training
+
+
+def test_the_returned_networks_batch_norm_statistics_are_its_own_on_the_training_rows():
+    """``recalibrate``: the running mean of the returned (smaller, fine-tuned) network's batch norm is the
+    mean of its input over the training rows (4 batches of 16 cover the 64 rows, each counted once),
+    computed here from the returned network; with ``recalibrate = false`` it is the training's moving
+    average, which is not."""
+    from bayesprune import fit_method
+
+    generator = torch.Generator().manual_seed(2)
+    x, y = torch.randn(64, 1, 6, 6, generator=generator), torch.randint(0, 3, (64,), generator=generator)
+    means = {}
+    for recalibrate in (True, False):
+        options = {"log_gamma": -1.0, "finetune_epochs": 1, "recalibrate": recalibrate}
+        fitted = fit_method("unit-gates", small_cnn(), (x, y), epochs=1, batch_size=16, device="cpu", options=options)
+        net = fitted.net
+        with torch.no_grad():
+            expected = net[0](x).mean(dim=(0, 2, 3))
+        means[recalibrate] = (net[1].running_mean, expected)
+    torch.testing.assert_close(*means[True], rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(*means[False], rtol=1e-2, atol=1e-3)
