@@ -108,12 +108,15 @@ def feature_importance(matrices) -> torch.Tensor:
 
 
 def path_scores(logits: dict, model_or_net) -> dict:
-    """Every weight's (and bias's) log-probability of lying on an included path to the output: log p_w +
-    log ψ^(l)_i, its inclusion probability times the importance (:func:`node_importance`, the mean path
-    probability to the output of section 3.5) of the node i it feeds.
+    """Every weight's (and bias's) inclusion logit, capped by the logit of the importance of the node i it
+    feeds (:func:`node_importance`, ψ^(l)_i, the mean path probability to the output of section 3.5):
+    min(logit p_w, logit ψ^(l)_i). A weight counts for no more than the node it feeds.
 
-    Ranked by p_w alone, a weight into a hidden unit whose own output weights sit in the spike counts
-    as much as one the network uses; here it goes first (``sbnn.score = "path"``).
+    Ranked by p_w alone, a weight into a hidden unit whose output weights sit in the spike counts as much
+    as one the network uses; here it goes with the spike (``sbnn.score = "path"``). The cap, not the
+    product p_w ψ^(l)_i (the mean path probability through the weight, exact under q's independence):
+    where both round near 1 the product sorts nearly every weight by its node's importance in place of
+    its own, which removes weights the network uses (UCI Boston, docs/reproductions.md).
 
     Args:
         logits: site name → inclusion logits B − A (eq. 3.8) of every weight and bias of a chain of
@@ -121,16 +124,16 @@ def path_scores(logits: dict, model_or_net) -> dict:
         model_or_net: the ``BayesianNetwork`` or its plain network.
 
     Returns:
-        Site name → float64 scores of the same shapes (−inf where a node has no included path).
+        Site name → float64 scores of the same shapes (the weights into the outputs keep their logits).
     """
     net = getattr(model_or_net, "net", model_or_net)
-    log_probs = {site: torch.nn.functional.logsigmoid(value.double()) for site, value in logits.items()}
-    reached = node_importance(weight_inclusion_matrices({k: v.exp() for k, v in log_probs.items()}, net))[1:]
+    logits = {site: value.double() for site, value in logits.items()}
+    reached = node_importance(weight_inclusion_matrices({k: torch.sigmoid(v) for k, v in logits.items()}, net))[1:]
     scores = {}
     for layer, importance in zip(layer_chain(net), reached):
+        cap = torch.logit(importance)  # +inf for a node of importance 1 (the outputs)
         for site in filter(None, (layer.weight_site, layer.bias_site)):
-            value = log_probs[site]
-            scores[site] = value + importance.log().reshape(-1, *[1] * (value.dim() - 1))
+            scores[site] = torch.minimum(logits[site], cap.reshape(-1, *[1] * (logits[site].dim() - 1)))
     return scores
 
 

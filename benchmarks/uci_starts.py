@@ -5,12 +5,14 @@ On each split of each set, fits the packaged ``uci`` config as the runner does (
 of its training rows held out for early stopping) once per start of ``--starts`` (the network's initial
 weights and biases multiplied by the factor; 1 is the packaged fit), and prints one JSON line per fit:
 its ELBO (−J of eq. 3.6 on the training rows, :func:`bayesprune.methods.sbnn.elbo`), its RMSE on the
-held-out training rows, the share of weights with p* < 1/2, and its test RMSE at each droprate of the
-config, the weights of lowest inclusion logit removed over the whole network (``prune.scope = "global"``,
-the paper's ranking) and the same fraction in each layer (``"layer"``). The test split scores every fit
-but chooses none. The closing table shows per set and scope the curve of the packaged fit (start 1), of
-the fit of highest ELBO (``keep = "elbo"``) and of lowest held-out training RMSE (``keep =
-"validation"``), beside the paper's Table 2 (mean over splits)::
+held-out training rows, the share of weights with p* < 1/2, and its RMSE at each droprate of the config on
+the held-out training rows (``validation_rmse_*``, what a ranking is chosen on) and on the test split
+(``test_rmse_*``) for every ranking: the weights of lowest score removed over the whole network
+(``prune.scope = "global"``) or the same fraction in each layer (``"layer"``), scored by inclusion logit
+(``sbnn.score = "inclusion"``, paper 003's ranking) or by path (``"path"``). The test split scores every
+fit but chooses none. The closing table shows per set and ranking the mean test curve of the packaged
+fit (start 1), of the fit of highest ELBO (``keep = "elbo"``) and of lowest held-out training RMSE
+(``keep = "validation"``), beside the paper's Table 2 (mean over splits)::
 
     python benchmarks/uci_starts.py --data-root ../shared/data/uci --sets bostonHousing energy [--splits 2]
         [--starts 1 0.4 0.2 0.1] [--set key=value ...]
@@ -19,6 +21,7 @@ the fit of highest ELBO (``keep = "elbo"``) and of lowest held-out training RMSE
 import argparse
 import json
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -27,14 +30,16 @@ from bayesprune.core.early_stopping import hold_out
 from bayesprune.core.predict import metric
 from bayesprune.core.pruning import Budget
 from bayesprune.methods import FitContext
-from bayesprune.methods.sbnn import elbo, fit_starts
+from bayesprune.methods.sbnn import SCORES, elbo, fit_starts
 from bayesprune.pipeline.config import load_config
 from bayesprune.pipeline.evaluation import pruning_curve
 from bayesprune.pipeline.runner import load_datasets, new_net
 
-#: ``prune.scope``: the weights of lowest inclusion logit removed over the whole network (the paper's
-#: ranking) or the same fraction in each layer.
+#: ``prune.scope``: the weights of lowest score removed over the whole network (the paper's ranking) or
+#: the same fraction in each layer.
 SCOPES = ("global", "layer")
+#: Every ranking compared: ``sbnn.score`` and ``prune.scope``.
+RANKINGS = [f"{score}-{scope}" for score in SCORES for scope in SCOPES]
 
 
 def fit_split(config, dataset, index: int) -> list:
@@ -45,18 +50,20 @@ def fit_split(config, dataset, index: int) -> list:
     options = config.method_options
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
     ctx = FitContext.from_config(config, dataset, device=torch.device("cpu"), seed=seed, validation=tuple(validation))
+    held_out = replace(dataset, x_test=validation[0], y_test=validation[1])
     records = []
     for factor, fitted in zip(options.starts, fit_starts(net, dataset, options, ctx)):
-        curves = {
-            scope: pruning_curve(
-                fitted,
-                dataset,
-                droprates=split_config.prune.droprates,
-                budget=lambda droprate, scope=scope: Budget(fraction=droprate, scope=scope),
-                include_biases=config.prune.include_biases,
-            )
-            for scope in SCOPES
-        }
+        curves = {}
+        for ranking in RANKINGS:
+            fitted.score, scope = ranking.split("-")
+            for part, rows in (("validation", held_out), ("test", dataset)):
+                curves[f"{part}_rmse_{ranking}"] = pruning_curve(
+                    fitted,
+                    rows,
+                    droprates=split_config.prune.droprates,
+                    budget=lambda droprate, scope=scope: Budget(fraction=droprate, scope=scope),
+                    include_biases=config.prune.include_biases,
+                )
         probs = torch.cat([p.flatten() for p in fitted.inclusion_probabilities().values()])
         records.append(
             {
@@ -67,10 +74,7 @@ def fit_split(config, dataset, index: int) -> list:
                     metric("regression", fitted.predict(validation[0]), validation[1], target_std=dataset.target_std), 4
                 ),
                 "spike_share": round(float((probs < 0.5).double().mean()), 3),
-                **{
-                    f"test_rmse_{scope}": [round(row["test_rmse"], 4) for row in curve]
-                    for scope, curve in curves.items()
-                },
+                **{key: [round(row["test_rmse"], 4) for row in curve] for key, curve in curves.items()},
             }
         )
     return records
@@ -122,13 +126,13 @@ def main(argv=None):
                 "| set | fit | starts kept | " + " | ".join(f"{d:g}" for d in droprates) + " |",
                 "|---|---|---|" + "---|" * len(droprates),
             ]
-        for scope in SCOPES:
+        for ranking in RANKINGS:
             for label, chosen in rows.items():
-                key = f"test_rmse_{scope}"
+                key = f"test_rmse_{ranking}"
                 means = [statistics.mean(record[key][i] for record in chosen) for i in range(len(droprates))]
                 starts = ", ".join(f"{record['start']:g}" for record in chosen)
                 lines.append(
-                    f"| {name} | {label}, {scope} | {starts} | " + " | ".join(f"{m:.3g}" for m in means) + " |"
+                    f"| {name} | {label}, {ranking} | {starts} | " + " | ".join(f"{m:.3g}" for m in means) + " |"
                 )
         if paper:
             lines.append(f"| {name} | paper 003 | | " + " | ".join(f"{v:.2f}" for v in paper) + " |")

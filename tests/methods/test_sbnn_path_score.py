@@ -1,5 +1,5 @@
-"""``sbnn.score = "path"``: weights ranked by their inclusion probability times the importance of the node
-they feed (paper 003, section 3.5), against a sum over paths written out, and its effect on pruning."""
+"""``sbnn.score = "path"``: a weight's inclusion logit capped by the logit of the importance of the node it
+feeds (paper 003, section 3.5), against a sum over paths written out, and its effect on pruning."""
 
 from types import SimpleNamespace
 
@@ -14,21 +14,23 @@ from bayesprune.methods.sbnn import SBNN, SBNNFitted, SBNNOptions, build_model
 from bayesprune.models.architectures import mlp
 
 
-def test_path_scores_add_the_log_mean_path_probability_of_the_node_fed():
+def test_path_scores_cap_each_logit_by_the_logit_of_the_mean_path_probability_of_the_node_fed():
     net = mlp((4,), 2, hidden=(3, 2))  # sites 1.*, 3.*, 5.*
     generator = torch.Generator().manual_seed(0)
     logits = {
-        name: torch.randn(p.shape, generator=generator, dtype=torch.float64) for name, p in net.named_parameters()
+        name: 3 * torch.randn(p.shape, generator=generator, dtype=torch.float64) for name, p in net.named_parameters()
     }
     p = {name: torch.sigmoid(value) for name, value in logits.items()}
     # Mean over the paths from a node to the two outputs of the product of p, written out.
     second = [sum(p["5.weight"][k, a] for k in range(2)) / 2 for a in range(2)]
     first = [sum(p["5.weight"][k, a] * p["3.weight"][a, i] for k in range(2) for a in range(2)) / 4 for i in range(3)]
     scores = path_scores(logits, net)
-    for site, reached in [("1", first), ("3", second), ("5", [1.0, 1.0])]:
-        reached = torch.tensor(reached, dtype=torch.float64)
-        torch.testing.assert_close(scores[f"{site}.weight"], p[f"{site}.weight"].log() + reached.log()[:, None])
-        torch.testing.assert_close(scores[f"{site}.bias"], p[f"{site}.bias"].log() + reached.log())
+    for site, reached in [("1", first), ("3", second)]:
+        cap = torch.logit(torch.tensor(reached, dtype=torch.float64))
+        torch.testing.assert_close(scores[f"{site}.weight"], torch.minimum(logits[f"{site}.weight"], cap[:, None]))
+        torch.testing.assert_close(scores[f"{site}.bias"], torch.minimum(logits[f"{site}.bias"], cap))
+        assert (scores[f"{site}.weight"] < logits[f"{site}.weight"]).any()  # some cap binds
+    torch.testing.assert_close(scores["5.weight"], logits["5.weight"])
 
 
 def fitted_with_an_unused_unit(score: str) -> SBNNFitted:

@@ -72,11 +72,12 @@ class SBNNOptions:
             ELBO −J (eq. 3.6) on the training rows (:func:`elbo`), the paper's own objective;
             ``"validation"``, the lowest error on the training rows ``train.validation`` holds out.
         score: what ranks the weights for pruning: ``"inclusion"``, the inclusion logit B − A (eq. 3.8),
-            the paper's; ``"path"``, log p* of the weight plus the log importance (section 3.5) of the
-            node it feeds (:func:`~bayesprune.analysis.importance.path_scores`), so that the weights
-            into a hidden unit whose output weights all sit in the spike go first. Not in paper 003:
-            on UCI energy, whose fit keeps 90% of its input weights in the slab but half its hidden
-            units unused, it holds the curve to 50% removed (docs/reproductions.md, UCI regression).
+            the paper's; ``"path"``, that logit capped by the logit of the importance (section 3.5) of
+            the node the weight feeds (:func:`~bayesprune.analysis.importance.path_scores`), so that
+            the weights into a hidden unit whose output weights sit in the spike go with the spike.
+            Not in paper 003: on UCI energy, whose fit keeps 90% of its input weights in the slab but
+            half its hidden units unused, it holds the curve to 50% removed (docs/reproductions.md,
+            UCI regression).
     """
 
     pi: float = 0.5
@@ -160,7 +161,7 @@ class SBNNFitted(GuideFitted):
 
     @property
     def score_name(self) -> str:
-        return "inclusion logit" if self.score == "inclusion" else "log path inclusion probability"
+        return "inclusion logit" if self.score == "inclusion" else "path-capped inclusion logit"
 
     def scores(self) -> dict:
         logits = self.guide.inclusion_logits()
