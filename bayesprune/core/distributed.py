@@ -31,7 +31,54 @@ TIMEOUT = timedelta(minutes=10)
 
 def launched() -> bool:
     """Whether this process was started by ``torchrun`` (or another launcher) as one of several."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return launched_size() > 1
+
+
+def launched_size() -> int:
+    """The number of processes the launcher started (``WORLD_SIZE``; 1 without a launcher).
+
+    Raises:
+        ConfigError: ``WORLD_SIZE`` is not a positive integer.
+    """
+    size = _environment_integer("WORLD_SIZE", 1)
+    if size < 1:
+        raise ConfigError(f"distributed launch: environment variable WORLD_SIZE must be at least 1, got {size}")
+    return size
+
+
+def _environment_integer(name: str, default: int | None = None) -> int:
+    value = os.environ.get(name)
+    if value is None and default is not None:
+        return default
+    if value is None:
+        raise ConfigError(f"distributed launch: environment variable {name} is not set (torchrun sets it)")
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(
+            f"distributed launch: environment variable {name} must be an integer, got {value!r}"
+        ) from None
+
+
+def check_environment():
+    """Refuse in one line the environment of a launch that torch's rendezvous cannot use (it would raise
+    its own error, or wait for a process that cannot join): ``RANK`` outside ``[0, WORLD_SIZE)``,
+    ``LOCAL_RANK`` negative, ``MASTER_ADDR`` or ``MASTER_PORT`` missing or not a port.
+
+    Raises:
+        ConfigError: naming the environment variable.
+    """
+    size = launched_size()
+    rank = _environment_integer("RANK")
+    if not 0 <= rank < size:
+        raise ConfigError(f"distributed launch: environment variable RANK is {rank}, not in [0, WORLD_SIZE = {size})")
+    if _environment_integer("LOCAL_RANK", 0) < 0:
+        raise ConfigError("distributed launch: environment variable LOCAL_RANK must be at least 0")
+    if not os.environ.get("MASTER_ADDR"):
+        raise ConfigError("distributed launch: environment variable MASTER_ADDR is not set (torchrun sets it)")
+    port = _environment_integer("MASTER_PORT")
+    if not 0 < port < 65536:
+        raise ConfigError(f"distributed launch: environment variable MASTER_PORT must be a port (1-65535), got {port}")
 
 
 def active() -> bool:
@@ -55,6 +102,7 @@ def start(device: str = "auto"):
     was not launched as one of several, or the group is running already."""
     if not launched() or active():
         return
+    check_environment()
     cuda = device != "cpu" and torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(local_rank())

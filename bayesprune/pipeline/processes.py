@@ -90,7 +90,7 @@ def check_processes(processes):
         return
     if processes < 1:
         raise BayesPruneError(f"--processes must be at least 1, got {processes}")
-    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    launched = distributed.launched_size()
     if distributed.launched() and processes != launched:
         raise BayesPruneError(f"--processes {processes} but the launcher started {launched} processes")
 

@@ -167,11 +167,24 @@ def test_a_launch_whose_processes_disagree_is_refused_naming_the_key(table, tmp_
 
 @pytest.mark.parametrize(
     ("processes", "env", "needle"),
-    [("0", {}, "--processes must be at least 1"), ("3", {"WORLD_SIZE": "2"}, "the launcher started 2 processes")],
+    [
+        ("0", {}, "--processes must be at least 1"),
+        ("3", {"WORLD_SIZE": "2"}, "the launcher started 2 processes"),
+        # a launch environment torch's rendezvous would answer with a traceback, or wait on forever
+        (None, {"WORLD_SIZE": "two"}, "WORLD_SIZE must be an integer, got 'two'"),
+        (None, {"WORLD_SIZE": "2", "RANK": "2"}, "RANK is 2, not in [0, WORLD_SIZE = 2)"),
+        (None, {"WORLD_SIZE": "2", "RANK": "1"}, "MASTER_ADDR is not set"),
+        (None, {"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "127.0.0.1"}, "MASTER_PORT is not set"),
+        (None, {"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "h", "MASTER_PORT": "0"}, "MASTER_PORT must be a port"),
+    ],
 )
 def test_a_process_count_that_cannot_be_is_refused(processes, env, needle, table, tmp_path, monkeypatch, capsys):
+    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    assert main([*arguments("sbnn-digits", table, tmp_path / "out"), "--processes", processes]) == 2
-    assert needle in capsys.readouterr().err
+    count = [] if processes is None else ["--processes", processes]
+    assert main([*arguments("sbnn-digits", table, tmp_path / "out"), *count]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1, err
     assert not (tmp_path / "out").exists()
