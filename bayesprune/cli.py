@@ -67,9 +67,9 @@ def _importance(args):
 def _export(args):
     from bayesprune.pipeline.export import budget_of, check_export_arguments, export_run
 
-    check_export_arguments(args.out, repeats=args.repeats, force=args.force)  # before the budget and the run are read
-    budget = budget_of(args.budget) if args.budget else None
-    exported = export_run(args.run_dir, out=args.out, budget=budget, repeats=args.repeats, force=args.force)
+    options = {"repeats": args.repeats, "force": args.force, "formats": args.format}
+    check_export_arguments(args.out, **options)  # before the budget and the run are read
+    exported = export_run(args.run_dir, out=args.out, budget=budget_of(args.budget) if args.budget else None, **options)
     print(json.dumps(exported.report, indent=2) if args.json else "\n".join(exported.summary()))
 
 
@@ -135,6 +135,7 @@ HELP = {
     "importance --copies": "knockoff copies of every input (default 2): one copy selects nothing below 1/fdr inputs",
     "export --out": "file to write (torch.export format, .pt2); the trainable file FILE_STEM.trainable.pt is written beside it",
     "export --budget": "prune further than the method did, by a field of the budget (repeatable): fraction, keep or threshold; scope global|layer; level unit|weight; min_keep (default level=unit, min_keep a tenth of each layer's units, at least 1); without it the method's own network is exported",
+    "export --format": "pt2 (always written) and onnx: FILE_STEM.onnx beside it, run by ONNX Runtime on the test split (pip install 'bayesprune[onnx]')",
     "certify --samples": "networks drawn from the posterior (default: the run's pbp.mc_samples)",
     "compare config": "comparison config: packaged name or TOML path (default: compare-digits)",
     "compare --methods": "methods to compare (default: all, and magnitude, which always runs)",
@@ -184,6 +185,7 @@ def build_parser():
     exporting.add_argument("--out", required=True, help=HELP["export --out"])
     exporting.add_argument("--budget", action="append", default=[], metavar="KEY=VALUE", help=HELP["export --budget"])
     exporting.add_argument("--repeats", type=int, default=30, help="timed forward passes per batch size (default 30)")
+    exporting.add_argument("--format", nargs="+", default=["pt2"], help=HELP["export --format"])
     exporting.add_argument("--json", action="store_true", help="print the measurements as JSON")
     exporting.add_argument("--force", action="store_true", help="overwrite an existing --out file")
 

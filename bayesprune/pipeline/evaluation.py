@@ -7,7 +7,7 @@ from bayesprune.core.pruning import Budget, bias_sites, expand_unit_masks, prune
 from bayesprune.core.tasks import metric_name  # noqa: F401  (the run's metric, read from here by the pipeline)
 
 
-def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, include_biases=True) -> list:
+def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, include_biases=True, finetuned=None) -> list:
     """Test metric of the point estimate and, for a method with a posterior, of the Monte-Carlo predictive at each droprate.
 
     Args:
@@ -20,6 +20,10 @@ def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, inclu
         include_biases: rank the biases with the weights (the droprate is a fraction of all
             parameters); ``False`` keeps every bias and the droprate is a fraction of the weights.
             Unit-level budgets remove a unit's bias with the unit either way.
+        finetuned: ``masks -> metric``, the test metric of the point network fine-tuned with ``masks`` (site →
+            bool, ``True`` = kept: the droprate's and the network's own zeros) held fixed
+            (:meth:`bayesprune.pipeline.finetune.FineTuning.test_metric`), reported as ``<metric>_finetuned``;
+            ``None``: not fine-tuned.
 
     Returns:
         One dict per droprate with ``droprate``, ``n_weights_kept`` (parameters kept, biases
@@ -63,6 +67,10 @@ def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, inclu
         predictions = batched_predictions(fitted, x, masks=masks, samples=[samples for _, samples in evaluations])
         for (suffix, _), prediction in zip(evaluations, predictions):
             row[name + suffix] = metric(dataset.task, prediction.cpu(), dataset.y_test, target_std=dataset.target_std)
+        if finetuned is not None:
+            row[name + "_finetuned"] = finetuned(
+                {site: ~site_gone for site, site_gone in gone.items() if site_gone.any()}
+            )
         rows.append(row)
     return rows
 

@@ -13,9 +13,12 @@ import torch
 from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.pruning import Budget
 from bayesprune.pipeline.config import parse_override
+from bayesprune.pipeline.finetune import FineTuning
 
 #: The most timed forward passes ``repeats`` may ask for per batch size and device (more measures nothing new).
 MAX_REPEATS = 10_000
+#: The formats an export writes: ``pt2`` (``torch.export``, always written) and ``onnx`` (``OUT_STEM.onnx`` beside it).
+FORMATS = ("pt2", "onnx")
 
 
 @dataclass
@@ -57,6 +60,12 @@ class Exported:
             + ")",
             f"{'':<28}{'dense':>14}{'exported':>14}{'ratio':>8}",
         ]
+        if report["finetune_epochs"]:
+            lines.insert(
+                2,
+                f"fine-tuned for {report['finetune_epochs']} epochs (prune.finetune_epochs), the weights removed held "
+                f"at zero: {name} {report[f'{name}_before_finetuning']:.4g} before, {report[name]:.4g} after",
+            )
         for label, key, sub in (
             ("parameters", "parameters", "total"),
             ("non-zero parameters", "parameters", "nonzero"),
@@ -90,6 +99,12 @@ class Exported:
             )
         else:
             lines.append(f"no trainable file: {self.no_trainable_file}")
+        if report.get("onnx_file"):
+            lines.append(
+                f"wrote {report['onnx_file']}: ONNX Runtime runs it as the file above does; its {name}: "
+                f"{report[f'onnx_{name}']:.4g}; max |ONNX - {Path(report['file']).name}| on the test inputs: "
+                f"{report['onnx_max_abs_difference_to_file']:.2e}"
+            )
         return lines
 
 
@@ -114,24 +129,34 @@ def budget_of(assignments) -> Budget:
     return Budget(**fields)
 
 
-def check_export_arguments(out, *, repeats: int = 30, force: bool = False) -> tuple:
-    """``(file, trainable file)`` of ``out``, refused in one line when ``out`` names a folder, a file there
-    exists (without ``force``) or its folder does not, or ``repeats`` is not a count up to :data:`MAX_REPEATS`."""
+def check_export_arguments(out, *, repeats: int = 30, force: bool = False, formats=FORMATS[:1]) -> tuple:
+    """``(file, trainable file, ONNX file or None)`` of ``out``, refused in one line when ``out`` names a
+    folder, a file there exists (without ``force``) or its folder does not, ``repeats`` is not a count up to
+    :data:`MAX_REPEATS`, or ``formats`` (of :data:`FORMATS`) asks for ONNX without its packages installed."""
+    from bayesprune.core.export import missing_onnx_packages
+
     out_path = Path(out)
     if not out_path.name or out_path.is_dir() or str(out).endswith("/"):
         raise BayesPruneError(f"--out {str(out)!r}: name a file to write, not a folder")
+    unknown = [kind for kind in formats if kind not in FORMATS]
+    if unknown:
+        raise BayesPruneError(f"--format {unknown[0]!r}: not a format (one of {', '.join(FORMATS)})")
+    missing = missing_onnx_packages() if "onnx" in formats else []
+    if missing:
+        raise BayesPruneError(f"--format onnx: needs the packages {', '.join(missing)}: pip install 'bayesprune[onnx]'")
     trainable = out_path.with_name(f"{out_path.stem}.trainable.pt")
-    for path in (out_path, trainable):
-        if path.exists() and not force:
+    onnx = out_path.with_name(f"{out_path.stem}.onnx") if "onnx" in formats else None
+    for path in (out_path, trainable, onnx):
+        if path is not None and path.exists() and not force:
             raise BayesPruneError(f"--out {out_path}: {path.name} exists; pass --force to overwrite it")
     if not out_path.parent.is_dir():
         raise BayesPruneError(f"--out {out_path}: the folder {out_path.parent} does not exist")
     if not 1 <= repeats <= MAX_REPEATS:
         raise BayesPruneError(f"--repeats must be a positive integer up to {MAX_REPEATS}, got {repeats}")
-    return out_path, trainable
+    return out_path, trainable, onnx
 
 
-def export_run(run_dir, *, out, budget=None, repeats: int = 30, force: bool = False) -> Exported:
+def export_run(run_dir, *, out, budget=None, repeats: int = 30, force: bool = False, formats=FORMATS[:1]) -> Exported:
     """Export the network of the saved run in ``run_dir`` (``bayesprune export RUN_DIR --out OUT``).
 
     Args:
@@ -142,14 +167,20 @@ def export_run(run_dir, *, out, budget=None, repeats: int = 30, force: bool = Fa
             probabilities, the median probability model: weights of probability >= 1/2).
         repeats: timed forward passes per batch size and device.
         force: overwrite existing files at ``out``.
+        formats: of :data:`FORMATS`; with ``"onnx"``, ``OUT_STEM.onnx`` is written beside ``out`` too,
+            run by ONNX Runtime on the test split (its metric and its largest difference to ``out``'s outputs
+            are reported).
+
+    The run's ``prune.finetune_epochs`` fine-tunes the exported network (:mod:`bayesprune.pipeline.finetune`)
+    before it is written.
 
     Raises :class:`~bayesprune.core.errors.BayesPruneError` (one line, nothing written) on a bad argument
     or run directory.
     """
     from bayesprune.pipeline.rundir import load_run
 
-    check_export_arguments(out, repeats=repeats, force=force)
-    _, dataset, fitted = load_run(run_dir)
+    check_export_arguments(out, repeats=repeats, force=force, formats=formats)
+    config, dataset, fitted = load_run(run_dir)
     return export_fitted(
         fitted,
         dataset,
@@ -158,20 +189,35 @@ def export_run(run_dir, *, out, budget=None, repeats: int = 30, force: bool = Fa
         repeats=repeats,
         force=force,
         run_metrics=_first_fit_metrics(Path(run_dir)),
+        formats=formats,
+        finetuning=FineTuning.of(config, dataset.num_train),
     )
 
 
 def export_fitted(
-    fitted, dataset, *, out, budget=None, repeats: int = 30, force: bool = False, run_metrics=None
+    fitted,
+    dataset,
+    *,
+    out,
+    budget=None,
+    repeats: int = 30,
+    force: bool = False,
+    run_metrics=None,
+    formats=FORMATS[:1],
+    finetuning=None,
 ) -> Exported:
     """Export ``fitted`` (a :class:`~bayesprune.methods.Fitted`), measured on ``dataset``'s test split, as
-    :func:`export_run` does; ``run_metrics`` (a ``metrics.json``'s record) gives the run's own test metric."""
+    :func:`export_run` does; ``run_metrics`` (a ``metrics.json``'s record) gives the run's own test metric;
+    ``finetuning`` (a :class:`~bayesprune.pipeline.finetune.FineTuning`, or ``None``) trains the exported
+    network further on ``dataset``'s training split, its zero weights held at zero."""
     from bayesprune.core.export import (
         count_macs,
         count_parameters,
         dead_units,
         export,
         measure_latency,
+        run_onnx,
+        save_onnx,
         save_portable,
         save_trainable,
     )
@@ -179,10 +225,10 @@ def export_fitted(
     from bayesprune.core.predict import metric
     from bayesprune.core.preprocessing import preprocessing_of, with_preprocessing
     from bayesprune.core.pruning import expand_unit_masks, prune
-    from bayesprune.core.tasks import is_classification, metric_name, predictive_mean
+    from bayesprune.core.tasks import is_classification, metric_name, network_test_metric, predictive_mean
     from bayesprune.methods import get_method
 
-    out, trainable = check_export_arguments(out, repeats=repeats, force=force)
+    out, trainable, onnx = check_export_arguments(out, repeats=repeats, force=force, formats=formats)
     levels = get_method(fitted.method).prune_levels
     if budget is not None and budget.level not in levels:
         raise BayesPruneError(
@@ -217,13 +263,21 @@ def export_fitted(
     with torch.no_grad():
         masked = fitted.masked_network(weight_masks).eval()(x)
         difference = (exported(x) - masked).abs().max().item()
+    before = None
+    if finetuning is not None:  # the smaller network trained further, the weights removed held at zero
+        before = network_test_metric(exported, dataset)
+        zeros = {name: p != 0 for name, p in exported.named_parameters() if name in fitted.sites and not p.all()}
+        finetuning.apply(exported, dataset, zeros, calibration=fitted.calibration)
     # the file takes the rows of the user's files and gives targets in their units: the data's preprocessing inside
     preprocessing = preprocessing_of(dataset)
     raw_x = preprocessing.raw_inputs(dataset.x_test)
     raw_y = dataset.y_test if is_classification(dataset.task) else preprocessing.raw_targets(dataset.y_test)
-    partials = _fresh_beside(out), _fresh_beside(trainable)  # new files, never a link planted there
+    # new files, never a link planted there
+    partials = _fresh_beside(out), _fresh_beside(trainable), *([_fresh_beside(onnx)] if onnx else [])
     try:
         save_portable(with_preprocessing(exported, preprocessing), partials[0], raw_x[:2])
+        if onnx:
+            save_onnx(with_preprocessing(exported, preprocessing), partials[2], raw_x[:2])
         try:
             save_trainable(exported, partials[1], input_shape=shape, preprocessing=preprocessing)
             why_not = None
@@ -232,6 +286,7 @@ def export_fitted(
         loaded = torch.export.load(str(partials[0])).module()  # the file as written
         with torch.no_grad():
             outputs = torch.cat([loaded(chunk) for chunk in torch.split(raw_x, 1024)])
+        onnx_outputs = run_onnx(partials[2], raw_x) if onnx else None
     except BaseException:
         for partial in partials:
             partial.unlink(missing_ok=True)
@@ -242,6 +297,8 @@ def export_fitted(
     own = fitted.predict(dataset.x_test, masks=weight_masks) if weight_masks else None
     own = None if own is None else metric(dataset.task, own, dataset.y_test, target_std=dataset.target_std)
     os.replace(partials[0], out)
+    if onnx:
+        os.replace(partials[2], onnx)
     if why_not is None:
         os.replace(partials[1], trainable)
     else:
@@ -261,7 +318,13 @@ def export_fitted(
         "removed_dead_units": {site: int((~m).sum()) for site, m in dead.items()},
         "file": str(out),
         "trainable_file": None if why_not else str(trainable),
+        "finetune_epochs": 0 if finetuning is None else finetuning.epochs,
+        f"{name}_before_finetuning": before,
     }
+    if onnx:  # the ONNX file as ONNX Runtime runs it, beside the .pt2's outputs
+        report["onnx_file"] = str(onnx)
+        report[f"onnx_{name}"] = metric(dataset.task, predictive_mean(onnx_outputs, dataset.task), raw_y)
+        report["onnx_max_abs_difference_to_file"] = (onnx_outputs - outputs).abs().max().item()
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     for key, network in (("dense", dense), ("exported", exported)):
         report[key] = {

@@ -51,6 +51,7 @@ from bayesprune.pipeline.evaluation import (
     metric_name,
     pruning_curve,
 )
+from bayesprune.pipeline.finetune import FineTuning
 from bayesprune.pipeline.processes import check_same_fits, join, own_directory
 from bayesprune.pipeline.report import SCORES_DIGEST, write_report
 from bayesprune.pipeline.rundir import (
@@ -315,6 +316,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         device=device,
         budget=config.prune.budget,
         include_biases=config.prune.include_biases,
+        finetuned=_finetuned(config, dataset, fitted),
     )
     metrics = {
         "method": config.method,
@@ -355,6 +357,14 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         if not is_classification(dataset.task):
             metrics[f"baseline_linear_{name}"] = least_squares_test_rmse(dataset)
     return metrics
+
+
+def _finetuned(config, dataset, fitted):
+    """``masks -> metric`` of the point network fine-tuned as ``prune.finetune_epochs`` asks, or ``None``."""
+    finetuning = FineTuning.of(config, dataset.num_train)
+    if finetuning is None:
+        return None
+    return lambda masks: finetuning.test_metric(fitted.network(), dataset, masks, calibration=fitted.calibration)
 
 
 def _stopped(error, staging: Path, out: Path, checkpoint: str):

@@ -1,0 +1,75 @@
+"""Fine-tuning of a pruned network: trained further by maximum likelihood with the weights pruning removed
+held at exactly zero, then its batch-norm statistics estimated again. The run's ``prune.finetune_epochs``
+(each point of the pruning curve, and ``bayesprune export``'s network) and compare's magnitude baseline
+fine-tune this way."""
+
+import copy
+from dataclasses import dataclass
+
+import torch
+
+from bayesprune.core.export import mask_parameters, unmask_parameters
+from bayesprune.core.normalization import has_running_stats
+from bayesprune.core.predict import metric
+from bayesprune.core.tasks import predict_network
+from bayesprune.pipeline.baseline import fit_plain
+
+
+def finetune(net, x, y, masks: dict, *, epochs: int, lr: float, batch_size: int, seed: int = 0, calibration=None):
+    """Train ``net`` in place on ``(x, y)`` for ``epochs`` epochs (:func:`~bayesprune.pipeline.baseline.fit_plain`:
+    Adam at ``lr``, seeded minibatches) with ``masks`` (parameter or ``"<root>.gate"`` → bool, ``True`` = keep)
+    fixed by :func:`~bayesprune.core.export.mask_parameters`, so no step moves a removed weight off zero; then,
+    with a :class:`~bayesprune.core.normalization.Calibration`, estimate its batch-norm statistics again.
+    Returns ``net`` in eval mode."""
+    mask_parameters(net, masks)
+    if epochs:
+        fit_plain(net, x, y, epochs=epochs, lr=lr, batch_size=batch_size, seed=seed)
+    unmask_parameters(net).eval()
+    if calibration is not None:
+        calibration.apply(net)
+    return net
+
+
+@dataclass(frozen=True)
+class FineTuning:
+    """``prune.finetune_epochs`` of a run: ``epochs`` of :func:`finetune` at the run's ``optim.lr`` on
+    minibatches of its ``data.batch_size``, seeded by its seed."""
+
+    epochs: int
+    lr: float
+    batch_size: int
+    seed: int = 0
+
+    @classmethod
+    def of(cls, config, num_train: int):
+        """The fine-tuning ``config`` (a :class:`~bayesprune.pipeline.config.RunConfig`) asks for on a training
+        split of ``num_train`` rows, or ``None`` (``prune.finetune_epochs = 0``)."""
+        if not config.prune.finetune_epochs:
+            return None
+        batch_size = config.for_data(num_train).data.batch_size
+        return cls(config.prune.finetune_epochs, config.optim.lr, batch_size, config.seed)
+
+    def apply(self, net, dataset, masks: dict, *, calibration=None):
+        """:func:`finetune` ``net`` on ``dataset``'s training split (moved to ``net``'s device), its batch-norm
+        statistics estimated again by ``calibration`` where it has any."""
+        device = next(net.parameters()).device
+        return finetune(
+            net,
+            dataset.x_train.to(device),
+            dataset.y_train.to(device),
+            masks,
+            epochs=self.epochs,
+            lr=self.lr,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            calibration=calibration if has_running_stats(net) else None,
+        )
+
+    def test_metric(self, net, dataset, masks: dict, *, calibration=None) -> float:
+        """The test metric of ``net`` (a copy is trained) fine-tuned with ``masks`` fixed: what each point of
+        the pruning curve reports as ``<metric>_finetuned``."""
+        tuned = self.apply(copy.deepcopy(net), dataset, masks, calibration=calibration)
+        x = dataset.x_test
+        batches = [x] if torch.is_tensor(x) else x.batches(4096)  # a test split read on demand
+        prediction = torch.cat([predict_network(tuned, batch, dataset.task).cpu() for batch in batches])
+        return metric(dataset.task, prediction, dataset.y_test, target_std=dataset.target_std)
