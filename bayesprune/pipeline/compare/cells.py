@@ -351,13 +351,13 @@ def prunable_weights(net, *, include_biases: bool) -> list:
 def _magnitude(cell: Cell, folder: Path) -> dict:
     """The plain network, then global magnitude pruning and fine-tuning at each sparsity (see the module)."""
     from bayesprune.core.early_stopping import hold_out
-    from bayesprune.core.export import mask_parameters, unmask_parameters
     from bayesprune.core.normalization import changes
     from bayesprune.core.pruning import Budget, prune
     from bayesprune.models import new_net
     from bayesprune.pipeline.baseline import fit_plain
     from bayesprune.pipeline.compare import structured
     from bayesprune.pipeline.evaluation import metric_name
+    from bayesprune.pipeline.finetune import finetune
     from bayesprune.pipeline.runner import load_datasets
 
     config = cell.run_config()
@@ -426,12 +426,15 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
             params = dict(pruned.named_parameters())
             scores = {site: params[site].detach().abs().double() for site in sites}
             masks = prune(scores, Budget(fraction=sparsity, scope=config.prune.scope, min_keep=config.prune.min_keep))
-            mask_parameters(pruned, masks)
-            if cell.finetune_epochs:
-                fit_plain(pruned, dataset.x_train, dataset.y_train, **{**rule, "epochs": cell.finetune_epochs})
-            unmask_parameters(pruned).eval()
-            if calibration is not None and changes(net, masks):
-                calibration.apply(pruned)  # the masked network's own batch-norm statistics (prune.recalibrate)
+            own = calibration if changes(net, masks) else None  # the masked network's statistics (prune.recalibrate)
+            finetune(
+                pruned,
+                dataset.x_train,
+                dataset.y_train,
+                masks,
+                **rule | {"epochs": cell.finetune_epochs},
+                calibration=own,
+            )
         with replacing(folder / network_file(sparsity)) as temporary:
             torch.save(pruned.state_dict(), temporary)
         metrics["per_sparsity"].append(
