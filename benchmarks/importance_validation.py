@@ -18,17 +18,21 @@ the rule's 5 highest-ranked inputs hold, for
 - ``sbnn bayes-fdr``: the sBNN's pooled selection (``chains`` restarts, the Bayesian FDR rule at
   each ``--fdr`` level on posterior inclusion, :func:`~bayesprune.analysis.importance.pooled_importance_of`),
   fitted from a CSV by ``bayesprune run``;
+- ``sbnn empirical-null``: the same pooled inclusion probabilities' logits against their empirical null,
+  Benjamini-Hochberg at each level (:func:`~bayesprune.analysis.selection.select_by_empirical_null`,
+  ``bayesprune importance --selection empirical-null``); its settings were chosen on ``friedman1``;
 - ``sbnn knockoff+``: model-X knockoffs, two equicorrelated Gaussian copies of every input
   (:func:`~bayesprune.pipeline.importance.knockoff_importance`: the run's config refitted on
   [X, X̃¹, X̃²]): knockoff+ on W = ψ − ψ̃¹ alone (one copy; it cannot select fewer than 1/fdr inputs)
   and the two-copy filter (what ``bayesprune importance --selection knockoff`` selects), at each level;
 - ``net perm``: permutation importance (scikit-learn) of the plain network of the same shape
   (``MLPRegressor``), on held-out rows, kept when the mean importance exceeds twice its standard
-  error over the repeats; ``net perm knockoff+`` the same network on [X, X̃¹, X̃²], its permutation
+  error over the repeats; ``net perm empirical-null`` its mean importance thresholded as ``sbnn empirical-null``
+  (the same rule on the network's statistic); ``net perm knockoff+`` the same network on [X, X̃¹, X̃²], its permutation
   importance of every column thresholded as the sBNN's knockoffs;
 - ``lasso``: the inputs of non-zero ``LassoCV`` coefficient; ``lasso knockoff+``: the absolute
   coefficients |b| on [X, X̃¹, X̃²] (Candès et al.'s lasso coefficient-difference statistic), thresholded the same way;
-- ``forest perm``: a random forest's permutation importance, kept as the network's.
+- ``forest perm``: a random forest's permutation importance, kept as the network's (both ways).
 
     OMP_NUM_THREADS=1 python benchmarks/importance_validation.py --simulation paper003 --seeds 0 1 2 3 4 --fdr 0.1 0.2
 """
@@ -88,7 +92,8 @@ def scores(selected: np.ndarray, ranking: np.ndarray, relevant: np.ndarray) -> d
 
 
 def sbnn_fit(x, y, folder: Path, overrides: list):
-    """The sBNN run on the table as a CSV: its pooled rows and (config, dataset) for the knockoff refit."""
+    """The sBNN run on the table as a CSV: its pooled rows, the number of posterior draws behind them and
+    (config, dataset) for the knockoff refit."""
     import arviz as az
     import pandas as pd
 
@@ -103,9 +108,9 @@ def sbnn_fit(x, y, folder: Path, overrides: list):
     settings += ["data.task='regression'", "baseline.enabled=false", "prune.droprates=[0.0]", "device='cpu'"]
     config = RunConfig.from_dict(apply_overrides({}, [*settings, *overrides]))
     run(config, folder / "run", force=True)
-    rows = pooled_importance_of(az.from_netcdf(str(folder / "run" / "posterior.nc")))
+    idata = az.from_netcdf(str(folder / "run" / "posterior.nc"))
     config, dataset, _ = load_run(folder / "run")
-    return rows, config, dataset
+    return pooled_importance_of(idata), idata.posterior.sizes["chain"] * idata.posterior.sizes["draw"], config, dataset
 
 
 def knockoff_rules(importance: np.ndarray, levels: list) -> dict:
@@ -157,19 +162,24 @@ def one_seed(simulation, seed: int, args) -> dict:
     from sklearn.preprocessing import StandardScaler
 
     from bayesprune.analysis.knockoffs import GaussianKnockoffs
-    from bayesprune.analysis.selection import select_by_bayesian_fdr
-    from bayesprune.pipeline.importance import knockoff_importance
+    from bayesprune.analysis.selection import select_by_bayesian_fdr, select_by_empirical_null
+    from bayesprune.pipeline.importance import empirical_null_record, knockoff_importance
 
     x, y, relevant = SIMULATIONS[simulation](seed, args.rows)
     features = x.shape[1]
     results = {}
     with tempfile.TemporaryDirectory() as folder:
         overrides = [f"model.hidden=[{args.hidden}]", f"seed={seed}", *SBNN]
-        rows, config, dataset = sbnn_fit(x, y, Path(folder), overrides)
+        rows, draws, config, dataset = sbnn_fit(x, y, Path(folder), overrides)
         psi = np.array([row["psi"] for row in rows])
         inclusion = torch.tensor([row["inclusion_probability"] for row in rows], dtype=torch.float64)
         for fdr in args.fdr:
             results[f"sbnn bayes-fdr {fdr:g}"] = select_by_bayesian_fdr(inclusion, fdr).numpy(), psi
+            chosen = empirical_null_record(rows, fdr=fdr, draws=draws, restarts=1)["selected"]
+            results[f"sbnn empirical-null {fdr:g}"] = (
+                np.array([row["feature"] in chosen for row in rows]),
+                inclusion.numpy(),
+            )
         if not args.no_knockoffs:
             psi = knockoff_importance(config, dataset, copies=2)
             results.update({f"sbnn {name}": value for name, value in knockoff_rules(psi, args.fdr).items()})
@@ -180,10 +190,13 @@ def one_seed(simulation, seed: int, args) -> dict:
             MLPRegressor(hidden_layer_sizes=(args.hidden,), max_iter=2000, early_stopping=True, random_state=seed),
         )
 
-    results["net perm"] = two_standard_errors(*permutation_importance_of(network(), x, y, seed))
-    results["lasso"] = (coefficients := lasso_coefficients(x, y, seed)) != 0, np.abs(coefficients)
     forest = RandomForestRegressor(300, random_state=seed, n_jobs=1)
-    results["forest perm"] = two_standard_errors(*permutation_importance_of(forest, x, y, seed))
+    for name, model in (("net perm", network()), ("forest perm", forest)):
+        mean, standard_error = permutation_importance_of(model, x, y, seed)
+        results[name] = two_standard_errors(mean, standard_error)
+        for fdr in args.fdr:
+            results[f"{name} empirical-null {fdr:g}"] = select_by_empirical_null(torch.tensor(mean), fdr).numpy(), mean
+    results["lasso"] = (coefficients := lasso_coefficients(x, y, seed)) != 0, np.abs(coefficients)
     if not args.no_knockoffs:
         augmented = np.hstack([x, GaussianKnockoffs.fit(x, copies=2).sample(x, seed=seed)])
         importance, _ = permutation_importance_of(network(), augmented, y, seed)
