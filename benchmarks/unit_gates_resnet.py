@@ -16,14 +16,20 @@ What is measured, per seed, on scikit-learn's digits as 3x32x32 images (``benchm
   ``tp.pruner.MagnitudePruner`` with ``tp.importance.MagnitudeImportance(p=2)`` (the classifier kept)
   at the channel ratio whose MACs are the unit gates' network's (bisection,
   :func:`bayesprune.pipeline.compare.structured.pruned_to_macs`), then fine-tuned
-  ``--finetune-epochs`` epochs at ``--finetune-lr``: the same total epochs and MACs;
+  ``--finetune-epochs`` epochs at ``--finetune-lr`` (or the split and rate ``--tp-epochs`` and
+  ``--tp-finetune-lr`` give, the same total): the same total epochs and MACs; its test error with the
+  batch-norm statistics its fine-tuning left (the procedure as Torch-Pruning's examples run it) and
+  with them estimated again on training batches, as unit gates' fit does (``unit-gates.recalibrate``);
 * the mean over ``--seeds``.
+
+``--validation F`` holds out the fraction F of the training rows (a fixed permutation) and reports
+errors on them instead of on the test rows, which are then not read: settings are chosen that way.
 
 Numbers and the command: docs/reproductions.md, "Unit gates on torchvision networks".
 
 Usage: ``python benchmarks/unit_gates_resnet.py [--seeds 0 1 2] [--epochs 8] [--finetune-epochs 2]
-[--log-gamma -4] [--theta-lr 0.01] [--lr 0.003] [--finetune-lr 0.001] [--remove-at epoch] [--out DIR] [--json]``
-(one thread).
+[--log-gamma -4] [--theta-lr 0.01] [--lr 0.003] [--finetune-lr 0.001] [--remove-at epoch] [--tp-epochs N]
+[--tp-finetune-lr R] [--validation F] [--out DIR] [--json]`` (one thread).
 """
 
 import argparse
@@ -37,12 +43,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import tomli_w
 import torch
 import torchvision
 
 from bayesprune.cli import main
 from bayesprune.core.export import count_macs
+from bayesprune.core.normalization import recalibrate
 from bayesprune.data import load_dataset
 from bayesprune.methods.unit_gates import GateTraining, UnitGatesOptions, adam, data_cost
 from bayesprune.pipeline.compare.structured import pruned_to_macs
@@ -88,13 +96,23 @@ def step_seconds(net, data, options, rounds: int = 5) -> float:
     return statistics.median(times[1:])
 
 
+def held_out(folder: Path, fraction: float) -> str:
+    """``digits32-validation.npz``: the training rows less a fixed ``fraction`` of them, which are its test rows."""
+    digits = np.load(folder / "digits32.npz")
+    order = np.random.default_rng(0).permutation(len(digits["y_train"]))
+    held, kept = order[: round(fraction * len(order))], order[round(fraction * len(order)) :]
+    x, y = digits["x_train"], digits["y_train"]
+    np.savez(folder / "digits32-validation.npz", x_train=x[kept], y_train=y[kept], x_test=x[held], y_test=y[held])
+    return "digits32-validation.npz"
+
+
 def run_seed(folder: Path, seed: int, args) -> dict:
-    data = load_dataset("npz", path=str(folder / "digits32.npz"))
+    data = load_dataset("npz", path=str(folder / args.data_file))
     config = {
         "method": "unit-gates",
         "device": "cpu",
         "seed": seed,
-        "data": {"dataset": "npz", "path": str(folder / "digits32.npz"), "batch_size": BATCH},
+        "data": {"dataset": "npz", "path": str(folder / args.data_file), "batch_size": BATCH},
         "model": {"factory": "tvnets:resnet18"},
         "optim": {"lr": args.lr},
         "train": {"epochs": args.epochs},
@@ -125,10 +143,15 @@ def run_seed(folder: Path, seed: int, args) -> dict:
 
     start = time.perf_counter()
     torch.manual_seed(seed)
-    trained = train(torchvision.models.resnet18(num_classes=10), data, args.epochs, args.lr, 20.0, seed)
+    tp_epochs = args.epochs if args.tp_epochs is None else args.tp_epochs
+    tp_finetune, tp_lr = args.epochs + args.finetune_epochs - tp_epochs, args.tp_finetune_lr or args.finetune_lr
+    trained = train(torchvision.models.resnet18(num_classes=10), data, tp_epochs, args.lr, 20.0, seed)
+    tp_dense_error = error_of(trained, data.x_test, data.y_test)
     pruned, tp_macs, ratio = pruned_to_macs(trained.eval(), SHAPE, learned_macs, ignored=["fc"])
-    train(pruned, data, args.finetune_epochs, args.finetune_lr, 20.0, seed + 1000)
+    train(pruned, data, tp_finetune, tp_lr, 20.0, seed + 1000)
     tp_seconds = time.perf_counter() - start
+    tp_error = error_of(pruned, data.x_test, data.y_test)
+    recalibrate(pruned, data.x_train, batch_size=BATCH, seed=seed)
     return {
         "seed": seed,
         "gates_error": metrics["test_error"],
@@ -139,10 +162,12 @@ def run_seed(folder: Path, seed: int, args) -> dict:
         "gates_epoch_test_error": metrics["epoch_test_error"],
         "gates_step_cpu_seconds": {"dense": dense_step, "learned": learned_step},
         "gates_seconds": gates_seconds,
-        "tp_error": error_of(pruned, data.x_test, data.y_test),
+        "tp_error": tp_error,
+        "tp_error_recalibrated": error_of(pruned, data.x_test, data.y_test),
+        "tp_epochs": [tp_epochs, tp_finetune],
         "tp_macs_ratio": tp_macs / dense_macs,
         "tp_channel_ratio": ratio,
-        "tp_dense_error": error_of(trained, data.x_test, data.y_test),
+        "tp_dense_error": tp_dense_error,
         "tp_seconds": tp_seconds,
         "dense_macs": dense_macs,
     }
@@ -158,6 +183,11 @@ def main_cli(argv=None):
     parser.add_argument("--lr", type=float, default=0.003)
     parser.add_argument("--remove-at", default="epoch", choices=["step", "epoch"])
     parser.add_argument("--finetune-lr", type=float, default=0.001)
+    parser.add_argument(
+        "--tp-epochs", type=int, help="Torch-Pruning's dense epochs (default --epochs; the rest fine-tune)"
+    )
+    parser.add_argument("--tp-finetune-lr", type=float, help="Torch-Pruning's fine-tuning rate (default --finetune-lr)")
+    parser.add_argument("--validation", type=float, default=0.0, help="fraction of training rows to report errors on")
     parser.add_argument("--out", help="folder for the runs (default: a temporary one)")
     parser.add_argument("--json", action="store_true", help="print every number as JSON")
     args = parser.parse_args(argv)
@@ -166,6 +196,7 @@ def main_cli(argv=None):
         folder = Path(args.out or temporary)
         folder.mkdir(parents=True, exist_ok=True)
         write_user_files(folder)
+        args.data_file = held_out(folder, args.validation) if args.validation > 0 else "digits32.npz"
         sys.path.insert(0, str(folder))
         rows = []
         for seed in args.seeds:
@@ -175,14 +206,18 @@ def main_cli(argv=None):
                 f"seed {seed}: unit gates {row['gates_error']:.2f}% at {100 * row['gates_macs_ratio']:.1f}% of the MACs "
                 f"(channels alive per epoch {row['gates_units_alive']}, epoch seconds {row['gates_epoch_seconds']}, "
                 f"step CPU seconds dense {row['gates_step_cpu_seconds']['dense']:.3f} / learned "
-                f"{row['gates_step_cpu_seconds']['learned']:.3f}); Torch-Pruning magnitude {row['tp_error']:.2f}% at "
+                f"{row['gates_step_cpu_seconds']['learned']:.3f}); Torch-Pruning magnitude {row['tp_error']:.2f}% "
+                f"({row['tp_error_recalibrated']:.2f}% with statistics estimated again) at "
                 f"{100 * row['tp_macs_ratio']:.1f}% (dense before pruning {row['tp_dense_error']:.2f}%)",
                 flush=True,
             )
-    mean = {key: statistics.mean(row[key] for row in rows) for key in ("gates_error", "tp_error", "gates_macs_ratio")}
+    keys = ("gates_error", "tp_error", "tp_error_recalibrated", "gates_macs_ratio", "tp_macs_ratio")
+    mean = {key: statistics.mean(row[key] for row in rows) for key in keys}
     print(
-        f"mean of {len(rows)} seeds: unit gates {mean['gates_error']:.2f}%, Torch-Pruning magnitude + fine-tuning "
-        f"{mean['tp_error']:.2f}%, at {100 * mean['gates_macs_ratio']:.1f}% of resnet18's MACs"
+        f"mean of {len(rows)} seeds ({'held-out training rows' if args.validation > 0 else 'test rows'}): unit gates "
+        f"{mean['gates_error']:.2f}% at {100 * mean['gates_macs_ratio']:.1f}% of resnet18's MACs, Torch-Pruning "
+        f"magnitude + fine-tuning {mean['tp_error']:.2f}% ({mean['tp_error_recalibrated']:.2f}% with statistics "
+        f"estimated again) at {100 * mean['tp_macs_ratio']:.1f}%"
     )
     if args.json:
         print(json.dumps(rows, indent=1))
