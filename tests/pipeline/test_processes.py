@@ -5,14 +5,17 @@ oracle: the same command on one process). A launch whose processes disagree is r
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 
 import numpy as np
 import pytest
+import torch
 
 from bayesprune.cli import main
+from bayesprune.core import loop
 
 #: Where the processes start: not the checkout, whose bayesprune/ folder is not the installed package.
 CWD = tempfile.gettempdir()
@@ -61,11 +64,34 @@ def cli(args, **env):
     )
 
 
-def test_two_processes_run_what_one_process_runs(table, tmp_path):
-    """``bayesprune run --processes 2`` of the sBNN: the run directory is written once, by process 0,
-    with the one-process run's losses, ELBO and test error."""
+class SigtermAfterOneEpoch(list):
+    """The training loop's progress bar (``tqdm``) over its epochs, raising SIGTERM as the second begins:
+    the run stops as a signal stops it, with the first epoch's checkpoint."""
+
+    def __init__(self, epochs, **_):
+        super().__init__(epochs)
+
+    def __iter__(self):
+        for number, epoch in enumerate(super().__iter__()):
+            if number == 1:
+                signal.raise_signal(signal.SIGTERM)
+            yield epoch
+
+    def set_postfix(self, **_):
+        pass
+
+
+def test_two_processes_resume_and_run_what_one_process_runs(table, tmp_path, monkeypatch):
+    """A run stopped by SIGTERM after its first epoch, resumed with ``bayesprune run --resume DIR
+    --processes 2``: the two processes train the other epochs from the checkpoint and the run
+    directory is written once, by process 0, with the uninterrupted one-process run's losses, ELBO
+    and test error. (Fresh fits on two processes: the test below.)"""
     assert main(arguments("sbnn-digits", table, tmp_path / "one")) == 0
-    two = cli([*arguments("sbnn-digits", table, tmp_path / "two"), "--processes", "2"])
+    with monkeypatch.context() as patch:
+        patch.setattr(loop, "tqdm", SigtermAfterOneEpoch)
+        assert main(arguments("sbnn-digits", table, tmp_path / "two")) == 128 + signal.SIGTERM
+    assert torch.load(tmp_path / "two" / "checkpoint.pt", weights_only=True)["metadata"]["epoch"] == 1
+    two = cli(["run", "--resume", str(tmp_path / "two"), "--quiet", "--processes", "2"])
     assert two.returncode == 0, two.stderr
     assert two.stdout.count("results in") == 1  # process 0 speaks for the run
     one_metrics = json.loads((tmp_path / "one" / "metrics.json").read_text())
