@@ -55,6 +55,14 @@ def test_streamed_minibatches_are_the_tensors_minibatches_in_order_and_after_res
     after = list(expected)
     batches.generator.set_state(state)
     assert all(torch.equal(g[0], w[0]) for g, w in zip(batches, after, strict=True))
+    # augmented: the tensor's path (the data held on its device, augmented there) gives the streamed batches
+    augment = Augment(crop_padding=1, flip=True)
+    torch.manual_seed(4)
+    streamed = batches_of(rows, y, augment=augment)
+    torch.manual_seed(4)
+    held = batches_of(x, y, augment=augment)
+    assert all(torch.equal(s[0], h[0]) and torch.equal(s[1], h[1]) for s, h in zip(streamed, held, strict=True))
+    assert not torch.equal(streamed[0][0], batches_of(x, y)[0][0])
 
 
 def test_a_held_out_part_of_streamed_rows_keeps_its_training_rows_streamed():
