@@ -3,8 +3,8 @@
 fine-tuning trains it, and the leaderboard measures the exported smaller network."""
 
 import copy
-import csv
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -13,9 +13,11 @@ import torch.nn.functional as F
 import torch_pruning as tp
 from torch import nn
 
-from bayesprune.core.errors import ConfigError
+from bayesprune.core.errors import BayesPruneError, ConfigError
 from bayesprune.core.export import count_macs
-from bayesprune.pipeline.compare import compare, comparison_cells, load_comparison
+from bayesprune.pipeline.compare import comparison_cells, execute, load_comparison
+from bayesprune.pipeline.compare.cells import check_folder
+from bayesprune.pipeline.compare.leaderboard import leaderboard_rows
 from bayesprune.pipeline.compare.structured import ignored_layers, pruned_and_finetuned
 from helpers import TINY
 
@@ -99,30 +101,40 @@ def test_the_baseline_is_chosen_at_unit_level_and_refused_at_weight_level():
         load_comparison(None, [*unit, "compare.torch_pruning=['l1']"])
 
 
-def test_the_leaderboard_measures_the_smaller_network_and_resume_adds_a_sparsity(tmp_path):
-    """digits' 64-100-10 MLP at unit level: Torch-Pruning's row at 50 % has 50 hidden units, its params and
-    MACs counted by hand; --resume with 80 % added prunes the saved plain network there (not trained again)."""
-    grid = dict(
-        methods=["magnitude"],
-        seeds=[0],
-        overrides=[*TINY, "prune.level='unit'", "data.batch_size=512"],
-        report=None,
-        status=lambda line: None,
-    )
-    compare(None, tmp_path / "cmp", sparsities=[0.5], **grid)
-    cell = tmp_path / "cmp" / "cells" / "torch-pruning-magnitude-seed0"
-    with open(tmp_path / "cmp" / "leaderboard.csv") as handle:
-        row = next(row for row in csv.DictReader(handle) if row["method"] == "torch-pruning-magnitude")
+def test_the_leaderboard_measures_the_smaller_network_and_a_sparsity_added_later(tmp_path):
+    """digits' 64-100-10 MLP at unit level, the cell run as a worker runs it: Torch-Pruning's row at 50 % has
+    50 hidden units, its params and MACs counted by hand; the cell asked for 80 % too (--resume) prunes its
+    saved plain network there, not trained again, and keeps its row at 50 %."""
+    raw, options = load_comparison(None, [*TINY, "prune.level='unit'", "data.batch_size=512"])
+    options = replace(options, sparsities=(0.5,))
+    (cell,) = [cell for cell in comparison_cells(raw, options) if cell.kind == "torch-pruning"]
+    folder = tmp_path / cell.name
+    metrics = execute(cell, str(folder))
+    (row,) = leaderboard_rows([cell], [folder], options)
     hidden = 50
-    assert float(row["macs"]) == 64 * hidden + hidden * 10 and float(row["params"]) == 65 * hidden + (hidden + 1) * 10
-    assert float(row["test_error"]) == json.loads((cell / "metrics.json").read_text())["per_sparsity"][0]["test_error"]
-    assert float(row["train_epochs"]) == 2  # the plain network's epoch and one of fine-tuning, as magnitude's
+    assert row["method"] == "torch-pruning-magnitude" and row["sparsity"] == 0.5
+    assert row["macs"] == 64 * hidden + hidden * 10 and row["params"] == 65 * hidden + (hidden + 1) * 10
+    assert row["test_error"] == metrics["per_sparsity"][0]["test_error"]
+    assert row["train_epochs"] == 2  # the plain network's epoch and one of fine-tuning, as magnitude's
 
-    plain = (cell / "network-plain.pt").stat().st_mtime_ns
-    rows = compare(out=tmp_path / "cmp", resume=True, sparsities=[0.5, 0.8], **{**grid, "overrides": ()})
-    assert (cell / "network-plain.pt").stat().st_mtime_ns == plain
-    ours = {r["sparsity"]: r for r in rows if r["method"] == "torch-pruning-magnitude"}
-    assert ours[0.5]["test_error"] == float(row["test_error"])
+    plain = (folder / "network-plain.pt").stat().st_mtime_ns
+    more = replace(cell, sparsities=(0.5, 0.8))
+    check_folder(more, folder)  # the finished cell is this one's, asked for one more sparsity
+    with pytest.raises(BayesPruneError, match=r"holds another fit .*\(its cell.json differs at method\)"):
+        check_folder(replace(more, method="torch-pruning-taylor"), folder)
+    execute(more, str(folder))
+    assert (folder / "network-plain.pt").stat().st_mtime_ns == plain
+    rows = {row["sparsity"]: row for row in leaderboard_rows([more], [folder], options)}
+    assert rows[0.5]["test_error"] == row["test_error"]
     kept = 19  # Torch-Pruning keeps int(100 · (1 − 0.8)) units, 19 in floating point
-    assert ours[0.8]["macs"] == 64 * kept + kept * 10
-    assert json.loads((cell / "cell.json").read_text())["sparsities"] == [0.5, 0.8]
+    assert rows[0.8]["macs"] == 64 * kept + kept * 10
+    assert json.loads((folder / "cell.json").read_text())["sparsities"] == [0.5, 0.8]
+
+
+def test_a_failed_cell_fills_the_failed_column_of_each_of_its_rows(tmp_path):
+    raw, options = load_comparison(None, [*TINY, "prune.level='unit'", "compare.sparsities=[0.5, 0.8]"])
+    (cell,) = [cell for cell in comparison_cells(raw, options) if cell.kind == "torch-pruning"]
+    rows = leaderboard_rows([cell], [tmp_path / cell.name], options, [{"failed": "RuntimeError: broke"}])
+    assert [(row["sparsity"], row["failed"], row["seeds"]) for row in rows] == [
+        (s, f"{cell.name}: RuntimeError: broke", 0) for s in (0.5, 0.8)
+    ]
