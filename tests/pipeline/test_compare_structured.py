@@ -16,7 +16,7 @@ from torch import nn
 from bayesprune.core.errors import BayesPruneError, ConfigError
 from bayesprune.core.export import count_macs
 from bayesprune.pipeline.compare import comparison_cells, execute, load_comparison
-from bayesprune.pipeline.compare.cells import check_folder
+from bayesprune.pipeline.compare.cells import check_folder, refusal
 from bayesprune.pipeline.compare.leaderboard import leaderboard_rows
 from bayesprune.pipeline.compare.structured import ignored_layers, pruned_and_finetuned
 from helpers import TINY
@@ -138,3 +138,9 @@ def test_a_failed_cell_fills_the_failed_column_of_each_of_its_rows(tmp_path):
     assert [(row["sparsity"], row["failed"], row["seeds"]) for row in rows] == [
         (s, f"{cell.name}: RuntimeError: broke", 0) for s in (0.5, 0.8)
     ]
+
+
+def test_a_network_without_hidden_units_is_refused_before_any_fit():
+    raw, options = load_comparison(None, [*TINY, "prune.level='unit'", "model.hidden=[]"])
+    (cell,) = [cell for cell in comparison_cells(raw, options) if cell.kind == "torch-pruning"]
+    assert refusal(cell, {}) == "Torch-Pruning's baseline: the network has no hidden channels or units to remove"
