@@ -639,3 +639,27 @@ def test_sigint_stops_the_run_at_a_step_and_keeps_the_last_checkpoint(tmp_path):
     epoch = torch.load(out / "checkpoint.pt", weights_only=True)["metadata"]["epoch"]
     assert epoch >= 1 and f"epoch {epoch} is in" in err
     assert not (out / "metrics.json").exists()
+
+
+def test_importance_selects_by_the_empirical_null_on_request(two_chain_run, capsys):
+    import numpy as np
+    import xarray as xr
+
+    from bayesprune.analysis.selection import benjamini_hochberg, empirical_null_p_values
+
+    status, out, _ = run_cli(capsys, "importance", str(two_chain_run), "--selection", "empirical-null", "--force")
+    assert status == 0 and "(empirical-null)" in out
+    with open(two_chain_run / "importance.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    selection = json.loads((two_chain_run / "selection.json").read_text())
+    assert selection["rule"] == "empirical-null" and selection["restarts"] == 2
+    assert selection["selected"] == [row["feature"] for row in rows if row["selected"] == "True"]
+    # the inclusion probabilities of 2 restarts x the run's draws, as empirical logits, through Benjamini-Hochberg;
+    # none when more than half of them tie (no spread to learn the null from: 2 epochs include every input)
+    draws = 2 * xr.open_dataset(two_chain_run / "posterior.nc", group="posterior").sizes["draw"]
+    k = np.array([float(row["inclusion_probability"]) for row in rows]) * draws
+    logit = np.log((k + 0.5) / (draws - k + 0.5))
+    expected = [False] * len(rows)
+    if np.median(np.abs(logit - np.median(logit))) > 0:
+        expected = benjamini_hochberg(empirical_null_p_values(torch.tensor(logit)), 0.1).tolist()
+    assert [row["selected"] == "True" for row in rows] == expected
