@@ -378,26 +378,71 @@ def portable_input_shape(path) -> tuple:
 TRAINABLE_FORMAT = "bayesprune.trainable/1"
 
 
-def save_trainable(net: nn.Module, path, *, input_shape, preprocessing=None):
+def save_trainable(net: nn.Module, path, *, input_shape, preprocessing=None, built=None) -> bool:
     """Write ``net`` as a file that :func:`load_trainable` rebuilds into a trainable ``nn.Module``.
 
     The file is a dict that ``torch.load(path, weights_only=True)`` reads: ``format``
-    (:data:`TRAINABLE_FORMAT`), ``input_shape``, ``architecture``, ``state_dict`` and
+    (:data:`TRAINABLE_FORMAT`), ``input_shape``, ``architecture``, ``shapes``, ``state_dict`` and
     ``preprocessing`` (the data's, a :class:`~bayesprune.core.preprocessing.Preprocessing` given as its
     ``state()``, or ``None``). The
     architecture is a tree of ``torch.nn`` modules: ``{"type": "Sequential", "children": [[name,
     node], ...]}`` for a container, ``{"type": "Conv2d", "args": {"in_channels": 3, ...}}`` for a
     leaf, with the constructor arguments read back from the module's attributes. So any network
     built of ``nn.Sequential`` containers and ``torch.nn`` layers is described (every architecture
-    of :mod:`bayesprune.models`, before or after export); the rebuilt network is checked against
-    ``net`` on a probe input before the file is written.
+    of :mod:`bayesprune.models`, before or after export), and :func:`load_trainable` rebuilds it with
+    torch alone.
+
+    A network with a forward of its own (a custom class, a torchvision model: only its code knows how its
+    children connect) is written with ``architecture = None`` and the shape of every parameter
+    (``shapes``) when ``built`` is given: a network of the same code as ``net`` was before units were
+    removed (the user's factory's). :func:`load_trainable` then takes a freshly built network of that code
+    and removes its units until its parameters have those shapes (:func:`resize`) before loading the
+    weights. Either way the rebuilt network is checked against ``net`` on a probe input before the
+    file is written.
+
+    Returns whether the file needs such a network to load (``architecture = None``).
 
     Raises:
-        ValueError: a module with a forward of its own (a custom class: only its code knows how its
-            children connect) or whose arguments cannot be read back, naming it.
+        ValueError: a module with a forward of its own without ``built``, or whose arguments cannot be read
+            back, naming it; a network that the file would not rebuild.
     """
-    architecture = _describe(net, "")
-    rebuilt = _build(architecture).to(next(net.parameters()).device)
+    shapes = {name: list(param.shape) for name, param in net.named_parameters()}
+    try:
+        architecture = _describe(net, "")
+        rebuilt = _build(architecture)
+    except ValueError:
+        if built is None:
+            raise
+        architecture, rebuilt = None, _resized(copy.deepcopy(built), shapes, input_shape)
+    _check_rebuilds(rebuilt.to(next(net.parameters()).device), net, input_shape)
+    state = {name: value.detach().cpu() for name, value in net.state_dict().items()}
+    torch.save(
+        {
+            "format": TRAINABLE_FORMAT,
+            "input_shape": list(input_shape),
+            "architecture": architecture,
+            "shapes": shapes,
+            "state_dict": state,
+            "preprocessing": None if preprocessing is None else preprocessing.state(),
+        },
+        path,
+    )
+    return architecture is None
+
+
+def _resized(net: nn.Module, shapes: dict, input_shape) -> nn.Module:
+    """``net`` with units removed to ``shapes`` (:func:`resize`), untouched where it has them already (a
+    network Torch-Pruning cannot trace loses no unit)."""
+    if all(list(param.shape) == list(shapes.get(name, param.shape)) for name, param in net.named_parameters()):
+        return net
+    try:
+        return resize(net, shapes, input_shape=input_shape)
+    except NotTraceable as error:
+        raise ValueError(f"the network's units cannot be removed to the file's shapes: {error}") from None
+
+
+def _check_rebuilds(rebuilt: nn.Module, net: nn.Module, input_shape):
+    """Raise ``ValueError`` unless ``rebuilt`` with ``net``'s state computes what ``net`` computes."""
     try:
         rebuilt.load_state_dict(net.state_dict())
     except RuntimeError as error:
@@ -413,30 +458,32 @@ def save_trainable(net: nn.Module, path, *, input_shape, preprocessing=None):
         net.train(training)
     if not same:
         raise ValueError("the network's description does not rebuild it: the rebuilt network computes another function")
-    state = {name: value.detach().cpu() for name, value in net.state_dict().items()}
-    torch.save(
-        {
-            "format": TRAINABLE_FORMAT,
-            "input_shape": list(input_shape),
-            "architecture": architecture,
-            "state_dict": state,
-            "preprocessing": None if preprocessing is None else preprocessing.state(),
-        },
-        path,
-    )
 
 
-def load_trainable(path, *, map_location=None, raw_inputs: bool = False) -> nn.Module:
+def load_trainable(path, *, net=None, map_location=None, raw_inputs: bool = False) -> nn.Module:
     """The ``nn.Module`` of a file of :func:`save_trainable`, rebuilt with torch alone and returned in
     eval mode; ``.train()`` makes it trainable like any module. The file's ``input_shape`` gives the
     shape of one input: ``torch.load(path, weights_only=True)["input_shape"]``. It computes on the
     data as the run's loader standardised them; ``raw_inputs=True`` wraps it in the file's
     preprocessing (:func:`bayesprune.core.preprocessing.with_preprocessing`: raw inputs, regression outputs
-    in the target's units)."""
+    in the target's units).
+
+    A file of a network with a forward of its own (``architecture`` is ``None``) needs ``net``: a freshly
+    built network of the same code (your factory's output, any weights); its units are removed to the
+    file's shapes (:func:`resize`, Torch-Pruning) and the file's weights loaded into it. ``net`` is
+    changed in place."""
     saved = torch.load(path, map_location=map_location, weights_only=True)
     if not isinstance(saved, dict) or saved.get("format") != TRAINABLE_FORMAT:
         raise ValueError(f"{path}: not a file of bayesprune.core.export.save_trainable")
-    net = _build(saved["architecture"])
+    if saved["architecture"] is not None:
+        net = _build(saved["architecture"])
+    elif net is None:
+        raise ValueError(
+            f"{path}: holds the weights of a network with a forward of its own: pass net=, a freshly built "
+            "network of the same code (e.g. your model factory's)"
+        )
+    else:
+        net = _resized(net, saved["shapes"], saved["input_shape"])
     net.load_state_dict(saved["state_dict"])
     if raw_inputs and saved.get("preprocessing") is not None:
         net = with_preprocessing(net, Preprocessing.from_state(saved["preprocessing"], saved["input_shape"]))

@@ -90,7 +90,9 @@ class Exported:
         )
         if self.no_trainable_file is None:
             lines.append(
-                f"wrote {report['trainable_file']}: bayesprune.core.export.load_trainable(path) rebuilds it as a trainable nn.Module"
+                f"wrote {report['trainable_file']}: bayesprune.core.export.load_trainable(path"
+                + (", net=the network as your code builds it" if report["trainable_needs_network"] else "")
+                + ") rebuilds it as a trainable nn.Module"
                 + (
                     ""
                     if not done
@@ -279,7 +281,10 @@ def export_fitted(
         if onnx:
             save_onnx(with_preprocessing(exported, preprocessing), partials[2], raw_x[:2])
         try:
-            save_trainable(exported, partials[1], input_shape=shape, preprocessing=preprocessing)
+            # a network with a forward of its own: its shapes, for a network its code builds (load_trainable's net=)
+            needs_network = save_trainable(
+                exported, partials[1], input_shape=shape, preprocessing=preprocessing, built=dense
+            )
             why_not = None
         except ValueError as error:
             why_not = str(error)
@@ -318,6 +323,7 @@ def export_fitted(
         "removed_dead_units": {site: int((~m).sum()) for site, m in dead.items()},
         "file": str(out),
         "trainable_file": None if why_not else str(trainable),
+        "trainable_needs_network": None if why_not else needs_network,
         "finetune_epochs": 0 if finetuning is None else finetuning.epochs,
         f"{name}_before_finetuning": before,
     }

@@ -94,3 +94,45 @@ def test_finetuning_of_a_run_follows_its_config():
     config = load_config("sparse-vd-digits", ["prune.finetune_epochs=3", "optim.lr=0.02", "data.batch_size=64"])
     assert FineTuning.of(config, 1000) == FineTuning(epochs=3, lr=0.02, batch_size=64, seed=config.seed)
     assert FineTuning.of(load_config("sparse-vd-digits"), 1000) is None  # default 0: not fine-tuned
+
+
+class Residual(nn.Module):
+    """A network with a forward of its own (a skip connection around a batch-normed convolution)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(1, 6, 3, padding=1)
+        self.conv = nn.Sequential(nn.Conv2d(6, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 6, 1))
+        self.head = nn.Linear(6, 2)
+
+    def forward(self, x):
+        x = torch.relu(self.stem(x))
+        return self.head((x + self.conv(x)).mean((2, 3)))
+
+
+def test_the_trainable_file_of_a_network_with_its_own_forward_loads_into_the_users_code(tmp_path):
+    generator = torch.Generator().manual_seed(0)
+    x = torch.rand(80, 1, 6, 6, generator=generator)
+    y = (x[:, 0, :3].mean((1, 2)) > x[:, 0, 3:].mean((1, 2))).long()
+    dataset = Dataset(
+        name="toy", task="classification", x_train=x[:60], y_train=y[:60], x_test=x[60:], y_test=y[60:],
+        input_shape=(1, 6, 6), num_classes=2,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    fitted = fit_method(
+        "sparse-vd", Residual(), (dataset.x_train, dataset.y_train), epochs=1, batch_size=20, device="cpu"
+    )
+    out = tmp_path / "net.pt2"
+    report = export_fitted(fitted, dataset, out=out, budget=Budget(level="unit", fraction=0.5), repeats=1).report
+    assert report["trainable_needs_network"] is True
+    with pytest.raises(ValueError, match="pass net="):
+        load_trainable(report["trainable_file"])
+    trainable = load_trainable(report["trainable_file"], net=Residual())  # fresh weights, the factory's shapes
+    assert sum(p.numel() for p in trainable.parameters()) == report["exported"]["parameters"]["total"]
+    assert report["exported"]["parameters"]["total"] < sum(p.numel() for p in Residual().parameters())
+    with torch.no_grad():
+        expected = torch.export.load(str(out)).module()(dataset.x_test)
+        assert torch.allclose(trainable(dataset.x_test), expected, atol=1e-5)
+    trainable.train()
+    nn.functional.cross_entropy(trainable(dataset.x_train), dataset.y_train).backward()
+    assert all(p.grad is not None for p in trainable.parameters())
