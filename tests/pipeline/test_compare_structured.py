@@ -144,3 +144,46 @@ def test_a_network_without_hidden_units_is_refused_before_any_fit():
     raw, options = load_comparison(None, [*TINY, "prune.level='unit'", "model.hidden=[]"])
     (cell,) = [cell for cell in comparison_cells(raw, options) if cell.kind == "torch-pruning"]
     assert refusal(cell, {}) == "Torch-Pruning's baseline: the network has no hidden channels or units to remove"
+
+
+ATTENTION_NET = """
+from torch import nn
+
+
+class Tokens(nn.Module):
+    def __init__(self, output_dim):
+        super().__init__()
+        self.embed = nn.Linear(64, 64)
+        self.attention = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.head = nn.Linear(8, output_dim)
+
+    def forward(self, x):
+        tokens = self.embed(x.flatten(1)).view(-1, 8, 8)
+        return self.head(self.attention(tokens, tokens, tokens, need_weights=False)[0].mean(1))
+
+
+def net(input_shape, output_dim):
+    return Tokens(output_dim)
+"""
+
+
+def test_a_unit_level_row_measures_the_network_without_the_removed_attention_head(tmp_path, monkeypatch):
+    """A run cell at unit level whose scores remove one of two attention heads: the row's MACs are those of
+    the network without it, counted by hand (before, the head was zeroed in place and counted)."""
+    from bayesprune.models import new_net
+    from bayesprune.pipeline import runner
+    from bayesprune.pipeline.compare.leaderboard import measure
+    from bayesprune.pipeline.config import RunConfig
+
+    (tmp_path / "attention_net.py").write_text(ATTENTION_NET)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = RunConfig.from_dict({"model": {"factory": "attention_net:net"}, "prune": {"level": "unit"}})
+    dataset = SimpleNamespace(input_shape=(1, 8, 8), output_dim=10)
+    net = new_net(config, dataset.input_shape, dataset.output_dim, seed=0).eval()
+    fitted = SimpleNamespace(network=lambda: net, net=net, scores=lambda: {"attention.gate": torch.tensor([2.0, 1.0])})
+    monkeypatch.setattr(runner, "load_run", lambda folder: (config, dataset, fitted))
+    row = measure(SimpleNamespace(kind="run"), tmp_path, 0.5, SimpleNamespace(latency_batch=2, latency_repeats=1))
+    tokens, width, head = 8, 8, 4  # one head of 4 channels left
+    projections = tokens * width * 3 * head + tokens * head * width  # query/key/value rows, out_proj columns
+    attention = 2 * tokens * tokens * head  # scores and their weighted sum
+    assert row["macs"] == 64 * 64 + projections + attention + width * 10
