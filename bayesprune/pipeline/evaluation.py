@@ -20,8 +20,8 @@ def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, inclu
         include_biases: rank the biases with the weights (the droprate is a fraction of all
             parameters); ``False`` keeps every bias and the droprate is a fraction of the weights.
             Unit-level budgets remove a unit's bias with the unit either way.
-        finetuned: ``masks -> metric``, the test metric of the point network fine-tuned with ``masks`` (site →
-            bool, ``True`` = kept: the droprate's and the network's own zeros) held fixed
+        finetuned: ``masks -> metric``, the test metric of the point network fine-tuned with ``masks`` (parameter
+            → bool, ``True`` = kept: the droprate's, a unit's batch-norm entries, the network's own zeros) held fixed
             (:meth:`bayesprune.pipeline.finetune.FineTuning.test_metric`), reported as ``<metric>_finetuned``;
             ``None``: not fine-tuned.
 
@@ -68,9 +68,8 @@ def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, inclu
         for (suffix, _), prediction in zip(evaluations, predictions):
             row[name + suffix] = metric(dataset.task, prediction.cpu(), dataset.y_test, target_std=dataset.target_std)
         if finetuned is not None:
-            row[name + "_finetuned"] = finetuned(
-                {site: ~site_gone for site, site_gone in gone.items() if site_gone.any()}
-            )
+            kept = {site: ~site_gone for site, site_gone in gone.items() if site_gone.any()}
+            row[name + "_finetuned"] = finetuned({**masks, **kept})  # with a unit's batch-norm entries
         rows.append(row)
     return rows
 
