@@ -349,7 +349,8 @@ def prunable_weights(net, *, include_biases: bool) -> list:
 
 
 def _magnitude(cell: Cell, folder: Path) -> dict:
-    """The plain network, then global magnitude pruning and fine-tuning at each sparsity (see the module)."""
+    """The plain network, then at each sparsity global magnitude pruning (or, for a ``"torch-pruning"``
+    cell, Torch-Pruning's structured pruner) and fine-tuning (see the module)."""
     from bayesprune.core.early_stopping import hold_out
     from bayesprune.core.normalization import changes
     from bayesprune.core.pruning import Budget, prune
