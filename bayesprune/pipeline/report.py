@@ -152,7 +152,15 @@ def _curve_with_reference(metrics: dict, metric: str):
     curve = [dict(row) for row in metrics["pruning_curve"]]
     columns = [
         c
-        for c in ("droprate", "sparsity", "sparsity_weights", "n_weights_kept", metric, f"{metric}_mc")
+        for c in (
+            "droprate",
+            "sparsity",
+            "sparsity_weights",
+            "n_weights_kept",
+            metric,
+            f"{metric}_mc",
+            f"{metric}_finetuned",
+        )
         if c in curve[0]
     ]
     reference = metrics.get("reference")

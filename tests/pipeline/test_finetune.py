@@ -136,3 +136,15 @@ def test_the_trainable_file_of_a_network_with_its_own_forward_loads_into_the_use
     trainable.train()
     nn.functional.cross_entropy(trainable(dataset.x_train), dataset.y_train).backward()
     assert all(p.grad is not None for p in trainable.parameters())
+
+
+def test_the_report_table_shows_the_finetuned_error_beside_the_pruned_one():
+    from bayesprune.pipeline.report import _curve_with_reference
+
+    rows = [
+        {"droprate": rate, "sparsity": rate, "test_error": 10 + 30 * rate, "test_error_finetuned": 5.0}
+        for rate in (0, 0.5)
+    ]
+    curve, columns = _curve_with_reference({"pruning_curve": rows}, "test_error")
+    assert columns == ["droprate", "sparsity", "test_error", "test_error_finetuned"]
+    assert [row["test_error_finetuned"] for row in curve] == [5.0, 5.0]
