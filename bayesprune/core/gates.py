@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from bayesprune.core.fused import log1p
+from bayesprune.core.fused import log1p, run_kernel
 from bayesprune.core.pruning import Budget, lexicographic_ranks, prune
 from bayesprune.core.structure import (
     HeadsRemovedAttention,
@@ -75,12 +75,6 @@ def isotropic(scores: dict, sparsity: float) -> dict:
     return {site: torch.full(score.shape, 1 - sparsity, device=score.device) for site, score in scores.items()}
 
 
-def _closed_clamp(raw: torch.Tensor) -> torch.Tensor:
-    """clamp(ρ, 0, 1) with derivative 1 on the closed [0, 1] (``torch.clamp``'s is 0 at ρ = 0 and 1,
-    where a ProbMask s projected onto C sits) and 0 outside it."""
-    return torch.where((raw >= 0) & (raw <= 1), raw, raw.clamp(0.0, 1.0))
-
-
 class StochasticGate(nn.Module):
     """Keep-probabilities p of the entries of some sites, held as raw tensors under a parameterisation.
 
@@ -115,26 +109,6 @@ class StochasticGate(nn.Module):
         if self.parameterization == "clamp":
             return [raw.clamp(0.0, 1.0) for raw in self.raw_tensors()]
         return list(self.raw_tensors())
-
-    def relaxation_logits(self) -> list:
-        """logit p of every raw tensor, differentiable, as the Concrete relaxation reads it.
-
-        A clamped p enters as log(p + ε) − log(1 − p + ε) with ε = 1e-20, the authors' parameterisation
-        of ProbMask's eqs. 3-5 (paper 002; their ``ProbMaskConv``): finite at p = 0 or 1 and with a
-        derivative there, 1/(p + ε) + 1/(1 − p + ε), so that an s started at 1 (ProbMask) or a λ that
-        reached 0 or 1 (PFT) still gets a gradient (``torch.logit(p, eps)`` clamps p, and gave exactly
-        none at the ends). With :func:`relaxed_bernoulli`'s σ'(z) = σ(z)σ(−z) the gradient at p = 1 is
-        the analytic σ(z)σ(−z)/t · (1/(1 + ε) + 1/ε) ≈ ε^(1/t − 1)·e^(−L/t)/t for the draw's logistic
-        noise L: about 0.24·e^(−L) at ProbMask's first temperature 0.97, vanishing as t falls.
-        """
-        if self.parameterization == "sigmoid":
-            return list(self.raw_tensors())
-        if self.parameterization == "clamp":
-            return [
-                torch.log(p + _RELAXATION_EPS) - torch.log(1 - p + _RELAXATION_EPS)
-                for p in map(_closed_clamp, self.raw_tensors())
-            ]
-        return [torch.log(raw) - torch.log1p(-raw) for raw in self.raw_tensors()]
 
     def probabilities(self) -> dict:
         """p of every site (differentiable)."""
@@ -537,32 +511,77 @@ class Estimator:
 SUBNORMAL_GUARD = 2.0**-100
 
 
-class _Sigmoid(torch.autograd.Function):
-    """σ(z), differentiated as σ(z)σ(−z): ``torch.sigmoid``'s σ(z)(1 − σ(z)) is exactly 0 once σ(z) rounds
-    to 1 (z ≳ 17 in float32), where the derivative is still e^−z, which a logit's 1/(1 − p + ε) of a
-    probability at 1 multiplies back to order one (:meth:`StochasticGate.relaxation_logits`). Values
-    below :data:`SUBNORMAL_GUARD` (z < −69) are 0, with derivative 0."""
+def _relaxation_logit(raw: torch.Tensor, parameterization: str) -> torch.Tensor:
+    """logit p of raw values under a parameterisation, as the Concrete relaxation reads it.
+
+    A clamped p enters as log(p + ε) − log(1 − p + ε) with ε = 1e-20, the authors' parameterisation
+    of ProbMask's eqs. 3-5 (paper 002; their ``ProbMaskConv``): finite at p = 0 or 1 and with a
+    derivative there, 1/(p + ε) + 1/(1 − p + ε) on the closed [0, 1] (``torch.clamp``'s derivative is 0
+    at ρ = 0 and 1, where a ProbMask s projected onto C sits) and 0 outside it, so that an s started at
+    1 (ProbMask) or a λ that reached 0 or 1 (PFT) still gets a gradient (``torch.logit(p, eps)`` clamps
+    p, and gave exactly none at the ends). With the draw's σ'(z) = σ(z)σ(−z) the gradient at p = 1 is
+    the analytic σ(z)σ(−z)/t · (1/(1 + ε) + 1/ε) ≈ ε^(1/t − 1)·e^(−L/t)/t for the draw's logistic
+    noise L: about 0.24·e^(−L) at ProbMask's first temperature 0.97, vanishing as t falls.
+    """
+    if parameterization == "sigmoid":
+        return raw
+    if parameterization == "clamp":
+        p = raw.clamp(0.0, 1.0)
+        return torch.log(p + _RELAXATION_EPS) - torch.log(1 - p + _RELAXATION_EPS)
+    return torch.log(raw) - torch.log1p(-raw)
+
+
+def _concrete(raw, u, *, temperature: float, parameterization: str):
+    """The relaxed draw σ(z), z = (logit p − log u + log(1 − u)) / t, with values below
+    :data:`SUBNORMAL_GUARD` at 0; and z."""
+    z = (_relaxation_logit(raw, parameterization) - torch.log(u) + log1p(-u)) / temperature
+    value = torch.sigmoid(z)
+    return value.masked_fill(value < SUBNORMAL_GUARD, 0.0), z
+
+
+def _concrete_grad(grad, raw, value, z, *, temperature: float, parameterization: str):
+    """The derivative of :func:`_concrete`'s value in ``raw`` times ``grad``, by the chain rule in the
+    order autograd takes it through the same formulas (so that the eager result is autograd's)."""
+    h = grad * value * torch.sigmoid(-z) / temperature
+    if parameterization == "sigmoid":
+        return h
+    if parameterization == "clamp":
+        p = raw.clamp(0.0, 1.0)
+        return (h / (p + _RELAXATION_EPS) + h / (1 - p + _RELAXATION_EPS)) * ((raw >= 0) & (raw <= 1))
+    return h / raw + h / (1 - raw)
+
+
+class _ConcreteDraw(torch.autograd.Function):
+    """:func:`_concrete` with :func:`_concrete_grad` as its backward, each one kernel
+    (:func:`bayesprune.core.fused.run_kernel`: compiled under ``train.kernels`` for large vectors). As
+    separate operations the draw was most of PFT's mask step (LeNet-300-100: some forty passes over
+    the 266,200 λ for one matrix product's worth of work). σ is differentiated as σ(z)σ(−z):
+    ``torch.sigmoid``'s σ(z)(1 − σ(z)) is exactly 0 once σ(z) rounds to 1 (z ≳ 17 in float32), where
+    the derivative is still e^−z, which a logit's 1/(1 − p + ε) of a probability at 1 multiplies back
+    to order one (:func:`_relaxation_logit`). Values below :data:`SUBNORMAL_GUARD` (z < −69) are 0,
+    with derivative 0."""
 
     @staticmethod
-    def forward(ctx, z):
-        value = torch.sigmoid(z)
-        value = value.masked_fill(value < SUBNORMAL_GUARD, 0.0)
-        ctx.save_for_backward(z, value)
+    def forward(ctx, raw, u, temperature, parameterization):
+        constants = {"temperature": temperature, "parameterization": parameterization}
+        value, z = run_kernel(_concrete, raw, u, **constants)
+        ctx.save_for_backward(raw, value, z)
+        ctx.constants = constants
         return value
 
     @staticmethod
     def backward(ctx, grad):
-        z, value = ctx.saved_tensors
-        return grad * value * torch.sigmoid(-z)
+        return run_kernel(_concrete_grad, grad, *ctx.saved_tensors, **ctx.constants), None, None, None
 
 
-def relaxed_bernoulli(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """A Concrete(θ, 1 − θ) draw of temperature t for θ = sigmoid(``logits``): σ((logit θ − logit u) / t)
-    with u ~ U(0, 1), the two-class Gumbel-softmax relaxation of a Bernoulli(θ) gate (paper 004, eq. 23;
+def relaxed_bernoulli(raw: torch.Tensor, temperature: float, parameterization: str = "sigmoid") -> torch.Tensor:
+    """A Concrete(p, 1 − p) draw of temperature t for the keep-probability p of ``raw`` under
+    ``parameterization`` (``"sigmoid"``: ``raw`` is logit p): σ((logit p − logit u) / t) with
+    u ~ U(0, 1), the two-class Gumbel-softmax relaxation of a Bernoulli(p) gate (paper 004, eq. 23;
     paper 000, appendix B.3; paper 002, eqs. 3-5, where log((1 − u)/u) = g₁ − g₀). As t → 0 it is 1 with
-    probability θ. Its derivative keeps σ's tails (:class:`_Sigmoid`)."""
-    u = torch.rand_like(logits).clamp(1e-7, 1 - 1e-7)
-    return _Sigmoid.apply((logits - torch.log(u) + log1p(-u)) / temperature)
+    probability p. Its derivative keeps σ's tails (:class:`_ConcreteDraw`)."""
+    u = torch.rand_like(raw).clamp(1e-7, 1 - 1e-7)
+    return _ConcreteDraw.apply(raw, u, temperature, parameterization)
 
 
 def bernoulli_sample(gate: StochasticGate) -> list:
@@ -589,7 +608,7 @@ class Concrete(Estimator):
         self.temperature = temperature
 
     def values(self, gate):
-        return [relaxed_bernoulli(logits, self.temperature) for logits in gate.relaxation_logits()]
+        return [relaxed_bernoulli(raw, self.temperature, gate.parameterization) for raw in gate.raw_tensors()]
 
     def data_gradient(self, theta, values, cost_of, norms=None):
         return [t.grad.detach().clone() for t in theta]
