@@ -187,3 +187,23 @@ def test_a_unit_level_row_measures_the_network_without_the_removed_attention_hea
     projections = tokens * width * 3 * head + tokens * head * width  # query/key/value rows, out_proj columns
     attention = 2 * tokens * tokens * head  # scores and their weighted sum
     assert row["macs"] == 64 * 64 + projections + attention + width * 10
+
+
+def test_a_method_whose_pruned_networks_are_fine_tuned_reports_their_error_and_epochs(tmp_path):
+    """prune.finetune_epochs = 2 in a unit-level comparison: Sparse VD's row is the fine-tuned network's error
+    from its pruning curve and counts those epochs; a sparsity added later is fine-tuned too."""
+    overrides = [*TINY, "prune.level='unit'", "prune.finetune_epochs=2", "data.batch_size=512"]
+    raw, options = load_comparison(None, [*overrides, "compare.sparsities=[0.5]"])
+    (cell,) = [cell for cell in comparison_cells(raw, options) if cell.method == "sparse-vd"]
+    metrics = execute(cell, str(tmp_path / cell.name))
+    (row,) = leaderboard_rows([cell], [tmp_path / cell.name], options)
+    (point,) = [point for point in metrics["pruning_curve"] if point["droprate"] == 0.5]
+    assert row["test_error"] == point["test_error_finetuned"] != point["test_error"]
+    assert row["train_epochs"] == metrics["train_epochs"] + 2
+    assert row["train_steps"] == metrics["train_steps"] + 2 * metrics["train_steps"] // metrics["train_epochs"]
+
+    more = replace(cell, sparsities=(0.5, 0.8))
+    metrics = execute(more, str(tmp_path / cell.name))
+    assert all("test_error_finetuned" in point for point in metrics["pruning_curve"])
+    rows = leaderboard_rows([more], [tmp_path / cell.name], options)
+    assert [r["sparsity"] for r in rows] == [0.5, 0.8] and rows[0]["test_error"] == row["test_error"]

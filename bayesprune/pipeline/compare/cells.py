@@ -132,7 +132,7 @@ def check_metrics(cell: Cell, path: Path) -> dict:
     if cell.kind in PLAIN_KINDS:
         numbers, rows, row_keys = [f"baseline_{name}"], "per_sparsity", ("sparsity", name, "train_seconds")
     else:
-        rows, row_keys = "pruning_curve", ("droprate", name)
+        rows, row_keys = "pruning_curve", ("droprate", curve_metric(cell, name))
         if cell.sparsity is None and not cell.sparsities:
             numbers.append(name)
     for key in numbers:
@@ -161,6 +161,12 @@ def check_metrics(cell: Cell, path: Path) -> dict:
             f"sparsity {missing[0]:g}; give that sparsity in a new --out"
         )
     return metrics
+
+
+def curve_metric(cell: Cell, name: str) -> str:
+    """The column of a run cell's pruning curve its leaderboard rows report: ``<name>_finetuned`` where
+    its config fine-tunes each pruned network (``prune.finetune_epochs``), else ``name``."""
+    return f"{name}_finetuned" if cell.run_config().prune.finetune_epochs else name
 
 
 def missing_sparsities(cell: Cell, metrics: dict) -> list:
@@ -311,7 +317,7 @@ def _evaluate_at_more_sparsities(cell: Cell, folder: Path, metrics: dict) -> dic
 
     from bayesprune.analysis.tables import write_csv
     from bayesprune.pipeline.evaluation import pruning_curve
-    from bayesprune.pipeline.runner import load_run
+    from bayesprune.pipeline.runner import _finetuned, load_run
 
     config, dataset, fitted = load_run(folder)
     rows = pruning_curve(
@@ -320,6 +326,7 @@ def _evaluate_at_more_sparsities(cell: Cell, folder: Path, metrics: dict) -> dic
         droprates=missing_sparsities(cell, metrics),
         budget=config.prune.budget,
         include_biases=config.prune.include_biases,
+        finetuned=_finetuned(config, dataset, fitted),  # prune.finetune_epochs, as the run's own rows
     )
     metrics["pruning_curve"] = sorted([*metrics["pruning_curve"], *rows], key=lambda row: row["droprate"])
     raw = tomllib.loads((folder / "config.toml").read_text())

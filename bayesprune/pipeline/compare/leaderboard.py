@@ -20,7 +20,7 @@ from bayesprune.analysis.tables import markdown_table, write_csv
 from bayesprune.core.files import replacing, write_text
 from bayesprune.core.loop import check_stop
 from bayesprune.core.tasks import metric_name
-from bayesprune.pipeline.compare.cells import PLAIN_KINDS
+from bayesprune.pipeline.compare.cells import PLAIN_KINDS, curve_metric
 
 #: The leaderboard's columns, in order (the metric's name replaces ``test_error`` for regression).
 COLUMNS = (
@@ -120,12 +120,14 @@ def _entries(cell, metrics: dict) -> list:
             for row in metrics["per_sparsity"]
             if round(row["sparsity"], 6) in wanted
         ]
-    curve = {round(row["droprate"], 6): row[name] for row in metrics["pruning_curve"]}
-    if cell.sparsity is not None:
-        return [(cell.sparsity, cell.sparsity, curve[round(cell.sparsity, 6)], _cost(metrics))]
-    if not cell.sparsities:  # learned width: the method's own network
+    if not cell.sparsities and cell.sparsity is None:  # learned width: the method's own network
         return [(None, None, metrics[name], _cost(metrics))]
-    return [(s, s, curve[round(s, 6)], _cost(metrics)) for s in cell.sparsities]
+    # with prune.finetune_epochs, each pruned network's error after its fine-tuning, which its cost counts
+    finetune = cell.run_config().prune.finetune_epochs
+    curve = {round(row["droprate"], 6): row[curve_metric(cell, name)] for row in metrics["pruning_curve"]}
+    cost = _cost(metrics, finetune)
+    targets = [cell.sparsity] if cell.sparsity is not None else cell.sparsities
+    return [(s, s, curve[round(s, 6)], cost) for s in targets]
 
 
 def _targets(cell) -> list:
@@ -135,9 +137,16 @@ def _targets(cell) -> list:
     return [cell.sparsity]
 
 
-def _cost(metrics: dict) -> dict:
-    """A cell's training: seconds, epochs and optimiser steps over all its stages (``None`` where not recorded)."""
-    return {key: metrics.get(key) for key in ("train_seconds", "train_epochs", "train_steps")}
+def _cost(metrics: dict, finetune: int = 0) -> dict:
+    """A cell's training: seconds, epochs and optimiser steps over all its stages (``None`` where not
+    recorded), and ``finetune`` epochs of one pruned network's fine-tuning (its steps at the fit's steps
+    per epoch; its seconds are not recorded)."""
+    cost = {key: metrics.get(key) for key in ("train_seconds", "train_epochs", "train_steps")}
+    if finetune and cost["train_epochs"] and cost["train_steps"] is not None:
+        cost["train_steps"] += finetune * cost["train_steps"] // cost["train_epochs"]
+    if finetune and cost["train_epochs"] is not None:
+        cost["train_epochs"] += finetune
+    return cost
 
 
 def _mean(values):
