@@ -8,11 +8,12 @@ layer), batches of ``--batch-size``, one torch thread. ``--steps K`` stops the e
 minibatches (the dataset raises on the next read), so that sizes compare at the same work: the
 shuffled order of all N rows is drawn and their N labels held all the same. Printed: N, the method,
 the steps trained, the peak RSS of the process, the RSS before the fit (after imports and building the
-loader) and the fit's seconds.
+loader) and the fit's seconds. ``--one-epoch`` trains unit gates' epoch without the ten epochs of
+fine-tuning that follow it (``finetune_epochs = 0``), so that every method trains one epoch.
 
 Usage::
 
-    python benchmarks/streaming.py --sizes 10000 1000000 --methods sbnn unit-gates --steps 39
+    python benchmarks/streaming.py --sizes 10000 1000000 --methods sbnn unit-gates --one-epoch
 """
 
 from __future__ import annotations
@@ -70,7 +71,11 @@ def cnn() -> nn.Module:
     )
 
 
-def measure(n: int, method: str, batch_size: int, steps: int | None) -> dict:
+#: Each method's options under ``--one-epoch``: its training epoch and nothing after it.
+ONE_EPOCH = {"unit-gates": {"finetune_epochs": 0}}
+
+
+def measure(n: int, method: str, batch_size: int, steps: int | None, one_epoch: bool = False) -> dict:
     import bayesprune as bp
 
     torch.set_num_threads(1)
@@ -83,7 +88,15 @@ def measure(n: int, method: str, batch_size: int, steps: int | None) -> dict:
     start = time.perf_counter()
     try:
         bp.fit_method(
-            method, cnn(), loader, (x_test, y_test), epochs=1, batch_size=batch_size, stream=True, device="cpu"
+            method,
+            cnn(),
+            loader,
+            (x_test, y_test),
+            epochs=1,
+            batch_size=batch_size,
+            stream=True,
+            device="cpu",
+            options=ONE_EPOCH.get(method) if one_epoch else None,
         )
     except Capped:
         pass
@@ -107,15 +120,17 @@ def main():
     parser.add_argument(
         "--steps", type=int, default=None, help="stop each epoch after this many minibatches (default: the whole epoch)"
     )
+    parser.add_argument("--one-epoch", action="store_true", help="unit gates without their fine-tuning epochs")
     parser.add_argument("--one", nargs=2, metavar=("N", "METHOD"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure(int(args.one[0]), args.one[1], args.batch_size, args.steps)))
+        print(json.dumps(measure(int(args.one[0]), args.one[1], args.batch_size, args.steps, args.one_epoch)))
         return
     for method in args.methods:
         for n in args.sizes:
             command = [sys.executable, __file__, "--one", str(n), method, "--batch-size", str(args.batch_size)]
             command += [] if args.steps is None else ["--steps", str(args.steps)]
+            command += ["--one-epoch"] if args.one_epoch else []
             result = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
             print(
                 f"{method:>10}  N={n:>9,}  {result['steps']} steps  peak RSS {result['peak_rss_mb']:7.1f} MB  "

@@ -125,9 +125,17 @@ the tensor (`tests/data/test_streaming.py`).
   standardised (`data.normalize = true` is refused beside it, and is the default for tables).
 - From Python, `fit_method(name, net, loader, test, stream=True)` streams a `DataLoader` over a
   map-style dataset (its targets are the dataset's `targets` where it has them, else one pass over the
-  loader; a batch of the wrong shapes or types is one line naming `train`). An iterable dataset is refused.
+  loader; a batch of the wrong shapes or types is one line naming `train`, as it is for a `DataLoader`
+  read whole without `stream`). An iterable dataset is refused.
 - `train.validation` and the baseline's hold-out keep the training part streamed; the held-out rows
   are read into memory.
+
+The pruning curve scores a test split of `Rows` 4,096 rows at a time
+(`pipeline.evaluation.batched_predictions`), each batch predicted from the same state of torch's
+generator, so the Monte-Carlo predictive uses the draws the whole tensor gets: the curve equals the
+tensor's (tested). Where the data fits on the device, `data.stream = false` (the default) is the
+on-device path: the training tensor is moved to the device once and each minibatch augmented there
+(tested to give the streamed minibatches).
 
 Every method trains on streamed rows: sBNN's streamed fit is tested to give the losses of the fit on
 the tensors, and a one-off check (a `DataLoader` of 64 images, one epoch, a small CNN) gave each of
@@ -140,22 +148,28 @@ minibatches only, on their device, drawn from torch's generator (checkpointed); 
 trains without it. On inputs that are not images `(C, H, W)` it is refused in one line, as is
 `data.crop_padding` without `"crop"`.
 
-Not streamed yet: the test split and the evaluation, and the places
-that read the whole training split at once: sBNN's `keep = "elbo"` over several starts (the ELBO of
+Not streamed yet: the test split as loaded (every loader and `fit_method` read it into memory: the
+plain baseline, the test errors PFT, saliency, ProbMask and unit gates record while fitting,
+`compare` and `export` read `x_test` as one tensor), and the places that read the whole training
+split at once: sBNN's `keep = "elbo"` over several starts (the ELBO of
 every row in one pass; refused in one line beside streamed rows, `sbnn.keep = "validation"` is not),
 PBP's prior and bound parts (read into memory), and feature importance (tables only). Normalisation of
 images is not among the augmentations.
 
 Peak memory against the number of images (`python benchmarks/streaming.py --sizes 10000 1000000
---methods sbnn unit-gates --steps 39`; a `DataLoader` of N generated 3x32x32 images, each made from
-its index when read, `fit_method(..., stream=True)`, a CNN of two 3x3 convolutions of 8 channels and a
-linear layer, batches of 256, one thread, the first 39 minibatches of the epoch (the whole epoch of
-10,000 images is 40), peak RSS of the process, which is 560 MB after imports):
+--methods sbnn unit-gates --one-epoch`; a `DataLoader` of N generated 3x32x32 images, each made from
+its index when read, `fit_method(..., epochs=1, stream=True)`, a CNN of two 3x3 convolutions of 8
+channels and a linear layer, batches of 256, one thread, one whole epoch: 40 minibatches for 10,000
+images, 3,907 for 1,000,000; unit gates without the ten fine-tuning epochs that follow their epoch;
+peak RSS of the process, which is 560-568 MB after imports; 746 s and 504 s for the 1,000,000-image
+epochs on a machine shared with other jobs):
 
 | method | N = 10,000 | N = 1,000,000 | ratio |
 |---|---|---|---|
-| sbnn | 810 MB | 826 MB | 1.02 |
-| unit-gates | 811 MB | 830 MB | 1.02 |
+| sbnn | 810 MB | 870 MB | 1.07 |
+| unit-gates | 812 MB | 875 MB | 1.08 |
+
+(Over the first 39 minibatches only, `--steps 39`: 810 → 826 MB and 811 → 830 MB.)
 
 The 1,000,000 images would be 12.3 GB as one float32 tensor. An image folder of 20,000 PNG files
 (32x32 RGB, 10 classes, made in /tmp and deleted after) trains with `bayesprune run --set
