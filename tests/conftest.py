@@ -1,5 +1,8 @@
 """Shared pytest fixtures: a fixed seed, an empty Pyro parameter store and Pyro validation for every test;
-one thread where asked; every method's digits config shortened to seconds (its declared ``Method.quick``)."""
+one thread where asked; every method's digits config shortened to seconds (its declared ``Method.quick``);
+a comparison's cells run in the test's own process where asked."""
+
+from concurrent.futures import Future
 
 import pyro
 import pytest
@@ -59,4 +62,40 @@ def single_thread():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
+    torch.set_num_threads(threads)
+
+
+class _InThisProcess:
+    """The local engine's process pool, run here: each cell is executed when it is submitted."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def submit(self, function, *args):
+        future = Future()
+        try:
+            future.set_result(function(*args))
+        except Exception as error:  # a worker's exception, as the pool hands it back
+            future.set_exception(error)
+        return future
+
+    def shutdown(self, wait=True, cancel_futures=False):
+        pass
+
+
+@pytest.fixture(scope="module")
+def cells_in_this_process():
+    """Run a test module's comparisons and sweeps (``engine="local"``) in the test's process.
+
+    Each of the engine's spawned workers imports torch, Pyro, scikit-learn and ArviZ again (seconds of
+    CPU per compare call); a module that checks what a comparison writes and reads back, not its workers,
+    opts in with ``pytestmark = pytest.mark.usefixtures("cells_in_this_process")``. The workers
+    themselves (pool, signals, jobs) are tested through the real pool in test_compare_workers.py.
+    """
+    from bayesprune.pipeline.compare import engines
+
+    threads = torch.get_num_threads()  # a cell sets one thread, as a worker has
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engines, "ProcessPoolExecutor", _InThisProcess)
+        yield
     torch.set_num_threads(threads)

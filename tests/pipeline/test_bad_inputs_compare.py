@@ -41,6 +41,8 @@ TINY = [
 NEW = ["compare", "--out", "new", "--methods", "sbnn", "--sparsities", "0.5", *TINY]
 RESUME = ["compare", "--resume", "cmp"]
 
+pytestmark = pytest.mark.usefixtures("cells_in_this_process")  # every refusal comes before the engine's workers
+
 
 def edit_json(change):
     """Content made from the file already there (JSON), changed by ``change(value)``."""
@@ -228,7 +230,7 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def finished_grids(tmp_path_factory):
+def finished_grids(tmp_path_factory, cells_in_this_process):
     """A finished comparison (sbnn and magnitude at 50 %, one seed, every stage one epoch) and sweep."""
     root = tmp_path_factory.mktemp("grids")
     assert (

@@ -16,6 +16,8 @@ mlflow = pytest.importorskip("mlflow")
 
 CELLS = ("magnitude-seed0", "pbp-s0.5-seed0")
 
+pytestmark = pytest.mark.usefixtures("cells_in_this_process")  # tracking is the parent's: no worker needed
+
 
 def _argv(out):
     return [
@@ -34,7 +36,7 @@ def _argv(out):
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
+def store(tmp_path_factory, cells_in_this_process):
     """A tracked comparison of two methods at one sparsity, and MLflow's client on its store."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 asks a reader of a file store for it

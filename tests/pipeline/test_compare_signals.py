@@ -1,0 +1,91 @@
+"""A signal while compare's workers fit or start: compare and its workers end, with no hang and no traceback."""
+
+import sys
+
+import pytest
+
+from helpers import TINY
+
+
+def _children(pid: int) -> list:
+    """The processes whose parent is ``pid`` (Linux /proc)."""
+    import os
+
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("number, when", [("SIGTERM", "fitting"), ("SIGTERM", "starting"), ("SIGKILL", "fitting")])
+def test_a_signal_with_cells_pending_ends_compare_and_its_workers(tmp_path, number, when):
+    """Two workers, four cells, a signal once the workers fit (or while they start): SIGTERM ends compare
+    (143, one line, no hang, no traceback) and its workers; after SIGKILL of compare its workers end too
+    (they die with their parent)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "cmp"
+    argv = [
+        sys.executable,
+        "-m",
+        "bayesprune",
+        "compare",
+        "--out",
+        str(out),
+        "--methods",
+        "sbnn",
+        "sparse-vd",
+        "pft",
+        "--sparsities",
+        "0.5",
+        "--jobs",
+        "2",
+        *(flag for item in TINY for flag in ("--set", item)),
+        "--set",
+        "train.epochs=400",
+        "--set",
+        "baseline.epochs=400",
+    ]
+    process = subprocess.Popen(
+        argv, env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True, cwd=tmp_path
+    )
+    deadline = time.time() + 120
+    for line in process.stderr:  # the first progress line naming a cell being fitted, or the one before the pool
+        if ("] fitting " if when == "fitting" else " to fit") in line or time.time() > deadline:
+            break
+    if when == "fitting":
+        time.sleep(1)
+    else:
+        while not _children(process.pid) and time.time() < deadline:  # the first worker spawned, not yet started
+            time.sleep(0.01)
+    workers = _children(process.pid)
+    assert workers, "no worker started"
+    process.send_signal(getattr(signal, number))
+    _, error = process.communicate(timeout=60)
+    assert process.returncode == (143 if number == "SIGTERM" else -signal.SIGKILL), error
+    if number == "SIGTERM":
+        ends = [line for line in error.splitlines() if not line.startswith("bayesprune: [")]  # after the progress lines
+        assert len(ends) == 1 and ends[0].startswith("bayesprune: interrupted:") and "Traceback" not in error, error
+    deadline = time.time() + 30
+    while any(_alive(pid) for pid in workers) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in workers)

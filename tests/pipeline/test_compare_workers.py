@@ -1,0 +1,201 @@
+"""The local engine's worker processes and Ray: jobs and engines that give the same numbers, a cell failing
+in its worker, a compare stopped by SIGTERM and resumed."""
+
+import csv
+import json
+
+import pytest
+
+from bayesprune.cli import main
+from bayesprune.pipeline.compare import compare
+from bayesprune.pipeline.compare.sweep import sweep
+from helpers import PBP_TINY, TINY
+
+
+def _metrics(out, name):
+    return json.loads((out / "cells" / name / "metrics.json").read_text())
+
+
+def test_a_sweep_counts_the_grid_for_pbp_and_jobs_do_not_change_numbers(tmp_path):
+    results = {}
+    for jobs in (1, 2):
+        rows = sweep(
+            "pbp-digits",
+            ["pbp.alpha=0.5,0.7"],
+            tmp_path / f"jobs{jobs}",
+            seeds=[0, 1],
+            jobs=jobs,
+            overrides=PBP_TINY,
+            report=lambda *a: None,
+        )
+        results[jobs] = rows
+    cells = sorted((tmp_path / "jobs1" / "cells").iterdir())
+    assert [cell.name for cell in cells] == [
+        "pbp.alpha=0.5-seed0",
+        "pbp.alpha=0.5-seed1",
+        "pbp.alpha=0.7-seed0",
+        "pbp.alpha=0.7-seed1",
+    ]
+    for cell in cells:
+        metrics = json.loads((cell / "metrics.json").read_text())
+        assert metrics["grid_size"] == 2 and "grid_size = 2" in (cell / "config.toml").read_text()
+    rows = results[1]
+    assert [row["pbp.alpha"] for row in rows] == [0.5, 0.7] and all(row["seeds"] == 2 for row in rows)
+    errors = [
+        json.loads((tmp_path / "jobs1" / "cells" / f"pbp.alpha=0.5-seed{k}" / "metrics.json").read_text())["test_error"]
+        for k in (0, 1)
+    ]
+    assert rows[0]["test_error"] == pytest.approx(sum(errors) / 2) and rows[0]["test_error_std"] == pytest.approx(
+        abs(errors[0] - errors[1]) / 2**0.5
+    )
+    for key in ("test_error", "bound", "empirical_risk"):
+        assert [row[key] for row in results[2]] == [row[key] for row in rows]
+    assert "pbp.alpha" in (tmp_path / "jobs1" / "summary.md").read_text()
+    assert (tmp_path / "jobs1" / "summary.csv").is_file()
+    # --resume rebuilds the grid from sweep.toml alone: the same cells, read back, none refitted
+    before = {path: path.stat().st_mtime_ns for path in (tmp_path / "jobs1" / "cells").rglob("*")}
+    assert sweep(None, None, tmp_path / "jobs1", resume=True, report=lambda *a: None) == rows
+    assert {path: path.stat().st_mtime_ns for path in (tmp_path / "jobs1" / "cells").rglob("*")} == before
+
+
+def test_the_ray_engine_gives_the_local_numbers(tmp_path, monkeypatch):
+    ray = pytest.importorskip("ray")
+    monkeypatch.chdir(tmp_path)  # Ray's workers import from the driver's folder first: not the source checkout
+    grid = dict(methods=["pbp"], sparsities=[0.5], seeds=[0], overrides=TINY, report=lambda *a: None)
+    local = compare(None, tmp_path / "local", **grid)
+    ray.init(
+        num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}}
+    )
+    try:
+        remote = compare(None, tmp_path / "ray", engine="ray", **grid)
+    finally:
+        ray.shutdown()
+
+    def untimed(value):
+        if isinstance(value, dict):
+            return {key: untimed(item) for key, item in value.items() if "seconds" not in key}
+        return [untimed(item) for item in value] if isinstance(value, list) else value
+
+    for name in ("magnitude-seed0", "pbp-s0.5-seed0"):  # both kinds of cell, every number of their metrics.json
+        assert untimed(_metrics(tmp_path / "local", name)) == untimed(_metrics(tmp_path / "ray", name))
+    for key in ("test_error", "plain_test_error", "bound", "params"):
+        assert [row[key] for row in remote] == [row[key] for row in local]
+
+
+def test_sigterm_then_resume_continues_without_touching_finished_cells(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "cmp"
+    argv = [
+        sys.executable,
+        "-m",
+        "bayesprune",
+        "compare",
+        "--out",
+        str(out),
+        "--methods",
+        "sbnn",
+        "--sparsities",
+        "0.5",
+        *(flag for item in TINY for flag in ("--set", item)),
+        "--set",
+        "train.epochs=40",
+    ]
+    # From another folder: in the checkout, ``-m bayesprune`` would import the source tree, not the installed package.
+    process = subprocess.Popen(
+        argv, env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True, cwd=tmp_path
+    )
+    deadline = time.time() + 120
+    while not (out / "cells" / "magnitude-seed0" / "metrics.json").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    _, error = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, error
+    assert "interrupted" in error and not (out / "leaderboard.csv").exists()
+    finished = {path: path.stat().st_mtime_ns for path in (out / "cells" / "magnitude-seed0").iterdir()}
+    assert not (out / "cells" / "sbnn-seed0" / "metrics.json").exists()
+    assert main(["compare", "--resume", str(out)]) == 0
+    assert {path: path.stat().st_mtime_ns for path in (out / "cells" / "magnitude-seed0").iterdir()} == finished
+    with open(out / "leaderboard.csv") as handle:
+        assert {row["method"] for row in csv.DictReader(handle)} == {"magnitude", "sbnn"}
+
+
+FLAKY = '''
+import math
+
+import torch
+from torch import nn
+
+
+class Flaky(nn.Sequential):
+    """Fails while training when built from seed 1 (a user's network that breaks mid-fit)."""
+
+    def forward(self, x):
+        if self.training and self.fails:
+            raise RuntimeError("the network of seed 1 fails while training")
+        return super().forward(x)
+
+
+def net(input_shape, output_dim, hidden=(16,)):
+    network = Flaky(nn.Flatten(), nn.Linear(math.prod(input_shape), hidden[0]), nn.ReLU(), nn.Linear(hidden[0], output_dim))
+    network.fails = torch.initial_seed() == 1
+    return network
+'''
+
+
+def test_a_cell_failing_mid_fit_leaves_a_complete_leaderboard_and_progress_is_reported(tmp_path, monkeypatch, capsys):
+    """Seed 1's network raises while training (after passing every check, as a fit that breaks does): its
+    two cells are recorded as failed with the reason, seed 0's fill the rows, the command exits 1; stderr
+    reports each cell started and finished, cells done of 4 and the time left."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "flaky.py").write_text(FLAKY)
+    status = main(
+        [
+            "compare",
+            "--out",
+            "cmp",
+            "--methods",
+            "sbnn",
+            "--sparsities",
+            "0.5",
+            "--seeds",
+            "0",
+            "1",
+            "--set",
+            "model.factory='flaky:net'",
+            *(flag for item in TINY for flag in ("--set", item)),
+        ]
+    )
+    err = capsys.readouterr().err.splitlines()
+    assert status == 1, err
+    with open(tmp_path / "cmp" / "leaderboard.csv") as handle:
+        rows = {row["method"]: row for row in csv.DictReader(handle)}
+    assert set(rows) == {"magnitude", "sbnn"}
+    sbnn, magnitude = _metrics(tmp_path / "cmp", "sbnn-seed0"), _metrics(tmp_path / "cmp", "magnitude-seed0")
+    assert float(rows["sbnn"]["test_error"]) == next(
+        r["test_error"] for r in sbnn["pruning_curve"] if r["droprate"] == 0.5
+    )
+    assert float(rows["magnitude"]["plain_test_error"]) == magnitude["baseline_test_error"]
+    for method in ("magnitude", "sbnn"):
+        assert rows[method]["seeds"] == "1" and rows[method]["cells"] == f"cells/{method}-seed0 cells/{method}-seed1"
+        assert rows[method]["failed"].startswith(
+            f"{method}-seed1: RuntimeError: the network of seed 1 fails while training"
+        )
+    assert not (tmp_path / "cmp" / "cells" / "sbnn-seed1" / "metrics.json").exists()
+    assert "failed" in (tmp_path / "cmp" / "leaderboard.md").read_text()
+    # progress: the start, each cell fitting and finished in order of completion, the time left, the end
+    progress = [line for line in err if line.startswith("bayesprune: ") and "error" not in line]
+    assert progress[0] == "bayesprune: 4 cells, 0 finished earlier (read back), 4 to fit"
+    finished = [line for line in progress if " done (" in line or " failed: " in line]
+    assert [line.split("]")[0] for line in finished] == [f"bayesprune: [{k}/4" for k in range(1, 5)]
+    assert all("left)" in line for line in finished[:-1]) and finished[-1].endswith("all done)")
+    assert sum(" failed: RuntimeError" in line for line in finished) == 2
+    names = {"magnitude-seed0", "magnitude-seed1", "sbnn-seed0", "sbnn-seed1"}
+    assert {line.split("] ")[1].split()[0] for line in finished} == names
+    fitting = {line.rsplit(" ", 1)[-1] for line in progress if "] fitting " in line}  # seen every half second
+    assert fitting and fitting <= names
+    assert "rows have a failed cell" in err[-1]
