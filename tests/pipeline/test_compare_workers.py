@@ -1,5 +1,5 @@
-"""The local engine's worker processes and Ray: jobs and engines that give the same numbers, a cell failing
-in its worker, a compare stopped by SIGTERM and resumed."""
+"""The local engine's worker processes: jobs that give the same numbers, a cell failing in its worker, a
+compare stopped by SIGTERM and resumed (Ray: test_compare_ray.py)."""
 
 import csv
 import json
@@ -7,7 +7,6 @@ import json
 import pytest
 
 from bayesprune.cli import main
-from bayesprune.pipeline.compare import compare
 from bayesprune.pipeline.compare.sweep import sweep
 from helpers import PBP_TINY, TINY
 
@@ -56,30 +55,6 @@ def test_a_sweep_counts_the_grid_for_pbp_and_jobs_do_not_change_numbers(tmp_path
     before = {path: path.stat().st_mtime_ns for path in (tmp_path / "jobs1" / "cells").rglob("*")}
     assert sweep(None, None, tmp_path / "jobs1", resume=True, report=lambda *a: None) == rows
     assert {path: path.stat().st_mtime_ns for path in (tmp_path / "jobs1" / "cells").rglob("*")} == before
-
-
-def test_the_ray_engine_gives_the_local_numbers(tmp_path, monkeypatch):
-    ray = pytest.importorskip("ray")
-    monkeypatch.chdir(tmp_path)  # Ray's workers import from the driver's folder first: not the source checkout
-    grid = dict(methods=["pbp"], sparsities=[0.5], seeds=[0], overrides=TINY, report=lambda *a: None)
-    local = compare(None, tmp_path / "local", **grid)
-    ray.init(
-        num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}}
-    )
-    try:
-        remote = compare(None, tmp_path / "ray", engine="ray", **grid)
-    finally:
-        ray.shutdown()
-
-    def untimed(value):
-        if isinstance(value, dict):
-            return {key: untimed(item) for key, item in value.items() if "seconds" not in key}
-        return [untimed(item) for item in value] if isinstance(value, list) else value
-
-    for name in ("magnitude-seed0", "pbp-s0.5-seed0"):  # both kinds of cell, every number of their metrics.json
-        assert untimed(_metrics(tmp_path / "local", name)) == untimed(_metrics(tmp_path / "ray", name))
-    for key in ("test_error", "plain_test_error", "bound", "params"):
-        assert [row[key] for row in remote] == [row[key] for row in local]
 
 
 def test_sigterm_then_resume_continues_without_touching_finished_cells(tmp_path):

@@ -1,0 +1,40 @@
+"""The Ray engine gives the numbers of the cells run here (``cells_in_this_process``: what every engine
+schedules, :func:`~bayesprune.pipeline.compare.cells.execute`); a file of its own, as Ray's start was a
+sixth of test_compare.py's time and --dist loadfile spreads files over the workers."""
+
+import json
+
+import pytest
+
+from bayesprune.pipeline.compare import compare
+from helpers import TINY
+
+pytestmark = pytest.mark.usefixtures("cells_in_this_process")
+
+
+def _metrics(out, name):
+    return json.loads((out / "cells" / name / "metrics.json").read_text())
+
+
+def test_the_ray_engine_gives_the_local_numbers(tmp_path, monkeypatch):
+    ray = pytest.importorskip("ray")
+    monkeypatch.chdir(tmp_path)  # Ray's workers import from the driver's folder first: not the source checkout
+    grid = dict(methods=["pbp"], sparsities=[0.5], seeds=[0], overrides=TINY, report=lambda *a: None)
+    local = compare(None, tmp_path / "local", **grid)
+    ray.init(
+        num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}}
+    )
+    try:
+        remote = compare(None, tmp_path / "ray", engine="ray", **grid)
+    finally:
+        ray.shutdown()
+
+    def untimed(value):
+        if isinstance(value, dict):
+            return {key: untimed(item) for key, item in value.items() if "seconds" not in key}
+        return [untimed(item) for item in value] if isinstance(value, list) else value
+
+    for name in ("magnitude-seed0", "pbp-s0.5-seed0"):  # both kinds of cell, every number of their metrics.json
+        assert untimed(_metrics(tmp_path / "local", name)) == untimed(_metrics(tmp_path / "ray", name))
+    for key in ("test_error", "plain_test_error", "bound", "params"):
+        assert [row[key] for row in remote] == [row[key] for row in local]
