@@ -356,14 +356,14 @@ def save_onnx(net: nn.Module, path, example_input: torch.Tensor):
     torch.onnx.export(_program(net, example_input), (example_input,), str(path), external_data=False, verbose=False)
 
 
-def run_onnx(path, x: torch.Tensor, *, batch_size: int = 1024) -> torch.Tensor:
-    """The outputs of the ONNX file ``path`` at ``x`` (float32, on the CPU), computed by ONNX Runtime's CPU
-    provider ``batch_size`` rows at a time."""
+def run_onnx(path, batches) -> torch.Tensor:
+    """The outputs of the ONNX file ``path`` at each input tensor of ``batches`` (float32, on the CPU),
+    concatenated, computed by ONNX Runtime's CPU provider."""
     import onnxruntime
 
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
-    parts = [session.run(None, {name: chunk.detach().cpu().float().numpy()})[0] for chunk in torch.split(x, batch_size)]
+    parts = [session.run(None, {name: batch.detach().cpu().float().numpy()})[0] for batch in batches]
     return torch.cat([torch.from_numpy(part) for part in parts])
 
 

@@ -37,13 +37,19 @@ def mean_loss(task: str):
     return lambda output, y: F.mse_loss(output.squeeze(-1), y)
 
 
-def predict_network(net, x, task: str) -> torch.Tensor:
+def predict_network(net, x, task: str, *, batch_size: int = 4096) -> torch.Tensor:
     """The predictive mean of a deterministic ``net`` at ``x`` in eval mode (the mode ``net`` was in is
-    put back): class probabilities, or regression means."""
+    put back): class probabilities, or regression means. ``x`` is a tensor, or rows read on demand
+    (anything with ``batches(size)``, as :class:`~bayesprune.data.streaming.Rows`), predicted
+    ``batch_size`` rows at a time and never held as one tensor."""
     training = net.training
     net.eval()
+    device = next(net.parameters()).device
     with torch.no_grad():
-        output = net(x.to(next(net.parameters()).device))
+        if torch.is_tensor(x):
+            output = net(x.to(device))
+        else:
+            output = torch.cat([net(batch.to(device)) for batch in x.batches(batch_size)])
     net.train(training)
     return predictive_mean(output, task)
 

@@ -708,7 +708,13 @@ def load_image_folder(
                 f"{values:,} values, more than {MAX_ELEMENTS:,} (data.stream = true leaves the training images on disk)"
             )
     shape: list = []
-    x_test = _read_images(test, shape)
+    if stream:  # every file's header checked now, the pixels decoded when a batch is read
+        test_files = ImageFiles(test.samples, transform)
+        shape.extend([tuple(test_files[0].shape), test.samples[0][0]])
+        test_files.check(None if size is not None else shape[0][1:])
+        x_test = Rows(test_files, shape[0], where=os.path.join(root, "test"), workers=workers)
+    else:
+        x_test = _read_images(test, shape)
     augmentation = augment_option(augment, crop_padding, shape[0], f"image-folder {root}")
     if stream:
         folder = os.path.join(root, "train")

@@ -229,6 +229,7 @@ def export_fitted(
     from bayesprune.core.pruning import expand_unit_masks, prune
     from bayesprune.core.tasks import is_classification, metric_name, network_test_metric, predictive_mean
     from bayesprune.methods import get_method
+    from bayesprune.pipeline.evaluation import batched_predictions
 
     out, trainable, onnx = check_export_arguments(out, repeats=repeats, force=force, formats=formats)
     levels = get_method(fitted.method).prune_levels
@@ -272,14 +273,14 @@ def export_fitted(
         finetuning.apply(exported, dataset, zeros, calibration=fitted.calibration)
     # the file takes the rows of the user's files and gives targets in their units: the data's preprocessing inside
     preprocessing = preprocessing_of(dataset)
-    raw_x = preprocessing.raw_inputs(dataset.x_test)
+    example = preprocessing.raw_inputs(dataset.x_test[:2])
     raw_y = dataset.y_test if is_classification(dataset.task) else preprocessing.raw_targets(dataset.y_test)
     # new files, never a link planted there
     partials = _fresh_beside(out), _fresh_beside(trainable), *([_fresh_beside(onnx)] if onnx else [])
     try:
-        save_portable(with_preprocessing(exported, preprocessing), partials[0], raw_x[:2])
+        save_portable(with_preprocessing(exported, preprocessing), partials[0], example)
         if onnx:
-            save_onnx(with_preprocessing(exported, preprocessing), partials[2], raw_x[:2])
+            save_onnx(with_preprocessing(exported, preprocessing), partials[2], example)
         try:
             # a network with a forward of its own: its shapes, for a network its code builds (load_trainable's net=)
             needs_network = save_trainable(
@@ -290,8 +291,8 @@ def export_fitted(
             why_not = str(error)
         loaded = torch.export.load(str(partials[0])).module()  # the file as written
         with torch.no_grad():
-            outputs = torch.cat([loaded(chunk) for chunk in torch.split(raw_x, 1024)])
-        onnx_outputs = run_onnx(partials[2], raw_x) if onnx else None
+            outputs = torch.cat([loaded(batch) for batch in _raw_batches(dataset.x_test, preprocessing)])
+        onnx_outputs = run_onnx(partials[2], _raw_batches(dataset.x_test, preprocessing)) if onnx else None
     except BaseException:
         for partial in partials:
             partial.unlink(missing_ok=True)
@@ -299,7 +300,7 @@ def export_fitted(
     name = metric_name(dataset.task)
     error = metric(dataset.task, predictive_mean(outputs, dataset.task), raw_y)
     # the method's own prediction with the same weights removed (the run's figure is of its whole network)
-    own = fitted.predict(dataset.x_test, masks=weight_masks) if weight_masks else None
+    own = batched_predictions(fitted, dataset.x_test, masks=weight_masks)[0] if weight_masks else None
     own = None if own is None else metric(dataset.task, own, dataset.y_test, target_std=dataset.target_std)
     os.replace(partials[0], out)
     if onnx:
@@ -361,3 +362,10 @@ def _first_fit_metrics(run_dir: Path) -> dict:
         if metrics.get(key):
             metrics = metrics[key][0]
     return metrics if isinstance(metrics, dict) else {}
+
+
+def _raw_batches(x, preprocessing, batch_size: int = 1024):
+    """The test inputs ``x`` in the units of the user's files, ``batch_size`` rows at a time: a tensor
+    split, or rows read on demand (:class:`~bayesprune.data.streaming.Rows`), never held as one tensor."""
+    batches = torch.split(x, batch_size) if torch.is_tensor(x) else x.batches(batch_size)
+    return (preprocessing.raw_inputs(batch) for batch in batches)

@@ -6,8 +6,6 @@ fine-tune this way."""
 import copy
 from dataclasses import dataclass
 
-import torch
-
 from bayesprune.core.export import mask_parameters, unmask_parameters
 from bayesprune.core.normalization import has_running_stats
 from bayesprune.core.predict import metric
@@ -69,7 +67,5 @@ class FineTuning:
         """The test metric of ``net`` (a copy is trained) fine-tuned with ``masks`` fixed: what each point of
         the pruning curve reports as ``<metric>_finetuned``."""
         tuned = self.apply(copy.deepcopy(net), dataset, masks, calibration=calibration)
-        x = dataset.x_test
-        batches = [x] if torch.is_tensor(x) else x.batches(4096)  # a test split read on demand
-        prediction = torch.cat([predict_network(tuned, batch, dataset.task).cpu() for batch in batches])
+        prediction = predict_network(tuned, dataset.x_test, dataset.task).cpu()
         return metric(dataset.task, prediction, dataset.y_test, target_std=dataset.target_std)

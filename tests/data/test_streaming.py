@@ -2,6 +2,7 @@
 crops; an image folder and a user's DataLoader streamed; every defect one DataError line."""
 
 import dataclasses
+import json
 import pickle
 
 import numpy as np
@@ -148,11 +149,44 @@ def test_a_streamed_image_folder_reads_the_pixels_the_loaded_one_holds(tmp_path)
     root = image_folder(tmp_path / "imgs")
     held = load_dataset("image-folder", root=root)
     streamed = load_dataset("image-folder", root=root, stream=True, augment=["crop", "flip"], crop_padding=1)
-    assert isinstance(streamed.x_train, Rows) and torch.is_tensor(streamed.x_test)
+    assert isinstance(streamed.x_train, Rows) and isinstance(streamed.x_test, Rows)
     assert streamed.num_train == held.num_train == 8 and streamed.input_shape == (3, 6, 5)
     assert torch.equal(streamed.x_train[torch.arange(8)], held.x_train)
-    assert torch.equal(streamed.y_train, held.y_train) and torch.equal(streamed.x_test, held.x_test)
+    assert torch.equal(streamed.y_train, held.y_train) and torch.equal(streamed.x_test[torch.arange(8)], held.x_test)
     assert held.augment is None and (streamed.augment.crop_padding, streamed.augment.flip) == (1, True)
+
+
+@pytest.mark.parametrize("method", ["sbnn", "unit-gates"])
+def test_a_run_on_a_streamed_image_folder_reports_and_exports_the_numbers_of_the_loaded_one(method, tmp_path, capsys):
+    """Its test split read a batch at a time everywhere a number is computed (the pruning curve, the plain
+    baseline, unit gates' per-epoch error, export's error of its file): the oracle is the same run with
+    every image loaded into one tensor."""
+    from bayesprune.cli import main
+
+    root = image_folder(tmp_path / "imgs", count=6)
+    results = []
+    for stream in ("false", "true"):
+        out = tmp_path / f"run-{stream}"
+        settings = [
+            "data.dataset='image-folder'",
+            f"data.root='{root}'",
+            f"data.stream={stream}",
+            "data.batch_size=6",
+            "model.architecture='mlp'",
+            "model.hidden=[8]",
+            "train.epochs=2",
+            "prune.droprates=[0.0, 0.5]",
+            *(["sbnn.predictive_samples=3"] if method == "sbnn" else ["unit-gates.finetune_epochs=1"]),
+        ]
+        config = "default" if method == "sbnn" else "unit-gates-digits"
+        assert main(["run", config, "--out", str(out), "--quiet", *[a for s in settings for a in ("--set", s)]]) == 0
+        capsys.readouterr()
+        assert main(["export", str(out), "--out", str(tmp_path / f"net-{stream}.pt2"), "--json"]) == 0
+        results.append((json.loads((out / "metrics.json").read_text()), json.loads(capsys.readouterr().out)))
+    (held, held_export), (streamed, streamed_export) = results
+    numbers = {key for key, value in held.items() if "seconds" not in key and not isinstance(value, str)}
+    assert {key: streamed[key] for key in numbers} == {key: held[key] for key in numbers}
+    assert streamed_export["test_error"] == pytest.approx(held_export["test_error"], rel=1e-6)
 
 
 def test_a_streamed_image_folder_refuses_a_bad_file_in_one_line_when_loaded_or_read(tmp_path):

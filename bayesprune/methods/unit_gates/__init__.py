@@ -31,6 +31,7 @@ from bayesprune.core.gates import ESTIMATORS, UnitGates, project_unit_weights, s
 from bayesprune.core.loop import optimizer_step
 from bayesprune.core.normalization import recalibrate
 from bayesprune.core.structure import input_shape_of, shrunk, unit_groups
+from bayesprune.core.tasks import predict_network
 from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
 from bayesprune.methods import Method, register_method
 from bayesprune.methods.base import NetworkFitted
@@ -375,12 +376,9 @@ class GateTraining:
         self.units_alive.append(self.gates.raw.numel())
         self.theta_trajectories.append(self.theta_by_original_unit())
         if self.test is not None:  # every gate of the smaller network at 1: the network fine-tuning would start from
-            training = self.net.training
-            self.net.eval()  # batch norms read their running statistics and keep them: test rows must not enter them
-            with torch.no_grad():
-                predicted = self.net(self.test[0]).argmax(-1)
-            self.net.train(training)
-            self.epoch_test_error.append(100 * float((predicted != self.test[1]).float().mean()))
+            # in eval mode: batch norms read their running statistics and keep them (test rows must not enter them)
+            predicted = predict_network(self.net, self.test[0], "classification").argmax(-1).cpu()
+            self.epoch_test_error.append(100 * float((predicted != self.test[1].cpu()).float().mean()))
         self._epoch_start = time.perf_counter()
 
     def theta_by_original_unit(self) -> list:
@@ -521,7 +519,7 @@ class UnitGatesMethod(Method):
         torch.manual_seed(ctx.seed)
         net = separable_heads(net.to(ctx.device), data.input_shape)
         starting = _weights(net)
-        test = (data.x_test.to(ctx.device), data.y_test.to(ctx.device)) if data.task == "classification" else None
+        test = (data.x_test, data.y_test) if data.task == "classification" else None
         training = GateTraining(
             net,
             options,

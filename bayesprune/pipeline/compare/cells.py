@@ -27,7 +27,7 @@ import torch
 
 from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.files import replacing, write_text
-from bayesprune.core.tasks import metric_name, predictive_mean
+from bayesprune.core.tasks import metric_name, network_test_metric
 from bayesprune.pipeline.config import first_difference
 
 #: The file a magnitude cell keeps its own description in (a run cell has ``config.toml``).
@@ -337,15 +337,6 @@ def _evaluate_at_more_sparsities(cell: Cell, folder: Path, metrics: dict) -> dic
     return metrics
 
 
-def _test_metric(net, dataset) -> float:
-    from bayesprune.core.predict import metric
-
-    net.eval()
-    with torch.no_grad():
-        output = net(dataset.x_test)
-    return metric(dataset.task, predictive_mean(output, dataset.task), dataset.y_test, target_std=dataset.target_std)
-
-
 def prunable_weights(net, *, include_biases: bool) -> list:
     """The parameters magnitude pruning ranks: the network's sites, biases only if ``include_biases``."""
     from bayesprune.core.pruning import bias_sites
@@ -404,7 +395,7 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
         "plain_seconds": round(plain_seconds, 3),
         "train_epochs": epochs,
         "train_steps": epochs * math.ceil(dataset.num_train / rule["batch_size"]),
-        f"baseline_{name}": _test_metric(net, dataset),
+        f"baseline_{name}": network_test_metric(net, dataset),
         "finetune_epochs": cell.finetune_epochs,
         "per_sparsity": [],
     }
@@ -448,7 +439,7 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
         metrics["per_sparsity"].append(
             {
                 "sparsity": sparsity,
-                name: _test_metric(pruned, dataset),
+                name: network_test_metric(pruned, dataset),
                 "train_seconds": round(plain_seconds + time.perf_counter() - start, 3),
             }
         )
