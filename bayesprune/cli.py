@@ -138,6 +138,7 @@ HELP = {
     "export --format": "pt2 (always written) and onnx: FILE_STEM.onnx beside it, run by ONNX Runtime on the test split (pip install 'bayesprune[onnx]')",
     "certify --samples": "networks drawn from the posterior (default: the run's pbp.mc_samples)",
     "compare config": "comparison config: packaged name or TOML path (default: compare-digits)",
+    "compare --sparsities": "sparsity budgets: fractions of the weights removed (of the units at prune.level = 'unit')",
     "compare --methods": "methods to compare (default: all, and magnitude, which always runs)",
     "sweep --grid": "a config key and its values (repeatable: the grid is the cross product)",
     "grid --resume": "continue the grid in DIR with its own config (finished cells are read back, never fitted again; --seeds, compare's --methods and --sparsities add or drop cells; --jobs, --engine, --address and --track may change)",
@@ -196,7 +197,7 @@ def build_parser():
     comparing = command("compare", _grid)
     comparing.add_argument("config", nargs="?", help=HELP["compare config"])
     comparing.add_argument("--methods", nargs="+", help=HELP["compare --methods"])
-    comparing.add_argument("--sparsities", type=float, nargs="+", help="sparsity budgets: fractions of weights removed")
+    comparing.add_argument("--sparsities", type=float, nargs="+", help=HELP["compare --sparsities"])
     sweeping = command("sweep", _grid)
     sweeping.add_argument("config", nargs="?", help="packaged config name or TOML path")
     sweeping.add_argument("--grid", action="append", metavar="KEY=V1,V2", help=HELP["sweep --grid"])
