@@ -50,17 +50,32 @@ def run_and_importance(method, table, out, capsys, *extra):
     return rows, json.loads((out / "selection.json").read_text()), printed
 
 
+@pytest.fixture(scope="module")
+def runs(table, tmp_path_factory):
+    """:func:`run_and_importance` of a method with no extra settings, once for the module: the tests that
+    read one method's run share it (``bayesprune report`` rewrites only its report)."""
+    done = {}
+
+    def get(method, capsys):
+        if method not in done:
+            out = tmp_path_factory.mktemp(method) / "run"
+            done[method] = (*run_and_importance(method, table, out, capsys), out)
+        return done[method]
+
+    return get
+
+
 @pytest.mark.parametrize("method", sorted(available_methods()))
-def test_importance_of_every_method_names_the_table_features_and_selects(method, table, tmp_path, capsys):
-    rows, selection, printed = run_and_importance(method, table, tmp_path / "run", capsys)
+def test_importance_of_every_method_names_the_table_features_and_selects(method, runs, capsys):
+    rows, selection, printed, out = runs(method, capsys)
     assert [row["feature"] for row in rows] == FEATURES
     assert sorted(int(row["rank"]) for row in rows) == [1, 2, 3, 4]
     assert selection["selected"] == [row["feature"] for row in rows if row["selected"] == "True"]
     assert sorted(selection["selected"] + selection["not_selected"]) == sorted(FEATURES)
     assert f"selected {len(selection['selected'])} of 4 inputs" in printed
-    assert (tmp_path / "run" / "importance.png").stat().st_size > 0
-    assert main(["report", str(tmp_path / "run")]) == 0
-    report = (tmp_path / "run" / "report.md").read_text()
+    assert (out / "importance.png").stat().st_size > 0
+    assert main(["report", str(out)]) == 0
+    report = (out / "report.md").read_text()
     line = next(
         line
         for line in report.splitlines()
@@ -70,11 +85,11 @@ def test_importance_of_every_method_names_the_table_features_and_selects(method,
     assert sorted(listed.split(", ")) == sorted(selection["selected"] or ["none"])
 
 
-def test_sparse_vd_importance_counts_the_input_weights_it_keeps(table, tmp_path, capsys):
+def test_sparse_vd_importance_counts_the_input_weights_it_keeps(runs, capsys):
     from bayesprune.pipeline.runner import load_run
 
-    rows, selection, _ = run_and_importance("sparse-vd", table, tmp_path / "run", capsys)
-    _, _, fitted = load_run(tmp_path / "run")
+    rows, selection, _, out = runs("sparse-vd", capsys)
+    _, _, fitted = load_run(out)
     log_alpha = fitted.log_alpha()["1.weight"]  # (hidden, inputs), by hand
     kept = (log_alpha <= fitted.threshold).sum(dim=0)
     assert [int(row["weights_kept"]) for row in rows] == kept.tolist()
@@ -85,9 +100,9 @@ def test_sparse_vd_importance_counts_the_input_weights_it_keeps(table, tmp_path,
     assert all(name in selection["not_selected"] for name in removed)  # an input without a kept weight is dropped
 
 
-def test_saliency_importance_sums_the_pruning_order_of_each_input(table, tmp_path, capsys):
-    rows, _, _ = run_and_importance("saliency", table, tmp_path / "run", capsys)
-    with np.load(tmp_path / "run" / "scores.npz") as scores:
+def test_saliency_importance_sums_the_pruning_order_of_each_input(runs, capsys):
+    rows, _, _, out = runs("saliency", capsys)
+    with np.load(out / "scores.npz") as scores:
         ranks = torch.as_tensor(scores["1.weight"]).double()
     np.testing.assert_allclose([float(row["first_layer_score"]) for row in rows], ranks.sum(dim=0), rtol=1e-9)
 
