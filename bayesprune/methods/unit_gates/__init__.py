@@ -79,7 +79,7 @@ class UnitGatesOptions:
             estimated again on training batches (:func:`bayesprune.core.normalization.recalibrate`, the
             batches ``prune.recalibrate_batches`` defaults to). Not in the paper: those accumulated
             while training describe networks with Bernoulli(θ) gates and moving weights, not the
-            deterministic network returned (resnet18 on 1,149 digits: 42% held-out error with them, 5%
+            deterministic network returned (resnet18 on 1,150 digits: 42% held-out error with them, 5%
             re-estimated; docs/reproductions.md). A network without batch norms is left as it is.
         input_threshold: after training, first-layer weights with |w| below it are zeroed (section
             7.1.1 uses 1e-4 for LeNet-300-100); 0 turns it off.
