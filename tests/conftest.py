@@ -90,7 +90,8 @@ def cells_in_this_process():
     Each of the engine's spawned workers imports torch, Pyro, scikit-learn and ArviZ again (seconds of
     CPU per compare call); a module that checks what a comparison writes and reads back, not its workers,
     opts in with ``pytestmark = pytest.mark.usefixtures("cells_in_this_process")``. The workers
-    themselves (pool, signals, jobs) are tested through the real pool in test_compare_workers.py.
+    themselves (pool, jobs, signals) are tested through the real pool in test_compare_workers.py and
+    test_compare_signals.py.
     """
     from bayesprune.pipeline.compare import engines
 

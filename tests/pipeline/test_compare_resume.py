@@ -1,12 +1,14 @@
-"""A comparison or sweep resumed with a method, a sparsity or a seed added: finished cells read back or
-evaluated from their saved fit, never fitted again; only the new cells are fitted. The cells run in
-this process (``cells_in_this_process``)."""
+"""A comparison or sweep resumed with a method or a seed added, or after SIGTERM: finished cells read back,
+never fitted again; only the new or unfinished cells are fitted. The cells of the calls made here run in
+this process (``cells_in_this_process``); the compare stopped by SIGTERM is a command of its own."""
 
+import csv
 import json
 import tomllib
 
 import pytest
 
+from bayesprune.cli import main
 from bayesprune.pipeline.compare import compare
 from bayesprune.pipeline.compare.sweep import sweep
 from helpers import TINY
@@ -64,3 +66,45 @@ def test_sweep_resume_with_a_seed_added_fits_only_its_cells(tmp_path):
         rows[0]["seeds"] == 2 and rows[0]["test_error"] == pytest.approx(sum(errors) / 2) and rows[0]["failed"] is None
     )
     assert tomllib.loads((tmp_path / "swp" / "sweep.toml").read_text())["seeds"] == [0, 1]
+
+
+def test_sigterm_then_resume_continues_without_touching_finished_cells(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "cmp"
+    argv = [
+        sys.executable,
+        "-m",
+        "bayesprune",
+        "compare",
+        "--out",
+        str(out),
+        "--methods",
+        "sbnn",
+        "--sparsities",
+        "0.5",
+        *(flag for item in TINY for flag in ("--set", item)),
+        "--set",
+        "train.epochs=40",
+    ]
+    # From another folder: in the checkout, ``-m bayesprune`` would import the source tree, not the installed package.
+    process = subprocess.Popen(
+        argv, env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True, cwd=tmp_path
+    )
+    deadline = time.time() + 120
+    while not (out / "cells" / "magnitude-seed0" / "metrics.json").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    _, error = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, error
+    assert "interrupted" in error and not (out / "leaderboard.csv").exists()
+    finished = {path: path.stat().st_mtime_ns for path in (out / "cells" / "magnitude-seed0").iterdir()}
+    assert not (out / "cells" / "sbnn-seed0" / "metrics.json").exists()
+    assert main(["compare", "--resume", str(out)]) == 0
+    assert {path: path.stat().st_mtime_ns for path in (out / "cells" / "magnitude-seed0").iterdir()} == finished
+    with open(out / "leaderboard.csv") as handle:
+        assert {row["method"] for row in csv.DictReader(handle)} == {"magnitude", "sbnn"}

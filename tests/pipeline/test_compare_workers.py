@@ -1,5 +1,5 @@
-"""The local engine's worker processes: jobs that give the same numbers, a cell failing in its worker, a
-compare stopped by SIGTERM and resumed (Ray: test_compare_ray.py)."""
+"""The local engine's worker processes: jobs that give the same numbers, a cell failing in its worker
+(Ray: test_compare_ray.py; signals: test_compare_signals.py)."""
 
 import csv
 import json
@@ -55,48 +55,6 @@ def test_a_sweep_counts_the_grid_for_pbp_and_jobs_do_not_change_numbers(tmp_path
     before = {path: path.stat().st_mtime_ns for path in (tmp_path / "jobs1" / "cells").rglob("*")}
     assert sweep(None, None, tmp_path / "jobs1", resume=True, report=lambda *a: None) == rows
     assert {path: path.stat().st_mtime_ns for path in (tmp_path / "jobs1" / "cells").rglob("*")} == before
-
-
-def test_sigterm_then_resume_continues_without_touching_finished_cells(tmp_path):
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    out = tmp_path / "cmp"
-    argv = [
-        sys.executable,
-        "-m",
-        "bayesprune",
-        "compare",
-        "--out",
-        str(out),
-        "--methods",
-        "sbnn",
-        "--sparsities",
-        "0.5",
-        *(flag for item in TINY for flag in ("--set", item)),
-        "--set",
-        "train.epochs=40",
-    ]
-    # From another folder: in the checkout, ``-m bayesprune`` would import the source tree, not the installed package.
-    process = subprocess.Popen(
-        argv, env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True, cwd=tmp_path
-    )
-    deadline = time.time() + 120
-    while not (out / "cells" / "magnitude-seed0" / "metrics.json").exists() and time.time() < deadline:
-        time.sleep(0.2)
-    process.send_signal(signal.SIGTERM)
-    _, error = process.communicate(timeout=120)
-    assert process.returncode == 128 + signal.SIGTERM, error
-    assert "interrupted" in error and not (out / "leaderboard.csv").exists()
-    finished = {path: path.stat().st_mtime_ns for path in (out / "cells" / "magnitude-seed0").iterdir()}
-    assert not (out / "cells" / "sbnn-seed0" / "metrics.json").exists()
-    assert main(["compare", "--resume", str(out)]) == 0
-    assert {path: path.stat().st_mtime_ns for path in (out / "cells" / "magnitude-seed0").iterdir()} == finished
-    with open(out / "leaderboard.csv") as handle:
-        assert {row["method"] for row in csv.DictReader(handle)} == {"magnitude", "sbnn"}
 
 
 FLAKY = '''
