@@ -57,8 +57,9 @@ def plot_pruning_curve(curve, metric, path, *, baseline=None, score_name="score"
     rates = [100 * row["droprate"] for row in curve]
     figure, axis = plt.subplots(figsize=(5, 3.5))
     axis.plot(rates, [row[metric] for row in curve], "o-", label="point estimate")
-    if f"{metric}_mc" in curve[0]:
-        axis.plot(rates, [row[f"{metric}_mc"] for row in curve], "s--", label="MC predictive")
+    drawn = [(rate, row.get(f"{metric}_mc")) for rate, row in zip(rates, curve) if row.get(f"{metric}_mc") is not None]
+    if drawn:  # prune.predictive = "unpruned": one point, at droprate 0
+        axis.plot(*zip(*drawn), "s--", label="MC predictive")
     if baseline is not None:
         axis.axhline(baseline, color="grey", linestyle=":", label="plain network")
     axis.set(

@@ -5,7 +5,10 @@ from pathlib import Path
 
 
 def format_value(value, digits: int = 4) -> str:
-    """One table cell: floats to ``digits`` significant digits, booleans as yes/no, the rest as text."""
+    """One table cell: floats to ``digits`` significant digits, booleans as yes/no, ``None`` (not
+    evaluated) empty, the rest as text."""
+    if value is None:
+        return ""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):

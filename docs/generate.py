@@ -60,6 +60,7 @@ CORE = {
     "prune.include_biases": "rank and count the biases with the weights (paper 003's prior covers both); `false` keeps every bias and the droprate is a fraction of the weights. Every curve row reports `sparsity` (all parameters) and `sparsity_weights` (biases left out)",
     "prune.recalibrate": "re-estimate the batch-norm (running-statistics) layers' statistics of every masked network on training batches before it is scored or exported (\"adaptive BN\", `bayesprune.core.normalization`); `false` keeps the dense fit's. Networks without such layers are unaffected",
     "prune.recalibrate_batches": "training batches (of `data.batch_size`) the statistics are re-estimated on, at most 1000",
+    "prune.predictive": "where the curve evaluates a method's Monte-Carlo predictive (`test_error_mc`): `\"every\"` droprate, or the `\"unpruned\"` model only (empty at the other droprates); `\"auto\"`: every droprate for networks of at most 1,000,000 weights, the unpruned model above (a resnet18's 20 draws at 7 droprates cost 8 of its training epochs)",
     "prune.finetune_epochs": "epochs of plain maximum-likelihood training (Adam at `optim.lr`) of each pruned point network, what pruning removed held at zero; each curve row adds `test_error_finetuned` (or `test_rmse_finetuned`), and `bayesprune export` writes the network fine-tuned so (`bayesprune.pipeline.finetune`); `0`: none",
     "baseline.enabled": "train the plain network of the same shape on the same split",
     "baseline.epochs": "its epochs (unset: `train.epochs`)",

@@ -183,6 +183,13 @@ class TrainConfig:
         _require(self.kernels in KERNEL_MODES, "train.kernels", f"be one of {list(KERNEL_MODES)}", self.kernels)
 
 
+#: ``prune.predictive``'s values, and the size (weights) up to which ``"auto"`` evaluates the Monte-Carlo
+#: predictive at every droprate: a resnet18 (11M weights, 20 draws at 7 droprates) spent 8 of its
+#: training epochs there (benchmarks/run_cost.py); LeNet-5 (431k) about one.
+PREDICTIVES = ("auto", "every", "unpruned")
+PREDICTIVE_CURVE_WEIGHTS = 1_000_000
+
+
 @dataclass(frozen=True)
 class PruneConfig:
     """``[prune]``: the pruning curve. At each droprate the fraction of all weights (``level =
@@ -197,7 +204,11 @@ class PruneConfig:
     ``false`` keeps the statistics of the fitted dense network. ``finetune_epochs`` (default 0) trains
     each pruned point network further by maximum likelihood, its removed weights held at zero, and
     reports its metric beside the pruned one's (``<metric>_finetuned``); ``bayesprune export`` writes the
-    network fine-tuned so (:mod:`bayesprune.pipeline.finetune`)."""
+    network fine-tuned so (:mod:`bayesprune.pipeline.finetune`). ``predictive`` says where the curve
+    evaluates the Monte-Carlo predictive of a method that has one (``<metric>_mc``, S draws each): at
+    ``"every"`` droprate, or at the ``"unpruned"`` model only (the point estimate at every droprate);
+    ``"auto"`` (default) is ``"every"`` for networks of at most 1,000,000 weights (:data:`PREDICTIVE_CURVE_WEIGHTS`),
+    where the S passes at each droprate cost little beside training, and ``"unpruned"`` above."""
 
     droprates: tuple = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
     scope: str = "global"
@@ -207,6 +218,7 @@ class PruneConfig:
     recalibrate: bool = True
     recalibrate_batches: int = 20
     finetune_epochs: int = 0
+    predictive: str = "auto"
 
     def __post_init__(self):
         from bayesprune.core.normalization import MAX_BATCHES
@@ -243,6 +255,14 @@ class PruneConfig:
             f"be a non-negative integer up to {MAX_COUNT}",
             self.finetune_epochs,
         )
+        _require(self.predictive in PREDICTIVES, "prune.predictive", f"be one of {list(PREDICTIVES)}", self.predictive)
+
+    def predictive_at(self, n_weights: int) -> str:
+        """Where the curve of a network of ``n_weights`` evaluates the Monte-Carlo predictive: ``"every"``
+        droprate or the ``"unpruned"`` model (``predictive = "auto"`` resolved by size)."""
+        if self.predictive != "auto":
+            return self.predictive
+        return "every" if n_weights <= PREDICTIVE_CURVE_WEIGHTS else "unpruned"
 
     def budget(self, droprate: float):
         """The :class:`~bayesprune.core.pruning.Budget` of one point of the curve."""

@@ -7,7 +7,9 @@ from bayesprune.core.pruning import Budget, bias_sites, expand_unit_masks, prune
 from bayesprune.core.tasks import metric_name  # noqa: F401  (the run's metric, read from here by the pipeline)
 
 
-def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, include_biases=True, finetuned=None) -> list:
+def pruning_curve(
+    fitted, dataset, *, droprates, device=None, budget=None, include_biases=True, finetuned=None, predictive="every"
+) -> list:
     """Test metric of the point estimate and, for a method with a posterior, of the Monte-Carlo predictive at each droprate.
 
     Args:
@@ -24,6 +26,8 @@ def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, inclu
             → bool, ``True`` = kept: the droprate's, a unit's batch-norm entries, the network's own zeros) held fixed
             (:meth:`bayesprune.pipeline.finetune.FineTuning.test_metric`), reported as ``<metric>_finetuned``;
             ``None``: not fine-tuned.
+        predictive: ``"every"`` evaluates the Monte-Carlo predictive at every droprate; ``"unpruned"`` at
+            droprate 0 alone (``<metric>_mc`` is ``None`` at the others), the point estimate at every one.
 
     Returns:
         One dict per droprate with ``droprate``, ``n_weights_kept`` (parameters kept, biases
@@ -64,8 +68,11 @@ def pruning_curve(fitted, dataset, *, droprates, device=None, budget=None, inclu
             "sparsity": round(removed / total, 6),
             "sparsity_weights": round(removed_weights / total_weights, 6),
         }
-        predictions = batched_predictions(fitted, x, masks=masks, samples=[samples for _, samples in evaluations])
-        for (suffix, _), prediction in zip(evaluations, predictions):
+        evaluated = evaluations if predictive == "every" or droprate == 0 else evaluations[:1]
+        predictions = batched_predictions(fitted, x, masks=masks, samples=[samples for _, samples in evaluated])
+        for suffix, _ in evaluations:
+            row[name + suffix] = None
+        for (suffix, _), prediction in zip(evaluated, predictions):
             row[name + suffix] = metric(dataset.task, prediction.cpu(), dataset.y_test, target_std=dataset.target_std)
         if finetuned is not None:
             kept = {site: ~site_gone for site, site_gone in gone.items() if site_gone.any()}

@@ -108,7 +108,7 @@ def _write_report(run_dir: Path, metrics: dict) -> Path:
             + "\n".join(f"| {markdown_text(k)} | {markdown_text(v)} |" for k, v in summary),
             f"## Pruning by {shown}\n\nWeights are ranked globally by their {shown} and the lowest "
             "fraction (the droprate) is set to zero. Sparsity counts all parameters; `sparsity_weights` "
-            "leaves the biases out." + _statistics_sentence(metrics),
+            "leaves the biases out." + _statistics_sentence(metrics) + _predictive_sentence(metrics, metric),
             markdown_table(curve, columns),
             *_error_margin_line(metrics),
             *(["![test metric against droprate](pruning_curve.png)"] if curve_plot else []),
@@ -122,6 +122,16 @@ def _write_report(run_dir: Path, metrics: dict) -> Path:
     path = run_dir / "report.md"
     write_text(path, text + "\n")
     return path
+
+
+def _predictive_sentence(metrics: dict, metric: str) -> str:
+    """Where the Monte-Carlo predictive was left out of the curve (``prune.predictive``), said."""
+    if not any(row.get(f"{metric}_mc", 0) is None for row in metrics["pruning_curve"]):
+        return ""
+    return (
+        f" The Monte-Carlo predictive (`{metric}_mc`) was evaluated on the unpruned model only "
+        '(`prune.predictive`; `"every"` evaluates it at every droprate).'
+    )
 
 
 def _statistics_sentence(metrics: dict) -> str:

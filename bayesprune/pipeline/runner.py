@@ -317,6 +317,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         budget=config.prune.budget,
         include_biases=config.prune.include_biases,
         finetuned=_finetuned(config, dataset, fitted),
+        predictive=config.prune.predictive_at(sum(shape.numel() for shape in fitted.sites.values())),
     )
     metrics = {
         "method": config.method,
