@@ -533,6 +533,17 @@ class RunConfig:
         return tomli_w.dumps(self.to_dict())
 
 
+def leaves(tree: dict, prefix: str = "") -> dict:
+    """The leaves of nested dicts by dotted path: ``{"train": {"epochs": 1}}`` → ``{"train.epochs": 1}``."""
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(leaves(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def first_difference(held, wanted, prefix: str = "") -> str | None:
     """The dotted key where two configs (TOML layout) first differ (``None``: the same)."""
     if isinstance(held, dict) and isinstance(wanted, dict):

@@ -20,6 +20,7 @@ from bayesprune.core import distributed
 from bayesprune.core.checkpoint import state_digest
 from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.loop import STOP
+from bayesprune.pipeline.config import leaves
 
 #: Seconds the other processes are given to stop on their own once one has failed.
 GRACE = 10.0
@@ -33,19 +34,9 @@ def join(config, out: Path, *, force: bool, resumed_from=None):
     if config.experiment.name is not None:
         raise BayesPruneError(f"experiment {config.experiment.name} does not run on several processes; run it in one")
     distributed.start(config.device)
-    settings = {f"config {key}": value for key, value in _flat(config.to_dict()).items()}
+    settings = {f"config {key}": value for key, value in leaves(config.to_dict()).items()}
     settings.update({"--out": str(Path(out).resolve()), "--force": force, "--resume": str(resumed_from)})
     distributed.check_same(settings, "the")
-
-
-def _flat(tree: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 @contextmanager
@@ -159,7 +150,7 @@ def check_same_fits(fits: list, method: str):
     if not distributed.active():
         return
     states = [
-        {key: value for key, value in _flat(fitted.state_dict()).items() if not key.endswith(BATCH_STATISTICS)}
+        {key: value for key, value in leaves(fitted.state_dict()).items() if not key.endswith(BATCH_STATISTICS)}
         for fitted in fits
     ]
     try:

@@ -112,14 +112,11 @@ def open_tracker(track, uri, out, *, kind: str):
 def flatten(table: dict, prefix: str = "") -> dict:
     """``{"train": {"epochs": 1}, "seed": 0}`` → ``{"train.epochs": "1", "seed": "0"}``: the leaves of a
     config as MLflow params (strings as they are, anything else as JSON: ``0.5``, ``true``, ``[0.0, 0.5]``)."""
-    flat = {}
-    for key, value in table.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = value if isinstance(value, str) else json.dumps(value)
-    return flat
+    from bayesprune.pipeline.config import leaves
+
+    return {
+        name: value if isinstance(value, str) else json.dumps(value) for name, value in leaves(table, prefix).items()
+    }
 
 
 def _number(value) -> bool:
