@@ -362,9 +362,10 @@ def _chain(
     predictive = []
     locs = {name: posteriors[name].loc.detach() for name in selected}
     scales = {name: posteriors[name].scale.detach() for name in selected}
+    draw_params = guide.sampler()  # sample_params's draws, σ = softplus(ρ) computed once for all of them
     for draw in range(num_draws):
         if draw < num_predictive_draws:
-            params = guide.sample_params()
+            params = draw_params()
             with evaluating(model.net):
                 y = torch.cat(
                     [
@@ -374,7 +375,7 @@ def _chain(
                 ).cpu()
             predictive.append((_original_units(y, dataset) if regression else y).numpy())
         elif len(selected) == len(posteriors):  # the draws of every site, as the predictive's are
-            params = guide.sample_params()
+            params = draw_params()
         else:  # a draw of the selected sites alone, not of the whole network
             params = {name: torch.addcmul(locs[name], scales[name], torch.randn_like(locs[name])) for name in selected}
         for name in selected:
