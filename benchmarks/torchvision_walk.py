@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import io
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -146,6 +147,7 @@ def walk_one(name: str, method: str, folder: str, threads: int, max_gib: float) 
     ok = status == 0 and (out / "metrics.json").exists()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
     detail = f"{time.perf_counter() - start:7.1f} s {peak:6.2f} GiB" if ok else "FAILED\n" + err.strip()
+    shutil.rmtree(out, ignore_errors=True)  # a checkpoint of every weight: the walk keeps one run's on disk
     return f"{name:24s} {side:4d} px {method:10s} {detail}", not ok
 
 
