@@ -9,7 +9,7 @@ import json
 import signal
 import sys
 
-from bayesprune.core.errors import BayesPruneError, Interrupted, StopNow, one_line, warnings_after_success
+from bayesprune.core.errors import BayesPruneError, Interrupted, StopNow, memory_error, one_line, warnings_after_success
 from bayesprune.core.loop import STOP
 from bayesprune.pipeline.config import packaged_configs
 
@@ -82,8 +82,7 @@ def _certify(args):
 
 
 def _grid(args):
-    """``compare`` or ``sweep``: the grid's cells fitted by the engine and its tables written; exit status 1,
-    with one line, when a cell failed while fitting (its reason is in the table)."""
+    """``compare`` or ``sweep``: the grid fitted and its tables written; exit 1 when a cell failed fitting."""
     from bayesprune.pipeline.compare.comparison import exit_status, grid_folder
 
     name = args.command
@@ -234,9 +233,10 @@ def main(argv=None):
         for line in getattr(error, "lines", None) or [str(error)]:  # several refusals (compare): one line each
             print(f"bayesprune: error: {one_line(line)}", file=sys.stderr)
         return 2
-    except MemoryError as error:  # a size no check foresaw: the same one line, never a traceback
-        detail = f": {one_line(str(error))}" if str(error) else ""
-        print(f"bayesprune: error: out of memory{detail}; use a smaller network, data set or batch", file=sys.stderr)
+    except (MemoryError, RuntimeError) as error:  # a size no check foresaw: one line, never a traceback
+        if (message := memory_error(error)) is None:
+            raise
+        print(f"bayesprune: error: {message}", file=sys.stderr)
         return 2
     finally:
         for number, handler in previous.items():

@@ -18,7 +18,7 @@ import zipfile
 import pyro
 import torch
 
-from bayesprune.core.errors import BayesPruneError
+from bayesprune.core.errors import BayesPruneError, one_line
 from bayesprune.core.files import replacing
 
 
@@ -62,8 +62,14 @@ def write_checkpoint(
         saved["loop"] = loop
     if preprocessing is not None:
         saved["preprocessing"] = preprocessing
-    with replacing(path) as partial:
-        torch.save(on_cpu(saved), partial)
+    try:
+        with replacing(path) as partial:
+            torch.save(on_cpu(saved), partial)
+    except (OSError, RuntimeError) as error:  # torch.save's failure on a full disk is a RuntimeError
+        raise BayesPruneError(
+            f"{path}: the checkpoint could not be written ({one_line((str(error).splitlines() or [''])[0])}); is "
+            "the disk full? The previous checkpoint is kept"
+        ) from None
 
 
 def on_cpu(value):

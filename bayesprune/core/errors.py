@@ -20,6 +20,18 @@ def warnings_after_success():
         warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
 
 
+def memory_error(error: BaseException) -> str | None:
+    """The one line for ``error`` when it says memory ran out (Python's ``MemoryError``, or the
+    ``RuntimeError`` torch's CPU and CUDA allocators raise), else ``None``."""
+    text = str(error)
+    if not isinstance(error, MemoryError) and not any(
+        sign in text for sign in ("can't allocate memory", "out of memory", "Cannot allocate memory")
+    ):
+        return None
+    detail = f": {one_line(text.splitlines()[0])}" if text else ""
+    return f"out of memory{detail}; use a smaller network, data set or batch"
+
+
 class BayesPruneError(Exception):
     """Base class of every error a user can cause and fix (bad config, bad data, divergence)."""
 
