@@ -1,7 +1,10 @@
 """What several test modules share: a LeNet-5 written the usual way, a check of one-line data errors,
-the comparisons' one-epoch settings, and a posterior whose every network is right or wrong by one weight."""
+the comparisons' one-epoch settings and command-line launch, and a posterior whose every network is right or wrong by one weight."""
 
 import contextlib
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -48,6 +51,19 @@ TINY = [
     "pbp.mc_samples=10",
     "pbp.prior_samples=5",
 ]
+
+
+def start_compare(out, cwd, *options: str, settings=()) -> subprocess.Popen:
+    """``bayesprune compare --out out *options`` in a process of its own (one thread, stderr piped), with
+    :data:`TINY` then ``settings`` set. ``cwd`` is another folder than the checkout: there ``-m bayesprune``
+    would import the source tree, not the installed package."""
+    sets = [flag for item in [*TINY, *settings] for flag in ("--set", item)]
+    argv = [sys.executable, "-m", "bayesprune", "compare", "--out", str(out), *options, *sets]
+    return subprocess.Popen(
+        argv, env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True, cwd=cwd
+    )
+
+
 PBP_TINY = [
     "train.epochs=1",
     "pbp.prior_epochs=1",

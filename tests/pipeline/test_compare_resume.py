@@ -11,7 +11,7 @@ import pytest
 from bayesprune.cli import main
 from bayesprune.pipeline.compare import compare
 from bayesprune.pipeline.compare.sweep import sweep
-from helpers import TINY
+from helpers import TINY, start_compare
 
 pytestmark = pytest.mark.usefixtures("cells_in_this_process")
 
@@ -69,32 +69,11 @@ def test_sweep_resume_with_a_seed_added_fits_only_its_cells(tmp_path):
 
 
 def test_sigterm_then_resume_continues_without_touching_finished_cells(tmp_path):
-    import os
     import signal
-    import subprocess
-    import sys
     import time
 
     out = tmp_path / "cmp"
-    argv = [
-        sys.executable,
-        "-m",
-        "bayesprune",
-        "compare",
-        "--out",
-        str(out),
-        "--methods",
-        "sbnn",
-        "--sparsities",
-        "0.5",
-        *(flag for item in TINY for flag in ("--set", item)),
-        "--set",
-        "train.epochs=40",
-    ]
-    # From another folder: in the checkout, ``-m bayesprune`` would import the source tree, not the installed package.
-    process = subprocess.Popen(
-        argv, env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True, cwd=tmp_path
-    )
+    process = start_compare(out, tmp_path, "--methods", "sbnn", "--sparsities", "0.5", settings=["train.epochs=40"])
     deadline = time.time() + 120
     while not (out / "cells" / "magnitude-seed0" / "metrics.json").exists() and time.time() < deadline:
         time.sleep(0.2)

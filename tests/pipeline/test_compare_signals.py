@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from helpers import TINY
+from helpers import start_compare
 
 
 def _children(pid: int) -> list:
@@ -38,36 +38,12 @@ def test_a_signal_with_cells_pending_ends_compare_and_its_workers(tmp_path, numb
     """Two workers, four cells, a signal once the workers fit (or while they start): SIGTERM ends compare
     (143, one line, no hang, no traceback) and its workers; after SIGKILL of compare its workers end too
     (they die with their parent)."""
-    import os
     import signal
-    import subprocess
     import time
 
     out = tmp_path / "cmp"
-    argv = [
-        sys.executable,
-        "-m",
-        "bayesprune",
-        "compare",
-        "--out",
-        str(out),
-        "--methods",
-        "sbnn",
-        "sparse-vd",
-        "pft",
-        "--sparsities",
-        "0.5",
-        "--jobs",
-        "2",
-        *(flag for item in TINY for flag in ("--set", item)),
-        "--set",
-        "train.epochs=400",
-        "--set",
-        "baseline.epochs=400",
-    ]
-    process = subprocess.Popen(
-        argv, env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True, cwd=tmp_path
-    )
+    options = ["--methods", "sbnn", "sparse-vd", "pft", "--sparsities", "0.5", "--jobs", "2"]
+    process = start_compare(out, tmp_path, *options, settings=["train.epochs=400", "baseline.epochs=400"])
     deadline = time.time() + 120
     for line in process.stderr:  # the first progress line naming a cell being fitted, or the one before the pool
         if ("] fitting " if when == "fitting" else " to fit") in line or time.time() > deadline:
