@@ -309,6 +309,7 @@ def _run_experiment(config, out: Path, *, progress: bool, force: bool = False) -
 
 def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, best_epoch=None) -> dict:
     name = metric_name(dataset.task)
+    n_weights = sum(shape.numel() for shape in fitted.sites.values())
     curve = pruning_curve(
         fitted,
         dataset,
@@ -317,7 +318,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         budget=config.prune.budget,
         include_biases=config.prune.include_biases,
         finetuned=_finetuned(config, dataset, fitted),
-        predictive=config.prune.predictive_at(sum(shape.numel() for shape in fitted.sites.values())),
+        predictive=config.prune.predictive_at(n_weights),
     )
     metrics = {
         "method": config.method,
@@ -325,7 +326,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         "task": dataset.task,
         "device": str(device),
         "architecture": config.model.name,
-        "n_weights": sum(shape.numel() for shape in fitted.sites.values()),
+        "n_weights": n_weights,
         "epochs": len(fitted.history.epoch_losses),
         **({} if validation is None else {"n_validation": len(validation[1])}),
         **({} if best_epoch is None else {"best_epoch": best_epoch}),
