@@ -490,7 +490,7 @@ class RunConfig:
         from bayesprune.methods import available_methods, get_method
 
         method = get_method(raw.get("method", cls.method))
-        raw = _fold_legacy_keys(raw, method)
+        raw = _with_table_defaults(_fold_legacy_keys(raw, method), method)
         top = {f.name for f in fields(cls)} - set(_SECTIONS) - {"method_options"}
         kwargs = {}
         for key, value in raw.items():
@@ -580,6 +580,27 @@ def _fold_legacy_keys(raw: dict, method) -> dict:
         if option in table:
             raise ConfigError(f"{legacy} is the old name of {method.name}.{option}; give only {method.name}.{option}")
         table[option] = value
+    return raw
+
+
+def _with_table_defaults(raw: dict, method) -> dict:
+    """``raw`` with the keys it leaves out of its tables taken from the method's packaged config for tables
+    (``Method.table_config``, e.g. ``sbnn-table``) when its data are the user's CSV table: the settings
+    chosen there on held-out rows of tables (docs/reproductions.md), not the digits ones of the general
+    defaults. Its top-level keys and ``[data]`` are not taken, nor its ``[model]`` for the user's own network
+    (``model.factory``) or another architecture."""
+    name = getattr(method, "table_config", None)
+    data = raw.get("data")
+    if name is None or not isinstance(data, dict) or data.get("dataset") != "csv":
+        return raw
+    table = read_config(name)
+    model = raw.get("model") if isinstance(raw.get("model"), dict) else {}
+    architecture = table.get("model", {}).get("architecture")
+    if model.get("factory") is not None or model.get("architecture", architecture) != architecture:
+        table.pop("model", None)
+    for section, values in table.items():
+        if isinstance(values, dict) and section != "data" and isinstance(raw.get(section, {}), dict):
+            raw[section] = {**values, **raw.get(section, {})}
     return raw
 
 

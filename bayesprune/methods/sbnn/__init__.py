@@ -318,6 +318,9 @@ class SBNN(Method):
     #: Restarts pooled on a table under ``chains = "auto"``: one fit's ψ ranks the inputs by where its
     #: optimisation ended; breast cancer and diabetes (docs/usage.md, Feature importance) need several.
     table_chains = 4
+    #: The packaged config whose settings a CSV config takes for the keys it leaves out (chosen on tables'
+    #: held-out rows; the general defaults are the paper's regression prior and digits' optimisation).
+    table_config = "sbnn-table"
     unsupported = {"optim.weight_decay": "the spike-and-slab prior regularises the weights; set it in [sbnn]"}
     legacy_keys = {
         "prior.name": None,
