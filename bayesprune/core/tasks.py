@@ -37,6 +37,18 @@ def mean_loss(task: str):
     return lambda output, y: F.mse_loss(output.squeeze(-1), y)
 
 
+def chunks(x, size: int):
+    """The rows of ``x``, ``size`` at a time: a tensor split, or rows read on demand (anything with
+    ``batches(size)``, as :class:`~bayesprune.data.streaming.Rows`), never held as one tensor."""
+    return torch.split(x, size) if torch.is_tensor(x) else x.batches(size)
+
+
+def rows_at(x, index: torch.Tensor):
+    """The rows ``index`` (an integer tensor) of ``x``: a tensor indexed, or rows read on demand kept so
+    (their ``subset``), so that a part of a streamed training split is still streamed."""
+    return x[index] if torch.is_tensor(x) else x.subset(index)
+
+
 def predict_network(net, x, task: str, *, batch_size: int = 4096) -> torch.Tensor:
     """The predictive mean of a deterministic ``net`` at ``x`` in eval mode (the mode ``net`` was in is
     put back): class probabilities, or regression means. ``x`` is a tensor, or rows read on demand
@@ -46,10 +58,9 @@ def predict_network(net, x, task: str, *, batch_size: int = 4096) -> torch.Tenso
     net.eval()
     device = next(net.parameters()).device
     with torch.no_grad():
-        if torch.is_tensor(x):
-            output = net(x.to(device))
-        else:
-            output = torch.cat([net(batch.to(device)) for batch in x.batches(batch_size)])
+        output = (
+            net(x.to(device)) if torch.is_tensor(x) else torch.cat([net(b.to(device)) for b in chunks(x, batch_size)])
+        )
     net.train(training)
     return predictive_mean(output, task)
 

@@ -12,6 +12,7 @@ import torch
 
 from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.pruning import Budget
+from bayesprune.core.tasks import chunks
 from bayesprune.pipeline.config import parse_override
 from bayesprune.pipeline.finetune import FineTuning
 
@@ -367,5 +368,4 @@ def _first_fit_metrics(run_dir: Path) -> dict:
 def _raw_batches(x, preprocessing, batch_size: int = 1024):
     """The test inputs ``x`` in the units of the user's files, ``batch_size`` rows at a time: a tensor
     split, or rows read on demand (:class:`~bayesprune.data.streaming.Rows`), never held as one tensor."""
-    batches = torch.split(x, batch_size) if torch.is_tensor(x) else x.batches(batch_size)
-    return (preprocessing.raw_inputs(batch) for batch in batches)
+    return (preprocessing.raw_inputs(batch) for batch in chunks(x, batch_size))

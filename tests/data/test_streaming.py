@@ -156,11 +156,19 @@ def test_a_streamed_image_folder_reads_the_pixels_the_loaded_one_holds(tmp_path)
     assert held.augment is None and (streamed.augment.crop_padding, streamed.augment.flip) == (1, True)
 
 
-@pytest.mark.parametrize("method", ["sbnn", "unit-gates"])
+#: Each method's packaged config and its settings for a run of a few seconds.
+STREAMED_RUNS = {
+    "sbnn": ("default", ["sbnn.predictive_samples=3"]),
+    "unit-gates": ("unit-gates-digits", ["unit-gates.finetune_epochs=1"]),
+    "pbp": ("pbp-digits", ["pbp.prior_epochs=1", "pbp.prior_mask_epochs=1", "pbp.mc_samples=3", "pbp.prior_samples=3"]),
+}
+
+
+@pytest.mark.parametrize("method", list(STREAMED_RUNS))
 def test_a_run_on_a_streamed_image_folder_reports_and_exports_the_numbers_of_the_loaded_one(method, tmp_path, capsys):
-    """Its test split read a batch at a time everywhere a number is computed (the pruning curve, the plain
-    baseline, unit gates' per-epoch error, export's error of its file): the oracle is the same run with
-    every image loaded into one tensor."""
+    """Its splits read a batch at a time everywhere a number is computed (the pruning curve, the plain
+    baseline, unit gates' per-epoch error, PBP's Gibbs errors and certificate, export's error of its file):
+    the oracle is the same run with every image loaded into one tensor."""
     from bayesprune.cli import main
 
     root = image_folder(tmp_path / "imgs", count=6)
@@ -176,9 +184,9 @@ def test_a_run_on_a_streamed_image_folder_reports_and_exports_the_numbers_of_the
             "model.hidden=[8]",
             "train.epochs=2",
             "prune.droprates=[0.0, 0.5]",
-            *(["sbnn.predictive_samples=3"] if method == "sbnn" else ["unit-gates.finetune_epochs=1"]),
+            *STREAMED_RUNS[method][1],
         ]
-        config = "default" if method == "sbnn" else "unit-gates-digits"
+        config = STREAMED_RUNS[method][0]
         assert main(["run", config, "--out", str(out), "--quiet", *[a for s in settings for a in ("--set", s)]]) == 0
         capsys.readouterr()
         assert main(["export", str(out), "--out", str(tmp_path / f"net-{stream}.pt2"), "--json"]) == 0

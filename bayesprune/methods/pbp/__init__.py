@@ -44,7 +44,7 @@ from bayesprune.core.errors import BayesPruneError, ConfigError
 from bayesprune.core.gates import PARAMETERIZATIONS, block_isotropic
 from bayesprune.core.loop import check_stop, svi_step
 from bayesprune.core.optim import build_optim
-from bayesprune.core.tasks import mean_loss
+from bayesprune.core.tasks import chunks, mean_loss, rows_at
 from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
 from bayesprune.methods import SERVICES, Method, register_method
 from bayesprune.methods.base import GuideFitted
@@ -199,7 +199,7 @@ def split_rows(num_train: int, alpha: float, seed: int) -> tuple:
 def examples_digest(x, y) -> str:
     """SHA-256 of the examples ``(x, y)`` in their order: the fingerprint of S \\ S_P a certificate checks."""
     digest = hashlib.sha256()
-    for tensor in (x, y):
+    for tensor in (*chunks(x, EVALUATION_CHUNK), y):  # x's rows in order: the bytes of the whole tensor
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()
 
@@ -221,12 +221,15 @@ def bound_examples(fitted, data) -> tuple:
     position = torch.full((max(int(given.max()), int(fitted.bound_rows.max())) + 1,), -1, dtype=torch.int64)
     position[given] = torch.arange(len(given))
     local = position[fitted.bound_rows]
-    if bool((local < 0).any()) or examples_digest(data.x_train[local], data.y_train[local]) != fitted.bound_digest:
+    if (
+        bool((local < 0).any())
+        or examples_digest(rows_at(data.x_train, local), data.y_train[local]) != fitted.bound_digest
+    ):
         raise BayesPruneError(
             f"the training data does not hold the {len(local)} examples of S \\ S_P this fit certified on, "
             "at the rows it recorded (its data or data options changed)"
         )
-    return data.x_train[local], data.y_train[local]
+    return rows_at(data.x_train, local), data.y_train[local]
 
 
 @torch.no_grad()
@@ -251,7 +254,7 @@ def gibbs_errors(model, guide, x, y, *, samples: int, sampling: str = "networks"
         params = guide.sample_params()
         wrong = sum(
             int((model.network(params, xs).argmax(-1) != ys).sum())
-            for xs, ys in zip(torch.split(x, EVALUATION_CHUNK), torch.split(y, EVALUATION_CHUNK))
+            for xs, ys in zip(chunks(x, EVALUATION_CHUNK), torch.split(y, EVALUATION_CHUNK))
         )
         errors.append(wrong / len(y))
     return torch.tensor(errors, dtype=torch.float64)
@@ -265,7 +268,7 @@ def _per_example_errors(model, guide, x, y, *, draws: int) -> torch.Tensor:
     forward = torch.func.vmap(lambda params, example: model.network(params, example[None])[0])
     wrong = []
     for _ in range(draws):
-        for xs, ys in zip(torch.split(x, chunk), torch.split(y, chunk)):
+        for xs, ys in zip(chunks(x, chunk), torch.split(y, chunk)):
             check_stop("while drawing networks from the posterior")
             params = {name: q.sample((len(xs),)) for name, q in posteriors.items()}
             wrong.append(forward(params, xs).argmax(-1) != ys)
@@ -428,15 +431,15 @@ class PBPMethod(Method):
         device = ctx.device
         net = net.to(device)
         prior_rows, bound_rows = split_rows(data.num_train, options.alpha, ctx.seed)
-        x_prior, y_prior = data.x_train[prior_rows].to(device), data.y_train[prior_rows].to(device)
-        x_bound, y_bound = data.x_train[bound_rows].to(device), data.y_train[bound_rows].to(device)
+        x_prior, y_prior = rows_at(data.x_train, prior_rows).to(device), data.y_train[prior_rows].to(device)
+        x_bound, y_bound = rows_at(data.x_train, bound_rows).to(device), data.y_train[bound_rows].to(device)
         prior_batches = ctx.batches(x_prior, y_prior)
         start = time.perf_counter()
         loss = mean_loss(data.task)
         if is_start_method(options.start_mask):
             prior_data = replace(
                 data,
-                x_train=data.x_train[prior_rows],
+                x_train=rows_at(data.x_train, prior_rows),
                 y_train=data.y_train[prior_rows],
                 extras={key: value for key, value in data.extras.items() if key != "train_rows"},
             )
@@ -499,7 +502,7 @@ class PBPMethod(Method):
             bound_rows=loaded[bound_rows].clone(),
             alpha=options.alpha,
             history=history,
-            bound_digest=examples_digest(data.x_train[bound_rows], data.y_train[bound_rows]),
+            bound_digest=examples_digest(x_bound, y_bound),
             seconds=seconds,
         )
         fitted.report = {
