@@ -7,14 +7,15 @@ they say whether restarts agree relative to the spread of q within one fit.
 Groups of the object :func:`to_inference_data` returns (``C`` chains, ``S`` draws per chain):
 
 ``posterior``
-    - ``<site>`` (e.g. ``1.weight``): draws W ~ q(W), dims ``(chain, draw, <site>_dim_0, ...)``, for the
-      selected sites only (see ``sites``), float32.
+    - ``<site>`` (e.g. ``1.weight``): draws W ~ q(W), dims ``(chain, draw, dim_0_<n0>, dim_1_<n1>, ...)``
+      (:func:`site_dims`), for the selected sites only (see ``sites``), float32.
     - ``<site>.inclusion``: draws Z ~ Bernoulli(p) of the inclusion indicators of the same sites,
       int8. Their R-hat compares the restarts' inclusion probabilities relative to the Bernoulli spread.
     - ``inclusion_probability_mean`` (dim ``site``, every site): mean of p over the site's weights.
     - ``fraction_included`` (dim ``site``) and ``network_fraction_included`` (scalar): fraction of the
       weights with p ≥ 0.5 in each site and in the whole network.
-    - ``psi``, ``phi`` (dim ``feature``), node importances, or whatever the ``feature_importance`` callable returns,
+    - ``psi``, ``phi`` (dim ``feature``), node importances (the sBNN's ``node_importance.<layer>``, dim
+      ``node_<n>`` for a layer of n nodes), or whatever the ``feature_importance`` callable returns,
       evaluated at a draw Z ~ q(Z) of the inclusion indicators of *every* weight. ψ of eq. 3.18 is
       a mean over paths of products of inclusion probabilities of distinct, independent weights, so
       ψ(Z) is an unbiased draw of ψ(p): its chain mean estimates eq. 3.18 and its within-chain
@@ -35,7 +36,7 @@ Groups of the object :func:`to_inference_data` returns (``C`` chains, ``S`` draw
 ``variational``
     The variational parameters of the selected sites, one value per chain, no draw dimension:
     ``<site>.loc`` (m), ``<site>.scale`` (σ), ``<site>.inclusion_probability`` (p), dims
-    ``(chain, <site>_dim_0, ...)``; and ``inclusion_probability_quantile``, dims
+    ``(chain, dim_0_<n0>, ...)``; and ``inclusion_probability_quantile``, dims
     ``(chain, quantile)``: 101 quantiles of p over *all* weights of the network, enough to draw each
     chain's CDF of inclusion probabilities without storing every weight; and the ``feature_importance``
     values at p itself (``psi``, ``phi``: eqs. 3.18–3.19 exactly), dims ``(chain, feature)``.
@@ -150,7 +151,7 @@ def to_inference_data(
     posterior = {}
     variational = {}
     for name in selected:
-        dims = [f"{name}_dim_{axis}" for axis in range(len(site_shapes[name]))]
+        dims = site_dims(site_shapes[name])
         coords.update({dim: np.arange(size) for dim, size in zip(dims, site_shapes[name])})
         posterior[name] = (["chain", "draw", *dims], np.stack([c["weights"][name] for c in chains]))
         posterior[f"{name}.inclusion"] = (["chain", "draw", *dims], np.stack([c["inclusion"][name] for c in chains]))
@@ -214,19 +215,27 @@ def gate_inference_data(chains: list, *, num_draws: int = 200, seed: int = 0, na
     """ArviZ data of Bernoulli posteriors q(ξ) = Bernoulli(θ) of unit gates or weight masks, one
     ``{site: θ}`` per chain.
 
-    ``posterior`` holds draws ξ ~ q of every site (int8; dims ``(chain, draw, <site>_unit)`` for a
-    gate vector ``<layer>.gate``, ``(chain, draw, <site>_dim_0, ...)`` for a weight mask);
+    ``posterior`` holds draws ξ ~ q of every site (int8; dims ``(chain, draw, unit_<n>)`` for a gate
+    vector ``<layer>.gate`` of n units, ``(chain, draw, dim_0_<n0>, ...)`` (:func:`site_dims`) for a weight mask);
     ``variational`` holds θ itself as ``<site>.<name>`` (dims ``(chain, ...)``).
     """
     generator = torch.Generator().manual_seed(seed)
     posterior, variational = {}, {}
     for site in chains[0]:
         theta = torch.stack([chain[site].detach().cpu().float() for chain in chains])
-        dims = [f"{site}_unit"] if site.endswith("gate") else [f"{site}_dim_{axis}" for axis in range(theta.dim() - 1)]
+        dims = [f"unit_{theta.shape[1]}"] if site.endswith("gate") else site_dims(theta.shape[1:])
         draws = torch.bernoulli(theta[:, None].expand(-1, num_draws, *theta.shape[1:]), generator=generator)
         posterior[site] = xr.DataArray(draws.to(torch.int8).numpy(), dims=("chain", "draw", *dims))
         variational[f"{site}.{name}"] = xr.DataArray(theta.numpy(), dims=("chain", *dims))
     return inference_data_from_groups({"posterior": xr.Dataset(posterior), "variational": xr.Dataset(variational)})
+
+
+def site_dims(shape) -> list:
+    """Names of the dimensions of a site of ``shape`` in ``posterior.nc``: ``dim_<axis>_<length>``, shared
+    by every variable with an axis of that length at that position. One dimension per axis of every site
+    (ArviZ's ``<site>_dim_0``, ...) made reading the file back quadratic in the number of sites: h5netcdf
+    looks each variable's dimensions up among all of the group's (5 s of a ShuffleNet run's 12)."""
+    return [f"dim_{axis}_{length}" for axis, length in enumerate(shape)]
 
 
 #: The attribute of every group of ``posterior.nc`` naming the method whose fit wrote it (``report``
@@ -600,4 +609,11 @@ def _ppc_fallback(predicted: xr.DataArray, observed: xr.DataArray, plt):
     return figure
 
 
-__all__ = ["MAX_DEFAULT_WEIGHTS", "plot_diagnostics", "summary_table", "to_inference_data", "write_posterior"]
+__all__ = [
+    "MAX_DEFAULT_WEIGHTS",
+    "plot_diagnostics",
+    "site_dims",
+    "summary_table",
+    "to_inference_data",
+    "write_posterior",
+]

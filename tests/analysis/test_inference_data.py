@@ -19,6 +19,7 @@ from bayesprune.core.objectives import AnalyticKLELBO
 from bayesprune.core.predict import predict
 from bayesprune.data import load_dataset
 from bayesprune.guides import SpikeSlabGuide
+from bayesprune.methods.pbp.inference_data import dirac_spike_slab_inference_data
 from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
 from bayesprune.models.priors import SpikeSlabPrior
 
@@ -87,7 +88,9 @@ def test_groups_and_dims(regression):
     assert GROUPS <= set(idm._group_names(idata))
     posterior = idata.posterior
     assert posterior.sizes["chain"] == 2 and posterior.sizes["draw"] == DRAWS
-    assert posterior["1.weight"].dims == ("chain", "draw", "1.weight_dim_0", "1.weight_dim_1")
+    inputs = dataset.x_train.shape[1]
+    assert posterior["1.weight"].dims == ("chain", "draw", "dim_0_8", f"dim_1_{inputs}")  # 8 hidden units
+    assert posterior["1.bias"].dims == ("chain", "draw", "dim_0_8")  # the same units, the same dimension
     assert posterior["1.weight.inclusion"].dims == posterior["1.weight"].dims
     assert list(posterior["site"].values) == list(fits[0][0].site_shapes)
     assert posterior["psi"].dims == ("chain", "draw", "feature")
@@ -228,6 +231,42 @@ def test_classification_predictive_is_categorical():
         error = np.sqrt(probs * (1 - probs) / draws + class_probs.var(0) / samples)
         # + 3 counts: the normal bound is too tight for classes drawn only a few times
         assert (np.abs(frequencies - probs) <= 5 * error + 3 / draws).all()
+
+
+def _site_dims(idata) -> tuple:
+    """The dimensions beside chain and draw of (posterior, variational)."""
+    return tuple(set(idm._group(idata, group).sizes) - {"chain", "draw"} for group in ("posterior", "variational"))
+
+
+def test_sites_of_one_axis_length_share_a_dimension_in_every_writer(tmp_path):
+    """One dimension per axis of every site made reading posterior.nc back quadratic in the number of sites
+    (h5netcdf looks each variable's dimensions up among all of them): sites whose axes have the same length
+    share them. Oracle: the (axis, length) pairs of the sites' shapes, listed by hand; four equal hidden
+    layers need no more dimensions than one."""
+    from bayesprune.analysis.inference_data import gate_inference_data
+    from bayesprune.methods.pbp.distributions import DiracSpikeSlab
+
+    dataset = load_dataset("linear-regression", n=40)
+    inputs = dataset.x_train.shape[1]
+    net = mlp(dataset.input_shape, dataset.output_dim, hidden=(5, 5, 5, 5))  # weights 5xD, 5x5 (3), 1x5; biases
+    model = BayesianNetwork(net, SpikeSlabPrior(), Gaussian(dataset.num_train))
+    idata = to_inference_data([(model, SpikeSlabGuide(model), None)], dataset, num_draws=3, num_predictive_draws=1)
+    pairs = {"dim_0_5", f"dim_1_{inputs}", "dim_1_5", "dim_0_1"}
+    posterior, variational = _site_dims(az.from_netcdf(str(write_posterior(idata, tmp_path / "posterior.nc"))))
+    assert posterior == pairs | {"site"}
+    assert variational == pairs | {"quantile"}
+
+    theta = {"a.gate": torch.full((2, 3), 0.5), "b.gate": torch.full((2, 3), 0.5), "c.weight": torch.rand(2, 3, 3)}
+    gates = gate_inference_data([{site: value[0] for site, value in theta.items()}], num_draws=2)
+    assert _site_dims(gates) == ({"unit_3", "dim_0_3", "dim_1_3"},) * 2
+
+    shapes = {"1.weight": (4, 6), "1.bias": (4,), "3.weight": (4, 4), "3.bias": (4,)}
+    spike_slab = {
+        site: DiracSpikeSlab(torch.full(shape, 0.5), torch.zeros(shape), torch.ones(shape))
+        for site, shape in shapes.items()
+    }
+    pbp = dirac_spike_slab_inference_data([spike_slab], [spike_slab], num_draws=2)
+    assert _site_dims(pbp) == ({"dim_0_4", "dim_1_6", "dim_1_4"},) * 2
 
 
 def test_default_site_selection():

@@ -258,12 +258,16 @@ def test_a_run_from_the_command_line_writes_scores_posterior_and_report(tmp_path
     assert metrics["test_error"] < 50
     with np.load(out / "scores.npz") as scores:
         assert set(scores.files) == {"1.weight", "3.weight"} and scores["1.weight"].dtype == np.float64
+        shape = scores["3.weight"].shape
     report = (out / "report.md").read_text()
     assert "log α" in report and (out / "log_alpha.png").exists()
     import arviz as az
 
     idata = az.from_netcdf(str(out / "posterior.nc"))
     assert "3.weight" in idata.posterior and "log_alpha_quantile" in idata.variational
+    # one dimension per axis length, shared by the sites (site_dims), not one per axis of every site
+    assert idata.posterior["3.weight"].dims == ("chain", "draw", f"dim_0_{shape[0]}", f"dim_1_{shape[1]}")
+    assert idata.variational["3.weight.log_alpha"].dims == ("chain", f"dim_0_{shape[0]}", f"dim_1_{shape[1]}")
     config, dataset, fitted = load_run(out)
     x = dataset.x_test[:50]
     assert torch.allclose(fitted.predict(x).cpu().sum(-1), torch.ones(50), atol=1e-5)

@@ -379,7 +379,7 @@ class SBNN(Method):
             psi, *nodes, _ = node_importance(weight_inclusion_matrices(inclusion, structure))
             values = {"psi": psi, "phi": scaled_importance(psi)}
             for layer, value in zip(hidden, nodes):
-                values[f"node_importance.{layer}"] = (f"node_importance.{layer}_dim_0", value)
+                values[f"node_importance.{layer}"] = (f"node_{len(value)}", value)  # shared by layers of one width
             return values
 
         try:

@@ -5,7 +5,8 @@ Groups (``C`` chains = independent fits, ``S`` draws per chain):
 ``posterior``
     - ``<site>``: draws W ~ q(W) = N(θ, σ²) of the weight sites that fit in :data:`MAX_DRAWN_WEIGHTS`
       (smallest sites first), with the weights of log α > threshold at 0 as the test-time network
-      has them; dims ``(chain, draw, <site>_dim_0, ...)``, float32.
+      has them; dims ``(chain, draw, dim_0_<n0>, ...)`` (shared by the sites with an axis of that length
+      there: :func:`~bayesprune.analysis.inference_data.site_dims`), float32.
     - ``fraction_removed`` (dim ``site``) and ``network_fraction_removed``: the fraction of weights
       with log α > threshold, a function of q repeated over the draws (read it per chain).
 ``posterior_predictive`` / ``observed_data``
@@ -22,18 +23,12 @@ import numpy as np
 import torch
 import xarray as xr
 
+from bayesprune.analysis.inference_data import inference_data_from_groups, site_dims
 from bayesprune.core.predict import evaluating
 
 MAX_DRAWN_WEIGHTS = 20_000
 PREDICTIVE_TEST_POINTS = 1000
 _QUANTILES = np.linspace(0.0, 1.0, 101)
-
-
-def _container(groups: dict):
-    import arviz as az
-
-    inference_data = getattr(az, "InferenceData", None)
-    return inference_data(**groups) if inference_data is not None else xr.DataTree.from_dict(groups)
 
 
 def _drawn_sites(shapes: dict) -> list:
@@ -75,8 +70,9 @@ def to_inference_data(fits: list, data=None, *, num_draws: int = 50, num_predict
                 posterior.setdefault(name, []).append(np.stack(sites[name]))
             if x is not None:
                 predictive.append(torch.stack(labels).numpy())
-    site_dims = {name: [f"{name}_dim_{axis}" for axis in range(len(shapes[name]))] for name in drawn}
-    variables = {name: (["chain", "draw", *site_dims[name]], np.stack(values)) for name, values in posterior.items()}
+    variables = {
+        name: (["chain", "draw", *site_dims(shapes[name])], np.stack(values)) for name, values in posterior.items()
+    }
     fractions, network, quantiles = [], [], []
     for fit in fits:
         log_alpha = fit.log_alpha()
@@ -100,9 +96,9 @@ def to_inference_data(fits: list, data=None, *, num_draws: int = 50, num_predict
     variables["network_fraction_removed"] = (["chain", "draw"], np.repeat(network[:, None], num_draws, axis=1))
     coords = {"chain": np.arange(chains), "draw": np.arange(num_draws), "site": np.array(list(shapes), dtype=object)}
     for name in drawn:
-        coords.update({dim: np.arange(size) for dim, size in zip(site_dims[name], shapes[name])})
+        coords.update({dim: np.arange(size) for dim, size in zip(site_dims(shapes[name]), shapes[name])})
     variational_vars = {
-        key: (["chain", *site_dims[key.rsplit(".", 1)[0]]], np.stack(values)) for key, values in variational.items()
+        key: (["chain", *site_dims(values[0].shape)], np.stack(values)) for key, values in variational.items()
     }
     variational_vars["log_alpha_quantile"] = (["chain", "quantile"], np.stack(quantiles))
     histories = [fit.history for fit in fits]
@@ -139,4 +135,4 @@ def to_inference_data(fits: list, data=None, *, num_draws: int = 50, num_predict
             attrs=attrs,
         )
         groups["observed_data"] = xr.Dataset({"obs": (["test_point"], y.numpy())}, coords=points, attrs=attrs)
-    return _container(groups)
+    return inference_data_from_groups(groups)
