@@ -45,18 +45,23 @@ def resnet18(input_shape, output_dim):
 """
 
 
-def digits_as_images(path: Path) -> None:
-    """scikit-learn's digits as 3x32x32 images in ``path`` (the package's digits split)."""
+def digits_as_images(path: Path, copies: int = 1) -> None:
+    """scikit-learn's digits as 3x32x32 images in ``path`` (the package's digits split), each split's rows
+    ``copies`` times over: a larger set of the same images, for costs that grow with the rows."""
     from bayesprune.data import load_dataset
 
     data = load_dataset("digits")
 
     def images(x):
         x = x.reshape(-1, 1, 8, 8).repeat_interleave(4, 2).repeat_interleave(4, 3)
-        return x.expand(-1, 3, -1, -1).numpy().astype(np.float32)
+        return np.tile(x.expand(-1, 3, -1, -1).numpy().astype(np.float32), (copies, 1, 1, 1))
 
     np.savez(
-        path, x_train=images(data.x_train), y_train=data.y_train.numpy(), x_test=images(data.x_test), y_test=data.y_test
+        path,
+        x_train=images(data.x_train),
+        y_train=np.tile(data.y_train.numpy(), copies),
+        x_test=images(data.x_test),
+        y_test=np.tile(data.y_test.numpy(), copies),
     )
 
 
@@ -103,6 +108,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--method", default="sbnn")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--copies", type=int, default=1, help="each row this many times (default 1)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--profile", metavar="PHASE", help="print cProfile's 40 costliest calls of this phase")
     args = parser.parse_args(argv)
@@ -111,7 +117,7 @@ def main(argv=None):
         folder = Path(folder)
         (folder / "tvnets.py").write_text(FACTORY)
         sys.path.insert(0, str(folder))
-        digits_as_images(folder / "digits.npz")
+        digits_as_images(folder / "digits.npz", args.copies)
         settings = {
             "method": args.method,
             "device": "cpu",
@@ -137,6 +143,7 @@ def main(argv=None):
     result = {
         "method": args.method,
         "overrides": args.overrides,
+        "copies": args.copies,
         "seconds": seconds,
         "cpu_seconds": cpu,
         "total_seconds": round(total, 1),
@@ -152,7 +159,7 @@ def main(argv=None):
     if args.json:
         print(json.dumps(result))
         return
-    print(f"resnet18 on digits 3x32x32, {args.method}, 1 epoch, 1 thread {' '.join(args.overrides)}")
+    print(f"resnet18 on digits 3x32x32 x{args.copies}, {args.method}, 1 epoch, 1 thread {' '.join(args.overrides)}")
     print(f"{'phase':16s}{'seconds':>9s}{'CPU s':>9s}{'peak MiB':>10s}")
     for name, value in seconds.items():
         print(f"{name:16s}{value:9.1f}{cpu[name]:9.1f}{result['peak_mib'].get(name, float('nan')):10.0f}")
