@@ -41,12 +41,15 @@ from bayesprune.core.pruning import prune
 from bayesprune.data import load_dataset
 from bayesprune.pipeline.runner import load_run
 
+#: ``tvnets:<name>``: torchvision's builder ``<name>`` with random weights (``resnet18``, ``mobilenet_v2``, ...).
 FACTORY = """
 import torchvision
 
 
-def resnet18(input_shape, output_dim):
-    return torchvision.models.resnet18(num_classes=output_dim)
+def __getattr__(name):
+    def build(input_shape, output_dim):
+        return torchvision.models.get_model(name, weights=None, num_classes=output_dim)
+    return build
 """
 
 

@@ -1,4 +1,4 @@
-"""Unit gates on torchvision's ResNet-18 against Torch-Pruning's magnitude pruning, at the same MACs and epochs.
+"""Unit gates on torchvision's ResNet-18 (or another builder, ``--network``) against Torch-Pruning's magnitude pruning, at the same MACs and epochs.
 
 What is measured, per seed, on scikit-learn's digits as 3x32x32 images (``benchmarks/recalibration.py``'s
 ``digits32.npz``) and ``torchvision.models.resnet18(num_classes=10)`` with random weights:
@@ -27,7 +27,7 @@ errors on them instead of on the test rows, which are then not read: settings ar
 
 Numbers and the command: docs/reproductions.md, "Unit gates on torchvision networks".
 
-Usage: ``python benchmarks/unit_gates_resnet.py [--seeds 0 1 2] [--epochs 8] [--finetune-epochs 2]
+Usage: ``python benchmarks/unit_gates_resnet.py [--network resnet18] [--seeds 0 1 2] [--epochs 8] [--finetune-epochs 2]
 [--log-gamma -4] [--theta-lr 0.01] [--lr 0.003] [--finetune-lr 0.001] [--remove-at epoch] [--tp-epochs N]
 [--tp-finetune-lr R] [--validation F] [--out DIR] [--json]`` (one thread).
 """
@@ -84,6 +84,11 @@ def train(net, data, epochs: int, lr: float, precision: float, seed: int):
     return net
 
 
+def classifier(net) -> str:
+    """The name of ``net``'s last ``Linear`` (its classifier, which pruning keeps whole)."""
+    return [name for name, module in net.named_modules() if isinstance(module, torch.nn.Linear)][-1]
+
+
 def step_seconds(net, data, options, rounds: int = 5) -> float:
     """Median CPU seconds of one Algorithm 1 step (gates on) on ``net``, a batch of 64."""
     training = GateTraining(copy.deepcopy(net), options, num_train=len(data.x_train), lr=1e-9, input_shape=SHAPE)
@@ -113,7 +118,7 @@ def run_seed(folder: Path, seed: int, args) -> dict:
         "device": "cpu",
         "seed": seed,
         "data": {"dataset": "npz", "path": str(folder / args.data_file), "batch_size": BATCH},
-        "model": {"factory": "tvnets:resnet18"},
+        "model": {"factory": f"tvnets:{args.network}"},
         "optim": {"lr": args.lr},
         "train": {"epochs": args.epochs},
         "unit-gates": {
@@ -136,7 +141,7 @@ def run_seed(folder: Path, seed: int, args) -> dict:
     _, _, fitted = load_run(folder / f"gates-{seed}")
     learned = fitted.net.cpu()
     torch.manual_seed(seed)
-    dense = torchvision.models.resnet18(num_classes=10)
+    dense = torchvision.models.get_model(args.network, num_classes=10)
     dense_macs, learned_macs = count_macs(dense, SHAPE), count_macs(learned, SHAPE)
     options = UnitGatesOptions(log_gamma=args.log_gamma)
     dense_step, learned_step = step_seconds(dense, data, options), step_seconds(learned, data, options)
@@ -145,9 +150,9 @@ def run_seed(folder: Path, seed: int, args) -> dict:
     torch.manual_seed(seed)
     tp_epochs = args.epochs if args.tp_epochs is None else args.tp_epochs
     tp_finetune, tp_lr = args.epochs + args.finetune_epochs - tp_epochs, args.tp_finetune_lr or args.finetune_lr
-    trained = train(torchvision.models.resnet18(num_classes=10), data, tp_epochs, args.lr, 20.0, seed)
+    trained = train(torchvision.models.get_model(args.network, num_classes=10), data, tp_epochs, args.lr, 20.0, seed)
     tp_dense_error = error_of(trained, data.x_test, data.y_test)
-    pruned, tp_macs, ratio = pruned_to_macs(trained.eval(), SHAPE, learned_macs, ignored=["fc"])
+    pruned, tp_macs, ratio = pruned_to_macs(trained.eval(), SHAPE, learned_macs, ignored=[classifier(trained)])
     train(pruned, data, tp_finetune, tp_lr, 20.0, seed + 1000)
     tp_seconds = time.perf_counter() - start
     tp_error = error_of(pruned, data.x_test, data.y_test)
@@ -175,6 +180,7 @@ def run_seed(folder: Path, seed: int, args) -> dict:
 
 def main_cli(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--network", default="resnet18", help="a torchvision builder (default resnet18)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--finetune-epochs", type=int, default=2)
@@ -215,7 +221,7 @@ def main_cli(argv=None):
     mean = {key: statistics.mean(row[key] for row in rows) for key in keys}
     print(
         f"mean of {len(rows)} seeds ({'held-out training rows' if args.validation > 0 else 'test rows'}): unit gates "
-        f"{mean['gates_error']:.2f}% at {100 * mean['gates_macs_ratio']:.1f}% of resnet18's MACs, Torch-Pruning "
+        f"{mean['gates_error']:.2f}% at {100 * mean['gates_macs_ratio']:.1f}% of {args.network}'s MACs, Torch-Pruning "
         f"magnitude + fine-tuning {mean['tp_error']:.2f}% ({mean['tp_error_recalibrated']:.2f}% with statistics "
         f"estimated again) at {100 * mean['tp_macs_ratio']:.1f}%"
     )
