@@ -268,3 +268,29 @@ def load_feature_selection(
     return _simulated_dataset(
         "feature-selection", x, y, rng, test_fraction=test_fraction, normalize=normalize, extras=extras
     )
+
+
+def sparse_nonlinear_regression(
+    n: int = 400, num_features: int = 20, *, noise: float = 1.0, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Five relevant inputs of ``num_features`` acting non-linearly, with an interaction: the simulation of
+    Liang, Li and Song (2018, "Bayesian neural networks for selection of drug sensitive genes", JASA
+    113(523), section 4.1), also used for sparse deep networks by Sun, Song and Liang (2022, "Consistent
+    sparse deep learning: theory and computation", JASA 117(540), section 5.1):
+
+    ``y = 10 x1 / (1 + x0²) + 5 sin(x2 x3) + 2 x4 + noise * eps``, ``x_j = (e + z_j) / 2``
+
+    with ``e``, ``z_j`` and ``eps`` independent standard normals, so every pair of inputs has correlation
+    1/2 (numbered from 0 here: the papers' x1, ..., x5 are x0, ..., x4). Raw rows, for benchmarks that
+    compare selection rules on known truth (``benchmarks/importance_validation.py``).
+
+    Returns:
+        ``x`` ``(n, num_features)``, ``y`` ``(n,)`` and ``relevant`` (bool ``(num_features,)``, the first five).
+    """
+    n = _integer("n", n, minimum=1)
+    num_features = _integer("num_features", num_features, minimum=5)
+    rng = np.random.default_rng(_integer("seed", seed, minimum=0))
+    x = (rng.standard_normal((n, 1)) + rng.standard_normal((n, num_features))) / 2
+    y = 10 * x[:, 1] / (1 + x[:, 0] ** 2) + 5 * np.sin(x[:, 2] * x[:, 3]) + 2 * x[:, 4]
+    y = y + _real("noise", noise, low=0.0) * rng.standard_normal(n)
+    return x, y, np.arange(num_features) < 5
