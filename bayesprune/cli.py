@@ -129,7 +129,7 @@ HELP = {
     "importance --top": "features shown in the bar plot importance.png (default 30); image inputs get a heat map of every pixel",
     "importance --fdr": "bound on the false-discovery rate of the selection (default 0.1): posterior expected "
     "(bayesian-fdr) or frequentist (empirical-null, knockoff)",
-    "importance --selection": "bayesian-fdr (default: posterior inclusion probabilities), empirical-null (their logits "
+    "importance --selection": "bayesian-fdr (default: posterior inclusion probabilities), empirical-null (log psi "
     "against the other inputs', Benjamini-Hochberg) or knockoff (model-X knockoffs; refits beside copies, tables only)",
     "importance --copies": "knockoff copies of every input (default 2): one copy selects nothing below 1/fdr inputs",
     "export --out": "file to write (torch.export format, .pt2); the trainable file FILE_STEM.trainable.pt is written beside it",

@@ -691,12 +691,12 @@ def test_importance_selects_by_the_empirical_null_on_request(two_chain_run, caps
     selection = json.loads((two_chain_run / "selection.json").read_text())
     assert selection["rule"] == "empirical-null" and selection["restarts"] == 2
     assert selection["selected"] == [row["feature"] for row in rows if row["selected"] == "True"]
-    # the inclusion probabilities of 2 restarts x the run's draws, as empirical logits, through Benjamini-Hochberg;
-    # none when more than half of them tie (no spread to learn the null from: 2 epochs include every input)
-    draws = 2 * xr.open_dataset(two_chain_run / "posterior.nc", group="posterior").sizes["draw"]
-    k = np.array([float(row["inclusion_probability"]) for row in rows]) * draws
-    logit = np.log((k + 0.5) / (draws - k + 0.5))
+    # log psi of the 2 restarts pooled (the mean of posterior.nc's variational psi) through Benjamini-Hochberg;
+    # none when more than half of them tie (no spread to learn the null from)
+    psi = xr.open_dataset(two_chain_run / "posterior.nc", group="variational")["psi"].mean("chain").values
+    assert np.allclose([selection["psi"][row["feature"]] for row in rows], psi)
+    statistic = np.log(psi)
     expected = [False] * len(rows)
-    if np.median(np.abs(logit - np.median(logit))) > 0:
-        expected = benjamini_hochberg(empirical_null_p_values(torch.tensor(logit)), 0.1).tolist()
+    if np.median(np.abs(statistic - np.median(statistic))) > 0:
+        expected = benjamini_hochberg(empirical_null_p_values(torch.tensor(statistic)), 0.1).tolist()
     assert [row["selected"] == "True" for row in rows] == expected

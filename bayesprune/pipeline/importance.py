@@ -27,7 +27,7 @@ from bayesprune.analysis.importance import (
     selection_record,
 )
 from bayesprune.analysis.knockoffs import GaussianKnockoffs, select_by_multiple_knockoffs
-from bayesprune.analysis.selection import inclusion_logit, mask_features, select_by_empirical_null
+from bayesprune.analysis.selection import mask_features, select_by_empirical_null
 from bayesprune.analysis.tables import write_csv
 from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.files import write_text
@@ -98,8 +98,8 @@ def importance(
     With a ``posterior.nc`` holding ψ's draws, every restart pooled (the numbers the report gives) and
     the inputs selected by the Bayesian FDR bound ``fdr``; otherwise the fit's own keep matrices, and
     the inputs a path of kept weights joins to the output. ``selection="empirical-null"`` selects by the
-    Benjamini-Hochberg rule at ``fdr`` on the pooled inclusion probabilities' logits against their empirical
-    null (:func:`empirical_null_record`); ``selection="knockoff"`` (1-D inputs only) selects instead by
+    Benjamini-Hochberg rule at ``fdr`` on the pooled log ψ against its empirical null
+    (:func:`empirical_null_record`); ``selection="knockoff"`` (1-D inputs only) selects instead by
     model-X knockoffs at level ``fdr`` (:func:`knockoff_importance`: the run's method
     fitted again, as many restarts as the run, on the inputs beside ``copies`` knockoff copies). For 1-D
     inputs (tables), the run's plain network is refit on the selected inputs alone and on all of them.
@@ -138,9 +138,7 @@ def importance(
         raise BayesPruneError(f"{run_dir}: knockoff selection needs 1-D inputs (a table), got {dataset.input_shape}")
     idata = _posterior_with_importance(run_dir)
     if selection == "empirical-null" and idata is None:
-        raise BayesPruneError(
-            f"{run_dir}: empirical-null selection needs posterior.nc's pooled inclusion (an sbnn run)"
-        )
+        raise BayesPruneError(f"{run_dir}: empirical-null selection needs posterior.nc's pooled psi (an sbnn run)")
     if idata is not None:
         rows, nodes, record = _pooled_importance(idata, fitted, fdr)
     else:
@@ -152,8 +150,7 @@ def importance(
             raise BayesPruneError(f"{run_dir}: {error}") from None
         record = kept_inputs_record(rows, kept_by)
     if selection == "empirical-null":
-        sizes = idata.posterior.sizes
-        record = empirical_null_record(rows, fdr=fdr, draws=sizes["chain"] * sizes["draw"], restarts=sizes["chain"])
+        record = empirical_null_record(rows, fdr=fdr, restarts=idata.posterior.sizes["chain"])
         for row in rows:
             row["selected"] = row["feature"] in record["selected"]
     if selection == "knockoff":
@@ -283,27 +280,29 @@ def knockoff_record(rows: list, psi, *, fdr: float, restarts: int) -> dict:
     }
 
 
-def empirical_null_record(rows: list, *, fdr: float, draws: int, restarts: int) -> dict:
+def empirical_null_record(rows: list, *, fdr: float, restarts: int) -> dict:
     """The ``selection.json`` record of :func:`~bayesprune.analysis.selection.select_by_empirical_null` at
-    level ``fdr`` on the logits of the pooled inclusion probabilities (rows of
-    :func:`~bayesprune.analysis.importance.pooled_importance`, from ``draws`` posterior draws in all).
+    level ``fdr`` on log ψ (eq. 3.18) of the pooled restarts (rows of
+    :func:`~bayesprune.analysis.importance.pooled_importance`).
 
     An irrelevant input keeps a path of included weights in well over half the draws (its ~100
-    first-layer weights each have a small inclusion probability), so these probabilities overstate
-    relevance when read as calibrated, as the Bayesian FDR rule reads them; compared with the other
-    inputs' instead, the irrelevant ones form the null.
+    first-layer weights each have a small inclusion probability), so ψ and the inclusion probabilities
+    overstate relevance when read as calibrated; compared with the other inputs' instead, the irrelevant
+    ones form the null. ψ, the mean path inclusion, keeps apart relevant inputs whose inclusion
+    probabilities all reach 1; its log, because ψ is a product of probabilities (a scale, not a location).
+    Chosen over the inclusion logit on a simulation (docs/reproductions.md, Selection against known truth).
     """
-    inclusion = torch.tensor([row["inclusion_probability"] for row in rows], dtype=torch.float64)
-    chosen = select_by_empirical_null(inclusion_logit(inclusion, draws), fdr)
+    psi = torch.tensor([row["psi"] for row in rows], dtype=torch.float64)
+    chosen = select_by_empirical_null(torch.log(psi.clamp(min=torch.finfo(torch.float64).tiny)), fdr)
     return {
         "rule": "empirical-null",
         "fdr": fdr,
-        "description": "Benjamini-Hochberg at fdr on one-sided p-values of every input's inclusion logit (the logit "
-        "of the pooled probability that a path of included weights joins it to the output) against a normal null "
-        "centred at the inputs' median, scaled by their median absolute deviation (Efron's empirical null); the "
+        "description": "Benjamini-Hochberg at fdr on one-sided p-values of every input's log psi (psi: the pooled "
+        "mean probability that a path of included weights joins it to the output) against a normal null centred at "
+        "the inputs' median, scaled by their median absolute deviation (Efron's empirical null); the "
         "false-discovery rate is about fdr or less when most inputs are irrelevant",
         "restarts": restarts,
         "selected": [row["feature"] for row, keep in zip(rows, chosen) if keep],
         "not_selected": [row["feature"] for row, keep in zip(rows, chosen) if not keep],
-        "inclusion_probability": {row["feature"]: row["inclusion_probability"] for row in rows},
+        "psi": {row["feature"]: row["psi"] for row in rows},
     }

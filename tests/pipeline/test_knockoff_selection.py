@@ -124,11 +124,12 @@ def test_the_command_line_passes_the_selection_and_refuses_a_bad_one_in_one_line
     assert "not a run directory" in capsys.readouterr().err
 
 
-def test_empirical_null_record_selects_the_inputs_whose_inclusion_stands_out():
+def test_empirical_null_record_selects_the_inputs_whose_psi_stands_out():
     generator = np.random.default_rng(0)
-    inclusion = np.concatenate([[1.0, 1.0, 0.95], generator.binomial(400, 0.65, size=17) / 400])
-    rows = [{"feature": f"x{j}", "inclusion_probability": float(p)} for j, p in enumerate(inclusion)]
-    record = importance_module.empirical_null_record(rows, fdr=0.1, draws=400, restarts=4)
-    # 17 irrelevant inputs at 0.65 ± 0.024 (binomial): x0-x2 are 10 or more of their sds above them
+    psi = np.concatenate([[0.2, 0.05, 0.3], np.exp(generator.normal(np.log(0.005), 0.3, size=17))])
+    rows = [{"feature": f"x{j}", "psi": float(p), "inclusion_probability": 0.5} for j, p in enumerate(psi)]
+    record = importance_module.empirical_null_record(rows, fdr=0.1, restarts=4)
+    # 17 irrelevant inputs with log psi ~ N(log 0.005, 0.3²): x0-x2 are 7 or more of their sds above them;
+    # on the scale of psi itself their spread is not normal, on its log it is (a scale, not a location)
     assert record["selected"] == ["x0", "x1", "x2"] and len(record["not_selected"]) == 17
-    assert record["rule"] == "empirical-null" and record["restarts"] == 4 and record["inclusion_probability"]["x0"] == 1
+    assert record["rule"] == "empirical-null" and record["restarts"] == 4 and record["psi"]["x0"] == 0.2
