@@ -172,13 +172,20 @@ def test_early_stopping_keeps_the_state_of_the_epoch_with_the_lowest_validation_
 def test_methods_that_learn_probabilities_write_a_posterior_arviz_reads(method, uninterrupted):
     out, _, _ = uninterrupted(method)
     idata = az.from_netcdf(out / "posterior.nc")
-    sites = set(torch.load(out / "checkpoint.pt", weights_only=True)["structure"])
-    sites |= {name.rsplit(".", 1)[0] + ".gate" for name in sites}  # unit gates are named after their layer
+    shapes = torch.load(out / "checkpoint.pt", weights_only=True)["structure"]
+    sites = set(shapes) | {name.rsplit(".", 1)[0] + ".gate" for name in shapes}  # unit gates: after their layer
     variables = [name for name in idata.posterior.data_vars if name in sites]  # beside derived quantities (ψ, ...)
     assert variables, list(idata.posterior.data_vars)
     for name in variables:
-        assert idata.posterior[name].dims[:2] == ("chain", "draw")
-        assert all(dim.startswith(name) for dim in idata.posterior[name].dims[2:])
+        draws = idata.posterior[name]
+        assert draws.dims[:2] == ("chain", "draw")
+        # an axis of length n at position a is dim_<a>_<n>, shared by the sites (a gate vector of n units: unit_<n>)
+        axes = (
+            [f"unit_{draws.shape[2]}"]
+            if name.endswith(".gate")
+            else [f"dim_{a}_{n}" for a, n in enumerate(shapes[name])]
+        )
+        assert list(draws.dims[2:]) == axes
     summary = az.summary(idata, var_names=variables[:1], kind="stats")
     assert len(summary) == idata.posterior[variables[0]][0, 0].size
 
