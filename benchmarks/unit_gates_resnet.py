@@ -28,7 +28,7 @@ errors on them instead of on the test rows, which are then not read: settings ar
 Numbers and the command: docs/reproductions.md, "Unit gates on torchvision networks".
 
 Usage: ``python benchmarks/unit_gates_resnet.py [--network resnet18] [--seeds 0 1 2] [--epochs 8] [--finetune-epochs 2]
-[--log-gamma -4] [--theta-lr 0.01] [--lr 0.003] [--finetune-lr 0.001] [--remove-at epoch] [--tp-epochs N]
+[--log-gamma -4] [--theta-lr 0.01] [--lr 0.003] [--finetune-lr 0.001] [--min-keep-fraction 0] [--remove-at epoch] [--tp-epochs N]
 [--tp-finetune-lr R] [--validation F] [--out DIR] [--json]`` (one thread).
 """
 
@@ -127,6 +127,7 @@ def run_seed(folder: Path, seed: int, args) -> dict:
             "remove_at": args.remove_at,
             "finetune_epochs": args.finetune_epochs,
             "finetune_lr": args.finetune_lr,
+            "min_keep_fraction": args.min_keep_fraction,
         },
         "prune": {"level": "unit", "droprates": [0.0]},
         "baseline": {"enabled": False},
@@ -189,6 +190,7 @@ def main_cli(argv=None):
     parser.add_argument("--lr", type=float, default=0.003)
     parser.add_argument("--remove-at", default="epoch", choices=["step", "epoch"])
     parser.add_argument("--finetune-lr", type=float, default=0.001)
+    parser.add_argument("--min-keep-fraction", type=float, default=0.0, help="unit-gates.min_keep_fraction")
     parser.add_argument(
         "--tp-epochs", type=int, help="Torch-Pruning's dense epochs (default --epochs; the rest fine-tune)"
     )

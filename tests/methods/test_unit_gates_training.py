@@ -61,3 +61,43 @@ def test_the_returned_networks_batch_norm_statistics_are_its_own_on_the_training
         means[recalibrate] = (net[1].running_mean, expected)
     torch.testing.assert_close(*means[True], rtol=1e-5, atol=1e-6)
     assert not torch.allclose(*means[False], rtol=1e-2, atol=1e-3)
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(5, 10), nn.ReLU(), nn.Linear(10, 8), nn.ReLU(), nn.Linear(8, 3))
+
+
+def test_the_floor_keeps_each_groups_units_of_highest_theta():
+    """``with_floors``: each group's ceil(fraction · starting units) units of highest θ kept, whatever
+    ``keep`` says of them (brute force: the θ sorted by hand); fraction 0 leaves ``keep`` as it is."""
+    for fraction, floors in ((0.35, [4, 3]), (0.0, [0, 0])):
+        training = GateTraining(mlp(), UnitGatesOptions(min_keep_fraction=fraction), num_train=8, lr=1e-3)
+        theta = torch.rand(18, generator=torch.Generator().manual_seed(3))
+        with torch.no_grad():
+            training.gates.raw.copy_(theta)
+        keep = [torch.zeros(10, dtype=torch.bool), torch.tensor([True] + [False] * 7)]
+        kept = training.with_floors(keep)
+        for k, given, t, floor in zip(kept, keep, (theta[:10], theta[10:]), floors):
+            highest = sorted(range(len(t)), key=lambda i: -float(t[i]))[:floor]
+            expected = given.clone()
+            expected[highest] = True
+            assert torch.equal(k, expected)
+
+
+def test_a_prior_that_closes_every_gate_leaves_each_group_its_floor():
+    """A Flattening prior far stronger than the data (log γ = −40, θ at Adam 0.3) closes every gate the
+    floor does not hold: with ``min_keep_fraction = 0.35`` the learned widths are exactly the floors
+    (4 of 10, 3 of 8); without it, as Algorithm 1 is written here, a layer whose units all meet the pruning
+    condition at the same step keeps them all."""
+    from bayesprune import fit_method
+
+    generator = torch.Generator().manual_seed(4)
+    x, y = torch.randn(64, 5, generator=generator), torch.randint(0, 3, (64,), generator=generator)
+    widths = {}
+    for fraction in (0.35, 0.0):
+        options = {"log_gamma": -40.0, "theta_lr": 0.3, "min_keep_fraction": fraction}
+        fitted = fit_method("unit-gates", mlp(), (x, y), epochs=3, batch_size=16, device="cpu", options=options)
+        widths[fraction] = fitted.metrics()["learned_architecture"]
+    assert widths[0.35] == [4, 3]
+    assert widths[0.0] == [10, 8]

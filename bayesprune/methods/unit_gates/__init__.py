@@ -74,6 +74,12 @@ class UnitGatesOptions:
         condition: pruning condition ``"tolerance"`` (i: θ < ``theta_tol``) or ``"drop"`` (ii: θ below
             (1 − ``theta_per``) times its running maximum after ``n0`` steps).
         final_threshold: after training, units with θ below it are removed, the others kept.
+        min_keep_fraction: the share of each gated group's starting units that is never removed, those of
+            highest θ (rounded up), which then also stand in for a group all of whose units meet the pruning
+            condition; 0: Algorithm 1 as written (such a group keeps them all). Not in paper 004, whose networks end with 3-30% of a layer's
+            units; on a deep CNN trained from random weights the gates of late groups close before the
+            data term holds them (mobilenet_v2 on 1,150 digits: its last 1,280-channel layer went to one,
+            84% held-out error; docs/reproductions.md).
         finetune_epochs, finetune_lr: fine-tuning of the deterministic smaller network.
         recalibrate: at the end, the batch norms' running statistics of the returned network are
             estimated again on training batches (:func:`bayesprune.core.normalization.recalibrate`, the
@@ -106,6 +112,7 @@ class UnitGatesOptions:
     theta_per: float = 0.1
     n0: int = 2814
     final_threshold: float = 1e-3
+    min_keep_fraction: float = 0.0
     finetune_epochs: int = 10
     finetune_lr: float = 1e-4
     input_threshold: float = 0.0
@@ -156,6 +163,12 @@ class UnitGatesOptions:
             self.theta_init,
         )
         require(isinstance(self.recalibrate, bool), key + "recalibrate", "be true or false", self.recalibrate)
+        require(
+            is_number(self.min_keep_fraction) and 0 <= self.min_keep_fraction < 1,
+            key + "min_keep_fraction",
+            "lie in [0, 1)",
+            self.min_keep_fraction,
+        )
         for name in ("n0", "finetune_epochs", "hybrid_units"):
             require(
                 is_count(getattr(self, name), 0),
@@ -279,6 +292,7 @@ class GateTraining:
         self.units_alive, self.epoch_seconds, self.epoch_test_error = [], [], []
         self.theta_trajectories = []  # per epoch: θ of every starting unit (0 once removed)
         self.starting_units = list(self.gates.units)
+        self.floors = [math.ceil(options.min_keep_fraction * units) for units in self.starting_units]
         self.kept_units = [torch.arange(units) for units in self.gates.units]  # starting index of each unit
         self._epoch_start = time.perf_counter()
 
@@ -341,8 +355,9 @@ class GateTraining:
     @torch.no_grad()
     def _after_step(self):
         """Algorithm 1, steps 3-4 after the update: the projection, θ clipped to [θ_l, θ_h], and every
-        unit meeting the pruning condition removed from the network at once (a layer all of whose units
-        meet it keeps them: a layer is never emptied while training)."""
+        unit meeting the pruning condition removed from the network at once, but a group's floor
+        (:meth:`with_floors`); without one, a layer all of whose units meet it keeps them: a layer is
+        never emptied while training."""
         options = self.options
         self.steps += 1
         if options.phi_max < math.inf:
@@ -358,15 +373,25 @@ class GateTraining:
             off = theta < self.theta_max * (1 - options.theta_per)
         if not bool((off & ~self.switched_off).any()):
             return
-        keep = [
-            ~layer_off if not bool(layer_off.all()) else ~switched
-            for layer_off, switched in zip(self.gates.per_layer(off), self.gates.per_layer(self.switched_off))
-        ]
+        layers = zip(self.gates.per_layer(off), self.gates.per_layer(self.switched_off), self.floors)
+        keep = self.with_floors(
+            [~layer_off if floor or not bool(layer_off.all()) else ~switched for layer_off, switched, floor in layers]
+        )
         if options.remove_at == "step":
             self.remove(keep)
         else:  # held at 0 from now on (a Bernoulli(0) gate: the unit removed, exactly)
             self.switched_off = ~torch.cat(keep)
             theta[self.switched_off] = 0.0
+
+    def with_floors(self, keep: list) -> list:
+        """``keep`` (a bool mask per gated group) with each group's floor (``min_keep_fraction`` of its
+        starting units) of highest θ kept as well."""
+        kept = []
+        for k, theta, floor in zip(keep, self.gates.theta, self.floors):
+            top = torch.zeros_like(k)
+            top[theta.detach().topk(min(floor, len(theta))).indices] = True
+            kept.append(k | top)
+        return kept
 
     def on_epoch(self, epoch, history):
         if bool(self.switched_off.any()):  # remove_at = "epoch": one rebuild for the epoch's switched-off units
@@ -535,8 +560,11 @@ class UnitGatesMethod(Method):
             "gates", training.step, batches, epochs=ctx.epochs, callbacks=[training], state={"training": training}
         )
         keep = [t.detach() >= options.final_threshold for t in training.gates.theta]
-        keep = [k if bool(k.any()) else t.detach() == t.detach().max() for k, t in zip(keep, training.gates.theta)]
-        training.remove(keep)
+        keep = [
+            k if floor or bool(k.any()) else t.detach() == t.detach().max()
+            for k, t, floor in zip(keep, training.gates.theta, training.floors)
+        ]
+        training.remove(training.with_floors(keep))
         final = training.net
         theta = {site: t.detach().clone() for site, t in zip(training.gates.sites, training.gates.theta)}
         structured = 1 - _weights(final) / starting
