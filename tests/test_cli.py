@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -23,10 +24,25 @@ def run_cli(capsys, *args):
     return status, captured.out, captured.err
 
 
-def test_default_run_writes_a_complete_run_directory(tmp_path, capsys):
-    out = tmp_path / "run"
-    status, stdout, _ = run_cli(capsys, "run", "--out", str(out), *QUICK)
-    assert status == 0
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    """One default run (the QUICK settings) from the installed console script, as a user starts it: the
+    run directory and the finished process, read by the tests of a complete run (copied where changed)."""
+    folder = tmp_path_factory.mktemp("default")
+    script = os.path.join(os.path.dirname(sys.executable), "bayesprune")
+    result = subprocess.run(
+        [script, "run", "--out", str(folder / "run"), *QUICK],
+        capture_output=True,
+        text=True,
+        cwd=folder,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    return folder / "run", result
+
+
+def test_default_run_writes_a_complete_run_directory(default_run):
+    out, result = default_run
+    assert result.returncode == 0, result.stderr
     expected = {
         "metrics.json",
         "pruning_curve.csv",
@@ -55,7 +71,7 @@ def test_default_run_writes_a_complete_run_directory(tmp_path, capsys):
     assert lines[0].startswith("droprate,") and len(lines) == len(rates) + 1
     state = torch.load(out / "checkpoint.pt", weights_only=True)
     assert state["metadata"]["epoch"] == 2
-    assert not any(path.name.startswith(".") for path in tmp_path.iterdir())  # no staging left behind
+    assert not any(path.name.startswith(".") for path in out.parent.iterdir())  # no staging left behind
 
 
 def test_the_report_sets_the_papers_rows_beside_the_curve_and_finds_the_half_point_sparsity(tmp_path, capsys):
@@ -90,15 +106,15 @@ def test_the_report_sets_the_papers_rows_beside_the_curve_and_finds_the_half_poi
     assert "(paper X: 0.6)" in (out / "report.md").read_text()
 
 
-def test_saved_config_reruns_and_force_is_needed_to_overwrite(tmp_path, capsys):
+def test_saved_config_reruns_and_force_is_needed_to_overwrite(default_run, tmp_path, capsys):
     out = tmp_path / "run"
-    assert run_cli(capsys, "run", "--out", str(out), *QUICK)[0] == 0
+    shutil.copytree(default_run[0], out)
     before = (out / "metrics.json").read_text()
     status, _, err = run_cli(capsys, "run", str(out / "config.toml"), "--out", str(out), "--quiet")
     assert status == 2 and "--force" in err and err.count("\n") == 1
     assert (out / "metrics.json").read_text() == before
     assert run_cli(capsys, "run", str(out / "config.toml"), "--out", str(out), "--quiet", "--force")[0] == 0
-    # Same config, same seed: a CPU run is reproducible.
+    # Same config, same seed: a CPU run is reproducible (the first ran in a process of its own).
     assert json.loads((out / "metrics.json").read_text())["pruning_curve"] == json.loads(before)["pruning_curve"]
 
 
@@ -201,11 +217,11 @@ def test_a_diverged_plain_baseline_is_null_in_strict_json(tmp_path, capsys, monk
     assert status == 0 and metrics["baseline_test_error"] is None and "nan" in metrics["baseline_diverged"]
 
 
-def test_a_diverged_run_never_replaces_a_complete_one(tmp_path, capsys, monkeypatch):
+def test_a_diverged_run_never_replaces_a_complete_one(default_run, tmp_path, capsys, monkeypatch):
     from bayesprune.core.objectives import AnalyticKLELBO
 
     out = tmp_path / "run"
-    assert run_cli(capsys, "run", "--out", str(out), *QUICK)[0] == 0
+    shutil.copytree(default_run[0], out)
     before = (out / "metrics.json").read_text()
     monkeypatch.setattr(AnalyticKLELBO, "loss_and_grads", lambda self, *args, **kwargs: torch.tensor(float("nan")))
     status, _, err = run_cli(capsys, "run", "--out", str(out), "--force", *QUICK)
@@ -232,16 +248,9 @@ def test_console_script_reports_errors_without_traceback(tmp_path):
     assert result.stderr.strip().count("\n") == 0 and "sbnn.pi" in result.stderr
 
 
-def test_a_successful_run_prints_its_result_line_and_nothing_else(tmp_path):
+def test_a_successful_run_prints_its_result_line_and_nothing_else(default_run):
     """No ArviZ log line (a single chain's R-hat), no FutureWarning: stdout holds the result, stderr nothing."""
-    script = os.path.join(os.path.dirname(sys.executable), "bayesprune")
-    result = subprocess.run(
-        [script, "run", "--out", str(tmp_path / "run"), *QUICK],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    _, result = default_run
     assert result.returncode == 0 and result.stderr == ""
     assert result.stdout.count("\n") == 1 and "results in" in result.stdout
 
@@ -366,7 +375,6 @@ def test_a_posterior_nc_with_a_dimension_per_site_axis_is_still_read(two_chain_r
     every site, ``node_importance.<layer>_dim_0``) is read by importance as today's. Oracle: ψ pooled over
     the restarts is their mean (eq. 3.18 at each restart's p, in ``variational.psi``)."""
     import re
-    import shutil
 
     import arviz as az
     import numpy as np
