@@ -629,13 +629,6 @@ def test_a_run_killed_by_sigkill_resumes_from_its_staging_directory(tmp_path, ca
     assert not staging.exists()
 
 
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("quick") / "run"
-    assert main(["run", "--out", str(out), *QUICK, "--set", "baseline.enabled=false"]) == 0
-    return out
-
-
 @pytest.mark.parametrize(
     "case, named",
     [
@@ -646,11 +639,9 @@ def quick_run(tmp_path_factory):
         ("missing", "no config.toml"),
     ],
 )
-def test_resume_refuses_what_it_cannot_continue(quick_run, tmp_path, capsys, case, named):
-    import shutil
-
+def test_resume_refuses_what_it_cannot_continue(default_run, tmp_path, capsys, case, named):
     run_dir = tmp_path / "copy"
-    shutil.copytree(quick_run, run_dir)
+    shutil.copytree(default_run[0], run_dir)
     extra = []
     if case != "complete":
         (run_dir / "metrics.json").unlink()
