@@ -192,7 +192,7 @@ def one_seed(simulation, seed: int, args) -> dict:
     features = x.shape[1]
     results = {}
     with tempfile.TemporaryDirectory() as folder:
-        overrides = [f"model.hidden=[{args.hidden}]", f"seed={seed}", *SBNN]
+        overrides = [f"model.hidden=[{args.hidden}]", f"seed={seed}", *SBNN, *args.set]
         rows, draws, config, dataset, rmse = sbnn_fit(x, y, Path(folder), overrides)
         print(f"seed {seed} sBNN test RMSE {rmse:.3f} (noise sd 1)", flush=True)
         psi = np.array([row["psi"] for row in rows])
@@ -241,6 +241,7 @@ def main(argv=None):
     parser.add_argument("--rows", type=int, default=400)
     parser.add_argument("--hidden", type=int, default=100, help="hidden units of both networks (default 100)")
     parser.add_argument("--fdr", type=float, nargs="+", default=[0.1], help="levels of every FDR rule (default 0.1)")
+    parser.add_argument("--set", action="append", default=[], help="a config override of the sBNN after SBNN's")
     parser.add_argument("--no-knockoffs", action="store_true", help="skip the knockoff rules (less than half the time)")
     args = parser.parse_args(argv)
     totals = {}
