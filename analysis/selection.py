@@ -344,7 +344,7 @@ def select_by_empirical_null(statistic: torch.Tensor, fdr: float = DEFAULT_FDR) 
     raise δ₀ and σ₀, which makes the rule conservative as long as most inputs are null.
 
     Args:
-        statistic: one value per input, larger for more evidence of an effect (e.g. :func:`inclusion_logit`).
+        statistic: one value per input, larger for more evidence of an effect (e.g. log ψ, eq. 3.18).
         fdr: the level, in (0, 1).
 
     Returns:
