@@ -23,14 +23,12 @@ import arviz as az
 import torch
 import xarray as xr
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bayesprune.analysis.inference_data import (  # noqa: E402
+from bayesprune.analysis.inference_data import (
     _group,
     _group_names,
     inference_data_from_groups,
     write_posterior,
 )
-from torchvision_walk import run_one, smallest_side  # noqa: E402
 
 #: Dimensions that are not a site's axes.
 NAMED = {"chain", "draw", "feature", "site", "quantile", "test_point", "epoch"}
@@ -39,7 +37,8 @@ SUFFIXES = (".inclusion", ".loc", ".scale", ".inclusion_probability", ".theta", 
 
 
 def per_site_names(idata):
-    """``idata`` with every site axis its own dimension, ``<site>_dim_<axis>`` (the names before)."""
+    """``idata`` with every site axis its own dimension, ``<site>_dim_<axis>``, and its coordinate: the
+    names before (tests/test_cli.py reads such a file back)."""
     groups = {}
     for group in _group_names(idata):
         dataset = _group(idata, group)
@@ -73,6 +72,9 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from torchvision_walk import run_one, smallest_side
+
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         sys.path.insert(0, tmp)

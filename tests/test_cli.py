@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -370,32 +371,23 @@ def test_importance_command_pools_the_restarts_of_eq_3_18(two_chain_run, capsys)
     assert run_cli(capsys, "importance", str(two_chain_run), "--force")[0] == 0
 
 
-def test_a_posterior_nc_with_a_dimension_per_site_axis_is_still_read(two_chain_run, tmp_path, capsys):
+def test_a_posterior_nc_with_a_dimension_per_site_axis_is_still_read(two_chain_run, tmp_path, capsys, monkeypatch):
     """posterior.nc written before the sites shared their dimensions (``<site>_dim_<axis>``, one per axis of
     every site, ``node_importance.<layer>_dim_0``) is read by importance as today's. Oracle: ψ pooled over
     the restarts is their mean (eq. 3.18 at each restart's p, in ``variational.psi``)."""
-    import re
-
     import arviz as az
     import numpy as np
     import xarray as xr
 
-    from bayesprune.analysis.inference_data import _group, _group_names, inference_data_from_groups, write_posterior
+    from bayesprune.analysis.inference_data import write_posterior
+
+    monkeypatch.syspath_prepend(Path(__file__).resolve().parents[1] / "benchmarks")
+    from posterior_nc import per_site_names  # the names before, as the benchmark compares them
 
     old = tmp_path / "run"
     shutil.copytree(two_chain_run, old, ignore=shutil.ignore_patterns("*importance.*", "selection.json"))
     idata = az.from_netcdf(str(two_chain_run / "posterior.nc"))
-    named, groups = {"chain", "draw", "feature", "site", "quantile", "test_point", "epoch"}, {}
-    for group in _group_names(idata):
-        dataset = _group(idata, group)
-        for name, values in list(dataset.data_vars.items()):
-            site = re.sub(r"\.(inclusion|loc|scale|inclusion_probability)$", "", name)
-            axes = iter(range(values.ndim))
-            dataset[name] = xr.Variable(
-                [dim if dim in named else f"{site}_dim_{next(axes)}" for dim in values.dims], values.values
-            )
-        groups[group] = dataset.drop_vars(set(dataset.coords) - named)
-    write_posterior(inference_data_from_groups(groups), old / "posterior.nc", method="sbnn")
+    write_posterior(per_site_names(idata), old / "posterior.nc", method="sbnn")
     with xr.open_dataset(old / "posterior.nc", group="posterior") as written:
         assert {"1.weight_dim_0", "1.weight_dim_1", "node_importance.1_dim_0"} <= set(written.dims)
     status, _, err = run_cli(capsys, "importance", str(old))
