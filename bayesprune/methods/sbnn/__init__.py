@@ -54,6 +54,10 @@ PREDICTIVE_TEST_POINTS = 1000
 class SBNNOptions:
     """``[sbnn]``: prior, guide and objective of the sBNN.
 
+    The defaults below are a config's on packaged or image data; a CSV config takes the packaged
+    ``sbnn-table`` config's values (and its ``[optim]``, ``[train]``, ``[model]`` and ``[prune]``) for
+    the keys it leaves out: settings chosen on tables' held-out rows (docs/reproductions.md).
+
     Attributes:
         pi, log_tau0, log_tau1: spike-and-slab prior π, log τ0 < log τ1 (eq. 3.1); the defaults are
             the paper's regression setting (section 4.2).
