@@ -75,6 +75,11 @@ class Importance:
             f"selected {len(selection['selected'])} of {len(self.rows)} inputs ({selection['rule']}): "
             f"{', '.join(selection['selected']) or 'none'}"
         ]
+        if selection["rule"] == "bayesian-fdr" and len(self.rows) > 1 and not selection["not_selected"]:
+            lines.append(
+                "every input has a path of included weights with probability near 1, so this rule separates none; "
+                "--selection empirical-null selects those whose psi stands out from the rest"
+            )
         if "refit" in selection:
             refit = selection["refit"]
             lines.append(

@@ -148,3 +148,15 @@ def test_empirical_null_record_on_log_normal_null_psi_selects_something_in_about
         for row in log_psi
     ]
     assert sum(bool(record["selected"]) for record in records) / len(records) < 0.13
+
+
+@pytest.mark.parametrize("not_selected", [[], ["b"]])
+def test_the_summary_says_when_the_bayesian_fdr_rule_selects_every_input(not_selected):
+    """A Bayesian FDR selection of every input separates none (saturated inclusion): the printed summary
+    says so and names the rule that can; a selection that leaves one out prints no such line."""
+    rows = [{"feature": name} for name in ("a", "b", "c")]
+    selected = [row["feature"] for row in rows if row["feature"] not in not_selected]
+    record = {"rule": "bayesian-fdr", "selected": selected, "not_selected": not_selected}
+    lines = importance_module.Importance(rows, [], record, []).summary()
+    assert lines[0] == f"selected {len(selected)} of 3 inputs (bayesian-fdr): {', '.join(selected)}"
+    assert any("--selection empirical-null" in line for line in lines) == (not not_selected)
