@@ -6,7 +6,8 @@ restarts and prints, from the run's ``posterior.nc`` (:func:`~bayesprune.analysi
 
 - the lowest Spearman rank correlation of ψ(p_c) between any two restarts;
 - the most inputs by which two restarts' selection lists differ (each restart's selection read from its
-  own draws alone, the same rule as the pooled list);
+  own draws alone, the same rule as the pooled list), and the same for ``--selection empirical-null``
+  (each restart's log ψ(p_c)) with the size of the pooled empirical-null list;
 - how many features' pooled interval (``psi_low``-``psi_high`` of ``importance.csv`` and the report)
   covers all restarts' ψ(p_c);
 - the largest R-hat; the held-out error (%) or RMSE;
@@ -39,6 +40,7 @@ from scipy.stats import spearmanr
 
 from bayesprune.analysis.importance import pooled_importance, pooled_importance_of
 from bayesprune.pipeline.config import RunConfig, apply_overrides, read_config
+from bayesprune.pipeline.importance import empirical_null_record
 from bayesprune.pipeline.runner import run
 
 TARGET = "target"
@@ -70,6 +72,13 @@ def write_tables(name: str, folder: Path, *, split_seed: int, final: bool) -> tu
     return paths
 
 
+def empirical_null_selection(psi) -> np.ndarray:
+    """Which inputs ``bayesprune importance --selection empirical-null`` (level 0.1) selects on one ψ."""
+    rows = [{"feature": j, "psi": float(value)} for j, value in enumerate(psi)]
+    chosen = set(empirical_null_record(rows, fdr=0.1, restarts=1)["selected"])
+    return np.array([j in chosen for j in range(len(psi))])
+
+
 def agreement(idata, relevant=None) -> dict:
     """Restart agreement of one run's posterior (see the module docstring), and where the relevant
     inputs are known, the pooled selection's power and false-discovery proportion."""
@@ -80,6 +89,7 @@ def agreement(idata, relevant=None) -> dict:
     selections = [
         np.array([row["selected"] for row in pooled_importance(draws[c : c + 1], at_p[c : c + 1])]) for c in chains
     ]
+    nulls = [empirical_null_selection(at_p[c]) for c in chains]
     pairs = list(itertools.combinations(chains, 2))
     rho = {pair: spearmanr(at_p[pair[0]], at_p[pair[1]])[0] for pair in pairs}
     fours = list(itertools.combinations(chains, 4))
@@ -101,6 +111,8 @@ def agreement(idata, relevant=None) -> dict:
         / max(1, len(fours)),
         "max_selection_difference": max((int((selections[a] != selections[b]).sum()) for a, b in pairs), default=0),
         "selected": int(sum(row["selected"] for row in pooled)),
+        "max_empirical_null_difference": max((int((nulls[a] != nulls[b]).sum()) for a, b in pairs), default=0),
+        "empirical_null_selected": len(empirical_null_record(pooled, fdr=0.1, restarts=len(at_p))["selected"]),
         "covered": sum(
             row["psi_low"] <= row["restart_low"] and row["restart_high"] <= row["psi_high"] for row in pooled
         ),
@@ -201,7 +213,8 @@ def main(argv=None):
             print(
                 f"{name:14s} {' '.join(overrides) or '(defaults)'}: chains {result['chains']}, "
                 f"min Spearman {result['min_spearman']:.3f}, selections differ by <= {result['max_selection_difference']} "
-                f"({result['selected']} selected), intervals covering all {result['chains']} restarts: "
+                f"({result['selected']} selected; empirical null: <= {result['max_empirical_null_difference']}, "
+                f"{result['empirical_null_selected']} selected), intervals covering all {result['chains']} restarts: "
                 f"{result['covered']} of {result['features']}, "
                 f"max R-hat {result['max_r_hat']:.3f}, psi {low:.3f}-{high:.3f}, held-out {result['held_out']:.4g}, "
                 + (
