@@ -48,6 +48,11 @@ class Fitted:
         params = dict(self.net.named_parameters())
         return {name: params[name].shape for name in site_names(self.net)}
 
+    @property
+    def n_weights(self) -> int:
+        """How many entries the sites hold in all (biases included): what a droprate is a fraction of."""
+        return sum(shape.numel() for shape in self.sites.values())
+
     def scores(self) -> dict:
         """Site name → importance score tensor (higher = keep), as :func:`bayesprune.core.pruning.prune` reads.
 

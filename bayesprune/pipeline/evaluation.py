@@ -47,7 +47,7 @@ def pruning_curve(
     x = dataset.x_test.to(device) if device is not None else dataset.x_test
     scores = fitted.scores()
     biases = bias_sites(fitted.net) & set(fitted.sites)
-    total = sum(shape.numel() for shape in fitted.sites.values())
+    total = fitted.n_weights
     total_weights = total - sum(fitted.sites[name].numel() for name in biases)
     point = dict(fitted.network().named_parameters())
     zeros = {site: (point[site].detach() == 0).cpu() for site in fitted.sites}

@@ -309,7 +309,7 @@ def _run_experiment(config, out: Path, *, progress: bool, force: bool = False) -
 
 def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, best_epoch=None) -> dict:
     name = metric_name(dataset.task)
-    n_weights = sum(shape.numel() for shape in fitted.sites.values())
+    n_weights = fitted.n_weights
     curve = pruning_curve(
         fitted,
         dataset,

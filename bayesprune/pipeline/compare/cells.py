@@ -327,7 +327,7 @@ def _evaluate_at_more_sparsities(cell: Cell, folder: Path, metrics: dict) -> dic
         budget=config.prune.budget,
         include_biases=config.prune.include_biases,
         finetuned=_finetuned(config, dataset, fitted),  # prune.finetune_epochs, as the run's own rows
-        predictive=config.prune.predictive_at(sum(shape.numel() for shape in fitted.sites.values())),
+        predictive=config.prune.predictive_at(fitted.n_weights),
     )
     metrics["pruning_curve"] = sorted([*metrics["pruning_curve"], *rows], key=lambda row: row["droprate"])
     raw = tomllib.loads((folder / "config.toml").read_text())
