@@ -76,9 +76,9 @@ class UnitGatesOptions:
         final_threshold: after training, units with θ below it are removed, the others kept.
         min_keep_fraction: the share of each gated group's starting units that is never removed, those of
             highest θ (rounded up), which then also stand in for a group all of whose units meet the pruning
-            condition; 0: Algorithm 1 as written (such a group keeps them all). Not in paper 004, whose networks end with 3-30% of a layer's
-            units; on a deep CNN trained from random weights the gates of late groups close before the
-            data term holds them (mobilenet_v2 on 1,150 digits: its last 1,280-channel layer went to one,
+            condition; 0: Algorithm 1 as written (such a group keeps them all). Not in paper 004, whose
+            networks end with 3-30% of a layer's units; on a deep CNN trained from random weights the gates
+            of late groups close before the data term holds them (mobilenet_v2 on 1,150 digits: its last 1,280-channel layer went to one,
             84% held-out error; docs/reproductions.md).
         finetune_epochs, finetune_lr: fine-tuning of the deterministic smaller network.
         recalibrate: at the end, the batch norms' running statistics of the returned network are
