@@ -34,6 +34,7 @@ def fit_method(
     batch_size: int = 128,
     optim: dict | None = None,
     device: str = "auto",
+    precision: str = "float32",
     seed: int = 0,
     validation=None,
     patience: int | None = None,
@@ -55,6 +56,8 @@ def fit_method(
         options: the method's options, a dict of its TOML table (``{"pi": 0.3}``) or its ``Options``.
         epochs: length of the method's main stage (``train.epochs``; default 200).
         batch_size, optim: minibatch size and the ``[optim]`` table (``{"name": "sgd", "lr": 0.01}``).
+        precision: ``"bfloat16"`` trains under mixed precision (``train.precision``,
+            :mod:`bayesprune.core.precision`).
         validation: ``(x, y)`` held out for early stopping, where the method supports it.
         expose, hide: parameters added to the sites or taken out, as ``model.expose`` and
             ``model.hide`` of a config (names, globs or module type names; ``hide`` wins;
@@ -77,7 +80,7 @@ def fit_method(
             "optim": dict(optim or {}),
             "data": {"batch_size": batch_size},
             "model": {"expose": expose, "hide": hide},
-            "train": {"epochs": 200 if epochs is None else epochs},
+            "train": {"epochs": 200 if epochs is None else epochs, "precision": precision},
             "prune": {"level": method.prune_levels[0]},
             **({name: dict(options)} if isinstance(options, dict) else {}),
         }

@@ -8,6 +8,8 @@ import torch
 from pyro.nn import PyroModule, PyroParam
 from torch.distributions import constraints
 
+from bayesprune.core.precision import full_precision
+
 
 class Likelihood(PyroModule):
     """Observes targets under ``pyro.plate("data", dataset_size)``.
@@ -34,7 +36,7 @@ class Likelihood(PyroModule):
     def forward(self, output, y=None):
         rows = torch.arange(output.shape[0], device=output.device)
         with pyro.plate("data", size=self.dataset_size, subsample=rows):
-            return pyro.sample("obs", self.distribution(output), obs=y)
+            return pyro.sample("obs", self.distribution(full_precision(output)), obs=y)
 
 
 class Categorical(Likelihood):

@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 
 from bayesprune.core import distributed
 from bayesprune.core.errors import ConfigError, Interrupted, StopNow, TrainingDiverged
+from bayesprune.core.precision import autocast_calls
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -343,8 +344,9 @@ def _check_finite(value: float, epoch: int, index: int):
 
 
 def optimizer_step(loss_fn, optimizer):
-    """A :func:`train` step of plain gradient descent: ``loss_fn(x, y)`` minimised by a ``torch.optim``
-    optimiser (gradients set to ``None`` before each backward pass).
+    """A :func:`train` step of plain gradient descent: ``loss_fn(x, y)`` (at the current
+    :func:`~bayesprune.core.precision.training_precision`) minimised by a ``torch.optim`` optimiser
+    (gradients set to ``None`` before each backward pass).
 
     Example (deterministic training of a classifier)::
 
@@ -354,7 +356,7 @@ def optimizer_step(loss_fn, optimizer):
 
     def step(x, y, index, num_batches):
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(x, y)
+        loss = autocast_calls(loss_fn, x.device)(x, y)
         loss.backward()
         distributed.average_gradients([param for group in optimizer.param_groups for param in group["params"]])
         optimizer.step()
@@ -365,7 +367,8 @@ def optimizer_step(loss_fn, optimizer):
 
 def svi_step(model, guide, *, objective, optim, penalty=None):
     """A :func:`train` step of stochastic variational inference: ``pyro.infer.SVI.step`` without
-    reading the loss back to the host, the KL weighted by ``penalty`` (:class:`PenaltyScale`)."""
+    reading the loss back to the host, the KL weighted by ``penalty`` (:class:`PenaltyScale`), the
+    model's forward pass at the current :func:`~bayesprune.core.precision.training_precision`."""
     penalty = penalty or UniformPenalty()
 
     def step(x, y, index, num_batches):
@@ -373,7 +376,7 @@ def svi_step(model, guide, *, objective, optim, penalty=None):
         # A weight of 1 leaves every scale as it is (x * 1.0 == x): no messenger on the stack then.
         scaled = PenaltyScale(weight) if weight != 1.0 else contextlib.nullcontext()
         with scaled, poutine.trace(param_only=True) as capture:
-            loss = objective.loss_and_grads(model, guide, x, y)
+            loss = objective.loss_and_grads(autocast_calls(model, x.device), guide, x, y)
         # In the trace's order, the same in every process of a distributed run.
         params = list(dict.fromkeys(site["value"].unconstrained() for site in capture.trace.nodes.values()))
         distributed.average_gradients(params)

@@ -36,6 +36,7 @@ from bayesprune.core.loop import (
     train,
 )
 from bayesprune.core.optim import OptimConfig, torch_optimizer, torch_scheduler
+from bayesprune.core.precision import training_precision
 from bayesprune.core.predict import metric
 from bayesprune.core.sites import site_names
 from bayesprune.core.tasks import predict_network
@@ -70,6 +71,8 @@ class FitContext:
         method: the registered name of the method, recorded in checkpoints.
         kernels: ``train.kernels``, the mode every stage runs the per-weight kernels in
             (:func:`bayesprune.core.fused.kernel_mode`).
+        precision: ``train.precision``, the precision of every stage's forward passes
+            (:func:`bayesprune.core.precision.training_precision`).
         config: the run config (TOML layout) the fit is made from, kept in its checkpoints so that
             ``--resume`` refuses a ``config.toml`` edited since (:func:`bayesprune.pipeline.runner.resume_run`).
         augment: applied to every training minibatch's inputs (the data's ``augment``,
@@ -96,6 +99,7 @@ class FitContext:
     callbacks: tuple = ()
     method: str = ""
     kernels: str = "auto"
+    precision: str = "float32"
     config: dict | None = None
     augment: object = None
     best_epoch: int | None = field(default=None, init=False)
@@ -121,6 +125,7 @@ class FitContext:
             checkpoint_every=config.train.checkpoint_every,
             method=config.method,
             kernels=config.train.kernels,
+            precision=config.train.precision,
             config=config.to_dict(),
             augment=data.augment,
             **services,
@@ -191,7 +196,7 @@ class FitContext:
             loop = self._loop_to_resume(index, name, state, batches, stateful, epochs)
         if self.checkpoint is not None:
             callbacks.append(_StageCheckpoint(self, index, name, state, batches, epochs, stateful))
-        with kernel_mode(self.kernels):
+        with kernel_mode(self.kernels), training_precision(self.precision):
             history = train(
                 step,
                 batches,

@@ -6,6 +6,7 @@ import torch
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.fused import check_compiler
 from bayesprune.core.loop import resolve_device
+from bayesprune.core.precision import check_precision
 from bayesprune.core.validation import MAX_ELEMENTS
 from bayesprune.data import load_dataset, uci_num_splits
 from bayesprune.methods import get_method
@@ -130,6 +131,7 @@ def refuse_unsupported(config, method, *, resuming: bool = False):
             raise ConfigError(f"{key} is not supported by method {method.name!r}: {why}")
     if config.train.kernels == "compiled":
         check_compiler(resolve_device(config.device))
+    check_precision(config.train.precision, resolve_device(config.device))
 
 
 def _set(config, key: str) -> bool:

@@ -17,6 +17,7 @@ import tomli_w
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.fused import KERNEL_MODES
 from bayesprune.core.optim import OptimConfig  # [optim] lives with the optimisers it builds (the methods read it)
+from bayesprune.core.precision import PRECISIONS
 from bayesprune.core.validation import MAX_SCALE, is_count, is_scale, refuse_unknown_keys
 from bayesprune.core.validation import is_int as _is_int
 from bayesprune.core.validation import is_number as _is_number
@@ -136,6 +137,8 @@ class TrainConfig:
     only read after the fit. ``kernels`` runs the variational methods' per-weight formulas compiled
     by ``torch.compile`` (``"compiled"``), eagerly (``"eager"``), or compiled for networks of at
     least 100,000 weights where ``torch.compile`` works (``"auto"``) (:mod:`bayesprune.core.fused`).
+    ``precision = "bfloat16"`` runs the forward passes of training under bfloat16 autocast, the
+    likelihood, KL and bound terms in float32 (:mod:`bayesprune.core.precision`).
     """
 
     epochs: int | None = None
@@ -144,6 +147,7 @@ class TrainConfig:
     patience: int | None = None
     checkpoint_every: int = 1
     kernels: str = "auto"
+    precision: str = "float32"
 
     def __post_init__(self):
         if self.steps is not None:
@@ -181,6 +185,7 @@ class TrainConfig:
             self.checkpoint_every,
         )
         _require(self.kernels in KERNEL_MODES, "train.kernels", f"be one of {list(KERNEL_MODES)}", self.kernels)
+        _require(self.precision in PRECISIONS, "train.precision", f"be one of {list(PRECISIONS)}", self.precision)
 
 
 #: ``prune.predictive``'s values, and the size (weights) up to which ``"auto"`` evaluates the Monte-Carlo

@@ -28,6 +28,7 @@ from bayesprune.core import distributed
 from bayesprune.core.criteria import saliency, weight_sites
 from bayesprune.core.gates import StochasticMasks
 from bayesprune.core.optim import torch_optimizer
+from bayesprune.core.precision import autocast_calls
 from bayesprune.core.pruning import Budget, apply_masks, lexicographic_ranks, prune
 from bayesprune.core.sites import UNREAD_BY_MASKED_TRAINING
 from bayesprune.core.tasks import masked_copy, mean_loss, network_test_metric
@@ -149,11 +150,10 @@ class ProbMaskTraining:
         params = {
             name: param if self.weight_optimizer else param.detach() for name, param in self.net.named_parameters()
         }
-        total = 0.0
+        forward, total = autocast_calls(functional_call, x.device), 0.0
         for _ in range(self.options.samples):
             value = (
-                self.loss(functional_call(self.net, apply_masks(params, self.masks.relaxed()), (x,)), y)
-                / self.options.samples
+                self.loss(forward(self.net, apply_masks(params, self.masks.relaxed()), (x,)), y) / self.options.samples
             )
             value.backward()
             total = total + value.detach()

@@ -30,6 +30,7 @@ from bayesprune.core.export import check_export, cut
 from bayesprune.core.gates import ESTIMATORS, UnitGates, project_unit_weights, separable_heads, unit_weight_norms
 from bayesprune.core.loop import optimizer_step
 from bayesprune.core.normalization import recalibrate
+from bayesprune.core.precision import autocast_calls
 from bayesprune.core.structure import input_shape_of, shrunk, unit_groups
 from bayesprune.core.tasks import predict_network
 from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
@@ -332,13 +333,14 @@ class GateTraining:
         theta = gates.raw_tensors()
         values = self.estimator.values(gates)
         self.optimizer.zero_grad(set_to_none=True)
+        net = autocast_calls(self.net, x.device)
         with gates.applied(self.net, gates.per_layer(values[0])):
-            cost = data_cost(self.net(x), y, self.num_train, self.noise_scale)
+            cost = data_cost(net(x), y, self.num_train, self.noise_scale)
         cost.backward()
 
         def cost_of(gate_values):
             with torch.no_grad(), gates.applied(self.net, gates.per_layer(gate_values[0])):
-                return data_cost(self.net(x), y, self.num_train, self.noise_scale)
+                return data_cost(net(x), y, self.num_train, self.noise_scale)
 
         norms = [torch.cat(unit_weight_norms(self.net, gates))] if self.options.estimator == "hybrid" else None
         data = self.estimator.data_gradient(theta, values, cost_of, norms)
