@@ -20,10 +20,16 @@ sBNN's minibatch penalty is set to ``uniform`` (eq. 4.2) in both it and its refe
 adds one row to :data:`METHODS`.
 
 Usage: ``python benchmarks/epoch.py [--json] [--rounds 3] [--epochs 1] [--device auto|cpu|cuda]
-[--threads 1] [--data auto|mnist|synthetic] [--methods NAME ...]``. ``--data mnist`` reads full MNIST through
+[--threads 1] [--data auto|mnist|synthetic] [--methods NAME ...] [--precision float32|bfloat16]
+[--network lenet300|resnet18] [--rows N]``. ``--data mnist`` reads full MNIST through
 ``bayesprune.data.load_dataset("mnist")`` (fetched and cached once); ``synthetic`` times random
 tensors of MNIST's shape (content does not change the timing); ``auto`` (the default) is MNIST when it
-loads and synthetic otherwise.
+loads and synthetic otherwise. ``--precision bfloat16`` trains the methods (``train.precision``) and the
+deterministic reference under bfloat16 autocast. ``--network resnet18`` times torchvision's resnet18
+(random weights, 10 classes) on ``--rows`` random 3x32x32 images instead (each method's LeNet settings
+otherwise; no plain-PyTorch reference): issue 40's GPU measurement,
+
+    python benchmarks/epoch.py --device cuda --network resnet18 --rows 10000 --precision bfloat16
 """
 
 import argparse
@@ -39,6 +45,7 @@ import torch.nn.functional as F
 from bayesprune import TensorBatches, resolve_device
 from bayesprune.core.errors import DataError
 from bayesprune.core.loop import optimizer_step, train
+from bayesprune.core.precision import training_precision
 from bayesprune.data import CLASSIFICATION, Dataset, load_dataset
 from bayesprune.methods import FitContext, get_method
 from bayesprune.pipeline.config import load_config
@@ -96,28 +103,46 @@ def mnist(kind: str) -> Dataset:
             if kind == "mnist":
                 raise
             print(f"MNIST not available ({error}); timing synthetic data", file=sys.stderr)
+    return synthetic("synthetic-mnist", 60_000, (1, 28, 28))
+
+
+def synthetic(name: str, rows: int, shape: tuple) -> Dataset:
+    """``rows`` uniform random images of ``shape`` with random labels of 10 classes."""
     generator = torch.Generator().manual_seed(0)
-    x = torch.rand(60_000, 1, 28, 28, generator=generator)
-    y = torch.randint(10, (60_000,), generator=generator)
+    x = torch.rand(rows, *shape, generator=generator)
+    y = torch.randint(10, (rows,), generator=generator)
     return Dataset(
-        name="synthetic-mnist",
+        name=name,
         task=CLASSIFICATION,
         x_train=x,
         y_train=y,
         x_test=x[:10],
         y_test=y[:10],
-        input_shape=(1, 28, 28),
+        input_shape=shape,
         num_classes=10,
     )
 
 
-def method_epoch(name, dataset, device, epochs):
+def network(config, dataset, name: str):
+    """The config's LeNet-300-100 (``lenet300``) or torchvision's resnet18 with random weights (``resnet18``)."""
+    if name == "resnet18":
+        import torchvision
+
+        torch.manual_seed(config.seed)
+        return torchvision.models.resnet18(weights=None, num_classes=dataset.output_dim)
+    return new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
+
+
+def method_epoch(name, dataset, device, epochs, args):
     """``epochs`` epochs of ``name`` through its ``Method.fit``, as the runner calls it."""
     config_name, overrides = METHODS[name]
-    config = load_config(config_name, [*overrides, f"train.epochs={epochs}", f"device={str(device)!r}"])
+    config = load_config(
+        config_name,
+        [*overrides, f"train.epochs={epochs}", f"device={str(device)!r}", f"train.precision={args.precision!r}"],
+    )
 
     def run():
-        net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
+        net = network(config, dataset, args.network)
         with pyro.validation_enabled(False):
             get_method(name).fit(
                 net, dataset, config.method_options, FitContext.from_config(config, dataset, device=device)
@@ -146,16 +171,18 @@ def reference_epoch(config, dataset, device, epochs):
     return run
 
 
-def deterministic_epoch(config, dataset, device, epochs):
-    """(b): maximum-likelihood training of the same network (cross-entropy, Adam) on the library's loop."""
-    net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed).to(device)
+def deterministic_epoch(config, dataset, device, epochs, args):
+    """(b): maximum-likelihood training of the same network (cross-entropy, Adam) on the library's loop, at
+    the methods' precision."""
+    net = network(config, dataset, args.network).to(device)
     step = optimizer_step(
         lambda x, y: F.cross_entropy(net(x), y), torch.optim.Adam(net.parameters(), lr=config.optim.lr)
     )
     batches = TensorBatches(dataset.x_train.to(device), dataset.y_train.to(device), batch_size=config.data.batch_size)
 
     def run():
-        train(step, batches, epochs=epochs)
+        with training_precision(args.precision):
+            train(step, batches, epochs=epochs)
 
     return run
 
@@ -174,9 +201,11 @@ def run(args) -> dict:
     device = resolve_device(args.device)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    dataset = mnist(args.data)
+    dataset = mnist(args.data) if args.network == "lenet300" else synthetic("synthetic-cifar", args.rows, (3, 32, 32))
     result = {
         "device": str(device),
+        "network": args.network,
+        "precision": args.precision,
         "data": dataset.name,
         "num_threads": torch.get_num_threads(),
         "rounds": args.rounds,
@@ -185,9 +214,11 @@ def run(args) -> dict:
         "pyro_version": pyro.__version__,
     }
     for name in args.methods:
-        run_method, config = method_epoch(name, dataset, device, args.epochs)
-        epochs = {name: run_method, "deterministic": deterministic_epoch(config, dataset, device, args.epochs)}
-        if name == "sbnn":  # the same objective hand-written: what the library's loop costs
+        run_method, config = method_epoch(name, dataset, device, args.epochs, args)
+        epochs = {name: run_method, "deterministic": deterministic_epoch(config, dataset, device, args.epochs, args)}
+        if (
+            name == "sbnn" and args.network == "lenet300"
+        ):  # the same objective hand-written: what the library's loop costs
             epochs["plain_torch"] = reference_epoch(config, dataset, device, args.epochs)
         epochs[name]()  # untimed: builds the compiled kernels (train.kernels = "auto"), once a process
         samples = {key: [] for key in epochs}
@@ -218,6 +249,9 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op CPU threads; 0 keeps torch's default")
     parser.add_argument("--epochs", type=int, default=1, help="epochs per timed sample (times are per epoch)")
     parser.add_argument("--data", choices=("auto", "mnist", "synthetic"), default="auto")
+    parser.add_argument("--precision", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--network", choices=("lenet300", "resnet18"), default="lenet300")
+    parser.add_argument("--rows", type=int, default=10_000, help="random images for --network resnet18")
     parser.add_argument(
         "--methods", nargs="+", choices=list(METHODS), default=list(METHODS), help="time these only (default: all)"
     )
@@ -227,8 +261,9 @@ def main(argv=None):
         print(json.dumps(result))
         return
     print(
-        f"one epoch of full MNIST LeNet-300-100 (each method's batch size), on {result['device']} ({result['num_threads']} threads, "
-        f"median of {result['rounds']} rounds of {result['epochs']} epoch(s), data {result['data']})"
+        f"one epoch of {result['network']} on {result['data']} at {result['precision']} (each method's batch size), "
+        f"on {result['device']} ({result['num_threads']} threads, "
+        f"median of {result['rounds']} rounds of {result['epochs']} epoch(s))"
     )
     for name in args.methods:
         r = result[name]
