@@ -102,3 +102,14 @@ def numbers(value, prefix=""):
             key: item for index, entry in enumerate(value) for key, item in numbers(entry, f"{prefix}/{index}").items()
         }
     return {prefix: value} if isinstance(value, (int, float)) and not isinstance(value, bool) else {}
+
+
+@pytest.mark.parametrize("method", sorted(available_methods()))
+def test_bfloat16_training_on_cuda_ends_near_float32(method, short_config, tmp_path):
+    """``train.precision = "bfloat16"`` on a GPU: the short digits run's test error is within a few points of
+    the float32 run's (the same seed; bfloat16 rounds every layer's output, so not equal)."""
+    errors = {}
+    for precision in ("float32", "bfloat16"):
+        config = short_config(method, "device='cuda'", "baseline.enabled=false", f"train.precision={precision!r}")
+        errors[precision] = run(config, tmp_path / precision)["test_error"]
+    assert abs(errors["bfloat16"] - errors["float32"]) < 5.0, errors
