@@ -30,7 +30,8 @@ Groups of the object :func:`to_inference_data` returns (``C`` chains, ``S`` draw
 ``posterior_predictive``
     ``obs``, dims ``(chain, draw, test_point)``: one draw y ~ p(y | x, W) per test input for the first
     ``num_predictive_draws`` weight draws of each chain (regression in the targets' original units,
-    classification as class labels).
+    classification as class labels). A chain given ``predictive_outputs`` (the pruning curve's draws of
+    the unpruned model) draws y from those draws' outputs, and its ``posterior`` draws are others.
 ``observed_data``
     ``obs``, dim ``test_point``: the test targets, in original units for regression.
 ``variational``
@@ -69,6 +70,8 @@ from bayesprune.core.predict import evaluating
 #: Default ``sites=None`` stores every site's weights when the network has at most this many weights,
 #: else only the first layer's sites if they fit, else no per-weight draws.
 MAX_DEFAULT_WEIGHTS = 20_000
+#: Test points in a method's posterior predictive (``max_test_points``: it stores one draw per point per draw).
+PREDICTIVE_TEST_POINTS = 1000
 
 _QUANTILES = np.linspace(0.0, 1.0, 101)
 
@@ -84,6 +87,7 @@ def to_inference_data(
     num_predictive_draws: int = 50,
     max_test_points: int | None = None,
     batch_size: int = 4096,
+    predictive_outputs=None,
 ):
     """Convert independent fits (one per chain) to ArviZ data; the groups are listed in the module doc.
 
@@ -107,9 +111,15 @@ def to_inference_data(
             (node importances of a hidden layer, say).
         seed: seed of all draws; the global RNG state is restored afterwards.
         num_predictive_draws: posterior predictive draws per chain (at most ``num_draws``); draw d
-            of the posterior predictive uses the weights of posterior draw d.
+            of the posterior predictive uses the weights of posterior draw d (not so for ``predictive_outputs``).
         max_test_points: keep only the first test points (``None``: all).
         batch_size: test inputs per forward pass.
+        predictive_outputs: one entry per chain, ``None`` or the network's outputs under draws W ~ q that
+            were evaluated already (draws × test points × outputs: the pruning curve's Monte-Carlo predictive
+            of the unpruned model, :class:`~bayesprune.core.predict.DrawOutputs`). A chain whose entry covers
+            ``num_predictive_draws`` draws and the test points draws its posterior predictive from them, one
+            y per output, instead of drawing and evaluating the network again; its ``posterior`` draws of
+            the selected sites are then independent of those.
     """
     fits = [tuple(fit)[:3] for fit in fits]
     if not fits:
@@ -130,7 +140,8 @@ def to_inference_data(
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices), torch.no_grad():
         torch.manual_seed(seed)
-        for model, guide, _ in fits:
+        for (model, guide, _), outputs in zip(fits, predictive_outputs or [None] * len(fits)):
+            covers = outputs is not None and len(outputs) >= num_predictive_draws and outputs.shape[1] >= len(x_test)
             chains.append(
                 _chain(
                     model,
@@ -143,6 +154,7 @@ def to_inference_data(
                     dataset,
                     batch_size,
                     feature_importance,
+                    outputs[:num_predictive_draws, : len(x_test)] if covers else None,
                 )
             )
 
@@ -361,7 +373,17 @@ def _plot_diagnostics(idata, folder, max_features):
 
 
 def _chain(
-    model, guide, selected, x_test, num_draws, num_predictive_draws, regression, dataset, batch_size, feature_importance
+    model,
+    guide,
+    selected,
+    x_test,
+    num_draws,
+    num_predictive_draws,
+    regression,
+    dataset,
+    batch_size,
+    feature_importance,
+    outputs=None,
 ):
     posteriors = guide.posteriors()
     device = _device(model)
@@ -371,9 +393,15 @@ def _chain(
     predictive = []
     locs = {name: posteriors[name].loc.detach() for name in selected}
     scales = {name: posteriors[name].scale.detach() for name in selected}
-    draw_params = guide.sampler()  # sample_params's draws, σ = softplus(ρ) computed once for all of them
+    every_site = len(selected) == len(posteriors)
+    # sample_params's draws, σ = softplus(ρ) computed once for all of them: not made where the outputs are given
+    draw_params = guide.sampler() if outputs is None or every_site else None
+    if outputs is not None:  # the posterior predictive from draws evaluated already
+        for output in outputs:
+            y = model.likelihood.distribution(output.to(device)).sample().cpu()
+            predictive.append((_original_units(y, dataset) if regression else y).numpy())
     for draw in range(num_draws):
-        if draw < num_predictive_draws:
+        if draw < num_predictive_draws and outputs is None:
             params = draw_params()
             with evaluating(model.net):
                 y = torch.cat(
@@ -383,7 +411,7 @@ def _chain(
                     ]
                 ).cpu()
             predictive.append((_original_units(y, dataset) if regression else y).numpy())
-        elif len(selected) == len(posteriors):  # the draws of every site, as the predictive's are
+        elif every_site:  # the draws of every site, as the predictive's are
             params = draw_params()
         else:  # a draw of the selected sites alone, not of the whole network
             params = {name: torch.addcmul(locs[name], scales[name], torch.randn_like(locs[name])) for name in selected}

@@ -30,11 +30,15 @@ class Fitted:
             on (:class:`bayesprune.core.normalization.Calibration`), attached by the runner, ``load_run``
             and ``fit_method`` unless ``prune.recalibrate = false``; ``None``: masked predictions use
             the statistics of the fit.
+        unpruned_draws: the network's outputs under the Monte-Carlo draws of the unpruned model that the
+            pruning curve made (:class:`bayesprune.core.predict.DrawOutputs`), attached by the runner to the
+            run's first fit, whose posterior predictive (``inference_data``) reuses them; ``None``: none.
     """
 
     method: str = ""
     score_name: str = "score"
     calibration = None
+    unpruned_draws = None
 
     def __init__(self, net: nn.Module, *, history=None, seconds: float = 0.0, predictive_samples: int = 0):
         self.net = net

@@ -1,5 +1,7 @@
 """Test metrics of a fitted network as weights are removed by their scores (paper 003, Tables 2 and 5)."""
 
+from contextlib import nullcontext
+
 import torch
 
 from bayesprune.core.predict import metric
@@ -8,7 +10,16 @@ from bayesprune.core.tasks import metric_name  # noqa: F401  (the run's metric, 
 
 
 def pruning_curve(
-    fitted, dataset, *, droprates, device=None, budget=None, include_biases=True, finetuned=None, predictive="every"
+    fitted,
+    dataset,
+    *,
+    droprates,
+    device=None,
+    budget=None,
+    include_biases=True,
+    finetuned=None,
+    predictive="every",
+    unpruned_draws=None,
 ) -> list:
     """Test metric of the point estimate and, for a method with a posterior, of the Monte-Carlo predictive at each droprate.
 
@@ -28,6 +39,9 @@ def pruning_curve(
             ``None``: not fine-tuned.
         predictive: ``"every"`` evaluates the Monte-Carlo predictive at every droprate; ``"unpruned"`` at
             droprate 0 alone (``<metric>_mc`` is ``None`` at the others), the point estimate at every one.
+        unpruned_draws: a :class:`~bayesprune.core.predict.DrawOutputs` that keeps the network's outputs under
+            the Monte-Carlo predictive's draws at droprate 0 (the unpruned model), for the posterior predictive
+            of ``posterior.nc`` to reuse; ``None``: not kept.
 
     Returns:
         One dict per droprate with ``droprate``, ``n_weights_kept`` (parameters kept, biases
@@ -40,8 +54,8 @@ def pruning_curve(
     The scores are ranked once for every droprate. Each masked network is scored through
     :meth:`~bayesprune.methods.Fitted.predictions`, so a network with batch norms is scored with
     statistics estimated again for it where ``fitted.calibration`` is set, once for its point estimate
-    and its Monte-Carlo predictive (the full model, whose masks remove nothing, keeps its own). A test
-    split read on demand is scored a batch at a time (:func:`batched_predictions`).
+    and its Monte-Carlo predictive (the full model, whose masks remove nothing, is scored unmasked with its
+    own). A test split read on demand is scored a batch at a time (:func:`batched_predictions`).
     """
     name = metric_name(dataset.task)
     x = dataset.x_test.to(device) if device is not None else dataset.x_test
@@ -69,7 +83,11 @@ def pruning_curve(
             "sparsity_weights": round(removed_weights / total_weights, 6),
         }
         evaluated = evaluations if predictive == "every" or droprate == 0 else evaluations[:1]
-        predictions = batched_predictions(fitted, x, masks=masks, samples=[samples for _, samples in evaluated])
+        removes = any(not bool(mask.all()) for mask in masks.values())  # else the same numbers unmasked, cheaper
+        with unpruned_draws.recording() if unpruned_draws is not None and droprate == 0 else nullcontext():
+            predictions = batched_predictions(
+                fitted, x, masks=masks if removes else None, samples=[samples for _, samples in evaluated]
+            )
         for suffix, _ in evaluations:
             row[name + suffix] = None
         for (suffix, _), prediction in zip(evaluated, predictions):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bayesprune.analysis.inference_data import write_posterior
+from bayesprune.analysis.inference_data import PREDICTIVE_TEST_POINTS, write_posterior
 from bayesprune.analysis.tables import write_csv
 from bayesprune.core import distributed
 from bayesprune.core.checkpoint import (
@@ -32,6 +32,7 @@ from bayesprune.core.errors import Interrupted, StopNow, TrainingDiverged
 from bayesprune.core.files import arrays_digest, read_npz, replacing
 from bayesprune.core.loop import check_stop, resolve_device
 from bayesprune.core.normalization import has_running_stats
+from bayesprune.core.predict import DrawOutputs
 from bayesprune.core.preprocessing import preprocessing_of
 from bayesprune.core.tasks import is_classification
 from bayesprune.methods import FitContext, get_method
@@ -253,6 +254,8 @@ def _fit_splits(
                 fitted.calibration = config.prune.calibration(dataset.x_train, batch_size=split_config.data.batch_size)
                 if chain == 0:
                     built = shapes(baseline_net)
+                    if first and index == 0:  # its posterior predictive (posterior.nc) reuses the curve's draws
+                        fitted.unpruned_draws = DrawOutputs(rows=PREDICTIVE_TEST_POINTS)
                     per_split.append(
                         {
                             **_evaluate(
@@ -319,6 +322,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         include_biases=config.prune.include_biases,
         finetuned=_finetuned(config, dataset, fitted),
         predictive=config.prune.predictive_at(n_weights),
+        unpruned_draws=fitted.unpruned_draws,
     )
     metrics = {
         "method": config.method,

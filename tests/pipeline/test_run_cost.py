@@ -140,3 +140,56 @@ def test_the_mc_predictive_computes_sigma_once_and_averages_the_draws_of_sample_
     prediction = predict(model, guide, x, num_samples=4, masks=masks)
     assert len(calls) == 1
     assert torch.allclose(prediction, expected / 4, rtol=1e-6, atol=1e-7)
+
+
+def test_the_posterior_predictive_draws_y_from_the_curves_draws_of_the_unpruned_model(monkeypatch):
+    """posterior.nc's posterior predictive and the curve's Monte-Carlo predictive of the unpruned model were
+    two sets of S forward passes (a resnet18's ArviZ conversion: 8 CPU s of its 9): the curve keeps its draws'
+    outputs, which are those of S ``sample_params()`` draws, and the conversion draws y from them without
+    evaluating the network again, leaving every number of the curve as it was."""
+    from bayesprune.core.predict import DrawOutputs
+    from bayesprune.methods import get_method
+
+    x, y = _data(n=48)
+    draws_count = 100  # the conversion's posterior draws, which bound its predictive draws
+    fitted = bp.fit_method(
+        "sbnn",
+        nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)),
+        (x, y),
+        options={"predictive_samples": draws_count},
+        epochs=1,
+        device="cpu",
+    )
+    dataset = Dataset("toy", "classification", x, y, x, y, (6,), 3)
+    torch.manual_seed(1)
+    plain = pruning_curve(fitted, dataset, droprates=[0.0, 0.5])
+    kept = DrawOutputs(rows=1000)
+    torch.manual_seed(1)
+    assert pruning_curve(fitted, dataset, droprates=[0.0, 0.5], unpruned_draws=kept) == plain
+    model, guide = fitted.model, fitted.guide
+    torch.manual_seed(1)
+    with torch.no_grad():
+        expected = torch.stack([model.network(guide.sample_params(), x) for _ in range(draws_count)])
+    outputs = kept.outputs()
+    assert outputs.shape == (draws_count, 48, 3) and torch.allclose(outputs, expected, rtol=1e-6, atol=1e-7)
+
+    fitted.unpruned_draws = kept
+    monkeypatch.setattr(type(model), "network", lambda *args: pytest.fail("the network was evaluated again"))
+    idata = get_method("sbnn").inference_data([fitted], dataset, seed=3)
+    labels = idata.posterior_predictive["obs"].sel(chain=0).values  # draws x test points
+    assert labels.shape == (draws_count, 48)
+    probs = torch.softmax(expected.double(), -1)
+    mean = probs.mean(0).numpy()
+    frequencies = np.stack([(labels == k).mean(0) for k in range(3)], -1)
+    assert (np.abs(frequencies - mean) <= 5 * np.sqrt(mean * (1 - mean) / draws_count) + 3 / draws_count).all()
+
+
+def test_draw_outputs_join_each_draws_batches_up_to_its_rows():
+    from bayesprune.core.predict import DrawOutputs
+
+    kept = DrawOutputs(rows=5)
+    first, second = torch.arange(6.0).view(3, 2), torch.arange(6.0, 12.0).view(3, 2)
+    for batch in (first, second):  # a test split predicted in batches: each from the same draws
+        kept.add(0, [batch[:2], batch[2:]])
+        kept.add(1, [-batch])
+    assert torch.equal(kept.outputs(), torch.stack([torch.cat([first, second[:2]]), -torch.cat([first, second[:2]])]))

@@ -22,7 +22,7 @@ from bayesprune.analysis.importance import (
     scaled_importance,
     weight_inclusion_matrices,
 )
-from bayesprune.analysis.inference_data import to_inference_data
+from bayesprune.analysis.inference_data import PREDICTIVE_TEST_POINTS, to_inference_data
 from bayesprune.core.checkpoint import load_module_state
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.loop import PENALTIES, svi_step
@@ -45,9 +45,6 @@ MAX_STARTS = 32
 KEEP_RULES = ("elbo", "validation")
 #: ``sbnn.score``: what ranks the weights for pruning (:attr:`SBNNFitted.scores`).
 SCORES = ("inclusion", "path")
-
-#: Test points in the posterior predictive of ``posterior.nc`` (it stores one draw per point per draw).
-PREDICTIVE_TEST_POINTS = 1000
 
 
 @dataclass(frozen=True)
@@ -400,4 +397,7 @@ class SBNN(Method):
             seed=seed,
             max_test_points=PREDICTIVE_TEST_POINTS,
             num_predictive_draws=fits[0].predictive_samples,
+            predictive_outputs=[
+                None if fitted.unpruned_draws is None else fitted.unpruned_draws.outputs() for fitted in fits
+            ],
         )
