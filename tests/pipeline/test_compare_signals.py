@@ -65,3 +65,29 @@ def test_a_signal_with_cells_pending_ends_compare_and_its_workers(tmp_path, numb
     while any(_alive(pid) for pid in workers) and time.time() < deadline:
         time.sleep(0.2)
     assert not any(_alive(pid) for pid in workers)
+
+
+def test_a_worker_signalled_while_it_started_begins_no_cell(tmp_path, monkeypatch):
+    """A SIGTERM held while a worker starts is handled once it is ready: its cells stop before their data
+    is loaded or their network built (a magnitude cell used to load the data and train an epoch first)."""
+    import signal
+
+    from bayesprune.core.errors import Interrupted
+    from bayesprune.core.loop import STOP
+    from bayesprune.pipeline import runner
+    from bayesprune.pipeline.compare.cells import Cell, execute
+    from bayesprune.pipeline.config import load_config
+
+    def never(*args, **kwargs):
+        raise AssertionError("the cell loaded its data")
+
+    monkeypatch.setattr(runner, "load_datasets", never)
+    config = load_config("default", ["train.epochs=1", "baseline.epochs=1"]).to_dict()
+    STOP.signal = signal.SIGTERM
+    try:
+        for kind, method in (("magnitude", "magnitude"), ("run", "sbnn")):
+            with pytest.raises(Interrupted, match="before the cell started"):
+                execute(Cell(kind, kind, config, method, seed=0, sparsities=(0.5,)), str(tmp_path / kind))
+    finally:
+        STOP.signal = None
+    assert not any(tmp_path.iterdir())

@@ -27,6 +27,7 @@ import torch
 
 from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.files import replacing, write_text
+from bayesprune.core.loop import check_stop
 from bayesprune.core.tasks import metric_name, network_test_metric
 from bayesprune.pipeline.config import first_difference
 
@@ -279,7 +280,9 @@ def refusal(cell: Cell, datasets: dict) -> str | None:
 
 def execute(cell: Cell, folder: str, threads: int = 1) -> dict:
     """Fit ``cell`` into ``folder`` (or read it back when finished) and return its metrics; what a
-    worker of any engine runs, with ``threads`` torch threads."""
+    worker of any engine runs, with ``threads`` torch threads. A worker signalled while it started stops
+    here, before the cell's imports, data and network (seconds each)."""
+    check_stop("before the cell started")
     folder = Path(folder)
     torch.set_num_threads(threads)
     if finished(folder):
