@@ -16,8 +16,11 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
 
-#: Default number of training batches the statistics are estimated on.
-DEFAULT_BATCHES = 20
+#: Default number of training batches the statistics are estimated on: each point of a pruning curve
+#: costs a forward pass over them. 4 of 128 rows gave a magnitude-pruned resnet18 (digits as 3x32x32)
+#: the test error of the whole training set's statistics within about a point, the test error's own
+#: sampling error, at 50-90% removed (docs/usage.md, "Batch norm after masking"; 20 was the default).
+DEFAULT_BATCHES = 4
 #: The most batches ``prune.recalibrate_batches`` takes: beyond it the estimate gains nothing and
 #: every point of a pruning curve costs a pass over a large training set.
 MAX_BATCHES = 1000

@@ -221,7 +221,7 @@ class PruneConfig:
     min_keep: int | None = None
     include_biases: bool = True
     recalibrate: bool = True
-    recalibrate_batches: int = 20
+    recalibrate_batches: int = 4  # core.normalization.DEFAULT_BATCHES
     finetune_epochs: int = 0
     predictive: str = "auto"
 
