@@ -2,11 +2,11 @@
 one thread where asked; every method's digits config shortened to seconds (its declared ``Method.quick``);
 a comparison's cells run in the test's own process where asked."""
 
-from concurrent.futures import Future
-
 import pyro
 import pytest
 import torch
+
+from helpers import cells_here
 
 
 def short_config_of(method: str, *overrides):
@@ -65,24 +65,6 @@ def single_thread():
     torch.set_num_threads(threads)
 
 
-class _InThisProcess:
-    """The local engine's process pool, run here: each cell is executed when it is submitted."""
-
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def submit(self, function, *args):
-        future = Future()
-        try:
-            future.set_result(function(*args))
-        except Exception as error:  # a worker's exception, as the pool hands it back
-            future.set_exception(error)
-        return future
-
-    def shutdown(self, wait=True, cancel_futures=False):
-        pass
-
-
 @pytest.fixture(scope="module")
 def cells_in_this_process():
     """Run a test module's comparisons and sweeps (``engine="local"``) in the test's process.
@@ -93,10 +75,5 @@ def cells_in_this_process():
     themselves (pool, jobs, signals) are tested through the real pool in test_compare_workers.py and
     test_compare_signals.py.
     """
-    from bayesprune.pipeline.compare import engines
-
-    threads = torch.get_num_threads()  # a cell sets one thread, as a worker has
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engines, "ProcessPoolExecutor", _InThisProcess)
+    with cells_here():
         yield
-    torch.set_num_threads(threads)

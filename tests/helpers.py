@@ -5,6 +5,7 @@ import contextlib
 import os
 import subprocess
 import sys
+from concurrent.futures import Future
 
 import pytest
 import torch
@@ -62,6 +63,37 @@ def start_compare(out, cwd, *options: str, settings=()) -> subprocess.Popen:
     return subprocess.Popen(
         argv, env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True, cwd=cwd
     )
+
+
+class InThisProcess:
+    """The local engine's process pool, run here: each cell is executed when it is submitted."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def submit(self, function, *args):
+        future = Future()
+        try:
+            future.set_result(function(*args))
+        except Exception as error:  # a worker's exception, as the pool hands it back
+            future.set_exception(error)
+        return future
+
+    def shutdown(self, wait=True, cancel_futures=False):
+        pass
+
+
+@contextlib.contextmanager
+def cells_here():
+    """The local engine's cells (compare, sweep) run in this process while the block runs: no worker is
+    spawned, and the thread count a cell sets (one, as a worker has) is restored afterwards."""
+    from bayesprune.pipeline.compare import engines
+
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engines, "ProcessPoolExecutor", InThisProcess)
+        yield
+    torch.set_num_threads(threads)
 
 
 PBP_TINY = [
