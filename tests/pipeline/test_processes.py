@@ -127,7 +127,7 @@ METHODS = [("pft", {"start_masks": ["magnitude"], "sparsities": [0.5]}), ("probm
 
 def test_each_methods_own_training_step_averages_over_processes(tmp_path):
     """PFT, ProbMask and unit gates through ``fit_method`` in a process group of two (as a user's ``torchrun``
-    script would): the same losses and predictions as in one process."""
+    script would): the same losses and predictions as the script run in one process (this one)."""
     import torch
 
     generator = torch.Generator().manual_seed(0)
@@ -140,10 +140,14 @@ def test_each_methods_own_training_step_averages_over_processes(tmp_path):
     for worker in workers:
         assert worker.wait(timeout=300) == 0, worker.stderr.read()
     one = tmp_path / "one.json"
-    single = subprocess.run(
-        [sys.executable, "-c", script, str(one), str(tmp_path / "data.pt")], capture_output=True, cwd=CWD
-    )
-    assert single.returncode == 0, single.stderr
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each launched process has
+    try:
+        with pytest.MonkeyPatch.context() as patch:  # the same script, in this process: no process group
+            patch.setattr(sys, "argv", ["-c", str(one), str(tmp_path / "data.pt")])
+            exec(compile(script, "one process", "exec"), {"__name__": "__main__"})
+    finally:
+        torch.set_num_threads(threads)
     one, two = json.loads(one.read_text()), json.loads(two.read_text())
     for method, _ in METHODS:
         np.testing.assert_allclose(two[method]["losses"], one[method]["losses"], rtol=1e-5, err_msg=method)
