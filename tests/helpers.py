@@ -3,6 +3,7 @@ the comparisons' one-epoch settings and command-line launch, and a posterior who
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 from concurrent.futures import Future
@@ -94,6 +95,27 @@ def cells_here():
         patch.setattr(engines, "ProcessPoolExecutor", InThisProcess)
         yield
     torch.set_num_threads(threads)
+
+
+def signal_after_one_epoch(number: int):
+    """A stand-in for the training loop's progress bar (``loop.tqdm``) over its epochs that raises signal
+    ``number`` in this process as the second epoch begins: the run stops as that signal sent from outside
+    stops it, with the first epoch's checkpoint."""
+
+    class Bar(list):
+        def __init__(self, epochs, **_):
+            super().__init__(epochs)
+
+        def __iter__(self):
+            for index, epoch in enumerate(super().__iter__()):
+                if index == 1:
+                    signal.raise_signal(number)
+                yield epoch
+
+        def set_postfix(self, **_):
+            pass
+
+    return Bar
 
 
 PBP_TINY = [

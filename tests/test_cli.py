@@ -13,6 +13,7 @@ import torch
 
 from bayesprune.cli import main
 from bayesprune.core.errors import ConfigError
+from helpers import signal_after_one_epoch
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny ops on two busy OpenMP threads are ~100x slower
 
@@ -654,18 +655,22 @@ def test_resume_refuses_what_it_cannot_continue(default_run, tmp_path, capsys, c
     assert sorted(path.name for path in tmp_path.rglob("*")) == before
 
 
-def test_sigint_stops_the_run_at_a_step_and_keeps_the_last_checkpoint(tmp_path):
-    """(SIGTERM: the resume test.)"""
+def test_sigint_stops_the_run_at_a_step_and_keeps_the_last_checkpoint(tmp_path, capsys, monkeypatch):
+    """SIGINT, raised in this process as the second epoch begins (a signal sent from another process: the
+    SIGTERM test above), stops the run at a step: exit 130, one line, the first epoch's checkpoint kept."""
     import signal
 
+    from bayesprune.core import loop
+
     out = tmp_path / "run"
-    returncode, err = signalled_run(
-        tmp_path, ["--quiet", "--set", "train.epochs=100000", "--set", "baseline.enabled=false"], signal.SIGINT
+    monkeypatch.setattr(loop, "tqdm", signal_after_one_epoch(signal.SIGINT))
+    returncode, _, err = run_cli(
+        capsys, "run", "--out", str(out), "--quiet", "--set", "train.epochs=3", "--set", "baseline.enabled=false"
     )
     assert returncode == 130, err
     assert err.startswith("bayesprune: interrupted:") and err.count("\n") == 1 and "Traceback" not in err
     epoch = torch.load(out / "checkpoint.pt", weights_only=True)["metadata"]["epoch"]
-    assert epoch >= 1 and f"epoch {epoch} is in" in err
+    assert epoch == 1 and f"epoch {epoch} is in" in err
     assert not (out / "metrics.json").exists()
 
 

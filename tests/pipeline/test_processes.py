@@ -16,6 +16,7 @@ import torch
 
 from bayesprune.cli import main
 from bayesprune.core import loop
+from helpers import signal_after_one_epoch
 
 #: Where the processes start: not the checkout, whose bayesprune/ folder is not the installed package.
 CWD = tempfile.gettempdir()
@@ -64,23 +65,6 @@ def cli(args, **env):
     )
 
 
-class SigtermAfterOneEpoch(list):
-    """The training loop's progress bar (``tqdm``) over its epochs, raising SIGTERM as the second begins:
-    the run stops as a signal stops it, with the first epoch's checkpoint."""
-
-    def __init__(self, epochs, **_):
-        super().__init__(epochs)
-
-    def __iter__(self):
-        for number, epoch in enumerate(super().__iter__()):
-            if number == 1:
-                signal.raise_signal(signal.SIGTERM)
-            yield epoch
-
-    def set_postfix(self, **_):
-        pass
-
-
 def test_two_processes_resume_and_run_what_one_process_runs(table, tmp_path, monkeypatch):
     """A run stopped by SIGTERM after its first epoch, resumed with ``bayesprune run --resume DIR
     --processes 2``: the two processes train the other epochs from the checkpoint and the run
@@ -88,7 +72,7 @@ def test_two_processes_resume_and_run_what_one_process_runs(table, tmp_path, mon
     and test error. (Fresh fits on two processes: the test below.)"""
     assert main(arguments("sbnn-digits", table, tmp_path / "one")) == 0
     with monkeypatch.context() as patch:
-        patch.setattr(loop, "tqdm", SigtermAfterOneEpoch)
+        patch.setattr(loop, "tqdm", signal_after_one_epoch(signal.SIGTERM))
         assert main(arguments("sbnn-digits", table, tmp_path / "two")) == 128 + signal.SIGTERM
     assert torch.load(tmp_path / "two" / "checkpoint.pt", weights_only=True)["metadata"]["epoch"] == 1
     two = cli(["run", "--resume", str(tmp_path / "two"), "--quiet", "--processes", "2"])
