@@ -54,18 +54,7 @@ def arguments(config, table, out, *extra):
     return ["run", config, "--out", str(out), "--quiet", *(word for item in settings for word in ("--set", item))]
 
 
-def cli(args, **env):
-    return subprocess.run(
-        [sys.executable, "-m", "bayesprune", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1", **env},
-        cwd=CWD,
-        timeout=300,
-    )
-
-
-def test_two_processes_resume_and_run_what_one_process_runs(table, tmp_path, monkeypatch):
+def test_two_processes_resume_and_run_what_one_process_runs(table, tmp_path, monkeypatch, capfd):
     """A run stopped by SIGTERM after its first epoch, resumed with ``bayesprune run --resume DIR
     --processes 2``: the two processes train the other epochs from the checkpoint and the run
     directory is written once, by process 0, with the uninterrupted one-process run's losses, ELBO
@@ -75,9 +64,11 @@ def test_two_processes_resume_and_run_what_one_process_runs(table, tmp_path, mon
         patch.setattr(loop, "tqdm", signal_after_one_epoch(signal.SIGTERM))
         assert main(arguments("sbnn-digits", table, tmp_path / "two")) == 128 + signal.SIGTERM
     assert torch.load(tmp_path / "two" / "checkpoint.pt", weights_only=True)["metadata"]["epoch"] == 1
-    two = cli(["run", "--resume", str(tmp_path / "two"), "--quiet", "--processes", "2"])
-    assert two.returncode == 0, two.stderr
-    assert two.stdout.count("results in") == 1  # process 0 speaks for the run
+    capfd.readouterr()
+    status = main(["run", "--resume", str(tmp_path / "two"), "--quiet", "--processes", "2"])  # the launcher, here
+    two = capfd.readouterr()
+    assert status == 0, two.err
+    assert two.out.count("results in") == 1  # process 0 speaks for the run
     one_metrics = json.loads((tmp_path / "one" / "metrics.json").read_text())
     two_metrics = json.loads((tmp_path / "two" / "metrics.json").read_text())
     assert two_metrics["test_rmse"] == pytest.approx(one_metrics["test_rmse"], rel=1e-4)
