@@ -236,20 +236,6 @@ def test_list_shows_the_packaged_default(capsys):
     assert status == 0 and any(line.startswith("default") for line in stdout.splitlines())
 
 
-def test_console_script_reports_errors_without_traceback(tmp_path):
-    """The installed console script, in a real process: exit status 2, one line on stderr."""
-    script = os.path.join(os.path.dirname(sys.executable), "bayesprune")
-    result = subprocess.run(
-        [script, "run", "--out", str(tmp_path / "run"), "--set", "sbnn.pi=1.5"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-    assert result.returncode == 2
-    assert result.stderr.strip().count("\n") == 0 and "sbnn.pi" in result.stderr
-
-
 def test_a_successful_run_prints_its_result_line_and_nothing_else(default_run):
     """No ArviZ log line (a single chain's R-hat), no FutureWarning: stdout holds the result, stderr nothing."""
     _, result = default_run
