@@ -84,7 +84,8 @@ def pruning_curve(
         }
         evaluated = evaluations if predictive == "every" or droprate == 0 else evaluations[:1]
         removes = any(not bool(mask.all()) for mask in masks.values())  # else the same numbers unmasked, cheaper
-        with unpruned_draws.recording() if unpruned_draws is not None and droprate == 0 else nullcontext():
+        unpruned = droprate == 0 and not removes
+        with unpruned_draws.recording() if unpruned_draws is not None and unpruned else nullcontext():
             predictions = batched_predictions(
                 fitted, x, masks=masks if removes else None, samples=[samples for _, samples in evaluated]
             )
