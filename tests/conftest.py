@@ -65,6 +65,18 @@ def single_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(scope="session")
+def complete_run(tmp_path_factory):
+    """A complete run of the default config at one epoch (no plain baseline, one predictive draw), made once
+    per test process for the bad-input and reliability tests, which read it or copy it, never change it."""
+    from bayesprune.cli import main
+
+    out = tmp_path_factory.mktemp("complete") / "run"
+    quick = ["train.epochs=1", "baseline.enabled=false", "sbnn.predictive_samples=1"]
+    assert main(["run", "--out", str(out), "--quiet", *(arg for item in quick for arg in ("--set", item))]) == 0
+    return out
+
+
 @pytest.fixture(scope="module")
 def cells_in_this_process():
     """Run a test module's comparisons and sweeps (``engine="local"``) in the test's process.

@@ -850,13 +850,6 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def complete_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("complete") / "run"
-    assert main(["run", "--out", str(out), *QUICK]) == 0
-    return out
-
-
 def _special(value, complete_run, path):
     if value == "<truncated>":
         return (complete_run / "checkpoint.pt").read_bytes()[:200]

@@ -25,7 +25,7 @@ import tomli_w
 
 from bayesprune.cli import main
 from bayesprune.core.loop import STOP
-from test_bad_inputs import DIR, RUN, _build, _tree, complete_run  # noqa: F401  (complete_run: the harness's fixture)
+from test_bad_inputs import DIR, RUN, _build, _tree
 
 CMP, SWEEP, GONE = "<complete comparison>", "<complete sweep>", "<removed>"
 TINY = [
@@ -261,7 +261,7 @@ def finished_grids(tmp_path_factory, cells_in_this_process):
     return {CMP: root / "cmp", SWEEP: root / "swp"}
 
 
-def build(files, root, complete_run, grids):  # noqa: F811  (the fixture imported above)
+def build(files, root, complete_run, grids):
     """The harness's :func:`test_bad_inputs._build`, with finished grids copied in (``CMP``, ``SWEEP``),
     paths removed (``GONE``), and content computed from the file already there (a function). A trailing
     space in a name lets a path be removed and then written again in one table."""
@@ -283,7 +283,7 @@ def test_a_bad_grid_input_is_one_line_exit_2_and_changes_nothing(
     tmp_path,
     monkeypatch,
     capsys,
-    complete_run,  # noqa: F811
+    complete_run,
     finished_grids,
 ):
     files, argv, named = CASES[case]

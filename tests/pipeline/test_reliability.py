@@ -22,13 +22,6 @@ def digest(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.fixture(scope="module")
-def complete_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("complete") / "run"
-    assert main(["run", "--out", str(out), *QUICK]) == 0
-    return out
-
-
 @pytest.fixture
 def copy_of(complete_run, tmp_path):
     run_dir = tmp_path / "run"
