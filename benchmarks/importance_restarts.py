@@ -25,6 +25,8 @@ every key it leaves out.
 
     OMP_NUM_THREADS=1 python benchmarks/importance_restarts.py --data diabetes --split-seed 1 --set chains=8 \
         --set "sbnn.starts=[1.0]" --setting --set chains=8   # sbnn-table's comments
+    OMP_NUM_THREADS=1 python benchmarks/importance_restarts.py --data diabetes --split-seed 1 --set chains=16 \
+        --set optim.lr=0.001 --set sbnn.init_scale=0.05   # the setting not taken (sbnn-table's comments)
     OMP_NUM_THREADS=1 python benchmarks/importance_restarts.py --final   # docs/reproductions.md
 """
 
