@@ -291,7 +291,8 @@ def pooled_importance(psi_draws, psi_at_p, feature_names=None, *, fdr: float = D
         One dict per input, in input order: ``feature``; ``psi`` (the mixture's mean); ``phi``
         (eq. 3.19 of ``psi``); ``psi_sd``, ``psi_low``, ``psi_high`` (sd and central
         :data:`INTERVAL` interval of the pooled draws); ``restart_low``, ``restart_high`` (the
-        lowest and highest ψ(p_c)); ``r_hat`` and ``ess`` across restarts (ArviZ's rank-normalised
+        lowest and highest ψ(p_c)); ``restart_rank_best``, ``restart_rank_worst`` (the best and worst rank a
+        single restart's ψ(p_c) gives the input); ``r_hat`` and ``ess`` across restarts (ArviZ's rank-normalised
         split R-hat and bulk ESS; NaN with one restart); ``inclusion_probability`` (the pooled
         posterior probability that ψ_j(Z) > 0, i.e. that a path of included weights joins input j
         to the output); ``selected`` (:func:`~bayesprune.analysis.selection.select_by_bayesian_fdr`);
@@ -313,9 +314,8 @@ def pooled_importance(psi_draws, psi_at_p, feature_names=None, *, fdr: float = D
     r_hat, ess = restart_diagnostics(draws)
     inclusion = torch.as_tensor((pooled > 0).mean(axis=0))
     selected = select_by_bayesian_fdr(inclusion, fdr)
-    order = np.argsort(-psi.numpy(), kind="stable")
-    rank = np.empty(features, dtype=int)
-    rank[order] = np.arange(1, features + 1)
+    rank = _ranks(psi.numpy()[None])[0]
+    restart_ranks = _ranks(at_p)
     phi = scaled_importance(psi)
     return [
         {
@@ -327,6 +327,8 @@ def pooled_importance(psi_draws, psi_at_p, feature_names=None, *, fdr: float = D
             "psi_high": float(high[j]),
             "restart_low": float(at_p[:, j].min()),
             "restart_high": float(at_p[:, j].max()),
+            "restart_rank_best": int(restart_ranks[:, j].min()),
+            "restart_rank_worst": int(restart_ranks[:, j].max()),
             "r_hat": float(r_hat[j]),
             "ess": float(ess[j]),
             "inclusion_probability": float(inclusion[j]),
@@ -335,6 +337,30 @@ def pooled_importance(psi_draws, psi_at_p, feature_names=None, *, fdr: float = D
         }
         for j in range(features)
     ]
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """The rank of every column within each row of ``values`` (1 = highest; ties in column order)."""
+    ranks = np.empty(values.shape, dtype=int)
+    for row, order in zip(ranks, np.argsort(-values, axis=1, kind="stable")):
+        row[order] = np.arange(1, values.shape[1] + 1)
+    return ranks
+
+
+def agreed_tiers(rows: list) -> list:
+    """The tiers every restart agrees on: the features in the pooled order (:func:`pooled_importance`'s
+    rows), cut after position k wherever every restart's ψ(p_c) puts the same k features first; within a
+    tier the restarts order the features each their own way. All tiers of one feature: every restart
+    gives the same order; one tier: they agree on no head of it."""
+    ordered = sorted(rows, key=lambda row: row["rank"])
+    tiers, tier, worst = [], [], 0
+    for position, row in enumerate(ordered, start=1):
+        tier.append(row["feature"])
+        worst = max(worst, row["restart_rank_worst"])
+        if worst == position:  # no restart ranks any of the first `position` features lower than that
+            tiers.append(tier)
+            tier = []
+    return tiers
 
 
 def restart_diagnostics(draws) -> tuple:

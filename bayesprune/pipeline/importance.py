@@ -15,6 +15,7 @@ import torch
 
 from bayesprune.analysis.importance import (
     SELECTION,
+    agreed_tiers,
     input_importance,
     keep_matrices,
     kept_inputs_record,
@@ -79,6 +80,11 @@ class Importance:
             lines.append(
                 "every input has a path of included weights with probability near 1, so this rule separates none; "
                 "--selection empirical-null selects those whose psi stands out from the rest"
+            )
+        if selection.get("restarts", 1) > 1 and "restart_rank_worst" in self.rows[0]:
+            tiers = " > ".join("[" + ", ".join(tier) + "]" for tier in agreed_tiers(self.rows))
+            lines.append(
+                f"the {selection['restarts']} restarts agree on these tiers (each orders a tier its own way): {tiers}"
             )
         if "refit" in selection:
             refit = selection["refit"]

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import numpy as np
 
-from bayesprune.analysis.importance import INTERVAL, RHAT_WARNING, SELECTION, disagreeing_features, pooled_importance_of
+from bayesprune.analysis.importance import (
+    INTERVAL,
+    RHAT_WARNING,
+    SELECTION,
+    agreed_tiers,
+    disagreeing_features,
+    pooled_importance_of,
+)
 from bayesprune.analysis.inference_data import METHOD_ATTRIBUTE, plot_diagnostics
 from bayesprune.analysis.plots import plot_loss, plot_pruning_curve, plot_score_cdf
 from bayesprune.analysis.selection import DEFAULT_FDR
@@ -445,13 +452,26 @@ def _importance_sections(rows: list, chains: int, top: int, fdr: float, record=N
         f"Feature importance ψ (eq. 3.18) of the {chains} restart{'s' if chains > 1 else ''} pooled: the mixture of "
         "the fitted posteriors, the same numbers as `importance.csv`. ψ is the restarts' mean; the interval holds "
         f"{INTERVAL:.0%} of the pooled draws of ψ(Z) and every restart's ψ; the restarts' column gives the lowest and highest ψ of a single "
-        f"restart. The {min(top, len(rows))} most important of {len(rows)} features:"
+        f"restart, the ranks' column the best and worst rank a single restart gives the feature. The {min(top, len(rows))} most "
+        f"important of {len(rows)} features:"
     )
-    columns = ["feature", "psi", "psi_low", "psi_high", "restarts", "r_hat", "ess", "inclusion_probability", "selected"]
+    columns = [
+        "feature",
+        "psi",
+        "psi_low",
+        "psi_high",
+        "restarts",
+        "ranks",
+        "r_hat",
+        "ess",
+        "inclusion_probability",
+        "selected",
+    ]
     table = [
         {
             **{key: row[key] for key in columns if key in row},
             "restarts": f"{row['restart_low']:.3g}–{row['restart_high']:.3g}",
+            "ranks": f"{row['restart_rank_best']}–{row['restart_rank_worst']}",
             "selected": "yes" if row["selected"] else "no",
         }
         for row in ordered[:top]
@@ -495,6 +515,7 @@ def _restart_agreement(rows: list, chains: int) -> str:
         "R-hat near 1 says that the restarts found posteriors that agree, and a large R-hat that they reached "
         "different optima (the pooled interval then spans them)."
     )
+    meaning += " " + _order_agreement(rows)
     flagged = disagreeing_features(rows)
     if not flagged:
         return f"{meaning} Every feature's R-hat is at most {RHAT_WARNING}."
@@ -502,6 +523,20 @@ def _restart_agreement(rows: list, chains: int) -> str:
         f"{meaning}\n\n**Warning: the restarts disagree (R-hat > {RHAT_WARNING}) on {len(flagged)} of {len(rows)} "
         f"features:** {', '.join(markdown_text(name) for name in flagged)}. Their ranks are not settled; fit more "
         "restarts or longer."
+    )
+
+
+def _order_agreement(rows: list) -> str:
+    """The tiers of features the restarts agree on (:func:`~bayesprune.analysis.importance.agreed_tiers`)."""
+    tiers = agreed_tiers(rows)
+    if len(tiers) == len(rows):
+        return f"Every restart ranks all {len(rows)} features in the same order."
+    if len(tiers) == 1:
+        return "The restarts agree on no set of most important features (the ranks' column)."
+    text = " > ".join("[" + ", ".join(markdown_text(name) for name in tier) + "]" for tier in tiers)
+    return (
+        f"The restarts agree on these tiers, in this order, and order the features within a tier each their own "
+        f"way: {text}."
     )
 
 

@@ -183,3 +183,36 @@ def test_the_docs_call_importance_table_with_probabilities():
     usage = (Path(__file__).parents[2] / "docs" / "usage.md").read_text()
     assert "importance_table(fitted.net, fitted.inclusion_probabilities()" in usage
     assert "importance_table(fitted.net, fitted.scores()" not in usage
+
+
+def test_each_restarts_rank_range_and_the_tiers_they_all_agree_on():
+    """The best and worst rank of a feature are those of scipy's ranking of each restart's ψ(p_c) alone;
+    ``agreed_tiers`` cuts the pooled order after k wherever every restart's first k features are the same set
+    (brute force over k and the restarts)."""
+    from scipy.stats import rankdata
+
+    from bayesprune.analysis.importance import agreed_tiers
+
+    def brute_force_cuts(at_p, rows):
+        pooled = [row["feature"] for row in sorted(rows, key=lambda row: row["rank"])]
+        names = [row["feature"] for row in rows]
+        firsts = [[names[j] for j in np.argsort(-psi, kind="stable")] for psi in at_p]
+        return [k for k in range(1, len(names) + 1) if all(set(first[:k]) == set(pooled[:k]) for first in firsts)]
+
+    for seed in range(6):
+        draws, at_p = restarts(num_restarts=4, draws=20, seed=seed)
+        rows = pooled_importance(draws, at_p, ["a", "b", "c", "d"])
+        by_restart = np.array([rankdata(-psi, method="ordinal") for psi in at_p])
+        assert [row["restart_rank_best"] for row in rows] == list(by_restart.min(axis=0))
+        assert [row["restart_rank_worst"] for row in rows] == list(by_restart.max(axis=0))
+        cuts = np.cumsum([len(tier) for tier in agreed_tiers(rows)]).tolist()
+        assert cuts == brute_force_cuts(at_p, rows)
+    # constructed: every restart puts d, then b first; a and c swap between restarts
+    at_p = np.array([[0.2, 0.5, 0.1, 0.9], [0.1, 0.6, 0.3, 0.8], [0.3, 0.4, 0.2, 0.7]])
+    rows = pooled_importance(np.repeat(at_p[:, None], 5, axis=1), at_p, list("abcd"))
+    assert agreed_tiers(rows) == [["d"], ["b"], ["a", "c"]]
+    one = pooled_importance(np.repeat(at_p[:1, None], 5, axis=1), at_p[:1], list("abcd"))
+    assert agreed_tiers(one) == [["d"], ["b"], ["a"], ["c"]]
+    disagree = np.array([[0.9, 0.1, 0.2, 0.3], [0.1, 0.9, 0.2, 0.3]])
+    rows = pooled_importance(np.repeat(disagree[:, None], 5, axis=1), disagree, list("abcd"))
+    assert agreed_tiers(rows) == [["a", "b", "d", "c"]]

@@ -160,3 +160,18 @@ def test_the_summary_says_when_the_bayesian_fdr_rule_selects_every_input(not_sel
     lines = importance_module.Importance(rows, [], record, []).summary()
     assert lines[0] == f"selected {len(selected)} of 3 inputs (bayesian-fdr): {', '.join(selected)}"
     assert any("--selection empirical-null" in line for line in lines) == (not not_selected)
+
+
+def test_the_summary_gives_the_tiers_the_restarts_agree_on():
+    """With several restarts the summary prints :func:`agreed_tiers` of the rows (their restart ranks: b and c
+    swap between restarts, a is first in each); one restart prints no tiers."""
+    rows = [
+        {"feature": "a", "rank": 1, "restart_rank_best": 1, "restart_rank_worst": 1},
+        {"feature": "b", "rank": 2, "restart_rank_best": 2, "restart_rank_worst": 3},
+        {"feature": "c", "rank": 3, "restart_rank_best": 2, "restart_rank_worst": 3},
+    ]
+    record = {"rule": "bayesian-fdr", "selected": ["a"], "not_selected": ["b", "c"], "restarts": 4}
+    lines = importance_module.Importance(rows, [], record, []).summary()
+    assert "the 4 restarts agree on these tiers (each orders a tier its own way): [a] > [b, c]" in lines
+    lines = importance_module.Importance(rows, [], {**record, "restarts": 1}, []).summary()
+    assert not any("tiers" in line for line in lines)
