@@ -277,12 +277,13 @@ class PruneConfig:
 
     def calibration(self, inputs, *, batch_size: int):
         """The :class:`~bayesprune.core.normalization.Calibration` of a fit on training ``inputs`` (batches of
-        ``batch_size``), or ``None`` with ``recalibrate = false``."""
-        from bayesprune.core.normalization import Calibration
+        ``batch_size`` rows, at least :data:`~bayesprune.core.normalization.MIN_BATCH_SIZE`), or ``None`` with
+        ``recalibrate = false``."""
+        from bayesprune.core.normalization import MIN_BATCH_SIZE, Calibration
 
-        return (
-            Calibration(inputs, batches=self.recalibrate_batches, batch_size=batch_size) if self.recalibrate else None
-        )
+        if not self.recalibrate:
+            return None
+        return Calibration(inputs, batches=self.recalibrate_batches, batch_size=max(batch_size, MIN_BATCH_SIZE))
 
 
 @dataclass(frozen=True)

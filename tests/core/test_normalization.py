@@ -112,6 +112,15 @@ def test_the_default_batches_estimate_the_statistics_to_their_sampling_error_fro
     assert ((net[1].running_var / variance - 1).abs() <= 4 * (2 / (read - DEFAULT_BATCHES)) ** 0.5).all()
 
 
+@pytest.mark.parametrize("batch_size, rows", [(32, 128), (128, 128), (256, 256)])
+def test_a_runs_calibration_batches_hold_at_least_128_rows(batch_size, rows):
+    """A run's small ``data.batch_size`` does not shrink the rows the statistics are estimated on."""
+    from bayesprune.pipeline.config import PruneConfig
+
+    calibration = PruneConfig().calibration(torch.randn(2000, 3), batch_size=batch_size)
+    assert calibration.batch_size == rows and calibration.batches == DEFAULT_BATCHES
+
+
 def test_a_network_without_batch_norm_is_left_as_it_is():
     net = nn.Sequential(nn.Flatten(), nn.Linear(64, 8), nn.ReLU(), nn.Linear(8, 10))
     state = copy.deepcopy(net.state_dict())
