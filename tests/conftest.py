@@ -8,27 +8,6 @@ import torch
 
 from helpers import cells_here
 
-#: The test files that start processes (the command line, compare's workers, ``--processes``), longest first.
-#: With ``--dist loadfile`` (setup.cfg) a file runs on one worker: these are scheduled before the rest, so that
-#: the many short files fill in at the end instead of one long file running while the other worker idles. Not
-#: Ray's (test_compare_ray.py): its start beside these took 136 s once (24 s beside the short files).
-STARTS_PROCESSES = (
-    "test_cli.py",
-    "test_compare_signals.py",
-    "test_compare_workers.py",
-    "test_processes.py",
-    "test_bad_inputs.py",
-    "test_compare_resume.py",
-    "test_toy_method.py",
-    "test_export.py",
-)
-
-
-def pytest_collection_modifyitems(items):
-    """Put the tests of :data:`STARTS_PROCESSES` first, in its order; the others keep theirs."""
-    first = {name: rank for rank, name in enumerate(STARTS_PROCESSES)}
-    items.sort(key=lambda item: first.get(item.path.name, len(first)))
-
 
 def short_config_of(method: str, *overrides):
     """The method's digits config at 2 epochs a stage (and the rest of its declared ``quick`` settings), on
