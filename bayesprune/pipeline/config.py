@@ -16,6 +16,7 @@ import tomli_w
 
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.fused import KERNEL_MODES
+from bayesprune.core.normalization import DEFAULT_BATCHES, MIN_BATCH_SIZE, Calibration
 from bayesprune.core.optim import OptimConfig  # [optim] lives with the optimisers it builds (the methods read it)
 from bayesprune.core.precision import PRECISIONS
 from bayesprune.core.validation import MAX_SCALE, is_count, is_scale, refuse_unknown_keys
@@ -221,7 +222,7 @@ class PruneConfig:
     min_keep: int | None = None
     include_biases: bool = True
     recalibrate: bool = True
-    recalibrate_batches: int = 4  # core.normalization.DEFAULT_BATCHES
+    recalibrate_batches: int = DEFAULT_BATCHES
     finetune_epochs: int = 0
     predictive: str = "auto"
 
@@ -279,8 +280,6 @@ class PruneConfig:
         """The :class:`~bayesprune.core.normalization.Calibration` of a fit on training ``inputs`` (batches of
         ``batch_size`` rows, at least :data:`~bayesprune.core.normalization.MIN_BATCH_SIZE`), or ``None`` with
         ``recalibrate = false``."""
-        from bayesprune.core.normalization import MIN_BATCH_SIZE, Calibration
-
         if not self.recalibrate:
             return None
         return Calibration(inputs, batches=self.recalibrate_batches, batch_size=max(batch_size, MIN_BATCH_SIZE))

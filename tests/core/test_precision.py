@@ -40,6 +40,10 @@ def linear_output_dtypes():
         handle.remove()
 
 
+#: The dtype a layer computes in under each precision: what the tests expect, written out.
+PRECISION_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
 def one_svi_step(precision):
     """One SVI step of a small spike-and-slab regression network from a fixed state and draw: its loss, the
     gradients of q's parameters, and the dtypes of the network's layer outputs."""
@@ -97,9 +101,6 @@ def test_bfloat16_gradient_descent_still_reaches_the_least_squares_solution():
         assert set(dtypes) == {PRECISION_DTYPES[precision]}
         assert net.weight.dtype == torch.float32
         np.testing.assert_allclose(net.weight.detach().numpy()[0], expected, atol=tolerance)
-
-
-PRECISION_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 @pytest.mark.parametrize("method", sorted(available_methods()))
