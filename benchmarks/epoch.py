@@ -21,11 +21,12 @@ adds one row to :data:`METHODS`.
 
 Usage: ``python benchmarks/epoch.py [--json] [--rounds 3] [--epochs 1] [--device auto|cpu|cuda]
 [--threads 1] [--data auto|mnist|synthetic] [--methods NAME ...] [--precision float32|bfloat16]
-[--network lenet300|resnet18] [--rows N]``. ``--data mnist`` reads full MNIST through
+[--network lenet300|resnet18] [--rows N] [--memory-format auto|channels_last|contiguous]``. ``--data mnist`` reads full MNIST through
 ``bayesprune.data.load_dataset("mnist")`` (fetched and cached once); ``synthetic`` times random
 tensors of MNIST's shape (content does not change the timing); ``auto`` (the default) is MNIST when it
 loads and synthetic otherwise. ``--precision bfloat16`` trains the methods (``train.precision``) and the
-deterministic reference under bfloat16 autocast. ``--network resnet18`` times torchvision's resnet18
+deterministic reference under bfloat16 autocast; ``--memory-format`` lays out both's minibatches of
+images (``train.memory_format``; ``auto``: channels-last on CUDA). ``--network resnet18`` times torchvision's resnet18
 (random weights, 10 classes) on ``--rows`` random 3x32x32 images instead (each method's LeNet settings
 otherwise; no plain-PyTorch reference): issue 40's GPU measurement,
 
@@ -44,6 +45,7 @@ import torch.nn.functional as F
 
 from bayesprune import TensorBatches, resolve_device
 from bayesprune.core.errors import DataError
+from bayesprune.core.layout import MEMORY_FORMATS, resolve_memory_format
 from bayesprune.core.loop import optimizer_step, train
 from bayesprune.core.precision import training_precision
 from bayesprune.data import CLASSIFICATION, Dataset, load_dataset
@@ -138,7 +140,13 @@ def method_epoch(name, dataset, device, epochs, args):
     config_name, overrides = METHODS[name]
     config = load_config(
         config_name,
-        [*overrides, f"train.epochs={epochs}", f"device={str(device)!r}", f"train.precision={args.precision!r}"],
+        [
+            *overrides,
+            f"train.epochs={epochs}",
+            f"device={str(device)!r}",
+            f"train.precision={args.precision!r}",
+            f"train.memory_format={args.memory_format!r}",
+        ],
     )
 
     def run():
@@ -173,12 +181,17 @@ def reference_epoch(config, dataset, device, epochs):
 
 def deterministic_epoch(config, dataset, device, epochs, args):
     """(b): maximum-likelihood training of the same network (cross-entropy, Adam) on the library's loop, at
-    the methods' precision."""
+    the methods' precision and memory layout."""
     net = network(config, dataset, args.network).to(device)
     step = optimizer_step(
         lambda x, y: F.cross_entropy(net(x), y), torch.optim.Adam(net.parameters(), lr=config.optim.lr)
     )
-    batches = TensorBatches(dataset.x_train.to(device), dataset.y_train.to(device), batch_size=config.data.batch_size)
+    batches = TensorBatches(
+        dataset.x_train.to(device),
+        dataset.y_train.to(device),
+        batch_size=config.data.batch_size,
+        memory_format=resolve_memory_format(args.memory_format, dataset.input_shape, device),
+    )
 
     def run():
         with training_precision(args.precision):
@@ -206,6 +219,7 @@ def run(args) -> dict:
         "device": str(device),
         "network": args.network,
         "precision": args.precision,
+        "memory_format": str(resolve_memory_format(args.memory_format, dataset.input_shape, device)),
         "data": dataset.name,
         "num_threads": torch.get_num_threads(),
         "rounds": args.rounds,
@@ -251,6 +265,7 @@ def main(argv=None):
     parser.add_argument("--data", choices=("auto", "mnist", "synthetic"), default="auto")
     parser.add_argument("--precision", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--network", choices=("lenet300", "resnet18"), default="lenet300")
+    parser.add_argument("--memory-format", choices=MEMORY_FORMATS, default="auto")
     parser.add_argument("--rows", type=int, default=10_000, help="random images for --network resnet18")
     parser.add_argument(
         "--methods", nargs="+", choices=list(METHODS), default=list(METHODS), help="time these only (default: all)"
@@ -261,7 +276,8 @@ def main(argv=None):
         print(json.dumps(result))
         return
     print(
-        f"one epoch of {result['network']} on {result['data']} at {result['precision']} (each method's batch size), "
+        f"one epoch of {result['network']} on {result['data']} at {result['precision']}, {result['memory_format']} "
+        "(each method's batch size), "
         f"on {result['device']} ({result['num_threads']} threads, "
         f"median of {result['rounds']} rounds of {result['epochs']} epoch(s))"
     )

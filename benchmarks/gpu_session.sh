@@ -32,4 +32,7 @@ for precision in float32 bfloat16; do
     timeout 100 python3 benchmarks/epoch.py --device cuda --json --rounds 2 --network resnet18 --rows 10000 \
         --precision "$precision" >"$out/resnet18_$precision.json"
 done
+# channels-last (train.memory_format = "auto" on CUDA) against the layout as stored, at bfloat16
+timeout 100 python3 benchmarks/epoch.py --device cuda --json --rounds 2 --network resnet18 --rows 10000 \
+    --precision bfloat16 --memory-format contiguous >"$out/resnet18_bfloat16_contiguous.json"
 tail -n +1 "$out"/*.json

@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 
 from bayesprune.core import distributed
 from bayesprune.core.errors import ConfigError, Interrupted, StopNow, TrainingDiverged
+from bayesprune.core.layout import laid_out
 from bayesprune.core.precision import autocast_calls
 
 
@@ -52,13 +53,26 @@ class TensorBatches:
         seed: seed of the shuffling generator.
         augment: applied to every minibatch's inputs (``augment(x)``, e.g.
             :class:`~bayesprune.data.streaming.Augment`), or ``None``.
+        memory_format: the layout of every minibatch of images, after ``augment``
+            (:func:`~bayesprune.core.layout.resolve_memory_format`).
     """
 
-    def __init__(self, x, y, *, batch_size: int, shuffle: bool = True, seed: int = 0, augment=None):
+    def __init__(
+        self,
+        x,
+        y,
+        *,
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        augment=None,
+        memory_format: torch.memory_format = torch.contiguous_format,
+    ):
         self.x, self.y = x, y
         self.batch_size = int(batch_size)
         self.shuffle = shuffle
         self.augment = augment
+        self.memory_format = memory_format
         self.generator = torch.Generator().manual_seed(seed)
 
     def __len__(self):
@@ -72,7 +86,7 @@ class TensorBatches:
         chunks = [distributed.shard(order[start : start + self.batch_size]) for start in range(0, n, self.batch_size)]
         inputs = (self.x[rows] for rows in chunks) if in_memory else self.x.read([rows.cpu() for rows in chunks])
         for rows, x in zip(chunks, inputs):
-            yield x if self.augment is None else self.augment(x), self.y[rows]
+            yield laid_out(x if self.augment is None else self.augment(x), self.memory_format), self.y[rows]
 
 
 class UniformPenalty:

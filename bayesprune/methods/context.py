@@ -25,6 +25,7 @@ from bayesprune.core.early_stopping import EarlyStopping
 from bayesprune.core.errors import BayesPruneError, Interrupted
 from bayesprune.core.export import mask_parameters, unmask_parameters
 from bayesprune.core.fused import kernel_mode
+from bayesprune.core.layout import resolve_memory_format
 from bayesprune.core.loop import (
     STOP,
     History,
@@ -77,6 +78,8 @@ class FitContext:
             ``--resume`` refuses a ``config.toml`` edited since (:func:`bayesprune.pipeline.runner.resume_run`).
         augment: applied to every training minibatch's inputs (the data's ``augment``,
             :class:`~bayesprune.data.streaming.Augment`), or ``None``.
+        memory_format: the layout of every training minibatch of images (``train.memory_format``
+            resolved, :func:`bayesprune.core.layout.resolve_memory_format`).
 
     After the fit, ``best_epoch`` (1-based) is the epoch early stopping kept, or ``None``.
     """
@@ -102,6 +105,7 @@ class FitContext:
     precision: str = "float32"
     config: dict | None = None
     augment: object = None
+    memory_format: torch.memory_format = torch.contiguous_format
     best_epoch: int | None = field(default=None, init=False)
     _finished: list = field(default_factory=list, init=False, repr=False)
 
@@ -128,6 +132,7 @@ class FitContext:
             precision=config.train.precision,
             config=config.to_dict(),
             augment=data.augment,
+            memory_format=resolve_memory_format(config.train.memory_format, data.input_shape, device),
             **services,
         )
 
@@ -146,14 +151,16 @@ class FitContext:
 
     def batches(self, x, y, *, seed: int | None = None) -> TensorBatches:
         """Shuffled minibatches of ``(x, y)`` on the device, of the run's size, seeded with ``seed``
-        (the fit's seed by default), augmented by :attr:`augment`. ``x`` may be rows read on demand
-        (:class:`~bayesprune.data.streaming.Rows`): each minibatch is decoded as it is needed."""
+        (the fit's seed by default), augmented by :attr:`augment`, laid out as :attr:`memory_format`.
+        ``x`` may be rows read on demand (:class:`~bayesprune.data.streaming.Rows`): each minibatch is
+        decoded as it is needed."""
         return TensorBatches(
             x.to(self.device),
             y.to(self.device),
             batch_size=self.batch_size,
             seed=self.seed if seed is None else seed,
             augment=self.augment,
+            memory_format=self.memory_format,
         )
 
     def train(

@@ -12,17 +12,38 @@ from bayesprune.core.tasks import mean_loss, network_metric, network_test_metric
 
 
 def fit_plain(
-    net, x, y, *, epochs: int, lr: float, batch_size: int, seed: int = 0, validation=None, patience: int | None = None
+    net,
+    x,
+    y,
+    *,
+    epochs: int,
+    lr: float,
+    batch_size: int,
+    seed: int = 0,
+    validation=None,
+    patience: int | None = None,
+    memory_format: torch.memory_format = torch.contiguous_format,
 ):
     """Train ``net`` on ``(x, y)`` by maximum likelihood with Adam and return it in eval mode.
 
     Cross-entropy for integer labels, mean squared error for floating-point (regression) targets.
     Dropout layers are active while training and off afterwards. ``validation = (x_val, y_val)``
     keeps the epoch that scores best on it (:func:`validation_stopping`, with ``patience``), as the
-    runner does for the method it compares with.
+    runner does for the method it compares with. ``memory_format`` lays out its minibatches of images
+    (:func:`~bayesprune.core.layout.resolve_memory_format`).
     """
     callbacks = [] if validation is None else [validation_stopping(net, validation, epochs=epochs, patience=patience)]
-    _maximise_likelihood(net, x, y, epochs=epochs, lr=lr, batch_size=batch_size, seed=seed, callbacks=callbacks)
+    _maximise_likelihood(
+        net,
+        x,
+        y,
+        epochs=epochs,
+        lr=lr,
+        batch_size=batch_size,
+        seed=seed,
+        callbacks=callbacks,
+        memory_format=memory_format,
+    )
     return net
 
 
@@ -38,14 +59,14 @@ def validation_stopping(net, validation, *, epochs: int, patience: int | None) -
     )
 
 
-def _maximise_likelihood(net, x, y, *, epochs: int, lr: float, batch_size: int, seed: int, callbacks):
+def _maximise_likelihood(net, x, y, *, epochs: int, lr: float, batch_size: int, seed: int, callbacks, memory_format):
     """Adam on the mean loss of :func:`~bayesprune.core.tasks.mean_loss`; ``net`` ends in eval mode."""
     pyro.set_rng_seed(seed)
     loss = mean_loss(task_of(y))
     net.train()
     train(
         optimizer_step(lambda xb, yb: loss(net(xb), yb), torch.optim.Adam(net.parameters(), lr=lr)),
-        TensorBatches(x, y, batch_size=batch_size, seed=seed),
+        TensorBatches(x, y, batch_size=batch_size, seed=seed, memory_format=memory_format),
         epochs=epochs,
         callbacks=callbacks,
     )
@@ -63,6 +84,7 @@ def train_plain(
     validation=None,
     patience: int | None = None,
     hold: float = 0.0,
+    memory_format: torch.memory_format = torch.contiguous_format,
 ) -> dict:
     """Train ``net`` by maximum likelihood with Adam on ``dataset``'s training rows and score it on its
     test rows; returns ``{"test": metric, ...}`` (error % or RMSE in the target's units).
@@ -72,7 +94,7 @@ def train_plain(
     ``seed``; every epoch is run, so the best of them is kept, not the first after a plateau). The
     result then also holds ``best_epoch`` (0-based), ``validation_curve`` (the validation metric
     after every epoch, standardised units for regression) and ``n_validation``. ``hold = 0`` and no
-    ``validation`` keeps the last epoch.
+    ``validation`` keeps the last epoch. ``memory_format`` lays out its minibatches of images.
     """
     if validation is None and hold > 0:
         dataset, *validation = hold_out(dataset, hold, seed=seed)
@@ -89,6 +111,7 @@ def train_plain(
         batch_size=batch_size,
         seed=seed,
         callbacks=[] if stopping is None else [stopping],
+        memory_format=memory_format,
     )
     result = {"test": network_test_metric(net, dataset)}
     if stopping is not None:

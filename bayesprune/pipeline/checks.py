@@ -1,10 +1,11 @@
 """What a run checks before anything is written: the data it loads, the size and shape of its network,
-its validation fraction, and the services and keys its method supports."""
+its validation fraction and memory layout, and the services and keys its method supports."""
 
 import torch
 
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.fused import check_compiler
+from bayesprune.core.layout import resolve_memory_format
 from bayesprune.core.loop import resolve_device
 from bayesprune.core.precision import check_precision
 from bayesprune.core.validation import MAX_ELEMENTS
@@ -67,6 +68,11 @@ def check_validation(config, datasets):
     for dataset in datasets if fraction > 0 else ():
         if max(1, round(fraction * dataset.num_train)) >= dataset.num_train:
             raise ConfigError(f"train.validation = {fraction} leaves no training example of {dataset.num_train}")
+
+
+def check_memory_format(config, data):
+    """Refuse ``train.memory_format = "channels_last"`` for inputs that are not images (one line naming the key)."""
+    resolve_memory_format(config.train.memory_format, data.input_shape, resolve_device(config.device))
 
 
 def check_units(config, net, data):

@@ -16,6 +16,7 @@ import tomli_w
 
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.fused import KERNEL_MODES
+from bayesprune.core.layout import MEMORY_FORMATS
 from bayesprune.core.normalization import DEFAULT_BATCHES, MIN_BATCH_SIZE, Calibration
 from bayesprune.core.optim import OptimConfig  # [optim] lives with the optimisers it builds (the methods read it)
 from bayesprune.core.precision import PRECISIONS
@@ -139,7 +140,9 @@ class TrainConfig:
     by ``torch.compile`` (``"compiled"``), eagerly (``"eager"``), or compiled for networks of at
     least 100,000 weights where ``torch.compile`` works (``"auto"``) (:mod:`bayesprune.core.fused`).
     ``precision = "bfloat16"`` runs the forward passes of training under bfloat16 autocast, the
-    likelihood, KL and bound terms in float32 (:mod:`bayesprune.core.precision`).
+    likelihood, KL and bound terms in float32 (:mod:`bayesprune.core.precision`). ``memory_format``
+    lays out training minibatches of images channels-last (``"auto"``: on a CUDA device;
+    :mod:`bayesprune.core.layout`).
     """
 
     epochs: int | None = None
@@ -149,6 +152,7 @@ class TrainConfig:
     checkpoint_every: int = 1
     kernels: str = "auto"
     precision: str = "float32"
+    memory_format: str = "auto"
 
     def __post_init__(self):
         if self.steps is not None:
@@ -187,6 +191,12 @@ class TrainConfig:
         )
         _require(self.kernels in KERNEL_MODES, "train.kernels", f"be one of {list(KERNEL_MODES)}", self.kernels)
         _require(self.precision in PRECISIONS, "train.precision", f"be one of {list(PRECISIONS)}", self.precision)
+        _require(
+            self.memory_format in MEMORY_FORMATS,
+            "train.memory_format",
+            f"be one of {list(MEMORY_FORMATS)}",
+            self.memory_format,
+        )
 
 
 #: ``prune.predictive``'s values, and the size (weights) up to which ``"auto"`` evaluates the Monte-Carlo

@@ -6,22 +6,37 @@ fine-tune this way."""
 import copy
 from dataclasses import dataclass
 
+import torch
+
 from bayesprune.core.export import mask_parameters, unmask_parameters
+from bayesprune.core.layout import resolve_memory_format
 from bayesprune.core.normalization import has_running_stats
 from bayesprune.core.predict import metric
 from bayesprune.core.tasks import predict_network
 from bayesprune.pipeline.baseline import fit_plain
 
 
-def finetune(net, x, y, masks: dict, *, epochs: int, lr: float, batch_size: int, seed: int = 0, calibration=None):
+def finetune(
+    net,
+    x,
+    y,
+    masks: dict,
+    *,
+    epochs: int,
+    lr: float,
+    batch_size: int,
+    seed: int = 0,
+    calibration=None,
+    memory_format: torch.memory_format = torch.contiguous_format,
+):
     """Train ``net`` in place on ``(x, y)`` for ``epochs`` epochs (:func:`~bayesprune.pipeline.baseline.fit_plain`:
     Adam at ``lr``, seeded minibatches) with ``masks`` (parameter or ``"<root>.gate"`` → bool, ``True`` = keep)
     fixed by :func:`~bayesprune.core.export.mask_parameters`, so no step moves a removed weight off zero; then,
     with a :class:`~bayesprune.core.normalization.Calibration`, estimate its batch-norm statistics again.
-    Returns ``net`` in eval mode."""
+    ``memory_format`` lays out its minibatches of images. Returns ``net`` in eval mode."""
     mask_parameters(net, masks)
     if epochs:
-        fit_plain(net, x, y, epochs=epochs, lr=lr, batch_size=batch_size, seed=seed)
+        fit_plain(net, x, y, epochs=epochs, lr=lr, batch_size=batch_size, seed=seed, memory_format=memory_format)
     unmask_parameters(net).eval()
     if calibration is not None:
         calibration.apply(net)
@@ -31,12 +46,13 @@ def finetune(net, x, y, masks: dict, *, epochs: int, lr: float, batch_size: int,
 @dataclass(frozen=True)
 class FineTuning:
     """``prune.finetune_epochs`` of a run: ``epochs`` of :func:`finetune` at the run's ``optim.lr`` on
-    minibatches of its ``data.batch_size``, seeded by its seed."""
+    minibatches of its ``data.batch_size``, seeded by its seed, laid out as its ``train.memory_format``."""
 
     epochs: int
     lr: float
     batch_size: int
     seed: int = 0
+    memory_format: str = "auto"
 
     @classmethod
     def of(cls, config, num_train: int):
@@ -45,7 +61,7 @@ class FineTuning:
         if not config.prune.finetune_epochs:
             return None
         batch_size = config.for_data(num_train).data.batch_size
-        return cls(config.prune.finetune_epochs, config.optim.lr, batch_size, config.seed)
+        return cls(config.prune.finetune_epochs, config.optim.lr, batch_size, config.seed, config.train.memory_format)
 
     def apply(self, net, dataset, masks: dict, *, calibration=None):
         """:func:`finetune` ``net`` on ``dataset``'s training split (moved to ``net``'s device), its batch-norm
@@ -61,6 +77,7 @@ class FineTuning:
             batch_size=self.batch_size,
             seed=self.seed,
             calibration=calibration if has_running_stats(net) else None,
+            memory_format=resolve_memory_format(self.memory_format, dataset.input_shape, device),
         )
 
     def test_metric(self, net, dataset, masks: dict, *, calibration=None) -> float:

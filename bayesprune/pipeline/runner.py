@@ -30,6 +30,7 @@ from bayesprune.core.checkpoint import (
 from bayesprune.core.early_stopping import hold_out
 from bayesprune.core.errors import Interrupted, StopNow, TrainingDiverged
 from bayesprune.core.files import arrays_digest, read_npz, replacing
+from bayesprune.core.layout import resolve_memory_format
 from bayesprune.core.loop import check_stop, resolve_device
 from bayesprune.core.normalization import has_running_stats
 from bayesprune.core.predict import DrawOutputs
@@ -39,6 +40,7 @@ from bayesprune.methods import FitContext, get_method
 from bayesprune.models import new_net
 from bayesprune.pipeline.baseline import least_squares_test_rmse, train_plain
 from bayesprune.pipeline.checks import (
+    check_memory_format,
     check_network,
     check_size,
     check_units,
@@ -86,6 +88,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     datasets = load_datasets(config)
     check_size(config, datasets[0])
     check_validation(config, datasets)
+    check_memory_format(config, datasets[0])
     net = new_net(config, datasets[0].input_shape, datasets[0].output_dim, seed=config.seed)
     check_network(net, datasets[0])
     check_units(config, net, datasets[0])
@@ -355,6 +358,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
                 validation=validation,
                 patience=config.train.patience,
                 hold=config.baseline.held_out,
+                memory_format=resolve_memory_format(config.train.memory_format, dataset.input_shape, device),
             )
             metrics[f"baseline_{name}"] = plain.pop("test")
             metrics.update({f"baseline_{key}": value for key, value in plain.items()})  # its epoch and validation curve

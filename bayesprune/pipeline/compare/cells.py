@@ -243,6 +243,7 @@ def refusal(cell: Cell, datasets: dict) -> str | None:
     from bayesprune.methods import get_method
     from bayesprune.models import new_net
     from bayesprune.pipeline.runner import (
+        check_memory_format,
         check_network,
         check_size,
         check_units,
@@ -262,6 +263,7 @@ def refusal(cell: Cell, datasets: dict) -> str | None:
         data = datasets[key]
         check_size(config, data[0])
         check_validation(config, data)
+        check_memory_format(config, data[0])
         net = new_net(config, data[0].input_shape, data[0].output_dim, seed=config.seed)
         check_network(net, data[0])
         if cell.kind == "torch-pruning":
@@ -354,6 +356,7 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
     """The plain network, then at each sparsity global magnitude pruning (or, for a ``"torch-pruning"``
     cell, Torch-Pruning's structured pruner) and fine-tuning (see the module)."""
     from bayesprune.core.early_stopping import hold_out
+    from bayesprune.core.layout import resolve_memory_format
     from bayesprune.core.normalization import changes
     from bayesprune.core.pruning import Budget, prune
     from bayesprune.models import new_net
@@ -375,6 +378,7 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
         lr=config.baseline.lr or config.optim.lr,
         batch_size=resolved.data.batch_size,
         seed=config.seed,
+        memory_format=resolve_memory_format(config.train.memory_format, dataset.input_shape, torch.device("cpu")),
     )
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
     plain_rows = dataset
