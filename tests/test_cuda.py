@@ -113,3 +113,24 @@ def test_bfloat16_training_on_cuda_ends_near_float32(method, short_config, tmp_p
         config = short_config(method, "device='cuda'", "baseline.enabled=false", f"train.precision={precision!r}")
         errors[precision] = run(config, tmp_path / precision)["test_error"]
     assert abs(errors["bfloat16"] - errors["float32"]) < 5.0, errors
+
+
+@pytest.mark.parametrize("kind", ["magnitude", "torch-pruning"])
+def test_a_comparisons_plain_network_cells_train_on_cuda_and_write_cpu_networks(kind, tmp_path):
+    """compare's magnitude and Torch-Pruning cells follow ``device``: the plain network trains on the GPU,
+    and the networks the cell writes (read by the leaderboard on any machine) hold CPU tensors."""
+    from dataclasses import replace
+
+    from bayesprune.pipeline.compare import comparison_cells, execute, load_comparison
+    from bayesprune.pipeline.compare.leaderboard import leaderboard_rows
+    from helpers import TINY
+
+    raw, options = load_comparison(None, [*TINY, "device='cuda'", "prune.level='unit'", "data.batch_size=512"])
+    options = replace(options, sparsities=(0.5,))
+    (cell,) = [cell for cell in comparison_cells(raw, options) if cell.kind == kind]
+    folder = tmp_path / cell.name
+    metrics = execute(cell, str(folder))
+    (row,) = leaderboard_rows([cell], [folder], options)
+    assert row["test_error"] == metrics["per_sparsity"][0]["test_error"]
+    for path in folder.glob("network-*.pt"):
+        assert {t.device.type for t in torch.load(path, weights_only=True).values()} == {"cpu"}, path

@@ -354,9 +354,12 @@ def prunable_weights(net, *, include_biases: bool) -> list:
 
 def _magnitude(cell: Cell, folder: Path) -> dict:
     """The plain network, then at each sparsity global magnitude pruning (or, for a ``"torch-pruning"``
-    cell, Torch-Pruning's structured pruner) and fine-tuning (see the module)."""
+    cell, Torch-Pruning's structured pruner) and fine-tuning (see the module), on the run's ``device``;
+    the networks it writes hold CPU tensors."""
+    from bayesprune.core.checkpoint import on_cpu
     from bayesprune.core.early_stopping import hold_out
     from bayesprune.core.layout import resolve_memory_format
+    from bayesprune.core.loop import resolve_device
     from bayesprune.core.normalization import changes
     from bayesprune.core.pruning import Budget, prune
     from bayesprune.models import new_net
@@ -367,6 +370,7 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
     from bayesprune.pipeline.runner import load_datasets
 
     config = cell.run_config()
+    device = resolve_device(config.device)
     dataset = load_datasets(config)[0]
     validation = None
     if config.train.validation > 0:
@@ -378,9 +382,9 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
         lr=config.baseline.lr or config.optim.lr,
         batch_size=resolved.data.batch_size,
         seed=config.seed,
-        memory_format=resolve_memory_format(config.train.memory_format, dataset.input_shape, torch.device("cpu")),
+        memory_format=resolve_memory_format(config.train.memory_format, dataset.input_shape, device),
     )
-    net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
+    net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed).to(device)
     plain_rows = dataset
     if validation is None and config.baseline.held_out > 0:  # the runner's plain network's rule (train_plain)
         plain_rows, *validation = hold_out(dataset, config.baseline.held_out, seed=config.seed)
@@ -388,7 +392,12 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
     start = time.perf_counter()
     if held is None:
         fit_plain(
-            net, plain_rows.x_train, plain_rows.y_train, validation=validation, patience=config.train.patience, **rule
+            net,
+            plain_rows.x_train.to(device),
+            plain_rows.y_train.to(device),
+            validation=None if validation is None else tuple(part.to(device) for part in validation),
+            patience=config.train.patience,
+            **rule,
         )
     else:  # a finished cell asked for more sparsities: its plain network, not trained again
         net.load_state_dict(torch.load(folder / PLAIN_FILE, weights_only=True))
@@ -414,7 +423,7 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     if held is None:
         with replacing(folder / PLAIN_FILE) as temporary:
-            torch.save(net.state_dict(), temporary)
+            torch.save(on_cpu(net.state_dict()), temporary)
     for sparsity in missing_sparsities(cell, metrics):
         start = time.perf_counter()
         if cell.kind == "torch-pruning":
@@ -436,14 +445,14 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
             own = calibration if changes(net, masks) else None  # the masked network's statistics (prune.recalibrate)
             finetune(
                 pruned,
-                dataset.x_train,
-                dataset.y_train,
+                dataset.x_train.to(device),
+                dataset.y_train.to(device),
                 masks,
                 **rule | {"epochs": cell.finetune_epochs},
                 calibration=own,
             )
         with replacing(folder / network_file(sparsity)) as temporary:
-            torch.save(pruned.state_dict(), temporary)
+            torch.save(on_cpu(pruned.state_dict()), temporary)
         metrics["per_sparsity"].append(
             {
                 "sparsity": sparsity,

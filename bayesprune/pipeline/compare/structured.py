@@ -12,12 +12,11 @@ options; the baseline keeps them).
 
 import copy
 
-import torch
 import torch_pruning as tp
 from torch import nn
 
 from bayesprune.core.export import count_macs
-from bayesprune.core.structure import unit_groups
+from bayesprune.core.structure import example_input, unit_groups
 
 #: Torch-Pruning's importance criteria the baseline offers (``compare.torch_pruning``).
 IMPORTANCES = ("magnitude", "taylor")
@@ -50,7 +49,7 @@ def prune_channels(net: nn.Module, input_shape, *, ratio: float, importance: str
     ignored = ignored_layers(net, input_shape) if ignored is None else ignored
     pruner = tp.pruner.BasePruner(
         net,
-        torch.zeros(1, *input_shape),
+        example_input(net, input_shape, batch=1),
         importance=importance_of(importance),
         pruning_ratio=ratio,
         ignored_layers=[net.get_submodule(name) for name in ignored],
@@ -87,18 +86,19 @@ def pruned_and_finetuned(net: nn.Module, dataset, *, ratio: float, importance: s
     """A copy of the plain ``net`` pruned by :func:`prune_channels` at ``ratio`` (Taylor importance from
     the gradient of the mean training loss), then fine-tuned ``finetune_epochs`` epochs as the plain
     network was trained (``rule``: :func:`~bayesprune.pipeline.baseline.fit_plain`'s epochs, lr, batch
-    size and seed); in eval mode."""
+    size and seed) on ``net``'s device; in eval mode."""
     from bayesprune.core.tasks import mean_loss
     from bayesprune.pipeline.baseline import fit_plain
 
     pruned = copy.deepcopy(net)
+    device = next(net.parameters()).device
+    x, y = dataset.x_train.to(device), dataset.y_train.to(device)
     if importance == "taylor":
-        loss = mean_loss(dataset.task)
-        accumulate_gradients(pruned, dataset.x_train, dataset.y_train, loss, batch_size=rule["batch_size"])
+        accumulate_gradients(pruned, x, y, mean_loss(dataset.task), batch_size=rule["batch_size"])
     prune_channels(pruned, tuple(dataset.input_shape), ratio=ratio, importance=importance)
     pruned.zero_grad(set_to_none=True)
     if finetune_epochs:
-        fit_plain(pruned, dataset.x_train, dataset.y_train, **{**rule, "epochs": finetune_epochs})
+        fit_plain(pruned, x, y, **{**rule, "epochs": finetune_epochs})
     return pruned.eval()
 
 
