@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU checks of one lent session, as one command on the device machine (issue 40: the CUDA tests,
 # every method's epoch against deterministic training at float32 and bfloat16 on LeNet-300-100 and on a
-# resnet18 at 3x32x32). The machine has PyTorch and torchvision but no package index: the packages it
-# lacks travel as wheels in .whl (ignored by git).
+# resnet18 at 3x32x32, channels-last against the stored layout, the host synchronisations inside the
+# steps). The machine has PyTorch and torchvision but no package index: the packages it lacks travel as
+# wheels in .whl (ignored by git).
 #
 #   echo /.whl/ >> .git/info/exclude && bash benchmarks/gpu_session.sh --wheels     # once, here
 #   then the device tool: run(command="bash benchmarks/gpu_session.sh", carry=[".whl"], timeout_s=570)
@@ -35,4 +36,5 @@ done
 # channels-last (train.memory_format = "auto" on CUDA) against the layout as stored, at bfloat16
 timeout 100 python3 benchmarks/epoch.py --device cuda --json --rounds 2 --network resnet18 --rows 10000 \
     --precision bfloat16 --memory-format contiguous >"$out/resnet18_bfloat16_contiguous.json"
+timeout 120 python3 benchmarks/host_syncs.py --json >"$out/host_syncs.json"
 tail -n +1 "$out"/*.json
