@@ -194,7 +194,7 @@ def _refit_on_selection(config, dataset, selected: list) -> dict:
     for key, data in (("all_inputs", dataset), ("selected_inputs", masked)):
         net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
         result[key] = train_plain(
-            net,
+            net.to(resolve_device(config.device)),
             data,
             epochs=config.baseline.epochs or config.train.epochs,
             lr=config.baseline.lr or config.optim.lr,
