@@ -211,6 +211,27 @@ def test_resume_with_a_sparsity_added_evaluates_finished_cells_without_fitting_t
     assert tomllib.loads((cells / "sbnn-seed0" / "config.toml").read_text())["prune"]["droprates"] == [0.0, 0.5, 0.9]
 
 
+def test_under_a_budget_each_fit_trains_the_budget_and_probmasks_schedule_ends_inside_it(tmp_path):
+    """compare.budget = 6 on digits: saliency (a grid of criteria and stage counts, each fine-tuned) and
+    ProbMask (its own magnitude baseline) train 6 epochs in all, as counted by the fit; ProbMask's t1, t2
+    (6 and 24 of its 40 epochs) scale with its main stage, cut to 4 epochs (and 2 of fine-tuning):
+    floor(0.6) = 0 and round(2.4) = 2, so its budget is reached inside the stage, not after it."""
+    rows = compare(
+        None,
+        tmp_path / "cmp",
+        methods=["saliency", "probmask"],
+        overrides=["compare.budget=6", "compare.latency_repeats=2"],
+        sparsities=[0.5],
+        seeds=[0],
+        report=None,
+        status=lambda line: None,
+    )
+    assert {row["method"]: row["train_epochs"] for row in rows} == {"magnitude": 6, "saliency": 6, "probmask": 6}
+    held = tomllib.loads((tmp_path / "cmp" / "cells" / "probmask-s0.5-seed0" / "config.toml").read_text())
+    assert held["train"]["epochs"] == 4 and held["probmask"]["finetune_epochs"] == 2
+    assert (held["probmask"]["t1"], held["probmask"]["t2"], held["probmask"]["baseline"]) == (0, 2, False)
+
+
 @pytest.mark.parametrize("budget", [6, 13])
 def test_a_budget_splits_every_methods_epochs_in_its_own_proportions(budget):
     raw, options = load_comparison(None, [f"compare.budget={budget}"])

@@ -17,6 +17,7 @@ pruning at the same sparsity of the network trained densely for as many epochs, 
 """
 
 import copy
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,6 +238,16 @@ class ProbMaskMethod(Method):
         "epoch (Algorithm 1), so an earlier epoch does not meet the budget",
         **UNREAD_BY_MASKED_TRAINING,
     }
+
+    def one_network(self, table):
+        """Without its magnitude baseline (a comparison has its own)."""
+        return {**table, "baseline": False}
+
+    def main_stage_scaled(self, table, factor):
+        """t1 and t2, the epochs between which k falls (eq. 7), at the same fractions of the shorter (or
+        longer) stage: t1 rounded down, t2 rounded and after t1."""
+        t1 = math.floor(table.get("t1", ProbMaskOptions.t1) * factor)
+        return {**table, "t1": t1, "t2": max(t1 + 1, round(table.get("t2", ProbMaskOptions.t2) * factor))}
 
     def fit(self, net, data, options, ctx):
         torch.manual_seed(ctx.seed)

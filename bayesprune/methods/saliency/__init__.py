@@ -245,6 +245,12 @@ class SaliencyMethod(Method):
     )
     unsupported = dict(UNREAD_BY_MASKED_TRAINING)
 
+    def one_network(self, table):
+        """The grid of the network its row reports: the first criterion at the most stages, its best
+        penalty alone fine-tuned (``finetune = "best"``)."""
+        criteria, stages = table.get("criteria", SaliencyOptions.criteria), table.get("stages", SaliencyOptions.stages)
+        return {**table, "criteria": list(criteria)[:1], "stages": [max(stages)], "finetune": "best"}
+
     def fit(self, net, data, options, ctx):
         torch.manual_seed(ctx.seed)
         net = net.to(ctx.device)

@@ -84,8 +84,10 @@ class CompareOptions:
         certify: add a PBP cell per method, sparsity and seed, started from the method's mask fitted
             on S_P alone, for a certificate of every method in its ``bound`` column (about doubles the cost).
         budget: when set, every method trains this many epochs in all, split over its stages in the
-            proportions its config gives them (:func:`held_to_budget`; magnitude: the plain network's
-            ``baseline.epochs`` and ``finetune_epochs``).
+            proportions its config gives them, only the network its row reports (PFT its first start
+            mask, saliency its first criterion at the most stages, ProbMask without its own magnitude
+            baseline) and ProbMask's t1, t2 scaled with its main stage (:func:`held_to_budget`;
+            magnitude: the plain network's ``baseline.epochs`` and ``finetune_epochs``).
         torch_pruning: Torch-Pruning's importances (``"magnitude"``, ``"taylor"``) whose structured pruner
             is a baseline at unit level, one row each; unset: ``["magnitude"]`` at unit level; ``[]``:
             none. Refused at weight level (it removes units).
@@ -336,15 +338,12 @@ def _resolved(config: dict) -> dict:
 def held_to_budget(base: dict, table: dict, method: str, budget: int) -> dict:
     """``compare.budget``: ``method``'s stages (``train.epochs``, its main stage, and every ``*_epochs``
     option of its table) given ``budget`` epochs in all, in the proportions its config gives them
-    (:func:`split_epochs`); sets ``base``'s ``train.epochs`` and returns the method's table. A method
-    that repeats its stages per start mask (PFT) runs its first start mask only, without its
-    equal-budget one-shot baseline, so that one fit trains ``budget`` epochs (PFT's one-shot baseline
-    is still fine-tuned beside it: its ``train_epochs`` in the leaderboard says so)."""
-    table = dict(table)
-    if isinstance(table.get("start_masks"), list) and table["start_masks"]:
-        table["start_masks"] = table["start_masks"][:1]
-    if "equal_budget_baseline" in table:
-        table["equal_budget_baseline"] = False
+    (:func:`split_epochs`); sets ``base``'s ``train.epochs`` and returns the method's table, cut to the
+    training of the one network its row reports (:meth:`~bayesprune.methods.Method.one_network`) and with
+    the epochs its options name inside the main stage scaled with it
+    (:meth:`~bayesprune.methods.Method.main_stage_scaled`)."""
+    owner = get_method(method)
+    table = owner.one_network(dict(table))
     resolved = _resolved({**base, "method": method, method: table})
     if resolved["train"].get("steps") is not None:
         raise ConfigError("compare.budget counts epochs: remove train.steps")
@@ -357,8 +356,10 @@ def held_to_budget(base: dict, table: dict, method: str, budget: int) -> dict:
         },
     }
     split = split_epochs(budget, stages, method)
-    base["train"] = {**base.get("train", {}), "epochs": split.pop("train.epochs")}
-    return {**table, **{key.partition(".")[2]: value for key, value in split.items()}}
+    epochs = split.pop("train.epochs")
+    base["train"] = {**base.get("train", {}), "epochs": epochs}
+    table = {**table, **{key.partition(".")[2]: value for key, value in split.items()}}
+    return owner.main_stage_scaled(table, epochs / stages["train.epochs"])
 
 
 def split_epochs(budget: int, stages: dict, owner: str) -> dict:
