@@ -268,8 +268,8 @@ class PFTMethod(Method):
     def one_network(self, table):
         """Its first start mask only, without the equal-budget one-shot baseline (the one-shot mask's own
         fine-tuning still runs beside it, and the row's ``train_epochs`` counts it)."""
-        masks = table.get("start_masks")
-        return {**table, **({"start_masks": masks[:1]} if masks else {}), "equal_budget_baseline": False}
+        masks = list(table.get("start_masks", PFTOptions.start_masks))
+        return {**table, "start_masks": masks[:1], "equal_budget_baseline": False}
 
     def fit(self, net, data, options, ctx):
         torch.manual_seed(ctx.seed)
