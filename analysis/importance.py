@@ -363,6 +363,11 @@ def agreed_tiers(rows: list) -> list:
     return tiers
 
 
+def tiers_text(tiers: list, name=str) -> str:
+    """Tiers of :func:`agreed_tiers` as one line, ``[s5, bmi] > [bp] > ...``, each feature written by ``name``."""
+    return " > ".join("[" + ", ".join(name(feature) for feature in tier) + "]" for tier in tiers)
+
+
 def restart_diagnostics(draws) -> tuple:
     """R-hat and bulk ESS of every column of ``(C, S, D)`` draws across the C restarts (ArviZ's
     rank-normalised split R-hat, Vehtari et al. 2021). Both are NaN with one restart: one fit says

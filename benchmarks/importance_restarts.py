@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import spearmanr
 
-from bayesprune.analysis.importance import agreed_tiers, pooled_importance, pooled_importance_of
+from bayesprune.analysis.importance import agreed_tiers, pooled_importance, pooled_importance_of, tiers_text
 from bayesprune.pipeline.config import RunConfig, apply_overrides, read_config
 from bayesprune.pipeline.importance import empirical_null_record
 from bayesprune.pipeline.runner import run
@@ -121,7 +121,7 @@ def agreement(idata, relevant=None) -> dict:
         "features": len(pooled),
         "max_r_hat": max(row["r_hat"] for row in pooled),
         "psi_range": (min(row["psi"] for row in pooled), max(row["psi"] for row in pooled)),
-        "tiers": " > ".join("[" + ", ".join(tier) + "]" for tier in agreed_tiers(pooled)),
+        "tiers": tiers_text(agreed_tiers(pooled)),
     }
 
 

@@ -26,6 +26,7 @@ from bayesprune.analysis.importance import (
     pooled_importance_of,
     pooled_node_importance_of,
     selection_record,
+    tiers_text,
 )
 from bayesprune.analysis.knockoffs import GaussianKnockoffs, select_by_multiple_knockoffs
 from bayesprune.analysis.selection import mask_features, select_by_empirical_null
@@ -82,7 +83,7 @@ class Importance:
                 "--selection empirical-null selects those whose psi stands out from the rest"
             )
         if selection.get("restarts", 1) > 1 and "restart_rank_worst" in self.rows[0]:
-            tiers = " > ".join("[" + ", ".join(tier) + "]" for tier in agreed_tiers(self.rows))
+            tiers = tiers_text(agreed_tiers(self.rows))
             lines.append(
                 f"the {selection['restarts']} restarts agree on these tiers (each orders a tier its own way): {tiers}"
             )

@@ -16,6 +16,7 @@ from bayesprune.analysis.importance import (
     agreed_tiers,
     disagreeing_features,
     pooled_importance_of,
+    tiers_text,
 )
 from bayesprune.analysis.inference_data import METHOD_ATTRIBUTE, plot_diagnostics
 from bayesprune.analysis.plots import plot_loss, plot_pruning_curve, plot_score_cdf
@@ -533,7 +534,7 @@ def _order_agreement(rows: list) -> str:
         return f"Every restart ranks all {len(rows)} features in the same order."
     if len(tiers) == 1:
         return "The restarts agree on no set of most important features (the ranks' column)."
-    text = " > ".join("[" + ", ".join(markdown_text(name) for name in tier) + "]" for tier in tiers)
+    text = tiers_text(tiers, markdown_text)
     return (
         f"The restarts agree on these tiers, in this order, and order the features within a tier each their own "
         f"way: {text}."
