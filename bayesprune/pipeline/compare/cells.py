@@ -424,12 +424,14 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
     if held is None:
         with replacing(folder / PLAIN_FILE) as temporary:
             torch.save(on_cpu(net.state_dict()), temporary)
+    # every sparsity's fine-tuning reads the training rows on the device: moved there once
+    training = replace(dataset, x_train=dataset.x_train.to(device), y_train=dataset.y_train.to(device))
     for sparsity in missing_sparsities(cell, metrics):
         start = time.perf_counter()
         if cell.kind == "torch-pruning":
             pruned = structured.pruned_and_finetuned(
                 net,
-                dataset,
+                training,
                 ratio=sparsity,
                 importance=cell.method.removeprefix(structured.PREFIX),
                 finetune_epochs=cell.finetune_epochs,
@@ -445,8 +447,8 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
             own = calibration if changes(net, masks) else None  # the masked network's statistics (prune.recalibrate)
             finetune(
                 pruned,
-                dataset.x_train.to(device),
-                dataset.y_train.to(device),
+                training.x_train,
+                training.y_train,
                 masks,
                 **rule | {"epochs": cell.finetune_epochs},
                 calibration=own,
