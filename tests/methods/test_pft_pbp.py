@@ -206,7 +206,7 @@ def test_certify_measures_the_risk_on_the_fits_own_s_minus_s_p_when_validation_h
     scored = []
     real = pbp.gibbs_errors
     monkeypatch.setattr(
-        pbp,
+        pbp.method,
         "gibbs_errors",
         lambda model, guide, x, y, **options: scored.append(x) or real(model, guide, x, y, **options),
     )
