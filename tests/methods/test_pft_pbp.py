@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from bayesprune.cli import main
-from bayesprune.core.bounds import certificate
 from bayesprune.core.errors import ConfigError
 from bayesprune.methods import pbp
+from bayesprune.methods.pbp.bounds import certificate
 from bayesprune.pipeline.config import RunConfig, load_config
 from bayesprune.pipeline.runner import load_run, new_net, run
 from helpers import OneWeightDecides

@@ -16,7 +16,7 @@ The training set S is split at random into S_P (a fraction α) and S \\ S_P (n =
 
 S is the training data the fit is given: with ``train.validation`` > 0, what is left once the
 validation rows are held out (they are neither S_P nor S \\ S_P). The certificate
-(:func:`bayesprune.core.bounds.certificate`) bounds the 0-1 Gibbs risk of Q: its empirical risk on
+(:func:`bayesprune.methods.pbp.bounds.certificate`) bounds the 0-1 Gibbs risk of Q: its empirical risk on
 S \\ S_P estimated from networks drawn from Q (``mc_samples`` networks on every example, appendix A.3,
 or with ``sampling = "examples"`` a network of its own for every example), with its own confidence
 bound, in Theorem 1 and Theorem 2 under a union over δ and the ``grid_size`` hyper-parameter settings searched.

@@ -70,7 +70,7 @@ def gibbs_errors(model, guide, x, y, *, samples: int, sampling: str = "networks"
     0-1 loss of a network drawn for each example and draw, ``samples`` · len(y) values. Both means have
     the Gibbs risk as their expectation, and both sets are independent variables in [0, 1], so the
     kl form of Hoeffding's inequality (Hoeffding 1963, Thm. 1, which does not need them identically
-    distributed) bounds the Gibbs risk by :func:`bayesprune.core.bounds.sample_risk_bound` of their mean with
+    distributed) bounds the Gibbs risk by :func:`bayesprune.methods.pbp.bounds.sample_risk_bound` of their mean with
     m = the number of values. The per-example draws give m = n instead of the number of networks, so a
     much smaller slack for the same number of weight draws (a deviation from the paper's procedure,
     not from its theorem).

@@ -8,13 +8,13 @@ from pathlib import Path
 import pyro
 import torch
 
-from bayesprune.core import bounds
 from bayesprune.core.checkpoint import load_module_state
 from bayesprune.core.criteria import saliency, weight_sites
 from bayesprune.core.errors import BayesPruneError, ConfigError
 from bayesprune.core.gates import block_isotropic
 from bayesprune.core.tasks import mean_loss, rows_at
 from bayesprune.methods import SERVICES, Method, register_method
+from bayesprune.methods.pbp import bounds
 from bayesprune.methods.pbp.certificate import bound_examples, examples_digest, gibbs_errors, network_kl, split_rows
 from bayesprune.methods.pbp.distributions import DiracSpikeSlab
 from bayesprune.methods.pbp.fitted import PBPFitted

@@ -8,9 +8,10 @@ import torch
 from pyro.optim import PyroLRScheduler
 from torch import nn
 
-from bayesprune.core.loop import PENALTIES, svi_step
+from bayesprune.core.loop import svi_step
 from bayesprune.core.objectives import OBJECTIVES
 from bayesprune.core.optim import build_optim
+from bayesprune.core.penalties import PENALTIES
 from bayesprune.core.predict import metric
 from bayesprune.core.validation import require
 from bayesprune.guides import SpikeSlabGuide

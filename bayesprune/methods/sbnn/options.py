@@ -3,8 +3,8 @@
 import math
 from dataclasses import dataclass
 
-from bayesprune.core.loop import PENALTIES
 from bayesprune.core.objectives import OBJECTIVES
+from bayesprune.core.penalties import PENALTIES
 from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
 from bayesprune.models.priors import SpikeSlabPrior
 
