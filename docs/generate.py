@@ -256,7 +256,7 @@ S \\ S_P, the examples the bound's empirical term is measured on. Biases carry G
 λ = 1, so KL(Q ‖ P) (appendix B.4, a registered KL of `DiracSpikeSlab`) covers every parameter.
 """,
         """\
-The certificate (`bayesprune.core.bounds.certificate`) bounds the 0-1 error of the Gibbs classifier Q:
+The certificate (`bayesprune.methods.pbp.bounds.certificate`) bounds the 0-1 error of the Gibbs classifier Q:
 Q's empirical risk on S \\ S_P is estimated from `mc_samples` networks with its own upper confidence
 bound kl⁻¹(R̂ ‖ log(2/δ′)/m), and that bound enters Theorem 1 (`bound`) and Theorem 2
 (`bound_kl_inverse`), both at δ′ = δ/(2·`grid_size`): a union over the Monte-Carlo bound and the
@@ -271,7 +271,7 @@ training data, on the rows of S \\ S_P its checkpoint records (refused if the da
 The bounds are plain functions:
 
 ```python
-from bayesprune.core.bounds import certificate, kl_inverse
+from bayesprune.methods.pbp.bounds import certificate, kl_inverse
 
 cert = certificate(mean_risk=0.02, samples=1000, kl=150.0, n=30_000, delta=0.05)
 print(f"Theorem 1: {float(cert.bound):.4f}, Theorem 2: {float(cert.bound_kl_inverse):.4f}")
