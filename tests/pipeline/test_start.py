@@ -74,7 +74,13 @@ def test_weights_file_is_every_rows_start(weights_file, tmp_path):
 def test_pretrained_start_is_shared(tmp_path):
     """``model.pretrain_epochs``: two methods' runs start from the same trained network (the same start
     error, well below a fresh network's 90 %); without it the start is the fresh network."""
-    sets = ["model.pretrain_epochs=5", "data.batch_size=64", "optim.lr=0.005", "optim.schedule='constant'", *SAME_NETWORK]
+    sets = [
+        "model.pretrain_epochs=5",
+        "data.batch_size=64",
+        "optim.lr=0.005",
+        "optim.schedule='constant'",
+        *SAME_NETWORK,
+    ]
     first = _run(tmp_path, "sbnn", "default", *sets)
     second = _run(tmp_path, "unit-gates", "unit-gates-digits", *sets)
     assert first["start_test_error"] == second["start_test_error"] < 20
