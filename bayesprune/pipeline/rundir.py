@@ -101,7 +101,7 @@ def load_run(run_dir):
     dataset = load_datasets(config)[0]
     check_size(config, dataset)
     _check_preprocessing(run_dir / CHECKPOINT, saved, dataset)
-    net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
+    net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed, weights=False)
     built, builds = saved.get("built"), shapes(net)
     if built is not None and built != builds:  # config.toml edited after the fit (a wider network, another one)
         name = next(name for name in [*builds, *built] if builds.get(name) != built.get(name))
