@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from bayesprune.core.heads import HeadsRemovedAttention
+from bayesprune.core.loop import check_stop
 from bayesprune.core.preprocessing import Preprocessing, with_preprocessing
 from bayesprune.core.pruning import apply_masks, expand_unit_masks
 from bayesprune.core.structure import (
@@ -333,6 +334,7 @@ def measure_latency(
                 net(x)
             times = []
             for _ in range(repeats):
+                check_stop("while timing the network")
                 synchronize()
                 start = time.perf_counter()
                 net(x)
