@@ -21,6 +21,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.utils import parametrize
 from torch.utils.flop_counter import FlopCounterMode
 
+from bayesprune.core.loop import check_stop
 from bayesprune.core.preprocessing import Preprocessing, with_preprocessing
 from bayesprune.core.pruning import apply_masks, expand_unit_masks
 from bayesprune.core.structure import (
@@ -305,6 +306,7 @@ def measure_latency(
                 net(x)
             times = []
             for _ in range(repeats):
+                check_stop("while timing the network")
                 synchronize()
                 start = time.perf_counter()
                 net(x)
