@@ -38,6 +38,8 @@ CORE = {
     "data.splits": 'UCI only: fit every listed split, or `"all"`, and report mean and standard error',
     "model.architecture": "`mlp`, `lenet-300-100`, `lenet-5-caffe` (20-50-800-500; `lenet-5` is its earlier name), `lenet-5-classic` (6-16-120-84, paper 004); options `hidden` (widths of `mlp`, default `[100]`) and `activation` (`relu`, `tanh`, `sigmoid`, `leaky-relu`)",
     "model.factory": '`"module:callable"`: your own network, built as `callable(input_shape, output_dim, **options)` with the run\'s working directory importable; recorded in `config.toml` so `load_run` rebuilds it. Not beside `architecture`',
+    "model.weights": "a file of your trained network's weights (`torch.save(net.state_dict(), path)` of the network `architecture` or `factory` builds) that every fit starts from instead of the builder's initialisation; read weights-only (a pickled object is refused), a file of another network is refused naming the first key that differs; relative to the config file",
+    "model.pretrain_epochs": "epochs of plain dense training (maximum likelihood, the run's optimiser and minibatches) before the method's fit, from the built or loaded network; `start_<metric>` in `metrics.json` is the test metric of the network the fit starts from",
     "model.noise_scale": "fixed noise standard deviation of the Gaussian likelihood (regression); unset, it is learned",
     "model.expose": 'parameters added to the sites (names, globs such as `"*.bn1.*"`, or module type names such as `"BatchNorm2d"`); by default the sites are the parameters of the Linear and convolution layers',
     "model.hide": "parameters taken out of the sites (same forms); they stay point estimates that the optimiser trains",
@@ -254,7 +256,7 @@ S \\ S_P, the examples the bound's empirical term is measured on. Biases carry G
 λ = 1, so KL(Q ‖ P) (appendix B.4, a registered KL of `DiracSpikeSlab`) covers every parameter.
 """,
         """\
-The certificate (`bayesprune.core.bounds.certificate`) bounds the 0-1 error of the Gibbs classifier Q:
+The certificate (`bayesprune.methods.pbp.bounds.certificate`) bounds the 0-1 error of the Gibbs classifier Q:
 Q's empirical risk on S \\ S_P is estimated from `mc_samples` networks with its own upper confidence
 bound kl⁻¹(R̂ ‖ log(2/δ′)/m), and that bound enters Theorem 1 (`bound`) and Theorem 2
 (`bound_kl_inverse`), both at δ′ = δ/(2·`grid_size`): a union over the Monte-Carlo bound and the
@@ -269,7 +271,7 @@ training data, on the rows of S \\ S_P its checkpoint records (refused if the da
 The bounds are plain functions:
 
 ```python
-from bayesprune.core.bounds import certificate, kl_inverse
+from bayesprune.methods.pbp.bounds import certificate, kl_inverse
 
 cert = certificate(mean_risk=0.02, samples=1000, kl=150.0, n=30_000, delta=0.05)
 print(f"Theorem 1: {float(cert.bound):.4f}, Theorem 2: {float(cert.bound_kl_inverse):.4f}")

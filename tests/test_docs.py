@@ -100,7 +100,7 @@ def test_attributes_are_read_from_the_docstring_and_a_field_without_one_is_named
 
 
 def test_the_bounds_example_prints_theorems_1_and_2(capsys):
-    from bayesprune.core.bounds import kl_bernoulli
+    from bayesprune.methods.pbp.bounds import kl_bernoulli
 
     (example,) = examples("reference.md")
     exec(compile(example, "docs/reference.md example", "exec"), {})
