@@ -87,9 +87,7 @@ class Budget:
                 self.level,
             )
             require(self.scope == "global", "budget.macs", "come with scope = 'global'", self.scope)
-            require(
-                self.min_keep != 0, "budget.min_keep", "be at least 1 beside macs (a network keeps every layer)", 0
-            )
+            require(self.min_keep != 0, "budget.min_keep", "be at least 1 beside macs (a network keeps every layer)", 0)
         require(
             self.dense_macs is None or (is_int(self.dense_macs) and self.dense_macs > 0 and self.macs is not None),
             "budget.dense_macs",
