@@ -525,7 +525,7 @@ class RunConfig:
         from bayesprune.methods import available_methods, get_method
 
         method = get_method(raw.get("method", cls.method))
-        raw = _with_table_defaults(_fold_legacy_keys(raw, method), method)
+        raw = _with_level_default(_with_table_defaults(_fold_legacy_keys(raw, method), method), method)
         top = {f.name for f in fields(cls)} - set(_SECTIONS) - {"method_options"}
         kwargs = {}
         for key, value in raw.items():
@@ -637,6 +637,15 @@ def _with_table_defaults(raw: dict, method) -> dict:
         if isinstance(values, dict) and section != "data" and isinstance(raw.get(section, {}), dict):
             raw[section] = {**values, **raw.get(section, {})}
     return raw
+
+
+def _with_level_default(raw: dict, method) -> dict:
+    """``raw`` with ``prune.level`` set to the method's one level where it prunes at one level only
+    (``Method.prune_levels``: unit gates prune units) and the config leaves the key out."""
+    prune = raw.get("prune", {})
+    if len(method.prune_levels) != 1 or not isinstance(prune, dict) or "level" in prune:
+        return raw
+    return {**raw, "prune": {**prune, "level": method.prune_levels[0]}}
 
 
 def _section(name: str, values: dict):
