@@ -23,8 +23,8 @@ from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.heads import HeadsRemovedAttention
 from bayesprune.core.loop import check_stop
 from bayesprune.core.preprocessing import Preprocessing, with_preprocessing
-from bayesprune.core.quiet import printouts_dropped
 from bayesprune.core.pruning import apply_masks, expand_unit_masks
+from bayesprune.core.quiet import printouts_dropped
 from bayesprune.core.structure import (
     ATTENTION,
     NotTraceable,
