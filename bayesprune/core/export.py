@@ -17,10 +17,10 @@ import time
 
 import torch
 from torch import nn
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.utils import parametrize
-from torch.utils.flop_counter import FlopCounterMode
 
+from bayesprune.core.heads import HeadsRemovedAttention
+from bayesprune.core.loop import check_stop
 from bayesprune.core.preprocessing import Preprocessing, with_preprocessing
 from bayesprune.core.pruning import apply_masks, expand_unit_masks
 from bayesprune.core.structure import (
@@ -250,25 +250,54 @@ def count_parameters(net: nn.Module) -> dict:
 
 
 def count_macs(net: nn.Module, input_shape) -> int:
-    """Multiply-accumulates of one forward pass of a single input: half the floating-point operations
-    that :class:`torch.utils.flop_counter.FlopCounterMode` counts (matrix products, convolutions,
-    attention). Zeroed weights are counted: dense hardware multiplies them all the same.
+    """Multiply-accumulates of one forward pass of a single input, counted as Torch-Pruning counts them
+    (:func:`torch_pruning.utils.count_ops_and_params`), so that a MAC budget, a report and a comparison's
+    Torch-Pruning rows count alike. Its conventions: a ``Linear`` or convolution counts its products and
+    its bias additions; a batch, layer or group norm one operation per element (two when affine); an
+    activation (ReLU, GELU, ...) and a pooling one per element; ``nn.MultiheadAttention`` and timm's
+    attention their projections, the scaling of the queries, the scores, softmax and weighted sums of every
+    head; an operation outside such a module (a functional matrix product, an addition) nothing. A
+    :class:`~bayesprune.core.heads.HeadsRemovedAttention` counts as the ``nn.MultiheadAttention`` of its
+    heads (:func:`_heads_removed_macs`). Zeroed weights are counted: dense hardware multiplies them all
+    the same.
 
-    Attention is counted as its matrix products: the pass runs with ``nn.MultiheadAttention``'s fused
-    fast path off and scaled dot-product attention on its math backend (the fused kernels are not
-    counted at all).
+    ``nn.MultiheadAttention``'s fused fast path (which bypasses the module's call) is off while counting.
     """
+    from torch_pruning.utils import op_counter
+
     parameter = next(net.parameters())
-    training, fast_path = net.training, torch.backends.mha.get_fastpath_enabled()
-    net.eval()
+    fast_path = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)
+    op_counter.CUSTOM_MODULES_MAPPING = {HeadsRemovedAttention: _heads_removed_macs}  # reset by the call
     try:
-        with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), FlopCounterMode(display=False) as counter:
-            net(torch.zeros(1, *input_shape, device=parameter.device, dtype=parameter.dtype))
+        macs, _ = op_counter.count_ops_and_params(
+            net, torch.zeros(1, *input_shape, device=parameter.device, dtype=parameter.dtype)
+        )
     finally:
+        op_counter.CUSTOM_MODULES_MAPPING = {}
         torch.backends.mha.set_fastpath_enabled(fast_path)
-        net.train(training)
-    return counter.get_total_flops() // 2
+    return int(macs)
+
+
+def _heads_removed_macs(module, inputs, output):
+    """Torch-Pruning's count of ``nn.MultiheadAttention`` (``multihead_attention_counter_hook``) for a
+    :class:`~bayesprune.core.heads.HeadsRemovedAttention` of embedding E and H heads of d channels
+    (width W = H·d): the queries scaled (L·W), the query, key and value projections (E·W products and W
+    bias additions per token), each head's scores, softmax and weighted sum (L·S·d + L·S + L·S·d), and
+    the output projection with its bias (L·(W·E + E)); with every head kept, W = E and it is that hook's
+    count."""
+    query, key, value = inputs[:3]
+    batch_dim, length_dim = (0, 1) if module.batch_first and query.dim() == 3 else (1, 0)
+    batch = query.shape[batch_dim] if query.dim() == 3 else 1
+    length, source = query.shape[length_dim], key.shape[length_dim]
+    embed, heads, head_dim = module.embed_dim, module.num_heads, module.head_dim
+    width = heads * head_dim
+    macs = length * width + (length + 2 * source) * embed * width
+    if module.in_proj_bias is not None:
+        macs += (length + 2 * source) * width
+    macs += heads * (2 * length * source * head_dim + length * source)
+    macs += length * (width * embed + embed)
+    module.__flops__ += int(macs * batch)
 
 
 def measure_latency(
@@ -305,6 +334,7 @@ def measure_latency(
                 net(x)
             times = []
             for _ in range(repeats):
+                check_stop("while timing the network")
                 synchronize()
                 start = time.perf_counter()
                 net(x)

@@ -32,7 +32,7 @@ def check_size(config, data):
     its parameters counted."""
     try:
         with torch.device("meta"):
-            net = new_net(config, data.input_shape, data.output_dim, seed=config.seed)
+            net = new_net(config, data.input_shape, data.output_dim, seed=config.seed, weights=False)
         count = sum(param.numel() for param in net.parameters())
     except Exception:  # noqa: BLE001 - a network that does not build on meta is built (and checked) for real
         return

@@ -126,6 +126,14 @@ class ModelConfig:
     (``"module:callable"``, the run's working directory importable) names the user's own, called as
     ``callable(input_shape, output_dim, **options)``; every other key is an option of the builder.
 
+    ``weights`` is a file of the network's weights to start every fit from (``torch.save(net.state_dict(),
+    path)`` of the network the factory or architecture builds; read weights-only, refused naming the first
+    key that does not match; :func:`bayesprune.core.checkpoint.load_weights`), instead of the builder's
+    random initialisation. ``pretrain_epochs`` (default 0) trains that network densely by maximum likelihood
+    first, with the run's optimiser and minibatches (:func:`bayesprune.pipeline.start.start_network`), so that
+    every method of a comparison starts from the same trained network; ``start_<metric>`` in ``metrics.json``
+    is the test metric of the network the fit starts from.
+
     ``noise_scale`` fixes the Gaussian noise of regression; absent, it is learned. ``expose`` and
     ``hide`` add parameters to the sites or take them out (names, globs or module type names,
     :func:`bayesprune.core.sites.site_names`; by default the sites are the parameters of the Linear and
@@ -142,6 +150,16 @@ class ModelConfig:
             allowed='`"module:callable"`, or unset',
         ),
     )
+    weights: str | None = option(
+        None,
+        Constraint(
+            lambda v: v is None or (isinstance(v, str) and v != ""),
+            "be a file path",
+            refused=("", 1),
+            allowed="a file path, or unset",
+        ),
+    )
+    pretrain_epochs: int = option(0, count(0))
     noise_scale: float | None = option(None, optional(scale()))
     expose: tuple = option((), NAMES)
     hide: tuple = option((), NAMES)
@@ -495,7 +513,7 @@ class RunConfig:
         from bayesprune.methods import available_methods, get_method
 
         method = get_method(raw.get("method", cls.method))
-        raw = _with_table_defaults(_fold_legacy_keys(raw, method), method)
+        raw = _with_level_default(_with_table_defaults(_fold_legacy_keys(raw, method), method), method)
         top = {f.name for f in fields(cls)} - set(_SECTIONS) - {"method_options"}
         kwargs = {}
         for key, value in raw.items():
@@ -609,6 +627,15 @@ def _with_table_defaults(raw: dict, method) -> dict:
     return raw
 
 
+def _with_level_default(raw: dict, method) -> dict:
+    """``raw`` with ``prune.level`` set to the method's one level where it prunes at one level only
+    (``Method.prune_levels``: unit gates prune units) and the config leaves the key out."""
+    prune = raw.get("prune", {})
+    if len(method.prune_levels) != 1 or not isinstance(prune, dict) or "level" in prune:
+        return raw
+    return {**raw, "prune": {**prune, "level": method.prune_levels[0]}}
+
+
 def _section(name: str, values: dict):
     cls = _SECTIONS[name]
     if name not in _OPEN_SECTIONS:
@@ -698,15 +725,16 @@ DATA_PATHS = ("path", "train", "test", "root")
 
 
 def _resolve_data_paths(raw: dict, folder: Path) -> dict:
-    """``raw`` with every relative file or folder of its ``[data]`` table that exists in ``folder`` (the
+    """``raw`` with every relative file or folder of its ``[data]`` table and ``model.weights`` that exists in ``folder`` (the
     config file's) read from there, as most tools do; one that does not is left to the current folder,
     where configs written before this rule found their files."""
-    data = raw.get("data")
-    if isinstance(data, dict):
-        for key in DATA_PATHS:
-            value = data.get(key)
-            if isinstance(value, str) and value and not Path(value).is_absolute() and (folder / value).exists():
-                data[key] = str(folder / value)
+    for section, keys in (("data", DATA_PATHS), ("model", ("weights",))):
+        table = raw.get(section)
+        if isinstance(table, dict):
+            for key in keys:
+                value = table.get(key)
+                if isinstance(value, str) and value and not Path(value).is_absolute() and (folder / value).exists():
+                    table[key] = str(folder / value)
     return raw
 
 

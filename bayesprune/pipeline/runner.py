@@ -35,7 +35,7 @@ from bayesprune.core.loop import check_stop, resolve_device
 from bayesprune.core.normalization import has_running_stats
 from bayesprune.core.predict import DrawOutputs
 from bayesprune.core.preprocessing import preprocessing_of
-from bayesprune.core.tasks import is_classification
+from bayesprune.core.tasks import is_classification, network_test_metric
 from bayesprune.methods import FitContext, get_method
 from bayesprune.models import new_net
 from bayesprune.pipeline.baseline import least_squares_test_rmse, train_plain
@@ -68,6 +68,7 @@ from bayesprune.pipeline.rundir import (
     resumable,
     staged,
 )
+from bayesprune.pipeline.start import start_network
 from bayesprune.pipeline.summary import summarise_seeds, summarise_splits, with_reference, write_metrics
 
 
@@ -79,6 +80,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     """
     out = Path(out)
     files = [config.data.options.get(key) for key in ("root", "path", "train", "test")]  # the data's own files
+    files.append(config.model.weights)
     check_output_dir(out, force=force, inputs=[*inputs, *(path for path in files if isinstance(path, str))])
     join(config, out, force=force, resumed_from=resumed_from)
     if config.experiment.name is not None:
@@ -241,8 +243,9 @@ def _fit_splits(
             split_config = config.for_data(dataset.num_train)
             for chain in range(chains if index == 0 else 1):
                 seed = config.seed + index + chain
-                net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
+                net = start_network(config, dataset, device=device, seed=seed)
                 baseline_net = copy.deepcopy(net) if chain == 0 else None
+                start = network_test_metric(net, dataset) if chain == 0 else None
                 ctx = FitContext.from_config(
                     config,
                     dataset,
@@ -261,6 +264,7 @@ def _fit_splits(
                         fitted.unpruned_draws = DrawOutputs(rows=PREDICTIVE_TEST_POINTS)
                     per_split.append(
                         {
+                            f"start_{metric_name(dataset.task)}": start,
                             **_evaluate(
                                 split_config, dataset, fitted, device, baseline_net, validation, ctx.best_epoch
                             ),
