@@ -251,7 +251,13 @@ class PruneConfig:
     evaluates the Monte-Carlo predictive of a method that has one (``<metric>_mc``, S draws each): at
     ``"every"`` droprate, or at the ``"unpruned"`` model only (the point estimate at every droprate);
     ``"auto"`` (default) is ``"every"`` for networks of at most 1,000,000 weights (:data:`PREDICTIVE_CURVE_WEIGHTS`),
-    where the S passes at each droprate cost little beside training, and ``"unpruned"`` above."""
+    where the S passes at each droprate cost little beside training, and ``"unpruned"`` above.
+
+    ``macs`` (unit level) is a MAC budget: a fraction of the dense network's multiply-accumulates to keep, or a
+    list of them; at each, units leave by the method's unit scores (the floors of ``min_keep`` kept) until the
+    network costs at most that (:func:`bayesprune.core.macs.resolve_macs`), and ``metrics.json``'s
+    ``macs_curve`` holds its count, test metric and, with ``finetune_epochs``, its fine-tuned one. The
+    dense network is the one the fit starts from, so every method's row of a comparison is cut to the same MACs."""
 
     droprates: tuple = option(
         (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95),
@@ -270,6 +276,40 @@ class PruneConfig:
     recalibrate_batches: int = option(DEFAULT_BATCHES, count(1, MAX_BATCHES))
     finetune_epochs: int = option(0, count(0))
     predictive: str = option("auto", one_of(PREDICTIVES))
+    macs: tuple = option(
+        (),
+        Constraint(
+            lambda v: (
+                all(is_number(m) and 0 < m <= 1 for m in ([v] if is_number(v) else v))
+                if is_number(v) or isinstance(v, (list, tuple))
+                else False
+            ),
+            "be a fraction in (0, 1] of the dense network's MACs, or a list of them",
+            refused=(0.0, 1.5, [0.5, 2.0], "half", True),
+            allowed="a fraction in (0, 1], or a list of them",
+            convert=lambda v: tuple(sorted(set(float(m) for m in ([v] if is_number(v) else v)), reverse=True)),
+        ),
+    )
+
+    rules = (
+        Rule(
+            "macs",
+            lambda o: not o.macs or o.level == "unit",
+            lambda o: (
+                "come with prune.level = 'unit' (units leave until the MACs reach it; zeroed weights cost as many "
+                "MACs as kept ones)"
+            ),
+            example={"macs": 0.5, "level": "weight"},
+            value=lambda o: list(o.macs),
+        ),
+        Rule(
+            "macs",
+            lambda o: not o.macs or o.scope == "global",
+            lambda o: "come with prune.scope = 'global' (units leave by score across the network)",
+            example={"macs": 0.5, "level": "unit", "scope": "layer"},
+            value=lambda o: list(o.macs),
+        ),
+    )
 
     def __post_init__(self):
         validate(self, "prune")
