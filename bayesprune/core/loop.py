@@ -7,6 +7,7 @@ import random
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyro
 import torch
 from pyro import poutine
 from pyro.optim import PyroLRScheduler
@@ -274,7 +275,9 @@ def train(
         losses in step order divided by the number of batches.
 
     A CPU loss is checked at once; losses on another device stay there until the end of the epoch,
-    so a CUDA step never waits for the host (one synchronisation per epoch).
+    so a CUDA step never waits for the host (one synchronisation per epoch). Steps run with the
+    arguments of distributions (``torch.distributions``, Pyro) unchecked: a check reads them back to
+    the host, and a step whose arguments go wrong shows it as a loss that is not finite.
 
     Raises:
         TrainingDiverged: a loss became NaN or infinite, naming the epoch and the first such step
@@ -291,7 +294,8 @@ def train(
     for epoch in bar:
         losses = []
         for index, (x, y) in enumerate(batches):
-            loss = step(x, y, index, num_batches)
+            with pyro.validation_enabled(False):  # checking arguments reads them back to the host
+                loss = step(x, y, index, num_batches)
             if loss.device.type == "cpu":
                 _check_finite(loss.item(), epoch, index)
             losses.append(loss)

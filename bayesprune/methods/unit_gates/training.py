@@ -120,7 +120,7 @@ class GateTraining:
             t.grad = d.add_(self.hyper_prior.theta_gradient(t.detach())).sub_(
                 t.detach(), alpha=self.options.weight_precision
             )
-            t.grad[self.switched_off] = 0.0  # θ = 0 held: its logit's derivative is not finite
+            t.grad.masked_fill_(self.switched_off, 0.0)  # θ = 0 held: its logit's derivative is not finite
         distributed.average_gradients([param for group in self.optimizer.param_groups for param in group["params"]])
         self.optimizer.step()
         self._after_step()
@@ -137,7 +137,7 @@ class GateTraining:
         if options.phi_max < math.inf:
             project_unit_weights(self.net, self.gates, options.phi_max)
         theta = self.gates.raw.clamp_(options.theta_low, options.theta_high)
-        theta[self.switched_off] = 0.0  # remove_at = "epoch": switched off until the epoch's end
+        theta.masked_fill_(self.switched_off, 0.0)  # remove_at = "epoch": switched off until the epoch's end
         if options.condition == "tolerance":
             off = theta < options.theta_tol
         else:
@@ -145,17 +145,25 @@ class GateTraining:
             if self.steps <= options.n0:
                 return
             off = theta < self.theta_max * (1 - options.theta_per)
-        if not bool((off & ~self.switched_off).any()):
-            return
-        layers = zip(self.gates.per_layer(off), self.gates.per_layer(self.switched_off), self.floors)
-        keep = self.with_floors(
-            [~layer_off if floor or not bool(layer_off.all()) else ~switched for layer_off, switched, floor in layers]
-        )
         if options.remove_at == "step":
-            self.remove(keep)
-        else:  # held at 0 from now on (a Bernoulli(0) gate: the unit removed, exactly)
-            self.switched_off = ~torch.cat(keep)
-            theta[self.switched_off] = 0.0
+            # the network shrinks at this step: the host reads whether a unit meets the condition
+            if bool((off & ~self.switched_off).any()):
+                self.remove(self.kept(off))
+        else:  # held at 0 from now on (a Bernoulli(0) gate: the unit removed, exactly), decided on the device
+            self.switched_off = ~torch.cat(self.kept(off))
+            theta.masked_fill_(self.switched_off, 0.0)
+
+    def kept(self, off) -> list:
+        """The units to keep, per gated group, when those of ``off`` meet the pruning condition: a group
+        all of whose units meet it keeps those not yet switched off, unless it has a floor
+        (:meth:`with_floors`). Decided on the device (no value read back)."""
+        layers = zip(self.gates.per_layer(off), self.gates.per_layer(self.switched_off), self.floors)
+        return self.with_floors(
+            [
+                ~layer_off if floor else torch.where(layer_off.all(), ~switched, ~layer_off)
+                for layer_off, switched, floor in layers
+            ]
+        )
 
     def with_floors(self, keep: list) -> list:
         """``keep`` (a bool mask per gated group) with each group's floor (``min_keep_fraction`` of its
