@@ -244,7 +244,13 @@ class PruneConfig:
     evaluates the Monte-Carlo predictive of a method that has one (``<metric>_mc``, S draws each): at
     ``"every"`` droprate, or at the ``"unpruned"`` model only (the point estimate at every droprate);
     ``"auto"`` (default) is ``"every"`` for networks of at most 1,000,000 weights (:data:`PREDICTIVE_CURVE_WEIGHTS`),
-    where the S passes at each droprate cost little beside training, and ``"unpruned"`` above."""
+    where the S passes at each droprate cost little beside training, and ``"unpruned"`` above.
+
+    ``macs`` (unit level) is a MAC budget: a fraction of the dense network's multiply-accumulates to keep, or a
+    list of them; at each, units leave by the method's unit scores (the floors of ``min_keep`` kept) until the
+    network costs at most that (:func:`bayesprune.core.macs.resolve_macs`), and ``metrics.json``'s
+    ``macs_curve`` holds its count, test metric and, with ``finetune_epochs``, its fine-tuned one. The
+    dense network is the one the fit starts from, so every method's row of a comparison is cut to the same MACs."""
 
     droprates: tuple = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
     scope: str = "global"
@@ -255,6 +261,7 @@ class PruneConfig:
     recalibrate_batches: int = DEFAULT_BATCHES
     finetune_epochs: int = 0
     predictive: str = "auto"
+    macs: tuple = ()
 
     def __post_init__(self):
         from bayesprune.core.normalization import MAX_BATCHES
@@ -292,6 +299,27 @@ class PruneConfig:
             self.finetune_epochs,
         )
         _require(self.predictive in PREDICTIVES, "prune.predictive", f"be one of {list(PREDICTIVES)}", self.predictive)
+        macs = [self.macs] if _is_number(self.macs) else self.macs
+        _require(
+            isinstance(macs, (list, tuple)) and all(_is_number(m) and 0 < m <= 1 for m in macs),
+            "prune.macs",
+            "be a fraction in (0, 1] of the dense network's MACs, or a list of them",
+            self.macs,
+        )
+        object.__setattr__(self, "macs", tuple(sorted(set(float(m) for m in macs), reverse=True)))
+        _require(
+            not self.macs or self.level == "unit",
+            "prune.macs",
+            "come with prune.level = 'unit' (units leave until the MACs reach it; zeroed weights cost as many "
+            "MACs as kept ones)",
+            list(self.macs),
+        )
+        _require(
+            not self.macs or self.scope == "global",
+            "prune.macs",
+            "come with prune.scope = 'global' (units leave by score across the network)",
+            list(self.macs),
+        )
 
     def predictive_at(self, n_weights: int) -> str:
         """Where the curve of a network of ``n_weights`` evaluates the Monte-Carlo predictive: ``"every"``
