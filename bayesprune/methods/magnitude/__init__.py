@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from bayesprune.core.tasks import metric_name, network_test_metric
-from bayesprune.core.validation import is_number, require
+from bayesprune.core.validation import option, unit, validate
 from bayesprune.methods import register_method
 from bayesprune.methods.base import Method, NetworkFitted
 
@@ -39,12 +39,10 @@ class MagnitudeOptions:
             runner's plain network (a fifth); 0: the last epoch, trained on every row.
     """
 
-    held_out: float = 0.2
+    held_out: float = option(0.2, unit(open_low=False))
 
     def __post_init__(self):
-        require(
-            is_number(self.held_out) and 0 <= self.held_out < 1, "magnitude.held_out", "lie in [0, 1)", self.held_out
-        )
+        validate(self, "magnitude")
 
 
 class PlainFitted(NetworkFitted):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from bayesprune.core.channels import IMPORTANCES, SCOPES, accumulate_gradients, check_prunable, prune_channels
 from bayesprune.core.errors import BayesPruneError, ConfigError
 from bayesprune.core.tasks import mean_loss
-from bayesprune.core.validation import is_number, require
+from bayesprune.core.validation import one_of, option, unit, validate
 from bayesprune.methods import register_method
 from bayesprune.methods.base import Method
 from bayesprune.methods.magnitude import PLAIN_RULE, PlainFitted, fit_plain_network
@@ -38,17 +38,13 @@ class TorchPruningOptions:
             network's best epoch when the run holds out none.
     """
 
-    sparsity: float = 0.5
-    importance: str = "magnitude"
-    scope: str = "layer"
-    held_out: float = 0.2
+    sparsity: float = option(0.5, unit())
+    importance: str = option("magnitude", one_of(IMPORTANCES))
+    scope: str = option("layer", one_of(SCOPES))
+    held_out: float = option(0.2, unit(open_low=False))
 
     def __post_init__(self):
-        key = "torch-pruning."
-        require(is_number(self.sparsity) and 0 < self.sparsity < 1, key + "sparsity", "lie in (0, 1)", self.sparsity)
-        require(self.importance in IMPORTANCES, key + "importance", f"be one of {list(IMPORTANCES)}", self.importance)
-        require(self.scope in SCOPES, key + "scope", f"be one of {list(SCOPES)}", self.scope)
-        require(is_number(self.held_out) and 0 <= self.held_out < 1, key + "held_out", "lie in [0, 1)", self.held_out)
+        validate(self, "torch-pruning")
 
 
 class TorchPruningFitted(PlainFitted):
