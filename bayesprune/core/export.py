@@ -4,7 +4,7 @@ Units are removed through Torch-Pruning's dependency graph (:mod:`bayesprune.cor
 residual blocks, batch norms and coupled channels shrink together, and every removal is checked
 against the masked network. Beside it, plain utilities for what a user checks after export:
 parameter and MAC counts, measured latency, a file that runs without bayesprune or Pyro
-(:func:`save_portable`), an ONNX file (:func:`save_onnx`), a trainable file that rebuilds with
+(:func:`save_portable`; an ONNX file: :mod:`bayesprune.core.onnx_file`), a trainable file that rebuilds with
 torch alone (:func:`save_trainable`, :func:`load_trainable`), masks that survive fine-tuning, and
 :func:`resize` to rebuild a network that shrank while training from the shapes in its checkpoint.
 """
@@ -19,10 +19,12 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
+from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.heads import HeadsRemovedAttention
 from bayesprune.core.loop import check_stop
 from bayesprune.core.preprocessing import Preprocessing, with_preprocessing
 from bayesprune.core.pruning import apply_masks, expand_unit_masks
+from bayesprune.core.quiet import printouts_dropped
 from bayesprune.core.structure import (
     ATTENTION,
     NotTraceable,
@@ -160,6 +162,8 @@ def dead_units(net: nn.Module, *, input_shape=None) -> dict:
         items = graph.get_pruning_group(
             root, graph.get_pruner_of_module(root).prune_out_channels, list(range(group.channels))
         )
+        if not _indices_in_range(items, graph):
+            continue  # an operation Torch-Pruning maps wrongly (torch.fft between two layers): not looked at
         produced = torch.zeros(group.units, dtype=torch.long)
         read = torch.zeros(group.units, dtype=torch.long)
         for item in items:
@@ -190,6 +194,25 @@ def dead_units(net: nn.Module, *, input_shape=None) -> dict:
         if keep.any() and not keep.all():
             masks[group.gate_site] = keep
     return masks
+
+
+def _indices_in_range(items, graph) -> bool:
+    """Whether every index Torch-Pruning gives a group's modules lies within the dimension it cuts: an
+    operation it does not model (``torch.fft.rfft`` between two ``Linear`` s: 8 outputs read as 5 inputs)
+    maps channels to indices the next module does not have."""
+    for item in items:
+        module, out = item.dep.target.module, graph.is_out_channel_pruning_fn(item.dep.handler)
+        if isinstance(module, nn.Linear):
+            width = module.out_features if out else module.in_features
+        elif isinstance(module, CONVOLUTIONS):
+            width = module.out_channels if out else module.in_channels
+        elif isinstance(module, nn.modules.batchnorm._BatchNorm):
+            width = module.num_features
+        else:
+            continue
+        if item.idxs and max(item.idxs) >= width:
+            return False
+    return True
 
 
 def restrict(tensors: dict, net: nn.Module, unit_masks: dict, *, input_shape=None) -> dict:
@@ -358,43 +381,22 @@ def save_portable(net: nn.Module, path, example_input: torch.Tensor):
     in torch 2.13 as well (checked by hand in a virtual environment with only torch).
     """
     extra = {"bayesprune.json": json.dumps({"input_shape": list(example_input.shape[1:])})}
-    torch.export.save(_program(net, example_input), str(path), extra_files=extra)
+    torch.export.save(program(net, example_input), str(path), extra_files=extra)
 
 
-def _program(net: nn.Module, example_input: torch.Tensor):
+def program(net: nn.Module, example_input: torch.Tensor):
     """``net`` (a copy in eval mode) as a :func:`torch.export.export` program of any batch size."""
     net = copy.deepcopy(net).eval().to(example_input.device)
     batch = torch.export.Dim("batch", min=1, max=1 << 20)
-    return torch.export.export(net, (example_input,), dynamic_shapes=({0: batch},))
-
-
-#: The packages :func:`save_onnx` and :func:`run_onnx` need (the extra ``bayesprune[onnx]``).
-ONNX_PACKAGES = ("onnx", "onnxruntime", "onnxscript")
-
-
-def missing_onnx_packages() -> list:
-    """The packages of :data:`ONNX_PACKAGES` that are not installed."""
-    import importlib.util
-
-    return [name for name in ONNX_PACKAGES if importlib.util.find_spec(name) is None]
-
-
-def save_onnx(net: nn.Module, path, example_input: torch.Tensor):
-    """Write ``net`` as one ONNX file (weights inside, batch dimension dynamic) for ONNX Runtime and the
-    runtimes that read ONNX: :func:`torch.export.export` as :func:`save_portable` does, then
-    ``torch.onnx``'s exporter of that program (it needs ``onnx`` and ``onnxscript``)."""
-    torch.onnx.export(_program(net, example_input), (example_input,), str(path), external_data=False, verbose=False)
-
-
-def run_onnx(path, batches) -> torch.Tensor:
-    """The outputs of the ONNX file ``path`` at each input tensor of ``batches`` (float32, on the CPU),
-    concatenated, computed by ONNX Runtime's CPU provider."""
-    import onnxruntime
-
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
-    parts = [session.run(None, {name: batch.detach().cpu().float().numpy()})[0] for batch in batches]
-    return torch.cat([torch.from_numpy(part) for part in parts])
+    try:
+        with printouts_dropped():
+            return torch.export.export(net, (example_input,), dynamic_shapes=({0: batch},))
+    except Exception as error:  # noqa: BLE001 - the user's forward, whatever torch.export makes of it
+        first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")[:200]
+        raise BayesPruneError(
+            f"model: torch.export cannot export the network's forward ({type(error).__name__}: {first}); a forward "
+            "that branches on the data's values (if x.sum() > 0) needs torch.where or torch.cond"
+        ) from None
 
 
 def portable_input_shape(path) -> tuple:
