@@ -25,8 +25,8 @@ from bayesprune.core.tasks import network_test_metric
 from bayesprune.data import load_dataset
 from bayesprune.methods import FitContext
 from bayesprune.methods.context import train_networks_together
+from bayesprune.models import new_net
 from bayesprune.pipeline.config import load_config
-from bayesprune.pipeline.runner import new_net
 from epoch import synthetic
 
 

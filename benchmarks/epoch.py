@@ -51,8 +51,8 @@ from bayesprune.core.loop import optimizer_step, train
 from bayesprune.core.precision import training_precision
 from bayesprune.data import CLASSIFICATION, Dataset, load_dataset
 from bayesprune.methods import FitContext, get_method
+from bayesprune.models import new_net
 from bayesprune.pipeline.config import load_config
-from bayesprune.pipeline.runner import new_net
 from svi_step import PlainTorchSBNN
 
 #: Method name → its packaged LeNet-300-100 config and the overrides that leave one epoch of its main stage.

@@ -37,8 +37,8 @@ import bayesprune.methods.context as context
 from bayesprune.core.loop import resolve_device
 from bayesprune.data import load_dataset
 from bayesprune.methods import FitContext, available_methods, get_method
+from bayesprune.models import new_net
 from bayesprune.pipeline.config import load_config
-from bayesprune.pipeline.runner import new_net
 
 
 class HostReads(TorchFunctionMode):

@@ -31,9 +31,10 @@ from bayesprune.core.objectives import AnalyticKLELBO
 from bayesprune.core.predict import metric
 from bayesprune.methods import FitContext
 from bayesprune.methods.sbnn import fit_posterior
+from bayesprune.models import new_net
 from bayesprune.pipeline.baseline import train_plain
+from bayesprune.pipeline.checks import load_datasets
 from bayesprune.pipeline.config import load_config
-from bayesprune.pipeline.runner import load_datasets, new_net
 
 ELBO_DRAWS = 32
 

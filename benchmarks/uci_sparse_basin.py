@@ -24,8 +24,8 @@ import torch
 from bayesprune.core.objectives import AnalyticKLELBO
 from bayesprune.methods import FitContext
 from bayesprune.methods.sbnn import fit_posterior
+from bayesprune.models import new_net
 from bayesprune.pipeline.evaluation import pruning_curve
-from bayesprune.pipeline.runner import new_net
 from uci_objective import ELBO_DRAWS, held_out_split
 
 DROPRATES = [0.0, 0.25, 0.5, 0.75]

@@ -31,9 +31,10 @@ from bayesprune.core.predict import metric
 from bayesprune.core.pruning import Budget
 from bayesprune.methods import FitContext
 from bayesprune.methods.sbnn import SCORES, elbo, fit_starts
+from bayesprune.models import new_net
+from bayesprune.pipeline.checks import load_datasets
 from bayesprune.pipeline.config import load_config
 from bayesprune.pipeline.evaluation import pruning_curve
-from bayesprune.pipeline.runner import load_datasets, new_net
 
 #: ``prune.scope``: the weights of lowest score removed over the whole network (the paper's ranking) or
 #: the same fraction in each layer.

@@ -87,23 +87,35 @@ def accumulate_gradients(net: nn.Module, x, y, loss, *, batch_size: int):
         (loss(net(xb), yb) * len(xb) / len(x)).backward()
 
 
-def pruned_and_finetuned(net: nn.Module, dataset, *, ratio: float, importance: str, finetune_epochs: int, rule: dict):
-    """A copy of the plain ``net`` pruned by :func:`prune_channels` at ``ratio`` (Taylor importance from
-    the gradient of the mean training loss), then fine-tuned ``finetune_epochs`` epochs as the plain
-    network was trained (``rule``: :func:`~bayesprune.core.plain.fit_plain`'s epochs, lr, batch
-    size and seed) on ``net``'s device; in eval mode."""
-    from bayesprune.core.plain import fit_plain
+def prune_by_importance(
+    net: nn.Module, dataset, *, ratio: float, importance: str, scope: str = "layer", batch_size: int
+):
+    """``net`` pruned in place by :func:`prune_channels` at ``ratio`` (Taylor importance from the gradient of
+    the mean training loss over ``dataset``'s training rows, in batches of ``batch_size``), its gradients
+    cleared; in eval mode."""
     from bayesprune.core.tasks import mean_loss
 
-    pruned = copy.deepcopy(net)
     device = next(net.parameters()).device
-    x, y = dataset.x_train.to(device), dataset.y_train.to(device)
     if importance == "taylor":
-        accumulate_gradients(pruned, x, y, mean_loss(dataset.task), batch_size=rule["batch_size"])
-    prune_channels(pruned, tuple(dataset.input_shape), ratio=ratio, importance=importance)
-    pruned.zero_grad(set_to_none=True)
+        x, y = dataset.x_train.to(device), dataset.y_train.to(device)
+        accumulate_gradients(net, x, y, mean_loss(dataset.task), batch_size=batch_size)
+    prune_channels(net, tuple(dataset.input_shape), ratio=ratio, importance=importance, scope=scope)
+    net.zero_grad(set_to_none=True)
+    return net.eval()
+
+
+def pruned_and_finetuned(net: nn.Module, dataset, *, ratio: float, importance: str, finetune_epochs: int, rule: dict):
+    """A copy of the plain ``net`` pruned by :func:`prune_by_importance`, then fine-tuned ``finetune_epochs``
+    epochs as the plain network was trained (``rule``: :func:`~bayesprune.core.plain.fit_plain`'s epochs, lr,
+    batch size and seed) on ``net``'s device; in eval mode."""
+    from bayesprune.core.plain import fit_plain
+
+    pruned = prune_by_importance(
+        copy.deepcopy(net), dataset, ratio=ratio, importance=importance, batch_size=rule["batch_size"]
+    )
     if finetune_epochs:
-        fit_plain(pruned, x, y, **{**rule, "epochs": finetune_epochs})
+        device = next(net.parameters()).device
+        fit_plain(pruned, dataset.x_train.to(device), dataset.y_train.to(device), **{**rule, "epochs": finetune_epochs})
     return pruned.eval()
 
 

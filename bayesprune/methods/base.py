@@ -247,6 +247,7 @@ class Method:
             runs it beside the methods, trains it as the comparison's ``[baseline]`` says
             (``baseline.epochs`` its ``train.epochs``, ``baseline.lr`` its ``optim.lr``) and fine-tunes its
             pruned networks ``compare.finetune_epochs`` (its ``prune.finetune_epochs``).
+        sweep_sets: options of its table ``bayesprune sweep`` sets itself (:meth:`swept`), refused in a grid.
         summary, paper: what it learns and where it is published, for the README's method table
             and the reference (``docs/generate.py``).
     """
@@ -259,6 +260,7 @@ class Method:
     sparsity_option: ClassVar[str | None] = None
     quick: ClassVar[tuple] = ()
     baseline: ClassVar[bool] = False
+    sweep_sets: ClassVar[tuple] = ()
     summary: ClassVar[str] = ""
     paper: ClassVar[str] = ""
 
@@ -301,6 +303,22 @@ class Method:
         """The method's table (TOML layout) when ``compare.budget`` makes its main stage (``train.epochs``)
         ``factor`` times as long: the epochs inside that stage its options name (a schedule's milestones)
         scaled alike. The default: the table as it is."""
+        return table
+
+    def certifying(self, table: dict, mask_of: str, *, mask_table: dict, mask_optim: dict, epochs: int) -> dict | None:
+        """This method's table (TOML layout, ``table`` its own in a comparison) for a run whose ``bound``
+        certifies method ``mask_of``'s mask (``compare.certify``), from that method's own ``mask_table``,
+        ``mask_optim`` and the comparison's ``epochs``; ``None``: it certifies no such mask (the default)."""
+        return None
+
+    def certified(self, table: dict) -> str | None:
+        """The method whose mask a run of this ``table`` already certifies (a comparison takes its own
+        cells' bound for it rather than fitting another), or ``None`` (the default)."""
+        return None
+
+    def swept(self, table: dict, points: int) -> dict:
+        """The method's table (TOML layout) in a sweep of ``points`` grid points (the options it lists in
+        :attr:`sweep_sets`, which the grid may not vary). The default: the table as it is."""
         return table
 
     def report_sections(self, run_dir, metrics: dict) -> list:

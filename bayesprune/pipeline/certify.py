@@ -15,7 +15,7 @@ def certify(run_dir, *, samples: int | None = None) -> dict:
     Raises :class:`~bayesprune.core.errors.BayesPruneError` (one line) on a bad count, a bad run directory
     or a method without a certificate.
     """
-    from bayesprune.methods import get_method
+    from bayesprune.methods import Method, available_methods, get_method
     from bayesprune.pipeline.rundir import load_run
 
     if samples is not None and not (is_count(samples) and samples <= MAX_CERTIFY_SAMPLES):
@@ -23,5 +23,8 @@ def certify(run_dir, *, samples: int | None = None) -> dict:
     config, dataset, fitted = load_run(run_dir)
     result = get_method(config.method).certificate(fitted, dataset, config.method_options, samples=samples)
     if result is None:
-        raise BayesPruneError(f"{run_dir}: method {config.method!r} has no certificate (pbp has)")
+        having = [name for name, method in available_methods().items() if method.certificate is not Method.certificate]
+        raise BayesPruneError(
+            f"{run_dir}: method {config.method!r} has no certificate (these have: {', '.join(having)})"
+        )
     return result

@@ -14,6 +14,24 @@ from bayesprune.methods import get_method
 from bayesprune.models import new_net
 
 
+def check_before_fit(config, *, resuming: bool = False, datasets=None) -> list:
+    """Every check a run makes before anything is written (the method's services and keys, the data, the
+    network's size, inputs, outputs and units, the method's own :meth:`~bayesprune.methods.Method.check`),
+    raising :class:`~bayesprune.core.errors.ConfigError` in one line; returns the data sets, loaded
+    unless ``datasets`` are given. ``bayesprune run`` and every cell of a grid check through it."""
+    method = get_method(config.method)
+    refuse_unsupported(config, method, resuming=resuming)
+    datasets = load_datasets(config) if datasets is None else datasets
+    check_size(config, datasets[0])
+    check_validation(config, datasets)
+    check_memory_format(config, datasets[0])
+    net = new_net(config, datasets[0].input_shape, datasets[0].output_dim, seed=config.seed)
+    check_network(net, datasets[0])
+    check_units(config, net, datasets[0])
+    method.check(net, datasets[0], config.method_options)
+    return datasets
+
+
 def load_datasets(config) -> list:
     """The dataset of the config, or one per split when ``data.splits`` is set (UCI)."""
     data = config.data

@@ -150,7 +150,9 @@ def importance(
         raise BayesPruneError(f"{run_dir}: knockoff selection needs 1-D inputs (a table), got {dataset.input_shape}")
     idata = _posterior_with_importance(run_dir)
     if selection == "empirical-null" and idata is None:
-        raise BayesPruneError(f"{run_dir}: empirical-null selection needs posterior.nc's pooled psi (an sbnn run)")
+        raise BayesPruneError(
+            f"{run_dir}: empirical-null selection needs posterior.nc's pooled psi (a run of a method with inclusion probabilities)"
+        )
     if idata is not None:
         rows, nodes, record = _pooled_importance(idata, fitted, fdr)
     else:

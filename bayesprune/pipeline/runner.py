@@ -39,18 +39,8 @@ from bayesprune.core.predict import DrawOutputs
 from bayesprune.core.preprocessing import preprocessing_of
 from bayesprune.core.tasks import is_classification, network_test_metric
 from bayesprune.methods import FitContext, get_method
-from bayesprune.models import new_net
 from bayesprune.pipeline.baseline import least_squares_test_rmse, train_plain
-from bayesprune.pipeline.checks import (
-    check_memory_format,
-    check_network,
-    check_size,
-    check_units,
-    check_validation,
-    load_datasets,
-    refuse_unsupported,
-    run_chains,
-)
+from bayesprune.pipeline.checks import check_before_fit, run_chains
 from bayesprune.pipeline.config import load_config
 from bayesprune.pipeline.evaluation import macs_curve, metric_name, pruning_curve
 from bayesprune.pipeline.finetune import FineTuning
@@ -62,7 +52,7 @@ from bayesprune.pipeline.rundir import (
     POSTERIOR,
     SEEDS,
     check_output_dir,
-    load_run,  # noqa: F401  (a saved run loads from here too, as before the split)
+    load_run,
     move_into_place,
     resumable,
     staged,
@@ -85,15 +75,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     if config.experiment.name is not None:
         return _run_experiment(config, out, progress=progress, force=force)
     method = get_method(config.method)
-    refuse_unsupported(config, method, resuming=resumed_from is not None)
-    datasets = load_datasets(config)
-    check_size(config, datasets[0])
-    check_validation(config, datasets)
-    check_memory_format(config, datasets[0])
-    net = new_net(config, datasets[0].input_shape, datasets[0].output_dim, seed=config.seed)
-    check_network(net, datasets[0])
-    check_units(config, net, datasets[0])
-    method.check(net, datasets[0], config.method_options)
+    datasets = check_before_fit(config, resuming=resumed_from is not None)
     check_stop("while loading the data")  # before anything is written
     device = resolve_device(config.device)
     progress = progress and distributed.rank() == 0
@@ -385,6 +367,38 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
             metrics[f"baseline_{name}"], metrics["baseline_diverged"] = None, str(error)
         if not is_classification(dataset.task):
             metrics[f"baseline_linear_{name}"] = least_squares_test_rmse(dataset)
+    return metrics
+
+
+def extend_curve(folder, droprates) -> dict:
+    """The finished run in ``folder`` evaluated at further ``droprates`` from its saved fit
+    (:func:`load_run`), never fitted again, by the run's own :func:`~bayesprune.pipeline.evaluation.pruning_curve`
+    (fine-tuned as ``prune.finetune_epochs`` says): its ``pruning_curve``, ``pruning_curve.csv`` and
+    ``prune.droprates`` take the new rows; ``metrics.json`` is written last. Returns the metrics."""
+    import tomllib
+
+    import tomli_w
+
+    from bayesprune.core.files import write_text
+
+    folder = Path(folder)
+    metrics = json.loads((folder / "metrics.json").read_text())
+    config, dataset, fitted = load_run(folder)
+    rows = pruning_curve(
+        fitted,
+        dataset,
+        droprates=list(droprates),
+        budget=config.prune.budget,
+        include_biases=config.prune.include_biases,
+        finetuned=_finetuned(config, dataset, fitted),
+        predictive=config.prune.predictive_at(fitted.n_weights),
+    )
+    metrics["pruning_curve"] = sorted([*metrics["pruning_curve"], *rows], key=lambda row: row["droprate"])
+    raw = tomllib.loads((folder / "config.toml").read_text())
+    raw["prune"]["droprates"] = [row["droprate"] for row in metrics["pruning_curve"]]
+    write_text(folder / "config.toml", tomli_w.dumps(raw))
+    write_csv(folder / "pruning_curve.csv", metrics["pruning_curve"], digits=6)
+    write_text(folder / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     return metrics
 
 

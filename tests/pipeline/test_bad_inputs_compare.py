@@ -2,7 +2,7 @@
 one line naming the field or file, exit status 2, no traceback, nothing changed (the harness of
 :mod:`test_bad_inputs`: ``(files, argv, named)`` rows). A finished comparison (``CMP``) or sweep
 (``SWEEP``) is copied into the working folder and then tampered with: cell folders or ``cells/``
-replaced by links or files, unparseable or mistyped ``metrics.json``, ``cell.json``, ``sweep.toml``,
+replaced by links or files, unparseable or mistyped ``metrics.json``, ``config.toml``, ``sweep.toml``,
 an edited ``comparison.toml`` or cell ``config.toml``; every such case is refused before anything is
 fitted, never followed, never written through.
 
@@ -83,10 +83,6 @@ def _curve_text(value):
     value["pruning_curve"][0]["test_error"] = "low"
 
 
-def _cell_finetune(value):
-    value["finetune_epochs"] = 99
-
-
 def _seeds_text(value):
     value["seeds"] = "all"
 
@@ -147,25 +143,25 @@ CASES = {
         "task",
     ),
     "magnitude metrics.json without its rows": (
-        {"cmp": CMP, MAGNITUDE_CELL + "/metrics.json": edit_json(_pop("per_sparsity"))},
+        {"cmp": CMP, MAGNITUDE_CELL + "/metrics.json": edit_json(_pop("pruning_curve"))},
         RESUME,
-        "per_sparsity",
+        "pruning_curve",
     ),
-    "cell.json not JSON": ({"cmp": CMP, MAGNITUDE_CELL + "/cell.json": "]["}, RESUME, "cell.json"),
-    "cell.json of another fine-tuning": (
-        {"cmp": CMP, MAGNITUDE_CELL + "/cell.json": edit_json(_cell_finetune)},
+    "magnitude config.toml not TOML": ({"cmp": CMP, MAGNITUDE_CELL + "/config.toml": "]["}, RESUME, "config.toml"),
+    "magnitude config.toml of another fine-tuning": (
+        {"cmp": CMP, MAGNITUDE_CELL + "/config.toml": edit_toml("prune", "finetune_epochs", 99)},
         RESUME,
-        "finetune_epochs",
+        "prune.finetune_epochs",
     ),
-    "cell.json a link": (
+    "magnitude config.toml a link": (
         {
             "cmp": CMP,
-            "other.json": "{}",
-            MAGNITUDE_CELL + "/cell.json": GONE,
-            MAGNITUDE_CELL + "/cell.json ": ("link", "../../../other.json"),
+            "other.toml": "",
+            MAGNITUDE_CELL + "/config.toml": GONE,
+            MAGNITUDE_CELL + "/config.toml ": ("link", "../../../other.toml"),
         },
         RESUME,
-        "cell.json",
+        "config.toml",
     ),
     # edited configs: refused naming the key, a finished cell never refitted from another config
     "comparison.toml with other epochs": (
@@ -424,7 +420,6 @@ def test_the_table_covers_the_grid_cases_of_the_issue():
         "link",
         "file",
         "metrics.json",
-        "cell.json",
         "sweep.toml",
         "comparison.toml",
         "config.toml",

@@ -14,6 +14,7 @@ from bayesprune.core.tasks import network_metric
 from bayesprune.data import load_dataset
 from bayesprune.data.registry import Dataset
 from bayesprune.pipeline.baseline import least_squares_test_rmse, train_plain
+from bayesprune.pipeline.config import RunConfig
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -149,24 +150,36 @@ def test_a_regression_run_reports_both_references(tmp_path):
     assert f"| test_rmse, linear model (least squares) | {metrics['baseline_linear_test_rmse']:.4g} |" in report
 
 
-def test_a_comparisons_plain_network_is_the_runs(tmp_path):
-    """``compare``'s plain network (its magnitude cell) follows the runner's rule (:func:`train_plain` with
-    the runner's arguments): same network, same held-out rows, same kept epoch, the same test error."""
+def test_the_magnitude_methods_plain_network_is_the_runners(tmp_path):
+    """The ``magnitude`` method's fit (the plain network a comparison's ``plain_test_error`` reads) follows the
+    runner's rule (:func:`train_plain` with the runner's arguments): same network, same held-out rows, same
+    kept epoch, the same test error, reported as its ``baseline_test_error`` without training another."""
     from bayesprune.models import new_net
-    from bayesprune.pipeline.compare.cells import Cell, _magnitude
+    from bayesprune.pipeline.checks import load_datasets
     from bayesprune.pipeline.config import load_config
-    from bayesprune.pipeline.runner import load_datasets
+    from bayesprune.pipeline.runner import run
 
     config = load_config("default", ["train.epochs=3"])
     data = load_datasets(config)[0]
+    lr = config.baseline.lr or config.optim.lr
     plain = train_plain(
         new_net(config, data.input_shape, data.output_dim, seed=0),
         data,
         epochs=3,
-        lr=config.baseline.lr,
+        lr=lr,
         batch_size=config.data.batch_size,
         seed=0,
         hold=config.baseline.held_out,
     )
-    cell = Cell("magnitude", "magnitude", config.to_dict(), "magnitude", seed=0, sparsities=(0.5,), finetune_epochs=0)
-    assert _magnitude(cell, tmp_path / "cell")["baseline_test_error"] == plain["test"]
+    raw = {key: value for key, value in config.to_dict().items() if key not in ("sbnn", "optim")}
+    magnitude = RunConfig.from_dict(
+        {
+            **raw,
+            "method": "magnitude",
+            "optim": {"lr": lr},
+            "baseline": {"enabled": False},
+            "prune": {"droprates": [0.0]},
+        }
+    )
+    metrics = run(magnitude, tmp_path / "run")
+    assert metrics["baseline_test_error"] == metrics["test_error"] == plain["test"]

@@ -67,11 +67,17 @@ def test_the_cells_of_a_comparison():
         "probmask-s0.8-seed0",
         "saliency-s0.9-seed0",
     } <= set(cells)
-    methods = [method for method in available_methods().values() if not method.baseline]
-    per_sparsity = sum(method.sparsity_option is not None for method in methods)  # one cell per sparsity and seed
-    assert len(options.seeds) == 1 and len(cells) == 1 + len(methods) - per_sparsity + per_sparsity * len(
+    # every method but Torch-Pruning (its sparsities are of units), one cell per sparsity and seed where it has a sparsity option
+    methods = [
+        method
+        for method in available_methods().values()
+        if "weight" in method.prune_levels or method.sparsity_option is None
+    ]
+    per_sparsity = sum(method.sparsity_option is not None for method in methods)
+    assert len(options.seeds) == 1 and len(cells) == len(methods) - per_sparsity + per_sparsity * len(
         options.sparsities
     )
+    assert "torch-pruning" not in {cell.method for cell in cells.values()}
     pft, pbp = cells["pft-s0.9-seed0"].run_config(), cells["pbp-s0.8-seed0"].run_config()
     assert pft.method_options.sparsities == (0.9,) and pft.prune.droprates == (0.0, 0.9)
     assert pbp.method_options.sparsity == 0.8 and pbp.optim.name == "sgd"  # [optim] of pbp-digits
@@ -101,9 +107,8 @@ def test_the_leaderboard_reads_back_the_cells(comparison):
             by[("pbp", s)]["test_error"] == pbp["pruning_curve"][1]["test_error"]
             and by[("pbp", s)]["bound"] == pbp["bound"]
         )
-        assert by[("magnitude", s)]["test_error"] == next(
-            r["test_error"] for r in magnitude["per_sparsity"] if r["sparsity"] == s
-        )
+        finetuned = {row["droprate"]: row["test_error_finetuned"] for row in magnitude["pruning_curve"]}
+        assert by[("magnitude", s)]["test_error"] == finetuned[s]  # fine-tuned compare.finetune_epochs
         for method in ("magnitude", "sbnn", "pbp"):
             row = by[(method, s)]
             assert row["plain_test_error"] == magnitude["baseline_test_error"] and row["seeds"] == 1
@@ -196,8 +201,8 @@ def test_resume_with_a_sparsity_added_evaluates_finished_cells_without_fitting_t
     fits = [
         cells / "sbnn-seed0" / "checkpoint.pt",
         cells / "sbnn-seed0" / "history.csv",
-        cells / "magnitude-seed0" / "network-plain.pt",
-        cells / "magnitude-seed0" / "network-s0.5.pt",
+        cells / "magnitude-seed0" / "checkpoint.pt",
+        cells / "magnitude-seed0" / "history.csv",
     ]
     before = {path: path.stat().st_mtime_ns for path in fits}
     rows = compare(out=tmp_path / "cmp", resume=True, sparsities=[0.5, 0.9], **grid)
@@ -207,8 +212,9 @@ def test_resume_with_a_sparsity_added_evaluates_finished_cells_without_fitting_t
     for row in whole:
         if row["method"] != "pbp":
             assert by[(row["method"], row["sparsity"])]["test_error"] == row["test_error"], row
-    assert json.loads((cells / "magnitude-seed0" / "cell.json").read_text())["sparsities"] == [0.5, 0.9]
-    assert tomllib.loads((cells / "sbnn-seed0" / "config.toml").read_text())["prune"]["droprates"] == [0.0, 0.5, 0.9]
+    for method in ("magnitude", "sbnn"):
+        held = tomllib.loads((cells / f"{method}-seed0" / "config.toml").read_text())
+        assert held["prune"]["droprates"] == [0.0, 0.5, 0.9]
 
 
 def test_under_a_budget_each_fit_trains_the_budget_and_probmasks_schedule_ends_inside_it(tmp_path):
@@ -237,16 +243,13 @@ def test_a_budget_splits_every_methods_epochs_in_its_own_proportions(budget):
     raw, options = load_comparison(None, [f"compare.budget={budget}"])
     for cell in comparison_cells(raw, options):
         config = cell.run_config()
-        if cell.kind == "magnitude":
-            stages = {"plain": config.baseline.epochs, "finetune": cell.finetune_epochs}
-            packaged = {"plain": 40, "finetune": 10}  # compare-digits
-        else:
-            own = {
-                key: value for key, value in vars(config.method_options).items() if key.endswith("_epochs") and value
-            }
-            stages = {"train": config.train.epochs, **own}
-            packaged_config = load_config(f"{cell.method}-digits")
-            packaged = {"train": 40, **{key: getattr(packaged_config.method_options, key) for key in own}}
+        own = {key: value for key, value in vars(config.method_options).items() if key.endswith("_epochs") and value}
+        stages = {"train": config.train.epochs, **own}
+        packaged_config = load_config(f"{cell.method}-digits")
+        packaged = {"train": 40, **{key: getattr(packaged_config.method_options, key) for key in own}}
+        if config.prune.finetune_epochs:  # the baseline's fine-tuning: compare-digits' finetune_epochs
+            stages["finetune"], packaged["finetune"] = config.prune.finetune_epochs, 10
+        assert cell.method != "magnitude" or set(stages) == {"train", "finetune"}
         assert sum(stages.values()) == budget, (cell.name, stages)
         total = sum(packaged.values())
         for key, epochs in stages.items():  # one each, the rest by largest remainder: within one of the share

@@ -3,7 +3,6 @@
 fine-tuning trains it, and the leaderboard measures the exported smaller network."""
 
 import copy
-import json
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -88,64 +87,74 @@ def test_fine_tuning_lowers_the_training_loss():
     assert loss(5) < loss(0)
 
 
+BOTH = "compare.variants={torch-pruning={importance=['magnitude', 'taylor']}}"
+
+
 def test_the_baseline_is_chosen_at_unit_level_and_refused_at_weight_level():
     unit = [*TINY, "prune.level='unit'"]
     names = lambda overrides: {cell.name for cell in comparison_cells(*load_comparison(None, overrides))}  # noqa: E731
-    assert "torch-pruning-magnitude-seed0" in names(unit) and "torch-pruning-taylor-seed0" not in names(unit)
-    both = names([*unit, "compare.torch_pruning=['magnitude', 'taylor']"])
-    assert {"torch-pruning-magnitude-seed0", "torch-pruning-taylor-seed0"} <= both
-    assert not any(name.startswith("torch-pruning") for name in names([*unit, "compare.torch_pruning=[]"]))
-    assert not any(name.startswith("torch-pruning") for name in names(TINY))
-    with pytest.raises(ConfigError, match=r"compare.torch_pruning: .* prune.level = \"unit\" only"):
-        names([*TINY, "compare.torch_pruning=['taylor']"])
-    with pytest.raises(ConfigError, match="compare.torch_pruning"):
-        load_comparison(None, [*unit, "compare.torch_pruning=['l1']"])
+    assert {"torch-pruning-s0.5-seed0", "torch-pruning-s0.95-seed0"} <= names(unit)
+    both = names([*unit, BOTH])
+    assert {"torch-pruning-magnitude-s0.5-seed0", "torch-pruning-taylor-s0.5-seed0"} <= both
+    assert not any(name.startswith("torch-pruning-s") for name in both)
+    none = "compare.variants={torch-pruning={importance=[]}}"
+    assert not any(name.startswith("torch-pruning") for name in names([*unit, none]))
+    assert not any(name.startswith("torch-pruning") for name in names(TINY))  # its sparsities are of units
+    with pytest.raises(ConfigError, match=r"compare.methods: torch-pruning prunes at prune.level = 'unit' only"):
+        names([*TINY, "compare.methods=['torch-pruning']"])
+    with pytest.raises(ConfigError, match="torch-pruning.importance must be one of"):
+        names([*unit, "compare.variants={torch-pruning={importance=['l1']}}"])
+    with pytest.raises(ConfigError, match="compare.variants.torch-pruning"):
+        load_comparison(None, [*unit, "compare.variants={torch-pruning={nope=[1]}}"])
 
 
 def test_the_leaderboard_measures_the_smaller_network_and_a_sparsity_added_later(tmp_path):
     """digits' 64-100-10 MLP at unit level, the cell run as a worker runs it: Torch-Pruning's row at 50 % has
-    50 hidden units, its params and MACs counted by hand; the cell asked for 80 % too (--resume) prunes its
-    saved plain network there, not trained again, and keeps its row at 50 %."""
+    50 hidden units, its params and MACs counted by hand, its error the fine-tuned network's; a sparsity
+    added later is a cell of its own, its row at 80 % counted by hand too."""
     raw, options = load_comparison(None, [*TINY, "prune.level='unit'", "data.batch_size=512"])
-    options = replace(options, sparsities=(0.5,))
-    (cell,) = [cell for cell in comparison_cells(raw, options) if cell.kind == "torch-pruning"]
+    options = replace(options, sparsities=(0.5, 0.8))
+    cells = {cell.sparsity: cell for cell in comparison_cells(raw, options) if cell.method == "torch-pruning"}
+    cell = cells[0.5]
     folder = tmp_path / cell.name
     metrics = execute(cell, str(folder))
     (row,) = leaderboard_rows([cell], [folder], options)
     hidden = 50
-    assert row["method"] == "torch-pruning-magnitude" and row["sparsity"] == 0.5
+    assert row["method"] == "torch-pruning" and row["sparsity"] == 0.5
     macs = 64 * hidden + hidden + hidden + hidden * 10 + 10  # products, bias additions, the activation
     assert row["macs"] == macs and row["params"] == 65 * hidden + (hidden + 1) * 10
-    assert row["test_error"] == metrics["per_sparsity"][0]["test_error"]
+    assert row["test_error"] == metrics["pruning_curve"][0]["test_error_finetuned"] != metrics["test_error"]
     assert row["train_epochs"] == 2  # the plain network's epoch and one of fine-tuning, as magnitude's
+    with pytest.raises(
+        BayesPruneError, match=r"holds another fit .*\(its config.toml differs at torch-pruning.importance\)"
+    ):
+        check_folder(replace(cell, config={**cell.config, "torch-pruning": {"importance": "taylor"}}), folder)
 
-    plain = (folder / "network-plain.pt").stat().st_mtime_ns
-    more = replace(cell, sparsities=(0.5, 0.8))
-    check_folder(more, folder)  # the finished cell is this one's, asked for one more sparsity
-    with pytest.raises(BayesPruneError, match=r"holds another fit .*\(its cell.json differs at method\)"):
-        check_folder(replace(more, method="torch-pruning-taylor"), folder)
-    execute(more, str(folder))
-    assert (folder / "network-plain.pt").stat().st_mtime_ns == plain
-    rows = {row["sparsity"]: row for row in leaderboard_rows([more], [folder], options)}
+    more = cells[0.8]
+    execute(more, str(tmp_path / more.name))
+    rows = {row["sparsity"]: row for row in leaderboard_rows([cell, more], [folder, tmp_path / more.name], options)}
     assert rows[0.5]["test_error"] == row["test_error"]
     kept = 19  # Torch-Pruning keeps int(100 · (1 − 0.8)) units, 19 in floating point
     assert rows[0.8]["macs"] == 64 * kept + kept + kept + kept * 10 + 10
-    assert json.loads((folder / "cell.json").read_text())["sparsities"] == [0.5, 0.8]
 
 
 def test_a_failed_cell_fills_the_failed_column_of_each_of_its_rows(tmp_path):
     raw, options = load_comparison(None, [*TINY, "prune.level='unit'", "compare.sparsities=[0.5, 0.8]"])
-    (cell,) = [cell for cell in comparison_cells(raw, options) if cell.kind == "torch-pruning"]
-    rows = leaderboard_rows([cell], [tmp_path / cell.name], options, [{"failed": "RuntimeError: broke"}])
-    assert [(row["sparsity"], row["failed"], row["seeds"]) for row in rows] == [
-        (s, f"{cell.name}: RuntimeError: broke", 0) for s in (0.5, 0.8)
-    ]
+    cells = [cell for cell in comparison_cells(raw, options) if cell.method in ("torch-pruning", "sparse-vd")]
+    failed = [{"failed": "RuntimeError: broke"}] * len(cells)
+    rows = leaderboard_rows(cells, [tmp_path / cell.name for cell in cells], options, failed)
+    by = {(row["method"], row["sparsity"]): (row["failed"], row["seeds"]) for row in rows}
+    assert by == {
+        **{("torch-pruning", s): (f"torch-pruning-s{s:g}-seed0: RuntimeError: broke", 0) for s in (0.5, 0.8)},
+        **{("sparse-vd", s): ("sparse-vd-seed0: RuntimeError: broke", 0) for s in (0.5, 0.8)},
+    }
 
 
 def test_a_network_without_hidden_units_is_refused_before_any_fit():
     raw, options = load_comparison(None, [*TINY, "prune.level='unit'", "model.hidden=[]"])
-    (cell,) = [cell for cell in comparison_cells(raw, options) if cell.kind == "torch-pruning"]
-    assert refusal(cell, {}) == "Torch-Pruning's baseline: the network has no hidden channels or units to remove"
+    cell = next(cell for cell in comparison_cells(raw, options) if cell.method == "torch-pruning")
+    # the run's own pre-fit check (pipeline.checks.check_before_fit), before Torch-Pruning's
+    assert refusal(cell, {}).startswith("prune.level = 'unit': the network has no hidden units to remove")
 
 
 ATTENTION_NET = """
@@ -185,7 +194,7 @@ def test_a_unit_level_row_measures_the_network_without_the_removed_attention_hea
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=0).eval()
     fitted = SimpleNamespace(network=lambda: net, net=net, scores=lambda: {"attention.gate": torch.tensor([2.0, 1.0])})
     monkeypatch.setattr(runner, "load_run", lambda folder: (config, dataset, fitted))
-    row = measure(SimpleNamespace(kind="run"), tmp_path, 0.5, SimpleNamespace(latency_batch=2, latency_repeats=1))
+    row = measure(SimpleNamespace(), tmp_path, 0.5, SimpleNamespace(latency_batch=2, latency_repeats=1))
     tokens, width, head = 8, 8, 4  # one head of 4 channels left
     projections = tokens * width * 3 * head + 3 * tokens * head  # query/key/value rows and biases
     out_proj = tokens * (head * width + width)

@@ -4,8 +4,8 @@ read from the current folder."""
 
 import pytest
 
+from bayesprune.pipeline.checks import load_datasets
 from bayesprune.pipeline.config import load_config
-from bayesprune.pipeline.runner import load_datasets
 
 CONFIG = """method = "sparse-vd"
 [data]

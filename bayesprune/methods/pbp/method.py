@@ -9,11 +9,11 @@ import pyro
 import torch
 
 from bayesprune.core.checkpoint import load_module_state
-from bayesprune.core.criteria import saliency, weight_sites
+from bayesprune.core.criteria import CRITERIA, saliency, weight_sites
 from bayesprune.core.errors import BayesPruneError, ConfigError
 from bayesprune.core.gates import block_isotropic
 from bayesprune.core.tasks import mean_loss, rows_at
-from bayesprune.methods import SERVICES, Method, register_method
+from bayesprune.methods import SERVICES, Method, get_method, register_method
 from bayesprune.methods.pbp import bounds
 from bayesprune.methods.pbp.certificate import bound_examples, examples_digest, gibbs_errors, network_kl, split_rows
 from bayesprune.methods.pbp.distributions import DiracSpikeSlab
@@ -38,6 +38,36 @@ class PBPMethod(Method):
     quick = ("pbp.prior_epochs=2", "pbp.prior_mask_epochs=2", "pbp.mc_samples=20", "pbp.prior_samples=5")
     summary = "PAC-Bayes pruning with a data-dependent prior and a certificate on the test error"
     paper = "the same paper as `pft`"
+    sweep_sets = ("grid_size",)
+
+    def certifying(self, table, mask_of, *, mask_table, mask_optim, epochs):
+        """PBP started from ``mask_of``'s mask (section 6, stage 1 replaced; :mod:`.start`): a one-shot
+        criterion of that name (``magnitude``: PBP's own magnitude start) or that method fitted on S_P with
+        its own table (its sparsity option left to ``pbp.sparsity``), optimiser and ``epochs``; ``None`` for
+        PBP itself and a method whose mask removes units (PBP's prior keeps or drops single weights)."""
+        if mask_of == self.name:
+            return None
+        if not is_start_method(mask_of):
+            return {**table, "start_mask": mask_of} if mask_of in CRITERIA else None
+        method = get_method(mask_of)
+        if "weight" not in method.prune_levels:
+            return None
+        own = {key: value for key, value in mask_table.items() if key != method.sparsity_option}
+        return {
+            **table,
+            "start_mask": mask_of,
+            "start_options": own,
+            "start_optim": dict(mask_optim),
+            "prior_epochs": epochs,
+        }
+
+    def certified(self, table):
+        """The criterion or method PBP's prior starts from (``pbp.start_mask``): the mask it certifies."""
+        return table.get("start_mask", PBPOptions().start_mask)
+
+    def swept(self, table, points):
+        """The union bound over the sweep's grid (appendix D.2): ``grid_size`` times the ``points``."""
+        return {**table, "grid_size": points * table.get("grid_size", PBPOptions().grid_size)}
 
     def unsupported_for(self, options) -> dict:
         if not options.prior_epochs:

@@ -15,9 +15,8 @@ by magnitude at unit level. Its report holds the plain network's test metric as 
 import time
 from dataclasses import dataclass
 
-from bayesprune.core.channels import IMPORTANCES, SCOPES, accumulate_gradients, check_prunable, prune_channels
+from bayesprune.core.channels import IMPORTANCES, SCOPES, check_prunable, prune_by_importance
 from bayesprune.core.errors import BayesPruneError, ConfigError
-from bayesprune.core.tasks import mean_loss
 from bayesprune.core.validation import one_of, option, unit, validate
 from bayesprune.methods import register_method
 from bayesprune.methods.base import Method
@@ -76,13 +75,14 @@ class TorchPruningMethod(Method):
     def fit(self, net, data, options, ctx):
         start = time.perf_counter()
         history, plain = fit_plain_network(net, data, ctx, held_out=options.held_out)
-        if options.importance == "taylor":
-            x, y = data.x_train.to(ctx.device), data.y_train.to(ctx.device)
-            accumulate_gradients(net, x, y, mean_loss(data.task), batch_size=ctx.batch_size)
-        prune_channels(
-            net, tuple(data.input_shape), ratio=options.sparsity, importance=options.importance, scope=options.scope
+        prune_by_importance(
+            net,
+            data,
+            ratio=options.sparsity,
+            importance=options.importance,
+            scope=options.scope,
+            batch_size=ctx.batch_size,
         )
-        net.zero_grad(set_to_none=True)
         report = {key.replace("baseline_", "plain_"): value for key, value in plain.items()}
         return TorchPruningFitted(
             net.eval(), history=history, seconds=time.perf_counter() - start, report=report, task=data.task

@@ -10,27 +10,29 @@ one, and:
 
 * a method with a sparsity option (its ``Method.sparsity_option``: PFT's ``sparsities``) fits once per sparsity
   ``s`` with that option set to ``s`` and ``prune.droprates = [0, s]``: cell ``<method>-s<s>-seed<k>``;
-* a method without one whose scores prune weights (sBNN, Sparse VD) fits once per seed and is pruned
-  at every sparsity (``prune.droprates = [0, *sparsities]``): cell ``<method>-seed<k>``; fitting it
-  again per sparsity would give the same fit;
-* a method that learns its own width (unit gates) fits once per seed: cell ``<method>-seed<k>``, its
-  achieved sparsity reported;
-* the baseline, ``magnitude``: the plain network trained once per seed (``[baseline]``, as the runner
-  trains it), pruned by weight magnitude at every sparsity and fine-tuned ``compare.finetune_epochs``
-  epochs with the mask fixed: cell ``magnitude-seed<k>``. Its plain network is the one every row's
-  ``plain_test_error`` reports, so the method cells do not train it again (``baseline.enabled = false``).
-* at unit level (``prune.level = "unit"``), Torch-Pruning's own structured pruner
-  (``compare.torch_pruning``, :mod:`~bayesprune.core.channels`): the same plain network,
-  each layer's channels pruned by the fraction of units of each sparsity with Torch-Pruning's magnitude
-  or Taylor importance and fine-tuned ``compare.finetune_epochs`` epochs: cell
-  ``torch-pruning-<importance>-seed<k>``.
+* a method without one whose scores prune weights (sBNN, Sparse VD, ``magnitude``) fits once per seed and
+  is pruned at every sparsity (``prune.droprates = [0, *sparsities]``): cell ``<method>-seed<k>``; fitting
+  it again per sparsity would give the same fit;
+* a method that removes units in its fit (no weight-level scores) is evaluated as it fitted
+  (``prune.droprates = [0]``): at its sparsity option's value (``torch-pruning``), or at the width it
+  learned (unit gates, its achieved sparsity reported; fine-tuned in its own fit, not by
+  ``prune.finetune_epochs``);
+* a baseline (``Method.baseline``: ``magnitude``, ``torch-pruning``) always runs where its sparsities mean
+  the comparison's (its ``prune_levels``): its plain network is trained as ``[baseline]`` says
+  (``baseline.epochs``, Adam at ``baseline.lr``) and each pruned network fine-tuned
+  ``compare.finetune_epochs``. The cell whose fit is the plain network (``magnitude``) reports its metric,
+  which every row's ``plain_test_error`` reads, so no cell trains another (``baseline.enabled = false``).
 
-With ``compare.certify``, every method's mask gets a PAC-Bayes certificate (paper 000): per sparsity
-and seed, a PBP cell ``certificate-<method>-s<s>-seed<k>`` whose stage 1 is that method fitted on S_P
-alone with its own table and optimiser and ``train.epochs`` epochs (``pbp.start_mask``,
-:mod:`bayesprune.methods.pbp.start`; the baseline: PBP's magnitude start, which is PBP's own cell
-when that starts from magnitude), the rest PBP's own; its bound fills the method's ``bound`` column. A method that learns its own width has none (its mask
-removes units; PBP's prior is over weights).
+``compare.variants`` runs a method once per value of one of its options, each a row
+``<method>-<value>`` (``{torch-pruning = {importance = ["magnitude", "taylor"]}}``).
+
+With ``compare.certify``, every method's mask gets a certificate from each method that gives one
+(:meth:`~bayesprune.methods.Method.certifying`: PBP, paper 000): per sparsity and seed, a PBP cell
+``certificate-<method>-s<s>-seed<k>`` whose stage 1 is that method fitted on S_P alone with its own table
+and optimiser and ``train.epochs`` epochs (``pbp.start_mask``, :mod:`bayesprune.methods.pbp.start`; for
+``magnitude``, PBP's magnitude start, which is PBP's own cell when that starts from magnitude:
+:meth:`~bayesprune.methods.Method.certified`), the rest PBP's own; its bound fills the method's ``bound``
+column. A method whose mask removes units has none (PBP's prior is over weights).
 """
 
 import copy
@@ -44,11 +46,10 @@ from pathlib import Path
 
 import tomli_w
 
-from bayesprune.core.channels import IMPORTANCES
 from bayesprune.core.errors import BayesPruneError, ConfigError
 from bayesprune.core.files import write_text
 from bayesprune.core.validation import MAX_COUNT, is_count, is_int, is_number, require
-from bayesprune.methods import available_methods, get_method, sparsity_option
+from bayesprune.methods import Method, available_methods, get_method
 from bayesprune.pipeline.compare.cells import Cell
 from bayesprune.pipeline.compare.engines import check_engine, run_cells
 from bayesprune.pipeline.compare.leaderboard import leaderboard_rows, write_leaderboard
@@ -56,8 +57,6 @@ from bayesprune.pipeline.compare.tracking import open_tracker
 from bayesprune.pipeline.config import RunConfig, apply_overrides, load_config, packaged_configs
 from bayesprune.pipeline.rundir import out_lock
 
-#: The baseline's name among the methods.
-MAGNITUDE = "magnitude"
 #: The packaged comparison run when no config is given.
 DEFAULT = "compare-digits"
 #: What marks a folder as a comparison (beside its ``cells`` folder).
@@ -72,14 +71,14 @@ class CompareOptions:
     """``[compare]``: what is compared.
 
     Attributes:
-        methods: registered methods and ``"magnitude"`` (default: all of them). The baseline always runs:
-            it gives the plain network's error.
+        methods: registered methods (default: all of them whose sparsities mean the comparison's). The
+            baselines always run (``magnitude`` gives the plain network's error).
         sparsities: the sparsity budgets, distinct fractions of the weights removed, in (0, 1).
         seeds: every cell is fitted from each.
         options_from: each method's table and ``[optim]`` come from its packaged config
             ``<method>-<options_from>`` where there is one.
         configs: method → the packaged config to take them from instead (``{sbnn = "mnist-lenet-300-100"}``).
-        finetune_epochs: the magnitude baseline's fine-tuning at each sparsity.
+        finetune_epochs: the baselines' fine-tuning of each pruned network (their ``prune.finetune_epochs``).
         latency_batch: the batch size of the measured latency.
         latency_repeats: timed forward passes (the median is reported).
         certify: add a PBP cell per method, sparsity and seed, started from the method's mask fitted
@@ -88,10 +87,9 @@ class CompareOptions:
             proportions its config gives them, only the network its row reports (PFT its first start
             mask, saliency its first criterion at the most stages, ProbMask without its own magnitude
             baseline) and ProbMask's t1, t2 scaled with its main stage (:func:`held_to_budget`;
-            magnitude: the plain network's ``baseline.epochs`` and ``finetune_epochs``).
-        torch_pruning: Torch-Pruning's importances (``"magnitude"``, ``"taylor"``) whose structured pruner
-            is a baseline at unit level, one row each; unset: ``["magnitude"]`` at unit level; ``[]``:
-            none. Refused at weight level (it removes units).
+            ``prune.finetune_epochs`` is a stage: the baselines' plain network and fine-tuning).
+        variants: method → ``{option = [values]}``: the method runs once per value, each a row named
+            ``<method>-<value>``; an empty list: the method does not run.
     """
 
     methods: tuple = ()
@@ -104,14 +102,36 @@ class CompareOptions:
     latency_repeats: int = 30
     certify: bool = False
     budget: int | None = None
-    torch_pruning: tuple | None = None
+    variants: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        known = [*(name for name, method in available_methods().items() if not method.baseline), MAGNITUDE]
+        known = list(available_methods())
         require(isinstance(self.methods, (list, tuple)), "compare.methods", "be a list", self.methods)
         for name in self.methods:
             require(name in known, "compare.methods", f"contain only methods of {sorted(known)}", name)
-        object.__setattr__(self, "methods", tuple(dict.fromkeys(self.methods or known)))
+        object.__setattr__(self, "methods", tuple(dict.fromkeys(self.methods)))
+        require(
+            isinstance(self.variants, dict),
+            "compare.variants",
+            "be a table of method = {option = [values]}",
+            self.variants,
+        )
+        for method, table in self.variants.items():
+            require(method in known, "compare.variants", f"name methods of {sorted(known)}", method)
+            fields_of = {f.name for f in fields(get_method(method).Options)}
+            require(
+                isinstance(table, dict) and len(table) == 1 and set(table) <= fields_of,
+                f"compare.variants.{method}",
+                f"be a table of one option of [{method}] and its values",
+                table,
+            )
+            values = next(iter(table.values()))
+            require(
+                isinstance(values, list) and len({json.dumps(v) for v in values}) == len(values),
+                f"compare.variants.{method}",
+                "give a list of distinct values",
+                values,
+            )
         require(
             isinstance(self.sparsities, (list, tuple))
             and len(self.sparsities) > 0
@@ -181,16 +201,6 @@ class CompareOptions:
             self.budget,
         )
         require(isinstance(self.certify, bool), "compare.certify", "be true or false", self.certify)
-        if self.torch_pruning is not None:
-            require(
-                isinstance(self.torch_pruning, (list, tuple))
-                and all(name in IMPORTANCES for name in self.torch_pruning)
-                and len(set(self.torch_pruning)) == len(self.torch_pruning),
-                "compare.torch_pruning",
-                f"be a list of distinct importances of {list(IMPORTANCES)}",
-                self.torch_pruning,
-            )
-            object.__setattr__(self, "torch_pruning", tuple(self.torch_pruning))
         require(
             is_int(self.latency_batch) and 0 < self.latency_batch <= MAX_LATENCY_BATCH,
             "compare.latency_batch",
@@ -250,82 +260,80 @@ def _packaged_raw(name: str) -> dict:
     return load_config(name).to_dict() if name in packaged_configs() else {}
 
 
-def learns_width(method: str) -> bool:
-    """Whether ``method`` sets its own sparsity and has no weight-level scores to prune at a budget."""
-    return sparsity_option(method) is None and "weight" not in get_method(method).prune_levels
+def as_fitted(method: str) -> bool:
+    """Whether ``method`` has no weight-level scores: its fit removes units (at its sparsity option, or to
+    the width it learns), and its row is its network as fitted."""
+    return "weight" not in get_method(method).prune_levels
 
 
-def method_cells(raw: dict, options: CompareOptions, method: str) -> list:
-    """The cells of one method (see the module)."""
+def _base(raw: dict, options: CompareOptions, method: str) -> tuple:
+    """``(base, table)``: the comparison's shared sections for ``method``'s cells (see the module) and its table."""
+    owner = get_method(method)
     registered = set(available_methods())
     base = {
         key: copy.deepcopy(value)
         for key, value in raw.items()
         if key not in ("compare", "description", "seed", "seeds", *registered)
     }
-    prune = dict(base.get("prune", {}))
-    cells = []
-    if method == MAGNITUDE:
-        finetune = options.finetune_epochs
-        if options.budget is not None:
-            plain = base.get("baseline", {}).get("epochs") or _resolved(base)["train"]["epochs"]
-            split = split_epochs(
-                options.budget, {"baseline.epochs": plain, "compare.finetune_epochs": finetune}, MAGNITUDE
-            )
-            base["baseline"] = {**base.get("baseline", {}), "epochs": split["baseline.epochs"]}
-            finetune = split["compare.finetune_epochs"]
-        for seed in options.seeds:
-            config = {**base, "seed": seed, "description": "compare: the plain network, pruned by magnitude"}
-            cells.append(
-                Cell(
-                    name=f"{MAGNITUDE}-seed{seed}",
-                    kind="magnitude",
-                    config=config,
-                    method=MAGNITUDE,
-                    seed=seed,
-                    sparsities=options.sparsities,
-                    finetune_epochs=finetune,
-                )
-            )
-        return cells
     packaged = _packaged_raw(options.configs.get(method, f"{method}-{options.options_from}"))
     table = {**packaged.get(method, {}), **raw.get(method, {})}
-    if "optim" not in raw and "optim" in packaged:
+    prune = dict(base.get("prune", {}))
+    if owner.baseline:  # the plain network as [baseline] says, its pruned networks fine-tuned
+        resolved = _resolved(base)
+        base["train"] = {
+            **base.get("train", {}),
+            "epochs": resolved["baseline"]["epochs"] or resolved["train"]["epochs"],
+        }
+        base["optim"] = {"lr": resolved["baseline"]["lr"] or resolved["optim"]["lr"]}
+        prune["finetune_epochs"] = options.finetune_epochs
+    elif "optim" not in raw and "optim" in packaged:
         base["optim"] = copy.deepcopy(packaged["optim"])
     base["baseline"] = {**base.get("baseline", {}), "enabled": False}
+    if prune.get("level", "weight") not in owner.prune_levels:
+        prune["level"] = owner.prune_levels[0]
+    if as_fitted(method) and owner.sparsity_option is None:  # learned width: fine-tuned in its own fit
+        prune["finetune_epochs"] = 0
+    base["prune"] = prune
+    return base, table
+
+
+def method_cells(raw: dict, options: CompareOptions, method: str, *, label: str = "", own: dict = None) -> list:
+    """The cells of one method (see the module); ``own``: options over its table (a variant's), ``label``
+    its rows' name."""
+    owner, label = get_method(method), label or method
+    base, table = _base(raw, options, method)
+    table = {**table, **(own or {})}
     if options.budget is not None:
         table = held_to_budget(base, table, method, options.budget)
-    option = sparsity_option(method)
-    points = [None] if option is None else list(options.sparsities)
-    for sparsity in points:
+    option, fitted = owner.sparsity_option, as_fitted(method)
+    cells = []
+    for sparsity in [None] if option is None else list(options.sparsities):
         for seed in options.seeds:
             own = dict(table)
             if sparsity is not None:
-                listed = isinstance(getattr(get_method(method).Options(), option), (list, tuple))  # PFT's sparsities
+                listed = isinstance(getattr(owner.Options(), option), (list, tuple))  # PFT's sparsities
                 own[option] = [sparsity] if listed else sparsity
-                droprates, name = [0.0, sparsity], f"{method}-s{sparsity:g}-seed{seed}"
-            elif learns_width(method):
-                droprates, name = [0.0], f"{method}-seed{seed}"
-                prune["level"] = get_method(method).prune_levels[0]
+                droprates, name = [0.0] if fitted else [0.0, sparsity], f"{label}-s{sparsity:g}-seed{seed}"
             else:
-                droprates, name = [0.0, *options.sparsities], f"{method}-seed{seed}"
+                droprates, name = [0.0] if fitted else [0.0, *options.sparsities], f"{label}-seed{seed}"
             config = {
                 **base,
                 "method": method,
                 "seed": seed,
                 method: own,
-                "prune": {**prune, "droprates": droprates},
-                "description": f"compare: {method}" + ("" if sparsity is None else f" at sparsity {sparsity:g}"),
+                "prune": {**base["prune"], "droprates": droprates},
+                "description": f"compare: {label}" + ("" if sparsity is None else f" at sparsity {sparsity:g}"),
             }
             cells.append(
                 Cell(
                     name=name,
-                    kind="run",
                     config=config,
                     method=method,
+                    label=label,
                     seed=seed,
                     sparsity=sparsity,
-                    sparsities=() if learns_width(method) else tuple(options.sparsities),
+                    sparsities=() if fitted else tuple(options.sparsities),
+                    as_fitted=fitted,
                 )
             )
     return cells
@@ -337,8 +345,8 @@ def _resolved(config: dict) -> dict:
 
 
 def held_to_budget(base: dict, table: dict, method: str, budget: int) -> dict:
-    """``compare.budget``: ``method``'s stages (``train.epochs``, its main stage, and every ``*_epochs``
-    option of its table) given ``budget`` epochs in all, in the proportions its config gives them
+    """``compare.budget``: ``method``'s stages (``train.epochs``, its main stage, every ``*_epochs`` option of
+    its table, and ``prune.finetune_epochs``, each pruned network's fine-tuning) given ``budget`` epochs in all, in the proportions its config gives them
     (:func:`split_epochs`); sets ``base``'s ``train.epochs`` and returns the method's table, cut to the
     training of the one network its row reports (:meth:`~bayesprune.methods.Method.one_network`) and with
     the epochs its options name inside the main stage scaled with it
@@ -355,10 +363,12 @@ def held_to_budget(base: dict, table: dict, method: str, budget: int) -> dict:
             for key, value in resolved[method].items()
             if key.endswith("_epochs") and is_int(value)
         },
+        "prune.finetune_epochs": resolved["prune"]["finetune_epochs"],
     }
     split = split_epochs(budget, stages, method)
     epochs = split.pop("train.epochs")
     base["train"] = {**base.get("train", {}), "epochs": epochs}
+    base["prune"] = {**base.get("prune", {}), "finetune_epochs": split.pop("prune.finetune_epochs")}
     table = {**table, **{key.partition(".")[2]: value for key, value in split.items()}}
     return owner.main_stage_scaled(table, epochs / stages["train.epochs"])
 
@@ -381,76 +391,74 @@ def split_epochs(budget: int, stages: dict, owner: str) -> dict:
     return {**stages, **given}
 
 
-def structured_cells(options: CompareOptions, baseline: list) -> list:
-    """Torch-Pruning's cells (``compare.torch_pruning``): the magnitude ``baseline`` cells' plain network
-    and fine-tuning, pruned by Torch-Pruning's structured pruner instead."""
-    level = baseline[0].run_config().prune.level
-    importances = options.torch_pruning
-    if importances is None:
-        importances = IMPORTANCES[:1] if level == "unit" else ()
-    elif importances and level != "unit":
-        raise ConfigError(
-            "compare.torch_pruning: Torch-Pruning's structured pruner removes units; it is a baseline "
-            'at prune.level = "unit" only (give [] or set prune.level)'
-        )
-    return [
-        replace(
-            cell,
-            name=f"torch-pruning-{importance}-seed{cell.seed}",
-            kind="torch-pruning",
-            method=f"torch-pruning-{importance}",
-            config={**cell.config, "description": f"compare: the plain network, Torch-Pruning's {importance} pruner"},
-        )
-        for importance in importances
-        for cell in baseline
-    ]
-
-
-def certificate_cells(raw: dict, options: CompareOptions, method: str) -> list:
-    """PBP's cells started from ``method``'s mask fitted on S_P, one per sparsity and seed (see the module)."""
-    cells = []
-    for pbp in method_cells(raw, options, "pbp"):
-        config = copy.deepcopy(pbp.config)
-        if method == MAGNITUDE:
-            config["pbp"]["start_mask"] = "magnitude"
-        else:
+def certificate_cells(raw: dict, options: CompareOptions, cells: list) -> list:
+    """``cells`` with, for each method that certifies others' masks (:meth:`~bayesprune.methods.Method.certifying`),
+    its own cells marked as certifying the mask they start from, and a cell of it per sparsity and seed
+    for every other method's rows (see the module)."""
+    cells = list(cells)
+    for name, certifier in available_methods().items():
+        if certifier.certifying is Method.certifying:
+            continue
+        owner = certifier()
+        rows = dict.fromkeys((cell.method, cell.label) for cell in cells if cell.row and cell.method != name)
+        for method, label in rows:
+            own = [
+                i
+                for i, cell in enumerate(cells)
+                if cell.method == name and owner.certified(cell.config[name]) == method
+            ]
+            for i in own:
+                cells[i] = replace(cells[i], certifies=(*cells[i].certifies, label))
+            if own:
+                continue
             packaged = _packaged_raw(options.configs.get(method, f"{method}-{options.options_from}"))
-            table = {**packaged.get(method, {}), **raw.get(method, {})}
-            table.pop(sparsity_option(method), None)  # PBP sets it to its own sparsity
-            optim = raw.get("optim", packaged.get("optim", {}))
-            config["pbp"].update(
-                start_mask=method,
-                start_options=table,
-                start_optim=copy.deepcopy(optim),
-                prior_epochs=config.get("train", {}).get("epochs", 200),
-            )
-        config["description"] = f"compare: PBP's certificate for {method}'s mask at sparsity {pbp.sparsity:g}"
-        cells.append(
-            replace(
-                pbp,
-                name=f"certificate-{method}-s{pbp.sparsity:g}-seed{pbp.seed}",
-                config=config,
-                certifies=(method,),
-                row=False,
-            )
-        )
+            mask_table = {**packaged.get(method, {}), **raw.get(method, {})}
+            mask_optim = raw.get("optim", packaged.get("optim", {}))
+            for cell in method_cells(raw, options, name):
+                config = copy.deepcopy(cell.config)
+                table = owner.certifying(
+                    config[name],
+                    method,
+                    mask_table=mask_table,
+                    mask_optim=mask_optim,
+                    epochs=config.get("train", {}).get("epochs", 200),
+                )
+                if table is None:
+                    break
+                at = "" if cell.sparsity is None else f"-s{cell.sparsity:g}"
+                config.update({name: table, "description": f"compare: {name}'s certificate for {label}'s mask{at}"})
+                cells.append(
+                    replace(
+                        cell,
+                        name=f"certificate-{label}{at}-seed{cell.seed}",
+                        config=config,
+                        certifies=(label,),
+                        row=False,
+                    )
+                )
     return cells
 
 
 def comparison_cells(raw: dict, options: CompareOptions) -> list:
     """Every cell of the comparison, each config validated (a bad one raises before anything is written)."""
-    methods = [method for method in options.methods if method != MAGNITUDE]
-    cells = [cell for method in [MAGNITUDE, *methods] for cell in method_cells(raw, options, method)]
-    cells += structured_cells(options, [cell for cell in cells if cell.method == MAGNITUDE])
+    level = _resolved({key: value for key, value in raw.items() if key in ("prune",)})["prune"]["level"]
+    baselines = [name for name, method in available_methods().items() if method.baseline]
+    cells = []
+    for method in dict.fromkeys([*baselines, *(options.methods or available_methods())]):
+        owner = get_method(method)
+        if owner.sparsity_option is not None and level not in owner.prune_levels:
+            if method in options.methods:
+                raise ConfigError(
+                    f"compare.methods: {method} prunes at prune.level = {owner.prune_levels[0]!r} only; its "
+                    f"sparsities are not this comparison's (prune.level = {level!r})"
+                )
+            continue
+        (option, values), *_ = options.variants.get(method, {None: [None]}).items()
+        for value in values:
+            label = method if option is None else f"{method}-{value}"
+            cells += method_cells(raw, options, method, label=label, own={} if option is None else {option: value})
     if options.certify:
-        certified = [MAGNITUDE, *(method for method in methods if method != "pbp" and not learns_width(method))]
-        own = [
-            cell for cell in cells if cell.method == "pbp" and cell.run_config().method_options.start_mask == MAGNITUDE
-        ]
-        if own:  # PBP's own cells already start from magnitude pruning's mask: they certify the baseline
-            cells = [replace(cell, certifies=(MAGNITUDE,)) if cell in own else cell for cell in cells]
-            certified.remove(MAGNITUDE)
-        cells += [cell for method in certified for cell in certificate_cells(raw, options, method)]
+        cells = certificate_cells(raw, options, cells)
     for cell in cells:
         try:
             cell.run_config()

@@ -4,8 +4,8 @@ against sparsity with each method's Pareto front.
 
 Every number is read from the cells' run directories (``metrics.json``; the network from
 :func:`bayesprune.pipeline.runner.load_run`, pruned at the row's sparsity by :func:`bayesprune.core.pruning.prune`,
-its removed units (unit level) and dead units taken out by :func:`bayesprune.core.export.export`; a baseline's
-network from its cell's files, Torch-Pruning's rebuilt at its smaller shapes), never from a method's internals:
+its removed units (unit level) and dead units taken out by :func:`bayesprune.core.export.export`), never from a
+method's internals:
 the parameters, MACs and latency are those of the exported, physically smaller network.
 """
 
@@ -20,7 +20,7 @@ from bayesprune.analysis.tables import markdown_table, write_csv
 from bayesprune.core.files import replacing, write_text
 from bayesprune.core.loop import check_stop
 from bayesprune.core.tasks import metric_name
-from bayesprune.pipeline.compare.cells import PLAIN_KINDS, curve_metric
+from bayesprune.pipeline.compare.cells import curve_metric
 
 #: The leaderboard's columns, in order (the metric's name replaces ``test_error`` for regression).
 COLUMNS = (
@@ -52,34 +52,23 @@ def _weights(net) -> tuple:
 def pruned_network(cell, folder: Path, sparsity):
     """``(network, input_shape, dense_weights)``: the cell's network pruned at ``sparsity`` (``None``: as the
     method left it) with its dead units removed, one input's shape, and the weights of the full network."""
-    from bayesprune.core.export import dead_units, export, resize
+    from bayesprune.core.export import dead_units, export
     from bayesprune.core.pruning import bias_sites, prune
     from bayesprune.models import new_net
-    from bayesprune.pipeline.compare.cells import network_file
-    from bayesprune.pipeline.runner import load_datasets, load_run
+    from bayesprune.pipeline.runner import load_run
 
-    if cell.kind in PLAIN_KINDS:
-        config = cell.run_config()
-        dataset = load_datasets(config)[0]
-        net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
-        dense = _weights(net)[1]
-        state = torch.load(folder / network_file(sparsity), weights_only=True)
-        if cell.kind == "torch-pruning":  # Torch-Pruning's smaller network: the plain one cut to its shapes
-            resize(net, {name: tuple(value.shape) for name, value in state.items()}, input_shape=dataset.input_shape)
-        net.load_state_dict(state)
-    else:
-        config, dataset, fitted = load_run(folder)
-        dense = _weights(new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed))[1]
-        net = fitted.network()
-        if sparsity is not None:
-            budget = config.prune.budget(sparsity)
-            scores = fitted.scores()
-            if budget.level == "weight" and not config.prune.include_biases:
-                biases = bias_sites(fitted.net)
-                scores = {site: score for site, score in scores.items() if site not in biases}
-            masks = prune(scores, budget, net=net, input_shape=tuple(dataset.input_shape))
-            # unit level: the units removed from the network (attention heads too), not zeroed in it
-            net = export(net, masks, input_shape=tuple(dataset.input_shape))
+    config, dataset, fitted = load_run(folder)
+    dense = _weights(new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed))[1]
+    net = fitted.network()
+    if sparsity is not None:
+        budget = config.prune.budget(sparsity)
+        scores = fitted.scores()
+        if budget.level == "weight" and not config.prune.include_biases:
+            biases = bias_sites(fitted.net)
+            scores = {site: score for site, score in scores.items() if site not in biases}
+        masks = prune(scores, budget, net=net, input_shape=tuple(dataset.input_shape))
+        # unit level: the units removed from the network (attention heads too), not zeroed in it
+        net = export(net, masks, input_shape=tuple(dataset.input_shape))
     shape = tuple(dataset.input_shape)
     try:
         dead = dead_units(net, input_shape=shape)
@@ -111,30 +100,14 @@ def measure(cell, folder: Path, sparsity, options) -> dict:
 
 
 def _entries(cell, metrics: dict) -> list:
-    """``(target sparsity, evaluated sparsity, test metric, training cost)`` of each leaderboard row of a cell."""
+    """``(target sparsity, evaluated sparsity, test metric, training cost)`` of each leaderboard row of a cell:
+    its pruning curve at the droprate the row reads (:meth:`~bayesprune.pipeline.compare.cells.Cell.entries`),
+    after ``prune.finetune_epochs`` of fine-tuning where its config asks for them, whose cost is counted."""
     name = metric_name(metrics.get("task", "classification"))
-    if cell.kind in PLAIN_KINDS:
-        wanted = {round(s, 6) for s in cell.sparsities}
-        return [
-            (row["sparsity"], row["sparsity"], row[name], {**_cost(metrics), "train_seconds": row["train_seconds"]})
-            for row in metrics["per_sparsity"]
-            if round(row["sparsity"], 6) in wanted
-        ]
-    if not cell.sparsities and cell.sparsity is None:  # learned width: the method's own network
-        return [(None, None, metrics[name], _cost(metrics))]
-    # with prune.finetune_epochs, each pruned network's error after its fine-tuning, which its cost counts
     finetune = cell.run_config().prune.finetune_epochs
     curve = {round(row["droprate"], 6): row[curve_metric(cell, name)] for row in metrics["pruning_curve"]}
     cost = _cost(metrics, finetune)
-    targets = [cell.sparsity] if cell.sparsity is not None else cell.sparsities
-    return [(s, s, curve[round(s, 6)], cost) for s in targets]
-
-
-def _targets(cell) -> list:
-    """The target sparsities a cell gives rows for (``None``: the width it learned)."""
-    if cell.kind in PLAIN_KINDS or (cell.sparsity is None and cell.sparsities):
-        return list(cell.sparsities)
-    return [cell.sparsity]
+    return [(target, droprate or None, curve[round(droprate, 6)], cost) for target, droprate in cell.entries()]
 
 
 def _cost(metrics: dict, finetune: int = 0) -> dict:
@@ -164,12 +137,13 @@ def leaderboard_rows(cells: list, folders: list, options, results=None) -> list:
     folder_names = {}
     certified = {}  # (method, sparsity, seed) → the bound of PBP started from that method's mask
     name = "test_error"
+    references = set()  # the rows of the cells that gave the plain network's metric: listed first
     for index, (cell, folder) in enumerate(zip(cells, folders)):
         result = None if results is None else results[index]
         if result is not None and "failed" in result:
-            for target in _targets(cell) if cell.row else []:
-                failed.setdefault((cell.method, target), []).append(f"{cell.name}: {result['failed']}")
-                folder_names.setdefault((cell.method, target), []).append(f"cells/{cell.name}")
+            for target, _ in cell.entries() if cell.row else []:
+                failed.setdefault((cell.label, target), []).append(f"{cell.name}: {result['failed']}")
+                folder_names.setdefault((cell.label, target), []).append(f"cells/{cell.name}")
             continue
         metrics = json.loads((Path(folder) / "metrics.json").read_text())
         for method in cell.certifies:
@@ -177,12 +151,13 @@ def leaderboard_rows(cells: list, folders: list, options, results=None) -> list:
         if not cell.row:
             continue
         name = metric_name(metrics.get("task", "classification"))
-        if cell.kind == "magnitude":
+        if f"baseline_{name}" in metrics:  # a cell whose fit is the plain network (magnitude's) reports it
             plain[cell.seed] = metrics[f"baseline_{name}"]
+            references.add(cell.label)
         for target, evaluated, value, cost in _entries(cell, metrics):
             check_stop("while measuring the leaderboard; every cell is kept, --resume writes it")
-            folder_names.setdefault((cell.method, target), []).append(f"cells/{cell.name}")
-            found.setdefault((cell.method, target), []).append(
+            folder_names.setdefault((cell.label, target), []).append(f"cells/{cell.name}")
+            found.setdefault((cell.label, target), []).append(
                 {
                     "seed": cell.seed,
                     name: value,
@@ -216,7 +191,7 @@ def leaderboard_rows(cells: list, folders: list, options, results=None) -> list:
                 "failed": "; ".join(failed.get(key, [])) or None,
             }
         )
-    return sorted(rows, key=lambda row: (row["method"] != "magnitude", row["method"], row["sparsity"] or -1))
+    return sorted(rows, key=lambda row: (row["method"] not in references, row["method"], row["sparsity"] or -1))
 
 
 def _format(value, key):

@@ -2,9 +2,9 @@
 point × seed an ordinary run directory (a cell), and a summary with the mean and standard deviation
 over seeds per grid point.
 
-For PBP the union bound over the grid is counted for the user: every cell's ``pbp.grid_size`` is the
-number of grid points times the config's own ``pbp.grid_size`` (settings searched outside the sweep),
-so each cell's certificate holds for whichever point is picked afterwards (paper 000, appendix D.2).
+A method's table may depend on the grid's size (:meth:`~bayesprune.methods.Method.swept`; PBP counts the
+grid in its union bound, so each cell's certificate holds for whichever point is picked afterwards); the
+options it sets so (:attr:`~bayesprune.methods.Method.sweep_sets`) are refused in a grid.
 """
 
 import copy
@@ -21,6 +21,7 @@ import tomli_w
 from bayesprune.analysis.tables import markdown_table, write_csv
 from bayesprune.core.errors import BayesPruneError, ConfigError
 from bayesprune.core.files import write_text
+from bayesprune.methods import available_methods, get_method
 from bayesprune.pipeline.compare.cells import Cell
 from bayesprune.pipeline.compare.comparison import check_cells, check_grid_dir, refuse_with_resume
 from bayesprune.pipeline.compare.engines import check_engine, run_cells
@@ -30,7 +31,7 @@ from bayesprune.pipeline.rundir import out_lock
 
 MARKER = "sweep.toml"
 #: Keys a grid may not vary: the sweep sets them itself.
-RESERVED = ("seed", "seeds", "pbp.grid_size")
+RESERVED = ("seed", "seeds")
 
 
 def _split(text: str) -> list:
@@ -53,6 +54,11 @@ def _split(text: str) -> list:
     return [*parts, current]
 
 
+def _swept_keys() -> set:
+    """``<method>.<option>`` of every option a method's :meth:`~bayesprune.methods.Method.swept` sets."""
+    return {f"{name}.{key}" for name, method in available_methods().items() for key in method.sweep_sets}
+
+
 def parse_grid(assignments) -> dict:
     """``["pbp.alpha=0.5,0.7", ...]`` → ``{"pbp.alpha": [0.5, 0.7], ...}`` (values read as TOML, else strings)."""
     grid = {}
@@ -61,7 +67,7 @@ def parse_grid(assignments) -> dict:
         key = key.strip()
         if not sep or not key:
             raise BayesPruneError(f"--grid expects key=v1,v2,..., got {assignment!r}")
-        if key in RESERVED:
+        if key in RESERVED or key in _swept_keys():
             raise BayesPruneError(
                 f"--grid {key}: set by the sweep itself" + (" (give --seeds)" if key.startswith("seed") else "")
             )
@@ -121,13 +127,11 @@ def sweep_cells(raw: dict, grid: dict, seeds, overrides=()) -> list:
             _check_applied(config, key, value)
         resolved = config.to_dict()
         resolved.pop("seeds", None)
-        if config.method == "pbp":
-            resolved["pbp"]["grid_size"] = len(points) * base.method_options.grid_size
+        resolved[config.method] = get_method(config.method).swept(resolved.get(config.method, {}), len(points))
         for seed in seeds:
             cells.append(
                 Cell(
                     name=f"{point_name(point)}-seed{seed}",
-                    kind="run",
                     config={**copy.deepcopy(resolved), "seed": seed},
                     method=config.method,
                     seed=seed,

@@ -4,10 +4,8 @@ One MLflow experiment per grid folder (named after its absolute path), one run p
 the cell and tagged ``method``, ``sparsity`` and ``seed``, nested under a parent run of the folder
 that holds the tables (``leaderboard.*`` or ``summary.*``) as artifacts. A cell's run holds:
 
-* params: its resolved config (``config.toml``; a magnitude cell's ``cell.json``) flattened to
-  ``section.key``, each value written as in TOML/JSON (``0.5``, ``true``, ``[0.0, 0.5]``);
-* metrics: every number of its ``metrics.json``, and each curve in it (``pruning_curve``, the
-  magnitude cell's ``per_sparsity``) as stepped metrics ``<curve>.<key>`` whose step is the droprate
+* params: its resolved config (``config.toml``) flattened to ``section.key``, each value written as in TOML/JSON (``0.5``, ``true``, ``[0.0, 0.5]``);
+* metrics: every number of its ``metrics.json``, and each curve in it (``pruning_curve``) as stepped metrics ``<curve>.<key>`` whose step is the droprate
   (or sparsity) in basis points: step 5000 is sparsity 0.5;
 * artifacts: ``metrics.json``, its config, ``report.md``, the plots and the small tables.
 
@@ -154,14 +152,8 @@ def cell_metrics(metrics: dict) -> list:
 
 def cell_params(folder: Path) -> dict:
     """The cell's resolved config, flattened (:func:`flatten`)."""
-    from bayesprune.pipeline.compare.cells import CELL_FILE
-
     if (folder / "config.toml").is_file():
         return flatten(tomllib.loads((folder / "config.toml").read_text(encoding="utf-8")))
-    if (folder / CELL_FILE).is_file():
-        described = json.loads((folder / CELL_FILE).read_text())
-        config = described.pop("config")
-        return {**flatten(config), **flatten({"cell": described})}
     return {}
 
 
@@ -277,11 +269,11 @@ class MlflowTracker:
             self._call("deleting an unfinished run", self.client.delete_run, run_id)
         metrics = json.loads((folder / "metrics.json").read_text())
         tags = {
-            "method": cell.method,
+            "method": cell.label,
             "sparsity": sparsity_tag(cell),
             "seed": str(cell.seed),
             "bayesprune.cell": cell.name,
-            "bayesprune.kind": cell.kind,
+            "bayesprune.method": cell.method,
             "mlflow.parentRunId": self.parent(),
             **{
                 f"grid.{key}": value if isinstance(value, str) else json.dumps(value)
