@@ -11,6 +11,7 @@ and the config are moved there.
 
 import copy
 import json
+import math
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -250,6 +251,7 @@ def _fit_splits(
                                 split_config, dataset, fitted, device, baseline_net, validation, ctx.best_epoch
                             ),
                             **ctx.training_cost(),
+                            **_finetune_cost(split_config, dataset),
                         }
                     )
                 fits.append(fitted)
@@ -400,6 +402,15 @@ def extend_curve(folder, droprates) -> dict:
     write_csv(folder / "pruning_curve.csv", metrics["pruning_curve"], digits=6)
     write_text(folder / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     return metrics
+
+
+def _finetune_cost(config, dataset) -> dict:
+    """``finetune_steps``: the optimiser steps of one pruned network's fine-tuning (``prune.finetune_epochs``
+    epochs over every training row), which a comparison's row adds to the fit's; nothing without one."""
+    finetuning = FineTuning.of(config, dataset.num_train)
+    if finetuning is None:
+        return {}
+    return {"finetune_steps": finetuning.epochs * math.ceil(dataset.num_train / finetuning.batch_size)}
 
 
 def _finetuned(config, dataset, fitted):

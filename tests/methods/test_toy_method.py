@@ -1,6 +1,8 @@
-"""A new method is one package and its config, with no other file edited (issue 36): a toy eighth method
-added to a copy of bayesprune is listed, documented in the README and the reference, runs, is compared,
-and passes the shared, method-parametrised tests, which read every method from the registry."""
+"""A new method is one package and its config, with no other file edited (issue 36): a toy method added
+to a copy of bayesprune is listed, documented in the README and the reference, runs, is compared, and
+passes the shared, method-parametrised tests, which read every method from the registry. So does a copy of
+``methods/sparse_vd`` under another name (``vd-copy``, issue 48): the package copied, its name replaced
+inside it, nothing else edited."""
 
 import csv
 import json
@@ -137,7 +139,25 @@ def copy(tmp_path_factory):
     (package / "configs").mkdir(parents=True)
     (package / "__init__.py").write_text(TOY)
     (package / "configs" / "toy-digits.toml").write_text(CONFIG)
+    copy_method(root / "bayesprune" / "methods", "sparse-vd", COPIED)
     return root
+
+
+#: The name the copy of Sparse VD is registered under.
+COPIED = "vd-copy"
+
+
+def copy_method(methods: Path, name: str, new: str):
+    """``methods/<name>`` copied to ``methods/<new>`` (Python names), ``name`` replaced by ``new`` in every
+    file and file name of the copy (its registered name, table, imports and configs)."""
+    source, target = methods / name.replace("-", "_"), methods / new.replace("-", "_")
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+    for path in sorted(target.rglob("*"), reverse=True):
+        if path.is_file():
+            text = path.read_text(encoding="utf-8")
+            path.write_text(text.replace(name, new).replace(name.replace("-", "_"), new.replace("-", "_")))
+        if name in path.name:
+            path.rename(path.with_name(path.name.replace(name, new)))
 
 
 #: In one process of the copy (one import of torch): where bayesprune comes from, ``bayesprune list``,
@@ -155,8 +175,10 @@ print("imported", bayesprune.__file__, bayesprune.models.__file__)
 assert main(["list"]) == 0
 assert runpy.run_path("docs/generate.py")["main"]() == 0
 assert main(["run", "toy-digits", "--out", "run", "--quiet", "--set", "train.epochs=2", "--set", "baseline.enabled=false"]) == 0
-assert main(["compare", "--out", "cmp", "--methods", "toy", "--sparsities", "0.5", "--seeds", "0", "--set", "train.epochs=1",
-             "--set", "baseline.epochs=1", "--set", "compare.finetune_epochs=1"]) == 0
+for method, out in (("toy", "cmp"), ("vd-copy", "cmp-copy")):
+    assert main(["compare", "--out", out, "--methods", method, "--sparsities", "0.5", "--seeds", "0", "--set", "train.epochs=1",
+                 "--set", "baseline.epochs=1", "--set", "compare.finetune_epochs=1"]) == 0
+assert main(["run", "vd-copy-digits", "--out", "run-copy", "--quiet", "--set", "train.epochs=2"]) == 0
 sys.exit(pytest.main(sys.argv[1:]))
 """
 
@@ -164,7 +186,7 @@ sys.exit(pytest.main(sys.argv[1:]))
 @pytest.fixture(scope="module")
 def session(copy):
     """What :data:`SESSION` printed in the copy."""
-    selection = " or ".join(f"({expression})" for expression in sorted(set(SHARED.values())))
+    selection = " or ".join(f"({expression})" for expression in sorted({*SHARED.values(), COPIED}))
     env = {**os.environ, "PYTHONPATH": str(copy), "OMP_NUM_THREADS": "1"}
     arguments = ["-o", "addopts=", "-p", "no:cacheprovider", "--import-mode=importlib", "-v", "-k", selection, *SHARED]
     result = subprocess.run(
@@ -202,4 +224,15 @@ def test_the_shared_method_tests_pass_for_the_toy_method(session):
     summary = session.strip().splitlines()[-1]
     assert " passed" in summary and not any(word in summary for word in ("failed", "skipped", "error")), summary
     ran = {line.split("::")[0] for line in session.splitlines() if "[toy]" in line and "PASSED" in line}
+    assert {file for file, selection in SHARED.items() if selection == "toy"} <= ran, session[-3000:]
+
+
+def test_a_copy_of_sparse_vd_under_another_name_is_listed_run_compared_and_tested(copy, session):
+    assert f"{COPIED}-digits" in session
+    metrics = json.loads((copy / "run-copy" / "metrics.json").read_text())
+    assert metrics["method"] == COPIED and metrics["score"] == "-log alpha"
+    with open(copy / "cmp-copy" / "leaderboard.csv") as handle:
+        rows = {row["method"]: row for row in csv.DictReader(handle)}
+    assert set(rows) == {"magnitude", COPIED} and float(rows[COPIED]["sparsity"]) == 0.5
+    ran = {line.split("::")[0] for line in session.splitlines() if f"[{COPIED}]" in line and "PASSED" in line}
     assert {file for file, selection in SHARED.items() if selection == "toy"} <= ran, session[-3000:]

@@ -85,9 +85,10 @@ def test_a_worker_signalled_while_it_started_begins_no_cell(tmp_path, monkeypatc
     config = load_config("default", ["train.epochs=1", "baseline.epochs=1"]).to_dict()
     STOP.signal = signal.SIGTERM
     try:
-        for kind, method in (("magnitude", "magnitude"), ("run", "sbnn")):
+        for method in ("magnitude", "sbnn"):
+            cell = Cell(method, {**config, "method": method}, method, seed=0, sparsities=(0.5,))
             with pytest.raises(Interrupted, match="before the cell started"):
-                execute(Cell(kind, kind, config, method, seed=0, sparsities=(0.5,)), str(tmp_path / kind))
+                execute(cell, str(tmp_path / method))
     finally:
         STOP.signal = None
     assert not any(tmp_path.iterdir())

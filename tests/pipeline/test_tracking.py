@@ -84,35 +84,24 @@ def test_one_run_per_cell_with_its_config_metrics_and_files(store, tmp_path):
             for key, value in metrics.items()
             if isinstance(value, (int, float)) and not isinstance(value, bool)
         }
-        plain = {
-            key: value
-            for key, value in run.data.metrics.items()
-            if not key.startswith(("pruning_curve.", "per_sparsity."))
-        }
+        plain = {key: value for key, value in run.data.metrics.items() if not key.startswith("pruning_curve.")}
         assert plain == pytest.approx(numbers) and len(plain) == len(numbers)  # curves: stepped metrics, below
+        config = tomllib.loads((folder / "config.toml").read_text())  # every cell is a run, the baseline too
+        assert run.data.params == {key: _param(value) for key, value in _independent_flatten(config).items()}
+        assert run.data.params["train.epochs"] == "1"
+        history = client.get_metric_history(run.info.run_id, "pruning_curve.test_error")
+        assert {m.step: m.value for m in history} == {
+            round(1e4 * row["droprate"]): row["test_error"] for row in metrics["pruning_curve"]
+        }
+        expected = {"metrics.json", "config.toml", "report.md", "loss.png"}
         if name.startswith("pbp"):
-            config = tomllib.loads((folder / "config.toml").read_text())
-            assert run.data.params == {key: _param(value) for key, value in _independent_flatten(config).items()}
-            assert run.data.params["pbp.sparsity"] == "0.5" and run.data.params["train.epochs"] == "1"
-            history = client.get_metric_history(run.info.run_id, "pruning_curve.test_error")
+            assert run.data.params["pbp.sparsity"] == "0.5"
+            expected |= {"pruning_curve.png", "keep_probabilities.png"}
+        else:  # magnitude: each pruned network fine-tuned compare.finetune_epochs, its rows stepped too
+            history = client.get_metric_history(run.info.run_id, "pruning_curve.test_error_finetuned")
             assert {m.step: m.value for m in history} == {
-                round(1e4 * row["droprate"]): row["test_error"] for row in metrics["pruning_curve"]
+                round(1e4 * row["droprate"]): row["test_error_finetuned"] for row in metrics["pruning_curve"]
             }
-            expected = {
-                "metrics.json",
-                "config.toml",
-                "report.md",
-                "loss.png",
-                "pruning_curve.png",
-                "keep_probabilities.png",
-            }
-        else:
-            config = json.loads((folder / "cell.json").read_text())["config"]
-            params = {key: _param(value) for key, value in _independent_flatten(config).items()}
-            assert params.items() <= run.data.params.items() and run.data.params["train.epochs"] == "1"
-            history = client.get_metric_history(run.info.run_id, "per_sparsity.test_error")
-            assert [(m.step, m.value) for m in history] == [(5000, metrics["per_sparsity"][0]["test_error"])]
-            expected = {"metrics.json", "cell.json"}
         artifacts = {item.path for item in client.list_artifacts(run.info.run_id)}
         assert expected <= artifacts, artifacts
         copy = client.download_artifacts(run.info.run_id, "metrics.json", str(tmp_path))

@@ -112,10 +112,13 @@ def _entries(cell, metrics: dict) -> list:
 
 def _cost(metrics: dict, finetune: int = 0) -> dict:
     """A cell's training: seconds, epochs and optimiser steps over all its stages (``None`` where not
-    recorded), and ``finetune`` epochs of one pruned network's fine-tuning (its steps at the fit's steps
-    per epoch; its seconds are not recorded)."""
+    recorded), and ``finetune`` epochs of one pruned network's fine-tuning (its steps as the run counted
+    them, ``finetune_steps``, or, in a run that did not, at the fit's steps per epoch; its seconds are
+    not recorded)."""
     cost = {key: metrics.get(key) for key in ("train_seconds", "train_epochs", "train_steps")}
-    if finetune and cost["train_epochs"] and cost["train_steps"] is not None:
+    if finetune and "finetune_steps" in metrics and cost["train_steps"] is not None:
+        cost["train_steps"] += metrics["finetune_steps"]
+    elif finetune and cost["train_epochs"] and cost["train_steps"] is not None:
         cost["train_steps"] += finetune * cost["train_steps"] // cost["train_epochs"]
     if finetune and cost["train_epochs"] is not None:
         cost["train_epochs"] += finetune
