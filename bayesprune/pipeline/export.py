@@ -138,7 +138,7 @@ def check_export_arguments(out, *, repeats: int = 30, force: bool = False, forma
     """``(file, trainable file, ONNX file or None)`` of ``out``, refused in one line when ``out`` names a
     folder, a file there exists (without ``force``) or its folder does not, ``repeats`` is not a count up to
     :data:`MAX_REPEATS`, or ``formats`` (of :data:`FORMATS`) asks for ONNX without its packages installed."""
-    from bayesprune.core.export import missing_onnx_packages
+    from bayesprune.core.onnx_file import missing_onnx_packages
 
     out_path = Path(out)
     if not out_path.name or out_path.is_dir() or str(out).endswith("/"):
@@ -241,13 +241,12 @@ def export_fitted(
     from bayesprune.core.export import (
         dead_units,
         export,
-        run_onnx,
-        save_onnx,
         save_portable,
         save_trainable,
     )
     from bayesprune.core.macs import resolve_macs
     from bayesprune.core.normalization import changes, has_running_stats
+    from bayesprune.core.onnx_file import run_onnx, save_onnx
     from bayesprune.core.predict import metric
     from bayesprune.core.preprocessing import preprocessing_of, with_preprocessing
     from bayesprune.core.pruning import expand_unit_masks, prune
