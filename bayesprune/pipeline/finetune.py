@@ -11,9 +11,9 @@ import torch
 from bayesprune.core.export import mask_parameters, unmask_parameters
 from bayesprune.core.layout import resolve_memory_format
 from bayesprune.core.normalization import has_running_stats
+from bayesprune.core.plain import fit_plain
 from bayesprune.core.predict import metric
 from bayesprune.core.tasks import predict_network
-from bayesprune.pipeline.baseline import fit_plain
 
 
 def finetune(
@@ -29,7 +29,7 @@ def finetune(
     calibration=None,
     memory_format: torch.memory_format = torch.contiguous_format,
 ):
-    """Train ``net`` in place on ``(x, y)`` for ``epochs`` epochs (:func:`~bayesprune.pipeline.baseline.fit_plain`:
+    """Train ``net`` in place on ``(x, y)`` for ``epochs`` epochs (:func:`~bayesprune.core.plain.fit_plain`:
     Adam at ``lr``, seeded minibatches) with ``masks`` (parameter or ``"<root>.gate"`` → bool, ``True`` = keep)
     fixed by :func:`~bayesprune.core.export.mask_parameters`, so no step moves a removed weight off zero; then,
     with a :class:`~bayesprune.core.normalization.Calibration`, estimate its batch-norm statistics again.
