@@ -55,13 +55,15 @@ class FineTuning:
     memory_format: str = "auto"
 
     @classmethod
-    def of(cls, config, num_train: int):
+    def of(cls, config, num_train: int, *, epochs: int | None = None):
         """The fine-tuning ``config`` (a :class:`~bayesprune.pipeline.config.RunConfig`) asks for on a training
-        split of ``num_train`` rows, or ``None`` (``prune.finetune_epochs = 0``)."""
-        if not config.prune.finetune_epochs:
+        split of ``num_train`` rows (``epochs`` in place of its ``prune.finetune_epochs`` where given), or
+        ``None`` (no epochs)."""
+        epochs = config.prune.finetune_epochs if epochs is None else epochs
+        if not epochs:
             return None
         batch_size = config.for_data(num_train).data.batch_size
-        return cls(config.prune.finetune_epochs, config.optim.lr, batch_size, config.seed, config.train.memory_format)
+        return cls(epochs, config.optim.lr, batch_size, config.seed, config.train.memory_format)
 
     def apply(self, net, dataset, masks: dict, *, calibration=None):
         """:func:`finetune` ``net`` on ``dataset``'s training split (moved to ``net``'s device), its batch-norm

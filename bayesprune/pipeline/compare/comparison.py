@@ -58,8 +58,6 @@ from bayesprune.pipeline.rundir import out_lock
 
 #: The baseline's name among the methods.
 MAGNITUDE = "magnitude"
-#: Torch-Pruning's rows are named this prefix and its importance.
-PREFIX = "torch-pruning-"
 #: The packaged comparison run when no config is given.
 DEFAULT = "compare-digits"
 #: What marks a folder as a comparison (beside its ``cells`` folder).
@@ -398,9 +396,9 @@ def structured_cells(options: CompareOptions, baseline: list) -> list:
     return [
         replace(
             cell,
-            name=f"{PREFIX}{importance}-seed{cell.seed}",
+            name=f"torch-pruning-{importance}-seed{cell.seed}",
             kind="torch-pruning",
-            method=f"{PREFIX}{importance}",
+            method=f"torch-pruning-{importance}",
             config={**cell.config, "description": f"compare: the plain network, Torch-Pruning's {importance} pruner"},
         )
         for importance in importances
