@@ -400,6 +400,55 @@ class ExperimentConfig:
             _require(not self.options, "experiment.name", "be set when experiment options are given", self.name)
 
 
+#: Selection rules of ``importance.selection`` and ``bayesprune importance --selection`` (the first is the default).
+IMPORTANCE_SELECTIONS = ("empirical-null", "bayesian-fdr", "knockoff")
+
+
+@dataclass(frozen=True)
+class ImportanceConfig:
+    """``[importance]``: how ``bayesprune importance`` and the report group and select the inputs.
+
+    ``correlation``: inputs whose absolute correlation on the training rows exceeds it (or that a chain of
+    such pairs joins) are one group, in (0, 1]; at 1 no inputs are grouped. ``groups``: the user's own groups,
+    lists of input names, in place of the correlation's (every input not named stays alone; a name must be an
+    input of the table, and no input may be named twice). ``selection``: the selection rule, one of
+    :data:`IMPORTANCE_SELECTIONS` (``bayesprune importance --selection`` overrides it).
+    """
+
+    correlation: float = 0.9
+    groups: tuple | None = None
+    selection: str = IMPORTANCE_SELECTIONS[0]
+
+    def __post_init__(self):
+        _require(
+            _is_number(self.correlation) and 0 < self.correlation <= 1,
+            "importance.correlation",
+            "be a number in (0, 1]",
+            self.correlation,
+        )
+        if self.groups is not None:
+            _require(
+                isinstance(self.groups, (list, tuple))
+                and all(
+                    isinstance(group, (list, tuple)) and group and all(isinstance(name, str) for name in group)
+                    for group in self.groups
+                ),
+                "importance.groups",
+                "be a list of non-empty lists of input names",
+                self.groups,
+            )
+            named = [name for group in self.groups for name in group]
+            twice = sorted({name for name in named if named.count(name) > 1})
+            _require(not twice, "importance.groups", "name each input once", twice)
+            object.__setattr__(self, "groups", tuple(tuple(group) for group in self.groups))
+        _require(
+            self.selection in IMPORTANCE_SELECTIONS,
+            "importance.selection",
+            f"be one of {', '.join(IMPORTANCE_SELECTIONS)}",
+            self.selection,
+        )
+
+
 # Seeds of a run are seed + split index + chain, and NumPy takes seeds below 2**32.
 MAX_SEED = 2**31
 # Epochs, steps and samples beyond this are a typo, not a plan (and overflow a C index further on).
@@ -417,6 +466,7 @@ _SECTIONS = {
     "baseline": BaselineConfig,
     "reference": ReferenceConfig,
     "experiment": ExperimentConfig,
+    "importance": ImportanceConfig,
 }
 _OPEN_SECTIONS = ("data", "model", "experiment")  # unknown keys become options of the loader / architecture
 
@@ -453,6 +503,7 @@ class RunConfig:
     baseline: BaselineConfig = field(default_factory=BaselineConfig)
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    importance: ImportanceConfig = field(default_factory=ImportanceConfig)
     method_options: object = None
 
     def __post_init__(self):
@@ -603,7 +654,8 @@ def _with_table_defaults(raw: dict, method) -> dict:
     (``Method.table_config``, e.g. ``sbnn-table``) when its data are the user's CSV table: the settings
     chosen there on held-out rows of tables (docs/reproductions.md), not the digits ones of the general
     defaults. Its top-level keys and ``[data]`` are not taken, nor its ``[model]`` for the user's own network
-    (``model.factory``) or another architecture."""
+    (``model.factory``) or another architecture, nor the method's ``table_network_options`` (chosen for the
+    table's network) for any network other than the table's own (other ``[model]`` values, e.g. hidden widths)."""
     name = getattr(method, "table_config", None)
     data = raw.get("data")
     if name is None or not isinstance(data, dict) or data.get("dataset") != "csv":
@@ -613,6 +665,10 @@ def _with_table_defaults(raw: dict, method) -> dict:
     architecture = table.get("model", {}).get("architecture")
     if model.get("factory") is not None or model.get("architecture", architecture) != architecture:
         table.pop("model", None)
+    own = table.get("model", {})
+    if "model" not in table or any(model.get(key, value) != value for key, value in own.items()):
+        for option in getattr(method, "table_network_options", ()):  # chosen for the table's own network only
+            table.get(method.name, {}).pop(option, None)
     for section, values in table.items():
         if isinstance(values, dict) and section != "data" and isinstance(raw.get(section, {}), dict):
             raw[section] = {**values, **raw.get(section, {})}
