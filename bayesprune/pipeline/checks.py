@@ -83,6 +83,11 @@ def check_importance(config, data, *, selection=None, copies=None, key="importan
             raise ConfigError(str(error)) from None
     selection = settings.selection if selection is None else selection
     copies = KNOCKOFF_COPIES if copies is None else copies
+    if selection == "knockoff":
+        import importlib.util
+
+        if importlib.util.find_spec("knockpy") is None:
+            raise ConfigError(f"{key}: knockoff selection needs knockpy: pip install 'bayesprune[importance]'")
     if selection == "knockoff" and table and data.num_train < rows_needed(data.input_shape[0], copies):
         raise ConfigError(
             f"{key}: knockoff selection needs at least {rows_needed(data.input_shape[0], copies)} training rows "
