@@ -38,12 +38,13 @@ def markdown_table(rows: list, columns=None, *, digits: int = 4) -> str:
 
 
 def write_csv(path: Path, rows: list, *, digits=None):
-    """Rows (dicts with the same keys) as a CSV file; cells through :func:`format_value` when ``digits`` is given."""
+    """Rows (dicts) as a CSV file, the columns every key of any row in order of appearance (a row without a
+    key has it empty: a failed cell has no numbers); cells through :func:`format_value` when ``digits`` is given."""
     if digits is not None:
         rows = [{key: format_value(value, digits) for key, value in row.items()} for row in rows]
     from bayesprune.core.files import replacing
 
     with replacing(path) as temporary, open(temporary, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(handle, fieldnames=list(dict.fromkeys(key for row in rows for key in row)), restval="")
         writer.writeheader()
         writer.writerows(rows)

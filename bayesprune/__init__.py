@@ -2,8 +2,9 @@
 
 from bayesprune.core import distributions  # noqa: F401  (registers the KLs)
 from bayesprune.core.errors import BayesPruneError, ConfigError, DataError, TrainingDiverged
-from bayesprune.core.loop import GeometricPenalty, History, TensorBatches, UniformPenalty, fit, resolve_device
+from bayesprune.core.loop import History, TensorBatches, fit, resolve_device
 from bayesprune.core.objectives import AnalyticKLELBO
+from bayesprune.core.penalties import GeometricPenalty, UniformPenalty
 from bayesprune.core.pruning import Budget, apply_masks, prune, sparsity
 from bayesprune.models.priors import SpikeSlabPrior
 from bayesprune.version import __version__

@@ -19,7 +19,7 @@ from bayesprune.core.tasks import is_classification, task_of
 from bayesprune.data import CLASSIFICATION, REGRESSION, Dataset, validate
 from bayesprune.data.streaming import loader_rows, loader_tensors
 from bayesprune.methods import FitContext, get_method
-from bayesprune.pipeline.checks import refuse_unsupported
+from bayesprune.pipeline.checks import check_network, refuse_unsupported
 from bayesprune.pipeline.config import RunConfig
 
 
@@ -70,7 +70,8 @@ def fit_method(
     re-estimates batch-norm statistics for the masked network on 20 batches of them (set
     ``fitted.calibration = None`` to keep the fit's own).
     """
-    data = _user_dataset(train, test, stream=stream)
+    data = _user_dataset(train, test, stream=stream, net=net)
+    check_network(net, data)
     method = get_method(name)
     config = RunConfig.from_dict(
         {
@@ -133,21 +134,35 @@ def export(run_or_fitted, *, out, budget=None, data=None, repeats: int = 30, for
     if isinstance(run_or_fitted, Fitted):
         if data is None:
             raise DataError("data: give the (x, y) tensors the exported network is measured on")
-        dataset = _user_dataset(data, data)
+        dataset = _user_dataset(data, data, net=run_or_fitted.network())
+        try:
+            check_network(run_or_fitted.network(), dataset)
+        except ConfigError as error:
+            raise DataError(f"data: does not suit the fitted network; {error}") from None
         return export_fitted(run_or_fitted, dataset, out=out, budget=budget, repeats=repeats, force=force)
     if data is not None:
         raise DataError("data: a run directory exports with its own data; give data with a Fitted only")
     return export_run(run_or_fitted, out=out, budget=budget, repeats=repeats, force=force)
 
 
-def _user_dataset(train, test=None, *, stream: bool = False) -> Dataset:
+def _user_dataset(train, test=None, *, stream: bool = False, net=None) -> Dataset:
     """The checked :class:`~bayesprune.data.Dataset` of the user's ``(x, y)`` tensors or loaders: integer
-    ``y`` is classification, floating ``y`` regression; ``stream``: a ``train`` DataLoader's inputs read on demand."""
+    ``y`` is classification, floating ``y`` regression; ``stream``: a ``train`` DataLoader's inputs read on demand.
+    With ``net``, a classification's classes are its outputs: a label (train or test) beyond them is refused."""
     if stream and not isinstance(train, DataLoader):
         raise DataError("stream: reads the rows of a train DataLoader; train is not one")
     x_train, y_train = loader_rows(train, "train") if stream else _tensors(train, "train")
     x_test, y_test = (x_train, y_train) if test is None else _tensors(test, "test")
     classification = is_classification(task_of(y_train))
+    classes = int(max(y_train.max(), y_test.max())) + 1 if classification else None
+    width = _output_width(net, x_train) if classification and net is not None else None
+    if width is not None:
+        for which, y in (("train", y_train), ("test", y_test)):
+            if int(y.max()) >= width:
+                raise DataError(
+                    f"{which}: labels go up to {int(y.max())}, but the network gives {width} outputs (classes 0 … {width - 1})"
+                )
+        classes = max(classes, width)
     data = Dataset(
         name="user data",
         task=CLASSIFICATION if classification else REGRESSION,
@@ -156,10 +171,24 @@ def _user_dataset(train, test=None, *, stream: bool = False) -> Dataset:
         x_test=x_test.float(),
         y_test=y_test.long() if classification else y_test.float(),
         input_shape=tuple(x_train.shape[1:]),
-        num_classes=int(max(y_train.max(), y_test.max())) + 1 if classification else None,
+        num_classes=classes,
     )
     validate(data)
     return data
+
+
+def _output_width(net, x) -> int | None:
+    """The width of ``net``'s output on two rows of ``x``, or ``None`` where it gives no ``(2, k)`` tensor
+    (:func:`~bayesprune.pipeline.checks.check_network` says why)."""
+    training = net.training
+    try:
+        with torch.no_grad():
+            output = net.eval()(x[:2].float())
+    except Exception:  # noqa: BLE001 - the user's network: check_network names what it raises
+        return None
+    finally:
+        net.train(training)
+    return output.shape[1] if torch.is_tensor(output) and output.dim() == 2 and len(output) == 2 else None
 
 
 def _tensors(part, which: str) -> tuple:

@@ -21,9 +21,9 @@ adds one row to :data:`METHODS`.
 
 Usage: ``python benchmarks/epoch.py [--json] [--rounds 3] [--epochs 1] [--device auto|cpu|cuda]
 [--threads 1] [--data auto|mnist|synthetic] [--methods NAME ...] [--precision float32|bfloat16]
-[--network lenet300|resnet18] [--rows N] [--memory-format auto|channels_last|contiguous]``. ``--data mnist`` reads full MNIST through
+[--network lenet300|resnet18] [--rows N] [--kernels auto|eager|compiled] [--memory-format auto|channels_last|contiguous]``. ``--data mnist`` reads full MNIST through
 ``bayesprune.data.load_dataset("mnist")`` (fetched and cached once); ``synthetic`` times random
-tensors of MNIST's shape (content does not change the timing); ``auto`` (the default) is MNIST when it
+tensors of MNIST's shape (60,000, or ``--rows``; content does not change the timing); ``auto`` (the default) is MNIST when it
 loads and synthetic otherwise. ``--precision bfloat16`` trains the methods (``train.precision``) and the
 deterministic reference under bfloat16 autocast; ``--memory-format`` lays out both's minibatches of
 images (``train.memory_format``; ``auto``: channels-last on CUDA). ``--network resnet18`` times torchvision's resnet18
@@ -45,6 +45,7 @@ import torch.nn.functional as F
 
 from bayesprune import TensorBatches, resolve_device
 from bayesprune.core.errors import DataError
+from bayesprune.core.fused import KERNEL_MODES
 from bayesprune.core.layout import MEMORY_FORMATS, resolve_memory_format
 from bayesprune.core.loop import optimizer_step, train
 from bayesprune.core.precision import training_precision
@@ -96,8 +97,8 @@ METHODS = {
 }
 
 
-def mnist(kind: str) -> Dataset:
-    """Full MNIST (``mnist``), random tensors of its shape (``synthetic``), or MNIST if it loads (``auto``)."""
+def mnist(kind: str, rows: int = 60_000) -> Dataset:
+    """Full MNIST (``mnist``), ``rows`` random tensors of its shape (``synthetic``), or MNIST if it loads (``auto``)."""
     if kind in ("mnist", "auto"):
         try:
             return load_dataset("mnist")
@@ -105,7 +106,7 @@ def mnist(kind: str) -> Dataset:
             if kind == "mnist":
                 raise
             print(f"MNIST not available ({error}); timing synthetic data", file=sys.stderr)
-    return synthetic("synthetic-mnist", 60_000, (1, 28, 28))
+    return synthetic("synthetic-mnist", rows, (1, 28, 28))
 
 
 def synthetic(name: str, rows: int, shape: tuple) -> Dataset:
@@ -146,6 +147,7 @@ def method_epoch(name, dataset, device, epochs, args):
             f"device={str(device)!r}",
             f"train.precision={args.precision!r}",
             f"train.memory_format={args.memory_format!r}",
+            f"train.kernels={args.kernels!r}",
         ],
     )
 
@@ -214,7 +216,10 @@ def run(args) -> dict:
     device = resolve_device(args.device)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    dataset = mnist(args.data) if args.network == "lenet300" else synthetic("synthetic-cifar", args.rows, (3, 32, 32))
+    if args.network == "lenet300":
+        dataset = mnist(args.data, args.rows or 60_000)
+    else:
+        dataset = synthetic("synthetic-cifar", args.rows or 10_000, (3, 32, 32))
     result = {
         "device": str(device),
         "network": args.network,
@@ -266,7 +271,12 @@ def main(argv=None):
     parser.add_argument("--precision", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--network", choices=("lenet300", "resnet18"), default="lenet300")
     parser.add_argument("--memory-format", choices=MEMORY_FORMATS, default="auto")
-    parser.add_argument("--rows", type=int, default=10_000, help="random images for --network resnet18")
+    parser.add_argument("--kernels", choices=KERNEL_MODES, default="auto", help="the methods' train.kernels")
+    parser.add_argument(
+        "--rows",
+        type=int,
+        help="random images: of MNIST's shape (default 60,000), for --network resnet18 3x32x32 (10,000)",
+    )
     parser.add_argument(
         "--methods", nargs="+", choices=list(METHODS), default=list(METHODS), help="time these only (default: all)"
     )

@@ -7,7 +7,9 @@ of a field is its entry in the class docstring's ``Attributes:`` section) and th
 :mod:`bayesprune.core.optim`), whose field descriptions live in :data:`CORE` below because their
 docstrings are prose. A field without a description stops the generator with the list of them, so
 that someone writes one. ``tests/test_docs.py`` regenerates both and fails when the committed text
-differs: neither can drift from the code.
+differs: neither can drift from the code. The "allowed" column and the combinations refused below a
+table are read from the constraints declared beside each field (:mod:`bayesprune.core.validation`),
+the ones the config loader checks.
 """
 
 import dataclasses
@@ -38,6 +40,8 @@ CORE = {
     "data.splits": 'UCI only: fit every listed split, or `"all"`, and report mean and standard error',
     "model.architecture": "`mlp`, `lenet-300-100`, `lenet-5-caffe` (20-50-800-500; `lenet-5` is its earlier name), `lenet-5-classic` (6-16-120-84, paper 004); options `hidden` (widths of `mlp`, default `[100]`) and `activation` (`relu`, `tanh`, `sigmoid`, `leaky-relu`)",
     "model.factory": '`"module:callable"`: your own network, built as `callable(input_shape, output_dim, **options)` with the run\'s working directory importable; recorded in `config.toml` so `load_run` rebuilds it. Not beside `architecture`',
+    "model.weights": "a file of your trained network's weights (`torch.save(net.state_dict(), path)` of the network `architecture` or `factory` builds) that every fit starts from instead of the builder's initialisation; read weights-only (a pickled object is refused), a file of another network is refused naming the first key that differs; relative to the config file",
+    "model.pretrain_epochs": "epochs of plain dense training (maximum likelihood, the run's optimiser and minibatches) before the method's fit, from the built or loaded network; `start_<metric>` in `metrics.json` is the test metric of the network the fit starts from",
     "model.noise_scale": "fixed noise standard deviation of the Gaussian likelihood (regression); unset, it is learned",
     "model.expose": 'parameters added to the sites (names, globs such as `"*.bn1.*"`, or module type names such as `"BatchNorm2d"`); by default the sites are the parameters of the Linear and convolution layers',
     "model.hide": "parameters taken out of the sites (same forms); they stay point estimates that the optimiser trains",
@@ -63,6 +67,7 @@ CORE = {
     "prune.recalibrate": "re-estimate the batch-norm (running-statistics) layers' statistics of every masked network on training batches before it is scored or exported (\"adaptive BN\", `bayesprune.core.normalization`); `false` keeps the dense fit's. Networks without such layers are unaffected",
     "prune.recalibrate_batches": "training batches (of `data.batch_size` rows, at least 128) the statistics are re-estimated on, at most 1000",
     "prune.predictive": 'where the curve evaluates a method\'s Monte-Carlo predictive (`test_error_mc`): `"every"` droprate, or the `"unpruned"` model only (empty at the other droprates); `"auto"`: every droprate for networks of at most 1,000,000 weights, the unpruned model above (a resnet18\'s 20 draws at 7 droprates cost 8 of its training epochs)',
+    "prune.macs": "a MAC budget (with `level = \"unit\"`, `scope = \"global\"`): the fraction of the dense network's multiply-accumulates to keep, or a list of them; at each, units leave by the method's unit scores (the `min_keep` floors kept) until the network costs at most that, counted by `count_macs` on the network without them (`bayesprune.core.macs.resolve_macs`, within one unit's MACs); `metrics.json`'s `macs_curve` holds each point's MACs, units removed and test metric (fine-tuned too with `finetune_epochs`). The dense network is the one the fit starts from, so every method's row is cut to the same MACs. A target below what the floors reach is refused",
     "prune.finetune_epochs": "epochs of plain maximum-likelihood training (Adam at `optim.lr`) of each pruned point network, what pruning removed held at zero; each curve row adds `test_error_finetuned` (or `test_rmse_finetuned`), and `bayesprune export` writes the network fine-tuned so (`bayesprune.pipeline.finetune`); `0`: none",
     "baseline.enabled": "train the plain network of the same shape on the same split",
     "baseline.epochs": "its epochs (unset: `train.epochs`)",
@@ -70,7 +75,7 @@ CORE = {
     "baseline.validation": "the fraction of the training rows it holds out when the run holds out none (`train.validation = 0`; unset: 0.2): every epoch is scored on them and the best is kept (`baseline_best_epoch`, `baseline_validation_curve` in `metrics.json`); with `train.validation` it uses the run's part, and this key is refused; `0` keeps its last epoch, on every row. Measured (seeds 0-2, 200 epochs unless said): scikit-learn's diabetes as a CSV, MLP 100: RMSE 65.1 (last epoch) → 54.1, the linear model 53.3; digits, MLP 100: 2.96 → 3.15%; digits, a residual CNN with batch norm, 60 epochs: 0.0 → 0.93%: where the last epoch does not overfit, the fifth held out costs up to a point",
     "importance.correlation": "inputs whose absolute correlation on the training rows exceeds it (or that a chain of such pairs joins) form one group of `bayesprune importance`, ranked and selected as one input; in (0, 1], 1 groups none",
     "importance.groups": 'your own groups of inputs by name (`[["mean radius", "mean area"], ...]`), in place of the correlation\'s; every input not named stays alone; an unknown name or an input named twice is refused',
-    "importance.selection": "the rule `bayesprune importance` selects groups by: `empirical-null` (log ψ against the other groups\', Benjamini-Hochberg; the default, chosen by measurement), `bayesian-fdr` (posterior inclusion) or `knockoff` (model-X knockoffs; needs (copies + 1) × inputs training rows)",
+    "importance.selection": "the rule `bayesprune importance` selects groups by: `empirical-null` (log ψ against the other groups', Benjamini-Hochberg; the default, chosen by measurement), `bayesian-fdr` (posterior inclusion) or `knockoff` (model-X knockoffs; needs (copies + 1) × inputs training rows)",
     "reference.source": 'where the published numbers come from (`"paper 003, Table 8, set 2"`)',
     "reference.droprates": "droprates of the published numbers",
     "reference.values": "published test metrics printed beside the curve in `report.md`: a list, or a table of lists keyed by `data.name` (the packaged `uci` carries paper 003's Table 2, `mnist-lenet-5-caffe` Table 8, `mnist-lenet-300-100` Table 7)",
@@ -257,7 +262,7 @@ S \\ S_P, the examples the bound's empirical term is measured on. Biases carry G
 λ = 1, so KL(Q ‖ P) (appendix B.4, a registered KL of `DiracSpikeSlab`) covers every parameter.
 """,
         """\
-The certificate (`bayesprune.core.bounds.certificate`) bounds the 0-1 error of the Gibbs classifier Q:
+The certificate (`bayesprune.methods.pbp.bounds.certificate`) bounds the 0-1 error of the Gibbs classifier Q:
 Q's empirical risk on S \\ S_P is estimated from `mc_samples` networks with its own upper confidence
 bound kl⁻¹(R̂ ‖ log(2/δ′)/m), and that bound enters Theorem 1 (`bound`) and Theorem 2
 (`bound_kl_inverse`), both at δ′ = δ/(2·`grid_size`): a union over the Monte-Carlo bound and the
@@ -272,7 +277,7 @@ training data, on the rows of S \\ S_P its checkpoint records (refused if the da
 The bounds are plain functions:
 
 ```python
-from bayesprune.core.bounds import certificate, kl_inverse
+from bayesprune.methods.pbp.bounds import certificate, kl_inverse
 
 cert = certificate(mean_risk=0.02, samples=1000, kl=150.0, n=30_000, delta=0.05)
 print(f"Theorem 1: {float(cert.bound):.4f}, Theorem 2: {float(cert.bound_kl_inverse):.4f}")
@@ -433,7 +438,7 @@ def table(section: str, cls, descriptions: dict, instance, skip=("options",)) ->
     missing = [f"{section}.{name}" for name in names if not descriptions.get(name)]
     if missing:
         raise UndocumentedField(missing)
-    rows = ["| key | default | meaning |", "|---|---|---|"]
+    rows = ["| key | default | allowed | meaning |", "|---|---|---|---|"]
     done = set()
     for name in names:
         if name in done:
@@ -449,8 +454,23 @@ def table(section: str, cls, descriptions: dict, instance, skip=("options",)) ->
         done.update(group)
         keys = ", ".join(f"`{member}`" for member in group)
         defaults = ", ".join(toml_value(getattr(instance, member)) for member in group)
-        rows.append(f"| {keys} | {defaults} | {cell(markdown(descriptions[name]).rstrip('.'))} |")
+        allowed = "; ".join(dict.fromkeys(allowed_values(cls, member) for member in group))
+        rows.append(f"| {keys} | {defaults} | {cell(allowed)} | {cell(markdown(descriptions[name]).rstrip('.'))} |")
+    combinations = [
+        f"- `{f'{section}.' if section else ''}{rule.key}` must {rule.expectation(instance)}"
+        for rule in getattr(cls, "rules", ())
+    ]
+    if combinations:
+        rows += ["", "Refused together (each checked after every key on its own):", "", *combinations]
     return rows
+
+
+def allowed_values(cls, name: str) -> str:
+    """The values the :class:`~bayesprune.core.validation.Constraint` declared on field ``name`` takes."""
+    from bayesprune.core.validation import constraint_of
+
+    constraint = constraint_of(cls, name)
+    return "" if constraint is None else constraint.describe()
 
 
 def core_sections():

@@ -38,7 +38,7 @@ class SpikeSlabGuide(MeanFieldGuide):
             shared = all(
                 type(base) is SpikeAndSlab
                 and all(
-                    value.dim() == 0 and torch.equal(value, first_value)
+                    value.dim() == 0 and (_same_memory(value, first_value) or torch.equal(value, first_value))
                     for value, first_value in zip(base.hyperparameters, first.hyperparameters)
                 )
                 for base in bases
@@ -95,3 +95,9 @@ class SpikeSlabGuide(MeanFieldGuide):
             pi, tau0, tau1 = (value.double() for value in base.hyperparameters)
             logits[name] = inclusion_logits(locs[name].double(), scales[name].double(), pi, tau0, tau1)
         return logits
+
+
+def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two 0-dim tensors read the same element (views of one constant, as
+    :class:`~bayesprune.models.priors.SpikeSlabPrior` shares among sites): equal without reading the device."""
+    return a.dtype == b.dtype and a.device == b.device and a.data_ptr() == b.data_ptr()

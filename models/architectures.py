@@ -13,6 +13,7 @@ import pyro
 import torch
 from torch import nn
 
+from bayesprune.core.checkpoint import load_weights
 from bayesprune.core.errors import ConfigError, StopNow
 
 ACTIVATIONS = {
@@ -199,9 +200,15 @@ def _one_line(error) -> str:
     return " ".join(str(error).split())[:200]
 
 
-def new_net(config, input_shape, output_dim: int, *, seed: int):
-    """A freshly initialised network of the config's architecture or factory, seeded with ``seed``."""
+def new_net(config, input_shape, output_dim: int, *, seed: int, weights: bool = True):
+    """The network of the config's architecture or factory, initialised with ``seed``, then holding the
+    weights of ``model.weights`` where it names a file (``weights=False``: the initialisation alone, for a
+    network whose state comes from elsewhere, a checkpoint, or that is built on the meta device)."""
     pyro.set_rng_seed(seed)
     if config.model.factory is not None:
-        return build_from_factory(config.model.factory, tuple(input_shape), output_dim, **config.model.options)
-    return build_architecture(config.model.architecture, tuple(input_shape), output_dim, **config.model.options)
+        net = build_from_factory(config.model.factory, tuple(input_shape), output_dim, **config.model.options)
+    else:
+        net = build_architecture(config.model.architecture, tuple(input_shape), output_dim, **config.model.options)
+    if weights and config.model.weights is not None:
+        load_weights(net, config.model.weights)
+    return net

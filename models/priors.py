@@ -38,13 +38,18 @@ class SpikeSlabPrior(Prior):
         if not 0.0 < tau0 < tau1:
             raise ConfigError(f"prior.tau0 must satisfy 0 < tau0 < tau1, got tau0={tau0}, tau1={tau1}")
         self.pi, self.tau0, self.tau1 = float(pi), float(tau0), float(tau1)
+        self._constants = {}
 
     def distribution(self, name, param):
-        options = {"dtype": param.dtype, "device": param.device}
-        base = SpikeAndSlab(
-            torch.tensor(self.pi, **options), torch.tensor(self.tau0, **options), torch.tensor(self.tau1, **options)
-        )
-        return base.expand(param.shape).to_event(param.dim())
+        # One set of 0-dim constants per dtype and device, filled there (no copy from the host), shared by
+        # every site: a guide sees that its sites share one prior without comparing values on the device.
+        key = (param.dtype, param.device)
+        if key not in self._constants:
+            self._constants[key] = [
+                torch.full((), value, dtype=param.dtype, device=param.device)
+                for value in (self.pi, self.tau0, self.tau1)
+            ]
+        return SpikeAndSlab(*self._constants[key]).expand(param.shape).to_event(param.dim())
 
 
 class GaussianPrior(Prior):

@@ -408,6 +408,16 @@ CASES = {
     ),
     "export into a folder": ({"done": RUN, "folder": DIR}, ["export", "done", "--out", "folder", "--force"], "folder"),
     "export to an empty name": ({"done": RUN}, ["export", "done", "--out", ""], "--out"),
+    "export --force over a folder where the trainable file goes": (
+        {"done": RUN, "net.pt2": "mine", "net.trainable.pt": DIR},
+        ["export", "done", "--out", "net.pt2", "--force"],
+        "net.trainable.pt",
+    ),
+    "export to an .onnx name without --format onnx": (
+        {"done": RUN},
+        ["export", "done", "--out", "net.onnx"],
+        "--format onnx",
+    ),
     "checkpoint with a text epoch": (
         {"done": RUN, "done/checkpoint.pt": "<text epoch>"},
         ["certify", "done"],

@@ -18,7 +18,7 @@ import zipfile
 import pyro
 import torch
 
-from bayesprune.core.errors import BayesPruneError, one_line
+from bayesprune.core.errors import BayesPruneError, ConfigError, one_line
 from bayesprune.core.files import replacing
 
 
@@ -216,3 +216,52 @@ def load_module_state(module, state: dict):
         stored_name = name.removesuffix("_unconstrained")
         if stored_name in store:
             del store[stored_name]
+
+
+def load_weights(net, path, *, key: str = "model.weights"):
+    """Put the weights file ``path`` (``torch.save(net.state_dict(), path)`` of the same network, or a
+    dict holding such a state under ``"state_dict"``) into ``net``, read with ``torch.load(weights_only=True)``:
+    a file that holds any other object is refused, never unpickled.
+
+    Raises:
+        ConfigError: the file is missing or unreadable, holds a pickled object, or does not match ``net``;
+            one line naming ``key``, the file and the first mismatched state key in ``net``'s order.
+    """
+    state = _weights_file(path, key)
+    own = net.state_dict()
+    for name, tensor in own.items():
+        if name not in state:
+            raise ConfigError(f"{key}: {path} does not match the network: it has no {name!r}")
+        if not torch.is_tensor(state[name]) or state[name].shape != tensor.shape:
+            held = list(state[name].shape) if torch.is_tensor(state[name]) else type(state[name]).__name__
+            raise ConfigError(
+                f"{key}: {path} does not match the network: {name!r} is {held} in the file, "
+                f"{list(tensor.shape)} in the network"
+            )
+    extra = next((name for name in state if name not in own), None)
+    if extra is not None:
+        raise ConfigError(f"{key}: {path} does not match the network: the network has no {extra!r}")
+    net.load_state_dict(state)
+    return net
+
+
+def _weights_file(path, key: str) -> dict:
+    """The state dict a weights file holds (see :func:`load_weights`)."""
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise ConfigError(f"{key}: {path}: no such file") from None
+    except pickle.UnpicklingError:
+        raise ConfigError(
+            f"{key}: {path} holds a pickled object, not weights; save net.state_dict() with torch.save"
+        ) from None
+    except (OSError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as error:
+        reason = getattr(error, "strerror", None) or one_line(
+            str(error).splitlines()[0] if str(error) else type(error).__name__
+        )
+        raise ConfigError(f"{key}: {path}: not a readable weights file ({reason[:200]})") from None
+    if isinstance(saved, dict) and isinstance(saved.get("state_dict"), dict):
+        saved = saved["state_dict"]
+    if not isinstance(saved, dict) or not saved or not all(isinstance(name, str) for name in saved):
+        raise ConfigError(f"{key}: {path} is not a state dict (torch.save(net.state_dict(), path) writes one)")
+    return saved

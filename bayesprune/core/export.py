@@ -4,7 +4,7 @@ Units are removed through Torch-Pruning's dependency graph (:mod:`bayesprune.cor
 residual blocks, batch norms and coupled channels shrink together, and every removal is checked
 against the masked network. Beside it, plain utilities for what a user checks after export:
 parameter and MAC counts, measured latency, a file that runs without bayesprune or Pyro
-(:func:`save_portable`), an ONNX file (:func:`save_onnx`), a trainable file that rebuilds with
+(:func:`save_portable`; an ONNX file: :mod:`bayesprune.core.onnx_file`), a trainable file that rebuilds with
 torch alone (:func:`save_trainable`, :func:`load_trainable`), masks that survive fine-tuning, and
 :func:`resize` to rebuild a network that shrank while training from the shapes in its checkpoint.
 """
@@ -17,12 +17,14 @@ import time
 
 import torch
 from torch import nn
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.utils import parametrize
-from torch.utils.flop_counter import FlopCounterMode
 
+from bayesprune.core.errors import BayesPruneError
+from bayesprune.core.heads import HeadsRemovedAttention
+from bayesprune.core.loop import check_stop
 from bayesprune.core.preprocessing import Preprocessing, with_preprocessing
 from bayesprune.core.pruning import apply_masks, expand_unit_masks
+from bayesprune.core.quiet import printouts_dropped
 from bayesprune.core.structure import (
     ATTENTION,
     NotTraceable,
@@ -160,6 +162,8 @@ def dead_units(net: nn.Module, *, input_shape=None) -> dict:
         items = graph.get_pruning_group(
             root, graph.get_pruner_of_module(root).prune_out_channels, list(range(group.channels))
         )
+        if not _indices_in_range(items, graph):
+            continue  # an operation Torch-Pruning maps wrongly (torch.fft between two layers): not looked at
         produced = torch.zeros(group.units, dtype=torch.long)
         read = torch.zeros(group.units, dtype=torch.long)
         for item in items:
@@ -190,6 +194,25 @@ def dead_units(net: nn.Module, *, input_shape=None) -> dict:
         if keep.any() and not keep.all():
             masks[group.gate_site] = keep
     return masks
+
+
+def _indices_in_range(items, graph) -> bool:
+    """Whether every index Torch-Pruning gives a group's modules lies within the dimension it cuts: an
+    operation it does not model (``torch.fft.rfft`` between two ``Linear`` s: 8 outputs read as 5 inputs)
+    maps channels to indices the next module does not have."""
+    for item in items:
+        module, out = item.dep.target.module, graph.is_out_channel_pruning_fn(item.dep.handler)
+        if isinstance(module, nn.Linear):
+            width = module.out_features if out else module.in_features
+        elif isinstance(module, CONVOLUTIONS):
+            width = module.out_channels if out else module.in_channels
+        elif isinstance(module, nn.modules.batchnorm._BatchNorm):
+            width = module.num_features
+        else:
+            continue
+        if item.idxs and max(item.idxs) >= width:
+            return False
+    return True
 
 
 def restrict(tensors: dict, net: nn.Module, unit_masks: dict, *, input_shape=None) -> dict:
@@ -250,25 +273,54 @@ def count_parameters(net: nn.Module) -> dict:
 
 
 def count_macs(net: nn.Module, input_shape) -> int:
-    """Multiply-accumulates of one forward pass of a single input: half the floating-point operations
-    that :class:`torch.utils.flop_counter.FlopCounterMode` counts (matrix products, convolutions,
-    attention). Zeroed weights are counted: dense hardware multiplies them all the same.
+    """Multiply-accumulates of one forward pass of a single input, counted as Torch-Pruning counts them
+    (:func:`torch_pruning.utils.count_ops_and_params`), so that a MAC budget, a report and a comparison's
+    Torch-Pruning rows count alike. Its conventions: a ``Linear`` or convolution counts its products and
+    its bias additions; a batch, layer or group norm one operation per element (two when affine); an
+    activation (ReLU, GELU, ...) and a pooling one per element; ``nn.MultiheadAttention`` and timm's
+    attention their projections, the scaling of the queries, the scores, softmax and weighted sums of every
+    head; an operation outside such a module (a functional matrix product, an addition) nothing. A
+    :class:`~bayesprune.core.heads.HeadsRemovedAttention` counts as the ``nn.MultiheadAttention`` of its
+    heads (:func:`_heads_removed_macs`). Zeroed weights are counted: dense hardware multiplies them all
+    the same.
 
-    Attention is counted as its matrix products: the pass runs with ``nn.MultiheadAttention``'s fused
-    fast path off and scaled dot-product attention on its math backend (the fused kernels are not
-    counted at all).
+    ``nn.MultiheadAttention``'s fused fast path (which bypasses the module's call) is off while counting.
     """
+    from torch_pruning.utils import op_counter
+
     parameter = next(net.parameters())
-    training, fast_path = net.training, torch.backends.mha.get_fastpath_enabled()
-    net.eval()
+    fast_path = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)
+    op_counter.CUSTOM_MODULES_MAPPING = {HeadsRemovedAttention: _heads_removed_macs}  # reset by the call
     try:
-        with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), FlopCounterMode(display=False) as counter:
-            net(torch.zeros(1, *input_shape, device=parameter.device, dtype=parameter.dtype))
+        macs, _ = op_counter.count_ops_and_params(
+            net, torch.zeros(1, *input_shape, device=parameter.device, dtype=parameter.dtype)
+        )
     finally:
+        op_counter.CUSTOM_MODULES_MAPPING = {}
         torch.backends.mha.set_fastpath_enabled(fast_path)
-        net.train(training)
-    return counter.get_total_flops() // 2
+    return int(macs)
+
+
+def _heads_removed_macs(module, inputs, output):
+    """Torch-Pruning's count of ``nn.MultiheadAttention`` (``multihead_attention_counter_hook``) for a
+    :class:`~bayesprune.core.heads.HeadsRemovedAttention` of embedding E and H heads of d channels
+    (width W = H·d): the queries scaled (L·W), the query, key and value projections (E·W products and W
+    bias additions per token), each head's scores, softmax and weighted sum (L·S·d + L·S + L·S·d), and
+    the output projection with its bias (L·(W·E + E)); with every head kept, W = E and it is that hook's
+    count."""
+    query, key, value = inputs[:3]
+    batch_dim, length_dim = (0, 1) if module.batch_first and query.dim() == 3 else (1, 0)
+    batch = query.shape[batch_dim] if query.dim() == 3 else 1
+    length, source = query.shape[length_dim], key.shape[length_dim]
+    embed, heads, head_dim = module.embed_dim, module.num_heads, module.head_dim
+    width = heads * head_dim
+    macs = length * width + (length + 2 * source) * embed * width
+    if module.in_proj_bias is not None:
+        macs += (length + 2 * source) * width
+    macs += heads * (2 * length * source * head_dim + length * source)
+    macs += length * (width * embed + embed)
+    module.__flops__ += int(macs * batch)
 
 
 def measure_latency(
@@ -305,6 +357,7 @@ def measure_latency(
                 net(x)
             times = []
             for _ in range(repeats):
+                check_stop("while timing the network")
                 synchronize()
                 start = time.perf_counter()
                 net(x)
@@ -328,43 +381,22 @@ def save_portable(net: nn.Module, path, example_input: torch.Tensor):
     in torch 2.13 as well (checked by hand in a virtual environment with only torch).
     """
     extra = {"bayesprune.json": json.dumps({"input_shape": list(example_input.shape[1:])})}
-    torch.export.save(_program(net, example_input), str(path), extra_files=extra)
+    torch.export.save(program(net, example_input), str(path), extra_files=extra)
 
 
-def _program(net: nn.Module, example_input: torch.Tensor):
+def program(net: nn.Module, example_input: torch.Tensor):
     """``net`` (a copy in eval mode) as a :func:`torch.export.export` program of any batch size."""
     net = copy.deepcopy(net).eval().to(example_input.device)
     batch = torch.export.Dim("batch", min=1, max=1 << 20)
-    return torch.export.export(net, (example_input,), dynamic_shapes=({0: batch},))
-
-
-#: The packages :func:`save_onnx` and :func:`run_onnx` need (the extra ``bayesprune[onnx]``).
-ONNX_PACKAGES = ("onnx", "onnxruntime", "onnxscript")
-
-
-def missing_onnx_packages() -> list:
-    """The packages of :data:`ONNX_PACKAGES` that are not installed."""
-    import importlib.util
-
-    return [name for name in ONNX_PACKAGES if importlib.util.find_spec(name) is None]
-
-
-def save_onnx(net: nn.Module, path, example_input: torch.Tensor):
-    """Write ``net`` as one ONNX file (weights inside, batch dimension dynamic) for ONNX Runtime and the
-    runtimes that read ONNX: :func:`torch.export.export` as :func:`save_portable` does, then
-    ``torch.onnx``'s exporter of that program (it needs ``onnx`` and ``onnxscript``)."""
-    torch.onnx.export(_program(net, example_input), (example_input,), str(path), external_data=False, verbose=False)
-
-
-def run_onnx(path, batches) -> torch.Tensor:
-    """The outputs of the ONNX file ``path`` at each input tensor of ``batches`` (float32, on the CPU),
-    concatenated, computed by ONNX Runtime's CPU provider."""
-    import onnxruntime
-
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
-    parts = [session.run(None, {name: batch.detach().cpu().float().numpy()})[0] for batch in batches]
-    return torch.cat([torch.from_numpy(part) for part in parts])
+    try:
+        with printouts_dropped():
+            return torch.export.export(net, (example_input,), dynamic_shapes=({0: batch},))
+    except Exception as error:  # noqa: BLE001 - the user's forward, whatever torch.export makes of it
+        first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")[:200]
+        raise BayesPruneError(
+            f"model: torch.export cannot export the network's forward ({type(error).__name__}: {first}); a forward "
+            "that branches on the data's values (if x.sum() > 0) needs torch.where or torch.cond"
+        ) from None
 
 
 def portable_input_shape(path) -> tuple:

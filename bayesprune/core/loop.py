@@ -1,4 +1,5 @@
-"""One training loop over any step, and its SVI step: minibatches, penalty weights, learning-rate schedule, callbacks, divergence stop."""
+"""One training loop over any step, and its SVI step: minibatches, learning-rate schedule, callbacks, divergence stop
+(the KL's minibatch weights: :mod:`bayesprune.core.penalties`)."""
 
 import contextlib
 import math
@@ -6,15 +7,16 @@ import random
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyro
 import torch
 from pyro import poutine
 from pyro.optim import PyroLRScheduler
-from pyro.poutine.messenger import Messenger
 from tqdm.auto import tqdm
 
 from bayesprune.core import distributed
 from bayesprune.core.errors import ConfigError, Interrupted, StopNow, TrainingDiverged
 from bayesprune.core.layout import laid_out
+from bayesprune.core.penalties import PenaltyScale, UniformPenalty
 from bayesprune.core.precision import autocast_calls
 
 
@@ -87,46 +89,6 @@ class TensorBatches:
         inputs = (self.x[rows] for rows in chunks) if in_memory else self.x.read([rows.cpu() for rows in chunks])
         for rows, x in zip(chunks, inputs):
             yield laid_out(x if self.augment is None else self.augment(x), self.memory_format), self.y[rows]
-
-
-class UniformPenalty:
-    """Penalty R/M on each of the M minibatches of an epoch (paper 003, eq. 4.2)."""
-
-    def weight(self, index: int, num_batches: int) -> float:
-        """Weight of the KL on batch ``index`` (0-based) relative to the N/B-scaled likelihood, i.e. M·r_i."""
-        return 1.0
-
-
-class GeometricPenalty:
-    """Penalty r_i R with r_i = 2^(M−i) / (2^M − 1) on minibatch i = 1..M (Blundell et al.; paper 003, eq. 4.3).
-
-    The KL arrives in a burst at the start of each epoch. Under Adam at a constant rate the weights it
-    pulls to zero do not settle there (an sBNN LeNet-300-100 ends with its spike weights at |m| ≈ 15×
-    the rate, and pruning them costs a point); anneal the rate (``optim.schedule = "cosine"``).
-    """
-
-    def weight(self, index: int, num_batches: int) -> float:
-        # M r_i = M 2^-i / (1 - 2^-M): the same value without overflowing 2^M.
-        return num_batches * 2.0 ** -(index + 1) / -math.expm1(-num_batches * math.log(2.0))
-
-
-PENALTIES = {"uniform": UniformPenalty, "geometric": GeometricPenalty}
-
-
-class PenaltyScale(Messenger):
-    """Multiplies the ``scale`` of latent (prior) sites only, leaving observed sites alone.
-
-    Under it the per-step loss is N/B·(−log p(D_i | W)) + weight·KL, which is M·J_i of paper 003
-    (eqs. 4.2–4.3) when ``weight`` is M·r_i.
-    """
-
-    def __init__(self, weight: float):
-        super().__init__()
-        self.weight = weight
-
-    def _process_message(self, msg):
-        if msg["type"] == "sample" and not msg["is_observed"]:
-            msg["scale"] = self.weight * msg["scale"]
 
 
 @dataclass
@@ -313,7 +275,9 @@ def train(
         losses in step order divided by the number of batches.
 
     A CPU loss is checked at once; losses on another device stay there until the end of the epoch,
-    so a CUDA step never waits for the host (one synchronisation per epoch).
+    so a CUDA step never waits for the host (one synchronisation per epoch). Steps run with the
+    arguments of distributions (``torch.distributions``, Pyro) unchecked: a check reads them back to
+    the host, and a step whose arguments go wrong shows it as a loss that is not finite.
 
     Raises:
         TrainingDiverged: a loss became NaN or infinite, naming the epoch and the first such step
@@ -330,7 +294,8 @@ def train(
     for epoch in bar:
         losses = []
         for index, (x, y) in enumerate(batches):
-            loss = step(x, y, index, num_batches)
+            with pyro.validation_enabled(False):  # checking arguments reads them back to the host
+                loss = step(x, y, index, num_batches)
             if loss.device.type == "cpu":
                 _check_finite(loss.item(), epoch, index)
             losses.append(loss)

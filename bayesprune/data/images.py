@@ -126,26 +126,6 @@ class NumpyOnlyUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refusing to unpickle {module}.{name}: only numpy arrays are allowed")
 
 
-@register_dataset("fashion-mnist")
-def load_fashion_mnist(
-    *,
-    root: str | os.PathLike,
-    limit_train: int | None = None,
-    limit_test: int | None = None,
-) -> Dataset:
-    """Fashion-MNIST from ``root/FashionMNIST/raw`` (torchvision's layout; never downloaded).
-
-    Args:
-        root: Directory that holds torchvision's ``FashionMNIST`` folder.
-        limit_train: Keep only the first this many training images (``None``: all).
-        limit_test: Keep only the first this many test images (``None``: all).
-
-    Returns:
-        A classification :class:`Dataset` of ``(1, 28, 28)`` images in ``[0, 1]``.
-    """
-    return _torchvision_dataset("fashion-mnist", "FashionMNIST", root, limit_train, limit_test)
-
-
 # CIFAR-10's python batches in torchvision's layout, with the md5 sums torchvision checks them against.
 CIFAR10_FOLDER = "cifar-10-batches-py"
 CIFAR10_MD5 = {

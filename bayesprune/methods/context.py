@@ -20,9 +20,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from bayesprune.core.batched import train_stacked
 from bayesprune.core.checkpoint import load_module_state, write_checkpoint
 from bayesprune.core.early_stopping import EarlyStopping
-from bayesprune.core.errors import BayesPruneError, Interrupted
+from bayesprune.core.errors import BayesPruneError, ConfigError, Interrupted
 from bayesprune.core.export import mask_parameters, unmask_parameters
 from bayesprune.core.fused import kernel_mode
 from bayesprune.core.layout import resolve_memory_format
@@ -302,6 +303,53 @@ class FitContext:
         return EarlyStopping(
             score, lambda: _snapshot(state), lambda saved: _load(state, saved), epochs=epochs, patience=self.patience
         )
+
+
+def train_networks_together(
+    contexts: list, name: str, nets: list, x, y, *, epochs: int, loss, validate: bool = False
+) -> list:
+    """:meth:`FitContext.train_network` for several independent fits at once, fit k being ``nets[k]``
+    under ``contexts[k]`` (its seed's minibatch order over ``(x, y)``), trained as one stacked model
+    (:func:`bayesprune.core.batched.train_stacked`): each ends where its separate fit ends, up to
+    rounding. The contexts must agree on everything but the seed; a batched stage writes no checkpoint.
+    Returns each fit's :class:`~bayesprune.core.loop.History`.
+
+    Raises:
+        ConfigError: contexts that differ beyond their seeds, or a checkpoint asked for, naming the key;
+            networks that cannot be stacked (:class:`~bayesprune.core.batched.StackedNetworks`).
+    """
+    first = contexts[0]
+    for key in ("device", "batch_size", "optim", "task", "precision", "patience", "augment", "memory_format"):
+        if any(getattr(ctx, key) != getattr(first, key) for ctx in contexts):
+            raise ConfigError(f"batched fits must share {key}: the fits of one stack differ in it")
+    if any(ctx.validation is not first.validation for ctx in contexts):
+        raise ConfigError("batched fits must share train.validation's rows: the fits of one stack differ in them")
+    if any(ctx.checkpoint is not None or ctx.resume is not None for ctx in contexts):
+        raise ConfigError(
+            "batched fits write no checkpoint: train.checkpoint_every and --resume train one fit at a time"
+        )
+    validation = first.validation if validate else None
+    with kernel_mode(first.kernels), training_precision(first.precision):
+        records = train_stacked(
+            [net.to(first.device) for net in nets],
+            [ctx.batches(x, y) for ctx in contexts],
+            epochs=epochs,
+            loss=loss,
+            optim=first.optim,
+            validation=validation,
+            task=first.task,
+            patience=first.patience,
+        )
+    histories = []
+    for ctx, record in zip(contexts, records):
+        history = History(record.step_losses, record.epoch_losses)
+        if validation is not None:
+            ctx.best_epoch = record.best_epoch + 1
+        ctx._finished.append(
+            {"name": name, "history": LoopState.history_dict(history), "state": None, "best_epoch": ctx.best_epoch}
+        )
+        histories.append(history)
+    return histories
 
 
 @contextmanager

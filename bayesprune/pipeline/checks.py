@@ -32,7 +32,7 @@ def check_size(config, data):
     its parameters counted."""
     try:
         with torch.device("meta"):
-            net = new_net(config, data.input_shape, data.output_dim, seed=config.seed)
+            net = new_net(config, data.input_shape, data.output_dim, seed=config.seed, weights=False)
         count = sum(param.numel() for param in net.parameters())
     except Exception:  # noqa: BLE001 - a network that does not build on meta is built (and checked) for real
         return
@@ -127,6 +127,15 @@ def check_units(config, net, data):
             "prune.level = 'unit': the network has no hidden units to remove (model.hidden = [] or "
             "an architecture without hidden layers)"
         )
+    if config.prune.macs:
+        from bayesprune.core.macs import MacsBelowFloors, check_reachable
+        from bayesprune.core.pruning import Budget
+
+        try:
+            budget = Budget(macs=min(config.prune.macs), level="unit", min_keep=config.prune.min_keep)
+            check_reachable(net, budget, input_shape=data.input_shape)
+        except MacsBelowFloors as error:
+            raise ConfigError(f"prune.macs: {error}") from None
 
 
 def check_network(net, data):

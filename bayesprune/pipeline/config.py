@@ -17,13 +17,29 @@ import tomli_w
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.fused import KERNEL_MODES
 from bayesprune.core.layout import MEMORY_FORMATS
-from bayesprune.core.normalization import DEFAULT_BATCHES, MIN_BATCH_SIZE, Calibration
+from bayesprune.core.normalization import DEFAULT_BATCHES, MAX_BATCHES, MIN_BATCH_SIZE, Calibration
 from bayesprune.core.optim import OptimConfig  # [optim] lives with the optimisers it builds (the methods read it)
 from bayesprune.core.precision import PRECISIONS
-from bayesprune.core.validation import MAX_SCALE, is_count, is_scale, refuse_unknown_keys
-from bayesprune.core.validation import is_int as _is_int
-from bayesprune.core.validation import is_number as _is_number
-from bayesprune.core.validation import require as _require
+from bayesprune.core.pruning import LEVELS, SCOPES
+from bayesprune.core.validation import (
+    FLAG,
+    MAX_COUNT,
+    STRING,
+    Constraint,
+    Rule,
+    count,
+    is_int,
+    is_number,
+    list_of,
+    one_of,
+    option,
+    optional,
+    refuse_unknown_keys,
+    require,
+    scale,
+    unit,
+    validate,
+)
 
 
 @dataclass(frozen=True)
@@ -39,39 +55,69 @@ class DataConfig:
     from the current folder.
     """
 
-    dataset: str = "digits"
-    batch_size: int | str = 128
-    splits: list | str | None = None
+    dataset: str = option("digits", STRING)
+    batch_size: int | str = option(
+        128,
+        Constraint(
+            lambda v: v == "auto" or count().accepts(v),
+            f"be a positive integer up to {MAX_COUNT} or 'auto'",
+            refused=(0, MAX_COUNT + 1, 1.5, "big", True),
+            allowed=f'a positive integer up to {MAX_COUNT}, or `"auto"`',
+        ),
+    )
+    splits: list | str | None = option(
+        None,
+        Constraint(
+            lambda v: v is None or v == "all" or (isinstance(v, list) and v and all(is_int(k) and k >= 0 for k in v)),
+            "be 'all' or a non-empty list of split indices",
+            refused=([], [-1], "some", 1),
+            allowed='`"all"` or a list of split indices, or unset',
+        ),
+    )
     options: dict = field(default_factory=dict)
 
+    rules = (
+        Rule(
+            "splits",
+            lambda o: o.splits is None or o.dataset == "uci",
+            lambda o: "only be set for data.dataset = 'uci'",
+            example={"dataset": "digits", "splits": [0]},
+        ),
+        Rule(
+            "split",
+            lambda o: o.splits is None or "split" not in o.options,
+            lambda o: "not be given beside data.splits (set data.splits = [k] for split k)",
+            example={"dataset": "uci", "splits": [0], "split": 1},
+            value=lambda o: o.options.get("split"),
+        ),
+    )
+
     def __post_init__(self):
-        _require(isinstance(self.dataset, str), "data.dataset", "be a string", self.dataset)
-        _require(
-            self.batch_size == "auto" or is_count(self.batch_size),
-            "data.batch_size",
-            f"be a positive integer up to {MAX_COUNT} or 'auto'",
-            self.batch_size,
-        )
-        if self.splits is not None:
-            _require(self.dataset == "uci", "data.splits", "only be set for data.dataset = 'uci'", self.splits)
-            valid = self.splits == "all" or (
-                isinstance(self.splits, list) and self.splits and all(_is_int(k) and k >= 0 for k in self.splits)
-            )
-            _require(valid, "data.splits", "be 'all' or a non-empty list of split indices", self.splits)
-            _require(
-                "split" not in self.options,
-                "data.split",
-                "not be given beside data.splits (set data.splits = [k] for split k)",
-                self.options.get("split"),
-            )
+        validate(self, "data")
 
     def batch_size_for(self, num_train: int) -> int:
         """The minibatch size for ``num_train`` training rows."""
         return max(32, math.ceil(num_train / 100)) if self.batch_size == "auto" else self.batch_size
 
 
+#: Seeds of a run are seed + split index + chain, and NumPy takes seeds below 2**32.
+MAX_SEED = 2**31
+
+#: The most chains (whole fits, one after another) a run may ask for: R-hat and ESS need a handful.
+MAX_CHAINS = 1000
+
+
 #: ``model.factory``: a dotted module path, a colon, a dotted attribute path.
 FACTORY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+
+#: ``model.expose`` and ``model.hide``: parameter names, globs or module type names.
+NAMES = Constraint(
+    lambda v: isinstance(v, (list, tuple)) and all(isinstance(item, str) for item in v),
+    "be a list of parameter names, globs or module type names",
+    refused=("fc1.weight", [1]),
+    allowed="a list of parameter names, globs or module type names",
+    convert=tuple,
+)
 
 
 @dataclass(frozen=True)
@@ -80,47 +126,56 @@ class ModelConfig:
     (``"module:callable"``, the run's working directory importable) names the user's own, called as
     ``callable(input_shape, output_dim, **options)``; every other key is an option of the builder.
 
+    ``weights`` is a file of the network's weights to start every fit from (``torch.save(net.state_dict(),
+    path)`` of the network the factory or architecture builds; read weights-only, refused naming the first
+    key that does not match; :func:`bayesprune.core.checkpoint.load_weights`), instead of the builder's
+    random initialisation. ``pretrain_epochs`` (default 0) trains that network densely by maximum likelihood
+    first, with the run's optimiser and minibatches (:func:`bayesprune.pipeline.start.start_network`), so that
+    every method of a comparison starts from the same trained network; ``start_<metric>`` in ``metrics.json``
+    is the test metric of the network the fit starts from.
+
     ``noise_scale`` fixes the Gaussian noise of regression; absent, it is learned. ``expose`` and
     ``hide`` add parameters to the sites or take them out (names, globs or module type names,
     :func:`bayesprune.core.sites.site_names`; by default the sites are the parameters of the Linear and
     convolution layers, and normalisation layers stay point estimates).
     """
 
-    architecture: str = "mlp"
-    factory: str | None = None
-    noise_scale: float | None = None
-    expose: tuple = ()
-    hide: tuple = ()
+    architecture: str = option("mlp", STRING)
+    factory: str | None = option(
+        None,
+        Constraint(
+            lambda v: v is None or (isinstance(v, str) and FACTORY.fullmatch(v) is not None),
+            "be 'module:callable' (e.g. 'mynets:resnet')",
+            refused=("mynets", ":resnet", 1),
+            allowed='`"module:callable"`, or unset',
+        ),
+    )
+    weights: str | None = option(
+        None,
+        Constraint(
+            lambda v: v is None or (isinstance(v, str) and v != ""),
+            "be a file path",
+            refused=("", 1),
+            allowed="a file path, or unset",
+        ),
+    )
+    pretrain_epochs: int = option(0, count(0))
+    noise_scale: float | None = option(None, optional(scale()))
+    expose: tuple = option((), NAMES)
+    hide: tuple = option((), NAMES)
     options: dict = field(default_factory=dict)
 
+    rules = (
+        Rule(
+            "architecture",
+            lambda o: o.factory is None or o.architecture == "mlp",
+            lambda o: "not be given beside model.factory",
+            example={"factory": "mynets:resnet", "architecture": "lenet5"},
+        ),
+    )
+
     def __post_init__(self):
-        _require(isinstance(self.architecture, str), "model.architecture", "be a string", self.architecture)
-        for key in ("expose", "hide"):
-            value = getattr(self, key)
-            _require(
-                isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value),
-                f"model.{key}",
-                "be a list of parameter names, globs or module type names",
-                value,
-            )
-            object.__setattr__(self, key, tuple(value))
-        if self.factory is not None:
-            _require(
-                isinstance(self.factory, str) and FACTORY.fullmatch(self.factory) is not None,
-                "model.factory",
-                "be 'module:callable' (e.g. 'mynets:resnet')",
-                self.factory,
-            )
-            _require(
-                self.architecture == "mlp", "model.architecture", "not be given beside model.factory", self.architecture
-            )
-        if self.noise_scale is not None:
-            _require(
-                is_scale(self.noise_scale),
-                "model.noise_scale",
-                f"be a positive number up to {MAX_SCALE:g}",
-                self.noise_scale,
-            )
+        validate(self, "model")
 
     @property
     def name(self) -> str:
@@ -145,58 +200,30 @@ class TrainConfig:
     :mod:`bayesprune.core.layout`).
     """
 
-    epochs: int | None = None
-    steps: int | None = None
-    validation: float = 0.0
-    patience: int | None = None
-    checkpoint_every: int = 1
-    kernels: str = "auto"
-    precision: str = "float32"
-    memory_format: str = "auto"
+    epochs: int | None = option(None, optional(count()))
+    steps: int | None = option(None, optional(count()))
+    validation: float = option(0.0, unit(open_low=False))
+    patience: int | None = option(None, optional(count()))
+    checkpoint_every: int = option(1, count())
+    kernels: str = option("auto", one_of(KERNEL_MODES))
+    precision: str = option("float32", one_of(PRECISIONS))
+    memory_format: str = option("auto", one_of(MEMORY_FORMATS))
+
+    rules = (
+        Rule(
+            "patience",
+            lambda o: o.patience is None or o.validation > 0,
+            lambda o: "come with train.validation > 0",
+            example={"validation": 0.0, "patience": 3},
+        ),
+    )
 
     def __post_init__(self):
         if self.steps is not None:
-            _require(
-                _is_int(self.steps) and 0 < self.steps <= MAX_COUNT,
-                "train.steps",
-                f"be a positive integer up to {MAX_COUNT}",
-                self.steps,
-            )
             object.__setattr__(self, "epochs", None)  # the budget replaces them (an override of a config's epochs)
         elif self.epochs is None:
             object.__setattr__(self, "epochs", 200)
-        if self.epochs is not None:
-            _require(
-                _is_int(self.epochs) and 0 < self.epochs <= MAX_COUNT,
-                "train.epochs",
-                f"be a positive integer up to {MAX_COUNT}",
-                self.epochs,
-            )
-        _require(
-            _is_number(self.validation) and 0 <= self.validation < 1,
-            "train.validation",
-            "lie in [0, 1)",
-            self.validation,
-        )
-        if self.patience is not None:
-            _require(
-                _is_int(self.patience) and self.patience > 0, "train.patience", "be a positive integer", self.patience
-            )
-            _require(self.validation > 0, "train.patience", "come with train.validation > 0", self.patience)
-        _require(
-            is_count(self.checkpoint_every),
-            "train.checkpoint_every",
-            f"be a positive integer up to {MAX_COUNT}",
-            self.checkpoint_every,
-        )
-        _require(self.kernels in KERNEL_MODES, "train.kernels", f"be one of {list(KERNEL_MODES)}", self.kernels)
-        _require(self.precision in PRECISIONS, "train.precision", f"be one of {list(PRECISIONS)}", self.precision)
-        _require(
-            self.memory_format in MEMORY_FORMATS,
-            "train.memory_format",
-            f"be one of {list(MEMORY_FORMATS)}",
-            self.memory_format,
-        )
+        validate(self, "train")
 
 
 #: ``prune.predictive``'s values, and the size (weights) up to which ``"auto"`` evaluates the Monte-Carlo
@@ -224,54 +251,68 @@ class PruneConfig:
     evaluates the Monte-Carlo predictive of a method that has one (``<metric>_mc``, S draws each): at
     ``"every"`` droprate, or at the ``"unpruned"`` model only (the point estimate at every droprate);
     ``"auto"`` (default) is ``"every"`` for networks of at most 1,000,000 weights (:data:`PREDICTIVE_CURVE_WEIGHTS`),
-    where the S passes at each droprate cost little beside training, and ``"unpruned"`` above."""
+    where the S passes at each droprate cost little beside training, and ``"unpruned"`` above.
 
-    droprates: tuple = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
-    scope: str = "global"
-    level: str = "weight"
-    min_keep: int | None = None
-    include_biases: bool = True
-    recalibrate: bool = True
-    recalibrate_batches: int = DEFAULT_BATCHES
-    finetune_epochs: int = 0
-    predictive: str = "auto"
+    ``macs`` (unit level) is a MAC budget: a fraction of the dense network's multiply-accumulates to keep, or a
+    list of them; at each, units leave by the method's unit scores (the floors of ``min_keep`` kept) until the
+    network costs at most that (:func:`bayesprune.core.macs.resolve_macs`), and ``metrics.json``'s
+    ``macs_curve`` holds its count, test metric and, with ``finetune_epochs``, its fine-tuned one. The
+    dense network is the one the fit starts from, so every method's row of a comparison is cut to the same MACs."""
+
+    droprates: tuple = option(
+        (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95),
+        list_of(
+            unit(open_low=False),
+            "droprates in [0, 1)",
+            distinct=False,
+            convert=lambda v: tuple(sorted(set(float(rate) for rate in v))),
+        ),
+    )
+    scope: str = option("global", one_of(SCOPES))
+    level: str = option("weight", one_of(LEVELS))
+    min_keep: int | None = option(None, optional(count(0)))
+    include_biases: bool = option(True, FLAG)
+    recalibrate: bool = option(True, FLAG)
+    recalibrate_batches: int = option(DEFAULT_BATCHES, count(1, MAX_BATCHES))
+    finetune_epochs: int = option(0, count(0))
+    predictive: str = option("auto", one_of(PREDICTIVES))
+    macs: tuple = option(
+        (),
+        Constraint(
+            lambda v: (
+                all(is_number(m) and 0 < m <= 1 for m in ([v] if is_number(v) else v))
+                if is_number(v) or isinstance(v, (list, tuple))
+                else False
+            ),
+            "be a fraction in (0, 1] of the dense network's MACs, or a list of them",
+            refused=(0.0, 1.5, [0.5, 2.0], "half", True),
+            allowed="a fraction in (0, 1], or a list of them",
+            convert=lambda v: tuple(sorted(set(float(m) for m in ([v] if is_number(v) else v)), reverse=True)),
+        ),
+    )
+
+    rules = (
+        Rule(
+            "macs",
+            lambda o: not o.macs or o.level == "unit",
+            lambda o: (
+                "come with prune.level = 'unit' (units leave until the MACs reach it; zeroed weights cost as many "
+                "MACs as kept ones)"
+            ),
+            example={"macs": 0.5, "level": "weight"},
+            value=lambda o: list(o.macs),
+        ),
+        Rule(
+            "macs",
+            lambda o: not o.macs or o.scope == "global",
+            lambda o: "come with prune.scope = 'global' (units leave by score across the network)",
+            example={"macs": 0.5, "level": "unit", "scope": "layer"},
+            value=lambda o: list(o.macs),
+        ),
+    )
 
     def __post_init__(self):
-        from bayesprune.core.normalization import MAX_BATCHES
-        from bayesprune.core.pruning import LEVELS, SCOPES
-
-        _require(
-            isinstance(self.droprates, (list, tuple)) and len(self.droprates) > 0,
-            "prune.droprates",
-            "be a non-empty list",
-            self.droprates,
-        )
-        for rate in self.droprates:
-            _require(_is_number(rate) and 0 <= rate < 1, "prune.droprates", "contain only droprates in [0, 1)", rate)
-        object.__setattr__(self, "droprates", tuple(sorted(set(float(rate) for rate in self.droprates))))
-        _require(self.scope in SCOPES, "prune.scope", f"be one of {list(SCOPES)}", self.scope)
-        _require(self.level in LEVELS, "prune.level", f"be one of {list(LEVELS)}", self.level)
-        _require(
-            self.min_keep is None or is_count(self.min_keep, 0),
-            "prune.min_keep",
-            f"be a non-negative integer up to {MAX_COUNT}",
-            self.min_keep,
-        )
-        _require(isinstance(self.include_biases, bool), "prune.include_biases", "be true or false", self.include_biases)
-        _require(isinstance(self.recalibrate, bool), "prune.recalibrate", "be true or false", self.recalibrate)
-        _require(
-            _is_int(self.recalibrate_batches) and 0 < self.recalibrate_batches <= MAX_BATCHES,
-            "prune.recalibrate_batches",
-            f"be a positive integer up to {MAX_BATCHES}",
-            self.recalibrate_batches,
-        )
-        _require(
-            is_count(self.finetune_epochs, 0),
-            "prune.finetune_epochs",
-            f"be a non-negative integer up to {MAX_COUNT}",
-            self.finetune_epochs,
-        )
-        _require(self.predictive in PREDICTIVES, "prune.predictive", f"be one of {list(PREDICTIVES)}", self.predictive)
+        validate(self, "prune")
 
     def predictive_at(self, n_weights: int) -> str:
         """Where the curve of a network of ``n_weights`` evaluates the Monte-Carlo predictive: ``"every"``
@@ -306,29 +347,13 @@ class BaselineConfig:
     ``train.validation``). Regression runs also report the least-squares linear model's test RMSE
     (:mod:`bayesprune.pipeline.baseline`)."""
 
-    enabled: bool = True
-    epochs: int | None = None
-    lr: float | None = None
-    validation: float | None = None
+    enabled: bool = option(True, FLAG)
+    epochs: int | None = option(None, optional(count()))
+    lr: float | None = option(None, optional(scale()))
+    validation: float | None = option(None, optional(unit(open_low=False)))
 
     def __post_init__(self):
-        _require(isinstance(self.enabled, bool), "baseline.enabled", "be true or false", self.enabled)
-        if self.validation is not None:
-            _require(
-                _is_number(self.validation) and 0 <= self.validation < 1,
-                "baseline.validation",
-                "lie in [0, 1)",
-                self.validation,
-            )
-        if self.epochs is not None:
-            _require(
-                _is_int(self.epochs) and 0 < self.epochs <= MAX_COUNT,
-                "baseline.epochs",
-                f"be a positive integer up to {MAX_COUNT}",
-                self.epochs,
-            )
-        if self.lr is not None:
-            _require(is_scale(self.lr), "baseline.lr", f"be a positive number up to {MAX_SCALE:g}", self.lr)
+        validate(self, "baseline")
 
     @property
     def held_out(self) -> float:
@@ -345,32 +370,47 @@ class ReferenceConfig:
     where they come from (``"paper 003, Table 8, set 2"``).
     """
 
-    source: str | None = None
-    droprates: tuple = ()
-    values: tuple | dict = ()
+    source: str | None = option(None, optional(STRING))
+    droprates: tuple = option(
+        (),
+        list_of(
+            unit(open_low=False),
+            "droprates in [0, 1)",
+            nonempty=False,
+            distinct=False,
+            convert=lambda v: tuple(float(rate) for rate in v),
+        ),
+    )
+    values: tuple | dict = option(
+        (),
+        Constraint(
+            lambda v: isinstance(v, (list, tuple, dict)),
+            "be a list of numbers, or a table of them by data set",
+            refused=("text", 1.0),
+            allowed="a list of numbers, or a table of them by data set",
+        ),
+    )
+
+    rules = (
+        Rule(
+            "values",
+            lambda o: all(
+                isinstance(row, (list, tuple)) and len(row) == len(o.droprates) and all(is_number(v) for v in row)
+                for row in _rows(o.values)
+            ),
+            lambda o: f"hold {len(o.droprates)} numbers (one per reference.droprates) per row",
+            example={"source": "paper", "droprates": [0.5], "values": [1.0, 2.0]},
+        ),
+        Rule(
+            "source",
+            lambda o: o.source is not None or not o.droprates,
+            lambda o: "be given with reference values",
+            example={"droprates": [0.5], "values": [1.0]},
+        ),
+    )
 
     def __post_init__(self):
-        _require(self.source is None or isinstance(self.source, str), "reference.source", "be a string", self.source)
-        _require(isinstance(self.droprates, (list, tuple)), "reference.droprates", "be a list", self.droprates)
-        for rate in self.droprates:
-            _require(
-                _is_number(rate) and 0 <= rate < 1, "reference.droprates", "contain only droprates in [0, 1)", rate
-            )
-        rows = self.values.values() if isinstance(self.values, dict) else [self.values]
-        for row in rows:
-            _require(
-                isinstance(row, (list, tuple)) and len(row) == len(self.droprates) and all(_is_number(v) for v in row),
-                "reference.values",
-                f"hold {len(self.droprates)} numbers (one per reference.droprates) per row",
-                row,
-            )
-        _require(
-            self.source is not None or not self.droprates,
-            "reference.source",
-            "be given with reference values",
-            self.source,
-        )
-        object.__setattr__(self, "droprates", tuple(float(rate) for rate in self.droprates))
+        validate(self, "reference")
         values = (
             {name: tuple(row) for name, row in self.values.items()}
             if isinstance(self.values, dict)
@@ -384,24 +424,45 @@ class ReferenceConfig:
         return [{"droprate": float(rate), "value": float(value)} for rate, value in zip(self.droprates, values)]
 
 
+def _rows(values) -> list:
+    """The rows of ``reference.values``: the one list, or each data set's."""
+    return list(values.values()) if isinstance(values, dict) else [values]
+
+
 @dataclass(frozen=True)
 class ExperimentConfig:
     """``[experiment]``: ``name`` turns the run into a packaged study (a sweep of fits, such as the
     paper's simulations) instead of a single fit; every other key is an option of that study.
     """
 
-    name: str | None = None
+    name: str | None = option(None, optional(STRING))
     options: dict = field(default_factory=dict)
 
+    rules = (
+        Rule(
+            "name",
+            lambda o: o.name is not None or not o.options,
+            lambda o: "be set when experiment options are given",
+            example={"name": None, "draws": 3},
+        ),
+    )
+
     def __post_init__(self):
-        if self.name is not None:
-            _require(isinstance(self.name, str), "experiment.name", "be a string", self.name)
-        else:
-            _require(not self.options, "experiment.name", "be set when experiment options are given", self.name)
+        validate(self, "experiment")
 
 
 #: Selection rules of ``importance.selection`` and ``bayesprune importance --selection`` (the first is the default).
 IMPORTANCE_SELECTIONS = ("empirical-null", "bayesian-fdr", "knockoff")
+
+
+def _distinct_groups(value) -> bool:
+    """Non-empty lists of input names, no input named twice."""
+    if not isinstance(value, (list, tuple)) or not all(
+        isinstance(group, (list, tuple)) and group and all(isinstance(name, str) for name in group) for group in value
+    ):
+        return False
+    named = [name for group in value for name in group]
+    return len(set(named)) == len(named)
 
 
 @dataclass(frozen=True)
@@ -411,51 +472,29 @@ class ImportanceConfig:
     ``correlation``: inputs whose absolute correlation on the training rows exceeds it (or that a chain of
     such pairs joins) are one group, in (0, 1]; at 1 no inputs are grouped. ``groups``: the user's own groups,
     lists of input names, in place of the correlation's (every input not named stays alone; a name must be an
-    input of the table, and no input may be named twice). ``selection``: the selection rule, one of
-    :data:`IMPORTANCE_SELECTIONS` (``bayesprune importance --selection`` overrides it).
+    input of the table, checked against the data before anything is written, and no input may be named
+    twice). ``selection``: the selection rule, one of :data:`IMPORTANCE_SELECTIONS` (``bayesprune importance
+    --selection`` overrides it).
     """
 
-    correlation: float = 0.9
-    groups: tuple | None = None
-    selection: str = IMPORTANCE_SELECTIONS[0]
+    correlation: float = option(0.9, unit(open_high=False))
+    groups: tuple | None = option(
+        None,
+        optional(
+            Constraint(
+                _distinct_groups,
+                "be a list of non-empty lists of input names, each input named once",
+                refused=("a", [[]], [["a"], ["a"]], [1]),
+                allowed="lists of input names, each input in one",
+                convert=lambda v: tuple(tuple(group) for group in v),
+            )
+        ),
+    )
+    selection: str = option(IMPORTANCE_SELECTIONS[0], one_of(IMPORTANCE_SELECTIONS))
 
     def __post_init__(self):
-        _require(
-            _is_number(self.correlation) and 0 < self.correlation <= 1,
-            "importance.correlation",
-            "be a number in (0, 1]",
-            self.correlation,
-        )
-        if self.groups is not None:
-            _require(
-                isinstance(self.groups, (list, tuple))
-                and all(
-                    isinstance(group, (list, tuple)) and group and all(isinstance(name, str) for name in group)
-                    for group in self.groups
-                ),
-                "importance.groups",
-                "be a list of non-empty lists of input names",
-                self.groups,
-            )
-            named = [name for group in self.groups for name in group]
-            twice = sorted({name for name in named if named.count(name) > 1})
-            _require(not twice, "importance.groups", "name each input once", twice)
-            object.__setattr__(self, "groups", tuple(tuple(group) for group in self.groups))
-        _require(
-            self.selection in IMPORTANCE_SELECTIONS,
-            "importance.selection",
-            f"be one of {', '.join(IMPORTANCE_SELECTIONS)}",
-            self.selection,
-        )
+        validate(self, "importance")
 
-
-# Seeds of a run are seed + split index + chain, and NumPy takes seeds below 2**32.
-MAX_SEED = 2**31
-# Epochs, steps and samples beyond this are a typo, not a plan (and overflow a C index further on).
-from bayesprune.core.validation import MAX_COUNT  # noqa: E402
-
-#: The most chains (whole fits, one after another) a run may ask for: R-hat and ESS need a handful.
-MAX_CHAINS = 1000
 
 _SECTIONS = {
     "data": DataConfig,
@@ -490,11 +529,34 @@ class RunConfig:
     """
 
     method: str = "sbnn"
-    description: str = ""
-    seed: int = 0
-    seeds: tuple = ()
-    device: str = "auto"
-    chains: int | str = "auto"
+    description: str = option("", STRING)
+    seed: int = option(0, count(0, MAX_SEED - 1, "be a non-negative integer below 2**31"))
+    seeds: tuple = option(
+        (),
+        replace(
+            list_of(count(0, MAX_SEED - 1), "", nonempty=False),
+            expectation="be a list of distinct non-negative integers below 2**31",
+            allowed="a list of distinct non-negative integers below 2**31",
+        ),
+    )
+    device: str = option(
+        "auto",
+        Constraint(
+            lambda v: isinstance(v, str) and (v in ("auto", "cpu") or v.startswith("cuda")),
+            "be 'auto', 'cpu' or 'cuda[:N]'",
+            refused=("gpu", 0),
+            allowed='`"auto"`, `"cpu"`, `"cuda"` or `"cuda:N"`',
+        ),
+    )
+    chains: int | str = option(
+        "auto",
+        Constraint(
+            lambda v: v == "auto" or count(1, MAX_CHAINS).accepts(v),
+            f'be "auto" or a positive integer up to {MAX_CHAINS}',
+            refused=(0, MAX_CHAINS + 1, 1.5, "many"),
+            allowed=f'`"auto"` or a positive integer up to {MAX_CHAINS}',
+        ),
+    )
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -506,49 +568,31 @@ class RunConfig:
     importance: ImportanceConfig = field(default_factory=ImportanceConfig)
     method_options: object = None
 
+    rules = (
+        Rule(
+            "baseline.validation",
+            lambda o: o.baseline.validation is None or o.train.validation == 0,
+            lambda o: (
+                "not be given beside train.validation (the plain network keeps its epoch on the run's validation part)"
+            ),
+            example={"baseline": {"validation": 0.2}, "train": {"validation": 0.2}},
+            value=lambda o: o.baseline.validation,
+        ),
+    )
+
     def __post_init__(self):
         from bayesprune.methods import get_method
 
         method = get_method(self.method)
         if self.method_options is None:
             object.__setattr__(self, "method_options", method.Options())
-        _require(
+        require(
             isinstance(self.method_options, method.Options),
             self.method,
             f"be a {method.Options.__name__}",
             self.method_options,
         )
-        _require(
-            _is_int(self.seed) and 0 <= self.seed < MAX_SEED, "seed", "be a non-negative integer below 2**31", self.seed
-        )
-        _require(
-            isinstance(self.seeds, (list, tuple))
-            and all(_is_int(s) and 0 <= s < MAX_SEED for s in self.seeds)
-            and len(set(self.seeds)) == len(self.seeds),
-            "seeds",
-            "be a list of distinct non-negative integers below 2**31",
-            self.seeds,
-        )
-        object.__setattr__(self, "seeds", tuple(self.seeds))
-        _require(
-            self.chains == "auto" or (_is_int(self.chains) and 0 < self.chains <= MAX_CHAINS),
-            "chains",
-            f'be "auto" or a positive integer up to {MAX_CHAINS}',
-            self.chains,
-        )
-        _require(
-            isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),
-            "device",
-            "be 'auto', 'cpu' or 'cuda[:N]'",
-            self.device,
-        )
-        _require(isinstance(self.description, str), "description", "be a string", self.description)
-        _require(
-            self.baseline.validation is None or self.train.validation == 0,
-            "baseline.validation",
-            "not be given beside train.validation (the plain network keeps its epoch on the run's validation part)",
-            self.baseline.validation,
-        )
+        validate(self, None)
 
     @classmethod
     def from_dict(cls, raw: dict) -> "RunConfig":
@@ -556,15 +600,15 @@ class RunConfig:
         from bayesprune.methods import available_methods, get_method
 
         method = get_method(raw.get("method", cls.method))
-        raw = _with_table_defaults(_fold_legacy_keys(raw, method), method)
+        raw = _with_level_default(_with_table_defaults(_fold_legacy_keys(raw, method), method), method)
         top = {f.name for f in fields(cls)} - set(_SECTIONS) - {"method_options"}
         kwargs = {}
         for key, value in raw.items():
             if key in _SECTIONS:
-                _require(isinstance(value, dict), key, "be a table", value)
+                require(isinstance(value, dict), key, "be a table", value)
                 kwargs[key] = _section(key, value)
             elif key == method.name:
-                _require(isinstance(value, dict), key, "be a table", value)
+                require(isinstance(value, dict), key, "be a table", value)
                 kwargs["method_options"] = _options(method, value)
             elif key in top:
                 kwargs[key] = value
@@ -632,20 +676,20 @@ def _fold_legacy_keys(raw: dict, method) -> dict:
     A key given under both names is refused rather than resolved silently.
     """
     raw = {key: dict(value) if isinstance(value, dict) else value for key, value in raw.items()}
-    for legacy, option in method.legacy_keys.items():
+    for legacy, renamed in method.legacy_keys.items():
         section, key = legacy.split(".")
         if not isinstance(raw.get(section), dict) or key not in raw[section]:
             continue
         value = raw[section].pop(key)
         if not raw[section] and section not in _SECTIONS:
             del raw[section]
-        if option is None:
+        if renamed is None:
             continue
         table = raw.setdefault(method.name, {})
-        _require(isinstance(table, dict), method.name, "be a table", table)
-        if option in table:
-            raise ConfigError(f"{legacy} is the old name of {method.name}.{option}; give only {method.name}.{option}")
-        table[option] = value
+        require(isinstance(table, dict), method.name, "be a table", table)
+        if renamed in table:
+            raise ConfigError(f"{legacy} is the old name of {method.name}.{renamed}; give only {method.name}.{renamed}")
+        table[renamed] = value
     return raw
 
 
@@ -667,12 +711,21 @@ def _with_table_defaults(raw: dict, method) -> dict:
         table.pop("model", None)
     own = table.get("model", {})
     if "model" not in table or any(model.get(key, value) != value for key, value in own.items()):
-        for option in getattr(method, "table_network_options", ()):  # chosen for the table's own network only
-            table.get(method.name, {}).pop(option, None)
+        for option_name in getattr(method, "table_network_options", ()):  # chosen for the table's own network only
+            table.get(method.name, {}).pop(option_name, None)
     for section, values in table.items():
         if isinstance(values, dict) and section != "data" and isinstance(raw.get(section, {}), dict):
             raw[section] = {**values, **raw.get(section, {})}
     return raw
+
+
+def _with_level_default(raw: dict, method) -> dict:
+    """``raw`` with ``prune.level`` set to the method's one level where it prunes at one level only
+    (``Method.prune_levels``: unit gates prune units) and the config leaves the key out."""
+    prune = raw.get("prune", {})
+    if len(method.prune_levels) != 1 or not isinstance(prune, dict) or "level" in prune:
+        return raw
+    return {**raw, "prune": {**prune, "level": method.prune_levels[0]}}
 
 
 def _section(name: str, values: dict):
@@ -764,15 +817,16 @@ DATA_PATHS = ("path", "train", "test", "root")
 
 
 def _resolve_data_paths(raw: dict, folder: Path) -> dict:
-    """``raw`` with every relative file or folder of its ``[data]`` table that exists in ``folder`` (the
+    """``raw`` with every relative file or folder of its ``[data]`` table and ``model.weights`` that exists in ``folder`` (the
     config file's) read from there, as most tools do; one that does not is left to the current folder,
     where configs written before this rule found their files."""
-    data = raw.get("data")
-    if isinstance(data, dict):
-        for key in DATA_PATHS:
-            value = data.get(key)
-            if isinstance(value, str) and value and not Path(value).is_absolute() and (folder / value).exists():
-                data[key] = str(folder / value)
+    for section, keys in (("data", DATA_PATHS), ("model", ("weights",))):
+        table = raw.get(section)
+        if isinstance(table, dict):
+            for key in keys:
+                value = table.get(key)
+                if isinstance(value, str) and value and not Path(value).is_absolute() and (folder / value).exists():
+                    table[key] = str(folder / value)
     return raw
 
 
@@ -783,6 +837,6 @@ def apply_overrides(raw: dict, overrides) -> dict:
         table = raw
         for key in keys[:-1]:
             table = table.setdefault(key, {})
-            _require(isinstance(table, dict), ".".join(keys[:-1]), "be a table", table)
+            require(isinstance(table, dict), ".".join(keys[:-1]), "be a table", table)
         table[keys[-1]] = value
     return raw

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from bayesprune.core.errors import BayesPruneError
+from bayesprune.core.loop import check_stop
 from bayesprune.core.pruning import Budget
 from bayesprune.core.tasks import chunks
 from bayesprune.pipeline.config import parse_override
@@ -136,7 +137,7 @@ def check_export_arguments(out, *, repeats: int = 30, force: bool = False, forma
     """``(file, trainable file, ONNX file or None)`` of ``out``, refused in one line when ``out`` names a
     folder, a file there exists (without ``force``) or its folder does not, ``repeats`` is not a count up to
     :data:`MAX_REPEATS`, or ``formats`` (of :data:`FORMATS`) asks for ONNX without its packages installed."""
-    from bayesprune.core.export import missing_onnx_packages
+    from bayesprune.core.onnx_file import missing_onnx_packages
 
     out_path = Path(out)
     if not out_path.name or out_path.is_dir() or str(out).endswith("/"):
@@ -147,9 +148,17 @@ def check_export_arguments(out, *, repeats: int = 30, force: bool = False, forma
     missing = missing_onnx_packages() if "onnx" in formats else []
     if missing:
         raise BayesPruneError(f"--format onnx: needs the packages {', '.join(missing)}: pip install 'bayesprune[onnx]'")
+    if out_path.suffix == ".onnx":  # --out net.onnx names the ONNX file: the .pt2 goes beside it
+        if "onnx" not in formats:
+            raise BayesPruneError(f"--out {out_path}: an .onnx name needs --format onnx (or name the .pt2 file)")
+        out_path = out_path.with_suffix(".pt2")
     trainable = out_path.with_name(f"{out_path.stem}.trainable.pt")
     onnx = out_path.with_name(f"{out_path.stem}.onnx") if "onnx" in formats else None
     for path in (out_path, trainable, onnx):
+        if path is not None and (path.is_dir() or (path.exists() and not path.is_file())):
+            raise BayesPruneError(
+                f"--out {out_path}: {path} is a folder or not a regular file; --force never replaces it"
+            )
         if path is not None and path.exists() and not force:
             raise BayesPruneError(f"--out {out_path}: {path.name} exists; pass --force to overwrite it")
     if not out_path.parent.is_dir():
@@ -214,17 +223,13 @@ def export_fitted(
     ``finetuning`` (a :class:`~bayesprune.pipeline.finetune.FineTuning`, or ``None``) trains the exported
     network further on ``dataset``'s training split, its zero weights held at zero."""
     from bayesprune.core.export import (
-        count_macs,
-        count_parameters,
         dead_units,
         export,
-        measure_latency,
-        run_onnx,
-        save_onnx,
         save_portable,
         save_trainable,
     )
     from bayesprune.core.normalization import changes, has_running_stats
+    from bayesprune.core.onnx_file import run_onnx, save_onnx
     from bayesprune.core.predict import metric
     from bayesprune.core.preprocessing import preprocessing_of, with_preprocessing
     from bayesprune.core.pruning import expand_unit_masks, prune
@@ -294,22 +299,21 @@ def export_fitted(
         with torch.no_grad():
             outputs = torch.cat([loaded(batch) for batch in _raw_batches(dataset.x_test, preprocessing)])
         onnx_outputs = run_onnx(partials[2], _raw_batches(dataset.x_test, preprocessing)) if onnx else None
-    except BaseException:
+        name = metric_name(dataset.task)
+        error = metric(dataset.task, predictive_mean(outputs, dataset.task), raw_y)
+        # the method's own prediction with the same weights removed (the run's figure is of its whole network)
+        own = batched_predictions(fitted, dataset.x_test, masks=weight_masks)[0] if weight_masks else None
+        own = None if own is None else metric(dataset.task, own, dataset.y_test, target_std=dataset.target_std)
+        measured = _measure({"dense": dense, "exported": exported}, shape, repeats)
+        check_stop("while exporting; no file written")  # SIGINT or SIGTERM: the files all written or none
+        os.replace(partials[0], out)
+        if onnx:
+            os.replace(partials[2], onnx)
+        if why_not is None:
+            os.replace(partials[1], trainable)
+    finally:
         for partial in partials:
             partial.unlink(missing_ok=True)
-        raise
-    name = metric_name(dataset.task)
-    error = metric(dataset.task, predictive_mean(outputs, dataset.task), raw_y)
-    # the method's own prediction with the same weights removed (the run's figure is of its whole network)
-    own = batched_predictions(fitted, dataset.x_test, masks=weight_masks)[0] if weight_masks else None
-    own = None if own is None else metric(dataset.task, own, dataset.y_test, target_std=dataset.target_std)
-    os.replace(partials[0], out)
-    if onnx:
-        os.replace(partials[2], onnx)
-    if why_not is None:
-        os.replace(partials[1], trainable)
-    else:
-        partials[1].unlink(missing_ok=True)
 
     run_value = (run_metrics or {}).get(name)
     report = {
@@ -333,16 +337,25 @@ def export_fitted(
         report["onnx_file"] = str(onnx)
         report[f"onnx_{name}"] = metric(dataset.task, predictive_mean(onnx_outputs, dataset.task), raw_y)
         report["onnx_max_abs_difference_to_file"] = (onnx_outputs - outputs).abs().max().item()
+    report.update(measured)
+    return Exported(report, compared_inputs=len(x), no_trainable_file=why_not)
+
+
+def _measure(networks: dict, shape: tuple, repeats: int) -> dict:
+    """Name → parameters, MACs and latency on the CPU (and CUDA where there is one) of each of ``networks``."""
+    from bayesprune.core.export import count_macs, count_parameters, measure_latency
+
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    for key, network in (("dense", dense), ("exported", exported)):
-        report[key] = {
+    return {
+        key: {
             "parameters": count_parameters(network),
             "macs": count_macs(network, shape),
             "latency_seconds": {
                 device: measure_latency(network, shape, device=device, repeats=repeats) for device in devices
             },
         }
-    return Exported(report, compared_inputs=len(x), no_trainable_file=why_not)
+        for key, network in networks.items()
+    }
 
 
 def _fresh_beside(path: Path) -> Path:

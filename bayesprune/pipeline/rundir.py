@@ -101,7 +101,7 @@ def load_run(run_dir):
     dataset = load_datasets(config)[0]
     check_size(config, dataset)
     _check_preprocessing(run_dir / CHECKPOINT, saved, dataset)
-    net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
+    net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed, weights=False)
     built, builds = saved.get("built"), shapes(net)
     if built is not None and built != builds:  # config.toml edited after the fit (a wider network, another one)
         name = next(name for name in [*builds, *built] if builds.get(name) != built.get(name))
@@ -175,14 +175,11 @@ def _recorded_state_digest(run_dir: Path):
 
 
 @contextmanager
-def staged(out: Path, *, resumed_from=None, force: bool = False):
-    """A fresh hidden staging directory beside ``out`` while holding ``out``'s lock, removed on exit
-    (after a move, nothing is left). A second run into the same ``out`` is refused while the first
-    holds the lock; the lock dies with its process, so a killed run never blocks the next one, whose
-    staging directory is new and leaves the old one (reported, unless it is ``resumed_from``) in place.
-
-    ``out`` is checked again once the lock is held (:func:`check_output_dir`, under ``force``): a run
-    that completed into it while this one was loading its data is refused, never replaced, without ``force``."""
+def out_lock(out: Path):
+    """Hold ``out``'s lock (``.<out>.lock`` beside it) for the block: one writer per ``--out``, whether a
+    run, a comparison or a sweep; a second is refused in one line while the first holds it. The lock
+    dies with its process, so a killed writer never blocks the next. Folders created for the lock are
+    removed again when nothing was written to ``out``."""
     created = [parent for parent in reversed(out.parents) if not parent.exists()]  # outermost first
     out.parent.mkdir(parents=True, exist_ok=True)
     lock_path = out.parent / f".{out.name}.lock"
@@ -196,28 +193,35 @@ def staged(out: Path, *, resumed_from=None, force: bool = False):
     except BlockingIOError:
         lock.close()
         raise BayesPruneError(
-            f"--out {out}: another run is writing it; wait for it or choose another directory"
+            f"--out {out}: another run is writing it (a run, a comparison or a sweep); wait for it or choose another directory"
         ) from None
     try:
-        check_output_dir(out, force=force)  # what another run wrote there before this one took the lock
-    except BayesPruneError:
-        lock_path.unlink(missing_ok=True)
-        fcntl.flock(lock, fcntl.LOCK_UN)
-        lock.close()
-        _remove_empty(created)
-        raise
-    for left in sorted(set(out.parent.glob(f".{glob.escape(out.name)}.*.partial")) - {resumed_from}):
-        print(f"bayesprune: note: {left} is left from an interrupted run", file=sys.stderr)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
-    try:
-        yield staging
+        yield
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
         lock_path.unlink(missing_ok=True)
         fcntl.flock(lock, fcntl.LOCK_UN)
         lock.close()
         if not out.exists():  # refused or failed before anything was moved there: no empty folders left
             _remove_empty(created)
+
+
+@contextmanager
+def staged(out: Path, *, resumed_from=None, force: bool = False):
+    """A fresh hidden staging directory beside ``out`` while holding ``out``'s lock (:func:`out_lock`),
+    removed on exit (after a move, nothing is left). A killed run's staging directory is left in place
+    and reported (unless it is ``resumed_from``); the next run stages in a new one.
+
+    ``out`` is checked again once the lock is held (:func:`check_output_dir`, under ``force``): a run
+    that completed into it while this one was loading its data is refused, never replaced, without ``force``."""
+    with out_lock(out):
+        check_output_dir(out, force=force)  # what another run wrote there before this one took the lock
+        for left in sorted(set(out.parent.glob(f".{glob.escape(out.name)}.*.partial")) - {resumed_from}):
+            print(f"bayesprune: note: {left} is left from an interrupted run", file=sys.stderr)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+        try:
+            yield staging
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def _remove_empty(folders):

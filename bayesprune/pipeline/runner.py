@@ -29,13 +29,14 @@ from bayesprune.core.checkpoint import (
 )
 from bayesprune.core.early_stopping import hold_out
 from bayesprune.core.errors import Interrupted, StopNow, TrainingDiverged
+from bayesprune.core.export import count_macs
 from bayesprune.core.files import arrays_digest, read_npz, replacing
 from bayesprune.core.layout import resolve_memory_format
 from bayesprune.core.loop import check_stop, resolve_device
 from bayesprune.core.normalization import has_running_stats
 from bayesprune.core.predict import DrawOutputs
 from bayesprune.core.preprocessing import preprocessing_of
-from bayesprune.core.tasks import is_classification
+from bayesprune.core.tasks import is_classification, network_test_metric
 from bayesprune.methods import FitContext, get_method
 from bayesprune.models import new_net
 from bayesprune.pipeline.baseline import least_squares_test_rmse, train_plain
@@ -51,10 +52,7 @@ from bayesprune.pipeline.checks import (
     run_chains,
 )
 from bayesprune.pipeline.config import load_config
-from bayesprune.pipeline.evaluation import (
-    metric_name,
-    pruning_curve,
-)
+from bayesprune.pipeline.evaluation import macs_curve, metric_name, pruning_curve
 from bayesprune.pipeline.finetune import FineTuning
 from bayesprune.pipeline.processes import check_same_fits, join, own_directory
 from bayesprune.pipeline.report import SCORES_DIGEST, write_report
@@ -69,6 +67,7 @@ from bayesprune.pipeline.rundir import (
     resumable,
     staged,
 )
+from bayesprune.pipeline.start import start_network
 from bayesprune.pipeline.summary import summarise_seeds, summarise_splits, with_reference, write_metrics
 
 
@@ -80,6 +79,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     """
     out = Path(out)
     files = [config.data.options.get(key) for key in ("root", "path", "train", "test")]  # the data's own files
+    files.append(config.model.weights)
     check_output_dir(out, force=force, inputs=[*inputs, *(path for path in files if isinstance(path, str))])
     join(config, out, force=force, resumed_from=resumed_from)
     if config.experiment.name is not None:
@@ -243,8 +243,9 @@ def _fit_splits(
             split_config = config.for_data(dataset.num_train)
             for chain in range(chains if index == 0 else 1):
                 seed = config.seed + index + chain
-                net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
+                net = start_network(config, dataset, device=device, seed=seed)
                 baseline_net = copy.deepcopy(net) if chain == 0 else None
+                start = network_test_metric(net, dataset) if chain == 0 else None
                 ctx = FitContext.from_config(
                     config,
                     dataset,
@@ -263,6 +264,7 @@ def _fit_splits(
                         fitted.unpruned_draws = DrawOutputs(rows=PREDICTIVE_TEST_POINTS)
                     per_split.append(
                         {
+                            f"start_{metric_name(dataset.task)}": start,
                             **_evaluate(
                                 split_config, dataset, fitted, device, baseline_net, validation, ctx.best_epoch
                             ),
@@ -329,6 +331,21 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         predictive=config.prune.predictive_at(n_weights),
         unpruned_draws=fitted.unpruned_draws,
     )
+    macs = {}
+    if config.prune.macs:  # of the network the fit started from
+        dense = count_macs(baseline_net, dataset.input_shape)
+        macs = {
+            "macs_dense": dense,
+            "macs_curve": macs_curve(
+                fitted,
+                dataset,
+                targets=config.prune.macs,
+                dense_macs=dense,
+                device=device,
+                min_keep=config.prune.min_keep,
+                finetuned=_finetuned(config, dataset, fitted),
+            ),
+        }
     metrics = {
         "method": config.method,
         "dataset": dataset.name,
@@ -347,6 +364,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         **{key: value for key, value in curve[0].items() if key.startswith(name)},
         **fitted.metrics(),
         "pruning_curve": curve,
+        **macs,
     }
     if config.baseline.enabled:  # a diverged plain network is reported, not allowed to sink the run
         try:

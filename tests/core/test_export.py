@@ -9,6 +9,8 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+import torch_pruning as tp
+import torchvision
 from torch import nn
 
 from bayesprune.core.export import (
@@ -163,9 +165,12 @@ def test_bad_masks_are_named(masks, match):
 
 
 def test_lenet_300_100_macs_by_hand_and_a_conv_net():
-    assert count_macs(lenet_300_100((784,), 10), (784,)) == 784 * 300 + 300 * 100 + 100 * 10
+    """Torch-Pruning's conventions (``tp.utils.count_ops_and_params``): a layer's products and one bias
+    addition per output (per position for a convolution), an activation one operation per element."""
+    products = 784 * 300 + 300 * 100 + 100 * 10
+    assert count_macs(lenet_300_100((784,), 10), (784,)) == products + (300 + 100 + 10) + (300 + 100)
     conv = nn.Sequential(nn.Conv2d(2, 3, 3), nn.ReLU(), nn.Flatten(), nn.Linear(3 * 4 * 4, 5))
-    assert count_macs(conv, (2, 6, 6)) == 4 * 4 * 3 * 2 * 3 * 3 + 48 * 5
+    assert count_macs(conv, (2, 6, 6)) == 4 * 4 * 3 * 2 * 3 * 3 + 48 + 48 + 48 * 5 + 5
 
 
 def test_a_shrunk_network_saved_and_restored_predicts_identically(tmp_path):
@@ -466,3 +471,22 @@ def test_the_export_of_what_the_method_learned_has_the_runs_test_error(method, s
         report["exported"]["parameters"],
         file=sys.stderr,
     )
+
+
+@pytest.mark.parametrize(
+    "build, shape",
+    [
+        (lambda: torchvision.models.resnet18(num_classes=10), (3, 32, 32)),
+        (lambda: torchvision.models.mobilenet_v2(num_classes=10), (3, 32, 32)),
+        (
+            lambda: torchvision.models.VisionTransformer(
+                image_size=8, patch_size=4, num_layers=1, num_heads=4, hidden_dim=32, mlp_dim=37, num_classes=3
+            ),
+            (3, 8, 8),
+        ),
+    ],
+)
+def test_macs_are_torch_prunings_count(build, shape):
+    net = build().eval()
+    macs, params = tp.utils.count_ops_and_params(net, torch.zeros(1, *shape))
+    assert count_macs(net, shape) == macs and count_parameters(net)["total"] == params

@@ -20,16 +20,15 @@ from bayesprune.core.checkpoint import load_module_state, read_checkpoint, save_
 from bayesprune.core.errors import TrainingDiverged
 from bayesprune.core.loop import (
     Callback,
-    GeometricPenalty,
     History,
     TensorBatches,
-    UniformPenalty,
     fit,
     optimizer_step,
     svi_step,
     train,
 )
 from bayesprune.core.objectives import AnalyticKLELBO
+from bayesprune.core.penalties import GeometricPenalty, UniformPenalty
 from bayesprune.core.predict import predict
 from bayesprune.data import load_dataset
 from bayesprune.guides import SpikeSlabGuide

@@ -18,8 +18,8 @@ from torch.distributions import Bernoulli, Normal, kl_divergence
 from bayesprune.core.criteria import weight_sites
 from bayesprune.core.distributions import SpikeSlabPosterior
 from bayesprune.core.fused import kernel_mode
-from bayesprune.core.loop import GeometricPenalty, PenaltyScale, UniformPenalty
 from bayesprune.core.objectives import AnalyticKLELBO, site_kl
+from bayesprune.core.penalties import GeometricPenalty, PenaltyScale, UniformPenalty
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.methods.pbp.distributions import DiracSpikeSlab
 from bayesprune.methods.pbp.guide import DiracSpikeSlabGuide

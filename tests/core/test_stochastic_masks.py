@@ -9,11 +9,11 @@ import torch
 import torch.nn.functional as F
 from torch.distributions import Normal, kl_divergence
 
-from bayesprune.core.bounds import pac_bayes_bound
 from bayesprune.core.criteria import saliency
 from bayesprune.core.gates import StochasticMasks, block_isotropic, isotropic
 from bayesprune.core.pruning import Budget, lexicographic_ranks, prune
 from bayesprune.methods.pbp import network_kl
+from bayesprune.methods.pbp.bounds import pac_bayes_bound
 from bayesprune.methods.pbp.distributions import DiracSpikeSlab
 from bayesprune.methods.pbp.guide import DiracSpikeSlabGuide
 from bayesprune.methods.pbp.objectives import GibbsRisk, PACBayesBound

@@ -244,13 +244,24 @@ def test_all_heads_kept_compute_what_multihead_attention_computes(batch_first, m
             assert weights is None or (got_weights - weights).abs().max() < 1e-5
 
 
-def test_attention_is_counted_as_its_matrix_products():
+def test_an_encoder_layer_is_counted_as_torch_pruning_counts_it_by_hand():
+    """Torch-Pruning's conventions: a ``Linear``'s products and one bias addition per output feature, a
+    layer norm two operations per element, ``nn.MultiheadAttention`` its projections, scaling, scores,
+    softmax and weighted sums; the encoder layer's functional ReLU nothing."""
     net = encoder_layer()
-    length, width, hidden = 5, 16, 24
-    projections = 4 * length * width * width  # query, key, value and output
-    attention = 2 * length * length * width  # scores and their weighted sum, over all heads
-    mlp = 2 * length * width * hidden
-    assert count_macs(net, (length, 8)) == length * 8 * width + projections + attention + mlp + length * width * 3
+    length, width, hidden, heads = 5, 16, 24, 2
+    embed = length * 8 * width + width
+    attention = (
+        length * width  # the queries scaled
+        + 3 * length * width * width  # query, key and value projections
+        + 3 * length * width  # their biases
+        + heads * (2 * length * length * (width // heads) + length * length)  # scores, softmax, weighted sums
+        + length * width * (width + 1)  # the output projection
+    )
+    norms = 2 * (2 * length * width)
+    mlp = length * width * hidden + hidden + length * hidden * width + width
+    classifier = length * width * 3 + 3
+    assert count_macs(net, (length, 8)) == embed + attention + norms + mlp + classifier
 
 
 def test_channel_shuffle_is_refused_naming_the_module_and_shufflenet_at_unit_level_only():

@@ -11,7 +11,7 @@ from bayesprune.cli import main
 from bayesprune.core.gates import UnitGates, separable_heads
 from bayesprune.core.pruning import unit_scores
 from bayesprune.core.structure import shrunk, unit_groups
-from bayesprune.methods.unit_gates import GateTraining, UnitGatesOptions, _split_groups
+from bayesprune.methods.unit_gates import GateTraining, UnitGatesOptions, split_groups
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -172,7 +172,7 @@ def test_the_gates_of_a_smaller_mobilenet_close_as_removed_where_a_depthwise_con
     restricted = gates.restricted(smaller, keep)
     assert restricted.sites == gates.sites and restricted.units == [int(k.sum()) for k in keep]
     theta = dict(zip(restricted.sites, restricted.theta))
-    scores = _split_groups(smaller, restricted, theta, (3, 32, 32))  # what a fit scores: every group of its network
+    scores = split_groups(smaller, restricted, theta, (3, 32, 32))  # what a fit scores: every group of its network
     assert set(scores) - set(theta) == {"features.16.conv.1.0.gate"}
     assert scores["features.16.conv.1.0.gate"] == theta["features.16.conv.0.0.gate"]
     assert set(unit_scores(scores, smaller, input_shape=(3, 32, 32))) == {

@@ -34,8 +34,8 @@ def test_unknown_option_is_named():
 
 
 def test_missing_required_option_is_named():
-    with raises_data_error("data.root", "fashion-mnist"):
-        load_dataset("fashion-mnist")
+    with raises_data_error("data.root", "cifar10"):
+        load_dataset("cifar10")
 
 
 def test_loaders_leave_global_rng_state_alone():

@@ -1,5 +1,5 @@
 """PBP's ``sampling = "examples"``: the m = draws · n values it hands the certificate's Monte-Carlo step
-(:func:`bayesprune.core.bounds.sample_risk_bound`) must be independent, a fresh network for every example
+(:func:`bayesprune.methods.pbp.bounds.sample_risk_bound`) must be independent, a fresh network for every example
 at every draw. A network reused for an example across draws repeats its value, so the kl form of
 Hoeffding's inequality with m = draws · n no longer holds: for two draws its failure probability grows
 from δ'/2 to about √(δ'/2). The oracles are a classifier whose every network is right with a known
@@ -8,8 +8,8 @@ probability (0.7 wrong, independently per draw) and the Hoeffding guarantee itse
 import pytest
 import torch
 
-from bayesprune.core.bounds import sample_risk_bound
 from bayesprune.methods import pbp
+from bayesprune.methods.pbp.bounds import sample_risk_bound
 from helpers import OneWeightDecides
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from bayesprune.cli import main
-from bayesprune.core.bounds import certificate
 from bayesprune.core.errors import ConfigError
 from bayesprune.methods import pbp
+from bayesprune.methods.pbp.bounds import certificate
 from bayesprune.pipeline.config import RunConfig, load_config
 from bayesprune.pipeline.runner import load_run, new_net, run
 from helpers import OneWeightDecides
@@ -206,7 +206,7 @@ def test_certify_measures_the_risk_on_the_fits_own_s_minus_s_p_when_validation_h
     scored = []
     real = pbp.gibbs_errors
     monkeypatch.setattr(
-        pbp,
+        pbp.method,
         "gibbs_errors",
         lambda model, guide, x, y, **options: scored.append(x) or real(model, guide, x, y, **options),
     )

@@ -434,3 +434,64 @@ def test_the_table_covers_the_grid_cases_of_the_issue():
         "Ray",
     ):
         assert kind in named, kind
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        NEW,
+        ["sweep", "default", "--grid", "optim.lr=0.01", "--out", "new", "--set", "train.epochs=1"],
+        ["run", "--out", "new", "--quiet", "--set", "train.epochs=1"],
+        [*RESUME[:2], "new"],
+    ],
+    ids=["compare", "sweep", "run", "compare --resume"],
+)
+def test_one_writer_per_out_whether_run_compare_or_sweep(argv, tmp_path, monkeypatch, capsys, finished_grids):
+    """The reported case: two comparisons (or a comparison and a sweep) on one empty --out both finished
+    into one folder. While another command holds the folder's lock (what a run, a comparison or a sweep in
+    progress holds), each of them is refused in one line, nothing written."""
+    import fcntl
+
+    monkeypatch.chdir(tmp_path)
+    if argv[:2] == RESUME[:2]:
+        shutil.copytree(finished_grids[CMP], tmp_path / "new", symlinks=True)
+    with open(tmp_path / ".new.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        before = _tree(tmp_path)
+        status = main(list(argv))
+        err = capsys.readouterr().err
+        assert status == 2 and err.count("\n") == 1 and "another run is writing it" in err, err
+        assert _tree(tmp_path) == before
+
+
+def test_a_sweep_over_a_long_description_fits_and_summarises_every_point(tmp_path, monkeypatch, capsys):
+    """The reported case: ``--grid "description=<300 characters>"`` made a cell folder name beyond the
+    file system's 255 bytes; its cell failed, and summary.csv died on the rows' differing columns. Each
+    point now has a folder (a long name cut, with a digest keeping points apart), and the summary both rows."""
+    import csv
+
+    monkeypatch.chdir(tmp_path)
+    long_a, long_b = "a" * 300, "a" * 299 + "b"
+    argv = ["sweep", "default", "--grid", f"description={long_a},{long_b},short", "--out", "swp", "--seeds", "0"]
+    quick = ["train.epochs=1", "baseline.enabled=false", "sbnn.predictive_samples=1", "train.steps=5"]
+    assert main([*argv, *(arg for item in quick for arg in ("--set", item))]) == 0, capsys.readouterr().err
+    names = [path.name for path in (tmp_path / "swp" / "cells").iterdir()]
+    assert len(names) == 3 and all(len(f".{name}.12345678.partial".encode()) <= 255 for name in names), names
+    with open(tmp_path / "swp" / "summary.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert sorted(row["description"] for row in rows) == sorted([long_a, long_b, "short"])
+    assert all(row["failed"] == "" and float(row["test_error"]) >= 0 for row in rows), rows
+
+
+def test_a_summary_whose_first_point_failed_keeps_the_others_numbers(tmp_path):
+    """A failed cell's row has no numbers: summary.csv's columns are every row's, not the first row's."""
+    import csv
+
+    from bayesprune.pipeline.compare.sweep import summary_rows, write_csv
+
+    cells = [type("Cell", (), {"point": {"optim.lr": lr}, "name": f"optim.lr={lr}-seed0"}) for lr in (0.1, 0.2)]
+    rows = summary_rows(cells, [{"failed": "diverged"}, {"test_error": 0.25, "seed": 0}])
+    write_csv(tmp_path / "summary.csv", rows)
+    with open(tmp_path / "summary.csv") as handle:
+        read = list(csv.DictReader(handle))
+    assert [row["test_error"] for row in read] == ["", "0.25"] and read[0]["failed"].endswith("diverged")

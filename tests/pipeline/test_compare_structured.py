@@ -53,7 +53,7 @@ RULE = dict(epochs=1, lr=0.01, batch_size=48, seed=0)
 def test_the_cell_prunes_as_torch_pruning_does_itself(importance):
     """Without fine-tuning, the cell's network is the one Torch-Pruning's BasePruner gives with the same
     importance and the classifier ignored (Taylor: the gradient of the mean cross-entropy): half of each
-    group's channels gone, its MACs counted by hand."""
+    group's channels gone, its MACs counted by hand as Torch-Pruning counts them."""
     torch.manual_seed(0)
     net, data = Residual().eval(), _data()
     assert ignored_layers(net, data.input_shape) == ["fc"]
@@ -72,7 +72,8 @@ def test_the_cell_prunes_as_torch_pruning_does_itself(importance):
         assert torch.allclose(ours.state_dict()[name], value), name
     assert ours.stem[0].out_channels == 4 and ours.block[0].out_channels == 3
     convolutions = (4 * 1 + 3 * 4 + 4 * 3) * 9 * 36  # out · in channels · 3x3 kernel · 6x6 positions
-    assert count_macs(ours, data.input_shape) == convolutions + 4 * 3
+    biases, norms, relus = (4 + 3 + 4) * 36, 2 * (2 * 4 * 36), (4 + 3) * 36  # the functional ReLU uncounted
+    assert count_macs(ours, data.input_shape) == convolutions + biases + norms + relus + 4 * 3 + 3
 
 
 def test_fine_tuning_lowers_the_training_loss():
@@ -113,7 +114,8 @@ def test_the_leaderboard_measures_the_smaller_network_and_a_sparsity_added_later
     (row,) = leaderboard_rows([cell], [folder], options)
     hidden = 50
     assert row["method"] == "torch-pruning-magnitude" and row["sparsity"] == 0.5
-    assert row["macs"] == 64 * hidden + hidden * 10 and row["params"] == 65 * hidden + (hidden + 1) * 10
+    macs = 64 * hidden + hidden + hidden + hidden * 10 + 10  # products, bias additions, the activation
+    assert row["macs"] == macs and row["params"] == 65 * hidden + (hidden + 1) * 10
     assert row["test_error"] == metrics["per_sparsity"][0]["test_error"]
     assert row["train_epochs"] == 2  # the plain network's epoch and one of fine-tuning, as magnitude's
 
@@ -127,7 +129,7 @@ def test_the_leaderboard_measures_the_smaller_network_and_a_sparsity_added_later
     rows = {row["sparsity"]: row for row in leaderboard_rows([more], [folder], options)}
     assert rows[0.5]["test_error"] == row["test_error"]
     kept = 19  # Torch-Pruning keeps int(100 · (1 − 0.8)) units, 19 in floating point
-    assert rows[0.8]["macs"] == 64 * kept + kept * 10
+    assert rows[0.8]["macs"] == 64 * kept + kept + kept + kept * 10 + 10
     assert json.loads((folder / "cell.json").read_text())["sparsities"] == [0.5, 0.8]
 
 
@@ -169,7 +171,8 @@ def net(input_shape, output_dim):
 
 def test_a_unit_level_row_measures_the_network_without_the_removed_attention_head(tmp_path, monkeypatch):
     """A run cell at unit level whose scores remove one of two attention heads: the row's MACs are those of
-    the network without it, counted by hand (before, the head was zeroed in place and counted)."""
+    the network without it, counted by hand as Torch-Pruning counts ``nn.MultiheadAttention`` (before, the
+    head was zeroed in place and counted)."""
     from bayesprune.models import new_net
     from bayesprune.pipeline import runner
     from bayesprune.pipeline.compare.leaderboard import measure
@@ -184,9 +187,10 @@ def test_a_unit_level_row_measures_the_network_without_the_removed_attention_hea
     monkeypatch.setattr(runner, "load_run", lambda folder: (config, dataset, fitted))
     row = measure(SimpleNamespace(kind="run"), tmp_path, 0.5, SimpleNamespace(latency_batch=2, latency_repeats=1))
     tokens, width, head = 8, 8, 4  # one head of 4 channels left
-    projections = tokens * width * 3 * head + tokens * head * width  # query/key/value rows, out_proj columns
-    attention = 2 * tokens * tokens * head  # scores and their weighted sum
-    assert row["macs"] == 64 * 64 + projections + attention + width * 10
+    projections = tokens * width * 3 * head + 3 * tokens * head  # query/key/value rows and biases
+    out_proj = tokens * (head * width + width)
+    attention = tokens * head + 2 * tokens * tokens * head + tokens * tokens  # scaling, scores, softmax, sums
+    assert row["macs"] == 64 * 64 + 64 + projections + out_proj + attention + width * 10 + 10
 
 
 def test_a_method_whose_pruned_networks_are_fine_tuned_reports_their_error_and_epochs(tmp_path):

@@ -70,3 +70,13 @@ def test_reference_values_must_match_their_droprates_by_name():
 def test_a_non_positive_noise_scale_is_refused_naming_it():
     with pytest.raises(ConfigError, match="^model.noise_scale must be a positive number"):
         load_config("sbnn-digits", ["model.noise_scale=-1.0"])
+
+
+def test_a_method_that_prunes_units_only_defaults_to_the_unit_level():
+    from bayesprune.methods import available_methods
+
+    for name, method in available_methods().items():
+        config = RunConfig.from_dict({"method": name, "prune": {"droprates": [0.0]}})
+        assert config.prune.level == ("unit" if method.prune_levels == ("unit",) else "weight"), name
+    assert RunConfig.from_dict({"method": "unit-gates"}).prune.level == "unit"
+    assert RunConfig.from_dict({"method": "sbnn", "prune": {"level": "unit"}}).prune.level == "unit"

@@ -15,7 +15,7 @@ pytest.importorskip("onnxscript")
 from bayesprune.api import fit_method  # noqa: E402
 from bayesprune.cli import main  # noqa: E402
 from bayesprune.core.errors import BayesPruneError  # noqa: E402
-from bayesprune.core.export import run_onnx  # noqa: E402
+from bayesprune.core.onnx_file import run_onnx  # noqa: E402
 from bayesprune.core.pruning import Budget, expand_unit_masks, prune  # noqa: E402
 from bayesprune.data.registry import Dataset  # noqa: E402
 from bayesprune.pipeline import export as pipeline_export  # noqa: E402
@@ -84,7 +84,7 @@ def test_onnx_file_computes_the_masked_network_on_raw_inputs(kind, tmp_path):
 
 
 def test_format_onnx_without_its_packages_is_refused_naming_the_extra(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("bayesprune.core.export.missing_onnx_packages", lambda: ["onnxruntime"])
+    monkeypatch.setattr("bayesprune.core.onnx_file.missing_onnx_packages", lambda: ["onnxruntime"])
     with pytest.raises(BayesPruneError, match=r"^--format onnx: needs the packages onnxruntime: .*bayesprune\[onnx\]"):
         pipeline_export.check_export_arguments(tmp_path / "net.pt2", formats=("onnx",))
     assert main(["export", str(tmp_path), "--out", str(tmp_path / "net.pt2"), "--format", "onnx"]) == 2
@@ -99,3 +99,29 @@ def test_an_existing_onnx_file_is_not_overwritten_without_force(tmp_path):
         pipeline_export.check_export_arguments(tmp_path / "net.pt2", formats=("pt2", "onnx"))
     pipeline_export.check_export_arguments(tmp_path / "net.pt2", formats=("pt2",))  # not asked for: not looked at
     assert json.dumps((tmp_path / "net.onnx").read_text()) == '"mine"'
+
+
+def test_out_named_onnx_writes_the_onnx_file_there_and_the_pt2_beside_it(tmp_path, capsys, complete_run):
+    """The reported case: ``--out net.onnx --format onnx`` wrote the .pt2 to net.onnx, the ONNX file then
+    replaced it, and the summary said torch.export loads net.onnx."""
+    status = main(
+        ["export", str(complete_run), "--out", str(tmp_path / "net.onnx"), "--format", "onnx", "--repeats", "2"]
+    )
+    out = capsys.readouterr().out
+    assert status == 0
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["net.onnx", "net.pt2", "net.trainable.pt"]
+    assert torch.export.load(str(tmp_path / "net.pt2")).module() is not None
+    assert run_onnx(tmp_path / "net.onnx", [torch.zeros(2, 1, 8, 8)]).shape == (2, 10)
+    assert f"wrote {tmp_path / 'net.pt2'}: torch.export" in out and f"wrote {tmp_path / 'net.onnx'}: ONNX" in out
+
+
+def test_force_with_a_folder_where_the_onnx_file_goes_changes_nothing(tmp_path, capsys, complete_run):
+    """The reported case: ``export --force`` with net.onnx a folder replaced net.pt2, then died with
+    IsADirectoryError leaving .partial files. Refused in one line before anything is written."""
+    (tmp_path / "net.pt2").write_text("mine")
+    (tmp_path / "net.onnx").mkdir()
+    status = main(["export", str(complete_run), "--out", str(tmp_path / "net.pt2"), "--format", "onnx", "--force"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "net.onnx" in err, err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["net.onnx", "net.pt2"]
+    assert (tmp_path / "net.pt2").read_text() == "mine"

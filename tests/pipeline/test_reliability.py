@@ -160,18 +160,20 @@ def interrupted_then_resumed(argv, out, capsys, *, resume=True):
 
 
 def test_sigterm_while_pbp_computes_its_certificate_stops_and_resumes(tmp_path, capsys, monkeypatch, short_config):
-    from bayesprune.methods import pbp
+    from bayesprune.methods.pbp import method as pbp_method
 
     out = tmp_path / "out"
-    monkeypatch.setattr(pbp, "gibbs_errors", stop_on_call(pbp, "gibbs_errors", call=2))  # the certificate's draws
+    # the certificate's draws
+    monkeypatch.setattr(pbp_method, "gibbs_errors", stop_on_call(pbp_method, "gibbs_errors", call=2))
     interrupted_then_resumed(short_argv(short_config, "pbp", out), out, capsys)
 
 
 def test_sigterm_while_pft_perturbs_its_networks_stops(tmp_path, capsys, monkeypatch, short_config):
-    from bayesprune.methods import pft
+    from bayesprune.methods.pft import method as pft_method
 
     out = tmp_path / "out"
-    monkeypatch.setattr(pft, "weight_rms", stop_on_call(pft, "weight_rms"))  # just before the perturbations
+    # just before the perturbations
+    monkeypatch.setattr(pft_method, "weight_rms", stop_on_call(pft_method, "weight_rms"))
     interrupted_then_resumed(short_argv(short_config, "pft", out), out, capsys, resume=False)
 
 

@@ -14,10 +14,10 @@ from torch.distributions import constraints
 from torch.distributions.kl import register_kl
 from torch.distributions.utils import broadcast_all
 
-from bayesprune.core.bounds import kl_bernoulli
 from bayesprune.core.distributions import finite, normal_log_prob, positive_finite
 from bayesprune.core.fused import FlatPosterior, FlatSite, log1p
 from bayesprune.core.gates import relaxed_bernoulli
+from bayesprune.methods.pbp.bounds import kl_bernoulli
 
 
 class DiracSpikeSlab(FlatSite, TorchDistribution):
@@ -92,7 +92,7 @@ def _kl_dirac_spike_slab(q, p):
 
 
 def _kl_bernoulli_vectorised(q, p):
-    """:func:`~bayesprune.core.bounds.kl_bernoulli` with :func:`bayesprune.core.fused.log1p` in place of
+    """:func:`~bayesprune.methods.pbp.bounds.kl_bernoulli` with :func:`bayesprune.core.fused.log1p` in place of
     ``xlog1py`` (scalar code on CPU), to within a few ulps of it."""
     first = (q * log1p((q - p) / p)).masked_fill_(q == 0, 0.0)
     second = ((1 - q) * log1p((p - q) / (1 - p))).masked_fill_(q == 1, 0.0)

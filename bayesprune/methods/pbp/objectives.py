@@ -1,8 +1,8 @@
 """The two objectives of PAC-Bayes pruning (paper 000), as :class:`~bayesprune.core.objectives.AnalyticKLELBO`
 subclasses: the Gibbs risk that trains the data-dependent prior, and the bound that trains the posterior."""
 
-from bayesprune.core.bounds import pac_bayes_bound
 from bayesprune.core.objectives import AnalyticKLELBO
+from bayesprune.methods.pbp.bounds import pac_bayes_bound
 
 
 class GibbsRisk(AnalyticKLELBO):

@@ -54,6 +54,7 @@ from bayesprune.pipeline.compare.leaderboard import leaderboard_rows, write_lead
 from bayesprune.pipeline.compare.structured import IMPORTANCES, PREFIX
 from bayesprune.pipeline.compare.tracking import open_tracker
 from bayesprune.pipeline.config import RunConfig, apply_overrides, load_config, packaged_configs
+from bayesprune.pipeline.rundir import out_lock
 
 #: The baseline's name among the methods.
 MAGNITUDE = "magnitude"
@@ -577,50 +578,51 @@ def compare(
     out = Path(out)
     if resume:
         refuse_with_resume(config=source, set=list(overrides))
-    saved = check_grid_dir(out, MARKER, resume=resume)
-    raw, options = load_comparison(str(saved) if saved else source, () if resume else overrides)
-    given = {
-        key: tuple(value)
-        for key, value in (("methods", methods), ("sparsities", sparsities), ("seeds", seeds))
-        if value is not None
-    }
-    if given:
-        try:
-            options = replace(options, **given)
-        except ConfigError as error:
-            raise ConfigError(str(error).replace("compare.", "--", 1)) from None
-    cells = comparison_cells(raw, options)
-    check_engine(engine, jobs=jobs, address=address)
-    folders = check_cells(out, cells)
-    tracker = open_tracker(track, track_uri, out, kind="compare")
-    out.mkdir(parents=True, exist_ok=True)
-    # --resume with other lists: the marker holds them from now on (cells dropped keep their folders)
-    write_text(
-        out / MARKER,
-        tomli_w.dumps(
-            {
-                **raw,
-                "compare": {
-                    **raw.get("compare", {}),
-                    "methods": list(options.methods),
-                    "sparsities": list(options.sparsities),
-                    "seeds": list(options.seeds),
-                },
-            }
-        ),
-    )
-    results = run_cells(
-        cells,
-        folders,
-        engine=engine,
-        jobs=jobs,
-        address=address,
-        status=status,
-        report=report if tracker is None else tracker.reporter(report or (lambda *args: None)),
-    )
-    rows = leaderboard_rows(cells, folders, options, results)
-    write_leaderboard(out, rows)
-    write_text(out / "leaderboard.json", json.dumps(rows, indent=1) + "\n")
-    if tracker is not None:
-        tracker.finish([MARKER, "leaderboard.md", "leaderboard.csv", "leaderboard.json", "leaderboard.png"])
-    return rows
+    with out_lock(out):  # one writer per --out: a run, a comparison or a sweep
+        saved = check_grid_dir(out, MARKER, resume=resume)
+        raw, options = load_comparison(str(saved) if saved else source, () if resume else overrides)
+        given = {
+            key: tuple(value)
+            for key, value in (("methods", methods), ("sparsities", sparsities), ("seeds", seeds))
+            if value is not None
+        }
+        if given:
+            try:
+                options = replace(options, **given)
+            except ConfigError as error:
+                raise ConfigError(str(error).replace("compare.", "--", 1)) from None
+        cells = comparison_cells(raw, options)
+        check_engine(engine, jobs=jobs, address=address)
+        folders = check_cells(out, cells)
+        tracker = open_tracker(track, track_uri, out, kind="compare")
+        out.mkdir(parents=True, exist_ok=True)
+        # --resume with other lists: the marker holds them from now on (cells dropped keep their folders)
+        write_text(
+            out / MARKER,
+            tomli_w.dumps(
+                {
+                    **raw,
+                    "compare": {
+                        **raw.get("compare", {}),
+                        "methods": list(options.methods),
+                        "sparsities": list(options.sparsities),
+                        "seeds": list(options.seeds),
+                    },
+                }
+            ),
+        )
+        results = run_cells(
+            cells,
+            folders,
+            engine=engine,
+            jobs=jobs,
+            address=address,
+            status=status,
+            report=report if tracker is None else tracker.reporter(report or (lambda *args: None)),
+        )
+        rows = leaderboard_rows(cells, folders, options, results)
+        write_leaderboard(out, rows)
+        write_text(out / "leaderboard.json", json.dumps(rows, indent=1) + "\n")
+        if tracker is not None:
+            tracker.finish([MARKER, "leaderboard.md", "leaderboard.csv", "leaderboard.json", "leaderboard.png"])
+        return rows

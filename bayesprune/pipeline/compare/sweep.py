@@ -8,6 +8,7 @@ so each cell's certificate holds for whichever point is picked afterwards (paper
 """
 
 import copy
+import hashlib
 import itertools
 import json
 import re
@@ -25,6 +26,7 @@ from bayesprune.pipeline.compare.comparison import check_cells, check_grid_dir, 
 from bayesprune.pipeline.compare.engines import check_engine, run_cells
 from bayesprune.pipeline.compare.tracking import open_tracker
 from bayesprune.pipeline.config import RunConfig, apply_overrides, parse_override, read_config
+from bayesprune.pipeline.rundir import out_lock
 
 MARKER = "sweep.toml"
 #: Keys a grid may not vary: the sweep sets them itself.
@@ -81,9 +83,19 @@ def _value(value) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]", "_", text)
 
 
+#: The longest grid point name kept whole: with ``-seed<n>`` and a staging directory's ``.<name>.12345678.partial``
+#: a cell folder's name stays within the file system's 255 bytes.
+NAME_KEPT = 200
+
+
 def point_name(point: dict) -> str:
-    """A grid point as a folder name: ``pbp.alpha=0.5_pbp.sparsity=0.8``."""
-    return "_".join(f"{key}={_value(value)}" for key, value in point.items())
+    """A grid point as a folder name: ``pbp.alpha=0.5_pbp.sparsity=0.8``; a name beyond :data:`NAME_KEPT`
+    characters (a long ``description``) is cut, followed by a digest of the whole point that keeps points apart."""
+    name = "_".join(f"{key}={_value(value)}" for key, value in point.items())
+    if len(name) <= NAME_KEPT:
+        return name
+    digest = hashlib.sha256(json.dumps(point, sort_keys=True).encode()).hexdigest()[:16]
+    return f"{name[: NAME_KEPT - 17]}-{digest}"
 
 
 def _config(raw: dict, assignments):
@@ -227,50 +239,51 @@ def sweep(
     out = Path(out)
     if resume:
         refuse_with_resume(config=source, grid=list(grid_assignments or ()), set=list(overrides))
-    saved = check_grid_dir(out, MARKER, resume=resume)
-    if saved:
-        source, raw, grid, held_seeds, overrides = read_marker(saved)
-        seeds = seeds or held_seeds
-    else:
-        raw, grid = read_config(source), parse_grid(grid_assignments)
-    cells = sweep_cells(raw, grid, seeds, overrides)
-    check_engine(engine, jobs=jobs, address=address)
-    folders = check_cells(out, cells)
-    tracker = open_tracker(track, track_uri, out, kind="sweep")
-    out.mkdir(parents=True, exist_ok=True)
-    write_text(
-        out / MARKER,
-        tomli_w.dumps(
-            {
-                "source": str(source or "default"),
-                "grid": grid,
-                "overrides": list(overrides),
-                "seeds": sorted({cell.seed for cell in cells}),
-                "config": raw,
-            }
-        ),
-    )
-    results = run_cells(
-        cells,
-        folders,
-        engine=engine,
-        jobs=jobs,
-        address=address,
-        status=status,
-        report=report if tracker is None else tracker.reporter(report or (lambda *args: None)),
-    )
-    rows = summary_rows(cells, results)
-    write_csv(
-        out / "summary.csv", [{key: "" if value is None else value for key, value in row.items()} for row in rows]
-    )
-    write_text(
-        out / "summary.md",
-        f"# Sweep of {source or 'default'}\n\nMean and standard deviation over seeds per grid "
-        f"point ({len(rows)} points, cells in cells/).\n\n{markdown_table(_shown(rows, grid))}\n",
-    )
-    if tracker is not None:
-        tracker.finish([MARKER, "summary.md", "summary.csv"])
-    return rows
+    with out_lock(out):  # one writer per --out: a run, a comparison or a sweep
+        saved = check_grid_dir(out, MARKER, resume=resume)
+        if saved:
+            source, raw, grid, held_seeds, overrides = read_marker(saved)
+            seeds = seeds or held_seeds
+        else:
+            raw, grid = read_config(source), parse_grid(grid_assignments)
+        cells = sweep_cells(raw, grid, seeds, overrides)
+        check_engine(engine, jobs=jobs, address=address)
+        folders = check_cells(out, cells)
+        tracker = open_tracker(track, track_uri, out, kind="sweep")
+        out.mkdir(parents=True, exist_ok=True)
+        write_text(
+            out / MARKER,
+            tomli_w.dumps(
+                {
+                    "source": str(source or "default"),
+                    "grid": grid,
+                    "overrides": list(overrides),
+                    "seeds": sorted({cell.seed for cell in cells}),
+                    "config": raw,
+                }
+            ),
+        )
+        results = run_cells(
+            cells,
+            folders,
+            engine=engine,
+            jobs=jobs,
+            address=address,
+            status=status,
+            report=report if tracker is None else tracker.reporter(report or (lambda *args: None)),
+        )
+        rows = summary_rows(cells, results)
+        write_csv(
+            out / "summary.csv", [{key: "" if value is None else value for key, value in row.items()} for row in rows]
+        )
+        write_text(
+            out / "summary.md",
+            f"# Sweep of {source or 'default'}\n\nMean and standard deviation over seeds per grid "
+            f"point ({len(rows)} points, cells in cells/).\n\n{markdown_table(_shown(rows, grid))}\n",
+        )
+        if tracker is not None:
+            tracker.finish([MARKER, "summary.md", "summary.csv"])
+        return rows
 
 
 def read_marker(path: Path) -> tuple:

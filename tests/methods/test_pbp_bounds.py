@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy.special import rel_entr
 
-from bayesprune.core.bounds import (
+from bayesprune.methods.pbp.bounds import (
     certificate,
     kl_bernoulli,
     kl_inverse,

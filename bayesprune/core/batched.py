@@ -1,0 +1,195 @@
+"""Independent fits of one network shape trained together, as one stacked model (issue 51, item 1).
+
+K networks of one architecture (seeds, restarts, cells of one method) become one model whose every
+parameter has a leading fit dimension (``torch.func.stack_module_state``), run by ``torch.func.vmap``
+over ``functional_call``: one step of the stacked model is one step of each fit, at the cost of a few
+batched kernels instead of K programs of small ones. Each fit keeps its own
+
+* start (its network as given) and minibatch order (its own :class:`~bayesprune.core.loop.TensorBatches`,
+  seeded as its separate fit's);
+* gradient: the loss is the sum of the fits' losses, and fit k's parameters enter only fit k's loss;
+* optimiser state: Adam's and SGD's updates are elementwise, so one optimiser over the stacked tensors
+  keeps each fit's moments apart (weight decay, momentum and the per-epoch schedule too);
+* early stopping: each fit's validation score, best epoch and best state, as
+  :class:`~bayesprune.core.early_stopping.EarlyStopping` keeps them; training ends when every fit stopped.
+
+So each fit ends where its separate fit ends, up to the rounding of batched matrix products.
+Networks that draw random numbers (dropout) or update buffers while training (batch norm) are refused:
+their draws or statistics would not be the separate fits'.
+"""
+
+import copy
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.func import functional_call, stack_module_state, vmap
+
+from bayesprune.core.errors import ConfigError, TrainingDiverged
+from bayesprune.core.optim import torch_optimizer, torch_scheduler
+from bayesprune.core.precision import autocast_calls
+from bayesprune.core.predict import metric
+from bayesprune.core.tasks import predictive_mean
+
+
+class StackedNetworks:
+    """K networks of one shape as one model: ``params`` and ``buffers`` with a leading fit dimension,
+    called on inputs ``[K, B, ...]`` (one minibatch per fit) or ``[B, ...]`` (the same rows for all).
+
+    Raises:
+        ConfigError: the networks differ in shape (naming the first parameter that differs), draw
+            random numbers (dropout) or hold buffers (batch norm).
+    """
+
+    def __init__(self, nets: list):
+        check_stackable(nets)
+        self.count = len(nets)
+        params, buffers = stack_module_state(nets)
+        self.params = {name: param.detach().requires_grad_() for name, param in params.items()}
+        self.buffers = buffers
+        self._base = copy.deepcopy(nets[0]).to("meta")
+
+    def _one(self, params, buffers, x):
+        return functional_call(self._base, (params, buffers), (x,))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        shared = x.dim() == 0 or x.shape[0] != self.count
+        return vmap(self._one, in_dims=(0, 0, None if shared else 0), randomness="error")(self.params, self.buffers, x)
+
+    def fit(self, k: int) -> dict:
+        """The parameters of fit ``k`` (detached clones)."""
+        return {name: param[k].detach().clone() for name, param in self.params.items()}
+
+    def load_fit(self, k: int, state: dict):
+        with torch.no_grad():
+            for name, value in state.items():
+                self.params[name][k].copy_(value)
+
+    def unstack(self, nets: list):
+        """Copy every fit's parameters into its network."""
+        for k, net in enumerate(nets):
+            state = self.fit(k)
+            with torch.no_grad():
+                for name, param in net.named_parameters():
+                    param.copy_(state[name])
+
+
+def check_stackable(nets: list):
+    """Refuse, in one line, networks that cannot train as one stacked model (see :class:`StackedNetworks`)."""
+    if not nets:
+        raise ConfigError("batched fits need at least one network")
+    first = dict(nets[0].named_parameters())
+    for index, net in enumerate(nets):
+        params = dict(net.named_parameters())
+        for name in [*first, *(params.keys() - first.keys())]:
+            mine, theirs = params.get(name), first.get(name)
+            if mine is None or theirs is None or mine.shape != theirs.shape or mine.dtype != theirs.dtype:
+                shape = "absent" if mine is None else tuple(mine.shape)
+                raise ConfigError(
+                    f"batched fits must share one network shape: fit {index + 1}'s {name} is {shape}, fit 1's "
+                    f"{'absent' if theirs is None else tuple(theirs.shape)}"
+                )
+        if any(True for _ in net.buffers()):
+            raise ConfigError("batched fits: a network with buffers (batch norm) trains one fit at a time")
+        if any(isinstance(module, nn.modules.dropout._DropoutNd) for module in net.modules()):
+            raise ConfigError("batched fits: a network with dropout trains one fit at a time")
+
+
+@dataclass
+class FitRecord:
+    """One fit's side of a stacked training: its losses (every step's, each epoch's mean), the epochs it
+    trained, and early stopping's best epoch (0-based) and validation scores."""
+
+    step_losses: list = field(default_factory=list)
+    epoch_losses: list = field(default_factory=list)
+    scores: list = field(default_factory=list)
+    best_epoch: int = -1
+    best_score: float = math.inf
+    stopped: bool = False
+    best: dict | None = field(default=None, repr=False)
+
+
+def train_stacked(
+    nets: list,
+    batches: list,
+    *,
+    epochs: int,
+    loss,
+    optim,
+    validation: tuple | None = None,
+    task: str = "classification",
+    patience: int | None = None,
+) -> list:
+    """Train ``nets`` in place together: ``epochs`` passes, fit k over ``batches[k]`` (one
+    :class:`~bayesprune.core.loop.TensorBatches` per fit, same rows and batch size), minimising
+    ``loss(output, y)`` with the optimiser and schedule of ``optim`` (an :class:`~bayesprune.core.optim.OptimConfig`).
+    With ``validation = (x, y)``, each fit keeps its best epoch's state (after ``patience`` epochs
+    without improvement it stops). Returns one :class:`FitRecord` per fit. The losses are read back once
+    an epoch.
+
+    Raises:
+        ConfigError: see :class:`StackedNetworks`; ``batches`` not one per network.
+        TrainingDiverged: a fit's loss became NaN or infinite (naming the fit, the epoch and the step).
+    """
+    if len(batches) != len(nets):
+        raise ConfigError(f"batched fits need one minibatch stream per network, got {len(batches)} for {len(nets)}")
+    stacked = StackedNetworks(nets)
+    optimizer = torch_optimizer(optim, list(stacked.params.values()))
+    scheduler = torch_scheduler(optim, optimizer, epochs=epochs)
+    per_fit = vmap(loss)
+    records = [FitRecord() for _ in nets]
+    for epoch in range(epochs):
+        losses = []
+        for parts in zip(*batches):
+            x = torch.stack([x for x, _ in parts])
+            y = torch.stack([y for _, y in parts])
+            optimizer.zero_grad(set_to_none=True)
+            value = per_fit(autocast_calls(stacked, x.device)(x), y)
+            value.sum().backward()
+            optimizer.step()
+            losses.append(value.detach())
+        _record_epoch(records, torch.stack(losses).double().cpu(), epoch)
+        if scheduler is not None:
+            scheduler.step()
+        if validation is not None and _early_stopping(stacked, records, validation, task, epoch, epochs, patience):
+            break
+    for k, record in enumerate(records):  # a fit that stopped early trained on with the others: its best state
+        if record.best is not None:
+            stacked.load_fit(k, record.best)
+    stacked.unstack(nets)
+    return records
+
+
+def _record_epoch(records: list, losses: torch.Tensor, epoch: int):
+    """Each fit's losses of one epoch (``[steps, K]``, on the host), checked finite."""
+    for k, record in enumerate(records):
+        column = losses[:, k]
+        if not record.stopped:
+            bad = (~torch.isfinite(column)).nonzero()
+            if len(bad):
+                raise TrainingDiverged(
+                    f"fit {k + 1}'s loss became {column[bad[0, 0]].item()} at epoch {epoch + 1}, step "
+                    f"{bad[0, 0].item() + 1}; lower optim.lr"
+                )
+            record.step_losses.extend(column.tolist())
+            record.epoch_losses.append(column.sum().item() / len(column))
+
+
+def _early_stopping(stacked, records, validation, task, epoch, epochs, patience) -> bool:
+    """:class:`~bayesprune.core.early_stopping.EarlyStopping` for every fit: score this epoch, keep each
+    fit's best state, and put it back once the fit stops or training ends; ``True`` when all stopped."""
+    x, y = validation
+    with torch.no_grad():
+        outputs = stacked(x.to(next(iter(stacked.params.values())).device))
+    for k, record in enumerate(records):
+        if record.stopped:
+            continue
+        value = metric(task, predictive_mean(outputs[k], task).cpu(), y)
+        record.scores.append(value)
+        if value < record.best_score or record.best is None:
+            record.best_score, record.best_epoch, record.best = value, epoch, stacked.fit(k)
+        if (patience is not None and epoch - record.best_epoch >= patience) or epoch + 1 == epochs:
+            record.stopped = True
+            stacked.load_fit(k, record.best)
+    return all(record.stopped for record in records)

@@ -1,0 +1,116 @@
+"""Hard-concrete gates on a network's unit groups (Louizos, Welling and Kingma 2018, "Learning sparse
+neural networks through L0 regularization", ICLR), and the cut of the learned gates to a MAC target.
+
+Each unit u of :class:`~bayesprune.core.gates.UnitGates`' groups (channels coupled by residual
+additions and batch norms, attention heads, MLP neurons) has a gate z_u drawn from the hard-concrete
+distribution with location log α_u, temperature β and stretch (γ, ζ) = (−0.1, 1.1) (the paper's
+values, section 4):
+
+    u ~ U(0, 1),  s = σ((log u − log(1 − u) + log α) / β),  s̄ = s (ζ − γ) + γ,  z = min(1, max(0, s̄))   (eqs. 10-11)
+
+so that z is exactly 0 with positive probability, and the probability that the gate is open is
+
+    P(z ≠ 0) = σ(log α − β log(−γ/ζ))                                                              (eq. 12)
+
+the term of the expected-L0 penalty. At test time the gate is ẑ = min(1, max(0, σ(log α)(ζ − γ) + γ))
+(the paper's test-time estimator, section 4).
+"""
+
+import math
+
+import torch
+from torch import nn
+
+from bayesprune.core.gates import UnitGates
+
+#: The stretch interval (γ, ζ) of the hard-concrete distribution (Louizos et al. 2018, section 4).
+GAMMA, ZETA = -0.1, 1.1
+
+
+def open_probability(log_alpha: torch.Tensor, beta: float) -> torch.Tensor:
+    """P(z ≠ 0) of eq. 12: the expected L0 contribution of each gate."""
+    return torch.sigmoid(log_alpha - beta * math.log(-GAMMA / ZETA))
+
+
+def sample_gates(log_alpha: torch.Tensor, beta: float) -> torch.Tensor:
+    """One hard-concrete draw per gate (eqs. 10-11), differentiable in ``log_alpha``."""
+    u = torch.rand_like(log_alpha).clamp(1e-6, 1 - 1e-6)
+    s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + log_alpha) / beta)
+    return (s * (ZETA - GAMMA) + GAMMA).clamp(0.0, 1.0)
+
+
+def test_gates(log_alpha: torch.Tensor) -> torch.Tensor:
+    """The deterministic test-time gate ẑ = min(1, max(0, σ(log α)(ζ − γ) + γ))."""
+    return (torch.sigmoid(log_alpha) * (ZETA - GAMMA) + GAMMA).clamp(0.0, 1.0)
+
+
+def log_alpha_for(probability: float, beta: float) -> float:
+    """The log α whose gate is open with ``probability`` (eq. 12 inverted)."""
+    return math.log(probability) - math.log1p(-probability) + beta * math.log(-GAMMA / ZETA)
+
+
+class HardConcreteGates(UnitGates):
+    """:class:`~bayesprune.core.gates.UnitGates` whose trained vector :attr:`raw` holds log α of every unit
+    (all groups end to end), the keep-probabilities being P(z ≠ 0) of eq. 12.
+
+    Args:
+        net: the network (the group feeding its output has no gate).
+        init_open: P(z ≠ 0) of every gate at the start.
+        beta: the temperature β.
+        input_shape: one input's shape.
+    """
+
+    parameterization = "log-alpha"
+
+    def __init__(self, net: nn.Module, *, init_open: float, beta: float, input_shape=None):
+        super().__init__(net, init=log_alpha_for(init_open, beta), input_shape=input_shape)
+        self.beta = beta
+
+    def keep_probabilities(self) -> list:
+        return [open_probability(self.raw, self.beta)]
+
+    def logits(self) -> dict:
+        return self._to_sites([self.raw.detach().double() - self.beta * math.log(-GAMMA / ZETA)])
+
+
+@torch.no_grad()
+def fold_gates(net: nn.Module, gates: UnitGates, values: list):
+    """Multiply, in place, every gated unit's input columns in each consumer by its gate value in ``values``
+    (one tensor per group): ``net`` then computes what ``gates.applied(net, values)`` computes."""
+    for name, reader in gates.readers.items():
+        weight = net.get_submodule(name).weight
+        scale = gates.scale(reader, values).to(weight.dtype)
+        if reader.channel_dim == 1:
+            weight.mul_(scale.view(1, -1, *([1] * (weight.dim() - 2))))
+        else:
+            weight.mul_(scale)
+
+
+def cut_to_macs(scores: list, macs, target: float, floors: list) -> list:
+    """The keep masks (one per group) of the units of highest score whose MACs are at most ``target``:
+    a global threshold on ``scores`` (one tensor per group), each group keeping at least its ``floor``
+    units of highest score. ``macs`` is an :class:`~bayesprune.core.unit_macs.ExpectedMacs` (exact at
+    0/1 keep values). Bisection over the sorted scores: keeping fewer units never costs more MACs."""
+    flat = torch.cat([s.detach().flatten().double().cpu() for s in scores])
+    order = flat.sort(descending=True).values
+    floor_masks = []
+    for s, floor in zip(scores, floors):
+        top = torch.zeros(s.numel(), dtype=torch.bool)
+        top[s.detach().cpu().topk(min(floor, s.numel())).indices] = True
+        floor_masks.append(top)
+
+    def masks_at(count: int) -> list:
+        threshold = order[count - 1] if count > 0 else math.inf
+        return [(s.detach().double().cpu() >= threshold) | top for s, top in zip(scores, floor_masks)]
+
+    def cost(keep: list) -> float:
+        device = scores[0].device
+        return float(macs([k.to(device=device, dtype=torch.float32) for k in keep]))
+
+    low, high = 0, len(order)  # masks_at(low) fits (the floors alone are assumed to), find the largest count that does
+    if cost(masks_at(high)) <= target:
+        return masks_at(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if cost(masks_at(middle)) <= target else (low, middle)
+    return masks_at(low)

@@ -1,0 +1,136 @@
+"""The spike-and-slab posterior fitted by SVI from one or several starts, and the start kept."""
+
+import copy
+import time
+
+import pyro
+import torch
+from pyro.optim import PyroLRScheduler
+from torch import nn
+
+from bayesprune.core.loop import svi_step
+from bayesprune.core.objectives import OBJECTIVES
+from bayesprune.core.optim import build_optim
+from bayesprune.core.penalties import PENALTIES
+from bayesprune.core.predict import metric
+from bayesprune.core.validation import require
+from bayesprune.guides import SpikeSlabGuide
+from bayesprune.methods.sbnn.fitted import SBNNFitted
+from bayesprune.methods.sbnn.options import SBNNOptions
+from bayesprune.models import LIKELIHOODS, BayesianNetwork
+
+#: Draws of W in the ELBO that chooses among several starts (``sbnn.keep = "elbo"``).
+ELBO_DRAWS = 32
+
+
+def build_model(net, data, prior, *, noise_scale=None, sites=None) -> BayesianNetwork:
+    """The Bayesian network around ``net``: ``prior`` on its ``sites`` (the parameters of its Linear and
+    convolution layers by default) and the likelihood of the data's task (Gaussian noise of scale
+    ``noise_scale`` for regression, learned when ``None``)."""
+    options = {"scale": noise_scale} if data.task == "regression" else {}
+    return BayesianNetwork(net, prior, LIKELIHOODS[data.task](data.num_train, **options), sites=sites)
+
+
+def fit_posterior(
+    net, data, options: SBNNOptions, ctx, *, prior=None, guide_class=SpikeSlabGuide, stage: str = "svi"
+) -> SBNNFitted:
+    """Fit the sBNN of ``options`` on ``data``, starting from the weights of ``net``, in one stage
+    (``stage``) of ``ctx.epochs`` epochs that early stopping acts on.
+
+    ``prior`` and ``guide_class`` replace the spike-and-slab pair (e.g. the plain Gaussian BNN
+    baseline); the objective, optimiser, batches and epochs stay the same.
+    """
+    if options.local_reparameterization:
+        convolutions = [name for name, module in net.named_modules() if isinstance(module, nn.modules.conv._ConvNd)]
+        require(
+            not convolutions,
+            "sbnn.local_reparameterization",
+            f"be false for a network with convolutions ({convolutions[0] if convolutions else ''}): it is exact "
+            "for linear layers only",
+            True,
+        )
+    pyro.clear_param_store()
+    pyro.set_rng_seed(ctx.seed)
+    device = ctx.device
+    model = build_model(
+        net.to(device),
+        data,
+        options.prior() if prior is None else prior,
+        noise_scale=ctx.noise_scale,
+        sites=ctx.sites(net),
+    ).to(device)
+    guide = guide_class(model, init_scale=options.init_scale).to(device)
+    fitted = SBNNFitted(model, guide, predictive_samples=options.predictive_samples)
+    fitted.score = options.score
+    objective = OBJECTIVES[options.objective](
+        num_particles=options.num_particles,
+        local_reparameterization=options.local_reparameterization,
+    )
+    optim = build_optim(ctx.optim, epochs=ctx.epochs)
+    step = svi_step(model, guide, objective=objective, optim=optim, penalty=PENALTIES[options.penalty]())
+    start = time.perf_counter()
+    with pyro.validation_enabled(False):  # argument checks cost ~10x per step; the config was validated
+        fitted.history = ctx.train(
+            stage,
+            step,
+            ctx.batches(data.x_train, data.y_train),
+            epochs=ctx.epochs,
+            state={"model": model, "guide": guide, "optimizer": optim},
+            scheduler=optim if isinstance(optim, PyroLRScheduler) else None,
+            validate=fitted.predict,
+        )
+    fitted.seconds = time.perf_counter() - start
+    fitted.best_epoch = ctx.best_epoch
+    return fitted
+
+
+def fit_starts(net, data, options: SBNNOptions, ctx) -> list:
+    """One fit of ``options`` per factor of ``options.starts``, from ``net``'s weights and biases
+    multiplied by it (each in a stage of its own, the first ``"svi"``, all from ``ctx.seed``)."""
+    fits = []
+    for index, factor in enumerate(options.starts):
+        start = copy.deepcopy(net)
+        with torch.no_grad():
+            for param in start.parameters():
+                param.mul_(factor)
+        stage = "svi" if index == 0 else f"svi from start x{factor:g}"
+        fits.append(fit_posterior(start, data, options, ctx, stage=stage))
+    return fits
+
+
+def elbo(fitted: SBNNFitted, data, options: SBNNOptions, *, seed: int = 0) -> float:
+    """The ELBO −J(θ) (eq. 3.6) of ``fitted`` on ``data``'s training rows: the objective of ``options``
+    without minibatch penalty weights, over :data:`ELBO_DRAWS` draws of W seeded with ``seed``."""
+    objective = OBJECTIVES[options.objective](
+        num_particles=ELBO_DRAWS, local_reparameterization=options.local_reparameterization
+    )
+    device = next(fitted.guide.parameters()).device
+    # Pyro modules share parameters of the same name through the param store: emptied, it takes this
+    # fit's own (and is left empty, so that no other fit of the same names reads them).
+    pyro.clear_param_store()
+    pyro.set_rng_seed(seed)
+    try:
+        with pyro.validation_enabled(False):
+            return -objective.loss(fitted.model, fitted.guide, data.x_train.to(device), data.y_train.to(device))
+    finally:
+        pyro.clear_param_store()
+
+
+def keep_start(fits: list, data, options: SBNNOptions, ctx) -> SBNNFitted:
+    """The fit ``options.keep`` keeps of ``fits`` (one per start), its ``starts`` the score of each;
+    ``ctx.best_epoch`` becomes its kept epoch. Reads the training rows only (``keep = "validation"``: those
+    ``ctx.validation`` holds out), never the test split."""
+    if options.keep == "elbo":
+        scores = [elbo(fitted, data, options, seed=ctx.seed) for fitted in fits]
+        best = max(range(len(fits)), key=scores.__getitem__)
+    else:
+        x, y = ctx.validation
+        scores = [metric(ctx.task, fitted.predict(x.to(ctx.device)).cpu(), y) for fitted in fits]
+        best = min(range(len(fits)), key=scores.__getitem__)
+    kept = fits[best]
+    kept.starts = [
+        {"start": factor, options.keep: score, "kept": index == best}
+        for index, (factor, score) in enumerate(zip(options.starts, scores))
+    ]
+    ctx.best_epoch = kept.best_epoch
+    return kept

@@ -1,0 +1,50 @@
+"""The spike-and-slab posterior as a :class:`~bayesprune.methods.base.Fitted`."""
+
+import torch
+
+from bayesprune.analysis.importance import (
+    path_scores,
+)
+from bayesprune.core.checkpoint import load_module_state
+from bayesprune.methods.base import GuideFitted
+
+
+class SBNNFitted(GuideFitted):
+    """A fitted sBNN: the :class:`~bayesprune.models.BayesianNetwork` and its :class:`~bayesprune.guides.SpikeSlabGuide`.
+
+    Its scores are the logits B − A of the inclusion probabilities p*(m, σ) (eq. 3.8) in float64,
+    which rank the weights as p* does without rounding to 1, or with ``score = "path"`` (``sbnn.score``)
+    their path scores; its point estimate is the posterior mean m.
+    """
+
+    method = "sbnn"
+    score = "inclusion"
+
+    @property
+    def score_name(self) -> str:
+        return "inclusion logit" if self.score == "inclusion" else "path-capped inclusion logit"
+
+    def scores(self) -> dict:
+        logits = self.guide.inclusion_logits()
+        return logits if self.score == "inclusion" else path_scores(logits, self.model)
+
+    def inclusion_probabilities(self) -> dict:
+        return self.guide.inclusion_probabilities()
+
+    #: ``[{"start", <keep rule>, "kept"}]``, one per start of a fit of several (``sbnn.starts``); else ``None``.
+    starts = None
+
+    def metrics(self) -> dict:
+        probs = torch.cat([p.flatten() for p in self.inclusion_probabilities().values()])
+        return {
+            "final_elbo": self.history.elbo[-1],
+            "fraction_inclusion_below_half": float((probs < 0.5).float().mean()),
+            **({} if self.starts is None else {"starts": self.starts}),
+        }
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "guide": self.guide.state_dict()}
+
+    def load_state_dict(self, state):
+        load_module_state(self.model, state["model"])
+        load_module_state(self.guide, state["guide"])

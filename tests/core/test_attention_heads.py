@@ -1,0 +1,210 @@
+"""The heads of the attention blocks practitioners take from libraries are units: timm's fused ``qkv``
+layer, Hugging Face ``transformers``' separate query/key/value projections and PyTorch's
+``nn.TransformerEncoderLayer``, each built from a config with random weights. Oracles: the network with
+the removed heads' input columns of the output projection zeroed (a head nobody reads), and
+Torch-Pruning's own parameter and MAC count of the smaller network."""
+
+import copy
+import inspect
+
+import pytest
+import torch
+import torch_pruning as tp
+from torch import nn
+
+from bayesprune.core.export import count_macs, count_parameters, export
+from bayesprune.core.gates import UnitGates, separable_heads
+from bayesprune.core.heads import HeadsRemovedAttention
+from bayesprune.core.structure import unit_groups
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+SHAPE = (3, 8, 8)  # four patches of 4x4 and a class token: five tokens
+EMBED, HEADS, HEAD_DIM = 32, 4, 8
+
+
+def timm_vit(fused_attn=True, **attention):
+    timm = pytest.importorskip("timm")
+    from timm.models.vision_transformer import VisionTransformer
+
+    net = VisionTransformer(
+        img_size=8, patch_size=4, embed_dim=EMBED, depth=1, num_heads=HEADS, num_classes=3, **attention
+    )
+    net.blocks[0].attn.fused_attn = fused_attn  # scaled_dot_product_attention, or timm's own products
+    assert timm is not None
+    return net.eval()
+
+
+class HuggingFaceViT(nn.Module):
+    """``transformers``' ViT for image classification, its logits as the output."""
+
+    def __init__(self):
+        super().__init__()
+        transformers = pytest.importorskip("transformers")
+        config = transformers.ViTConfig(
+            hidden_size=EMBED,
+            num_hidden_layers=1,
+            num_attention_heads=HEADS,
+            intermediate_size=37,
+            image_size=8,
+            patch_size=4,
+            num_labels=3,
+        )
+        self.vit = transformers.ViTForImageClassification(config)
+
+    def forward(self, x):
+        return self.vit(pixel_values=x).logits
+
+
+class PatchEncoder(nn.Module):
+    """Patches of 4x4 embedded by a ``Linear``, one ``nn.TransformerEncoderLayer``, a linear classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(48, EMBED)
+        self.encoder = nn.TransformerEncoderLayer(EMBED, HEADS, 37, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(EMBED, 3)
+
+    def forward(self, x):
+        patches = x.unfold(2, 4, 4).unfold(3, 4, 4).permute(0, 2, 3, 1, 4, 5).flatten(3).flatten(1, 2)
+        return self.head(self.encoder(self.embed(patches)).mean(1))
+
+
+def hugging_face_vit():
+    return HuggingFaceViT().eval()
+
+
+def attention_of(net):
+    """``(attention module, its output projection's path)`` of each network's one block."""
+    if isinstance(
+        net, HuggingFaceViT
+    ):  # transformers 5: ViTAttention's o_proj; 4: ViTSelfAttention, output.dense beside
+        name, attention = next((n, m) for n, m in net.named_modules() if hasattr(m, "num_attention_heads"))
+        parent = name.rpartition(".")[0]
+        return attention, f"{name}.o_proj" if hasattr(attention, "o_proj") else f"{parent}.output.dense"
+    if isinstance(net, PatchEncoder):
+        return net.encoder.self_attn, "encoder.self_attn.out_proj"
+    return net.blocks[0].attn, "blocks.0.attn.proj"
+
+
+#: Each layout: a builder, the head count's attribute, and the head group's site.
+LAYOUTS = {
+    "timm fused qkv": (timm_vit, "num_heads", "blocks.0.attn.qkv.gate"),
+    "timm qkv, products": (lambda: timm_vit(fused_attn=False), "num_heads", "blocks.0.attn.qkv.gate"),
+    "transformers ViT": (hugging_face_vit, "num_attention_heads", None),
+    "nn.TransformerEncoderLayer": (lambda: PatchEncoder().eval(), "num_heads", "encoder.self_attn.gate"),
+}
+
+
+def head_group(net):
+    groups = [group for group in unit_groups(net, SHAPE) if group.heads_of is not None]
+    assert len(groups) == 1
+    return groups[0]
+
+
+def zero_heads(net, heads):
+    """``net`` with the output projection's columns of ``heads`` zeroed: those heads read by nobody."""
+    net = copy.deepcopy(net)
+    _, out_proj = attention_of(net)
+    with torch.no_grad():
+        for head in heads:
+            net.get_submodule(out_proj).weight[:, head * HEAD_DIM : (head + 1) * HEAD_DIM] = 0
+    return net
+
+
+def inputs():
+    return torch.randn(4, *SHAPE, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_heads_of_each_attention_layout_are_one_unit_group(layout):
+    build, _, site = LAYOUTS[layout]
+    group = head_group(build())
+    assert (group.units, group.block) == (HEADS, HEAD_DIM)
+    assert site is None or group.gate_site == site
+    assert group.gate_site.endswith(("qkv.gate", "q_proj.gate", "query.gate", "self_attn.gate"))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_removed_heads_compute_the_masked_network_and_count_as_torch_pruning_counts(layout):
+    build, attribute, _ = LAYOUTS[layout]
+    torch.manual_seed(0)
+    net = build()
+    keep = torch.tensor([True, False, True, False])
+    smaller = export(net, {head_group(net).gate_site: keep}, input_shape=SHAPE).eval()
+    x = inputs()
+    with torch.no_grad():
+        expected, got = zero_heads(net, [1, 3])(x), smaller(x)
+    assert (got - expected).abs().max().item() < 1e-5
+    with torch.no_grad():
+        assert (net(x) - expected).abs().max().item() > 1e-3  # the heads mattered
+    attention, out_proj = attention_of(smaller)
+    assert getattr(attention, attribute) == 2 and smaller.get_submodule(out_proj).in_features == 2 * HEAD_DIM
+    # two heads' query, key and value rows with their biases, and their columns of the output projection
+    removed = 2 * HEAD_DIM * 3 * (EMBED + 1) + 2 * HEAD_DIM * EMBED
+    assert count_parameters(smaller)["total"] == count_parameters(net)["total"] - removed
+    tp_macs, tp_params = tp.utils.count_ops_and_params(smaller, x[:1])
+    assert count_parameters(smaller)["total"] == tp_params
+    if not isinstance(attention, HeadsRemovedAttention):  # a module Torch-Pruning knows (or whose parts it knows)
+        assert count_macs(smaller, SHAPE) == tp_macs
+    assert count_macs(smaller, SHAPE) < count_macs(net, SHAPE)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_closed_head_gates_compute_the_network_without_those_heads(layout):
+    build, _, _ = LAYOUTS[layout]
+    torch.manual_seed(0)
+    net = separable_heads(build(), SHAPE)
+    gates = UnitGates(net, input_shape=SHAPE)
+    gates.check_removal(net)
+    values = [
+        torch.tensor([1.0, 0.0, 1.0, 0.0]) if group.heads_of is not None else torch.ones(group.units)
+        for group in gates.groups
+    ]
+    x = inputs()
+    with torch.no_grad(), gates.applied(net, values):
+        gated = net(x)
+    with torch.no_grad():
+        expected = zero_heads(net, [1, 3])(x)
+    assert (gated - expected).abs().max().item() < 1e-5
+
+
+def test_a_block_whose_heads_a_layer_norm_mixes_is_no_unit_group_and_a_mask_for_it_is_refused_in_one_line():
+    """timm's ``scale_attn_norm`` normalises the heads' outputs together: a removed head would change the others."""
+    timm = pytest.importorskip("timm")
+    if "scale_attn_norm" not in inspect.signature(timm.models.vision_transformer.VisionTransformer).parameters:
+        pytest.skip("this timm has no scale_attn_norm")
+    net = timm_vit(scale_attn_norm=True)
+    assert all(group.heads_of is None for group in unit_groups(net, SHAPE))
+    with pytest.raises(
+        ValueError, match=r"^unit masks for no unit group of the network .*'blocks\.0\.attn\.qkv\.gate'"
+    ):
+        export(net, {"blocks.0.attn.qkv.gate": torch.tensor([True, False, True, True])}, input_shape=SHAPE)
+
+
+def test_heads_removed_count_as_multihead_attention_of_their_width():
+    """All heads kept: Torch-Pruning's count of the ``nn.MultiheadAttention`` they came from; one of two
+    kept: the same formula by hand at width W = 8 (five tokens, embedding 16)."""
+    attention = nn.MultiheadAttention(16, 2, batch_first=True).eval()
+    whole = HeadsRemovedAttention.keeping(attention, torch.arange(2))
+
+    class SelfAttention(nn.Module):
+        def __init__(self, attention):
+            super().__init__()
+            self.attention = attention
+
+        def forward(self, x):
+            return self.attention(x, x, x, need_weights=False)[0]
+
+    tp_macs, _ = tp.utils.count_ops_and_params(SelfAttention(attention), torch.zeros(1, 5, 16))
+    assert count_macs(SelfAttention(whole), (5, 16)) == tp_macs
+    one = HeadsRemovedAttention.keeping(attention, torch.tensor([1]))
+    length, embed, width = 5, 16, 8
+    by_hand = (
+        length * width  # the queries scaled
+        + 3 * length * embed * width  # query, key and value projections
+        + 3 * length * width  # their biases
+        + (2 * length * length * width + length * length)  # scores, softmax and weighted sum of the one head
+        + length * (width * embed + embed)  # the output projection and its bias
+    )
+    assert count_macs(SelfAttention(one), (5, 16)) == by_hand
