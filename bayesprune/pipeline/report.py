@@ -3,8 +3,6 @@
 import csv
 import json
 import math
-import zipfile
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +13,7 @@ from bayesprune.analysis.tables import format_value, markdown_table, markdown_te
 from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.files import all_or_nothing, arrays_digest, read_npz, write_text
 from bayesprune.pipeline.evaluation import ERROR_MARGIN, ERROR_MARGIN_KEY, first_sparsity_worse_by, metric_name
+from bayesprune.pipeline.reading import reading as _reading
 from bayesprune.pipeline.report_importance import _importance_files, pooled_importance_sections
 
 
@@ -199,29 +198,6 @@ def _error_margin_line(metrics: dict) -> list:
         paper = first_sparsity_worse_by(reference["rows"], "value", ERROR_MARGIN, key="droprate")
         text += f" ({markdown_text(reference['source'])}: {'not reached' if paper is None else f'{paper:.4g}'})"
     return [text + "."]
-
-
-@contextmanager
-def _reading(path: Path):
-    """Turn any failure to read ``path`` into one line naming the file."""
-    try:
-        yield
-    except BayesPruneError:
-        raise
-    except (
-        OSError,
-        EOFError,
-        ValueError,
-        KeyError,
-        TypeError,
-        IndexError,
-        AttributeError,
-        RecursionError,
-        zipfile.BadZipFile,
-        csv.Error,
-    ) as error:
-        reason = " ".join(str(error).split())[:160] or type(error).__name__
-        raise BayesPruneError(f"{path}: not readable as bayesprune wrote it ({reason})") from None
 
 
 #: The key of ``metrics.json`` holding the digest of the run's ``scores.npz`` arrays

@@ -20,19 +20,8 @@ from bayesprune.analysis.importance import (
 )
 from bayesprune.analysis.selection import DEFAULT_FDR
 from bayesprune.analysis.tables import markdown_table, markdown_text
-
-
-def _reading(path: Path):
-    """The report's reader of a run's file (one line naming it on any failure)."""
-    from bayesprune.pipeline.report import _reading as reading
-
-    return reading(path)
-
-
-def _number(value) -> bool:
-    from bayesprune.pipeline.report import _number as number
-
-    return number(value)
+from bayesprune.core.validation import is_number as _number
+from bayesprune.pipeline.reading import reading as _reading
 
 
 def pooled_importance_sections(run_dir: Path, idata, top: int) -> list:
