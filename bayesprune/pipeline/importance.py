@@ -179,8 +179,9 @@ def importance(
         raise BayesPruneError(f"{run_dir}: {error}") from None
     if selection == "knockoff" and len(dataset.input_shape) != 1:
         raise BayesPruneError(f"{run_dir}: knockoff selection needs 1-D inputs (a table), got {dataset.input_shape}")
-    groups, names = input_groups(config, dataset)
     idata = _posterior_with_importance(run_dir)
+    names = _input_names(dataset, idata)
+    groups = input_groups(config, dataset, names)
     if idata is None and selection == "bayesian-fdr":
         raise BayesPruneError(f"{run_dir}: bayesian-fdr selection needs posterior.nc's pooled psi (an sbnn run)")
     rows, group_rows, nodes, record = _importance_of(run_dir, config, idata, fitted, groups, names)
@@ -210,17 +211,24 @@ def _check_arguments(top, fdr, selection, copies):
         raise BayesPruneError(f"--copies must be a positive integer, got {copies!r}")
 
 
-def input_groups(config, dataset) -> tuple:
-    """``(groups, names)``: the run's groups of inputs (lists of input indices: the user's
-    ``importance.groups``, else the inputs whose absolute correlation on the training rows exceeds
-    ``importance.correlation``; every input alone for images) and one name per input."""
-    inputs = math.prod(dataset.input_shape)
-    names = list(dataset.feature_names) if dataset.feature_names is not None else [f"x{j}" for j in range(inputs)]
+def _input_names(dataset, idata) -> list:
+    """One name per input: ``posterior.nc``'s (the pooled rows'), else the table's, else ``x0, x1, ...``."""
+    if idata is not None:
+        return [str(name) for name in idata.posterior["psi"]["feature"].values]
+    if dataset.feature_names is not None:
+        return list(dataset.feature_names)
+    return [f"x{j}" for j in range(math.prod(dataset.input_shape))]
+
+
+def input_groups(config, dataset, names: list) -> list:
+    """The run's groups of inputs, lists of input indices: the user's ``importance.groups`` (by ``names``), else
+    the inputs whose absolute correlation on the training rows exceeds ``importance.correlation``; every input
+    alone for images."""
     if len(dataset.input_shape) != 1:
-        return [[j] for j in range(inputs)], names
+        return [[j] for j in range(len(names))]
     if config.importance.groups is not None:
-        return named_groups(config.importance.groups, names), names
-    return correlation_groups(dataset.x_train.double().numpy(), config.importance.correlation), names
+        return named_groups(config.importance.groups, names)
+    return correlation_groups(dataset.x_train.double().numpy(), config.importance.correlation)
 
 
 def _grouping(config) -> str:
@@ -396,10 +404,10 @@ def _peers_beside(config, dataset, groups: list, rows: list, group_rows: list) -
         for row, value, attribution in zip(table, permutation, gradients):
             row.update(plain_permutation=float(value), plain_integrated_gradients=float(attribution))
     psi = [row["psi"] for row in group_rows]
-    agreement = {
-        name: float(spearmanr(psi, [row[key] for row in group_rows])[0]) if len(psi) > 2 else float("nan")
-        for name, key in (("permutation", "plain_permutation"), ("integrated_gradients", "plain_integrated_gradients"))
-    }
+    agreement = {}
+    for name, key in (("permutation", "plain_permutation"), ("integrated_gradients", "plain_integrated_gradients")):
+        values = [row[key] for row in group_rows]
+        agreement[name] = float(spearmanr(psi, values)[0]) if np.ptp(psi) > 0 and np.ptp(values) > 0 else float("nan")
     summary = (
         "the plain network's ranking of the groups against psi's (Spearman): permutation importance "
         f"{agreement['permutation']:.2f}, integrated gradients {agreement['integrated_gradients']:.2f} "
