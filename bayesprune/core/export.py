@@ -4,7 +4,7 @@ Units are removed through Torch-Pruning's dependency graph (:mod:`bayesprune.cor
 residual blocks, batch norms and coupled channels shrink together, and every removal is checked
 against the masked network. Beside it, plain utilities for what a user checks after export:
 parameter and MAC counts, measured latency, a file that runs without bayesprune or Pyro
-(:func:`save_portable`), an ONNX file (:func:`save_onnx`), a trainable file that rebuilds with
+(:func:`save_portable`; an ONNX file: :mod:`bayesprune.core.onnx_file`), a trainable file that rebuilds with
 torch alone (:func:`save_trainable`, :func:`load_trainable`), masks that survive fine-tuning, and
 :func:`resize` to rebuild a network that shrank while training from the shapes in its checkpoint.
 """
@@ -381,10 +381,10 @@ def save_portable(net: nn.Module, path, example_input: torch.Tensor):
     in torch 2.13 as well (checked by hand in a virtual environment with only torch).
     """
     extra = {"bayesprune.json": json.dumps({"input_shape": list(example_input.shape[1:])})}
-    torch.export.save(_program(net, example_input), str(path), extra_files=extra)
+    torch.export.save(program(net, example_input), str(path), extra_files=extra)
 
 
-def _program(net: nn.Module, example_input: torch.Tensor):
+def program(net: nn.Module, example_input: torch.Tensor):
     """``net`` (a copy in eval mode) as a :func:`torch.export.export` program of any batch size."""
     net = copy.deepcopy(net).eval().to(example_input.device)
     batch = torch.export.Dim("batch", min=1, max=1 << 20)
@@ -397,35 +397,6 @@ def _program(net: nn.Module, example_input: torch.Tensor):
             f"model: torch.export cannot export the network's forward ({type(error).__name__}: {first}); a forward "
             "that branches on the data's values (if x.sum() > 0) needs torch.where or torch.cond"
         ) from None
-
-
-#: The packages :func:`save_onnx` and :func:`run_onnx` need (the extra ``bayesprune[onnx]``).
-ONNX_PACKAGES = ("onnx", "onnxruntime", "onnxscript")
-
-
-def missing_onnx_packages() -> list:
-    """The packages of :data:`ONNX_PACKAGES` that are not installed."""
-    import importlib.util
-
-    return [name for name in ONNX_PACKAGES if importlib.util.find_spec(name) is None]
-
-
-def save_onnx(net: nn.Module, path, example_input: torch.Tensor):
-    """Write ``net`` as one ONNX file (weights inside, batch dimension dynamic) for ONNX Runtime and the
-    runtimes that read ONNX: :func:`torch.export.export` as :func:`save_portable` does, then
-    ``torch.onnx``'s exporter of that program (it needs ``onnx`` and ``onnxscript``)."""
-    torch.onnx.export(_program(net, example_input), (example_input,), str(path), external_data=False, verbose=False)
-
-
-def run_onnx(path, batches) -> torch.Tensor:
-    """The outputs of the ONNX file ``path`` at each input tensor of ``batches`` (float32, on the CPU),
-    concatenated, computed by ONNX Runtime's CPU provider."""
-    import onnxruntime
-
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
-    parts = [session.run(None, {name: batch.detach().cpu().float().numpy()})[0] for batch in batches]
-    return torch.cat([torch.from_numpy(part) for part in parts])
 
 
 def portable_input_shape(path) -> tuple:

@@ -21,13 +21,19 @@ LEVELS = ("weight", "unit")
 
 @dataclass(frozen=True)
 class Budget:
-    """How much to keep: exactly one of ``fraction``, ``keep`` and ``threshold``.
+    """How much to keep: exactly one of ``fraction``, ``keep``, ``threshold`` and ``macs``.
 
     Attributes:
         fraction: fraction of the entries removed, in [0, 1): ``floor(fraction · n)`` of them (the
             product is rounded to 6 decimals first, so 0.29 · 100 removes 29).
         keep: number of entries kept.
         threshold: keep the entries whose score is at least this.
+        macs: at unit level, the fraction of the dense network's multiply-accumulates to keep, in (0, 1]:
+            units leave in the order of their scores (the floors kept) until the MACs of what is left
+            (:func:`bayesprune.core.export.count_macs`) are at most ``macs · dense_macs``. It is resolved to
+            a ``keep`` budget by :func:`bayesprune.core.macs.resolve_macs`, which needs the network.
+        dense_macs: the MACs ``macs`` is a fraction of (the network the user brought, when a fit already
+            removed units); ``None``: those of the network pruned.
         scope: ``"global"`` ranks all sites together; ``"layer"`` applies the budget to each site
             (weight level) or layer (unit level) separately.
         level: ``"weight"`` masks entries of every site; ``"unit"`` masks the hidden units
@@ -48,13 +54,15 @@ class Budget:
     fraction: float | None = None
     keep: int | None = None
     threshold: float | None = None
+    macs: float | None = None
+    dense_macs: int | None = None
     scope: str = "global"
     level: str = "weight"
     min_keep: int | None = None
 
     def __post_init__(self):
-        given = [name for name in ("fraction", "keep", "threshold") if getattr(self, name) is not None]
-        require(len(given) == 1, "budget", "set exactly one of fraction, keep and threshold", given)
+        given = [name for name in ("fraction", "keep", "threshold", "macs") if getattr(self, name) is not None]
+        require(len(given) == 1, "budget", "set exactly one of fraction, keep, threshold and macs", given)
         if self.fraction is not None:
             require(
                 is_number(self.fraction) and 0 <= self.fraction < 1, "budget.fraction", "lie in [0, 1)", self.fraction
@@ -70,6 +78,22 @@ class Budget:
             require(is_number(self.threshold), "budget.threshold", "be a finite number", self.threshold)
         require(self.scope in SCOPES, "budget.scope", f"be one of {list(SCOPES)}", self.scope)
         require(self.level in LEVELS, "budget.level", f"be one of {list(LEVELS)}", self.level)
+        if self.macs is not None:
+            require(is_number(self.macs) and 0 < self.macs <= 1, "budget.macs", "lie in (0, 1]", self.macs)
+            require(
+                self.level == "unit",
+                "budget.macs",
+                "come with level = 'unit' (zeroed weights cost as many MACs as kept ones)",
+                self.level,
+            )
+            require(self.scope == "global", "budget.macs", "come with scope = 'global'", self.scope)
+            require(self.min_keep != 0, "budget.min_keep", "be at least 1 beside macs (a network keeps every layer)", 0)
+        require(
+            self.dense_macs is None or (is_int(self.dense_macs) and self.dense_macs > 0 and self.macs is not None),
+            "budget.dense_macs",
+            "be a positive integer, given with macs",
+            self.dense_macs,
+        )
         require(
             self.min_keep is None or is_int(self.min_keep) and 0 <= self.min_keep <= MAX_ELEMENTS,
             "budget.min_keep",
@@ -126,6 +150,8 @@ def prune_each(scores: dict, budgets, *, net=None, input_shape=None):
     level, scope = budgets[0].level, budgets[0].scope
     if any((budget.level, budget.scope) != (level, scope) for budget in budgets):
         raise ValueError("prune_each takes budgets of one level and one scope")
+    if any(budget.macs is not None for budget in budgets):
+        raise ValueError("a MAC budget is resolved on the network first: bayesprune.core.macs.resolve_macs")
     if level == "unit":
         if net is None:
             raise ValueError("a unit-level budget needs the network (net=...)")

@@ -1,25 +1,29 @@
 """Expected multiply-accumulates of a network whose gated units are kept independently.
 
-A unit of :class:`~bayesprune.core.gates.UnitGates` is kept with probability p (a gate open). Every
-``Linear``/``Conv`` costs, per forward pass of one input, ``pair`` MACs for each (input channel,
-output channel) pair it connects: k_h·k_w·H_out·W_out for a convolution, the number of tokens for a
-``Linear``. With G convolution groups,
+A unit of :class:`~bayesprune.core.gates.UnitGates` is kept with probability p (a gate open). The MACs
+:func:`bayesprune.core.export.count_macs` counts (Torch-Pruning's count) are, as a function of the kept
+units, a bilinear part and an affine part. Every ``Linear``/``Conv`` multiplies ``pair`` times for each
+(input channel, output channel) pair it connects (k_h·k_w·H_out·W_out for a convolution, the number of
+tokens for a ``Linear``); with G convolution groups
 
-    MACs = pair · Σ_g (Σ_{i in group g} a_i) (Σ_{o in group g} b_o),
+    products = pair · Σ_g (Σ_{i in group g} a_i) (Σ_{o in group g} b_o),
 
 where a_i (b_o) is 1 for an input (output) channel that is no gated unit and its unit's indicator
-otherwise. Under independent gates the expectation replaces each indicator by its p, and is exact
-wherever a module's input and output channels are different units (every ``groups = 1`` layer whose
-input and output groups differ; a depthwise convolution, whose input channel c is read only through
-its output channel c, enters as Σ_c p_c). At p ∈ {0, 1} it is the MACs of the network with the closed
-units removed, which :func:`bayesprune.core.export.count_macs` counts; operations without weights
-(attention's matrix products, additions, pooling) are not counted.
+otherwise. Everything else counted (bias additions, normalisation, activations, pooling, attention's
+per-head scores) is one or two operations per element of a tensor, so it is affine in the number of
+kept units of each group: r0 + Σ_g r_g n_g, with r_g read off :func:`count_macs` of the network with
+half of group g's units removed (:func:`bayesprune.core.structure.shrunk`). Under independent gates
+the expectation replaces each indicator by its p; it is exact wherever a layer's input and output
+channels are different units (every layer of ``groups = 1`` whose input and output groups differ; a
+depthwise convolution, whose input channel c is read only through its output channel c, enters as
+Σ_c p_c). At p ∈ {0, 1} it is :func:`count_macs` of the network with the closed units removed.
 """
 
 import torch
 from torch import nn
 
-from bayesprune.core.structure import example_input
+from bayesprune.core.export import count_macs
+from bayesprune.core.structure import example_input, shrunk
 
 WEIGHTED = (nn.Linear, nn.modules.conv._ConvNd)
 
@@ -68,9 +72,33 @@ class ExpectedMacs:
         for group, rows in enumerate(gates.producers):
             for name, (index, units) in rows.items():
                 self.rows.setdefault(name, []).append((group, index, units))
+        self.per_unit, self.constant = self._affine(net)
+
+    def _affine(self, net) -> tuple:
+        """``(r_g per group, r0)`` of the affine part: :func:`count_macs` less the products, at every unit
+        kept and at half of one group's units removed."""
+        full = [torch.ones(units, device=self.gates.raw.device) for units in self.gates.units]
+        rest = count_macs(net, self.gates.input_shape) - float(self._products(full))
+        per_unit = []
+        for group, units in enumerate(self.gates.units):
+            keep = [k.bool() for k in full]
+            keep[group] = torch.arange(units, device=keep[group].device) < (units + 1) // 2
+            masks = {site: k.cpu() for site, k in zip(self.gates.sites, keep)}
+            smaller, _ = shrunk(net, masks, input_shape=self.gates.input_shape)
+            removed = units - (units + 1) // 2
+            smaller_rest = count_macs(smaller, self.gates.input_shape) - float(self._products(keep))
+            per_unit.append(0.0 if removed == 0 else (rest - smaller_rest) / removed)
+        return per_unit, rest - sum(r * units for r, units in zip(per_unit, self.gates.units))
 
     def __call__(self, probabilities: list) -> torch.Tensor:
-        """E[MACs] (a 0-dim tensor, differentiable in ``probabilities``)."""
+        """E[MACs] (a 0-dim float64 tensor, differentiable in ``probabilities``)."""
+        probabilities = [p.double() for p in probabilities]
+        affine = sum(r * p.sum() for r, p in zip(self.per_unit, probabilities))
+        return self._products(probabilities) + affine + self.constant
+
+    def _products(self, probabilities: list):
+        """E[products of the ``Linear``/``Conv`` layers]."""
+        probabilities = [p.double() for p in probabilities]
         total = probabilities[0].new_zeros(())
         for name, pair, groups, inputs, outputs in self.layers:
             reader = self.gates.readers.get(name)
@@ -83,4 +111,4 @@ class ExpectedMacs:
 
     def dense(self) -> float:
         """The MACs with every unit kept."""
-        return float(self([torch.ones(units) for units in self.gates.units]))
+        return float(self([torch.ones(units, device=self.gates.raw.device) for units in self.gates.units]))

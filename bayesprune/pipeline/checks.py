@@ -93,6 +93,15 @@ def check_units(config, net, data):
             "prune.level = 'unit': the network has no hidden units to remove (model.hidden = [] or "
             "an architecture without hidden layers)"
         )
+    if config.prune.macs:
+        from bayesprune.core.macs import MacsBelowFloors, check_reachable
+        from bayesprune.core.pruning import Budget
+
+        try:
+            budget = Budget(macs=min(config.prune.macs), level="unit", min_keep=config.prune.min_keep)
+            check_reachable(net, budget, input_shape=data.input_shape)
+        except MacsBelowFloors as error:
+            raise ConfigError(f"prune.macs: {error}") from None
 
 
 def check_network(net, data):

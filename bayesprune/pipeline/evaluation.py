@@ -4,8 +4,9 @@ from contextlib import nullcontext
 
 import torch
 
+from bayesprune.core.macs import resolve_macs
 from bayesprune.core.predict import metric
-from bayesprune.core.pruning import Budget, bias_sites, expand_unit_masks, prune_each
+from bayesprune.core.pruning import Budget, bias_sites, expand_unit_masks, prune, prune_each
 from bayesprune.core.tasks import metric_name  # noqa: F401  (the run's metric, read from here by the pipeline)
 
 
@@ -96,6 +97,41 @@ def pruning_curve(
         if finetuned is not None:
             kept = {site: ~site_gone for site, site_gone in gone.items() if site_gone.any()}
             row[name + "_finetuned"] = finetuned({**masks, **kept})  # with a unit's batch-norm entries
+        rows.append(row)
+    return rows
+
+
+def macs_curve(fitted, dataset, *, targets, dense_macs: int, device=None, min_keep=None, finetuned=None) -> list:
+    """Test metric of the point estimate at each MAC target: units removed by ``fitted``'s unit scores until
+    the network costs at most ``target · dense_macs`` MACs (:func:`bayesprune.core.macs.resolve_macs`, the
+    floors of ``min_keep``; ``dense_macs``: the network the fit started from, which a fit that removes units
+    while training has already made smaller).
+
+    Returns:
+        One dict per target with ``macs_target``, ``macs`` (the count of the network without those units,
+        :func:`bayesprune.core.export.count_macs`), ``macs_fraction`` (of ``dense_macs``), ``units_removed``
+        (of the units ``fitted.net`` has), the metric under its name and, with ``finetuned``, ``<metric>_finetuned``.
+    """
+    name = metric_name(dataset.task)
+    x = dataset.x_test.to(device) if device is not None else dataset.x_test
+    scores, rows = fitted.scores(), []
+    for target in targets:
+        budget = Budget(macs=target, dense_macs=dense_macs, level="unit", min_keep=min_keep)
+        keep, macs = resolve_macs(scores, budget, fitted.net)
+        masks = prune(scores, keep, net=fitted.net)
+        units = sum(mask.numel() for mask in masks.values())
+        removed = units - sum(int(mask.sum()) for mask in masks.values())
+        weights = expand_unit_masks(fitted.net, masks)
+        (prediction,) = batched_predictions(fitted, x, masks=weights if removed else None)
+        row = {
+            "macs_target": target,
+            "macs": macs,
+            "macs_fraction": round(macs / dense_macs, 6),
+            "units_removed": round(removed / units, 6),
+            name: metric(dataset.task, prediction.cpu(), dataset.y_test, target_std=dataset.target_std),
+        }
+        if finetuned is not None:
+            row[name + "_finetuned"] = finetuned(weights)
         rows.append(row)
     return rows
 

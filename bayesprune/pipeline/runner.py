@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bayesprune.analysis.inference_data import PREDICTIVE_TEST_POINTS, write_posterior
+from bayesprune.analysis.diagnostics import write_posterior
+from bayesprune.analysis.inference_data import PREDICTIVE_TEST_POINTS
 from bayesprune.analysis.tables import write_csv
 from bayesprune.core import distributed
 from bayesprune.core.checkpoint import (
@@ -29,6 +30,7 @@ from bayesprune.core.checkpoint import (
 )
 from bayesprune.core.early_stopping import hold_out
 from bayesprune.core.errors import Interrupted, StopNow, TrainingDiverged
+from bayesprune.core.export import count_macs
 from bayesprune.core.files import arrays_digest, read_npz, replacing
 from bayesprune.core.layout import resolve_memory_format
 from bayesprune.core.loop import check_stop, resolve_device
@@ -50,10 +52,7 @@ from bayesprune.pipeline.checks import (
     run_chains,
 )
 from bayesprune.pipeline.config import load_config
-from bayesprune.pipeline.evaluation import (
-    metric_name,
-    pruning_curve,
-)
+from bayesprune.pipeline.evaluation import macs_curve, metric_name, pruning_curve
 from bayesprune.pipeline.finetune import FineTuning
 from bayesprune.pipeline.processes import check_same_fits, join, own_directory
 from bayesprune.pipeline.report import SCORES_DIGEST, write_report
@@ -332,6 +331,21 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         predictive=config.prune.predictive_at(n_weights),
         unpruned_draws=fitted.unpruned_draws,
     )
+    macs = {}
+    if config.prune.macs:  # of the network the fit started from
+        dense = count_macs(baseline_net, dataset.input_shape)
+        macs = {
+            "macs_dense": dense,
+            "macs_curve": macs_curve(
+                fitted,
+                dataset,
+                targets=config.prune.macs,
+                dense_macs=dense,
+                device=device,
+                min_keep=config.prune.min_keep,
+                finetuned=_finetuned(config, dataset, fitted),
+            ),
+        }
     metrics = {
         "method": config.method,
         "dataset": dataset.name,
@@ -350,6 +364,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         **{key: value for key, value in curve[0].items() if key.startswith(name)},
         **fitted.metrics(),
         "pruning_curve": curve,
+        **macs,
     }
     if config.baseline.enabled:  # a diverged plain network is reported, not allowed to sink the run
         try:

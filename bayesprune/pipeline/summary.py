@@ -55,7 +55,7 @@ def summarise_splits(per_split: list) -> dict:
         return per_split[0]
     first = per_split[0]
     name = metric_name(first["task"])
-    metrics = {key: value for key, value in first.items() if key != "pruning_curve"}
+    metrics = {key: value for key, value in first.items() if key not in CURVES}
     metrics["splits"] = len(per_split)
     metrics["train_seconds"] = round(sum(m["train_seconds"] for m in per_split), 3)
     for key, value in first.items():
@@ -75,8 +75,34 @@ def summarise_splits(per_split: list) -> dict:
                 row[key], row[f"{key}_stderr"] = _mean_and_stderr([r[key] for r in rows])
         curve.append(row)
     metrics["pruning_curve"] = curve
+    if "macs_curve" in first:
+        metrics["macs_curve"] = [_splits_row(rows, name) for rows in zip(*(m["macs_curve"] for m in per_split))]
     metrics["per_split"] = [{key: m[key] for key in m if key.startswith(name)} for m in per_split]
     return metrics
+
+
+#: The lists of rows a run's metrics hold: the pruning curve, and the points at MAC targets (``prune.macs``).
+CURVES = ("pruning_curve", "macs_curve")
+
+
+def _splits_row(rows, name: str) -> dict:
+    """One point of several splits' MAC curves: the first split's, its metrics and MACs as mean and standard error."""
+    row = dict(rows[0])
+    for key in rows[0]:
+        if key.startswith(name) or key in ("macs", "macs_fraction", "units_removed"):
+            row[key], row[f"{key}_stderr"] = _mean_and_stderr([r[key] for r in rows])
+    return row
+
+
+def _seeds_row(rows, name: str) -> dict:
+    """One point of several seeds' curves: the first seed's, its metrics (and a MAC curve's MACs) as mean
+    and standard deviation."""
+    row = dict(rows[0])
+    for key in rows[0]:
+        if (key.startswith(name) and not key.endswith("_stderr")) or key in ("macs", "macs_fraction", "units_removed"):
+            values = np.array([r[key] for r in rows], dtype=float)
+            row[key], row[f"{key}_std"] = float(values.mean()), float(values.std(ddof=1))
+    return row
 
 
 def summarise_seeds(runs: list, seeds) -> dict:
@@ -100,18 +126,14 @@ def summarise_seeds(runs: list, seeds) -> dict:
         if numeric(value) and all(numeric(run.get(key)) for run in runs):
             values = np.array([run[key] for run in runs], dtype=float)
             metrics[key], metrics[f"{key}_std"] = float(values.mean()), float(values.std(ddof=1))
-        elif key != "pruning_curve" and numeric_list(key):
+        elif key not in CURVES and numeric_list(key):
             values = np.array([run[key] for run in runs], dtype=float)
             metrics[key], metrics[f"{key}_std"] = values.mean(0).tolist(), values.std(0, ddof=1).tolist()
-    curve = []
-    for rows in zip(*(run["pruning_curve"] for run in runs)):
-        row = dict(rows[0])
-        for key in rows[0]:
-            if key.startswith(metric_name(first["task"])) and not key.endswith("_stderr"):
-                values = np.array([r[key] for r in rows], dtype=float)
-                row[key], row[f"{key}_std"] = float(values.mean()), float(values.std(ddof=1))
-        curve.append(row)
-    metrics["pruning_curve"] = curve
+    for curve_key in CURVES:
+        if curve_key in first:
+            metrics[curve_key] = [
+                _seeds_row(rows, metric_name(first["task"])) for rows in zip(*(r[curve_key] for r in runs))
+            ]
     metrics["seeds"] = list(seeds)
     metrics["per_seed"] = [{key: run[key] for key in run if not isinstance(run[key], (list, dict))} for run in runs]
     return metrics

@@ -15,7 +15,7 @@ pytest.importorskip("onnxscript")
 from bayesprune.api import fit_method  # noqa: E402
 from bayesprune.cli import main  # noqa: E402
 from bayesprune.core.errors import BayesPruneError  # noqa: E402
-from bayesprune.core.export import run_onnx  # noqa: E402
+from bayesprune.core.onnx_file import run_onnx  # noqa: E402
 from bayesprune.core.pruning import Budget, expand_unit_masks, prune  # noqa: E402
 from bayesprune.data.registry import Dataset  # noqa: E402
 from bayesprune.pipeline import export as pipeline_export  # noqa: E402
@@ -84,7 +84,7 @@ def test_onnx_file_computes_the_masked_network_on_raw_inputs(kind, tmp_path):
 
 
 def test_format_onnx_without_its_packages_is_refused_naming_the_extra(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("bayesprune.core.export.missing_onnx_packages", lambda: ["onnxruntime"])
+    monkeypatch.setattr("bayesprune.core.onnx_file.missing_onnx_packages", lambda: ["onnxruntime"])
     with pytest.raises(BayesPruneError, match=r"^--format onnx: needs the packages onnxruntime: .*bayesprune\[onnx\]"):
         pipeline_export.check_export_arguments(tmp_path / "net.pt2", formats=("onnx",))
     assert main(["export", str(tmp_path), "--out", str(tmp_path / "net.pt2"), "--format", "onnx"]) == 2

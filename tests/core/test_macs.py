@@ -1,0 +1,142 @@
+"""MAC budgets (bayesprune.core.macs): the resolved budget against a brute-force search over every count of
+units kept, its MACs against the count of the physically smaller exported network, the floors' refusal, and
+the expected MACs under keep probabilities against Monte Carlo."""
+
+import pytest
+import torch
+from torch import nn
+
+from bayesprune.core.export import count_macs, export
+from bayesprune.core.macs import MacsBelowFloors, expected_macs, macs_kept, resolve_macs
+from bayesprune.core.pruning import Budget, expand_unit_masks, prune, unit_scores
+from bayesprune.core.structure import unit_groups
+
+
+class Residual(nn.Module):
+    """conv → (conv-bn-relu → conv-bn) + skip → pool → linear: a residual group and two plain ones."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 6, 3, padding=1)
+        self.a = nn.Sequential(nn.Conv2d(6, 5, 3, padding=1), nn.BatchNorm2d(5), nn.ReLU())
+        self.b = nn.Sequential(nn.Conv2d(5, 6, 3, padding=1), nn.BatchNorm2d(6))
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(6 * 4 * 4, 7), nn.ReLU(), nn.Linear(7, 3))
+
+    def forward(self, x):
+        x = self.stem(x)
+        return self.head(nn.functional.adaptive_avg_pool2d(torch.relu(x + self.b(self.a(x))), 4))
+
+
+def _mlp(first=12, second=9):
+    return nn.Sequential(nn.Linear(10, first), nn.ReLU(), nn.Linear(first, second), nn.ReLU(), nn.Linear(second, 4))
+
+
+NETWORKS = {
+    "mlp": (_mlp, (10,)),
+    "residual": (Residual, (3, 8, 8)),
+}
+
+
+def _scored(name, seed=0):
+    torch.manual_seed(seed)
+    build, shape = NETWORKS[name]
+    net = build().eval()
+    scores = {n: torch.randn_like(p) for n, p in net.named_parameters() if p.dim() > 1}
+    return net, shape, scores
+
+
+@pytest.mark.parametrize("name", sorted(NETWORKS))
+@pytest.mark.parametrize("target", [0.9, 0.6, 0.35])
+def test_resolved_budget_is_the_brute_force_one(name, target):
+    """The count kept is the largest whose network costs at most the target, found by trying every count;
+    the next unit would cross it; the MACs are those of the exported network."""
+    net, shape, scores = _scored(name)
+    units = unit_scores(scores, net, input_shape=shape)
+    dense = count_macs(net, shape)
+    budget, macs = resolve_macs(scores, Budget(macs=target, level="unit"), net, input_shape=shape)
+    total = sum(score.numel() for score in units.values())
+    costs = {
+        k: macs_kept(net, prune(units, Budget(keep=k, level="unit"), net=net, input_shape=shape), input_shape=shape)
+        for k in range(1, total + 1)
+    }
+    best = max(k for k, cost in costs.items() if cost <= target * dense)
+    kept = sum(int(mask.sum()) for mask in prune(units, Budget(keep=best, level="unit"), net=net).values())
+    assert sum(int(m.sum()) for m in prune(units, budget, net=net, input_shape=shape).values()) == kept
+    assert macs == costs[best] <= target * dense
+    if best < total:
+        assert costs[best + 1] > target * dense
+    masks = prune(units, budget, net=net, input_shape=shape)
+    smaller = export(net, {**expand_unit_masks(net, masks, input_shape=shape), **masks}, input_shape=shape)
+    assert count_macs(smaller, shape) == macs
+    assert sum(p.numel() for p in smaller.parameters()) < sum(p.numel() for p in net.parameters())
+
+
+def test_within_one_unit_of_the_target():
+    """Over many targets, the MACs left are under the target by less than the largest one unit costs."""
+    net, shape, scores = _scored("residual", seed=3)
+    dense = count_macs(net, shape)
+    groups = unit_groups(net, shape)
+    largest = 0
+    for group in groups:  # one unit's cost: the dense count less the count without unit 0 of that group
+        mask = torch.ones(group.units, dtype=torch.bool)
+        mask[0] = False
+        largest = max(largest, dense - macs_kept(net, {group.gate_site: mask}, input_shape=shape))
+    for target in (0.95, 0.8, 0.7, 0.5, 0.4):
+        _, macs = resolve_macs(scores, Budget(macs=target, level="unit"), net, input_shape=shape)
+        assert target * dense - largest < macs <= target * dense
+
+
+def test_dense_macs_of_the_starting_network():
+    """``dense_macs`` makes the target a fraction of another count (the network before a fit shrank it)."""
+    net, shape, scores = _scored("mlp")
+    dense = count_macs(net, shape)
+    _, macs = resolve_macs(scores, Budget(macs=0.5, dense_macs=2 * dense, level="unit"), net, input_shape=shape)
+    assert macs == dense  # half of twice its MACs: every unit stays
+
+
+def test_below_the_floors_is_refused():
+    net, shape, scores = _scored("mlp")
+    with pytest.raises(MacsBelowFloors, match="below what the floors allow"):
+        resolve_macs(scores, Budget(macs=0.05, level="unit"), net, input_shape=shape)
+    dense = count_macs(net, shape)
+    least = count_macs(_mlp(2, 1), shape)  # the default floors keep 2 of 12 and 1 of 9 units
+    with pytest.raises(MacsBelowFloors, match=f"at least {least / dense:.4g} \\({least:,} of {dense:,}"):
+        resolve_macs(scores, Budget(macs=least / dense - 0.01, level="unit"), net, input_shape=shape)
+    one = count_macs(_mlp(1, 1), shape)
+    _, macs = resolve_macs(scores, Budget(macs=one / dense, level="unit", min_keep=1), net, input_shape=shape)
+    assert macs == one
+    with pytest.raises(ValueError, match="budget.min_keep"):
+        Budget(macs=0.5, level="unit", min_keep=0)
+
+
+def test_mac_budget_needs_units_and_the_network():
+    with pytest.raises(ValueError, match="budget.macs"):
+        Budget(macs=0.5)
+    net, shape, scores = _scored("mlp")
+    with pytest.raises(ValueError, match="resolve_macs"):
+        prune(scores, Budget(macs=0.5, level="unit"), net=net)
+
+
+def test_expected_macs_is_the_exact_expectation():
+    """One group gated with independent keep probabilities: the expected MACs equal the sum over every count
+    k of units kept of P(k) (Poisson-binomial, by recursion) times the count of a network keeping k units;
+    every unit kept gives the dense count; the gradient reaches the probabilities."""
+    net, shape, _ = _scored("mlp")
+    group = unit_groups(net, shape)[0]
+    probs = torch.linspace(0.5, 0.95, group.units, dtype=torch.float64, requires_grad=True)
+    expected = expected_macs(net, {group.gate_site: probs}, input_shape=shape)
+    expected.backward()
+    assert probs.grad is not None and (probs.grad > 0).all()
+    distribution = torch.ones(1, dtype=torch.float64)  # P(k units kept) over the units seen so far
+    for p in probs.detach():
+        distribution = torch.cat([distribution * (1 - p), torch.zeros(1, dtype=torch.float64)]) + torch.cat(
+            [torch.zeros(1, dtype=torch.float64), distribution * p]
+        )
+    oracle = 0.0
+    for k in range(1, group.units + 1):
+        mask = torch.arange(group.units) < k
+        oracle += float(distribution[k]) * macs_kept(net, {group.gate_site: mask}, input_shape=shape)
+    oracle /= 1 - float(distribution[0])  # a group keeps a unit (P(none) = 5e-5 here)
+    assert float(expected.detach()) == pytest.approx(oracle, rel=1e-3)
+    dense = count_macs(net, shape)
+    assert float(expected_macs(net, {group.gate_site: torch.ones(group.units)}, input_shape=shape)) == dense

@@ -1,0 +1,98 @@
+"""``prune.macs``: every method's run cut to the same MACs of the network it started from, and the bad inputs
+refused before anything is written."""
+
+import json
+
+import pytest
+
+from bayesprune.cli import main
+from bayesprune.core.export import count_macs
+from bayesprune.data import load_dataset
+from bayesprune.models import new_net
+from bayesprune.pipeline.config import load_config
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+QUICK = ["train.epochs=1", "baseline.enabled=false", "prune.droprates=[0.5]", "device='cpu'", "prune.level='unit'"]
+SAME_NETWORK = ["model.hidden=[100, 100]", "model.activation='relu'", "model.init='default'"]
+
+
+def _run(tmp_path, name, config, *sets):
+    argv = ["run", config, "--out", str(tmp_path / name), "--quiet"]
+    for item in [*QUICK, *SAME_NETWORK, *sets]:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    return json.loads((tmp_path / name / "metrics.json").read_text())
+
+
+def test_rows_at_equal_macs(tmp_path):
+    """Two methods' runs on one network at prune.macs = [0.5, 0.3]: the same dense count (the network's,
+    counted here), and each point at most the target and within one hidden unit's MACs of it."""
+    data = load_dataset("digits")
+    net = new_net(load_config(None, ["model.hidden=[100, 100]"]), data.input_shape, data.output_dim, seed=0)
+    dense = count_macs(net, data.input_shape)
+    widest_unit = max(64 + 100, 100 + 10)  # a unit of the first (second) layer: its row and its column
+    for config in ("default", "unit-gates-digits"):
+        metrics = _run(tmp_path, config, config, "prune.macs=[0.5, 0.3]")
+        assert metrics["macs_dense"] == dense
+        for row, target in zip(metrics["macs_curve"], (0.5, 0.3), strict=True):
+            assert row["macs_target"] == target
+            assert target * dense - 2 * widest_unit < row["macs"] <= target * dense
+            assert row["macs_fraction"] == pytest.approx(row["macs"] / dense, abs=1e-6)
+            assert 0 <= row["test_error"] <= 100
+
+
+@pytest.mark.parametrize(
+    "sets, named",
+    [
+        (["prune.level='weight'", "prune.macs=0.5"], "prune.macs must come with prune.level = 'unit'"),
+        (["prune.macs=0.01"], "prune.macs: 0.01 of the dense MACs is below what the floors allow"),
+        (["prune.macs=1.5"], "prune.macs must be a fraction in (0, 1]"),
+        (["prune.macs=0.5", "prune.scope='layer'"], "prune.macs must come with prune.scope = 'global'"),
+    ],
+)
+def test_bad_mac_budgets(tmp_path, capsys, sets, named):
+    """A MAC target below the floors, beside a weight level, out of range or per layer: one line naming
+    prune.macs, exit status 2, nothing written."""
+    out = tmp_path / "out"
+    argv = ["run", "--out", str(out), "--quiet", "--set", "prune.level='unit'", "--set", "device='cpu'"]
+    for item in sets:
+        argv += ["--set", item]
+    capsys.readouterr()
+    assert main(argv) == 2 and not out.exists()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and named in err and "Traceback" not in err, err
+
+
+def test_export_finetune_epochs_and_mac_budget(tmp_path, capsys):
+    """``export --finetune-epochs 2`` of a run fitted without fine-tuning gives the network (and test error) that
+    exporting a run fitted with ``prune.finetune_epochs = 2`` gives; ``--budget macs=0.5`` exports a network of
+    at most half the fitted one's MACs (its own count); a negative count is refused in one line, exit 2."""
+    sets = ["train.epochs=2", "baseline.enabled=false", "device='cpu'", "prune.droprates=[0.0]"]
+
+    def run(name, *more):
+        argv = ["run", "unit-gates-digits", "--out", str(tmp_path / name), "--quiet"]
+        for item in [*sets, *more]:
+            argv += ["--set", item]
+        assert main(argv) == 0
+
+    def export(name, *flags):
+        out = tmp_path / f"{name}-{'-'.join(flags).replace('=', '')}.pt2"
+        capsys.readouterr()
+        assert main(["export", str(tmp_path / name), "--out", str(out), "--repeats", "1", "--json", *flags]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    run("plain")
+    run("tuned", "prune.finetune_epochs=2")
+    flagged = export("plain", "--finetune-epochs", "2")
+    configured = export("tuned")
+    assert flagged["finetune_epochs"] == configured["finetune_epochs"] == 2
+    assert flagged["test_error"] == configured["test_error"]
+    assert flagged["test_error_before_finetuning"] == configured["test_error_before_finetuning"]
+    assert export("tuned", "--finetune-epochs", "0")["finetune_epochs"] == 0
+    halved = export("plain", "--budget", "macs=0.5")
+    assert halved["exported"]["macs"] <= 0.5 * halved["dense"]["macs"]
+    out = tmp_path / "bad.pt2"
+    assert main(["export", str(tmp_path / "plain"), "--out", str(out), "--finetune-epochs", "-1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert not out.exists() and len(err.splitlines()) == 1 and "--finetune-epochs" in err
