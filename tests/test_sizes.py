@@ -24,7 +24,7 @@ OVER = {
     "bayesprune/data/user.py:load_csv": 139,
     "bayesprune/pipeline/compare/cells.py:_magnitude": 114,
     "bayesprune/pipeline/compare/comparison.py:__post_init__": 97,
-    "bayesprune/pipeline/export.py:export_fitted": 132,
+    "bayesprune/pipeline/export.py:export_fitted": 136,
 }
 
 
