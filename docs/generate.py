@@ -3,11 +3,13 @@ commands from the code: ``python docs/generate.py``.
 
 Every option table is built from a dataclass: each registered method's ``Options`` (the description
 of a field is its entry in the class docstring's ``Attributes:`` section) and the core sections
-(``DataConfig`` … ``ReferenceConfig`` of :mod:`bayesprune.pipeline.config`, ``OptimConfig`` of
+(``DataConfig`` … ``ReferenceConfig`` of :mod:`bayesprune.pipeline.sections`, ``OptimConfig`` of
 :mod:`bayesprune.core.optim`), whose field descriptions live in :data:`CORE` below because their
 docstrings are prose. A field without a description stops the generator with the list of them, so
 that someone writes one. ``tests/test_docs.py`` regenerates both and fails when the committed text
-differs: neither can drift from the code.
+differs: neither can drift from the code. The "allowed" column and the combinations refused below a
+table are read from the constraints declared beside each field (:mod:`bayesprune.core.validation`),
+the ones the config loader checks.
 """
 
 import dataclasses
@@ -433,7 +435,7 @@ def table(section: str, cls, descriptions: dict, instance, skip=("options",)) ->
     missing = [f"{section}.{name}" for name in names if not descriptions.get(name)]
     if missing:
         raise UndocumentedField(missing)
-    rows = ["| key | default | meaning |", "|---|---|---|"]
+    rows = ["| key | default | allowed | meaning |", "|---|---|---|---|"]
     done = set()
     for name in names:
         if name in done:
@@ -449,22 +451,37 @@ def table(section: str, cls, descriptions: dict, instance, skip=("options",)) ->
         done.update(group)
         keys = ", ".join(f"`{member}`" for member in group)
         defaults = ", ".join(toml_value(getattr(instance, member)) for member in group)
-        rows.append(f"| {keys} | {defaults} | {cell(markdown(descriptions[name]).rstrip('.'))} |")
+        allowed = "; ".join(dict.fromkeys(allowed_values(cls, member) for member in group))
+        rows.append(f"| {keys} | {defaults} | {cell(allowed)} | {cell(markdown(descriptions[name]).rstrip('.'))} |")
+    combinations = [
+        f"- `{f'{section}.' if section else ''}{rule.key}` must {rule.expectation(instance)}"
+        for rule in getattr(cls, "rules", ())
+    ]
+    if combinations:
+        rows += ["", "Refused together (each checked after every key on its own):", "", *combinations]
     return rows
+
+
+def allowed_values(cls, name: str) -> str:
+    """The values the :class:`~bayesprune.core.validation.Constraint` declared on field ``name`` takes."""
+    from bayesprune.core.validation import constraint_of
+
+    constraint = constraint_of(cls, name)
+    return "" if constraint is None else constraint.describe()
 
 
 def core_sections():
     from bayesprune.core.optim import OptimConfig
-    from bayesprune.pipeline import config
+    from bayesprune.pipeline import sections
 
     return [
-        ("data", config.DataConfig),
-        ("model", config.ModelConfig),
+        ("data", sections.DataConfig),
+        ("model", sections.ModelConfig),
         ("optim", OptimConfig),
-        ("train", config.TrainConfig),
-        ("prune", config.PruneConfig),
-        ("baseline", config.BaselineConfig),
-        ("reference", config.ReferenceConfig),
+        ("train", sections.TrainConfig),
+        ("prune", sections.PruneConfig),
+        ("baseline", sections.BaselineConfig),
+        ("reference", sections.ReferenceConfig),
     ]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bayesprune.cli import main
+from bayesprune.core.validation import MAX_COUNT, Rule, count, one_of, option, unit
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -70,18 +71,23 @@ def test_attributes_are_read_from_the_docstring_and_a_field_without_one_is_named
             mode: ``"a"`` or ``"b"``; ``extra`` is its threshold.
         """
 
-        rate: float = 0.5
-        low: int = 0
-        high: int = 1
-        mode: str = "a"
+        rate: float = option(0.5, unit())
+        low: int = option(0, count(0))
+        high: int = option(1, count(0))
+        mode: str = option("a", one_of(("a", "b")))
         extra: float = 2.0
+
+        rules = (Rule("high", lambda o: o.low < o.high, lambda o: f"lie above toy.low = {o.low}"),)
 
     found = gen.attributes(Options)
     assert found["rate"] == "the rate, on two lines."
     assert found["low"] == found["high"] == found[("low", "high")] == "the interval."
     rows = gen.table("toy", Options, found, Options())
-    assert "| `low`, `high` | `0`, `1` | the interval |" in rows
-    assert "| `extra` | `2.0` | see `mode` |" in rows
+    assert "| `rate` | `0.5` | (0, 1) | the rate, on two lines |" in rows
+    assert f"| `low`, `high` | `0`, `1` | a non-negative integer up to {MAX_COUNT} | the interval |" in rows
+    assert '| `mode` | `"a"` | `"a"`, `"b"` | `"a"` or `"b"`; `extra` is its threshold |' in rows
+    assert "| `extra` | `2.0` |  | see `mode` |" in rows
+    assert rows[-1] == "- `toy.high` must lie above toy.low = 0"
 
     @dataclasses.dataclass(frozen=True)
     class Undocumented:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import pyro.optim
 import torch
 
-from bayesprune.core.validation import MAX_SCALE, is_number, is_scale, require
+from bayesprune.core.validation import Rule, one_of, option, scale, unit, validate
 
 SCHEDULES = ("constant", "exponential", "cosine")
 
@@ -21,28 +21,24 @@ class OptimConfig:
     of 5e-4 of paper 001), not to SVI's objectives, whose priors regularise.
     """
 
-    name: str = "adam"
-    lr: float = 3e-3
-    schedule: str = "constant"
-    gamma: float = 0.99
-    momentum: float = 0.0
-    weight_decay: float = 0.0
+    name: str = option("adam", one_of(("adam", "sgd")))
+    lr: float = option(3e-3, scale())
+    schedule: str = option("constant", one_of(SCHEDULES))
+    gamma: float = option(0.99, unit(open_high=False))
+    momentum: float = option(0.0, unit(open_low=False))
+    weight_decay: float = option(0.0, scale(positive=False))
+
+    rules = (
+        Rule(
+            "momentum",
+            lambda o: o.momentum == 0 or o.name == "sgd",
+            lambda o: "be 0 unless optim.name = 'sgd'",
+            example={"name": "adam", "momentum": 0.9},
+        ),
+    )
 
     def __post_init__(self):
-        require(self.name in ("adam", "sgd"), "optim.name", "be 'adam' or 'sgd'", self.name)
-        require(is_scale(self.lr), "optim.lr", f"be a positive number up to {MAX_SCALE:g}", self.lr)
-        require(self.schedule in SCHEDULES, "optim.schedule", f"be one of {list(SCHEDULES)}", self.schedule)
-        require(is_number(self.gamma) and 0 < self.gamma <= 1, "optim.gamma", "lie in (0, 1]", self.gamma)
-        require(is_number(self.momentum) and 0 <= self.momentum < 1, "optim.momentum", "lie in [0, 1)", self.momentum)
-        require(
-            self.momentum == 0 or self.name == "sgd", "optim.momentum", "be 0 unless optim.name = 'sgd'", self.momentum
-        )
-        require(
-            is_scale(self.weight_decay, positive=False),
-            "optim.weight_decay",
-            f"be a non-negative number up to {MAX_SCALE:g}",
-            self.weight_decay,
-        )
+        validate(self, "optim")
 
 
 def torch_optim_and_args(config) -> tuple:

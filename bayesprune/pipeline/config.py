@@ -1,12 +1,11 @@
-"""Declarative run configuration: one frozen dataclass per TOML section, validated eagerly.
+"""Declarative run configuration: the whole run (:class:`RunConfig`; its tables are
+:mod:`bayesprune.pipeline.sections`), validated eagerly.
 
 Every invalid value raises :class:`~bayesprune.core.errors.ConfigError` naming the field
 (``sbnn.pi must lie in (0, 1), got 1.5``). Packaged configs live in ``bayesprune/configs`` and are
 addressed by file stem; any key can be overridden with ``section.key=value``.
 """
 
-import math
-import re
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
@@ -15,443 +14,30 @@ from pathlib import Path
 import tomli_w
 
 from bayesprune.core.errors import ConfigError
-from bayesprune.core.fused import KERNEL_MODES
-from bayesprune.core.layout import MEMORY_FORMATS
-from bayesprune.core.normalization import DEFAULT_BATCHES, MIN_BATCH_SIZE, Calibration
 from bayesprune.core.optim import OptimConfig  # [optim] lives with the optimisers it builds (the methods read it)
-from bayesprune.core.precision import PRECISIONS
-from bayesprune.core.validation import MAX_SCALE, is_count, is_scale, refuse_unknown_keys
-from bayesprune.core.validation import is_int as _is_int
-from bayesprune.core.validation import is_number as _is_number
-from bayesprune.core.validation import require as _require
+from bayesprune.core.validation import (
+    STRING,
+    Constraint,
+    Rule,
+    count,
+    list_of,
+    option,
+    refuse_unknown_keys,
+    require,
+    validate,
+)
+from bayesprune.pipeline.sections import (
+    BaselineConfig,
+    DataConfig,
+    ExperimentConfig,
+    ModelConfig,
+    PruneConfig,
+    ReferenceConfig,
+    TrainConfig,
+)
 
-
-@dataclass(frozen=True)
-class DataConfig:
-    """``[data]``: ``dataset`` names a loader of :mod:`bayesprune.data`; every other key is its option.
-
-    ``splits`` (UCI only) fits every listed split, or ``"all"`` of them, and reports the mean and
-    standard error over splits. ``batch_size = "auto"`` takes a hundredth of the training rows, at
-    least 32 (:meth:`batch_size_for`), so that an epoch is at most 100 steps on any set.
-
-    A relative file or folder (``path``, ``train``, ``test``, ``root``) in a config file is read from
-    the config file's folder, or from the current folder where it is not there; a ``--set`` value
-    from the current folder.
-    """
-
-    dataset: str = "digits"
-    batch_size: int | str = 128
-    splits: list | str | None = None
-    options: dict = field(default_factory=dict)
-
-    def __post_init__(self):
-        _require(isinstance(self.dataset, str), "data.dataset", "be a string", self.dataset)
-        _require(
-            self.batch_size == "auto" or is_count(self.batch_size),
-            "data.batch_size",
-            f"be a positive integer up to {MAX_COUNT} or 'auto'",
-            self.batch_size,
-        )
-        if self.splits is not None:
-            _require(self.dataset == "uci", "data.splits", "only be set for data.dataset = 'uci'", self.splits)
-            valid = self.splits == "all" or (
-                isinstance(self.splits, list) and self.splits and all(_is_int(k) and k >= 0 for k in self.splits)
-            )
-            _require(valid, "data.splits", "be 'all' or a non-empty list of split indices", self.splits)
-            _require(
-                "split" not in self.options,
-                "data.split",
-                "not be given beside data.splits (set data.splits = [k] for split k)",
-                self.options.get("split"),
-            )
-
-    def batch_size_for(self, num_train: int) -> int:
-        """The minibatch size for ``num_train`` training rows."""
-        return max(32, math.ceil(num_train / 100)) if self.batch_size == "auto" else self.batch_size
-
-
-#: ``model.factory``: a dotted module path, a colon, a dotted attribute path.
-FACTORY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """``[model]``: ``architecture`` names a builder of :mod:`bayesprune.models`, or ``factory``
-    (``"module:callable"``, the run's working directory importable) names the user's own, called as
-    ``callable(input_shape, output_dim, **options)``; every other key is an option of the builder.
-
-    ``weights`` is a file of the network's weights to start every fit from (``torch.save(net.state_dict(),
-    path)`` of the network the factory or architecture builds; read weights-only, refused naming the first
-    key that does not match; :func:`bayesprune.core.checkpoint.load_weights`), instead of the builder's
-    random initialisation. ``pretrain_epochs`` (default 0) trains that network densely by maximum likelihood
-    first, with the run's optimiser and minibatches (:func:`bayesprune.pipeline.start.start_network`), so that
-    every method of a comparison starts from the same trained network; ``start_<metric>`` in ``metrics.json``
-    is the test metric of the network the fit starts from.
-
-    ``noise_scale`` fixes the Gaussian noise of regression; absent, it is learned. ``expose`` and
-    ``hide`` add parameters to the sites or take them out (names, globs or module type names,
-    :func:`bayesprune.core.sites.site_names`; by default the sites are the parameters of the Linear and
-    convolution layers, and normalisation layers stay point estimates).
-    """
-
-    architecture: str = "mlp"
-    factory: str | None = None
-    weights: str | None = None
-    pretrain_epochs: int = 0
-    noise_scale: float | None = None
-    expose: tuple = ()
-    hide: tuple = ()
-    options: dict = field(default_factory=dict)
-
-    def __post_init__(self):
-        _require(isinstance(self.architecture, str), "model.architecture", "be a string", self.architecture)
-        for key in ("expose", "hide"):
-            value = getattr(self, key)
-            _require(
-                isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value),
-                f"model.{key}",
-                "be a list of parameter names, globs or module type names",
-                value,
-            )
-            object.__setattr__(self, key, tuple(value))
-        if self.factory is not None:
-            _require(
-                isinstance(self.factory, str) and FACTORY.fullmatch(self.factory) is not None,
-                "model.factory",
-                "be 'module:callable' (e.g. 'mynets:resnet')",
-                self.factory,
-            )
-            _require(
-                self.architecture == "mlp", "model.architecture", "not be given beside model.factory", self.architecture
-            )
-        if self.weights is not None:
-            _require(
-                isinstance(self.weights, str) and self.weights != "", "model.weights", "be a file path", self.weights
-            )
-        _require(
-            is_count(self.pretrain_epochs, 0),
-            "model.pretrain_epochs",
-            f"be a non-negative integer up to {MAX_COUNT}",
-            self.pretrain_epochs,
-        )
-        if self.noise_scale is not None:
-            _require(
-                is_scale(self.noise_scale),
-                "model.noise_scale",
-                f"be a positive number up to {MAX_SCALE:g}",
-                self.noise_scale,
-            )
-
-    @property
-    def name(self) -> str:
-        """The network's name in reports: the factory, or the architecture."""
-        return self.factory or self.architecture
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """``[train]``: training length and checkpoint period.
-
-    ``epochs`` passes over the training split, or ``steps``, a budget of gradient steps that becomes
-    the epochs reaching it on each data set (given, it replaces ``epochs``). ``validation`` > 0 holds out that fraction
-    of the training split and keeps the epoch whose point estimate scores best on it, stopping after
-    ``patience`` epochs without improvement (:mod:`bayesprune.core.early_stopping`); the test split is
-    only read after the fit. ``kernels`` runs the variational methods' per-weight formulas compiled
-    by ``torch.compile`` (``"compiled"``), eagerly (``"eager"``), or compiled for networks of at
-    least 100,000 weights where ``torch.compile`` works (``"auto"``) (:mod:`bayesprune.core.fused`).
-    ``precision = "bfloat16"`` runs the forward passes of training under bfloat16 autocast, the
-    likelihood, KL and bound terms in float32 (:mod:`bayesprune.core.precision`). ``memory_format``
-    lays out training minibatches of images channels-last (``"auto"``: on a CUDA device;
-    :mod:`bayesprune.core.layout`).
-    """
-
-    epochs: int | None = None
-    steps: int | None = None
-    validation: float = 0.0
-    patience: int | None = None
-    checkpoint_every: int = 1
-    kernels: str = "auto"
-    precision: str = "float32"
-    memory_format: str = "auto"
-
-    def __post_init__(self):
-        if self.steps is not None:
-            _require(
-                _is_int(self.steps) and 0 < self.steps <= MAX_COUNT,
-                "train.steps",
-                f"be a positive integer up to {MAX_COUNT}",
-                self.steps,
-            )
-            object.__setattr__(self, "epochs", None)  # the budget replaces them (an override of a config's epochs)
-        elif self.epochs is None:
-            object.__setattr__(self, "epochs", 200)
-        if self.epochs is not None:
-            _require(
-                _is_int(self.epochs) and 0 < self.epochs <= MAX_COUNT,
-                "train.epochs",
-                f"be a positive integer up to {MAX_COUNT}",
-                self.epochs,
-            )
-        _require(
-            _is_number(self.validation) and 0 <= self.validation < 1,
-            "train.validation",
-            "lie in [0, 1)",
-            self.validation,
-        )
-        if self.patience is not None:
-            _require(
-                _is_int(self.patience) and self.patience > 0, "train.patience", "be a positive integer", self.patience
-            )
-            _require(self.validation > 0, "train.patience", "come with train.validation > 0", self.patience)
-        _require(
-            is_count(self.checkpoint_every),
-            "train.checkpoint_every",
-            f"be a positive integer up to {MAX_COUNT}",
-            self.checkpoint_every,
-        )
-        _require(self.kernels in KERNEL_MODES, "train.kernels", f"be one of {list(KERNEL_MODES)}", self.kernels)
-        _require(self.precision in PRECISIONS, "train.precision", f"be one of {list(PRECISIONS)}", self.precision)
-        _require(
-            self.memory_format in MEMORY_FORMATS,
-            "train.memory_format",
-            f"be one of {list(MEMORY_FORMATS)}",
-            self.memory_format,
-        )
-
-
-#: ``prune.predictive``'s values, and the size (weights) up to which ``"auto"`` evaluates the Monte-Carlo
-#: predictive at every droprate: a resnet18 (11M weights, 20 draws at 7 droprates) spent 8 of its
-#: training epochs there (benchmarks/run_cost.py); LeNet-5 (431k) about one.
-PREDICTIVES = ("auto", "every", "unpruned")
-PREDICTIVE_CURVE_WEIGHTS = 1_000_000
-
-
-@dataclass(frozen=True)
-class PruneConfig:
-    """``[prune]``: the pruning curve. At each droprate the fraction of all weights (``level =
-    "weight"``) or of all hidden units (``"unit"``) with the lowest scores is removed, ranked over the
-    whole network (``scope = "global"``) or within each layer (``"layer"``), keeping at least
-    ``min_keep`` per layer (absent: none of the weights, a tenth of each layer's units;
-    :class:`bayesprune.core.pruning.Budget`). ``include_biases`` says whether the
-    biases are ranked and counted with the weights (paper 003 puts its prior on both) or always kept;
-    every point of the curve reports its sparsity both ways. ``recalibrate`` re-estimates the
-    running statistics of the network's batch norms for every masked network that is scored or
-    exported, on ``recalibrate_batches`` training batches (:mod:`bayesprune.core.normalization`);
-    ``false`` keeps the statistics of the fitted dense network. ``finetune_epochs`` (default 0) trains
-    each pruned point network further by maximum likelihood, its removed weights held at zero, and
-    reports its metric beside the pruned one's (``<metric>_finetuned``); ``bayesprune export`` writes the
-    network fine-tuned so (:mod:`bayesprune.pipeline.finetune`). ``predictive`` says where the curve
-    evaluates the Monte-Carlo predictive of a method that has one (``<metric>_mc``, S draws each): at
-    ``"every"`` droprate, or at the ``"unpruned"`` model only (the point estimate at every droprate);
-    ``"auto"`` (default) is ``"every"`` for networks of at most 1,000,000 weights (:data:`PREDICTIVE_CURVE_WEIGHTS`),
-    where the S passes at each droprate cost little beside training, and ``"unpruned"`` above.
-
-    ``macs`` (unit level) is a MAC budget: a fraction of the dense network's multiply-accumulates to keep, or a
-    list of them; at each, units leave by the method's unit scores (the floors of ``min_keep`` kept) until the
-    network costs at most that (:func:`bayesprune.core.macs.resolve_macs`), and ``metrics.json``'s
-    ``macs_curve`` holds its count, test metric and, with ``finetune_epochs``, its fine-tuned one. The
-    dense network is the one the fit starts from, so every method's row of a comparison is cut to the same MACs."""
-
-    droprates: tuple = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
-    scope: str = "global"
-    level: str = "weight"
-    min_keep: int | None = None
-    include_biases: bool = True
-    recalibrate: bool = True
-    recalibrate_batches: int = DEFAULT_BATCHES
-    finetune_epochs: int = 0
-    predictive: str = "auto"
-    macs: tuple = ()
-
-    def __post_init__(self):
-        from bayesprune.core.normalization import MAX_BATCHES
-        from bayesprune.core.pruning import LEVELS, SCOPES
-
-        _require(
-            isinstance(self.droprates, (list, tuple)) and len(self.droprates) > 0,
-            "prune.droprates",
-            "be a non-empty list",
-            self.droprates,
-        )
-        for rate in self.droprates:
-            _require(_is_number(rate) and 0 <= rate < 1, "prune.droprates", "contain only droprates in [0, 1)", rate)
-        object.__setattr__(self, "droprates", tuple(sorted(set(float(rate) for rate in self.droprates))))
-        _require(self.scope in SCOPES, "prune.scope", f"be one of {list(SCOPES)}", self.scope)
-        _require(self.level in LEVELS, "prune.level", f"be one of {list(LEVELS)}", self.level)
-        _require(
-            self.min_keep is None or is_count(self.min_keep, 0),
-            "prune.min_keep",
-            f"be a non-negative integer up to {MAX_COUNT}",
-            self.min_keep,
-        )
-        _require(isinstance(self.include_biases, bool), "prune.include_biases", "be true or false", self.include_biases)
-        _require(isinstance(self.recalibrate, bool), "prune.recalibrate", "be true or false", self.recalibrate)
-        _require(
-            _is_int(self.recalibrate_batches) and 0 < self.recalibrate_batches <= MAX_BATCHES,
-            "prune.recalibrate_batches",
-            f"be a positive integer up to {MAX_BATCHES}",
-            self.recalibrate_batches,
-        )
-        _require(
-            is_count(self.finetune_epochs, 0),
-            "prune.finetune_epochs",
-            f"be a non-negative integer up to {MAX_COUNT}",
-            self.finetune_epochs,
-        )
-        _require(self.predictive in PREDICTIVES, "prune.predictive", f"be one of {list(PREDICTIVES)}", self.predictive)
-        macs = [self.macs] if _is_number(self.macs) else self.macs
-        _require(
-            isinstance(macs, (list, tuple)) and all(_is_number(m) and 0 < m <= 1 for m in macs),
-            "prune.macs",
-            "be a fraction in (0, 1] of the dense network's MACs, or a list of them",
-            self.macs,
-        )
-        object.__setattr__(self, "macs", tuple(sorted(set(float(m) for m in macs), reverse=True)))
-        _require(
-            not self.macs or self.level == "unit",
-            "prune.macs",
-            "come with prune.level = 'unit' (units leave until the MACs reach it; zeroed weights cost as many "
-            "MACs as kept ones)",
-            list(self.macs),
-        )
-        _require(
-            not self.macs or self.scope == "global",
-            "prune.macs",
-            "come with prune.scope = 'global' (units leave by score across the network)",
-            list(self.macs),
-        )
-
-    def predictive_at(self, n_weights: int) -> str:
-        """Where the curve of a network of ``n_weights`` evaluates the Monte-Carlo predictive: ``"every"``
-        droprate or the ``"unpruned"`` model (``predictive = "auto"`` resolved by size)."""
-        if self.predictive != "auto":
-            return self.predictive
-        return "every" if n_weights <= PREDICTIVE_CURVE_WEIGHTS else "unpruned"
-
-    def budget(self, droprate: float):
-        """The :class:`~bayesprune.core.pruning.Budget` of one point of the curve."""
-        from bayesprune.core.pruning import Budget
-
-        return Budget(fraction=droprate, scope=self.scope, level=self.level, min_keep=self.min_keep)
-
-    def calibration(self, inputs, *, batch_size: int):
-        """The :class:`~bayesprune.core.normalization.Calibration` of a fit on training ``inputs`` (batches of
-        ``batch_size`` rows, at least :data:`~bayesprune.core.normalization.MIN_BATCH_SIZE`), or ``None`` with
-        ``recalibrate = false``."""
-        if not self.recalibrate:
-            return None
-        return Calibration(inputs, batches=self.recalibrate_batches, batch_size=max(batch_size, MIN_BATCH_SIZE))
-
-
-@dataclass(frozen=True)
-class BaselineConfig:
-    """``[baseline]``: a plain (non-Bayesian) network of the same shape trained on the same split.
-
-    It trains for ``epochs`` (default ``train.epochs``) at the rate ``lr`` (default ``optim.lr``), keeping the
-    epoch that scores best on the run's validation part or, when the run holds out none
-    (``train.validation = 0``), on a ``validation`` fraction of the training rows it holds out for
-    itself (default a fifth; 0: the last epoch, on every training row; refused beside
-    ``train.validation``). Regression runs also report the least-squares linear model's test RMSE
-    (:mod:`bayesprune.pipeline.baseline`)."""
-
-    enabled: bool = True
-    epochs: int | None = None
-    lr: float | None = None
-    validation: float | None = None
-
-    def __post_init__(self):
-        _require(isinstance(self.enabled, bool), "baseline.enabled", "be true or false", self.enabled)
-        if self.validation is not None:
-            _require(
-                _is_number(self.validation) and 0 <= self.validation < 1,
-                "baseline.validation",
-                "lie in [0, 1)",
-                self.validation,
-            )
-        if self.epochs is not None:
-            _require(
-                _is_int(self.epochs) and 0 < self.epochs <= MAX_COUNT,
-                "baseline.epochs",
-                f"be a positive integer up to {MAX_COUNT}",
-                self.epochs,
-            )
-        if self.lr is not None:
-            _require(is_scale(self.lr), "baseline.lr", f"be a positive number up to {MAX_SCALE:g}", self.lr)
-
-    @property
-    def held_out(self) -> float:
-        """The fraction of the training rows the plain network holds out when the run holds out none."""
-        return 0.2 if self.validation is None else self.validation
-
-
-@dataclass(frozen=True)
-class ReferenceConfig:
-    """``[reference]``: published numbers the report prints beside the run's pruning curve.
-
-    ``values`` holds the test metric at each of ``droprates``: a list, or a table of lists keyed by
-    data set name (``data.name``, e.g. one row per UCI set of paper 003's Table 2). ``source`` says
-    where they come from (``"paper 003, Table 8, set 2"``).
-    """
-
-    source: str | None = None
-    droprates: tuple = ()
-    values: tuple | dict = ()
-
-    def __post_init__(self):
-        _require(self.source is None or isinstance(self.source, str), "reference.source", "be a string", self.source)
-        _require(isinstance(self.droprates, (list, tuple)), "reference.droprates", "be a list", self.droprates)
-        for rate in self.droprates:
-            _require(
-                _is_number(rate) and 0 <= rate < 1, "reference.droprates", "contain only droprates in [0, 1)", rate
-            )
-        rows = self.values.values() if isinstance(self.values, dict) else [self.values]
-        for row in rows:
-            _require(
-                isinstance(row, (list, tuple)) and len(row) == len(self.droprates) and all(_is_number(v) for v in row),
-                "reference.values",
-                f"hold {len(self.droprates)} numbers (one per reference.droprates) per row",
-                row,
-            )
-        _require(
-            self.source is not None or not self.droprates,
-            "reference.source",
-            "be given with reference values",
-            self.source,
-        )
-        object.__setattr__(self, "droprates", tuple(float(rate) for rate in self.droprates))
-        values = (
-            {name: tuple(row) for name, row in self.values.items()}
-            if isinstance(self.values, dict)
-            else tuple(self.values)
-        )
-        object.__setattr__(self, "values", values)
-
-    def rows(self, data_name: str | None) -> list:
-        """``[{"droprate", "value"}]`` for the data set ``data_name`` (or the only row); empty if none."""
-        values = self.values.get(data_name, ()) if isinstance(self.values, dict) else self.values
-        return [{"droprate": float(rate), "value": float(value)} for rate, value in zip(self.droprates, values)]
-
-
-@dataclass(frozen=True)
-class ExperimentConfig:
-    """``[experiment]``: ``name`` turns the run into a packaged study (a sweep of fits, such as the
-    paper's simulations) instead of a single fit; every other key is an option of that study.
-    """
-
-    name: str | None = None
-    options: dict = field(default_factory=dict)
-
-    def __post_init__(self):
-        if self.name is not None:
-            _require(isinstance(self.name, str), "experiment.name", "be a string", self.name)
-        else:
-            _require(not self.options, "experiment.name", "be set when experiment options are given", self.name)
-
-
-# Seeds of a run are seed + split index + chain, and NumPy takes seeds below 2**32.
+#: Seeds of a run are seed + split index + chain, and NumPy takes seeds below 2**32.
 MAX_SEED = 2**31
-# Epochs, steps and samples beyond this are a typo, not a plan (and overflow a C index further on).
-from bayesprune.core.validation import MAX_COUNT  # noqa: E402
 
 #: The most chains (whole fits, one after another) a run may ask for: R-hat and ESS need a handful.
 MAX_CHAINS = 1000
@@ -488,11 +74,34 @@ class RunConfig:
     """
 
     method: str = "sbnn"
-    description: str = ""
-    seed: int = 0
-    seeds: tuple = ()
-    device: str = "auto"
-    chains: int | str = "auto"
+    description: str = option("", STRING)
+    seed: int = option(0, count(0, MAX_SEED - 1, "be a non-negative integer below 2**31"))
+    seeds: tuple = option(
+        (),
+        replace(
+            list_of(count(0, MAX_SEED - 1), "", nonempty=False),
+            expectation="be a list of distinct non-negative integers below 2**31",
+            allowed="a list of distinct non-negative integers below 2**31",
+        ),
+    )
+    device: str = option(
+        "auto",
+        Constraint(
+            lambda v: isinstance(v, str) and (v in ("auto", "cpu") or v.startswith("cuda")),
+            "be 'auto', 'cpu' or 'cuda[:N]'",
+            refused=("gpu", 0),
+            allowed='`"auto"`, `"cpu"`, `"cuda"` or `"cuda:N"`',
+        ),
+    )
+    chains: int | str = option(
+        "auto",
+        Constraint(
+            lambda v: v == "auto" or count(1, MAX_CHAINS).accepts(v),
+            f'be "auto" or a positive integer up to {MAX_CHAINS}',
+            refused=(0, MAX_CHAINS + 1, 1.5, "many"),
+            allowed=f'`"auto"` or a positive integer up to {MAX_CHAINS}',
+        ),
+    )
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -503,49 +112,31 @@ class RunConfig:
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
     method_options: object = None
 
+    rules = (
+        Rule(
+            "baseline.validation",
+            lambda o: o.baseline.validation is None or o.train.validation == 0,
+            lambda o: (
+                "not be given beside train.validation (the plain network keeps its epoch on the run's validation part)"
+            ),
+            example={"baseline": {"validation": 0.2}, "train": {"validation": 0.2}},
+            value=lambda o: o.baseline.validation,
+        ),
+    )
+
     def __post_init__(self):
         from bayesprune.methods import get_method
 
         method = get_method(self.method)
         if self.method_options is None:
             object.__setattr__(self, "method_options", method.Options())
-        _require(
+        require(
             isinstance(self.method_options, method.Options),
             self.method,
             f"be a {method.Options.__name__}",
             self.method_options,
         )
-        _require(
-            _is_int(self.seed) and 0 <= self.seed < MAX_SEED, "seed", "be a non-negative integer below 2**31", self.seed
-        )
-        _require(
-            isinstance(self.seeds, (list, tuple))
-            and all(_is_int(s) and 0 <= s < MAX_SEED for s in self.seeds)
-            and len(set(self.seeds)) == len(self.seeds),
-            "seeds",
-            "be a list of distinct non-negative integers below 2**31",
-            self.seeds,
-        )
-        object.__setattr__(self, "seeds", tuple(self.seeds))
-        _require(
-            self.chains == "auto" or (_is_int(self.chains) and 0 < self.chains <= MAX_CHAINS),
-            "chains",
-            f'be "auto" or a positive integer up to {MAX_CHAINS}',
-            self.chains,
-        )
-        _require(
-            isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),
-            "device",
-            "be 'auto', 'cpu' or 'cuda[:N]'",
-            self.device,
-        )
-        _require(isinstance(self.description, str), "description", "be a string", self.description)
-        _require(
-            self.baseline.validation is None or self.train.validation == 0,
-            "baseline.validation",
-            "not be given beside train.validation (the plain network keeps its epoch on the run's validation part)",
-            self.baseline.validation,
-        )
+        validate(self, None)
 
     @classmethod
     def from_dict(cls, raw: dict) -> "RunConfig":
@@ -558,10 +149,10 @@ class RunConfig:
         kwargs = {}
         for key, value in raw.items():
             if key in _SECTIONS:
-                _require(isinstance(value, dict), key, "be a table", value)
+                require(isinstance(value, dict), key, "be a table", value)
                 kwargs[key] = _section(key, value)
             elif key == method.name:
-                _require(isinstance(value, dict), key, "be a table", value)
+                require(isinstance(value, dict), key, "be a table", value)
                 kwargs["method_options"] = _options(method, value)
             elif key in top:
                 kwargs[key] = value
@@ -629,20 +220,20 @@ def _fold_legacy_keys(raw: dict, method) -> dict:
     A key given under both names is refused rather than resolved silently.
     """
     raw = {key: dict(value) if isinstance(value, dict) else value for key, value in raw.items()}
-    for legacy, option in method.legacy_keys.items():
+    for legacy, renamed in method.legacy_keys.items():
         section, key = legacy.split(".")
         if not isinstance(raw.get(section), dict) or key not in raw[section]:
             continue
         value = raw[section].pop(key)
         if not raw[section] and section not in _SECTIONS:
             del raw[section]
-        if option is None:
+        if renamed is None:
             continue
         table = raw.setdefault(method.name, {})
-        _require(isinstance(table, dict), method.name, "be a table", table)
-        if option in table:
-            raise ConfigError(f"{legacy} is the old name of {method.name}.{option}; give only {method.name}.{option}")
-        table[option] = value
+        require(isinstance(table, dict), method.name, "be a table", table)
+        if renamed in table:
+            raise ConfigError(f"{legacy} is the old name of {method.name}.{renamed}; give only {method.name}.{renamed}")
+        table[renamed] = value
     return raw
 
 
@@ -785,6 +376,6 @@ def apply_overrides(raw: dict, overrides) -> dict:
         table = raw
         for key in keys[:-1]:
             table = table.setdefault(key, {})
-            _require(isinstance(table, dict), ".".join(keys[:-1]), "be a table", table)
+            require(isinstance(table, dict), ".".join(keys[:-1]), "be a table", table)
         table[keys[-1]] = value
     return raw

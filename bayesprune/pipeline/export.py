@@ -14,6 +14,7 @@ from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.loop import check_stop
 from bayesprune.core.pruning import Budget
 from bayesprune.core.tasks import chunks
+from bayesprune.core.validation import MAX_COUNT, is_count
 from bayesprune.pipeline.config import parse_override
 from bayesprune.pipeline.finetune import FineTuning
 
@@ -114,7 +115,7 @@ class Exported:
 
 def budget_of(assignments) -> Budget:
     """The :class:`~bayesprune.core.pruning.Budget` of ``--budget key=value`` assignments over the command's defaults
-    (``level=unit``; one of fraction, keep and threshold must be given; ``min_keep`` as in Python)."""
+    (``level=unit``; one of fraction, keep, threshold and macs must be given; ``min_keep`` as in Python)."""
     fields, given = {"level": "unit"}, set()
     for assignment in assignments:
         keys, value = parse_override(assignment)
@@ -128,8 +129,8 @@ def budget_of(assignments) -> Budget:
         raise BayesPruneError(
             f"--budget {unknown[0]}: not a budget field (one of {sorted(Budget.__dataclass_fields__)})"
         )
-    if not {"fraction", "keep", "threshold"} & set(fields):
-        raise BayesPruneError("--budget needs one of fraction, keep and threshold (e.g. --budget fraction=0.5)")
+    if not {"fraction", "keep", "threshold", "macs"} & set(fields):
+        raise BayesPruneError("--budget needs one of fraction, keep, threshold and macs (e.g. --budget fraction=0.5)")
     return Budget(**fields)
 
 
@@ -168,7 +169,16 @@ def check_export_arguments(out, *, repeats: int = 30, force: bool = False, forma
     return out_path, trainable, onnx
 
 
-def export_run(run_dir, *, out, budget=None, repeats: int = 30, force: bool = False, formats=FORMATS[:1]) -> Exported:
+def export_run(
+    run_dir,
+    *,
+    out,
+    budget=None,
+    repeats: int = 30,
+    force: bool = False,
+    formats=FORMATS[:1],
+    finetune_epochs: int | None = None,
+) -> Exported:
     """Export the network of the saved run in ``run_dir`` (``bayesprune export RUN_DIR --out OUT``).
 
     Args:
@@ -182,9 +192,11 @@ def export_run(run_dir, *, out, budget=None, repeats: int = 30, force: bool = Fa
         formats: of :data:`FORMATS`; with ``"onnx"``, ``OUT_STEM.onnx`` is written beside ``out`` too,
             run by ONNX Runtime on the test split (its metric and its largest difference to ``out``'s outputs
             are reported).
+        finetune_epochs: epochs of fine-tuning in place of the run's ``prune.finetune_epochs`` (``None``: the run's).
 
     The run's ``prune.finetune_epochs`` fine-tunes the exported network (:mod:`bayesprune.pipeline.finetune`)
-    before it is written.
+    before it is written; ``finetune_epochs`` (``--finetune-epochs``) replaces it, so a run fitted without
+    fine-tuning is fine-tuned at export, as its curve's points would have been, without fitting it again.
 
     Raises :class:`~bayesprune.core.errors.BayesPruneError` (one line, nothing written) on a bad argument
     or run directory.
@@ -192,6 +204,10 @@ def export_run(run_dir, *, out, budget=None, repeats: int = 30, force: bool = Fa
     from bayesprune.pipeline.rundir import load_run
 
     check_export_arguments(out, repeats=repeats, force=force, formats=formats)
+    if finetune_epochs is not None and not is_count(finetune_epochs, 0):
+        raise BayesPruneError(
+            f"--finetune-epochs must be a non-negative integer up to {MAX_COUNT}, got {finetune_epochs!r}"
+        )
     config, dataset, fitted = load_run(run_dir)
     return export_fitted(
         fitted,
@@ -202,7 +218,7 @@ def export_run(run_dir, *, out, budget=None, repeats: int = 30, force: bool = Fa
         force=force,
         run_metrics=_first_fit_metrics(Path(run_dir)),
         formats=formats,
-        finetuning=FineTuning.of(config, dataset.num_train),
+        finetuning=FineTuning.of(config, dataset.num_train, epochs=finetune_epochs),
     )
 
 
@@ -228,6 +244,7 @@ def export_fitted(
         save_portable,
         save_trainable,
     )
+    from bayesprune.core.macs import resolve_macs
     from bayesprune.core.normalization import changes, has_running_stats
     from bayesprune.core.onnx_file import run_onnx, save_onnx
     from bayesprune.core.predict import metric
@@ -251,6 +268,8 @@ def export_fitted(
     weight_masks = {site: p >= 0.5 for site, p in probabilities.items()} if probabilities is not None else {}
     try:
         net = export(dense, weight_masks)
+        if budget is not None and budget.macs is not None:  # the fitted network's MACs cut to that fraction
+            budget, _ = resolve_macs(fitted.scores(), budget, dense, input_shape=shape)
         if budget is not None:
             masks = prune(fitted.scores(), budget, net=dense, input_shape=shape)
             if budget.level == "unit":

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bayesprune.analysis.diagnostics import METHOD_ATTRIBUTE, plot_diagnostics
 from bayesprune.analysis.importance import (
     INTERVAL,
     RHAT_WARNING,
@@ -18,7 +19,6 @@ from bayesprune.analysis.importance import (
     pooled_importance_of,
     tiers_text,
 )
-from bayesprune.analysis.inference_data import METHOD_ATTRIBUTE, plot_diagnostics
 from bayesprune.analysis.plots import plot_loss, plot_pruning_curve, plot_score_cdf
 from bayesprune.analysis.selection import DEFAULT_FDR
 from bayesprune.analysis.tables import format_value, markdown_table, markdown_text
@@ -543,7 +543,7 @@ def _order_agreement(rows: list) -> str:
 
 def read_posterior(run_dir: Path, method: str, scores: dict):
     """``posterior.nc`` of a run of ``method``, checked against it: written by that method
-    (:func:`~bayesprune.analysis.inference_data.write_posterior` stamps it), and every variable named
+    (:func:`~bayesprune.analysis.diagnostics.write_posterior` stamps it), and every variable named
     after a site of ``scores`` of that site's shape."""
     import arviz as az
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bayesprune.analysis.inference_data import PREDICTIVE_TEST_POINTS, write_posterior
+from bayesprune.analysis.diagnostics import write_posterior
+from bayesprune.analysis.inference_data import PREDICTIVE_TEST_POINTS
 from bayesprune.analysis.tables import write_csv
 from bayesprune.core import distributed
 from bayesprune.core.checkpoint import (

@@ -23,8 +23,8 @@ ROOT = Path(__file__).parents[2]
 TOY = '''"""A toy method: the network trained plainly, each weight scored by its magnitude."""
 from dataclasses import dataclass
 
-from bayesprune.core.errors import ConfigError
 from bayesprune.core.tasks import mean_loss
+from bayesprune.core.validation import option, scale, validate
 from bayesprune.methods import register_method
 from bayesprune.methods.base import Method, NetworkFitted
 
@@ -37,11 +37,10 @@ class ToyOptions:
         power: a weight's score is its magnitude to this power.
     """
 
-    power: float = 1.0
+    power: float = option(1.0, scale())
 
     def __post_init__(self):
-        if not self.power > 0:
-            raise ConfigError(f"toy.power must be positive, got {self.power!r}")
+        validate(self, "toy")
 
 
 class ToyFitted(NetworkFitted):
@@ -112,6 +111,7 @@ SHARED = {
     "tests/core/test_export.py": "toy",
     "tests/models/test_user_model.py": "toy",
     "tests/methods/test_methods.py": "every_registered_method",
+    "tests/test_option_constraints.py": "toy",
     "tests/test_docs.py": "reference_is_generated or readmes_method_table or every_method_and_core_section",
     "tests/test_readme.py": "quick_start_runs or under_15",
     "tests/pipeline/test_compare.py": "cells_of_a_comparison",

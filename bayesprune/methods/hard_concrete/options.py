@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from bayesprune.core.validation import MAX_SCALE, is_number, is_scale, require
+from bayesprune.core.validation import FLAG, option, scale, unit, validate
 
 
 @dataclass(frozen=True)
@@ -25,24 +25,14 @@ class HardConcreteOptions:
             batches.
     """
 
-    macs: float = 0.5
-    init_open: float = 0.95
-    beta: float = 2 / 3
-    gate_lr: float = 0.1
-    multiplier_lr: float = 0.05
-    warmup: float = 0.5
-    min_keep_fraction: float = 0.05
-    recalibrate: bool = True
+    macs: float = option(0.5, unit())
+    init_open: float = option(0.95, unit())
+    beta: float = option(2 / 3, scale())
+    gate_lr: float = option(0.1, scale())
+    multiplier_lr: float = option(0.05, scale())
+    warmup: float = option(0.5, unit(open_low=False))
+    min_keep_fraction: float = option(0.05, unit(open_low=False))
+    recalibrate: bool = option(True, FLAG)
 
     def __post_init__(self):
-        key = "hard-concrete."
-        for name in ("macs", "init_open"):
-            value = getattr(self, name)
-            require(is_number(value) and 0 < value < 1, key + name, "lie in (0, 1)", value)
-        for name in ("beta", "gate_lr", "multiplier_lr"):
-            value = getattr(self, name)
-            require(is_scale(value), key + name, f"be a positive number up to {MAX_SCALE:g}", value)
-        for name in ("warmup", "min_keep_fraction"):
-            value = getattr(self, name)
-            require(is_number(value) and 0 <= value < 1, key + name, "lie in [0, 1)", value)
-        require(isinstance(self.recalibrate, bool), key + "recalibrate", "be true or false", self.recalibrate)
+        validate(self, "hard-concrete")

@@ -1,10 +1,22 @@
 """``[pbp]``: the options of PAC-Bayes pruning and the values they may take."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bayesprune.core.criteria import CRITERIA
 from bayesprune.core.gates import PARAMETERIZATIONS
-from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
+from bayesprune.core.validation import (
+    FLAG,
+    TABLE,
+    Constraint,
+    Rule,
+    count,
+    interval,
+    one_of,
+    option,
+    scale,
+    unit,
+    validate,
+)
 from bayesprune.methods.pbp.start import is_start_method, start_method
 
 #: Ways of drawing networks from Q to estimate its Gibbs risk (:func:`gibbs_errors`).
@@ -44,94 +56,61 @@ class PBPOptions:
         prior_samples: networks drawn from P to estimate its test error.
     """
 
-    alpha: float = 0.5
-    sparsity: float = 0.9
-    start_mask: str = "magnitude"
-    start_options: dict = field(default_factory=dict)
-    start_optim: dict = field(default_factory=dict)
-    epsilon: float = 1e-4
-    log_sigma2: float = -9.0
-    prior_epochs: int = 30
-    prior_mask_epochs: int = 30
-    learn_scale: bool = True
-    parameterization: str = "sigmoid"
-    temperature: float = 0.5
-    min_prob: float = 1e-4
-    delta: float = 0.05
-    grid_size: int = 1
-    mc_samples: int = 1000
-    sampling: str = "networks"
-    prior_samples: int = 100
+    alpha: float = option(0.5, unit())
+    sparsity: float = option(0.9, unit())
+    start_mask: str = option(
+        "magnitude",
+        Constraint(
+            lambda v: isinstance(v, str) and (v in CRITERIA or is_start_method(v)),
+            f"be a criterion of {sorted(CRITERIA)} or a method (other than pbp)",
+            refused=("no-such-criterion", "pbp", 1),
+            allowed=f"a criterion of {sorted(CRITERIA)} or a method (other than pbp)",
+        ),
+    )
+    start_options: dict = option(constraint=TABLE, factory=dict)
+    start_optim: dict = option(constraint=TABLE, factory=dict)
+    epsilon: float = option(1e-4, unit())
+    log_sigma2: float = option(-9.0, interval(-40, 10))
+    prior_epochs: int = option(30, count(0))
+    prior_mask_epochs: int = option(30, count(0))
+    learn_scale: bool = option(True, FLAG)
+    parameterization: str = option("sigmoid", one_of(PARAMETERIZATIONS))
+    temperature: float = option(0.5, scale())
+    min_prob: float = option(1e-4, unit())
+    delta: float = option(0.05, unit())
+    grid_size: int = option(1, count())
+    mc_samples: int = option(1000, count())
+    sampling: str = option("networks", one_of(SAMPLING))
+    prior_samples: int = option(100, count())
+
+    rules = (
+        Rule(
+            "epsilon",
+            lambda o: o.sparsity * o.epsilon / (1 - o.sparsity) < 1,
+            lambda o: f"satisfy s·ε/(1 − s) < 1 at s = {o.sparsity} (eq. 6)",
+            example={"sparsity": 0.99, "epsilon": 0.5},
+        ),
+        *(
+            Rule(
+                name,
+                lambda o, name=name: not getattr(o, name) or is_start_method(o.start_mask),
+                lambda o: "be empty when pbp.start_mask is a criterion",
+                example={"start_mask": "magnitude", name: {"lr": 0.1}},
+            )
+            for name in ("start_options", "start_optim")
+        ),
+        Rule(
+            "mc_samples",
+            lambda o: o.sampling == "networks" or o.mc_samples <= MAX_PER_EXAMPLE_DRAWS,
+            lambda o: (
+                f"be at most {MAX_PER_EXAMPLE_DRAWS} with pbp.sampling = 'examples' (each draw is a network for "
+                "every example; 1 already gives m = n)"
+            ),
+            example={"sampling": "examples", "mc_samples": MAX_PER_EXAMPLE_DRAWS + 1},
+        ),
+    )
 
     def __post_init__(self):
-        key = "pbp."
-        for name in ("alpha", "sparsity", "epsilon", "min_prob", "delta"):
-            require(
-                is_number(getattr(self, name)) and 0 < getattr(self, name) < 1,
-                key + name,
-                "lie in (0, 1)",
-                getattr(self, name),
-            )
-        require(
-            self.sparsity * self.epsilon / (1 - self.sparsity) < 1,
-            key + "epsilon",
-            f"satisfy s·ε/(1 − s) < 1 at s = {self.sparsity} (eq. 6)",
-            self.epsilon,
-        )
-        require(
-            self.start_mask in CRITERIA or is_start_method(self.start_mask),
-            key + "start_mask",
-            f"be a criterion of {sorted(CRITERIA)} or a method (other than pbp)",
-            self.start_mask,
-        )
-        for name in ("start_options", "start_optim"):
-            require(isinstance(getattr(self, name), dict), key + name, "be a table", getattr(self, name))
-            require(
-                not getattr(self, name) or is_start_method(self.start_mask),
-                key + name,
-                "be empty when pbp.start_mask is a criterion",
-                getattr(self, name),
-            )
+        validate(self, "pbp")
         if is_start_method(self.start_mask):
-            start_method(self)
-        require(
-            is_number(self.log_sigma2) and -40 <= self.log_sigma2 <= 10,
-            key + "log_sigma2",
-            "lie in [-40, 10]",
-            self.log_sigma2,
-        )
-        require(
-            self.parameterization in PARAMETERIZATIONS,
-            key + "parameterization",
-            f"be one of {list(PARAMETERIZATIONS)}",
-            self.parameterization,
-        )
-        require(
-            is_scale(self.temperature),
-            key + "temperature",
-            f"be a positive number up to {MAX_SCALE:g}",
-            self.temperature,
-        )
-        require(isinstance(self.learn_scale, bool), key + "learn_scale", "be true or false", self.learn_scale)
-        for name in ("prior_epochs", "prior_mask_epochs"):
-            require(
-                is_count(getattr(self, name), 0),
-                key + name,
-                f"be a non-negative integer up to {MAX_COUNT}",
-                getattr(self, name),
-            )
-        for name in ("grid_size", "mc_samples", "prior_samples"):
-            require(
-                is_count(getattr(self, name)),
-                key + name,
-                f"be a positive integer up to {MAX_COUNT}",
-                getattr(self, name),
-            )
-        require(self.sampling in SAMPLING, key + "sampling", f"be one of {list(SAMPLING)}", self.sampling)
-        require(
-            self.sampling == "networks" or self.mc_samples <= MAX_PER_EXAMPLE_DRAWS,
-            key + "mc_samples",
-            f"be at most {MAX_PER_EXAMPLE_DRAWS} with pbp.sampling = 'examples' (each draw is a network for every "
-            "example; 1 already gives m = n)",
-            self.mc_samples,
-        )
+            start_method(self)  # the start method's own table and [optim], checked by their own declarations

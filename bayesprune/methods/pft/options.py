@@ -4,7 +4,18 @@ from dataclasses import dataclass
 
 from bayesprune.core.criteria import CRITERIA
 from bayesprune.core.gates import INITS, PARAMETERIZATIONS
-from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
+from bayesprune.core.validation import (
+    FLAG,
+    Rule,
+    count,
+    list_of,
+    one_of,
+    option,
+    optional,
+    scale,
+    unit,
+    validate,
+)
 
 
 @dataclass(frozen=True)
@@ -39,89 +50,30 @@ class PFTOptions:
             (``osp_equal_epochs_test_error``): the paper's comparison gives PFT those extra epochs.
     """
 
-    start_masks: tuple = ("magnitude", "snip", "random")
-    sparsities: tuple = (0.95, 0.99)
-    init: str = "block"
-    epsilon: float = 1e-4
-    parameterization: str = "clamp"
-    temperature: float = 0.5
-    mask_lr: float | None = None
-    pretrain_epochs: int = 30
-    finetune_epochs: int = 30
-    at_initialization: bool = False
-    masks_only: bool = False
-    saliency_examples: int = 1000
-    perturbation_scales: tuple = (0.1, 0.2, 0.5, 1.0)
-    perturbation_draws: int = 5
-    equal_budget_baseline: bool = True
+    start_masks: tuple = option(("magnitude", "snip", "random"), list_of(one_of(CRITERIA), str(sorted(CRITERIA))))
+    sparsities: tuple = option((0.95, 0.99), list_of(unit(), "numbers in (0, 1)"))
+    init: str = option("block", one_of(INITS))
+    epsilon: float = option(1e-4, unit())
+    parameterization: str = option("clamp", one_of(PARAMETERIZATIONS))
+    temperature: float = option(0.5, scale())
+    mask_lr: float | None = option(None, optional(scale()))
+    pretrain_epochs: int = option(30, count(0))
+    finetune_epochs: int = option(30, count(0))
+    at_initialization: bool = option(False, FLAG)
+    masks_only: bool = option(False, FLAG)
+    saliency_examples: int = option(1000, count())
+    perturbation_scales: tuple = option((0.1, 0.2, 0.5, 1.0), list_of(scale(), "positive numbers", distinct=False))
+    perturbation_draws: int = option(5, count(0))
+    equal_budget_baseline: bool = option(True, FLAG)
+
+    rules = (
+        Rule(
+            "epsilon",
+            lambda o: o.init != "block" or max(o.sparsities) * o.epsilon / (1 - max(o.sparsities)) < 1,
+            lambda o: f"satisfy s·ε/(1 − s) < 1 at s = {max(o.sparsities)} (eq. 6)",
+            example={"init": "block", "sparsities": [0.99], "epsilon": 0.5},
+        ),
+    )
 
     def __post_init__(self):
-        key = "pft."
-        for name in ("start_masks", "sparsities", "perturbation_scales"):
-            require(isinstance(getattr(self, name), (list, tuple)), key + name, "be a list", getattr(self, name))
-            object.__setattr__(self, name, tuple(getattr(self, name)))
-        require(
-            len(self.start_masks) > 0
-            and all(name in CRITERIA for name in self.start_masks)
-            and len(set(self.start_masks)) == len(self.start_masks),
-            key + "start_masks",
-            f"be a non-empty list of {sorted(CRITERIA)} without repeats",
-            list(self.start_masks),
-        )
-        require(
-            len(self.sparsities) > 0
-            and all(is_number(s) and 0 < s < 1 for s in self.sparsities)
-            and len(set(self.sparsities)) == len(self.sparsities),
-            key + "sparsities",
-            "be a non-empty list of numbers in (0, 1) without repeats",
-            list(self.sparsities),
-        )
-        require(self.init in INITS, key + "init", f"be one of {list(INITS)}", self.init)
-        require(
-            self.parameterization in PARAMETERIZATIONS,
-            key + "parameterization",
-            f"be one of {list(PARAMETERIZATIONS)}",
-            self.parameterization,
-        )
-        require(is_number(self.epsilon) and 0 < self.epsilon < 1, key + "epsilon", "lie in (0, 1)", self.epsilon)
-        if self.init == "block":
-            worst = max(self.sparsities)
-            require(
-                worst * self.epsilon / (1 - worst) < 1,
-                key + "epsilon",
-                f"satisfy s·ε/(1 − s) < 1 at s = {worst} (eq. 6)",
-                self.epsilon,
-            )
-        require(
-            is_scale(self.temperature),
-            key + "temperature",
-            f"be a positive number up to {MAX_SCALE:g}",
-            self.temperature,
-        )
-        require(
-            self.mask_lr is None or is_scale(self.mask_lr),
-            key + "mask_lr",
-            f"be a positive number up to {MAX_SCALE:g} (or absent, for optim.lr)",
-            self.mask_lr,
-        )
-        for name in ("pretrain_epochs", "finetune_epochs", "perturbation_draws"):
-            require(
-                is_count(getattr(self, name), 0),
-                key + name,
-                f"be a non-negative integer up to {MAX_COUNT}",
-                getattr(self, name),
-            )
-        require(
-            is_count(self.saliency_examples),
-            key + "saliency_examples",
-            f"be a positive integer up to {MAX_COUNT}",
-            self.saliency_examples,
-        )
-        for name in ("at_initialization", "masks_only", "equal_budget_baseline"):
-            require(isinstance(getattr(self, name), bool), key + name, "be true or false", getattr(self, name))
-        require(
-            all(is_number(s) and s > 0 for s in self.perturbation_scales),
-            key + "perturbation_scales",
-            "be a list of positive numbers",
-            list(self.perturbation_scales),
-        )
+        validate(self, "pft")

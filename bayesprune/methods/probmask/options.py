@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_int, is_number, is_scale, require
+from bayesprune.core.validation import FLAG, MAX_COUNT, Rule, count, one_of, option, scale, unit, validate
 
 SCOPES = ("global", "layer")
 
@@ -26,48 +26,26 @@ class ProbMaskOptions:
         baseline: also run global magnitude pruning + fine-tuning with the same total epochs.
     """
 
-    sparsity: float = 0.99
-    scope: str = "global"
-    samples: int = 1
-    probability_lr: float = 6e-3
-    clip_norm: float = 3.0
-    t1: int = 16
-    t2: int = 60
-    final_draws: int = 10
-    finetune_epochs: int = 10
-    supermask: bool = False
-    baseline: bool = True
+    sparsity: float = option(0.99, unit())
+    scope: str = option("global", one_of(SCOPES))
+    samples: int = option(1, count())
+    probability_lr: float = option(6e-3, scale())
+    clip_norm: float = option(3.0, scale())
+    t1: int = option(16, count(0))
+    t2: int = option(60, count(0))
+    final_draws: int = option(10, count())
+    finetune_epochs: int = option(10, count(0))
+    supermask: bool = option(False, FLAG)
+    baseline: bool = option(True, FLAG)
+
+    rules = (
+        Rule(
+            "t2",
+            lambda o: o.t1 < o.t2,
+            lambda o: f"be an integer above probmask.t1 = {o.t1} up to {MAX_COUNT}",
+            example={"t1": 10, "t2": 10},
+        ),
+    )
 
     def __post_init__(self):
-        key = "probmask."
-        require(is_number(self.sparsity) and 0 < self.sparsity < 1, key + "sparsity", "lie in (0, 1)", self.sparsity)
-        require(self.scope in SCOPES, key + "scope", f"be one of {list(SCOPES)}", self.scope)
-        for name in ("probability_lr", "clip_norm"):
-            require(
-                is_scale(getattr(self, name)),
-                key + name,
-                f"be a positive number up to {MAX_SCALE:g}",
-                getattr(self, name),
-            )
-        for name in ("samples", "final_draws"):
-            require(
-                is_count(getattr(self, name)),
-                key + name,
-                f"be a positive integer up to {MAX_COUNT}",
-                getattr(self, name),
-            )
-        for name in ("t1", "finetune_epochs"):
-            require(
-                is_count(getattr(self, name), 0),
-                key + name,
-                f"be a non-negative integer up to {MAX_COUNT}",
-                getattr(self, name),
-            )
-        require(
-            is_int(self.t2) and self.t1 < self.t2 <= MAX_COUNT,
-            key + "t2",
-            f"be an integer above probmask.t1 = {self.t1} up to {MAX_COUNT}",
-            self.t2,
-        )
-        for name in ("supermask", "baseline"):
-            require(isinstance(getattr(self, name), bool), key + name, "be true or false", getattr(self, name))
+        validate(self, "probmask")

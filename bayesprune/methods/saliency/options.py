@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 
 from bayesprune.core.criteria import CRITERIA
-from bayesprune.core.validation import MAX_COUNT, is_count, is_number, require
+from bayesprune.core.validation import MAX_COUNT, Constraint, count, list_of, one_of, option, scale, unit, validate
 from bayesprune.methods.saliency.schedules import SPARSITY_SCHEDULES
 
 FINETUNE_MODES = ("best", "all")
@@ -36,64 +36,26 @@ class SaliencyOptions:
             ``"all"`` fine-tunes every grid point (Spearman's ρ needs it).
     """
 
-    criteria: tuple = ("magnitude", "obd", "lm", "qm")
-    sparsity: float = 0.9885
-    stages: tuple = (1, 140)
-    penalties: tuple = (0.0, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
-    schedule: str = "exponential"
-    examples_per_stage: int = 1000
-    loss_examples: int = 10_000
-    finetune_epochs: int = 400
-    finetune: str = "best"
+    criteria: tuple = option(
+        ("magnitude", "obd", "lm", "qm"),
+        Constraint(
+            list_of(one_of(CRITERIA), "").accepts,
+            f"be a non-empty list of distinct names of {sorted(CRITERIA)}",
+            refused=([], ["magnitude", "magnitude"], ["no-such-criterion"], "magnitude"),
+            convert=tuple,
+        ),
+    )
+    sparsity: float = option(0.9885, unit())
+    stages: tuple = option((1, 140), list_of(count(), f"positive integers up to {MAX_COUNT}"))
+    penalties: tuple = option(
+        (0.0, 1e-3, 1e-2, 1e-1, 1.0, 10.0),
+        list_of(scale(positive=False), "non-negative numbers", convert=lambda v: tuple(map(float, v))),
+    )
+    schedule: str = option("exponential", one_of(SPARSITY_SCHEDULES))
+    examples_per_stage: int = option(1000, count())
+    loss_examples: int = option(10_000, count())
+    finetune_epochs: int = option(400, count(0))
+    finetune: str = option("best", one_of(FINETUNE_MODES))
 
     def __post_init__(self):
-        key = "saliency."
-        for name in ("criteria", "stages", "penalties"):
-            require(isinstance(getattr(self, name), (list, tuple)), key + name, "be a list", getattr(self, name))
-            object.__setattr__(self, name, tuple(getattr(self, name)))
-        require(
-            len(self.criteria) > 0
-            and all(isinstance(c, str) and c in CRITERIA for c in self.criteria)
-            and len(set(self.criteria)) == len(self.criteria),
-            key + "criteria",
-            f"be a non-empty list of distinct names of {sorted(CRITERIA)}",
-            list(self.criteria),
-        )
-        require(is_number(self.sparsity) and 0 < self.sparsity < 1, key + "sparsity", "lie in (0, 1)", self.sparsity)
-        require(
-            len(self.stages) > 0
-            and all(is_count(p) for p in self.stages)
-            and len(set(self.stages)) == len(self.stages),
-            key + "stages",
-            f"be a non-empty list of distinct positive integers up to {MAX_COUNT}",
-            list(self.stages),
-        )
-        require(
-            len(self.penalties) > 0
-            and all(is_number(p) and p >= 0 for p in self.penalties)
-            and len(set(self.penalties)) == len(self.penalties),
-            key + "penalties",
-            "be a non-empty list of distinct non-negative numbers",
-            list(self.penalties),
-        )
-        object.__setattr__(self, "penalties", tuple(float(p) for p in self.penalties))
-        require(
-            self.schedule in SPARSITY_SCHEDULES,
-            key + "schedule",
-            f"be one of {list(SPARSITY_SCHEDULES)}",
-            self.schedule,
-        )
-        for name in ("examples_per_stage", "loss_examples"):
-            require(
-                is_count(getattr(self, name)),
-                key + name,
-                f"be a positive integer up to {MAX_COUNT}",
-                getattr(self, name),
-            )
-        require(
-            is_count(self.finetune_epochs, 0),
-            key + "finetune_epochs",
-            f"be a non-negative integer up to {MAX_COUNT}",
-            self.finetune_epochs,
-        )
-        require(self.finetune in FINETUNE_MODES, key + "finetune", f"be one of {list(FINETUNE_MODES)}", self.finetune)
+        validate(self, "saliency")

@@ -5,7 +5,19 @@ from dataclasses import dataclass
 
 from bayesprune.core.objectives import OBJECTIVES
 from bayesprune.core.penalties import PENALTIES
-from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
+from bayesprune.core.validation import (
+    FLAG,
+    Constraint,
+    Rule,
+    count,
+    interval,
+    list_of,
+    one_of,
+    option,
+    scale,
+    unit,
+    validate,
+)
 from bayesprune.models.priors import SpikeSlabPrior
 
 #: The most starts one fit makes (``sbnn.starts``): each is a whole fit.
@@ -54,69 +66,39 @@ class SBNNOptions:
             UCI regression).
     """
 
-    pi: float = 0.5
-    log_tau0: float = -6.0
-    log_tau1: float = 1.0
-    init_scale: float = 0.01
-    objective: str = "analytic-kl"
-    penalty: str = "uniform"
-    local_reparameterization: bool = False
-    num_particles: int = 1
-    predictive_samples: int = 20
-    starts: tuple = (1.0,)
-    keep: str = "elbo"
-    score: str = "inclusion"
+    pi: float = option(0.5, unit())
+    # τ = exp(log τ) is held in float32: beyond ±80 it overflows or vanishes.
+    log_tau0: float = option(-6.0, interval(-80, 80))
+    log_tau1: float = option(1.0, interval(-80, 80))
+    init_scale: float = option(0.01, scale())
+    objective: str = option("analytic-kl", one_of(OBJECTIVES, sort=True))
+    penalty: str = option("uniform", one_of(PENALTIES, sort=True))
+    local_reparameterization: bool = option(False, FLAG)
+    num_particles: int = option(1, count())
+    predictive_samples: int = option(20, count())
+    starts: tuple = option(
+        (1.0,),
+        Constraint(
+            lambda v: list_of(scale(), "").accepts(v) and len(v) <= MAX_STARTS,
+            f"be a list of 1 to {MAX_STARTS} positive numbers without repeats",
+            refused=([], [1.0, 1.0], [0.0], [1.0] * (MAX_STARTS + 1), 1.0),
+            convert=tuple,
+        ),
+    )
+    keep: str = option("elbo", one_of(KEEP_RULES))
+    score: str = option("inclusion", one_of(SCORES))
+
+    rules = (
+        Rule(
+            "log_tau0",
+            lambda o: o.log_tau0 < o.log_tau1,
+            lambda o: f"be below sbnn.log_tau1 = {o.log_tau1} (tau0 < tau1)",
+            example={"log_tau0": 1.0, "log_tau1": 0.0},
+        ),
+    )
 
     def __post_init__(self):
-        require(is_number(self.pi) and 0 < self.pi < 1, "sbnn.pi", "lie in (0, 1)", self.pi)
-        # τ = exp(log τ) is held in float32: beyond ±80 it overflows or vanishes.
-        require(
-            is_number(self.log_tau0) and abs(self.log_tau0) <= 80, "sbnn.log_tau0", "lie in [-80, 80]", self.log_tau0
-        )
-        require(
-            is_number(self.log_tau1) and abs(self.log_tau1) <= 80, "sbnn.log_tau1", "lie in [-80, 80]", self.log_tau1
-        )
-        require(
-            self.log_tau0 < self.log_tau1,
-            "sbnn.log_tau0",
-            f"be below sbnn.log_tau1 = {self.log_tau1} (tau0 < tau1)",
-            self.log_tau0,
-        )
-        require(
-            is_scale(self.init_scale), "sbnn.init_scale", f"be a positive number up to {MAX_SCALE:g}", self.init_scale
-        )
-        require(self.objective in OBJECTIVES, "sbnn.objective", f"be one of {sorted(OBJECTIVES)}", self.objective)
-        require(self.penalty in PENALTIES, "sbnn.penalty", f"be one of {sorted(PENALTIES)}", self.penalty)
-        require(
-            isinstance(self.local_reparameterization, bool),
-            "sbnn.local_reparameterization",
-            "be true or false",
-            self.local_reparameterization,
-        )
-        require(
-            is_count(self.num_particles),
-            "sbnn.num_particles",
-            f"be a positive integer up to {MAX_COUNT}",
-            self.num_particles,
-        )
-        require(
-            is_count(self.predictive_samples),
-            "sbnn.predictive_samples",
-            f"be a positive integer up to {MAX_COUNT}",
-            self.predictive_samples,
-        )
-        require(isinstance(self.starts, (list, tuple)), "sbnn.starts", "be a list", self.starts)
-        object.__setattr__(self, "starts", tuple(self.starts))
-        require(
-            0 < len(self.starts) <= MAX_STARTS
-            and all(is_scale(factor) for factor in self.starts)
-            and len(set(self.starts)) == len(self.starts),
-            "sbnn.starts",
-            f"be a list of 1 to {MAX_STARTS} positive numbers without repeats",
-            list(self.starts),
-        )
-        require(self.keep in KEEP_RULES, "sbnn.keep", f"be one of {list(KEEP_RULES)}", self.keep)
-        require(self.score in SCORES, "sbnn.score", f"be one of {list(SCORES)}", self.score)
+        validate(self, "sbnn")
 
     def prior(self) -> SpikeSlabPrior:
         return SpikeSlabPrior(pi=self.pi, tau0=math.exp(self.log_tau0), tau1=math.exp(self.log_tau1))

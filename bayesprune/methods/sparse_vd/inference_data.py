@@ -23,7 +23,8 @@ import numpy as np
 import torch
 import xarray as xr
 
-from bayesprune.analysis.inference_data import inference_data_from_groups, site_dims
+from bayesprune.analysis.arviz_compat import inference_data_from_groups
+from bayesprune.analysis.inference_data import site_dims
 from bayesprune.core.predict import evaluating
 
 MAX_DRAWN_WEIGHTS = 20_000

@@ -2,7 +2,18 @@
 
 from dataclasses import dataclass
 
-from bayesprune.core.validation import MAX_COUNT, is_count, is_int, is_number, require
+from bayesprune.core.validation import (
+    FLAG,
+    MAX_COUNT,
+    Constraint,
+    Rule,
+    count,
+    interval,
+    is_number,
+    option,
+    unit,
+    validate,
+)
 from bayesprune.methods.sparse_vd.distributions import LOG_ALPHA_THRESHOLD
 
 
@@ -26,61 +37,32 @@ class SparseVDOptions:
         predictive_samples: weight draws W ~ q (pruned weights zeroed) of the Monte-Carlo predictive.
     """
 
-    init_log_sigma2: float = -10.0
-    threshold: float = LOG_ALPHA_THRESHOLD
-    train_clip: bool = True
-    kl_anneal_start: int = 5
-    kl_anneal_end: int = 20
-    linear_lr_decay: bool = True
-    lr_decay_start: float = 0.0
-    pretrain_epochs: int = 0
-    predictive_samples: int = 0
+    init_log_sigma2: float = option(-10.0, interval(-30, 10))
+    threshold: float = option(
+        LOG_ALPHA_THRESHOLD,
+        Constraint(
+            lambda v: is_number(v) and -8 < v < 8,
+            "lie in (-8, 8) (log alpha is clipped to [-8, 8])",
+            refused=(-8, 8, 1e300, "3", True),
+            allowed="(-8, 8)",
+        ),
+    )
+    train_clip: bool = option(True, FLAG)
+    kl_anneal_start: int = option(5, count(0))
+    kl_anneal_end: int = option(20, count(0))
+    linear_lr_decay: bool = option(True, FLAG)
+    lr_decay_start: float = option(0.0, unit(open_low=False))
+    pretrain_epochs: int = option(0, count(0))
+    predictive_samples: int = option(0, count(0))
+
+    rules = (
+        Rule(
+            "kl_anneal_end",
+            lambda o: o.kl_anneal_start <= o.kl_anneal_end,
+            lambda o: f"be an integer from sparse-vd.kl_anneal_start = {o.kl_anneal_start} up to {MAX_COUNT}",
+            example={"kl_anneal_start": 10, "kl_anneal_end": 5},
+        ),
+    )
 
     def __post_init__(self):
-        key = "sparse-vd."
-        require(
-            is_number(self.init_log_sigma2) and -30 <= self.init_log_sigma2 <= 10,
-            key + "init_log_sigma2",
-            "lie in [-30, 10]",
-            self.init_log_sigma2,
-        )
-        require(
-            is_number(self.threshold) and -8 < self.threshold < 8,
-            key + "threshold",
-            "lie in (-8, 8) (log alpha is clipped to [-8, 8])",
-            self.threshold,
-        )
-        require(isinstance(self.train_clip, bool), key + "train_clip", "be true or false", self.train_clip)
-        require(
-            is_count(self.kl_anneal_start, 0),
-            key + "kl_anneal_start",
-            f"be a non-negative integer up to {MAX_COUNT}",
-            self.kl_anneal_start,
-        )
-        require(
-            is_int(self.kl_anneal_end) and self.kl_anneal_start <= self.kl_anneal_end <= MAX_COUNT,
-            key + "kl_anneal_end",
-            f"be an integer from sparse-vd.kl_anneal_start = {self.kl_anneal_start} up to {MAX_COUNT}",
-            self.kl_anneal_end,
-        )
-        require(
-            isinstance(self.linear_lr_decay, bool), key + "linear_lr_decay", "be true or false", self.linear_lr_decay
-        )
-        require(
-            is_number(self.lr_decay_start) and 0 <= self.lr_decay_start < 1,
-            key + "lr_decay_start",
-            "lie in [0, 1)",
-            self.lr_decay_start,
-        )
-        require(
-            is_count(self.pretrain_epochs, 0),
-            key + "pretrain_epochs",
-            f"be a non-negative integer up to {MAX_COUNT}",
-            self.pretrain_epochs,
-        )
-        require(
-            is_count(self.predictive_samples, 0),
-            key + "predictive_samples",
-            f"be a non-negative integer up to {MAX_COUNT}",
-            self.predictive_samples,
-        )
+        validate(self, "sparse-vd")

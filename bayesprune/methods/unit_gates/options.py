@@ -3,9 +3,22 @@
 import math
 from dataclasses import dataclass
 
-from bayesprune.core.errors import ConfigError
 from bayesprune.core.gates import ESTIMATORS
-from bayesprune.core.validation import MAX_COUNT, MAX_SCALE, is_count, is_number, is_scale, require
+from bayesprune.core.validation import (
+    FLAG,
+    Constraint,
+    Rule,
+    count,
+    interval,
+    is_number,
+    one_of,
+    option,
+    optional,
+    require,
+    scale,
+    unit,
+    validate,
+)
 from bayesprune.methods.unit_gates.hyperpriors import BetaHyperPrior, FlatteningHyperPrior, SALHyperPrior
 
 HYPERPRIORS = ("flattening", "beta", "sal")
@@ -13,6 +26,13 @@ HYPERPRIORS = ("flattening", "beta", "sal")
 
 #: The largest hyper-prior shape (alpha, beta) a config may give: the Beta hyper-prior's default beta is 1e10.
 MAX_SHAPE = 1e12
+
+#: A hyper-prior shape (alpha, beta): a positive number up to :data:`MAX_SHAPE`.
+SHAPE = Constraint(
+    lambda v: is_number(v) and 0 < v <= MAX_SHAPE,
+    f"be a positive number up to {MAX_SHAPE:g}",
+    refused=(0, -1.0, 1e300, "1", True),
+)
 
 
 CONDITIONS = ("tolerance", "drop")
@@ -68,110 +88,66 @@ class UnitGatesOptions:
             7.1.1 uses 1e-4 for LeNet-300-100); 0 turns it off.
     """
 
-    weight_precision: float = 20.0
-    hyperprior: str = "flattening"
-    log_gamma: float = -25.0
-    alpha: float | None = None
-    beta: float | None = None
-    eps1: float = 1e-30
-    eps2: float = 1e-30
-    estimator: str = "taylor"
-    temperature: float = 0.1
-    hybrid_units: int = 10
-    theta_init: float = 0.5
-    theta_lr: float | None = None
-    remove_at: str = "step"
-    theta_low: float = 1e-6
-    theta_high: float = 1 - 1e-6
-    phi_max: float = math.inf
-    condition: str = "tolerance"
-    theta_tol: float = 1e-3
-    theta_per: float = 0.1
-    n0: int = 2814
-    final_threshold: float = 1e-3
-    min_keep_fraction: float = 0.0
-    finetune_epochs: int = 10
-    finetune_lr: float = 1e-4
-    input_threshold: float = 0.0
-    recalibrate: bool = True
+    weight_precision: float = option(20.0, scale(positive=False))
+    hyperprior: str = option("flattening", one_of(HYPERPRIORS))
+    log_gamma: float = option(
+        -25.0,
+        Constraint(
+            lambda v: is_number(v) and v < 0,
+            "be negative (γ < 1, section 4.2)",
+            refused=(0.0, 1.0, 1e300, "-25", True),
+            allowed="a negative number",
+        ),
+    )
+    alpha: float | None = option(None, optional(SHAPE))  # every option is checked, whichever hyper-prior reads it
+    beta: float | None = option(None, optional(SHAPE))
+    eps1: float = option(1e-30, interval(0, 0.5, open_low=True, open_high=True))
+    eps2: float = option(1e-30, interval(0, 0.5, open_low=True, open_high=True))
+    estimator: str = option("taylor", one_of(ESTIMATORS, sort=True))
+    temperature: float = option(0.1, scale())
+    hybrid_units: int = option(10, count(0))
+    theta_init: float = option(0.5, unit())
+    theta_lr: float | None = option(None, optional(scale()))
+    remove_at: str = option("step", one_of(REMOVE_AT))
+    theta_low: float = option(1e-6, unit())
+    theta_high: float = option(1 - 1e-6, unit())
+    phi_max: float = option(
+        math.inf,
+        Constraint(
+            lambda v: v == math.inf or (is_number(v) and v > 0),
+            "be a positive number or inf",
+            refused=(0, -1.0, "inf", True),
+            allowed="a positive number or inf",
+        ),
+    )
+    condition: str = option("tolerance", one_of(CONDITIONS))
+    theta_tol: float = option(1e-3, unit())
+    theta_per: float = option(0.1, unit())
+    n0: int = option(2814, count(0))
+    final_threshold: float = option(1e-3, unit())
+    min_keep_fraction: float = option(0.0, unit(open_low=False))
+    finetune_epochs: int = option(10, count(0))
+    finetune_lr: float = option(1e-4, scale())
+    input_threshold: float = option(0.0, scale(positive=False))
+    recalibrate: bool = option(True, FLAG)
+
+    rules = (
+        Rule(
+            "theta_init",
+            lambda o: o.theta_low < o.theta_init < o.theta_high,
+            lambda o: "lie between theta_low and theta_high",
+            example={"theta_low": 0.5, "theta_init": 0.4},
+        ),
+        Rule(
+            "beta",
+            lambda o: o.hyperprior != "beta" or _given(o.beta, 1e10) > 1,
+            lambda o: "be above 1 with unit-gates.hyperprior = 'beta' (eq. 26)",
+            example={"hyperprior": "beta", "beta": 0.5},
+        ),
+    )
 
     def __post_init__(self):
-        key = "unit-gates."
-        require(
-            is_scale(self.weight_precision, positive=False),
-            key + "weight_precision",
-            f"be a non-negative number up to {MAX_SCALE:g}",
-            self.weight_precision,
-        )
-        require(self.hyperprior in HYPERPRIORS, key + "hyperprior", f"be one of {list(HYPERPRIORS)}", self.hyperprior)
-        require(self.estimator in ESTIMATORS, key + "estimator", f"be one of {sorted(ESTIMATORS)}", self.estimator)
-        require(self.condition in CONDITIONS, key + "condition", f"be one of {list(CONDITIONS)}", self.condition)
-        require(self.remove_at in REMOVE_AT, key + "remove_at", f"be one of {list(REMOVE_AT)}", self.remove_at)
-        require(
-            self.theta_lr is None or is_scale(self.theta_lr),
-            key + "theta_lr",
-            f"be a positive number up to {MAX_SCALE:g}",
-            self.theta_lr,
-        )
-        for name in ("temperature", "finetune_lr"):
-            require(
-                is_scale(getattr(self, name)),
-                key + name,
-                f"be a positive number up to {MAX_SCALE:g}",
-                getattr(self, name),
-            )
-        require(
-            self.phi_max == math.inf or (is_number(self.phi_max) and self.phi_max > 0),
-            key + "phi_max",
-            "be a positive number or inf",
-            self.phi_max,
-        )
-        for name in ("theta_init", "theta_low", "theta_high", "theta_tol", "theta_per", "final_threshold"):
-            require(
-                is_number(getattr(self, name)) and 0 < getattr(self, name) < 1,
-                key + name,
-                "lie in (0, 1)",
-                getattr(self, name),
-            )
-        require(
-            self.theta_low < self.theta_init < self.theta_high,
-            key + "theta_init",
-            "lie between theta_low and theta_high",
-            self.theta_init,
-        )
-        require(isinstance(self.recalibrate, bool), key + "recalibrate", "be true or false", self.recalibrate)
-        require(
-            is_number(self.min_keep_fraction) and 0 <= self.min_keep_fraction < 1,
-            key + "min_keep_fraction",
-            "lie in [0, 1)",
-            self.min_keep_fraction,
-        )
-        for name in ("n0", "finetune_epochs", "hybrid_units"):
-            require(
-                is_count(getattr(self, name), 0),
-                key + name,
-                f"be a non-negative integer up to {MAX_COUNT}",
-                getattr(self, name),
-            )
-        require(
-            is_scale(self.input_threshold, positive=False),
-            key + "input_threshold",
-            f"be a non-negative number up to {MAX_SCALE:g}",
-            self.input_threshold,
-        )
-        for name in ("alpha", "beta"):  # every option is checked, whichever hyper-prior reads it
-            require(
-                getattr(self, name) is None
-                or (is_number(getattr(self, name)) and 0 < getattr(self, name) <= MAX_SHAPE),
-                key + name,
-                f"be a positive number up to {MAX_SHAPE:g}",
-                getattr(self, name),
-            )
-        try:
-            FlatteningHyperPrior(self.log_gamma, eps1=self.eps1, eps2=self.eps2)  # log_gamma, eps1 and eps2 likewise
-            self.hyper_prior()
-        except ConfigError as error:
-            raise ConfigError(str(error).replace("hyperprior ", key)) from None
+        validate(self, "unit-gates")
 
     def check_flat_part(self):
         """Refuse a Flattening hyper-prior whose term is not −log γ (eq. 31) wherever θ can be, [θ_l, θ_h]:

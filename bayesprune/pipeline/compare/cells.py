@@ -11,7 +11,7 @@ Three kinds:
   (:func:`bayesprune.pipeline.baseline.fit_plain`, the same rule as the runner's plain network), then, at each
   sparsity, its weights of smallest magnitude removed and the rest fine-tuned with the mask fixed.
 * ``"torch-pruning"``: the baseline of a comparison at unit level: the same plain network, then, at each
-  sparsity (a fraction of units), Torch-Pruning's own pruner (:mod:`bayesprune.pipeline.compare.structured`)
+  sparsity (a fraction of units), Torch-Pruning's own pruner (:mod:`bayesprune.core.channels`)
   removes that fraction of each layer's channels and the smaller network is fine-tuned.
 """
 
@@ -267,7 +267,7 @@ def refusal(cell: Cell, datasets: dict) -> str | None:
         net = new_net(config, data[0].input_shape, data[0].output_dim, seed=config.seed)
         check_network(net, data[0])
         if cell.kind == "torch-pruning":
-            from bayesprune.pipeline.compare.structured import check_prunable
+            from bayesprune.core.channels import check_prunable
 
             check_prunable(net, tuple(data[0].input_shape))
         if method is not None:
@@ -356,15 +356,15 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
     """The plain network, then at each sparsity global magnitude pruning (or, for a ``"torch-pruning"``
     cell, Torch-Pruning's structured pruner) and fine-tuning (see the module), on the run's ``device``;
     the networks it writes hold CPU tensors."""
+    from bayesprune.core import channels as structured
     from bayesprune.core.checkpoint import on_cpu
     from bayesprune.core.early_stopping import hold_out
     from bayesprune.core.layout import resolve_memory_format
     from bayesprune.core.loop import resolve_device
     from bayesprune.core.normalization import changes
+    from bayesprune.core.plain import fit_plain
     from bayesprune.core.pruning import Budget, prune
     from bayesprune.models import new_net
-    from bayesprune.pipeline.baseline import fit_plain
-    from bayesprune.pipeline.compare import structured
     from bayesprune.pipeline.evaluation import metric_name
     from bayesprune.pipeline.finetune import finetune
     from bayesprune.pipeline.runner import load_datasets
@@ -433,7 +433,7 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
                 net,
                 training,
                 ratio=sparsity,
-                importance=cell.method.removeprefix(structured.PREFIX),
+                importance=cell.method.removeprefix("torch-pruning-"),
                 finetune_epochs=cell.finetune_epochs,
                 rule=rule,
             )
