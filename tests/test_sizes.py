@@ -22,12 +22,9 @@ OVER = {
     "bayesprune/pipeline/compare/comparison.py": 628,
     "bayesprune/core/structure.py:_check_forward": 86,
     "bayesprune/data/user.py:load_csv": 139,
-    "bayesprune/methods/pbp/method.py:fit": 92,
-    "bayesprune/methods/saliency/method.py:fit": 96,
-    "bayesprune/methods/sparse_vd/inference_data.py:to_inference_data": 93,
     "bayesprune/pipeline/compare/cells.py:_magnitude": 114,
     "bayesprune/pipeline/compare/comparison.py:__post_init__": 97,
-    "bayesprune/pipeline/export.py:export_fitted": 129,
+    "bayesprune/pipeline/export.py:export_fitted": 136,
 }
 
 
