@@ -62,6 +62,7 @@ from bayesprune.pipeline.rundir import (
     POSTERIOR,
     SEEDS,
     check_output_dir,
+    finished_seed,
     load_run,  # noqa: F401  (a saved run loads from here too, as before the split)
     move_into_place,
     resumable,
@@ -184,7 +185,7 @@ def _seed_run(
         for name in [str(record), *(FIRST_FIT_FILES if first else ())]:
             if (resumed_from / name).is_file():
                 shutil.copyfile(resumed_from / name, staging / name)
-        return json.loads((resumed_from / record).read_text()), None
+        return finished_seed(resumed_from / record, config.seed), None
     resume = None
     if resumed_from is not None and (resumed_from / checkpoint).is_file():
         saved = read_checkpoint(resumed_from / checkpoint)
