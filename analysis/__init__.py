@@ -5,7 +5,8 @@ The pruning curve (:func:`bayesprune.pipeline.evaluation.pruning_curve`) and a r
 run, while this package reads posteriors and never fits.
 """
 
-from bayesprune.analysis.inference_data import plot_diagnostics, summary_table, to_inference_data, write_posterior
+from bayesprune.analysis.diagnostics import plot_diagnostics, summary_table, write_posterior
+from bayesprune.analysis.inference_data import to_inference_data
 
 __all__ = [
     "plot_diagnostics",

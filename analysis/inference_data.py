@@ -1,4 +1,4 @@
-"""Fitted sBNN posteriors as ArviZ data: draws, posterior predictive, ELBO traces, diagnostics and plots.
+"""Fitted guide posteriors (the sBNN's, Sparse VD's, unit gates') as ArviZ data: draws, posterior predictive, ELBO traces.
 
 Chains are independent fits (restarts with different seeds) of the same model, one
 ``(model, guide, history)`` per chain, so between-chain diagnostics (R-hat, ESS) compare restarts:
@@ -52,26 +52,24 @@ The object is an ``arviz.InferenceData`` under ArviZ 0.x and an ``xarray.DataTre
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import logging
 import math
-import warnings
-from pathlib import Path
 
 import numpy as np
 import torch
 import xarray as xr
 
-from bayesprune.analysis.plots import plot_inclusion_cdfs, plt, save_figure
-from bayesprune.core.errors import Interrupted
+from bayesprune.analysis.arviz_compat import inference_data_from_groups
 from bayesprune.core.predict import evaluating
 
 #: Default ``sites=None`` stores every site's weights when the network has at most this many weights,
 #: else only the first layer's sites if they fit, else no per-weight draws.
 MAX_DEFAULT_WEIGHTS = 20_000
+
+
 #: Test points in a method's posterior predictive (``max_test_points``: it stores one draw per point per draw).
 PREDICTIVE_TEST_POINTS = 1000
+
 
 _QUANTILES = np.linspace(0.0, 1.0, 101)
 
@@ -135,66 +133,21 @@ def to_inference_data(
         x_test, y_test = x_test[:max_test_points], y_test[:max_test_points]
     regression = dataset.task == "regression"
 
-    chains = []
-    device = _device(first_model)
-    devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices), torch.no_grad():
-        torch.manual_seed(seed)
-        for (model, guide, _), outputs in zip(fits, predictive_outputs or [None] * len(fits)):
-            covers = outputs is not None and len(outputs) >= num_predictive_draws and outputs.shape[1] >= len(x_test)
-            chains.append(
-                _chain(
-                    model,
-                    guide,
-                    selected,
-                    x_test,
-                    num_draws,
-                    num_predictive_draws,
-                    regression,
-                    dataset,
-                    batch_size,
-                    feature_importance,
-                    outputs[:num_predictive_draws, : len(x_test)] if covers else None,
-                )
-            )
-
-    coords = {"chain": np.arange(len(fits)), "draw": np.arange(num_draws)}
-    site_names = list(site_shapes)
-    posterior = {}
-    variational = {}
-    for name in selected:
-        dims = site_dims(site_shapes[name])
-        coords.update({dim: np.arange(size) for dim, size in zip(dims, site_shapes[name])})
-        posterior[name] = (["chain", "draw", *dims], np.stack([c["weights"][name] for c in chains]))
-        posterior[f"{name}.inclusion"] = (["chain", "draw", *dims], np.stack([c["inclusion"][name] for c in chains]))
-        for key in ("loc", "scale", "inclusion_probability"):
-            variational[f"{name}.{key}"] = (["chain", *dims], np.stack([c[key][name] for c in chains]))
-
-    def repeated(key):
-        return np.repeat(np.stack([c[key] for c in chains])[:, None], num_draws, axis=1)
-
-    posterior["inclusion_probability_mean"] = (["chain", "draw", "site"], repeated("site_mean"))
-    posterior["fraction_included"] = (["chain", "draw", "site"], repeated("site_fraction"))
-    posterior["network_fraction_included"] = (["chain", "draw"], repeated("network_fraction"))
-    coords["site"] = np.array(site_names, dtype=object)
-    if feature_importance is not None:
-        num_features = 0
-        for key, (dim, values) in chains[0]["importance_at_p"].items():
-            posterior[key] = (["chain", "draw", dim], np.stack([c["importance"][key] for c in chains]))
-            variational[key] = (["chain", dim], np.stack([c["importance_at_p"][key][1] for c in chains]))
-            if dim == "feature":
-                num_features = len(values)
-            else:
-                coords[dim] = np.arange(len(values))
-        names = dataset.feature_names
-        coords["feature"] = (
-            np.array(names, dtype=object)
-            if names is not None and len(names) == num_features
-            else np.arange(num_features)
-        )
-
-    variational["inclusion_probability_quantile"] = (["chain", "quantile"], np.stack([c["quantiles"] for c in chains]))
-
+    chains = _draw_chains(
+        fits,
+        selected,
+        x_test,
+        num_draws,
+        num_predictive_draws,
+        dataset,
+        batch_size,
+        feature_importance,
+        predictive_outputs,
+        seed,
+    )
+    posterior, variational, coords = _posterior_and_variational(
+        chains, site_shapes, selected, num_draws, dataset, feature_importance
+    )
     test_coords = {"test_point": np.arange(len(y_test))}
     y_observed = _original_units(y_test.detach().cpu(), dataset) if regression else y_test.detach().cpu()
     predictive = np.stack([c["predictive"] for c in chains])
@@ -223,6 +176,75 @@ def to_inference_data(
     return inference_data_from_groups(groups)
 
 
+def _draw_chains(
+    fits, selected, x_test, num_draws, num_predictive_draws, dataset, batch_size, feature_importance, outputs, seed
+) -> list:
+    """:func:`_chain` of every fit, all drawn under ``seed`` with the global RNG state restored afterwards."""
+    regression = dataset.task == "regression"
+    chains = []
+    device = _device(fits[0][0])
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), torch.no_grad():
+        torch.manual_seed(seed)
+        for (model, guide, _), given in zip(fits, outputs or [None] * len(fits)):
+            covers = given is not None and len(given) >= num_predictive_draws and given.shape[1] >= len(x_test)
+            chains.append(
+                _chain(
+                    model,
+                    guide,
+                    selected,
+                    x_test,
+                    num_draws,
+                    num_predictive_draws,
+                    regression,
+                    dataset,
+                    batch_size,
+                    feature_importance,
+                    given[:num_predictive_draws, : len(x_test)] if covers else None,
+                )
+            )
+    return chains
+
+
+def _posterior_and_variational(chains, site_shapes, selected, num_draws, dataset, feature_importance) -> tuple:
+    """The ``posterior`` and ``variational`` variables of :func:`to_inference_data`, and their coordinates."""
+    coords = {"chain": np.arange(len(chains)), "draw": np.arange(num_draws)}
+    posterior = {}
+    variational = {}
+    for name in selected:
+        dims = site_dims(site_shapes[name])
+        coords.update({dim: np.arange(size) for dim, size in zip(dims, site_shapes[name])})
+        posterior[name] = (["chain", "draw", *dims], np.stack([c["weights"][name] for c in chains]))
+        posterior[f"{name}.inclusion"] = (["chain", "draw", *dims], np.stack([c["inclusion"][name] for c in chains]))
+        for key in ("loc", "scale", "inclusion_probability"):
+            variational[f"{name}.{key}"] = (["chain", *dims], np.stack([c[key][name] for c in chains]))
+
+    def repeated(key):
+        return np.repeat(np.stack([c[key] for c in chains])[:, None], num_draws, axis=1)
+
+    posterior["inclusion_probability_mean"] = (["chain", "draw", "site"], repeated("site_mean"))
+    posterior["fraction_included"] = (["chain", "draw", "site"], repeated("site_fraction"))
+    posterior["network_fraction_included"] = (["chain", "draw"], repeated("network_fraction"))
+    coords["site"] = np.array(list(site_shapes), dtype=object)
+    if feature_importance is not None:
+        num_features = 0
+        for key, (dim, values) in chains[0]["importance_at_p"].items():
+            posterior[key] = (["chain", "draw", dim], np.stack([c["importance"][key] for c in chains]))
+            variational[key] = (["chain", dim], np.stack([c["importance_at_p"][key][1] for c in chains]))
+            if dim == "feature":
+                num_features = len(values)
+            else:
+                coords[dim] = np.arange(len(values))
+        names = dataset.feature_names
+        coords["feature"] = (
+            np.array(names, dtype=object)
+            if names is not None and len(names) == num_features
+            else np.arange(num_features)
+        )
+    variational["inclusion_probability_quantile"] = (["chain", "quantile"], np.stack([c["quantiles"] for c in chains]))
+    return posterior, variational, coords
+
+
 def gate_inference_data(chains: list, *, num_draws: int = 200, seed: int = 0, name: str = "theta"):
     """ArviZ data of Bernoulli posteriors q(ξ) = Bernoulli(θ) of unit gates or weight masks, one
     ``{site: θ}`` per chain.
@@ -248,124 +270,6 @@ def site_dims(shape) -> list:
     (ArviZ's ``<site>_dim_0``, ...) made reading the file back quadratic in the number of sites: h5netcdf
     looks each variable's dimensions up among all of the group's (5 s of a ShuffleNet run's 12)."""
     return [f"dim_{axis}_{length}" for axis, length in enumerate(shape)]
-
-
-#: The attribute of every group of ``posterior.nc`` naming the method whose fit wrote it (``report``
-#: refuses the posterior of another method's run).
-METHOD_ATTRIBUTE = "bayesprune_method"
-
-
-def write_posterior(idata, path, *, method: str | None = None) -> Path:
-    """Write ``idata`` to a netCDF file (``posterior.nc``) that :func:`arviz.from_netcdf` reads back,
-    every group's :data:`METHOD_ATTRIBUTE` set to ``method`` (the registered method that fitted it)."""
-    if method is not None:
-        for group in _group_names(idata):
-            idata[group].attrs[METHOD_ATTRIBUTE] = method
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    options = {}
-    try:
-        import h5netcdf  # noqa: F401
-
-        options["engine"] = "h5netcdf"
-    except ImportError:
-        pass
-    from bayesprune.core.files import replacing
-
-    with replacing(path) as temporary:
-        idata.to_netcdf(str(temporary), **options)
-    return path
-
-
-def summary_table(idata, var_names=None, *, kind: str = "all", round_to=2):
-    """:func:`arviz.summary` of the posterior group (mean, sd, interval, ESS, R-hat, MCSE per element).
-
-    Variables that are constant within each chain (the inclusion summaries) get an infinite
-    or NaN R-hat by construction; the divide-by-zero warnings this causes are silenced.
-    """
-    import arviz as az
-
-    names = [var_names] if isinstance(var_names, str) else var_names
-    with _quiet_arviz(), np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return az.summary(_for_arviz(idata), var_names=names, kind=kind, round_to=round_to)
-
-
-@contextlib.contextmanager
-def _quiet_arviz():
-    """Mute ArviZ's logged warnings: a single chain (the default run) logs one on every R-hat it computes.
-    ArviZ 0.x logs them through ``arviz._log``, a ``Logger`` outside ``logging``'s registry."""
-    import arviz as az
-
-    logs = {logging.getLogger("arviz"), getattr(az, "_log", None)} - {None}
-    levels = {log: log.level for log in logs}
-    for log in logs:
-        log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for log, level in levels.items():
-            log.setLevel(level)
-
-
-def plot_diagnostics(idata, folder, *, max_features: int = 20) -> dict:
-    """Write diagnostic PNGs to ``folder``; returns ``{name: path}`` of the files written.
-
-    - ``forest_psi.png``: forest plot of ``psi`` per restart (only when ``psi`` is stored), for the
-      ``max_features`` features of highest mean ψ, with labelled axes;
-    - ``ppc.png``: posterior predictive check of the test targets;
-    - ``inclusion_cdf.png``: CDF of the inclusion probabilities of all weights, one line per chain.
-
-    ArviZ draws the first two (``plot_forest``; ``plot_ppc`` under ArviZ 0.x, ``plot_ppc_dist`` under
-    ArviZ ≥ 1); if that fails, a plain matplotlib version is drawn instead and a warning says why.
-    """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    with _quiet_arviz():
-        return _plot_diagnostics(_for_arviz(idata), folder, max_features)
-
-
-def _plot_diagnostics(idata, folder, max_features):
-    posterior = _group(idata, "posterior")
-    written = {}
-    if "psi" in posterior.data_vars:
-        path = folder / "forest_psi.png"
-        psi = posterior["psi"]
-        top = psi["feature"].values[np.argsort(-psi.mean(("chain", "draw")).values, kind="stable")[:max_features]]
-        _arviz_or_fallback(
-            lambda az: _label_forest(az.plot_forest(idata, var_names=["psi"], coords={"feature": list(top)})),
-            lambda: _forest_fallback(psi.sel(feature=top), plt),
-            path,
-            plt,
-            "forest plot",
-        )
-        written["forest_psi"] = path
-    groups = _group_names(idata)
-    if {"posterior_predictive", "observed_data"} <= set(groups) and _group(idata, "posterior_predictive").sizes["draw"]:
-        path = folder / "ppc.png"
-        _arviz_or_fallback(
-            _arviz_ppc(idata),
-            lambda: _ppc_fallback(
-                _group(idata, "posterior_predictive")["obs"], _group(idata, "observed_data")["obs"], plt
-            ),
-            path,
-            plt,
-            "posterior predictive check",
-        )
-        written["ppc"] = path
-    variational = _group(idata, "variational") if "variational" in groups else None
-    if variational is not None and "inclusion_probability_quantile" in variational.data_vars:
-        path = folder / "inclusion_cdf.png"
-        quantiles = variational["inclusion_probability_quantile"]
-        plot_inclusion_cdfs(
-            {
-                f"chain {chain}": (quantiles.sel(chain=chain).values, quantiles["quantile"].values)
-                for chain in quantiles["chain"].values
-            },
-            path,
-        )
-        written["inclusion_cdf"] = path
-    return written
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -516,132 +420,8 @@ def _attrs(fits, num_draws) -> dict:
     }
 
 
-# ----------------------------------------------------------------------------------------------------
-# ArviZ 0.x / 1.x compatibility
-
-
-def inference_data_from_groups(groups: dict):
-    """``arviz.InferenceData`` where it exists (ArviZ 0.x), else ``xarray.DataTree`` (ArviZ ≥ 1)."""
-    import arviz as az
-
-    inference_data = getattr(az, "InferenceData", None)
-    if inference_data is not None:
-        return inference_data(**groups)
-    return xr.DataTree.from_dict(groups)
-
-
-def _for_arviz(idata):
-    """A DataTree becomes an InferenceData under ArviZ 0.x, whose functions do not read DataTrees."""
-    import arviz as az
-
-    inference_data, tree = getattr(az, "InferenceData", None), getattr(xr, "DataTree", None)
-    if inference_data is not None and tree is not None and isinstance(idata, tree):
-        return inference_data.from_datatree(idata)
-    return idata
-
-
-def _group_names(idata) -> list:
-    if hasattr(idata, "children"):  # DataTree
-        return list(idata.children)
-    return list(idata.groups())
-
-
-def _group(idata, name) -> xr.Dataset:
-    group = idata[name]
-    return group.to_dataset() if hasattr(group, "to_dataset") and not isinstance(group, xr.Dataset) else group
-
-
-def _arviz_ppc(idata):
-    def draw(az):
-        if hasattr(az, "plot_ppc"):  # ArviZ 0.x
-            return az.plot_ppc(idata, num_pp_samples=min(50, _group(idata, "posterior_predictive").sizes["draw"]))
-        return az.plot_ppc_dist(idata)  # ArviZ >= 1
-
-    return draw
-
-
-def _arviz_or_fallback(arviz_plot, fallback, path, plt, what):
-    import arviz as az
-
-    before = set(plt.get_fignums())
-    try:
-        _save_result(arviz_plot(az), path, plt)
-    except Interrupted:  # a stop request (save_figure), not a failure of ArviZ's
-        raise
-    except Exception as error:  # noqa: BLE001 - any ArviZ failure falls back to a plain plot
-        warnings.warn(
-            f"arviz could not draw the {what} ({type(error).__name__}: {error}); drawing a plain one",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        save_figure(fallback(), path)
-    finally:
-        for number in set(plt.get_fignums()) - before:
-            plt.close(number)
-
-
-def _save_result(result, path, plt):
-    """Save what an ArviZ plot returned: matplotlib axes (0.x) or a PlotCollection (≥ 1)."""
-    if hasattr(result, "savefig"):
-        from bayesprune.core.files import replacing
-
-        with replacing(path) as temporary:
-            result.savefig(str(temporary))
-        return
-    axes = np.ravel(np.asarray(result, dtype=object))
-    figure = axes[0].figure if axes.size and hasattr(axes[0], "figure") else plt.gcf()
-    save_figure(figure, path)
-
-
-def _forest_fallback(psi: xr.DataArray, plt):
-    draws = psi.transpose("chain", "draw", ...).values
-    figure, axis = plt.subplots(figsize=(5, 0.4 * draws.shape[2] + 1.5))
-    positions = np.arange(draws.shape[2])
-    for chain, values in enumerate(draws):
-        low, high = np.quantile(values, [0.03, 0.97], axis=0)
-        axis.errorbar(
-            values.mean(0),
-            positions + 0.1 * chain,
-            xerr=[values.mean(0) - low, high - values.mean(0)],
-            fmt="o",
-            label=f"restart {chain}",
-        )
-    axis.set_yticks(positions, [str(v) for v in psi[psi.dims[-1]].values])
-    axis.set(xlabel=FOREST_XLABEL, ylabel=FOREST_YLABEL, title="feature importance per restart")
-    axis.legend()
-    return figure
-
-
-FOREST_XLABEL = "importance ψ (eq. 3.18), 94% interval per restart"
-FOREST_YLABEL = "input feature (one line per restart)"
-
-
-def _label_forest(axes):
-    """Name the axes of ArviZ's forest plot (it labels neither); a PlotCollection (ArviZ ≥ 1) is returned as it is."""
-    flat = np.ravel(np.asarray(axes, dtype=object))
-    if flat.size and hasattr(flat[0], "set_xlabel"):
-        flat[0].set_xlabel(FOREST_XLABEL)
-        flat[0].set_ylabel(FOREST_YLABEL)
-    return axes
-
-
-def _ppc_fallback(predicted: xr.DataArray, observed: xr.DataArray, plt):
-    figure, axis = plt.subplots(figsize=(5, 3.5))
-    draws = predicted.stack(sample=("chain", "draw")).transpose("sample", ...).values
-    bins = np.histogram_bin_edges(np.concatenate([draws.ravel(), observed.values.ravel()]), bins=30)
-    for row in draws[:50]:
-        axis.hist(row, bins=bins, density=True, histtype="step", color="C0", alpha=0.2)
-    axis.hist(observed.values, bins=bins, density=True, histtype="step", color="k", linewidth=2, label="observed")
-    axis.set(xlabel="obs", title="posterior predictive check")
-    axis.legend()
-    return figure
-
-
 __all__ = [
     "MAX_DEFAULT_WEIGHTS",
-    "plot_diagnostics",
     "site_dims",
-    "summary_table",
     "to_inference_data",
-    "write_posterior",
 ]

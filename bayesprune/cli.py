@@ -69,7 +69,8 @@ def _export(args):
 
     options = {"repeats": args.repeats, "force": args.force, "formats": args.format}
     check_export_arguments(args.out, **options)  # before the budget and the run are read
-    exported = export_run(args.run_dir, out=args.out, budget=budget_of(args.budget) if args.budget else None, **options)
+    budget = budget_of(args.budget) if args.budget else None
+    exported = export_run(args.run_dir, out=args.out, budget=budget, finetune_epochs=args.finetune_epochs, **options)
     print(json.dumps(exported.report, indent=2) if args.json else "\n".join(exported.summary()))
 
 
@@ -134,7 +135,8 @@ HELP = {
     "probabilities) or knockoff (model-X knockoffs, knockpy's MVR; refits beside copies, tables only)",
     "importance --copies": "knockoff copies of every input (default 2): one copy selects nothing below 1/fdr inputs",
     "export --out": "file to write (torch.export format, .pt2; with --format onnx a name ending .onnx names the ONNX file, the .pt2 beside it); the trainable file FILE_STEM.trainable.pt is written beside it",
-    "export --budget": "prune further than the method did, by a field of the budget (repeatable): fraction, keep or threshold; scope global|layer; level unit|weight; min_keep (default level=unit, min_keep a tenth of each layer's units, at least 1); without it the method's own network is exported",
+    "export --budget": "prune further than the method did, by a field of the budget (repeatable): fraction, keep, threshold or macs (the fraction of the fitted network's MACs kept); scope global|layer; level unit|weight; min_keep (default level=unit, min_keep a tenth of each layer's units, at least 1); without it the method's own network is exported",
+    "export --finetune-epochs": "fine-tune the exported network N epochs (prune.finetune_epochs's fine-tuning: the run's optimiser rate and minibatches, removed weights held at zero, batch-norm statistics estimated again) in place of the run's prune.finetune_epochs; 0: none",
     "export --format": "pt2 (always written) and onnx: FILE_STEM.onnx beside it, run by ONNX Runtime on the test split (pip install 'bayesprune[onnx]')",
     "certify --samples": "networks drawn from the posterior (default: the run's pbp.mc_samples)",
     "compare config": "comparison config: packaged name or TOML path (default: compare-digits)",
@@ -187,6 +189,9 @@ def build_parser():
     exporting.add_argument("--budget", action="append", default=[], metavar="KEY=VALUE", help=HELP["export --budget"])
     exporting.add_argument("--repeats", type=int, default=30, help="timed forward passes per batch size (default 30)")
     exporting.add_argument("--format", nargs="+", default=["pt2"], help=HELP["export --format"])
+    exporting.add_argument(
+        "--finetune-epochs", type=int, default=None, metavar="N", help=HELP["export --finetune-epochs"]
+    )
     exporting.add_argument("--json", action="store_true", help="print the measurements as JSON")
     exporting.add_argument("--force", action="store_true", help="overwrite an existing --out file")
 

@@ -23,12 +23,8 @@ import arviz as az
 import torch
 import xarray as xr
 
-from bayesprune.analysis.inference_data import (
-    _group,
-    _group_names,
-    inference_data_from_groups,
-    write_posterior,
-)
+from bayesprune.analysis.arviz_compat import group, group_names, inference_data_from_groups
+from bayesprune.analysis.diagnostics import write_posterior
 
 #: Dimensions that are not a site's axes.
 NAMED = {"chain", "draw", "feature", "site", "quantile", "test_point", "epoch"}
@@ -40,8 +36,8 @@ def per_site_names(idata):
     """``idata`` with every site axis its own dimension, ``<site>_dim_<axis>``, and its coordinate: the
     names before (tests/test_cli.py reads such a file back)."""
     groups = {}
-    for group in _group_names(idata):
-        dataset = _group(idata, group)
+    for group_name in group_names(idata):
+        dataset = group(idata, group_name)
         renamed = {}
         for name, values in dataset.data_vars.items():
             site = next((name.removesuffix(suffix) for suffix in SUFFIXES if name.endswith(suffix)), name)
@@ -51,7 +47,7 @@ def per_site_names(idata):
         coords = {dim: dataset[dim].values for dim in NAMED if dim in dataset.coords}
         axes = {dim: range(size) for values in renamed.values() for dim, size in zip(values.dims, values.shape)}
         coords |= {dim: list(indices) for dim, indices in axes.items() if dim not in NAMED}  # as the writers gave them
-        groups[group] = xr.Dataset(renamed, coords=coords, attrs=dataset.attrs)
+        groups[group_name] = xr.Dataset(renamed, coords=coords, attrs=dataset.attrs)
     return inference_data_from_groups(groups)
 
 
@@ -83,14 +79,14 @@ def main(argv=None) -> int:
             print(err, file=sys.stderr)
             return 1
         shared = az.from_netcdf(str(out / "posterior.nc"))
-        for group in _group_names(shared):
-            _group(shared, group).load()
+        for name in group_names(shared):
+            group(shared, name).load()
         for naming, idata in (("shared by length", shared), ("one per site axis", per_site_names(shared))):
             path = folder / f"{naming.replace(' ', '-')}.nc"
             write = cpu_seconds(args.repeats, write_posterior, idata, path, method=args.method)
             read = cpu_seconds(args.repeats, az.from_netcdf, str(path))
             loaded = az.from_netcdf(str(path))
-            dims = sum(len(_group(loaded, group).sizes) for group in _group_names(loaded))
+            dims = sum(len(group(loaded, name).sizes) for name in group_names(loaded))
             print(f"{naming:18s} {dims:4d} dimensions  write {write:5.2f} s  read {read:5.2f} s (CPU)")
     return 0
 

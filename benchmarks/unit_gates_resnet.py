@@ -15,7 +15,7 @@ What is measured, per seed, on scikit-learn's digits as 3x32x32 images (``benchm
   objective (N/B-scaled cross-entropy plus λ/2 WᵀW, Adam at ``--lr``, batch 64), pruned once by
   ``tp.pruner.MagnitudePruner`` with ``tp.importance.MagnitudeImportance(p=2)`` (the classifier kept)
   at the channel ratio whose MACs are the unit gates' network's (bisection,
-  :func:`bayesprune.pipeline.compare.structured.pruned_to_macs`), then fine-tuned
+  :func:`bayesprune.core.channels.pruned_to_macs`), then fine-tuned
   ``--finetune-epochs`` epochs at ``--finetune-lr`` (or the split and rate ``--tp-epochs`` and
   ``--tp-finetune-lr`` give, the same total): the same total epochs and MACs; its test error with the
   batch-norm statistics its fine-tuning left (the procedure as Torch-Pruning's examples run it) and
@@ -49,11 +49,11 @@ import torch
 import torchvision
 
 from bayesprune.cli import main
+from bayesprune.core.channels import pruned_to_macs
 from bayesprune.core.export import count_macs
 from bayesprune.core.normalization import recalibrate
 from bayesprune.data import load_dataset
 from bayesprune.methods.unit_gates import GateTraining, UnitGatesOptions, adam, data_cost
-from bayesprune.pipeline.compare.structured import pruned_to_macs
 from bayesprune.pipeline.runner import load_run
 
 sys.path.insert(0, str(Path(__file__).parent))

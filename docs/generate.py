@@ -3,7 +3,7 @@ commands from the code: ``python docs/generate.py``.
 
 Every option table is built from a dataclass: each registered method's ``Options`` (the description
 of a field is its entry in the class docstring's ``Attributes:`` section) and the core sections
-(``DataConfig`` … ``ReferenceConfig`` of :mod:`bayesprune.pipeline.config`, ``OptimConfig`` of
+(``DataConfig`` … ``ReferenceConfig`` of :mod:`bayesprune.pipeline.sections`, ``OptimConfig`` of
 :mod:`bayesprune.core.optim`), whose field descriptions live in :data:`CORE` below because their
 docstrings are prose. A field without a description stops the generator with the list of them, so
 that someone writes one. ``tests/test_docs.py`` regenerates both and fails when the committed text
@@ -475,17 +475,17 @@ def allowed_values(cls, name: str) -> str:
 
 def core_sections():
     from bayesprune.core.optim import OptimConfig
-    from bayesprune.pipeline import config
+    from bayesprune.pipeline import sections
 
     return [
-        ("data", config.DataConfig),
-        ("model", config.ModelConfig),
+        ("data", sections.DataConfig),
+        ("model", sections.ModelConfig),
         ("optim", OptimConfig),
-        ("train", config.TrainConfig),
-        ("prune", config.PruneConfig),
-        ("baseline", config.BaselineConfig),
-        ("reference", config.ReferenceConfig),
-        ("importance", config.ImportanceConfig),
+        ("train", sections.TrainConfig),
+        ("prune", sections.PruneConfig),
+        ("baseline", sections.BaselineConfig),
+        ("reference", sections.ReferenceConfig),
+        ("importance", sections.ImportanceConfig),
     ]
 
 

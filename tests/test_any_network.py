@@ -21,6 +21,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 #: Every stage one epoch, on 256 digits; the options of each weight-level method that keep it short.
 SHORT = {
+    "magnitude": ({}, {"lr": 1e-3}),
     "sbnn": ({}, {"lr": 1e-3}),
     "sparse-vd": ({"kl_anneal_start": 0, "kl_anneal_end": 1}, {"lr": 1e-3}),
     "pft": (

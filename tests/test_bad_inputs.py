@@ -910,7 +910,7 @@ def _special(value, complete_run, path):
     ):  # the run's own posterior, stamped with another method, or not stamped
         import arviz as az
 
-        from bayesprune.analysis.inference_data import METHOD_ATTRIBUTE, write_posterior
+        from bayesprune.analysis.diagnostics import METHOD_ATTRIBUTE, write_posterior
 
         idata = az.from_netcdf(str(complete_run / "posterior.nc"))
         for group in idata.groups():

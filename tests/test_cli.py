@@ -366,7 +366,7 @@ def test_a_posterior_nc_with_a_dimension_per_site_axis_is_still_read(two_chain_r
     import numpy as np
     import xarray as xr
 
-    from bayesprune.analysis.inference_data import write_posterior
+    from bayesprune.analysis.diagnostics import write_posterior
 
     monkeypatch.syspath_prepend(Path(__file__).resolve().parents[1] / "benchmarks")
     from posterior_nc import per_site_names  # the names before, as the benchmark compares them

@@ -64,4 +64,4 @@ def test_an_unknown_step_is_one_line_and_exit_2():
         ["bash", str(ROOT / "benchmarks" / "gpu_session.sh"), "--dry-run", "lenet"], capture_output=True, text=True
     )
     assert done.returncode == 2
-    assert done.stderr.count("\n") == 1 and "unknown step lenet" in done.stderr
+    assert done.stderr.count("\n") == 1 and "unknown step lenet " in done.stderr

@@ -2,7 +2,7 @@
 
 K networks of one architecture (seeds, restarts, cells of one method) become one model whose every
 parameter has a leading fit dimension (``torch.func.stack_module_state``), run by ``torch.func.vmap``
-over ``functional_call``: one step of the stacked model is one step of each fit, at the cost of a few
+over ``functional_call`` (a plain MLP: by batched matrix products, without vmap's overhead): one step of the stacked model is one step of each fit, at the cost of a few
 batched kernels instead of K programs of small ones. Each fit keeps its own
 
 * start (its network as given) and minibatch order (its own :class:`~bayesprune.core.loop.TensorBatches`,
@@ -19,6 +19,7 @@ their draws or statistics would not be the separate fits'.
 """
 
 import copy
+import inspect
 import math
 from dataclasses import dataclass, field
 
@@ -49,13 +50,28 @@ class StackedNetworks:
         self.params = {name: param.detach().requires_grad_() for name, param in params.items()}
         self.buffers = buffers
         self._base = copy.deepcopy(nets[0]).to("meta")
+        self._layers = _plain_layers(nets[0])
 
     def _one(self, params, buffers, x):
         return functional_call(self._base, (params, buffers), (x,))
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         shared = x.dim() == 0 or x.shape[0] != self.count
+        if self._layers is not None and (x.dim() - (not shared) == 2 or isinstance(self._layers[0][1], nn.Flatten)):
+            return self._mlp(x.expand(self.count, *x.shape) if shared else x)
         return vmap(self._one, in_dims=(0, 0, None if shared else 0), randomness="error")(self.params, self.buffers, x)
+
+    def _mlp(self, x: torch.Tensor) -> torch.Tensor:
+        """The forward pass of a plain MLP as batched matrix products: ``x`` is ``[K, B, ...]``."""
+        for name, module in self._layers:
+            if isinstance(module, nn.Flatten):
+                x = x.flatten(2)
+            elif isinstance(module, nn.Linear):
+                weight, bias = self.params[f"{name}.weight"].transpose(1, 2), self.params.get(f"{name}.bias")
+                x = torch.bmm(x, weight) if bias is None else torch.baddbmm(bias.unsqueeze(1), x, weight)
+            else:  # elementwise
+                x = module(x)
+        return x
 
     def fit(self, k: int) -> dict:
         """The parameters of fit ``k`` (detached clones)."""
@@ -73,6 +89,23 @@ class StackedNetworks:
             with torch.no_grad():
                 for name, param in net.named_parameters():
                     param.copy_(state[name])
+
+
+#: Modules that act on each element alone: a plain MLP of them and Linear layers runs as batched products.
+ELEMENTWISE = (nn.ReLU, nn.LeakyReLU, nn.Tanh, nn.Sigmoid, nn.GELU, nn.SiLU, nn.ELU, nn.Softplus, nn.Identity)
+
+
+def _plain_layers(net: nn.Module) -> list | None:
+    """``(name, module)`` of a ``Sequential`` of ``Linear`` layers, elementwise activations and
+    ``Flatten()`` (from the batch dimension on), or ``None`` for any other network (run by ``vmap``)."""
+    if type(net) is not nn.Sequential:
+        return None
+    layers = list(net.named_children())
+    for _, module in layers:
+        flat = isinstance(module, nn.Flatten) and (module.start_dim, module.end_dim) == (1, -1)
+        if not (flat or type(module) is nn.Linear or type(module) in ELEMENTWISE):
+            return None
+    return layers or None
 
 
 def check_stackable(nets: list):
@@ -136,14 +169,14 @@ def train_stacked(
         raise ConfigError(f"batched fits need one minibatch stream per network, got {len(batches)} for {len(nets)}")
     stacked = StackedNetworks(nets)
     optimizer = torch_optimizer(optim, list(stacked.params.values()))
+    for group in optimizer.param_groups:  # a few tensors, each K fits': one kernel per update over all of them
+        group["foreach"] = True
     scheduler = torch_scheduler(optim, optimizer, epochs=epochs)
-    per_fit = vmap(loss)
+    per_fit = _per_fit(loss)
     records = [FitRecord() for _ in nets]
     for epoch in range(epochs):
         losses = []
-        for parts in zip(*batches):
-            x = torch.stack([x for x, _ in parts])
-            y = torch.stack([y for _, y in parts])
+        for x, y in _stacked_minibatches(batches):
             optimizer.zero_grad(set_to_none=True)
             value = per_fit(autocast_calls(stacked, x.device)(x), y)
             value.sum().backward()
@@ -159,6 +192,34 @@ def train_stacked(
             stacked.load_fit(k, record.best)
     stacked.unstack(nets)
     return records
+
+
+def _per_fit(loss):
+    """``loss(output, y)`` of each fit, ``[K]``: a loss that takes ``reduction`` (those of
+    ``torch.nn.functional``, whose mean must be the plain mean over rows: no class weights) on all fits'
+    rows at once, averaged per fit; any other through ``vmap``."""
+    if "reduction" not in inspect.signature(loss).parameters:
+        return vmap(loss)
+
+    def each(output, y):
+        rows = loss(output.flatten(0, 1), y.flatten(0, 1), reduction="none")
+        return rows.view(*output.shape[:2], -1).flatten(1).mean(1)
+
+    return each
+
+
+def _stacked_minibatches(batches: list):
+    """``(x, y)`` of one epoch with a leading fit dimension, fit k's rows drawn by ``batches[k]``: one
+    gather for all fits when they share their rows in memory, else each fit's minibatches stacked."""
+    first = batches[0]
+    plain = all(b.augment is None and b.memory_format != torch.channels_last for b in batches)
+    if plain and all(torch.is_tensor(b.x) and b.x is first.x and b.y is first.y for b in batches):
+        for rows in zip(*[b.chunks() for b in batches]):
+            rows = torch.stack(rows)
+            yield first.x[rows], first.y[rows]
+        return
+    for parts in zip(*batches):
+        yield torch.stack([x for x, _ in parts]), torch.stack([y for _, y in parts])
 
 
 def _record_epoch(records: list, losses: torch.Tensor, epoch: int):

@@ -203,3 +203,24 @@ class EmbeddingPruner(tp.pruner.function.BasePruningFunc):
         return layer.embed_dim
 
     get_in_channels = get_out_channels
+
+
+def heads_removed_macs(module, inputs, output):
+    """Torch-Pruning's count of ``nn.MultiheadAttention`` (``multihead_attention_counter_hook``) for a
+    :class:`HeadsRemovedAttention` of embedding E and H heads of d channels
+    (width W = H·d): the queries scaled (L·W), the query, key and value projections (E·W products and W
+    bias additions per token), each head's scores, softmax and weighted sum (L·S·d + L·S + L·S·d), and
+    the output projection with its bias (L·(W·E + E)); with every head kept, W = E and it is that hook's
+    count."""
+    query, key, value = inputs[:3]
+    batch_dim, length_dim = (0, 1) if module.batch_first and query.dim() == 3 else (1, 0)
+    batch = query.shape[batch_dim] if query.dim() == 3 else 1
+    length, source = query.shape[length_dim], key.shape[length_dim]
+    embed, heads, head_dim = module.embed_dim, module.num_heads, module.head_dim
+    width = heads * head_dim
+    macs = length * width + (length + 2 * source) * embed * width
+    if module.in_proj_bias is not None:
+        macs += (length + 2 * source) * width
+    macs += heads * (2 * length * source * head_dim + length * source)
+    macs += length * (width * embed + embed)
+    module.__flops__ += int(macs * batch)

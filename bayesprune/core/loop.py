@@ -80,15 +80,26 @@ class TensorBatches:
     def __len__(self):
         return math.ceil(len(self.x) / self.batch_size)
 
-    def __iter__(self):
+    def chunks(self) -> list:
+        """The rows of every minibatch of the next epoch, drawing its order (as iterating does)."""
         n = len(self.x)
         order = torch.randperm(n, generator=self.generator) if self.shuffle else torch.arange(n)
-        in_memory = torch.is_tensor(self.x)
-        order = order.to(self.x.device if in_memory else self.y.device)
-        chunks = [distributed.shard(order[start : start + self.batch_size]) for start in range(0, n, self.batch_size)]
-        inputs = (self.x[rows] for rows in chunks) if in_memory else self.x.read([rows.cpu() for rows in chunks])
+        order = order.to(self.x.device if torch.is_tensor(self.x) else self.y.device)
+        return [distributed.shard(order[start : start + self.batch_size]) for start in range(0, n, self.batch_size)]
+
+    def batch(self, x: torch.Tensor) -> torch.Tensor:
+        """Minibatch inputs as the steps see them: augmented, laid out."""
+        return laid_out(x if self.augment is None else self.augment(x), self.memory_format)
+
+    def __iter__(self):
+        chunks = self.chunks()
+        inputs = (
+            (self.x[rows] for rows in chunks)
+            if torch.is_tensor(self.x)
+            else self.x.read([rows.cpu() for rows in chunks])
+        )
         for rows, x in zip(chunks, inputs):
-            yield laid_out(x if self.augment is None else self.augment(x), self.memory_format), self.y[rows]
+            yield self.batch(x), self.y[rows]
 
 
 @dataclass

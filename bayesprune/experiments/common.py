@@ -26,6 +26,7 @@ from bayesprune.analysis.importance import feature_importance, scaled_importance
 from bayesprune.analysis.plots import plt, save_figure
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.loop import resolve_device
+from bayesprune.core.plain import fit_plain
 from bayesprune.core.predict import predict
 from bayesprune.core.validation import is_number as _is_number
 from bayesprune.data import REGRESSION, Dataset, load_dataset
@@ -34,7 +35,6 @@ from bayesprune.methods import FitContext
 from bayesprune.methods.sbnn import fit_posterior
 from bayesprune.models import new_net
 from bayesprune.models.priors import GaussianPrior
-from bayesprune.pipeline.baseline import fit_plain
 from bayesprune.pipeline.config import RunConfig
 
 # ---------------------------------------------------------------------------------------------

@@ -242,6 +242,11 @@ class Method:
             its own width).
         quick: ``--set`` overrides that, with ``train.epochs=2``, make its ``<name>-digits`` config
             run in seconds: what the shared tests run every method with.
+        baseline: its fit starts from the plain network trained by the runner's plain-network rule
+            (:meth:`~bayesprune.methods.FitContext.train_plain`) and prunes it: ``bayesprune compare``
+            runs it beside the methods, trains it as the comparison's ``[baseline]`` says
+            (``baseline.epochs`` its ``train.epochs``, ``baseline.lr`` its ``optim.lr``) and fine-tunes its
+            pruned networks ``compare.finetune_epochs`` (its ``prune.finetune_epochs``).
         summary, paper: what it learns and where it is published, for the README's method table
             and the reference (``docs/generate.py``).
     """
@@ -253,6 +258,7 @@ class Method:
     prune_levels: ClassVar[tuple] = ("weight", "unit")
     sparsity_option: ClassVar[str | None] = None
     quick: ClassVar[tuple] = ()
+    baseline: ClassVar[bool] = False
     summary: ClassVar[str] = ""
     paper: ClassVar[str] = ""
 

@@ -17,12 +17,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyro
 import torch
 from torch import nn
 
 from bayesprune.core.batched import train_stacked
 from bayesprune.core.checkpoint import load_module_state, write_checkpoint
-from bayesprune.core.early_stopping import EarlyStopping
+from bayesprune.core.early_stopping import EarlyStopping, hold_out
 from bayesprune.core.errors import BayesPruneError, ConfigError, Interrupted
 from bayesprune.core.export import mask_parameters, unmask_parameters
 from bayesprune.core.fused import kernel_mode
@@ -38,10 +39,11 @@ from bayesprune.core.loop import (
     train,
 )
 from bayesprune.core.optim import OptimConfig, torch_optimizer, torch_scheduler
+from bayesprune.core.plain import validation_stopping
 from bayesprune.core.precision import training_precision
 from bayesprune.core.predict import metric
 from bayesprune.core.sites import site_names
-from bayesprune.core.tasks import predict_network
+from bayesprune.core.tasks import mean_loss, predict_network
 
 #: The services a method may not support; a config asking for one it does not is refused.
 SERVICES = ("validation", "checkpoint", "resume")
@@ -256,6 +258,37 @@ class FitContext:
         finally:
             if mask is not None:
                 unmask_parameters(net)
+
+    def train_plain(self, name: str, net: nn.Module, data, *, held_out: float) -> History:
+        """A stage that trains ``net`` as the runner's plain network is trained
+        (:func:`bayesprune.core.plain.fit_plain`: maximum likelihood with Adam at ``optim.lr``, no weight
+        decay or schedule), keeping its epoch that scores best on :attr:`validation` or, when the run
+        holds out none, on a ``held_out`` fraction of ``data``'s training rows held out for it (seeded by
+        the fit's seed; every epoch runs, the best is kept). ``net`` ends in eval mode."""
+        validation, patience = self.validation, self.patience
+        if validation is None and held_out > 0:
+            data, *validation = hold_out(data, held_out, seed=self.seed)
+            patience = None
+        callbacks = []
+        if validation is not None:
+            validation = tuple(part.to(self.device) for part in validation)
+            callbacks.append(validation_stopping(net, validation, epochs=self.epochs, patience=patience))
+        pyro.set_rng_seed(self.seed)
+        optimizer = torch.optim.Adam(net.parameters(), lr=self.optim.lr)
+        loss = mean_loss(self.task)
+        net.train()
+        history = self.train(
+            name,
+            optimizer_step(lambda x, y: loss(net(x), y), optimizer),
+            self.batches(data.x_train, data.y_train),
+            epochs=self.epochs,
+            state={"net": net, "optimizer": optimizer},
+            callbacks=callbacks,
+        )
+        if callbacks and self.validation is not None:
+            self.best_epoch = callbacks[0].best_epoch + 1
+        net.eval()
+        return history
 
     def _saved_stages(self) -> list:
         return [] if self.resume is None else self.resume["loop"]["stages"]

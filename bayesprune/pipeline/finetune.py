@@ -11,9 +11,9 @@ import torch
 from bayesprune.core.export import mask_parameters, unmask_parameters
 from bayesprune.core.layout import resolve_memory_format
 from bayesprune.core.normalization import has_running_stats
+from bayesprune.core.plain import fit_plain
 from bayesprune.core.predict import metric
 from bayesprune.core.tasks import predict_network
-from bayesprune.pipeline.baseline import fit_plain
 
 
 def finetune(
@@ -29,7 +29,7 @@ def finetune(
     calibration=None,
     memory_format: torch.memory_format = torch.contiguous_format,
 ):
-    """Train ``net`` in place on ``(x, y)`` for ``epochs`` epochs (:func:`~bayesprune.pipeline.baseline.fit_plain`:
+    """Train ``net`` in place on ``(x, y)`` for ``epochs`` epochs (:func:`~bayesprune.core.plain.fit_plain`:
     Adam at ``lr``, seeded minibatches) with ``masks`` (parameter or ``"<root>.gate"`` → bool, ``True`` = keep)
     fixed by :func:`~bayesprune.core.export.mask_parameters`, so no step moves a removed weight off zero; then,
     with a :class:`~bayesprune.core.normalization.Calibration`, estimate its batch-norm statistics again.
@@ -55,13 +55,15 @@ class FineTuning:
     memory_format: str = "auto"
 
     @classmethod
-    def of(cls, config, num_train: int):
+    def of(cls, config, num_train: int, *, epochs: int | None = None):
         """The fine-tuning ``config`` (a :class:`~bayesprune.pipeline.config.RunConfig`) asks for on a training
-        split of ``num_train`` rows, or ``None`` (``prune.finetune_epochs = 0``)."""
-        if not config.prune.finetune_epochs:
+        split of ``num_train`` rows (``epochs`` in place of its ``prune.finetune_epochs`` where given), or
+        ``None`` (no epochs)."""
+        epochs = config.prune.finetune_epochs if epochs is None else epochs
+        if not epochs:
             return None
         batch_size = config.for_data(num_train).data.batch_size
-        return cls(config.prune.finetune_epochs, config.optim.lr, batch_size, config.seed, config.train.memory_format)
+        return cls(epochs, config.optim.lr, batch_size, config.seed, config.train.memory_format)
 
     def apply(self, net, dataset, masks: dict, *, calibration=None):
         """:func:`finetune` ``net`` on ``dataset``'s training split (moved to ``net``'s device), its batch-norm

@@ -53,9 +53,9 @@ from bayesprune.methods import FitContext, get_method
 from bayesprune.models import new_net
 from bayesprune.pipeline.baseline import train_plain
 from bayesprune.pipeline.checks import check_importance, run_chains
-from bayesprune.pipeline.config import IMPORTANCE_SELECTIONS
 from bayesprune.pipeline.report import read_metrics, read_posterior, read_scores
 from bayesprune.pipeline.rundir import load_run
+from bayesprune.pipeline.sections import IMPORTANCE_SELECTIONS
 
 #: The files :func:`importance` writes into the run directory, in the order it names them.
 FILES = ("importance.csv", "group_importance.csv", "node_importance.csv", "importance.png", SELECTION)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bayesprune.analysis.inference_data import METHOD_ATTRIBUTE, plot_diagnostics
+from bayesprune.analysis.diagnostics import METHOD_ATTRIBUTE, plot_diagnostics
 from bayesprune.analysis.plots import plot_loss, plot_pruning_curve, plot_score_cdf
 from bayesprune.analysis.tables import format_value, markdown_table, markdown_text
 from bayesprune.core.errors import BayesPruneError
@@ -104,9 +104,10 @@ def _write_report(run_dir: Path, metrics: dict) -> Path:
             f"# bayesprune run: {markdown_text(metrics['method'])} on {markdown_text(metrics['dataset'])}",
             "| quantity | value |\n|---|---|\n"
             + "\n".join(f"| {markdown_text(k)} | {markdown_text(v)} |" for k, v in summary),
-            f"## Pruning by {shown}\n\nWeights are ranked globally by their {shown} and the lowest "
-            "fraction (the droprate) is set to zero. Sparsity counts all parameters; `sparsity_weights` "
-            "leaves the biases out." + _statistics_sentence(metrics) + _predictive_sentence(metrics, metric),
+            f"## Pruning by {shown}\n\n{_pruned_sentence(run_dir, shown)} Sparsity counts all "
+            "parameters; `sparsity_weights` leaves the biases out."
+            + _statistics_sentence(metrics)
+            + _predictive_sentence(metrics, metric),
             markdown_table(curve, columns),
             *_error_margin_line(metrics),
             *(["![test metric against droprate](pruning_curve.png)"] if curve_plot else []),
@@ -235,19 +236,35 @@ def read_metrics(run_dir: Path) -> dict:
     return metrics
 
 
+def _pruned_sentence(run_dir: Path, shown: str) -> str:
+    """What the pruning curve removes at the run's ``prune.level``: weights set to zero, or whole units."""
+    if _config_table(run_dir).get("prune", {}).get("level") != "unit":
+        return f"Weights are ranked globally by their {shown} and the lowest fraction (the droprate) is set to zero."
+    return (
+        f"Units (channels, attention heads, hidden neurons) are ranked by their {shown} and the lowest fraction "
+        "(the droprate) is removed from the network, each with the weights that feed it and those that read it "
+        "(a layer keeps its floor, `prune.min_keep`)."
+    )
+
+
 def _config_method(run_dir: Path):
     """The ``method`` of the run's ``config.toml`` (``None`` without one, or for an experiment)."""
-    import tomllib
-
-    path = run_dir / "config.toml"
-    if not path.is_file():
-        return None
-    with _reading(path):
-        config = tomllib.loads(path.read_text())
+    config = _config_table(run_dir)
     if "experiment" in config and config["experiment"].get("name"):
         return None
     method = config.get("method")
     return method if isinstance(method, str) else None
+
+
+def _config_table(run_dir: Path) -> dict:
+    """The run's ``config.toml`` as read (``{}`` without one)."""
+    import tomllib
+
+    path = run_dir / "config.toml"
+    if not path.is_file():
+        return {}
+    with _reading(path):
+        return tomllib.loads(path.read_text())
 
 
 def _number(value) -> bool:
@@ -359,7 +376,7 @@ _SHOWN = {
 
 def read_posterior(run_dir: Path, method: str, scores: dict):
     """``posterior.nc`` of a run of ``method``, checked against it: written by that method
-    (:func:`~bayesprune.analysis.inference_data.write_posterior` stamps it), and every variable named
+    (:func:`~bayesprune.analysis.diagnostics.write_posterior` stamps it), and every variable named
     after a site of ``scores`` of that site's shape."""
     import arviz as az
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bayesprune.analysis.inference_data import PREDICTIVE_TEST_POINTS, write_posterior
+from bayesprune.analysis.diagnostics import write_posterior
+from bayesprune.analysis.inference_data import PREDICTIVE_TEST_POINTS
 from bayesprune.analysis.tables import write_csv
 from bayesprune.core import distributed
 from bayesprune.core.checkpoint import (
@@ -62,6 +63,7 @@ from bayesprune.pipeline.rundir import (
     POSTERIOR,
     SEEDS,
     check_output_dir,
+    finished_seed,
     load_run,  # noqa: F401  (a saved run loads from here too, as before the split)
     move_into_place,
     resumable,
@@ -185,7 +187,7 @@ def _seed_run(
         for name in [str(record), *(FIRST_FIT_FILES if first else ())]:
             if (resumed_from / name).is_file():
                 shutil.copyfile(resumed_from / name, staging / name)
-        return json.loads((resumed_from / record).read_text()), None
+        return finished_seed(resumed_from / record, config.seed), None
     resume = None
     if resumed_from is not None and (resumed_from / checkpoint).is_file():
         saved = read_checkpoint(resumed_from / checkpoint)

@@ -13,7 +13,9 @@ import torch.nn.functional as F
 import xarray as xr
 
 from bayesprune.analysis import inference_data as idm
-from bayesprune.analysis.inference_data import plot_diagnostics, summary_table, to_inference_data, write_posterior
+from bayesprune.analysis.arviz_compat import group, group_names
+from bayesprune.analysis.diagnostics import plot_diagnostics, summary_table, write_posterior
+from bayesprune.analysis.inference_data import to_inference_data
 from bayesprune.core.loop import TensorBatches, fit
 from bayesprune.core.objectives import AnalyticKLELBO
 from bayesprune.core.predict import predict
@@ -85,7 +87,7 @@ def regression(single_thread):
 
 def test_groups_and_dims(regression):
     dataset, fits, idata = regression
-    assert GROUPS <= set(idm._group_names(idata))
+    assert GROUPS <= set(group_names(idata))
     posterior = idata.posterior
     assert posterior.sizes["chain"] == 2 and posterior.sizes["draw"] == DRAWS
     inputs = dataset.x_train.shape[1]
@@ -182,7 +184,7 @@ def test_netcdf_round_trip_and_summary(regression, tmp_path):
     path = write_posterior(idata, tmp_path / "out" / "posterior.nc")
     loaded = az.from_netcdf(str(path))
     assert loaded.posterior.sizes["chain"] == 2
-    assert GROUPS <= set(idm._group_names(loaded))
+    assert GROUPS <= set(group_names(loaded))
     elbo = loaded.sample_stats["elbo"].values
     np.testing.assert_allclose(elbo[0], fits[0][2].elbo)
     np.testing.assert_allclose(elbo[1, :25], fits[1][2].elbo)
@@ -235,7 +237,7 @@ def test_classification_predictive_is_categorical():
 
 def _site_dims(idata) -> tuple:
     """The dimensions beside chain and draw of (posterior, variational)."""
-    return tuple(set(idm._group(idata, group).sizes) - {"chain", "draw"} for group in ("posterior", "variational"))
+    return tuple(set(group(idata, name).sizes) - {"chain", "draw"} for name in ("posterior", "variational"))
 
 
 def test_sites_of_one_axis_length_share_a_dimension_in_every_writer(tmp_path):

@@ -10,9 +10,9 @@ from bayesprune.cli import main
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.layout import resolve_memory_format
 from bayesprune.core.loop import TensorBatches
+from bayesprune.core.plain import fit_plain
 from bayesprune.data.streaming import Augment
 from bayesprune.methods import FitContext, get_method
-from bayesprune.pipeline.baseline import fit_plain
 from bayesprune.pipeline.config import load_config
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -92,7 +92,11 @@ def test_a_method_trains_on_channels_last_batches_to_the_channels_first_fit(meth
         x_test=x[:20],
         y_test=y[:20],
     )
-    options, optim = {**SHORT, "unit-gates": ({"finetune_epochs": 1}, {"lr": 1e-3})}[method]
+    options, optim = {
+        **SHORT,
+        "unit-gates": ({"finetune_epochs": 1}, {"lr": 1e-3}),
+        "torch-pruning": ({}, {"lr": 1e-3}),
+    }[method]
     config = load_config(f"{method}-digits", ["train.epochs=3", "device='cpu'", "data.batch_size=32"])
     method = get_method(method)
     options = method.Options(**{**vars(config.method_options), **options}) if options else config.method_options

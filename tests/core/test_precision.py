@@ -109,7 +109,11 @@ def test_every_method_trains_in_bfloat16_and_predicts_in_float32(method):
     none of its evaluation: the fitted network predicts in float32, finite."""
     from test_any_network import SHORT
 
-    options, optim = {**SHORT, "unit-gates": ({"finetune_epochs": 1}, {"lr": 1e-3})}[method]
+    options, optim = {
+        **SHORT,
+        "unit-gates": ({"finetune_epochs": 1}, {"lr": 1e-3}),
+        "torch-pruning": ({}, {"lr": 1e-3}),
+    }[method]
     torch.manual_seed(0)
     x, y = torch.randn(96, 6), torch.randint(0, 3, (96,))
     with linear_output_dtypes() as dtypes:

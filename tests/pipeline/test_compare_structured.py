@@ -1,5 +1,5 @@
 """Torch-Pruning's structured pruner as the baseline of a unit-level comparison
-(bayesprune.pipeline.compare.structured): the network it gives is the one Torch-Pruning gives directly,
+(bayesprune.core.channels): the network it gives is the one Torch-Pruning gives directly,
 fine-tuning trains it, and the leaderboard measures the exported smaller network."""
 
 import copy
@@ -13,12 +13,12 @@ import torch.nn.functional as F
 import torch_pruning as tp
 from torch import nn
 
+from bayesprune.core.channels import ignored_layers, pruned_and_finetuned
 from bayesprune.core.errors import BayesPruneError, ConfigError
 from bayesprune.core.export import count_macs
 from bayesprune.pipeline.compare import comparison_cells, execute, load_comparison
 from bayesprune.pipeline.compare.cells import check_folder, refusal
 from bayesprune.pipeline.compare.leaderboard import leaderboard_rows
-from bayesprune.pipeline.compare.structured import ignored_layers, pruned_and_finetuned
 from helpers import TINY
 
 

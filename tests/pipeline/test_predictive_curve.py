@@ -9,9 +9,9 @@ import torch
 
 from bayesprune.cli import main
 from bayesprune.core.errors import ConfigError
-from bayesprune.pipeline.config import PREDICTIVE_CURVE_WEIGHTS, PruneConfig
 from bayesprune.pipeline.evaluation import pruning_curve
 from bayesprune.pipeline.rundir import load_run
+from bayesprune.pipeline.sections import PREDICTIVE_CURVE_WEIGHTS, PruneConfig
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -4,7 +4,8 @@ spike-and-slab with a point mass at zero (paper 000, eq. 5)."""
 import torch
 import xarray as xr
 
-from bayesprune.analysis.inference_data import inference_data_from_groups, site_dims
+from bayesprune.analysis.arviz_compat import inference_data_from_groups
+from bayesprune.analysis.inference_data import site_dims
 
 
 def dirac_spike_slab_inference_data(chains: list, priors: list, *, num_draws: int = 10, seed: int = 0):

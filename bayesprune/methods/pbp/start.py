@@ -13,6 +13,7 @@ the bound on S \\ S_P: the same method's mask fitted on all of S is not certifie
 
 import pyro
 
+from bayesprune.core.criteria import CRITERIA
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.optim import OptimConfig
 from bayesprune.core.validation import refuse_unknown_keys
@@ -20,8 +21,9 @@ from bayesprune.methods import available_methods, get_method, sparsity_option
 
 
 def is_start_method(name: str) -> bool:
-    """Whether ``pbp.start_mask`` names a method (fitted on S_P) rather than a one-shot criterion."""
-    return name in available_methods() and name != "pbp"
+    """Whether ``pbp.start_mask`` names a method (fitted on S_P) rather than a one-shot criterion; a name
+    that is both (``magnitude``) is the criterion: PBP's own magnitude start (section 7.1)."""
+    return name in available_methods() and name != "pbp" and name not in CRITERIA
 
 
 def start_method(options) -> tuple:

@@ -11,7 +11,7 @@ Three kinds:
   (:func:`bayesprune.pipeline.baseline.fit_plain`, the same rule as the runner's plain network), then, at each
   sparsity, its weights of smallest magnitude removed and the rest fine-tuned with the mask fixed.
 * ``"torch-pruning"``: the baseline of a comparison at unit level: the same plain network, then, at each
-  sparsity (a fraction of units), Torch-Pruning's own pruner (:mod:`bayesprune.pipeline.compare.structured`)
+  sparsity (a fraction of units), Torch-Pruning's own pruner (:mod:`bayesprune.core.channels`)
   removes that fraction of each layer's channels and the smaller network is fine-tuned.
 """
 
@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from bayesprune.core.checkpoint import read_state_dict
 from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.files import replacing, write_text
 from bayesprune.core.loop import check_stop
@@ -123,6 +124,19 @@ def check_folder(cell: Cell, folder: Path):
         raise BayesPruneError(f"{folder}: holds another fit than this config asks ({why}); give a new --out")
     if finished(folder):
         check_metrics(cell, folder / "metrics.json")
+        if cell.kind in PLAIN_KINDS:
+            check_network_files(folder)
+
+
+def check_network_files(folder: Path):
+    """Refuse, naming the file, a finished plain cell's network file that is not a state dict (read without
+    unpickling) or names other parameters than its plain network."""
+    files = sorted(folder.glob("network-*.pt"))
+    states = {path: read_state_dict(path) for path in files}
+    names = set(states.get(folder / PLAIN_FILE, {})) or None
+    for path, state in states.items():
+        if names is not None and set(state) != names:
+            raise BayesPruneError(f"{path}: holds another network than {PLAIN_FILE} (other parameter names)")
 
 
 def check_metrics(cell: Cell, path: Path) -> dict:
@@ -267,7 +281,7 @@ def refusal(cell: Cell, datasets: dict) -> str | None:
         net = new_net(config, data[0].input_shape, data[0].output_dim, seed=config.seed)
         check_network(net, data[0])
         if cell.kind == "torch-pruning":
-            from bayesprune.pipeline.compare.structured import check_prunable
+            from bayesprune.core.channels import check_prunable
 
             check_prunable(net, tuple(data[0].input_shape))
         if method is not None:
@@ -356,15 +370,15 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
     """The plain network, then at each sparsity global magnitude pruning (or, for a ``"torch-pruning"``
     cell, Torch-Pruning's structured pruner) and fine-tuning (see the module), on the run's ``device``;
     the networks it writes hold CPU tensors."""
+    from bayesprune.core import channels as structured
     from bayesprune.core.checkpoint import on_cpu
     from bayesprune.core.early_stopping import hold_out
     from bayesprune.core.layout import resolve_memory_format
     from bayesprune.core.loop import resolve_device
     from bayesprune.core.normalization import changes
+    from bayesprune.core.plain import fit_plain
     from bayesprune.core.pruning import Budget, prune
     from bayesprune.models import new_net
-    from bayesprune.pipeline.baseline import fit_plain
-    from bayesprune.pipeline.compare import structured
     from bayesprune.pipeline.evaluation import metric_name
     from bayesprune.pipeline.finetune import finetune
     from bayesprune.pipeline.runner import load_datasets
@@ -400,7 +414,7 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
             **rule,
         )
     else:  # a finished cell asked for more sparsities: its plain network, not trained again
-        net.load_state_dict(torch.load(folder / PLAIN_FILE, weights_only=True))
+        read_state_dict(folder / PLAIN_FILE, net)
     plain_seconds = time.perf_counter() - start
     epochs = rule["epochs"] + cell.finetune_epochs  # the plain network's and one sparsity's fine-tuning
     metrics = {
@@ -433,7 +447,7 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
                 net,
                 training,
                 ratio=sparsity,
-                importance=cell.method.removeprefix(structured.PREFIX),
+                importance=cell.method.removeprefix("torch-pruning-"),
                 finetune_epochs=cell.finetune_epochs,
                 rule=rule,
             )

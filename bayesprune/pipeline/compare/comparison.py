@@ -20,7 +20,7 @@ one, and:
   epochs with the mask fixed: cell ``magnitude-seed<k>``. Its plain network is the one every row's
   ``plain_test_error`` reports, so the method cells do not train it again (``baseline.enabled = false``).
 * at unit level (``prune.level = "unit"``), Torch-Pruning's own structured pruner
-  (``compare.torch_pruning``, :mod:`~bayesprune.pipeline.compare.structured`): the same plain network,
+  (``compare.torch_pruning``, :mod:`~bayesprune.core.channels`): the same plain network,
   each layer's channels pruned by the fraction of units of each sparsity with Torch-Pruning's magnitude
   or Taylor importance and fine-tuned ``compare.finetune_epochs`` epochs: cell
   ``torch-pruning-<importance>-seed<k>``.
@@ -44,6 +44,7 @@ from pathlib import Path
 
 import tomli_w
 
+from bayesprune.core.channels import IMPORTANCES
 from bayesprune.core.errors import BayesPruneError, ConfigError
 from bayesprune.core.files import write_text
 from bayesprune.core.validation import MAX_COUNT, is_count, is_int, is_number, require
@@ -51,7 +52,6 @@ from bayesprune.methods import available_methods, get_method, sparsity_option
 from bayesprune.pipeline.compare.cells import Cell
 from bayesprune.pipeline.compare.engines import check_engine, run_cells
 from bayesprune.pipeline.compare.leaderboard import leaderboard_rows, write_leaderboard
-from bayesprune.pipeline.compare.structured import IMPORTANCES, PREFIX
 from bayesprune.pipeline.compare.tracking import open_tracker
 from bayesprune.pipeline.config import RunConfig, apply_overrides, load_config, packaged_configs
 from bayesprune.pipeline.rundir import out_lock
@@ -94,7 +94,7 @@ class CompareOptions:
             none. Refused at weight level (it removes units).
     """
 
-    methods: tuple = ()
+    methods: tuple | None = None
     sparsities: tuple = (0.5, 0.8, 0.9, 0.95)
     seeds: tuple = (0,)
     options_from: str = "digits"
@@ -107,11 +107,13 @@ class CompareOptions:
     torch_pruning: tuple | None = None
 
     def __post_init__(self):
-        known = [*available_methods(), MAGNITUDE]
-        require(isinstance(self.methods, (list, tuple)), "compare.methods", "be a list", self.methods)
-        for name in self.methods:
+        known = [*(name for name, method in available_methods().items() if not method.baseline), MAGNITUDE]
+        methods = known if self.methods is None else self.methods
+        require(isinstance(methods, (list, tuple)), "compare.methods", "be a list", methods)
+        require(len(methods) > 0, "compare.methods", "name at least one method (leave it out for all)", methods)
+        for name in methods:
             require(name in known, "compare.methods", f"contain only methods of {sorted(known)}", name)
-        object.__setattr__(self, "methods", tuple(dict.fromkeys(self.methods or known)))
+        object.__setattr__(self, "methods", tuple(dict.fromkeys(methods)))
         require(
             isinstance(self.sparsities, (list, tuple))
             and len(self.sparsities) > 0
@@ -396,9 +398,9 @@ def structured_cells(options: CompareOptions, baseline: list) -> list:
     return [
         replace(
             cell,
-            name=f"{PREFIX}{importance}-seed{cell.seed}",
+            name=f"torch-pruning-{importance}-seed{cell.seed}",
             kind="torch-pruning",
-            method=f"{PREFIX}{importance}",
+            method=f"torch-pruning-{importance}",
             config={**cell.config, "description": f"compare: the plain network, Torch-Pruning's {importance} pruner"},
         )
         for importance in importances

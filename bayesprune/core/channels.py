@@ -1,4 +1,4 @@
-"""Torch-Pruning's own structured pruner: the baseline of a comparison at unit level.
+"""Torch-Pruning's own structured pruner, which the ``torch-pruning`` method runs.
 
 The heuristic a practitioner reaches for (Torch-Pruning's ``BasePruner`` with its magnitude or Taylor
 importance, then fine-tuning), run through the library itself, not re-implemented. Each dependency
@@ -7,7 +7,7 @@ fraction a unit-level budget removes. Torch-Pruning prunes the units a unit-leve
 (:func:`bayesprune.core.structure.unit_groups`) and no others: every ``Linear``/``Conv`` that produces
 none of them (the output layer, a normalised residual stream) is one of its ``ignored_layers``, and
 so are the query/key/value layers of attention heads (heads need Torch-Pruning's per-model head
-options; the baseline keeps them).
+options; they are kept).
 """
 
 import copy
@@ -18,10 +18,10 @@ from torch import nn
 from bayesprune.core.export import count_macs
 from bayesprune.core.structure import example_input, unit_groups
 
-#: Torch-Pruning's importance criteria the baseline offers (``compare.torch_pruning``).
+#: Torch-Pruning's importance criteria offered (the ``torch-pruning`` method's ``importance``).
 IMPORTANCES = ("magnitude", "taylor")
-#: The baseline's method name in a comparison is this prefix and its importance.
-PREFIX = "torch-pruning-"
+#: How the channels to remove are chosen: the same fraction of each group, or the lowest-ranked of all.
+SCOPES = ("layer", "global")
 
 
 def importance_of(name: str):
@@ -42,16 +42,21 @@ def ignored_layers(net: nn.Module, input_shape) -> list:
     return [name for name, module in net.named_modules() if isinstance(module, weighted) and name not in pruned]
 
 
-def prune_channels(net: nn.Module, input_shape, *, ratio: float, importance: str = "magnitude", ignored=None):
+def prune_channels(
+    net: nn.Module, input_shape, *, ratio: float, importance: str = "magnitude", ignored=None, scope: str = "layer"
+):
     """Prune ``net`` in place with Torch-Pruning's ``BasePruner``: each group loses ``ratio`` of its
-    channels, ranked by ``importance`` (for ``"taylor"``, the gradients already in the parameters'
-    ``.grad``). ``ignored``: module paths left whole (default :func:`ignored_layers`). Returns ``net``."""
+    channels (``scope = "layer"``), or ``ratio`` of all channels goes to the lowest-ranked across groups
+    (``"global"``: Torch-Pruning's ``global_pruning``), ranked by ``importance`` (for ``"taylor"``, the
+    gradients already in the parameters' ``.grad``). ``ignored``: module paths left whole (default
+    :func:`ignored_layers`). Returns ``net``."""
     ignored = ignored_layers(net, input_shape) if ignored is None else ignored
     pruner = tp.pruner.BasePruner(
         net,
         example_input(net, input_shape, batch=1),
         importance=importance_of(importance),
         pruning_ratio=ratio,
+        global_pruning=scope == "global",
         ignored_layers=[net.get_submodule(name) for name in ignored],
     )
     pruner.step()
@@ -85,10 +90,10 @@ def accumulate_gradients(net: nn.Module, x, y, loss, *, batch_size: int):
 def pruned_and_finetuned(net: nn.Module, dataset, *, ratio: float, importance: str, finetune_epochs: int, rule: dict):
     """A copy of the plain ``net`` pruned by :func:`prune_channels` at ``ratio`` (Taylor importance from
     the gradient of the mean training loss), then fine-tuned ``finetune_epochs`` epochs as the plain
-    network was trained (``rule``: :func:`~bayesprune.pipeline.baseline.fit_plain`'s epochs, lr, batch
+    network was trained (``rule``: :func:`~bayesprune.core.plain.fit_plain`'s epochs, lr, batch
     size and seed) on ``net``'s device; in eval mode."""
+    from bayesprune.core.plain import fit_plain
     from bayesprune.core.tasks import mean_loss
-    from bayesprune.pipeline.baseline import fit_plain
 
     pruned = copy.deepcopy(net)
     device = next(net.parameters()).device
@@ -103,7 +108,7 @@ def pruned_and_finetuned(net: nn.Module, dataset, *, ratio: float, importance: s
 
 
 def check_prunable(net: nn.Module, input_shape):
-    """Refuse, in one line, a network Torch-Pruning's baseline cannot prune: one it cannot trace, or one
+    """Refuse, in one line, a network Torch-Pruning's pruner cannot prune: one it cannot trace, or one
     without a unit group."""
     from bayesprune.core.errors import BayesPruneError
     from bayesprune.core.structure import NotTraceable
