@@ -94,7 +94,7 @@ class CompareOptions:
             none. Refused at weight level (it removes units).
     """
 
-    methods: tuple = ()
+    methods: tuple | None = None
     sparsities: tuple = (0.5, 0.8, 0.9, 0.95)
     seeds: tuple = (0,)
     options_from: str = "digits"
@@ -108,10 +108,12 @@ class CompareOptions:
 
     def __post_init__(self):
         known = [*(name for name, method in available_methods().items() if not method.baseline), MAGNITUDE]
-        require(isinstance(self.methods, (list, tuple)), "compare.methods", "be a list", self.methods)
-        for name in self.methods:
+        methods = known if self.methods is None else self.methods
+        require(isinstance(methods, (list, tuple)), "compare.methods", "be a list", methods)
+        require(len(methods) > 0, "compare.methods", "name at least one method (leave it out for all)", methods)
+        for name in methods:
             require(name in known, "compare.methods", f"contain only methods of {sorted(known)}", name)
-        object.__setattr__(self, "methods", tuple(dict.fromkeys(self.methods or known)))
+        object.__setattr__(self, "methods", tuple(dict.fromkeys(methods)))
         require(
             isinstance(self.sparsities, (list, tuple))
             and len(self.sparsities) > 0
