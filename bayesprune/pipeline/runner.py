@@ -42,6 +42,7 @@ from bayesprune.methods import FitContext, get_method
 from bayesprune.models import new_net
 from bayesprune.pipeline.baseline import least_squares_test_rmse, train_plain
 from bayesprune.pipeline.checks import (
+    check_importance,
     check_memory_format,
     check_network,
     check_size,
@@ -90,6 +91,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     datasets = load_datasets(config)
     check_size(config, datasets[0])
     check_validation(config, datasets)
+    check_importance(config, datasets[0])
     check_memory_format(config, datasets[0])
     net = new_net(config, datasets[0].input_shape, datasets[0].output_dim, seed=config.seed)
     check_network(net, datasets[0])
