@@ -109,9 +109,8 @@ class CompareOptions:
 
     def __post_init__(self):
         known = [*(name for name, method in available_methods().items() if not method.baseline), MAGNITUDE]
-        methods = known if self.methods is None else self.methods
-        require(isinstance(methods, (list, tuple)), "compare.methods", "be a list", methods)
-        require(len(methods) > 0, "compare.methods", "name at least one method (leave it out for all)", methods)
+        methods = known if self.methods is None else self.methods  # unset: all; [] refused
+        require(isinstance(methods, (list, tuple)) and methods, "compare.methods", "be a non-empty list", methods)
         for name in methods:
             require(name in known, "compare.methods", f"contain only methods of {sorted(known)}", name)
         object.__setattr__(self, "methods", tuple(dict.fromkeys(methods)))
@@ -165,12 +164,7 @@ class CompareOptions:
                 name,
             )
             held = load_config(name).method
-            require(
-                held == method,
-                f"compare.configs.{method}",
-                f"be a config of method {method!r} (it is {held!r}'s)",
-                name,
-            )
+            require(held == method, f"compare.configs.{method}", f"be {method!r}'s config, not {held!r}'s", name)
         require(
             is_count(self.finetune_epochs, 0),
             "compare.finetune_epochs",
