@@ -449,6 +449,24 @@ CASES = {
         "importance.png",
     ),
     "importance of the top 0 features": ({"done": RUN}, ["importance", "done", "--top", "0"], "--top"),
+    # issue 49: groups of inputs and the selection's needs
+    "importance.groups naming an unknown input": (
+        {"t.csv": csv_table([[i, i % 3, i % 2] for i in range(12)])},
+        [*CSV_RUN, "--set", "importance.groups=[['a', 'zz']]"],
+        "importance.groups",
+    ),
+    "importance.groups naming an input twice": (
+        {"t.csv": csv_table([[i, i % 3, i % 2] for i in range(12)])},
+        [*CSV_RUN, "--set", "importance.groups=[['a', 'b'], ['a']]"],
+        "importance.groups",
+    ),
+    "importance.correlation of 0": ({}, settings("importance.correlation=0"), "importance.correlation"),
+    "importance.correlation above 1": ({}, settings("importance.correlation=1.5"), "importance.correlation"),
+    "knockoff selection of more inputs than the rows allow": (
+        {"t.csv": csv_table([[i, i % 3, i % 5, i % 7, i % 4, i % 2] for i in range(12)], header="a,b,c,d,e,y")},
+        [*CSV_RUN, "--set", "importance.selection='knockoff'"],
+        "importance.selection",
+    ),
     "pbp alpha leaving S_P empty": (
         {},
         ["run", "pbp-digits", "--out", "out", "--set", "pbp.alpha=0.0001"],
@@ -1085,7 +1103,8 @@ def test_every_numeric_option_has_an_upper_bound(key, default):
     huge = 10**30 if isinstance(default, int) else 1e300
     raw = (
         {"method": table}
-        if table not in ("data", "model", "optim", "train", "prune", "baseline", "reference", "experiment")
+        if table
+        not in ("data", "model", "optim", "train", "prune", "baseline", "reference", "experiment", "importance")
         else {}
     )
     raw[table] = {name: huge}

@@ -86,6 +86,24 @@ def on_cpu(value):
     return value
 
 
+def read_state_dict(path, net=None) -> dict:
+    """The network state dict saved at ``path`` (names → tensors, read ``weights_only``: never unpickled),
+    loaded into ``net`` when given; refused in one line naming the file when it is not one, or is another
+    network's (other names or shapes)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError) as error:
+        raise BayesPruneError(f"{path}: not a readable network file ({' '.join(str(error).split())[:160]})") from None
+    if not isinstance(state, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in state.items()):
+        raise BayesPruneError(f"{path}: not a network's state dict (names and tensors)")
+    if net is not None:
+        try:
+            net.load_state_dict(state)
+        except RuntimeError as error:
+            raise BayesPruneError(f"{path}: holds another network ({one_line(str(error))[:160]})") from None
+    return state
+
+
 def read_checkpoint(path) -> dict:
     """The checkpoint at ``path`` as saved by :func:`save_checkpoint` (older layouts converted).
 

@@ -42,6 +42,7 @@ from bayesprune.methods import FitContext, get_method
 from bayesprune.models import new_net
 from bayesprune.pipeline.baseline import least_squares_test_rmse, train_plain
 from bayesprune.pipeline.checks import (
+    check_importance,
     check_memory_format,
     check_network,
     check_size,
@@ -62,6 +63,7 @@ from bayesprune.pipeline.rundir import (
     POSTERIOR,
     SEEDS,
     check_output_dir,
+    finished_seed,
     load_run,  # noqa: F401  (a saved run loads from here too, as before the split)
     move_into_place,
     resumable,
@@ -89,6 +91,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     datasets = load_datasets(config)
     check_size(config, datasets[0])
     check_validation(config, datasets)
+    check_importance(config, datasets[0])
     check_memory_format(config, datasets[0])
     net = new_net(config, datasets[0].input_shape, datasets[0].output_dim, seed=config.seed)
     check_network(net, datasets[0])
@@ -184,7 +187,7 @@ def _seed_run(
         for name in [str(record), *(FIRST_FIT_FILES if first else ())]:
             if (resumed_from / name).is_file():
                 shutil.copyfile(resumed_from / name, staging / name)
-        return json.loads((resumed_from / record).read_text()), None
+        return finished_seed(resumed_from / record, config.seed), None
     resume = None
     if resumed_from is not None and (resumed_from / checkpoint).is_file():
         saved = read_checkpoint(resumed_from / checkpoint)

@@ -448,3 +448,48 @@ class ExperimentConfig:
 
     def __post_init__(self):
         validate(self, "experiment")
+
+
+#: Selection rules of ``importance.selection`` and ``bayesprune importance --selection`` (the first is the default).
+IMPORTANCE_SELECTIONS = ("empirical-null", "bayesian-fdr", "knockoff")
+
+
+def _distinct_groups(value) -> bool:
+    """Non-empty lists of input names, no input named twice."""
+    if not isinstance(value, (list, tuple)) or not all(
+        isinstance(group, (list, tuple)) and group and all(isinstance(name, str) for name in group) for group in value
+    ):
+        return False
+    named = [name for group in value for name in group]
+    return len(set(named)) == len(named)
+
+
+@dataclass(frozen=True)
+class ImportanceConfig:
+    """``[importance]``: how ``bayesprune importance`` and the report group and select the inputs.
+
+    ``correlation``: inputs whose absolute correlation on the training rows exceeds it (or that a chain of
+    such pairs joins) are one group, in (0, 1]; at 1 no inputs are grouped. ``groups``: the user's own groups,
+    lists of input names, in place of the correlation's (every input not named stays alone; a name must be an
+    input of the table, checked against the data before anything is written, and no input may be named
+    twice). ``selection``: the selection rule, one of :data:`IMPORTANCE_SELECTIONS` (``bayesprune importance
+    --selection`` overrides it).
+    """
+
+    correlation: float = option(0.9, unit(open_high=False))
+    groups: tuple | None = option(
+        None,
+        optional(
+            Constraint(
+                _distinct_groups,
+                "be a list of non-empty lists of input names, each input named once",
+                refused=("a", [[]], [["a"], ["a"]], [1]),
+                allowed="lists of input names, each input in one",
+                convert=lambda v: tuple(tuple(group) for group in v),
+            )
+        ),
+    )
+    selection: str = option(IMPORTANCE_SELECTIONS[0], one_of(IMPORTANCE_SELECTIONS))
+
+    def __post_init__(self):
+        validate(self, "importance")

@@ -13,6 +13,8 @@ the key.
 """
 
 import json
+import os
+import pickle
 import shutil
 import signal
 import socket
@@ -22,10 +24,11 @@ import tomllib
 
 import pytest
 import tomli_w
+import torch
 
 from bayesprune.cli import main
 from bayesprune.core.loop import STOP
-from test_bad_inputs import DIR, RUN, _build, _tree
+from test_bad_inputs import DIR, RUN, _build, _tree, saved_checkpoint
 
 CMP, SWEEP, GONE = "<complete comparison>", "<complete sweep>", "<removed>"
 TINY = [
@@ -93,6 +96,16 @@ def _seeds_text(value):
 
 MAGNITUDE_CELL, SBNN_CELL = "cmp/cells/magnitude-seed0", "cmp/cells/sbnn-seed0"
 
+
+class _Planted:
+    """Unpickled, it would make a folder ``pwned`` (the harness sees any change in the working folder)."""
+
+    def __reduce__(self):
+        return (os.mkdir, ("pwned",))
+
+
+MALICIOUS = pickle.dumps(_Planted())
+
 CASES = {
     # cell folders and cells/ that are links or files: never followed, never written through
     "cells/ a link to a folder outside": (
@@ -151,6 +164,31 @@ CASES = {
         RESUME,
         "per_sparsity",
     ),
+    "a cell's network file holding another network": (
+        {"cmp": CMP, MAGNITUDE_CELL + "/network-s0.5.pt": saved_checkpoint({"x": torch.zeros(3)})},
+        RESUME,
+        "network-s0.5.pt",
+    ),
+    "a cell's network file a malicious pickle": (
+        {"cmp": CMP, MAGNITUDE_CELL + "/network-plain.pt": MALICIOUS},
+        [*RESUME, "--sparsities", "0.5", "0.9"],
+        "network-plain.pt",
+    ),
+    "run --resume with seeds/ a link to a forged seed record": (
+        {
+            "r": RUN,
+            "r/metrics.json": None,
+            "forged/seed-0.json": '{"method": "sbnn"}',
+            "r/seeds": ("link", "../forged"),
+        },
+        ["run", "--resume", "r", "--quiet"],
+        "seed-0.json",
+    ),
+    "run --resume with a forged seed record": (
+        {"r": RUN, "r/metrics.json": None, "r/seeds/seed-0.json": '{"method": "sbnn", "task": "classification"}'},
+        ["run", "--resume", "r", "--quiet"],
+        "seed-0.json",
+    ),
     "cell.json not JSON": ({"cmp": CMP, MAGNITUDE_CELL + "/cell.json": "]["}, RESUME, "cell.json"),
     "cell.json of another fine-tuning": (
         {"cmp": CMP, MAGNITUDE_CELL + "/cell.json": edit_json(_cell_finetune)},
@@ -201,6 +239,7 @@ CASES = {
         [*NEW, "--set", "compare.finetune_epochs=1000000000000"],
         "compare.finetune_epochs",
     ),
+    "an empty list of methods": ({}, [*NEW, "--set", "compare.methods=[]"], "compare.methods"),
     "budget of 0 epochs": ({}, [*NEW, "--set", "compare.budget=0"], "compare.budget"),
     "budget below a method's stages": (
         {},
@@ -495,3 +534,17 @@ def test_a_summary_whose_first_point_failed_keeps_the_others_numbers(tmp_path):
     with open(tmp_path / "summary.csv") as handle:
         read = list(csv.DictReader(handle))
     assert [row["test_error"] for row in read] == ["", "0.25"] and read[0]["failed"].endswith("diverged")
+
+
+def test_a_databricks_store_without_credentials_is_one_line_and_no_folder(tmp_path, monkeypatch, capsys):
+    """The reported case: ``--track-uri databricks`` made a folder called databricks/ (MLflow's URI read as a
+    path). Without credentials it is refused at once, offline, naming the flag; nothing is written."""
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("DATABRICKS_HOST", raising=False)
+    monkeypatch.chdir(tmp_path)
+    start = time.perf_counter()
+    status = main([*NEW, "--track", "mlflow", "--track-uri", "databricks"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "--track-uri databricks" in err, err
+    assert list(tmp_path.iterdir()) == [] and time.perf_counter() - start < 15

@@ -19,6 +19,7 @@ the network returned is deterministic (gates ẑ folded), cut to the MAC target.
 Scores are log α of every kept unit, in float64 (higher keeps).
 """
 
+import copy
 import math
 import time
 
@@ -95,6 +96,7 @@ class HardConcreteMethod(Method):
         from bayesprune.core.errors import ConfigError
 
         try:
+            net = separable_heads(copy.deepcopy(net), data.input_shape)
             gates = HardConcreteGates(net, init_open=options.init_open, beta=options.beta, input_shape=data.input_shape)
         except ValueError as error:
             raise ConfigError(f"model: hard-concrete gates the units of the network's unit groups; {error}") from None

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from bayesprune.core.checkpoint import read_state_dict
 from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.files import replacing, write_text
 from bayesprune.core.loop import check_stop
@@ -123,6 +124,19 @@ def check_folder(cell: Cell, folder: Path):
         raise BayesPruneError(f"{folder}: holds another fit than this config asks ({why}); give a new --out")
     if finished(folder):
         check_metrics(cell, folder / "metrics.json")
+        if cell.kind in PLAIN_KINDS:
+            check_network_files(folder)
+
+
+def check_network_files(folder: Path):
+    """Refuse, naming the file, a finished plain cell's network file that is not a state dict (read without
+    unpickling) or names other parameters than its plain network."""
+    files = sorted(folder.glob("network-*.pt"))
+    states = {path: read_state_dict(path) for path in files}
+    names = set(states.get(folder / PLAIN_FILE, {})) or None
+    for path, state in states.items():
+        if names is not None and set(state) != names:
+            raise BayesPruneError(f"{path}: holds another network than {PLAIN_FILE} (other parameter names)")
 
 
 def check_metrics(cell: Cell, path: Path) -> dict:
@@ -400,7 +414,7 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
             **rule,
         )
     else:  # a finished cell asked for more sparsities: its plain network, not trained again
-        net.load_state_dict(torch.load(folder / PLAIN_FILE, weights_only=True))
+        read_state_dict(folder / PLAIN_FILE, net)
     plain_seconds = time.perf_counter() - start
     epochs = rule["epochs"] + cell.finetune_epochs  # the plain network's and one sparsity's fine-tuning
     metrics = {

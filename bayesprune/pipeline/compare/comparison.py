@@ -94,7 +94,7 @@ class CompareOptions:
             none. Refused at weight level (it removes units).
     """
 
-    methods: tuple = ()
+    methods: tuple | None = None
     sparsities: tuple = (0.5, 0.8, 0.9, 0.95)
     seeds: tuple = (0,)
     options_from: str = "digits"
@@ -108,10 +108,11 @@ class CompareOptions:
 
     def __post_init__(self):
         known = [*(name for name, method in available_methods().items() if not method.baseline), MAGNITUDE]
-        require(isinstance(self.methods, (list, tuple)), "compare.methods", "be a list", self.methods)
-        for name in self.methods:
+        methods = known if self.methods is None else self.methods  # unset: all; [] refused
+        require(isinstance(methods, (list, tuple)) and methods, "compare.methods", "be a non-empty list", methods)
+        for name in methods:
             require(name in known, "compare.methods", f"contain only methods of {sorted(known)}", name)
-        object.__setattr__(self, "methods", tuple(dict.fromkeys(self.methods or known)))
+        object.__setattr__(self, "methods", tuple(dict.fromkeys(methods)))
         require(
             isinstance(self.sparsities, (list, tuple))
             and len(self.sparsities) > 0
@@ -162,12 +163,7 @@ class CompareOptions:
                 name,
             )
             held = load_config(name).method
-            require(
-                held == method,
-                f"compare.configs.{method}",
-                f"be a config of method {method!r} (it is {held!r}'s)",
-                name,
-            )
+            require(held == method, f"compare.configs.{method}", f"be {method!r}'s config, not {held!r}'s", name)
         require(
             is_count(self.finetune_epochs, 0),
             "compare.finetune_epochs",

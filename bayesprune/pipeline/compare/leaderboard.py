@@ -52,6 +52,7 @@ def _weights(net) -> tuple:
 def pruned_network(cell, folder: Path, sparsity):
     """``(network, input_shape, dense_weights)``: the cell's network pruned at ``sparsity`` (``None``: as the
     method left it) with its dead units removed, one input's shape, and the weights of the full network."""
+    from bayesprune.core.checkpoint import read_state_dict
     from bayesprune.core.export import dead_units, export, resize
     from bayesprune.core.pruning import bias_sites, prune
     from bayesprune.models import new_net
@@ -61,12 +62,13 @@ def pruned_network(cell, folder: Path, sparsity):
     if cell.kind in PLAIN_KINDS:
         config = cell.run_config()
         dataset = load_datasets(config)[0]
+        shape = tuple(dataset.input_shape)
         net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
         dense = _weights(net)[1]
-        state = torch.load(folder / network_file(sparsity), weights_only=True)
+        state = read_state_dict(folder / network_file(sparsity))
         if cell.kind == "torch-pruning":  # Torch-Pruning's smaller network: the plain one cut to its shapes
-            resize(net, {name: tuple(value.shape) for name, value in state.items()}, input_shape=dataset.input_shape)
-        net.load_state_dict(state)
+            resize(net, {name: tuple(value.shape) for name, value in state.items()}, input_shape=shape)
+        read_state_dict(folder / network_file(sparsity), net)
     else:
         config, dataset, fitted = load_run(folder)
         dense = _weights(new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed))[1]
