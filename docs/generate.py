@@ -45,6 +45,7 @@ CORE = {
     "model.noise_scale": "fixed noise standard deviation of the Gaussian likelihood (regression); unset, it is learned",
     "model.expose": 'parameters added to the sites (names, globs such as `"*.bn1.*"`, or module type names such as `"BatchNorm2d"`); by default the sites are the parameters of the Linear and convolution layers',
     "model.hide": "parameters taken out of the sites (same forms); they stay point estimates that the optimiser trains",
+    "model.heads": "the number of attention heads of modules that do not hold it as `num_heads` or `num_attention_heads` (module names, globs or type names to counts, e.g. `{\"blocks.*.attn\" = 4}`), so that their heads are units at unit level; timm's, `transformers`' and PyTorch's attention blocks need none",
     "optim.name": "`adam` or `sgd`",
     "optim.lr": "learning rate",
     "optim.schedule": "`constant`, `exponential` (× `gamma` per epoch) or `cosine` (annealed to zero over the run)",

@@ -150,15 +150,15 @@ def train_stacked(
     epochs: int,
     loss,
     optim,
-    validation: tuple | None = None,
+    validation: tuple | list | None = None,
     task: str = "classification",
     patience: int | None = None,
 ) -> list:
     """Train ``nets`` in place together: ``epochs`` passes, fit k over ``batches[k]`` (one
     :class:`~bayesprune.core.loop.TensorBatches` per fit, same rows and batch size), minimising
     ``loss(output, y)`` with the optimiser and schedule of ``optim`` (an :class:`~bayesprune.core.optim.OptimConfig`).
-    With ``validation = (x, y)``, each fit keeps its best epoch's state (after ``patience`` epochs
-    without improvement it stops). Returns one :class:`FitRecord` per fit. The losses are read back once
+    With ``validation = (x, y)`` (or a list of one per fit), each fit keeps its best epoch's state
+    (after ``patience`` epochs without improvement it stops). Returns one :class:`FitRecord` per fit. The losses are read back once
     an epoch.
 
     Raises:
@@ -240,13 +240,17 @@ def _record_epoch(records: list, losses: torch.Tensor, epoch: int):
 def _early_stopping(stacked, records, validation, task, epoch, epochs, patience) -> bool:
     """:class:`~bayesprune.core.early_stopping.EarlyStopping` for every fit: score this epoch, keep each
     fit's best state, and put it back once the fit stops or training ends; ``True`` when all stopped."""
-    x, y = validation
+    device = next(iter(stacked.params.values())).device
     with torch.no_grad():
-        outputs = stacked(x.to(next(iter(stacked.params.values())).device))
-    for k, record in enumerate(records):
+        if isinstance(validation, tuple):
+            outputs, ys = stacked(validation[0].to(device)), [validation[1]] * len(records)
+        else:  # each fit its own rows: one pass of the stack over each fit's
+            outputs = [stacked(x.to(device))[k] for k, (x, _) in enumerate(validation)]
+            ys = [y for _, y in validation]
+    for k, (record, y) in enumerate(zip(records, ys)):
         if record.stopped:
             continue
-        value = metric(task, predictive_mean(outputs[k], task).cpu(), y)
+        value = metric(task, predictive_mean(outputs[k], task).cpu(), y.cpu())
         record.scores.append(value)
         if value < record.best_score or record.best is None:
             record.best_score, record.best_epoch, record.best = value, epoch, stacked.fit(k)

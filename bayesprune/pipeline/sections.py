@@ -101,6 +101,19 @@ NAMES = Constraint(
 )
 
 
+#: ``model.heads``: module names, globs or module type names, each to its number of attention heads.
+HEAD_COUNTS = Constraint(
+    lambda v: (
+        isinstance(v, dict)
+        and all(isinstance(name, str) and is_int(heads) and 1 <= heads <= MAX_COUNT for name, heads in v.items())
+    ),
+    "be a table of module names, globs or module type names to their number of attention heads",
+    refused=({"blocks.*.attn": 0}, {"attn": 1.5}, ["attn"]),
+    allowed="a table of module names, globs or type names to head counts",
+    convert=dict,
+)
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """``[model]``: ``architecture`` names a builder of :mod:`bayesprune.models`, or ``factory``
@@ -114,6 +127,10 @@ class ModelConfig:
     first, with the run's optimiser and minibatches (:func:`bayesprune.pipeline.start.start_network`), so that
     every method of a comparison starts from the same trained network; ``start_<metric>`` in ``metrics.json``
     is the test metric of the network the fit starts from.
+
+    ``heads`` gives the number of attention heads of modules that do not hold it as ``num_heads`` or
+    ``num_attention_heads`` (names, globs or module type names to counts; :func:`bayesprune.core.heads.declare_heads`),
+    so that their heads are units (:mod:`bayesprune.core.heads`).
 
     ``noise_scale`` fixes the Gaussian noise of regression; absent, it is learned. ``expose`` and
     ``hide`` add parameters to the sites or take them out (names, globs or module type names,
@@ -144,6 +161,7 @@ class ModelConfig:
     noise_scale: float | None = option(None, optional(scale()))
     expose: tuple = option((), NAMES)
     hide: tuple = option((), NAMES)
+    heads: dict = option(constraint=HEAD_COUNTS, factory=dict)
     options: dict = field(default_factory=dict)
 
     rules = (
@@ -433,7 +451,7 @@ class ExperimentConfig:
 
 
 #: Selection rules of ``importance.selection`` and ``bayesprune importance --selection`` (the first is the default).
-IMPORTANCE_SELECTIONS = ("empirical-null", "bayesian-fdr", "knockoff")
+IMPORTANCE_SELECTIONS = ("stability", "empirical-null", "bayesian-fdr", "knockoff")
 
 
 def _distinct_groups(value) -> bool:
