@@ -169,3 +169,38 @@ def test_network_test_metric_is_the_direct_error(weights_file):
     assert network_test_metric(new_net(config, data.input_shape, data.output_dim, seed=0), data) == pytest.approx(
         direct
     )
+
+
+def test_comparison_rows_share_one_trained_network(tmp_path):
+    """compare with model.pretrain_epochs: each seed's network is trained once (out/starts/seed-<s>.pt) and
+    every row of that seed starts from it: the same start error in each row, the file's network's own
+    (computed directly), and no row trains it again (their configs hold it as model.weights)."""
+    from bayesprune.pipeline.compare import compare, load_comparison
+    from bayesprune.pipeline.config import RunConfig
+    from helpers import TINY, cells_here
+
+    out = tmp_path / "cmp"
+    with cells_here():
+        compare(
+            None,
+            out,
+            methods=["sbnn", "sparse-vd"],
+            sparsities=[0.5],
+            seeds=[1],
+            overrides=[*TINY, "model.pretrain_epochs=3"],
+            report=lambda *a: None,
+        )
+    data = load_dataset("digits")
+    for seed in (1,):
+        raw, _ = load_comparison(None, TINY)
+        net = new_net(RunConfig.from_dict({"model": raw["model"]}), data.input_shape, data.output_dim, seed=seed)
+        net.load_state_dict(torch.load(out / "starts" / f"seed-{seed}.pt", weights_only=True))
+        direct = _direct_error(net, data)
+        assert direct < 50
+        rows = [
+            json.loads((folder / "metrics.json").read_text())
+            for folder in (out / "cells").iterdir()
+            if folder.name.endswith(f"seed{seed}") and (folder / "metrics.json").is_file()
+        ]
+        starts = [row["start_test_error"] for row in rows if "start_test_error" in row]  # the methods' runs
+        assert len(starts) == 2 and all(start == pytest.approx(direct, abs=1e-4) for start in starts)

@@ -55,6 +55,7 @@ from bayesprune.pipeline.compare.leaderboard import leaderboard_rows, write_lead
 from bayesprune.pipeline.compare.tracking import open_tracker
 from bayesprune.pipeline.config import RunConfig, apply_overrides, load_config, packaged_configs
 from bayesprune.pipeline.rundir import out_lock
+from bayesprune.pipeline.start import shared_starts
 
 #: The baseline's name among the methods.
 MAGNITUDE = "magnitude"
@@ -565,11 +566,9 @@ def compare(
     on ``resume``: cells are added or dropped, a finished cell is read back, never fitted again. The
     resolved comparison is written to ``out/comparison.toml`` before the first cell, so that ``resume``
     continues from it (no config or overrides are given then). Before any fit every cell is checked
-    (:func:`check_cells`): all refusals come in one error, a line each. A cell that fails while fitting
-    is a leaderboard row with its reason while the others finish. ``status`` gets the progress lines
-    (default: stderr), ``report(cell, metrics, done, total)`` each finished cell. ``track="mlflow"``
-    logs each cell as it finishes, and the leaderboard, to the MLflow store at ``track_uri`` (default
-    ``file:<out>/mlruns``; see :mod:`bayesprune.pipeline.compare.tracking`).
+    (:func:`check_cells`): all refusals in one error. A failing cell is a row with its reason. ``status``
+    gets progress lines, ``report(cell, metrics, done, total)`` each finished cell; ``track="mlflow"`` logs to
+    ``track_uri`` (:mod:`~bayesprune.pipeline.compare.tracking`); rows start alike (:mod:`~bayesprune.pipeline.start`).
     """
     out = Path(out)
     if resume:
@@ -592,6 +591,7 @@ def compare(
         folders = check_cells(out, cells)
         tracker = open_tracker(track, track_uri, out, kind="compare")
         out.mkdir(parents=True, exist_ok=True)
+        cells = shared_starts(cells, out, raw)
         # --resume with other lists: the marker holds them from now on (cells dropped keep their folders)
         write_text(
             out / MARKER,
