@@ -63,18 +63,30 @@ def prune_channels(
     return net
 
 
-def pruned_to_macs(net: nn.Module, input_shape, macs: int, *, importance="magnitude", ignored=None, steps: int = 12):
-    """``(pruned copy, its MACs, ratio)``: ``net`` pruned by :func:`prune_channels` at the ratio whose MACs
-    (:func:`bayesprune.core.export.count_macs`) come closest to ``macs``, found by bisection on (0, 0.95)."""
+def pruned_to_macs(
+    net: nn.Module, input_shape, macs: int, *, importance="magnitude", ignored=None, scope: str = "layer", steps=12
+):
+    """``(pruned copy, its MACs, ratio)``: ``net`` pruned by :func:`prune_channels` (``importance``, ``scope``;
+    for ``"taylor"``, the gradients in ``net``'s ``.grad``, copied to every candidate) at the ratio, found by
+    bisection on (0, 0.95), whose MACs (:func:`bayesprune.core.export.count_macs`) are the most at or below
+    ``macs`` (the closest above where no ratio reaches it)."""
     low, high, best = 0.0, 0.95, None
     for _ in range(steps):
         ratio = (low + high) / 2
-        candidate = prune_channels(copy.deepcopy(net), input_shape, ratio=ratio, importance=importance, ignored=ignored)
+        candidate = copy.deepcopy(net)
+        for copied, param in zip(candidate.parameters(), net.parameters(), strict=True):
+            copied.grad = None if param.grad is None else param.grad.clone()  # deepcopy leaves them behind
+        prune_channels(candidate, input_shape, ratio=ratio, importance=importance, ignored=ignored, scope=scope)
         got = count_macs(candidate, input_shape)
-        if best is None or abs(got - macs) < abs(best[1] - macs):
+        if best is None or _preferred(got, macs) < _preferred(best[1], macs):
             best = (candidate, got, ratio)
         low, high = (ratio, high) if got > macs else (low, ratio)
     return best
+
+
+def _preferred(got: int, macs: int) -> tuple:
+    """Sort key of a candidate's MACs: at or below ``macs`` first, the most of them; then the fewest above."""
+    return (0, -got) if got <= macs else (1, got)
 
 
 def accumulate_gradients(net: nn.Module, x, y, loss, *, batch_size: int):

@@ -249,6 +249,8 @@ class Method:
             pruned networks ``compare.finetune_epochs`` (its ``prune.finetune_epochs``).
         summary, paper: what it learns and where it is published, for the README's method table
             and the reference (``docs/generate.py``).
+        fits_together: :meth:`fit_together` trains several independent fits of one network shape as
+            one stacked model (:mod:`bayesprune.core.batched`): the runner uses it for a run's seeds.
     """
 
     name: ClassVar[str] = ""
@@ -259,6 +261,7 @@ class Method:
     sparsity_option: ClassVar[str | None] = None
     quick: ClassVar[tuple] = ()
     baseline: ClassVar[bool] = False
+    fits_together: ClassVar[bool] = False
     summary: ClassVar[str] = ""
     paper: ClassVar[str] = ""
 
@@ -278,6 +281,13 @@ class Method:
 
     def restore(self, net: nn.Module, data, options, ctx, state: dict) -> Fitted:
         """Rebuild the :class:`Fitted` whose :meth:`Fitted.state_dict` is ``state`` around ``net``."""
+        raise NotImplementedError
+
+    def fit_together(self, nets: list, datasets: list, options, contexts: list) -> list:
+        """:meth:`fit` of ``nets[k]`` on ``datasets[k]`` under ``contexts[k]`` for every k (fits that differ
+        in their seed and which rows they hold out alone, none with a checkpoint), trained together, each
+        :class:`Fitted` as its separate fit's up to rounding; only for a method whose :attr:`fits_together`
+        is true."""
         raise NotImplementedError
 
     def inference_data(self, fits: list, data, *, seed: int):

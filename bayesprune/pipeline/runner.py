@@ -21,6 +21,7 @@ from bayesprune.analysis.diagnostics import write_posterior
 from bayesprune.analysis.inference_data import PREDICTIVE_TEST_POINTS
 from bayesprune.analysis.tables import write_csv
 from bayesprune.core import distributed
+from bayesprune.core.batched import check_stackable
 from bayesprune.core.checkpoint import (
     CHECKPOINT_DIGEST,
     read_checkpoint,
@@ -29,11 +30,11 @@ from bayesprune.core.checkpoint import (
     state_digest,
 )
 from bayesprune.core.early_stopping import hold_out
-from bayesprune.core.errors import Interrupted, StopNow, TrainingDiverged
+from bayesprune.core.errors import ConfigError, Interrupted, StopNow, TrainingDiverged
 from bayesprune.core.export import count_macs
 from bayesprune.core.files import arrays_digest, read_npz, replacing
 from bayesprune.core.layout import resolve_memory_format
-from bayesprune.core.loop import check_stop, resolve_device
+from bayesprune.core.loop import check_stop, resolve_device, set_rng_state
 from bayesprune.core.normalization import has_running_stats
 from bayesprune.core.predict import DrawOutputs
 from bayesprune.core.preprocessing import preprocessing_of
@@ -42,6 +43,7 @@ from bayesprune.methods import FitContext, get_method
 from bayesprune.models import new_net
 from bayesprune.pipeline.baseline import least_squares_test_rmse, train_plain
 from bayesprune.pipeline.checks import (
+    check_importance,
     check_memory_format,
     check_network,
     check_size,
@@ -90,6 +92,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     datasets = load_datasets(config)
     check_size(config, datasets[0])
     check_validation(config, datasets)
+    check_importance(config, datasets[0])
     check_memory_format(config, datasets[0])
     net = new_net(config, datasets[0].input_shape, datasets[0].output_dim, seed=config.seed)
     check_network(net, datasets[0])
@@ -105,6 +108,14 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     ):
         (staging / "config.toml").write_text(config.to_toml())
         seeds = config.seeds or [config.seed]
+        try:
+            together = (
+                {}
+                if resumed_from is not None
+                else _fit_seeds_together(config, method, datasets, device, seeds, progress=progress)
+            )
+        except (TrainingDiverged, Interrupted, StopNow) as error:
+            raise _stopped(error, staging, out, CHECKPOINT) from None
         runs = [
             _seed_run(
                 replace(config, seed=seed),
@@ -117,6 +128,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
                 several=len(seeds) > 1,
                 progress=progress,
                 resumed_from=resumed_from,
+                together=together.get(seed),
             )
             for number, seed in enumerate(seeds)
         ]
@@ -168,9 +180,10 @@ def _seed_run(
     several: bool,
     progress: bool,
     resumed_from=None,
+    together=None,
 ) -> tuple:
     """The metrics of one seed of the run (``config.seed``), and the fit whose final checkpoint is
-    still to write (:func:`_fit_splits`), or ``None``.
+    still to write (:func:`_fit_splits`, ``together`` its first fit if trained already), or ``None``.
 
     Its first fit checkpoints into ``staging`` (``checkpoint.pt`` for the run's first seed, which keeps
     its fit there; ``checkpoint-seed-<seed>.pt`` for later seeds, removed once they finish). In a run
@@ -201,6 +214,7 @@ def _seed_run(
         progress=progress,
         checkpoint=staging / checkpoint,
         resume=resume,
+        together=together,
     )
     if several:
         if final is not None:  # a finished seed is taken as it is on --resume: its checkpoint first
@@ -225,9 +239,11 @@ def _fit_splits(
     progress: bool,
     checkpoint: Path,
     resume=None,
+    together=None,
 ) -> tuple:
     """Fit and evaluate every split from ``config.seed``; the first fit checkpoints to ``checkpoint``
-    (continuing from ``resume``, a checkpoint of that fit, when given), and the run's first writes its
+    (continuing from ``resume``, a checkpoint of that fit, when given) unless it was trained with the
+    run's other seeds (``together``, :func:`_fit_seeds_together`), and the run's first writes its
     fit into ``staging``. Returns the metrics and, for the run's first fit, ``(fitted, built, preprocessing)`` for
     :func:`_write_final_checkpoint` (else ``None``): its training-loop checkpoint stays in ``staging``
     until then, so that a run stopped while writing its files resumes from it."""
@@ -242,21 +258,22 @@ def _fit_splits(
                 dataset, *validation = hold_out(dataset, config.train.validation, seed=config.seed + index)
             split_config = config.for_data(dataset.num_train)
             for chain in range(chains if index == 0 else 1):
-                seed = config.seed + index + chain
-                net = start_network(config, dataset, device=device, seed=seed)
-                baseline_net = copy.deepcopy(net) if chain == 0 else None
-                start = network_test_metric(net, dataset) if chain == 0 else None
-                ctx = FitContext.from_config(
-                    config,
-                    dataset,
-                    device=device,
-                    seed=seed,
-                    progress=progress,
-                    validation=None if validation is None else tuple(validation),
-                    checkpoint=checkpoint if index == chain == 0 else None,
-                    resume=resume if index == chain == 0 else None,
-                )
-                fitted = method.fit(net, dataset, config.method_options, ctx)
+                if index == chain == 0 and together is not None:  # trained with the run's other seeds
+                    net, baseline_net, start, ctx, fitted = together
+                    set_rng_state(ctx.rng_after)
+                else:
+                    net, baseline_net, start, ctx = _start_fit(
+                        config,
+                        dataset,
+                        validation,
+                        seed=config.seed + index + chain,
+                        device=device,
+                        progress=progress,
+                        first_chain=chain == 0,
+                        checkpoint=checkpoint if index == chain == 0 else None,
+                        resume=resume if index == chain == 0 else None,
+                    )
+                    fitted = method.fit(net, dataset, config.method_options, ctx)
                 fitted.calibration = config.prune.calibration(dataset.x_train, batch_size=split_config.data.batch_size)
                 if chain == 0:
                     built = shapes(baseline_net)
@@ -283,6 +300,47 @@ def _fit_splits(
     except (TrainingDiverged, Interrupted, StopNow) as error:
         raise _stopped(error, staging, out, checkpoint.name) from None
     return {**summarise_splits(per_split), "chains": chains}, final
+
+
+def _start_fit(config, dataset, validation, *, seed, device, progress, first_chain=True, **services) -> tuple:
+    """``(net, baseline_net, start, ctx)`` of one fit from ``seed``: its starting network, a copy of it and
+    its test metric (the first chain's only), and its context (``services``: checkpoint, resume)."""
+    net = start_network(config, dataset, device=device, seed=seed)
+    baseline_net = copy.deepcopy(net) if first_chain else None
+    start = network_test_metric(net, dataset) if first_chain else None
+    ctx = FitContext.from_config(
+        config,
+        dataset,
+        device=device,
+        seed=seed,
+        progress=progress,
+        validation=None if validation is None else tuple(validation),
+        **services,
+    )
+    return net, baseline_net, start, ctx
+
+
+def _fit_seeds_together(config, method, datasets, device, seeds, *, progress) -> dict:
+    """Seed → ``(net, baseline_net, start, ctx, fitted)`` of the first fit of every seed of the run, trained
+    together (:meth:`~bayesprune.methods.Method.fit_together`, no checkpoint while training) when the method
+    supports it and the run has several seeds, one split and one chain; else empty. Networks the stack
+    refuses (batch norm, dropout: :func:`~bayesprune.core.batched.check_stackable`) fit one at a time."""
+    if len(seeds) < 2 or not method.fits_together or len(datasets) > 1 or run_chains(config, datasets[0]) > 1:
+        return {}
+    parts, starts = [], []
+    for seed in seeds:
+        dataset, validation = datasets[0], None
+        if config.train.validation > 0:
+            dataset, *validation = hold_out(dataset, config.train.validation, seed=seed)
+        parts.append(dataset)
+        starts.append(_start_fit(config, dataset, validation, seed=seed, device=device, progress=progress))
+    nets = [start[0] for start in starts]
+    try:
+        check_stackable(nets)
+    except ConfigError:
+        return {}
+    fits = method.fit_together(nets, parts, config.method_options, [start[3] for start in starts])
+    return {seed: (*start, fitted) for seed, start, fitted in zip(seeds, starts, fits)}
 
 
 def resume_run(out, *, progress: bool = False) -> dict:

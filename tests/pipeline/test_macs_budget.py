@@ -4,6 +4,7 @@ refused before anything is written."""
 import json
 
 import pytest
+import torch
 
 from bayesprune.cli import main
 from bayesprune.core.export import count_macs
@@ -96,3 +97,23 @@ def test_export_finetune_epochs_and_mac_budget(tmp_path, capsys):
     assert main(["export", str(tmp_path / "plain"), "--out", str(out), "--finetune-epochs", "-1"]) == 2
     err = capsys.readouterr().err.strip()
     assert not out.exists() and len(err.splitlines()) == 1 and "--finetune-epochs" in err
+
+
+@pytest.mark.parametrize("scope", ["layer", "global"])
+def test_torch_pruning_row_at_the_macs(tmp_path, scope):
+    """``torch-pruning.macs``: Torch-Pruning's ratio found so that its network costs at most the target of the
+    plain network's MACs (counted here on the run's network as rebuilt from its export), so the row of a
+    comparison at ``prune.macs`` removes no further unit."""
+    torch.manual_seed(0)
+    sets = ["torch-pruning.macs=0.5", f"torch-pruning.scope='{scope}'", "train.epochs=2", "prune.macs=0.5"]
+    argv = ["run", "torch-pruning-digits", "--out", str(tmp_path / "tp"), "--quiet", "--set", "device='cpu'"]
+    for item in sets:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    metrics = json.loads((tmp_path / "tp" / "metrics.json").read_text())
+    data = load_dataset("digits")
+    dense = count_macs(new_net(load_config("torch-pruning-digits"), data.input_shape, 10, seed=0), data.input_shape)
+    assert metrics["macs_dense"] == metrics["plain_macs"] == dense
+    (row,) = metrics["macs_curve"]
+    assert row["macs"] == metrics["macs"] <= 0.5 * dense and row["units_removed"] == 0
+    assert metrics["macs"] > 0.4 * dense  # the ratio's bisection gets close to the target

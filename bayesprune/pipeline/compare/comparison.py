@@ -55,6 +55,7 @@ from bayesprune.pipeline.compare.leaderboard import leaderboard_rows, write_lead
 from bayesprune.pipeline.compare.tracking import open_tracker
 from bayesprune.pipeline.config import RunConfig, apply_overrides, load_config, packaged_configs
 from bayesprune.pipeline.rundir import out_lock
+from bayesprune.pipeline.start import shared_starts
 
 #: The baseline's name among the methods.
 MAGNITUDE = "magnitude"
@@ -108,9 +109,8 @@ class CompareOptions:
 
     def __post_init__(self):
         known = [*(name for name, method in available_methods().items() if not method.baseline), MAGNITUDE]
-        methods = known if self.methods is None else self.methods
-        require(isinstance(methods, (list, tuple)), "compare.methods", "be a list", methods)
-        require(len(methods) > 0, "compare.methods", "name at least one method (leave it out for all)", methods)
+        methods = known if self.methods is None else self.methods  # unset: all; [] refused
+        require(isinstance(methods, (list, tuple)) and methods, "compare.methods", "be a non-empty list", methods)
         for name in methods:
             require(name in known, "compare.methods", f"contain only methods of {sorted(known)}", name)
         object.__setattr__(self, "methods", tuple(dict.fromkeys(methods)))
@@ -164,12 +164,7 @@ class CompareOptions:
                 name,
             )
             held = load_config(name).method
-            require(
-                held == method,
-                f"compare.configs.{method}",
-                f"be a config of method {method!r} (it is {held!r}'s)",
-                name,
-            )
+            require(held == method, f"compare.configs.{method}", f"be {method!r}'s config, not {held!r}'s", name)
         require(
             is_count(self.finetune_epochs, 0),
             "compare.finetune_epochs",
@@ -571,11 +566,9 @@ def compare(
     on ``resume``: cells are added or dropped, a finished cell is read back, never fitted again. The
     resolved comparison is written to ``out/comparison.toml`` before the first cell, so that ``resume``
     continues from it (no config or overrides are given then). Before any fit every cell is checked
-    (:func:`check_cells`): all refusals come in one error, a line each. A cell that fails while fitting
-    is a leaderboard row with its reason while the others finish. ``status`` gets the progress lines
-    (default: stderr), ``report(cell, metrics, done, total)`` each finished cell. ``track="mlflow"``
-    logs each cell as it finishes, and the leaderboard, to the MLflow store at ``track_uri`` (default
-    ``file:<out>/mlruns``; see :mod:`bayesprune.pipeline.compare.tracking`).
+    (:func:`check_cells`): all refusals in one error. A failing cell is a row with its reason. ``status``
+    gets progress lines, ``report(cell, metrics, done, total)`` each finished cell; ``track="mlflow"`` logs to
+    ``track_uri`` (:mod:`~bayesprune.pipeline.compare.tracking`); rows start alike (:mod:`~bayesprune.pipeline.start`).
     """
     out = Path(out)
     if resume:
@@ -598,6 +591,7 @@ def compare(
         folders = check_cells(out, cells)
         tracker = open_tracker(track, track_uri, out, kind="compare")
         out.mkdir(parents=True, exist_ok=True)
+        cells = shared_starts(cells, out, raw)
         # --resume with other lists: the marker holds them from now on (cells dropped keep their folders)
         write_text(
             out / MARKER,
