@@ -31,7 +31,13 @@ import numpy as np
 import torch
 
 from bayesprune.analysis.plots import plt, save_figure  # pyplot, the Agg backend selected before it loaded
-from bayesprune.analysis.selection import DEFAULT_FDR, select_by_bayesian_fdr, select_by_empirical_null
+from bayesprune.analysis.selection import (
+    DEFAULT_FDR,
+    STABILITY_THRESHOLD,
+    select_by_bayesian_fdr,
+    select_by_empirical_null,
+    select_by_stability,
+)
 from bayesprune.core.structure import layer_chain
 
 
@@ -455,6 +461,26 @@ def empirical_null_selection(rows: list, fdr: float) -> tuple:
     psi = torch.tensor([row["psi"] for row in rows], dtype=torch.float64)
     chosen = select_by_empirical_null(torch.log(psi.clamp(min=torch.finfo(torch.float64).tiny)), fdr)
     return chosen.tolist(), EMPIRICAL_NULL_RULE
+
+
+#: What :func:`stability_selection` does, in words (``selection.json`` and the report).
+STABILITY_RULE = (
+    "stability selection over the restarts (Meinshausen and Buehlmann 2010, the restarts in place of subsamples): "
+    "each restart selects by the empirical null of its own log psi at fdr (Benjamini-Hochberg against a normal null "
+    "centred at the median, scaled by the median absolute deviation; Efron's empirical null), and what at least "
+    f"{STABILITY_THRESHOLD:.0%} of the restarts select is selected (selection_frequency); chosen as the default by "
+    "measurement (benchmarks/importance_default.py, docs/reproductions.md)"
+)
+
+
+def stability_selection(restart_psi, fdr: float = DEFAULT_FDR) -> tuple:
+    """``(chosen, frequency)``: :func:`~bayesprune.analysis.selection.select_by_stability` of every restart's
+    :func:`empirical_null_selection` on its own ψ(p_c) (rows of ``restart_psi``, ``(C, p)``), and the share of
+    the restarts selecting each column. Pooled ψ averages the restarts, which narrows the null inputs' spread
+    until a few null inputs' small shared lead stands out (a user's two-layer MLP on Friedman-1: 2 false of 7);
+    each restart alone keeps the spread the null is learnt from."""
+    own = np.array([empirical_null_selection([{"psi": value} for value in psi], fdr)[0] for psi in restart_psi])
+    return select_by_stability(own).tolist(), own.mean(axis=0)
 
 
 def disagreeing_features(rows, threshold: float = RHAT_WARNING) -> list:

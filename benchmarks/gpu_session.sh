@@ -10,8 +10,8 @@
 # so the wheels and MNIST travel in .whl (ignored by git):
 #
 #   bash benchmarks/gpu_session.sh --wheels            # once, here: the wheels and MNIST's cache into .whl
-#   bash benchmarks/gpu_session.sh checks              # there, .whl carried: tests, syncs, batched fits (<= 390 s)
-#   bash benchmarks/gpu_session.sh epochs              # there, a second command: the epoch ratios (<= 540 s)
+#   bash benchmarks/gpu_session.sh checks              # there, .whl carried: tests, syncs, batched fits (<= 420 s)
+#   bash benchmarks/gpu_session.sh epochs              # there, a second command: the epoch ratios (<= 570 s)
 #   bash benchmarks/gpu_session.sh leaderboard         # there, a third (<= 480 s)
 #   bash benchmarks/gpu_session.sh --dry-run [STEP...] # here, on the CPU: the steps in a small form (CI runs it)
 #
@@ -106,7 +106,7 @@ step wheel 60 bash -c "'$python' -m pip wheel -q --no-deps --no-build-isolation 
     '$python' -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target '$site' ${carried[*]} '$work'/dist/*.whl"
 export PYTHONPATH="$site" PYTHONUNBUFFERED=1 BAYESPRUNE_CACHE="$repo/.whl/cache"
 # -P: the working directory is not put on the import path (it holds the unmapped source folder)
-step requirements 30 "$python" -P benchmarks/gpu_requirements.py --check "$site"
+step requirements 60 "$python" -P benchmarks/gpu_requirements.py --check "$site"
 [ ${#failed[@]} -gt 0 ] && finish
 
 if $dry; then
@@ -142,5 +142,5 @@ step resnet18_bfloat16_contiguous 90 "${epoch[@]}" --network resnet18 "${resnet[
 step host_syncs 90 "$python" benchmarks/host_syncs.py --device "$device" --json "${syncs[@]}"
 step batched_fits 90 "$python" benchmarks/batched_fits.py --device "$device" --json "${batched[@]}"
 # the finished cells stay in the tarball's out/compare; compare --resume continues them
-step leaderboard 390 "$python" -P -m bayesprune compare "${board[@]}" --set "device='$device'" --out "$out/compare"
+step leaderboard 360 "$python" -P -m bayesprune compare "${board[@]}" --set "device='$device'" --out "$out/compare"
 finish

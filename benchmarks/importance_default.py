@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+from importance_validation import scores  # noqa: E402
 
 RELEVANT = 5
 NETWORKS = {"one_layer_50": "user_nets:one_layer_50", "two_layers_100": "user_nets:two_layers_100"}
@@ -94,6 +95,57 @@ def fit(simulation: str, network: str, seed: int, args) -> Path:
     return folder / "run"
 
 
+def rules(run: Path) -> dict:
+    """Every candidate rule's selection (level 0.1) from the run's ``posterior.nc``: name → boolean mask."""
+    import arviz as az
+    import torch
+
+    from bayesprune.analysis.importance import pooled_importance_of
+    from bayesprune.analysis.selection import select_by_empirical_null, select_by_stability
+
+    idata = az.from_netcdf(str(run / "posterior.nc"))
+    at_p = idata["variational"]["psi"].transpose("chain", "feature").values
+    pooled = pooled_importance_of(idata)
+
+    def null(psi):
+        return select_by_empirical_null(torch.log(torch.as_tensor(psi, dtype=torch.float64)), 0.1).numpy()
+
+    own = np.array([null(psi) for psi in at_p])
+    return {
+        "bayesian-fdr (pooled inclusion)": np.array([row["selected"] for row in pooled]),
+        "empirical-null (pooled log psi)": null(at_p.mean(axis=0)),
+        "stability 0.5 (empirical null of each restart)": select_by_stability(own, 0.5).numpy(),
+        "stability 0.75 (empirical null of each restart)": select_by_stability(own, 0.75).numpy(),
+        "pooled empirical-null and stability 0.75": null(at_p.mean(axis=0)) & select_by_stability(own, 0.75).numpy(),
+    }
+
+
+def evaluate(args):
+    """Power and false-discovery proportion of every rule on every fitted run, and their means."""
+    totals = {}
+    for simulation in args.simulations:
+        for network in args.networks:
+            for seed in args.seeds:
+                run = Path(args.runs) / f"{simulation}-{network}-{seed}{args.tag}" / "run"
+                if not (run / "posterior.nc").is_file():
+                    continue
+                for name, selected in rules(run).items():
+                    relevant = np.arange(len(selected)) < RELEVANT
+                    result = scores(selected, selected.astype(float), relevant, 0.1)
+                    totals.setdefault(name, []).append(result)
+                    totals.setdefault((name, simulation, network), []).append(result)
+                    print(
+                        f"{simulation} {network} seed {seed} {name}: power {result['power']:.2f}, "
+                        f"FDP {result['fdp']:.2f}, selected {int(selected.sum())}",
+                        flush=True,
+                    )
+    print("\n| rule | simulation | network | fits | power | FDR (mean FDP) |\n|---|---|---|---|---|---|")
+    for key, results in totals.items():
+        name, simulation, network = (key, "all", "all") if isinstance(key, str) else key
+        power, fdr = (np.mean([result[k] for result in results]) for k in ("power", "fdp"))
+        print(f"| {name} | {simulation} | {network} | {len(results)} | {power:.2f} | {fdr:.2f} |")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", required=True, help="folder of the runs (kept and reused)")
@@ -104,7 +156,10 @@ def main(argv=None):
     parser.add_argument("--chains", type=int, default=8)
     parser.add_argument("--set", action="append", default=[], help="a config override of every run")
     parser.add_argument("--tag", default="", help="appended to the runs' folder names (settings compared)")
+    parser.add_argument("--evaluate", action="store_true", help="only read the runs there are and score the rules")
     args = parser.parse_args(argv)
+    if args.evaluate:
+        return evaluate(args)
     import torch
 
     torch.set_num_threads(1)
@@ -112,6 +167,7 @@ def main(argv=None):
         for simulation in args.simulations:
             for network in args.networks:
                 print(f"fitted {fit(simulation, network, seed, args)}", flush=True)
+    evaluate(args)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ import torch
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
-from bayesprune.core.errors import ConfigError, TrainingDiverged
+from bayesprune.core.errors import ConfigError, Interrupted, TrainingDiverged
+from bayesprune.core.loop import STOP
 from bayesprune.core.optim import torch_optimizer, torch_scheduler
 from bayesprune.core.precision import autocast_calls
 from bayesprune.core.predict import metric
@@ -182,6 +183,8 @@ def train_stacked(
             value.sum().backward()
             optimizer.step()
             losses.append(value.detach())
+            if STOP.signal is not None:  # as core.loop.train: the step in progress finished, no epoch's end
+                raise Interrupted(f"stopped by signal {STOP.signal} in epoch {epoch + 1}", STOP.signal)
         _record_epoch(records, torch.stack(losses).double().cpu(), epoch)
         if scheduler is not None:
             scheduler.step()

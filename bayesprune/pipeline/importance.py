@@ -23,6 +23,7 @@ import torch
 from bayesprune.analysis.groups import correlation_groups, group_values, named_groups, pooled_group_importance
 from bayesprune.analysis.importance import (
     SELECTION,
+    STABILITY_RULE,
     STABLE_SPEARMAN,
     agreed_tiers,
     empirical_null_selection,
@@ -35,10 +36,12 @@ from bayesprune.analysis.importance import (
     plot_importance_image,
     pooled_importance_of,
     pooled_node_importance_of,
+    stability_selection,
     tiers_text,
 )
 from bayesprune.analysis.knockoffs import KNOCKOFF_COPIES, GaussianKnockoffs, select_by_multiple_knockoffs
 from bayesprune.analysis.selection import (
+    STABILITY_THRESHOLD,
     expected_false_discovery_rate,
     mask_features,
     select_by_bayesian_fdr,
@@ -246,6 +249,8 @@ def _importance_of(run_dir, config, idata, fitted, groups, names) -> tuple:
         draws = idata.posterior["psi"].transpose("chain", "draw", "feature").values
         at_p = idata["variational"]["psi"].transpose("chain", "feature").values
         group_rows = pooled_group_importance(draws, at_p, groups, names)
+        for row, values in zip(group_rows, group_values(at_p, groups).T):
+            row["restart_psi"] = values.tolist()
         outputs = layer_chain(fitted.net)[-1].module.weight.shape[0]
         nodes = pooled_node_importance_of(idata, node_layer_names(fitted.net), outputs)
         record = {
@@ -296,6 +301,7 @@ def _single_fit_groups(rows: list, groups: list, names: list) -> list:
             "rank": int(rank[g]),
             "inputs": [names[j] for j in group],
             "size": len(group),
+            "restart_psi": [float(psi[g])],
         }
         for g, group in enumerate(groups)
     ]
@@ -316,7 +322,12 @@ def _select(rule, group_rows, fdr, record, *, config, dataset, groups, copies) -
     """The record of ``rule`` at level ``fdr`` on the groups (rows of :func:`_importance_of`)."""
     kept = ("restarts", "half_spearman", "input_half_spearman", "grouping", "pooled")
     record = {**{key: record[key] for key in kept}, "fdr": fdr}
-    if rule == "empirical-null":
+    if rule == "stability":
+        chosen, frequency = stability_selection(np.array([row["restart_psi"] for row in group_rows]).T, fdr)
+        for row, share in zip(group_rows, frequency):
+            row["selection_frequency"] = float(share)
+        _choose(group_rows, chosen, record, rule, STABILITY_RULE, threshold=STABILITY_THRESHOLD)
+    elif rule == "empirical-null":
         chosen, description = empirical_null_selection(group_rows, fdr)
         _choose(group_rows, chosen, record, rule, description, psi={row["group"]: row["psi"] for row in group_rows})
     elif rule == "bayesian-fdr":
@@ -350,7 +361,8 @@ def _mark_selection(rows: list, group_rows: list, groups: list, record: dict):
 def _write(outputs, rows, group_rows, nodes, record, dataset, top):
     """The five files of :data:`FILES`."""
     write_csv(outputs[0], rows)
-    write_csv(outputs[1], [{key: value for key, value in row.items() if key != "inputs"} for row in group_rows])
+    hidden = ("inputs", "restart_psi")  # in selection.json's groups; ψ of each restart is in posterior.nc
+    write_csv(outputs[1], [{key: value for key, value in row.items() if key not in hidden} for row in group_rows])
     write_csv(outputs[2], nodes)
     if len(dataset.input_shape) == 3 and len(rows) == math.prod(dataset.input_shape):
         plot_importance_image(rows, dataset.input_shape, outputs[3], title="Feature importance ψ")

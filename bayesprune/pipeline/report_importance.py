@@ -10,12 +10,13 @@ from bayesprune.analysis.importance import (
     INTERVAL,
     RHAT_WARNING,
     SELECTION,
+    STABILITY_RULE,
     STABLE_SPEARMAN,
     agreed_tiers,
     disagreeing_features,
-    empirical_null_selection,
     half_spearman,
     pooled_importance_of,
+    stability_selection,
     tiers_text,
 )
 from bayesprune.analysis.selection import DEFAULT_FDR
@@ -30,7 +31,7 @@ def pooled_importance_sections(run_dir: Path, idata, top: int) -> list:
     record = _read_selection(run_dir)
     fdr = record["fdr"] if record is not None and "fdr" in record else DEFAULT_FDR
     rows = pooled_importance_of(idata, fdr=fdr)
-    rule = _pooled_selection(rows, record, fdr)
+    rule = _pooled_selection(rows, record, fdr, idata)
     chains = idata.posterior.sizes["chain"]
     return [*_importance_sections(rows, chains, top, rule, record), *filter(None, [_stability(idata)])]
 
@@ -168,9 +169,10 @@ def _importance_sections(rows: list, chains: int, top: int, rule: str, record=No
     ]
 
 
-def _pooled_selection(rows: list, record, fdr: float) -> str:
+def _pooled_selection(rows: list, record, fdr: float, idata) -> str:
     """Mark the pooled rows ``selected`` as ``selection.json`` selects them (``bayesprune importance``, groups)
-    or, without it, by the default rule per input; returns the rule in words."""
+    or, without it, by the default rule per input (:func:`~bayesprune.analysis.importance.stability_selection`
+    of ``idata``'s restarts); returns the rule in words."""
     if record is not None and record.get("pooled"):
         chosen = set(record["selected"])
         rule = (
@@ -178,11 +180,11 @@ def _pooled_selection(rows: list, record, fdr: float) -> str:
             f"{markdown_text(record['description'])}."
         )
     else:
-        flags, description = empirical_null_selection(rows, fdr)
+        flags, _ = stability_selection(idata["variational"]["psi"].transpose("chain", "feature").values, fdr)
         chosen = {row["feature"] for row, keep in zip(rows, flags) if keep}
         rule = (
-            f"Rule (empirical-null, level {fdr:g}, per input; `bayesprune importance` selects groups of correlated "
-            f"inputs and writes the plain network's importance beside them): {description}."
+            f"Rule (stability, level {fdr:g}, per input; `bayesprune importance` selects groups of correlated "
+            f"inputs and writes the plain network's importance beside them): {STABILITY_RULE}."
         )
     for row in rows:
         row["selected"] = row["feature"] in chosen

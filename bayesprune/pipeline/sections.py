@@ -457,7 +457,7 @@ class ExperimentConfig:
 
 
 #: Selection rules of ``importance.selection`` and ``bayesprune importance --selection`` (the first is the default).
-IMPORTANCE_SELECTIONS = ("empirical-null", "bayesian-fdr", "knockoff")
+IMPORTANCE_SELECTIONS = ("stability", "empirical-null", "bayesian-fdr", "knockoff")
 
 
 def _distinct_groups(value) -> bool:

@@ -52,16 +52,20 @@ def test_correlated_inputs_are_one_group_in_every_file(table, tmp_path, capsys):
     assert float(groups[0]["psi"]) == pytest.approx((float(inputs[0]["psi"]) + float(inputs[1]["psi"])) / 2)
     assert inputs[0]["selected"] == inputs[1]["selected"] == groups[0]["selected"]
     record = json.loads((out / "selection.json").read_text())
-    assert (
-        record["rule"] == "empirical-null"
-        and record["restarts"] == 4
-        and record["groups"]["a + a_copy"] == ["a", "a_copy"]
-    )
-    # the halves' Spearman: restarts 0-1 against 2-3 of posterior.nc's ψ(p_c), read by scipy
+    assert record["rule"] == "stability" and record["restarts"] == 4
+    assert record["groups"]["a + a_copy"] == ["a", "a_copy"]
     import arviz as az
+    import torch
+
+    from bayesprune.analysis.selection import select_by_empirical_null
 
     at_p = az.from_netcdf(str(out / "posterior.nc"))["variational"]["psi"].transpose("chain", "feature").values
     grouped = np.column_stack([at_p[:, :2].mean(axis=1), at_p[:, 2:]])
+    # the default: each restart's empirical null on its groups' log ψ(p_c), kept by at least 3 of the 4
+    own = np.array([select_by_empirical_null(torch.log(torch.tensor(psi)), 0.1).numpy() for psi in grouped])
+    np.testing.assert_allclose([float(row["selection_frequency"]) for row in groups], own.mean(axis=0))
+    assert [row["selected"] == "True" for row in groups] == list(own.sum(axis=0) >= 3)
+    # the halves' Spearman: restarts 0-1 against 2-3 of posterior.nc's ψ(p_c), read by scipy
     expected = spearmanr(grouped[:2].mean(axis=0), grouped[2:].mean(axis=0))[0]
     assert record["half_spearman"] == pytest.approx(expected)
     assert float(groups[0]["half_spearman"]) == pytest.approx(expected) and groups[0]["restarts"] == "4"

@@ -101,7 +101,7 @@ def test_record_selects_by_the_multiple_knockoff_filter():
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"selection": "lasso"}, "--selection must be one of empirical-null, bayesian-fdr, knockoff"),
+        ({"selection": "lasso"}, "--selection must be one of stability, empirical-null, bayesian-fdr, knockoff"),
         ({"selection": "knockoff", "fdr": 0.0}, "--fdr must lie in \\(0, 1\\)"),
     ],
 )
