@@ -90,6 +90,7 @@ def _grid(args):
     out = grid_folder(name, args.out, args.resume)  # a new grid, or one to continue
     engine = {k: getattr(args, k) for k in ("seeds", "jobs", "engine", "address", "overrides", "track", "track_uri")}
     engine["resume"] = args.resume is not None
+    engine["status"] = (lambda line: None) if args.quiet else None
     if name == "compare":
         from bayesprune.pipeline.compare import compare
 
@@ -216,6 +217,7 @@ def build_parser():
         grid.add_argument("--address", help="the Ray cluster's address (default: a local Ray for this call)")
         grid.add_argument("--track", choices=["mlflow"], help=HELP["grid --track"])
         grid.add_argument("--track-uri", metavar="URI", help=HELP["grid --track-uri"])
+        grid.add_argument("--quiet", action="store_true", help="no progress lines (errors and the summary still)")
 
     command("list", _list)
     return parser

@@ -1035,6 +1035,18 @@ def test_a_bad_input_is_one_line_exit_2_and_changes_nothing(case, tmp_path, monk
     assert _tree(work) == before
 
 
+def test_processes_under_a_launcher_of_one_process_is_refused(tmp_path, monkeypatch, capsys):
+    """The reported case: ``torchrun ... -m bayesprune run ... --processes 2`` (torchrun's default of one
+    process) went on without a word about --processes. The launcher's environment of one process (as
+    torchrun gives it) and --processes 2: refused in one line naming the flag, nothing written."""
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    status = main(["run", "--out", str(tmp_path / "out"), "--processes", "2", *QUICK])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "--processes 2" in err and "torchrun" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_mnist_cache_declaring_10_12_images_is_refused_before_allocating(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("BAYESPRUNE_CACHE", str(tmp_path / "cache"))
     (tmp_path / "cache").mkdir()

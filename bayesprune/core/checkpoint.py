@@ -173,11 +173,23 @@ def _layout_problem(saved: dict):
             and count(current["loop"].get("epoch"))
         ):
             return "the loop's current stage is not an index, a name and an epoch"
+        histories = [stage.get("history") for stage in loop["stages"]] + ([current["loop"]] if current else [])
+        if not all(_losses(history) for history in histories):
+            return "a stage's step_losses or epoch_losses are not lists of numbers"
         if current is not None and current["index"] != len(loop["stages"]):
             return (
                 f"the loop's current stage {current['index']} does not follow its {len(loop['stages'])} finished stages"
             )
     return None
+
+
+def _losses(history) -> bool:
+    """Whether ``history`` holds the losses :meth:`~bayesprune.core.loop.LoopState.history_dict` writes."""
+    return isinstance(history, dict) and all(
+        isinstance(history.get(key), list)
+        and all(isinstance(loss, (int, float)) and not isinstance(loss, bool) for loss in history[key])
+        for key in ("step_losses", "epoch_losses")
+    )
 
 
 #: The key of ``metrics.json`` holding :func:`state_digest` of the run's final checkpoint: a command

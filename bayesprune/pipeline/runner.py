@@ -34,7 +34,7 @@ from bayesprune.core.errors import ConfigError, Interrupted, StopNow, TrainingDi
 from bayesprune.core.export import count_macs
 from bayesprune.core.files import arrays_digest, read_npz, replacing
 from bayesprune.core.layout import resolve_memory_format
-from bayesprune.core.loop import check_stop, resolve_device, set_rng_state
+from bayesprune.core.loop import check_stop, set_rng_state
 from bayesprune.core.normalization import has_running_stats
 from bayesprune.core.predict import DrawOutputs
 from bayesprune.core.preprocessing import preprocessing_of
@@ -99,7 +99,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     check_units(config, net, datasets[0])
     method.check(net, datasets[0], config.method_options)
     check_stop("while loading the data")  # before anything is written
-    device = resolve_device(config.device)
+    device = config.torch_device
     progress = progress and distributed.rank() == 0
 
     with (
@@ -369,7 +369,7 @@ def _run_experiment(config, out: Path, *, progress: bool, force: bool = False) -
     experiment.check(config)
     with staged(out, force=force) as staging:
         (staging / "config.toml").write_text(config.to_toml())
-        metrics = experiment.run(config, staging, device=resolve_device(config.device), progress=progress)
+        metrics = experiment.run(config, staging, device=config.torch_device, progress=progress)
         write_metrics(staging / "metrics.json", metrics)
         move_into_place(staging, out, force=force)
     return metrics

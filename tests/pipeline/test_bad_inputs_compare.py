@@ -240,13 +240,17 @@ CASES = {
         "compare.finetune_epochs",
     ),
     "an empty list of methods": ({}, [*NEW, "--set", "compare.methods=[]"], "compare.methods"),
-    "budget of 0 epochs": ({}, [*NEW, "--set", "compare.budget=0"], "compare.budget"),
+    "budget of 0 epochs": ({}, [*NEW, "--set", "compare.budget_epochs=0"], "compare.budget_epochs"),
     "budget below a method's stages": (
         {},
-        ["compare", "--out", "new", "--methods", "pft", "--set", "compare.budget=2"],
-        "compare.budget",
+        ["compare", "--out", "new", "--methods", "pft", "--set", "compare.budget_epochs=2"],
+        "compare.budget_epochs",
     ),
-    "budget and train.steps": ({}, [*NEW, "--set", "compare.budget=4", "--set", "train.steps=10"], "train.steps"),
+    "budget and train.steps": (
+        {},
+        [*NEW, "--set", "compare.budget_epochs=4", "--set", "train.steps=10"],
+        "train.steps",
+    ),
     "another method's config in compare.configs": (
         {},
         [*NEW, "--set", "compare.configs={sbnn = 'pbp-digits'}"],
@@ -548,3 +552,54 @@ def test_a_databricks_store_without_credentials_is_one_line_and_no_folder(tmp_pa
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and "--track-uri databricks" in err, err
     assert list(tmp_path.iterdir()) == [] and time.perf_counter() - start < 15
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["progress", "--quiet"])
+def test_cells_evaluated_again_are_counted_apart_and_quiet_prints_no_progress(quiet, tmp_path, capsys, finished_grids):
+    """The reported cases: compare's progress said "0 finished earlier, 2 to fit" for the two cells of a
+    finished comparison only evaluated again at an added sparsity from their saved fits; compare had no
+    --quiet where run has one. With --quiet, stderr is empty; the summary line is still printed."""
+    shutil.copytree(finished_grids[CMP], tmp_path / "cmp", symlinks=True)
+    argv = ["compare", "--resume", str(tmp_path / "cmp"), "--sparsities", "0.5", "0.9", *(["--quiet"] if quiet else [])]
+    status = main(argv)
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert "4 rows" in captured.out
+    if quiet:
+        assert captured.err == ""
+    else:
+        first = captured.err.splitlines()[0]
+        assert first.endswith("0 finished earlier (read back), 2 to evaluate again from their saved fits, 0 to fit"), (
+            first
+        )
+
+
+def test_run_resume_refuses_a_checkpoint_whose_losses_are_text(tmp_path, capsys, monkeypatch):
+    """The reported case: an interrupted run's checkpoint with ``step_losses`` a string resumed (the string's
+    characters taken for losses). Refused in one line naming checkpoint.pt; nothing written."""
+    from bayesprune.methods import context
+
+    original = context.write_checkpoint
+
+    def stop_after_first(*args, **kwargs):
+        original(*args, **kwargs)
+        STOP.request(signal.SIGTERM)
+
+    monkeypatch.setattr(context, "write_checkpoint", stop_after_first)
+    out = tmp_path / "run"
+    quick = ["train.epochs=3", "baseline.enabled=false", "sbnn.predictive_samples=1"]
+    try:
+        status = main(["run", "--out", str(out), "--quiet", *(arg for item in quick for arg in ("--set", item))])
+    finally:
+        STOP.signal = None
+    assert status == 143, capsys.readouterr().err
+    monkeypatch.setattr(context, "write_checkpoint", original)
+    saved = torch.load(out / "checkpoint.pt", weights_only=True)
+    saved["loop"]["current"]["loop"]["step_losses"] = "0.5, 0.4"
+    torch.save(saved, out / "checkpoint.pt")
+    capsys.readouterr()
+    before = _tree(tmp_path)
+    status = main(["run", "--resume", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "checkpoint.pt" in err and "step_losses" in err, err
+    assert _tree(tmp_path) == before
