@@ -13,32 +13,65 @@ none); κ knockoff copies of every input (Roquero Gimenez and Zou 2019, "Improvi
 knockoff procedure: multiple simultaneous knockoffs", AISTATS) lower that floor to 1/(κq), and
 :func:`select_by_multiple_knockoffs` is their filter, knockoff+ itself for κ = 1.
 
-The knockoffs here are second-order Gaussian knockoffs (Candès et al., section 3.1) with the
-equicorrelated choice of s (their eq. 3.4; Roquero Gimenez and Zou's appendix A for κ copies), which
-needs no semidefinite program: on the correlation scale s_j = min(1, (κ + 1)/κ · λ_min(R)). X's mean and covariance are estimated from the rows given,
-the covariance with Ledoit-Wolf shrinkage (scikit-learn), which stays invertible with fewer rows
-than a few times the inputs. The guarantee is exact when X is Gaussian with the estimated moments and
-approximate otherwise (second-order knockoffs match the first two moments only).
+The knockoffs here are second-order Gaussian knockoffs (Candès et al., section 3.1) whose S-matrix is
+knockpy's minimum-variance-based-reconstructability choice (MVR; Spector and Janson 2022, "Powerful
+knockoffs via minimizing reconstructability", Annals of Statistics 50(1)), which keeps more power than the
+equicorrelated choice where inputs correlate, and which knockpy solves for groups of inputs too (group
+knockoffs: a group's inputs swapped with its copies together, S block-diagonal by group). knockpy draws one
+copy; κ copies (Roquero Gimenez and Zou 2019) need (κ + 1)/κ · S ⪯ Σ, which κ-copy S = (κ + 1)/(2κ) · S₁ meets
+for any one-copy S₁ ⪯ 2Σ, so the one-copy MVR solution is scaled by (κ + 1)/(2κ) (exact for κ = 1; for
+κ > 1 a valid S, not the κ-copy MVR optimum). X's mean and covariance are estimated from the rows given, the
+covariance with Ledoit-Wolf shrinkage (scikit-learn), which stays invertible with fewer rows than a few
+times the inputs. The guarantee is exact when X is Gaussian with the estimated moments and approximate
+otherwise (second-order knockoffs match the first two moments only).
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 
+#: Knockoff copies of every input: knockoff+ with one copy selects nothing unless it can select 1/fdr
+#: inputs at once (none of 5 relevant inputs at fdr 0.1); κ copies lower that floor to 1/(κ·fdr).
+KNOCKOFF_COPIES = 2
+
+
+def rows_needed(inputs: int, copies: int = KNOCKOFF_COPIES) -> int:
+    """Training rows a knockoff selection needs: the fit on the inputs beside their copies has
+    (copies + 1) · inputs inputs, and with fewer rows than that its design cannot tell them apart."""
+    return (copies + 1) * inputs
+
+
+def mvr_s_matrix(correlation, groups=None, *, copies: int = 1) -> np.ndarray:
+    """knockpy's MVR S-matrix of a correlation matrix (block-diagonal by ``groups``, lists of input
+    indices), scaled by (κ + 1)/(2κ) for κ ``copies`` (the module docstring)."""
+    import warnings
+
+    from knockpy.smatrix import compute_smatrix
+
+    correlation = np.asarray(correlation, dtype=float)
+    labels = None
+    if groups is not None:
+        labels = np.empty(len(correlation), dtype=int)
+        for number, group in enumerate(groups, start=1):
+            labels[group] = number
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # knockpy's notes on its optional solvers
+        s = compute_smatrix(correlation, groups=labels, method="mvr")
+    return (copies + 1) / (2 * copies) * (s + s.T) / 2
+
 
 @dataclass(frozen=True)
 class GaussianKnockoffs:
-    """κ second-order equicorrelated Gaussian knockoff copies of inputs with ``mean`` and ``covariance``.
+    """κ second-order Gaussian knockoff copies of inputs with ``mean`` and ``covariance``.
 
-    (X, X̃¹, …, X̃^κ) is Gaussian with Σ in every diagonal block and Σ − D, D = diag(s), in every other
-    block (Candès et al. 2018, eq. 3.2 for κ = 1), so that swapping X_j with any of its copies leaves
-    the law unchanged. Each copy given X is N(μ + (X − μ)(I − Σ⁻¹D), 2D − DΣ⁻¹D), two copies
-    covarying by D − DΣ⁻¹D.
+    (X, X̃¹, …, X̃^κ) is Gaussian with Σ in every diagonal block and Σ − S in every other block (Candès et
+    al. 2018, eq. 3.2 for κ = 1), so that swapping X_j (or a group) with any of its copies leaves the law
+    unchanged. Each copy given X is N(μ + (X − μ)(I − Σ⁻¹S), 2S − SΣ⁻¹S), two copies covarying by S − SΣ⁻¹S.
 
     Attributes:
         mean: μ, shape ``(p,)``.
         covariance: Σ, shape ``(p, p)``.
-        s: the diagonal of D, shape ``(p,)``.
+        s: S, shape ``(p, p)`` (diagonal, or block-diagonal by group).
         copies: κ.
     """
 
@@ -48,42 +81,39 @@ class GaussianKnockoffs:
     copies: int = 1
 
     @classmethod
-    def equicorrelated(cls, mean, covariance, *, copies: int = 1) -> "GaussianKnockoffs":
-        """s_j = min(1, (κ + 1)/κ · λ_min(R)) σ_j² with R the correlation matrix of ``covariance`` (eq. 3.4)."""
+    def mvr(cls, mean, covariance, groups=None, *, copies: int = 1) -> "GaussianKnockoffs":
+        """S from knockpy's MVR on the correlation matrix of ``covariance`` (:func:`mvr_s_matrix`), on Σ's scale."""
         if copies < 1:
             raise ValueError(f"copies must be a positive integer, got {copies}")
         covariance = np.asarray(covariance, dtype=float)
         scale = np.sqrt(np.diag(covariance))
-        correlation = covariance / np.outer(scale, scale)
-        # The bound exactly makes the joint covariance singular; a hair less keeps X̃ a random variable.
-        fraction = min(1.0, (copies + 1) / copies * np.linalg.eigvalsh(correlation)[0] * (1 - 1e-6))
-        return cls(np.asarray(mean, dtype=float), covariance, fraction * scale**2, copies)
+        s = mvr_s_matrix(covariance / np.outer(scale, scale), groups, copies=copies) * np.outer(scale, scale)
+        return cls(np.asarray(mean, dtype=float), covariance, s, copies)
 
     @classmethod
-    def fit(cls, x, *, copies: int = 1) -> "GaussianKnockoffs":
-        """Equicorrelated knockoffs of rows like ``x`` (``(n, p)``): its column means and Ledoit-Wolf covariance."""
+    def fit(cls, x, groups=None, *, copies: int = 1) -> "GaussianKnockoffs":
+        """MVR knockoffs of rows like ``x`` (``(n, p)``): its column means and Ledoit-Wolf covariance."""
         from sklearn.covariance import LedoitWolf
 
         x = np.asarray(x, dtype=float)
         if x.ndim != 2 or x.shape[0] < 2:
             raise ValueError(f"knockoffs need a table of at least 2 rows, got shape {x.shape}")
-        return cls.equicorrelated(x.mean(axis=0), LedoitWolf().fit(x).covariance_, copies=copies)
+        return cls.mvr(x.mean(axis=0), LedoitWolf().fit(x).covariance_, groups, copies=copies)
 
     def joint_covariance(self) -> np.ndarray:
-        """The covariance of (X, X̃¹, …, X̃^κ): Σ on the diagonal blocks, Σ − D elsewhere."""
+        """The covariance of (X, X̃¹, …, X̃^κ): Σ on the diagonal blocks, Σ − S elsewhere."""
         blocks = self.copies + 1
-        off = self.covariance - np.diag(self.s)
-        return np.kron(np.ones((blocks, blocks)), off) + np.kron(np.eye(blocks), np.diag(self.s))
+        return np.kron(np.ones((blocks, blocks)), self.covariance - self.s) + np.kron(np.eye(blocks), self.s)
 
     def sample(self, x, *, seed: int = 0) -> np.ndarray:
         """The κ copies [X̃¹, …, X̃^κ] of every row of ``x`` (``(n, p)`` → ``(n, κp)``), drawn given X with
         generator ``seed``."""
         x = np.asarray(x, dtype=float)
-        d = np.diag(self.s)
-        d_solved = d @ np.linalg.solve(self.covariance, d)  # DΣ⁻¹D
-        conditional_mean = self.mean + (x - self.mean) @ (np.eye(len(self.s)) - np.linalg.solve(self.covariance, d))
+        solved = np.linalg.solve(self.covariance, self.s)  # Σ⁻¹S
+        conditional_mean = self.mean + (x - self.mean) @ (np.eye(len(self.s)) - solved)
+        shared = self.s - self.s @ solved  # S − SΣ⁻¹S
         blocks = np.eye(self.copies)
-        conditional_covariance = np.kron(blocks, d) + np.kron(np.ones_like(blocks), d - d_solved)
+        conditional_covariance = np.kron(blocks, self.s) + np.kron(np.ones_like(blocks), shared)
         values, vectors = np.linalg.eigh((conditional_covariance + conditional_covariance.T) / 2)
         root = vectors * np.sqrt(np.clip(values, 0, None))
         noise = np.random.default_rng(seed).standard_normal((len(x), self.copies * len(self.s)))

@@ -361,3 +361,28 @@ def inclusion_logit(inclusion: torch.Tensor, draws: int) -> torch.Tensor:
     the plain logit is not."""
     included = inclusion.double() * draws
     return torch.log((included + 0.5) / (draws - included + 0.5))
+
+
+#: Share of the restarts whose own selection must hold a group for :func:`select_by_stability` to keep it.
+STABILITY_THRESHOLD = 0.75
+
+
+def select_by_stability(selections, threshold: float = STABILITY_THRESHOLD) -> torch.Tensor:
+    """Stability selection over restarts: keep what at least ``threshold`` of the selections keep.
+
+    Meinshausen and Bühlmann (2010, "Stability selection", JRSS B 72(4)) keep a variable whose selection
+    frequency over random half-subsamples of the rows reaches a threshold π_thr in (½, 1); here the
+    randomness is the optimisation's, each restart's fit selecting on its own (the restarts share the rows,
+    so their bound on the expected false discoveries, q²/((2π_thr − 1) p), is not claimed).
+
+    Args:
+        selections: ``(R, p)`` booleans, one selection per restart.
+        threshold: π_thr, in (0, 1].
+
+    Returns:
+        Boolean mask of the variables selected by at least ``threshold`` of the R selections.
+    """
+    if not 0 < threshold <= 1:
+        raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
+    selections = torch.as_tensor(selections, dtype=torch.float64)
+    return selections.mean(dim=0) >= threshold - 1e-12

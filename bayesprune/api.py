@@ -109,7 +109,7 @@ def fit_method(
     return fitted
 
 
-def export(run_or_fitted, *, out, budget=None, data=None, repeats: int = 30, force: bool = False):
+def export(run_or_fitted, *, out, budget=None, data=None, repeats: int = 30, force: bool = False, finetune_epochs=None):
     """Write a fitted network as a file that runs with torch alone and a trainable file (``bayesprune export``).
 
     Args:
@@ -119,6 +119,8 @@ def export(run_or_fitted, *, out, budget=None, data=None, repeats: int = 30, for
         budget: a :class:`~bayesprune.core.pruning.Budget` pruning further than the method did, or ``None``.
         data: for a ``Fitted``, the ``(x, y)`` tensors (or ``DataLoader``) its test metric is measured on.
         repeats: timed forward passes per batch size; force: overwrite files at ``out``.
+        finetune_epochs: for a run directory, epochs of fine-tuning of the exported network in place of the
+            run's ``prune.finetune_epochs`` (``bayesprune export --finetune-epochs``).
 
     Returns the :class:`~bayesprune.pipeline.export.Exported` measurements (``.report``, as
     ``bayesprune export --json`` prints them).
@@ -142,7 +144,9 @@ def export(run_or_fitted, *, out, budget=None, data=None, repeats: int = 30, for
         return export_fitted(run_or_fitted, dataset, out=out, budget=budget, repeats=repeats, force=force)
     if data is not None:
         raise DataError("data: a run directory exports with its own data; give data with a Fitted only")
-    return export_run(run_or_fitted, out=out, budget=budget, repeats=repeats, force=force)
+    return export_run(
+        run_or_fitted, out=out, budget=budget, repeats=repeats, force=force, finetune_epochs=finetune_epochs
+    )
 
 
 def _user_dataset(train, test=None, *, stream: bool = False, net=None) -> Dataset:

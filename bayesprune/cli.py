@@ -69,7 +69,8 @@ def _export(args):
 
     options = {"repeats": args.repeats, "force": args.force, "formats": args.format}
     check_export_arguments(args.out, **options)  # before the budget and the run are read
-    exported = export_run(args.run_dir, out=args.out, budget=budget_of(args.budget) if args.budget else None, **options)
+    budget = budget_of(args.budget) if args.budget else None
+    exported = export_run(args.run_dir, out=args.out, budget=budget, finetune_epochs=args.finetune_epochs, **options)
     print(json.dumps(exported.report, indent=2) if args.json else "\n".join(exported.summary()))
 
 
@@ -89,6 +90,7 @@ def _grid(args):
     out = grid_folder(name, args.out, args.resume)  # a new grid, or one to continue
     engine = {k: getattr(args, k) for k in ("seeds", "jobs", "engine", "address", "overrides", "track", "track_uri")}
     engine["resume"] = args.resume is not None
+    engine["status"] = (lambda line: None) if args.quiet else None
     if name == "compare":
         from bayesprune.pipeline.compare import compare
 
@@ -129,11 +131,13 @@ HELP = {
     "importance --top": "features shown in the bar plot importance.png (default 30); image inputs get a heat map of every pixel",
     "importance --fdr": "bound on the false-discovery rate of the selection (default 0.1): posterior expected "
     "(bayesian-fdr) or frequentist (empirical-null, knockoff)",
-    "importance --selection": "bayesian-fdr (default: posterior inclusion probabilities), empirical-null (log psi "
-    "against the other inputs', Benjamini-Hochberg) or knockoff (model-X knockoffs; refits beside copies, tables only)",
+    "importance --selection": "selection of groups of inputs (default: the run's importance.selection, empirical-null): "
+    "empirical-null (log psi against the other groups', Benjamini-Hochberg), bayesian-fdr (posterior inclusion "
+    "probabilities) or knockoff (model-X knockoffs, knockpy's MVR; refits beside copies, tables only)",
     "importance --copies": "knockoff copies of every input (default 2): one copy selects nothing below 1/fdr inputs",
     "export --out": "file to write (torch.export format, .pt2; with --format onnx a name ending .onnx names the ONNX file, the .pt2 beside it); the trainable file FILE_STEM.trainable.pt is written beside it",
-    "export --budget": "prune further than the method did, by a field of the budget (repeatable): fraction, keep or threshold; scope global|layer; level unit|weight; min_keep (default level=unit, min_keep a tenth of each layer's units, at least 1); without it the method's own network is exported",
+    "export --budget": "prune further than the method did, by a field of the budget (repeatable): fraction, keep, threshold or macs (the fraction of the fitted network's MACs kept); scope global|layer; level unit|weight; min_keep (default level=unit, min_keep a tenth of each layer's units, at least 1); without it the method's own network is exported",
+    "export --finetune-epochs": "fine-tune the exported network N epochs (prune.finetune_epochs's fine-tuning: the run's optimiser rate and minibatches, removed weights held at zero, batch-norm statistics estimated again) in place of the run's prune.finetune_epochs; 0: none",
     "export --format": "pt2 (always written) and onnx: FILE_STEM.onnx beside it, run by ONNX Runtime on the test split (pip install 'bayesprune[onnx]')",
     "certify --samples": "networks drawn from the posterior (default: the run's pbp.mc_samples)",
     "compare config": "comparison config: packaged name or TOML path (default: compare-digits)",
@@ -178,7 +182,7 @@ def build_parser():
     importance.add_argument("--top", type=int, default=30, help=HELP["importance --top"])
     importance.add_argument("--force", action="store_true", help="overwrite existing importance files")
     importance.add_argument("--fdr", type=float, default=0.1, help=HELP["importance --fdr"])
-    importance.add_argument("--selection", default="bayesian-fdr", help=HELP["importance --selection"])
+    importance.add_argument("--selection", default=None, help=HELP["importance --selection"])
     importance.add_argument("--copies", type=int, default=2, help=HELP["importance --copies"])
 
     exporting = command("export", _export, "run_dir")
@@ -186,6 +190,9 @@ def build_parser():
     exporting.add_argument("--budget", action="append", default=[], metavar="KEY=VALUE", help=HELP["export --budget"])
     exporting.add_argument("--repeats", type=int, default=30, help="timed forward passes per batch size (default 30)")
     exporting.add_argument("--format", nargs="+", default=["pt2"], help=HELP["export --format"])
+    exporting.add_argument(
+        "--finetune-epochs", type=int, default=None, metavar="N", help=HELP["export --finetune-epochs"]
+    )
     exporting.add_argument("--json", action="store_true", help="print the measurements as JSON")
     exporting.add_argument("--force", action="store_true", help="overwrite an existing --out file")
 
@@ -210,6 +217,7 @@ def build_parser():
         grid.add_argument("--address", help="the Ray cluster's address (default: a local Ray for this call)")
         grid.add_argument("--track", choices=["mlflow"], help=HELP["grid --track"])
         grid.add_argument("--track-uri", metavar="URI", help=HELP["grid --track-uri"])
+        grid.add_argument("--quiet", action="store_true", help="no progress lines (errors and the summary still)")
 
     command("list", _list)
     return parser

@@ -11,6 +11,7 @@ timed in ``--rounds`` interleaved rounds (the order alternating), each the media
 
     nice -n 10 python benchmarks/batched_fits.py --fits 8 --threads 1            # digits MLP
     nice -n 10 python benchmarks/batched_fits.py --network lenet300 --rows 6000 --epochs 2
+    python benchmarks/batched_fits.py --device cuda --network lenet300 --rows 60000 --epochs 2 --json
 """
 
 import argparse
@@ -21,6 +22,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from bayesprune.core.loop import resolve_device
 from bayesprune.core.tasks import network_test_metric
 from bayesprune.data import load_dataset
 from bayesprune.methods import FitContext
@@ -38,14 +40,19 @@ def setting(network: str, rows: int, epochs: int):
     return load_config("sbnn-digits", [f"train.epochs={epochs}", "optim.lr=0.01"]), load_dataset("digits")
 
 
+def synchronize(device: torch.device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def run(args) -> dict:
     torch.set_num_threads(args.threads)
     config, data = setting(args.network, args.rows, args.epochs)
     seeds = list(range(args.fits))
-    device = torch.device("cpu")
+    device = resolve_device(args.device)
 
     def nets():
-        return [new_net(config, data.input_shape, data.output_dim, seed=seed) for seed in seeds]
+        return [new_net(config, data.input_shape, data.output_dim, seed=seed).to(device) for seed in seeds]
 
     def contexts():
         return [FitContext.from_config(config, data, device=device, seed=seed) for seed in seeds]
@@ -67,8 +74,10 @@ def run(args) -> dict:
     times = {"separate": [], "together": []}
     for index in range(args.rounds):  # interleaved, the order alternating
         for key, fit in sorted({"separate": one_after_another, "together": together}.items(), reverse=index % 2 == 1):
+            synchronize(device)
             start = time.perf_counter()
             fitted = fit()
+            synchronize(device)
             times[key].append(time.perf_counter() - start)
             if key == "separate":
                 separate = fitted
@@ -81,6 +90,7 @@ def run(args) -> dict:
         (p - q).abs().max().item() for a, b in zip(separate, stacked) for p, q in zip(a.parameters(), b.parameters())
     )
     return {
+        "device": str(device),
         "network": args.network,
         "data": data.name,
         "rows": data.num_train,
@@ -104,6 +114,7 @@ def main(argv=None):
     parser.add_argument("--fits", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--rows", type=int, default=6000, help="random images for --network lenet300")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; times are medians")
     parser.add_argument("--json", action="store_true")
@@ -113,7 +124,7 @@ def main(argv=None):
         print(json.dumps(result))
         return
     print(
-        f"{result['fits']} fits of {result['network']} on {result['data']} ({result['rows']} rows, "
+        f"{result['fits']} fits of {result['network']} on {result['data']} on {result['device']} ({result['rows']} rows, "
         f"{result['epochs']} epochs, batch {result['batch_size']}, {result['threads']} thread(s), median of {result['rounds']} rounds): one after another "
         f"{result['separate_seconds']:.2f} s, together {result['together_seconds']:.2f} s (ratio {result['ratio']:.3f}); "
         f"largest difference: test error {result['largest_test_error_difference']:.3g} points, "

@@ -10,13 +10,15 @@
 # so the wheels and MNIST travel in .whl (ignored by git):
 #
 #   bash benchmarks/gpu_session.sh --wheels            # once, here: the wheels and MNIST's cache into .whl
-#   bash benchmarks/gpu_session.sh checks              # there, .whl carried: every step but the leaderboard (<= 540 s)
-#   bash benchmarks/gpu_session.sh leaderboard         # there, a second command (<= 480 s)
+#   bash benchmarks/gpu_session.sh checks              # there, .whl carried: tests, syncs, batched fits (<= 420 s)
+#   bash benchmarks/gpu_session.sh epochs              # there, a second command: the epoch ratios (<= 570 s)
+#   bash benchmarks/gpu_session.sh leaderboard         # there, a third (<= 480 s)
 #   bash benchmarks/gpu_session.sh --dry-run [STEP...] # here, on the CPU: the steps in a small form (CI runs it)
 #
-# Steps (name them to run only those; the wheel and its requirements always come first): cuda_tests,
-# lenet300_float32, lenet300_bfloat16, resnet18_float32, resnet18_bfloat16, resnet18_bfloat16_contiguous,
-# host_syncs, leaderboard. Each has its own time limit (STEP_LIMIT_SCALE multiplies them all), so one that
+# Steps (name them, or their group, to run only those; the wheel and its requirements always come first):
+# checks = cuda_tests, host_syncs, batched_fits (8 seeds of LeNet-300-100 trained together against one after
+# another); epochs = lenet300_float32, lenet300_bfloat16, resnet18_float32, resnet18_bfloat16,
+# resnet18_bfloat16_contiguous; leaderboard. Each has its own time limit (STEP_LIMIT_SCALE multiplies them all), so one that
 # hangs does not cost the others; the session exits 1 when a step failed, after running the rest. The
 # outputs land in $OUT/gpu-session.tar.gz (checkpoints left out), the step times in $OUT/steps.txt; without
 # $OUT, in a new temporary folder. The dry run trains on a few rows on the CPU with eager kernels and only
@@ -25,8 +27,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
 python="${PYTHON:-python3}"
-checks=(cuda_tests lenet300_float32 lenet300_bfloat16 resnet18_float32 resnet18_bfloat16 resnet18_bfloat16_contiguous
-    host_syncs)
+checks=(cuda_tests host_syncs batched_fits)
+epochs=(lenet300_float32 lenet300_bfloat16 resnet18_float32 resnet18_bfloat16 resnet18_bfloat16_contiguous)
 
 dry=false
 case "${1:-}" in
@@ -44,16 +46,22 @@ case "${1:-}" in
 esac
 selected=()
 for name in "$@"; do
-    case " checks leaderboard ${checks[*]} " in
-        *" $name "*) ;;
+    case "$name" in
+        checks) selected+=("${checks[@]}") ;;
+        epochs) selected+=("${epochs[@]}") ;;
         *)
-            echo "gpu_session.sh: unknown step $name (checks, leaderboard, ${checks[*]}; or --wheels, --dry-run)" >&2
-            exit 2
+            case " leaderboard ${checks[*]} ${epochs[*]} " in
+                *" $name "*) selected+=("$name") ;;
+                *)
+                    echo "gpu_session.sh: unknown step $name (checks, epochs, leaderboard or one step of them;" \
+                        "or --wheels, --dry-run)" >&2
+                    exit 2
+                    ;;
+            esac
             ;;
     esac
-    [ "$name" = checks ] && selected+=("${checks[@]}") || selected+=("$name")
 done
-[ ${#selected[@]} -gt 0 ] || selected=("${checks[@]}" leaderboard)
+[ ${#selected[@]} -gt 0 ] || selected=("${checks[@]}" "${epochs[@]}" leaderboard)
 
 work="$(mktemp -d)"
 out="$work/out"
@@ -98,7 +106,7 @@ step wheel 60 bash -c "'$python' -m pip wheel -q --no-deps --no-build-isolation 
     '$python' -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target '$site' ${carried[*]} '$work'/dist/*.whl"
 export PYTHONPATH="$site" PYTHONUNBUFFERED=1 BAYESPRUNE_CACHE="$repo/.whl/cache"
 # -P: the working directory is not put on the import path (it holds the unmapped source folder)
-step requirements 30 "$python" -P benchmarks/gpu_requirements.py --check "$site"
+step requirements 60 "$python" -P benchmarks/gpu_requirements.py --check "$site"
 [ ${#failed[@]} -gt 0 ] && finish
 
 if $dry; then
@@ -107,15 +115,17 @@ if $dry; then
     lenet=(--data synthetic --rows 256 --rounds 1 --methods sbnn --kernels eager)
     resnet=(--rows 8 --rounds 1 --methods sbnn --kernels eager)
     syncs=(--methods sbnn)
+    batched=(--fits 2 --epochs 1 --rounds 1)
     board=(compare-digits --methods sbnn --sparsities 0.9 --set train.epochs=1 --set baseline.epochs=1
         --set compare.finetune_epochs=1)
 else
     device=cuda
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$out/gpu.txt" 2>&1
     cuda_tests=()
-    lenet=(--data synthetic --rounds 2)
-    resnet=(--rows 10000 --rounds 2)
+    lenet=(--data synthetic --rounds 1)
+    resnet=(--rows 10000 --rounds 1)
     syncs=()
+    batched=(--network lenet300 --rows 60000 --epochs 2 --rounds 1)
     board=(compare-lenet300)
 fi
 
@@ -123,13 +133,14 @@ step cuda_tests 120 "$python" -P -m pytest -o addopts="" -p no:cacheprovider --i
     tests/test_cuda.py "${cuda_tests[@]}"
 epoch=("$python" benchmarks/epoch.py --device "$device" --json)
 for precision in float32 bfloat16; do
-    step "lenet300_$precision" 50 "${epoch[@]}" "${lenet[@]}" --precision "$precision"
-    step "resnet18_$precision" 50 "${epoch[@]}" --network resnet18 "${resnet[@]}" --precision "$precision"
+    step "lenet300_$precision" 90 "${epoch[@]}" "${lenet[@]}" --precision "$precision"
+    step "resnet18_$precision" 90 "${epoch[@]}" --network resnet18 "${resnet[@]}" --precision "$precision"
 done
 # channels-last (train.memory_format = "auto" on CUDA) against the layout as stored, at bfloat16
-step resnet18_bfloat16_contiguous 50 "${epoch[@]}" --network resnet18 "${resnet[@]}" --precision bfloat16 \
+step resnet18_bfloat16_contiguous 90 "${epoch[@]}" --network resnet18 "${resnet[@]}" --precision bfloat16 \
     --memory-format contiguous
-step host_syncs 80 "$python" benchmarks/host_syncs.py --device "$device" --json "${syncs[@]}"
+step host_syncs 90 "$python" benchmarks/host_syncs.py --device "$device" --json "${syncs[@]}"
+step batched_fits 90 "$python" benchmarks/batched_fits.py --device "$device" --json "${batched[@]}"
 # the finished cells stay in the tarball's out/compare; compare --resume continues them
-step leaderboard 390 "$python" -P -m bayesprune compare "${board[@]}" --set "device='$device'" --out "$out/compare"
+step leaderboard 360 "$python" -P -m bayesprune compare "${board[@]}" --set "device='$device'" --out "$out/compare"
 finish

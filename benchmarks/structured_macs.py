@@ -41,15 +41,15 @@ import torch
 import torch_pruning as tp
 import torchvision
 
+from bayesprune.core.channels import ignored_layers
 from bayesprune.core.export import count_macs
 from bayesprune.core.normalization import Calibration, recalibrate
 from bayesprune.core.optim import OptimConfig
+from bayesprune.core.plain import fit_plain
 from bayesprune.core.structure import example_input
 from bayesprune.data import load_dataset
 from bayesprune.methods.context import FitContext
 from bayesprune.methods.hard_concrete import HardConcreteMethod, HardConcreteOptions
-from bayesprune.pipeline.baseline import fit_plain
-from bayesprune.pipeline.compare.structured import ignored_layers
 from bayesprune.pipeline.finetune import finetune
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -139,6 +139,8 @@ def run_seed(dense, data, args, seed: int) -> dict:
     target = args.macs * dense_macs
     rows = {}
     for name, global_pruning in (("tp-layer", False), ("tp-global", True)):
+        if name not in args.rows:
+            continue
         start = time.perf_counter()
         pruned, macs = torch_pruning(dense, target, global_pruning=global_pruning)
         pruned_error = error_of(
@@ -157,6 +159,8 @@ def run_seed(dense, data, args, seed: int) -> dict:
                 "finetune_epochs": total,
                 "seconds": time.perf_counter() - start,
             }
+    if "hard-concrete" not in args.rows:
+        return rows
     start = time.perf_counter()
     net, report = hard_concrete(dense, data, args, seed)
     cut_error = error_of(net, data.x_test, data.y_test)
@@ -193,11 +197,14 @@ def main_cli(argv=None):
     parser.add_argument("--dense-epochs", type=int, default=10)
     parser.add_argument("--lr", type=float, default=0.003, help="the dense network's Adam rate")
     parser.add_argument("--gate-epochs", type=int, default=3)
-    parser.add_argument("--gate-lr-weights", type=float, default=0.001, help="the weights' rate in the gate stage")
+    parser.add_argument(
+        "--gate-lr-weights", type=float, default=0.0001, help="the weights' rate in the gate stage (chosen held out)"
+    )
     parser.add_argument("--finetune-epochs", type=int, default=5)
     parser.add_argument("--finetune-lr", type=float, default=0.001)
     parser.add_argument("--set", dest="options", action="append", default=[], help="hard-concrete.KEY=JSON")
     parser.add_argument("--validation", type=float, default=0.0)
+    parser.add_argument("--rows", nargs="+", default=["tp-layer", "tp-global", "hard-concrete"], help="the rows to run")
     parser.add_argument("--out", required=True, help="folder for the data and the dense weights")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)

@@ -45,6 +45,7 @@ CORE = {
     "model.noise_scale": "fixed noise standard deviation of the Gaussian likelihood (regression); unset, it is learned",
     "model.expose": 'parameters added to the sites (names, globs such as `"*.bn1.*"`, or module type names such as `"BatchNorm2d"`); by default the sites are the parameters of the Linear and convolution layers',
     "model.hide": "parameters taken out of the sites (same forms); they stay point estimates that the optimiser trains",
+    "model.heads": "the number of attention heads of modules that do not hold it as `num_heads` or `num_attention_heads` (module names, globs or type names to counts, e.g. `{\"blocks.*.attn\" = 4}`), so that their heads are units at unit level; timm's, `transformers`' and PyTorch's attention blocks need none",
     "optim.name": "`adam` or `sgd`",
     "optim.lr": "learning rate",
     "optim.schedule": "`constant`, `exponential` (× `gamma` per epoch) or `cosine` (annealed to zero over the run)",
@@ -68,11 +69,16 @@ CORE = {
     "prune.recalibrate_batches": "training batches (of `data.batch_size` rows, at least 128) the statistics are re-estimated on, at most 1000",
     "prune.predictive": 'where the curve evaluates a method\'s Monte-Carlo predictive (`test_error_mc`): `"every"` droprate, or the `"unpruned"` model only (empty at the other droprates); `"auto"`: every droprate for networks of at most 1,000,000 weights, the unpruned model above (a resnet18\'s 20 draws at 7 droprates cost 8 of its training epochs)',
     "prune.macs": "a MAC budget (with `level = \"unit\"`, `scope = \"global\"`): the fraction of the dense network's multiply-accumulates to keep, or a list of them; at each, units leave by the method's unit scores (the `min_keep` floors kept) until the network costs at most that, counted by `count_macs` on the network without them (`bayesprune.core.macs.resolve_macs`, within one unit's MACs); `metrics.json`'s `macs_curve` holds each point's MACs, units removed and test metric (fine-tuned too with `finetune_epochs`). The dense network is the one the fit starts from, so every method's row is cut to the same MACs. A target below what the floors reach is refused",
+    "prune.distill": "knowledge distillation in the fine-tuning (`finetune_epochs`, export's too): the weight in [0, 1] of the divergence of the pruned network's softened predictions from the network's before pruning (Hinton et al. 2015: `T²·KL` at `distill_temperature`; squared difference for regression), the rest on the labels; `0`: none",
+    "prune.distill_temperature": "the temperature T that softens both networks' predictions for `distill`",
     "prune.finetune_epochs": "epochs of plain maximum-likelihood training (Adam at `optim.lr`) of each pruned point network, what pruning removed held at zero; each curve row adds `test_error_finetuned` (or `test_rmse_finetuned`), and `bayesprune export` writes the network fine-tuned so (`bayesprune.pipeline.finetune`); `0`: none",
     "baseline.enabled": "train the plain network of the same shape on the same split",
     "baseline.epochs": "its epochs (unset: `train.epochs`)",
     "baseline.lr": "its rate (unset: `optim.lr`)",
     "baseline.validation": "the fraction of the training rows it holds out when the run holds out none (`train.validation = 0`; unset: 0.2): every epoch is scored on them and the best is kept (`baseline_best_epoch`, `baseline_validation_curve` in `metrics.json`); with `train.validation` it uses the run's part, and this key is refused; `0` keeps its last epoch, on every row. Measured (seeds 0-2, 200 epochs unless said): scikit-learn's diabetes as a CSV, MLP 100: RMSE 65.1 (last epoch) → 54.1, the linear model 53.3; digits, MLP 100: 2.96 → 3.15%; digits, a residual CNN with batch norm, 60 epochs: 0.0 → 0.93%: where the last epoch does not overfit, the fifth held out costs up to a point",
+    "importance.correlation": "inputs whose absolute correlation on the training rows exceeds it (or that a chain of such pairs joins) form one group of `bayesprune importance`, ranked and selected as one input; in (0, 1], 1 groups none",
+    "importance.groups": 'your own groups of inputs by name (`[["mean radius", "mean area"], ...]`), in place of the correlation\'s; every input not named stays alone; an unknown name or an input named twice is refused',
+    "importance.selection": "the rule `bayesprune importance` selects groups by: `empirical-null` (log ψ against the other groups', Benjamini-Hochberg; the default, chosen by measurement), `bayesian-fdr` (posterior inclusion) or `knockoff` (model-X knockoffs; needs (copies + 1) × inputs training rows)",
     "reference.source": 'where the published numbers come from (`"paper 003, Table 8, set 2"`)',
     "reference.droprates": "droprates of the published numbers",
     "reference.values": "published test metrics printed beside the curve in `report.md`: a list, or a table of lists keyed by `data.name` (the packaged `uci` carries paper 003's Table 2, `mnist-lenet-5-caffe` Table 8, `mnist-lenet-300-100` Table 7)",
@@ -482,6 +488,7 @@ def core_sections():
         ("prune", sections.PruneConfig),
         ("baseline", sections.BaselineConfig),
         ("reference", sections.ReferenceConfig),
+        ("importance", sections.ImportanceConfig),
     ]
 
 

@@ -15,6 +15,7 @@ from torch import nn
 
 from bayesprune.core.checkpoint import load_weights
 from bayesprune.core.errors import ConfigError, StopNow
+from bayesprune.core.heads import declare_heads
 
 ACTIVATIONS = {
     "relu": nn.ReLU,
@@ -209,6 +210,11 @@ def new_net(config, input_shape, output_dim: int, *, seed: int, weights: bool = 
         net = build_from_factory(config.model.factory, tuple(input_shape), output_dim, **config.model.options)
     else:
         net = build_architecture(config.model.architecture, tuple(input_shape), output_dim, **config.model.options)
+    if config.model.heads:
+        try:
+            declare_heads(net, config.model.heads)
+        except ValueError as error:
+            raise ConfigError(f"model.heads: {error}") from None
     if weights and config.model.weights is not None:
         load_weights(net, config.model.weights)
     return net

@@ -449,6 +449,24 @@ CASES = {
         "importance.png",
     ),
     "importance of the top 0 features": ({"done": RUN}, ["importance", "done", "--top", "0"], "--top"),
+    # issue 49: groups of inputs and the selection's needs
+    "importance.groups naming an unknown input": (
+        {"t.csv": csv_table([[i, i % 3, i % 2] for i in range(12)])},
+        [*CSV_RUN, "--set", "importance.groups=[['a', 'zz']]"],
+        "importance.groups",
+    ),
+    "importance.groups naming an input twice": (
+        {"t.csv": csv_table([[i, i % 3, i % 2] for i in range(12)])},
+        [*CSV_RUN, "--set", "importance.groups=[['a', 'b'], ['a']]"],
+        "importance.groups",
+    ),
+    "importance.correlation of 0": ({}, settings("importance.correlation=0"), "importance.correlation"),
+    "importance.correlation above 1": ({}, settings("importance.correlation=1.5"), "importance.correlation"),
+    "knockoff selection of more inputs than the rows allow": (
+        {"t.csv": csv_table([[i, i % 3, i % 5, i % 7, i % 4, i % 2] for i in range(12)], header="a,b,c,d,e,y")},
+        [*CSV_RUN, "--set", "importance.selection='knockoff'"],
+        "importance.selection",
+    ),
     "pbp alpha leaving S_P empty": (
         {},
         ["run", "pbp-digits", "--out", "out", "--set", "pbp.alpha=0.0001"],
@@ -1017,6 +1035,18 @@ def test_a_bad_input_is_one_line_exit_2_and_changes_nothing(case, tmp_path, monk
     assert _tree(work) == before
 
 
+def test_processes_under_a_launcher_of_one_process_is_refused(tmp_path, monkeypatch, capsys):
+    """The reported case: ``torchrun ... -m bayesprune run ... --processes 2`` (torchrun's default of one
+    process) went on without a word about --processes. The launcher's environment of one process (as
+    torchrun gives it) and --processes 2: refused in one line naming the flag, nothing written."""
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    status = main(["run", "--out", str(tmp_path / "out"), "--processes", "2", *QUICK])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "--processes 2" in err and "torchrun" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_mnist_cache_declaring_10_12_images_is_refused_before_allocating(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("BAYESPRUNE_CACHE", str(tmp_path / "cache"))
     (tmp_path / "cache").mkdir()
@@ -1085,7 +1115,8 @@ def test_every_numeric_option_has_an_upper_bound(key, default):
     huge = 10**30 if isinstance(default, int) else 1e300
     raw = (
         {"method": table}
-        if table not in ("data", "model", "optim", "train", "prune", "baseline", "reference", "experiment")
+        if table
+        not in ("data", "model", "optim", "train", "prune", "baseline", "reference", "experiment", "importance")
         else {}
     )
     raw[table] = {name: huge}

@@ -674,12 +674,16 @@ def test_importance_selects_by_the_empirical_null_on_request(two_chain_run, caps
     selection = json.loads((two_chain_run / "selection.json").read_text())
     assert selection["rule"] == "empirical-null" and selection["restarts"] == 2
     assert selection["selected"] == [row["feature"] for row in rows if row["selected"] == "True"]
-    # log psi of the 2 restarts pooled (the mean of posterior.nc's variational psi) through Benjamini-Hochberg;
-    # none when more than half of them tie (no spread to learn the null from)
+    # log psi of the 2 restarts pooled (the mean of posterior.nc's variational psi), each group's the mean of
+    # its inputs', through Benjamini-Hochberg; none when more than half of them tie (no spread to learn the null from)
     psi = xr.open_dataset(two_chain_run / "posterior.nc", group="variational")["psi"].mean("chain").values
-    assert np.allclose([selection["psi"][row["feature"]] for row in rows], psi)
-    statistic = np.log(psi)
-    expected = [False] * len(rows)
+    index = {row["feature"]: j for j, row in enumerate(rows)}
+    groups = selection["groups"]
+    group_psi = np.array([psi[[index[name] for name in inputs]].mean() for inputs in groups.values()])
+    assert np.allclose([selection["psi"][group] for group in groups], group_psi)
+    statistic = np.log(group_psi)
+    chosen = [False] * len(groups)
     if np.median(np.abs(statistic - np.median(statistic))) > 0:
-        expected = benjamini_hochberg(empirical_null_p_values(torch.tensor(statistic)), 0.1).tolist()
-    assert [row["selected"] == "True" for row in rows] == expected
+        chosen = benjamini_hochberg(empirical_null_p_values(torch.tensor(statistic)), 0.1).tolist()
+    expected = {name for inputs, keep in zip(groups.values(), chosen) if keep for name in inputs}
+    assert {row["feature"] for row in rows if row["selected"] == "True"} == expected

@@ -126,3 +126,12 @@ def test_the_command_synopsis_matches_the_parsers(capsys):
         usage = capsys.readouterr().out
         for flag in flags:
             assert flag in usage, f"bayesprune {command} has no {flag}"
+
+
+def test_the_development_section_names_the_test_command_ci_runs():
+    """The reported case: the README named no test command (only "editable, with pytest and ruff" in a
+    comment). Its Development section names the command .ci/run ends with, as written there."""
+    ci = (PATH.parent / ".ci" / "run").read_text().splitlines()
+    command = next(line for line in reversed(ci) if line.strip() and not line.startswith("#"))
+    section = README.split("## Development", 1)[1].split("\n## ", 1)[0]
+    assert f"`{command}`" in section and "pip install -e" in section, section

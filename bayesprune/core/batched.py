@@ -27,7 +27,8 @@ import torch
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
-from bayesprune.core.errors import ConfigError, TrainingDiverged
+from bayesprune.core.errors import ConfigError, Interrupted, TrainingDiverged
+from bayesprune.core.loop import STOP
 from bayesprune.core.optim import torch_optimizer, torch_scheduler
 from bayesprune.core.precision import autocast_calls
 from bayesprune.core.predict import metric
@@ -150,15 +151,15 @@ def train_stacked(
     epochs: int,
     loss,
     optim,
-    validation: tuple | None = None,
+    validation: tuple | list | None = None,
     task: str = "classification",
     patience: int | None = None,
 ) -> list:
     """Train ``nets`` in place together: ``epochs`` passes, fit k over ``batches[k]`` (one
     :class:`~bayesprune.core.loop.TensorBatches` per fit, same rows and batch size), minimising
     ``loss(output, y)`` with the optimiser and schedule of ``optim`` (an :class:`~bayesprune.core.optim.OptimConfig`).
-    With ``validation = (x, y)``, each fit keeps its best epoch's state (after ``patience`` epochs
-    without improvement it stops). Returns one :class:`FitRecord` per fit. The losses are read back once
+    With ``validation = (x, y)`` (or a list of one per fit), each fit keeps its best epoch's state
+    (after ``patience`` epochs without improvement it stops). Returns one :class:`FitRecord` per fit. The losses are read back once
     an epoch.
 
     Raises:
@@ -182,6 +183,8 @@ def train_stacked(
             value.sum().backward()
             optimizer.step()
             losses.append(value.detach())
+            if STOP.signal is not None:  # as core.loop.train: the step in progress finished, no epoch's end
+                raise Interrupted(f"stopped by signal {STOP.signal} in epoch {epoch + 1}", STOP.signal)
         _record_epoch(records, torch.stack(losses).double().cpu(), epoch)
         if scheduler is not None:
             scheduler.step()
@@ -240,13 +243,17 @@ def _record_epoch(records: list, losses: torch.Tensor, epoch: int):
 def _early_stopping(stacked, records, validation, task, epoch, epochs, patience) -> bool:
     """:class:`~bayesprune.core.early_stopping.EarlyStopping` for every fit: score this epoch, keep each
     fit's best state, and put it back once the fit stops or training ends; ``True`` when all stopped."""
-    x, y = validation
+    device = next(iter(stacked.params.values())).device
     with torch.no_grad():
-        outputs = stacked(x.to(next(iter(stacked.params.values())).device))
-    for k, record in enumerate(records):
+        if isinstance(validation, tuple):
+            outputs, ys = stacked(validation[0].to(device)), [validation[1]] * len(records)
+        else:  # each fit its own rows: one pass of the stack over each fit's
+            outputs = [stacked(x.to(device))[k] for k, (x, _) in enumerate(validation)]
+            ys = [y for _, y in validation]
+    for k, (record, y) in enumerate(zip(records, ys)):
         if record.stopped:
             continue
-        value = metric(task, predictive_mean(outputs[k], task).cpu(), y)
+        value = metric(task, predictive_mean(outputs[k], task).cpu(), y.cpu())
         record.scores.append(value)
         if value < record.best_score or record.best is None:
             record.best_score, record.best_epoch, record.best = value, epoch, stacked.fit(k)

@@ -86,6 +86,24 @@ def on_cpu(value):
     return value
 
 
+def read_state_dict(path, net=None) -> dict:
+    """The network state dict saved at ``path`` (names → tensors, read ``weights_only``: never unpickled),
+    loaded into ``net`` when given; refused in one line naming the file when it is not one, or is another
+    network's (other names or shapes)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError) as error:
+        raise BayesPruneError(f"{path}: not a readable network file ({' '.join(str(error).split())[:160]})") from None
+    if not isinstance(state, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in state.items()):
+        raise BayesPruneError(f"{path}: not a network's state dict (names and tensors)")
+    if net is not None:
+        try:
+            net.load_state_dict(state)
+        except RuntimeError as error:
+            raise BayesPruneError(f"{path}: holds another network ({one_line(str(error))[:160]})") from None
+    return state
+
+
 def read_checkpoint(path) -> dict:
     """The checkpoint at ``path`` as saved by :func:`save_checkpoint` (older layouts converted).
 
@@ -155,11 +173,23 @@ def _layout_problem(saved: dict):
             and count(current["loop"].get("epoch"))
         ):
             return "the loop's current stage is not an index, a name and an epoch"
+        histories = [stage.get("history") for stage in loop["stages"]] + ([current["loop"]] if current else [])
+        if not all(_losses(history) for history in histories):
+            return "a stage's step_losses or epoch_losses are not lists of numbers"
         if current is not None and current["index"] != len(loop["stages"]):
             return (
                 f"the loop's current stage {current['index']} does not follow its {len(loop['stages'])} finished stages"
             )
     return None
+
+
+def _losses(history) -> bool:
+    """Whether ``history`` holds the losses :meth:`~bayesprune.core.loop.LoopState.history_dict` writes."""
+    return isinstance(history, dict) and all(
+        isinstance(history.get(key), list)
+        and all(isinstance(loss, (int, float)) and not isinstance(loss, bool) for loss in history[key])
+        for key in ("step_losses", "epoch_losses")
+    )
 
 
 #: The key of ``metrics.json`` holding :func:`state_digest` of the run's final checkpoint: a command

@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from bayesprune.core.errors import BayesPruneError
-from bayesprune.core.heads import HeadsRemovedAttention
+from bayesprune.core.heads import HeadsRemovedAttention, heads_removed_macs
 from bayesprune.core.loop import check_stop
 from bayesprune.core.preprocessing import Preprocessing, with_preprocessing
 from bayesprune.core.pruning import apply_masks, expand_unit_masks
@@ -281,7 +281,7 @@ def count_macs(net: nn.Module, input_shape) -> int:
     attention their projections, the scaling of the queries, the scores, softmax and weighted sums of every
     head; an operation outside such a module (a functional matrix product, an addition) nothing. A
     :class:`~bayesprune.core.heads.HeadsRemovedAttention` counts as the ``nn.MultiheadAttention`` of its
-    heads (:func:`_heads_removed_macs`). Zeroed weights are counted: dense hardware multiplies them all
+    heads (:func:`~bayesprune.core.heads.heads_removed_macs`). Zeroed weights are counted: dense hardware multiplies them all
     the same.
 
     ``nn.MultiheadAttention``'s fused fast path (which bypasses the module's call) is off while counting.
@@ -291,7 +291,7 @@ def count_macs(net: nn.Module, input_shape) -> int:
     parameter = next(net.parameters())
     fast_path = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)
-    op_counter.CUSTOM_MODULES_MAPPING = {HeadsRemovedAttention: _heads_removed_macs}  # reset by the call
+    op_counter.CUSTOM_MODULES_MAPPING = {HeadsRemovedAttention: heads_removed_macs}  # reset by the call
     try:
         macs, _ = op_counter.count_ops_and_params(
             net, torch.zeros(1, *input_shape, device=parameter.device, dtype=parameter.dtype)
@@ -300,27 +300,6 @@ def count_macs(net: nn.Module, input_shape) -> int:
         op_counter.CUSTOM_MODULES_MAPPING = {}
         torch.backends.mha.set_fastpath_enabled(fast_path)
     return int(macs)
-
-
-def _heads_removed_macs(module, inputs, output):
-    """Torch-Pruning's count of ``nn.MultiheadAttention`` (``multihead_attention_counter_hook``) for a
-    :class:`~bayesprune.core.heads.HeadsRemovedAttention` of embedding E and H heads of d channels
-    (width W = H·d): the queries scaled (L·W), the query, key and value projections (E·W products and W
-    bias additions per token), each head's scores, softmax and weighted sum (L·S·d + L·S + L·S·d), and
-    the output projection with its bias (L·(W·E + E)); with every head kept, W = E and it is that hook's
-    count."""
-    query, key, value = inputs[:3]
-    batch_dim, length_dim = (0, 1) if module.batch_first and query.dim() == 3 else (1, 0)
-    batch = query.shape[batch_dim] if query.dim() == 3 else 1
-    length, source = query.shape[length_dim], key.shape[length_dim]
-    embed, heads, head_dim = module.embed_dim, module.num_heads, module.head_dim
-    width = heads * head_dim
-    macs = length * width + (length + 2 * source) * embed * width
-    if module.in_proj_bias is not None:
-        macs += (length + 2 * source) * width
-    macs += heads * (2 * length * source * head_dim + length * source)
-    macs += length * (width * embed + embed)
-    module.__flops__ += int(macs * batch)
 
 
 def measure_latency(

@@ -17,11 +17,14 @@ common, and each is a unit group whose units are heads of ``block = d`` channels
   modules): a head is d rows of each.
 
 In the last two the head count is read from the attention module (the common parent of the
-projections): its ``num_heads`` (timm, PyTorch) or ``num_attention_heads`` (``transformers``). When
+projections): its ``num_heads`` (timm, PyTorch) or ``num_attention_heads`` (``transformers``), or, for a
+module that holds neither, given by ``model.heads`` (:func:`declare_heads`). When
 heads leave, :func:`set_heads` updates that count and the module's width attributes (timm's
 ``attn_dim``, ``transformers``' ``all_head_size``) that its forward reshapes by; whether the smaller
 module then computes the masked one is checked, not assumed (:func:`bayesprune.core.export.check_export`).
 """
+
+from fnmatch import fnmatchcase
 
 import torch
 import torch_pruning as tp
@@ -54,6 +57,31 @@ def heads_owner(net: nn.Module, linears: list, consumers, copies: int):
     owner = parents.pop()
     reads = any(isinstance(net.get_submodule(name), nn.Linear) for name in consumers)
     return owner if reads and head_count(net.get_submodule(owner)) is not None else None
+
+
+def declare_heads(net: nn.Module, table: dict) -> nn.Module:
+    """Give the modules that ``table`` names (module paths, globs or module type names → head count) the
+    attribute ``num_heads``, so that their heads are units, for attention modules that keep their count
+    under another name or infer it from their width (``view(..., -1, head_dim)``). Returns ``net``.
+
+    Raises:
+        ValueError: a name that matches no module, or a module whose own head count differs.
+    """
+    modules = dict(net.named_modules())
+    for pattern, heads in table.items():
+        matched = [
+            name
+            for name, module in modules.items()
+            if name and (fnmatchcase(name, pattern) or type(module).__name__ == pattern)
+        ]
+        if not matched:
+            raise ValueError(f"{pattern!r} names no module of the network")
+        for name in matched:
+            own = head_count(modules[name])
+            if own is not None and own[1] != heads:
+                raise ValueError(f"module {name!r} has {own[0]}={own[1]}, not the {heads} heads given for {pattern!r}")
+            modules[name].num_heads = heads
+    return net
 
 
 def set_heads(module: nn.Module, heads: int, head_dim: int):
@@ -203,3 +231,24 @@ class EmbeddingPruner(tp.pruner.function.BasePruningFunc):
         return layer.embed_dim
 
     get_in_channels = get_out_channels
+
+
+def heads_removed_macs(module, inputs, output):
+    """Torch-Pruning's count of ``nn.MultiheadAttention`` (``multihead_attention_counter_hook``) for a
+    :class:`HeadsRemovedAttention` of embedding E and H heads of d channels
+    (width W = H·d): the queries scaled (L·W), the query, key and value projections (E·W products and W
+    bias additions per token), each head's scores, softmax and weighted sum (L·S·d + L·S + L·S·d), and
+    the output projection with its bias (L·(W·E + E)); with every head kept, W = E and it is that hook's
+    count."""
+    query, key, value = inputs[:3]
+    batch_dim, length_dim = (0, 1) if module.batch_first and query.dim() == 3 else (1, 0)
+    batch = query.shape[batch_dim] if query.dim() == 3 else 1
+    length, source = query.shape[length_dim], key.shape[length_dim]
+    embed, heads, head_dim = module.embed_dim, module.num_heads, module.head_dim
+    width = heads * head_dim
+    macs = length * width + (length + 2 * source) * embed * width
+    if module.in_proj_bias is not None:
+        macs += (length + 2 * source) * width
+    macs += heads * (2 * length * source * head_dim + length * source)
+    macs += length * (width * embed + embed)
+    module.__flops__ += int(macs * batch)

@@ -304,7 +304,8 @@ class UnitGroup:
         consumers: paths of the modules that take the units as input channels, in module order.
         block: consecutive channels per unit (``head_dim`` for attention heads, else 1).
         repeats: slices of the channels each unit has a block in (a grouped convolution's groups, else 1).
-        heads_of: the module whose ``num_heads`` counts the units (heads), else ``None``.
+        heads_of: the module whose head count (``num_heads``, ``num_attention_heads``) counts the units
+            (heads), else ``None``.
     """
 
     name: str
@@ -475,8 +476,9 @@ def unit_groups(net: nn.Module, input_shape=None, *, graph=None) -> list:
     transformer's or ConvNeXt's residual stream: removing a channel changes the statistics of the
     others), and an attention's embedding. The heads of every attention module are a group of their
     own: an ``nn.MultiheadAttention`` (query/key/value rows and ``out_proj`` columns of a head), and
-    a module with an integer ``num_heads`` whose query, key and value ``Linear`` children form one
-    channel group with its output projection.
+    a module with a head count (:func:`bayesprune.core.heads.head_count`) whose query, key and value
+    ``Linear`` children, or one fused ``qkv`` child, form one channel group with its output projection
+    (:func:`bayesprune.core.heads.heads_owner`).
 
     Args:
         net: the network.
@@ -484,7 +486,7 @@ def unit_groups(net: nn.Module, input_shape=None, *, graph=None) -> list:
         graph: a :func:`dependency_graph` of ``net`` already built.
 
     Raises:
-        ValueError: a ``num_heads`` that does not divide the width of its query/key/value layers.
+        ValueError: a head count that does not divide the width of its query/key/value layers.
     """
     graph = graph if graph is not None else dependency_graph(net, input_shape)
     names = {module: name for name, module in net.named_modules()}

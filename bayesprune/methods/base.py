@@ -250,6 +250,8 @@ class Method:
         sweep_sets: options of its table ``bayesprune sweep`` sets itself (:meth:`swept`), refused in a grid.
         summary, paper: what it learns and where it is published, for the README's method table
             and the reference (``docs/generate.py``).
+        fits_together: :meth:`fit_together` trains several independent fits of one network shape as
+            one stacked model (:mod:`bayesprune.core.batched`): the runner uses it for a run's seeds.
     """
 
     name: ClassVar[str] = ""
@@ -261,6 +263,7 @@ class Method:
     quick: ClassVar[tuple] = ()
     baseline: ClassVar[bool] = False
     sweep_sets: ClassVar[tuple] = ()
+    fits_together: ClassVar[bool] = False
     summary: ClassVar[str] = ""
     paper: ClassVar[str] = ""
 
@@ -282,6 +285,13 @@ class Method:
         """Rebuild the :class:`Fitted` whose :meth:`Fitted.state_dict` is ``state`` around ``net``."""
         raise NotImplementedError
 
+    def fit_together(self, nets: list, datasets: list, options, contexts: list) -> list:
+        """:meth:`fit` of ``nets[k]`` on ``datasets[k]`` under ``contexts[k]`` for every k (fits that differ
+        in their seed and which rows they hold out alone, none with a checkpoint), trained together, each
+        :class:`Fitted` as its separate fit's up to rounding; only for a method whose :attr:`fits_together`
+        is true."""
+        raise NotImplementedError
+
     def inference_data(self, fits: list, data, *, seed: int):
         """ArviZ data of independent fits (chains) for ``posterior.nc``, or ``None`` without a posterior."""
         return None
@@ -293,14 +303,14 @@ class Method:
         return None
 
     def one_network(self, table: dict) -> dict:
-        """The method's table (TOML layout) in a comparison held to ``compare.budget``: only the training of
+        """The method's table (TOML layout) in a comparison held to ``compare.budget_epochs``: only the training of
         the network its leaderboard row reports, so that the fit trains the budget's epochs and no more (a
         comparison run inside the fit, further start masks, grid points never reported: off). The default:
         the table as it is."""
         return table
 
     def main_stage_scaled(self, table: dict, factor: float) -> dict:
-        """The method's table (TOML layout) when ``compare.budget`` makes its main stage (``train.epochs``)
+        """The method's table (TOML layout) when ``compare.budget_epochs`` makes its main stage (``train.epochs``)
         ``factor`` times as long: the epochs inside that stage its options name (a schedule's milestones)
         scaled alike. The default: the table as it is."""
         return table

@@ -84,7 +84,9 @@ class FitContext:
         memory_format: the layout of every training minibatch of images (``train.memory_format``
             resolved, :func:`bayesprune.core.layout.resolve_memory_format`).
 
-    After the fit, ``best_epoch`` (1-based) is the epoch early stopping kept, or ``None``.
+    After the fit, ``best_epoch`` (1-based) is the epoch early stopping kept, or ``None``; after a fit
+    trained together with others (:func:`train_plain_together`), ``rng_after`` is the global random state
+    (:func:`~bayesprune.core.loop.rng_state`) its separate fit would have left, for the caller to put back.
     """
 
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
@@ -110,6 +112,7 @@ class FitContext:
     augment: object = None
     memory_format: torch.memory_format = torch.contiguous_format
     best_epoch: int | None = field(default=None, init=False)
+    rng_after: dict | None = field(default=None, init=False)
     _finished: list = field(default_factory=list, init=False, repr=False)
 
     @classmethod
@@ -342,36 +345,78 @@ def train_networks_together(
     contexts: list, name: str, nets: list, x, y, *, epochs: int, loss, validate: bool = False
 ) -> list:
     """:meth:`FitContext.train_network` for several independent fits at once, fit k being ``nets[k]``
-    under ``contexts[k]`` (its seed's minibatch order over ``(x, y)``), trained as one stacked model
-    (:func:`bayesprune.core.batched.train_stacked`): each ends where its separate fit ends, up to
-    rounding. The contexts must agree on everything but the seed; a batched stage writes no checkpoint.
-    Returns each fit's :class:`~bayesprune.core.loop.History`.
+    under ``contexts[k]`` (its seed's minibatch order over ``(x, y)``, its validation rows), trained as
+    one stacked model (:func:`bayesprune.core.batched.train_stacked`): each ends where its separate fit
+    ends, up to rounding. Returns each fit's :class:`~bayesprune.core.loop.History`.
 
     Raises:
-        ConfigError: contexts that differ beyond their seeds, or a checkpoint asked for, naming the key;
-            networks that cannot be stacked (:class:`~bayesprune.core.batched.StackedNetworks`).
+        ConfigError: contexts that differ beyond their seeds and validation rows, or a checkpoint asked
+            for, naming the key; networks that cannot be stacked (:class:`~bayesprune.core.batched.StackedNetworks`).
     """
+    validation = [ctx.validation for ctx in contexts] if validate and contexts[0].validation is not None else None
+    return _train_together(contexts, name, nets, [(x, y)] * len(nets), epochs, loss, contexts[0].optim, validation)
+
+
+def train_plain_together(contexts: list, name: str, nets: list, datasets: list, *, held_out: float) -> list:
+    """:meth:`FitContext.train_plain` for several independent fits at once (as
+    :func:`train_networks_together`), fit k on ``datasets[k]``: each fit's epoch that scores best on its
+    validation rows or, when the run holds out none, on the ``held_out`` fraction of its training rows
+    its seed holds out.
+    Each context's :attr:`~FitContext.rng_after` is the global random state its separate fit leaves (the
+    fit seeded, no number drawn while training: the stack refuses dropout)."""
+    first, rows, validation, patience = contexts[0], [], [], contexts[0].patience
+    for ctx, data in zip(contexts, datasets):
+        part, held = data, ctx.validation
+        if held is None and held_out > 0:
+            part, *held = hold_out(data, held_out, seed=ctx.seed)
+            patience = None
+        rows.append((part.x_train, part.y_train))
+        validation.append(None if held is None else tuple(held))
+    for net in nets:
+        net.train()
+    plain = OptimConfig(lr=first.optim.lr)
+    kept = None if validation[0] is None else validation
+    histories = _train_together(
+        contexts, name, nets, rows, first.epochs, mean_loss(first.task), plain, kept, patience=patience
+    )
+    for ctx, net in zip(contexts, nets):
+        pyro.set_rng_seed(ctx.seed)
+        ctx.rng_after = rng_state()
+        if kept is None or ctx.validation is None:
+            ctx.best_epoch = None
+        net.eval()
+    return histories
+
+
+def _train_together(contexts, name, nets, rows, epochs, loss, optim, validation, *, patience=None) -> list:
     first = contexts[0]
-    for key in ("device", "batch_size", "optim", "task", "precision", "patience", "augment", "memory_format"):
+    for key in (
+        "device",
+        "batch_size",
+        "optim",
+        "task",
+        "precision",
+        "patience",
+        "augment",
+        "memory_format",
+        "kernels",
+    ):
         if any(getattr(ctx, key) != getattr(first, key) for ctx in contexts):
             raise ConfigError(f"batched fits must share {key}: the fits of one stack differ in it")
-    if any(ctx.validation is not first.validation for ctx in contexts):
-        raise ConfigError("batched fits must share train.validation's rows: the fits of one stack differ in them")
     if any(ctx.checkpoint is not None or ctx.resume is not None for ctx in contexts):
         raise ConfigError(
             "batched fits write no checkpoint: train.checkpoint_every and --resume train one fit at a time"
         )
-    validation = first.validation if validate else None
     with kernel_mode(first.kernels), training_precision(first.precision):
         records = train_stacked(
             [net.to(first.device) for net in nets],
-            [ctx.batches(x, y) for ctx in contexts],
+            [ctx.batches(x, y) for ctx, (x, y) in zip(contexts, rows)],
             epochs=epochs,
             loss=loss,
-            optim=first.optim,
+            optim=optim,
             validation=validation,
             task=first.task,
-            patience=first.patience,
+            patience=first.patience if patience is None and validation is not None else patience,
         )
     histories = []
     for ctx, record in zip(contexts, records):

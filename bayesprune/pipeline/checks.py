@@ -6,7 +6,6 @@ import torch
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.fused import check_compiler
 from bayesprune.core.layout import resolve_memory_format
-from bayesprune.core.loop import resolve_device
 from bayesprune.core.precision import check_precision
 from bayesprune.core.validation import MAX_ELEMENTS
 from bayesprune.data import load_dataset, uci_num_splits
@@ -24,6 +23,7 @@ def check_before_fit(config, *, resuming: bool = False, datasets=None) -> list:
     datasets = load_datasets(config) if datasets is None else datasets
     check_size(config, datasets[0])
     check_validation(config, datasets)
+    check_importance(config, datasets[0])
     check_memory_format(config, datasets[0])
     net = new_net(config, datasets[0].input_shape, datasets[0].output_dim, seed=config.seed)
     check_network(net, datasets[0])
@@ -80,6 +80,40 @@ def run_chains(config, data) -> int:
     return getattr(get_method(config.method), "table_chains", 1) if table else 1
 
 
+def check_importance(config, data, *, selection=None, copies=None, key="importance.selection"):
+    """Refuse, before anything is written, ``importance.groups`` naming something that is no input of the
+    table (or groups of inputs that are no table), and a selection rule that needs more training rows than
+    the table has (knockoffs: a fit on the inputs beside their copies needs at least as many rows as it has
+    inputs, :func:`~bayesprune.analysis.knockoffs.rows_needed`)."""
+    from bayesprune.analysis.groups import named_groups
+    from bayesprune.analysis.knockoffs import KNOCKOFF_COPIES, rows_needed
+
+    settings = config.importance
+    table = len(data.input_shape) == 1
+    if settings.groups is not None:
+        if not table or data.feature_names is None:
+            raise ConfigError(
+                f"importance.groups: groups are of a table's named inputs; the inputs are {data.input_shape}"
+            )
+        try:
+            named_groups(settings.groups, list(data.feature_names))
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+    selection = settings.selection if selection is None else selection
+    copies = KNOCKOFF_COPIES if copies is None else copies
+    if selection == "knockoff":
+        import importlib.util
+
+        if importlib.util.find_spec("knockpy") is None:
+            raise ConfigError(f"{key}: knockoff selection needs knockpy: pip install 'bayesprune[importance]'")
+    if selection == "knockoff" and table and data.num_train < rows_needed(data.input_shape[0], copies):
+        raise ConfigError(
+            f"{key}: knockoff selection needs at least {rows_needed(data.input_shape[0], copies)} training rows "
+            f"(inputs x (copies + 1)) for {data.input_shape[0]} inputs and {copies} copies; the table has "
+            f"{data.num_train}"
+        )
+
+
 def check_validation(config, datasets):
     """Refuse a ``train.validation`` fraction that would leave no training example of a split."""
     fraction = config.train.validation
@@ -90,7 +124,7 @@ def check_validation(config, datasets):
 
 def check_memory_format(config, data):
     """Refuse ``train.memory_format = "channels_last"`` for inputs that are not images (one line naming the key)."""
-    resolve_memory_format(config.train.memory_format, data.input_shape, resolve_device(config.device))
+    resolve_memory_format(config.train.memory_format, data.input_shape, config.torch_device)
 
 
 def check_units(config, net, data):
@@ -163,8 +197,8 @@ def refuse_unsupported(config, method, *, resuming: bool = False):
         if asked:
             raise ConfigError(f"{key} is not supported by method {method.name!r}: {why}")
     if config.train.kernels == "compiled":
-        check_compiler(resolve_device(config.device))
-    check_precision(config.train.precision, resolve_device(config.device))
+        check_compiler(config.torch_device)
+    check_precision(config.train.precision, config.torch_device)
 
 
 def _set(config, key: str) -> bool:

@@ -14,6 +14,7 @@ from pathlib import Path
 import tomli_w
 
 from bayesprune.core.errors import ConfigError
+from bayesprune.core.loop import resolve_device
 from bayesprune.core.optim import OptimConfig  # [optim] lives with the optimisers it builds (the methods read it)
 from bayesprune.core.validation import (
     STRING,
@@ -30,6 +31,7 @@ from bayesprune.pipeline.sections import (
     BaselineConfig,
     DataConfig,
     ExperimentConfig,
+    ImportanceConfig,
     ModelConfig,
     PruneConfig,
     ReferenceConfig,
@@ -51,6 +53,7 @@ _SECTIONS = {
     "baseline": BaselineConfig,
     "reference": ReferenceConfig,
     "experiment": ExperimentConfig,
+    "importance": ImportanceConfig,
 }
 _OPEN_SECTIONS = ("data", "model", "experiment")  # unknown keys become options of the loader / architecture
 
@@ -110,6 +113,7 @@ class RunConfig:
     baseline: BaselineConfig = field(default_factory=BaselineConfig)
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    importance: ImportanceConfig = field(default_factory=ImportanceConfig)
     method_options: object = None
 
     rules = (
@@ -161,6 +165,12 @@ class RunConfig:
             else:
                 raise ConfigError(f"unknown config key {key!r}")
         return cls(**kwargs)
+
+    @property
+    def torch_device(self):
+        """The ``torch.device`` of ``device`` (:func:`~bayesprune.core.loop.resolve_device`): where every service
+        of a run (fit, checks, comparison cells, importance, studies) reads its device, never resolving it anew."""
+        return resolve_device(self.device)
 
     def for_data(self, num_train: int) -> "RunConfig":
         """This config with a number for ``data.batch_size`` and ``train.epochs`` on ``num_train``
@@ -242,7 +252,8 @@ def _with_table_defaults(raw: dict, method) -> dict:
     (``Method.table_config``, e.g. ``sbnn-table``) when its data are the user's CSV table: the settings
     chosen there on held-out rows of tables (docs/reproductions.md), not the digits ones of the general
     defaults. Its top-level keys and ``[data]`` are not taken, nor its ``[model]`` for the user's own network
-    (``model.factory``) or another architecture."""
+    (``model.factory``) or another architecture, nor the method's ``table_network_options`` (chosen for the
+    table's network) for any network other than the table's own (other ``[model]`` values, e.g. hidden widths)."""
     name = getattr(method, "table_config", None)
     data = raw.get("data")
     if name is None or not isinstance(data, dict) or data.get("dataset") != "csv":
@@ -252,6 +263,10 @@ def _with_table_defaults(raw: dict, method) -> dict:
     architecture = table.get("model", {}).get("architecture")
     if model.get("factory") is not None or model.get("architecture", architecture) != architecture:
         table.pop("model", None)
+    own = table.get("model", {})
+    if "model" not in table or any(model.get(key, value) != value for key, value in own.items()):
+        for option_name in getattr(method, "table_network_options", ()):  # chosen for the table's own network only
+            table.get(method.name, {}).pop(option_name, None)
     for section, values in table.items():
         if isinstance(values, dict) and section != "data" and isinstance(raw.get(section, {}), dict):
             raw[section] = {**values, **raw.get(section, {})}

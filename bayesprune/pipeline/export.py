@@ -14,6 +14,7 @@ from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.loop import check_stop
 from bayesprune.core.pruning import Budget
 from bayesprune.core.tasks import chunks
+from bayesprune.core.validation import MAX_COUNT, is_count
 from bayesprune.pipeline.config import parse_override
 from bayesprune.pipeline.finetune import FineTuning
 
@@ -50,7 +51,8 @@ class Exported:
         )
         what = "the method's own network" if report["budget"] is None else f"budget {report['budget']}"
         lines = [
-            f"{what}; dead units removed: {sum(report['removed_dead_units'].values())}; "
+            f"{what}; removed from the dense network: {_removed_text(report['removed_units'])} "
+            f"(dead units among them: {sum(report['removed_dead_units'].values())}); "
             + (
                 "batch-norm statistics estimated again for the masked network; "
                 if report["recalibrated_statistics"]
@@ -60,7 +62,8 @@ class Exported:
             f"{name} of the written file: {report[name]:.4g} (the run's: {'unknown' if run_value is None else f'{run_value:.4g}'}"
             + ("" if own is None else f"; the method's own prediction with the same weights removed: {own:.4g}")
             + ")",
-            f"{'':<28}{'dense':>14}{'exported':>14}{'ratio':>8}",
+            f"{'':<28}{'dense':>14}{'exported':>14}{'ratio':>8}   (dense: the network the config builds, "
+            "before any unit left while training)",
         ]
         if report["finetune_epochs"]:
             lines.insert(
@@ -114,7 +117,7 @@ class Exported:
 
 def budget_of(assignments) -> Budget:
     """The :class:`~bayesprune.core.pruning.Budget` of ``--budget key=value`` assignments over the command's defaults
-    (``level=unit``; one of fraction, keep and threshold must be given; ``min_keep`` as in Python)."""
+    (``level=unit``; one of fraction, keep, threshold and macs must be given; ``min_keep`` as in Python)."""
     fields, given = {"level": "unit"}, set()
     for assignment in assignments:
         keys, value = parse_override(assignment)
@@ -128,8 +131,8 @@ def budget_of(assignments) -> Budget:
         raise BayesPruneError(
             f"--budget {unknown[0]}: not a budget field (one of {sorted(Budget.__dataclass_fields__)})"
         )
-    if not {"fraction", "keep", "threshold"} & set(fields):
-        raise BayesPruneError("--budget needs one of fraction, keep and threshold (e.g. --budget fraction=0.5)")
+    if not {"fraction", "keep", "threshold", "macs"} & set(fields):
+        raise BayesPruneError("--budget needs one of fraction, keep, threshold and macs (e.g. --budget fraction=0.5)")
     return Budget(**fields)
 
 
@@ -168,7 +171,16 @@ def check_export_arguments(out, *, repeats: int = 30, force: bool = False, forma
     return out_path, trainable, onnx
 
 
-def export_run(run_dir, *, out, budget=None, repeats: int = 30, force: bool = False, formats=FORMATS[:1]) -> Exported:
+def export_run(
+    run_dir,
+    *,
+    out,
+    budget=None,
+    repeats: int = 30,
+    force: bool = False,
+    formats=FORMATS[:1],
+    finetune_epochs: int | None = None,
+) -> Exported:
     """Export the network of the saved run in ``run_dir`` (``bayesprune export RUN_DIR --out OUT``).
 
     Args:
@@ -182,27 +194,37 @@ def export_run(run_dir, *, out, budget=None, repeats: int = 30, force: bool = Fa
         formats: of :data:`FORMATS`; with ``"onnx"``, ``OUT_STEM.onnx`` is written beside ``out`` too,
             run by ONNX Runtime on the test split (its metric and its largest difference to ``out``'s outputs
             are reported).
+        finetune_epochs: epochs of fine-tuning in place of the run's ``prune.finetune_epochs`` (``None``: the run's).
 
     The run's ``prune.finetune_epochs`` fine-tunes the exported network (:mod:`bayesprune.pipeline.finetune`)
-    before it is written.
+    before it is written; ``finetune_epochs`` (``--finetune-epochs``) replaces it, so a run fitted without
+    fine-tuning is fine-tuned at export, as its curve's points would have been, without fitting it again.
 
     Raises :class:`~bayesprune.core.errors.BayesPruneError` (one line, nothing written) on a bad argument
     or run directory.
     """
+    from bayesprune.models import new_net
     from bayesprune.pipeline.rundir import load_run
 
     check_export_arguments(out, repeats=repeats, force=force, formats=formats)
+    if finetune_epochs is not None and not is_count(finetune_epochs, 0):
+        raise BayesPruneError(
+            f"--finetune-epochs must be a non-negative integer up to {MAX_COUNT}, got {finetune_epochs!r}"
+        )
     config, dataset, fitted = load_run(run_dir)
+    # the network the user brought, as the config builds it: units may have left it while training
+    brought = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed, weights=False)
     return export_fitted(
         fitted,
         dataset,
+        brought=brought,
         out=out,
         budget=budget,
         repeats=repeats,
         force=force,
         run_metrics=_first_fit_metrics(Path(run_dir)),
         formats=formats,
-        finetuning=FineTuning.of(config, dataset.num_train),
+        finetuning=FineTuning.of(config, dataset.num_train, epochs=finetune_epochs),
     )
 
 
@@ -217,17 +239,21 @@ def export_fitted(
     run_metrics=None,
     formats=FORMATS[:1],
     finetuning=None,
+    brought=None,
 ) -> Exported:
     """Export ``fitted`` (a :class:`~bayesprune.methods.Fitted`), measured on ``dataset``'s test split, as
     :func:`export_run` does; ``run_metrics`` (a ``metrics.json``'s record) gives the run's own test metric;
     ``finetuning`` (a :class:`~bayesprune.pipeline.finetune.FineTuning`, or ``None``) trains the exported
-    network further on ``dataset``'s training split, its zero weights held at zero."""
+    network further on ``dataset``'s training split, its zero weights held at zero. ``brought`` is the
+    network the user brought (the model factory's, before any unit left while training; any weights),
+    measured as ``"dense"`` and against which the units removed are counted; ``None``: the fit's network."""
     from bayesprune.core.export import (
         dead_units,
         export,
         save_portable,
         save_trainable,
     )
+    from bayesprune.core.macs import resolve_macs
     from bayesprune.core.normalization import changes, has_running_stats
     from bayesprune.core.onnx_file import run_onnx, save_onnx
     from bayesprune.core.predict import metric
@@ -245,12 +271,15 @@ def export_fitted(
         )
     shape = tuple(dataset.input_shape)
     dense = fitted.network().eval()
+    brought = dense if brought is None else brought.to(next(dense.parameters()).device).eval()
     # What the method learned: its network as it is (already sparse or shrunk), or, for a method with
     # inclusion probabilities, the weights of probability >= 1/2 (the median probability model).
     probabilities = fitted.inclusion_probabilities()
     weight_masks = {site: p >= 0.5 for site, p in probabilities.items()} if probabilities is not None else {}
     try:
         net = export(dense, weight_masks)
+        if budget is not None and budget.macs is not None:  # the fitted network's MACs cut to that fraction
+            budget, _ = resolve_macs(fitted.scores(), budget, dense, input_shape=shape)
         if budget is not None:
             masks = prune(fitted.scores(), budget, net=dense, input_shape=shape)
             if budget.level == "unit":
@@ -276,7 +305,7 @@ def export_fitted(
     if finetuning is not None:  # the smaller network trained further, the weights removed held at zero
         before = network_test_metric(exported, dataset)
         zeros = {name: p != 0 for name, p in exported.named_parameters() if name in fitted.sites and not p.all()}
-        finetuning.apply(exported, dataset, zeros, calibration=fitted.calibration)
+        finetuning.apply(exported, dataset, zeros, calibration=fitted.calibration, teacher=dense)
     # the file takes the rows of the user's files and gives targets in their units: the data's preprocessing inside
     preprocessing = preprocessing_of(dataset)
     example = preprocessing.raw_inputs(dataset.x_test[:2])
@@ -290,7 +319,7 @@ def export_fitted(
         try:
             # a network with a forward of its own: its shapes, for a network its code builds (load_trainable's net=)
             needs_network = save_trainable(
-                exported, partials[1], input_shape=shape, preprocessing=preprocessing, built=dense
+                exported, partials[1], input_shape=shape, preprocessing=preprocessing, built=brought
             )
             why_not = None
         except ValueError as error:
@@ -304,7 +333,8 @@ def export_fitted(
         # the method's own prediction with the same weights removed (the run's figure is of its whole network)
         own = batched_predictions(fitted, dataset.x_test, masks=weight_masks)[0] if weight_masks else None
         own = None if own is None else metric(dataset.task, own, dataset.y_test, target_std=dataset.target_std)
-        measured = _measure({"dense": dense, "exported": exported}, shape, repeats)
+        measured = _measure({"dense": brought, "exported": exported}, shape, repeats)
+        removed = removed_units(brought, exported, shape)
         check_stop("while exporting; no file written")  # SIGINT or SIGTERM: the files all written or none
         os.replace(partials[0], out)
         if onnx:
@@ -327,6 +357,7 @@ def export_fitted(
         "scales_outputs": preprocessing.scales_targets,
         "max_abs_difference_to_masked": difference,
         "removed_dead_units": {site: int((~m).sum()) for site, m in dead.items()},
+        "removed_units": removed,
         "file": str(out),
         "trainable_file": None if why_not else str(trainable),
         "trainable_needs_network": None if why_not else needs_network,
@@ -339,6 +370,37 @@ def export_fitted(
         report["onnx_max_abs_difference_to_file"] = (onnx_outputs - outputs).abs().max().item()
     report.update(measured)
     return Exported(report, compared_inputs=len(x), no_trainable_file=why_not)
+
+
+def removed_units(brought, exported, shape) -> dict:
+    """``{"heads": [removed, of], "units": [removed, of]}``: the attention heads, and the channels and hidden
+    units, of ``brought``'s unit groups (:func:`~bayesprune.core.structure.unit_groups`) that ``exported`` lacks,
+    group by group (a group is named after its first layer in both); ``{}`` for a network Torch-Pruning cannot
+    trace (no units: it loses weights only)."""
+    from bayesprune.core.structure import NotTraceable, unit_groups
+
+    try:
+        before, after = (
+            {group.name: group for group in unit_groups(network, shape)} for network in (brought, exported)
+        )
+    except (NotTraceable, ValueError):
+        return {}
+    counts = {"heads": [0, 0], "units": [0, 0]}
+    for name, group in before.items():
+        kind = counts["heads" if group.heads_of is not None else "units"]
+        kind[0] += group.units - (after[name].units if name in after else group.units)
+        kind[1] += group.units
+    return counts
+
+
+def _removed_text(removed: dict) -> str:
+    """``"2 of 8 attention heads, 50 of 228 channels and hidden units"`` of :func:`removed_units`' counts."""
+    parts = [
+        f"{gone:,} of {total:,} {'attention heads' if kind == 'heads' else 'channels and hidden units'}"
+        for kind, (gone, total) in removed.items()
+        if total
+    ]
+    return ", ".join(parts) or "no units (a network without unit groups loses weights only)"
 
 
 def _measure(networks: dict, shape: tuple, repeats: int) -> dict:

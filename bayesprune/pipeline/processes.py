@@ -82,8 +82,11 @@ def check_processes(processes):
     if processes < 1:
         raise BayesPruneError(f"--processes must be at least 1, got {processes}")
     launched = distributed.launched_size()
-    if distributed.launched() and processes != launched:
-        raise BayesPruneError(f"--processes {processes} but the launcher started {launched} processes")
+    under_launcher = "WORLD_SIZE" in os.environ or "TORCHELASTIC_RUN_ID" in os.environ  # torchrun's, even of 1
+    if under_launcher and processes != launched:
+        raise BayesPruneError(
+            f"--processes {processes} but the launcher started {launched} processes; under torchrun, leave it out"
+        )
 
 
 def launch(argv: list, processes: int) -> int:

@@ -3,28 +3,18 @@
 import csv
 import json
 import math
-import zipfile
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from bayesprune.analysis.diagnostics import METHOD_ATTRIBUTE, plot_diagnostics
-from bayesprune.analysis.importance import (
-    INTERVAL,
-    RHAT_WARNING,
-    SELECTION,
-    agreed_tiers,
-    disagreeing_features,
-    pooled_importance_of,
-    tiers_text,
-)
 from bayesprune.analysis.plots import plot_loss, plot_pruning_curve, plot_score_cdf
-from bayesprune.analysis.selection import DEFAULT_FDR
 from bayesprune.analysis.tables import format_value, markdown_table, markdown_text
 from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.files import all_or_nothing, arrays_digest, read_npz, write_text
 from bayesprune.pipeline.evaluation import ERROR_MARGIN, ERROR_MARGIN_KEY, first_sparsity_worse_by, metric_name
+from bayesprune.pipeline.reading import reading as _reading
+from bayesprune.pipeline.report_importance import _importance_files, pooled_importance_sections
 
 
 def report(run_dir) -> Path:
@@ -114,9 +104,10 @@ def _write_report(run_dir: Path, metrics: dict) -> Path:
             f"# bayesprune run: {markdown_text(metrics['method'])} on {markdown_text(metrics['dataset'])}",
             "| quantity | value |\n|---|---|\n"
             + "\n".join(f"| {markdown_text(k)} | {markdown_text(v)} |" for k, v in summary),
-            f"## Pruning by {shown}\n\nWeights are ranked globally by their {shown} and the lowest "
-            "fraction (the droprate) is set to zero. Sparsity counts all parameters; `sparsity_weights` "
-            "leaves the biases out." + _statistics_sentence(metrics) + _predictive_sentence(metrics, metric),
+            f"## Pruning by {shown}\n\n{_pruned_sentence(run_dir, shown)} Sparsity counts all "
+            "parameters; `sparsity_weights` leaves the biases out."
+            + _statistics_sentence(metrics)
+            + _predictive_sentence(metrics, metric),
             markdown_table(curve, columns),
             *_error_margin_line(metrics),
             *(["![test metric against droprate](pruning_curve.png)"] if curve_plot else []),
@@ -210,29 +201,6 @@ def _error_margin_line(metrics: dict) -> list:
     return [text + "."]
 
 
-@contextmanager
-def _reading(path: Path):
-    """Turn any failure to read ``path`` into one line naming the file."""
-    try:
-        yield
-    except BayesPruneError:
-        raise
-    except (
-        OSError,
-        EOFError,
-        ValueError,
-        KeyError,
-        TypeError,
-        IndexError,
-        AttributeError,
-        RecursionError,
-        zipfile.BadZipFile,
-        csv.Error,
-    ) as error:
-        reason = " ".join(str(error).split())[:160] or type(error).__name__
-        raise BayesPruneError(f"{path}: not readable as bayesprune wrote it ({reason})") from None
-
-
 #: The key of ``metrics.json`` holding the digest of the run's ``scores.npz`` arrays
 #: (:func:`~bayesprune.core.files.arrays_digest`): a report refuses a scores.npz, or a metrics.json, of another run.
 SCORES_DIGEST = "scores_sha256"
@@ -268,19 +236,35 @@ def read_metrics(run_dir: Path) -> dict:
     return metrics
 
 
+def _pruned_sentence(run_dir: Path, shown: str) -> str:
+    """What the pruning curve removes at the run's ``prune.level``: weights set to zero, or whole units."""
+    if _config_table(run_dir).get("prune", {}).get("level") != "unit":
+        return f"Weights are ranked globally by their {shown} and the lowest fraction (the droprate) is set to zero."
+    return (
+        f"Units (channels, attention heads, hidden neurons) are ranked by their {shown} and the lowest fraction "
+        "(the droprate) is removed from the network, each with the weights that feed it and those that read it "
+        "(a layer keeps its floor, `prune.min_keep`)."
+    )
+
+
 def _config_method(run_dir: Path):
     """The ``method`` of the run's ``config.toml`` (``None`` without one, or for an experiment)."""
-    import tomllib
-
-    path = run_dir / "config.toml"
-    if not path.is_file():
-        return None
-    with _reading(path):
-        config = tomllib.loads(path.read_text())
+    config = _config_table(run_dir)
     if "experiment" in config and config["experiment"].get("name"):
         return None
     method = config.get("method")
     return method if isinstance(method, str) else None
+
+
+def _config_table(run_dir: Path) -> dict:
+    """The run's ``config.toml`` as read (``{}`` without one)."""
+    import tomllib
+
+    path = run_dir / "config.toml"
+    if not path.is_file():
+        return {}
+    with _reading(path):
+        return tomllib.loads(path.read_text())
 
 
 def _number(value) -> bool:
@@ -390,157 +374,6 @@ _SHOWN = {
 }
 
 
-_IMPORTANCE = [
-    "## Feature importance\n\nψ and φ (paper 003, eqs. 3.18–3.19) from `bayesprune importance`: `importance.csv` "
-    "(features, with the selection), `selection.json`, `node_importance.csv` (every layer).",
-    "![feature importance](importance.png)",
-]
-
-
-def _importance_files(run_dir: Path) -> list:
-    """The section on ``bayesprune importance``'s files; the inputs its ``selection.json`` lists unless
-    they are the Bayesian FDR selection of a pooled posterior, which the diagnostics give."""
-    record = _read_selection(run_dir)
-    if record is None or record["rule"] == "bayesian-fdr":
-        return _IMPORTANCE
-    selected, dropped = record["selected"], record["not_selected"]
-    line = (
-        f"**Selected inputs ({len(selected)} of {len(selected) + len(dropped)}):** "
-        f"{', '.join(markdown_text(name) for name in selected) or 'none'}; removed: "
-        f"{', '.join(markdown_text(name) for name in dropped) or 'none'}. {markdown_text(record['description'])}."
-    )
-    return [*_IMPORTANCE, line, *_refit_line(record, selected)]
-
-
-def _read_selection(run_dir: Path):
-    """The run's ``selection.json`` (``bayesprune importance``), checked; ``None`` without one."""
-    path = run_dir / SELECTION
-    if not path.is_file():
-        return None
-    with _reading(path):
-        record = json.loads(path.read_text())
-        if not all(isinstance(name, str) for name in [*record["selected"], *record["not_selected"]]):
-            raise ValueError("'selected' or 'not_selected' holds something other than names")
-        if "fdr" in record and not (_number(record["fdr"]) and 0 <= record["fdr"] < 1):
-            raise ValueError("'fdr' is not a number in [0, 1)")
-        refit = record.get("refit")
-        if refit is not None and not (
-            isinstance(refit.get("metric"), str)
-            and all(_number(refit.get(key)) for key in ("all_inputs", "selected_inputs"))
-        ):
-            raise ValueError("'refit' is not a metric and two numbers")
-    return record
-
-
-def _refit_line(record, selected: list) -> list:
-    """The plain network refit on the selected inputs beside all of them, when ``selection.json`` holds
-    it for this selection."""
-    refit = None if record is None or record["selected"] != selected else record.get("refit")
-    if refit is None:
-        return []
-    metric = markdown_text(refit["metric"])
-    return [
-        f"The plain network of the run's shape refit on the selected inputs alone (the others set to zero): "
-        f"{metric} {refit['selected_inputs']:.4g}, against {refit['all_inputs']:.4g} on all inputs."
-    ]
-
-
-def _importance_sections(rows: list, chains: int, top: int, fdr: float, record=None) -> list:
-    """The pooled feature importance of ``posterior.nc``: its table, the selection and R-hat's warning."""
-    ordered = sorted(rows, key=lambda row: row["rank"])
-    selected = [row["feature"] for row in ordered if row["selected"]]
-    text = (
-        f"Feature importance ψ (eq. 3.18) of the {chains} restart{'s' if chains > 1 else ''} pooled: the mixture of "
-        "the fitted posteriors, the same numbers as `importance.csv`. ψ is the restarts' mean; the interval holds "
-        f"{INTERVAL:.0%} of the pooled draws of ψ(Z) and every restart's ψ; the restarts' column gives the lowest and highest ψ of a single "
-        f"restart, the ranks' column the best and worst rank a single restart gives the feature. The {min(top, len(rows))} most "
-        f"important of {len(rows)} features:"
-    )
-    columns = [
-        "feature",
-        "psi",
-        "psi_low",
-        "psi_high",
-        "restarts",
-        "ranks",
-        "r_hat",
-        "ess",
-        "inclusion_probability",
-        "selected",
-    ]
-    table = [
-        {
-            **{key: row[key] for key in columns if key in row},
-            "restarts": f"{row['restart_low']:.3g}–{row['restart_high']:.3g}",
-            "ranks": f"{row['restart_rank_best']}–{row['restart_rank_worst']}",
-            "selected": "yes" if row["selected"] else "no",
-        }
-        for row in ordered[:top]
-    ]
-    selection = (
-        f"**Selected inputs ({len(selected)} of {len(rows)}):** {', '.join(markdown_text(name) for name in selected) or 'none'}. "
-        f"{_selection_rule(fdr)}"
-    )
-    chosen = [row["feature"] for row in rows if row["selected"]]
-    return [
-        text,
-        markdown_table(table, columns),
-        selection,
-        *_refit_line(record, chosen),
-        _restart_agreement(rows, chains),
-    ]
-
-
-def _selection_rule(fdr: float) -> str:
-    return (
-        f"Rule (bound {fdr:g}): an input's posterior inclusion probability is the pooled probability that a path of included "
-        "weights joins it to the output (ψ_j(Z) > 0); the list is the largest set of inputs of highest inclusion "
-        "probability whose posterior expected false-discovery rate, the mean of 1 − inclusion probability over "
-        "it, is at most the bound (Bayesian FDR; Müller et al. 2004). The bound is as good as the probabilities: "
-        "an irrelevant input keeps some path with probability well above 0 (0.6-0.7 on simulated data), so more "
-        "false discoveries than the bound are common; `bayesprune importance --selection knockoff` bounds them "
-        "without reading these probabilities."
-    )
-
-
-def _restart_agreement(rows: list, chains: int) -> str:
-    """R-hat's reading for a variational posterior, and the features whose restarts disagree."""
-    if chains < 2:
-        return (
-            "One restart: R-hat and ESS need at least two (`chains`), and the interval is one fit's, which is "
-            "narrower than the spread between fits. Use `chains = 4` or more before trusting a ranking."
-        )
-    meaning = (
-        "R-hat compares the spread of ψ between restarts with its spread within each restart's posterior. "
-        "For a variational fit it is not a test of MCMC mixing: each restart is an independent optimisation, so "
-        "R-hat near 1 says that the restarts found posteriors that agree, and a large R-hat that they reached "
-        "different optima (the pooled interval then spans them)."
-    )
-    meaning += " " + _order_agreement(rows)
-    flagged = disagreeing_features(rows)
-    if not flagged:
-        return f"{meaning} Every feature's R-hat is at most {RHAT_WARNING}."
-    return (
-        f"{meaning}\n\n**Warning: the restarts disagree (R-hat > {RHAT_WARNING}) on {len(flagged)} of {len(rows)} "
-        f"features:** {', '.join(markdown_text(name) for name in flagged)}. Their ranks are not settled; fit more "
-        "restarts or longer."
-    )
-
-
-def _order_agreement(rows: list) -> str:
-    """The tiers of features the restarts agree on (:func:`~bayesprune.analysis.importance.agreed_tiers`)."""
-    tiers = agreed_tiers(rows)
-    if len(tiers) == len(rows):
-        return f"Every restart ranks all {len(rows)} features in the same order."
-    if len(tiers) == 1:
-        return "The restarts agree on no set of most important features (the ranks' column)."
-    text = tiers_text(tiers, markdown_text)
-    return (
-        f"The restarts agree on these tiers, in this order, and order the features within a tier each their own "
-        f"way: {text}."
-    )
-
-
 def read_posterior(run_dir: Path, method: str, scores: dict):
     """``posterior.nc`` of a run of ``method``, checked against it: written by that method
     (:func:`~bayesprune.analysis.diagnostics.write_posterior` stamps it), and every variable named
@@ -571,9 +404,7 @@ def _diagnostics(run_dir: Path, idata, top: int = 10) -> list:
         "holds draws from each q and loads with `arviz.from_netcdf`."
     ]
     if "psi" in idata.posterior.data_vars:
-        record = _read_selection(run_dir)
-        fdr = record["fdr"] if record is not None and "fdr" in record else DEFAULT_FDR
-        sections += _importance_sections(pooled_importance_of(idata, fdr=fdr), chains, top, fdr, record)
+        sections += pooled_importance_sections(run_dir, idata, top)
     captions = {
         "forest_psi": "forest plot of the feature importance ψ of each restart",
         "ppc": "posterior predictive check on the test set",

@@ -258,6 +258,9 @@ def resumable(out: Path) -> tuple:
     config = load_config(str(source / "config.toml"))
     if config.experiment.name is not None:
         raise BayesPruneError(f"--resume {out}: {config.experiment.name} runs do not resume; run them again")
+    for path in _progress_files(source):
+        if path.suffix == ".json":
+            finished_seed(path, int(path.stem.removeprefix("seed-")) if path.stem[5:].isdigit() else -1)
     checkpoints = [read_checkpoint(path) for path in _progress_files(source) if path.suffix == ".pt"]
     if not (source / SEEDS).is_dir() and not any(
         saved["method"] == config.method and "loop" in saved for saved in checkpoints
@@ -268,6 +271,32 @@ def resumable(out: Path) -> tuple:
     for saved in checkpoints:
         _refuse_edited(config, saved.get("metadata", {}).get("config"), source / "config.toml")
     return source, config
+
+
+def finished_seed(path: Path, seed: int) -> dict:
+    """The metrics a run of several seeds kept for its finished ``seed`` (``seeds/seed-<seed>.json``), refused
+    in one line naming the file when it, or its folder, is a link, or it is not the record a seed's fit
+    writes (method, task, seed, test metric and pruning curve): a run's files are read back, never trusted."""
+    if path.is_symlink() or path.parent.is_symlink() or not path.is_file():
+        raise BayesPruneError(f"{path}: is a link or not a regular file; a run's files are never followed")
+    try:
+        metrics = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise BayesPruneError(f"{path}: not valid JSON ({' '.join(str(error).split())[:120]})") from None
+    if not isinstance(metrics, dict):
+        raise BayesPruneError(f"{path}: not a JSON object")
+    name = {"classification": "test_error", "regression": "test_rmse"}.get(metrics.get("task"))
+    curve = metrics.get("pruning_curve")
+    checks = (
+        (name is not None, "its 'task' is not classification or regression"),
+        (type(metrics.get("seed")) is int and metrics["seed"] == seed, f"its 'seed' is not {seed}"),
+        (type(metrics.get(name)) in (int, float), f"its {name!r} is not a number"),
+        (isinstance(curve, list) and curve and all(isinstance(row, dict) for row in curve), "no 'pruning_curve' rows"),
+    )
+    problem = next((why for ok, why in checks if not ok), None)
+    if problem is not None:
+        raise BayesPruneError(f"{path}: not the record of a finished seed ({problem})")
+    return metrics
 
 
 def _refuse_edited(config, fitted, path: Path):

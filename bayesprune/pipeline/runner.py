@@ -13,15 +13,18 @@ import copy
 import json
 import math
 import shutil
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from bayesprune.analysis.diagnostics import write_posterior
 from bayesprune.analysis.inference_data import PREDICTIVE_TEST_POINTS
 from bayesprune.analysis.tables import write_csv
 from bayesprune.core import distributed
+from bayesprune.core.batched import check_stackable
 from bayesprune.core.checkpoint import (
     CHECKPOINT_DIGEST,
     read_checkpoint,
@@ -30,11 +33,11 @@ from bayesprune.core.checkpoint import (
     state_digest,
 )
 from bayesprune.core.early_stopping import hold_out
-from bayesprune.core.errors import Interrupted, StopNow, TrainingDiverged
+from bayesprune.core.errors import ConfigError, Interrupted, StopNow, TrainingDiverged
 from bayesprune.core.export import count_macs
 from bayesprune.core.files import arrays_digest, read_npz, replacing
 from bayesprune.core.layout import resolve_memory_format
-from bayesprune.core.loop import check_stop, resolve_device
+from bayesprune.core.loop import check_stop, set_rng_state
 from bayesprune.core.normalization import has_running_stats
 from bayesprune.core.predict import DrawOutputs
 from bayesprune.core.preprocessing import preprocessing_of
@@ -53,6 +56,7 @@ from bayesprune.pipeline.rundir import (
     POSTERIOR,
     SEEDS,
     check_output_dir,
+    finished_seed,
     load_run,
     move_into_place,
     resumable,
@@ -78,7 +82,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     method = get_method(config.method)
     datasets = check_before_fit(config, resuming=resumed_from is not None)
     check_stop("while loading the data")  # before anything is written
-    device = resolve_device(config.device)
+    device = config.torch_device
     progress = progress and distributed.rank() == 0
 
     with (
@@ -87,6 +91,14 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     ):
         (staging / "config.toml").write_text(config.to_toml())
         seeds = config.seeds or [config.seed]
+        try:
+            together = (
+                {}
+                if resumed_from is not None
+                else _fit_seeds_together(config, method, datasets, device, seeds, progress=progress)
+            )
+        except (TrainingDiverged, Interrupted, StopNow) as error:
+            raise _stopped(error, staging, out, CHECKPOINT) from None
         runs = [
             _seed_run(
                 replace(config, seed=seed),
@@ -99,6 +111,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
                 several=len(seeds) > 1,
                 progress=progress,
                 resumed_from=resumed_from,
+                together=together.get(seed),
             )
             for number, seed in enumerate(seeds)
         ]
@@ -150,9 +163,10 @@ def _seed_run(
     several: bool,
     progress: bool,
     resumed_from=None,
+    together=None,
 ) -> tuple:
     """The metrics of one seed of the run (``config.seed``), and the fit whose final checkpoint is
-    still to write (:func:`_fit_splits`), or ``None``.
+    still to write (:func:`_fit_splits`, ``together`` its first fit if trained already), or ``None``.
 
     Its first fit checkpoints into ``staging`` (``checkpoint.pt`` for the run's first seed, which keeps
     its fit there; ``checkpoint-seed-<seed>.pt`` for later seeds, removed once they finish). In a run
@@ -167,7 +181,7 @@ def _seed_run(
         for name in [str(record), *(FIRST_FIT_FILES if first else ())]:
             if (resumed_from / name).is_file():
                 shutil.copyfile(resumed_from / name, staging / name)
-        return json.loads((resumed_from / record).read_text()), None
+        return finished_seed(resumed_from / record, config.seed), None
     resume = None
     if resumed_from is not None and (resumed_from / checkpoint).is_file():
         saved = read_checkpoint(resumed_from / checkpoint)
@@ -183,6 +197,7 @@ def _seed_run(
         progress=progress,
         checkpoint=staging / checkpoint,
         resume=resume,
+        together=together,
     )
     if several:
         if final is not None:  # a finished seed is taken as it is on --resume: its checkpoint first
@@ -207,9 +222,11 @@ def _fit_splits(
     progress: bool,
     checkpoint: Path,
     resume=None,
+    together=None,
 ) -> tuple:
     """Fit and evaluate every split from ``config.seed``; the first fit checkpoints to ``checkpoint``
-    (continuing from ``resume``, a checkpoint of that fit, when given), and the run's first writes its
+    (continuing from ``resume``, a checkpoint of that fit, when given) unless it was trained with the
+    run's other seeds (``together``, :func:`_fit_seeds_together`), and the run's first writes its
     fit into ``staging``. Returns the metrics and, for the run's first fit, ``(fitted, built, preprocessing)`` for
     :func:`_write_final_checkpoint` (else ``None``): its training-loop checkpoint stays in ``staging``
     until then, so that a run stopped while writing its files resumes from it."""
@@ -224,21 +241,22 @@ def _fit_splits(
                 dataset, *validation = hold_out(dataset, config.train.validation, seed=config.seed + index)
             split_config = config.for_data(dataset.num_train)
             for chain in range(chains if index == 0 else 1):
-                seed = config.seed + index + chain
-                net = start_network(config, dataset, device=device, seed=seed)
-                baseline_net = copy.deepcopy(net) if chain == 0 else None
-                start = network_test_metric(net, dataset) if chain == 0 else None
-                ctx = FitContext.from_config(
-                    config,
-                    dataset,
-                    device=device,
-                    seed=seed,
-                    progress=progress,
-                    validation=None if validation is None else tuple(validation),
-                    checkpoint=checkpoint if index == chain == 0 else None,
-                    resume=resume if index == chain == 0 else None,
-                )
-                fitted = method.fit(net, dataset, config.method_options, ctx)
+                if index == chain == 0 and together is not None:  # trained with the run's other seeds
+                    net, baseline_net, start, ctx, fitted = together
+                    set_rng_state(ctx.rng_after)
+                else:
+                    net, baseline_net, start, ctx = _start_fit(
+                        config,
+                        dataset,
+                        validation,
+                        seed=config.seed + index + chain,
+                        device=device,
+                        progress=progress,
+                        first_chain=chain == 0,
+                        checkpoint=checkpoint if index == chain == 0 else None,
+                        resume=resume if index == chain == 0 else None,
+                    )
+                    fitted = method.fit(net, dataset, config.method_options, ctx)
                 fitted.calibration = config.prune.calibration(dataset.x_train, batch_size=split_config.data.batch_size)
                 if chain == 0:
                     built = shapes(baseline_net)
@@ -268,6 +286,67 @@ def _fit_splits(
     return {**summarise_splits(per_split), "chains": chains}, final
 
 
+def _start_fit(config, dataset, validation, *, seed, device, progress, first_chain=True, **services) -> tuple:
+    """``(net, baseline_net, start, ctx)`` of one fit from ``seed``: its starting network, a copy of it and
+    its test metric (the first chain's only), and its context (``services``: checkpoint, resume)."""
+    net = start_network(config, dataset, device=device, seed=seed)
+    baseline_net = copy.deepcopy(net) if first_chain else None
+    start = network_test_metric(net, dataset) if first_chain else None
+    ctx = FitContext.from_config(
+        config,
+        dataset,
+        device=device,
+        seed=seed,
+        progress=progress,
+        validation=None if validation is None else tuple(validation),
+        **services,
+    )
+    return net, baseline_net, start, ctx
+
+
+def _fit_seeds_together(config, method, datasets, device, seeds, *, progress) -> dict:
+    """Seed → ``(net, baseline_net, start, ctx, fitted)`` of the first fit of every seed of the run, trained
+    together (:meth:`~bayesprune.methods.Method.fit_together`, no checkpoint while training) when the method
+    supports it and the run has several seeds, one split and one chain; else empty. Networks the stack
+    refuses (batch norm, dropout: :func:`~bayesprune.core.batched.check_stackable`) fit one at a time."""
+    if len(seeds) < 2 or not method.fits_together or len(datasets) > 1 or run_chains(config, datasets[0]) > 1:
+        return {}
+
+    def begin(seed):
+        dataset, validation = datasets[0], None
+        if config.train.validation > 0:
+            dataset, *validation = hold_out(dataset, config.train.validation, seed=seed)
+        return dataset, _start_fit(config, dataset, validation, seed=seed, device=device, progress=progress)
+
+    return _fit_stack(config, method, list(seeds), begin)
+
+
+def _fit_stack(config, method, seeds: list, begin) -> dict:
+    """:func:`_fit_seeds_together` of ``seeds`` (``begin(seed)``: the fit's rows and :func:`_start_fit`); a
+    stack the device has no memory for is fitted again as two halves, said in one line."""
+    begun = [begin(seed) for seed in seeds]
+    nets = [start[0] for _, start in begun]
+    try:
+        check_stackable(nets)
+    except ConfigError:
+        return {}
+    try:
+        fits = method.fit_together(nets, [rows for rows, _ in begun], config.method_options, [s[3] for _, s in begun])
+    except torch.cuda.OutOfMemoryError:
+        if len(seeds) == 1:
+            raise
+        del begun, nets
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        half = (len(seeds) + 1) // 2
+        print(
+            f"bayesprune: {len(seeds)} fits together ran out of device memory; fitting {half} at a time",
+            file=sys.stderr,
+        )
+        return {**_fit_stack(config, method, seeds[:half], begin), **_fit_stack(config, method, seeds[half:], begin)}
+    return {seed: (*start, fitted) for seed, (_, start), fitted in zip(seeds, begun, fits)}
+
+
 def resume_run(out, *, progress: bool = False) -> dict:
     """Continue the interrupted run of ``out`` from its last completed epoch, and write the complete
     run there.
@@ -294,7 +373,7 @@ def _run_experiment(config, out: Path, *, progress: bool, force: bool = False) -
     experiment.check(config)
     with staged(out, force=force) as staging:
         (staging / "config.toml").write_text(config.to_toml())
-        metrics = experiment.run(config, staging, device=resolve_device(config.device), progress=progress)
+        metrics = experiment.run(config, staging, device=config.torch_device, progress=progress)
         write_metrics(staging / "metrics.json", metrics)
         move_into_place(staging, out, force=force)
     return metrics

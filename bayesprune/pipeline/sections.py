@@ -101,6 +101,19 @@ NAMES = Constraint(
 )
 
 
+#: ``model.heads``: module names, globs or module type names, each to its number of attention heads.
+HEAD_COUNTS = Constraint(
+    lambda v: (
+        isinstance(v, dict)
+        and all(isinstance(name, str) and is_int(heads) and 1 <= heads <= MAX_COUNT for name, heads in v.items())
+    ),
+    "be a table of module names, globs or module type names to their number of attention heads",
+    refused=({"blocks.*.attn": 0}, {"attn": 1.5}, ["attn"]),
+    allowed="a table of module names, globs or type names to head counts",
+    convert=dict,
+)
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """``[model]``: ``architecture`` names a builder of :mod:`bayesprune.models`, or ``factory``
@@ -114,6 +127,10 @@ class ModelConfig:
     first, with the run's optimiser and minibatches (:func:`bayesprune.pipeline.start.start_network`), so that
     every method of a comparison starts from the same trained network; ``start_<metric>`` in ``metrics.json``
     is the test metric of the network the fit starts from.
+
+    ``heads`` gives the number of attention heads of modules that do not hold it as ``num_heads`` or
+    ``num_attention_heads`` (names, globs or module type names to counts; :func:`bayesprune.core.heads.declare_heads`),
+    so that their heads are units (:mod:`bayesprune.core.heads`).
 
     ``noise_scale`` fixes the Gaussian noise of regression; absent, it is learned. ``expose`` and
     ``hide`` add parameters to the sites or take them out (names, globs or module type names,
@@ -144,6 +161,7 @@ class ModelConfig:
     noise_scale: float | None = option(None, optional(scale()))
     expose: tuple = option((), NAMES)
     hide: tuple = option((), NAMES)
+    heads: dict = option(constraint=HEAD_COUNTS, factory=dict)
     options: dict = field(default_factory=dict)
 
     rules = (
@@ -238,7 +256,11 @@ class PruneConfig:
     list of them; at each, units leave by the method's unit scores (the floors of ``min_keep`` kept) until the
     network costs at most that (:func:`bayesprune.core.macs.resolve_macs`), and ``metrics.json``'s
     ``macs_curve`` holds its count, test metric and, with ``finetune_epochs``, its fine-tuned one. The
-    dense network is the one the fit starts from, so every method's row of a comparison is cut to the same MACs."""
+    dense network is the one the fit starts from, so every method's row of a comparison is cut to the same MACs.
+
+    ``distill`` (default 0) makes the fine-tuning distil knowledge from the network before pruning: that weight
+    of the loss is the softened predictions' divergence at ``distill_temperature`` (Hinton et al. 2015;
+    :func:`bayesprune.core.plain.distillation_objective`)."""
 
     droprates: tuple = option(
         (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95),
@@ -256,6 +278,8 @@ class PruneConfig:
     recalibrate: bool = option(True, FLAG)
     recalibrate_batches: int = option(DEFAULT_BATCHES, count(1, MAX_BATCHES))
     finetune_epochs: int = option(0, count(0))
+    distill: float = option(0.0, unit(open_low=False, open_high=False))
+    distill_temperature: float = option(4.0, scale())
     predictive: str = option("auto", one_of(PREDICTIVES))
     macs: tuple = option(
         (),
@@ -430,3 +454,48 @@ class ExperimentConfig:
 
     def __post_init__(self):
         validate(self, "experiment")
+
+
+#: Selection rules of ``importance.selection`` and ``bayesprune importance --selection`` (the first is the default).
+IMPORTANCE_SELECTIONS = ("stability", "empirical-null", "bayesian-fdr", "knockoff")
+
+
+def _distinct_groups(value) -> bool:
+    """Non-empty lists of input names, no input named twice."""
+    if not isinstance(value, (list, tuple)) or not all(
+        isinstance(group, (list, tuple)) and group and all(isinstance(name, str) for name in group) for group in value
+    ):
+        return False
+    named = [name for group in value for name in group]
+    return len(set(named)) == len(named)
+
+
+@dataclass(frozen=True)
+class ImportanceConfig:
+    """``[importance]``: how ``bayesprune importance`` and the report group and select the inputs.
+
+    ``correlation``: inputs whose absolute correlation on the training rows exceeds it (or that a chain of
+    such pairs joins) are one group, in (0, 1]; at 1 no inputs are grouped. ``groups``: the user's own groups,
+    lists of input names, in place of the correlation's (every input not named stays alone; a name must be an
+    input of the table, checked against the data before anything is written, and no input may be named
+    twice). ``selection``: the selection rule, one of :data:`IMPORTANCE_SELECTIONS` (``bayesprune importance
+    --selection`` overrides it).
+    """
+
+    correlation: float = option(0.9, unit(open_high=False))
+    groups: tuple | None = option(
+        None,
+        optional(
+            Constraint(
+                _distinct_groups,
+                "be a list of non-empty lists of input names, each input named once",
+                refused=("a", [[]], [["a"], ["a"]], [1]),
+                allowed="lists of input names, each input in one",
+                convert=lambda v: tuple(tuple(group) for group in v),
+            )
+        ),
+    )
+    selection: str = option(IMPORTANCE_SELECTIONS[0], one_of(IMPORTANCE_SELECTIONS))
+
+    def __post_init__(self):
+        validate(self, "importance")

@@ -11,7 +11,6 @@ from bayesprune.analysis.importance import (
     disagreeing_features,
     feature_importance,
     pooled_importance,
-    selection_record,
     weight_inclusion_matrices,
 )
 from bayesprune.analysis.selection import expected_false_discovery_rate, select_by_bayesian_fdr
@@ -127,17 +126,6 @@ def test_tied_inclusion_probabilities_are_kept_or_dropped_together():
     assert select_by_bayesian_fdr(inclusion, 0.05).tolist() == [True, False, False, False]
     with pytest.raises(ValueError, match="fdr"):
         select_by_bayesian_fdr(inclusion, 1.0)
-
-
-def test_selection_record_lists_the_selection_and_its_expected_fdr():
-    draws = np.zeros((2, 10, 3))
-    draws[:, :, 0] = 0.5
-    draws[:, :9, 1] = 0.5  # inclusion probability 0.9
-    rows = pooled_importance(draws, draws.mean(axis=1), ["a", "b", "c"])
-    record = selection_record(rows, fdr=0.1, restarts=2)
-    assert record["selected"] == ["a", "b"] and record["not_selected"] == ["c"]
-    assert record["expected_false_discovery_rate"] == pytest.approx(0.05)  # (0 + 0.1) / 2
-    assert record["inclusion_probability"] == {"a": 1.0, "b": 0.9, "c": 0.0}
 
 
 @pytest.mark.parametrize(

@@ -18,19 +18,22 @@ def ar1(p: int, rho: float) -> np.ndarray:
 
 @pytest.mark.parametrize("copies", [1, 2])
 def test_knockoffs_have_the_closed_form_joint_covariance_on_gaussian_x(copies):
-    # Σ = diag(σ) AR(1, 0.5) diag(σ); every block of (X, X̃¹, …) is Σ on the diagonal, Σ − D off it
+    # Σ = diag(σ) AR(1, 0.5) diag(σ); every block of (X, X̃¹, …) is Σ on the diagonal, Σ − S off it
+    pytest.importorskip("knockpy")
     p, sd = 5, np.array([1.0, 2.0, 0.5, 1.0, 3.0])
     sigma = ar1(p, 0.5) * np.outer(sd, sd)
     mean = np.arange(p, dtype=float)
-    knockoffs = GaussianKnockoffs.equicorrelated(mean, sigma, copies=copies)
-    s = min(1.0, (copies + 1) / copies * np.linalg.eigvalsh(ar1(p, 0.5)).min()) * sd**2
-    np.testing.assert_allclose(knockoffs.s, s, rtol=1e-5)
+    knockoffs = GaussianKnockoffs.mvr(mean, sigma, copies=copies)
+    blocks = copies + 1
+    s = knockoffs.s
+    expected = np.block([[sigma if i == j else sigma - s for j in range(blocks)] for i in range(blocks)])
+    # a valid S: the joint covariance is one (positive semidefinite), and S is diagonal and non-zero
+    assert np.linalg.eigvalsh(expected).min() > -1e-8
+    np.testing.assert_allclose(s, np.diag(np.diag(s)), atol=1e-10)
+    assert np.diag(s).min() > 0
     x = np.random.default_rng(0).multivariate_normal(mean, sigma, size=100_000)
     joint = np.hstack([x, knockoffs.sample(x, seed=1)])
-    assert joint.shape == (100_000, (copies + 1) * p)
-    blocks = copies + 1
-    d = np.diag(knockoffs.s)
-    expected = np.block([[sigma if i == j else sigma - d for j in range(blocks)] for i in range(blocks)])
+    assert joint.shape == (100_000, blocks * p)
     np.testing.assert_allclose(joint.mean(axis=0), np.tile(mean, blocks), atol=0.05)
     # Monte-Carlo error of a correlation-scale covariance of 1e5 rows: about 3 / sqrt(1e5) < 0.02
     scale = np.outer(np.tile(sd, blocks), np.tile(sd, blocks))
@@ -38,12 +41,27 @@ def test_knockoffs_have_the_closed_form_joint_covariance_on_gaussian_x(copies):
     np.testing.assert_allclose(knockoffs.joint_covariance(), expected)
 
 
-def test_independent_inputs_get_independent_copies():
-    knockoffs = GaussianKnockoffs.fit(np.random.default_rng(0).standard_normal((2000, 4)))
-    np.testing.assert_allclose(knockoffs.s, np.diag(knockoffs.covariance) * (1 - 1e-6), rtol=0.05)
+@pytest.mark.parametrize("copies", [1, 2])
+def test_independent_inputs_get_independent_copies(copies):
+    # Σ = I: MVR's S is I itself (a copy independent of its input), scaled to (κ + 1)/(2κ) for κ copies
+    pytest.importorskip("knockpy")
+    knockoffs = GaussianKnockoffs.mvr(np.zeros(4), np.eye(4), copies=copies)
+    np.testing.assert_allclose(knockoffs.s, (copies + 1) / (2 * copies) * np.eye(4), atol=1e-3)
     x = np.random.default_rng(1).standard_normal((20_000, 4))
-    cross = np.cov(np.hstack([x, knockoffs.sample(x)]).T)[:4, 4:]
-    assert np.abs(cross).max() < 0.05
+    cross = np.cov(np.hstack([x, knockoffs.sample(x)]).T)[:4, 4:8]  # Σ − S: 0 for one copy, I/4 for two
+    np.testing.assert_allclose(cross, (1 - (copies + 1) / (2 * copies)) * np.eye(4), atol=0.05)
+
+
+def test_group_knockoffs_swap_a_group_together():
+    # two near-duplicate inputs (ρ = 0.95) as one group and a third alone: S is block-diagonal by group
+    pytest.importorskip("knockpy")
+    sigma = np.array([[1.0, 0.95, 0.3], [0.95, 1.0, 0.3], [0.3, 0.3, 1.0]])
+    knockoffs = GaussianKnockoffs.mvr(np.zeros(3), sigma, [[0, 1], [2]])
+    assert np.abs(knockoffs.s[:2, 2]).max() < 1e-8 and np.abs(knockoffs.s[0, 1]) > 1e-3
+    assert np.linalg.eigvalsh(knockoffs.joint_covariance()).min() > -1e-8
+    # the group's copy is further from it than the pair's per-input knockoffs can be (S₀₀ ≤ 2(1 − ρ) = 0.1)
+    single = GaussianKnockoffs.mvr(np.zeros(3), sigma)
+    assert np.diag(single.s)[:2].max() <= 0.1 + 1e-6 < np.diag(knockoffs.s)[:2].min()
 
 
 def brute_force_selection(w, q, offset):

@@ -210,3 +210,16 @@ def test_inclusion_logit_is_the_empirical_logit():
     torch.testing.assert_close(
         logit, torch.tensor([-np.log(801), np.log(100.5 / 300.5), np.log(801)], dtype=torch.float64)
     )
+
+
+def test_stability_selection_keeps_what_enough_of_the_restarts_select():
+    from bayesprune.analysis.selection import select_by_stability
+
+    generator = torch.Generator().manual_seed(0)
+    for threshold in (0.5, 0.75, 1.0):
+        selections = torch.rand(4, 12, generator=generator) < 0.5
+        counted = [sum(bool(selections[r, j]) for r in range(4)) for j in range(12)]  # by hand
+        expected = [count >= threshold * 4 for count in counted]
+        assert select_by_stability(selections, threshold).tolist() == expected
+    with pytest.raises(ValueError, match="threshold"):
+        select_by_stability(selections, 0.0)

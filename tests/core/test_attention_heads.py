@@ -208,3 +208,117 @@ def test_heads_removed_count_as_multihead_attention_of_their_width():
         + length * (width * embed + embed)  # the output projection and its bias
     )
     assert count_macs(SelfAttention(one), (5, 16)) == by_hand
+
+
+FACTORY = """
+from torch import nn
+
+
+class Inferred(nn.Module):
+    '''Self-attention that keeps no head count: its forward reshapes by head width.'''
+
+    def __init__(self):
+        super().__init__()
+        self.head_dim = 8
+        self.q, self.k, self.v, self.proj = (nn.Linear(16, 16) for _ in range(4))
+
+    def forward(self, x):
+        batch, length, _ = x.shape
+        q, k, v = (f(x).view(batch, length, -1, self.head_dim).transpose(1, 2) for f in (self.q, self.k, self.v))
+        mixed = ((q @ k.transpose(-2, -1)) / self.head_dim**0.5).softmax(-1) @ v
+        return self.proj(mixed.transpose(1, 2).reshape(batch, length, -1))
+
+
+class Net(nn.Module):
+    def __init__(self, output_dim):
+        super().__init__()
+        self.embed, self.attention, self.head = nn.Linear(8, 16), Inferred(), nn.Linear(16, output_dim)
+
+    def forward(self, x):
+        x = self.embed(x)
+        return self.head((x + self.attention(x)).mean(1))
+
+
+def net(input_shape, output_dim):
+    return Net(output_dim)
+"""
+
+
+@pytest.fixture
+def factory(tmp_path, monkeypatch):
+    (tmp_path / "inferred_heads.py").write_text(FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def build(heads=None):
+        from bayesprune.models import new_net
+        from bayesprune.pipeline.config import RunConfig
+
+        model = {"factory": "inferred_heads:net", **({} if heads is None else {"heads": heads})}
+        return new_net(RunConfig.from_dict({"model": model}), (5, 8), 3, seed=0).eval()
+
+    return build
+
+
+def test_a_head_count_given_in_model_heads_makes_a_modules_heads_units(factory):
+    shape = (5, 8)
+    assert [group.heads_of for group in unit_groups(factory(), shape)] == [None, None]  # q, k, v: 16 channels
+    net = factory({"attention": 2})
+    (group,) = [group for group in unit_groups(net, shape) if group.heads_of is not None]
+    assert (group.name, group.units, group.block) == ("attention.q", 2, 8)
+    smaller = export(net, {"attention.q.gate": torch.tensor([True, False])}, input_shape=shape)
+    oracle = copy.deepcopy(net)
+    with torch.no_grad():
+        oracle.attention.proj.weight[:, 8:] = 0
+    x = torch.randn(4, *shape, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert (smaller(x) - oracle(x)).abs().max().item() < 1e-5
+    assert smaller.attention.num_heads == 1 and smaller.attention.proj.in_features == 8
+
+
+@pytest.mark.parametrize(
+    "heads, message",
+    [
+        ({"nothing": 2}, r"^model\.heads: 'nothing' names no module of the network$"),
+        ({"attention": 0}, r"^model\.heads must be a table of module names"),
+    ],
+)
+def test_a_wrong_model_heads_is_refused_in_one_line(factory, heads, message):
+    from bayesprune.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        factory(heads)
+
+
+def test_a_head_count_that_contradicts_the_modules_own_is_refused():
+    from bayesprune.core.heads import declare_heads
+
+    with pytest.raises(ValueError, match=r"^module 'encoder.self_attn' has num_heads=4, not the 2 heads given for"):
+        declare_heads(PatchEncoder(), {"MultiheadAttention": 2})
+
+
+@pytest.mark.parametrize("layout", ["timm fused qkv", "transformers ViT"])
+def test_torch_prunings_baseline_removes_whole_heads_and_computes_the_network_without_them(layout):
+    """Torch-Pruning's pruner at ratio 0.5 with its head options (the MLP left whole here): two of four
+    heads leave, the module's count follows, and the smaller network computes the original with the
+    removed heads' output-projection columns zeroed (the heads found by matching the kept columns)."""
+    from bayesprune.core.channels import ignored_layers, prune_channels
+
+    torch.manual_seed(0)
+    net = LAYOUTS[layout][0]()
+    original = copy.deepcopy(net)
+    mlp = [
+        name
+        for name, m in net.named_modules()
+        if isinstance(m, nn.Linear) and ("mlp" in name or "intermediate" in name)
+    ]
+    prune_channels(net, SHAPE, ratio=0.5, ignored=ignored_layers(net, SHAPE) + mlp)
+    attention, out_proj = attention_of(net)
+    assert getattr(attention, LAYOUTS[layout][1]) == 2 and net.get_submodule(out_proj).in_features == 2 * HEAD_DIM
+    kept_columns = net.get_submodule(out_proj).weight.detach()
+    blocks = original.get_submodule(out_proj).weight.detach().split(HEAD_DIM, dim=1)
+    kept = [h for h, block in enumerate(blocks) if any(torch.equal(block, k) for k in kept_columns.split(HEAD_DIM, 1))]
+    assert len(kept) == 2
+    x = inputs()
+    with torch.no_grad():
+        expected = zero_heads(original, [h for h in range(HEADS) if h not in kept])(x)
+        assert (net(x) - expected).abs().max().item() < 1e-5

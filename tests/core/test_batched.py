@@ -7,8 +7,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from bayesprune.core.batched import StackedNetworks, train_stacked
-from bayesprune.core.errors import ConfigError
-from bayesprune.core.loop import TensorBatches
+from bayesprune.core.errors import ConfigError, Interrupted
+from bayesprune.core.loop import STOP, TensorBatches
 from bayesprune.core.optim import OptimConfig
 from bayesprune.methods.context import FitContext, train_networks_together
 
@@ -87,3 +87,15 @@ def test_contexts_that_differ_beyond_the_seed_are_refused_naming_the_key():
     contexts = [FitContext(seed=0, batch_size=8), FitContext(seed=1, batch_size=16)]
     with pytest.raises(ConfigError, match="^batched fits must share batch_size"):
         train_networks_together(contexts, "train", [mlp(0), mlp(1)], x, y, epochs=1, loss=F.cross_entropy)
+
+
+def test_a_signal_stops_the_stack_after_the_step_in_progress(monkeypatch):
+    x, y = problem(64)
+    nets = [mlp(0), mlp(1)]
+    before = [net[1].weight.detach().clone() for net in nets]
+    monkeypatch.setattr(STOP, "signal", 15)
+    with pytest.raises(Interrupted, match="^stopped by signal 15 in epoch 1$"):
+        train_stacked(
+            nets, [TensorBatches(x, y, batch_size=8)] * 2, epochs=3, loss=F.cross_entropy, optim=OptimConfig()
+        )
+    assert all(torch.equal(net[1].weight, weights) for net, weights in zip(nets, before))  # nothing copied back

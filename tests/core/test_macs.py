@@ -140,3 +140,17 @@ def test_expected_macs_is_the_exact_expectation():
     assert float(expected.detach()) == pytest.approx(oracle, rel=1e-3)
     dense = count_macs(net, shape)
     assert float(expected_macs(net, {group.gate_site: torch.ones(group.units)}, input_shape=shape)) == dense
+
+
+@pytest.mark.parametrize("importance, scope", [("magnitude", "layer"), ("taylor", "global")])
+def test_torch_pruning_to_macs(importance, scope):
+    """Torch-Pruning's network at a MAC target: at most the target (its own count), and Taylor importance
+    reads the gradients given (each candidate gets a copy)."""
+    from bayesprune.core.channels import pruned_to_macs
+
+    net, shape, _ = _scored("residual")
+    net(torch.randn(4, *shape)).square().mean().backward()
+    dense = count_macs(net, shape)
+    pruned, macs, ratio = pruned_to_macs(net, shape, 0.6 * dense, importance=importance, scope=scope)
+    assert macs == count_macs(pruned, shape) <= 0.6 * dense and 0 < ratio < 0.95
+    assert all(param.grad is not None for param in net.parameters())  # the network given keeps its gradients

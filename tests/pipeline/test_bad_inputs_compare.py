@@ -13,6 +13,8 @@ the key.
 """
 
 import json
+import os
+import pickle
 import shutil
 import signal
 import socket
@@ -22,6 +24,7 @@ import tomllib
 
 import pytest
 import tomli_w
+import torch
 
 from bayesprune.cli import main
 from bayesprune.core.loop import STOP
@@ -89,6 +92,16 @@ def _seeds_text(value):
 
 MAGNITUDE_CELL, SBNN_CELL = "cmp/cells/magnitude-seed0", "cmp/cells/sbnn-seed0"
 
+
+class _Planted:
+    """Unpickled, it would make a folder ``pwned`` (the harness sees any change in the working folder)."""
+
+    def __reduce__(self):
+        return (os.mkdir, ("pwned",))
+
+
+MALICIOUS = pickle.dumps(_Planted())
+
 CASES = {
     # cell folders and cells/ that are links or files: never followed, never written through
     "cells/ a link to a folder outside": (
@@ -148,6 +161,26 @@ CASES = {
         "pruning_curve",
     ),
     "magnitude config.toml not TOML": ({"cmp": CMP, MAGNITUDE_CELL + "/config.toml": "]["}, RESUME, "config.toml"),
+    "a cell's checkpoint a malicious pickle, read to evaluate a sparsity added": (
+        {"cmp": CMP, MAGNITUDE_CELL + "/checkpoint.pt": MALICIOUS},
+        [*RESUME, "--sparsities", "0.5", "0.9"],
+        "checkpoint.pt",
+    ),
+    "run --resume with seeds/ a link to a forged seed record": (
+        {
+            "r": RUN,
+            "r/metrics.json": None,
+            "forged/seed-0.json": '{"method": "sbnn"}',
+            "r/seeds": ("link", "../forged"),
+        },
+        ["run", "--resume", "r", "--quiet"],
+        "seed-0.json",
+    ),
+    "run --resume with a forged seed record": (
+        {"r": RUN, "r/metrics.json": None, "r/seeds/seed-0.json": '{"method": "sbnn", "task": "classification"}'},
+        ["run", "--resume", "r", "--quiet"],
+        "seed-0.json",
+    ),
     "magnitude config.toml of another fine-tuning": (
         {"cmp": CMP, MAGNITUDE_CELL + "/config.toml": edit_toml("prune", "finetune_epochs", 99)},
         RESUME,
@@ -197,13 +230,18 @@ CASES = {
         [*NEW, "--set", "compare.finetune_epochs=1000000000000"],
         "compare.finetune_epochs",
     ),
-    "budget of 0 epochs": ({}, [*NEW, "--set", "compare.budget=0"], "compare.budget"),
+    "an empty list of methods": ({}, [*NEW, "--set", "compare.methods=[]"], "compare.methods"),
+    "budget of 0 epochs": ({}, [*NEW, "--set", "compare.budget_epochs=0"], "compare.budget_epochs"),
     "budget below a method's stages": (
         {},
-        ["compare", "--out", "new", "--methods", "pft", "--set", "compare.budget=2"],
-        "compare.budget",
+        ["compare", "--out", "new", "--methods", "pft", "--set", "compare.budget_epochs=2"],
+        "compare.budget_epochs",
     ),
-    "budget and train.steps": ({}, [*NEW, "--set", "compare.budget=4", "--set", "train.steps=10"], "train.steps"),
+    "budget and train.steps": (
+        {},
+        [*NEW, "--set", "compare.budget_epochs=4", "--set", "train.steps=10"],
+        "train.steps",
+    ),
     "another method's config in compare.configs": (
         {},
         [*NEW, "--set", "compare.configs={sbnn = 'pbp-digits'}"],
@@ -490,3 +528,68 @@ def test_a_summary_whose_first_point_failed_keeps_the_others_numbers(tmp_path):
     with open(tmp_path / "summary.csv") as handle:
         read = list(csv.DictReader(handle))
     assert [row["test_error"] for row in read] == ["", "0.25"] and read[0]["failed"].endswith("diverged")
+
+
+def test_a_databricks_store_without_credentials_is_one_line_and_no_folder(tmp_path, monkeypatch, capsys):
+    """The reported case: ``--track-uri databricks`` made a folder called databricks/ (MLflow's URI read as a
+    path). Without credentials it is refused at once, offline, naming the flag; nothing is written."""
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("DATABRICKS_HOST", raising=False)
+    monkeypatch.chdir(tmp_path)
+    start = time.perf_counter()
+    status = main([*NEW, "--track", "mlflow", "--track-uri", "databricks"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "--track-uri databricks" in err, err
+    assert list(tmp_path.iterdir()) == [] and time.perf_counter() - start < 15
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["progress", "--quiet"])
+def test_cells_evaluated_again_are_counted_apart_and_quiet_prints_no_progress(quiet, tmp_path, capsys, finished_grids):
+    """The reported cases: compare's progress said "0 finished earlier, 2 to fit" for the two cells of a
+    finished comparison only evaluated again at an added sparsity from their saved fits; compare had no
+    --quiet where run has one. With --quiet, stderr is empty; the summary line is still printed."""
+    shutil.copytree(finished_grids[CMP], tmp_path / "cmp", symlinks=True)
+    argv = ["compare", "--resume", str(tmp_path / "cmp"), "--sparsities", "0.5", "0.9", *(["--quiet"] if quiet else [])]
+    status = main(argv)
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert "4 rows" in captured.out
+    if quiet:
+        assert captured.err == ""
+    else:
+        first = captured.err.splitlines()[0]
+        assert first.endswith("0 finished earlier (read back), 2 to evaluate again from their saved fits, 0 to fit"), (
+            first
+        )
+
+
+def test_run_resume_refuses_a_checkpoint_whose_losses_are_text(tmp_path, capsys, monkeypatch):
+    """The reported case: an interrupted run's checkpoint with ``step_losses`` a string resumed (the string's
+    characters taken for losses). Refused in one line naming checkpoint.pt; nothing written."""
+    from bayesprune.methods import context
+
+    original = context.write_checkpoint
+
+    def stop_after_first(*args, **kwargs):
+        original(*args, **kwargs)
+        STOP.request(signal.SIGTERM)
+
+    monkeypatch.setattr(context, "write_checkpoint", stop_after_first)
+    out = tmp_path / "run"
+    quick = ["train.epochs=3", "baseline.enabled=false", "sbnn.predictive_samples=1"]
+    try:
+        status = main(["run", "--out", str(out), "--quiet", *(arg for item in quick for arg in ("--set", item))])
+    finally:
+        STOP.signal = None
+    assert status == 143, capsys.readouterr().err
+    monkeypatch.setattr(context, "write_checkpoint", original)
+    saved = torch.load(out / "checkpoint.pt", weights_only=True)
+    saved["loop"]["current"]["loop"]["step_losses"] = "0.5, 0.4"
+    torch.save(saved, out / "checkpoint.pt")
+    capsys.readouterr()
+    before = _tree(tmp_path)
+    status = main(["run", "--resume", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "checkpoint.pt" in err and "step_losses" in err, err
+    assert _tree(tmp_path) == before

@@ -4,6 +4,7 @@ refused before anything is written."""
 import json
 
 import pytest
+import torch
 
 from bayesprune.cli import main
 from bayesprune.core.export import count_macs
@@ -62,3 +63,57 @@ def test_bad_mac_budgets(tmp_path, capsys, sets, named):
     assert main(argv) == 2 and not out.exists()
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and named in err and "Traceback" not in err, err
+
+
+def test_export_finetune_epochs_and_mac_budget(tmp_path, capsys):
+    """``export --finetune-epochs 2`` of a run fitted without fine-tuning gives the network (and test error) that
+    exporting a run fitted with ``prune.finetune_epochs = 2`` gives; ``--budget macs=0.5`` exports a network of
+    at most half the fitted one's MACs (its own count); a negative count is refused in one line, exit 2."""
+    sets = ["train.epochs=2", "baseline.enabled=false", "device='cpu'", "prune.droprates=[0.0]"]
+
+    def run(name, *more):
+        argv = ["run", "unit-gates-digits", "--out", str(tmp_path / name), "--quiet"]
+        for item in [*sets, *more]:
+            argv += ["--set", item]
+        assert main(argv) == 0
+
+    def export(name, *flags):
+        out = tmp_path / f"{name}-{'-'.join(flags).replace('=', '')}.pt2"
+        capsys.readouterr()
+        assert main(["export", str(tmp_path / name), "--out", str(out), "--repeats", "1", "--json", *flags]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    run("plain")
+    run("tuned", "prune.finetune_epochs=2")
+    flagged = export("plain", "--finetune-epochs", "2")
+    configured = export("tuned")
+    assert flagged["finetune_epochs"] == configured["finetune_epochs"] == 2
+    assert flagged["test_error"] == configured["test_error"]
+    assert flagged["test_error_before_finetuning"] == configured["test_error_before_finetuning"]
+    assert export("tuned", "--finetune-epochs", "0")["finetune_epochs"] == 0
+    halved = export("plain", "--budget", "macs=0.5")
+    assert halved["exported"]["macs"] <= 0.5 * halved["dense"]["macs"]
+    out = tmp_path / "bad.pt2"
+    assert main(["export", str(tmp_path / "plain"), "--out", str(out), "--finetune-epochs", "-1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert not out.exists() and len(err.splitlines()) == 1 and "--finetune-epochs" in err
+
+
+@pytest.mark.parametrize("scope", ["layer", "global"])
+def test_torch_pruning_row_at_the_macs(tmp_path, scope):
+    """``torch-pruning.macs``: Torch-Pruning's ratio found so that its network costs at most the target of the
+    plain network's MACs (counted here on the run's network as rebuilt from its export), so the row of a
+    comparison at ``prune.macs`` removes no further unit."""
+    torch.manual_seed(0)
+    sets = ["torch-pruning.macs=0.5", f"torch-pruning.scope='{scope}'", "train.epochs=2", "prune.macs=0.5"]
+    argv = ["run", "torch-pruning-digits", "--out", str(tmp_path / "tp"), "--quiet", "--set", "device='cpu'"]
+    for item in sets:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    metrics = json.loads((tmp_path / "tp" / "metrics.json").read_text())
+    data = load_dataset("digits")
+    dense = count_macs(new_net(load_config("torch-pruning-digits"), data.input_shape, 10, seed=0), data.input_shape)
+    assert metrics["macs_dense"] == metrics["plain_macs"] == dense
+    (row,) = metrics["macs_curve"]
+    assert row["macs"] == metrics["macs"] <= 0.5 * dense and row["units_removed"] == 0
+    assert metrics["macs"] > 0.4 * dense  # the ratio's bisection gets close to the target

@@ -103,9 +103,16 @@ def test_fit_method_starts_from_the_module(method):
     fitted = bp.fit_method(method, net, (data.x_train, data.y_train), epochs=1, optim={"lr": 1e-9}, options=options)
     weights = dict(fitted.network().named_parameters())
     for name, value in given.items():
-        kept = weights[name].detach() != 0
-        assert weights[name].shape == value.shape and kept.float().mean() > 0
-        torch.testing.assert_close(weights[name].detach()[kept], value[kept], atol=1e-4, rtol=0)
+        weight = weights[name].detach()
+        kept = weight != 0
+        assert kept.float().mean() > 0
+        if weight.shape == value.shape:
+            torch.testing.assert_close(weight[kept], value[kept], atol=1e-4, rtol=0)
+        elif weight.shape[1:] == value.shape[1:]:  # a method that removed units: each row left is a given row
+            rows, given_rows = weight.reshape(len(weight), -1), value.reshape(len(value), -1)
+            distance = (rows[:, None] - given_rows[None]).abs().amax(dim=2).min(dim=1).values
+            assert distance.max() < 1e-5, name
+        # else: a layer reading removed units, its columns scaled by gates a method folded in (hard-concrete)
 
 
 def _fields(method) -> set:
@@ -162,3 +169,38 @@ def test_network_test_metric_is_the_direct_error(weights_file):
     assert network_test_metric(new_net(config, data.input_shape, data.output_dim, seed=0), data) == pytest.approx(
         direct
     )
+
+
+def test_comparison_rows_share_one_trained_network(tmp_path):
+    """compare with model.pretrain_epochs: each seed's network is trained once (out/starts/seed-<s>.pt) and
+    every row of that seed starts from it: the same start error in each row, the file's network's own
+    (computed directly), and no row trains it again (their configs hold it as model.weights)."""
+    from bayesprune.pipeline.compare import compare, load_comparison
+    from bayesprune.pipeline.config import RunConfig
+    from helpers import TINY, cells_here
+
+    out = tmp_path / "cmp"
+    with cells_here():
+        compare(
+            None,
+            out,
+            methods=["sbnn", "sparse-vd"],
+            sparsities=[0.5],
+            seeds=[1],
+            overrides=[*TINY, "model.pretrain_epochs=3"],
+            report=lambda *a: None,
+        )
+    data = load_dataset("digits")
+    for seed in (1,):
+        raw, _ = load_comparison(None, TINY)
+        net = new_net(RunConfig.from_dict({"model": raw["model"]}), data.input_shape, data.output_dim, seed=seed)
+        net.load_state_dict(torch.load(out / "starts" / f"seed-{seed}.pt", weights_only=True))
+        direct = _direct_error(net, data)
+        assert direct < 50
+        rows = [
+            json.loads((folder / "metrics.json").read_text())
+            for folder in (out / "cells").iterdir()
+            if folder.name.endswith(f"seed{seed}") and (folder / "metrics.json").is_file()
+        ]
+        starts = [row["start_test_error"] for row in rows if "start_test_error" in row]  # the methods' runs
+        assert len(starts) == 2 and all(start == pytest.approx(direct, abs=1e-4) for start in starts)

@@ -36,4 +36,15 @@ def test_other_data_keep_the_general_defaults(tmp_path):
     packaged = load_config("sbnn-table").method_options
     for model in ('architecture = "lenet-300-100"', 'factory = "mynets:mlp"'):  # not the table's MLP: no width given
         another = load_config(written(tmp_path, CSV + f"[model]\n{model}\n"))
-        assert "hidden" not in another.model.options and another.method_options == packaged
+        assert "hidden" not in another.model.options
+        # the table's settings but its start, chosen for its own network (issue 49: it collapses deeper ones)
+        assert another.method_options.starts == SBNNOptions().starts != packaged.starts
+        assert another.method_options == SBNNOptions(**{**packaged.__dict__, "starts": SBNNOptions().starts})
+
+
+def test_the_tables_start_goes_with_the_tables_network_only(tmp_path):
+    packaged = load_config("sbnn-table").method_options.starts
+    for model, start in (("hidden = [100]", packaged), ("hidden = [100, 100]", SBNNOptions().starts)):
+        assert load_config(written(tmp_path, CSV + f"[model]\n{model}\n")).method_options.starts == start
+    given = load_config(written(tmp_path, CSV + '[model]\nfactory = "mynets:mlp"\n[sbnn]\nstarts = [0.3]\n'))
+    assert given.method_options.starts == (0.3,)

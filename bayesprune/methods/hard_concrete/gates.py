@@ -44,6 +44,16 @@ def test_gates(log_alpha: torch.Tensor) -> torch.Tensor:
     return (torch.sigmoid(log_alpha) * (ZETA - GAMMA) + GAMMA).clamp(0.0, 1.0)
 
 
+def kept_gate_values(log_alpha: torch.Tensor, beta: float, draws: int = 1024) -> torch.Tensor:
+    """The value each gate takes in the cut network: the test-time ẑ, and where ẑ is 0 (a unit the cut keeps
+    though its gate is mostly closed: the MAC target lies above the gates' expected MACs) its mean E[z] over
+    ``draws`` hard-concrete draws, the scale it had on average while training; ẑ = 0 there would keep the
+    unit's MACs and remove what it computes."""
+    mean = sample_gates(log_alpha.expand(draws, -1).clone(), beta).mean(0)
+    hat = test_gates(log_alpha)
+    return torch.where(hat > 0, hat, mean)
+
+
 def log_alpha_for(probability: float, beta: float) -> float:
     """The log α whose gate is open with ``probability`` (eq. 12 inverted)."""
     return math.log(probability) - math.log1p(-probability) + beta * math.log(-GAMMA / ZETA)

@@ -20,6 +20,7 @@ from bayesprune.core.tasks import metric_name, network_test_metric
 from bayesprune.core.validation import option, unit, validate
 from bayesprune.methods import register_method
 from bayesprune.methods.base import Method, NetworkFitted
+from bayesprune.methods.context import train_plain_together
 
 #: What the plain network's rule does not read, with the reason (:attr:`Method.unsupported`).
 PLAIN_RULE = {
@@ -90,6 +91,23 @@ class MagnitudeMethod(Method):
         start = time.perf_counter()
         history, report = fit_plain_network(net, data, ctx, held_out=options.held_out)
         return MagnitudeFitted(net, history=history, seconds=time.perf_counter() - start, report=report, task=data.task)
+
+    fits_together = True
+
+    def fit_together(self, nets, datasets, options, contexts):
+        start = time.perf_counter()
+        histories = train_plain_together(contexts, "plain", nets, datasets, held_out=options.held_out)
+        seconds = (time.perf_counter() - start) / len(nets)
+        return [
+            MagnitudeFitted(
+                net,
+                history=history,
+                seconds=seconds,
+                report={f"baseline_{metric_name(data.task)}": network_test_metric(net, data)},
+                task=data.task,
+            )
+            for net, history, data in zip(nets, histories, datasets)
+        ]
 
     def restore(self, net, data, options, ctx, state):
         net.load_state_dict(state["net"])

@@ -20,7 +20,13 @@ from bayesprune.methods.pbp.distributions import DiracSpikeSlab
 from bayesprune.methods.pbp.fitted import PBPFitted
 from bayesprune.methods.pbp.objectives import GibbsRisk, PACBayesBound
 from bayesprune.methods.pbp.options import MAX_PER_EXAMPLE_DRAWS, PBPOptions
-from bayesprune.methods.pbp.stages import model_and_guide, posterior, prior_distributions, variational_stage
+from bayesprune.methods.pbp.stages import (
+    model_and_guide,
+    posterior,
+    prior_distributions,
+    start_distributions,
+    variational_stage,
+)
 from bayesprune.methods.pbp.start import fit_start, is_start_method, start_method
 from bayesprune.models import Categorical
 
@@ -107,32 +113,9 @@ class PBPMethod(Method):
         prior_batches = ctx.batches(x_prior, y_prior)
         start = time.perf_counter()
         loss = mean_loss(data.task)
-        if is_start_method(options.start_mask):
-            prior_data = replace(
-                data,
-                x_train=rows_at(data.x_train, prior_rows),
-                y_train=data.y_train[prior_rows],
-                extras={key: value for key, value in data.extras.items() if key != "train_rows"},
-            )
-            scores = fit_start(net, prior_data, options, ctx)
-            scores = {site: scores[site].to(device) for site in weight_sites(net)}
-        else:
-            ctx.train_network(
-                "stage 1: network on S_P", net, prior_batches, epochs=options.prior_epochs, loss=loss, validate=True
-            )
-            scores = saliency(
-                options.start_mask, net, x=x_prior[:SALIENCY_EXAMPLES], y=y_prior[:SALIENCY_EXAMPLES], loss=loss
-            )
+        scores = self._start_scores(net, data, options, ctx, prior_rows, prior_batches, loss)
         keep = block_isotropic(scores, options.sparsity, options.epsilon)
-        params = dict(net.named_parameters())
-        initial = {
-            name: DiracSpikeSlab(
-                keep[name] if name in keep else torch.ones_like(params[name]),
-                params[name].detach().clone(),
-                torch.full_like(params[name], math.exp(options.log_sigma2 / 2)),
-            )
-            for name in ctx.sites(net)
-        }
+        initial = start_distributions(net, keep, options, ctx.sites(net))
         prior_model, prior_guide = model_and_guide(
             net, initial, Categorical(len(prior_rows)), options, learn_scale=False
         )
@@ -185,6 +168,26 @@ class PBPMethod(Method):
             "keep_probability_histogram_posterior": guide.masks.histogram(),
         }
         return fitted
+
+    @staticmethod
+    def _start_scores(net, data, options, ctx, prior_rows, prior_batches, loss) -> dict:
+        """Stage 1: the scores λ⁰ is set from, of ``options.start_mask`` on S_P: a criterion on the network
+        trained there, or another method fitted on S_P alone (:mod:`.start`)."""
+        if is_start_method(options.start_mask):
+            prior_data = replace(
+                data,
+                x_train=rows_at(data.x_train, prior_rows),
+                y_train=data.y_train[prior_rows],
+                extras={key: value for key, value in data.extras.items() if key != "train_rows"},
+            )
+            scores = fit_start(net, prior_data, options, ctx)
+            return {site: scores[site].to(ctx.device) for site in weight_sites(net)}
+        ctx.train_network(
+            "stage 1: network on S_P", net, prior_batches, epochs=options.prior_epochs, loss=loss, validate=True
+        )
+        first = prior_rows[:SALIENCY_EXAMPLES]
+        x, y = rows_at(data.x_train, first).to(ctx.device), data.y_train[first].to(ctx.device)
+        return saliency(options.start_mask, net, x=x, y=y, loss=loss)
 
     def certificate(self, fitted, data, options, *, samples: int | None = None) -> dict:
         """The certificate of ``fitted`` (Theorems 1 and 2 on the 0-1 loss, δ, the union over the grid),

@@ -63,3 +63,17 @@ def posterior(net, priors: dict, *, n: int, options) -> tuple:
     return model_and_guide(
         net, priors, BoundedCategorical(n, min_prob=options.min_prob), options, learn_scale=options.learn_scale
     )
+
+
+def start_distributions(net, keep: dict, options, sites) -> dict:
+    """The start of stage 2, site → (1 − λ⁰)δ₀ + λ⁰N(W⁰, σ⁰²) (eq. 5): λ⁰ of ``keep`` (1 where it has none,
+    the biases), W⁰ the network's weights, σ⁰² = exp(``log_sigma2``)."""
+    params = dict(net.named_parameters())
+    return {
+        name: DiracSpikeSlab(
+            keep[name] if name in keep else torch.ones_like(params[name]),
+            params[name].detach().clone(),
+            torch.full_like(params[name], math.exp(options.log_sigma2 / 2)),
+        )
+        for name in sites
+    }

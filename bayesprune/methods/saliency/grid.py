@@ -10,7 +10,8 @@ import torch
 from bayesprune.core.criteria import weight_sites
 from bayesprune.core.pruning import lexicographic_ranks
 from bayesprune.core.statistics import spearman
-from bayesprune.methods.saliency.stages import pruning_stages
+from bayesprune.core.tasks import masked_copy, network_test_metric
+from bayesprune.methods.saliency.stages import loss_change, pruning_stages
 
 
 def prune_in_stages(net, criterion: str, sparsity: float, *, stages: int, **options) -> tuple:
@@ -66,3 +67,40 @@ class GridPoint:
     delta_loss: float
     error_after_pruning: float
     error_after_finetune: float | None = None
+
+
+def grid_points(net, data, options, train: tuple, held: tuple, *, loss, seed: int) -> list:
+    """A :class:`GridPoint` for every criterion, number of stages and penalty of ``options``: its masks pruned
+    from ``net`` on the ``train`` rows, ΔL of eq. 1 on the ``held`` rows, and the pruned network's test metric."""
+    x_train, y_train = train
+    x_loss, y_loss = held
+    points = []
+    for criterion in options.criteria:
+        for stages in options.stages:
+            for penalty in options.penalties:
+                masks, ranks = prune_in_stages(
+                    net,
+                    criterion,
+                    options.sparsity,
+                    x=x_train,
+                    y=y_train,
+                    stages=stages,
+                    schedule=options.schedule,
+                    penalty=penalty,
+                    examples_per_stage=options.examples_per_stage,
+                    loss=loss,
+                    generator=torch.Generator().manual_seed(seed + 1),
+                )
+                pruned = masked_copy(net, masks)
+                points.append(
+                    GridPoint(
+                        criterion,
+                        stages,
+                        penalty,
+                        masks,
+                        ranks,
+                        loss_change(net, masks, x_loss, y_loss),
+                        network_test_metric(pruned, data),
+                    )
+                )
+    return points

@@ -11,12 +11,11 @@ import torch
 
 from bayesprune.core.loop import History
 from bayesprune.core.sites import UNREAD_BY_MASKED_TRAINING
-from bayesprune.core.tasks import masked_copy, mean_loss, network_test_metric
+from bayesprune.core.tasks import mean_loss, network_test_metric
 from bayesprune.methods import Method, register_method
 from bayesprune.methods.saliency.fitted import SaliencyFitted
-from bayesprune.methods.saliency.grid import GridPoint, prune_in_stages, spearman_or_none
+from bayesprune.methods.saliency.grid import grid_points, spearman_or_none
 from bayesprune.methods.saliency.options import SaliencyOptions
-from bayesprune.methods.saliency.stages import loss_change
 
 
 def _mask_key(masks: dict) -> str:
@@ -69,35 +68,7 @@ class SaliencyMethod(Method):
         ]
         x_loss, y_loss = x_train[loss_rows.to(ctx.device)], y_train[loss_rows.to(ctx.device)]
 
-        points = []
-        for criterion in options.criteria:
-            for stages in options.stages:
-                for penalty in options.penalties:
-                    masks, ranks = prune_in_stages(
-                        net,
-                        criterion,
-                        options.sparsity,
-                        x=x_train,
-                        y=y_train,
-                        stages=stages,
-                        schedule=options.schedule,
-                        penalty=penalty,
-                        examples_per_stage=options.examples_per_stage,
-                        loss=loss,
-                        generator=torch.Generator().manual_seed(ctx.seed + 1),
-                    )
-                    pruned = masked_copy(net, masks)
-                    points.append(
-                        GridPoint(
-                            criterion,
-                            stages,
-                            penalty,
-                            masks,
-                            ranks,
-                            loss_change(net, masks, x_loss, y_loss),
-                            network_test_metric(pruned, data),
-                        )
-                    )
+        points = grid_points(net, data, options, (x_train, y_train), (x_loss, y_loss), loss=loss, seed=ctx.seed)
 
         best = {
             criterion: min(

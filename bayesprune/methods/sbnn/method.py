@@ -40,6 +40,12 @@ class SBNN(Method):
     #: The packaged config whose settings a CSV config takes for the keys it leaves out (chosen on tables'
     #: held-out rows; the general defaults are the paper's regression prior and digits' optimisation).
     table_config = "sbnn-table"
+    #: Options of ``table_config`` chosen for its own network (the packaged MLP), not taken for the user's
+    #: (``model.factory``, other hidden layers): q's means started at 0.3 times the initial weights collapse a
+    #: user's MLP of two hidden layers of 100 into the spike (every inclusion probability 0.19, test RMSE 2.76,
+    #: the fit of the mean, on a simulation; 0.45, the same output scale, as well), where the default start
+    #: (1.0) fits it (2.05; benchmarks/importance_default.py, docs/reproductions.md).
+    table_network_options = ("starts",)
     unsupported = {"optim.weight_decay": "the spike-and-slab prior regularises the weights; set it in [sbnn]"}
     legacy_keys = {
         "prior.name": None,

@@ -48,29 +48,9 @@ def to_inference_data(fits: list, data=None, *, num_draws: int = 50, num_predict
     the groups are in the module's docstring. ``data`` (its test split) gives the posterior predictive."""
     shapes = dict(fits[0].guide.site_shapes)
     drawn = _drawn_sites(shapes)
-    posterior, variational, predictive = {}, {}, []
+    variational = {}
     chains = len(fits)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for fit in fits:
-            x = None if data is None else data.x_test[:PREDICTIVE_TEST_POINTS].to(fit.guide.theta.device)
-            sites, labels = {name: [] for name in drawn}, []
-            q, keep = fit.guide.posteriors(), fit.guide.keep_masks(fit.threshold)
-            for draw in range(num_draws):  # one draw of the whole network held at a time, and only for the predictive
-                whole = x is not None and draw < num_predictive_draws
-                # fit.params(sample=True), the masks computed once: every site, or the stored ones alone
-                params = {name: q[name].rsample() * keep[name] for name in (q if whole else drawn)}
-                if whole:
-                    params.update(fit.model.point_params())
-                for name in drawn:
-                    sites[name].append(params[name].float().cpu().numpy())
-                if whole:
-                    with evaluating(fit.net):
-                        labels.append(fit.model.likelihood.distribution(fit.model.network(params, x)).sample().cpu())
-            for name in drawn:
-                posterior.setdefault(name, []).append(np.stack(sites[name]))
-            if x is not None:
-                predictive.append(torch.stack(labels).numpy())
+    posterior, predictive = _draws(fits, data, drawn, num_draws, num_predictive_draws, seed)
     variables = {
         name: (["chain", "draw", *site_dims(shapes[name])], np.stack(values)) for name, values in posterior.items()
     }
@@ -102,12 +82,8 @@ def to_inference_data(fits: list, data=None, *, num_draws: int = 50, num_predict
         key: (["chain", *site_dims(values[0].shape)], np.stack(values)) for key, values in variational.items()
     }
     variational_vars["log_alpha_quantile"] = (["chain", "quantile"], np.stack(quantiles))
-    histories = [fit.history for fit in fits]
-    length = max((len(h.epoch_losses) for h in histories if h is not None), default=0)
-    elbo = np.full((chains, length), np.nan)
-    for row, history in enumerate(histories):
-        if history is not None:
-            elbo[row, : len(history.epoch_losses)] = history.elbo
+    elbo = _elbo_traces(fits)
+    length = elbo.shape[1]
     attrs = {
         "inference": "Sparse VD (Molchanov et al., 2017): mean-field Gaussian q with a log-uniform prior; "
         "chains are independent restarts",
@@ -137,3 +113,42 @@ def to_inference_data(fits: list, data=None, *, num_draws: int = 50, num_predict
         )
         groups["observed_data"] = xr.Dataset({"obs": (["test_point"], y.numpy())}, coords=points, attrs=attrs)
     return inference_data_from_groups(groups)
+
+
+def _draws(fits, data, drawn, num_draws: int, num_predictive_draws: int, seed: int) -> tuple:
+    """Site → per chain its ``num_draws`` draws W ~ q (pruned weights zeroed) of the ``drawn`` sites, and per
+    chain the labels of the first ``num_predictive_draws`` drawn from the whole network (none without ``data``)."""
+    posterior, predictive = {}, []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for fit in fits:
+            x = None if data is None else data.x_test[:PREDICTIVE_TEST_POINTS].to(fit.guide.theta.device)
+            sites, labels = {name: [] for name in drawn}, []
+            q, keep = fit.guide.posteriors(), fit.guide.keep_masks(fit.threshold)
+            for draw in range(num_draws):  # one draw of the whole network held at a time, and only for the predictive
+                whole = x is not None and draw < num_predictive_draws
+                # fit.params(sample=True), the masks computed once: every site, or the stored ones alone
+                params = {name: q[name].rsample() * keep[name] for name in (q if whole else drawn)}
+                if whole:
+                    params.update(fit.model.point_params())
+                for name in drawn:
+                    sites[name].append(params[name].float().cpu().numpy())
+                if whole:
+                    with evaluating(fit.net):
+                        labels.append(fit.model.likelihood.distribution(fit.model.network(params, x)).sample().cpu())
+            for name in drawn:
+                posterior.setdefault(name, []).append(np.stack(sites[name]))
+            if x is not None:
+                predictive.append(torch.stack(labels).numpy())
+    return posterior, predictive
+
+
+def _elbo_traces(fits) -> np.ndarray:
+    """The ELBO of each fit per epoch, NaN after a fit stopped (or where it has no history)."""
+    histories = [fit.history for fit in fits]
+    length = max((len(h.epoch_losses) for h in histories if h is not None), default=0)
+    elbo = np.full((len(fits), length), np.nan)
+    for row, history in enumerate(histories):
+        if history is not None:
+            elbo[row, : len(history.epoch_losses)] = history.elbo
+    return elbo

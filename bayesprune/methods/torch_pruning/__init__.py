@@ -15,9 +15,18 @@ by magnitude at unit level. Its report holds the plain network's test metric as 
 import time
 from dataclasses import dataclass
 
-from bayesprune.core.channels import IMPORTANCES, SCOPES, check_prunable, prune_by_importance
+from bayesprune.core.channels import (
+    IMPORTANCES,
+    SCOPES,
+    accumulate_gradients,
+    check_prunable,
+    prune_channels,
+    pruned_to_macs,
+)
 from bayesprune.core.errors import BayesPruneError, ConfigError
-from bayesprune.core.validation import one_of, option, unit, validate
+from bayesprune.core.export import count_macs
+from bayesprune.core.tasks import mean_loss
+from bayesprune.core.validation import one_of, option, optional, unit, validate
 from bayesprune.methods import register_method
 from bayesprune.methods.base import Method
 from bayesprune.methods.magnitude import PLAIN_RULE, PlainFitted, fit_plain_network
@@ -35,12 +44,17 @@ class TorchPruningOptions:
             uniform ``pruning_ratio``); ``"global"``: the lowest-ranked channels of all groups go.
         held_out: as ``magnitude.held_out``: the fraction of the training rows held out to keep the plain
             network's best epoch when the run holds out none.
+        macs: in place of ``sparsity``, the fraction of the plain network's MACs to keep, in (0, 1]: the ratio
+            Torch-Pruning prunes at is the one, found by bisection, whose network costs the most MACs at or
+            below it (:func:`bayesprune.core.channels.pruned_to_macs`), so that its row stands at the MACs of a
+            comparison's ``prune.macs`` rows.
     """
 
     sparsity: float = option(0.5, unit())
     importance: str = option("magnitude", one_of(IMPORTANCES))
     scope: str = option("layer", one_of(SCOPES))
     held_out: float = option(0.2, unit(open_low=False))
+    macs: float | None = option(None, optional(unit(open_high=False)))
 
     def __post_init__(self):
         validate(self, "torch-pruning")
@@ -75,15 +89,18 @@ class TorchPruningMethod(Method):
     def fit(self, net, data, options, ctx):
         start = time.perf_counter()
         history, plain = fit_plain_network(net, data, ctx, held_out=options.held_out)
-        prune_by_importance(
-            net,
-            data,
-            ratio=options.sparsity,
-            importance=options.importance,
-            scope=options.scope,
-            batch_size=ctx.batch_size,
-        )
+        if options.importance == "taylor":
+            x, y = data.x_train.to(ctx.device), data.y_train.to(ctx.device)
+            accumulate_gradients(net, x, y, mean_loss(data.task), batch_size=ctx.batch_size)
+        shape, pruning = tuple(data.input_shape), {"importance": options.importance, "scope": options.scope}
         report = {key.replace("baseline_", "plain_"): value for key, value in plain.items()}
+        if options.macs is None:
+            prune_channels(net, shape, ratio=options.sparsity, **pruning)
+        else:
+            dense = count_macs(net, shape)
+            net, macs, ratio = pruned_to_macs(net, shape, options.macs * dense, **pruning)
+            report.update(plain_macs=dense, macs=macs, ratio=ratio)
+        net.zero_grad(set_to_none=True)
         return TorchPruningFitted(
             net.eval(), history=history, seconds=time.perf_counter() - start, report=report, task=data.task
         )

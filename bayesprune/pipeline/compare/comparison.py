@@ -48,7 +48,7 @@ import tomli_w
 
 from bayesprune.core.errors import BayesPruneError, ConfigError
 from bayesprune.core.files import write_text
-from bayesprune.core.validation import MAX_COUNT, is_count, is_int, is_number, require
+from bayesprune.core.validation import MAX_COUNT, is_count, is_int, is_number, read_renamed, require
 from bayesprune.methods import Method, available_methods, get_method
 from bayesprune.pipeline.compare.cells import Cell
 from bayesprune.pipeline.compare.engines import check_engine, run_cells
@@ -56,6 +56,7 @@ from bayesprune.pipeline.compare.leaderboard import leaderboard_rows, write_lead
 from bayesprune.pipeline.compare.tracking import open_tracker
 from bayesprune.pipeline.config import RunConfig, apply_overrides, load_config, packaged_configs
 from bayesprune.pipeline.rundir import out_lock
+from bayesprune.pipeline.start import shared_starts
 
 #: The packaged comparison run when no config is given.
 DEFAULT = "compare-digits"
@@ -83,16 +84,16 @@ class CompareOptions:
         latency_repeats: timed forward passes (the median is reported).
         certify: add a PBP cell per method, sparsity and seed, started from the method's mask fitted
             on S_P alone, for a certificate of every method in its ``bound`` column (about doubles the cost).
-        budget: when set, every method trains this many epochs in all, split over its stages in the
-            proportions its config gives them, only the network its row reports (PFT its first start
-            mask, saliency its first criterion at the most stages, ProbMask without its own magnitude
-            baseline) and ProbMask's t1, t2 scaled with its main stage (:func:`held_to_budget`;
+        budget_epochs: when set (``budget`` before, still read), every method trains this many epochs in all,
+            split over its stages in the proportions its config gives them, only the network its row reports
+            (PFT its first start mask, saliency its first criterion at the most stages, ProbMask without its own
+            magnitude baseline) and ProbMask's t1, t2 scaled with its main stage (:func:`held_to_budget`;
             ``prune.finetune_epochs`` is a stage: the baselines' plain network and fine-tuning).
         variants: method → ``{option = [values]}``: the method runs once per value, each a row named
             ``<method>-<value>``; an empty list: the method does not run.
     """
 
-    methods: tuple = ()
+    methods: tuple | None = None
     sparsities: tuple = (0.5, 0.8, 0.9, 0.95)
     seeds: tuple = (0,)
     options_from: str = "digits"
@@ -101,15 +102,21 @@ class CompareOptions:
     latency_batch: int = 64
     latency_repeats: int = 30
     certify: bool = False
-    budget: int | None = None
+    budget_epochs: int | None = None
     variants: dict = field(default_factory=dict)
 
     def __post_init__(self):
         known = list(available_methods())
-        require(isinstance(self.methods, (list, tuple)), "compare.methods", "be a list", self.methods)
-        for name in self.methods:
-            require(name in known, "compare.methods", f"contain only methods of {sorted(known)}", name)
-        object.__setattr__(self, "methods", tuple(dict.fromkeys(self.methods)))
+        if self.methods is not None:  # unset: every method; [] refused
+            require(
+                isinstance(self.methods, (list, tuple)) and self.methods,
+                "compare.methods",
+                "be a non-empty list",
+                self.methods,
+            )
+            for name in self.methods:
+                require(name in known, "compare.methods", f"contain only methods of {sorted(known)}", name)
+            object.__setattr__(self, "methods", tuple(dict.fromkeys(self.methods)))
         require(
             isinstance(self.variants, dict),
             "compare.variants",
@@ -182,12 +189,7 @@ class CompareOptions:
                 name,
             )
             held = load_config(name).method
-            require(
-                held == method,
-                f"compare.configs.{method}",
-                f"be a config of method {method!r} (it is {held!r}'s)",
-                name,
-            )
+            require(held == method, f"compare.configs.{method}", f"be {method!r}'s config, not {held!r}'s", name)
         require(
             is_count(self.finetune_epochs, 0),
             "compare.finetune_epochs",
@@ -195,10 +197,10 @@ class CompareOptions:
             self.finetune_epochs,
         )
         require(
-            self.budget is None or is_count(self.budget),
-            "compare.budget",
+            self.budget_epochs is None or is_count(self.budget_epochs),
+            "compare.budget_epochs",
             f"be a positive number of epochs up to {MAX_COUNT}",
-            self.budget,
+            self.budget_epochs,
         )
         require(isinstance(self.certify, bool), "compare.certify", "be true or false", self.certify)
         require(
@@ -248,6 +250,8 @@ def load_comparison(source: str | None = None, overrides=()) -> tuple:
         raise ConfigError("a comparison config has no 'method': it runs compare.methods")
     table = raw.get("compare", {})
     require(isinstance(table, dict), "compare", "be a table", table)
+    if "budget" in table:  # budget_epochs' old name ("budget" is a mask's sparsity too, core.pruning.Budget)
+        raw["compare"] = table = read_renamed(table, "compare", {"budget": "budget_epochs"})
     known = {f.name for f in fields(CompareOptions)}
     unknown = sorted(set(table) - known)
     if unknown:
@@ -303,8 +307,8 @@ def method_cells(raw: dict, options: CompareOptions, method: str, *, label: str 
     owner, label = get_method(method), label or method
     base, table = _base(raw, options, method)
     table = {**table, **(own or {})}
-    if options.budget is not None:
-        table = held_to_budget(base, table, method, options.budget)
+    if options.budget_epochs is not None:
+        table = held_to_budget(base, table, method, options.budget_epochs)
     option, fitted = owner.sparsity_option, as_fitted(method)
     cells = []
     for sparsity in [None] if option is None else list(options.sparsities):
@@ -345,8 +349,9 @@ def _resolved(config: dict) -> dict:
 
 
 def held_to_budget(base: dict, table: dict, method: str, budget: int) -> dict:
-    """``compare.budget``: ``method``'s stages (``train.epochs``, its main stage, every ``*_epochs`` option of
-    its table, and ``prune.finetune_epochs``, each pruned network's fine-tuning) given ``budget`` epochs in all, in the proportions its config gives them
+    """``compare.budget_epochs``: ``method``'s stages (``train.epochs``, its main stage, every ``*_epochs``
+    option of its table, and ``prune.finetune_epochs``, each pruned network's fine-tuning) given ``budget``
+    epochs in all, in the proportions its config gives them
     (:func:`split_epochs`); sets ``base``'s ``train.epochs`` and returns the method's table, cut to the
     training of the one network its row reports (:meth:`~bayesprune.methods.Method.one_network`) and with
     the epochs its options name inside the main stage scaled with it
@@ -355,7 +360,7 @@ def held_to_budget(base: dict, table: dict, method: str, budget: int) -> dict:
     table = owner.one_network(dict(table))
     resolved = _resolved({**base, "method": method, method: table})
     if resolved["train"].get("steps") is not None:
-        raise ConfigError("compare.budget counts epochs: remove train.steps")
+        raise ConfigError("compare.budget_epochs counts epochs: remove train.steps")
     stages = {
         "train.epochs": resolved["train"]["epochs"],
         **{
@@ -379,7 +384,7 @@ def split_epochs(budget: int, stages: dict, owner: str) -> dict:
     running = {key: epochs for key, epochs in stages.items() if epochs > 0}
     if budget < len(running):
         raise ConfigError(
-            f"compare.budget = {budget}: fewer epochs than the {len(running)} training stages of {owner} "
+            f"compare.budget_epochs = {budget}: fewer epochs than the {len(running)} training stages of {owner} "
             f"({', '.join(running)})"
         )
     total = sum(running.values())
@@ -447,7 +452,7 @@ def comparison_cells(raw: dict, options: CompareOptions) -> list:
     for method in dict.fromkeys([*baselines, *(options.methods or available_methods())]):
         owner = get_method(method)
         if owner.sparsity_option is not None and level not in owner.prune_levels:
-            if method in options.methods:
+            if options.methods is not None and method in options.methods:
                 raise ConfigError(
                     f"compare.methods: {method} prunes at prune.level = {owner.prune_levels[0]!r} only; its "
                     f"sparsities are not this comparison's (prune.level = {level!r})"
@@ -577,11 +582,9 @@ def compare(
     on ``resume``: cells are added or dropped, a finished cell is read back, never fitted again. The
     resolved comparison is written to ``out/comparison.toml`` before the first cell, so that ``resume``
     continues from it (no config or overrides are given then). Before any fit every cell is checked
-    (:func:`check_cells`): all refusals come in one error, a line each. A cell that fails while fitting
-    is a leaderboard row with its reason while the others finish. ``status`` gets the progress lines
-    (default: stderr), ``report(cell, metrics, done, total)`` each finished cell. ``track="mlflow"``
-    logs each cell as it finishes, and the leaderboard, to the MLflow store at ``track_uri`` (default
-    ``file:<out>/mlruns``; see :mod:`bayesprune.pipeline.compare.tracking`).
+    (:func:`check_cells`): all refusals in one error. A failing cell is a row with its reason. ``status``
+    gets progress lines, ``report(cell, metrics, done, total)`` each finished cell; ``track="mlflow"`` logs to
+    ``track_uri`` (:mod:`~bayesprune.pipeline.compare.tracking`); rows start alike (:mod:`~bayesprune.pipeline.start`).
     """
     out = Path(out)
     if resume:
@@ -604,6 +607,7 @@ def compare(
         folders = check_cells(out, cells)
         tracker = open_tracker(track, track_uri, out, kind="compare")
         out.mkdir(parents=True, exist_ok=True)
+        cells = shared_starts(cells, out, raw)
         # --resume with other lists: the marker holds them from now on (cells dropped keep their folders)
         write_text(
             out / MARKER,
@@ -612,7 +616,7 @@ def compare(
                     **raw,
                     "compare": {
                         **raw.get("compare", {}),
-                        "methods": list(options.methods),
+                        **({} if options.methods is None else {"methods": list(options.methods)}),
                         "sparsities": list(options.sparsities),
                         "seeds": list(options.seeds),
                     },

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bayesprune.core.errors import BayesPruneError, Interrupted
 from bayesprune.core.loop import STOP
-from bayesprune.pipeline.compare.cells import complete, execute, read_json
+from bayesprune.pipeline.compare.cells import complete, execute, finished, read_json
 
 ENGINES = ("local", "ray")
 
@@ -85,7 +85,7 @@ def run_cells(
             results[index] = read_json(Path(folder) / "metrics.json")
         else:
             todo.append(index)
-    progress.start(len(cells) - len(todo))
+    progress.start(len(cells) - len(todo), again=sum(finished(folders[index]) for index in todo))
 
     def finish(index, metrics):
         results[index] = metrics
@@ -269,10 +269,14 @@ class Progress:
         self.start_time = time.monotonic()
         self.current = ()
 
-    def start(self, read_back: int):
+    def start(self, read_back: int, again: int = 0):
+        """``read_back`` cells complete, ``again`` fitted earlier but evaluated again (at sparsities they lack)."""
         self.done = read_back
-        left = self.total - read_back
-        self.status(f"bayesprune: {self.total} cells, {read_back} finished earlier (read back), {left} to fit")
+        left = self.total - read_back - again
+        evaluated = f"{again} to evaluate again from their saved fits, " if again else ""
+        self.status(
+            f"bayesprune: {self.total} cells, {read_back} finished earlier (read back), {evaluated}{left} to fit"
+        )
 
     def running(self, cells):
         names = tuple(cell.name for cell in cells)[: self.workers]  # a pool marks one more as running, queued

@@ -44,6 +44,8 @@ ENVIRONMENT = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
 }
+#: Tracking URIs MLflow reads without a colon (a Databricks workspace): never a folder of that name.
+SCHEMELESS = ("databricks", "databricks-uc", "uc")
 #: What MLflow takes in one ``log_batch``.
 _BATCH = {"params": 100, "metrics": 1000}
 
@@ -61,14 +63,22 @@ def mlflow_environment():
 
 
 def store_uri(out, uri=None) -> str:
-    """The tracking URI: ``uri`` as given when it has a scheme (``file:``, ``sqlite:``, ``http:`` …), a
-    path made a ``file:`` URI, and ``file:<out>/mlruns`` by default."""
+    """The tracking URI: ``uri`` as given when it has a scheme (``file:``, ``sqlite:``, ``http:`` …) or is one
+    of :data:`SCHEMELESS`, a path made a ``file:`` URI, and ``file:<out>/mlruns`` by default."""
     if uri is None:
         return (Path(out).resolve() / "mlruns").as_uri()
+    if uri in SCHEMELESS:
+        return uri
     scheme, sep, _ = uri.partition(":")
     if sep and len(scheme) > 1 and scheme.replace("+", "").isalnum():  # not a Windows drive letter
         return uri
     return Path(uri).expanduser().resolve().as_uri()
+
+
+def _databricks_configured() -> bool:
+    """Whether a Databricks workspace is configured (environment or ``~/.databrickscfg``): without one, MLflow
+    tries every way of authenticating it knows, over the network, before it fails."""
+    return bool(os.environ.get("DATABRICKS_HOST")) or (Path.home() / ".databrickscfg").is_file()
 
 
 def _local_path(uri: str):
@@ -93,6 +103,11 @@ def open_tracker(track, uri, out, *, kind: str):
     if uri is not None and not uri.strip():
         raise BayesPruneError("--track-uri is empty; name a folder or a tracking URI")
     resolved = store_uri(out, uri)
+    if resolved.partition(":")[0] in SCHEMELESS and not _databricks_configured():
+        raise BayesPruneError(
+            f"--track-uri {uri}: no Databricks credentials (DATABRICKS_HOST and DATABRICKS_TOKEN, or "
+            "~/.databrickscfg); for a folder of that name give ./" + uri
+        )
     path = _local_path(resolved)
     if path is not None and (path.is_symlink() or (path.exists() and not path.is_dir())):
         raise BayesPruneError(f"--track-uri {uri or resolved}: exists and is not a directory")

@@ -1,0 +1,54 @@
+"""A run of several seeds of a method that fits them together (``Method.fits_together``: magnitude
+pruning's plain network) trains them as one stacked model, and each seed's metrics are those of the
+same seed run alone (issue 51, item 1)."""
+
+import json
+
+import pytest
+import torch
+
+from bayesprune.methods import get_method
+from bayesprune.pipeline.config import load_config
+from bayesprune.pipeline.runner import run
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+SHORT = ["train.epochs=4", "prune.finetune_epochs=1", "prune.droprates=[0.0, 0.9]"]
+COMPARED = ("test_error", "baseline_test_error", "train_epochs", "train_steps", "pruning_curve")
+
+
+@pytest.mark.parametrize(("validation", "memory"), [(0.0, None), (0.25, None), (0.0, 1)])
+def test_seeds_trained_together_give_each_seeds_own_run(validation, memory, tmp_path, monkeypatch, capsys):
+    """``memory``: the most fits a stack may hold before the device runs out (``None``: any number)."""
+    method = type(get_method("magnitude"))
+    settings = [*SHORT, f"train.validation={validation}"]
+    alone = {}
+    for seed in (1, 2, 3):
+        run(load_config("magnitude-digits", [*settings, f"seed={seed}"]), tmp_path / f"alone-{seed}")
+        alone[seed] = json.loads((tmp_path / f"alone-{seed}" / "metrics.json").read_text())
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a seed was fitted alone")
+
+    monkeypatch.setattr(method, "fit", refuse)
+    together = method.fit_together
+
+    def limited(self, nets, *args):
+        if memory is not None and len(nets) > memory:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory.")
+        return together(self, nets, *args)
+
+    monkeypatch.setattr(method, "fit_together", limited)
+    capsys.readouterr()
+    run(load_config("magnitude-digits", [*settings, "seeds=[1, 2, 3]"]), tmp_path / "together")
+    said = capsys.readouterr().err.splitlines()
+    if memory is not None:  # 3 -> 2 + 1 -> 1 + 1 + 1
+        assert said == [
+            "bayesprune: 3 fits together ran out of device memory; fitting 2 at a time",
+            "bayesprune: 2 fits together ran out of device memory; fitting 1 at a time",
+        ]
+    for seed in (1, 2, 3):
+        together = json.loads((tmp_path / "together" / "seeds" / f"seed-{seed}.json").read_text())
+        for key in COMPARED:
+            assert together[key] == pytest.approx(alone[seed][key], rel=1e-5, abs=1e-9), (seed, key)
+        assert together.get("best_epoch") == alone[seed].get("best_epoch")
