@@ -8,31 +8,22 @@ table taken from its packaged config ``<method>-<compare.options_from>`` with th
 ``[<method>]`` keys over it, its ``[optim]`` from the same packaged config unless the comparison gives
 one, and:
 
-* a method with a sparsity option (its ``Method.sparsity_option``: PFT's ``sparsities``) fits once per sparsity
-  ``s`` with that option set to ``s`` and ``prune.droprates = [0, s]``: cell ``<method>-s<s>-seed<k>``;
+* a method with a sparsity option (``Method.sparsity_option``) fits once per sparsity ``s``, that option set
+  to ``s`` and ``prune.droprates = [0, s]``: cell ``<method>-s<s>-seed<k>``;
 * a method without one whose scores prune weights (sBNN, Sparse VD, ``magnitude``) fits once per seed and
-  is pruned at every sparsity (``prune.droprates = [0, *sparsities]``): cell ``<method>-seed<k>``; fitting
-  it again per sparsity would give the same fit;
-* a method that removes units in its fit (no weight-level scores) is evaluated as it fitted
-  (``prune.droprates = [0]``): at its sparsity option's value (``torch-pruning``), or at the width it
-  learned (unit gates, its achieved sparsity reported; fine-tuned in its own fit, not by
-  ``prune.finetune_epochs``);
-* a baseline (``Method.baseline``: ``magnitude``, ``torch-pruning``) always runs where its sparsities mean
-  the comparison's (its ``prune_levels``): its plain network is trained as ``[baseline]`` says
-  (``baseline.epochs``, Adam at ``baseline.lr``) and each pruned network fine-tuned
-  ``compare.finetune_epochs``. The cell whose fit is the plain network (``magnitude``) reports its metric,
-  which every row's ``plain_test_error`` reads, so no cell trains another (``baseline.enabled = false``).
+  is pruned at every sparsity (``prune.droprates = [0, *sparsities]``): cell ``<method>-seed<k>``;
+* a method without weight-level scores removes units in its fit and is evaluated as fitted (droprate 0):
+  at its sparsity option (``torch-pruning``), or at the width it learned (unit gates; fine-tuned in its fit);
+* a baseline (``Method.baseline``) always runs where its sparsities mean the comparison's: its plain
+  network trained as ``[baseline]`` says, each pruned network fine-tuned ``compare.finetune_epochs``; the
+  plain network's metric (``magnitude``'s report) is every row's ``plain_test_error``, so no cell trains
+  another (``baseline.enabled = false``).
 
-``compare.variants`` runs a method once per value of one of its options, each a row
-``<method>-<value>`` (``{torch-pruning = {importance = ["magnitude", "taylor"]}}``).
-
-With ``compare.certify``, every method's mask gets a certificate from each method that gives one
-(:meth:`~bayesprune.methods.Method.certifying`: PBP, paper 000): per sparsity and seed, a PBP cell
-``certificate-<method>-s<s>-seed<k>`` whose stage 1 is that method fitted on S_P alone with its own table
-and optimiser and ``train.epochs`` epochs (``pbp.start_mask``, :mod:`bayesprune.methods.pbp.start`; for
-``magnitude``, PBP's magnitude start, which is PBP's own cell when that starts from magnitude:
-:meth:`~bayesprune.methods.Method.certified`), the rest PBP's own; its bound fills the method's ``bound``
-column. A method whose mask removes units has none (PBP's prior is over weights).
+``compare.variants`` runs a method once per value of one option, rows ``<method>-<value>``. With
+``compare.certify``, a method that certifies masks (:meth:`~bayesprune.methods.Method.certifying`: PBP,
+paper 000) gets a cell per sparsity and seed started from every other method's mask fitted on S_P
+(``certificate-<method>-s<s>-seed<k>``; its own cells where they start from that mask already,
+:meth:`~bayesprune.methods.Method.certified`); its bound fills the method's ``bound`` column.
 """
 
 import copy
@@ -117,28 +108,7 @@ class CompareOptions:
             for name in self.methods:
                 require(name in known, "compare.methods", f"contain only methods of {sorted(known)}", name)
             object.__setattr__(self, "methods", tuple(dict.fromkeys(self.methods)))
-        require(
-            isinstance(self.variants, dict),
-            "compare.variants",
-            "be a table of method = {option = [values]}",
-            self.variants,
-        )
-        for method, table in self.variants.items():
-            require(method in known, "compare.variants", f"name methods of {sorted(known)}", method)
-            fields_of = {f.name for f in fields(get_method(method).Options)}
-            require(
-                isinstance(table, dict) and len(table) == 1 and set(table) <= fields_of,
-                f"compare.variants.{method}",
-                f"be a table of one option of [{method}] and its values",
-                table,
-            )
-            values = next(iter(table.values()))
-            require(
-                isinstance(values, list) and len({json.dumps(v) for v in values}) == len(values),
-                f"compare.variants.{method}",
-                "give a list of distinct values",
-                values,
-            )
+        _check_variants(self.variants, known)
         require(
             isinstance(self.sparsities, (list, tuple))
             and len(self.sparsities) > 0
@@ -215,6 +185,19 @@ class CompareOptions:
             f"be a positive integer up to {MAX_LATENCY_REPEATS}",
             self.latency_repeats,
         )
+
+
+def _check_variants(variants, known):
+    """``compare.variants``: method → one option of its table → a list of distinct values."""
+    require(isinstance(variants, dict), "compare.variants", "be a table of method = {option = [values]}", variants)
+    for method, table in variants.items():
+        require(method in known, "compare.variants", f"name methods of {sorted(known)}", method)
+        names = {f.name for f in fields(get_method(method).Options)}
+        ok = isinstance(table, dict) and len(table) == 1 and set(table) <= names
+        require(ok, f"compare.variants.{method}", f"be a table of one option of [{method}] and its values", table)
+        values = next(iter(table.values()))
+        ok = isinstance(values, list) and len({json.dumps(v) for v in values}) == len(values)
+        require(ok, f"compare.variants.{method}", "give a list of distinct values", values)
 
 
 def comparison_configs() -> dict:
