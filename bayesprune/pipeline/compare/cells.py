@@ -104,8 +104,10 @@ def check_folder(cell: Cell, folder: Path):
     why = stale(cell, folder)
     if why:
         raise BayesPruneError(f"{folder}: holds another fit than this config asks ({why}); give a new --out")
-    if finished(folder):
-        check_metrics(cell, folder / "metrics.json")
+    if finished(folder) and missing_sparsities(cell, check_metrics(cell, folder / "metrics.json")):
+        from bayesprune.core.checkpoint import read_checkpoint
+
+        read_checkpoint(folder / "checkpoint.pt")  # its saved fit, evaluated again: read before any fit
 
 
 def check_metrics(cell: Cell, path: Path) -> dict:
