@@ -7,6 +7,7 @@ inside it, nothing else edited."""
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -158,6 +159,10 @@ def copy_method(methods: Path, name: str, new: str):
             path.write_text(text.replace(name, new).replace(name.replace("-", "_"), new.replace("-", "_")))
         if name in path.name:
             path.rename(path.with_name(path.name.replace(name, new)))
+    # its own row of the README's method table, short as a new method's (the README stays under 15 kB)
+    for path in target.glob("*.py"):
+        text = re.sub(r'\n    summary = ".*?"\n', f'\n    summary = "{new}: Sparse VD copied"\n', path.read_text())
+        path.write_text(re.sub(r"\n    paper = \(\n.*?\n    \)\n", '\n    paper = "none"\n', text, flags=re.S))
 
 
 #: In one process of the copy (one import of torch): where bayesprune comes from, ``bayesprune list``,
