@@ -41,15 +41,15 @@ import torch
 import torch_pruning as tp
 import torchvision
 
+from bayesprune.core.channels import ignored_layers
 from bayesprune.core.export import count_macs
 from bayesprune.core.normalization import Calibration, recalibrate
 from bayesprune.core.optim import OptimConfig
+from bayesprune.core.plain import fit_plain
 from bayesprune.core.structure import example_input
 from bayesprune.data import load_dataset
 from bayesprune.methods.context import FitContext
 from bayesprune.methods.hard_concrete import HardConcreteMethod, HardConcreteOptions
-from bayesprune.pipeline.baseline import fit_plain
-from bayesprune.pipeline.compare.structured import ignored_layers
 from bayesprune.pipeline.finetune import finetune
 
 sys.path.insert(0, str(Path(__file__).parent))

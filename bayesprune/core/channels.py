@@ -5,9 +5,12 @@ importance, then fine-tuning), run through the library itself, not re-implemente
 group loses the same fraction of its channels (Torch-Pruning's uniform ``pruning_ratio``), the
 fraction a unit-level budget removes. Torch-Pruning prunes the units a unit-level budget can remove
 (:func:`bayesprune.core.structure.unit_groups`) and no others: every ``Linear``/``Conv`` that produces
-none of them (the output layer, a normalised residual stream) is one of its ``ignored_layers``, and
-so are the query/key/value layers of attention heads (heads need Torch-Pruning's per-model head
-options; they are kept).
+none of them (the output layer, a normalised residual stream) is one of its ``ignored_layers``. The
+heads of timm's and ``transformers``' attention lose whole heads, as a unit budget removes them:
+Torch-Pruning's ``num_heads`` (each query/key/value ``Linear`` → its module's head count) with
+``prune_num_heads`` and the same ratio, its head widths kept (``prune_head_dims = False``); the
+module's head count follows (:func:`bayesprune.core.heads.set_heads`). ``nn.MultiheadAttention`` keeps
+its heads (Torch-Pruning prunes its embedding, not its heads).
 """
 
 import copy
@@ -16,6 +19,7 @@ import torch_pruning as tp
 from torch import nn
 
 from bayesprune.core.export import count_macs
+from bayesprune.core.heads import ATTENTION, set_heads
 from bayesprune.core.structure import example_input, unit_groups
 
 #: Torch-Pruning's importance criteria offered (the ``torch-pruning`` method's ``importance``).
@@ -37,7 +41,12 @@ def importance_of(name: str):
 def ignored_layers(net: nn.Module, input_shape) -> list:
     """Paths of the ``Linear``/``Conv`` layers Torch-Pruning leaves whole: those that produce no unit
     group (see the module)."""
-    pruned = {name for group in unit_groups(net, input_shape) if group.heads_of is None for name in group.producers}
+    pruned = {
+        name
+        for group in unit_groups(net, input_shape)
+        if not isinstance(net.get_submodule(group.name), ATTENTION)
+        for name in group.producers
+    }
     weighted = (nn.Linear, nn.modules.conv._ConvNd)
     return [name for name, module in net.named_modules() if isinstance(module, weighted) and name not in pruned]
 
@@ -51,6 +60,12 @@ def prune_channels(
     gradients already in the parameters' ``.grad``). ``ignored``: module paths left whole (default
     :func:`ignored_layers`). Returns ``net``."""
     ignored = ignored_layers(net, input_shape) if ignored is None else ignored
+    heads = [
+        group
+        for group in unit_groups(net, input_shape)
+        if group.heads_of is not None and not isinstance(net.get_submodule(group.name), ATTENTION)
+    ]
+    num_heads = {net.get_submodule(name): group.units for group in heads for name in group.producers}
     pruner = tp.pruner.BasePruner(
         net,
         example_input(net, input_shape, batch=1),
@@ -58,8 +73,14 @@ def prune_channels(
         pruning_ratio=ratio,
         global_pruning=scope == "global",
         ignored_layers=[net.get_submodule(name) for name in ignored],
+        num_heads=num_heads,
+        prune_num_heads=bool(num_heads),
+        prune_head_dims=False,
+        head_pruning_ratio=ratio,
     )
     pruner.step()
+    for group in heads:
+        set_heads(net.get_submodule(group.heads_of), pruner.num_heads[net.get_submodule(group.name)], group.block)
     return net
 
 

@@ -1,6 +1,7 @@
 """Checks shared by every config section and method option: each failure names its field in one line."""
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 
@@ -220,3 +221,21 @@ STRING = Constraint(lambda v: isinstance(v, str), "be a string", refused=(1, ["a
 
 #: A TOML table.
 TABLE = Constraint(lambda v: isinstance(v, dict), "be a table", refused=(1, "text", [1]), allowed="a table")
+
+
+class RenamedKey(UserWarning):
+    """A config key read under the name it had before, with a one-line note of its new name."""
+
+
+def read_renamed(table: dict, section: str, renames: dict) -> dict:
+    """``table`` (the TOML table ``[section]``) with each key of ``renames`` (old name → new) that it holds
+    given its new name, and a :class:`RenamedKey` note for it; both names at once are refused, naming them."""
+    table = dict(table)
+    for old, new in renames.items():
+        if old not in table:
+            continue
+        if new in table:
+            raise ConfigError(f"{section}.{old} is the old name of {section}.{new}; give only {section}.{new}")
+        table[new] = table.pop(old)
+        warnings.warn(f"{section}.{old} is renamed {section}.{new}; read as {section}.{new}", RenamedKey, stacklevel=3)
+    return table

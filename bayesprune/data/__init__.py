@@ -21,7 +21,7 @@ Loaders:
   ``feature-selection``: simulated regression with known ground truth (paper 003, section 4.1).
 - ``npz``, ``csv``, ``image-folder``: the user's own data, in an ``.npz`` archive of four arrays, a
   CSV table (one file split in two, or a train and a test file) or torchvision's ``ImageFolder``
-  layout (:mod:`~bayesprune.data.user`).
+  layout (:mod:`~bayesprune.data.user`, :mod:`~bayesprune.data.user_csv`, :mod:`~bayesprune.data.user_images`).
 
 The code is split by role: :mod:`~bayesprune.data.registry` (the container, the registry and its
 checks), :mod:`~bayesprune.data.options` (checks of loader options),
@@ -68,7 +68,9 @@ from bayesprune.data.simulators import (
     load_linear_regression,
 )
 from bayesprune.data.tables import load_uci, uci_num_splits
-from bayesprune.data.user import MAX_INFERRED_CLASSES, load_csv, load_image_folder, load_npz
+from bayesprune.data.user import MAX_INFERRED_CLASSES, load_npz
+from bayesprune.data.user_csv import load_csv
+from bayesprune.data.user_images import load_image_folder
 
 __all__ = [
     "DATASETS",

@@ -197,7 +197,7 @@ def sbnn_fit_predict(config=None, *, device=None):
         ``fit_predict(x_train, y_train, x_test) -> y_pred`` for regression targets (float ``y``).
     """
     config = config if config is not None else simulation_config()
-    device = resolve_device(device or config.device)
+    device = config.torch_device if device is None else resolve_device(device)
 
     def fit_predict(x_train, y_train, x_test):
         if not y_train.is_floating_point():

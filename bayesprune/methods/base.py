@@ -301,14 +301,14 @@ class Method:
         return None
 
     def one_network(self, table: dict) -> dict:
-        """The method's table (TOML layout) in a comparison held to ``compare.budget``: only the training of
+        """The method's table (TOML layout) in a comparison held to ``compare.budget_epochs``: only the training of
         the network its leaderboard row reports, so that the fit trains the budget's epochs and no more (a
         comparison run inside the fit, further start masks, grid points never reported: off). The default:
         the table as it is."""
         return table
 
     def main_stage_scaled(self, table: dict, factor: float) -> dict:
-        """The method's table (TOML layout) when ``compare.budget`` makes its main stage (``train.epochs``)
+        """The method's table (TOML layout) when ``compare.budget_epochs`` makes its main stage (``train.epochs``)
         ``factor`` times as long: the epochs inside that stage its options name (a schedule's milestones)
         scaled alike. The default: the table as it is."""
         return table

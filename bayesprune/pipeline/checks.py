@@ -6,7 +6,6 @@ import torch
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.fused import check_compiler
 from bayesprune.core.layout import resolve_memory_format
-from bayesprune.core.loop import resolve_device
 from bayesprune.core.precision import check_precision
 from bayesprune.core.validation import MAX_ELEMENTS
 from bayesprune.data import load_dataset, uci_num_splits
@@ -106,7 +105,7 @@ def check_validation(config, datasets):
 
 def check_memory_format(config, data):
     """Refuse ``train.memory_format = "channels_last"`` for inputs that are not images (one line naming the key)."""
-    resolve_memory_format(config.train.memory_format, data.input_shape, resolve_device(config.device))
+    resolve_memory_format(config.train.memory_format, data.input_shape, config.torch_device)
 
 
 def check_units(config, net, data):
@@ -179,8 +178,8 @@ def refuse_unsupported(config, method, *, resuming: bool = False):
         if asked:
             raise ConfigError(f"{key} is not supported by method {method.name!r}: {why}")
     if config.train.kernels == "compiled":
-        check_compiler(resolve_device(config.device))
-    check_precision(config.train.precision, resolve_device(config.device))
+        check_compiler(config.torch_device)
+    check_precision(config.train.precision, config.torch_device)
 
 
 def _set(config, key: str) -> bool:

@@ -14,6 +14,7 @@ from pathlib import Path
 import tomli_w
 
 from bayesprune.core.errors import ConfigError
+from bayesprune.core.loop import resolve_device
 from bayesprune.core.optim import OptimConfig  # [optim] lives with the optimisers it builds (the methods read it)
 from bayesprune.core.validation import (
     STRING,
@@ -164,6 +165,12 @@ class RunConfig:
             else:
                 raise ConfigError(f"unknown config key {key!r}")
         return cls(**kwargs)
+
+    @property
+    def torch_device(self):
+        """The ``torch.device`` of ``device`` (:func:`~bayesprune.core.loop.resolve_device`): where every service
+        of a run (fit, checks, comparison cells, importance, studies) reads its device, never resolving it anew."""
+        return resolve_device(self.device)
 
     def for_data(self, num_train: int) -> "RunConfig":
         """This config with a number for ``data.batch_size`` and ``train.epochs`` on ``num_train``

@@ -305,7 +305,7 @@ def export_fitted(
     if finetuning is not None:  # the smaller network trained further, the weights removed held at zero
         before = network_test_metric(exported, dataset)
         zeros = {name: p != 0 for name, p in exported.named_parameters() if name in fitted.sites and not p.all()}
-        finetuning.apply(exported, dataset, zeros, calibration=fitted.calibration)
+        finetuning.apply(exported, dataset, zeros, calibration=fitted.calibration, teacher=dense)
     # the file takes the rows of the user's files and gives targets in their units: the data's preprocessing inside
     preprocessing = preprocessing_of(dataset)
     example = preprocessing.raw_inputs(dataset.x_test[:2])

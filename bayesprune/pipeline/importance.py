@@ -49,7 +49,6 @@ from bayesprune.analysis.selection import (
 from bayesprune.analysis.tables import write_csv
 from bayesprune.core.errors import BayesPruneError, ConfigError
 from bayesprune.core.files import write_text
-from bayesprune.core.loop import resolve_device
 from bayesprune.core.structure import layer_chain
 from bayesprune.core.tasks import metric_name
 from bayesprune.methods import FitContext, get_method
@@ -381,7 +380,7 @@ def _plain_network(config, dataset):
     config = config.for_data(dataset.num_train)
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed)
     metric = train_plain(
-        net.to(resolve_device(config.device)),
+        net.to(config.torch_device),
         dataset,
         epochs=config.baseline.epochs or config.train.epochs,
         lr=config.baseline.lr or config.optim.lr,
@@ -491,7 +490,7 @@ def knockoff_importance(
         input_mean=None,
         input_std=None,
     )
-    method, device = get_method(config.method), resolve_device(config.device)
+    method, device = get_method(config.method), config.torch_device
     psi = []
     for chain in range(run_chains(config, dataset)):
         net = new_net(config, augmented.input_shape, augmented.output_dim, seed=config.seed + chain)

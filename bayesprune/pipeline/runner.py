@@ -12,10 +12,12 @@ and the config are moved there.
 import copy
 import json
 import shutil
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from bayesprune.analysis.diagnostics import write_posterior
 from bayesprune.analysis.inference_data import PREDICTIVE_TEST_POINTS
@@ -34,7 +36,7 @@ from bayesprune.core.errors import ConfigError, Interrupted, StopNow, TrainingDi
 from bayesprune.core.export import count_macs
 from bayesprune.core.files import arrays_digest, read_npz, replacing
 from bayesprune.core.layout import resolve_memory_format
-from bayesprune.core.loop import check_stop, resolve_device, set_rng_state
+from bayesprune.core.loop import check_stop, set_rng_state
 from bayesprune.core.normalization import has_running_stats
 from bayesprune.core.predict import DrawOutputs
 from bayesprune.core.preprocessing import preprocessing_of
@@ -99,7 +101,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     check_units(config, net, datasets[0])
     method.check(net, datasets[0], config.method_options)
     check_stop("while loading the data")  # before anything is written
-    device = resolve_device(config.device)
+    device = config.torch_device
     progress = progress and distributed.rank() == 0
 
     with (
@@ -327,20 +329,40 @@ def _fit_seeds_together(config, method, datasets, device, seeds, *, progress) ->
     refuses (batch norm, dropout: :func:`~bayesprune.core.batched.check_stackable`) fit one at a time."""
     if len(seeds) < 2 or not method.fits_together or len(datasets) > 1 or run_chains(config, datasets[0]) > 1:
         return {}
-    parts, starts = [], []
-    for seed in seeds:
+
+    def begin(seed):
         dataset, validation = datasets[0], None
         if config.train.validation > 0:
             dataset, *validation = hold_out(dataset, config.train.validation, seed=seed)
-        parts.append(dataset)
-        starts.append(_start_fit(config, dataset, validation, seed=seed, device=device, progress=progress))
-    nets = [start[0] for start in starts]
+        return dataset, _start_fit(config, dataset, validation, seed=seed, device=device, progress=progress)
+
+    return _fit_stack(config, method, list(seeds), begin)
+
+
+def _fit_stack(config, method, seeds: list, begin) -> dict:
+    """:func:`_fit_seeds_together` of ``seeds`` (``begin(seed)``: the fit's rows and :func:`_start_fit`); a
+    stack the device has no memory for is fitted again as two halves, said in one line."""
+    begun = [begin(seed) for seed in seeds]
+    nets = [start[0] for _, start in begun]
     try:
         check_stackable(nets)
     except ConfigError:
         return {}
-    fits = method.fit_together(nets, parts, config.method_options, [start[3] for start in starts])
-    return {seed: (*start, fitted) for seed, start, fitted in zip(seeds, starts, fits)}
+    try:
+        fits = method.fit_together(nets, [rows for rows, _ in begun], config.method_options, [s[3] for _, s in begun])
+    except torch.cuda.OutOfMemoryError:
+        if len(seeds) == 1:
+            raise
+        del begun, nets
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        half = (len(seeds) + 1) // 2
+        print(
+            f"bayesprune: {len(seeds)} fits together ran out of device memory; fitting {half} at a time",
+            file=sys.stderr,
+        )
+        return {**_fit_stack(config, method, seeds[:half], begin), **_fit_stack(config, method, seeds[half:], begin)}
+    return {seed: (*start, fitted) for seed, (_, start), fitted in zip(seeds, begun, fits)}
 
 
 def resume_run(out, *, progress: bool = False) -> dict:
@@ -369,7 +391,7 @@ def _run_experiment(config, out: Path, *, progress: bool, force: bool = False) -
     experiment.check(config)
     with staged(out, force=force) as staging:
         (staging / "config.toml").write_text(config.to_toml())
-        metrics = experiment.run(config, staging, device=resolve_device(config.device), progress=progress)
+        metrics = experiment.run(config, staging, device=config.torch_device, progress=progress)
         write_metrics(staging / "metrics.json", metrics)
         move_into_place(staging, out, force=force)
     return metrics

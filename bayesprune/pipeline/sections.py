@@ -256,7 +256,11 @@ class PruneConfig:
     list of them; at each, units leave by the method's unit scores (the floors of ``min_keep`` kept) until the
     network costs at most that (:func:`bayesprune.core.macs.resolve_macs`), and ``metrics.json``'s
     ``macs_curve`` holds its count, test metric and, with ``finetune_epochs``, its fine-tuned one. The
-    dense network is the one the fit starts from, so every method's row of a comparison is cut to the same MACs."""
+    dense network is the one the fit starts from, so every method's row of a comparison is cut to the same MACs.
+
+    ``distill`` (default 0) makes the fine-tuning distil knowledge from the network before pruning: that weight
+    of the loss is the softened predictions' divergence at ``distill_temperature`` (Hinton et al. 2015;
+    :func:`bayesprune.core.plain.distillation_objective`)."""
 
     droprates: tuple = option(
         (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95),
@@ -274,6 +278,8 @@ class PruneConfig:
     recalibrate: bool = option(True, FLAG)
     recalibrate_batches: int = option(DEFAULT_BATCHES, count(1, MAX_BATCHES))
     finetune_epochs: int = option(0, count(0))
+    distill: float = option(0.0, unit(open_low=False, open_high=False))
+    distill_temperature: float = option(4.0, scale())
     predictive: str = option("auto", one_of(PREDICTIVES))
     macs: tuple = option(
         (),

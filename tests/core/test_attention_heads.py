@@ -294,3 +294,48 @@ def test_a_head_count_that_contradicts_the_modules_own_is_refused():
 
     with pytest.raises(ValueError, match=r"^module 'encoder.self_attn' has num_heads=4, not the 2 heads given for"):
         declare_heads(PatchEncoder(), {"MultiheadAttention": 2})
+
+
+@pytest.mark.parametrize("layout", ["timm fused qkv", "transformers ViT"])
+def test_torch_prunings_baseline_removes_whole_heads_and_computes_the_network_without_them(layout):
+    """Torch-Pruning's pruner at ratio 0.5 with its head options (the MLP left whole here): two of four
+    heads leave, the module's count follows, and the smaller network computes the original with the
+    removed heads' output-projection columns zeroed (the heads found by matching the kept columns)."""
+    from bayesprune.core.channels import ignored_layers, prune_channels
+
+    torch.manual_seed(0)
+    net = LAYOUTS[layout][0]()
+    original = copy.deepcopy(net)
+    mlp = [
+        name
+        for name, m in net.named_modules()
+        if isinstance(m, nn.Linear) and ("mlp" in name or "intermediate" in name)
+    ]
+    prune_channels(net, SHAPE, ratio=0.5, ignored=ignored_layers(net, SHAPE) + mlp)
+    attention, out_proj = attention_of(net)
+    assert getattr(attention, LAYOUTS[layout][1]) == 2 and net.get_submodule(out_proj).in_features == 2 * HEAD_DIM
+    kept_columns = net.get_submodule(out_proj).weight.detach()
+    blocks = original.get_submodule(out_proj).weight.detach().split(HEAD_DIM, dim=1)
+    kept = [h for h, block in enumerate(blocks) if any(torch.equal(block, k) for k in kept_columns.split(HEAD_DIM, 1))]
+    assert len(kept) == 2
+    x = inputs()
+    with torch.no_grad():
+        expected = zero_heads(original, [h for h in range(HEADS) if h not in kept])(x)
+        assert (net(x) - expected).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("layout", ["timm fused qkv", "transformers ViT"])
+def test_a_heads_score_is_the_mean_of_its_query_key_and_value_rows(layout):
+    """Any method's weight scores become head scores for a unit budget: the mean over the head's rows of
+    the query, key and value projections (a fused layer's rows h·d … of each third)."""
+    from bayesprune.core.pruning import unit_scores
+
+    net = LAYOUTS[layout][0]()
+    group = head_group(net)
+    generator = torch.Generator().manual_seed(0)
+    weights = sorted(name for name, param in net.named_parameters() if name.endswith("weight") and param.dim() == 2)
+    scores = {name: torch.rand(net.get_parameter(name).shape, generator=generator) for name in weights}
+    got = unit_scores(scores, net, input_shape=SHAPE)[group.gate_site]
+    # rows of each head in each of query, key and value: (3 projections, heads, head_dim, inputs)
+    by_head = torch.cat([scores[f"{name}.weight"].view(-1, HEADS, HEAD_DIM, EMBED) for name in group.producers])
+    assert torch.allclose(got, by_head.transpose(0, 1).flatten(1).double().mean(1))

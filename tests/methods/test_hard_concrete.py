@@ -15,9 +15,12 @@ from bayesprune.data.registry import Dataset
 from bayesprune.methods.context import FitContext
 from bayesprune.methods.hard_concrete import HardConcreteMethod, HardConcreteOptions, learned_network
 from bayesprune.methods.hard_concrete.gates import (
+    GAMMA,
+    ZETA,
     HardConcreteGates,
     cut_to_macs,
     fold_gates,
+    kept_gate_values,
     open_probability,
     sample_gates,
 )
@@ -88,6 +91,21 @@ def test_expected_macs_at_zero_one_are_the_smaller_networks_count(build):
         assert float(macs([k.float() for k in keep])) == pytest.approx(count_macs(smaller, SHAPE), abs=0.5)
 
 
+def test_a_kept_unit_whose_test_gate_is_zero_keeps_its_mean_gate():
+    import numpy as np
+
+    log_alpha = torch.tensor([-4.0, -2.5, 1.0, 4.0])
+    torch.manual_seed(0)
+    values = kept_gate_values(log_alpha, 2 / 3, draws=200_000)
+    u = (np.arange(1_000_000) + 0.5) / 1_000_000  # E[z] = ∫ z(u) du, midpoint rule
+    for value, a in zip(values.tolist(), log_alpha.tolist()):
+        hat = min(1.0, max(0.0, (ZETA - GAMMA) / (1 + np.exp(-a)) + GAMMA))
+        s = 1 / (1 + np.exp(-(np.log(u) - np.log1p(-u) + a) / (2 / 3)))
+        mean = np.clip(s * (ZETA - GAMMA) + GAMMA, 0, 1).mean()
+        assert value == pytest.approx(hat if hat > 0 else mean, abs=2e-3)
+    assert 0 < values[0] < 0.1  # closed at test time, open in a few draws
+
+
 def test_expected_macs_is_the_monte_carlo_mean_of_the_smaller_networks_counts():
     net = small_cnn()
     gates = UnitGates(net, input_shape=SHAPE)
@@ -147,11 +165,12 @@ def test_the_learned_network_computes_the_gated_network_with_the_cut_units_close
         gates.raw.copy_(torch.randn(gates.raw.shape, generator=torch.Generator().manual_seed(3)) * 3)
     macs = ExpectedMacs(net, gates)
     x = torch.randn(4, *SHAPE)
-    from bayesprune.methods.hard_concrete.gates import test_gates
-
     gated = copy.deepcopy(net)
+    torch.manual_seed(5)
     smaller, kept, keep = learned_network(net, gates, macs, options)
-    values = [z * k for z, k in zip(gates.per_layer(test_gates(gates.raw.detach())), keep)]
+    torch.manual_seed(5)
+    folded = kept_gate_values(gates.raw.detach(), gates.beta)
+    values = [z * k for z, k in zip(gates.per_layer(folded), keep)]
     with torch.no_grad(), gates.applied(gated, values):
         expected = gated(x)
     with torch.no_grad():

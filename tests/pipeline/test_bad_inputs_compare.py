@@ -240,13 +240,17 @@ CASES = {
         "compare.finetune_epochs",
     ),
     "an empty list of methods": ({}, [*NEW, "--set", "compare.methods=[]"], "compare.methods"),
-    "budget of 0 epochs": ({}, [*NEW, "--set", "compare.budget=0"], "compare.budget"),
+    "budget of 0 epochs": ({}, [*NEW, "--set", "compare.budget_epochs=0"], "compare.budget_epochs"),
     "budget below a method's stages": (
         {},
-        ["compare", "--out", "new", "--methods", "pft", "--set", "compare.budget=2"],
-        "compare.budget",
+        ["compare", "--out", "new", "--methods", "pft", "--set", "compare.budget_epochs=2"],
+        "compare.budget_epochs",
     ),
-    "budget and train.steps": ({}, [*NEW, "--set", "compare.budget=4", "--set", "train.steps=10"], "train.steps"),
+    "budget and train.steps": (
+        {},
+        [*NEW, "--set", "compare.budget_epochs=4", "--set", "train.steps=10"],
+        "train.steps",
+    ),
     "another method's config in compare.configs": (
         {},
         [*NEW, "--set", "compare.configs={sbnn = 'pbp-digits'}"],

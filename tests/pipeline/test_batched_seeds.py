@@ -5,6 +5,7 @@ same seed run alone (issue 51, item 1)."""
 import json
 
 import pytest
+import torch
 
 from bayesprune.methods import get_method
 from bayesprune.pipeline.config import load_config
@@ -16,8 +17,9 @@ SHORT = ["train.epochs=4", "prune.finetune_epochs=1", "prune.droprates=[0.0, 0.9
 COMPARED = ("test_error", "baseline_test_error", "train_epochs", "train_steps", "pruning_curve")
 
 
-@pytest.mark.parametrize("validation", [0.0, 0.25])
-def test_seeds_trained_together_give_each_seeds_own_run(validation, tmp_path, monkeypatch):
+@pytest.mark.parametrize(("validation", "memory"), [(0.0, None), (0.25, None), (0.0, 1)])
+def test_seeds_trained_together_give_each_seeds_own_run(validation, memory, tmp_path, monkeypatch, capsys):
+    """``memory``: the most fits a stack may hold before the device runs out (``None``: any number)."""
     method = type(get_method("magnitude"))
     settings = [*SHORT, f"train.validation={validation}"]
     alone = {}
@@ -29,7 +31,22 @@ def test_seeds_trained_together_give_each_seeds_own_run(validation, tmp_path, mo
         raise AssertionError("a seed was fitted alone")
 
     monkeypatch.setattr(method, "fit", refuse)
+    together = method.fit_together
+
+    def limited(self, nets, *args):
+        if memory is not None and len(nets) > memory:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory.")
+        return together(self, nets, *args)
+
+    monkeypatch.setattr(method, "fit_together", limited)
+    capsys.readouterr()
     run(load_config("magnitude-digits", [*settings, "seeds=[1, 2, 3]"]), tmp_path / "together")
+    said = capsys.readouterr().err.splitlines()
+    if memory is not None:  # 3 -> 2 + 1 -> 1 + 1 + 1
+        assert said == [
+            "bayesprune: 3 fits together ran out of device memory; fitting 2 at a time",
+            "bayesprune: 2 fits together ran out of device memory; fitting 1 at a time",
+        ]
     for seed in (1, 2, 3):
         together = json.loads((tmp_path / "together" / "seeds" / f"seed-{seed}.json").read_text())
         for key in COMPARED:

@@ -10,7 +10,7 @@ import tomllib
 import pytest
 
 from bayesprune.cli import main
-from bayesprune.core.errors import BayesPruneError
+from bayesprune.core.errors import BayesPruneError, ConfigError
 from bayesprune.methods import available_methods
 from bayesprune.pipeline.compare import compare, comparison_cells, load_comparison
 from bayesprune.pipeline.compare.leaderboard import pareto_front
@@ -212,7 +212,7 @@ def test_resume_with_a_sparsity_added_evaluates_finished_cells_without_fitting_t
 
 
 def test_under_a_budget_each_fit_trains_the_budget_and_probmasks_schedule_ends_inside_it(tmp_path):
-    """compare.budget = 6 on digits: saliency (a grid of criteria and stage counts, each fine-tuned) and
+    """compare.budget_epochs = 6 on digits: saliency (a grid of criteria and stage counts, each fine-tuned) and
     ProbMask (its own magnitude baseline) train 6 epochs in all, as counted by the fit; ProbMask's t1, t2
     (6 and 24 of its 40 epochs) scale with its main stage, cut to 4 epochs (and 2 of fine-tuning):
     floor(0.6) = 0 and round(2.4) = 2, so its budget is reached inside the stage, not after it."""
@@ -220,7 +220,7 @@ def test_under_a_budget_each_fit_trains_the_budget_and_probmasks_schedule_ends_i
         None,
         tmp_path / "cmp",
         methods=["saliency", "probmask"],
-        overrides=["compare.budget=6", "compare.latency_repeats=2"],
+        overrides=["compare.budget_epochs=6", "compare.latency_repeats=2"],
         sparsities=[0.5],
         seeds=[0],
         report=None,
@@ -232,9 +232,20 @@ def test_under_a_budget_each_fit_trains_the_budget_and_probmasks_schedule_ends_i
     assert (held["probmask"]["t1"], held["probmask"]["t2"], held["probmask"]["baseline"]) == (0, 2, False)
 
 
+def test_compare_budget_is_read_as_budget_epochs_with_a_note_and_both_are_refused():
+    """The epoch budget was ``compare.budget`` (a name it shared with a mask's sparsity, core.pruning.Budget)."""
+    from bayesprune.core.validation import RenamedKey
+
+    with pytest.warns(RenamedKey, match=r"^compare\.budget is renamed compare\.budget_epochs"):
+        _, options = load_comparison(None, ["compare.budget=6"])
+    assert options.budget_epochs == 6
+    with pytest.raises(ConfigError, match=r"^compare\.budget is the old name of compare\.budget_epochs"):
+        load_comparison(None, ["compare.budget=6", "compare.budget_epochs=6"])
+
+
 @pytest.mark.parametrize("budget", [6, 13])
 def test_a_budget_splits_every_methods_epochs_in_its_own_proportions(budget):
-    raw, options = load_comparison(None, [f"compare.budget={budget}"])
+    raw, options = load_comparison(None, [f"compare.budget_epochs={budget}"])
     for cell in comparison_cells(raw, options):
         config = cell.run_config()
         if cell.kind == "magnitude":

@@ -19,10 +19,10 @@ pytestmark = pytest.mark.usefixtures("cells_in_this_process")
 def test_resume_with_a_method_added_or_dropped_fits_only_the_new_cells(tmp_path):
     """--resume with other --methods: the cells already finished are read back (their files untouched), only
     the new method's cell is fitted; dropping a method leaves its folder and drops its rows. Under
-    compare.budget every cell trains the same epochs (the leaderboard's train_epochs, counted by the fit)."""
+    compare.budget_epochs every cell trains the same epochs (the leaderboard's train_epochs, counted by the fit)."""
     lines = []
     grid = dict(sparsities=[0.5], seeds=[0], report=None, status=lines.append)
-    compare(None, tmp_path / "cmp", methods=["sbnn"], overrides=[*TINY, "compare.budget=3"], **grid)
+    compare(None, tmp_path / "cmp", methods=["sbnn"], overrides=[*TINY, "compare.budget_epochs=3"], **grid)
     files = sorted((tmp_path / "cmp" / "cells").rglob("*"))
     before = {path: path.stat().st_mtime_ns for path in files}
     lines.clear()
@@ -38,7 +38,7 @@ def test_resume_with_a_method_added_or_dropped_fits_only_the_new_cells(tmp_path)
     assert {row["method"]: row["train_epochs"] for row in rows} == {"magnitude": 3, "sbnn": 3, "sparse-vd": 3}
     assert all(row["train_steps"] == 3 * 12 for row in rows)  # 1,437 digits in batches of 128: 12 steps an epoch
     held = tomllib.loads((tmp_path / "cmp" / "comparison.toml").read_text())
-    assert held["compare"]["methods"] == ["sbnn", "sparse-vd"] and held["compare"]["budget"] == 3
+    assert held["compare"]["methods"] == ["sbnn", "sparse-vd"] and held["compare"]["budget_epochs"] == 3
     lines.clear()
     rows = compare(out=tmp_path / "cmp", resume=True, methods=["sparse-vd"], **grid)
     assert lines[0] == "bayesprune: 2 cells, 2 finished earlier (read back), 0 to fit"

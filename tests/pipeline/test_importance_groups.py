@@ -85,3 +85,23 @@ def test_the_users_groups_replace_the_correlations(table, tmp_path, capsys):
     groups = read(out / "group_importance.csv")
     assert [row["group"] for row in groups] == ["a", "a_copy", "b + noise1", "noise2"]
     assert "importance.groups" in json.loads((out / "selection.json").read_text())["grouping"]
+
+
+def test_an_npz_table_is_grouped_and_selected_as_a_csv_is(tmp_path, capsys):
+    """The same near-duplicate pair in an .npz archive without feature names: the inputs named by their
+    position as posterior.nc names them, and the pair one group (issue 49, item 5: CSV and npz tables)."""
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=200)
+    x = np.column_stack([a, a + 0.05 * rng.normal(size=200), rng.normal(size=(200, 2))]).astype(np.float32)
+    y = (a + x[:, 2] > 0).astype(np.int64)
+    np.savez(tmp_path / "t.npz", x_train=x[:150], y_train=y[:150], x_test=x[150:], y_test=y[150:])
+    settings = ["method='sbnn'", "data.dataset='npz'", f"data.path='{tmp_path / 't.npz'}'", "model.hidden=[8]"]
+    settings += ["train.epochs=10", "chains=2", "device='cpu'", "prune.droprates=[0.0]", "baseline.epochs=2"]
+    settings += ["sbnn.predictive_samples=2"]
+    out = tmp_path / "run"
+    assert main(["run", "--out", str(out), "--quiet", *(arg for s in settings for arg in ("--set", s))]) == 0
+    assert main(["importance", str(out)]) == 0
+    capsys.readouterr()
+    assert [row["group"] for row in read(out / "group_importance.csv")] == ["0 + 1", "2", "3"]
+    record = json.loads((out / "selection.json").read_text())
+    assert record["restarts"] == 2 and sorted(record["selected"] + record["not_selected"]) == ["0", "1", "2", "3"]

@@ -199,3 +199,22 @@ def test_the_summary_gives_the_tiers_the_restarts_agree_on_and_warns_of_an_unsta
     assert any("warning: below 0.9" in line for line in summary_of(groups, {**record, "half_spearman": 0.5}))
     lines = summary_of(groups, {**record, "restarts": 1})
     assert not any("tiers" in line for line in lines) and any("one fit" in line for line in lines)
+
+
+def test_group_knockoffs_score_each_group_by_its_inputs_and_copies_together(method):
+    """With groups, the copies are drawn for each group together (S block-diagonal by group: a group's inputs
+    covary with each other's copies as with each other) and a group's ψ is the mean of its columns'."""
+    pytest.importorskip("knockpy")
+    dataset, sigma = table()
+    config = RunConfig.from_dict(apply_overrides({}, ["method='sbnn'", "chains=1", "seed=3", "device='cpu'"]))
+    groups = [[0, 1], [2], [3], [4, 5]]
+    psi = importance_module.knockoff_importance(config, dataset, groups, copies=1)
+    augmented = method.fits[0][0]
+    x, y = augmented.x_train.double().numpy(), augmented.y_train.double().numpy()
+    correlation = np.abs([np.corrcoef(column, y)[0, 1] for column in x.T]).reshape(2, 6)
+    expected = np.stack([[row[group].mean() for group in groups] for row in correlation])
+    np.testing.assert_allclose(psi, expected, rtol=1e-6)
+    # across groups the copies covary with the inputs as the inputs do (Σ − S with S zero off the blocks)
+    cross = np.cov(x.T)[:6, 6:]
+    np.testing.assert_allclose(cross[0, 2:4], sigma[0, 2:4], atol=0.08)
+    np.testing.assert_allclose(cross[4, :4], sigma[4, :4], atol=0.08)

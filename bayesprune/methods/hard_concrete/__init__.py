@@ -31,7 +31,7 @@ from bayesprune.core.structure import shrunk
 from bayesprune.core.unit_macs import ExpectedMacs
 from bayesprune.methods import Method, register_method
 from bayesprune.methods.base import NetworkFitted
-from bayesprune.methods.hard_concrete.gates import HardConcreteGates, cut_to_macs, fold_gates, test_gates
+from bayesprune.methods.hard_concrete.gates import HardConcreteGates, cut_to_macs, fold_gates, kept_gate_values
 from bayesprune.methods.hard_concrete.options import HardConcreteOptions
 from bayesprune.methods.hard_concrete.training import GateStage
 
@@ -60,11 +60,11 @@ class HardConcreteFitted(NetworkFitted):
 def learned_network(net, gates: HardConcreteGates, macs: ExpectedMacs, options) -> tuple:
     """``(smaller network, log α of its units per site, keep masks)``: ``net`` cut to ``options.macs`` of its
     dense MACs by log α (:func:`~bayesprune.methods.hard_concrete.gates.cut_to_macs`), the kept units'
-    test-time gates folded into their consumers."""
+    gates (:func:`~bayesprune.methods.hard_concrete.gates.kept_gate_values`) folded into their consumers."""
     log_alpha = [t.detach() for t in gates.per_layer(gates.raw)]
     floors = [max(1, math.ceil(options.min_keep_fraction * units)) for units in gates.units]
     keep = cut_to_macs(log_alpha, macs, options.macs * macs.dense(), floors)
-    fold_gates(net, gates, gates.per_layer(test_gates(gates.raw.detach())))
+    fold_gates(net, gates, gates.per_layer(kept_gate_values(gates.raw.detach(), gates.beta)))
     masks = dict(zip(gates.sites, keep))
     smaller, _ = shrunk(net, masks, input_shape=gates.input_shape)
     kept = {site: a[k.to(a.device)].cpu() for site, a, k in zip(gates.sites, log_alpha, keep)}

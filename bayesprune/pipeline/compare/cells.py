@@ -374,7 +374,6 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
     from bayesprune.core.checkpoint import on_cpu
     from bayesprune.core.early_stopping import hold_out
     from bayesprune.core.layout import resolve_memory_format
-    from bayesprune.core.loop import resolve_device
     from bayesprune.core.normalization import changes
     from bayesprune.core.plain import fit_plain
     from bayesprune.core.pruning import Budget, prune
@@ -384,7 +383,7 @@ def _magnitude(cell: Cell, folder: Path) -> dict:
     from bayesprune.pipeline.runner import load_datasets
 
     config = cell.run_config()
-    device = resolve_device(config.device)
+    device = config.torch_device
     dataset = load_datasets(config)[0]
     validation = None
     if config.train.validation > 0:

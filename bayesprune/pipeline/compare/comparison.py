@@ -47,7 +47,7 @@ import tomli_w
 from bayesprune.core.channels import IMPORTANCES
 from bayesprune.core.errors import BayesPruneError, ConfigError
 from bayesprune.core.files import write_text
-from bayesprune.core.validation import MAX_COUNT, is_count, is_int, is_number, require
+from bayesprune.core.validation import MAX_COUNT, is_count, is_int, is_number, read_renamed, require
 from bayesprune.methods import available_methods, get_method, sparsity_option
 from bayesprune.pipeline.compare.cells import Cell
 from bayesprune.pipeline.compare.engines import check_engine, run_cells
@@ -85,10 +85,10 @@ class CompareOptions:
         latency_repeats: timed forward passes (the median is reported).
         certify: add a PBP cell per method, sparsity and seed, started from the method's mask fitted
             on S_P alone, for a certificate of every method in its ``bound`` column (about doubles the cost).
-        budget: when set, every method trains this many epochs in all, split over its stages in the
-            proportions its config gives them, only the network its row reports (PFT its first start
-            mask, saliency its first criterion at the most stages, ProbMask without its own magnitude
-            baseline) and ProbMask's t1, t2 scaled with its main stage (:func:`held_to_budget`;
+        budget_epochs: when set (``budget`` before, still read), every method trains this many epochs in all,
+            split over its stages in the proportions its config gives them, only the network its row reports
+            (PFT its first start mask, saliency its first criterion at the most stages, ProbMask without its own
+            magnitude baseline) and ProbMask's t1, t2 scaled with its main stage (:func:`held_to_budget`;
             magnitude: the plain network's ``baseline.epochs`` and ``finetune_epochs``).
         torch_pruning: Torch-Pruning's importances (``"magnitude"``, ``"taylor"``) whose structured pruner
             is a baseline at unit level, one row each; unset: ``["magnitude"]`` at unit level; ``[]``:
@@ -104,7 +104,7 @@ class CompareOptions:
     latency_batch: int = 64
     latency_repeats: int = 30
     certify: bool = False
-    budget: int | None = None
+    budget_epochs: int | None = None
     torch_pruning: tuple | None = None
 
     def __post_init__(self):
@@ -172,10 +172,10 @@ class CompareOptions:
             self.finetune_epochs,
         )
         require(
-            self.budget is None or is_count(self.budget),
-            "compare.budget",
+            self.budget_epochs is None or is_count(self.budget_epochs),
+            "compare.budget_epochs",
             f"be a positive number of epochs up to {MAX_COUNT}",
-            self.budget,
+            self.budget_epochs,
         )
         require(isinstance(self.certify, bool), "compare.certify", "be true or false", self.certify)
         if self.torch_pruning is not None:
@@ -235,6 +235,8 @@ def load_comparison(source: str | None = None, overrides=()) -> tuple:
         raise ConfigError("a comparison config has no 'method': it runs compare.methods")
     table = raw.get("compare", {})
     require(isinstance(table, dict), "compare", "be a table", table)
+    if "budget" in table:  # budget_epochs' old name ("budget" is a mask's sparsity too, core.pruning.Budget)
+        raw["compare"] = table = read_renamed(table, "compare", {"budget": "budget_epochs"})
     known = {f.name for f in fields(CompareOptions)}
     unknown = sorted(set(table) - known)
     if unknown:
@@ -264,10 +266,10 @@ def method_cells(raw: dict, options: CompareOptions, method: str) -> list:
     cells = []
     if method == MAGNITUDE:
         finetune = options.finetune_epochs
-        if options.budget is not None:
+        if options.budget_epochs is not None:
             plain = base.get("baseline", {}).get("epochs") or _resolved(base)["train"]["epochs"]
             split = split_epochs(
-                options.budget, {"baseline.epochs": plain, "compare.finetune_epochs": finetune}, MAGNITUDE
+                options.budget_epochs, {"baseline.epochs": plain, "compare.finetune_epochs": finetune}, MAGNITUDE
             )
             base["baseline"] = {**base.get("baseline", {}), "epochs": split["baseline.epochs"]}
             finetune = split["compare.finetune_epochs"]
@@ -290,8 +292,8 @@ def method_cells(raw: dict, options: CompareOptions, method: str) -> list:
     if "optim" not in raw and "optim" in packaged:
         base["optim"] = copy.deepcopy(packaged["optim"])
     base["baseline"] = {**base.get("baseline", {}), "enabled": False}
-    if options.budget is not None:
-        table = held_to_budget(base, table, method, options.budget)
+    if options.budget_epochs is not None:
+        table = held_to_budget(base, table, method, options.budget_epochs)
     option = sparsity_option(method)
     points = [None] if option is None else list(options.sparsities)
     for sparsity in points:
@@ -334,7 +336,7 @@ def _resolved(config: dict) -> dict:
 
 
 def held_to_budget(base: dict, table: dict, method: str, budget: int) -> dict:
-    """``compare.budget``: ``method``'s stages (``train.epochs``, its main stage, and every ``*_epochs``
+    """``compare.budget_epochs``: ``method``'s stages (``train.epochs``, its main stage, and every ``*_epochs``
     option of its table) given ``budget`` epochs in all, in the proportions its config gives them
     (:func:`split_epochs`); sets ``base``'s ``train.epochs`` and returns the method's table, cut to the
     training of the one network its row reports (:meth:`~bayesprune.methods.Method.one_network`) and with
@@ -344,7 +346,7 @@ def held_to_budget(base: dict, table: dict, method: str, budget: int) -> dict:
     table = owner.one_network(dict(table))
     resolved = _resolved({**base, "method": method, method: table})
     if resolved["train"].get("steps") is not None:
-        raise ConfigError("compare.budget counts epochs: remove train.steps")
+        raise ConfigError("compare.budget_epochs counts epochs: remove train.steps")
     stages = {
         "train.epochs": resolved["train"]["epochs"],
         **{
@@ -366,7 +368,7 @@ def split_epochs(budget: int, stages: dict, owner: str) -> dict:
     running = {key: epochs for key, epochs in stages.items() if epochs > 0}
     if budget < len(running):
         raise ConfigError(
-            f"compare.budget = {budget}: fewer epochs than the {len(running)} training stages of {owner} "
+            f"compare.budget_epochs = {budget}: fewer epochs than the {len(running)} training stages of {owner} "
             f"({', '.join(running)})"
         )
     total = sum(running.values())
