@@ -29,7 +29,7 @@ from bayesprune.pipeline.runner import run
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 FOLDER = Path(__file__).parent / "golden"
-METHODS = ["pbp", "pft", "probmask", "saliency", "sbnn", "unit-gates"]
+METHODS = ["hard-concrete", "pbp", "pft", "probmask", "saliency", "sbnn", "unit-gates"]
 #: The default config as it was when its golden was recorded: log tau1 0, log tau0 -5, sigma 0.01 and
 #: Adam 0.01 constant.
 DEFAULT_AS_RECORDED = [
