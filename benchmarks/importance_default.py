@@ -60,7 +60,26 @@ def correlated(seed: int, rows: int):
     return x[:, order], y, "regression"
 
 
-SIMULATIONS = {"friedman1": friedman1, "classification": classification, "correlated": correlated}
+def table(name: str):
+    """scikit-learn's bundled table ``name`` (no truth known): for the reproducibility of a run (``--reproduce``)."""
+
+    def load(seed: int, rows: int):
+        import sklearn.datasets
+
+        data = getattr(sklearn.datasets, f"load_{name}")(as_frame=True)
+        task = "classification" if name == "breast_cancer" else "regression"
+        return data.data, data.target.to_numpy(), task
+
+    return load
+
+
+SIMULATIONS = {
+    "friedman1": friedman1,
+    "classification": classification,
+    "correlated": correlated,
+    "breast_cancer": table("breast_cancer"),
+    "diabetes": table("diabetes"),
+}
 
 
 def fit(simulation: str, network: str, seed: int, args) -> Path:
@@ -76,7 +95,8 @@ def fit(simulation: str, network: str, seed: int, args) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     x, y, task = SIMULATIONS[simulation](seed, args.rows)
     path = folder / "table.csv"
-    pd.DataFrame(x, columns=[f"x{j}" for j in range(x.shape[1])]).assign(y=y).to_csv(path, index=False)
+    frame = x if isinstance(x, pd.DataFrame) else pd.DataFrame(x, columns=[f"x{j}" for j in range(x.shape[1])])
+    frame.assign(y=y).to_csv(path, index=False)
     settings = [
         "method='sbnn'",
         "data.dataset='csv'",
@@ -146,6 +166,42 @@ def evaluate(args):
         print(f"| {name} | {simulation} | {network} | {len(results)} | {power:.2f} | {fdr:.2f} |")
 
 
+def reproduce(args):
+    """Two runs from different seeds, read from one run of 2k restarts: restarts 0..k-1 (seeds s..s+k-1) against
+    k..2k-1 (seeds s+k..), each pooled as ``bayesprune importance`` pools a run of k. Prints the Spearman of
+    their pooled group rankings (groups of the run's correlation level on its training rows) and how many
+    groups their selections (the default rule, stability) differ by."""
+    import arviz as az
+    from scipy.stats import spearmanr
+
+    from bayesprune.analysis.groups import correlation_groups, group_names, group_values
+    from bayesprune.analysis.importance import stability_selection
+    from bayesprune.pipeline.rundir import load_run
+
+    for simulation in args.simulations:
+        for network in args.networks:
+            for seed in args.seeds:
+                run = Path(args.runs) / f"{simulation}-{network}-{seed}{args.tag}" / "run"
+                if not (run / "posterior.nc").is_file():
+                    continue
+                _, dataset, _ = load_run(run)
+                groups = correlation_groups(dataset.x_train.double().numpy())
+                at_p = az.from_netcdf(str(run / "posterior.nc"))["variational"]["psi"].transpose("chain", "feature")
+                grouped = group_values(at_p.values, groups)
+                half = len(grouped) // 2
+                first, second = grouped[:half], grouped[half : 2 * half]
+                rho = spearmanr(first.mean(axis=0), second.mean(axis=0))[0]
+                chosen = [np.array(stability_selection(part)[0]) for part in (first, second)]
+                names = group_names(groups, [str(name) for name in at_p["feature"].values])
+                print(
+                    f"{simulation} {network} seed {seed}: {len(groups)} groups, two runs of {half} restarts: "
+                    f"Spearman {rho:.3f}, selections differ by {int((chosen[0] != chosen[1]).sum())} groups "
+                    f"({sum(chosen[0])} and {sum(chosen[1])} selected: "
+                    f"{[n for n, k in zip(names, chosen[0]) if k]} / {[n for n, k in zip(names, chosen[1]) if k]})",
+                    flush=True,
+                )
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", required=True, help="folder of the runs (kept and reused)")
@@ -157,6 +213,7 @@ def main(argv=None):
     parser.add_argument("--set", action="append", default=[], help="a config override of every run")
     parser.add_argument("--tag", default="", help="appended to the runs' folder names (settings compared)")
     parser.add_argument("--evaluate", action="store_true", help="only read the runs there are and score the rules")
+    parser.add_argument("--reproduce", action="store_true", help="fit, then compare the two halves of the restarts")
     args = parser.parse_args(argv)
     if args.evaluate:
         return evaluate(args)
@@ -167,7 +224,7 @@ def main(argv=None):
         for simulation in args.simulations:
             for network in args.networks:
                 print(f"fitted {fit(simulation, network, seed, args)}", flush=True)
-    evaluate(args)
+    return reproduce(args) if args.reproduce else evaluate(args)
 
 
 if __name__ == "__main__":

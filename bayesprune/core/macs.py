@@ -1,6 +1,7 @@
 """MAC budgets: units removed by score until the network's multiply-accumulates reach a target, counted one
-way everywhere (:func:`bayesprune.core.export.count_macs` of the network without those units), and the
-expected MACs of a network under its units' keep probabilities, for a penalty that steers gates to a target.
+way everywhere (:func:`bayesprune.core.export.count_macs` of the network without those units). The expected
+MACs of a network under its units' keep probabilities, for a penalty that steers gates to a target, are
+:class:`bayesprune.core.unit_macs.ExpectedMacs` (exact under independent gates).
 
 A MAC budget (:attr:`bayesprune.core.pruning.Budget.macs`) is resolved to the ``keep`` budget of the same
 ranking (:func:`resolve_macs`): units leave in the order a unit budget removes them (lowest score first,
@@ -94,37 +95,3 @@ def resolve_macs(scores: dict, budget: Budget, net, *, input_shape=None) -> tupl
         else:
             high = middle
     return keeping(low), cost(low) if low_cost is None else low_cost
-
-
-def unit_costs(net, *, input_shape=None) -> dict:
-    """``"<root>.gate"`` → the MACs one unit of that group costs: the dense network's count less that of the
-    network keeping one unit of the group (all others whole), divided by the units removed. The cost is
-    of a unit alone: where two coupled groups both lose units (a layer's inputs and outputs), the saving
-    of a product they share is counted in both, so :func:`expected_macs` is a first-order account."""
-    input_shape = input_shape_of(net, input_shape)
-    dense = count_macs(net, input_shape)
-    costs = {}
-    for group in unit_groups(net, input_shape):
-        if group.units < 2:
-            costs[group.gate_site] = 0.0
-            continue
-        mask = torch.zeros(group.units, dtype=torch.bool)
-        mask[0] = True
-        costs[group.gate_site] = (dense - macs_kept(net, {group.gate_site: mask}, input_shape=input_shape)) / (
-            group.units - 1
-        )
-    return costs
-
-
-def expected_macs(net, keep_probs: dict, *, input_shape=None, costs=None, dense=None) -> torch.Tensor:
-    """The expected MACs of ``net`` when each unit of a group stays with its probability in ``keep_probs``
-    (``"<root>.gate"`` → a tensor of one probability per unit; a group left out stays whole): the dense
-    count less each unit's :func:`unit_costs` times its probability of leaving. Differentiable in the
-    probabilities, so a penalty ``(expected_macs / dense − target)₊`` steers gates to a MAC target while
-    they train. ``costs`` and ``dense`` (:func:`unit_costs`, ``count_macs(net)``) may be computed once and
-    passed, for a network whose units do not change between calls."""
-    input_shape = input_shape_of(net, input_shape)
-    costs = unit_costs(net, input_shape=input_shape) if costs is None else costs
-    dense = count_macs(net, input_shape) if dense is None else dense
-    saved = sum(costs[site] * (1 - probs).sum() for site, probs in keep_probs.items())
-    return dense - saved if torch.is_tensor(saved) else torch.tensor(float(dense - saved))

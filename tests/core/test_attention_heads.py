@@ -322,3 +322,20 @@ def test_torch_prunings_baseline_removes_whole_heads_and_computes_the_network_wi
     with torch.no_grad():
         expected = zero_heads(original, [h for h in range(HEADS) if h not in kept])(x)
         assert (net(x) - expected).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("layout", ["timm fused qkv", "transformers ViT"])
+def test_a_heads_score_is_the_mean_of_its_query_key_and_value_rows(layout):
+    """Any method's weight scores become head scores for a unit budget: the mean over the head's rows of
+    the query, key and value projections (a fused layer's rows h·d … of each third)."""
+    from bayesprune.core.pruning import unit_scores
+
+    net = LAYOUTS[layout][0]()
+    group = head_group(net)
+    generator = torch.Generator().manual_seed(0)
+    weights = sorted(name for name, param in net.named_parameters() if name.endswith("weight") and param.dim() == 2)
+    scores = {name: torch.rand(net.get_parameter(name).shape, generator=generator) for name in weights}
+    got = unit_scores(scores, net, input_shape=SHAPE)[group.gate_site]
+    # rows of each head in each of query, key and value: (3 projections, heads, head_dim, inputs)
+    by_head = torch.cat([scores[f"{name}.weight"].view(-1, HEADS, HEAD_DIM, EMBED) for name in group.producers])
+    assert torch.allclose(got, by_head.transpose(0, 1).flatten(1).double().mean(1))

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bayesprune.core.gates import _ConcreteDraw
+from bayesprune.core.estimators import _ConcreteDraw
 
 
 def reference(raw, u, temperature, parameterization):

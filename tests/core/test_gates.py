@@ -8,8 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bayesprune.core.estimators import Concrete, Exact, Hybrid, Taylor
 from bayesprune.core.export import export
-from bayesprune.core.gates import Concrete, Exact, Hybrid, Taylor, UnitGates, project_unit_weights, unit_weight_norms
+from bayesprune.core.gates import UnitGates, project_unit_weights, unit_weight_norms
 from bayesprune.core.structure import shrunk
 from bayesprune.methods.unit_gates import GateTraining, UnitGatesOptions
 from bayesprune.models import build_architecture

@@ -1,13 +1,12 @@
 """MAC budgets (bayesprune.core.macs): the resolved budget against a brute-force search over every count of
-units kept, its MACs against the count of the physically smaller exported network, the floors' refusal, and
-the expected MACs under keep probabilities against Monte Carlo."""
+units kept, its MACs against the count of the physically smaller exported network, and the floors' refusal."""
 
 import pytest
 import torch
 from torch import nn
 
 from bayesprune.core.export import count_macs, export
-from bayesprune.core.macs import MacsBelowFloors, expected_macs, macs_kept, resolve_macs
+from bayesprune.core.macs import MacsBelowFloors, macs_kept, resolve_macs
 from bayesprune.core.pruning import Budget, expand_unit_masks, prune, unit_scores
 from bayesprune.core.structure import unit_groups
 
@@ -115,31 +114,6 @@ def test_mac_budget_needs_units_and_the_network():
     net, shape, scores = _scored("mlp")
     with pytest.raises(ValueError, match="resolve_macs"):
         prune(scores, Budget(macs=0.5, level="unit"), net=net)
-
-
-def test_expected_macs_is_the_exact_expectation():
-    """One group gated with independent keep probabilities: the expected MACs equal the sum over every count
-    k of units kept of P(k) (Poisson-binomial, by recursion) times the count of a network keeping k units;
-    every unit kept gives the dense count; the gradient reaches the probabilities."""
-    net, shape, _ = _scored("mlp")
-    group = unit_groups(net, shape)[0]
-    probs = torch.linspace(0.5, 0.95, group.units, dtype=torch.float64, requires_grad=True)
-    expected = expected_macs(net, {group.gate_site: probs}, input_shape=shape)
-    expected.backward()
-    assert probs.grad is not None and (probs.grad > 0).all()
-    distribution = torch.ones(1, dtype=torch.float64)  # P(k units kept) over the units seen so far
-    for p in probs.detach():
-        distribution = torch.cat([distribution * (1 - p), torch.zeros(1, dtype=torch.float64)]) + torch.cat(
-            [torch.zeros(1, dtype=torch.float64), distribution * p]
-        )
-    oracle = 0.0
-    for k in range(1, group.units + 1):
-        mask = torch.arange(group.units) < k
-        oracle += float(distribution[k]) * macs_kept(net, {group.gate_site: mask}, input_shape=shape)
-    oracle /= 1 - float(distribution[0])  # a group keeps a unit (P(none) = 5e-5 here)
-    assert float(expected.detach()) == pytest.approx(oracle, rel=1e-3)
-    dense = count_macs(net, shape)
-    assert float(expected_macs(net, {group.gate_site: torch.ones(group.units)}, input_shape=shape)) == dense
 
 
 @pytest.mark.parametrize("importance, scope", [("magnitude", "layer"), ("taylor", "global")])

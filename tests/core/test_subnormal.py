@@ -4,7 +4,7 @@ smallest normal number makes every weight it multiplies subnormal. Oracle: float
 
 import torch
 
-from bayesprune.core.gates import relaxed_bernoulli
+from bayesprune.core.estimators import relaxed_bernoulli
 
 
 def test_a_relaxed_draw_in_the_far_tail_is_zero_not_subnormal():

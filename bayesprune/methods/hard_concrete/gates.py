@@ -13,7 +13,7 @@ so that z is exactly 0 with positive probability, and the probability that the g
     P(z ≠ 0) = σ(log α − β log(−γ/ζ))                                                              (eq. 12)
 
 the term of the expected-L0 penalty. At test time the gate is ẑ = min(1, max(0, σ(log α)(ζ − γ) + γ))
-(the paper's test-time estimator, section 4).
+(the paper's test-time estimator, eq. 13). The constants and β = 2/3 are those of its experiments.
 """
 
 import math
@@ -23,7 +23,7 @@ from torch import nn
 
 from bayesprune.core.gates import UnitGates
 
-#: The stretch interval (γ, ζ) of the hard-concrete distribution (Louizos et al. 2018, section 4).
+#: The stretch interval (γ, ζ) of the hard-concrete distribution (the values of Louizos et al. 2018's experiments).
 GAMMA, ZETA = -0.1, 1.1
 
 
@@ -40,7 +40,7 @@ def sample_gates(log_alpha: torch.Tensor, beta: float) -> torch.Tensor:
 
 
 def test_gates(log_alpha: torch.Tensor) -> torch.Tensor:
-    """The deterministic test-time gate ẑ = min(1, max(0, σ(log α)(ζ − γ) + γ))."""
+    """The deterministic test-time gate ẑ = min(1, max(0, σ(log α)(ζ − γ) + γ)) (eq. 13)."""
     return (torch.sigmoid(log_alpha) * (ZETA - GAMMA) + GAMMA).clamp(0.0, 1.0)
 
 

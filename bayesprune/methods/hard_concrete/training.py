@@ -11,8 +11,8 @@ r = t (the form Wang, Wohlwend and Lei 2020 use for hard-concrete structured pru
 
 minimised in the weights and log α and maximised in λ1, λ2 (gradient ascent), with t falling linearly
 from 1 to the target over the first ``warmup`` of the steps. A λ1 > 0 is a per-unit L0 price
-proportional to the unit's MACs: in the spike-and-slab reading of the L0 objective (the paper's
-section 3), prior log odds of a unit's presence of −λ1 · MACs_u / dense MACs.
+proportional to the unit's MACs: read as variational inference under a spike-and-slab prior (the
+paper's relation of the L0 objective to it), prior log odds of a unit's presence of −λ1 · MACs_u / dense MACs.
 """
 
 import torch

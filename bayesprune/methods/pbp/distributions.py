@@ -15,8 +15,8 @@ from torch.distributions.kl import register_kl
 from torch.distributions.utils import broadcast_all
 
 from bayesprune.core.distributions import finite, normal_log_prob, positive_finite
+from bayesprune.core.estimators import relaxed_bernoulli
 from bayesprune.core.fused import FlatPosterior, FlatSite, log1p
-from bayesprune.core.gates import relaxed_bernoulli
 from bayesprune.methods.pbp.bounds import kl_bernoulli
 
 

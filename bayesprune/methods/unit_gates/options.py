@@ -3,7 +3,7 @@
 import math
 from dataclasses import dataclass
 
-from bayesprune.core.gates import ESTIMATORS
+from bayesprune.core.estimators import ESTIMATORS
 from bayesprune.core.validation import (
     FLAG,
     Constraint,
