@@ -109,8 +109,9 @@ class CompareOptions:
     torch_pruning: tuple | None = None
 
     def __post_init__(self):
-        known = [*available_methods(), MAGNITUDE]  # baselines too
-        methods = known if self.methods is None else self.methods  # unset: all; [] refused
+        known = [*(name for name, method in available_methods().items() if not method.baseline), MAGNITUDE]
+        methods = known if self.methods is None else self.methods  # unset: all but the baselines; [] refused
+        known = [*available_methods(), MAGNITUDE]  # a baseline when named
         require(isinstance(methods, (list, tuple)) and methods, "compare.methods", "be a non-empty list", methods)
         for name in methods:
             require(name in known, "compare.methods", f"contain only methods of {sorted(known)}", name)
