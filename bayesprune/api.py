@@ -41,7 +41,7 @@ def fit_method(
     progress: bool = False,
     expose=(),
     hide=(),
-    stream: bool = False,
+    stream: bool | None = None,
 ):
     """Fit the method registered as ``name`` on ``net`` and return its :class:`~bayesprune.methods.Fitted`.
 
@@ -64,7 +64,9 @@ def fit_method(
             :func:`bayesprune.core.sites.site_names`).
         stream: read a ``train`` DataLoader's rows as each minibatch needs them (decoded in its
             ``num_workers`` processes, in the fit's own shuffled order) instead of into one tensor
-            (:func:`bayesprune.data.streaming.loader_rows`); its dataset must be map-style.
+            (:func:`bayesprune.data.streaming.loader_rows`: its labels read in one pass, or from its
+            dataset's ``targets``). By default (``None``) a DataLoader over a map-style dataset streams;
+            ``False`` reads it into memory (faster where the rows fit), as an iterable dataset always is.
 
     The returned fit carries ``train``'s inputs as its ``calibration``: ``fitted.predict(x, masks=...)``
     re-estimates batch-norm statistics for the masked network on 20 batches of them (set
@@ -149,12 +151,15 @@ def export(run_or_fitted, *, out, budget=None, data=None, repeats: int = 30, for
     )
 
 
-def _user_dataset(train, test=None, *, stream: bool = False, net=None) -> Dataset:
+def _user_dataset(train, test=None, *, stream: bool | None = False, net=None) -> Dataset:
     """The checked :class:`~bayesprune.data.Dataset` of the user's ``(x, y)`` tensors or loaders: integer
-    ``y`` is classification, floating ``y`` regression; ``stream``: a ``train`` DataLoader's inputs read on demand.
+    ``y`` is classification, floating ``y`` regression; ``stream``: a ``train`` DataLoader's inputs read on demand
+    (``None``: where its dataset is map-style).
     With ``net``, a classification's classes are its outputs: a label (train or test) beyond them is refused."""
     if stream and not isinstance(train, DataLoader):
         raise DataError("stream: reads the rows of a train DataLoader; train is not one")
+    if stream is None:  # a DataLoader is what a user passes when the data do not fit: its rows read by index
+        stream = isinstance(train, DataLoader) and not isinstance(train.dataset, torch.utils.data.IterableDataset)
     x_train, y_train = loader_rows(train, "train") if stream else _tensors(train, "train")
     x_test, y_test = (x_train, y_train) if test is None else _tensors(test, "test")
     classification = is_classification(task_of(y_train))

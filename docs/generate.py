@@ -137,10 +137,11 @@ the tensor (`tests/data/test_streaming.py`).
 - `npz` with `data.stream = true` memory-maps `x_train` (stored uncompressed, as `numpy.savez` writes
   it; a compressed member is refused): rows are read from the file a minibatch at a time, never
   standardised (`data.normalize = true` is refused beside it, and is the default for tables).
-- From Python, `fit_method(name, net, loader, test, stream=True)` streams a `DataLoader` over a
-  map-style dataset (its targets are the dataset's `targets` where it has them, else one pass over the
-  loader; a batch of the wrong shapes or types is one line naming `train`, as it is for a `DataLoader`
-  read whole without `stream`). An iterable dataset is refused.
+- From Python, `fit_method(name, net, loader, test)` streams a `DataLoader` over a map-style dataset
+  by default (its targets are the dataset's `targets` where it has them, else one pass over the
+  loader that lets each batch's inputs go; a batch of the wrong shapes or types is one line naming
+  `train`, as it is for a `DataLoader` read whole). `stream=False` reads it into memory (faster where
+  the rows fit), as a `DataLoader` over an iterable dataset always is; `stream=True` refuses one.
 - `train.validation` and the baseline's hold-out keep the training part streamed; the held-out rows
   are read into memory.
 

@@ -49,6 +49,24 @@ def test_network_keeps_the_version_metadata_a_torchvision_module_reads(method):
     assert torch.allclose(fitted.predict(x), expected, atol=1e-5)
 
 
+def test_an_mnasnet_run_exports_and_reloads(tmp_path, monkeypatch, capsys, method="sparse-vd"):
+    """The reported case: a torchvision MNASNet run could not be exported or reloaded (``checkpoint.pt: does not
+    match config.toml (version should be set to 1 or 2 instead of None)``): the state dict loaded from the
+    checkpoint had no version metadata. The run exports, and the file computes the reloaded network."""
+    from bayesprune.cli import main
+    from bayesprune.pipeline.rundir import load_run
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    status, err, out = run_one(tmp_path, "mnasnet0_5", method, 32)
+    assert status == 0, err
+    _, dataset, fitted = load_run(out)
+    assert main(["export", str(out), "--out", str(tmp_path / "net.pt2"), "--repeats", "1"]) == 0, capsys.readouterr()
+    program = torch.export.load(str(tmp_path / "net.pt2")).module()
+    with torch.no_grad():
+        x = dataset.x_test[:4]
+        assert torch.allclose(program(x), fitted.network().eval()(x), atol=1e-4)
+
+
 def test_a_factory_network_with_auxiliary_classifiers_trains_on_its_main_logits(tmp_path, monkeypatch):
     """GoogLeNet returns its auxiliary classifiers' logits beside the main ones in training mode, which
     failed every run in its loss; from a factory it returns the main logits alone, the same numbers."""

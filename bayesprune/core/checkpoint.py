@@ -11,9 +11,11 @@ and, for an unfinished fit, ``loop``: the finished stages' results and the
 Checkpoints of earlier versions (``{model, guide, metadata}``, sBNN only) still read.
 """
 
+import copy
 import hashlib
 import pickle
 import zipfile
+from collections import OrderedDict
 
 import pyro
 import torch
@@ -78,7 +80,11 @@ def on_cpu(value):
     if isinstance(value, torch.Tensor):
         return value.cpu()
     if isinstance(value, dict):
-        return {key: on_cpu(item) for key, item in value.items()}
+        moved = {key: on_cpu(item) for key, item in value.items()}
+        if hasattr(value, "_metadata"):  # a state dict's versions, read by modules (torchvision's MNASNet) on loading
+            moved = OrderedDict(moved)
+            moved._metadata = copy.deepcopy(value._metadata)
+        return moved
     if isinstance(value, list):
         return [on_cpu(item) for item in value]
     if isinstance(value, tuple):

@@ -390,9 +390,19 @@ def loader_rows(loader: DataLoader, which: str) -> tuple[Rows, torch.Tensor]:
         generator=_workers_seed(),
     )
     batches = _checked_batches(ordered, which)
-    if targets is None:  # every batch read for its y
-        pairs = list(batches)
-        shape, y = tuple(pairs[0][0].shape[1:]), torch.cat([y for _, y in pairs])
+    if targets is None:  # every batch read for its y, its x let go at once (never all the inputs at a time)
+        shape, y, start = None, None, 0
+        for x, labels in batches:
+            # one tensor for all labels, made once: a small tensor kept per batch between the inputs' large
+            # ones fragments the heap until it holds as much as the inputs would (2.2 GB for 200,000 images)
+            if y is None:
+                shape, y = tuple(x.shape[1:]), torch.empty(len(items), dtype=labels.dtype)
+            del x
+            if start + len(labels) > len(items):
+                raise DataError(f"{which}: the DataLoader gives more rows than the {len(items)} of its dataset")
+            y[start : start + len(labels)] = labels
+            start += len(labels)
+        y = y[:start]
     else:  # the first batch read for the shape
         shape, y = tuple(next(batches)[0].shape[1:]), torch.as_tensor(targets)
     if y.shape != (len(items),):
