@@ -51,6 +51,7 @@ from bayesprune.core.validation import MAX_COUNT, is_count, is_int, is_number, r
 from bayesprune.methods import available_methods, get_method, sparsity_option
 from bayesprune.pipeline.compare.cells import Cell
 from bayesprune.pipeline.compare.engines import check_engine, run_cells
+from bayesprune.pipeline.compare.equal_macs import macs_rows, write_macs_table
 from bayesprune.pipeline.compare.leaderboard import leaderboard_rows, write_leaderboard
 from bayesprune.pipeline.compare.tracking import open_tracker
 from bayesprune.pipeline.config import RunConfig, apply_overrides, load_config, packaged_configs
@@ -109,7 +110,8 @@ class CompareOptions:
 
     def __post_init__(self):
         known = [*(name for name, method in available_methods().items() if not method.baseline), MAGNITUDE]
-        methods = known if self.methods is None else self.methods  # unset: all; [] refused
+        methods = known if self.methods is None else self.methods  # unset: all but the baselines; [] refused
+        known = [*available_methods(), MAGNITUDE]  # a baseline when named
         require(isinstance(methods, (list, tuple)) and methods, "compare.methods", "be a non-empty list", methods)
         for name in methods:
             require(name in known, "compare.methods", f"contain only methods of {sorted(known)}", name)
@@ -436,11 +438,36 @@ def certificate_cells(raw: dict, options: CompareOptions, method: str) -> list:
     return cells
 
 
+def at_macs(cells: list) -> list:
+    """``prune.macs``: a cell of a method that prunes to a MAC fraction in its fit (its
+    :attr:`~bayesprune.methods.Method.macs_option`) becomes one cell per target, that option set to it and
+    ``prune.macs`` to it alone, so that every row stands at the targets' MACs (a method without one is
+    cut to them after its fit); its cells at other sparsities, which would give the same fit, are dropped."""
+    out, seen = [], set()
+    for cell in cells:
+        option = get_method(cell.method).macs_option if cell.kind == "run" else None
+        targets = cell.config.get("prune", {}).get("macs")
+        if option is None or targets is None:
+            out.append(cell)
+            continue
+        for target in targets if isinstance(targets, (list, tuple)) else [targets]:
+            if (cell.method, target, cell.seed) in seen:
+                continue
+            seen.add((cell.method, target, cell.seed))
+            config = copy.deepcopy(cell.config)
+            config[cell.method][option] = target
+            config["prune"].update(macs=[target], droprates=[0.0])
+            name = f"{cell.method}-m{target:g}-seed{cell.seed}"
+            out.append(replace(cell, name=name, config=config, sparsity=None, sparsities=()))
+    return out
+
+
 def comparison_cells(raw: dict, options: CompareOptions) -> list:
     """Every cell of the comparison, each config validated (a bad one raises before anything is written)."""
     methods = [method for method in options.methods if method != MAGNITUDE]
     cells = [cell for method in [MAGNITUDE, *methods] for cell in method_cells(raw, options, method)]
     cells += structured_cells(options, [cell for cell in cells if cell.method == MAGNITUDE])
+    cells = at_macs(cells)
     if options.certify:
         certified = [MAGNITUDE, *(method for method in methods if method != "pbp" and not learns_width(method))]
         own = [
@@ -621,6 +648,10 @@ def compare(
         rows = leaderboard_rows(cells, folders, options, results)
         write_leaderboard(out, rows)
         write_text(out / "leaderboard.json", json.dumps(rows, indent=1) + "\n")
+        if raw.get("prune", {}).get("macs") is not None:
+            macs = macs_rows(cells, folders, options, results)
+            write_macs_table(out, macs)
+            write_text(out / "leaderboard-macs.json", json.dumps(macs, indent=1) + "\n")
         if tracker is not None:
             tracker.finish([MARKER, "leaderboard.md", "leaderboard.csv", "leaderboard.json", "leaderboard.png"])
         return rows
