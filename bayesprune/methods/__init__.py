@@ -23,8 +23,9 @@ def register_method(cls):
     """Class decorator: register a :class:`Method` subclass under its ``name``."""
     if not (isinstance(cls, type) and issubclass(cls, Method)) or not cls.name:
         raise TypeError(f"{cls!r} is not a named Method subclass")
-    if cls.sparsity_option is not None and cls.sparsity_option not in {f.name for f in fields(cls.Options)}:
-        raise TypeError(f"{cls.name}: sparsity_option {cls.sparsity_option!r} is no field of its Options")
+    for kind in ("sparsity_option", "macs_option"):
+        if getattr(cls, kind) is not None and getattr(cls, kind) not in {f.name for f in fields(cls.Options)}:
+            raise TypeError(f"{cls.name}: {kind} {getattr(cls, kind)!r} is no field of its Options")
     if cls.name in METHODS and METHODS[cls.name] is not cls:
         raise ValueError(f"method {cls.name!r} is already registered")
     METHODS[cls.name] = cls

@@ -240,6 +240,9 @@ class Method:
             list of numbers as PFT's ``sparsities``), which ``bayesprune compare`` sets per sparsity;
             ``None``: one fit is pruned at every sparsity (or, without weight-level scores, it learns
             its own width).
+        macs_option: the option of its table that sets the fraction of the dense MACs its fit prunes to
+            (Torch-Pruning's ``macs``), which ``bayesprune compare`` sets to each of ``prune.macs``;
+            ``None``: its scores are cut to ``prune.macs`` after the fit.
         quick: ``--set`` overrides that, with ``train.epochs=2``, make its ``<name>-digits`` config
             run in seconds: what the shared tests run every method with.
         baseline: its fit starts from the plain network trained by the runner's plain-network rule
@@ -260,6 +263,7 @@ class Method:
     unsupported: ClassVar[dict] = {}
     prune_levels: ClassVar[tuple] = ("weight", "unit")
     sparsity_option: ClassVar[str | None] = None
+    macs_option: ClassVar[str | None] = None
     quick: ClassVar[tuple] = ()
     baseline: ClassVar[bool] = False
     sweep_sets: ClassVar[tuple] = ()

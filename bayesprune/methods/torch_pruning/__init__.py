@@ -74,6 +74,7 @@ class TorchPruningMethod(Method):
     Options = TorchPruningOptions
     prune_levels = ("unit",)
     sparsity_option = "sparsity"
+    macs_option = "macs"
     baseline = True
     unsupported = PLAIN_RULE
     summary = "baseline: the plain network's units removed by Torch-Pruning, fine-tuned"

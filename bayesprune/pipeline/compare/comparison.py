@@ -43,6 +43,7 @@ from bayesprune.core.validation import MAX_COUNT, is_count, is_int, is_number, r
 from bayesprune.methods import Method, available_methods, get_method
 from bayesprune.pipeline.compare.cells import Cell
 from bayesprune.pipeline.compare.engines import check_engine, run_cells
+from bayesprune.pipeline.compare.equal_macs import at_macs, macs_rows, write_macs_table
 from bayesprune.pipeline.compare.leaderboard import leaderboard_rows, write_leaderboard
 from bayesprune.pipeline.compare.tracking import open_tracker
 from bayesprune.pipeline.config import RunConfig, apply_overrides, load_config, packaged_configs
@@ -445,6 +446,7 @@ def comparison_cells(raw: dict, options: CompareOptions) -> list:
         for value in values:
             label = method if option is None else f"{method}-{value}"
             cells += method_cells(raw, options, method, label=label, own={} if option is None else {option: value})
+    cells = at_macs(cells)
     if options.certify:
         cells = certificate_cells(raw, options, cells)
     for cell in cells:
@@ -618,6 +620,10 @@ def compare(
         rows = leaderboard_rows(cells, folders, options, results)
         write_leaderboard(out, rows)
         write_text(out / "leaderboard.json", json.dumps(rows, indent=1) + "\n")
+        if raw.get("prune", {}).get("macs") is not None:
+            macs = macs_rows(cells, folders, options, results)
+            write_macs_table(out, macs)
+            write_text(out / "leaderboard-macs.json", json.dumps(macs, indent=1) + "\n")
         if tracker is not None:
             tracker.finish([MARKER, "leaderboard.md", "leaderboard.csv", "leaderboard.json", "leaderboard.png"])
         return rows
