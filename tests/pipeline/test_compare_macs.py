@@ -16,7 +16,6 @@ def test_every_row_stands_at_the_mac_target(tmp_path):
         *TINY,
         "prune.level='unit'",
         "prune.macs=[0.5]",
-        "compare.torch_pruning=[]",
         "compare.sparsities=[0.5]",
         "compare.methods=['sparse-vd', 'torch-pruning']",
         "model.hidden=[40]",

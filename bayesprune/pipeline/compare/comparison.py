@@ -277,8 +277,9 @@ def _base(raw: dict, options: CompareOptions, method: str) -> tuple:
     elif "optim" not in raw and "optim" in packaged:
         base["optim"] = copy.deepcopy(packaged["optim"])
     base["baseline"] = {**base.get("baseline", {}), "enabled": False}
-    if prune.get("level", "weight") not in owner.prune_levels:
+    if prune.get("level", "weight") not in owner.prune_levels:  # its own level; a MAC budget is of units
         prune["level"] = owner.prune_levels[0]
+        prune.pop("macs", None)
     if as_fitted(method) and owner.sparsity_option is None:  # learned width: fine-tuned in its own fit
         prune["finetune_epochs"] = 0
     base["prune"] = prune
