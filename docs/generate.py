@@ -186,6 +186,20 @@ epochs on a machine shared with other jobs):
 
 (Over the first 39 minibatches only, `--steps 39`: 810 → 826 MB and 811 → 830 MB.)
 
+`fit_method` without its `stream` argument (`python benchmarks/streaming.py --sizes 10000 200000
+--one-epoch --default --steps 100 [--no-targets]`; the same images, the first 100 minibatches, at most
+the whole epoch of 40 for 10,000 images; peak RSS 768 MB before the fit):
+
+| method | dataset | N = 10,000 | N = 200,000 | ratio |
+|---|---|---|---|---|
+| sbnn | with `targets` | 874 MB | 881 MB | 1.01 |
+| unit-gates | with `targets` | 874 MB | 877 MB | 1.00 |
+| sbnn | without `targets` | 877 MB | 870 MB | 0.99 |
+| unit-gates | without `targets` | 879 MB | 870 MB | 0.99 |
+
+Without `targets`, labels kept as one small tensor per batch fragmented the heap: sbnn peaked at 2,383 MB
+for 200,000 images before they were read into one tensor made once.
+
 The 1,000,000 images would be 12.3 GB as one float32 tensor. An image folder of 20,000 PNG files
 (32x32 RGB, 10 classes, made in /tmp and deleted after) trains with `bayesprune run --set
 "data.dataset='image-folder'" --set data.stream=true --set 'data.augment=["crop","flip"]' --set

@@ -55,9 +55,9 @@ def _without_per_node_messages():
 def run_onnx(path, batches) -> torch.Tensor:
     """The outputs of the ONNX file ``path`` at each input tensor of ``batches`` (float32, on the CPU),
     concatenated, computed by ONNX Runtime's CPU provider."""
-    import onnxruntime
+    from bayesprune.core.quiet import import_onnxruntime
 
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = import_onnxruntime().InferenceSession(str(path), providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
     parts = [session.run(None, {name: batch.detach().cpu().float().numpy()})[0] for batch in batches]
     return torch.cat([torch.from_numpy(part) for part in parts])

@@ -1,10 +1,14 @@
-"""Third-party printouts that say nothing about the user's run, kept out of their terminal: what a
-library prints or logs while it fails (torch.export's partial graph), written out only when the call succeeds."""
+"""Third-party printouts and files that say nothing about the user's run, kept out of their terminal and
+their folders: what a library prints or logs while it fails (torch.export's partial graph), written out only
+when the call succeeds; the files ONNX Runtime writes into the user's cache folder when imported."""
 
 import contextlib
+import importlib
 import io
 import logging
+import os
 import sys
+import tempfile
 
 
 @contextlib.contextmanager
@@ -20,3 +24,21 @@ def printouts_dropped():
     finally:
         logging.disable(disabled)
     sys.stderr.write(captured.getvalue())
+
+
+def import_onnxruntime():
+    """``onnxruntime``, imported with ``XDG_CACHE_HOME`` pointed at a temporary folder, removed after: on import
+    it writes a device id and a database into ``$XDG_CACHE_HOME/Microsoft/DeveloperTools`` (its telemetry),
+    which bayesprune's session has no use for."""
+    if "onnxruntime" in sys.modules:
+        return sys.modules["onnxruntime"]
+    previous = os.environ.get("XDG_CACHE_HOME")
+    with tempfile.TemporaryDirectory(prefix="bayesprune-onnxruntime-") as folder:
+        os.environ["XDG_CACHE_HOME"] = folder
+        try:
+            return importlib.import_module("onnxruntime")
+        finally:
+            if previous is None:
+                os.environ.pop("XDG_CACHE_HOME", None)
+            else:
+                os.environ["XDG_CACHE_HOME"] = previous

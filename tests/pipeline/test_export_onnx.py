@@ -125,3 +125,20 @@ def test_force_with_a_folder_where_the_onnx_file_goes_changes_nothing(tmp_path, 
     assert status == 2 and err.count("\n") == 1 and "net.onnx" in err, err
     assert sorted(path.name for path in tmp_path.iterdir()) == ["net.onnx", "net.pt2"]
     assert (tmp_path / "net.pt2").read_text() == "mine"
+
+
+def test_an_onnx_export_writes_nothing_into_the_users_cache_folder(tmp_path, complete_run):
+    """The reported case: every ONNX export made ONNX Runtime write into $XDG_CACHE_HOME/Microsoft/DeveloperTools
+    (its device id and database, on import). In a fresh process, nothing of it is there."""
+    import os
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    script = os.path.join(os.path.dirname(sys.executable), "bayesprune")
+    command = [script, "export", str(complete_run), "--out", str(tmp_path / "net.pt2"), "--format", "onnx"]
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([*command, "--repeats", "1"], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "net.onnx").is_file() and not (cache / "Microsoft").exists(), list(cache.rglob("*"))
