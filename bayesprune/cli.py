@@ -96,7 +96,8 @@ def _grid(args):
 
         rows = compare(args.config, out, methods=args.methods, sparsities=args.sparsities, **engine)
         table = out / "leaderboard.md"
-        print(f"{len(rows)} rows; wrote {table}, leaderboard.csv, leaderboard.png")
+        macs = ", leaderboard-macs.md" if (out / "leaderboard-macs.md").is_file() else ""
+        print(f"{len(rows)} rows; wrote {table}, leaderboard.csv, leaderboard.png{macs}")
     else:
         from bayesprune.pipeline.compare.sweep import sweep
 
