@@ -191,9 +191,7 @@ def build_parser():
     exporting.add_argument("--budget", action="append", default=[], metavar="KEY=VALUE", help=HELP["export --budget"])
     exporting.add_argument("--repeats", type=int, default=30, help="timed forward passes per batch size (default 30)")
     exporting.add_argument("--format", nargs="+", default=["pt2"], help=HELP["export --format"])
-    exporting.add_argument(
-        "--finetune-epochs", type=int, default=None, metavar="N", help=HELP["export --finetune-epochs"]
-    )
+    exporting.add_argument("--finetune-epochs", type=int, metavar="N", help=HELP["export --finetune-epochs"])
     exporting.add_argument("--json", action="store_true", help="print the measurements as JSON")
     exporting.add_argument("--force", action="store_true", help="overwrite an existing --out file")
 

@@ -204,14 +204,14 @@ def test_divergence_exits_2_and_keeps_the_last_good_checkpoint(tmp_path, capsys,
 
 
 def test_a_diverged_plain_baseline_is_null_in_strict_json(tmp_path, capsys, monkeypatch):
-    import bayesprune.pipeline.baseline
+    import bayesprune.core.plain
 
     def refuse(constant):
         raise ValueError(f"{constant} is not JSON")
 
     # the plain network's loss is NaN from its first step (a learning rate large enough to diverge is refused)
     monkeypatch.setattr(
-        bayesprune.pipeline.baseline, "mean_loss", lambda task: lambda output, target: output.sum() * float("nan")
+        bayesprune.core.plain, "mean_loss", lambda task: lambda output, target: output.sum() * float("nan")
     )
     out = tmp_path / "run"
     status, _, _ = run_cli(capsys, "run", "--out", str(out), *QUICK, "--set", "baseline.epochs=2")

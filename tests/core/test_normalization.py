@@ -296,29 +296,26 @@ def test_recalibrate_batches_is_bounded(value, message):
         PruneConfig(recalibrate_batches=value)
 
 
-def test_compares_magnitude_cell_scores_and_saves_each_pruned_network_with_its_own_statistics(
-    bn_run, tmp_path, monkeypatch
-):
-    """The magnitude baseline of ``compare`` (no fine-tuning): the network it saves at each sparsity holds
-    the statistics its masked weights give over the training rows, and its recorded error is that network's."""
-    from bayesprune.models import new_net
-    from bayesprune.pipeline.compare.cells import Cell, _magnitude, network_file
-
+def test_a_magnitude_run_evaluates_each_pruned_network_with_its_own_statistics(bn_run, tmp_path, monkeypatch):
+    """The magnitude baseline (a registered method, no fine-tuning): its curve's error at 80% removed is that of
+    the plain network with its smallest weights zeroed and its statistics estimated again over the training rows."""
     folder = bn_run["fresh"].parent
     monkeypatch.syspath_prepend(str(folder))
     config = tomllib_loads((folder / "fresh.toml").read_text())
-    config.pop("method")
-    cell = Cell(name="magnitude-seed0", kind="magnitude", config=config, method="magnitude", seed=0, sparsities=(0.8,))
-    metrics = _magnitude(cell, tmp_path / "cell")
-    run = cell.run_config()
-    data = load_dataset("npz", path=str(folder / "digits.npz"))
-    net = new_net(run, data.input_shape, data.output_dim, seed=0)
-    net.load_state_dict(torch.load(tmp_path / "cell" / network_file(0.8), weights_only=True))
+    config["method"] = "magnitude"
+    (tmp_path / "magnitude.toml").write_text(tomli_w.dumps(config))
+    assert main(["run", str(tmp_path / "magnitude.toml"), "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    _, data, fitted = load_run(tmp_path / "run")
+    net = fitted.network()
+    params = dict(net.named_parameters())
+    magnitudes = {site: params[site].detach().abs().double() for site in fitted.sites}
+    masks = prune(magnitudes, Budget(fraction=0.8))
+    with torch.no_grad():
+        for site, keep in masks.items():
+            params[site].mul_(keep)
     hand = recalibrated_by_hand(net, data.x_train)
-    saved = dict(net.named_buffers())
-    for name, value in hand.named_buffers():
-        if "running" in name:
-            assert torch.allclose(saved[name], value, rtol=1e-4, atol=1e-6), name
     with torch.no_grad():
         error = 100 * (hand(data.x_test).argmax(-1) != data.y_test).float().mean().item()
-    assert metrics["per_sparsity"][0]["test_error"] == pytest.approx(error, abs=1e-9)
+    row = next(row for row in metrics["pruning_curve"] if row["droprate"] == 0.8)
+    assert row["test_error"] == pytest.approx(error, abs=1e-9)

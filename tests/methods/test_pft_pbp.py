@@ -12,8 +12,9 @@ from bayesprune.cli import main
 from bayesprune.core.errors import ConfigError
 from bayesprune.methods import pbp
 from bayesprune.methods.pbp.bounds import certificate
+from bayesprune.models import new_net
 from bayesprune.pipeline.config import RunConfig, load_config
-from bayesprune.pipeline.runner import load_run, new_net, run
+from bayesprune.pipeline.runner import load_run, run
 from helpers import OneWeightDecides
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -10,9 +10,9 @@ from bayesprune.core.loop import TensorBatches, train
 from bayesprune.core.tasks import mean_loss
 from bayesprune.methods.probmask import ProbMaskOptions, ProbMaskTraining
 from bayesprune.methods.probmask.schedules import annealed_temperature, cubic_keep_ratio
-from bayesprune.models import mlp
+from bayesprune.models import mlp, new_net
 from bayesprune.pipeline.config import RunConfig
-from bayesprune.pipeline.runner import load_run, new_net, run
+from bayesprune.pipeline.runner import load_run, run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

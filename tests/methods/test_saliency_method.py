@@ -14,8 +14,10 @@ from bayesprune.core.pruning import Budget, prune
 from bayesprune.methods import FitContext, get_method
 from bayesprune.methods.saliency import spearman_or_none
 from bayesprune.methods.saliency.stages import loss_change, multi_stage_masks
+from bayesprune.models import new_net
+from bayesprune.pipeline.checks import load_datasets
 from bayesprune.pipeline.config import RunConfig
-from bayesprune.pipeline.runner import load_datasets, load_run, new_net, run
+from bayesprune.pipeline.runner import load_run, run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -74,14 +74,14 @@ def test_a_worker_signalled_while_it_started_begins_no_cell(tmp_path, monkeypatc
 
     from bayesprune.core.errors import Interrupted
     from bayesprune.core.loop import STOP
-    from bayesprune.pipeline import runner
+    from bayesprune.pipeline import checks
     from bayesprune.pipeline.compare.cells import Cell, execute
     from bayesprune.pipeline.config import load_config
 
     def never(*args, **kwargs):
         raise AssertionError("the cell loaded its data")
 
-    monkeypatch.setattr(runner, "load_datasets", never)
+    monkeypatch.setattr(checks, "load_datasets", never)
     config = load_config("default", ["train.epochs=1", "baseline.epochs=1"]).to_dict()
     STOP.signal = signal.SIGTERM
     try:

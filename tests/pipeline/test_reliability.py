@@ -91,10 +91,10 @@ def test_a_run_completed_while_another_loaded_its_data_is_never_replaced_without
 ):
     """Run B checks ``out`` (empty), then loads its data slowly; meanwhile run A completes into ``out``.
     B is refused in one line and A is intact; under ``--force`` B replaces it as asked."""
-    from bayesprune.pipeline import runner
+    from bayesprune.pipeline import checks
 
     out = tmp_path / "out"
-    load = runner.load_datasets
+    load = checks.load_datasets
     first = {}
 
     def slow_load(config):
@@ -103,7 +103,7 @@ def test_a_run_completed_while_another_loaded_its_data_is_never_replaced_without
             first["metrics"] = main(["run", "--out", str(out), *QUICK, "--set", "seed=1"])
         return load(config)
 
-    monkeypatch.setattr(runner, "load_datasets", slow_load)
+    monkeypatch.setattr(checks, "load_datasets", slow_load)
     status = main(["run", "--out", str(out), *QUICK, *(["--force"] if force else [])])
     err = capsys.readouterr().err
     assert first["metrics"] == 0

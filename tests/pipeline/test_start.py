@@ -202,5 +202,5 @@ def test_comparison_rows_share_one_trained_network(tmp_path):
             for folder in (out / "cells").iterdir()
             if folder.name.endswith(f"seed{seed}") and (folder / "metrics.json").is_file()
         ]
-        starts = [row["start_test_error"] for row in rows if "start_test_error" in row]  # the methods' runs
-        assert len(starts) == 2 and all(start == pytest.approx(direct, abs=1e-4) for start in starts)
+        starts = [row["start_test_error"] for row in rows if "start_test_error" in row]  # every row, the baseline's too
+        assert len(starts) == len(rows) == 3 and all(start == pytest.approx(direct, abs=1e-4) for start in starts)

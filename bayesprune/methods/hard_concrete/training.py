@@ -18,6 +18,7 @@ paper's relation of the L0 objective to it), prior log odds of a unit's presence
 import torch
 from torch import nn
 
+from bayesprune.core.precision import autocast_calls
 from bayesprune.core.tasks import mean_loss
 from bayesprune.methods.hard_concrete.gates import HardConcreteGates, open_probability, sample_gates
 
@@ -76,7 +77,7 @@ class GateStage:
         self.optimizer.zero_grad(set_to_none=True)
         self.ascent.zero_grad(set_to_none=True)
         with gates.applied(self.net, gates.per_layer(z)):
-            data = self.loss(self.net(x), y)
+            data = autocast_calls(lambda x, y: self.loss(self.net(x), y), x.device)(x, y)  # train.precision
         gap = self.ratio() - self.target()
         (data + self.multipliers.penalty(gap)).backward()
         self.optimizer.step()
