@@ -201,6 +201,7 @@ def split_groups(net, gates, theta: dict, input_shape) -> dict:
 def _fine_tune(ctx, net, batches, options, num_train, first, input_mask):
     """Section 7.1: the deterministic smaller network trained further at ``finetune_lr``; zeroed
     input weights stay zero."""
+    net.train()
     optimizer = adam(net, options.finetune_lr, options.weight_precision)
 
     def loss_fn(x, y):
