@@ -25,7 +25,7 @@ from bayesprune.core.precision import autocast_calls, full_precision
 from bayesprune.core.predict import evaluating
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.methods.context import train_stack_together
-from bayesprune.methods.sbnn.fit import build_model
+from bayesprune.methods.sbnn.fit import build_model, site_prior
 from bayesprune.methods.sbnn.fitted import SBNNFitted
 
 
@@ -50,7 +50,7 @@ def build_fits(nets: list, datasets: list, options, contexts: list) -> tuple:
     for net, data, ctx in zip(nets, datasets, contexts):
         pyro.clear_param_store()
         model = build_model(
-            net.to(ctx.device), data, options.prior(), noise_scale=ctx.noise_scale, sites=ctx.sites(net)
+            net.to(ctx.device), data, site_prior(net, options, ctx), noise_scale=ctx.noise_scale, sites=ctx.sites(net)
         ).to(ctx.device)
         models.append(model)
         guides.append(SpikeSlabGuide(model, init_scale=options.init_scale).to(ctx.device))
