@@ -46,7 +46,7 @@ from bayesprune.pipeline.compare.engines import check_engine, run_cells
 from bayesprune.pipeline.compare.equal_macs import at_macs, macs_rows, write_macs_table
 from bayesprune.pipeline.compare.leaderboard import leaderboard_rows, write_leaderboard
 from bayesprune.pipeline.compare.tracking import open_tracker
-from bayesprune.pipeline.config import RunConfig, apply_overrides, load_config, packaged_configs
+from bayesprune.pipeline.config import RunConfig, apply_overrides, load_config, packaged_configs, read_config_file
 from bayesprune.pipeline.rundir import out_lock
 from bayesprune.pipeline.start import shared_starts
 
@@ -212,18 +212,15 @@ def comparison_configs() -> dict:
 
 
 def _read(source: str) -> dict:
+    """The parsed TOML of a packaged comparison config or a file (its relative data paths read from its
+    folder, as ``run`` reads them: :func:`~bayesprune.pipeline.config.read_config_file`)."""
     packaged = comparison_configs()
     if source in packaged:
-        text, where = packaged[source].read_text(), source
-    else:
-        path = Path(source)
-        if not path.is_file():
-            raise ConfigError(f"unknown comparison config {source!r}: not a file and not one of {sorted(packaged)}")
-        text, where = path.read_text(encoding="utf-8"), source
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{where}: invalid TOML ({error})") from None
+        return tomllib.loads(packaged[source].read_text())
+    path = Path(source)
+    if not path.is_file():
+        raise ConfigError(f"unknown comparison config {source!r}: not a file and not one of {sorted(packaged)}")
+    return read_config_file(path, source)
 
 
 def load_comparison(source: str | None = None, overrides=()) -> tuple:
@@ -270,9 +267,9 @@ def _base(raw: dict, options: CompareOptions, method: str) -> tuple:
         resolved = _resolved(base)
         base["train"] = {
             **base.get("train", {}),
-            "epochs": resolved["baseline"]["epochs"] or resolved["train"]["epochs"],
-        }
-        base["optim"] = {"lr": resolved["baseline"]["lr"] or resolved["optim"]["lr"]}
+            "epochs": resolved["baseline"].get("epochs") or resolved["train"]["epochs"],
+        }  # an unset baseline.epochs or baseline.lr is no key of the TOML layout
+        base["optim"] = {"lr": resolved["baseline"].get("lr") or resolved["optim"]["lr"]}
         prune["finetune_epochs"] = options.finetune_epochs
     elif "optim" not in raw and "optim" in packaged:
         base["optim"] = copy.deepcopy(packaged["optim"])
