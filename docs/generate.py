@@ -605,12 +605,12 @@ def generate() -> str:
 
 def comparison_section() -> list:
     """``[compare]`` of a comparison config (``bayesprune compare``), from ``CompareOptions``."""
-    from bayesprune.pipeline.compare.comparison import CompareOptions, comparison_configs
+    from bayesprune.pipeline.compare.options import CompareOptions, comparison_configs
 
     out = [
         "## `[compare]` (comparison configs)\n",
         "A comparison config (`bayesprune compare [NAME|PATH]`) is a run config without `method`, plus this table "
-        "and, optionally, a table per method over its packaged options (`bayesprune.pipeline.compare.comparison`).",
+        "and, optionally, a table per method over its packaged options (`bayesprune.pipeline.compare.options`).",
         "",
     ]
     out += table("compare", CompareOptions, attributes(CompareOptions), CompareOptions())

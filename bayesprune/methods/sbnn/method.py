@@ -9,9 +9,9 @@ from bayesprune.analysis.importance import (
     weight_inclusion_matrices,
 )
 from bayesprune.analysis.inference_data import PREDICTIVE_TEST_POINTS, to_inference_data
+from bayesprune.core.chain import layer_chain
 from bayesprune.core.checkpoint import load_module_state
 from bayesprune.core.errors import ConfigError
-from bayesprune.core.structure import layer_chain
 from bayesprune.core.validation import require
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.methods import register_method
