@@ -63,6 +63,8 @@ class FitContext:
         task: ``"classification"`` or ``"regression"``.
         noise_scale: the fixed Gaussian noise of regression (``model.noise_scale``), ``None`` if learned.
         expose, hide: ``model.expose`` and ``model.hide``: what :meth:`sites` adds or takes out.
+        priors: ``[[model.priors]]``, the tables of per-module priors as given, read by a method that places
+            priors (:func:`bayesprune.models.module_priors.module_priors`).
         validation: ``(x, y)`` held out of the training split (``train.validation``), or ``None``;
             the stage given ``validate`` keeps its best epoch on it.
         patience: stop that stage after this many epochs without improvement.
@@ -98,6 +100,7 @@ class FitContext:
     noise_scale: float | None = None
     expose: tuple = ()
     hide: tuple = ()
+    priors: tuple = ()
     validation: tuple | None = None
     patience: int | None = None
     checkpoint: Path | None = None
@@ -131,6 +134,7 @@ class FitContext:
             noise_scale=config.model.noise_scale,
             expose=config.model.expose,
             hide=config.model.hide,
+            priors=config.model.priors,
             patience=config.train.patience,
             checkpoint_every=config.train.checkpoint_every,
             method=config.method,
