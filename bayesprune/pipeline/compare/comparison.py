@@ -19,7 +19,7 @@ one, and:
   plain network's metric (``magnitude``'s report) is every row's ``plain_test_error``, so no cell trains
   another (``baseline.enabled = false``).
 
-``compare.variants`` runs a method once per value of one option, rows ``<method>-<value>``. With
+``compare.variants`` runs a method once per combination of its options' values, rows ``<method>-<value>...``. With
 ``compare.certify``, a method that certifies masks (:meth:`~bayesprune.methods.Method.certifying`: PBP,
 paper 000) gets a cell per sparsity and seed started from every other method's mask fitted on S_P
 (``certificate-<method>-s<s>-seed<k>``; its own cells where they start from that mask already,
@@ -81,8 +81,9 @@ class CompareOptions:
             (PFT its first start mask, saliency its first criterion at the most stages, ProbMask without its own
             magnitude baseline) and ProbMask's t1, t2 scaled with its main stage (:func:`held_to_budget`;
             ``prune.finetune_epochs`` is a stage: the baselines' plain network and fine-tuning).
-        variants: method → ``{option = [values]}``: the method runs once per value, each a row named
-            ``<method>-<value>``; an empty list: the method does not run.
+        variants: method → ``{option = [values], ...}``: the method runs once per value (per combination of
+            the options' values), each a row named ``<method>-<value>[-<value>...]``; an empty list: the method
+            does not run.
     """
 
     methods: tuple | None = None
@@ -189,16 +190,26 @@ class CompareOptions:
 
 
 def _check_variants(variants, known):
-    """``compare.variants``: method → one option of its table → a list of distinct values."""
+    """``compare.variants``: method → options of its table → a list of distinct values each."""
     require(isinstance(variants, dict), "compare.variants", "be a table of method = {option = [values]}", variants)
     for method, table in variants.items():
         require(method in known, "compare.variants", f"name methods of {sorted(known)}", method)
         names = {f.name for f in fields(get_method(method).Options)}
-        ok = isinstance(table, dict) and len(table) == 1 and set(table) <= names
-        require(ok, f"compare.variants.{method}", f"be a table of one option of [{method}] and its values", table)
-        values = next(iter(table.values()))
-        ok = isinstance(values, list) and len({json.dumps(v) for v in values}) == len(values)
-        require(ok, f"compare.variants.{method}", "give a list of distinct values", values)
+        ok = isinstance(table, dict) and len(table) >= 1 and set(table) <= names
+        require(ok, f"compare.variants.{method}", f"be a table of options of [{method}] and their values", table)
+        for values in table.values():
+            ok = isinstance(values, list) and len({json.dumps(v) for v in values}) == len(values)
+            require(ok, f"compare.variants.{method}", "give a list of distinct values", values)
+
+
+def variant_tables(table: dict) -> list:
+    """``(label suffix, options)`` of each variant of one method's ``compare.variants`` table: every
+    combination of its options' values (the first option's slowest), named by the values joined with
+    ``-``; ``[("", {})]`` for none."""
+    combinations = [("", {})]
+    for option, values in table.items():
+        combinations = [(f"{name}-{value}", {**own, option: value}) for name, own in combinations for value in values]
+    return [(name.lstrip("-"), own) for name, own in combinations]
 
 
 def comparison_configs() -> dict:
@@ -280,7 +291,7 @@ def _base(raw: dict, options: CompareOptions, method: str) -> tuple:
     if prune.get("level", "weight") not in owner.prune_levels:  # its own level; a MAC budget is of units
         prune["level"] = owner.prune_levels[0]
         prune.pop("macs", None)
-    if as_fitted(method) and owner.sparsity_option is None:  # learned width: fine-tuned in its own fit
+    if as_fitted(method) and owner.sparsity_option is None and owner.macs_option is None:  # fine-tuned in its fit
         prune["finetune_epochs"] = 0
     base["prune"] = prune
     return base, table
@@ -443,10 +454,9 @@ def comparison_cells(raw: dict, options: CompareOptions) -> list:
                     f"sparsities are not this comparison's (prune.level = {level!r})"
                 )
             continue
-        (option, values), *_ = options.variants.get(method, {None: [None]}).items()
-        for value in values:
-            label = method if option is None else f"{method}-{value}"
-            cells += method_cells(raw, options, method, label=label, own={} if option is None else {option: value})
+        for suffix, own in variant_tables(options.variants.get(method, {})):
+            label = f"{method}-{suffix}" if suffix else method
+            cells += method_cells(raw, options, method, label=label, own=own)
     cells = at_macs(cells)
     if options.certify:
         cells = certificate_cells(raw, options, cells)
