@@ -13,7 +13,9 @@ one, and:
 * a method without one whose scores prune weights (sBNN, Sparse VD, ``magnitude``) fits once per seed and
   is pruned at every sparsity (``prune.droprates = [0, *sparsities]``): cell ``<method>-seed<k>``;
 * a method without weight-level scores removes units in its fit and is evaluated as fitted (droprate 0):
-  at its sparsity option (``torch-pruning``), or at the width it learned (unit gates; fine-tuned in its fit);
+  at its sparsity option (``torch-pruning``), at its MAC option (``prune.macs``: one cell per target), or at
+  the width it learned; one that fine-tunes in its own fit (a ``finetune_epochs`` option: unit gates) gets no
+  ``prune.finetune_epochs`` on top, every other is fine-tuned as the comparison's ``[prune]`` says;
 * a baseline (``Method.baseline``) always runs where its sparsities mean the comparison's: its plain
   network trained as ``[baseline]`` says, each pruned network fine-tuned ``compare.finetune_epochs``; the
   plain network's metric (``magnitude``'s report) is every row's ``plain_test_error``, so no cell trains
@@ -291,7 +293,8 @@ def _base(raw: dict, options: CompareOptions, method: str) -> tuple:
     if prune.get("level", "weight") not in owner.prune_levels:  # its own level; a MAC budget is of units
         prune["level"] = owner.prune_levels[0]
         prune.pop("macs", None)
-    if as_fitted(method) and owner.sparsity_option is None and owner.macs_option is None:  # fine-tuned in its fit
+    own_finetuning = "finetune_epochs" in {f.name for f in fields(owner.Options)}
+    if as_fitted(method) and owner.sparsity_option is None and own_finetuning:  # fine-tuned in its own fit
         prune["finetune_epochs"] = 0
     base["prune"] = prune
     return base, table
