@@ -13,9 +13,8 @@ one, and:
 * a method without one whose scores prune weights (sBNN, Sparse VD, ``magnitude``) fits once per seed and
   is pruned at every sparsity (``prune.droprates = [0, *sparsities]``): cell ``<method>-seed<k>``;
 * a method without weight-level scores removes units in its fit and is evaluated as fitted (droprate 0):
-  at its sparsity option (``torch-pruning``), at its MAC option (``prune.macs``: one cell per target), or at
-  the width it learned; one that fine-tunes in its own fit (a ``finetune_epochs`` option: unit gates) gets no
-  ``prune.finetune_epochs`` on top, every other is fine-tuned as the comparison's ``[prune]`` says;
+  at its sparsity option (``torch-pruning``), MAC option (a cell per ``prune.macs``) or learned width, fine-tuned
+  by ``[prune]`` unless its fit fine-tunes (a ``finetune_epochs`` option: unit gates);
 * a baseline (``Method.baseline``) always runs where its sparsities mean the comparison's: its plain
   network trained as ``[baseline]`` says, each pruned network fine-tuned ``compare.finetune_epochs``; the
   plain network's metric (``magnitude``'s report) is every row's ``plain_test_error``, so no cell trains
@@ -43,7 +42,7 @@ from bayesprune.core.errors import BayesPruneError, ConfigError
 from bayesprune.core.files import write_text
 from bayesprune.core.validation import MAX_COUNT, is_count, is_int, is_number, read_renamed, require
 from bayesprune.methods import Method, available_methods, get_method
-from bayesprune.pipeline.compare.cells import Cell
+from bayesprune.pipeline.compare.cells import Cell, variant_tables
 from bayesprune.pipeline.compare.engines import check_engine, run_cells
 from bayesprune.pipeline.compare.equal_macs import at_macs, macs_rows, write_macs_table
 from bayesprune.pipeline.compare.leaderboard import leaderboard_rows, write_leaderboard
@@ -83,9 +82,8 @@ class CompareOptions:
             (PFT its first start mask, saliency its first criterion at the most stages, ProbMask without its own
             magnitude baseline) and ProbMask's t1, t2 scaled with its main stage (:func:`held_to_budget`;
             ``prune.finetune_epochs`` is a stage: the baselines' plain network and fine-tuning).
-        variants: method → ``{option = [values], ...}``: the method runs once per value (per combination of
-            the options' values), each a row named ``<method>-<value>[-<value>...]``; an empty list: the method
-            does not run.
+        variants: method → ``{option = [values], ...}``: the method runs once per combination of values, rows
+            ``<method>-<value>[-<value>...]``; an empty list: the method does not run.
     """
 
     methods: tuple | None = None
@@ -204,16 +202,6 @@ def _check_variants(variants, known):
             require(ok, f"compare.variants.{method}", "give a list of distinct values", values)
 
 
-def variant_tables(table: dict) -> list:
-    """``(label suffix, options)`` of each variant of one method's ``compare.variants`` table: every
-    combination of its options' values (the first option's slowest), named by the values joined with
-    ``-``; ``[("", {})]`` for none."""
-    combinations = [("", {})]
-    for option, values in table.items():
-        combinations = [(f"{name}-{value}", {**own, option: value}) for name, own in combinations for value in values]
-    return [(name.lstrip("-"), own) for name, own in combinations]
-
-
 def comparison_configs() -> dict:
     """The packaged comparison configs: name → file."""
     folder = resources.files("bayesprune.pipeline.compare") / "configs"
@@ -293,9 +281,8 @@ def _base(raw: dict, options: CompareOptions, method: str) -> tuple:
     if prune.get("level", "weight") not in owner.prune_levels:  # its own level; a MAC budget is of units
         prune["level"] = owner.prune_levels[0]
         prune.pop("macs", None)
-    own_finetuning = "finetune_epochs" in {f.name for f in fields(owner.Options)}
-    if as_fitted(method) and owner.sparsity_option is None and own_finetuning:  # fine-tuned in its own fit
-        prune["finetune_epochs"] = 0
+    if as_fitted(method) and owner.sparsity_option is None and "finetune_epochs" in owner.Options.__dataclass_fields__:
+        prune["finetune_epochs"] = 0  # fine-tuned in its own fit
     base["prune"] = prune
     return base, table
 
