@@ -11,7 +11,6 @@ and the config are moved there.
 
 import copy
 import json
-import math
 import shutil
 import sys
 from dataclasses import replace
@@ -384,6 +383,7 @@ def _run_experiment(config, out: Path, *, progress: bool, force: bool = False) -
 def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, best_epoch=None) -> dict:
     name = metric_name(dataset.task)
     n_weights = fitted.n_weights
+    finetuned = _finetuned(config, dataset, fitted)  # one per fit: each distinct network fine-tuned once
     curve = pruning_curve(
         fitted,
         dataset,
@@ -391,7 +391,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         device=device,
         budget=config.prune.budget,
         include_biases=config.prune.include_biases,
-        finetuned=_finetuned(config, dataset, fitted),
+        finetuned=finetuned,
         predictive=config.prune.predictive_at(n_weights),
         unpruned_draws=fitted.unpruned_draws,
     )
@@ -407,7 +407,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
                 dense_macs=dense,
                 device=device,
                 min_keep=config.prune.min_keep,
-                finetuned=_finetuned(config, dataset, fitted),
+                finetuned=finetuned,
             ),
         }
     metrics = {
@@ -429,6 +429,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         **fitted.metrics(),
         "pruning_curve": curve,
         **macs,
+        **({"finetune_choices": finetuned.choices} if finetuned is not None and finetuned.choices else {}),
     }
     if config.baseline.enabled:  # a diverged plain network is reported, not allowed to sink the run
         try:
@@ -489,9 +490,7 @@ def _finetune_cost(config, dataset) -> dict:
     """``finetune_steps``: the optimiser steps of one pruned network's fine-tuning (``prune.finetune_epochs``
     epochs over every training row), which a comparison's row adds to the fit's; nothing without one."""
     finetuning = FineTuning.of(config, dataset.num_train)
-    if finetuning is None:
-        return {}
-    return {"finetune_steps": finetuning.epochs * math.ceil(dataset.num_train / finetuning.batch_size)}
+    return {} if finetuning is None else {"finetune_steps": finetuning.steps(dataset.num_train)}
 
 
 def _finetuned(config, dataset, fitted):
@@ -499,7 +498,7 @@ def _finetuned(config, dataset, fitted):
     finetuning = FineTuning.of(config, dataset.num_train)
     if finetuning is None:
         return None
-    return lambda masks: finetuning.test_metric(fitted.network(), dataset, masks, calibration=fitted.calibration)
+    return finetuning.test_metrics(fitted, dataset)
 
 
 def _stopped(error, staging: Path, out: Path, checkpoint: str):
