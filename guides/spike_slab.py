@@ -4,6 +4,8 @@ import torch
 
 from bayesprune.core.distributions import SpikeAndSlab, SpikeSlabPosterior, SpikeSlabPosteriors, inclusion_logits
 from bayesprune.core.fused import softplus
+from bayesprune.core.group_spike_slab import GroupSpikeAndSlab, GroupSpikeSlabPosterior, group_inclusion_logits
+from bayesprune.guides.horseshoe_scales import HorseshoeScales, horseshoe_sites
 from bayesprune.guides.mean_field import MeanFieldGuide
 
 
@@ -27,6 +29,11 @@ class SpikeSlabGuide(MeanFieldGuide):
         super().__init__(model, init_scale=init_scale)
         self._site_priors = model.site_priors
         self._shared = {}
+        horseshoe = horseshoe_sites(model.site_priors())  # the scale variables of the sites under a group horseshoe
+        self.horseshoe = HorseshoeScales(horseshoe, dict(model.net.named_parameters())) if horseshoe else None
+
+    def _horseshoe_posteriors(self, locs: dict, scales: dict) -> dict:
+        return {} if self.horseshoe is None else self.horseshoe.posteriors(locs, scales)
 
     def _shared_constants(self, priors: dict):
         """The prior constants of every site if all sites share one 0-dim spike-and-slab prior, else
@@ -47,19 +54,29 @@ class SpikeSlabGuide(MeanFieldGuide):
         return self._shared[key]
 
     def posteriors(self) -> dict:
-        """The variational distribution of every site, with p at its optimum p*(m, σ)."""
+        """The variational distribution of every site, with p at its optimum p*(m, σ) (eq. 3.8), or one p* per
+        unit for a site of a :class:`~bayesprune.models.priors.GroupSpikeSlabPrior`
+        (:func:`~bayesprune.core.group_spike_slab.group_inclusion_logits`), or q(W) q(a) q(b) for a site of a
+        :class:`~bayesprune.models.priors.GroupHorseshoePrior` (:class:`~bayesprune.guides.horseshoe_scales.HorseshoeScales`)."""
         priors = self._site_priors(self.loc.device)
         shared = self._shared_constants(priors)
         if shared is not None:  # one network-wide posterior: p* and the KL fused over the flat vectors
             constants, bases = shared
             return SpikeSlabPosteriors(self.loc, softplus(self.rho), self.site_shapes, bases, constants).sites
         locs, scales = self._locs_and_scales()
-        posteriors = {}
+        horseshoe, posteriors = self._horseshoe_posteriors(locs, scales), {}
         for name, prior in priors.items():
+            if name in horseshoe:
+                posteriors[name] = horseshoe[name]
+                continue
             base = prior.base_dist
             loc, scale = locs[name], scales[name]
-            logits = inclusion_logits(loc.detach(), scale.detach(), *base.hyperparameters, constants=base.constants)
-            posteriors[name] = SpikeSlabPosterior(loc, scale, logits)
+            if isinstance(base, GroupSpikeAndSlab):  # one p* per unit
+                logits = group_inclusion_logits(loc.detach(), scale.detach(), *base.hyperparameters)
+                posteriors[name] = GroupSpikeSlabPosterior(loc, scale, logits)
+            else:
+                logits = inclusion_logits(loc.detach(), scale.detach(), *base.hyperparameters, constants=base.constants)
+                posteriors[name] = SpikeSlabPosterior(loc, scale, logits)
         return posteriors
 
     @torch.no_grad()
@@ -75,7 +92,7 @@ class SpikeSlabGuide(MeanFieldGuide):
         predictive and ArviZ's draws need none), and σ = softplus(ρ) computed once for all the draws:
         on a resnet18 it cost as much as a draw's forward pass over 360 test images."""
         if self._shared_constants(self._site_priors(self.loc.device)) is None:
-            return super().sampler()
+            return super().sample_params  # a draw from each site's posterior (not this class's, which calls here)
         loc, scale = self.loc.detach(), softplus(self.rho.detach())
         return lambda: self._split(torch.addcmul(loc, scale, torch.randn_like(loc)))
 
@@ -89,11 +106,18 @@ class SpikeSlabGuide(MeanFieldGuide):
         """B − A of eq. 3.8 of every weight in float64, keyed by site name: the ranking that p* carries
         before it rounds to exactly 1 in float32 (from B − A ≈ 17 on, most weights of a trained net)."""
         locs, scales = self._locs_and_scales()
-        logits = {}
+        horseshoe, logits = self._horseshoe_posteriors(locs, scales), {}
         for name, prior in self._site_priors(self.loc.device).items():
             base = prior.base_dist
+            if name in horseshoe:  # every weight of a unit ranked as its unit: 2 E_q[log z_g s]
+                logits[name] = horseshoe[name].unit_logits().double().expand_as(locs[name]).contiguous()
+                continue
+            loc, scale = locs[name].double(), scales[name].double()
             pi, tau0, tau1 = (value.double() for value in base.hyperparameters)
-            logits[name] = inclusion_logits(locs[name].double(), scales[name].double(), pi, tau0, tau1)
+            if isinstance(base, GroupSpikeAndSlab):  # every weight of a unit ranked as its unit
+                logits[name] = group_inclusion_logits(loc, scale, pi, tau0, tau1).expand_as(loc).contiguous()
+            else:
+                logits[name] = inclusion_logits(loc, scale, pi, tau0, tau1)
         return logits
 
 
