@@ -79,6 +79,7 @@ class HardConcreteMethod(Method):
     name = "hard-concrete"
     Options = HardConcreteOptions
     prune_levels = ("unit",)
+    macs_option = "macs"
     quick = ("prune.finetune_epochs=1",)
     metrics_keys = {
         "dense_macs": NONNEGATIVE,
