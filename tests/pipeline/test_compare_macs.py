@@ -41,5 +41,7 @@ def test_every_row_stands_at_the_mac_target(tmp_path):
         kept = round((row["macs"] - 10) / unit)  # the hidden units of a 64-kept-10 network
         assert row["macs"] == count_macs(mlp(kept), (64,))
         weights = 65 * kept + (kept + 1) * 10  # non-zero parameters: Sparse VD's own mask may zero some
-        assert row["params"] == weights if method.startswith("torch-pruning") else 0.9 * weights < row["params"] <= weights
+        assert (
+            row["params"] == weights if method.startswith("torch-pruning") else 0.9 * weights < row["params"] <= weights
+        )
         assert 0 <= row["test_error"] <= 100 and row["latency_ms"] > 0
