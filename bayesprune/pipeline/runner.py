@@ -322,12 +322,14 @@ def _fit_seeds_together(config, method, datasets, device, seeds, *, progress) ->
 
 def _fit_stack(config, method, seeds: list, begin) -> dict:
     """:func:`_fit_seeds_together` of ``seeds`` (``begin(seed)``: the fit's rows and :func:`_start_fit`); a
-    stack the device has no memory for is fitted again as two halves, said in one line."""
+    stack the device has no memory for is fitted again as two halves, and networks the stack refuses
+    (other shapes, dropout, batch norm) one at a time, each said in one line."""
     begun = [begin(seed) for seed in seeds]
     nets = [start[0] for _, start in begun]
     try:
         check_stackable(nets)
-    except ConfigError:
+    except ConfigError as error:
+        print(f"bayesprune: {len(seeds)} seeds fitted one at a time: {error}", file=sys.stderr)
         return {}
     try:
         fits = method.fit_together(nets, [rows for rows, _ in begun], config.method_options, [s[3] for _, s in begun])
