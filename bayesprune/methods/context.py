@@ -13,6 +13,7 @@ the same random numbers, so the resumed fit equals the uninterrupted one.
 """
 
 import copy
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +84,12 @@ class FitContext:
             :class:`~bayesprune.data.streaming.Augment`), or ``None``.
         memory_format: the layout of every training minibatch of images (``train.memory_format``
             resolved, :func:`bayesprune.core.layout.resolve_memory_format`).
+        calibration: the training inputs a masked network's normalisation statistics are estimated on
+            (:class:`~bayesprune.core.normalization.Calibration`), or ``None``: the :class:`~bayesprune.methods.Fitted`
+            a fit or a restore builds is given it (``Fitted(..., ctx=ctx)``).
+        unpruned_draws: the recorder of the Monte-Carlo draws of the unpruned model a pruning curve makes
+            (:class:`~bayesprune.core.predict.DrawOutputs`), which the fit's posterior predictive reuses; the
+            Fitted is given it as :attr:`calibration`. ``None``: none.
 
     After the fit, ``best_epoch`` (1-based) is the epoch early stopping kept, or ``None``; after a fit
     trained together with others (:func:`train_plain_together`), ``rng_after`` is the global random state
@@ -111,6 +118,8 @@ class FitContext:
     config: dict | None = None
     augment: object = None
     memory_format: torch.memory_format = torch.contiguous_format
+    calibration: object = None
+    unpruned_draws: object = None
     best_epoch: int | None = field(default=None, init=False)
     rng_after: dict | None = field(default=None, init=False)
     _finished: list = field(default_factory=list, init=False, repr=False)
@@ -143,12 +152,15 @@ class FitContext:
         )
 
     def training_cost(self) -> dict:
-        """The fit's training over all its stages so far: ``train_epochs`` and ``train_steps`` (optimiser
-        steps), so that fits of methods with several stages compare by what they cost (``compare``'s leaderboard)."""
+        """The fit's training over all its stages so far: ``train_epochs``, ``train_steps`` (optimiser
+        steps) and ``train_seconds`` (the wall time of its stages, the one place a fit is timed; a stage a
+        resumed fit put back counts the seconds it took, the stage it resumed those since), so that fits of methods with several stages
+        compare by what they cost (``compare``'s leaderboard)."""
         histories = [stage["history"] for stage in self._finished]
         return {
             "train_epochs": sum(len(history["epoch_losses"]) for history in histories),
             "train_steps": sum(len(history["step_losses"]) for history in histories),
+            "train_seconds": round(sum(stage.get("seconds", 0.0) for stage in self._finished), 3),
         }
 
     def sites(self, net) -> list:
@@ -209,6 +221,7 @@ class FitContext:
             loop = self._loop_to_resume(index, name, state, batches, stateful, epochs)
         if self.checkpoint is not None:
             callbacks.append(_StageCheckpoint(self, index, name, state, batches, epochs, stateful))
+        start = time.perf_counter()
         with kernel_mode(self.kernels), training_precision(self.precision):
             history = train(
                 step,
@@ -220,6 +233,7 @@ class FitContext:
                 resume=loop,
                 desc=name,
             )
+        seconds = time.perf_counter() - start
         if early is not None:
             self.best_epoch = early.best_epoch + 1
         # A finished stage's result is kept for the checkpoints that follow (a fit without them never resumes).
@@ -232,6 +246,7 @@ class FitContext:
                 "rng": rng_state(),
                 "batches": batches.generator.get_state(),
                 "best_epoch": self.best_epoch,
+                "seconds": seconds,
             }
         )
         return history
@@ -407,6 +422,7 @@ def _train_together(contexts, name, nets, rows, epochs, loss, optim, validation,
         raise ConfigError(
             "batched fits write no checkpoint: train.checkpoint_every and --resume train one fit at a time"
         )
+    start = time.perf_counter()
     with kernel_mode(first.kernels), training_precision(first.precision):
         records = train_stacked(
             [net.to(first.device) for net in nets],
@@ -418,13 +434,20 @@ def _train_together(contexts, name, nets, rows, epochs, loss, optim, validation,
             task=first.task,
             patience=first.patience if patience is None and validation is not None else patience,
         )
+    seconds = (time.perf_counter() - start) / len(nets)  # each fit's share of the stack's time
     histories = []
     for ctx, record in zip(contexts, records):
         history = History(record.step_losses, record.epoch_losses)
         if validation is not None:
             ctx.best_epoch = record.best_epoch + 1
         ctx._finished.append(
-            {"name": name, "history": LoopState.history_dict(history), "state": None, "best_epoch": ctx.best_epoch}
+            {
+                "name": name,
+                "history": LoopState.history_dict(history),
+                "state": None,
+                "best_epoch": ctx.best_epoch,
+                "seconds": seconds,
+            }
         )
         histories.append(history)
     return histories

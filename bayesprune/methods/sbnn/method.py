@@ -91,9 +91,7 @@ class SBNN(Method):
         guide = SpikeSlabGuide(model, init_scale=options.init_scale)
         load_module_state(model, state["model"])
         load_module_state(guide, state["guide"])
-        fitted = SBNNFitted(model, guide, predictive_samples=options.predictive_samples)
-        fitted.score = options.score
-        return fitted
+        return SBNNFitted(model, guide, score=options.score, predictive_samples=options.predictive_samples, ctx=ctx)
 
     def inference_data(self, fits, dataset, *, seed):
         """ArviZ data of the chains, with ψ, φ (eqs. 3.18–3.19) and the importance of every hidden
