@@ -22,7 +22,7 @@ Beyond the paper, which defines ψ for MLPs with one output only:
   channel-major by ``nn.Flatten``; its (out, C·H·W) matrix is folded to (out, C) by averaging over
   the H·W spatial positions of each channel, so the chain of matrices stays (out × in) consistent.
 
-Only plain chains are supported (:func:`bayesprune.core.structure.layer_chain`: ``Linear``/``Conv2d``
+Only plain chains are supported (:func:`bayesprune.core.chain.layer_chain`: ``Linear``/``Conv2d``
 layers in module order with pooling, activations and ``Flatten`` between them, no branches, skip
 connections or batch norm); anything else raises ``ValueError``.
 """
@@ -38,7 +38,7 @@ from bayesprune.analysis.selection import (
     select_by_empirical_null,
     select_by_stability,
 )
-from bayesprune.core.structure import layer_chain
+from bayesprune.core.chain import layer_chain
 
 
 def weight_inclusion_matrices(inclusion: dict, model_or_net) -> list:
@@ -126,7 +126,7 @@ def path_scores(logits: dict, model_or_net) -> dict:
 
     Args:
         logits: site name → inclusion logits B − A (eq. 3.8) of every weight and bias of a chain of
-            layers (:func:`~bayesprune.core.structure.layer_chain`).
+            layers (:func:`~bayesprune.core.chain.layer_chain`).
         model_or_net: the ``BayesianNetwork`` or its plain network.
 
     Returns:

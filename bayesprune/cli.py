@@ -84,7 +84,7 @@ def _certify(args):
 
 def _grid(args):
     """``compare`` or ``sweep``: the grid fitted and its tables written; exit 1 when a cell failed fitting."""
-    from bayesprune.pipeline.compare.comparison import exit_status, grid_folder
+    from bayesprune.pipeline.compare.grid import exit_status, grid_folder
 
     name = args.command
     out = grid_folder(name, args.out, args.resume)  # a new grid, or one to continue

@@ -54,17 +54,7 @@ from bayesprune.pipeline.finetune import finetune
 
 sys.path.insert(0, str(Path(__file__).parent))
 from recalibration import write_user_files  # noqa: E402
-from unit_gates_resnet import held_out  # noqa: E402
-
-SHAPE = (3, 32, 32)
-BATCH = 64
-
-
-def error_of(net, x, y) -> float:
-    net.eval()
-    with torch.no_grad():
-        predictions = torch.cat([net(chunk).argmax(-1) for chunk in torch.split(x, 256)])
-    return 100.0 * float((predictions != y).float().mean())
+from unit_gates_resnet import BATCH, SHAPE, error_of, held_out  # noqa: E402
 
 
 def build(network: str):

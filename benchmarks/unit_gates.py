@@ -43,11 +43,11 @@ from pathlib import Path
 
 import torch
 
+from bayesprune.core.chain import layer_chain
 from bayesprune.core.export import measure_latency
 from bayesprune.core.gates import UnitGates
 from bayesprune.core.loop import TensorBatches, optimizer_step, train
 from bayesprune.core.predict import metric
-from bayesprune.core.structure import layer_chain
 from bayesprune.methods import FitContext, get_method
 from bayesprune.methods.unit_gates import GateTraining, adam, data_cost
 from bayesprune.pipeline.runner import load_run, new_net

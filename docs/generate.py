@@ -43,9 +43,10 @@ CORE = {
     "model.weights": "a file of your trained network's weights (`torch.save(net.state_dict(), path)` of the network `architecture` or `factory` builds) that every fit starts from instead of the builder's initialisation; read weights-only (a pickled object is refused), a file of another network is refused naming the first key that differs; relative to the config file",
     "model.pretrain_epochs": "epochs of plain dense training (maximum likelihood, the run's optimiser and minibatches) before the method's fit, from the built or loaded network; `start_<metric>` in `metrics.json` is the test metric of the network the fit starts from",
     "model.noise_scale": "fixed noise standard deviation of the Gaussian likelihood (regression); unset, it is learned",
-    "model.expose": 'parameters added to the sites (names, globs such as `"*.bn1.*"`, or module type names such as `"BatchNorm2d"`); by default the sites are the parameters of the Linear and convolution layers',
+    "model.expose": 'parameters added to the sites (parameter or module names, globs such as `"*.bn1.*"`, or module type names such as `"BatchNorm2d"`); by default the sites are the parameters of the Linear and convolution layers',
     "model.hide": "parameters taken out of the sites (same forms); they stay point estimates that the optimiser trains",
     "model.heads": "the number of attention heads of modules that do not hold it as `num_heads` or `num_attention_heads` (module names, globs or type names to counts, e.g. `{\"blocks.*.attn\" = 4}`), so that their heads are units at unit level; timm's, `transformers`' and PyTorch's attention blocks need none",
+    "model.priors": '`[[model.priors]]` tables giving modules a prior of their own, read by `sbnn` (other methods refuse the key): `modules` (a parameter or module name, a glob over them, a module type name such as `"Conv2d"`, or a list of them), `prior` (`"spike-slab"`: an inclusion indicator per weight, paper 003 eq. 3.1; `"group-spike-slab"`: one per unit, a Linear layer\'s output unit or a convolution\'s output channel) and its hyper-parameters `pi`, `log_tau0`, `log_tau1` (absent: 0.5, -6, 1). Sites no table claims keep the method\'s prior; a pattern matching no site, or a site two tables claim, is refused; the report lists every site\'s prior',
     "optim.name": "`adam` or `sgd`",
     "optim.lr": "learning rate",
     "optim.schedule": "`constant`, `exponential` (× `gamma` per epoch) or `cosine` (annealed to zero over the run)",
@@ -605,12 +606,12 @@ def generate() -> str:
 
 def comparison_section() -> list:
     """``[compare]`` of a comparison config (``bayesprune compare``), from ``CompareOptions``."""
-    from bayesprune.pipeline.compare.comparison import CompareOptions, comparison_configs
+    from bayesprune.pipeline.compare.options import CompareOptions, comparison_configs
 
     out = [
         "## `[compare]` (comparison configs)\n",
         "A comparison config (`bayesprune compare [NAME|PATH]`) is a run config without `method`, plus this table "
-        "and, optionally, a table per method over its packaged options (`bayesprune.pipeline.compare.comparison`).",
+        "and, optionally, a table per method over its packaged options (`bayesprune.pipeline.compare.options`).",
         "",
     ]
     out += table("compare", CompareOptions, attributes(CompareOptions), CompareOptions())

@@ -19,6 +19,8 @@ depthwise convolution, whose input channel c is read only through its output cha
 Σ_c p_c). At p ∈ {0, 1} it is :func:`count_macs` of the network with the closed units removed.
 """
 
+import math
+
 import torch
 from torch import nn
 
@@ -112,3 +114,33 @@ class ExpectedMacs:
     def dense(self) -> float:
         """The MACs with every unit kept."""
         return float(self([torch.ones(units, device=self.gates.raw.device) for units in self.gates.units]))
+
+
+def cut_to_macs(scores: list, macs, target: float, floors: list) -> list:
+    """The keep masks (one per group) of the units of highest score whose MACs are at most ``target``:
+    a global threshold on ``scores`` (one tensor per group), each group keeping at least its ``floor``
+    units of highest score. ``macs`` is an :class:`~bayesprune.core.unit_macs.ExpectedMacs` (exact at
+    0/1 keep values). Bisection over the sorted scores: keeping fewer units never costs more MACs."""
+    flat = torch.cat([s.detach().flatten().double().cpu() for s in scores])
+    order = flat.sort(descending=True).values
+    floor_masks = []
+    for s, floor in zip(scores, floors):
+        top = torch.zeros(s.numel(), dtype=torch.bool)
+        top[s.detach().cpu().topk(min(floor, s.numel())).indices] = True
+        floor_masks.append(top)
+
+    def masks_at(count: int) -> list:
+        threshold = order[count - 1] if count > 0 else math.inf
+        return [(s.detach().double().cpu() >= threshold) | top for s, top in zip(scores, floor_masks)]
+
+    def cost(keep: list) -> float:
+        device = scores[0].device
+        return float(macs([k.to(device=device, dtype=torch.float32) for k in keep]))
+
+    low, high = 0, len(order)  # masks_at(low) fits (the floors alone are assumed to), find the largest count that does
+    if cost(masks_at(high)) <= target:
+        return masks_at(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if cost(masks_at(middle)) <= target else (low, middle)
+    return masks_at(low)

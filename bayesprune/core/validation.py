@@ -66,21 +66,26 @@ class Constraint:
 
     Attributes:
         accepts: ``value → bool``.
-        expectation: the words of the error after ``<table>.<key> must`` (``"lie in (0, 1)"``).
+        expectation: the words of the error after ``<table>.<key> must`` (``"lie in (0, 1)"``), or a function
+            of no argument that returns them (choices read from the registry when checked, not when declared).
         refused: values it refuses (out of range, of the wrong type), which the option-walking test tries.
         allowed: the values it takes, as the reference's tables print them (default: ``expectation``).
         convert: ``value → value`` stored once accepted (a TOML list as a tuple), or ``None``.
     """
 
     accepts: Callable
-    expectation: str
+    expectation: str | Callable
     refused: tuple = ()
     allowed: str = ""
     convert: Callable | None = None
 
+    def words(self) -> str:
+        """The words of the error after ``<table>.<key> must``."""
+        return self.expectation() if callable(self.expectation) else self.expectation
+
     def describe(self) -> str:
         """What the reference prints in an option's "allowed" column."""
-        return self.allowed or self.expectation.removeprefix("be ").removeprefix("lie ")
+        return self.allowed or self.words().removeprefix("be ").removeprefix("lie ")
 
 
 @dataclass(frozen=True)
@@ -92,15 +97,20 @@ class Rule:
         key: the option the error names.
         holds: ``options → bool``: false for a refused combination.
         expectation: ``options → str``, the words after ``<table>.<key> must``.
-        example: option values that make a refused combination (the option-walking test sets them).
+        example: option values that make a refused combination (the option-walking test sets them), or a function
+            of no argument that returns them (values read from the registry).
         value: ``options → value`` the error shows (default: the option ``key``'s).
     """
 
     key: str
     holds: Callable
     expectation: Callable
-    example: dict = field(default_factory=dict)
+    example: dict | Callable = field(default_factory=dict)
     value: Callable | None = None
+
+    def values(self) -> dict:
+        """The option values of :attr:`example`."""
+        return self.example() if callable(self.example) else self.example
 
 
 def option(default=MISSING, constraint: Constraint | None = None, *, factory=MISSING):
@@ -122,7 +132,7 @@ def validate(options, table: str | None):
         constraint = f.metadata.get("constraint")
         if constraint is not None:
             value = getattr(options, f.name)
-            require(constraint.accepts(value), prefix + f.name, constraint.expectation, value)
+            require(constraint.accepts(value), prefix + f.name, constraint.words(), value)
             if constraint.convert is not None:
                 object.__setattr__(options, f.name, constraint.convert(value))
     for rule in getattr(options, "rules", ()):

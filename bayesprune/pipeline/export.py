@@ -247,21 +247,9 @@ def export_fitted(
     network further on ``dataset``'s training split, its zero weights held at zero. ``brought`` is the
     network the user brought (the model factory's, before any unit left while training; any weights),
     measured as ``"dense"`` and against which the units removed are counted; ``None``: the fit's network."""
-    from bayesprune.core.export import (
-        dead_units,
-        export,
-        save_portable,
-        save_trainable,
-    )
-    from bayesprune.core.macs import resolve_macs
     from bayesprune.core.normalization import changes, has_running_stats
-    from bayesprune.core.onnx_file import run_onnx, save_onnx
-    from bayesprune.core.predict import metric
-    from bayesprune.core.preprocessing import preprocessing_of, with_preprocessing
-    from bayesprune.core.pruning import expand_unit_masks, prune
-    from bayesprune.core.tasks import is_classification, metric_name, network_test_metric, predictive_mean
+    from bayesprune.core.tasks import network_test_metric
     from bayesprune.methods import get_method
-    from bayesprune.pipeline.evaluation import batched_predictions
 
     out, trainable, onnx = check_export_arguments(out, repeats=repeats, force=force, formats=formats)
     levels = get_method(fitted.method).prune_levels
@@ -272,8 +260,55 @@ def export_fitted(
     shape = tuple(dataset.input_shape)
     dense = fitted.network().eval()
     brought = dense if brought is None else brought.to(next(dense.parameters()).device).eval()
-    # What the method learned: its network as it is (already sparse or shrunk), or, for a method with
-    # inclusion probabilities, the weights of probability >= 1/2 (the median probability model).
+    exported, weight_masks, dead, budget = _pruned(fitted, dense, budget, shape)
+    # a masked network with batch norms is written with statistics of its own (prune.recalibrate)
+    recalibrated = fitted.calibration is not None and changes(dense, weight_masks) and has_running_stats(exported)
+    if recalibrated:
+        fitted.calibration.apply(exported)
+    x = dataset.x_test[:256]
+    with torch.no_grad():
+        masked = fitted.masked_network(weight_masks).eval()(x)
+        difference = (exported(x) - masked).abs().max().item()
+    before = None
+    if finetuning is not None:  # the smaller network trained further, the weights removed held at zero
+        before = network_test_metric(exported, dataset)
+        zeros = {name: p != 0 for name, p in exported.named_parameters() if name in fitted.sites and not p.all()}
+        finetuning.apply(exported, dataset, zeros, calibration=fitted.calibration, teacher=dense)
+    written = _written(fitted, dataset, exported, brought, weight_masks, (out, trainable, onnx), repeats)
+    name, preprocessing = written["metric"], written["preprocessing"]
+    run_value = (run_metrics or {}).get(name)
+    report = {
+        "budget": None if budget is None else {key: value for key, value in vars(budget).items() if value is not None},
+        name: written["error"],
+        f"run_{name}": run_value if isinstance(run_value, (int, float)) else None,
+        f"method_{name}": written["own"],
+        "input_shape": list(shape),
+        "recalibrated_statistics": recalibrated,
+        "standardises_inputs": preprocessing.input_mean is not None,
+        "scales_outputs": preprocessing.scales_targets,
+        "max_abs_difference_to_masked": difference,
+        "removed_dead_units": {site: int((~m).sum()) for site, m in dead.items()},
+        "removed_units": written["removed"],
+        "file": str(out),
+        "trainable_file": None if written["why_not"] else str(trainable),
+        "trainable_needs_network": None if written["why_not"] else written["needs_network"],
+        "finetune_epochs": 0 if finetuning is None else finetuning.epochs,
+        f"{name}_before_finetuning": before,
+        **written["onnx"],
+        **written["measured"],
+    }
+    return Exported(report, compared_inputs=len(x), no_trainable_file=written["why_not"])
+
+
+def _pruned(fitted, dense, budget, shape) -> tuple:
+    """``(exported, weight_masks, dead, budget)``: what the method learned (its network as it is, already
+    sparse or shrunk, or for a method with inclusion probabilities the weights of probability >= 1/2, the
+    median probability model), pruned further at ``budget`` (a MAC budget resolved to a fraction, returned),
+    and without the units left dead (``dead``: site → mask of the units kept)."""
+    from bayesprune.core.export import dead_units, export
+    from bayesprune.core.macs import resolve_macs
+    from bayesprune.core.pruning import expand_unit_masks, prune
+
     probabilities = fitted.inclusion_probabilities()
     weight_masks = {site: p >= 0.5 for site, p in probabilities.items()} if probabilities is not None else {}
     try:
@@ -293,83 +328,73 @@ def export_fitted(
         exported = export(net, dead, input_shape=shape).eval() if dead else net.eval()
     except ValueError as error:
         raise BayesPruneError(f"export: {error}") from None
-    # a masked network with batch norms is written with statistics of its own (prune.recalibrate)
-    recalibrated = fitted.calibration is not None and changes(dense, weight_masks) and has_running_stats(exported)
-    if recalibrated:
-        fitted.calibration.apply(exported)
-    x = dataset.x_test[:256]
-    with torch.no_grad():
-        masked = fitted.masked_network(weight_masks).eval()(x)
-        difference = (exported(x) - masked).abs().max().item()
-    before = None
-    if finetuning is not None:  # the smaller network trained further, the weights removed held at zero
-        before = network_test_metric(exported, dataset)
-        zeros = {name: p != 0 for name, p in exported.named_parameters() if name in fitted.sites and not p.all()}
-        finetuning.apply(exported, dataset, zeros, calibration=fitted.calibration, teacher=dense)
-    # the file takes the rows of the user's files and gives targets in their units: the data's preprocessing inside
+    return exported, weight_masks, dead, budget
+
+
+def _written(fitted, dataset, exported, brought, weight_masks, paths, repeats) -> dict:
+    """Write ``exported`` to ``paths`` (``out``, the trainable file, the ONNX file or ``None``), all of them or
+    none (each written beside its place, measured, then moved there), and what was measured of them: the test
+    metric of the file as written (``metric``, ``error``), the method's own with the same weights removed
+    (``own``), the trainable file's refusal (``why_not``) or ``needs_network``, the ONNX file's metric and
+    difference (``onnx``), size, MACs and latency (``measured``), the units removed (``removed``) and the
+    data's ``preprocessing``, which the files hold (they take the rows of the user's files and give targets
+    in their units)."""
+    from bayesprune.core.export import save_portable, save_trainable
+    from bayesprune.core.onnx_file import run_onnx, save_onnx
+    from bayesprune.core.predict import metric
+    from bayesprune.core.preprocessing import preprocessing_of, with_preprocessing
+    from bayesprune.core.tasks import is_classification, metric_name, predictive_mean
+    from bayesprune.pipeline.evaluation import batched_predictions
+
+    out, trainable, onnx = paths
+    shape = tuple(dataset.input_shape)
     preprocessing = preprocessing_of(dataset)
     example = preprocessing.raw_inputs(dataset.x_test[:2])
     raw_y = dataset.y_test if is_classification(dataset.task) else preprocessing.raw_targets(dataset.y_test)
     # new files, never a link planted there
     partials = _fresh_beside(out), _fresh_beside(trainable), *([_fresh_beside(onnx)] if onnx else [])
+    written = {"metric": metric_name(dataset.task), "preprocessing": preprocessing, "needs_network": None, "onnx": {}}
     try:
         save_portable(with_preprocessing(exported, preprocessing), partials[0], example)
         if onnx:
             save_onnx(with_preprocessing(exported, preprocessing), partials[2], example)
         try:
             # a network with a forward of its own: its shapes, for a network its code builds (load_trainable's net=)
-            needs_network = save_trainable(
+            written["needs_network"] = save_trainable(
                 exported, partials[1], input_shape=shape, preprocessing=preprocessing, built=brought
             )
-            why_not = None
+            written["why_not"] = None
         except ValueError as error:
-            why_not = str(error)
+            written["why_not"] = str(error)
         loaded = torch.export.load(str(partials[0])).module()  # the file as written
         with torch.no_grad():
             outputs = torch.cat([loaded(batch) for batch in _raw_batches(dataset.x_test, preprocessing)])
-        onnx_outputs = run_onnx(partials[2], _raw_batches(dataset.x_test, preprocessing)) if onnx else None
-        name = metric_name(dataset.task)
-        error = metric(dataset.task, predictive_mean(outputs, dataset.task), raw_y)
+        written["error"] = metric(dataset.task, predictive_mean(outputs, dataset.task), raw_y)
+        if onnx:  # the ONNX file as ONNX Runtime runs it, beside the .pt2's outputs
+            onnx_outputs = run_onnx(partials[2], _raw_batches(dataset.x_test, preprocessing))
+            name = written["metric"]
+            written["onnx"] = {
+                "onnx_file": str(onnx),
+                f"onnx_{name}": metric(dataset.task, predictive_mean(onnx_outputs, dataset.task), raw_y),
+                "onnx_max_abs_difference_to_file": (onnx_outputs - outputs).abs().max().item(),
+            }
         # the method's own prediction with the same weights removed (the run's figure is of its whole network)
         own = batched_predictions(fitted, dataset.x_test, masks=weight_masks)[0] if weight_masks else None
-        own = None if own is None else metric(dataset.task, own, dataset.y_test, target_std=dataset.target_std)
-        measured = _measure({"dense": brought, "exported": exported}, shape, repeats)
-        removed = removed_units(brought, exported, shape)
+        written["own"] = (
+            None if own is None else metric(dataset.task, own, dataset.y_test, target_std=dataset.target_std)
+        )
+        written["measured"] = _measure({"dense": brought, "exported": exported}, shape, repeats)
+        written["removed"] = removed_units(brought, exported, shape)
         check_stop("while exporting; no file written")  # SIGINT or SIGTERM: the files all written or none
         os.replace(partials[0], out)
         if onnx:
             os.replace(partials[2], onnx)
-        if why_not is None:
+        if written["why_not"] is None:
             os.replace(partials[1], trainable)
     finally:
         for partial in partials:
             partial.unlink(missing_ok=True)
-
-    run_value = (run_metrics or {}).get(name)
-    report = {
-        "budget": None if budget is None else {key: value for key, value in vars(budget).items() if value is not None},
-        name: error,
-        f"run_{name}": run_value if isinstance(run_value, (int, float)) else None,
-        f"method_{name}": own,
-        "input_shape": list(shape),
-        "recalibrated_statistics": recalibrated,
-        "standardises_inputs": preprocessing.input_mean is not None,
-        "scales_outputs": preprocessing.scales_targets,
-        "max_abs_difference_to_masked": difference,
-        "removed_dead_units": {site: int((~m).sum()) for site, m in dead.items()},
-        "removed_units": removed,
-        "file": str(out),
-        "trainable_file": None if why_not else str(trainable),
-        "trainable_needs_network": None if why_not else needs_network,
-        "finetune_epochs": 0 if finetuning is None else finetuning.epochs,
-        f"{name}_before_finetuning": before,
-    }
-    if onnx:  # the ONNX file as ONNX Runtime runs it, beside the .pt2's outputs
-        report["onnx_file"] = str(onnx)
-        report[f"onnx_{name}"] = metric(dataset.task, predictive_mean(onnx_outputs, dataset.task), raw_y)
-        report["onnx_max_abs_difference_to_file"] = (onnx_outputs - outputs).abs().max().item()
-    report.update(measured)
-    return Exported(report, compared_inputs=len(x), no_trainable_file=why_not)
+    return written
 
 
 def removed_units(brought, exported, shape) -> dict:

@@ -47,9 +47,9 @@ from bayesprune.analysis.selection import (
     select_by_bayesian_fdr,
 )
 from bayesprune.analysis.tables import write_csv
+from bayesprune.core.chain import layer_chain
 from bayesprune.core.errors import BayesPruneError, ConfigError
 from bayesprune.core.files import write_text
-from bayesprune.core.structure import layer_chain
 from bayesprune.core.tasks import metric_name
 from bayesprune.methods import FitContext, get_method
 from bayesprune.models import new_net

@@ -13,6 +13,7 @@ import torch_pruning as tp
 import torchvision
 from torch import nn
 
+from bayesprune.core.chain import layer_chain
 from bayesprune.core.export import (
     count_macs,
     count_parameters,
@@ -29,7 +30,7 @@ from bayesprune.core.export import (
     unmask_parameters,
 )
 from bayesprune.core.pruning import Budget, apply_masks, expand_unit_masks, prune, sparsity, unit_scores
-from bayesprune.core.structure import layer_chain, shrunk
+from bayesprune.core.structure import shrunk
 from bayesprune.methods import available_methods
 from bayesprune.models import lenet_5_caffe, lenet_5_classic, lenet_300_100, mlp
 from helpers import ClassicLeNet5

@@ -1,10 +1,11 @@
-"""Tests of bayesprune.core.structure: the layer chain against hand-written descriptions of small networks."""
+"""Tests of bayesprune.core.chain (the layer chain against hand-written descriptions of small networks) and of
+bayesprune.core.structure."""
 
 import pytest
 import torch
 from torch import nn
 
-from bayesprune.core.structure import layer_chain
+from bayesprune.core.chain import layer_chain
 from bayesprune.models import lenet_5_caffe, mlp
 from helpers import ClassicLeNet5
 

@@ -10,7 +10,7 @@ from bayesprune.core.export import count_macs
 from bayesprune.core.gates import UnitGates, separable_heads
 from bayesprune.core.optim import OptimConfig
 from bayesprune.core.structure import shrunk
-from bayesprune.core.unit_macs import ExpectedMacs
+from bayesprune.core.unit_macs import ExpectedMacs, cut_to_macs
 from bayesprune.data.registry import Dataset
 from bayesprune.methods.context import FitContext
 from bayesprune.methods.hard_concrete import HardConcreteMethod, HardConcreteOptions, learned_network
@@ -18,7 +18,6 @@ from bayesprune.methods.hard_concrete.gates import (
     GAMMA,
     ZETA,
     HardConcreteGates,
-    cut_to_macs,
     fold_gates,
     kept_gate_values,
     open_probability,

@@ -245,12 +245,12 @@ CASES = {
     "another method's config in compare.configs": (
         {},
         [*NEW, "--set", "compare.configs={sbnn = 'pbp-digits'}"],
-        "compare.configs.sbnn",
+        "compare.configs must map each method to a config of its own (sbnn = 'pbp-digits' is pbp's)",
     ),
     "unknown config in compare.configs": (
         {},
         [*NEW, "--set", "compare.configs={sbnn = 'nonesuch'}"],
-        "compare.configs.sbnn",
+        "compare.configs must be a table of method = packaged config",
     ),
     "certify 10**6 networks": ({"done": RUN}, ["certify", "done", "--samples", "1000000"], "--samples"),
     # refusals of the run's own checks, before any fit

@@ -27,10 +27,10 @@ import torch
 from bayesprune.core.gates import separable_heads
 from bayesprune.core.normalization import recalibrate
 from bayesprune.core.structure import shrunk
-from bayesprune.core.unit_macs import ExpectedMacs
+from bayesprune.core.unit_macs import ExpectedMacs, cut_to_macs
 from bayesprune.methods import Method, register_method
 from bayesprune.methods.base import NetworkFitted
-from bayesprune.methods.hard_concrete.gates import HardConcreteGates, cut_to_macs, fold_gates, kept_gate_values
+from bayesprune.methods.hard_concrete.gates import HardConcreteGates, fold_gates, kept_gate_values
 from bayesprune.methods.hard_concrete.options import HardConcreteOptions
 from bayesprune.methods.hard_concrete.training import GateStage
 
@@ -58,7 +58,7 @@ class HardConcreteFitted(NetworkFitted):
 
 def learned_network(net, gates: HardConcreteGates, macs: ExpectedMacs, options) -> tuple:
     """``(smaller network, log α of its units per site, keep masks)``: ``net`` cut to ``options.macs`` of its
-    dense MACs by log α (:func:`~bayesprune.methods.hard_concrete.gates.cut_to_macs`), the kept units'
+    dense MACs by log α (:func:`~bayesprune.core.unit_macs.cut_to_macs`), the kept units'
     gates (:func:`~bayesprune.methods.hard_concrete.gates.kept_gate_values`) folded into their consumers."""
     log_alpha = [t.detach() for t in gates.per_layer(gates.raw)]
     floors = [max(1, math.ceil(options.min_keep_fraction * units)) for units in gates.units]

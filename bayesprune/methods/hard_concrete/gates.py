@@ -94,33 +94,3 @@ def fold_gates(net: nn.Module, gates: UnitGates, values: list):
             weight.mul_(scale.view(1, -1, *([1] * (weight.dim() - 2))))
         else:
             weight.mul_(scale)
-
-
-def cut_to_macs(scores: list, macs, target: float, floors: list) -> list:
-    """The keep masks (one per group) of the units of highest score whose MACs are at most ``target``:
-    a global threshold on ``scores`` (one tensor per group), each group keeping at least its ``floor``
-    units of highest score. ``macs`` is an :class:`~bayesprune.core.unit_macs.ExpectedMacs` (exact at
-    0/1 keep values). Bisection over the sorted scores: keeping fewer units never costs more MACs."""
-    flat = torch.cat([s.detach().flatten().double().cpu() for s in scores])
-    order = flat.sort(descending=True).values
-    floor_masks = []
-    for s, floor in zip(scores, floors):
-        top = torch.zeros(s.numel(), dtype=torch.bool)
-        top[s.detach().cpu().topk(min(floor, s.numel())).indices] = True
-        floor_masks.append(top)
-
-    def masks_at(count: int) -> list:
-        threshold = order[count - 1] if count > 0 else math.inf
-        return [(s.detach().double().cpu() >= threshold) | top for s, top in zip(scores, floor_masks)]
-
-    def cost(keep: list) -> float:
-        device = scores[0].device
-        return float(macs([k.to(device=device, dtype=torch.float32) for k in keep]))
-
-    low, high = 0, len(order)  # masks_at(low) fits (the floors alone are assumed to), find the largest count that does
-    if cost(masks_at(high)) <= target:
-        return masks_at(high)
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if cost(masks_at(middle)) <= target else (low, middle)
-    return masks_at(low)

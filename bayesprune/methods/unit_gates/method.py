@@ -44,6 +44,7 @@ class UnitGatesMethod(Method):
     )
 
     prune_levels = ("unit",)
+    macs_option = "macs"
     unsupported = {
         "validation": "units leave the network for good while it trains; it keeps training to the end",
         "train.kernels": "it has no per-weight variational formulas to compile",
@@ -82,6 +83,7 @@ class UnitGatesMethod(Method):
         net = separable_heads(net.to(ctx.device), data.input_shape)
         starting = _weights(net)
         test = (data.x_test, data.y_test) if data.task == "classification" else None
+        batches = ctx.batches(data.x_train, data.y_train)
         training = GateTraining(
             net,
             options,
@@ -90,8 +92,9 @@ class UnitGatesMethod(Method):
             noise_scale=ctx.noise_scale,
             input_shape=data.input_shape,
             test=test,
+            macs_target=macs_target(options, ctx),
+            total_steps=ctx.epochs * len(batches),
         )
-        batches = ctx.batches(data.x_train, data.y_train)
         history = ctx.train(
             "gates", training.step, batches, epochs=ctx.epochs, callbacks=[training], state={"training": training}
         )
@@ -100,7 +103,10 @@ class UnitGatesMethod(Method):
             k if floor or bool(k.any()) else t.detach() == t.detach().max()
             for k, t, floor in zip(keep, training.gates.theta, training.floors)
         ]
-        training.remove(training.with_floors(keep))
+        keep = training.with_floors(keep)
+        if training.constraint is not None:
+            keep = training.constraint.cut(training.gates.theta, keep, training.kept_units, training.floors)
+        training.remove(keep)
         final = training.net
         theta = {site: t.detach().clone() for site, t in zip(training.gates.sites, training.gates.theta)}
         structured = 1 - _weights(final) / starting
@@ -121,6 +127,7 @@ class UnitGatesMethod(Method):
             "epoch_seconds": [round(s, 3) for s in training.epoch_seconds],
             "epoch_test_error": training.epoch_test_error,
             "theta_trajectories": training.theta_trajectories,
+            **({} if training.constraint is None else {"expected_macs_ratio": training.expected_macs_ratio}),
         }
         return UnitGatesFitted(
             final,
@@ -163,6 +170,16 @@ class UnitGatesMethod(Method):
     def restore(self, net, data, options, ctx, state):
         net.load_state_dict(state["net"])
         return UnitGatesFitted(net, dict(state["theta"]), task=data.task, ctx=ctx)
+
+
+def macs_target(options, ctx) -> float | None:
+    """The MAC fraction the gates are held to while training: ``unit-gates.macs``, else the largest of the
+    run's ``prune.macs`` (its smaller targets are cut from the fitted network by θ), else none."""
+    if options.macs is not None:
+        return options.macs
+    targets = ((ctx.config or {}).get("prune") or {}).get("macs") or ()
+    targets = [targets] if isinstance(targets, (int, float)) else list(targets)
+    return max(targets) if targets else None
 
 
 def split_groups(net, gates, theta: dict, input_shape) -> dict:

@@ -77,6 +77,13 @@ class UnitGatesOptions(Staged):
             networks end with 3-30% of a layer's units; on a deep CNN trained from random weights the gates
             of late groups close before the data term holds them (mobilenet_v2 on 1,150 digits: its last 1,280-channel layer went to one,
             84% held-out error; docs/reproductions.md).
+        macs: the fraction of the starting network's MACs to keep (:func:`bayesprune.core.export.count_macs`):
+            the gates' expected MACs are held to it while they train and the learned network cut to at most
+            it (:mod:`~bayesprune.methods.unit_gates.budget`, not in paper 004). Unset: the largest of
+            ``prune.macs`` where that is given (a run's smaller targets are then cut from the fitted network by
+            θ), else none (Algorithm 1 as written).
+        macs_warmup: the share of Algorithm 1's steps over which the target falls from the starting gates'
+            expected MACs to ``macs``.
         finetune_epochs, finetune_lr: fine-tuning of the deterministic smaller network.
         recalibrate: at the end, the batch norms' running statistics of the returned network are
             estimated again on training batches (:func:`bayesprune.core.normalization.recalibrate`, the
@@ -126,6 +133,8 @@ class UnitGatesOptions(Staged):
     n0: int = option(2814, count(0))
     final_threshold: float = option(1e-3, unit())
     min_keep_fraction: float = option(0.0, unit(open_low=False))
+    macs: float | None = option(None, optional(unit(open_high=False)))
+    macs_warmup: float = option(0.5, unit(open_low=False, open_high=False))
     finetune_epochs: int = option(10, count(0))
     finetune_lr: float = option(1e-4, scale())
     input_threshold: float = option(0.0, scale(positive=False))

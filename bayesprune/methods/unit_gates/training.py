@@ -13,6 +13,7 @@ from bayesprune.core.gates import UnitGates, project_unit_weights, unit_weight_n
 from bayesprune.core.precision import autocast_calls
 from bayesprune.core.structure import input_shape_of, shrunk
 from bayesprune.core.tasks import predict_network
+from bayesprune.methods.unit_gates.budget import MacConstraint
 from bayesprune.methods.unit_gates.options import UnitGatesOptions
 
 
@@ -51,6 +52,8 @@ class GateTraining:
         noise_scale=None,
         input_shape=None,
         test=None,
+        macs_target=None,
+        total_steps=1,
     ):
         self.net, self.options, self.num_train, self.noise_scale = net, options, num_train, noise_scale
         self.test = test  # (x, y): the test error of the current network after each epoch (Fig. 3), classification
@@ -67,6 +70,13 @@ class GateTraining:
         self.starting_units = list(self.gates.units)
         self.floors = [math.ceil(options.min_keep_fraction * units) for units in self.starting_units]
         self.kept_units = [torch.arange(units) for units in self.gates.units]  # starting index of each unit
+        self.constraint = None  # the tilt to a MAC target (budget.MacConstraint), with the expected ratio per epoch
+        self.expected_macs_ratio = []
+        if macs_target is not None:
+            clip = (options.theta_low, options.theta_high)
+            self.constraint = MacConstraint(
+                net, self.gates, target=macs_target, warmup=options.macs_warmup, total_steps=total_steps, clip=clip
+            )
         self._epoch_start = time.perf_counter()
 
     def state_dict(self) -> dict:
@@ -83,6 +93,8 @@ class GateTraining:
             "epoch_seconds": list(self.epoch_seconds),
             "epoch_test_error": list(self.epoch_test_error),
             "theta_trajectories": list(self.theta_trajectories),
+            "expected_macs_ratio": list(self.expected_macs_ratio),
+            "macs_price": None if self.constraint is None else self.constraint.price,
         }
 
     def load_state_dict(self, state: dict):
@@ -99,6 +111,9 @@ class GateTraining:
             list(state["epoch_test_error"]),
             list(state["theta_trajectories"]),
         )
+        self.expected_macs_ratio = list(state["expected_macs_ratio"])
+        if self.constraint is not None:
+            self.constraint.price = state["macs_price"]
 
     def step(self, x, y, index, num_batches):
         gates = self.gates
@@ -128,8 +143,8 @@ class GateTraining:
 
     @torch.no_grad()
     def _after_step(self):
-        """Algorithm 1, steps 3-4 after the update: the projection, θ clipped to [θ_l, θ_h], and every
-        unit meeting the pruning condition removed from the network at once, but a group's floor
+        """Algorithm 1, steps 3-4 after the update: the projection, θ clipped to [θ_l, θ_h] (and, with a MAC
+        target, tilted to it: :mod:`~bayesprune.methods.unit_gates.budget`), and every unit meeting the pruning condition removed from the network at once, but a group's floor
         (:meth:`with_floors`); without one, a layer all of whose units meet it keeps them: a layer is
         never emptied while training."""
         options = self.options
@@ -137,6 +152,8 @@ class GateTraining:
         if options.phi_max < math.inf:
             project_unit_weights(self.net, self.gates, options.phi_max)
         theta = self.gates.raw.clamp_(options.theta_low, options.theta_high)
+        if self.constraint is not None:
+            self.constraint.tilt(self.gates, self.kept_units, self.switched_off, self.steps)
         theta.masked_fill_(self.switched_off, 0.0)  # remove_at = "epoch": switched off until the epoch's end
         if options.condition == "tolerance":
             off = theta < options.theta_tol
@@ -182,6 +199,10 @@ class GateTraining:
         self.epoch_seconds.append(now - self._epoch_start)
         self.units_alive.append(self.gates.raw.numel())
         self.theta_trajectories.append(self.theta_by_original_unit())
+        if self.constraint is not None:
+            self.expected_macs_ratio.append(
+                float(self.constraint.ratio(self.gates.per_layer(self.gates.raw.detach()), self.kept_units))
+            )
         if self.test is not None:  # every gate of the smaller network at 1: the network fine-tuning would start from
             # in eval mode: batch norms read their running statistics and keep them (test rows must not enter them)
             predicted = predict_network(self.net, self.test[0], "classification").argmax(-1).cpu()

@@ -2,14 +2,9 @@
 any config, each cell an ordinary run directory scheduled by an engine (a local process pool or Ray)."""
 
 from bayesprune.pipeline.compare.cells import Cell, execute
-from bayesprune.pipeline.compare.comparison import (
-    CompareOptions,
-    compare,
-    comparison_cells,
-    comparison_configs,
-    load_comparison,
-)
+from bayesprune.pipeline.compare.comparison import compare, comparison_cells
 from bayesprune.pipeline.compare.engines import ENGINES, run_cells
+from bayesprune.pipeline.compare.options import CompareOptions, comparison_configs, load_comparison
 
 __all__ = [
     "Cell",

@@ -62,6 +62,14 @@ def _probe(address: str, flag: str):
         raise BayesPruneError(f"{flag} {address}: what answers there is not a Ray cluster's head (no gRPC server)")
 
 
+def run_tracked(cells: list, folders: list, tracker, *, engine: str, jobs: int, address, report, status) -> list:
+    """:func:`run_cells` as ``compare`` and ``sweep`` run their grid: each finished cell also logged by ``tracker``
+    (:func:`~bayesprune.pipeline.compare.tracking.open_tracker`; ``None``: not tracked)."""
+    if tracker is not None:
+        report = tracker.reporter(report or (lambda *args: None))
+    return run_cells(cells, folders, engine=engine, jobs=jobs, address=address, report=report, status=status)
+
+
 def run_cells(
     cells: list, folders: list, *, engine: str = "local", jobs: int = 1, address=None, report=None, status=None
 ) -> list:

@@ -23,8 +23,8 @@ from bayesprune.core.errors import BayesPruneError, ConfigError
 from bayesprune.core.files import write_text
 from bayesprune.methods import available_methods, get_method
 from bayesprune.pipeline.compare.cells import Cell
-from bayesprune.pipeline.compare.comparison import check_cells, check_grid_dir, refuse_with_resume
-from bayesprune.pipeline.compare.engines import check_engine, run_cells
+from bayesprune.pipeline.compare.engines import check_engine, run_tracked
+from bayesprune.pipeline.compare.grid import check_cells, check_grid_dir, refuse_with_resume
 from bayesprune.pipeline.compare.tracking import open_tracker
 from bayesprune.pipeline.config import RunConfig, apply_overrides, parse_override, read_config
 from bayesprune.pipeline.rundir import out_lock
@@ -267,14 +267,8 @@ def sweep(
                 }
             ),
         )
-        results = run_cells(
-            cells,
-            folders,
-            engine=engine,
-            jobs=jobs,
-            address=address,
-            status=status,
-            report=report if tracker is None else tracker.reporter(report or (lambda *args: None)),
+        results = run_tracked(
+            cells, folders, tracker, engine=engine, jobs=jobs, address=address, report=report, status=status
         )
         rows = summary_rows(cells, results)
         write_csv(
