@@ -86,12 +86,9 @@ class FitContext:
             :class:`~bayesprune.data.streaming.Augment`), or ``None``.
         memory_format: the layout of every training minibatch of images (``train.memory_format``
             resolved, :func:`bayesprune.core.layout.resolve_memory_format`).
-        calibration: the training inputs a masked network's normalisation statistics are estimated on
-            (:class:`~bayesprune.core.normalization.Calibration`), or ``None``: the :class:`~bayesprune.methods.Fitted`
-            a fit or a restore builds is given it (``Fitted(..., ctx=ctx)``).
-        unpruned_draws: the recorder of the Monte-Carlo draws of the unpruned model a pruning curve makes
-            (:class:`~bayesprune.core.predict.DrawOutputs`), which the fit's posterior predictive reuses; the
-            Fitted is given it as :attr:`calibration`. ``None``: none.
+        calibration, unpruned_draws: what the :class:`~bayesprune.methods.Fitted` a fit or restore builds
+            takes (``Fitted(..., ctx=ctx)``): the inputs masked statistics are estimated on, and the recorder
+            of the pruning curve's draws of the unpruned model (:class:`~bayesprune.methods.Fitted`); or ``None``.
 
     After the fit, ``best_epoch`` (1-based) is the epoch early stopping kept, or ``None``; after a fit
     trained together with others (:func:`train_plain_together`, :func:`train_stack_together`,
@@ -157,10 +154,9 @@ class FitContext:
         )
 
     def training_cost(self) -> dict:
-        """The fit's training over all its stages so far: ``train_epochs``, ``train_steps`` (optimiser
-        steps) and ``train_seconds`` (the wall time of its stages, the one place a fit is timed; a stage a
-        resumed fit put back counts the seconds it took, the stage it resumed those since), so that fits of methods with several stages
-        compare by what they cost (``compare``'s leaderboard)."""
+        """The fit's training over all its stages so far: ``train_epochs``, ``train_steps`` (optimiser steps)
+        and ``train_seconds`` (its stages' wall time: the one place a fit is timed), so that fits of methods
+        with several stages compare by what they cost (``compare``'s leaderboard)."""
         histories = [stage["history"] for stage in self._finished]
         return {
             "train_epochs": sum(len(history["epoch_losses"]) for history in histories),
@@ -449,15 +445,8 @@ def record_together(contexts: list, name: str, records: list, *, validated: bool
         history = History(record.step_losses, record.epoch_losses)
         if validated:
             ctx.best_epoch = record.best_epoch + 1
-        ctx._finished.append(
-            {
-                "name": name,
-                "history": LoopState.history_dict(history),
-                "state": None,
-                "best_epoch": ctx.best_epoch,
-                "seconds": seconds / len(contexts),
-            }
-        )
+        entry = {"name": name, "history": LoopState.history_dict(history), "state": None}
+        ctx._finished.append({**entry, "best_epoch": ctx.best_epoch, "seconds": seconds / len(contexts)})
         histories.append(history)
     return histories
 
