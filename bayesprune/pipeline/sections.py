@@ -155,7 +155,8 @@ class ModelConfig:
     ``prior``, ``"spike-slab"`` (paper 003, eq. 3.1, an indicator per weight) or ``"group-spike-slab"`` (an
     indicator per unit: a Linear layer's output unit, a convolution's output channel;
     :mod:`bayesprune.core.group_spike_slab`), with its hyper-parameters ``pi``, ``log_tau0`` and ``log_tau1``
-    (absent: ``[sbnn]``'s defaults, 0.5, -6 and 1). The sites no table claims keep the method's prior; a
+    (absent: ``[sbnn]``'s defaults, 0.5, -6 and 1), or ``"group-horseshoe"`` (Louizos et al. 2017: a half-Cauchy
+    scale per unit and one per layer, C+(0, ``global_scale``), default 1; :mod:`bayesprune.core.group_horseshoe`). The sites no table claims keep the method's prior; a
     pattern that matches no site and a site two tables claim are refused (:mod:`bayesprune.models.module_priors`).
     The report lists the prior of every site.
     """
