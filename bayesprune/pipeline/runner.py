@@ -11,7 +11,6 @@ and the config are moved there.
 
 import copy
 import json
-import math
 import shutil
 import sys
 from dataclasses import replace
@@ -333,12 +332,14 @@ def _fit_seeds_together(config, method, datasets, device, seeds, *, progress) ->
 
 def _fit_stack(config, method, seeds: list, begin) -> dict:
     """:func:`_fit_seeds_together` of ``seeds`` (``begin(seed)``: the fit's rows and :func:`_start_fit`); a
-    stack the device has no memory for is fitted again as two halves, said in one line."""
+    stack the device has no memory for is fitted again as two halves, and networks the stack refuses
+    (other shapes, dropout, batch norm) one at a time, each said in one line."""
     begun = [begin(seed) for seed in seeds]
     nets = [start[0] for _, start in begun]
     try:
         check_stackable(nets)
-    except ConfigError:
+    except ConfigError as error:
+        print(f"bayesprune: {len(seeds)} seeds fitted one at a time: {error}", file=sys.stderr)
         return {}
     try:
         fits = method.fit_together(nets, [rows for rows, _ in begun], config.method_options, [s[3] for _, s in begun])
@@ -392,6 +393,7 @@ def _run_experiment(config, out: Path, *, progress: bool, force: bool = False) -
 def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, best_epoch=None) -> dict:
     name = metric_name(dataset.task)
     n_weights = fitted.n_weights
+    finetuned = _finetuned(config, dataset, fitted)  # one per fit: each distinct network fine-tuned once
     curve = pruning_curve(
         fitted,
         dataset,
@@ -399,7 +401,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         device=device,
         budget=config.prune.budget,
         include_biases=config.prune.include_biases,
-        finetuned=_finetuned(config, dataset, fitted),
+        finetuned=finetuned,
         predictive=config.prune.predictive_at(n_weights),
         unpruned_draws=fitted.unpruned_draws,
     )
@@ -415,7 +417,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
                 dense_macs=dense,
                 device=device,
                 min_keep=config.prune.min_keep,
-                finetuned=_finetuned(config, dataset, fitted),
+                finetuned=finetuned,
             ),
         }
     metrics = {
@@ -436,6 +438,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         **fitted.metrics(),
         "pruning_curve": curve,
         **macs,
+        **({"finetune_choices": finetuned.choices} if finetuned is not None and finetuned.choices else {}),
     }
     if config.baseline.enabled:  # a diverged plain network is reported, not allowed to sink the run
         try:
@@ -496,9 +499,7 @@ def _finetune_cost(config, dataset) -> dict:
     """``finetune_steps``: the optimiser steps of one pruned network's fine-tuning (``prune.finetune_epochs``
     epochs over every training row), which a comparison's row adds to the fit's; nothing without one."""
     finetuning = FineTuning.of(config, dataset.num_train)
-    if finetuning is None:
-        return {}
-    return {"finetune_steps": finetuning.epochs * math.ceil(dataset.num_train / finetuning.batch_size)}
+    return {} if finetuning is None else {"finetune_steps": finetuning.steps(dataset.num_train)}
 
 
 def _finetuned(config, dataset, fitted):
@@ -506,7 +507,7 @@ def _finetuned(config, dataset, fitted):
     finetuning = FineTuning.of(config, dataset.num_train)
     if finetuning is None:
         return None
-    return lambda masks: finetuning.test_metric(fitted.network(), dataset, masks, calibration=fitted.calibration)
+    return finetuning.test_metrics(fitted, dataset)
 
 
 def _stopped(error, staging: Path, out: Path, checkpoint: str):

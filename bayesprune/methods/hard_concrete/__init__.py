@@ -77,6 +77,7 @@ class HardConcreteMethod(Method):
     name = "hard-concrete"
     Options = HardConcreteOptions
     prune_levels = ("unit",)
+    macs_option = "macs"
     quick = ("prune.finetune_epochs=1",)
     summary = "hard-concrete unit gates under a MAC budget"
     paper = "[Louizos et al. (2018)](https://arxiv.org/abs/1712.01312), L0"

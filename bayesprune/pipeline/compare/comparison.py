@@ -13,13 +13,14 @@ one, and:
 * a method without one whose scores prune weights (sBNN, Sparse VD, ``magnitude``) fits once per seed and
   is pruned at every sparsity (``prune.droprates = [0, *sparsities]``): cell ``<method>-seed<k>``;
 * a method without weight-level scores removes units in its fit and is evaluated as fitted (droprate 0):
-  at its sparsity option (``torch-pruning``), or at the width it learned (unit gates; fine-tuned in its fit);
+  at its sparsity option (``torch-pruning``), MAC option (a cell per ``prune.macs``) or learned width, fine-tuned
+  by ``[prune]`` unless its fit fine-tunes (a ``finetune_epochs`` option: unit gates);
 * a baseline (``Method.baseline``) always runs where its sparsities mean the comparison's: its plain
   network trained as ``[baseline]`` says, each pruned network fine-tuned ``compare.finetune_epochs``; the
   plain network's metric (``magnitude``'s report) is every row's ``plain_test_error``, so no cell trains
   another (``baseline.enabled = false``).
 
-``compare.variants`` runs a method once per value of one option, rows ``<method>-<value>``. With
+``compare.variants`` runs a method once per combination of its options' values, rows ``<method>-<value>...``. With
 ``compare.certify``, a method that certifies masks (:meth:`~bayesprune.methods.Method.certifying`: PBP,
 paper 000) gets a cell per sparsity and seed started from every other method's mask fitted on S_P
 (``certificate-<method>-s<s>-seed<k>``; its own cells where they start from that mask already,
@@ -36,7 +37,7 @@ import tomli_w
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.files import write_text
 from bayesprune.methods import Method, available_methods, get_method, stages
-from bayesprune.pipeline.compare.cells import Cell
+from bayesprune.pipeline.compare.cells import Cell, variant_tables
 from bayesprune.pipeline.compare.engines import check_engine, run_tracked
 from bayesprune.pipeline.compare.equal_macs import at_macs, macs_rows, write_macs_table
 from bayesprune.pipeline.compare.grid import check_cells, check_grid_dir, refuse_with_resume
@@ -88,8 +89,8 @@ def _base(raw: dict, options: CompareOptions, method: str) -> tuple:
     if prune.get("level", "weight") not in owner.prune_levels:  # its own level; a MAC budget is of units
         prune["level"] = owner.prune_levels[0]
         prune.pop("macs", None)
-    if as_fitted(method) and owner.sparsity_option is None:  # learned width: fine-tuned in its own fit
-        prune["finetune_epochs"] = 0
+    if as_fitted(method) and owner.sparsity_option is None and "finetune_epochs" in owner.Options.__dataclass_fields__:
+        prune["finetune_epochs"] = 0  # fine-tuned in its own fit
     base["prune"] = prune
     return base, table
 
@@ -224,10 +225,9 @@ def comparison_cells(raw: dict, options: CompareOptions) -> list:
                     f"sparsities are not this comparison's (prune.level = {level!r})"
                 )
             continue
-        (option, values), *_ = options.variants.get(method, {None: [None]}).items()
-        for value in values:
-            label = method if option is None else f"{method}-{value}"
-            cells += method_cells(raw, options, method, label=label, own={} if option is None else {option: value})
+        for suffix, own in variant_tables(options.variants.get(method, {})):
+            label = f"{method}-{suffix}" if suffix else method
+            cells += method_cells(raw, options, method, label=label, own=own)
     cells = at_macs(cells)
     if options.certify:
         cells = certificate_cells(raw, options, cells)
