@@ -21,7 +21,6 @@ Scores are log α of every kept unit, in float64 (higher keeps).
 
 import copy
 import math
-import time
 
 import torch
 
@@ -116,7 +115,6 @@ class HardConcreteMethod(Method):
 
     def fit(self, net, data, options, ctx):
         torch.manual_seed(ctx.seed)
-        start = time.perf_counter()
         net = separable_heads(net.to(ctx.device), data.input_shape)
         gates = HardConcreteGates(net, init_open=options.init_open, beta=options.beta, input_shape=data.input_shape)
         macs = ExpectedMacs(net, gates)
@@ -137,10 +135,8 @@ class HardConcreteMethod(Method):
             "expected_macs_ratio": stage.expected_ratio,
             "multipliers": stage.multipliers.values.detach().cpu().tolist(),
         }
-        return HardConcreteFitted(
-            smaller, log_alpha, history=history, seconds=time.perf_counter() - start, report=report, task=data.task
-        )
+        return HardConcreteFitted(smaller, log_alpha, history=history, report=report, task=data.task, ctx=ctx)
 
     def restore(self, net, data, options, ctx, state):
         net.load_state_dict(state["net"])
-        return HardConcreteFitted(net, dict(state["log_alpha"]), task=data.task)
+        return HardConcreteFitted(net, dict(state["log_alpha"]), task=data.task, ctx=ctx)

@@ -4,7 +4,6 @@ best point and its fine-tuning."""
 import copy
 import hashlib
 import math
-import time
 from pathlib import Path
 
 import torch
@@ -81,18 +80,11 @@ class SaliencyMethod(Method):
     )
     unsupported = dict(UNREAD_BY_MASKED_TRAINING)
 
-    def one_network(self, table):
-        """The grid of the network its row reports: the first criterion at the most stages, its best
-        penalty alone fine-tuned (``finetune = "best"``)."""
-        criteria, stages = table.get("criteria", SaliencyOptions.criteria), table.get("stages", SaliencyOptions.stages)
-        return {**table, "criteria": list(criteria)[:1], "stages": [max(stages)], "finetune": "best"}
-
     def fit(self, net, data, options, ctx):
         torch.manual_seed(ctx.seed)
         net = net.to(ctx.device)
         loss = mean_loss(data.task)
         x_train, y_train = data.x_train.to(ctx.device), data.y_train.to(ctx.device)
-        start = time.perf_counter()
         history = ctx.train_network(
             "dense", net, ctx.batches(x_train, y_train), epochs=ctx.epochs, loss=loss, validate=True
         )
@@ -141,7 +133,6 @@ class SaliencyMethod(Method):
         history = History(
             history.step_losses + finetune_history.step_losses, history.epoch_losses + finetune_history.epoch_losses
         )
-        seconds = time.perf_counter() - start
         report = _report(points, best, error_before, options)
         net.train()
         return SaliencyFitted(
@@ -151,13 +142,13 @@ class SaliencyMethod(Method):
             points=points,
             loss_rows=loss_rows.cpu(),
             history=history,
-            seconds=seconds,
             report=report,
             task=data.task,
+            ctx=ctx,
         )
 
     def restore(self, net, data, options, ctx, state):
-        return SaliencyFitted.restore(net, state, task=data.task)
+        return SaliencyFitted.restore(net, state, task=data.task, ctx=ctx)
 
     def report_sections(self, run_dir, metrics):
         """The best point per criterion (Tables 1-3), ΔL against λ for each π (Fig. 1) and the error gap

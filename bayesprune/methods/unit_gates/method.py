@@ -1,7 +1,6 @@
 """Bernoulli unit gates' :class:`~bayesprune.methods.base.Method`: gated training, the units kept, the fine-tuning."""
 
 import copy
-import time
 from pathlib import Path
 
 import torch
@@ -123,7 +122,6 @@ class UnitGatesMethod(Method):
             macs_target=macs_target(options, ctx),
             total_steps=ctx.epochs * len(batches),
         )
-        start = time.perf_counter()
         history = ctx.train(
             "gates", training.step, batches, epochs=ctx.epochs, callbacks=[training], state={"training": training}
         )
@@ -145,7 +143,6 @@ class UnitGatesMethod(Method):
             _fine_tune(ctx, final, batches, options, data.num_train, first, input_mask)
         if options.recalibrate:
             recalibrate(final, data.x_train, batch_size=ctx.batch_size, seed=ctx.seed)
-        seconds = time.perf_counter() - start
         removed_inputs = 0 if input_mask is None else int((~input_mask).sum())
         report = {
             "pruning_ratio": structured,
@@ -163,9 +160,9 @@ class UnitGatesMethod(Method):
             final,
             split_groups(final, training.gates, theta, data.input_shape),
             history=history,
-            seconds=seconds,
             report=report,
             task=data.task,
+            ctx=ctx,
         )
 
     def inference_data(self, fits, data, *, seed):
@@ -199,7 +196,7 @@ class UnitGatesMethod(Method):
 
     def restore(self, net, data, options, ctx, state):
         net.load_state_dict(state["net"])
-        return UnitGatesFitted(net, dict(state["theta"]), task=data.task)
+        return UnitGatesFitted(net, dict(state["theta"]), task=data.task, ctx=ctx)
 
 
 def macs_target(options, ctx) -> float | None:
