@@ -32,6 +32,7 @@ def begin(config, data, seed):
     [
         ("sbnn", []),
         ("sbnn", ["sbnn.penalty=geometric", "sbnn.num_particles=2", "optim.schedule=constant"]),
+        ("sbnn", ["sbnn.local_reparameterization=true"]),
         ("sparse-vd", ["sparse-vd.kl_anneal_start=1", "sparse-vd.kl_anneal_end=3"]),
         (
             "sparse-vd",

@@ -93,7 +93,7 @@ class SBNN(Method):
 
     def fit_together(self, nets, datasets, options, contexts):
         """:meth:`fit` of several seeds' fits trained as one stack (:func:`.together.fit_together`), or one
-        after another where the stack does not hold them (several starts, local reparameterisation)."""
+        after another where the stack does not hold them (several starts, a learned noise scale)."""
         fits = fit_together(nets, datasets, options, contexts)
         return fits if fits is not None else fit_one_after_another(self, nets, datasets, options, contexts)
 
