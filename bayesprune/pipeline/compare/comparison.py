@@ -314,7 +314,7 @@ def compare(
                 raise ConfigError(str(error).replace("compare.", "--", 1)) from None
         cells = comparison_cells(raw, options)
         check_engine(engine, jobs=jobs, address=address)
-        folders = check_cells(out, cells)
+        folders = check_cells(out, shared_starts(cells, out, raw, train=False))  # as they will be fitted
         tracker = open_tracker(track, track_uri, out, kind="compare")
         out.mkdir(parents=True, exist_ok=True)
         cells = shared_starts(cells, out, raw)
