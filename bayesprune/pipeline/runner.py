@@ -252,15 +252,13 @@ def _fit_splits(
                         device=device,
                         progress=progress,
                         first_chain=chain == 0,
+                        draws=first and index == chain == 0,
                         checkpoint=checkpoint if index == chain == 0 else None,
                         resume=resume if index == chain == 0 else None,
                     )
                     fitted = method.fit(net, dataset, config.method_options, ctx)
-                fitted.calibration = config.prune.calibration(dataset.x_train, batch_size=split_config.data.batch_size)
                 if chain == 0:
                     built = shapes(baseline_net)
-                    if first and index == 0:  # its posterior predictive (posterior.nc) reuses the curve's draws
-                        fitted.unpruned_draws = DrawOutputs(rows=PREDICTIVE_TEST_POINTS)
                     per_split.append(
                         {
                             f"start_{metric_name(dataset.task)}": start,
@@ -285,9 +283,14 @@ def _fit_splits(
     return {**summarise_splits(per_split), "chains": chains}, final
 
 
-def _start_fit(config, dataset, validation, *, seed, device, progress, first_chain=True, **services) -> tuple:
+def _start_fit(
+    config, dataset, validation, *, seed, device, progress, first_chain=True, draws=False, **services
+) -> tuple:
     """``(net, baseline_net, start, ctx)`` of one fit from ``seed``: its starting network, a copy of it and
-    its test metric (the first chain's only), and its context (``services``: checkpoint, resume)."""
+    its test metric (the first chain's only), and its context (``services``: checkpoint, resume) with the
+    calibration of ``prune.recalibrate`` on ``dataset``'s training rows and, where ``draws`` (the run's
+    first fit, whose posterior predictive in ``posterior.nc`` reuses the pruning curve's draws), a recorder
+    of those draws."""
     net = start_network(config, dataset, device=device, seed=seed)
     baseline_net = copy.deepcopy(net) if first_chain else None
     start = network_test_metric(net, dataset) if first_chain else None
@@ -298,6 +301,10 @@ def _start_fit(config, dataset, validation, *, seed, device, progress, first_cha
         seed=seed,
         progress=progress,
         validation=None if validation is None else tuple(validation),
+        calibration=config.prune.calibration(
+            dataset.x_train, batch_size=config.for_data(dataset.num_train).data.batch_size
+        ),
+        unpruned_draws=DrawOutputs(rows=PREDICTIVE_TEST_POINTS) if draws else None,
         **services,
     )
     return net, baseline_net, start, ctx
@@ -315,7 +322,10 @@ def _fit_seeds_together(config, method, datasets, device, seeds, *, progress) ->
         dataset, validation = datasets[0], None
         if config.train.validation > 0:
             dataset, *validation = hold_out(dataset, config.train.validation, seed=seed)
-        return dataset, _start_fit(config, dataset, validation, seed=seed, device=device, progress=progress)
+        start = _start_fit(
+            config, dataset, validation, seed=seed, device=device, progress=progress, draws=seed == seeds[0]
+        )
+        return dataset, start
 
     return _fit_stack(config, method, list(seeds), begin)
 
@@ -421,7 +431,6 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         **({} if validation is None else {"n_validation": len(validation[1])}),
         **({} if best_epoch is None else {"best_epoch": best_epoch}),
         "seed": config.seed,
-        "train_seconds": round(fitted.seconds, 3),
         "score": fitted.score_name,
         # for a network with batch norms: whether the curve's masked networks had statistics of their own
         **({"recalibrated_statistics": fitted.calibration is not None} if has_running_stats(fitted.net) else {}),
