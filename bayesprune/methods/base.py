@@ -260,6 +260,11 @@ class Method:
             and the reference (``docs/generate.py``).
         fits_together: :meth:`fit_together` trains several independent fits of one network shape as
             one stacked model (:mod:`bayesprune.core.batched`): the runner uses it for a run's seeds.
+        metrics_keys: the keys its fit adds to ``metrics.json``, each with the
+            :class:`~bayesprune.core.validation.Constraint` of what it holds (:mod:`bayesprune.methods.metrics`):
+            ``bayesprune report`` refuses a ``metrics.json`` whose value breaks one, naming the key.
+        metrics_rules: :class:`~bayesprune.core.validation.Rule` over those keys together (the lists of one
+            grid as long as the grid), whose ``holds`` reads the ``metrics.json`` object.
     """
 
     name: ClassVar[str] = ""
@@ -274,6 +279,8 @@ class Method:
     baseline: ClassVar[bool] = False
     sweep_sets: ClassVar[tuple] = ()
     fits_together: ClassVar[bool] = False
+    metrics_keys: ClassVar[dict] = {}
+    metrics_rules: ClassVar[tuple] = ()
     summary: ClassVar[str] = ""
     paper: ClassVar[str] = ""
 

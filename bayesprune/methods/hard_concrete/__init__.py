@@ -33,6 +33,7 @@ from bayesprune.methods.base import NetworkFitted
 from bayesprune.methods.hard_concrete.gates import HardConcreteGates, fold_gates, kept_gate_values
 from bayesprune.methods.hard_concrete.options import HardConcreteOptions
 from bayesprune.methods.hard_concrete.training import GateStage
+from bayesprune.methods.metrics import ARCHITECTURE, NONNEGATIVE, SOME_NUMBERS, numbers, same_length
 
 
 class HardConcreteFitted(NetworkFitted):
@@ -79,6 +80,15 @@ class HardConcreteMethod(Method):
     prune_levels = ("unit",)
     macs_option = "macs"
     quick = ("prune.finetune_epochs=1",)
+    metrics_keys = {
+        "dense_macs": NONNEGATIVE,
+        "learned_macs": NONNEGATIVE,
+        "starting_architecture": ARCHITECTURE,
+        "learned_architecture": ARCHITECTURE,
+        "expected_macs_ratio": numbers(NONNEGATIVE, "non-negative numbers", nonempty=False),
+        "multipliers": SOME_NUMBERS,
+    }
+    metrics_rules = (same_length("learned_architecture", "starting_architecture"),)
     summary = "hard-concrete unit gates under a MAC budget"
     paper = "[Louizos et al. (2018)](https://arxiv.org/abs/1712.01312), L0"
     unsupported = {

@@ -9,9 +9,11 @@ from bayesprune.core.criteria import saliency
 from bayesprune.core.pruning import Budget, lexicographic_ranks, prune
 from bayesprune.core.sites import UNREAD_BY_MASKED_TRAINING
 from bayesprune.core.tasks import masked_copy, mean_loss, network_test_metric
+from bayesprune.core.validation import one_of
 from bayesprune.methods import Method, register_method
+from bayesprune.methods.metrics import FRACTION, NONNEGATIVE, numbers, table_of
 from bayesprune.methods.probmask.fitted import ProbMaskFitted
-from bayesprune.methods.probmask.options import ProbMaskOptions
+from bayesprune.methods.probmask.options import SCOPES, ProbMaskOptions
 from bayesprune.methods.probmask.training import ProbMaskTraining, best_draw, layer_report
 
 #: Training examples the final mask draws are compared on.
@@ -26,6 +28,15 @@ class ProbMaskMethod(Method):
     Options = ProbMaskOptions
     sparsity_option = "sparsity"
     quick = ("probmask.t1=1", "probmask.t2=2", "probmask.finetune_epochs=2")
+    metrics_keys = {
+        "test_error_before_finetune": NONNEGATIVE,
+        "sparsity": FRACTION,
+        "scope": one_of(SCOPES),
+        "remaining_ratio_per_layer": table_of(FRACTION, "fractions of a layer's weights kept"),
+        "share_s_near_binary": FRACTION,
+        "s_histogram": numbers(NONNEGATIVE, "counts of weights"),
+        "magnitude_test_error": NONNEGATIVE,
+    }
     summary = "masks in probability space under one global sparsity budget"
     paper = (
         "Zhou, Zhang, Xu, Zhang (2021), "

@@ -11,6 +11,7 @@ from bayesprune.core.tasks import mean_loss
 from bayesprune.methods import register_method
 from bayesprune.methods.base import Method
 from bayesprune.methods.context import fit_one_after_another
+from bayesprune.methods.metrics import FRACTION, NONNEGATIVE, NUMBER, table_of
 from bayesprune.methods.sparse_vd.fit import build_model, build_optimizer
 from bayesprune.methods.sparse_vd.fitted import SparseVDFitted
 from bayesprune.methods.sparse_vd.model import (
@@ -30,6 +31,12 @@ class SparseVD(Method):
     name = "sparse-vd"
     Options = SparseVDOptions
     quick = ("sparse-vd.kl_anneal_start=0", "sparse-vd.kl_anneal_end=1")
+    metrics_keys = {
+        "log_alpha_threshold": NUMBER,
+        "fraction_removed_by_threshold": FRACTION,
+        "compression_by_threshold": NONNEGATIVE,
+        "layer_fraction_removed": table_of(FRACTION, "fractions of a layer's weights removed"),
+    }
     summary = "Sparse Variational Dropout: a dropout rate per weight under a log-uniform prior; weights with log α > 3 removed"
     paper = (
         "Molchanov, Ashukha, Vetrov (2017), "
