@@ -4,7 +4,8 @@ A fit is a sequence of stages (:meth:`~bayesprune.methods.FitContext.train`). It
 (:meth:`Staged.fit_stages`): each :class:`Stage` names what it trains and where its epochs come from, the main
 stage's from ``train.epochs`` and every other's from one option of the method's table. The pipeline reads
 them and never the method's table: ``compare.budget_epochs`` gives each stage its share of the budget
-(:func:`held_to_budget`), and a run's metrics time each stage (``train_stages``). The options change
+(:func:`held_to_budget`); the context times every stage it trains and counts its epochs
+(:meth:`~bayesprune.methods.FitContext.training_cost`). The options change
 themselves, typed (:meth:`Staged.one_network`, :meth:`Staged.with_epochs`); nothing edits a method's TOML
 table on its behalf.
 

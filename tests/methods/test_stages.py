@@ -76,3 +76,24 @@ def test_every_stage_a_fit_trains_is_declared_with_its_epochs_and_every_declared
         assert epochs == stage.epochs, (name, stage)
     ran = {_declared_stage(declared, name).name for name, epochs in trained if epochs}
     assert ran == {stage.name for stage in declared if stage.epochs}, (trained, declared)
+
+
+@pytest.mark.parametrize(
+    ("method", "table", "running"),
+    [
+        ("pft", {"at_initialization": True, "pretrain_epochs": 30, "finetune_epochs": 30}, ("finetune_epochs",)),
+        ("probmask", {"supermask": True, "finetune_epochs": 30}, ()),
+        ("sparse-vd", {"pretrain_epochs": 30}, ("pretrain_epochs",)),
+    ],
+)
+def test_a_budget_gives_its_epochs_to_the_stages_that_run_and_none_to_a_stage_that_does_not(method, table, running):
+    """``compare.budget_epochs = 9`` on a main stage of 30 epochs: the epochs go to the stages the options
+    run, in their proportions (one stage of 30 beside it: 5 and 4; alone: 9). A stage its options skip (PFT's
+    pre-training at initialisation, ProbMask's fine-tuning of a supermask) took a third before, so that the
+    fit trained 6 of the 9."""
+    from bayesprune.pipeline.compare.comparison import held_to_budget
+
+    base = {"method": method, "train": {"epochs": 30}, "prune": {"finetune_epochs": 0}}
+    held = held_to_budget(base, dict(table), method, 9)
+    given = [base["train"]["epochs"], *(held[option] for option in running)]
+    assert sum(given) == 9 and sorted(given) == ([4, 5] if running else [9])
