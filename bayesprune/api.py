@@ -112,11 +112,10 @@ def fit_method(
         device=resolve_device(device),
         progress=progress,
         validation=None if validation is None else _tensors(validation, "validation"),
+        calibration=config.prune.calibration(data.x_train, batch_size=batch_size),
     )
     ctx.patience = patience
-    fitted = method.fit(net, data, config.method_options, ctx)
-    fitted.calibration = config.prune.calibration(data.x_train, batch_size=batch_size)
-    return fitted
+    return method.fit(net, data, config.method_options, ctx)
 
 
 def export(run_or_fitted, *, out, budget=None, data=None, repeats: int = 30, force: bool = False, finetune_epochs=None):

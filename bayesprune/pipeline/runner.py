@@ -252,15 +252,13 @@ def _fit_splits(
                         device=device,
                         progress=progress,
                         first_chain=chain == 0,
+                        draws=first and index == chain == 0,
                         checkpoint=checkpoint if index == chain == 0 else None,
                         resume=resume if index == chain == 0 else None,
                     )
                     fitted = method.fit(net, dataset, config.method_options, ctx)
-                fitted.calibration = config.prune.calibration(dataset.x_train, batch_size=split_config.data.batch_size)
                 if chain == 0:
                     built = shapes(baseline_net)
-                    if first and index == 0:  # its posterior predictive (posterior.nc) reuses the curve's draws
-                        fitted.unpruned_draws = DrawOutputs(rows=PREDICTIVE_TEST_POINTS)
                     per_split.append(
                         {
                             f"start_{metric_name(dataset.task)}": start,
@@ -279,15 +277,20 @@ def _fit_splits(
                 if idata is not None:
                     write_posterior(idata, staging / POSTERIOR, method=config.method)
                 check_stop("while writing the posterior")
-                final = (fits[0], built, preprocessing_of(dataset))
+                final = (fits[0], built, preprocessing_of(dataset), dataset.feature_names)
     except (TrainingDiverged, Interrupted, StopNow) as error:
         raise _stopped(error, staging, out, checkpoint.name) from None
     return {**summarise_splits(per_split), "chains": chains}, final
 
 
-def _start_fit(config, dataset, validation, *, seed, device, progress, first_chain=True, **services) -> tuple:
+def _start_fit(
+    config, dataset, validation, *, seed, device, progress, first_chain=True, draws=False, **services
+) -> tuple:
     """``(net, baseline_net, start, ctx)`` of one fit from ``seed``: its starting network, a copy of it and
-    its test metric (the first chain's only), and its context (``services``: checkpoint, resume)."""
+    its test metric (the first chain's only), and its context (``services``: checkpoint, resume) with the
+    calibration of ``prune.recalibrate`` on ``dataset``'s training rows and, where ``draws`` (the run's
+    first fit, whose posterior predictive in ``posterior.nc`` reuses the pruning curve's draws), a recorder
+    of those draws."""
     net = start_network(config, dataset, device=device, seed=seed)
     baseline_net = copy.deepcopy(net) if first_chain else None
     start = network_test_metric(net, dataset) if first_chain else None
@@ -298,6 +301,10 @@ def _start_fit(config, dataset, validation, *, seed, device, progress, first_cha
         seed=seed,
         progress=progress,
         validation=None if validation is None else tuple(validation),
+        calibration=config.prune.calibration(
+            dataset.x_train, batch_size=config.for_data(dataset.num_train).data.batch_size
+        ),
+        unpruned_draws=DrawOutputs(rows=PREDICTIVE_TEST_POINTS) if draws else None,
         **services,
     )
     return net, baseline_net, start, ctx
@@ -315,7 +322,10 @@ def _fit_seeds_together(config, method, datasets, device, seeds, *, progress) ->
         dataset, validation = datasets[0], None
         if config.train.validation > 0:
             dataset, *validation = hold_out(dataset, config.train.validation, seed=seed)
-        return dataset, _start_fit(config, dataset, validation, seed=seed, device=device, progress=progress)
+        start = _start_fit(
+            config, dataset, validation, seed=seed, device=device, progress=progress, draws=seed == seeds[0]
+        )
+        return dataset, start
 
     return _fit_stack(config, method, list(seeds), begin)
 
@@ -421,7 +431,6 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         **({} if validation is None else {"n_validation": len(validation[1])}),
         **({} if best_epoch is None else {"best_epoch": best_epoch}),
         "seed": config.seed,
-        "train_seconds": round(fitted.seconds, 3),
         "score": fitted.score_name,
         # for a network with batch norms: whether the curve's masked networks had statistics of their own
         **({"recalibrated_statistics": fitted.calibration is not None} if has_running_stats(fitted.net) else {}),
@@ -546,14 +555,16 @@ def _final_state_digest(staging: Path, finals: list) -> str:
     return state_digest(state)
 
 
-def _write_final_checkpoint(folder: Path, fitted, built: dict, preprocessing):
+def _write_final_checkpoint(folder: Path, fitted, built: dict, preprocessing, feature_names=None):
     """The fit's final checkpoint (early stopping may have put an earlier epoch back), in place of its
-    training-loop checkpoint: its network's structure, ``built`` (the shapes the config built) and the
-    data's ``preprocessing``, which :func:`load_run` checks the reloaded data against."""
+    training-loop checkpoint: its network's structure, ``built`` (the shapes the config built), the
+    data's ``preprocessing`` and a table's ``feature_names``, which :func:`load_run` checks the reloaded
+    data against."""
+    features = {} if feature_names is None else {"feature_names": list(feature_names)}
     save_checkpoint(
         folder / CHECKPOINT,
         fitted,
-        metadata={"epoch": len(fitted.history.epoch_losses)},
+        metadata={"epoch": len(fitted.history.epoch_losses), **features},
         built=built,
         preprocessing=preprocessing,
     )
