@@ -41,6 +41,8 @@ def fit_method(
     progress: bool = False,
     expose=(),
     hide=(),
+    priors=(),
+    noise_scale: float | None = None,
     stream: bool | None = None,
 ):
     """Fit the method registered as ``name`` on ``net`` and return its :class:`~bayesprune.methods.Fitted`.
@@ -62,11 +64,17 @@ def fit_method(
         expose, hide: parameters added to the sites or taken out, as ``model.expose`` and
             ``model.hide`` of a config (names, globs or module type names; ``hide`` wins;
             :func:`bayesprune.core.sites.site_names`).
+        priors: per-module priors, as ``[[model.priors]]`` of a config: a list of dicts, each with
+            ``modules`` (names, globs or module type names), ``prior`` and its hyper-parameters, e.g.
+            ``[{"modules": "Conv2d", "prior": "group-spike-slab", "pi": 0.3}, {"modules": "fc", "prior":
+            "spike-slab"}]`` (:mod:`bayesprune.models.module_priors`; methods that place priors: ``sbnn``).
         stream: read a ``train`` DataLoader's rows as each minibatch needs them (decoded in its
             ``num_workers`` processes, in the fit's own shuffled order) instead of into one tensor
             (:func:`bayesprune.data.streaming.loader_rows`: its labels read in one pass, or from its
             dataset's ``targets``). By default (``None``) a DataLoader over a map-style dataset streams;
             ``False`` reads it into memory (faster where the rows fit), as an iterable dataset always is.
+
+    ``noise_scale`` fixes the Gaussian noise of regression (``model.noise_scale``); ``None`` learns it.
 
     The returned fit carries ``train``'s inputs as its ``calibration``: ``fitted.predict(x, masks=...)``
     re-estimates batch-norm statistics for the masked network on 20 batches of them (set
@@ -82,7 +90,7 @@ def fit_method(
             "device": device,
             "optim": dict(optim or {}),
             "data": {"batch_size": batch_size},
-            "model": {"expose": expose, "hide": hide},
+            "model": {"expose": expose, "hide": hide, "priors": list(priors), "noise_scale": noise_scale},
             "train": {"epochs": 200 if epochs is None else epochs, "precision": precision},
             "prune": {"level": method.prune_levels[0]},
             **({name: dict(options)} if isinstance(options, dict) else {}),

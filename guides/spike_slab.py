@@ -4,6 +4,7 @@ import torch
 
 from bayesprune.core.distributions import SpikeAndSlab, SpikeSlabPosterior, SpikeSlabPosteriors, inclusion_logits
 from bayesprune.core.fused import softplus
+from bayesprune.core.group_spike_slab import GroupSpikeAndSlab, GroupSpikeSlabPosterior, group_inclusion_logits
 from bayesprune.guides.mean_field import MeanFieldGuide
 
 
@@ -47,7 +48,9 @@ class SpikeSlabGuide(MeanFieldGuide):
         return self._shared[key]
 
     def posteriors(self) -> dict:
-        """The variational distribution of every site, with p at its optimum p*(m, σ)."""
+        """The variational distribution of every site, with p at its optimum p*(m, σ) (eq. 3.8), or one p* per
+        unit for a site of a :class:`~bayesprune.models.priors.GroupSpikeSlabPrior`
+        (:func:`~bayesprune.core.group_spike_slab.group_inclusion_logits`)."""
         priors = self._site_priors(self.loc.device)
         shared = self._shared_constants(priors)
         if shared is not None:  # one network-wide posterior: p* and the KL fused over the flat vectors
@@ -58,8 +61,12 @@ class SpikeSlabGuide(MeanFieldGuide):
         for name, prior in priors.items():
             base = prior.base_dist
             loc, scale = locs[name], scales[name]
-            logits = inclusion_logits(loc.detach(), scale.detach(), *base.hyperparameters, constants=base.constants)
-            posteriors[name] = SpikeSlabPosterior(loc, scale, logits)
+            if isinstance(base, GroupSpikeAndSlab):  # one p* per unit
+                logits = group_inclusion_logits(loc.detach(), scale.detach(), *base.hyperparameters)
+                posteriors[name] = GroupSpikeSlabPosterior(loc, scale, logits)
+            else:
+                logits = inclusion_logits(loc.detach(), scale.detach(), *base.hyperparameters, constants=base.constants)
+                posteriors[name] = SpikeSlabPosterior(loc, scale, logits)
         return posteriors
 
     @torch.no_grad()
@@ -75,7 +82,7 @@ class SpikeSlabGuide(MeanFieldGuide):
         predictive and ArviZ's draws need none), and σ = softplus(ρ) computed once for all the draws:
         on a resnet18 it cost as much as a draw's forward pass over 360 test images."""
         if self._shared_constants(self._site_priors(self.loc.device)) is None:
-            return super().sampler()
+            return super().sample_params  # a draw from each site's posterior (not this class's, which calls here)
         loc, scale = self.loc.detach(), softplus(self.rho.detach())
         return lambda: self._split(torch.addcmul(loc, scale, torch.randn_like(loc)))
 
@@ -92,8 +99,12 @@ class SpikeSlabGuide(MeanFieldGuide):
         logits = {}
         for name, prior in self._site_priors(self.loc.device).items():
             base = prior.base_dist
+            loc, scale = locs[name].double(), scales[name].double()
             pi, tau0, tau1 = (value.double() for value in base.hyperparameters)
-            logits[name] = inclusion_logits(locs[name].double(), scales[name].double(), pi, tau0, tau1)
+            if isinstance(base, GroupSpikeAndSlab):  # every weight of a unit ranked as its unit
+                logits[name] = group_inclusion_logits(loc, scale, pi, tau0, tau1).expand_as(loc).contiguous()
+            else:
+                logits[name] = inclusion_logits(loc, scale, pi, tau0, tau1)
         return logits
 
 

@@ -11,6 +11,7 @@ import torch
 
 from bayesprune.core.distributions import SpikeAndSlab
 from bayesprune.core.errors import ConfigError
+from bayesprune.core.group_spike_slab import GroupSpikeAndSlab
 
 
 class Prior:
@@ -19,6 +20,10 @@ class Prior:
     def distribution(self, name: str, param: torch.Tensor):
         """The prior of the parameter ``name``: a distribution with event shape ``param.shape``."""
         raise NotImplementedError
+
+    def describe(self, name: str) -> str:
+        """The prior of the site ``name`` in words, for reports."""
+        return type(self).__name__
 
 
 class SpikeSlabPrior(Prior):
@@ -40,6 +45,12 @@ class SpikeSlabPrior(Prior):
         self.pi, self.tau0, self.tau1 = float(pi), float(tau0), float(tau1)
         self._constants = {}
 
+    #: Its name in ``[[model.priors]]`` and reports.
+    label = "spike-slab"
+
+    def describe(self, name):
+        return f"{self.label} (pi={self.pi:g}, log_tau0={math.log(self.tau0):g}, log_tau1={math.log(self.tau1):g})"
+
     def distribution(self, name, param):
         # One set of 0-dim constants per dtype and device, filled there (no copy from the host), shared by
         # every site: a guide sees that its sites share one prior without comparing values on the device.
@@ -50,6 +61,21 @@ class SpikeSlabPrior(Prior):
                 for value in (self.pi, self.tau0, self.tau1)
             ]
         return SpikeAndSlab(*self._constants[key]).expand(param.shape).to_event(param.dim())
+
+
+class GroupSpikeSlabPrior(SpikeSlabPrior):
+    r"""Spike-and-slab prior with one inclusion indicator per unit: every row of a site along its first
+    dimension (a Linear layer's output unit, a convolution's output channel) is in the slab N(0, τ1²) or in
+    the spike N(0, τ0²) as a whole (:class:`~bayesprune.core.group_spike_slab.GroupSpikeAndSlab`); a bias
+    is one weight per row, paper 003's prior. Arguments as :class:`SpikeSlabPrior`'s, π a unit's.
+    """
+
+    label = "group-spike-slab"
+
+    def distribution(self, name, param):
+        options = {"dtype": param.dtype, "device": param.device}
+        constants = (torch.tensor(value, **options) for value in (self.pi, self.tau0, self.tau1))
+        return GroupSpikeAndSlab(*constants, param.shape).to_event(param.dim())
 
 
 class GaussianPrior(Prior):

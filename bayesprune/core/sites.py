@@ -34,37 +34,49 @@ def _is_site_by_default(module: nn.Module, param_name: str) -> bool:
     return isinstance(module, PRUNABLE) or (isinstance(module, ATTENTION) and param_name in ATTENTION_PROJECTIONS)
 
 
+def parameter_owners(net: nn.Module) -> dict:
+    """Every parameter name of ``net`` (a shared parameter once, under its first name) → ``(module name,
+    module)`` of the module holding it."""
+    owners = {}
+    for module_name, module in net.named_modules():
+        for param_name, _ in module.named_parameters(recurse=False):
+            name = f"{module_name}.{param_name}" if module_name else param_name
+            owners.setdefault(name, (module_name, module))
+    return {name: owners[name] for name, _ in net.named_parameters()}
+
+
+def matching_parameters(owners: dict, pattern: str) -> set:
+    """The parameter names of ``owners`` (:func:`parameter_owners`) that ``pattern`` matches: a parameter
+    name or a glob over them (``"*.bn1.*"``), a module name or a glob over them (``"classifier"``: its
+    weight and bias), or a module type name (``"BatchNorm2d"``)."""
+    return {
+        name
+        for name, (module_name, module) in owners.items()
+        if fnmatchcase(name, pattern) or fnmatchcase(module_name, pattern) or type(module).__name__ == pattern
+    }
+
+
 def site_names(net: nn.Module, *, expose=(), hide=()) -> list:
     """The names of ``net``'s site parameters, in network order (a parameter shared by several modules
     once, under its first name).
 
-    ``expose`` adds and ``hide`` removes parameters, each entry a parameter name, a glob over names
-    (``"*.bn1.*"``) or a module type name (``"BatchNorm2d"``); ``hide`` wins. An entry that matches no
-    parameter raises :class:`~bayesprune.core.errors.ConfigError` naming ``model.expose``/``model.hide``.
+    ``expose`` adds and ``hide`` removes parameters, each entry as :func:`matching_parameters` reads it (a
+    parameter or module name, a glob over them, or a module type name); ``hide`` wins. An entry that
+    matches no parameter raises :class:`~bayesprune.core.errors.ConfigError` naming ``model.expose``/``model.hide``.
     """
-    owner, default = {}, set()
-    for module_name, module in net.named_modules():
-        for param_name, _ in module.named_parameters(recurse=False):
-            name = f"{module_name}.{param_name}" if module_name else param_name
-            if name not in owner and _is_site_by_default(module, param_name):
-                default.add(name)
-            owner.setdefault(name, module)
-    names = [name for name, _ in net.named_parameters()]
-
-    def matching(pattern):
-        return {name for name in names if fnmatchcase(name, pattern) or type(owner[name]).__name__ == pattern}
-
+    owners = parameter_owners(net)
+    default = {name for name, (_, module) in owners.items() if _is_site_by_default(module, name.rpartition(".")[2])}
     chosen = {}
     for key, patterns in (("model.expose", expose), ("model.hide", hide)):
         chosen[key] = set()
         for pattern in patterns:
-            found = matching(pattern)
+            found = matching_parameters(owners, pattern)
             if not found:
                 raise ConfigError(f"{key}: {pattern!r} matches no parameter of the network")
             chosen[key] |= found
     return [
         name
-        for name in names
+        for name in owners
         if (name in default or name in chosen["model.expose"]) and name not in chosen["model.hide"]
     ]
 

@@ -236,6 +236,8 @@ class Method:
             holds: checkpoints and ``--resume`` through :meth:`FitContext.train`, and early stopping
             on ``train.validation`` on the stage the method gives ``validate``.
         prune_levels: the ``prune.level`` values its scores can be pruned at.
+        places_priors: it reads ``[[model.priors]]`` (:attr:`~bayesprune.methods.FitContext.priors`) and
+            gives each site the prior a table claims it for; a config with such tables for another method is refused.
         sparsity_option: the option of its table that sets the sparsity it fits to (a number, or a
             list of numbers as PFT's ``sparsities``), which ``bayesprune compare`` sets per sparsity;
             ``None``: one fit is pruned at every sparsity (or, without weight-level scores, it learns
@@ -262,6 +264,7 @@ class Method:
     legacy_keys: ClassVar[dict] = {}
     unsupported: ClassVar[dict] = {}
     prune_levels: ClassVar[tuple] = ("weight", "unit")
+    places_priors: ClassVar[bool] = False
     sparsity_option: ClassVar[str | None] = None
     macs_option: ClassVar[str | None] = None
     quick: ClassVar[tuple] = ()

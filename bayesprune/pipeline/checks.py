@@ -7,10 +7,12 @@ from bayesprune.core.errors import ConfigError
 from bayesprune.core.fused import check_compiler
 from bayesprune.core.layout import resolve_memory_format
 from bayesprune.core.precision import check_precision
+from bayesprune.core.sites import site_names
 from bayesprune.core.validation import MAX_ELEMENTS
 from bayesprune.data import load_dataset, uci_num_splits
 from bayesprune.methods import get_method
 from bayesprune.models import new_net
+from bayesprune.models.module_priors import assign_tables, read_tables
 
 
 def check_before_fit(config, *, resuming: bool = False, datasets=None) -> list:
@@ -28,6 +30,9 @@ def check_before_fit(config, *, resuming: bool = False, datasets=None) -> list:
     net = new_net(config, datasets[0].input_shape, datasets[0].output_dim, seed=config.seed)
     check_network(net, datasets[0])
     check_units(config, net, datasets[0])
+    assign_tables(
+        net, read_tables(config.model.priors), site_names(net, expose=config.model.expose, hide=config.model.hide)
+    )
     method.check(net, datasets[0], config.method_options)
     return datasets
 
@@ -192,6 +197,8 @@ def refuse_unsupported(config, method, *, resuming: bool = False):
         "checkpoint": ("train.checkpoint_every", config.train.checkpoint_every != 1),
         "resume": ("--resume", resuming),
     }
+    if config.model.priors and not method.places_priors:
+        raise ConfigError(f"model.priors is not supported by method {method.name!r}: it places no per-module prior")
     for name, why in method.unsupported_for(config.method_options).items():
         key, asked = services[name] if name in services else (name, _set(config, name))
         if asked:

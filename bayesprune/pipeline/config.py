@@ -6,6 +6,7 @@ Every invalid value raises :class:`~bayesprune.core.errors.ConfigError` naming t
 addressed by file stem; any key can be overridden with ``section.key=value``.
 """
 
+import os
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
@@ -372,6 +373,12 @@ def read_config(source: str | None = None) -> dict:
         raise ConfigError(f"unknown config {source!r}: not a file and not one of {sorted(packaged_configs())}")
     if not path.is_file():
         raise ConfigError(f"{source}: config file not found")
+    return read_config_file(path, source)
+
+
+def read_config_file(path: Path, source: str) -> dict:
+    """The parsed TOML of the config file ``path`` (``source``: how the user named it), its relative file and
+    folder names read from its folder (:func:`_resolve_data_paths`): what ``run``, ``compare`` and ``sweep`` read."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
@@ -383,23 +390,28 @@ def read_config(source: str | None = None) -> dict:
 DATA_PATHS = ("path", "train", "test", "root")
 
 
-def _resolve_data_paths(raw: dict, folder: Path) -> dict:
-    """``raw`` with every relative file or folder of its ``[data]`` table and ``model.weights`` that exists in ``folder`` (the
-    config file's) read from there, as most tools do; one that does not is left to the current folder,
-    where configs written before this rule found their files."""
+def _resolve_data_paths(raw: dict, folder: Path | None) -> dict:
+    """``raw`` with every relative file or folder of its ``[data]`` table and ``model.weights`` made absolute:
+    read from ``folder`` (the config file's) where it exists there, as most tools do, and otherwise from the
+    current folder (where configs written before this rule found their files, and where a ``--set`` value
+    is the shell's; ``folder = None``: the current folder). Stored absolute, a run folder's ``config.toml``
+    finds its data from any folder, and once the run folder is moved."""
     for section, keys in (("data", DATA_PATHS), ("model", ("weights",))):
         table = raw.get(section)
         if isinstance(table, dict):
             for key in keys:
                 value = table.get(key)
-                if isinstance(value, str) and value and not Path(value).is_absolute() and (folder / value).exists():
-                    table[key] = str(folder / value)
+                if not isinstance(value, str) or not value or Path(value).is_absolute() or value.startswith("~"):
+                    continue
+                beside = None if folder is None else folder / value
+                table[key] = os.path.abspath(beside if beside is not None and beside.exists() else value)
     return raw
 
 
 def apply_overrides(raw: dict, overrides) -> dict:
     """``raw`` (parsed TOML) with its old key names read as the new ones (:func:`new_names`) and every
-    ``section.key=value`` of ``overrides`` set (an old name setting the new one, with its note)."""
+    ``section.key=value`` of ``overrides`` set (an old name setting the new one, with its note), and every
+    relative file or folder name then left read from the current folder (:func:`_resolve_data_paths`)."""
     raw = new_names(raw)
     for assignment in overrides:
         keys, value = parse_override(assignment)
@@ -411,4 +423,4 @@ def apply_overrides(raw: dict, overrides) -> dict:
             table = table.setdefault(key, {})
             require(isinstance(table, dict), ".".join(keys[:-1]), "be a table", table)
         table[keys[-1]] = value
-    return raw
+    return _resolve_data_paths(raw, None)

@@ -28,6 +28,7 @@ from bayesprune.core.validation import (
     unit,
     validate,
 )
+from bayesprune.models.module_priors import read_tables
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,17 @@ HEAD_COUNTS = Constraint(
 )
 
 
+#: ``[[model.priors]]``: tables matching modules to a prior and its hyper-parameters, each read and checked
+#: by :func:`bayesprune.models.module_priors.read_table`.
+PRIOR_TABLES = Constraint(
+    lambda v: isinstance(v, (list, tuple)) and all(isinstance(table, dict) for table in v),
+    "be a list of tables (modules = ..., prior = ..., and the prior's hyper-parameters)",
+    refused=("spike-slab", [1], {"prior": "spike-slab"}),
+    allowed="`[[model.priors]]` tables: `modules`, `prior` and its hyper-parameters",
+    convert=tuple,
+)
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """``[model]``: ``architecture`` names a builder of :mod:`bayesprune.models`, or ``factory``
@@ -136,6 +148,16 @@ class ModelConfig:
     ``hide`` add parameters to the sites or take them out (names, globs or module type names,
     :func:`bayesprune.core.sites.site_names`; by default the sites are the parameters of the Linear and
     convolution layers, and normalisation layers stay point estimates).
+
+    ``priors``, as ``[[model.priors]]`` tables, gives modules a prior of their own (a method that places
+    priors reads them: ``sbnn``; the others refuse the key): each table's ``modules`` (a parameter or module
+    name, a glob over them or a module type name, or a list of them, read as ``expose`` reads them) get
+    ``prior``, ``"spike-slab"`` (paper 003, eq. 3.1, an indicator per weight) or ``"group-spike-slab"`` (an
+    indicator per unit: a Linear layer's output unit, a convolution's output channel;
+    :mod:`bayesprune.core.group_spike_slab`), with its hyper-parameters ``pi``, ``log_tau0`` and ``log_tau1``
+    (absent: ``[sbnn]``'s defaults, 0.5, -6 and 1). The sites no table claims keep the method's prior; a
+    pattern that matches no site and a site two tables claim are refused (:mod:`bayesprune.models.module_priors`).
+    The report lists the prior of every site.
     """
 
     architecture: str = option("mlp", STRING)
@@ -162,6 +184,7 @@ class ModelConfig:
     expose: tuple = option((), NAMES)
     hide: tuple = option((), NAMES)
     heads: dict = option(constraint=HEAD_COUNTS, factory=dict)
+    priors: tuple = option((), PRIOR_TABLES)
     options: dict = field(default_factory=dict)
 
     rules = (
@@ -175,6 +198,7 @@ class ModelConfig:
 
     def __post_init__(self):
         validate(self, "model")
+        read_tables(self.priors)
 
     @property
     def name(self) -> str:

@@ -18,6 +18,7 @@ from bayesprune.guides import SpikeSlabGuide
 from bayesprune.methods.sbnn.fitted import SBNNFitted
 from bayesprune.methods.sbnn.options import SBNNOptions
 from bayesprune.models import LIKELIHOODS, BayesianNetwork
+from bayesprune.models.module_priors import module_priors
 
 #: Draws of W in the ELBO that chooses among several starts (``sbnn.keep = "elbo"``).
 ELBO_DRAWS = 32
@@ -29,6 +30,12 @@ def build_model(net, data, prior, *, noise_scale=None, sites=None) -> BayesianNe
     ``noise_scale`` for regression, learned when ``None``)."""
     options = {"scale": noise_scale} if data.task == "regression" else {}
     return BayesianNetwork(net, prior, LIKELIHOODS[data.task](data.num_train, **options), sites=sites)
+
+
+def site_prior(net, options: SBNNOptions, ctx):
+    """The prior of every site: ``[sbnn]``'s spike-and-slab, or a table's of ``[[model.priors]]`` where one
+    claims the site (:func:`bayesprune.models.module_priors.module_priors`)."""
+    return module_priors(net, options.prior(), ctx.priors, ctx.sites(net))
 
 
 def fit_posterior(
@@ -55,7 +62,7 @@ def fit_posterior(
     model = build_model(
         net.to(device),
         data,
-        options.prior() if prior is None else prior,
+        site_prior(net, options, ctx) if prior is None else prior,
         noise_scale=ctx.noise_scale,
         sites=ctx.sites(net),
     ).to(device)

@@ -39,6 +39,7 @@ class SBNNFitted(GuideFitted):
         return {
             "final_elbo": self.history.elbo[-1],
             "fraction_inclusion_below_half": float((probs < 0.5).float().mean()),
+            "site_priors": {name: self.model.prior.describe(name) for name in self.model.sites},
             **({} if self.starts is None else {"starts": self.starts}),
         }
 

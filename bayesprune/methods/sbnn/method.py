@@ -16,9 +16,11 @@ from bayesprune.core.validation import require
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.methods import register_method
 from bayesprune.methods.base import Method
-from bayesprune.methods.sbnn.fit import build_model, fit_posterior, fit_starts, keep_start
+from bayesprune.methods.context import fit_one_after_another
+from bayesprune.methods.sbnn.fit import build_model, fit_posterior, fit_starts, keep_start, site_prior
 from bayesprune.methods.sbnn.fitted import SBNNFitted
 from bayesprune.methods.sbnn.options import SBNNOptions
+from bayesprune.methods.sbnn.together import fit_together
 
 
 @register_method
@@ -46,6 +48,7 @@ class SBNN(Method):
     #: the fit of the mean, on a simulation; 0.45, the same output scale, as well), where the default start
     #: (1.0) fits it (2.05; benchmarks/importance_default.py, docs/reproductions.md).
     table_network_options = ("starts",)
+    places_priors = True
     unsupported = {"optim.weight_decay": "the spike-and-slab prior regularises the weights; set it in [sbnn]"}
     legacy_keys = {
         "prior.name": None,
@@ -86,14 +89,32 @@ class SBNN(Method):
         )
         return keep_start(fit_starts(net, data, options, ctx), data, options, ctx)
 
+    fits_together = True
+
+    def fit_together(self, nets, datasets, options, contexts):
+        """:meth:`fit` of several seeds' fits trained as one stack (:func:`.together.fit_together`), or one
+        after another where the stack does not hold them (several starts, local reparameterisation)."""
+        fits = fit_together(nets, datasets, options, contexts)
+        return fits if fits is not None else fit_one_after_another(self, nets, datasets, options, contexts)
+
     def restore(self, net, data, options, ctx, state):
-        model = build_model(net, data, options.prior(), noise_scale=ctx.noise_scale, sites=ctx.sites(net))
+        model = build_model(net, data, site_prior(net, options, ctx), noise_scale=ctx.noise_scale, sites=ctx.sites(net))
         guide = SpikeSlabGuide(model, init_scale=options.init_scale)
         load_module_state(model, state["model"])
         load_module_state(guide, state["guide"])
         fitted = SBNNFitted(model, guide, predictive_samples=options.predictive_samples)
         fitted.score = options.score
         return fitted
+
+    def report_sections(self, run_dir, metrics):
+        """The prior of every site: ``[sbnn]``'s, or that of the ``[[model.priors]]`` table that claims it."""
+        priors = metrics.get("site_priors")
+        if not priors:
+            return []
+        rows = "\n".join(f"| `{site}` | {prior} |" for site, prior in priors.items())
+        return [
+            f"## Priors\n\nThe prior of every site (`[sbnn]`'s, or a `[[model.priors]]` table's).\n\n| site | prior |\n|---|---|\n{rows}"
+        ]
 
     def inference_data(self, fits, dataset, *, seed):
         """ArviZ data of the chains, with ψ, φ (eqs. 3.18–3.19) and the importance of every hidden

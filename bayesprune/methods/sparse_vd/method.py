@@ -12,6 +12,7 @@ from bayesprune.core.loop import svi_step
 from bayesprune.core.tasks import mean_loss
 from bayesprune.methods import register_method
 from bayesprune.methods.base import Method
+from bayesprune.methods.context import fit_one_after_another
 from bayesprune.methods.sparse_vd.fit import build_model, build_optimizer
 from bayesprune.methods.sparse_vd.fitted import SparseVDFitted
 from bayesprune.methods.sparse_vd.model import (
@@ -21,6 +22,7 @@ from bayesprune.methods.sparse_vd.model import (
     weight_sites,
 )
 from bayesprune.methods.sparse_vd.options import SparseVDOptions
+from bayesprune.methods.sparse_vd.together import fit_together
 
 
 @register_method
@@ -87,6 +89,14 @@ class SparseVD(Method):
             )
         fitted.seconds = time.perf_counter() - start
         return fitted
+
+    fits_together = True
+
+    def fit_together(self, nets, datasets, options, contexts):
+        """:meth:`fit` of several seeds' fits trained as one stack (:func:`.together.fit_together`), or one
+        after another where the stack does not hold them (networks other than plain MLPs)."""
+        fits = fit_together(nets, datasets, options, contexts)
+        return fits if fits is not None else fit_one_after_another(self, nets, datasets, options, contexts)
 
     def restore(self, net, data, options, ctx, state):
         model = build_model(net, data, noise_scale=ctx.noise_scale)

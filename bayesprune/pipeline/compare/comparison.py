@@ -80,9 +80,9 @@ def _base(raw: dict, options: CompareOptions, method: str) -> tuple:
         resolved = _resolved(base)
         base["train"] = {
             **base.get("train", {}),
-            "epochs": resolved["baseline"]["epochs"] or resolved["train"]["epochs"],
-        }
-        base["optim"] = {"lr": resolved["baseline"]["lr"] or resolved["optim"]["lr"]}
+            "epochs": resolved["baseline"].get("epochs") or resolved["train"]["epochs"],
+        }  # an unset baseline.epochs or baseline.lr is no key of the TOML layout
+        base["optim"] = {"lr": resolved["baseline"].get("lr") or resolved["optim"]["lr"]}
         prune["finetune_epochs"] = options.finetune_epochs
     elif "optim" not in raw and "optim" in packaged:
         base["optim"] = copy.deepcopy(packaged["optim"])

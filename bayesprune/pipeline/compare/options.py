@@ -22,7 +22,7 @@ from bayesprune.core.validation import (
     validate,
 )
 from bayesprune.methods import available_methods, get_method
-from bayesprune.pipeline.config import MAX_SEED, apply_overrides, load_config, packaged_configs
+from bayesprune.pipeline.config import MAX_SEED, apply_overrides, load_config, packaged_configs, read_config_file
 
 #: The packaged comparison run when no config is given.
 DEFAULT = "compare-digits"
@@ -183,18 +183,15 @@ def comparison_configs() -> dict:
 
 
 def _read(source: str) -> dict:
+    """The parsed TOML of a packaged comparison config or a file (its relative data paths read from its
+    folder, as ``run`` reads them: :func:`~bayesprune.pipeline.config.read_config_file`)."""
     packaged = comparison_configs()
     if source in packaged:
-        text, where = packaged[source].read_text(), source
-    else:
-        path = Path(source)
-        if not path.is_file():
-            raise ConfigError(f"unknown comparison config {source!r}: not a file and not one of {sorted(packaged)}")
-        text, where = path.read_text(encoding="utf-8"), source
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{where}: invalid TOML ({error})") from None
+        return tomllib.loads(packaged[source].read_text())
+    path = Path(source)
+    if not path.is_file():
+        raise ConfigError(f"unknown comparison config {source!r}: not a file and not one of {sorted(packaged)}")
+    return read_config_file(path, source)
 
 
 def comparison_options(raw: dict) -> CompareOptions:
