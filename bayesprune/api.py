@@ -66,7 +66,7 @@ def fit_method(
             :func:`bayesprune.core.sites.site_names`).
         priors: per-module priors, as ``[[model.priors]]`` of a config: a list of dicts, each with
             ``modules`` (names, globs or module type names), ``prior`` and its hyper-parameters, e.g.
-            ``[{"modules": "Conv2d", "prior": "group-spike-slab", "pi": 0.3}, {"modules": "fc", "prior":
+            ``[{"modules": "Conv2d", "prior": "group-horseshoe"}, {"modules": "fc", "prior":
             "spike-slab"}]`` (:mod:`bayesprune.models.module_priors`; methods that place priors: ``sbnn``).
         stream: read a ``train`` DataLoader's rows as each minibatch needs them (decoded in its
             ``num_workers`` processes, in the fit's own shuffled order) instead of into one tensor
@@ -112,11 +112,10 @@ def fit_method(
         device=resolve_device(device),
         progress=progress,
         validation=None if validation is None else _tensors(validation, "validation"),
+        calibration=config.prune.calibration(data.x_train, batch_size=batch_size),
     )
     ctx.patience = patience
-    fitted = method.fit(net, data, config.method_options, ctx)
-    fitted.calibration = config.prune.calibration(data.x_train, batch_size=batch_size)
-    return fitted
+    return method.fit(net, data, config.method_options, ctx)
 
 
 def export(run_or_fitted, *, out, budget=None, data=None, repeats: int = 30, force: bool = False, finetune_epochs=None):

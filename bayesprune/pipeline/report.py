@@ -12,6 +12,8 @@ from bayesprune.analysis.plots import plot_loss, plot_pruning_curve, plot_score_
 from bayesprune.analysis.tables import format_value, markdown_table, markdown_text
 from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.files import all_or_nothing, arrays_digest, read_npz, write_text
+from bayesprune.methods import available_methods
+from bayesprune.methods.metrics import check_metrics_keys
 from bayesprune.pipeline.evaluation import ERROR_MARGIN, ERROR_MARGIN_KEY, first_sparsity_worse_by, metric_name
 from bayesprune.pipeline.reading import reading as _reading
 from bayesprune.pipeline.report_importance import _importance_files, pooled_importance_sections
@@ -149,8 +151,6 @@ def _statistics_sentence(metrics: dict) -> str:
 
 
 def _method_sections(run_dir: Path, metrics: dict) -> list:
-    from bayesprune.methods import available_methods
-
     method = available_methods().get(metrics["method"])
     return [] if method is None else method().report_sections(run_dir, metrics)
 
@@ -228,6 +228,9 @@ def read_metrics(run_dir: Path) -> dict:
         if missing:
             raise ValueError(f"missing key {missing[0]!r}")
         _check_metrics(metrics)
+        method = available_methods().get(metrics["method"])
+        if method is not None:
+            check_metrics_keys(method, metrics)
         written_by = _config_method(run_dir)
         if written_by is not None and metrics["method"] != written_by:
             raise ValueError(f"written by method {metrics['method']!r}, but the run's config.toml has {written_by!r}")

@@ -129,7 +129,10 @@ def load_run(run_dir):
             f"{run_dir / CHECKPOINT}: holds an unfinished fit (stage {saved['metadata'].get('stage')!r}, "
             f"epoch {saved['metadata'].get('epoch')}); finish it with: bayesprune run --resume {run_dir}"
         )
-    ctx = FitContext.from_config(config, dataset, device=torch.device("cpu"))
+    # the training part the fit saw (without its validation rows), so masked statistics are the run's own
+    part = hold_out(dataset, config.train.validation, seed=config.seed)[0] if config.train.validation > 0 else dataset
+    calibration = config.prune.calibration(part.x_train, batch_size=config.for_data(part.num_train).data.batch_size)
+    ctx = FitContext.from_config(config, dataset, device=torch.device("cpu"), calibration=calibration)
     try:
         fitted = get_method(config.method).restore(net, dataset, config.method_options, ctx, saved["state"])
     except (KeyError, RuntimeError, TypeError, ValueError, IndexError, AttributeError) as error:
@@ -138,11 +141,6 @@ def load_run(run_dir):
     problem = state_mismatch(saved["state"], fitted.state_dict())
     if problem:  # load_state_dict casts what it copies: a tampered dtype would pass unnoticed
         raise BayesPruneError(f"{run_dir / CHECKPOINT}: not the state the method {config.method!r} writes ({problem})")
-    # the training part the fit saw (without its validation rows), so masked statistics are the run's own
-    part = hold_out(dataset, config.train.validation, seed=config.seed)[0] if config.train.validation > 0 else dataset
-    fitted.calibration = config.prune.calibration(
-        part.x_train, batch_size=config.for_data(part.num_train).data.batch_size
-    )
     return config, dataset, fitted
 
 

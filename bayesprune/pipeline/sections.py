@@ -155,7 +155,8 @@ class ModelConfig:
     ``prior``, ``"spike-slab"`` (paper 003, eq. 3.1, an indicator per weight) or ``"group-spike-slab"`` (an
     indicator per unit: a Linear layer's output unit, a convolution's output channel;
     :mod:`bayesprune.core.group_spike_slab`), with its hyper-parameters ``pi``, ``log_tau0`` and ``log_tau1``
-    (absent: ``[sbnn]``'s defaults, 0.5, -6 and 1). The sites no table claims keep the method's prior; a
+    (absent: ``[sbnn]``'s defaults, 0.5, -6 and 1), or ``"group-horseshoe"`` (Louizos et al. 2017: a half-Cauchy
+    scale per unit and one per layer, C+(0, ``global_scale``), default 1; :mod:`bayesprune.core.group_horseshoe`). The sites no table claims keep the method's prior; a
     pattern that matches no site and a site two tables claim are refused (:mod:`bayesprune.models.module_priors`).
     The report lists the prior of every site.
     """
@@ -282,6 +283,12 @@ class PruneConfig:
     ``macs_curve`` holds its count, test metric and, with ``finetune_epochs``, its fine-tuned one. The
     dense network is the one the fit starts from, so every method's row of a comparison is cut to the same MACs.
 
+    ``finetune_lr`` is the fine-tuning's Adam rate (default: the run's ``optim.lr``), or a list of rates: then
+    each pruned network is fine-tuned at every rate on the training rows but a ``finetune_held_out`` fraction
+    (default 0.2, drawn with the seed), and the network whose error on those held-out rows is lowest is the
+    result, its rate recorded in ``metrics.json``'s ``finetune_choices`` (the test split is never read to
+    choose; :class:`bayesprune.pipeline.finetune.FineTuning`). Every row of a comparison chooses the same way.
+
     ``distill`` (default 0) makes the fine-tuning distil knowledge from the network before pruning: that weight
     of the loss is the softened predictions' divergence at ``distill_temperature`` (Hinton et al. 2015;
     :func:`bayesprune.core.plain.distillation_objective`)."""
@@ -302,6 +309,17 @@ class PruneConfig:
     recalibrate: bool = option(True, FLAG)
     recalibrate_batches: int = option(DEFAULT_BATCHES, count(1, MAX_BATCHES))
     finetune_epochs: int = option(0, count(0))
+    finetune_lr: tuple = option(
+        (),
+        Constraint(
+            lambda v: scale().accepts(v) or list_of(scale(), "rates", nonempty=False).accepts(v),
+            "be a positive rate, or a list of distinct rates to choose from on held-out training rows",
+            refused=(0.0, -1.0, [0.1, 0.1], [0.0], "fast", True),
+            allowed="a positive rate, or a list of distinct rates (empty: the run's optim.lr)",
+            convert=lambda v: tuple(float(r) for r in ([v] if is_number(v) else v)),
+        ),
+    )
+    finetune_held_out: float = option(0.2, unit())
     distill: float = option(0.0, unit(open_low=False, open_high=False))
     distill_temperature: float = option(4.0, scale())
     predictive: str = option("auto", one_of(PREDICTIVES))

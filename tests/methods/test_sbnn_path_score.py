@@ -41,9 +41,7 @@ def fitted_with_an_unused_unit(score: str) -> SBNNFitted:
         net[3].weight.copy_(torch.tensor([[0.0, 1.0]]))
     options = SBNNOptions(pi=0.5, log_tau0=-2.0, log_tau1=0.0, score=score)
     model = build_model(net, SimpleNamespace(task="regression", num_train=10), options.prior())
-    fitted = SBNNFitted(model, SpikeSlabGuide(model))
-    fitted.score = options.score
-    return fitted
+    return SBNNFitted(model, SpikeSlabGuide(model), score=options.score)
 
 
 def test_path_score_prunes_the_input_weights_of_an_unused_unit_first():

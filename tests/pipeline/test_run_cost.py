@@ -148,7 +148,7 @@ def test_the_posterior_predictive_draws_y_from_the_curves_draws_of_the_unpruned_
     outputs, which are those of S ``sample_params()`` draws, and the conversion draws y from them without
     evaluating the network again, leaving every number of the curve as it was."""
     from bayesprune.core.predict import DrawOutputs
-    from bayesprune.methods import get_method
+    from bayesprune.methods import FitContext, get_method
 
     x, y = _data(n=48)
     draws_count = 100  # the conversion's posterior draws, which bound its predictive draws
@@ -173,7 +173,7 @@ def test_the_posterior_predictive_draws_y_from_the_curves_draws_of_the_unpruned_
     outputs = kept.outputs()
     assert outputs.shape == (draws_count, 48, 3) and torch.allclose(outputs, expected, rtol=1e-6, atol=1e-7)
 
-    fitted.unpruned_draws = kept
+    fitted = type(fitted)(model, guide, predictive_samples=draws_count, ctx=FitContext(unpruned_draws=kept))
     monkeypatch.setattr(type(model), "network", lambda *args: pytest.fail("the network was evaluated again"))
     idata = get_method("sbnn").inference_data([fitted], dataset, seed=3)
     labels = idata.posterior_predictive["obs"].sel(chain=0).values  # draws x test points

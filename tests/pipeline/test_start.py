@@ -204,3 +204,10 @@ def test_comparison_rows_share_one_trained_network(tmp_path):
         ]
         starts = [row["start_test_error"] for row in rows if "start_test_error" in row]  # every row, the baseline's too
         assert len(starts) == len(rows) == 3 and all(start == pytest.approx(direct, abs=1e-4) for start in starts)
+    fitted = {folder.name: (folder / "metrics.json").stat().st_mtime_ns for folder in (out / "cells").iterdir()}
+    with cells_here():
+        compare(None, out, resume=True, seeds=[1, 2], report=lambda *a: None)  # finished cells read back, seed 2 added
+    for name, stamp in fitted.items():
+        assert (out / "cells" / name / "metrics.json").stat().st_mtime_ns == stamp, name  # not fitted again
+    assert (out / "starts" / "seed-2.pt").is_file() and not (out / "starts" / "seed-3.pt").exists()
+    assert len([folder for folder in (out / "cells").iterdir() if folder.name.endswith("seed2")]) == 3

@@ -93,7 +93,7 @@ class SBNN(Method):
 
     def fit_together(self, nets, datasets, options, contexts):
         """:meth:`fit` of several seeds' fits trained as one stack (:func:`.together.fit_together`), or one
-        after another where the stack does not hold them (several starts, local reparameterisation)."""
+        after another where the stack does not hold them (several starts, a learned noise scale)."""
         fits = fit_together(nets, datasets, options, contexts)
         return fits if fits is not None else fit_one_after_another(self, nets, datasets, options, contexts)
 
@@ -102,9 +102,7 @@ class SBNN(Method):
         guide = SpikeSlabGuide(model, init_scale=options.init_scale)
         load_module_state(model, state["model"])
         load_module_state(guide, state["guide"])
-        fitted = SBNNFitted(model, guide, predictive_samples=options.predictive_samples)
-        fitted.score = options.score
-        return fitted
+        return SBNNFitted(model, guide, score=options.score, predictive_samples=options.predictive_samples, ctx=ctx)
 
     def report_sections(self, run_dir, metrics):
         """The prior of every site: ``[sbnn]``'s, or that of the ``[[model.priors]]`` table that claims it."""

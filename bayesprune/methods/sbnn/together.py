@@ -7,16 +7,18 @@ penalty of eq. 4.2 or 4.3): the draw W = m + σ ε and the KL of every site from
 kernel (:func:`~bayesprune.core.fused.drawn_kl`), ε each fit's own ``torch.randn`` over its flat weights
 as its separate fit draws it (:class:`~bayesprune.core.batched.FitGenerators`), the network evaluated
 for all fits at once (:class:`~bayesprune.core.batched.StackedNetworks`). Where that does not hold
-(several starts, local reparameterisation, a learned noise scale, priors not shared by every site)
-the fits run one after another.
+(several starts, a learned noise scale, priors not shared by every site, local reparameterisation
+of a network other than a plain MLP) the fits run one after another. Under local reparameterisation
+(``sbnn.local_reparameterization``) each ``Linear`` layer's pre-activations are drawn as
+:class:`~bayesprune.core.reparameterization.LocalReparameterization` draws them, after the guide's
+draw of W that its separate fit makes too.
 """
-
-import time
 
 import pyro
 import torch
+from torch import nn
 
-from bayesprune.core.batched import FitGenerators, Stack, StackedNetworks
+from bayesprune.core.batched import FitGenerators, Stack, StackedNetworks, plain_layers
 from bayesprune.core.distributions import _second_moment_and_logits, _spike_slab_kl_terms
 from bayesprune.core.fused import drawn_kl, run_kernel, softplus
 from bayesprune.core.optim import torch_optim_and_args, torch_scheduler
@@ -31,14 +33,11 @@ from bayesprune.methods.sbnn.fitted import SBNNFitted
 
 def fits_stacked(models: list, guides: list, options) -> bool:
     """Whether these fits' objective is the one the stack computes (else they run one at a time)."""
-    likelihood = models[0].likelihood
-    learned = isinstance(getattr(likelihood, "scale", None), torch.nn.Parameter) or any(
-        True for _ in likelihood.parameters()
-    )
+    learned = any(True for _ in models[0].likelihood.parameters())  # a noise scale fitted with the posterior
     return (
         list(options.starts) == [1]
         and options.objective == "analytic-kl"
-        and not options.local_reparameterization
+        and (not options.local_reparameterization or plain_layers(models[0].net) is not None)
         and not learned
         and all(guide._shared_constants(model.site_priors(guide.loc.device)) for model, guide in zip(models, guides))
     )
@@ -68,7 +67,6 @@ def trained_params(model, guide) -> dict:
 def fit_together(nets: list, datasets: list, options, contexts: list) -> list | None:
     """:func:`~bayesprune.methods.sbnn.fit.fit_posterior` of every fit, trained together; ``None`` where
     the stack does not compute these fits' objective (:func:`fits_stacked`)."""
-    start = time.perf_counter()
     models, guides = build_fits(nets, datasets, options, contexts)
     if not fits_stacked(models, guides, options):
         return None
@@ -95,17 +93,22 @@ def fit_together(nets: list, datasets: list, options, contexts: list) -> list | 
         scheduler=torch_scheduler(first.optim, optimizer, epochs=first.epochs),
         generators=step.generators,
     )
-    seconds = (time.perf_counter() - start) / len(nets)
     fits = []
     for k, (model, guide, ctx, history) in enumerate(zip(models, guides, contexts, histories)):
         with torch.no_grad():
             for name, param in trained_params(model, guide).items():
                 param.copy_(stack.params[name][k])
-        fitted = SBNNFitted(
-            model, guide, history=history, seconds=seconds, predictive_samples=options.predictive_samples
+        fits.append(
+            SBNNFitted(
+                model,
+                guide,
+                score=options.score,
+                best_epoch=ctx.best_epoch,
+                history=history,
+                predictive_samples=options.predictive_samples,
+                ctx=ctx,
+            )
         )
-        fitted.score, fitted.best_epoch = options.score, ctx.best_epoch
-        fits.append(fitted)
     pyro.clear_param_store()  # no fit's parameters left for another's guide to read by name
     return fits
 
@@ -123,7 +126,7 @@ class _Objective:
         self.points = [name for name in stack.params if name.startswith("point.")]
         self.point_names = model.point.names
         (self.constants, _) = guide._shared_constants(model.site_priors(guide.loc.device))
-        self.net = model.net
+        self.net, self.local = model.net, options.local_reparameterization
 
     def _params(self, flat: torch.Tensor) -> dict:
         """Every parameter of the networks, ``[K, ...]``: the sites from a flat ``[K, weights]`` tensor."""
@@ -163,11 +166,32 @@ class _Objective:
                 log_spike=c.log_spike,
                 spike_quadratic=c.spike_quadratic,
             )
-            output = autocast_calls(self.network.forward, x.device)(self._params(weights), x)
+            if self.local:
+                output = autocast_calls(self._sampled, x.device)(self._params(loc), self._params(scale * scale), x)
+            else:
+                output = autocast_calls(self.network.forward, x.device)(self._params(weights), x)
             log_prob = self.likelihood.distribution(full_precision(output)).log_prob(y)
             nll = nll - (log_prob * (self.likelihood.dataset_size / y.shape[1])).sum(-1)
             kl = kl + (site_kl.sum(-1) if weight == 1.0 else (site_kl * weight).sum(-1))
         return nll / self.particles + kl / self.particles
+
+    def _sampled(self, means: dict, variances: dict, x: torch.Tensor) -> torch.Tensor:
+        """The MLP's output with every ``Linear`` layer's pre-activations drawn (local reparameterisation):
+        mean x mᵀ + m_b, variance x² σ²ᵀ + σ_b² (a point-estimated bias: no variance), each fit's noise
+        from its own generator."""
+        for name, module in self.network.layers:
+            if isinstance(module, nn.Flatten):
+                x = x.flatten(2)
+            elif isinstance(module, nn.Linear) and f"{name}.weight" not in self.shapes:  # no prior: as given
+                x = _linear(x, means[f"{name}.weight"], means.get(f"{name}.bias"))
+            elif isinstance(module, nn.Linear):
+                weight, bias = f"{name}.weight", f"{name}.bias"
+                mean = _linear(x, means[weight], means.get(bias))
+                variance = _linear(x * x, variances[weight], variances.get(bias) if bias in self.shapes else None)
+                x = mean + variance.clamp_min(1e-16).sqrt() * self.generators.randn(mean.shape[1:], dtype=mean.dtype)
+            else:  # elementwise
+                x = module(x)
+        return x
 
     @torch.no_grad()
     def predict(self, x):
@@ -175,3 +199,9 @@ class _Objective:
         with evaluating(self.net):
             output = self.network.forward(self._params(self.stack.params["guide.loc_unconstrained"]), x)
         return self.likelihood.mean(output)
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear`` of K fits at once: ``x`` ``[K, B, in]``, ``weight`` ``[K, out, in]``, ``bias`` ``[K, out]``."""
+    weight = weight.transpose(1, 2)
+    return torch.bmm(x, weight) if bias is None else torch.baddbmm(bias.unsqueeze(1), x, weight)

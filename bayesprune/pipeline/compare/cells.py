@@ -241,3 +241,13 @@ def execute(cell: Cell, folder: str, threads: int = 1) -> dict:
             pass
     # force: what an earlier attempt left here (a checkpoint that does not resume) is replaced.
     return run(cell.run_config(), folder, force=True)
+
+
+def variant_tables(table: dict) -> list:
+    """``(label suffix, options)`` of each variant of one method's ``compare.variants`` table: every
+    combination of its options' values (the first option's slowest), named by the values joined with
+    ``-``; ``[("", {})]`` for none."""
+    combinations = [("", {})]
+    for option, values in table.items():
+        combinations = [(f"{name}-{value}", {**own, option: value}) for name, own in combinations for value in values]
+    return [(name.lstrip("-"), own) for name, own in combinations]

@@ -71,12 +71,14 @@ def _foreign_example() -> dict:
 
 
 def _variant(method, table) -> bool:
-    """One option of ``method``'s table → a list of distinct values."""
-    if method not in available_methods() or not isinstance(table, dict) or len(table) != 1:
+    """Options of ``method``'s table → a list of distinct values each."""
+    if method not in available_methods() or not isinstance(table, dict) or not table:
         return False
-    (name, values), *_ = table.items()
     known = {f.name for f in fields(get_method(method).Options)}
-    return name in known and isinstance(values, list) and len({json.dumps(v) for v in values}) == len(values)
+    return all(
+        name in known and isinstance(values, list) and len({json.dumps(v) for v in values}) == len(values)
+        for name, values in table.items()
+    )
 
 
 METHODS = Constraint(
@@ -104,9 +106,9 @@ CONFIGS = Constraint(
 
 VARIANTS = Constraint(
     lambda value: isinstance(value, dict) and all(_variant(method, table) for method, table in value.items()),
-    "be a table of method = {one option of its table = [distinct values]}",
+    "be a table of method = {option of its table = [distinct values], ...}",
     refused=({"no-such-method": {"lr": [1]}}, [1], "text"),
-    allowed="a table of registered method = `{option = [distinct values]}`",
+    allowed="a table of registered method = `{option = [distinct values], ...}`",
     convert=dict,
 )
 
@@ -133,8 +135,8 @@ class CompareOptions:
             (PFT its first start mask, saliency its first criterion at the most stages, ProbMask without its own
             magnitude baseline) and ProbMask's t1, t2 scaled with its main stage (:func:`~bayesprune.pipeline.compare.comparison.held_to_budget`;
             ``prune.finetune_epochs`` is a stage: the baselines' plain network and fine-tuning).
-        variants: method → ``{option = [values]}``: the method runs once per value, each a row named
-            ``<method>-<value>``; an empty list: the method does not run.
+        variants: method → ``{option = [values], ...}``: the method runs once per combination of values, rows
+            ``<method>-<value>[-<value>...]``; an empty list: the method does not run.
     """
 
     methods: tuple | None = option(None, optional(METHODS))
