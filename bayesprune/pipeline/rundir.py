@@ -100,6 +100,7 @@ def load_run(run_dir):
         )
     dataset = load_datasets(config)[0]
     check_size(config, dataset)
+    _check_columns(config, saved, dataset)
     _check_preprocessing(run_dir / CHECKPOINT, saved, dataset)
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed, weights=False)
     built, builds = saved.get("built"), shapes(net)
@@ -142,6 +143,23 @@ def load_run(run_dir):
     if problem:  # load_state_dict casts what it copies: a tampered dtype would pass unnoticed
         raise BayesPruneError(f"{run_dir / CHECKPOINT}: not the state the method {config.method!r} writes ({problem})")
     return config, dataset, fitted
+
+
+def _check_columns(config, saved: dict, dataset):
+    """Refuse a table whose feature columns are not the fit's (recorded in its checkpoint), naming the data
+    file and the first column added or gone: the file changed since the run, not the checkpoint."""
+    fitted = saved.get("metadata", {}).get("feature_names")
+    if not isinstance(fitted, list) or dataset.feature_names is None or list(dataset.feature_names) == fitted:
+        return
+    now = list(dataset.feature_names)
+    added, gone = [c for c in now if c not in fitted], [c for c in fitted if c not in now]
+    change = f"column {added[0]!r} added" if added else f"column {gone[0]!r} gone" if gone else "columns reordered"
+    option = next((key for key in ("path", "train", "root") if key in config.data.options), None)
+    source = "the data" if option is None else f"data.{option}: {config.data.options[option]}"
+    raise BayesPruneError(
+        f"{source}: {change} since the fit (its feature columns: "
+        f"{', '.join(fitted)}); give the run the data it was fitted on"
+    )
 
 
 def _check_preprocessing(path: Path, saved: dict, dataset):

@@ -277,7 +277,7 @@ def _fit_splits(
                 if idata is not None:
                     write_posterior(idata, staging / POSTERIOR, method=config.method)
                 check_stop("while writing the posterior")
-                final = (fits[0], built, preprocessing_of(dataset))
+                final = (fits[0], built, preprocessing_of(dataset), dataset.feature_names)
     except (TrainingDiverged, Interrupted, StopNow) as error:
         raise _stopped(error, staging, out, checkpoint.name) from None
     return {**summarise_splits(per_split), "chains": chains}, final
@@ -555,14 +555,16 @@ def _final_state_digest(staging: Path, finals: list) -> str:
     return state_digest(state)
 
 
-def _write_final_checkpoint(folder: Path, fitted, built: dict, preprocessing):
+def _write_final_checkpoint(folder: Path, fitted, built: dict, preprocessing, feature_names=None):
     """The fit's final checkpoint (early stopping may have put an earlier epoch back), in place of its
-    training-loop checkpoint: its network's structure, ``built`` (the shapes the config built) and the
-    data's ``preprocessing``, which :func:`load_run` checks the reloaded data against."""
+    training-loop checkpoint: its network's structure, ``built`` (the shapes the config built), the
+    data's ``preprocessing`` and a table's ``feature_names``, which :func:`load_run` checks the reloaded
+    data against."""
+    features = {} if feature_names is None else {"feature_names": list(feature_names)}
     save_checkpoint(
         folder / CHECKPOINT,
         fitted,
-        metadata={"epoch": len(fitted.history.epoch_losses)},
+        metadata={"epoch": len(fitted.history.epoch_losses), **features},
         built=built,
         preprocessing=preprocessing,
     )
