@@ -30,7 +30,7 @@ class SpikeSlabGuide(MeanFieldGuide):
         self._site_priors = model.site_priors
         self._shared = {}
         horseshoe = horseshoe_sites(model.site_priors())  # the scale variables of the sites under a group horseshoe
-        self.horseshoe = HorseshoeScales(horseshoe, dict(model.net.named_parameters())) if horseshoe else None
+        self.horseshoe = HorseshoeScales(horseshoe) if horseshoe else None
 
     def _horseshoe_posteriors(self, locs: dict, scales: dict) -> dict:
         return {} if self.horseshoe is None else self.horseshoe.posteriors(locs, scales)

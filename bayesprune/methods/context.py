@@ -13,6 +13,7 @@ the same random numbers, so the resumed fit equals the uninterrupted one.
 """
 
 import copy
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +86,9 @@ class FitContext:
             :class:`~bayesprune.data.streaming.Augment`), or ``None``.
         memory_format: the layout of every training minibatch of images (``train.memory_format``
             resolved, :func:`bayesprune.core.layout.resolve_memory_format`).
+        calibration, unpruned_draws: what the :class:`~bayesprune.methods.Fitted` a fit or restore builds
+            takes (``Fitted(..., ctx=ctx)``): the inputs masked statistics are estimated on, and the recorder
+            of the pruning curve's draws of the unpruned model (:class:`~bayesprune.methods.Fitted`); or ``None``.
 
     After the fit, ``best_epoch`` (1-based) is the epoch early stopping kept, or ``None``; after a fit
     trained together with others (:func:`train_plain_together`, :func:`train_stack_together`,
@@ -115,6 +119,8 @@ class FitContext:
     config: dict | None = None
     augment: object = None
     memory_format: torch.memory_format = torch.contiguous_format
+    calibration: object = None
+    unpruned_draws: object = None
     best_epoch: int | None = field(default=None, init=False)
     rng_after: dict | None = field(default=None, init=False)
     _finished: list = field(default_factory=list, init=False, repr=False)
@@ -148,12 +154,14 @@ class FitContext:
         )
 
     def training_cost(self) -> dict:
-        """The fit's training over all its stages so far: ``train_epochs`` and ``train_steps`` (optimiser
-        steps), so that fits of methods with several stages compare by what they cost (``compare``'s leaderboard)."""
+        """The fit's training over all its stages so far: ``train_epochs``, ``train_steps`` (optimiser steps)
+        and ``train_seconds`` (its stages' wall time: the one place a fit is timed), so that fits of methods
+        with several stages compare by what they cost (``compare``'s leaderboard)."""
         histories = [stage["history"] for stage in self._finished]
         return {
             "train_epochs": sum(len(history["epoch_losses"]) for history in histories),
             "train_steps": sum(len(history["step_losses"]) for history in histories),
+            "train_seconds": round(sum(stage.get("seconds", 0.0) for stage in self._finished), 3),
         }
 
     def sites(self, net) -> list:
@@ -214,6 +222,7 @@ class FitContext:
             loop = self._loop_to_resume(index, name, state, batches, stateful, epochs)
         if self.checkpoint is not None:
             callbacks.append(_StageCheckpoint(self, index, name, state, batches, epochs, stateful))
+        start = time.perf_counter()
         with kernel_mode(self.kernels), training_precision(self.precision):
             history = train(
                 step,
@@ -225,6 +234,7 @@ class FitContext:
                 resume=loop,
                 desc=name,
             )
+        seconds = time.perf_counter() - start
         if early is not None:
             self.best_epoch = early.best_epoch + 1
         # A finished stage's result is kept for the checkpoints that follow (a fit without them never resumes).
@@ -237,6 +247,7 @@ class FitContext:
                 "rng": rng_state(),
                 "batches": batches.generator.get_state(),
                 "best_epoch": self.best_epoch,
+                "seconds": seconds,
             }
         )
         return history
@@ -424,18 +435,18 @@ def check_together(contexts: list):
         )
 
 
-def record_together(contexts: list, name: str, records: list, *, validated: bool) -> list:
+def record_together(contexts: list, name: str, records: list, *, validated: bool, seconds: float) -> list:
     """Each fit's :class:`~bayesprune.core.loop.History` of a stage ``name`` trained together (one
     :class:`~bayesprune.core.batched.FitRecord` per context), recorded in its context as
-    :meth:`FitContext.train` records a stage (its training cost, and its best epoch when ``validated``)."""
+    :meth:`FitContext.train` records a stage (its training cost, each fit's share of the stack's
+    ``seconds``, and its best epoch when ``validated``)."""
     histories = []
     for ctx, record in zip(contexts, records):
         history = History(record.step_losses, record.epoch_losses)
         if validated:
             ctx.best_epoch = record.best_epoch + 1
-        ctx._finished.append(
-            {"name": name, "history": LoopState.history_dict(history), "state": None, "best_epoch": ctx.best_epoch}
-        )
+        entry = {"name": name, "history": LoopState.history_dict(history), "state": None}
+        ctx._finished.append({**entry, "best_epoch": ctx.best_epoch, "seconds": seconds / len(contexts)})
         histories.append(history)
     return histories
 
@@ -467,6 +478,7 @@ def train_stack_together(
     check_together(contexts)
     first = contexts[0]
     validation = None if first.validation is None else [ctx.validation for ctx in contexts]
+    start = time.perf_counter()
     with kernel_mode(first.kernels), training_precision(first.precision):
         records = train_stack(
             stack,
@@ -482,7 +494,8 @@ def train_stack_together(
             on_epoch=on_epoch,
             on_stop=generators.stop,
         )
-    histories = record_together(contexts, name, records, validated=validation is not None)
+    seconds = time.perf_counter() - start
+    histories = record_together(contexts, name, records, validated=validation is not None, seconds=seconds)
     for k, ctx in enumerate(contexts):
         ctx.rng_after = generators.rng_state(k)
     return histories
@@ -491,6 +504,7 @@ def train_stack_together(
 def _train_together(contexts, name, nets, rows, epochs, loss, optim, validation, *, patience=None, batches=None):
     check_together(contexts)
     first = contexts[0]
+    start = time.perf_counter()
     with kernel_mode(first.kernels), training_precision(first.precision):
         records = train_stacked(
             [net.to(first.device) for net in nets],
@@ -502,7 +516,8 @@ def _train_together(contexts, name, nets, rows, epochs, loss, optim, validation,
             task=first.task,
             patience=first.patience if patience is None and validation is not None else patience,
         )
-    return record_together(contexts, name, records, validated=validation is not None)
+    seconds = time.perf_counter() - start
+    return record_together(contexts, name, records, validated=validation is not None, seconds=seconds)
 
 
 @contextmanager

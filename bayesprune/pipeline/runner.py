@@ -44,7 +44,7 @@ from bayesprune.core.tasks import is_classification, network_test_metric
 from bayesprune.methods import FitContext, get_method
 from bayesprune.pipeline.baseline import least_squares_test_rmse, train_plain
 from bayesprune.pipeline.checks import check_before_fit, run_chains
-from bayesprune.pipeline.config import load_config
+from bayesprune.pipeline.config import load_config, new_names
 from bayesprune.pipeline.evaluation import macs_curve, metric_name, pruning_curve
 from bayesprune.pipeline.finetune import FineTuning
 from bayesprune.pipeline.processes import check_same_fits, join, own_directory
@@ -252,15 +252,13 @@ def _fit_splits(
                         device=device,
                         progress=progress,
                         first_chain=chain == 0,
+                        draws=first and index == chain == 0,
                         checkpoint=checkpoint if index == chain == 0 else None,
                         resume=resume if index == chain == 0 else None,
                     )
                     fitted = method.fit(net, dataset, config.method_options, ctx)
-                fitted.calibration = config.prune.calibration(dataset.x_train, batch_size=split_config.data.batch_size)
                 if chain == 0:
                     built = shapes(baseline_net)
-                    if first and index == 0:  # its posterior predictive (posterior.nc) reuses the curve's draws
-                        fitted.unpruned_draws = DrawOutputs(rows=PREDICTIVE_TEST_POINTS)
                     per_split.append(
                         {
                             f"start_{metric_name(dataset.task)}": start,
@@ -279,15 +277,20 @@ def _fit_splits(
                 if idata is not None:
                     write_posterior(idata, staging / POSTERIOR, method=config.method)
                 check_stop("while writing the posterior")
-                final = (fits[0], built, preprocessing_of(dataset))
+                final = (fits[0], built, preprocessing_of(dataset), dataset.feature_names)
     except (TrainingDiverged, Interrupted, StopNow) as error:
         raise _stopped(error, staging, out, checkpoint.name) from None
     return {**summarise_splits(per_split), "chains": chains}, final
 
 
-def _start_fit(config, dataset, validation, *, seed, device, progress, first_chain=True, **services) -> tuple:
+def _start_fit(
+    config, dataset, validation, *, seed, device, progress, first_chain=True, draws=False, **services
+) -> tuple:
     """``(net, baseline_net, start, ctx)`` of one fit from ``seed``: its starting network, a copy of it and
-    its test metric (the first chain's only), and its context (``services``: checkpoint, resume)."""
+    its test metric (the first chain's only), and its context (``services``: checkpoint, resume) with the
+    calibration of ``prune.recalibrate`` on ``dataset``'s training rows and, where ``draws`` (the run's
+    first fit, whose posterior predictive in ``posterior.nc`` reuses the pruning curve's draws), a recorder
+    of those draws."""
     net = start_network(config, dataset, device=device, seed=seed)
     baseline_net = copy.deepcopy(net) if first_chain else None
     start = network_test_metric(net, dataset) if first_chain else None
@@ -298,6 +301,10 @@ def _start_fit(config, dataset, validation, *, seed, device, progress, first_cha
         seed=seed,
         progress=progress,
         validation=None if validation is None else tuple(validation),
+        calibration=config.prune.calibration(
+            dataset.x_train, batch_size=config.for_data(dataset.num_train).data.batch_size
+        ),
+        unpruned_draws=DrawOutputs(rows=PREDICTIVE_TEST_POINTS) if draws else None,
         **services,
     )
     return net, baseline_net, start, ctx
@@ -315,7 +322,10 @@ def _fit_seeds_together(config, method, datasets, device, seeds, *, progress) ->
         dataset, validation = datasets[0], None
         if config.train.validation > 0:
             dataset, *validation = hold_out(dataset, config.train.validation, seed=seed)
-        return dataset, _start_fit(config, dataset, validation, seed=seed, device=device, progress=progress)
+        start = _start_fit(
+            config, dataset, validation, seed=seed, device=device, progress=progress, draws=seed == seeds[0]
+        )
+        return dataset, start
 
     return _fit_stack(config, method, list(seeds), begin)
 
@@ -387,7 +397,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
     curve = pruning_curve(
         fitted,
         dataset,
-        droprates=sorted({0.0, *config.prune.droprates}),
+        sparsities=sorted({0.0, *config.prune.sparsities}),
         device=device,
         budget=config.prune.budget,
         include_biases=config.prune.include_biases,
@@ -421,7 +431,6 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         **({} if validation is None else {"n_validation": len(validation[1])}),
         **({} if best_epoch is None else {"best_epoch": best_epoch}),
         "seed": config.seed,
-        "train_seconds": round(fitted.seconds, 3),
         "score": fitted.score_name,
         # for a network with batch norms: whether the curve's masked networks had statistics of their own
         **({"recalibrated_statistics": fitted.calibration is not None} if has_running_stats(fitted.net) else {}),
@@ -454,11 +463,11 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
     return metrics
 
 
-def extend_curve(folder, droprates) -> dict:
-    """The finished run in ``folder`` evaluated at further ``droprates`` from its saved fit
+def extend_curve(folder, sparsities) -> dict:
+    """The finished run in ``folder`` evaluated at further ``sparsities`` from its saved fit
     (:func:`load_run`), never fitted again, by the run's own :func:`~bayesprune.pipeline.evaluation.pruning_curve`
     (fine-tuned as ``prune.finetune_epochs`` says): its ``pruning_curve``, ``pruning_curve.csv`` and
-    ``prune.droprates`` take the new rows; ``metrics.json`` is written last. Returns the metrics."""
+    ``prune.sparsities`` take the new rows; ``metrics.json`` is written last. Returns the metrics."""
     import tomllib
 
     import tomli_w
@@ -471,15 +480,15 @@ def extend_curve(folder, droprates) -> dict:
     rows = pruning_curve(
         fitted,
         dataset,
-        droprates=list(droprates),
+        sparsities=list(sparsities),
         budget=config.prune.budget,
         include_biases=config.prune.include_biases,
         finetuned=_finetuned(config, dataset, fitted),
         predictive=config.prune.predictive_at(fitted.n_weights),
     )
     metrics["pruning_curve"] = sorted([*metrics["pruning_curve"], *rows], key=lambda row: row["droprate"])
-    raw = tomllib.loads((folder / "config.toml").read_text())
-    raw["prune"]["droprates"] = [row["droprate"] for row in metrics["pruning_curve"]]
+    raw = new_names(tomllib.loads((folder / "config.toml").read_text()))  # a run written before: prune.droprates
+    raw["prune"]["sparsities"] = [row["droprate"] for row in metrics["pruning_curve"]]
     write_text(folder / "config.toml", tomli_w.dumps(raw))
     write_csv(folder / "pruning_curve.csv", metrics["pruning_curve"], digits=6)
     write_text(folder / "metrics.json", json.dumps(metrics, indent=2) + "\n")
@@ -546,14 +555,16 @@ def _final_state_digest(staging: Path, finals: list) -> str:
     return state_digest(state)
 
 
-def _write_final_checkpoint(folder: Path, fitted, built: dict, preprocessing):
+def _write_final_checkpoint(folder: Path, fitted, built: dict, preprocessing, feature_names=None):
     """The fit's final checkpoint (early stopping may have put an earlier epoch back), in place of its
-    training-loop checkpoint: its network's structure, ``built`` (the shapes the config built) and the
-    data's ``preprocessing``, which :func:`load_run` checks the reloaded data against."""
+    training-loop checkpoint: its network's structure, ``built`` (the shapes the config built), the
+    data's ``preprocessing`` and a table's ``feature_names``, which :func:`load_run` checks the reloaded
+    data against."""
+    features = {} if feature_names is None else {"feature_names": list(feature_names)}
     save_checkpoint(
         folder / CHECKPOINT,
         fitted,
-        metadata={"epoch": len(fitted.history.epoch_losses)},
+        metadata={"epoch": len(fitted.history.epoch_losses), **features},
         built=built,
         preprocessing=preprocessing,
     )

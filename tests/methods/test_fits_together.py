@@ -55,7 +55,8 @@ def test_fits_together_end_where_each_seeds_separate_fit_ends(name, settings):
     for (alone, ctx, drawn), fitted, (_, _, context) in zip(separate, together, begun):
         assert type(fitted) is type(alone)
         assert context.best_epoch == ctx.best_epoch
-        assert context.training_cost() == ctx.training_cost()
+        cost, cost_alone = context.training_cost(), ctx.training_cost()
+        assert cost.pop("train_seconds") > 0 and cost_alone.pop("train_seconds") > 0 and cost == cost_alone
         assert fitted.history.step_losses == pytest.approx(alone.history.step_losses, rel=1e-5)
         assert torch.equal(context.rng_after["torch"], drawn)  # the draws the separate fit made, no more
         expected, actual = alone.state_dict(), fitted.state_dict()

@@ -101,3 +101,30 @@ def test_a_prior_that_closes_every_gate_leaves_each_group_its_floor():
         widths[fraction] = fitted.metrics()["learned_architecture"]
     assert widths[0.35] == [4, 3]
     assert widths[0.0] == [10, 8]
+
+
+def test_the_fine_tuning_progress_bar_shows_the_loss_per_example_as_training_does(capsys):
+    """The reported case: the fine-tuning bar showed the loss N times training's (3196 against 2.29 on
+    digits: eq. 16's (N/B) Σ, not its mean). Oracle: the mean cross-entropy of the fitted network over the
+    training rows, computed here; the bar's last loss of each stage is within a factor 2 of it."""
+    import re
+
+    import torch.nn.functional as F
+
+    import bayesprune
+    from bayesprune.data.registry import load_dataset
+    from bayesprune.models.architectures import build_architecture
+
+    data = load_dataset("digits")
+    torch.manual_seed(0)
+    net = build_architecture("mlp", data.input_shape, data.output_dim, hidden=[32])
+    train, test = (data.x_train, data.y_train), (data.x_test, data.y_test)
+    fitted = bayesprune.fit_method(
+        "unit-gates", net, train, test, options={"finetune_epochs": 1}, epochs=1, progress=True
+    )
+    err = capsys.readouterr().err
+    with torch.no_grad():
+        mean_loss = float(F.cross_entropy(fitted.network().eval()(data.x_train), data.y_train))
+    for stage in ("gates", "fine-tune"):
+        shown = float(re.findall(rf"{stage}: 100%.*loss=([0-9.e+-]+)\]", err)[-1])
+        assert mean_loss / 2 < shown < 2 * mean_loss, (stage, shown, mean_loss)

@@ -102,9 +102,7 @@ class SBNN(Method):
         guide = SpikeSlabGuide(model, init_scale=options.init_scale)
         load_module_state(model, state["model"])
         load_module_state(guide, state["guide"])
-        fitted = SBNNFitted(model, guide, predictive_samples=options.predictive_samples)
-        fitted.score = options.score
-        return fitted
+        return SBNNFitted(model, guide, score=options.score, predictive_samples=options.predictive_samples, ctx=ctx)
 
     def report_sections(self, run_dir, metrics):
         """The prior of every site: ``[sbnn]``'s, or that of the ``[[model.priors]]`` table that claims it."""

@@ -14,8 +14,6 @@ of a network other than a plain MLP) the fits run one after another. Under local
 draw of W that its separate fit makes too.
 """
 
-import time
-
 import pyro
 import torch
 from torch import nn
@@ -69,7 +67,6 @@ def trained_params(model, guide) -> dict:
 def fit_together(nets: list, datasets: list, options, contexts: list) -> list | None:
     """:func:`~bayesprune.methods.sbnn.fit.fit_posterior` of every fit, trained together; ``None`` where
     the stack does not compute these fits' objective (:func:`fits_stacked`)."""
-    start = time.perf_counter()
     models, guides = build_fits(nets, datasets, options, contexts)
     if not fits_stacked(models, guides, options):
         return None
@@ -96,17 +93,22 @@ def fit_together(nets: list, datasets: list, options, contexts: list) -> list | 
         scheduler=torch_scheduler(first.optim, optimizer, epochs=first.epochs),
         generators=step.generators,
     )
-    seconds = (time.perf_counter() - start) / len(nets)
     fits = []
     for k, (model, guide, ctx, history) in enumerate(zip(models, guides, contexts, histories)):
         with torch.no_grad():
             for name, param in trained_params(model, guide).items():
                 param.copy_(stack.params[name][k])
-        fitted = SBNNFitted(
-            model, guide, history=history, seconds=seconds, predictive_samples=options.predictive_samples
+        fits.append(
+            SBNNFitted(
+                model,
+                guide,
+                score=options.score,
+                best_epoch=ctx.best_epoch,
+                history=history,
+                predictive_samples=options.predictive_samples,
+                ctx=ctx,
+            )
         )
-        fitted.score, fitted.best_epoch = options.score, ctx.best_epoch
-        fits.append(fitted)
     pyro.clear_param_store()  # no fit's parameters left for another's guide to read by name
     return fits
 

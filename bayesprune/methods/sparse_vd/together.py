@@ -12,8 +12,6 @@ of every layer's pre-activations (:class:`~bayesprune.core.batched.FitGenerators
 not a plain MLP (convolutions) run one fit at a time.
 """
 
-import time
-
 import pyro
 import torch
 from torch import nn
@@ -42,7 +40,6 @@ def fit_together(nets: list, datasets: list, options, contexts: list) -> list | 
     if not fits_stacked(nets[0], datasets[0], first):
         return None
     build_optimizer(options, first.optim, epochs=first.epochs)  # its refusals, before any training
-    start = time.perf_counter()
     nets = [net.to(first.device) for net in nets]
     batches = [ctx.batches(data.x_train, data.y_train) for ctx, data in zip(contexts, datasets)]
     if options.pretrain_epochs:
@@ -83,9 +80,8 @@ def fit_together(nets: list, datasets: list, options, contexts: list) -> list | 
         on_epoch=[lambda epoch: annealing.on_epoch(epoch, None)],
         generators=step.generators,
     )
-    seconds = (time.perf_counter() - start) / len(nets)
     fits = []
-    for k, (model, guide, history) in enumerate(zip(models, guides, histories)):
+    for k, (model, guide, history, ctx) in enumerate(zip(models, guides, histories, contexts)):
         with torch.no_grad():
             for part, name in ((guide, "theta"), (guide, "log_sigma2"), (model, "points")):
                 getattr(part, f"{name}_unconstrained").copy_(stack.params[name][k])
@@ -96,7 +92,7 @@ def fit_together(nets: list, datasets: list, options, contexts: list) -> list | 
                 threshold=options.threshold,
                 predictive_samples=options.predictive_samples,
                 history=history,
-                seconds=seconds,
+                ctx=ctx,
             )
         )
     pyro.clear_param_store()  # no fit's parameters left for another's guide to read by name
