@@ -5,7 +5,7 @@ Example::
     import bayesprune as bp
 
     fitted = bp.fit_method("sparse-vd", net, (x_train, y_train), (x_test, y_test), epochs=50)
-    masks = bp.prune(fitted.scores(), bp.Budget(fraction=0.9))
+    masks = bp.prune(fitted.scores(), bp.Budget(sparsity=0.9))
 """
 
 from dataclasses import replace
@@ -136,7 +136,7 @@ def export(run_or_fitted, *, out, budget=None, data=None, repeats: int = 30, for
 
     Example::
 
-        exported = bp.export("runs/digits", out="net.pt2", budget=bp.Budget(fraction=0.5))
+        exported = bp.export("runs/digits", out="net.pt2", budget=bp.Budget(sparsity=0.5))
         exported.report["exported"]["parameters"]
     """
     from bayesprune.methods import Fitted

@@ -110,7 +110,7 @@ def test_every_weight_level_method_runs_a_resnet_with_batch_norm_from_a_config(m
         "optim": optim,
         "train": {"epochs": 1},
         method: options,
-        "prune": {"droprates": [0.0], "include_biases": False},
+        "prune": {"sparsities": [0.0], "include_biases": False},
         "baseline": {"enabled": False},
     }
     (user_files / f"{method}.toml").write_text(tomli_w.dumps(config))
@@ -162,7 +162,7 @@ def test_unit_gates_remove_the_resnets_coupled_channels_while_training_and_its_e
         "data": {"dataset": "npz", "path": "digits.npz", "batch_size": 64},
         "model": {"factory": "mynets:resnet"},
         "train": {"epochs": 1},
-        "prune": {"droprates": [0.0]},
+        "prune": {"sparsities": [0.0]},
         "baseline": {"enabled": False},
     }
     gates = {
@@ -171,7 +171,7 @@ def test_unit_gates_remove_the_resnets_coupled_channels_while_training_and_its_e
         "data": {**config["data"], "batch_size": 32},
         "optim": {"lr": 0.05},
         "train": {"epochs": 3},
-        "prune": {"level": "unit", "droprates": [0.0]},
+        "prune": {"level": "unit", "sparsities": [0.0]},
         "unit-gates": {"theta_init": 0.2, "log_gamma": -3.0, "finetune_epochs": 1},
     }
     (user_files / "gates.toml").write_text(tomli_w.dumps(gates))
@@ -195,7 +195,7 @@ def test_unit_gates_remove_the_resnets_coupled_channels_while_training_and_its_e
     capsys.readouterr()
     assert (
         main(
-            ["export", str(tmp_path / "run"), "--out", str(tmp_path / "net.pt2"), "--budget", "fraction=0.25", "--json"]
+            ["export", str(tmp_path / "run"), "--out", str(tmp_path / "net.pt2"), "--budget", "sparsity=0.25", "--json"]
         )
         == 0
     )

@@ -105,7 +105,7 @@ def test_default_run_writes_a_complete_run_directory(default_run):
     assert metrics["n_weights"] == 64 * 100 + 100 + 100 * 10 + 10  # the default 64-100-10 MLP
     rates = [row["droprate"] for row in metrics["pruning_curve"]]
     assert rates == sorted(rates) and rates[0] == 0.0
-    # The curve's weights kept follow the droprates exactly (global ranking drops floor(d n)).
+    # The curve's weights kept follow the sparsities exactly (global ranking drops floor(d n)).
     for row in metrics["pruning_curve"]:
         assert row["n_weights_kept"] == metrics["n_weights"] - int(row["droprate"] * metrics["n_weights"])
         assert 0.0 <= row["test_error"] <= 100.0
@@ -122,13 +122,13 @@ def test_the_report_sets_the_papers_rows_beside_the_curve_and_finds_the_half_poi
         "--set",
         "reference.source='paper X'",
         "--set",
-        "reference.droprates=[0.0, 0.5, 0.6]",
+        "reference.sparsities=[0.0, 0.5, 0.6]",
         "--set",
         "reference.values=[1.0, 1.25, 1.75]",
     ]
     assert (
         run_cli(
-            capsys, "run", "--out", str(out), *QUICK, "--set", "prune.droprates=[0.25, 0.5, 0.75, 0.9]", *reference
+            capsys, "run", "--out", str(out), *QUICK, "--set", "prune.sparsities=[0.25, 0.5, 0.75, 0.9]", *reference
         )[0]
         == 0
     )
@@ -166,7 +166,7 @@ BAD_SETTINGS = [
     (["data.dataset=imagenet"], "imagenet"),
     (["model.architecture=resnet-1000"], "model.architecture"),
     (["train.epochs=-3"], "train.epochs"),
-    (["prune.droprates=[0.5, 1.0]"], "prune.droprates"),
+    (["prune.sparsities=[0.5, 1.0]"], "prune.sparsities"),
     (["optim.lr=0"], "optim.lr"),
     (["sbnn.colour=1"], "sbnn.colour"),
     (["data.dataset=mnist", "data.root='/nonexistent/mnist'"], "/nonexistent/mnist"),
@@ -471,7 +471,7 @@ def test_unit_level_pruning_curve_and_export_of_a_run(tmp_path, capsys):
             "--set",
             "prune.level='unit'",
             "--set",
-            "prune.droprates=[0.5]",
+            "prune.sparsities=[0.5]",
             "--set",
             "prune.min_keep=1",
         )[0]

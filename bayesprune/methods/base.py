@@ -59,7 +59,7 @@ class Fitted:
 
     @property
     def n_weights(self) -> int:
-        """How many entries the sites hold in all (biases included): what a droprate is a fraction of."""
+        """How many entries the sites hold in all (biases included): what a sparsity is a fraction of."""
         return sum(shape.numel() for shape in self.sites.values())
 
     def scores(self) -> dict:

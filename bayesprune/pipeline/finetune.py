@@ -151,7 +151,7 @@ class FineTuning:
     def test_metrics(self, fitted, dataset):
         """``masks -> metric``: :meth:`test_metric` of ``fitted``'s point network with its calibration, each
         distinct set of masks fine-tuned once (a mask that keeps everything counts as none: the pruning
-        curve's droprate 0 and a MAC target the network already meets are the same fine-tuning)."""
+        curve's sparsity 0 and a MAC target the network already meets are the same fine-tuning)."""
         done = {}
 
         def tuned(masks: dict) -> float:

@@ -44,7 +44,7 @@ from bayesprune.core.tasks import is_classification, network_test_metric
 from bayesprune.methods import FitContext, get_method
 from bayesprune.pipeline.baseline import least_squares_test_rmse, train_plain
 from bayesprune.pipeline.checks import check_before_fit, run_chains
-from bayesprune.pipeline.config import load_config
+from bayesprune.pipeline.config import load_config, new_names
 from bayesprune.pipeline.evaluation import macs_curve, metric_name, pruning_curve
 from bayesprune.pipeline.finetune import FineTuning
 from bayesprune.pipeline.processes import check_same_fits, join, own_directory
@@ -397,7 +397,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
     curve = pruning_curve(
         fitted,
         dataset,
-        droprates=sorted({0.0, *config.prune.droprates}),
+        sparsities=sorted({0.0, *config.prune.sparsities}),
         device=device,
         budget=config.prune.budget,
         include_biases=config.prune.include_biases,
@@ -463,11 +463,11 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
     return metrics
 
 
-def extend_curve(folder, droprates) -> dict:
-    """The finished run in ``folder`` evaluated at further ``droprates`` from its saved fit
+def extend_curve(folder, sparsities) -> dict:
+    """The finished run in ``folder`` evaluated at further ``sparsities`` from its saved fit
     (:func:`load_run`), never fitted again, by the run's own :func:`~bayesprune.pipeline.evaluation.pruning_curve`
     (fine-tuned as ``prune.finetune_epochs`` says): its ``pruning_curve``, ``pruning_curve.csv`` and
-    ``prune.droprates`` take the new rows; ``metrics.json`` is written last. Returns the metrics."""
+    ``prune.sparsities`` take the new rows; ``metrics.json`` is written last. Returns the metrics."""
     import tomllib
 
     import tomli_w
@@ -480,15 +480,15 @@ def extend_curve(folder, droprates) -> dict:
     rows = pruning_curve(
         fitted,
         dataset,
-        droprates=list(droprates),
+        sparsities=list(sparsities),
         budget=config.prune.budget,
         include_biases=config.prune.include_biases,
         finetuned=_finetuned(config, dataset, fitted),
         predictive=config.prune.predictive_at(fitted.n_weights),
     )
     metrics["pruning_curve"] = sorted([*metrics["pruning_curve"], *rows], key=lambda row: row["droprate"])
-    raw = tomllib.loads((folder / "config.toml").read_text())
-    raw["prune"]["droprates"] = [row["droprate"] for row in metrics["pruning_curve"]]
+    raw = new_names(tomllib.loads((folder / "config.toml").read_text()))  # a run written before: prune.droprates
+    raw["prune"]["sparsities"] = [row["droprate"] for row in metrics["pruning_curve"]]
     write_text(folder / "config.toml", tomli_w.dumps(raw))
     write_csv(folder / "pruning_curve.csv", metrics["pruning_curve"], digits=6)
     write_text(folder / "metrics.json", json.dumps(metrics, indent=2) + "\n")

@@ -251,7 +251,7 @@ class TrainConfig:
 
 
 #: ``prune.predictive``'s values, and the size (weights) up to which ``"auto"`` evaluates the Monte-Carlo
-#: predictive at every droprate: a resnet18 (11M weights, 20 draws at 7 droprates) spent 8 of its
+#: predictive at every sparsity: a resnet18 (11M weights, 20 draws at 7 sparsities) spent 8 of its
 #: training epochs there (benchmarks/run_cost.py); LeNet-5 (431k) about one.
 PREDICTIVES = ("auto", "every", "unpruned")
 PREDICTIVE_CURVE_WEIGHTS = 1_000_000
@@ -259,7 +259,7 @@ PREDICTIVE_CURVE_WEIGHTS = 1_000_000
 
 @dataclass(frozen=True)
 class PruneConfig:
-    """``[prune]``: the pruning curve. At each droprate the fraction of all weights (``level =
+    """``[prune]``: the pruning curve. At each sparsity the fraction of all weights (``level =
     "weight"``) or of all hidden units (``"unit"``) with the lowest scores is removed, ranked over the
     whole network (``scope = "global"``) or within each layer (``"layer"``), keeping at least
     ``min_keep`` per layer (absent: none of the weights, a tenth of each layer's units;
@@ -273,9 +273,9 @@ class PruneConfig:
     reports its metric beside the pruned one's (``<metric>_finetuned``); ``bayesprune export`` writes the
     network fine-tuned so (:mod:`bayesprune.pipeline.finetune`). ``predictive`` says where the curve
     evaluates the Monte-Carlo predictive of a method that has one (``<metric>_mc``, S draws each): at
-    ``"every"`` droprate, or at the ``"unpruned"`` model only (the point estimate at every droprate);
+    ``"every"`` sparsity, or at the ``"unpruned"`` model only (the point estimate at every sparsity);
     ``"auto"`` (default) is ``"every"`` for networks of at most 1,000,000 weights (:data:`PREDICTIVE_CURVE_WEIGHTS`),
-    where the S passes at each droprate cost little beside training, and ``"unpruned"`` above.
+    where the S passes at each sparsity cost little beside training, and ``"unpruned"`` above.
 
     ``macs`` (unit level) is a MAC budget: a fraction of the dense network's multiply-accumulates to keep, or a
     list of them; at each, units leave by the method's unit scores (the floors of ``min_keep`` kept) until the
@@ -293,11 +293,11 @@ class PruneConfig:
     of the loss is the softened predictions' divergence at ``distill_temperature`` (Hinton et al. 2015;
     :func:`bayesprune.core.plain.distillation_objective`)."""
 
-    droprates: tuple = option(
+    sparsities: tuple = option(
         (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95),
         list_of(
             unit(open_low=False),
-            "droprates in [0, 1)",
+            "sparsities in [0, 1)",
             distinct=False,
             convert=lambda v: tuple(sorted(set(float(rate) for rate in v))),
         ),
@@ -338,6 +338,9 @@ class PruneConfig:
         ),
     )
 
+    #: Keys read under their old names, each with a one-line note (:func:`bayesprune.core.validation.read_renamed`).
+    renamed = {"droprates": "sparsities"}
+
     rules = (
         Rule(
             "macs",
@@ -363,16 +366,16 @@ class PruneConfig:
 
     def predictive_at(self, n_weights: int) -> str:
         """Where the curve of a network of ``n_weights`` evaluates the Monte-Carlo predictive: ``"every"``
-        droprate or the ``"unpruned"`` model (``predictive = "auto"`` resolved by size)."""
+        sparsity or the ``"unpruned"`` model (``predictive = "auto"`` resolved by size)."""
         if self.predictive != "auto":
             return self.predictive
         return "every" if n_weights <= PREDICTIVE_CURVE_WEIGHTS else "unpruned"
 
-    def budget(self, droprate: float):
+    def budget(self, sparsity: float):
         """The :class:`~bayesprune.core.pruning.Budget` of one point of the curve."""
         from bayesprune.core.pruning import Budget
 
-        return Budget(fraction=droprate, scope=self.scope, level=self.level, min_keep=self.min_keep)
+        return Budget(sparsity=sparsity, scope=self.scope, level=self.level, min_keep=self.min_keep)
 
     def calibration(self, inputs, *, batch_size: int):
         """The :class:`~bayesprune.core.normalization.Calibration` of a fit on training ``inputs`` (batches of
@@ -412,17 +415,17 @@ class BaselineConfig:
 class ReferenceConfig:
     """``[reference]``: published numbers the report prints beside the run's pruning curve.
 
-    ``values`` holds the test metric at each of ``droprates``: a list, or a table of lists keyed by
+    ``values`` holds the test metric at each of ``sparsities``: a list, or a table of lists keyed by
     data set name (``data.name``, e.g. one row per UCI set of paper 003's Table 2). ``source`` says
     where they come from (``"paper 003, Table 8, set 2"``).
     """
 
     source: str | None = option(None, optional(STRING))
-    droprates: tuple = option(
+    sparsities: tuple = option(
         (),
         list_of(
             unit(open_low=False),
-            "droprates in [0, 1)",
+            "sparsities in [0, 1)",
             nonempty=False,
             distinct=False,
             convert=lambda v: tuple(float(rate) for rate in v),
@@ -438,21 +441,23 @@ class ReferenceConfig:
         ),
     )
 
+    renamed = {"droprates": "sparsities"}
+
     rules = (
         Rule(
             "values",
             lambda o: all(
-                isinstance(row, (list, tuple)) and len(row) == len(o.droprates) and all(is_number(v) for v in row)
+                isinstance(row, (list, tuple)) and len(row) == len(o.sparsities) and all(is_number(v) for v in row)
                 for row in _rows(o.values)
             ),
-            lambda o: f"hold {len(o.droprates)} numbers (one per reference.droprates) per row",
-            example={"source": "paper", "droprates": [0.5], "values": [1.0, 2.0]},
+            lambda o: f"hold {len(o.sparsities)} numbers (one per reference.sparsities) per row",
+            example={"source": "paper", "sparsities": [0.5], "values": [1.0, 2.0]},
         ),
         Rule(
             "source",
-            lambda o: o.source is not None or not o.droprates,
+            lambda o: o.source is not None or not o.sparsities,
             lambda o: "be given with reference values",
-            example={"droprates": [0.5], "values": [1.0]},
+            example={"sparsities": [0.5], "values": [1.0]},
         ),
     )
 
@@ -468,7 +473,7 @@ class ReferenceConfig:
     def rows(self, data_name: str | None) -> list:
         """``[{"droprate", "value"}]`` for the data set ``data_name`` (or the only row); empty if none."""
         values = self.values.get(data_name, ()) if isinstance(self.values, dict) else self.values
-        return [{"droprate": float(rate), "value": float(value)} for rate, value in zip(self.droprates, values)]
+        return [{"droprate": float(rate), "value": float(value)} for rate, value in zip(self.sparsities, values)]
 
 
 def _rows(values) -> list:

@@ -47,7 +47,7 @@ def fitted_with_an_unused_unit(score: str) -> SBNNFitted:
 def test_path_score_prunes_the_input_weights_of_an_unused_unit_first():
     removed = {}
     for score in ("inclusion", "path"):
-        masks = prune(fitted_with_an_unused_unit(score).scores(), Budget(fraction=0.5, scope="layer"))
+        masks = prune(fitted_with_an_unused_unit(score).scores(), Budget(sparsity=0.5, scope="layer"))
         removed[score] = (~masks["1.weight"]).nonzero()[:, 0].unique().tolist()  # rows (units) cut
     assert removed == {"inclusion": [1], "path": [0]}
 

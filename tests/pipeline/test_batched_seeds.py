@@ -14,7 +14,7 @@ from bayesprune.pipeline.runner import _fit_stack, run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-SHORT = ["train.epochs=4", "prune.finetune_epochs=1", "prune.droprates=[0.0, 0.9]"]
+SHORT = ["train.epochs=4", "prune.finetune_epochs=1", "prune.sparsities=[0.0, 0.9]"]
 COMPARED = ("test_error", "baseline_test_error", "train_epochs", "train_steps", "pruning_curve")
 
 

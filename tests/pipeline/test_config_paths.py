@@ -92,7 +92,7 @@ def test_a_run_folder_reads_its_data_from_another_folder_and_once_moved(folders,
 
     work, configs = folders
     table(configs / "table.csv", 30)
-    quick = ["--quiet", "--set", "train.epochs=1", "--set", "baseline.enabled=false", "--set", "prune.droprates=[0.0]"]
+    quick = ["--quiet", "--set", "train.epochs=1", "--set", "baseline.enabled=false", "--set", "prune.sparsities=[0.0]"]
     assert main(["run", "../configs/run.toml", "--out", "run", *quick]) == 0, capsys.readouterr().err
     monkeypatch.chdir(tmp_path)
     assert main(["export", "work/run", "--out", "net.pt2"]) == 0, capsys.readouterr().err
@@ -110,7 +110,7 @@ def test_a_column_added_to_the_table_after_the_fit_is_blamed_on_the_file(folders
 
     work, configs = folders
     table(configs / "table.csv", 30)
-    quick = ["--quiet", "--set", "train.epochs=1", "--set", "baseline.enabled=false", "--set", "prune.droprates=[0.0]"]
+    quick = ["--quiet", "--set", "train.epochs=1", "--set", "baseline.enabled=false", "--set", "prune.sparsities=[0.0]"]
     assert main(["run", "../configs/run.toml", "--out", "run", *quick]) == 0, capsys.readouterr().err
     capsys.readouterr()
     (configs / "table.csv").write_text("x,z,y\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(30)))

@@ -14,7 +14,7 @@ from bayesprune.pipeline.config import load_config
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-QUICK = ["train.epochs=1", "baseline.enabled=false", "prune.droprates=[0.5]", "device='cpu'", "prune.level='unit'"]
+QUICK = ["train.epochs=1", "baseline.enabled=false", "prune.sparsities=[0.5]", "device='cpu'", "prune.level='unit'"]
 SAME_NETWORK = ["model.hidden=[100, 100]", "model.activation='relu'", "model.init='default'"]
 
 
@@ -69,7 +69,7 @@ def test_export_finetune_epochs_and_mac_budget(tmp_path, capsys):
     """``export --finetune-epochs 2`` of a run fitted without fine-tuning gives the network (and test error) that
     exporting a run fitted with ``prune.finetune_epochs = 2`` gives; ``--budget macs=0.5`` exports a network of
     at most half the fitted one's MACs (its own count); a negative count is refused in one line, exit 2."""
-    sets = ["train.epochs=2", "baseline.enabled=false", "device='cpu'", "prune.droprates=[0.0]"]
+    sets = ["train.epochs=2", "baseline.enabled=false", "device='cpu'", "prune.sparsities=[0.0]"]
 
     def run(name, *more):
         argv = ["run", "unit-gates-digits", "--out", str(tmp_path / name), "--quiet"]

@@ -17,7 +17,7 @@ from bayesprune.pipeline.config import load_config
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-QUICK = ["train.epochs=1", "baseline.enabled=false", "prune.droprates=[0.5]", "device='cpu'"]
+QUICK = ["train.epochs=1", "baseline.enabled=false", "prune.sparsities=[0.5]", "device='cpu'"]
 #: The default config's network (MLP 64-100-10, ReLU, PyTorch's initialisation), set in unit-gates' digits config.
 SAME_NETWORK = ["model.hidden=[100]", "model.activation='relu'", "model.init='default'"]
 

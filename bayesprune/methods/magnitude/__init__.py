@@ -5,7 +5,7 @@ The fit trains the plain network of the run's architecture by the runner's plain
 (:meth:`~bayesprune.methods.FitContext.train_plain`: maximum likelihood with Adam at ``optim.lr``, its
 best epoch kept on the run's validation part or on a held-out fraction of the training rows). Its scores
 are the weights' magnitudes |w| (float64), so the run's pruning curve is global magnitude pruning at
-each droprate (``prune.scope`` and ``prune.min_keep`` as for any method), and ``prune.finetune_epochs``
+each sparsity (``prune.scope`` and ``prune.min_keep`` as for any method), and ``prune.finetune_epochs``
 fine-tunes each pruned network with its mask fixed (Han et al. 2015's prune-then-retrain, one shot).
 Its report holds the plain network's test metric as ``baseline_<metric>``: the fit is that network, so
 the packaged configs train no second one (``baseline.enabled = false``).

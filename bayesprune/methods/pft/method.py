@@ -90,7 +90,7 @@ class PFTMethod(Method):
         loss = mean_loss(data.task)
         label = f"{criterion} {sparsity:g}"
         finetune_epochs = 0 if options.masks_only else options.finetune_epochs
-        start_mask = prune(scores, Budget(fraction=sparsity))
+        start_mask = prune(scores, Budget(sparsity=sparsity))
         osp = copy.deepcopy(net)
         ctx.train_network(
             f"one-shot fine-tune {label}", osp, batches, epochs=finetune_epochs, loss=loss, mask=start_mask
@@ -122,7 +122,7 @@ class PFTMethod(Method):
         )
         params = dict(tuned.named_parameters())
         ranks = masks.ranks({site: params[site].abs() for site in masks.sites})
-        end_mask = prune(ranks, Budget(fraction=sparsity))
+        end_mask = prune(ranks, Budget(sparsity=sparsity))
         finetune_history = ctx.train_network(
             f"fine-tune {label}", tuned, batches, epochs=finetune_epochs, loss=loss, mask=end_mask
         )

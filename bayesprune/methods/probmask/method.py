@@ -122,7 +122,7 @@ def _magnitude_baseline(dense, options, batches, data, loss, ctx) -> float:
     """Global magnitude pruning at ``options.sparsity`` of the network trained densely for ``train.epochs``,
     then fine-tuned for ``finetune_epochs``: ProbMask's total epochs."""
     ctx.train_network("magnitude baseline: dense", dense, batches, epochs=ctx.epochs, loss=loss)
-    mask = prune(saliency("magnitude", dense), Budget(fraction=options.sparsity))
+    mask = prune(saliency("magnitude", dense), Budget(sparsity=options.sparsity))
     ctx.train_network(
         "magnitude baseline: fine-tune", dense, batches, epochs=options.finetune_epochs, loss=loss, mask=mask
     )

@@ -7,8 +7,8 @@ then Torch-Pruning's ``BasePruner`` removes the fraction ``sparsity`` of the hid
 its magnitude or Taylor importance (Taylor: from the gradient of the mean training loss over every
 training row), from each dependency group alike (``scope = "layer"``) or from the lowest-ranked across
 groups (``"global"``). The network it returns is physically smaller; ``prune.finetune_epochs`` fine-tunes
-it (the run's droprate 0) as the plain network was trained, and its batch-norm statistics are estimated
-again (``prune.recalibrate``). Its scores are the smaller network's |w|, so a further droprate prunes it
+it (the run's sparsity 0) as the plain network was trained, and its batch-norm statistics are estimated
+again (``prune.recalibrate``). Its scores are the smaller network's |w|, so a further sparsity prunes it
 by magnitude at unit level. Its report holds the plain network's test metric as ``plain_<metric>``.
 """
 

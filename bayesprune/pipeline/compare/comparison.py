@@ -9,10 +9,10 @@ table taken from its packaged config ``<method>-<compare.options_from>`` with th
 one, and:
 
 * a method with a sparsity option (``Method.sparsity_option``) fits once per sparsity ``s``, that option set
-  to ``s`` and ``prune.droprates = [0, s]``: cell ``<method>-s<s>-seed<k>``;
+  to ``s`` and ``prune.sparsities = [0, s]``: cell ``<method>-s<s>-seed<k>``;
 * a method without one whose scores prune weights (sBNN, Sparse VD, ``magnitude``) fits once per seed and
-  is pruned at every sparsity (``prune.droprates = [0, *sparsities]``): cell ``<method>-seed<k>``;
-* a method without weight-level scores removes units in its fit and is evaluated as fitted (droprate 0):
+  is pruned at every sparsity (``prune.sparsities = [0, *sparsities]``): cell ``<method>-seed<k>``;
+* a method without weight-level scores removes units in its fit and is evaluated as fitted (sparsity 0):
   at its sparsity option (``torch-pruning``), MAC option (a cell per ``prune.macs``) or learned width, fine-tuned
   by ``[prune]`` unless its fit fine-tunes (a ``finetune_epochs`` option: unit gates);
 * a baseline (``Method.baseline``) always runs where its sparsities mean the comparison's: its plain
@@ -111,15 +111,15 @@ def method_cells(raw: dict, options: CompareOptions, method: str, *, label: str 
             if sparsity is not None:
                 listed = isinstance(getattr(owner.Options(), option), (list, tuple))  # PFT's sparsities
                 own[option] = [sparsity] if listed else sparsity
-                droprates, name = [0.0] if fitted else [0.0, sparsity], f"{label}-s{sparsity:g}-seed{seed}"
+                sparsities, name = [0.0] if fitted else [0.0, sparsity], f"{label}-s{sparsity:g}-seed{seed}"
             else:
-                droprates, name = [0.0] if fitted else [0.0, *options.sparsities], f"{label}-seed{seed}"
+                sparsities, name = [0.0] if fitted else [0.0, *options.sparsities], f"{label}-seed{seed}"
             config = {
                 **base,
                 "method": method,
                 "seed": seed,
                 method: own,
-                "prune": {**base["prune"], "droprates": droprates},
+                "prune": {**base["prune"], "sparsities": sparsities},
                 "description": f"compare: {label}" + ("" if sparsity is None else f" at sparsity {sparsity:g}"),
             }
             cells.append(

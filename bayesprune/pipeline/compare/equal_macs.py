@@ -128,7 +128,7 @@ def at_macs(cells: list) -> list:
             seen.add((cell.label, target, cell.seed))
             config = copy.deepcopy(cell.config)
             config[cell.method][option] = target
-            config["prune"].update(macs=[target], droprates=[0.0])
+            config["prune"].update(macs=[target], sparsities=[0.0])
             name = f"{cell.label}-m{target:g}-seed{cell.seed}"
             out.append(replace(cell, name=name, config=config, sparsity=None, sparsities=()))
     return out

@@ -29,9 +29,6 @@ DEFAULT = "compare-digits"
 #: Timed forward passes per row (the median of a thousand is as steady as it gets) and the timed batch's rows.
 MAX_LATENCY_REPEATS = 1000
 MAX_LATENCY_BATCH = 65536
-#: Keys of ``[compare]`` read under their old names, each with a one-line note (``budget`` is a mask's sparsity
-#: too, :class:`bayesprune.core.pruning.Budget`).
-RENAMED = {"budget": "budget_epochs"}
 
 
 def _methods(value) -> bool:
@@ -157,6 +154,10 @@ class CompareOptions:
     budget_epochs: int | None = option(None, optional(count(1)))
     variants: dict = option(factory=dict, constraint=VARIANTS)
 
+    #: Keys read under their old names, each with a one-line note (``budget`` is a mask's sparsity too,
+    #: :class:`bayesprune.core.pruning.Budget`).
+    renamed = {"budget": "budget_epochs"}
+
     rules = (
         Rule(
             "configs",
@@ -200,8 +201,8 @@ def comparison_options(raw: dict) -> CompareOptions:
     under their new names (``raw`` then holds those)."""
     table = raw.get("compare", {})
     require(isinstance(table, dict), "compare", "be a table", table)
-    if set(RENAMED) & set(table):
-        raw["compare"] = table = read_renamed(table, "compare", RENAMED)
+    if set(CompareOptions.renamed) & set(table):
+        raw["compare"] = table = read_renamed(table, "compare", CompareOptions.renamed)
     known = {f.name for f in fields(CompareOptions)}
     unknown = sorted(set(table) - known)
     if unknown:
@@ -211,7 +212,8 @@ def comparison_options(raw: dict) -> CompareOptions:
 
 def load_comparison(source: str | None = None, overrides=()) -> tuple:
     """``(raw, options)``: a comparison config (packaged name or TOML path; default ``compare-digits``)
-    with ``section.key=value`` overrides applied, and its validated ``[compare]`` table."""
+    with ``section.key=value`` overrides applied and old key names read as the new ones, and its validated
+    ``[compare]`` table."""
     raw = apply_overrides(_read(source or DEFAULT), overrides)
     if "method" in raw:
         raise ConfigError("a comparison config has no 'method': it runs compare.methods")
