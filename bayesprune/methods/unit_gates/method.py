@@ -226,6 +226,7 @@ def _fine_tune(ctx, net, batches, options, num_train, first, input_mask):
     """Section 7.1: the deterministic smaller network trained further at ``finetune_lr``; zeroed
     input weights stay zero. Its gradient is eq. 16's (N/B) Σ's (the weight precision weighs against it);
     its progress bar and history show the loss per example, as the gates stage's."""
+    net.train()
     optimizer = adam(net, options.finetune_lr, options.weight_precision)
 
     def loss_fn(x, y):
