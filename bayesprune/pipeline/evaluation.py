@@ -104,8 +104,8 @@ def pruning_curve(
 
 def macs_curve(fitted, dataset, *, targets, dense_macs: int, device=None, min_keep=None, finetuned=None) -> list:
     """Test metric of the point estimate at each MAC target: units removed by ``fitted``'s unit scores until
-    the network costs at most ``target · dense_macs`` MACs (:func:`bayesprune.core.macs.resolve_macs`, the
-    floors of ``min_keep``; ``dense_macs``: the network the fit started from, which a fit that removes units
+    the network costs at most ``target · dense_macs`` MACs on one input of ``dataset.input_shape``
+    (:func:`bayesprune.core.macs.resolve_macs`, the floors of ``min_keep``; ``dense_macs``: the network the fit started from, which a fit that removes units
     while training has already made smaller).
 
     Returns:
@@ -118,8 +118,8 @@ def macs_curve(fitted, dataset, *, targets, dense_macs: int, device=None, min_ke
     scores, rows = fitted.scores(), []
     for target in targets:
         budget = Budget(macs=target, dense_macs=dense_macs, level="unit", min_keep=min_keep)
-        keep, macs = resolve_macs(scores, budget, fitted.net)
-        masks = prune(scores, keep, net=fitted.net)
+        keep, macs = resolve_macs(scores, budget, fitted.net, input_shape=dataset.input_shape)
+        masks = prune(scores, keep, net=fitted.net, input_shape=dataset.input_shape)
         units = sum(mask.numel() for mask in masks.values())
         removed = units - sum(int(mask.sum()) for mask in masks.values())
         weights = expand_unit_masks(fitted.net, masks)
