@@ -53,12 +53,12 @@ def plot_inclusion_cdfs(curves: dict, path, *, score_name="score"):
 
 
 def plot_pruning_curve(curve, metric, path, *, baseline=None, score_name="score"):
-    """Test metric against droprate for the point estimate and, when present, the Monte-Carlo predictive."""
+    """Test metric against sparsity for the point estimate and, when present, the Monte-Carlo predictive."""
     rates = [100 * row["droprate"] for row in curve]
     figure, axis = plt.subplots(figsize=(5, 3.5))
     axis.plot(rates, [row[metric] for row in curve], "o-", label="point estimate")
     drawn = [(rate, row.get(f"{metric}_mc")) for rate, row in zip(rates, curve) if row.get(f"{metric}_mc") is not None]
-    if drawn:  # prune.predictive = "unpruned": one point, at droprate 0
+    if drawn:  # prune.predictive = "unpruned": one point, at sparsity 0
         axis.plot(*zip(*drawn), "s--", label="MC predictive")
     if baseline is not None:
         axis.axhline(baseline, color="grey", linestyle=":", label="plain network")

@@ -6,8 +6,11 @@ from bayesprune.core.loop import History, TensorBatches, fit, resolve_device
 from bayesprune.core.objectives import AnalyticKLELBO
 from bayesprune.core.penalties import GeometricPenalty, UniformPenalty
 from bayesprune.core.pruning import Budget, apply_masks, prune, sparsity
+from bayesprune.core.quiet import ignore_notices
 from bayesprune.models.priors import SpikeSlabPrior
 from bayesprune.version import __version__
+
+ignore_notices()
 
 #: The services on a fitted run, imported (with the pipeline) only when asked for: name -> module.
 _SERVICES = {

@@ -5,7 +5,7 @@ Example::
     import bayesprune as bp
 
     fitted = bp.fit_method("sparse-vd", net, (x_train, y_train), (x_test, y_test), epochs=50)
-    masks = bp.prune(fitted.scores(), bp.Budget(fraction=0.9))
+    masks = bp.prune(fitted.scores(), bp.Budget(sparsity=0.9))
 """
 
 from dataclasses import replace
@@ -66,7 +66,7 @@ def fit_method(
             :func:`bayesprune.core.sites.site_names`).
         priors: per-module priors, as ``[[model.priors]]`` of a config: a list of dicts, each with
             ``modules`` (names, globs or module type names), ``prior`` and its hyper-parameters, e.g.
-            ``[{"modules": "Conv2d", "prior": "group-spike-slab", "pi": 0.3}, {"modules": "fc", "prior":
+            ``[{"modules": "Conv2d", "prior": "group-horseshoe"}, {"modules": "fc", "prior":
             "spike-slab"}]`` (:mod:`bayesprune.models.module_priors`; methods that place priors: ``sbnn``).
         stream: read a ``train`` DataLoader's rows as each minibatch needs them (decoded in its
             ``num_workers`` processes, in the fit's own shuffled order) instead of into one tensor
@@ -112,11 +112,10 @@ def fit_method(
         device=resolve_device(device),
         progress=progress,
         validation=None if validation is None else _tensors(validation, "validation"),
+        calibration=config.prune.calibration(data.x_train, batch_size=batch_size),
     )
     ctx.patience = patience
-    fitted = method.fit(net, data, config.method_options, ctx)
-    fitted.calibration = config.prune.calibration(data.x_train, batch_size=batch_size)
-    return fitted
+    return method.fit(net, data, config.method_options, ctx)
 
 
 def export(run_or_fitted, *, out, budget=None, data=None, repeats: int = 30, force: bool = False, finetune_epochs=None):
@@ -137,7 +136,7 @@ def export(run_or_fitted, *, out, budget=None, data=None, repeats: int = 30, for
 
     Example::
 
-        exported = bp.export("runs/digits", out="net.pt2", budget=bp.Budget(fraction=0.5))
+        exported = bp.export("runs/digits", out="net.pt2", budget=bp.Budget(sparsity=0.5))
         exported.report["exported"]["parameters"]
     """
     from bayesprune.methods import Fitted

@@ -137,7 +137,7 @@ HELP = {
     "probabilities) or knockoff (model-X knockoffs, knockpy's MVR; refits beside copies, tables only)",
     "importance --copies": "knockoff copies of every input (default 2): one copy selects nothing below 1/fdr inputs",
     "export --out": "file to write (torch.export format, .pt2; with --format onnx a name ending .onnx names the ONNX file, the .pt2 beside it); the trainable file FILE_STEM.trainable.pt is written beside it",
-    "export --budget": "prune further than the method did, by a field of the budget (repeatable): fraction, keep, threshold or macs (the fraction of the fitted network's MACs kept); scope global|layer; level unit|weight; min_keep (default level=unit, min_keep a tenth of each layer's units, at least 1); without it the method's own network is exported",
+    "export --budget": "prune further than the method did, by a field of the budget (repeatable): sparsity (the fraction removed), keep, threshold or macs (the fraction of the fitted network's MACs kept); scope global|layer; level unit|weight; min_keep (default level=unit, min_keep a tenth of each layer's units, at least 1); without it the method's own network is exported",
     "export --finetune-epochs": "fine-tune the exported network N epochs (prune.finetune_epochs's fine-tuning: the run's optimiser rate and minibatches, removed weights held at zero, batch-norm statistics estimated again) in place of the run's prune.finetune_epochs; 0: none",
     "export --format": "pt2 (always written) and onnx: FILE_STEM.onnx beside it, run by ONNX Runtime on the test split (pip install 'bayesprune[onnx]')",
     "certify --samples": "networks drawn from the posterior (default: the run's pbp.mc_samples)",

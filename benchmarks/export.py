@@ -1,6 +1,6 @@
 """Does removing units pay off in time? LeNet-300-100 dense against its exported smaller network.
 
-What is measured: a unit-level budget (``Budget(fraction=..., level="unit")``, global, by the L2 norm of
+What is measured: a unit-level budget (``Budget(sparsity=..., level="unit")``, global, by the L2 norm of
 each hidden unit's incoming weights) removes hidden units of a randomly initialised LeNet-300-100
 (784 MNIST-shaped inputs), :func:`bayesprune.core.export.export` rebuilds the smaller ``Linear`` layers,
 and for both networks the benchmark prints parameters, MACs (:func:`count_macs`) and the median CPU
@@ -43,7 +43,7 @@ def run(remove, *, repeats) -> dict:
     dense = lenet_300_100(INPUT_SHAPE, 10).eval()
     result = {"dense": profile(dense, repeats=repeats), "exported": {}}
     for fraction in remove:
-        small = export(dense, prune(weight_norm_scores(dense), Budget(fraction=fraction, level="unit"), net=dense))
+        small = export(dense, prune(weight_norm_scores(dense), Budget(sparsity=fraction, level="unit"), net=dense))
         entry = profile(small, repeats=repeats)
         entry["hidden"] = [small[1].out_features, small[3].out_features]
         mac_reduction = result["dense"]["macs"] / entry["macs"]

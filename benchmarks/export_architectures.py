@@ -3,7 +3,7 @@ the exported network's output against the masked network's.
 
 What is run: each architecture with random weights (seed 0, :func:`randomised`) and 10 classes, at a
 small input size;
-a global unit budget (``Budget(level="unit", fraction=...)``, the default per-layer floor ``min_keep``)
+a global unit budget (``Budget(level="unit", sparsity=...)``, the default per-layer floor ``min_keep``)
 on magnitude scores (|w|; a unit's score is the mean over its incoming weights, a head's over its
 query, key and value rows) removes units through :func:`bayesprune.core.export.export`, which checks
 the smaller network against the masked one. The table gives parameters, MACs
@@ -74,7 +74,7 @@ def walk(name, fraction) -> dict:
     row["macs"] = count_macs(net, shape)
     scores = {site: param.detach().abs() for site, param in net.named_parameters() if param.dim() > 1}
     try:
-        masks = prune(scores, Budget(level="unit", fraction=fraction), net=net, input_shape=shape)
+        masks = prune(scores, Budget(level="unit", sparsity=fraction), net=net, input_shape=shape)
         small = export(net, masks, input_shape=shape)
     except ValueError as error:
         return {**row, "refused": str(error)}

@@ -107,7 +107,7 @@ def fit(simulation: str, network: str, seed: int, args) -> Path:
         f"seed={seed}",
         f"chains={args.chains}",
         "baseline.enabled=false",
-        "prune.droprates=[0.0]",
+        "prune.sparsities=[0.0]",
         "device='cpu'",
         *args.set,
     ]

@@ -152,7 +152,7 @@ def measure(name: str, overrides: list, folder: Path, *, split_seed: int, final:
                 f"data.task='{TASKS[name]}'",
                 *([f"model.hidden={hidden}"] if hidden else []),
                 "baseline.enabled=false",
-                "prune.droprates=[0.0]",
+                "prune.sparsities=[0.0]",
                 "device='cpu'",
                 *overrides,
             ],

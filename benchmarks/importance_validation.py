@@ -127,7 +127,7 @@ def sbnn_fit(x, y, folder: Path, overrides: list):
     path = folder / "table.csv"
     pd.DataFrame(x, columns=[f"x{j}" for j in range(x.shape[1])]).assign(**{TARGET: y}).to_csv(path, index=False)
     settings = ["method='sbnn'", "data.dataset='csv'", f"data.path='{path}'", f"data.target='{TARGET}'"]
-    settings += ["data.task='regression'", "baseline.enabled=false", "prune.droprates=[0.0]", "device='cpu'"]
+    settings += ["data.task='regression'", "baseline.enabled=false", "prune.sparsities=[0.0]", "device='cpu'"]
     config = RunConfig.from_dict(apply_overrides({}, [*settings, *overrides]))
     run(config, folder / "run", force=True)
     idata = az.from_netcdf(str(folder / "run" / "posterior.nc"))

@@ -47,14 +47,14 @@ def main(argv=None):
     grid = [f"pbp.alpha={','.join(map(str, args.alphas))}", f"pbp.sparsity={','.join(map(str, args.sparsities))}"]
     if args.resume:
         rows = sweep(None, None, args.out, jobs=args.jobs, engine=args.engine, resume=True)
-    else:  # PBP's network is already pruned to its mask: the pruning curve needs no further droprate.
+    else:  # PBP's network is already pruned to its mask: the pruning curve needs no further sparsity.
         rows = sweep(
             args.config,
             grid,
             args.out,
             jobs=args.jobs,
             engine=args.engine,
-            overrides=["prune.droprates=[0.0]", *args.overrides],
+            overrides=["prune.sparsities=[0.0]", *args.overrides],
         )
     records = [
         {"alpha": row["pbp.alpha"], "target_sparsity": row["pbp.sparsity"], **{key: row[key] for key in KEYS}}

@@ -76,7 +76,7 @@ torch.manual_seed(0)
 g = torch.Generator().manual_seed(0)
 rows = torch.randperm(len(d.x_train), generator=g)[:1000]
 scores = saliency(a.crit, net, x=d.x_train[rows], y=d.y_train[rows], loss=loss, generator=g)
-start = prune(scores, Budget(fraction=a.s))
+start = prune(scores, Budget(sparsity=a.s))
 init = block_isotropic(scores, a.s, a.eps) if a.init == "block" else isotropic(scores, a.s)
 masks = StochasticMasks(init, parameterization=a.param, temperature=a.temp)
 groups = [{"params": masks.parameters(), "lr": a.mlr or a.lr}]
@@ -96,7 +96,7 @@ def err(n, m=None):
 def status(tag):
     params = dict(net.named_parameters())
     ranks = masks.ranks({s: params[s].abs() for s in masks.sites})
-    end = prune(ranks, Budget(fraction=a.s))
+    end = prune(ranks, Budget(sparsity=a.s))
     lam = torch.cat([p.detach().flatten() for p in masks.keep_probabilities()])
     st = torch.cat([start[s].flatten() for s in masks.sites])
     out = dict(

@@ -2,7 +2,7 @@
 
 What is measured: torchvision's ``resnet18(num_classes=10)`` (a residual CNN with batch norm that
 bayesprune did not write), fitted with sBNN from a ``model.factory`` TOML config and an ``.npz`` as a
-user would (scikit-learn's digits, 8x8, upsampled to 3x32x32), then, at ``--droprate`` of the weights
+user would (scikit-learn's digits, 8x8, upsampled to 3x32x32), then, at ``--sparsity`` of the weights
 removed by score:
 
 * ``curve``: the run's pruning curve (``metrics.json``; batch-norm statistics re-estimated on
@@ -11,14 +11,14 @@ removed by score:
   every batch norm's statistics reset and accumulated by hand over one pass of all training rows in
   training mode (``momentum = None``), no gradient;
 * ``stale``: the masked network with the dense fit's statistics (what the curve reported before);
-* ``export``: the test error ``bayesprune export --budget fraction=...,level=weight`` prints for the
+* ``export``: the test error ``bayesprune export --budget sparsity=...,level=weight`` prints for the
   file it writes, and that file's own error recomputed here (its masks add the median-probability
   model, p >= 1/2, as every export of sBNN does);
 * ``stale run``: the curve of the same config with ``prune.recalibrate = false``.
 
 The figure of merit: |curve - by hand| (target <= 5 points).
 
-Usage: ``python benchmarks/recalibration.py [--epochs 3] [--droprate 0.8] [--device auto] [--out DIR] [--threads 2]``.
+Usage: ``python benchmarks/recalibration.py [--epochs 3] [--sparsity 0.8] [--device auto] [--out DIR] [--threads 2]``.
 """
 
 import argparse
@@ -98,7 +98,7 @@ def masked_network(fitted, masks):
     return net.eval()
 
 
-def run(folder: Path, *, epochs: int, droprate: float, device: str) -> dict:
+def run(folder: Path, *, epochs: int, sparsity: float, device: str) -> dict:
     base = {
         "method": "sbnn",
         "device": device,
@@ -107,7 +107,7 @@ def run(folder: Path, *, epochs: int, droprate: float, device: str) -> dict:
         "model": {"factory": "tvnets:resnet18"},
         "optim": {"lr": 1e-3},
         "train": {"epochs": epochs},
-        "prune": {"droprates": [0.0, 0.5, droprate, 0.9]},
+        "prune": {"sparsities": [0.0, 0.5, sparsity, 0.9]},
         "baseline": {"enabled": False},
     }
     result = {}
@@ -122,11 +122,11 @@ def run(folder: Path, *, epochs: int, droprate: float, device: str) -> dict:
         result[f"{name}_curve"] = {row["droprate"]: row["test_error"] for row in curve}
 
     config, data, fitted = load_run(folder / "run")
-    masks = prune(fitted.scores(), config.prune.budget(droprate))
+    masks = prune(fitted.scores(), config.prune.budget(sparsity))
     stale = masked_network(fitted, masks)
     result["stale"] = error_of(stale, data.x_test, data.y_test)
     result["by_hand"] = error_of(recalibrated_by_hand(stale, data.x_train, 128), data.x_test, data.y_test)
-    result["curve"] = result["run_curve"][droprate]
+    result["curve"] = result["run_curve"][sparsity]
     result["unpruned"] = result["run_curve"][0.0]
 
     out = io.StringIO()
@@ -139,7 +139,7 @@ def run(folder: Path, *, epochs: int, droprate: float, device: str) -> dict:
                     "--out",
                     str(folder / "net.pt2"),
                     "--budget",
-                    f"fraction={droprate}",
+                    f"sparsity={sparsity}",
                     "--budget",
                     "level=weight",
                     "--budget",
@@ -168,7 +168,7 @@ def run(folder: Path, *, epochs: int, droprate: float, device: str) -> dict:
 def main_cli(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--droprate", type=float, default=0.8)
+    parser.add_argument("--sparsity", type=float, default=0.8)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
         "--device", default="auto", help="where the runs fit (the config's device; default: CUDA if there is one)"
@@ -181,10 +181,10 @@ def main_cli(argv=None):
         folder.mkdir(parents=True, exist_ok=True)
         write_user_files(folder)
         sys.path.insert(0, str(folder))
-        result = run(folder, epochs=args.epochs, droprate=args.droprate, device=args.device)
+        result = run(folder, epochs=args.epochs, sparsity=args.sparsity, device=args.device)
     print(json.dumps(result, indent=1))
     print(
-        f"{args.droprate:.0%} removed: curve {result['curve']:.2f}%, by hand {result['by_hand']:.2f}% "
+        f"{args.sparsity:.0%} removed: curve {result['curve']:.2f}%, by hand {result['by_hand']:.2f}% "
         f"(|difference| {abs(result['curve'] - result['by_hand']):.2f} points), stale statistics {result['stale']:.2f}%, "
         f"export file {result['export_file']:.2f}% (printed {result['export_printed']:.2f}%, its masks by hand "
         f"{result['export_by_hand']:.2f}%); unpruned {result['unpruned']:.2f}%"

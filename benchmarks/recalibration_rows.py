@@ -2,7 +2,7 @@
 
 torchvision's ``resnet18(num_classes=10)`` trained plainly (Adam 1e-3, batches of 64, ``--epochs``) on
 scikit-learn's digits as 3x32x32 images (each 8x8 pixel repeated 4x4, the grey level in all three
-channels; 1437 training and 360 test rows), then at each droprate the fraction of all weights of
+channels; 1437 training and 360 test rows), then at each sparsity the fraction of all weights of
 smallest magnitude zeroed (one global ranking) and its test error printed with the dense network's
 statistics (``stale``) and with statistics re-estimated by :func:`bayesprune.core.normalization.recalibrate`
 on B batches of 128 training rows, for five calibration subsets (seeds 0-4) of each B; at 12 or more
@@ -36,7 +36,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--batches", type=int, nargs="+", default=[2, 4, 8, 20])
-    parser.add_argument("--droprates", type=float, nargs="+", default=[0.5, 0.75, 0.85, 0.9])
+    parser.add_argument("--sparsities", type=float, nargs="+", default=[0.5, 0.75, 0.85, 0.9])
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -52,14 +52,14 @@ def main(argv=None):
             optimizer.step()
     print(json.dumps({"dense": error(net, x_test, y_test)}), flush=True)
     magnitudes = torch.cat([p.detach().abs().flatten() for p in net.parameters() if p.dim() > 1])
-    for droprate in args.droprates:
-        threshold = magnitudes.kthvalue(int(droprate * len(magnitudes))).values
+    for sparsity in args.sparsities:
+        threshold = magnitudes.kthvalue(int(sparsity * len(magnitudes))).values
         masked = copy.deepcopy(net)
         with torch.no_grad():
             for param in masked.parameters():
                 if param.dim() > 1:
                     param.mul_((param.abs() > threshold).to(param.dtype))
-        row = {"droprate": droprate, "stale": error(masked, x_test, y_test)}
+        row = {"droprate": sparsity, "stale": error(masked, x_test, y_test)}
         for batches in args.batches:
             subsets = range(5) if batches * 128 < len(x_train) else [0]
             row[f"batches_{batches}"] = [

@@ -121,7 +121,7 @@ def run_one(folder: Path, name: str, method: str, side: int) -> tuple:
         "optim": {"lr": 1e-3},
         "train": {"epochs": 1},
         method: METHODS[method],
-        "prune": {"droprates": [0.0]},
+        "prune": {"sparsities": [0.0]},
         "baseline": {"enabled": False},
     }
     toml = folder / f"{name}-{method}.toml"

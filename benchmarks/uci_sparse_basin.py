@@ -28,7 +28,7 @@ from bayesprune.models import new_net
 from bayesprune.pipeline.evaluation import pruning_curve
 from uci_objective import ELBO_DRAWS, held_out_split
 
-DROPRATES = [0.0, 0.25, 0.5, 0.75]
+SPARSITIES = [0.0, 0.25, 0.5, 0.75]
 
 
 def fit(data_root: Path, name: str, split: int, shrink: float, overrides=()) -> dict:
@@ -42,14 +42,14 @@ def fit(data_root: Path, name: str, split: int, shrink: float, overrides=()) -> 
     fitted = fit_posterior(net, dataset, config.method_options, ctx)
     elbo = -AnalyticKLELBO(num_particles=ELBO_DRAWS).loss(fitted.model, fitted.guide, dataset.x_train, dataset.y_train)
     logits = torch.cat([value.flatten() for value in fitted.guide.inclusion_logits().values()])
-    curve = pruning_curve(fitted, dataset, droprates=DROPRATES)
+    curve = pruning_curve(fitted, dataset, sparsities=SPARSITIES)
     return {
         "set": name,
         "split": split,
         "shrink": shrink,
         "elbo": round(elbo, 1),
         "spike_share": round(float((logits < 0).double().mean()), 3),
-        "held_out_rmse": dict(zip(map(str, DROPRATES), (round(row["test_rmse"], 3) for row in curve))),
+        "held_out_rmse": dict(zip(map(str, SPARSITIES), (round(row["test_rmse"], 3) for row in curve))),
     }
 
 

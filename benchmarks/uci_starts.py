@@ -5,7 +5,7 @@ On each split of each set, fits the packaged ``uci`` config as the runner does (
 of its training rows held out for early stopping) once per start of ``--starts`` (the network's initial
 weights and biases multiplied by the factor; 1 is the packaged fit), and prints one JSON line per fit:
 its ELBO (−J of eq. 3.6 on the training rows, :func:`bayesprune.methods.sbnn.elbo`), its RMSE on the
-held-out training rows, the share of weights with p* < 1/2, and its RMSE at each droprate of the config on
+held-out training rows, the share of weights with p* < 1/2, and its RMSE at each sparsity of the config on
 the held-out training rows (``validation_rmse_*``, what a ranking is chosen on) and on the test split
 (``test_rmse_*``) for every ranking: the weights of lowest score removed over the whole network
 (``prune.scope = "global"``) or the same fraction in each layer (``"layer"``), scored by inclusion logit
@@ -61,8 +61,8 @@ def fit_split(config, dataset, index: int) -> list:
                 curves[f"{part}_rmse_{ranking}"] = pruning_curve(
                     fitted,
                     rows,
-                    droprates=split_config.prune.droprates,
-                    budget=lambda droprate, scope=scope: Budget(fraction=droprate, scope=scope),
+                    sparsities=split_config.prune.sparsities,
+                    budget=lambda sparsity, scope=scope: Budget(sparsity=sparsity, scope=scope),
                     include_biases=config.prune.include_biases,
                 )
         probs = torch.cat([p.flatten() for p in fitted.inclusion_probabilities().values()])
@@ -115,7 +115,7 @@ def main(argv=None):
             for record in records:
                 print(json.dumps({"set": name, **record}), flush=True)
             by_split.append(records)
-        droprates = config.prune.droprates
+        sparsities = config.prune.sparsities
         paper = config.reference.values.get(name)
         rows = {
             "packaged (start 1)": [next(r for r in records if r["start"] == 1.0) for records in by_split],
@@ -124,13 +124,13 @@ def main(argv=None):
         }
         if not lines:
             lines += [
-                "| set | fit | starts kept | " + " | ".join(f"{d:g}" for d in droprates) + " |",
-                "|---|---|---|" + "---|" * len(droprates),
+                "| set | fit | starts kept | " + " | ".join(f"{d:g}" for d in sparsities) + " |",
+                "|---|---|---|" + "---|" * len(sparsities),
             ]
         for ranking in RANKINGS:
             for label, chosen in rows.items():
                 key = f"test_rmse_{ranking}"
-                means = [statistics.mean(record[key][i] for record in chosen) for i in range(len(droprates))]
+                means = [statistics.mean(record[key][i] for record in chosen) for i in range(len(sparsities))]
                 starts = ", ".join(f"{record['start']:g}" for record in chosen)
                 lines.append(
                     f"| {name} | {label}, {ranking} | {starts} | " + " | ".join(f"{m:.3g}" for m in means) + " |"

@@ -130,7 +130,7 @@ def run_seed(folder: Path, seed: int, args) -> dict:
             "finetune_lr": args.finetune_lr,
             "min_keep_fraction": args.min_keep_fraction,
         },
-        "prune": {"level": "unit", "droprates": [0.0]},
+        "prune": {"level": "unit", "sparsities": [0.0]},
         "baseline": {"enabled": False},
     }
     toml = folder / f"gates-{seed}.toml"

@@ -5,6 +5,7 @@ import torch
 from bayesprune.core.distributions import SpikeAndSlab, SpikeSlabPosterior, SpikeSlabPosteriors, inclusion_logits
 from bayesprune.core.fused import softplus
 from bayesprune.core.group_spike_slab import GroupSpikeAndSlab, GroupSpikeSlabPosterior, group_inclusion_logits
+from bayesprune.guides.horseshoe_scales import HorseshoeScales, horseshoe_sites
 from bayesprune.guides.mean_field import MeanFieldGuide
 
 
@@ -28,6 +29,11 @@ class SpikeSlabGuide(MeanFieldGuide):
         super().__init__(model, init_scale=init_scale)
         self._site_priors = model.site_priors
         self._shared = {}
+        horseshoe = horseshoe_sites(model.site_priors())  # the scale variables of the sites under a group horseshoe
+        self.horseshoe = HorseshoeScales(horseshoe) if horseshoe else None
+
+    def _horseshoe_posteriors(self, locs: dict, scales: dict) -> dict:
+        return {} if self.horseshoe is None else self.horseshoe.posteriors(locs, scales)
 
     def _shared_constants(self, priors: dict):
         """The prior constants of every site if all sites share one 0-dim spike-and-slab prior, else
@@ -50,15 +56,19 @@ class SpikeSlabGuide(MeanFieldGuide):
     def posteriors(self) -> dict:
         """The variational distribution of every site, with p at its optimum p*(m, σ) (eq. 3.8), or one p* per
         unit for a site of a :class:`~bayesprune.models.priors.GroupSpikeSlabPrior`
-        (:func:`~bayesprune.core.group_spike_slab.group_inclusion_logits`)."""
+        (:func:`~bayesprune.core.group_spike_slab.group_inclusion_logits`), or q(W) q(a) q(b) for a site of a
+        :class:`~bayesprune.models.priors.GroupHorseshoePrior` (:class:`~bayesprune.guides.horseshoe_scales.HorseshoeScales`)."""
         priors = self._site_priors(self.loc.device)
         shared = self._shared_constants(priors)
         if shared is not None:  # one network-wide posterior: p* and the KL fused over the flat vectors
             constants, bases = shared
             return SpikeSlabPosteriors(self.loc, softplus(self.rho), self.site_shapes, bases, constants).sites
         locs, scales = self._locs_and_scales()
-        posteriors = {}
+        horseshoe, posteriors = self._horseshoe_posteriors(locs, scales), {}
         for name, prior in priors.items():
+            if name in horseshoe:
+                posteriors[name] = horseshoe[name]
+                continue
             base = prior.base_dist
             loc, scale = locs[name], scales[name]
             if isinstance(base, GroupSpikeAndSlab):  # one p* per unit
@@ -96,9 +106,12 @@ class SpikeSlabGuide(MeanFieldGuide):
         """B − A of eq. 3.8 of every weight in float64, keyed by site name: the ranking that p* carries
         before it rounds to exactly 1 in float32 (from B − A ≈ 17 on, most weights of a trained net)."""
         locs, scales = self._locs_and_scales()
-        logits = {}
+        horseshoe, logits = self._horseshoe_posteriors(locs, scales), {}
         for name, prior in self._site_priors(self.loc.device).items():
             base = prior.base_dist
+            if name in horseshoe:  # every weight of a unit ranked as its unit: 2 E_q[log z_g s]
+                logits[name] = horseshoe[name].unit_logits().double().expand_as(locs[name]).contiguous()
+                continue
             loc, scale = locs[name].double(), scales[name].double()
             pi, tau0, tau1 = (value.double() for value in base.hyperparameters)
             if isinstance(base, GroupSpikeAndSlab):  # every weight of a unit ranked as its unit

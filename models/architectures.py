@@ -102,12 +102,25 @@ def lenet_5_classic(input_shape, output_dim, *, activation="relu"):
     )
 
 
+def torchvision_network(input_shape, output_dim, *, builder, **options):
+    """A network of ``torchvision.models`` with random weights and ``output_dim`` classes: a builder
+    (``builder = "resnet18"``, ``"mobilenet_v2"``) or a class (``"VisionTransformer"``, with ``image_size``,
+    ``patch_size`` and its other arguments as options)."""
+    import torchvision
+
+    build = getattr(torchvision.models, builder, None) if isinstance(builder, str) else None
+    if not callable(build):
+        raise ConfigError(f"model.builder: torchvision.models has no builder or class {builder!r}")
+    return build(num_classes=output_dim, **options)
+
+
 ARCHITECTURES = {
     "mlp": mlp,
     "lenet-300-100": lenet_300_100,
     "lenet-5-caffe": lenet_5_caffe,
     "lenet-5-classic": lenet_5_classic,
     "lenet-5": lenet_5_caffe,  # the name of lenet-5-caffe before the classic LeNet-5 was added
+    "torchvision": torchvision_network,
 }
 
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.sites import matching_parameters, parameter_owners
-from bayesprune.core.validation import Rule, interval, option, refuse_unknown_keys, unit, validate
-from bayesprune.models.priors import GroupSpikeSlabPrior, Prior, SpikeSlabPrior
+from bayesprune.core.validation import Rule, interval, option, refuse_unknown_keys, scale, unit, validate
+from bayesprune.models.priors import GroupHorseshoePrior, GroupSpikeSlabPrior, Prior, SpikeSlabPrior
 
 #: The keys of a table besides the prior's hyper-parameters.
 TABLE_KEYS = ("modules", "prior")
@@ -57,10 +57,25 @@ class SpikeSlabSettings:
         return {"pi": self.pi, "tau0": math.exp(self.log_tau0), "tau1": math.exp(self.log_tau1)}
 
 
+@dataclass(frozen=True)
+class HorseshoeSettings:
+    """Hyper-parameters of a ``group-horseshoe`` table (Louizos et al. 2017, section 3.2).
+
+    Attributes:
+        global_scale: τ0 of the site's global scale s ~ C+(0, τ0).
+    """
+
+    global_scale: float = option(1.0, scale())
+
+    def arguments(self) -> dict:
+        return {"global_scale": self.global_scale}
+
+
 #: Name → (its hyper-parameters' dataclass, the :class:`~bayesprune.models.priors.Prior` built from them).
 MODULE_PRIORS = {
     "spike-slab": (SpikeSlabSettings, SpikeSlabPrior),
     "group-spike-slab": (SpikeSlabSettings, GroupSpikeSlabPrior),
+    "group-horseshoe": (HorseshoeSettings, GroupHorseshoePrior),
 }
 
 

@@ -11,6 +11,7 @@ import torch
 
 from bayesprune.core.distributions import SpikeAndSlab
 from bayesprune.core.errors import ConfigError
+from bayesprune.core.group_horseshoe import GroupHorseshoe
 from bayesprune.core.group_spike_slab import GroupSpikeAndSlab
 
 
@@ -76,6 +77,30 @@ class GroupSpikeSlabPrior(SpikeSlabPrior):
         options = {"dtype": param.dtype, "device": param.device}
         constants = (torch.tensor(value, **options) for value in (self.pi, self.tau0, self.tau1))
         return GroupSpikeAndSlab(*constants, param.shape).to_event(param.dim())
+
+
+class GroupHorseshoePrior(Prior):
+    r"""Group horseshoe prior on units (Louizos, Ullrich, Welling 2017, section 3.2): every row of a site along
+    its first dimension has a scale z_g ~ C+(0, 1), the site a global scale s ~ C+(0, τ0), and
+    w_gj ~ N(0, z_g² s²) (:class:`~bayesprune.core.group_horseshoe.GroupHorseshoe`).
+
+    Args:
+        global_scale: τ0, the scale of the global half-Cauchy.
+    """
+
+    label = "group-horseshoe"
+
+    def __init__(self, *, global_scale=1.0):
+        if not global_scale > 0.0:
+            raise ConfigError(f"prior.global_scale must be positive, got {global_scale}")
+        self.global_scale = float(global_scale)
+
+    def describe(self, name):
+        return f"{self.label} (global_scale={self.global_scale:g})"
+
+    def distribution(self, name, param):
+        scale = torch.tensor(self.global_scale, dtype=param.dtype, device=param.device)
+        return GroupHorseshoe(scale, param.shape).to_event(param.dim())
 
 
 class GaussianPrior(Prior):

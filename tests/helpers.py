@@ -1,5 +1,5 @@
 """What several test modules share: a LeNet-5 written the usual way, a check of one-line data errors,
-the comparisons' one-epoch settings and command-line launch, and a posterior whose every network is right or wrong by one weight."""
+the comparisons' one-epoch settings and command-line launch, each method's shortest settings, and a posterior whose every network is right or wrong by one weight."""
 
 import contextlib
 import os
@@ -13,8 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bayesprune.core.errors import DataError
+from bayesprune.core.errors import ConfigError, DataError
+from bayesprune.methods import available_methods
 from bayesprune.methods.pbp.distributions import DiracSpikeSlab
+from bayesprune.methods.stages import held_to_budget
 
 
 class ClassicLeNet5(nn.Module):
@@ -149,3 +151,24 @@ class OneWeightDecides:
 
     def sample_params(self):
         return {name: q.sample() for name, q in self.q.items()}
+
+
+def shortest_of(method: str) -> tuple:
+    """``(table, optim)`` in TOML layout: the method's digits config at its ``quick`` settings with every
+    stage it declares one epoch long and ``train.epochs`` 1, the smallest ``compare.budget_epochs`` its
+    stages take (:func:`bayesprune.methods.stages.held_to_budget`: only the network a comparison's row
+    reports), read from the registry: a new method needs no entry."""
+    from dataclasses import asdict
+
+    from bayesprune.pipeline.config import load_config
+
+    config = load_config(f"{method}-digits", ["train.epochs=2", "device='cpu'", *available_methods()[method].quick])
+    for budget in range(1, 100):
+        try:
+            options, epochs, _ = held_to_budget(config.method_options, config.train.epochs, 0, budget, owner=method)
+        except ConfigError:  # fewer epochs than its stages
+            continue
+        assert epochs == 1, (method, budget, epochs)
+        table = {name: value for name, value in asdict(options).items() if value is not None}
+        return table, {name: value for name, value in asdict(config.optim).items() if value is not None}
+    raise AssertionError(f"{method}: no budget under 100 epochs runs its stages")

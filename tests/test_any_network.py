@@ -15,39 +15,15 @@ from bayesprune.cli import main
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.sites import site_names, weight_sites
 from bayesprune.data import load_dataset
+from bayesprune.methods import available_methods
 from bayesprune.pipeline.runner import load_run
+from helpers import shortest_of
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-#: Every stage one epoch, on 256 digits; the options of each weight-level method that keep it short.
-SHORT = {
-    "magnitude": ({}, {"lr": 1e-3}),
-    "sbnn": ({}, {"lr": 1e-3}),
-    "sparse-vd": ({"kl_anneal_start": 0, "kl_anneal_end": 1}, {"lr": 1e-3}),
-    "pft": (
-        {
-            "pretrain_epochs": 1,
-            "finetune_epochs": 1,
-            "start_masks": ["magnitude"],
-            "sparsities": [0.9],
-            "perturbation_draws": 1,
-            "equal_budget_baseline": False,
-        },
-        {"name": "sgd", "lr": 0.01, "momentum": 0.9},
-    ),
-    "pbp": (
-        {"prior_epochs": 1, "prior_mask_epochs": 1, "mc_samples": 5, "prior_samples": 2},
-        {"name": "sgd", "lr": 0.01},
-    ),
-    "probmask": (
-        {"t1": 1, "t2": 2, "finetune_epochs": 1, "final_draws": 2, "baseline": False},
-        {"name": "sgd", "lr": 0.01},
-    ),
-    "saliency": (
-        {"criteria": ["magnitude"], "stages": [1], "penalties": [0.0], "finetune_epochs": 1},
-        {"name": "sgd", "lr": 0.01},
-    ),
-}
+#: The settings of each weight-level method that keep it short, read from the registry: its digits config at
+#: its ``quick`` settings, every stage it declares one epoch (:func:`helpers.shortest_of`), on 256 digits.
+SHORT = {name: shortest_of(name) for name, method in available_methods().items() if "weight" in method.prune_levels}
 
 
 def resnet(input_shape=(1, 8, 8), output_dim=10):
@@ -134,7 +110,7 @@ def test_every_weight_level_method_runs_a_resnet_with_batch_norm_from_a_config(m
         "optim": optim,
         "train": {"epochs": 1},
         method: options,
-        "prune": {"droprates": [0.0], "include_biases": False},
+        "prune": {"sparsities": [0.0], "include_biases": False},
         "baseline": {"enabled": False},
     }
     (user_files / f"{method}.toml").write_text(tomli_w.dumps(config))
@@ -186,7 +162,7 @@ def test_unit_gates_remove_the_resnets_coupled_channels_while_training_and_its_e
         "data": {"dataset": "npz", "path": "digits.npz", "batch_size": 64},
         "model": {"factory": "mynets:resnet"},
         "train": {"epochs": 1},
-        "prune": {"droprates": [0.0]},
+        "prune": {"sparsities": [0.0]},
         "baseline": {"enabled": False},
     }
     gates = {
@@ -195,7 +171,7 @@ def test_unit_gates_remove_the_resnets_coupled_channels_while_training_and_its_e
         "data": {**config["data"], "batch_size": 32},
         "optim": {"lr": 0.05},
         "train": {"epochs": 3},
-        "prune": {"level": "unit", "droprates": [0.0]},
+        "prune": {"level": "unit", "sparsities": [0.0]},
         "unit-gates": {"theta_init": 0.2, "log_gamma": -3.0, "finetune_epochs": 1},
     }
     (user_files / "gates.toml").write_text(tomli_w.dumps(gates))
@@ -219,7 +195,7 @@ def test_unit_gates_remove_the_resnets_coupled_channels_while_training_and_its_e
     capsys.readouterr()
     assert (
         main(
-            ["export", str(tmp_path / "run"), "--out", str(tmp_path / "net.pt2"), "--budget", "fraction=0.25", "--json"]
+            ["export", str(tmp_path / "run"), "--out", str(tmp_path / "net.pt2"), "--budget", "sparsity=0.25", "--json"]
         )
         == 0
     )

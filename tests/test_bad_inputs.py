@@ -221,7 +221,7 @@ CASES = {
         "probmask.t2",
     ),
     "certify zero samples": ({"run": RUN}, ["certify", "run", "--samples", "0"], "--samples"),
-    "droprate 1": ({}, settings("prune.droprates=[0.5, 1.0]"), "prune.droprates"),
+    "sparsity 1": ({}, settings("prune.sparsities=[0.5, 1.0]"), "prune.sparsities"),
     "zero learning rate": ({}, settings("optim.lr=0"), "optim.lr"),
     "unknown method option": ({}, settings("sbnn.colour=1"), "sbnn.colour"),
     "missing MNIST root": ({}, settings("data.dataset=mnist", "data.root='/nonexistent/mnist'"), "/nonexistent/mnist"),
@@ -383,10 +383,10 @@ CASES = {
         ["export", "done", "--out", "net.pt2", "--budget", "colour=1"],
         "colour",
     ),
-    "export with a fraction above 1": (
+    "export with a sparsity above 1": (
         {"done": RUN},
-        ["export", "done", "--out", "net.pt2", "--budget", "fraction=2"],
-        "fraction",
+        ["export", "done", "--out", "net.pt2", "--budget", "sparsity=2"],
+        "budget.sparsity",
     ),
     "export into a missing folder": ({"done": RUN}, ["export", "done", "--out", "no/such/net.pt2"], "no/such"),
     "resume a complete run": ({"done": RUN}, ["run", "--resume", "done"], "complete"),
@@ -768,8 +768,8 @@ CASES = {
     # issue 39: export
     "export with a repeated budget key": (
         {"done": RUN},
-        ["export", "done", "--out", "n.pt2", "--budget", "fraction=0.5", "--budget", "fraction=0.9"],
-        "fraction",
+        ["export", "done", "--out", "n.pt2", "--budget", "sparsity=0.5", "--budget", "sparsity=0.9"],
+        "--budget sparsity",
     ),
     "export keeping 10**30 units": (
         {"done": RUN},
@@ -784,7 +784,7 @@ CASES = {
             "--out",
             "n.pt2",
             "--budget",
-            "fraction=0.5",
+            "sparsity=0.5",
             "--budget",
             "min_keep=1000000000000000000000000000000",
         ],

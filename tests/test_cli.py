@@ -30,17 +30,56 @@ def run_cli(capsys, *args):
 @pytest.fixture(scope="module")
 def default_run(tmp_path_factory):
     """One default run (the QUICK settings) from the installed console script, as a user starts it: the
-    run directory and the finished process, read by the tests of a complete run (copied where changed)."""
+    run directory and the finished process, read by the tests of a complete run (copied where changed).
+    Its cache folder is new, as on a user's first run of the day (ArviZ warns once a day, stamped there);
+    matplotlib's font cache is this process's."""
+    import matplotlib
+
     folder = tmp_path_factory.mktemp("default")
     script = os.path.join(os.path.dirname(sys.executable), "bayesprune")
+    environment = {"XDG_CACHE_HOME": str(folder / "cache"), "MPLCONFIGDIR": matplotlib.get_cachedir()}
     result = subprocess.run(
         [script, "run", "--out", str(folder / "run"), *QUICK],
         capture_output=True,
         text=True,
         cwd=folder,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "OMP_NUM_THREADS": "1", **environment},
     )
     return folder / "run", result
+
+
+def test_a_default_run_prints_no_third_party_warning(default_run):
+    """The reported case: every run printed ArviZ's FutureWarning about its refactor (once a day, so on
+    a user's first run). Nothing but bayesprune's own lines reaches the terminal."""
+    _, result = default_run
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"\w+Warning\b", result.stderr) is None, result.stderr
+    assert "ArviZ" not in result.stderr
+
+
+def test_only_the_notices_are_ignored():
+    """The filter is narrow: ArviZ's notice is dropped, but another FutureWarning of ArviZ, the same words
+    as another category, or from another module, are shown."""
+    import warnings
+
+    from bayesprune.core.quiet import ignore_notices
+
+    notice = "\nArviZ is undergoing a major refactor to improve flexibility"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ignore_notices()
+        for message, category, module in [
+            (notice, FutureWarning, "arviz"),
+            ("a deprecated argument", FutureWarning, "arviz"),
+            (notice, UserWarning, "arviz"),
+            (notice, FutureWarning, "bayesprune.analysis"),
+        ]:
+            warnings.warn_explicit(message, category, "file.py", 1, module=module)
+    assert [(str(w.message)[:12], w.category) for w in caught] == [
+        ("a deprecated", FutureWarning),
+        (notice[:12], UserWarning),
+        (notice[:12], FutureWarning),
+    ]
 
 
 def test_default_run_writes_a_complete_run_directory(default_run):
@@ -66,7 +105,7 @@ def test_default_run_writes_a_complete_run_directory(default_run):
     assert metrics["n_weights"] == 64 * 100 + 100 + 100 * 10 + 10  # the default 64-100-10 MLP
     rates = [row["droprate"] for row in metrics["pruning_curve"]]
     assert rates == sorted(rates) and rates[0] == 0.0
-    # The curve's weights kept follow the droprates exactly (global ranking drops floor(d n)).
+    # The curve's weights kept follow the sparsities exactly (global ranking drops floor(d n)).
     for row in metrics["pruning_curve"]:
         assert row["n_weights_kept"] == metrics["n_weights"] - int(row["droprate"] * metrics["n_weights"])
         assert 0.0 <= row["test_error"] <= 100.0
@@ -83,13 +122,13 @@ def test_the_report_sets_the_papers_rows_beside_the_curve_and_finds_the_half_poi
         "--set",
         "reference.source='paper X'",
         "--set",
-        "reference.droprates=[0.0, 0.5, 0.6]",
+        "reference.sparsities=[0.0, 0.5, 0.6]",
         "--set",
         "reference.values=[1.0, 1.25, 1.75]",
     ]
     assert (
         run_cli(
-            capsys, "run", "--out", str(out), *QUICK, "--set", "prune.droprates=[0.25, 0.5, 0.75, 0.9]", *reference
+            capsys, "run", "--out", str(out), *QUICK, "--set", "prune.sparsities=[0.25, 0.5, 0.75, 0.9]", *reference
         )[0]
         == 0
     )
@@ -127,7 +166,7 @@ BAD_SETTINGS = [
     (["data.dataset=imagenet"], "imagenet"),
     (["model.architecture=resnet-1000"], "model.architecture"),
     (["train.epochs=-3"], "train.epochs"),
-    (["prune.droprates=[0.5, 1.0]"], "prune.droprates"),
+    (["prune.sparsities=[0.5, 1.0]"], "prune.sparsities"),
     (["optim.lr=0"], "optim.lr"),
     (["sbnn.colour=1"], "sbnn.colour"),
     (["data.dataset=mnist", "data.root='/nonexistent/mnist'"], "/nonexistent/mnist"),
@@ -432,7 +471,7 @@ def test_unit_level_pruning_curve_and_export_of_a_run(tmp_path, capsys):
             "--set",
             "prune.level='unit'",
             "--set",
-            "prune.droprates=[0.5]",
+            "prune.sparsities=[0.5]",
             "--set",
             "prune.min_keep=1",
         )[0]

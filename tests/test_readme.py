@@ -99,7 +99,7 @@ def test_the_run_reading_example_reads_a_regression_run(tmp_path, monkeypatch, c
                 "--set",
                 "sbnn.predictive_samples=2",
                 "--set",
-                "prune.droprates=[0.0, 0.5]",
+                "prune.sparsities=[0.0, 0.5]",
             ]
         )
         == 0

@@ -16,6 +16,11 @@ batched kernels instead of K programs of small ones. Each fit keeps its own
 So each fit ends where its separate fit ends, up to the rounding of batched matrix products.
 Networks that draw random numbers (dropout) or update buffers while training (batch norm) are refused:
 their draws or statistics would not be the separate fits'.
+
+Variational fits (the sBNN, Sparse VD) train on the same loop (:func:`train_stack`) with their own
+stacked parameters (:class:`Stack`) and objective; their random draws come from :class:`FitGenerators`,
+one generator per fit holding the global stream its separate fit draws from, so each fit draws the
+numbers its separate fit draws, in the same order.
 """
 
 import copy
@@ -23,56 +28,26 @@ import inspect
 import math
 from dataclasses import dataclass, field
 
+import pyro
 import torch
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
 from bayesprune.core.errors import ConfigError, Interrupted, TrainingDiverged
-from bayesprune.core.loop import STOP
+from bayesprune.core.loop import STOP, rng_state
 from bayesprune.core.optim import torch_optimizer, torch_scheduler
 from bayesprune.core.precision import autocast_calls
 from bayesprune.core.predict import metric
 from bayesprune.core.tasks import predictive_mean
 
 
-class StackedNetworks:
-    """K networks of one shape as one model: ``params`` and ``buffers`` with a leading fit dimension,
-    called on inputs ``[K, B, ...]`` (one minibatch per fit) or ``[B, ...]`` (the same rows for all).
+class Stack:
+    """The parameters of K fits as tensors with a leading fit dimension (``params``: name → ``[K, ...]``
+    leaf tensors the optimiser steps), each fit's readable and writable alone."""
 
-    Raises:
-        ConfigError: the networks differ in shape (naming the first parameter that differs), draw
-            random numbers (dropout) or hold buffers (batch norm).
-    """
-
-    def __init__(self, nets: list):
-        check_stackable(nets)
-        self.count = len(nets)
-        params, buffers = stack_module_state(nets)
-        self.params = {name: param.detach().requires_grad_() for name, param in params.items()}
-        self.buffers = buffers
-        self._base = copy.deepcopy(nets[0]).to("meta")
-        self._layers = _plain_layers(nets[0])
-
-    def _one(self, params, buffers, x):
-        return functional_call(self._base, (params, buffers), (x,))
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        shared = x.dim() == 0 or x.shape[0] != self.count
-        if self._layers is not None and (x.dim() - (not shared) == 2 or isinstance(self._layers[0][1], nn.Flatten)):
-            return self._mlp(x.expand(self.count, *x.shape) if shared else x)
-        return vmap(self._one, in_dims=(0, 0, None if shared else 0), randomness="error")(self.params, self.buffers, x)
-
-    def _mlp(self, x: torch.Tensor) -> torch.Tensor:
-        """The forward pass of a plain MLP as batched matrix products: ``x`` is ``[K, B, ...]``."""
-        for name, module in self._layers:
-            if isinstance(module, nn.Flatten):
-                x = x.flatten(2)
-            elif isinstance(module, nn.Linear):
-                weight, bias = self.params[f"{name}.weight"].transpose(1, 2), self.params.get(f"{name}.bias")
-                x = torch.bmm(x, weight) if bias is None else torch.baddbmm(bias.unsqueeze(1), x, weight)
-            else:  # elementwise
-                x = module(x)
-        return x
+    def __init__(self, params: dict):
+        self.params = params
+        self.count = len(next(iter(params.values())))
 
     def fit(self, k: int) -> dict:
         """The parameters of fit ``k`` (detached clones)."""
@@ -83,6 +58,50 @@ class StackedNetworks:
             for name, value in state.items():
                 self.params[name][k].copy_(value)
 
+
+class StackedNetworks(Stack):
+    """K networks of one shape as one model: ``params`` and ``buffers`` with a leading fit dimension,
+    called on inputs ``[K, B, ...]`` (one minibatch per fit) or ``[B, ...]`` (the same rows for all).
+
+    Raises:
+        ConfigError: the networks differ in shape (naming the first parameter that differs), draw
+            random numbers (dropout) or hold buffers (batch norm).
+    """
+
+    def __init__(self, nets: list):
+        check_stackable(nets)
+        params, buffers = stack_module_state(nets)
+        super().__init__({name: param.detach().requires_grad_() for name, param in params.items()})
+        self.buffers = buffers
+        self._base = copy.deepcopy(nets[0]).to("meta")
+        self.layers = plain_layers(nets[0])
+
+    def _one(self, params, buffers, x):
+        return functional_call(self._base, (params, buffers), (x,))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward(self.params, x)
+
+    def forward(self, params: dict, x: torch.Tensor) -> torch.Tensor:
+        """The networks' outputs ``[K, B, ...]`` with ``params`` (name → ``[K, ...]``) in place of their
+        parameters (a draw of the weights)."""
+        shared = x.dim() == 0 or x.shape[0] != self.count
+        if self.layers is not None and (x.dim() - (not shared) == 2 or isinstance(self.layers[0][1], nn.Flatten)):
+            return self._mlp(params, x.expand(self.count, *x.shape) if shared else x)
+        return vmap(self._one, in_dims=(0, 0, None if shared else 0), randomness="error")(params, self.buffers, x)
+
+    def _mlp(self, params: dict, x: torch.Tensor) -> torch.Tensor:
+        """The forward pass of a plain MLP as batched matrix products: ``x`` is ``[K, B, ...]``."""
+        for name, module in self.layers:
+            if isinstance(module, nn.Flatten):
+                x = x.flatten(2)
+            elif isinstance(module, nn.Linear):
+                weight, bias = params[f"{name}.weight"].transpose(1, 2), params.get(f"{name}.bias")
+                x = torch.bmm(x, weight) if bias is None else torch.baddbmm(bias.unsqueeze(1), x, weight)
+            else:  # elementwise
+                x = module(x)
+        return x
+
     def unstack(self, nets: list):
         """Copy every fit's parameters into its network."""
         for k, net in enumerate(nets):
@@ -92,11 +111,44 @@ class StackedNetworks:
                     param.copy_(state[name])
 
 
+class FitGenerators:
+    """Each fit's own random numbers: one ``torch.Generator`` per fit on ``device``, seeded as
+    ``pyro.set_rng_seed(seed)`` seeds torch's global generator, so that the draws of fit k, made in the
+    order its separate fit makes them, are that fit's. :meth:`stop` keeps a fit's state where its
+    separate fit ends (early stopping) while the stack trains on."""
+
+    def __init__(self, seeds: list, device: torch.device):
+        self.seeds, self.device = list(seeds), torch.device(device)
+        self.generators = [torch.Generator(self.device).manual_seed(seed) for seed in self.seeds]
+        self._stopped = {}
+
+    def randn(self, shape, *, dtype=torch.float32) -> torch.Tensor:
+        """``[K, *shape]``: each fit's next ``torch.randn(shape)``."""
+        return torch.stack(
+            [torch.randn(shape, generator=generator, dtype=dtype, device=self.device) for generator in self.generators]
+        )
+
+    def stop(self, k: int):
+        self._stopped.setdefault(k, self.generators[k].get_state())
+
+    def rng_state(self, k: int) -> dict:
+        """The global random states (:func:`~bayesprune.core.loop.rng_state`) fit k's separate fit leaves:
+        seeded, then its draws. Seeds the global generators as a side effect."""
+        pyro.set_rng_seed(self.seeds[k])
+        state = rng_state()
+        drawn = self._stopped.get(k, self.generators[k].get_state())
+        if self.device.type == "cpu":
+            state["torch"] = drawn
+        else:
+            state["cuda"][self.device.index or 0] = drawn
+        return state
+
+
 #: Modules that act on each element alone: a plain MLP of them and Linear layers runs as batched products.
 ELEMENTWISE = (nn.ReLU, nn.LeakyReLU, nn.Tanh, nn.Sigmoid, nn.GELU, nn.SiLU, nn.ELU, nn.Softplus, nn.Identity)
 
 
-def _plain_layers(net: nn.Module) -> list | None:
+def plain_layers(net: nn.Module) -> list | None:
     """``(name, module)`` of a ``Sequential`` of ``Linear`` layers, elementwise activations and
     ``Flatten()`` (from the batch dimension on), or ``None`` for any other network (run by ``vmap``)."""
     if type(net) is not nn.Sequential:
@@ -170,30 +222,77 @@ def train_stacked(
         raise ConfigError(f"batched fits need one minibatch stream per network, got {len(batches)} for {len(nets)}")
     stacked = StackedNetworks(nets)
     optimizer = torch_optimizer(optim, list(stacked.params.values()))
-    for group in optimizer.param_groups:  # a few tensors, each K fits': one kernel per update over all of them
-        group["foreach"] = True
-    scheduler = torch_scheduler(optim, optimizer, epochs=epochs)
     per_fit = _per_fit(loss)
-    records = [FitRecord() for _ in nets]
+    records = train_stack(
+        stacked,
+        batches,
+        epochs=epochs,
+        losses=lambda x, y, index, num_batches: per_fit(autocast_calls(stacked, x.device)(x), y),
+        optimizer=optimizer,
+        scheduler=torch_scheduler(optim, optimizer, epochs=epochs),
+        validation=validation,
+        predict=lambda x: predictive_mean(stacked(x), task),
+        task=task,
+        patience=patience,
+    )
+    stacked.unstack(nets)
+    return records
+
+
+def train_stack(
+    stack: Stack,
+    batches: list,
+    *,
+    epochs: int,
+    losses,
+    optimizer,
+    scheduler=None,
+    validation: tuple | list | None = None,
+    predict=None,
+    task: str = "classification",
+    patience: int | None = None,
+    on_epoch=(),
+    on_stop=None,
+) -> list:
+    """The loop of every stacked training: ``epochs`` passes, fit k over ``batches[k]``, each step
+    minimising the sum of ``losses(x, y, index, num_batches)`` (``[K]``, fit k's loss on its minibatch
+    ``x[k], y[k]``) with ``optimizer`` over ``stack.params`` (elementwise updates: each fit's own), the
+    ``scheduler`` stepped and ``on_epoch(epoch)`` hooks run after every epoch, as
+    :func:`~bayesprune.core.loop.train` runs them. With ``validation``, ``predict(x)`` (``[K, rows, ...]``
+    predictive means) scores each fit after every epoch for its early stopping; ``on_stop(k)`` runs when
+    fit k stops. Each fit ends in its best state. Returns one :class:`FitRecord` per fit.
+
+    Raises:
+        TrainingDiverged: a fit's loss became NaN or infinite (naming the fit, the epoch and the step).
+    """
+    for group in optimizer.param_groups:  # a few tensors, each K fits': one kernel per update over all of them
+        if "foreach" in group and not group.get("fused"):
+            group["foreach"] = True
+    records = [FitRecord() for _ in range(stack.count)]
+    num_batches = len(batches[0])
     for epoch in range(epochs):
-        losses = []
-        for x, y in _stacked_minibatches(batches):
+        steps = []
+        for index, (x, y) in enumerate(_stacked_minibatches(batches)):
             optimizer.zero_grad(set_to_none=True)
-            value = per_fit(autocast_calls(stacked, x.device)(x), y)
+            with pyro.validation_enabled(False):  # checking arguments reads them back to the host
+                value = losses(x, y, index, num_batches)
             value.sum().backward()
             optimizer.step()
-            losses.append(value.detach())
+            steps.append(value.detach())
             if STOP.signal is not None:  # as core.loop.train: the step in progress finished, no epoch's end
                 raise Interrupted(f"stopped by signal {STOP.signal} in epoch {epoch + 1}", STOP.signal)
-        _record_epoch(records, torch.stack(losses).double().cpu(), epoch)
+        _record_epoch(records, torch.stack(steps).double().cpu(), epoch)
         if scheduler is not None:
             scheduler.step()
-        if validation is not None and _early_stopping(stacked, records, validation, task, epoch, epochs, patience):
+        for hook in on_epoch:
+            hook(epoch)
+        if validation is not None and _early_stopping(
+            stack, predict, records, validation, task, (epoch, epochs, patience), on_stop
+        ):
             break
     for k, record in enumerate(records):  # a fit that stopped early trained on with the others: its best state
         if record.best is not None:
-            stacked.load_fit(k, record.best)
-    stacked.unstack(nets)
+            stack.load_fit(k, record.best)
     return records
 
 
@@ -240,24 +339,27 @@ def _record_epoch(records: list, losses: torch.Tensor, epoch: int):
             record.epoch_losses.append(column.sum().item() / len(column))
 
 
-def _early_stopping(stacked, records, validation, task, epoch, epochs, patience) -> bool:
+def _early_stopping(stack, predict, records, validation, task, when, on_stop) -> bool:
     """:class:`~bayesprune.core.early_stopping.EarlyStopping` for every fit: score this epoch, keep each
     fit's best state, and put it back once the fit stops or training ends; ``True`` when all stopped."""
-    device = next(iter(stacked.params.values())).device
+    epoch, epochs, patience = when
+    device = next(iter(stack.params.values())).device
     with torch.no_grad():
         if isinstance(validation, tuple):
-            outputs, ys = stacked(validation[0].to(device)), [validation[1]] * len(records)
+            means, ys = predict(validation[0].to(device)), [validation[1]] * len(records)
         else:  # each fit its own rows: one pass of the stack over each fit's
-            outputs = [stacked(x.to(device))[k] for k, (x, _) in enumerate(validation)]
+            means = [predict(x.to(device))[k] for k, (x, _) in enumerate(validation)]
             ys = [y for _, y in validation]
     for k, (record, y) in enumerate(zip(records, ys)):
         if record.stopped:
             continue
-        value = metric(task, predictive_mean(outputs[k], task).cpu(), y.cpu())
+        value = metric(task, means[k].cpu(), y.cpu())
         record.scores.append(value)
         if value < record.best_score or record.best is None:
-            record.best_score, record.best_epoch, record.best = value, epoch, stacked.fit(k)
+            record.best_score, record.best_epoch, record.best = value, epoch, stack.fit(k)
         if (patience is not None and epoch - record.best_epoch >= patience) or epoch + 1 == epochs:
             record.stopped = True
-            stacked.load_fit(k, record.best)
+            stack.load_fit(k, record.best)
+            if on_stop is not None:
+                on_stop(k)
     return all(record.stopped for record in records)

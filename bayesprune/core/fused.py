@@ -148,8 +148,17 @@ def softplus(x: torch.Tensor) -> torch.Tensor:
 
 
 def _site_sums(value: torch.Tensor, sizes: list) -> torch.Tensor:
-    """The sum of a flat elementwise ``value`` over each site (``sizes``), as one vector."""
-    return torch.stack([chunk.sum() for chunk in value.split(sizes)])
+    """The sum of a flat elementwise ``value`` over each site (``sizes``, along the last dimension), as one
+    vector (``[..., sites]`` for fits stacked along leading dimensions)."""
+    return torch.stack([chunk.sum(-1) for chunk in value.split(sizes, -1)], -1)
+
+
+def _site_expanded(weights: torch.Tensor, sizes: list) -> torch.Tensor:
+    """Each site's entry of ``weights`` (``[..., sites]``) repeated over its elements, as a flat vector
+    (no host copy on CUDA)."""
+    return torch.cat(
+        [weights[..., index, None].expand(*weights.shape[:-1], size) for index, size in enumerate(sizes)], -1
+    )
 
 
 class _SummedKL(torch.autograd.Function):
@@ -166,15 +175,14 @@ class _SummedKL(torch.autograd.Function):
         for saved in ctx.saved_tensors:
             grad = None
             if saved is not None:
-                grad = torch.empty_like(saved)
-                for chunk, out, weight in zip(saved.split(ctx.sizes), grad.split(ctx.sizes), weights):
-                    torch.mul(chunk, weight, out=out)
+                grad = saved * _site_expanded(weights, ctx.sizes)
             grads.append(grad)
         return (None, None, None, *grads)
 
 
 def summed_kl(terms, sizes: list, *inputs: torch.Tensor, **constants) -> torch.Tensor:
-    """The KL of each site of flat ``inputs`` (one value per entry of ``sizes``), differentiable in them.
+    """The KL of each site of flat ``inputs`` (one value per entry of ``sizes``), differentiable in them;
+    inputs ``[..., weights]`` (fits stacked along leading dimensions) give ``[..., sites]``.
 
     ``terms(*inputs, **constants)``, a module-level function run by :func:`run_kernel`, returns the
     elementwise KL over the flat vectors and its elementwise derivative in each input (``None`` for
@@ -196,8 +204,8 @@ def _draw_backward(d_weights, noise, grad_loc, grad_scale, penalties):
 
 class _DrawnKL(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, terms, sizes, constants, loc, scale, *others):
-        noise = torch.randn_like(loc)
+    def forward(ctx, terms, sizes, constants, noise, loc, scale, *others):
+        noise = torch.randn_like(loc) if noise is None else noise
         weights, value, grad_loc, grad_scale = run_kernel(
             _draw_and_terms, loc, scale, noise, *others, terms=terms, **constants
         )
@@ -209,18 +217,20 @@ class _DrawnKL(torch.autograd.Function):
     def backward(ctx, d_weights, d_kl):
         noise, grad_loc, grad_scale = ctx.saved_tensors
         d_weights = torch.zeros_like(noise) if d_weights is None else d_weights
-        d_kl = noise.new_zeros(len(ctx.sizes)) if d_kl is None else d_kl
-        penalties = torch.cat([weight.expand(size) for weight, size in zip(d_kl, ctx.sizes)])  # no host copy on CUDA
+        d_kl = noise.new_zeros(*noise.shape[:-1], len(ctx.sizes)) if d_kl is None else d_kl
+        penalties = _site_expanded(d_kl, ctx.sizes)
         d_loc, d_scale = run_kernel(_draw_backward, d_weights, noise, grad_loc, grad_scale, penalties)
-        return (None, None, None, d_loc, d_scale, *[None] * ctx.others)
+        return (None, None, None, None, d_loc, d_scale, *[None] * ctx.others)
 
 
-def drawn_kl(terms, sizes: list, loc, scale, *others, **constants) -> tuple:
-    """A draw W = loc + scale ε (ε ~ N(0, I)) of flat Gaussian weights and the KL of each site as
-    :func:`summed_kl` gives it, from one kernel: ``terms(loc, scale, *others, **constants)``, whose
-    derivatives in ``loc`` and ``scale`` only may be non-``None``. The backward is one pass too:
-    ∂/∂loc = ∂W + κ ∂KL/∂loc and ∂/∂scale = ε ∂W + κ ∂KL/∂scale, κ each site's penalty weight."""
-    return _DrawnKL.apply(terms, list(sizes), constants, loc, scale, *others)
+def drawn_kl(terms, sizes: list, loc, scale, *others, noise=None, **constants) -> tuple:
+    """A draw W = loc + scale ε (ε ~ N(0, I), drawn here from torch's generator unless ``noise`` gives it)
+    of flat Gaussian weights and the KL of each site as :func:`summed_kl` gives it, from one kernel:
+    ``terms(loc, scale, *others, **constants)``, whose derivatives in ``loc`` and ``scale`` only may be
+    non-``None``. The backward is one pass too: ∂/∂loc = ∂W + κ ∂KL/∂loc and ∂/∂scale = ε ∂W + κ
+    ∂KL/∂scale, κ each site's penalty weight. Fits stacked along leading dimensions (``[K, weights]``,
+    :mod:`bayesprune.core.batched`) give ``[K, sites]`` KLs."""
+    return _DrawnKL.apply(terms, list(sizes), constants, noise, loc, scale, *others)
 
 
 class FlatPosterior:

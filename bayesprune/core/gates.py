@@ -64,7 +64,7 @@ def block_isotropic(scores: dict, sparsity: float, epsilon: float) -> dict:
     for the others, so that the expected sparsity is s. Needs sε/(1 − s) < 1."""
     if not sparsity * epsilon / (1 - sparsity) < 1:
         raise ValueError(f"block-isotropic probabilities need s·ε/(1 − s) < 1, got s = {sparsity}, ε = {epsilon}")
-    kept = prune(scores, Budget(fraction=sparsity))
+    kept = prune(scores, Budget(sparsity=sparsity))
     high = 1 - sparsity * epsilon / (1 - sparsity)
     return {site: torch.where(mask, high, epsilon).to(torch.float32) for site, mask in kept.items()}
 

@@ -21,11 +21,11 @@ LEVELS = ("weight", "unit")
 
 @dataclass(frozen=True)
 class Budget:
-    """How much to keep: exactly one of ``fraction``, ``keep``, ``threshold`` and ``macs``.
+    """How much to keep: exactly one of ``sparsity``, ``keep``, ``threshold`` and ``macs``.
 
     Attributes:
-        fraction: fraction of the entries removed, in [0, 1): ``floor(fraction · n)`` of them (the
-            product is rounded to 6 decimals first, so 0.29 · 100 removes 29).
+        sparsity: the fraction of the entries removed, in [0, 1): ``floor(sparsity · n)`` of them (the
+            product is rounded to 6 decimals first, so 0.29 · 100 removes 29). ``fraction`` before.
         keep: number of entries kept.
         threshold: keep the entries whose score is at least this.
         macs: at unit level, the fraction of the dense network's multiply-accumulates to keep, in (0, 1]:
@@ -51,7 +51,7 @@ class Budget:
     saturate (logits rather than probabilities rounded to 1).
     """
 
-    fraction: float | None = None
+    sparsity: float | None = None
     keep: int | None = None
     threshold: float | None = None
     macs: float | None = None
@@ -60,12 +60,15 @@ class Budget:
     level: str = "weight"
     min_keep: int | None = None
 
+    #: Fields of ``bayesprune export --budget`` read under their old names, each with a one-line note.
+    renamed = {"fraction": "sparsity"}
+
     def __post_init__(self):
-        given = [name for name in ("fraction", "keep", "threshold", "macs") if getattr(self, name) is not None]
-        require(len(given) == 1, "budget", "set exactly one of fraction, keep, threshold and macs", given)
-        if self.fraction is not None:
+        given = [name for name in ("sparsity", "keep", "threshold", "macs") if getattr(self, name) is not None]
+        require(len(given) == 1, "budget", "set exactly one of sparsity, keep, threshold and macs", given)
+        if self.sparsity is not None:
             require(
-                is_number(self.fraction) and 0 <= self.fraction < 1, "budget.fraction", "lie in [0, 1)", self.fraction
+                is_number(self.sparsity) and 0 <= self.sparsity < 1, "budget.sparsity", "lie in [0, 1)", self.sparsity
             )
         if self.keep is not None:
             require(
@@ -189,7 +192,7 @@ def _select(ranking: tuple, budget: Budget) -> dict:
     if budget.threshold is not None:
         keep = flat >= budget.threshold
     else:
-        count = n - math.floor(round(budget.fraction * n, 6)) if budget.fraction is not None else min(budget.keep, n)
+        count = n - math.floor(round(budget.sparsity * n, 6)) if budget.sparsity is not None else min(budget.keep, n)
         candidates = order[~forced[order]] if forced.any() else order
         extra = max(count - int(forced.sum()), 0)
         keep[candidates[candidates.numel() - extra :]] = True

@@ -1,6 +1,7 @@
 """Third-party printouts and files that say nothing about the user's run, kept out of their terminal and
 their folders: what a library prints or logs while it fails (torch.export's partial graph), written out only
-when the call succeeds; the files ONNX Runtime writes into the user's cache folder when imported."""
+when the call succeeds; the files ONNX Runtime writes into the user's cache folder when imported; a library's
+notices about itself (:data:`NOTICES`)."""
 
 import contextlib
 import importlib
@@ -9,6 +10,21 @@ import logging
 import os
 import sys
 import tempfile
+import warnings
+
+#: Third-party warnings about the library itself, never about the user's run or data: ``(category, module,
+#: start of the message)``, each ignored by :func:`ignore_notices` and nothing else of that module.
+NOTICES = (
+    # ArviZ, once a day on import: its coming refactor (bayesprune pins its range in setup.cfg)
+    (FutureWarning, "arviz", r"\s*ArviZ is undergoing a major refactor"),
+)
+
+
+def ignore_notices():
+    """Ignore the warnings of :data:`NOTICES`, matched by category, module and message: any other warning of
+    those libraries (about the user's data, a deprecated call) still reaches the user."""
+    for category, module, message in NOTICES:
+        warnings.filterwarnings("ignore", message=message, category=category, module=module)
 
 
 @contextlib.contextmanager

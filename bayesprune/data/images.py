@@ -12,16 +12,17 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from bayesprune.core.errors import DataError
-from bayesprune.data.options import _boolean, _directory, _fraction, _integer, _optional_positive_integer
+from bayesprune.data.options import _boolean, _choice, _directory, _fraction, _integer, _optional_positive_integer
 from bayesprune.data.registry import CLASSIFICATION, Dataset, register_dataset
 
 # scikit-learn digits.
 
 
 @register_dataset("digits")
-def load_digits(*, test_fraction: float = 0.2, seed: int = 0, flatten: bool = False) -> Dataset:
+def load_digits(*, test_fraction: float = 0.2, seed: int = 0, flatten: bool = False, shape: str = "1x8x8") -> Dataset:
     """scikit-learn's bundled 8x8 handwritten digits (1,797 images, 10 classes; no network).
 
     Pixels are divided by 16 to lie in ``[0, 1]``. The split is stratified by class.
@@ -30,6 +31,8 @@ def load_digits(*, test_fraction: float = 0.2, seed: int = 0, flatten: bool = Fa
         test_fraction: Fraction of the images held out for testing, in ``(0, 1)``.
         seed: Seed of the split.
         flatten: Give inputs of shape ``(64,)`` instead of ``(1, 8, 8)``.
+        shape: ``"1x8x8"`` (as stored) or ``"3x32x32"``: bilinearly upsampled to 32x32, the grey channel
+            repeated, the input of torchvision's CNNs (as Fashion-MNIST's ``shape``).
 
     Returns:
         A classification :class:`Dataset`.
@@ -40,6 +43,9 @@ def load_digits(*, test_fraction: float = 0.2, seed: int = 0, flatten: bool = Fa
     test_fraction = _fraction("test_fraction", test_fraction)
     seed = _integer("seed", seed, minimum=0)
     flatten = _boolean("flatten", flatten)
+    upsampled = _choice("shape", shape, ("1x8x8", "3x32x32")) == "3x32x32"
+    if flatten and upsampled:
+        raise DataError("data.flatten: true refuses data.shape = '3x32x32' (images of three channels)")
     x, y = sklearn_digits(return_X_y=True)
     try:
         x_train, x_test, y_train, y_test = train_test_split(
@@ -50,10 +56,14 @@ def load_digits(*, test_fraction: float = 0.2, seed: int = 0, flatten: bool = Fa
         raise DataError(
             f"data.test_fraction={test_fraction!r} gives no stratified split of {len(y)} digits: {message}"
         ) from err
-    shape = (64,) if flatten else (1, 8, 8)
+    shape = (64,) if flatten else (3, 32, 32) if upsampled else (1, 8, 8)
 
     def images(a: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(a / 16.0).float().reshape(-1, *shape)
+        pixels = torch.from_numpy(a / 16.0).float()
+        if not upsampled:
+            return pixels.reshape(-1, *shape)
+        pixels = F.interpolate(pixels.reshape(-1, 1, 8, 8), size=(32, 32), mode="bilinear", align_corners=False)
+        return pixels.repeat(1, 3, 1, 1)
 
     return Dataset(
         name="digits",

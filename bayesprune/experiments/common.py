@@ -249,11 +249,10 @@ def fit_importance(config, dataset, *, device, seed=None) -> ImportanceFit:
     """Fit the sBNN of ``config`` on ``dataset`` and compute ψ and φ of its inputs."""
     seed = config.seed if seed is None else seed
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
-    fitted = fit_posterior(
-        net, dataset, config.method_options, FitContext.from_config(config, dataset, device=device, seed=seed)
-    )
+    ctx = FitContext.from_config(config, dataset, device=device, seed=seed)
+    fitted = fit_posterior(net, dataset, config.method_options, ctx)
     psi = feature_importance(weight_inclusion_matrices(fitted.inclusion_probabilities(), fitted.net)).cpu()
-    return ImportanceFit(fitted.model, fitted.guide, psi, scaled_importance(psi), fitted.seconds)
+    return ImportanceFit(fitted.model, fitted.guide, psi, scaled_importance(psi), ctx.training_cost()["train_seconds"])
 
 
 @dataclass(frozen=True)

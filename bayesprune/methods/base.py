@@ -22,29 +22,34 @@ class Fitted:
         method: the registered name of the method that produced it.
         net: the architecture in its current structure (smaller than built if the method removed
             units while training); its parameter names are the site names.
-        history: the training :class:`~bayesprune.core.loop.History` (``None`` when restored).
-        seconds: training time.
+        history: the training :class:`~bayesprune.core.loop.History` its method reports (``None`` when
+            restored); what the fit cost over all its stages, seconds included, is its context's
+            :meth:`~bayesprune.methods.FitContext.training_cost`.
         predictive_samples: Monte-Carlo draws of the predictive; 0 for a method without a posterior.
         score_name: what :meth:`scores` are, for tables and plots (``"inclusion logit"``).
         calibration: the training inputs a masked network's normalisation statistics are estimated
-            on (:class:`bayesprune.core.normalization.Calibration`), attached by the runner, ``load_run``
-            and ``fit_method`` unless ``prune.recalibrate = false``; ``None``: masked predictions use
-            the statistics of the fit.
+            on (:class:`bayesprune.core.normalization.Calibration`), the context's it was built with (the
+            runner, ``load_run`` and ``fit_method`` give one unless ``prune.recalibrate = false``); ``None``:
+            masked predictions use the statistics of the fit.
         unpruned_draws: the network's outputs under the Monte-Carlo draws of the unpruned model that the
-            pruning curve made (:class:`bayesprune.core.predict.DrawOutputs`), attached by the runner to the
-            run's first fit, whose posterior predictive (``inference_data``) reuses them; ``None``: none.
+            pruning curve made (:class:`bayesprune.core.predict.DrawOutputs`), the context's it was built with
+            (the runner gives the run's first fit one), which its posterior predictive (``inference_data``)
+            reuses; ``None``: none.
+
+    Everything it holds is given to its constructor: nothing is set on it after the fit.
     """
 
     method: str = ""
     score_name: str = "score"
-    calibration = None
-    unpruned_draws = None
 
-    def __init__(self, net: nn.Module, *, history=None, seconds: float = 0.0, predictive_samples: int = 0):
+    def __init__(self, net: nn.Module, *, history=None, predictive_samples: int = 0, ctx=None):
+        """``ctx``: the :class:`~bayesprune.methods.FitContext` of the fit or restore, whose ``calibration``
+        and ``unpruned_draws`` it takes (``None``: neither)."""
         self.net = net
         self.history = history
-        self.seconds = seconds
         self.predictive_samples = predictive_samples
+        self.calibration = None if ctx is None else ctx.calibration
+        self.unpruned_draws = None if ctx is None else ctx.unpruned_draws
 
     @property
     def sites(self) -> dict:
@@ -54,7 +59,7 @@ class Fitted:
 
     @property
     def n_weights(self) -> int:
-        """How many entries the sites hold in all (biases included): what a droprate is a fraction of."""
+        """How many entries the sites hold in all (biases included): what a sparsity is a fraction of."""
         return sum(shape.numel() for shape in self.sites.values())
 
     def scores(self) -> dict:
@@ -127,10 +132,8 @@ class NetworkFitted(Fitted):
     """A :class:`Fitted` whose result is one deterministic network (no posterior): it predicts with the
     network, masked entries zeroed, and reports the method's numbers in ``report``."""
 
-    def __init__(
-        self, net: nn.Module, *, history=None, seconds: float = 0.0, report=None, task: str = "classification"
-    ):
-        super().__init__(net, history=history, seconds=seconds)
+    def __init__(self, net: nn.Module, *, history=None, report=None, task: str = "classification", ctx=None):
+        super().__init__(net, history=history, ctx=ctx)
         self.report, self.task = report or {}, task
 
     def _predict(self, x, *, masks=None, num_samples=0):
@@ -172,10 +175,10 @@ class SparseNetworkFitted(NetworkFitted):
         self.keep = state.get("keep")
 
     @classmethod
-    def restore(cls, net: nn.Module, state: dict, *, task: str):
+    def restore(cls, net: nn.Module, state: dict, *, task: str, ctx=None):
         """The fit whose :meth:`state_dict` is ``state``, around ``net``."""
         net.load_state_dict(state["net"])
-        return cls(net, dict(state["ranks"]), keep=state.get("keep"), task=task)
+        return cls(net, dict(state["ranks"]), keep=state.get("keep"), task=task, ctx=ctx)
 
     @staticmethod
     def inference_data(fits: list, *, seed: int, num_draws: int = 20):
@@ -192,8 +195,8 @@ class GuideFitted(Fitted):
     """A :class:`Fitted` Pyro model and guide: the point estimate is the guide's ``mean_params()``, the
     Monte-Carlo predictive averages ``sample_params()`` draws (:func:`bayesprune.core.predict.predict`)."""
 
-    def __init__(self, model, guide, *, history=None, seconds: float = 0.0, predictive_samples: int = 0):
-        super().__init__(model.net, history=history, seconds=seconds, predictive_samples=predictive_samples)
+    def __init__(self, model, guide, *, history=None, predictive_samples: int = 0, ctx=None):
+        super().__init__(model.net, history=history, predictive_samples=predictive_samples, ctx=ctx)
         self.model, self.guide = model, guide
 
     def _predict(self, x, *, masks=None, num_samples=0):
@@ -257,6 +260,11 @@ class Method:
             and the reference (``docs/generate.py``).
         fits_together: :meth:`fit_together` trains several independent fits of one network shape as
             one stacked model (:mod:`bayesprune.core.batched`): the runner uses it for a run's seeds.
+        metrics_keys: the keys its fit adds to ``metrics.json``, each with the
+            :class:`~bayesprune.core.validation.Constraint` of what it holds (:mod:`bayesprune.methods.metrics`):
+            ``bayesprune report`` refuses a ``metrics.json`` whose value breaks one, naming the key.
+        metrics_rules: :class:`~bayesprune.core.validation.Rule` over those keys together (the lists of one
+            grid as long as the grid), whose ``holds`` reads the ``metrics.json`` object.
     """
 
     name: ClassVar[str] = ""
@@ -271,6 +279,8 @@ class Method:
     baseline: ClassVar[bool] = False
     sweep_sets: ClassVar[tuple] = ()
     fits_together: ClassVar[bool] = False
+    metrics_keys: ClassVar[dict] = {}
+    metrics_rules: ClassVar[tuple] = ()
     summary: ClassVar[str] = ""
     paper: ClassVar[str] = ""
 
@@ -308,19 +318,6 @@ class Method:
         (``bayesprune certify``), with ``samples`` Monte-Carlo draws where it needs them; ``None`` for a
         method without one."""
         return None
-
-    def one_network(self, table: dict) -> dict:
-        """The method's table (TOML layout) in a comparison held to ``compare.budget_epochs``: only the training of
-        the network its leaderboard row reports, so that the fit trains the budget's epochs and no more (a
-        comparison run inside the fit, further start masks, grid points never reported: off). The default:
-        the table as it is."""
-        return table
-
-    def main_stage_scaled(self, table: dict, factor: float) -> dict:
-        """The method's table (TOML layout) when ``compare.budget_epochs`` makes its main stage (``train.epochs``)
-        ``factor`` times as long: the epochs inside that stage its options name (a schedule's milestones)
-        scaled alike. The default: the table as it is."""
-        return table
 
     def certifying(self, table: dict, mask_of: str, *, mask_table: dict, mask_optim: dict, epochs: int) -> dict | None:
         """This method's table (TOML layout, ``table`` its own in a comparison) for a run whose ``bound``

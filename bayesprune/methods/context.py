@@ -13,6 +13,7 @@ the same random numbers, so the resumed fit equals the uninterrupted one.
 """
 
 import copy
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ import pyro
 import torch
 from torch import nn
 
-from bayesprune.core.batched import train_stacked
+from bayesprune.core.batched import train_stack, train_stacked
 from bayesprune.core.checkpoint import load_module_state, write_checkpoint
 from bayesprune.core.early_stopping import EarlyStopping, hold_out
 from bayesprune.core.errors import BayesPruneError, ConfigError, Interrupted
@@ -85,9 +86,13 @@ class FitContext:
             :class:`~bayesprune.data.streaming.Augment`), or ``None``.
         memory_format: the layout of every training minibatch of images (``train.memory_format``
             resolved, :func:`bayesprune.core.layout.resolve_memory_format`).
+        calibration, unpruned_draws: what the :class:`~bayesprune.methods.Fitted` a fit or restore builds
+            takes (``Fitted(..., ctx=ctx)``): the inputs masked statistics are estimated on, and the recorder
+            of the pruning curve's draws of the unpruned model (:class:`~bayesprune.methods.Fitted`); or ``None``.
 
     After the fit, ``best_epoch`` (1-based) is the epoch early stopping kept, or ``None``; after a fit
-    trained together with others (:func:`train_plain_together`), ``rng_after`` is the global random state
+    trained together with others (:func:`train_plain_together`, :func:`train_stack_together`,
+    :func:`fit_one_after_another`), ``rng_after`` is the global random state
     (:func:`~bayesprune.core.loop.rng_state`) its separate fit would have left, for the caller to put back.
     """
 
@@ -114,6 +119,8 @@ class FitContext:
     config: dict | None = None
     augment: object = None
     memory_format: torch.memory_format = torch.contiguous_format
+    calibration: object = None
+    unpruned_draws: object = None
     best_epoch: int | None = field(default=None, init=False)
     rng_after: dict | None = field(default=None, init=False)
     _finished: list = field(default_factory=list, init=False, repr=False)
@@ -147,12 +154,14 @@ class FitContext:
         )
 
     def training_cost(self) -> dict:
-        """The fit's training over all its stages so far: ``train_epochs`` and ``train_steps`` (optimiser
-        steps), so that fits of methods with several stages compare by what they cost (``compare``'s leaderboard)."""
+        """The fit's training over all its stages so far: ``train_epochs``, ``train_steps`` (optimiser steps)
+        and ``train_seconds`` (its stages' wall time: the one place a fit is timed), so that fits of methods
+        with several stages compare by what they cost (``compare``'s leaderboard)."""
         histories = [stage["history"] for stage in self._finished]
         return {
             "train_epochs": sum(len(history["epoch_losses"]) for history in histories),
             "train_steps": sum(len(history["step_losses"]) for history in histories),
+            "train_seconds": round(sum(stage.get("seconds", 0.0) for stage in self._finished), 3),
         }
 
     def sites(self, net) -> list:
@@ -213,6 +222,7 @@ class FitContext:
             loop = self._loop_to_resume(index, name, state, batches, stateful, epochs)
         if self.checkpoint is not None:
             callbacks.append(_StageCheckpoint(self, index, name, state, batches, epochs, stateful))
+        start = time.perf_counter()
         with kernel_mode(self.kernels), training_precision(self.precision):
             history = train(
                 step,
@@ -224,6 +234,7 @@ class FitContext:
                 resume=loop,
                 desc=name,
             )
+        seconds = time.perf_counter() - start
         if early is not None:
             self.best_epoch = early.best_epoch + 1
         # A finished stage's result is kept for the checkpoints that follow (a fit without them never resumes).
@@ -236,6 +247,7 @@ class FitContext:
                 "rng": rng_state(),
                 "batches": batches.generator.get_state(),
                 "best_epoch": self.best_epoch,
+                "seconds": seconds,
             }
         )
         return history
@@ -346,19 +358,22 @@ class FitContext:
 
 
 def train_networks_together(
-    contexts: list, name: str, nets: list, x, y, *, epochs: int, loss, validate: bool = False
+    contexts: list, name: str, nets: list, x, y, *, epochs: int, loss, validate: bool = False, batches=None
 ) -> list:
     """:meth:`FitContext.train_network` for several independent fits at once, fit k being ``nets[k]``
     under ``contexts[k]`` (its seed's minibatch order over ``(x, y)``, its validation rows), trained as
     one stacked model (:func:`bayesprune.core.batched.train_stacked`): each ends where its separate fit
-    ends, up to rounding. Returns each fit's :class:`~bayesprune.core.loop.History`.
+    ends, up to rounding. ``batches`` (one :class:`~bayesprune.core.loop.TensorBatches` per fit) continue
+    streams a fit's earlier stage drew from, as its separate fit's stages share one. Returns each fit's
+    :class:`~bayesprune.core.loop.History`.
 
     Raises:
         ConfigError: contexts that differ beyond their seeds and validation rows, or a checkpoint asked
             for, naming the key; networks that cannot be stacked (:class:`~bayesprune.core.batched.StackedNetworks`).
     """
     validation = [ctx.validation for ctx in contexts] if validate and contexts[0].validation is not None else None
-    return _train_together(contexts, name, nets, [(x, y)] * len(nets), epochs, loss, contexts[0].optim, validation)
+    rows = [(x, y)] * len(nets)
+    return _train_together(contexts, name, nets, rows, epochs, loss, contexts[0].optim, validation, batches=batches)
 
 
 def train_plain_together(contexts: list, name: str, nets: list, datasets: list, *, held_out: float) -> list:
@@ -392,13 +407,20 @@ def train_plain_together(contexts: list, name: str, nets: list, datasets: list, 
     return histories
 
 
-def _train_together(contexts, name, nets, rows, epochs, loss, optim, validation, *, patience=None) -> list:
+def check_together(contexts: list):
+    """Refuse, in one line naming the key, fits that cannot train as one stack: contexts that differ
+    beyond their seeds and validation rows, or a checkpoint asked for."""
     first = contexts[0]
     for key in (
         "device",
+        "epochs",
         "batch_size",
         "optim",
         "task",
+        "noise_scale",
+        "expose",
+        "hide",
+        "priors",
         "precision",
         "patience",
         "augment",
@@ -411,10 +433,82 @@ def _train_together(contexts, name, nets, rows, epochs, loss, optim, validation,
         raise ConfigError(
             "batched fits write no checkpoint: train.checkpoint_every and --resume train one fit at a time"
         )
+
+
+def record_together(contexts: list, name: str, records: list, *, validated: bool, seconds: float) -> list:
+    """Each fit's :class:`~bayesprune.core.loop.History` of a stage ``name`` trained together (one
+    :class:`~bayesprune.core.batched.FitRecord` per context), recorded in its context as
+    :meth:`FitContext.train` records a stage (its training cost, each fit's share of the stack's
+    ``seconds``, and its best epoch when ``validated``)."""
+    histories = []
+    for ctx, record in zip(contexts, records):
+        history = History(record.step_losses, record.epoch_losses)
+        if validated:
+            ctx.best_epoch = record.best_epoch + 1
+        entry = {"name": name, "history": LoopState.history_dict(history), "state": None}
+        ctx._finished.append({**entry, "best_epoch": ctx.best_epoch, "seconds": seconds / len(contexts)})
+        histories.append(history)
+    return histories
+
+
+def train_stack_together(
+    contexts: list,
+    name: str,
+    stack,
+    batches: list,
+    *,
+    losses,
+    predict,
+    optimizer,
+    scheduler=None,
+    on_epoch=(),
+    generators,
+) -> list:
+    """The stage ``name`` of several fits of a method's own objective trained together
+    (:func:`bayesprune.core.batched.train_stack` over ``stack``, ``ctx.epochs`` epochs, ``losses`` and
+    ``predict`` as it takes them), fit k under ``contexts[k]``: its minibatches ``batches[k]``, its
+    validation rows and early stopping (on the predictive mean of ``predict``), its random draws from
+    ``generators`` (:class:`~bayesprune.core.batched.FitGenerators`). Each context records the stage as
+    :meth:`FitContext.train` does, and :attr:`~FitContext.rng_after` is the random state its separate
+    fit leaves. Returns each fit's :class:`~bayesprune.core.loop.History`.
+
+    Raises:
+        ConfigError: as :func:`check_together`.
+    """
+    check_together(contexts)
+    first = contexts[0]
+    validation = None if first.validation is None else [ctx.validation for ctx in contexts]
+    start = time.perf_counter()
+    with kernel_mode(first.kernels), training_precision(first.precision):
+        records = train_stack(
+            stack,
+            batches,
+            epochs=first.epochs,
+            losses=losses,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            validation=validation,
+            predict=predict,
+            task=first.task,
+            patience=first.patience,
+            on_epoch=on_epoch,
+            on_stop=generators.stop,
+        )
+    seconds = time.perf_counter() - start
+    histories = record_together(contexts, name, records, validated=validation is not None, seconds=seconds)
+    for k, ctx in enumerate(contexts):
+        ctx.rng_after = generators.rng_state(k)
+    return histories
+
+
+def _train_together(contexts, name, nets, rows, epochs, loss, optim, validation, *, patience=None, batches=None):
+    check_together(contexts)
+    first = contexts[0]
+    start = time.perf_counter()
     with kernel_mode(first.kernels), training_precision(first.precision):
         records = train_stacked(
             [net.to(first.device) for net in nets],
-            [ctx.batches(x, y) for ctx, (x, y) in zip(contexts, rows)],
+            batches or [ctx.batches(x, y) for ctx, (x, y) in zip(contexts, rows)],
             epochs=epochs,
             loss=loss,
             optim=optim,
@@ -422,16 +516,8 @@ def _train_together(contexts, name, nets, rows, epochs, loss, optim, validation,
             task=first.task,
             patience=first.patience if patience is None and validation is not None else patience,
         )
-    histories = []
-    for ctx, record in zip(contexts, records):
-        history = History(record.step_losses, record.epoch_losses)
-        if validation is not None:
-            ctx.best_epoch = record.best_epoch + 1
-        ctx._finished.append(
-            {"name": name, "history": LoopState.history_dict(history), "state": None, "best_epoch": ctx.best_epoch}
-        )
-        histories.append(history)
-    return histories
+    seconds = time.perf_counter() - start
+    return record_together(contexts, name, records, validated=validation is not None, seconds=seconds)
 
 
 @contextmanager
@@ -497,3 +583,13 @@ def _load(state: dict, saved: dict):
             obj.set_state(copy.deepcopy(saved[key]))
         else:
             obj.load_state_dict(copy.deepcopy(saved[key]))
+
+
+def fit_one_after_another(method, nets: list, datasets: list, options, contexts: list) -> list:
+    """``method.fit`` of each fit in turn, each context's :attr:`~FitContext.rng_after` the random state
+    its fit left: what a method's ``fit_together`` does with fits its stack does not train."""
+    fits = []
+    for net, data, ctx in zip(nets, datasets, contexts):
+        fits.append(method.fit(net, data, options, ctx))
+        ctx.rng_after = rng_state()
+    return fits

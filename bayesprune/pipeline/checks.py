@@ -164,11 +164,12 @@ def check_units(config, net, data):
 def check_network(net, data):
     """Refuse, before anything is written, a network that does not map two of the data's inputs to
     outputs of the width the data need (``num_classes``, or 1 for regression), or one without a layer to
-    prune (a Linear, bilinear or convolution layer)."""
+    prune (a Linear, bilinear or convolution layer). The network is left in the mode it came in."""
     from bayesprune.core.sites import PRUNABLE
 
     if not any(isinstance(module, PRUNABLE) for module in net.modules()):
         raise ConfigError("model: the network has no Linear or convolution layer; bayesprune prunes their weights")
+    training = net.training
     net.eval()
     try:
         with torch.no_grad():
@@ -179,6 +180,8 @@ def check_network(net, data):
             f"model: the network does not take inputs of shape {list(data.input_shape)} "
             f"({type(error).__name__}: {message})"
         ) from None
+    finally:
+        net.train(training)  # fit_method trains the network it was given: in the mode it came in
     if not torch.is_tensor(output) or tuple(output.shape) != (2, data.output_dim):
         shape = list(output.shape[1:]) if torch.is_tensor(output) else type(output).__name__
         raise ConfigError(f"model: the network's output per example is {shape}; the data need [{data.output_dim}]")

@@ -24,6 +24,7 @@ from bayesprune.core.validation import (
     count,
     list_of,
     option,
+    read_renamed,
     refuse_unknown_keys,
     require,
     validate,
@@ -149,6 +150,7 @@ class RunConfig:
         from bayesprune.methods import available_methods, get_method
 
         method = get_method(raw.get("method", cls.method))
+        raw = new_names(raw)
         raw = _with_level_default(_with_table_defaults(_fold_legacy_keys(raw, method), method), method)
         top = {f.name for f in fields(cls)} - set(_SECTIONS) - {"method_options"}
         kwargs = {}
@@ -283,6 +285,17 @@ def _with_level_default(raw: dict, method) -> dict:
     return {**raw, "prune": {**prune, "level": method.prune_levels[0]}}
 
 
+def new_names(raw: dict) -> dict:
+    """``raw`` (TOML layout) with the keys each section reads under an old name (its class's ``renamed``) given
+    their new names, a one-line note for each (:func:`~bayesprune.core.validation.read_renamed`)."""
+    return {
+        key: read_renamed(value, key, getattr(_SECTIONS[key], "renamed", {}))
+        if key in _SECTIONS and isinstance(value, dict)
+        else value
+        for key, value in raw.items()
+    }
+
+
 def _section(name: str, values: dict):
     cls = _SECTIONS[name]
     if name not in _OPEN_SECTIONS:
@@ -396,10 +409,15 @@ def _resolve_data_paths(raw: dict, folder: Path | None) -> dict:
 
 
 def apply_overrides(raw: dict, overrides) -> dict:
-    """``raw`` (parsed TOML) with every ``section.key=value`` of ``overrides`` set in place, and every relative
-    file or folder name then left read from the current folder (:func:`_resolve_data_paths`)."""
+    """``raw`` (parsed TOML) with its old key names read as the new ones (:func:`new_names`) and every
+    ``section.key=value`` of ``overrides`` set (an old name setting the new one, with its note), and every
+    relative file or folder name then left read from the current folder (:func:`_resolve_data_paths`)."""
+    raw = new_names(raw)
     for assignment in overrides:
         keys, value = parse_override(assignment)
+        if len(keys) == 2 and keys[0] in _SECTIONS:
+            renamed = getattr(_SECTIONS[keys[0]], "renamed", {})
+            keys = [keys[0], *read_renamed({keys[1]: value}, keys[0], renamed)]
         table = raw
         for key in keys[:-1]:
             table = table.setdefault(key, {})

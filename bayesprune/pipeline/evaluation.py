@@ -14,7 +14,7 @@ def pruning_curve(
     fitted,
     dataset,
     *,
-    droprates,
+    sparsities,
     device=None,
     budget=None,
     include_biases=True,
@@ -22,37 +22,38 @@ def pruning_curve(
     predictive="every",
     unpruned_draws=None,
 ) -> list:
-    """Test metric of the point estimate and, for a method with a posterior, of the Monte-Carlo predictive at each droprate.
+    """Test metric of the point estimate and, for a method with a posterior, of the Monte-Carlo predictive at each sparsity.
 
     Args:
         fitted: a :class:`bayesprune.methods.Fitted`; its ``scores()`` rank the weights (lowest removed
             first) and its ``predictive_samples`` draws give the Monte-Carlo predictive.
         dataset: a :class:`bayesprune.data.Dataset`; its test split is scored.
-        droprates: fractions of all weights (or units) to remove.
-        budget: ``droprate -> Budget`` (e.g. :meth:`bayesprune.pipeline.config.PruneConfig.budget`); by default
-            the global weight-level ``Budget(fraction=droprate)``.
-        include_biases: rank the biases with the weights (the droprate is a fraction of all
-            parameters); ``False`` keeps every bias and the droprate is a fraction of the weights.
+        sparsities: fractions of all weights (or units) to remove.
+        budget: ``sparsity -> Budget`` (e.g. :meth:`bayesprune.pipeline.config.PruneConfig.budget`); by default
+            the global weight-level ``Budget(sparsity=sparsity)``.
+        include_biases: rank the biases with the weights (the sparsity is a fraction of all
+            parameters); ``False`` keeps every bias and the sparsity is a fraction of the weights.
             Unit-level budgets remove a unit's bias with the unit either way.
         finetuned: ``masks -> metric``, the test metric of the point network fine-tuned with ``masks`` (parameter
-            → bool, ``True`` = kept: the droprate's, a unit's batch-norm entries, the network's own zeros) held fixed
+            → bool, ``True`` = kept: the sparsity's, a unit's batch-norm entries, the network's own zeros) held fixed
             (:meth:`bayesprune.pipeline.finetune.FineTuning.test_metric`), reported as ``<metric>_finetuned``;
             ``None``: not fine-tuned.
-        predictive: ``"every"`` evaluates the Monte-Carlo predictive at every droprate; ``"unpruned"`` at
-            droprate 0 alone (``<metric>_mc`` is ``None`` at the others), the point estimate at every one.
+        predictive: ``"every"`` evaluates the Monte-Carlo predictive at every sparsity; ``"unpruned"`` at
+            sparsity 0 alone (``<metric>_mc`` is ``None`` at the others), the point estimate at every one.
         unpruned_draws: a :class:`~bayesprune.core.predict.DrawOutputs` that keeps the network's outputs under
-            the Monte-Carlo predictive's draws at droprate 0 (the unpruned model), for the posterior predictive
+            the Monte-Carlo predictive's draws at sparsity 0 (the unpruned model), for the posterior predictive
             of ``posterior.nc`` to reuse; ``None``: not kept.
 
     Returns:
-        One dict per droprate with ``droprate``, ``n_weights_kept`` (parameters kept, biases
-        included), ``sparsity`` (1 − kept / all parameters), ``sparsity_weights`` (the same over the
-        weights alone, biases left out of both counts; a parameter the network already holds at
-        exactly zero, as a sparse method's does, counts as removed at every droprate) and the metric under its name
+        One dict per sparsity with ``droprate`` (the sparsity asked for, under the name the curve has always
+        had, so that runs written before read alike), ``n_weights_kept`` (parameters kept, biases
+        included), ``sparsity`` (the sparsity reached: 1 − kept / all parameters), ``sparsity_weights``
+        (the same over the weights alone, biases left out of both counts; a parameter the network already holds at
+        exactly zero, as a sparse method's does, counts as removed at every sparsity) and the metric under its name
         (``test_error`` in percent, or ``test_rmse``) for the point estimate, and with suffix ``_mc``
         for the Monte-Carlo predictive when ``fitted.predictive_samples > 0``.
 
-    The scores are ranked once for every droprate. Each masked network is scored through
+    The scores are ranked once for every sparsity. Each masked network is scored through
     :meth:`~bayesprune.methods.Fitted.predictions`, so a network with batch norms is scored with
     statistics estimated again for it where ``fitted.calibration`` is set, once for its point estimate
     and its Monte-Carlo predictive (the full model, whose masks remove nothing, is scored unmasked with its
@@ -67,25 +68,25 @@ def pruning_curve(
     point = dict(fitted.network().named_parameters())
     zeros = {site: (point[site].detach() == 0).cpu() for site in fitted.sites}
     evaluations = [("", 0)] + ([("_mc", fitted.predictive_samples)] if fitted.predictive_samples > 0 else [])
-    rules = [budget(droprate) if budget is not None else Budget(fraction=droprate) for droprate in droprates]
+    rules = [budget(sparsity) if budget is not None else Budget(sparsity=sparsity) for sparsity in sparsities]
     unit = rules[0].level == "unit" if rules else False
     ranked = scores if include_biases or unit else {k: v for k, v in scores.items() if k not in biases}
     rows = []
-    for droprate, masks in zip(droprates, prune_each(ranked, rules, net=fitted.net)):
+    for sparsity, masks in zip(sparsities, prune_each(ranked, rules, net=fitted.net)):
         if unit:
             masks = expand_unit_masks(fitted.net, masks)
         gone = {site: zero | ~masks[site].cpu() if site in masks else zero for site, zero in zeros.items()}
         removed = sum(int(site_gone.sum()) for site_gone in gone.values())
         removed_weights = sum(int(site_gone.sum()) for site, site_gone in gone.items() if site not in biases)
         row = {
-            "droprate": droprate,
+            "droprate": sparsity,
             "n_weights_kept": total - removed,
             "sparsity": round(removed / total, 6),
             "sparsity_weights": round(removed_weights / total_weights, 6),
         }
-        evaluated = evaluations if predictive == "every" or droprate == 0 else evaluations[:1]
+        evaluated = evaluations if predictive == "every" or sparsity == 0 else evaluations[:1]
         removes = any(not bool(mask.all()) for mask in masks.values())  # else the same numbers unmasked, cheaper
-        unpruned = droprate == 0 and not removes
+        unpruned = sparsity == 0 and not removes
         with unpruned_draws.recording() if unpruned_draws is not None and unpruned else nullcontext():
             predictions = batched_predictions(
                 fitted, x, masks=masks if removes else None, samples=[samples for _, samples in evaluated]
@@ -103,8 +104,8 @@ def pruning_curve(
 
 def macs_curve(fitted, dataset, *, targets, dense_macs: int, device=None, min_keep=None, finetuned=None) -> list:
     """Test metric of the point estimate at each MAC target: units removed by ``fitted``'s unit scores until
-    the network costs at most ``target · dense_macs`` MACs (:func:`bayesprune.core.macs.resolve_macs`, the
-    floors of ``min_keep``; ``dense_macs``: the network the fit started from, which a fit that removes units
+    the network costs at most ``target · dense_macs`` MACs on one input of ``dataset.input_shape``
+    (:func:`bayesprune.core.macs.resolve_macs`, the floors of ``min_keep``; ``dense_macs``: the network the fit started from, which a fit that removes units
     while training has already made smaller).
 
     Returns:
@@ -117,8 +118,8 @@ def macs_curve(fitted, dataset, *, targets, dense_macs: int, device=None, min_ke
     scores, rows = fitted.scores(), []
     for target in targets:
         budget = Budget(macs=target, dense_macs=dense_macs, level="unit", min_keep=min_keep)
-        keep, macs = resolve_macs(scores, budget, fitted.net)
-        masks = prune(scores, keep, net=fitted.net)
+        keep, macs = resolve_macs(scores, budget, fitted.net, input_shape=dataset.input_shape)
+        masks = prune(scores, keep, net=fitted.net, input_shape=dataset.input_shape)
         units = sum(mask.numel() for mask in masks.values())
         removed = units - sum(int(mask.sum()) for mask in masks.values())
         weights = expand_unit_masks(fitted.net, masks)
@@ -164,7 +165,7 @@ ERROR_MARGIN_KEY = "sparsity_at_0.5_points_worse"
 
 
 def first_sparsity_worse_by(curve: list, metric: str, margin: float, *, key: str = "sparsity"):
-    """The ``key`` of the first point of ``curve`` (in droprate order) whose ``metric`` exceeds the
+    """The ``key`` of the first point of ``curve`` (in sparsity order) whose ``metric`` exceeds the
     first point's (the full model's) by more than ``margin``; ``None`` if no point does."""
     full = curve[0][metric]
     return next((row[key] for row in curve if row[metric] > full + margin), None)

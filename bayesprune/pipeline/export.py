@@ -14,7 +14,7 @@ from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.loop import check_stop
 from bayesprune.core.pruning import Budget
 from bayesprune.core.tasks import chunks
-from bayesprune.core.validation import MAX_COUNT, is_count
+from bayesprune.core.validation import MAX_COUNT, is_count, read_renamed
 from bayesprune.pipeline.config import parse_override
 from bayesprune.pipeline.finetune import FineTuning
 
@@ -117,7 +117,8 @@ class Exported:
 
 def budget_of(assignments) -> Budget:
     """The :class:`~bayesprune.core.pruning.Budget` of ``--budget key=value`` assignments over the command's defaults
-    (``level=unit``; one of fraction, keep, threshold and macs must be given; ``min_keep`` as in Python)."""
+    (``level=unit``; one of sparsity, keep, threshold and macs must be given; ``min_keep`` as in Python);
+    ``fraction``, the old name of ``sparsity``, is read as it with a note."""
     fields, given = {"level": "unit"}, set()
     for assignment in assignments:
         keys, value = parse_override(assignment)
@@ -126,13 +127,14 @@ def budget_of(assignments) -> Budget:
             raise BayesPruneError(f"--budget {key}: given twice; give each budget field once")
         fields[key] = value
         given.add(key)
+    fields = read_renamed(fields, "budget", Budget.renamed)
     unknown = sorted(set(fields) - set(Budget.__dataclass_fields__))
     if unknown:
         raise BayesPruneError(
             f"--budget {unknown[0]}: not a budget field (one of {sorted(Budget.__dataclass_fields__)})"
         )
-    if not {"fraction", "keep", "threshold", "macs"} & set(fields):
-        raise BayesPruneError("--budget needs one of fraction, keep, threshold and macs (e.g. --budget fraction=0.5)")
+    if not {"sparsity", "keep", "threshold", "macs"} & set(fields):
+        raise BayesPruneError("--budget needs one of sparsity, keep, threshold and macs (e.g. --budget sparsity=0.5)")
     return Budget(**fields)
 
 

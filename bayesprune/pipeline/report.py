@@ -12,6 +12,8 @@ from bayesprune.analysis.plots import plot_loss, plot_pruning_curve, plot_score_
 from bayesprune.analysis.tables import format_value, markdown_table, markdown_text
 from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.files import all_or_nothing, arrays_digest, read_npz, write_text
+from bayesprune.methods import available_methods
+from bayesprune.methods.metrics import check_metrics_keys
 from bayesprune.pipeline.evaluation import ERROR_MARGIN, ERROR_MARGIN_KEY, first_sparsity_worse_by, metric_name
 from bayesprune.pipeline.reading import reading as _reading
 from bayesprune.pipeline.report_importance import _importance_files, pooled_importance_sections
@@ -110,7 +112,7 @@ def _write_report(run_dir: Path, metrics: dict) -> Path:
             + _predictive_sentence(metrics, metric),
             markdown_table(curve, columns),
             *_error_margin_line(metrics),
-            *(["![test metric against droprate](pruning_curve.png)"] if curve_plot else []),
+            *(["![test metric against sparsity](pruning_curve.png)"] if curve_plot else []),
             *([f"## Scores\n\n![CDF of the {shown} of every weight](score_cdf.png)"] if score_plot else []),
             "## Optimisation\n\n![training loss per epoch](loss.png)",
             *(_importance_files(run_dir) if (run_dir / "importance.png").exists() else []),
@@ -129,7 +131,7 @@ def _predictive_sentence(metrics: dict, metric: str) -> str:
         return ""
     return (
         f" The Monte-Carlo predictive (`{metric}_mc`) was evaluated on the unpruned model only "
-        '(`prune.predictive`; `"every"` evaluates it at every droprate).'
+        '(`prune.predictive`; `"every"` evaluates it at every sparsity).'
     )
 
 
@@ -149,15 +151,13 @@ def _statistics_sentence(metrics: dict) -> str:
 
 
 def _method_sections(run_dir: Path, metrics: dict) -> list:
-    from bayesprune.methods import available_methods
-
     method = available_methods().get(metrics["method"])
     return [] if method is None else method().report_sections(run_dir, metrics)
 
 
 def _curve_with_reference(metrics: dict, metric: str):
-    """The pruning curve's rows and columns, with the ``[reference]`` value at each droprate it gives
-    (the paper's rows at other droprates are appended)."""
+    """The pruning curve's rows and columns, with the ``[reference]`` value at each sparsity it gives
+    (the paper's rows at other sparsities are appended)."""
     curve = [dict(row) for row in metrics["pruning_curve"]]
     columns = [
         c
@@ -228,6 +228,9 @@ def read_metrics(run_dir: Path) -> dict:
         if missing:
             raise ValueError(f"missing key {missing[0]!r}")
         _check_metrics(metrics)
+        method = available_methods().get(metrics["method"])
+        if method is not None:
+            check_metrics_keys(method, metrics)
         written_by = _config_method(run_dir)
         if written_by is not None and metrics["method"] != written_by:
             raise ValueError(f"written by method {metrics['method']!r}, but the run's config.toml has {written_by!r}")
@@ -239,10 +242,10 @@ def read_metrics(run_dir: Path) -> dict:
 def _pruned_sentence(run_dir: Path, shown: str) -> str:
     """What the pruning curve removes at the run's ``prune.level``: weights set to zero, or whole units."""
     if _config_table(run_dir).get("prune", {}).get("level") != "unit":
-        return f"Weights are ranked globally by their {shown} and the lowest fraction (the droprate) is set to zero."
+        return f"Weights are ranked globally by their {shown} and the lowest fraction (the sparsity) is set to zero."
     return (
         f"Units (channels, attention heads, hidden neurons) are ranked by their {shown} and the lowest fraction "
-        "(the droprate) is removed from the network, each with the weights that feed it and those that read it "
+        "(the sparsity) is removed from the network, each with the weights that feed it and those that read it "
         "(a layer keeps its floor, `prune.min_keep`)."
     )
 
@@ -310,8 +313,8 @@ def _check_metrics(metrics: dict):
             0 <= row[key] <= 1 for key in ("droprate", "sparsity", "sparsity_weights") if row.get(key) is not None
         ):
             raise ValueError("'pruning_curve' has a droprate or sparsity outside [0, 1]")
-    droprates = [row["droprate"] for row in curve]
-    if droprates != sorted(set(droprates)):
+    sparsities = [row["droprate"] for row in curve]
+    if sparsities != sorted(set(sparsities)):
         raise ValueError("'pruning_curve' is not in increasing order of droprate")
     reference = metrics.get("reference")
     if reference is not None:

@@ -100,6 +100,7 @@ def load_run(run_dir):
         )
     dataset = load_datasets(config)[0]
     check_size(config, dataset)
+    _check_columns(config, saved, dataset)
     _check_preprocessing(run_dir / CHECKPOINT, saved, dataset)
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=config.seed, weights=False)
     built, builds = saved.get("built"), shapes(net)
@@ -129,7 +130,10 @@ def load_run(run_dir):
             f"{run_dir / CHECKPOINT}: holds an unfinished fit (stage {saved['metadata'].get('stage')!r}, "
             f"epoch {saved['metadata'].get('epoch')}); finish it with: bayesprune run --resume {run_dir}"
         )
-    ctx = FitContext.from_config(config, dataset, device=torch.device("cpu"))
+    # the training part the fit saw (without its validation rows), so masked statistics are the run's own
+    part = hold_out(dataset, config.train.validation, seed=config.seed)[0] if config.train.validation > 0 else dataset
+    calibration = config.prune.calibration(part.x_train, batch_size=config.for_data(part.num_train).data.batch_size)
+    ctx = FitContext.from_config(config, dataset, device=torch.device("cpu"), calibration=calibration)
     try:
         fitted = get_method(config.method).restore(net, dataset, config.method_options, ctx, saved["state"])
     except (KeyError, RuntimeError, TypeError, ValueError, IndexError, AttributeError) as error:
@@ -138,12 +142,24 @@ def load_run(run_dir):
     problem = state_mismatch(saved["state"], fitted.state_dict())
     if problem:  # load_state_dict casts what it copies: a tampered dtype would pass unnoticed
         raise BayesPruneError(f"{run_dir / CHECKPOINT}: not the state the method {config.method!r} writes ({problem})")
-    # the training part the fit saw (without its validation rows), so masked statistics are the run's own
-    part = hold_out(dataset, config.train.validation, seed=config.seed)[0] if config.train.validation > 0 else dataset
-    fitted.calibration = config.prune.calibration(
-        part.x_train, batch_size=config.for_data(part.num_train).data.batch_size
-    )
     return config, dataset, fitted
+
+
+def _check_columns(config, saved: dict, dataset):
+    """Refuse a table whose feature columns are not the fit's (recorded in its checkpoint), naming the data
+    file and the first column added or gone: the file changed since the run, not the checkpoint."""
+    fitted = saved.get("metadata", {}).get("feature_names")
+    if not isinstance(fitted, list) or dataset.feature_names is None or list(dataset.feature_names) == fitted:
+        return
+    now = list(dataset.feature_names)
+    added, gone = [c for c in now if c not in fitted], [c for c in fitted if c not in now]
+    change = f"column {added[0]!r} added" if added else f"column {gone[0]!r} gone" if gone else "columns reordered"
+    option = next((key for key in ("path", "train", "root") if key in config.data.options), None)
+    source = "the data" if option is None else f"data.{option}: {config.data.options[option]}"
+    raise BayesPruneError(
+        f"{source}: {change} since the fit (its feature columns: "
+        f"{', '.join(fitted)}); give the run the data it was fitted on"
+    )
 
 
 def _check_preprocessing(path: Path, saved: dict, dataset):

@@ -11,7 +11,6 @@ and the config are moved there.
 
 import copy
 import json
-import math
 import shutil
 import sys
 from dataclasses import replace
@@ -45,7 +44,7 @@ from bayesprune.core.tasks import is_classification, network_test_metric
 from bayesprune.methods import FitContext, get_method
 from bayesprune.pipeline.baseline import least_squares_test_rmse, train_plain
 from bayesprune.pipeline.checks import check_before_fit, run_chains
-from bayesprune.pipeline.config import load_config
+from bayesprune.pipeline.config import load_config, new_names
 from bayesprune.pipeline.evaluation import macs_curve, metric_name, pruning_curve
 from bayesprune.pipeline.finetune import FineTuning
 from bayesprune.pipeline.processes import check_same_fits, join, own_directory
@@ -253,15 +252,13 @@ def _fit_splits(
                         device=device,
                         progress=progress,
                         first_chain=chain == 0,
+                        draws=first and index == chain == 0,
                         checkpoint=checkpoint if index == chain == 0 else None,
                         resume=resume if index == chain == 0 else None,
                     )
                     fitted = method.fit(net, dataset, config.method_options, ctx)
-                fitted.calibration = config.prune.calibration(dataset.x_train, batch_size=split_config.data.batch_size)
                 if chain == 0:
                     built = shapes(baseline_net)
-                    if first and index == 0:  # its posterior predictive (posterior.nc) reuses the curve's draws
-                        fitted.unpruned_draws = DrawOutputs(rows=PREDICTIVE_TEST_POINTS)
                     per_split.append(
                         {
                             f"start_{metric_name(dataset.task)}": start,
@@ -280,15 +277,20 @@ def _fit_splits(
                 if idata is not None:
                     write_posterior(idata, staging / POSTERIOR, method=config.method)
                 check_stop("while writing the posterior")
-                final = (fits[0], built, preprocessing_of(dataset))
+                final = (fits[0], built, preprocessing_of(dataset), dataset.feature_names)
     except (TrainingDiverged, Interrupted, StopNow) as error:
         raise _stopped(error, staging, out, checkpoint.name) from None
     return {**summarise_splits(per_split), "chains": chains}, final
 
 
-def _start_fit(config, dataset, validation, *, seed, device, progress, first_chain=True, **services) -> tuple:
+def _start_fit(
+    config, dataset, validation, *, seed, device, progress, first_chain=True, draws=False, **services
+) -> tuple:
     """``(net, baseline_net, start, ctx)`` of one fit from ``seed``: its starting network, a copy of it and
-    its test metric (the first chain's only), and its context (``services``: checkpoint, resume)."""
+    its test metric (the first chain's only), and its context (``services``: checkpoint, resume) with the
+    calibration of ``prune.recalibrate`` on ``dataset``'s training rows and, where ``draws`` (the run's
+    first fit, whose posterior predictive in ``posterior.nc`` reuses the pruning curve's draws), a recorder
+    of those draws."""
     net = start_network(config, dataset, device=device, seed=seed)
     baseline_net = copy.deepcopy(net) if first_chain else None
     start = network_test_metric(net, dataset) if first_chain else None
@@ -299,6 +301,10 @@ def _start_fit(config, dataset, validation, *, seed, device, progress, first_cha
         seed=seed,
         progress=progress,
         validation=None if validation is None else tuple(validation),
+        calibration=config.prune.calibration(
+            dataset.x_train, batch_size=config.for_data(dataset.num_train).data.batch_size
+        ),
+        unpruned_draws=DrawOutputs(rows=PREDICTIVE_TEST_POINTS) if draws else None,
         **services,
     )
     return net, baseline_net, start, ctx
@@ -316,19 +322,24 @@ def _fit_seeds_together(config, method, datasets, device, seeds, *, progress) ->
         dataset, validation = datasets[0], None
         if config.train.validation > 0:
             dataset, *validation = hold_out(dataset, config.train.validation, seed=seed)
-        return dataset, _start_fit(config, dataset, validation, seed=seed, device=device, progress=progress)
+        start = _start_fit(
+            config, dataset, validation, seed=seed, device=device, progress=progress, draws=seed == seeds[0]
+        )
+        return dataset, start
 
     return _fit_stack(config, method, list(seeds), begin)
 
 
 def _fit_stack(config, method, seeds: list, begin) -> dict:
     """:func:`_fit_seeds_together` of ``seeds`` (``begin(seed)``: the fit's rows and :func:`_start_fit`); a
-    stack the device has no memory for is fitted again as two halves, said in one line."""
+    stack the device has no memory for is fitted again as two halves, and networks the stack refuses
+    (other shapes, dropout, batch norm) one at a time, each said in one line."""
     begun = [begin(seed) for seed in seeds]
     nets = [start[0] for _, start in begun]
     try:
         check_stackable(nets)
-    except ConfigError:
+    except ConfigError as error:
+        print(f"bayesprune: {len(seeds)} seeds fitted one at a time: {error}", file=sys.stderr)
         return {}
     try:
         fits = method.fit_together(nets, [rows for rows, _ in begun], config.method_options, [s[3] for _, s in begun])
@@ -382,14 +393,15 @@ def _run_experiment(config, out: Path, *, progress: bool, force: bool = False) -
 def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, best_epoch=None) -> dict:
     name = metric_name(dataset.task)
     n_weights = fitted.n_weights
+    finetuned = _finetuned(config, dataset, fitted)  # one per fit: each distinct network fine-tuned once
     curve = pruning_curve(
         fitted,
         dataset,
-        droprates=sorted({0.0, *config.prune.droprates}),
+        sparsities=sorted({0.0, *config.prune.sparsities}),
         device=device,
         budget=config.prune.budget,
         include_biases=config.prune.include_biases,
-        finetuned=_finetuned(config, dataset, fitted),
+        finetuned=finetuned,
         predictive=config.prune.predictive_at(n_weights),
         unpruned_draws=fitted.unpruned_draws,
     )
@@ -405,7 +417,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
                 dense_macs=dense,
                 device=device,
                 min_keep=config.prune.min_keep,
-                finetuned=_finetuned(config, dataset, fitted),
+                finetuned=finetuned,
             ),
         }
     metrics = {
@@ -419,7 +431,6 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         **({} if validation is None else {"n_validation": len(validation[1])}),
         **({} if best_epoch is None else {"best_epoch": best_epoch}),
         "seed": config.seed,
-        "train_seconds": round(fitted.seconds, 3),
         "score": fitted.score_name,
         # for a network with batch norms: whether the curve's masked networks had statistics of their own
         **({"recalibrated_statistics": fitted.calibration is not None} if has_running_stats(fitted.net) else {}),
@@ -427,6 +438,7 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
         **fitted.metrics(),
         "pruning_curve": curve,
         **macs,
+        **({"finetune_choices": finetuned.choices} if finetuned is not None and finetuned.choices else {}),
     }
     if config.baseline.enabled:  # a diverged plain network is reported, not allowed to sink the run
         try:
@@ -451,11 +463,11 @@ def _evaluate(config, dataset, fitted, device, baseline_net, validation=None, be
     return metrics
 
 
-def extend_curve(folder, droprates) -> dict:
-    """The finished run in ``folder`` evaluated at further ``droprates`` from its saved fit
+def extend_curve(folder, sparsities) -> dict:
+    """The finished run in ``folder`` evaluated at further ``sparsities`` from its saved fit
     (:func:`load_run`), never fitted again, by the run's own :func:`~bayesprune.pipeline.evaluation.pruning_curve`
     (fine-tuned as ``prune.finetune_epochs`` says): its ``pruning_curve``, ``pruning_curve.csv`` and
-    ``prune.droprates`` take the new rows; ``metrics.json`` is written last. Returns the metrics."""
+    ``prune.sparsities`` take the new rows; ``metrics.json`` is written last. Returns the metrics."""
     import tomllib
 
     import tomli_w
@@ -468,15 +480,15 @@ def extend_curve(folder, droprates) -> dict:
     rows = pruning_curve(
         fitted,
         dataset,
-        droprates=list(droprates),
+        sparsities=list(sparsities),
         budget=config.prune.budget,
         include_biases=config.prune.include_biases,
         finetuned=_finetuned(config, dataset, fitted),
         predictive=config.prune.predictive_at(fitted.n_weights),
     )
     metrics["pruning_curve"] = sorted([*metrics["pruning_curve"], *rows], key=lambda row: row["droprate"])
-    raw = tomllib.loads((folder / "config.toml").read_text())
-    raw["prune"]["droprates"] = [row["droprate"] for row in metrics["pruning_curve"]]
+    raw = new_names(tomllib.loads((folder / "config.toml").read_text()))  # a run written before: prune.droprates
+    raw["prune"]["sparsities"] = [row["droprate"] for row in metrics["pruning_curve"]]
     write_text(folder / "config.toml", tomli_w.dumps(raw))
     write_csv(folder / "pruning_curve.csv", metrics["pruning_curve"], digits=6)
     write_text(folder / "metrics.json", json.dumps(metrics, indent=2) + "\n")
@@ -487,9 +499,7 @@ def _finetune_cost(config, dataset) -> dict:
     """``finetune_steps``: the optimiser steps of one pruned network's fine-tuning (``prune.finetune_epochs``
     epochs over every training row), which a comparison's row adds to the fit's; nothing without one."""
     finetuning = FineTuning.of(config, dataset.num_train)
-    if finetuning is None:
-        return {}
-    return {"finetune_steps": finetuning.epochs * math.ceil(dataset.num_train / finetuning.batch_size)}
+    return {} if finetuning is None else {"finetune_steps": finetuning.steps(dataset.num_train)}
 
 
 def _finetuned(config, dataset, fitted):
@@ -497,7 +507,7 @@ def _finetuned(config, dataset, fitted):
     finetuning = FineTuning.of(config, dataset.num_train)
     if finetuning is None:
         return None
-    return lambda masks: finetuning.test_metric(fitted.network(), dataset, masks, calibration=fitted.calibration)
+    return finetuning.test_metrics(fitted, dataset)
 
 
 def _stopped(error, staging: Path, out: Path, checkpoint: str):
@@ -545,14 +555,16 @@ def _final_state_digest(staging: Path, finals: list) -> str:
     return state_digest(state)
 
 
-def _write_final_checkpoint(folder: Path, fitted, built: dict, preprocessing):
+def _write_final_checkpoint(folder: Path, fitted, built: dict, preprocessing, feature_names=None):
     """The fit's final checkpoint (early stopping may have put an earlier epoch back), in place of its
-    training-loop checkpoint: its network's structure, ``built`` (the shapes the config built) and the
-    data's ``preprocessing``, which :func:`load_run` checks the reloaded data against."""
+    training-loop checkpoint: its network's structure, ``built`` (the shapes the config built), the
+    data's ``preprocessing`` and a table's ``feature_names``, which :func:`load_run` checks the reloaded
+    data against."""
+    features = {} if feature_names is None else {"feature_names": list(feature_names)}
     save_checkpoint(
         folder / CHECKPOINT,
         fitted,
-        metadata={"epoch": len(fitted.history.epoch_losses)},
+        metadata={"epoch": len(fitted.history.epoch_losses), **features},
         built=built,
         preprocessing=preprocessing,
     )

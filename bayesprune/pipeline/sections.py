@@ -155,7 +155,8 @@ class ModelConfig:
     ``prior``, ``"spike-slab"`` (paper 003, eq. 3.1, an indicator per weight) or ``"group-spike-slab"`` (an
     indicator per unit: a Linear layer's output unit, a convolution's output channel;
     :mod:`bayesprune.core.group_spike_slab`), with its hyper-parameters ``pi``, ``log_tau0`` and ``log_tau1``
-    (absent: ``[sbnn]``'s defaults, 0.5, -6 and 1). The sites no table claims keep the method's prior; a
+    (absent: ``[sbnn]``'s defaults, 0.5, -6 and 1), or ``"group-horseshoe"`` (Louizos et al. 2017: a half-Cauchy
+    scale per unit and one per layer, C+(0, ``global_scale``), default 1; :mod:`bayesprune.core.group_horseshoe`). The sites no table claims keep the method's prior; a
     pattern that matches no site and a site two tables claim are refused (:mod:`bayesprune.models.module_priors`).
     The report lists the prior of every site.
     """
@@ -250,7 +251,7 @@ class TrainConfig:
 
 
 #: ``prune.predictive``'s values, and the size (weights) up to which ``"auto"`` evaluates the Monte-Carlo
-#: predictive at every droprate: a resnet18 (11M weights, 20 draws at 7 droprates) spent 8 of its
+#: predictive at every sparsity: a resnet18 (11M weights, 20 draws at 7 sparsities) spent 8 of its
 #: training epochs there (benchmarks/run_cost.py); LeNet-5 (431k) about one.
 PREDICTIVES = ("auto", "every", "unpruned")
 PREDICTIVE_CURVE_WEIGHTS = 1_000_000
@@ -258,7 +259,7 @@ PREDICTIVE_CURVE_WEIGHTS = 1_000_000
 
 @dataclass(frozen=True)
 class PruneConfig:
-    """``[prune]``: the pruning curve. At each droprate the fraction of all weights (``level =
+    """``[prune]``: the pruning curve. At each sparsity the fraction of all weights (``level =
     "weight"``) or of all hidden units (``"unit"``) with the lowest scores is removed, ranked over the
     whole network (``scope = "global"``) or within each layer (``"layer"``), keeping at least
     ``min_keep`` per layer (absent: none of the weights, a tenth of each layer's units;
@@ -272,9 +273,9 @@ class PruneConfig:
     reports its metric beside the pruned one's (``<metric>_finetuned``); ``bayesprune export`` writes the
     network fine-tuned so (:mod:`bayesprune.pipeline.finetune`). ``predictive`` says where the curve
     evaluates the Monte-Carlo predictive of a method that has one (``<metric>_mc``, S draws each): at
-    ``"every"`` droprate, or at the ``"unpruned"`` model only (the point estimate at every droprate);
+    ``"every"`` sparsity, or at the ``"unpruned"`` model only (the point estimate at every sparsity);
     ``"auto"`` (default) is ``"every"`` for networks of at most 1,000,000 weights (:data:`PREDICTIVE_CURVE_WEIGHTS`),
-    where the S passes at each droprate cost little beside training, and ``"unpruned"`` above.
+    where the S passes at each sparsity cost little beside training, and ``"unpruned"`` above.
 
     ``macs`` (unit level) is a MAC budget: a fraction of the dense network's multiply-accumulates to keep, or a
     list of them; at each, units leave by the method's unit scores (the floors of ``min_keep`` kept) until the
@@ -282,15 +283,21 @@ class PruneConfig:
     ``macs_curve`` holds its count, test metric and, with ``finetune_epochs``, its fine-tuned one. The
     dense network is the one the fit starts from, so every method's row of a comparison is cut to the same MACs.
 
+    ``finetune_lr`` is the fine-tuning's Adam rate (default: the run's ``optim.lr``), or a list of rates: then
+    each pruned network is fine-tuned at every rate on the training rows but a ``finetune_held_out`` fraction
+    (default 0.2, drawn with the seed), and the network whose error on those held-out rows is lowest is the
+    result, its rate recorded in ``metrics.json``'s ``finetune_choices`` (the test split is never read to
+    choose; :class:`bayesprune.pipeline.finetune.FineTuning`). Every row of a comparison chooses the same way.
+
     ``distill`` (default 0) makes the fine-tuning distil knowledge from the network before pruning: that weight
     of the loss is the softened predictions' divergence at ``distill_temperature`` (Hinton et al. 2015;
     :func:`bayesprune.core.plain.distillation_objective`)."""
 
-    droprates: tuple = option(
+    sparsities: tuple = option(
         (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95),
         list_of(
             unit(open_low=False),
-            "droprates in [0, 1)",
+            "sparsities in [0, 1)",
             distinct=False,
             convert=lambda v: tuple(sorted(set(float(rate) for rate in v))),
         ),
@@ -302,6 +309,17 @@ class PruneConfig:
     recalibrate: bool = option(True, FLAG)
     recalibrate_batches: int = option(DEFAULT_BATCHES, count(1, MAX_BATCHES))
     finetune_epochs: int = option(0, count(0))
+    finetune_lr: tuple = option(
+        (),
+        Constraint(
+            lambda v: scale().accepts(v) or list_of(scale(), "rates", nonempty=False).accepts(v),
+            "be a positive rate, or a list of distinct rates to choose from on held-out training rows",
+            refused=(0.0, -1.0, [0.1, 0.1], [0.0], "fast", True),
+            allowed="a positive rate, or a list of distinct rates (empty: the run's optim.lr)",
+            convert=lambda v: tuple(float(r) for r in ([v] if is_number(v) else v)),
+        ),
+    )
+    finetune_held_out: float = option(0.2, unit())
     distill: float = option(0.0, unit(open_low=False, open_high=False))
     distill_temperature: float = option(4.0, scale())
     predictive: str = option("auto", one_of(PREDICTIVES))
@@ -319,6 +337,9 @@ class PruneConfig:
             convert=lambda v: tuple(sorted(set(float(m) for m in ([v] if is_number(v) else v)), reverse=True)),
         ),
     )
+
+    #: Keys read under their old names, each with a one-line note (:func:`bayesprune.core.validation.read_renamed`).
+    renamed = {"droprates": "sparsities"}
 
     rules = (
         Rule(
@@ -345,16 +366,16 @@ class PruneConfig:
 
     def predictive_at(self, n_weights: int) -> str:
         """Where the curve of a network of ``n_weights`` evaluates the Monte-Carlo predictive: ``"every"``
-        droprate or the ``"unpruned"`` model (``predictive = "auto"`` resolved by size)."""
+        sparsity or the ``"unpruned"`` model (``predictive = "auto"`` resolved by size)."""
         if self.predictive != "auto":
             return self.predictive
         return "every" if n_weights <= PREDICTIVE_CURVE_WEIGHTS else "unpruned"
 
-    def budget(self, droprate: float):
+    def budget(self, sparsity: float):
         """The :class:`~bayesprune.core.pruning.Budget` of one point of the curve."""
         from bayesprune.core.pruning import Budget
 
-        return Budget(fraction=droprate, scope=self.scope, level=self.level, min_keep=self.min_keep)
+        return Budget(sparsity=sparsity, scope=self.scope, level=self.level, min_keep=self.min_keep)
 
     def calibration(self, inputs, *, batch_size: int):
         """The :class:`~bayesprune.core.normalization.Calibration` of a fit on training ``inputs`` (batches of
@@ -394,17 +415,17 @@ class BaselineConfig:
 class ReferenceConfig:
     """``[reference]``: published numbers the report prints beside the run's pruning curve.
 
-    ``values`` holds the test metric at each of ``droprates``: a list, or a table of lists keyed by
+    ``values`` holds the test metric at each of ``sparsities``: a list, or a table of lists keyed by
     data set name (``data.name``, e.g. one row per UCI set of paper 003's Table 2). ``source`` says
     where they come from (``"paper 003, Table 8, set 2"``).
     """
 
     source: str | None = option(None, optional(STRING))
-    droprates: tuple = option(
+    sparsities: tuple = option(
         (),
         list_of(
             unit(open_low=False),
-            "droprates in [0, 1)",
+            "sparsities in [0, 1)",
             nonempty=False,
             distinct=False,
             convert=lambda v: tuple(float(rate) for rate in v),
@@ -420,21 +441,23 @@ class ReferenceConfig:
         ),
     )
 
+    renamed = {"droprates": "sparsities"}
+
     rules = (
         Rule(
             "values",
             lambda o: all(
-                isinstance(row, (list, tuple)) and len(row) == len(o.droprates) and all(is_number(v) for v in row)
+                isinstance(row, (list, tuple)) and len(row) == len(o.sparsities) and all(is_number(v) for v in row)
                 for row in _rows(o.values)
             ),
-            lambda o: f"hold {len(o.droprates)} numbers (one per reference.droprates) per row",
-            example={"source": "paper", "droprates": [0.5], "values": [1.0, 2.0]},
+            lambda o: f"hold {len(o.sparsities)} numbers (one per reference.sparsities) per row",
+            example={"source": "paper", "sparsities": [0.5], "values": [1.0, 2.0]},
         ),
         Rule(
             "source",
-            lambda o: o.source is not None or not o.droprates,
+            lambda o: o.source is not None or not o.sparsities,
             lambda o: "be given with reference values",
-            example={"droprates": [0.5], "values": [1.0]},
+            example={"sparsities": [0.5], "values": [1.0]},
         ),
     )
 
@@ -450,7 +473,7 @@ class ReferenceConfig:
     def rows(self, data_name: str | None) -> list:
         """``[{"droprate", "value"}]`` for the data set ``data_name`` (or the only row); empty if none."""
         values = self.values.get(data_name, ()) if isinstance(self.values, dict) else self.values
-        return [{"droprate": float(rate), "value": float(value)} for rate, value in zip(self.droprates, values)]
+        return [{"droprate": float(rate), "value": float(value)} for rate, value in zip(self.sparsities, values)]
 
 
 def _rows(values) -> list:

@@ -39,21 +39,23 @@ def start_network(config, dataset, *, device, seed: int):
 STARTS = "starts"
 
 
-def shared_starts(cells: list, out: Path, base: dict) -> list:
+def shared_starts(cells: list, out: Path, base: dict, *, train: bool = True) -> list:
     """``cells`` of a comparison in ``out`` made to start from one trained network per seed: where ``base``
     (the comparison's config, TOML layout) asks for ``model.pretrain_epochs``, the network of each seed is
     trained once (:func:`start_network` with the comparison's own ``[optim]``, ``[data]`` and ``[train]``,
     not a method's), written to ``out/starts/seed-<seed>.pt`` (kept: ``--resume`` reads it again), and every
     cell of that seed gets it as ``model.weights`` with ``pretrain_epochs = 0``. Without pre-training the
-    cells are returned as they are (each builds the same network from its seed, or ``model.weights``)."""
+    cells are returned as they are (each builds the same network from its seed, or ``model.weights``).
+    ``train = False`` trains nothing: the cells as they will be where their seed's network is trained already
+    (as they are where not), for checking finished cell folders against before any network is trained."""
     model = base.get("model", {})
     if not isinstance(model, dict) or not model.get("pretrain_epochs"):
         return cells
-    (out / STARTS).mkdir(exist_ok=True)
     files = {}
     for seed in sorted({cell.seed for cell in cells}):
         path = out / STARTS / f"seed-{seed}.pt"
-        if not path.is_file():
+        if train and not path.is_file():
+            (out / STARTS).mkdir(exist_ok=True)
             config = _start_config(cells, base, seed)
             dataset = load_datasets(config)[0]
             net = start_network(config, dataset, device=resolve_device(config.device), seed=seed)
@@ -62,6 +64,9 @@ def shared_starts(cells: list, out: Path, base: dict) -> list:
         files[seed] = str(path.resolve())
     started = []
     for cell in cells:
+        if not Path(files[cell.seed]).is_file():  # train = False, a seed not yet started: no folder of it is done
+            started.append(cell)
+            continue
         config = copy.deepcopy(cell.config)
         config["model"] = {**config.get("model", {}), "weights": files[cell.seed], "pretrain_epochs": 0}
         started.append(replace(cell, config=config))

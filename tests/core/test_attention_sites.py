@@ -79,7 +79,7 @@ def test_a_weight_budget_prunes_the_query_key_value_weights_of_a_fitted_vit():
     x, y = digits(64)
     fitted = bp.fit_method("sbnn", vit(), (x, y), options=SHORT["sbnn"], epochs=1, batch_size=64, device="cpu")
     assert IN_PROJ in fitted.scores()
-    masks = bp.prune(fitted.scores(), bp.Budget(fraction=0.5))
+    masks = bp.prune(fitted.scores(), bp.Budget(sparsity=0.5))
     assert 0 < int(masks[IN_PROJ].sum()) < masks[IN_PROJ].numel()
     plain = fitted.network().eval()
     with torch.no_grad():
@@ -106,7 +106,7 @@ def test_fit_method_exposes_and_hides_sites_as_a_config_does(tmp_path, monkeypat
         "model": {"factory": "vits:vit", "expose": expose, "hide": hide},
         "train": {"epochs": 1},
         "sbnn": SHORT["sbnn"],
-        "prune": {"droprates": [0.0]},
+        "prune": {"sparsities": [0.0]},
         "baseline": {"enabled": False},
     }
     (tmp_path / "vit.toml").write_text(tomli_w.dumps(config))

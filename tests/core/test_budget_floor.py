@@ -57,10 +57,10 @@ def test_weight_budgets_have_no_floor_unless_asked():
 
 
 def test_the_command_line_and_a_config_default_to_the_python_budget():
-    assert budget_of(["fraction=0.5"]) == bp.Budget(fraction=0.5, level="unit")
-    assert budget_of(["fraction=0.5", "min_keep=0"]) == bp.Budget(fraction=0.5, level="unit", min_keep=0)
+    assert budget_of(["sparsity=0.5"]) == bp.Budget(sparsity=0.5, level="unit")
+    assert budget_of(["sparsity=0.5", "min_keep=0"]) == bp.Budget(sparsity=0.5, level="unit", min_keep=0)
     config = load_config("default", ["prune.level='unit'"])
-    assert config.prune.budget(0.5) == bp.Budget(fraction=0.5, level="unit")
+    assert config.prune.budget(0.5) == bp.Budget(sparsity=0.5, level="unit")
     assert "min_keep" not in config.to_dict()["prune"]
 
 
@@ -78,8 +78,8 @@ def test_a_global_unit_budget_on_resnet18_collapses_no_layer_by_default(resnet18
     """Half the units removed globally: with a floor of one unit, layers keep a single channel; by
     default every layer keeps at least a tenth of its units, and the count is still half."""
     net, scores = resnet18
-    by_default = prune(scores, Budget(fraction=0.5, level="unit"), net=net, input_shape=(3, 32, 32))
-    one = prune(scores, Budget(fraction=0.5, level="unit", min_keep=1), net=net, input_shape=(3, 32, 32))
+    by_default = prune(scores, Budget(sparsity=0.5, level="unit"), net=net, input_shape=(3, 32, 32))
+    one = prune(scores, Budget(sparsity=0.5, level="unit", min_keep=1), net=net, input_shape=(3, 32, 32))
     assert min(int(mask.sum()) for mask in one.values()) == 1
     for mask in by_default.values():
         assert int(mask.sum()) >= max(1, math.ceil(0.1 * mask.numel()))
@@ -89,7 +89,7 @@ def test_a_global_unit_budget_on_resnet18_collapses_no_layer_by_default(resnet18
 
 def test_a_budget_that_empties_a_layer_names_min_keep(resnet18):
     net, scores = resnet18
-    masks = prune(scores, Budget(fraction=0.5, level="unit", min_keep=0), net=net, input_shape=(3, 32, 32))
+    masks = prune(scores, Budget(sparsity=0.5, level="unit", min_keep=0), net=net, input_shape=(3, 32, 32))
     assert any(not mask.any() for mask in masks.values())
     with pytest.raises(ValueError, match="removes every unit of layer .*min_keep"):
         export(net, masks, input_shape=(3, 32, 32))

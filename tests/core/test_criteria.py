@@ -269,7 +269,7 @@ def test_one_stage_is_one_shot_pruning(criterion):
     net = tiny_mlp((6, 8, 4))
     x, y = data("cross_entropy", n=30, shape=(6,), outputs=4)
     masks = multi_stage_masks(net, criterion, 0.6, x=x, y=y, stages=1, examples_per_stage=1000)  # all 30, shuffled
-    expected = prune(saliency(criterion, net, x=x, y=y), Budget(fraction=0.6))
+    expected = prune(saliency(criterion, net, x=x, y=y), Budget(sparsity=0.6))
     assert all(torch.equal(masks[site], expected[site]) for site in expected)
 
 
@@ -289,7 +289,7 @@ def test_stage_two_re_scores_the_masked_network():
     expected = alive.clone()
     expected[removed] = False
     assert torch.equal(flat(second), expected)
-    assert not torch.equal(flat(second), flat(prune(saliency("qm", net, x=x, y=y), Budget(fraction=kappa2))))
+    assert not torch.equal(flat(second), flat(prune(saliency("qm", net, x=x, y=y), Budget(sparsity=kappa2))))
 
 
 def test_every_stage_draws_its_own_examples(monkeypatch):
@@ -321,7 +321,7 @@ def test_multi_stage_magnitude_pruning_is_one_shot_magnitude_pruning():
     net = tiny_mlp((6, 8, 4))
     x, y = data("cross_entropy", n=10, shape=(6,), outputs=4)
     masks = multi_stage_masks(net, "magnitude", 0.9, x=x, y=y, stages=6)
-    expected = prune(saliency("magnitude", net), Budget(fraction=0.9))
+    expected = prune(saliency("magnitude", net), Budget(sparsity=0.9))
     assert all(torch.equal(masks[site], expected[site]) for site in expected)
 
 

@@ -96,7 +96,7 @@ def test_a_run_with_a_step_budget_and_validation(tmp_path):
             "train.patience=3",
             "data.batch_size='auto'",
             "device='cpu'",
-            "prune.droprates=[0.5]",
+            "prune.sparsities=[0.5]",
         ],
     )
     metrics = run(config, tmp_path / "run")

@@ -60,7 +60,7 @@ def test_unit_export_equals_the_masked_dense_network(name, scope):
     build, shape = NETWORKS[name]
     net = build().eval()
     scores = random_scores(net, torch.Generator().manual_seed(1))
-    units = prune(scores, Budget(fraction=0.5, level="unit", scope=scope, min_keep=1), net=net)
+    units = prune(scores, Budget(sparsity=0.5, level="unit", scope=scope, min_keep=1), net=net)
     hidden = layer_chain(net, shape)[:-1]
     assert set(units) == {layer.gate_site for layer in hidden}
     small = export(net, units, input_shape=shape)
@@ -101,7 +101,7 @@ def test_expand_unit_masks_zeroes_rows_biases_and_the_next_layers_channel_blocks
 def test_weight_level_export_equals_the_masked_dense_network(name):
     build, shape = NETWORKS[name]
     net = build().eval()
-    masks = prune(random_scores(net, torch.Generator().manual_seed(6)), Budget(fraction=0.8))
+    masks = prune(random_scores(net, torch.Generator().manual_seed(6)), Budget(sparsity=0.8))
     x = torch.randn(16, *shape)
     with torch.no_grad():
         assert (export(net, masks)(x) - masked_dense(net, masks)(x)).abs().max() < 1e-5
@@ -109,7 +109,7 @@ def test_weight_level_export_equals_the_masked_dense_network(name):
 
 def test_weight_level_export_is_a_copy_with_zeros():
     net = mlp((5,), 2, hidden=[4])
-    masks = prune(random_scores(net, torch.Generator().manual_seed(3)), Budget(fraction=0.5))
+    masks = prune(random_scores(net, torch.Generator().manual_seed(3)), Budget(sparsity=0.5))
     exported = export(net, masks)
     x = torch.randn(7, 5)
     assert torch.allclose(exported(x), masked_dense(net, masks)(x), atol=1e-6)
@@ -216,7 +216,7 @@ def test_the_portable_file_runs_without_bayesprune_or_pyro(tmp_path):
 def test_masks_survive_fine_tuning_with_weight_decay(optimizer, level):
     torch.manual_seed(0)
     net = mlp((6,), 3, hidden=[8, 5])
-    given = prune(random_scores(net, torch.Generator().manual_seed(5)), Budget(fraction=0.5, level=level), net=net)
+    given = prune(random_scores(net, torch.Generator().manual_seed(5)), Budget(sparsity=0.5, level=level), net=net)
     masks = expand_unit_masks(net, given) if level == "unit" else given
     with torch.no_grad():  # pruned weights start non-zero: only the mask keeps them at zero
         for p in net.parameters():
@@ -300,7 +300,7 @@ def test_residual_units_removed_through_the_dependency_graph_compute_the_masked_
     shape = (3, 12, 12)
     units = prune(
         random_scores(net, torch.Generator().manual_seed(7)),
-        Budget(fraction=0.5, level="unit", min_keep=1),
+        Budget(sparsity=0.5, level="unit", min_keep=1),
         net=net,
         input_shape=shape,
     )

@@ -176,8 +176,8 @@ def test_the_pruning_curve_scores_each_masked_network_of_a_fit_with_its_own_stat
     )
     assert fitted.calibration is not None and torch.equal(fitted.calibration.inputs, x_train)
     fitted.calibration = Calibration(x_train, batches=1, batch_size=256)
-    curve = pruning_curve(fitted, data, droprates=[0.0, 0.8])
-    masks = prune(fitted.scores(), Budget(fraction=0.8))
+    curve = pruning_curve(fitted, data, sparsities=[0.0, 0.8])
+    masks = prune(fitted.scores(), Budget(sparsity=0.8))
     hand = recalibrated_by_hand(masked(fitted.network(), masks), x_train)
     with torch.no_grad():
         error = 100 * (hand(data.x_test).argmax(-1) != data.y_test).float().mean().item()
@@ -209,7 +209,7 @@ def bn_run(tmp_path_factory):
         "model": {"factory": "bnnets:bn_cnn"},
         "optim": {"lr": 3e-3},
         "train": {"epochs": 3},
-        "prune": {"droprates": [0.0, 0.8], "recalibrate_batches": 1},
+        "prune": {"sparsities": [0.0, 0.8], "recalibrate_batches": 1},
         "baseline": {"enabled": False},
     }
     runs = {}
@@ -228,7 +228,7 @@ def _hand_error(run, *, fresh: bool, median_model: bool = False):
     """The test error of the run's network with 80% of its weights removed by score (and, as ``export``
     does, those of inclusion probability below 1/2 with ``median_model``), recalibrated by hand or not."""
     _, data, fitted = load_run(run)
-    masks = prune(fitted.scores(), Budget(fraction=0.8))
+    masks = prune(fitted.scores(), Budget(sparsity=0.8))
     if median_model:
         masks = {site: mask & (fitted.inclusion_probabilities()[site] >= 0.5) for site, mask in masks.items()}
     net = masked(fitted.network(), masks)
@@ -255,7 +255,7 @@ def test_a_runs_curve_and_its_export_are_the_masked_network_with_statistics_reca
                 "--out",
                 str(tmp_path / "net.pt2"),
                 "--budget",
-                "fraction=0.8",
+                "sparsity=0.8",
                 "--budget",
                 "level=weight",
                 "--budget",
@@ -310,7 +310,7 @@ def test_a_magnitude_run_evaluates_each_pruned_network_with_its_own_statistics(b
     net = fitted.network()
     params = dict(net.named_parameters())
     magnitudes = {site: params[site].detach().abs().double() for site in fitted.sites}
-    masks = prune(magnitudes, Budget(fraction=0.8))
+    masks = prune(magnitudes, Budget(sparsity=0.8))
     with torch.no_grad():
         for site, keep in masks.items():
             params[site].mul_(keep)

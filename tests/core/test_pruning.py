@@ -15,7 +15,7 @@ SHAPES = [
     {"only": (7, 5)},
     {"w": (1,), "x": (10, 1), "y": (4, 3)},
 ]
-DROPRATES = [0.0, 0.1, 0.25, 0.5, 0.9, 0.99]
+TARGETS = [0.0, 0.1, 0.25, 0.5, 0.9, 0.99]
 
 
 def random_scores(shapes, generator):
@@ -24,15 +24,15 @@ def random_scores(shapes, generator):
 
 
 @pytest.mark.parametrize("shapes", SHAPES)
-@pytest.mark.parametrize("droprate", DROPRATES)
-def test_fraction_budget_drop_the_lowest_scores(shapes, droprate):
+@pytest.mark.parametrize("target", TARGETS)
+def test_sparsity_budget_drop_the_lowest_scores(shapes, target):
     """Exactly floor(d n) entries are dropped, and they are the floor(d n) smallest of the concatenated scores."""
     scores = random_scores(shapes, torch.Generator().manual_seed(len(shapes)))
-    masks = prune(scores, Budget(fraction=droprate))
+    masks = prune(scores, Budget(sparsity=target))
     assert list(masks) == list(scores)
     flat = np.concatenate([s.numpy().ravel() for s in scores.values()])
     n = flat.size
-    num_drop = math.floor(Fraction(str(droprate)) * n)
+    num_drop = math.floor(Fraction(str(target)) * n)
     expected_dropped = set(np.argsort(flat, kind="stable")[:num_drop].tolist())
     kept = np.concatenate([masks[name].numpy().ravel() for name in scores])
     assert set(np.flatnonzero(~kept).tolist()) == expected_dropped
@@ -41,39 +41,39 @@ def test_fraction_budget_drop_the_lowest_scores(shapes, droprate):
     assert sparsity(masks) == pytest.approx(num_drop / n, abs=1e-15)
 
 
-@pytest.mark.parametrize("droprate", [0.2, 0.5, 0.8])
-def test_fraction_budget_break_ties_and_keep_exact_count(droprate):
+@pytest.mark.parametrize("target", [0.2, 0.5, 0.8])
+def test_sparsity_budget_break_ties_and_keep_exact_count(target):
     """With all scores tied the mask still removes exactly floor(d n) entries."""
     scores = {"a": torch.ones(6, 5), "b": torch.ones(10)}
-    masks = prune(scores, Budget(fraction=droprate))
+    masks = prune(scores, Budget(sparsity=target))
     dropped = sum(int((~m).sum()) for m in masks.values())
-    assert dropped == math.floor(Fraction(str(droprate)) * 40)
+    assert dropped == math.floor(Fraction(str(target)) * 40)
 
 
-def test_fraction_budget_are_global_not_per_tensor():
+def test_sparsity_budget_are_global_not_per_tensor():
     """A tensor of uniformly low scores is pruned entirely before any entry of a high-scoring tensor."""
     scores = {"low": torch.linspace(0.0, 0.1, 12).view(3, 4), "high": torch.linspace(0.5, 1.0, 12).view(4, 3)}
-    masks = prune(scores, Budget(fraction=0.5))
+    masks = prune(scores, Budget(sparsity=0.5))
     assert not masks["low"].any() and masks["high"].all()
 
 
-def test_fraction_budget_ignore_gradients_and_keep_devices():
+def test_sparsity_budget_ignore_gradients_and_keep_devices():
     """Scores that require grad are accepted; masks are plain boolean tensors on the scores' device."""
     score = torch.tensor([0.3, 0.1, 0.2], requires_grad=True)
-    masks = prune({"w": score}, Budget(fraction=0.5))
+    masks = prune({"w": score}, Budget(sparsity=0.5))
     assert masks["w"].tolist() == [True, False, True]
     assert not masks["w"].requires_grad and masks["w"].device == score.device
 
 
-@pytest.mark.parametrize("droprate", [-0.1, 1.0, 1.5, float("nan")])
-def test_fraction_budget_reject_droprate_outside_unit_interval(droprate):
-    """droprate must lie in [0, 1); anything else raises ValueError."""
+@pytest.mark.parametrize("target", [-0.1, 1.0, 1.5, float("nan")])
+def test_sparsity_budget_reject_sparsity_outside_unit_interval(target):
+    """A sparsity must lie in [0, 1); anything else raises ValueError."""
     with pytest.raises(ValueError):
-        prune({"w": torch.rand(5)}, Budget(fraction=droprate))
+        prune({"w": torch.rand(5)}, Budget(sparsity=target))
 
 
 @pytest.mark.parametrize(
-    "droprate, n",
+    "target, n",
     [
         (0.1, 35),
         (0.5, 9),
@@ -81,20 +81,20 @@ def test_fraction_budget_reject_droprate_outside_unit_interval(droprate):
         (0.57, 100),
     ],
 )
-def test_fraction_budget_count_uses_exact_decimal_droprate(droprate, n):
-    """A droprate given in decimal removes floor(d n) entries computed exactly (29 of 100 for d = 0.29)."""
-    masks = prune({"w": torch.rand(n)}, Budget(fraction=droprate))
-    assert int((~masks["w"]).sum()) == math.floor(Fraction(str(droprate)) * n)
+def test_sparsity_budget_count_uses_exact_decimal_sparsity(target, n):
+    """A sparsity given in decimal removes floor(d n) entries computed exactly (29 of 100 for d = 0.29)."""
+    masks = prune({"w": torch.rand(n)}, Budget(sparsity=target))
+    assert int((~masks["w"]).sum()) == math.floor(Fraction(str(target)) * n)
 
 
 @pytest.mark.parametrize("n", [37, 100, 1000, 2662])
-def test_fraction_budget_count_for_every_two_decimal_droprate(n):
-    """For every droprate 0.00, 0.01, ..., 0.99 the count dropped is floor(d n) in exact rational arithmetic."""
+def test_sparsity_budget_count_for_every_two_decimal_sparsity(n):
+    """For every sparsity 0.00, 0.01, ..., 0.99 the count dropped is floor(d n) in exact rational arithmetic."""
     scores = {"w": torch.rand(n, generator=torch.Generator().manual_seed(n))}
     for hundredths in range(100):
-        droprate = float(f"0.{hundredths:02d}")
-        dropped = int((~prune(scores, Budget(fraction=droprate))["w"]).sum())
-        assert dropped == math.floor(Fraction(hundredths, 100) * n), droprate
+        target = float(f"0.{hundredths:02d}")
+        dropped = int((~prune(scores, Budget(sparsity=target))["w"]).sum())
+        assert dropped == math.floor(Fraction(hundredths, 100) * n), target
 
 
 @pytest.mark.parametrize("shapes", SHAPES)
@@ -126,10 +126,10 @@ def test_sparsity_counts_removed_fraction():
     assert sparsity({"a": torch.zeros(3, dtype=torch.bool)}) == 1.0
 
 
-def test_zero_droprate_keeps_everything():
-    """droprate 0 keeps every entry, so apply_masks is the identity."""
+def test_zero_sparsity_keeps_everything():
+    """Sparsity 0 keeps every entry, so apply_masks is the identity."""
     scores = {"a": torch.rand(3, 3), "b": torch.rand(2)}
-    masks = prune(scores, Budget(fraction=0.0))
+    masks = prune(scores, Budget(sparsity=0.0))
     assert all(m.all() for m in masks.values()) and sparsity(masks) == 0.0
     params = {"a": torch.randn(3, 3), "b": torch.randn(2)}
     for name, value in apply_masks(params, masks).items():
@@ -181,7 +181,7 @@ def test_keep_count_and_floors_against_brute_force(seed, floor):
 
 def test_ties_remove_earlier_sites_and_entries_first():
     scores = {"a": torch.tensor([0.5, 0.5, 0.1]), "b": torch.tensor([0.5, 0.9])}
-    masks = prune(scores, Budget(fraction=0.4))  # removes 2 of 5: the 0.1, then the first 0.5
+    masks = prune(scores, Budget(sparsity=0.4))  # removes 2 of 5: the 0.1, then the first 0.5
     assert masks["a"].tolist() == [False, True, False] and masks["b"].tolist() == [True, True]
 
 
@@ -197,7 +197,7 @@ def test_threshold_keeps_scores_at_or_above_it_and_floors_still_hold():
     "fields",
     [
         {},
-        {"fraction": 0.1, "keep": 3},
+        {"sparsity": 0.1, "keep": 3},
         {"keep": -1},
         {"threshold": float("inf")},
         {"keep": 1, "scope": "row"},
@@ -211,29 +211,29 @@ def test_invalid_budgets_name_the_field(fields):
 
 
 @pytest.mark.parametrize("shapes", SHAPES)
-def test_fraction_budget_against_a_stable_numpy_argsort(shapes):
-    """A global fraction d drops the floor(d n) first entries of a stable numpy argsort."""
+def test_sparsity_budget_against_a_stable_numpy_argsort(shapes):
+    """A global sparsity d drops the floor(d n) first entries of a stable numpy argsort."""
     scores = random_scores(shapes, torch.Generator().manual_seed(7))
     flat = np.concatenate([s.numpy().ravel() for s in scores.values()])
-    for droprate in DROPRATES:
-        masks = prune(scores, Budget(fraction=droprate))
+    for target in TARGETS:
+        masks = prune(scores, Budget(sparsity=target))
         kept = np.concatenate([masks[name].numpy().ravel() for name in scores])
-        dropped = np.argsort(flat, kind="stable")[: math.floor(Fraction(str(droprate)) * flat.size)]
+        dropped = np.argsort(flat, kind="stable")[: math.floor(Fraction(str(target)) * flat.size)]
         assert set(np.flatnonzero(~kept).tolist()) == set(dropped.tolist())
 
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("floor", [0, 2])
-def test_fraction_and_threshold_per_layer_against_brute_force(seed, floor):
+def test_sparsity_and_threshold_per_layer_against_brute_force(seed, floor):
     generator = torch.Generator().manual_seed(seed)
     scores = {
         name: torch.randint(0, 5, shape, generator=generator).double() / 4 for name, shape in SHAPES[seed % 3].items()
     }
-    for fraction in (0.0, 0.3, 0.75):
-        masks = prune(scores, Budget(fraction=fraction, scope="layer", min_keep=floor))
+    for target in (0.0, 0.3, 0.75):
+        masks = prune(scores, Budget(sparsity=target, scope="layer", min_keep=floor))
         expected = set().union(
             *(
-                brute_force_keep({name: s}, s.numel() - math.floor(Fraction(str(fraction)) * s.numel()), floor)
+                brute_force_keep({name: s}, s.numel() - math.floor(Fraction(str(target)) * s.numel()), floor)
                 for name, s in scores.items()
             )
         )

@@ -122,7 +122,7 @@ def test_mask_ranks_break_ties_in_lambda_by_the_tiebreak_not_by_position():
         {"a": torch.tensor([1.0, 1.0, 0.3]), "b": torch.tensor([1.0, 1.0])}, parameterization="clamp"
     )
     magnitude = {"a": torch.tensor([0.1, 0.5, 9.0]), "b": torch.tensor([0.2, 0.7])}
-    kept = prune(masks.ranks(magnitude), Budget(fraction=0.6))  # keep 2 of 5: the two λ = 1 weights of largest |w|
+    kept = prune(masks.ranks(magnitude), Budget(sparsity=0.6))  # keep 2 of 5: the two λ = 1 weights of largest |w|
     assert kept["a"].tolist() == [False, True, False] and kept["b"].tolist() == [False, True]
 
 

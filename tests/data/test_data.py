@@ -142,6 +142,24 @@ def test_digits_flatten_and_seed():
     assert not torch.equal(load_dataset("digits", seed=4).y_train, images.y_train)
 
 
+def test_digits_as_3x32x32_are_the_8x8_images_upsampled_in_three_equal_channels():
+    """``shape = "3x32x32"``: each channel is the 8x8 image interpolated linearly along rows and columns at the
+    source coordinates (i + 1/2)/4 − 1/2 of output pixel i (half-pixel centres, clamped at the border), written
+    here as a 32x8 matrix A: A X Aᵀ; the split and labels are the 8x8 set's."""
+    small, large = load_dataset("digits"), load_dataset("digits", shape="3x32x32")
+    assert large.input_shape == (3, 32, 32) and large.x_test.shape[1:] == (3, 32, 32)
+    assert torch.equal(large.y_train, small.y_train) and torch.equal(large.y_test, small.y_test)
+    matrix = torch.zeros(32, 8, dtype=torch.float64)
+    for i in range(32):
+        source = max((i + 0.5) / 4 - 0.5, 0.0)
+        low = int(source)
+        matrix[i, low] += 1 - (source - low)
+        matrix[i, min(low + 1, 7)] += source - low
+    expected = matrix @ small.x_test[:, 0].double() @ matrix.T
+    for channel in range(3):
+        torch.testing.assert_close(large.x_test[:, channel].double(), expected, atol=1e-6, rtol=0)
+
+
 @pytest.mark.parametrize(
     "options, needle",
     [
@@ -149,6 +167,8 @@ def test_digits_flatten_and_seed():
         ({"test_fraction": 0.001}, "data.test_fraction"),
         ({"seed": -1}, "data.seed"),
         ({"flatten": "yes"}, "data.flatten"),
+        ({"shape": "3x28x28"}, "data.shape"),
+        ({"shape": "3x32x32", "flatten": True}, "data.flatten"),
     ],
 )
 def test_digits_bad_options(options, needle):

@@ -183,7 +183,7 @@ def test_a_run_on_a_streamed_image_folder_reports_and_exports_the_numbers_of_the
             "model.architecture='mlp'",
             "model.hidden=[8]",
             "train.epochs=2",
-            "prune.droprates=[0.0, 0.5]",
+            "prune.sparsities=[0.0, 0.5]",
             *STREAMED_RUNS[method][1],
         ]
         config = STREAMED_RUNS[method][0]
@@ -345,8 +345,8 @@ def test_a_streamed_test_split_gives_the_pruning_curve_of_the_tensor():
         torch.manual_seed(5)
         return run(), torch.get_rng_state()
 
-    curve, state = after(lambda: pruning_curve(fitted, held, droprates=[0.0, 0.5]))
-    streamed_curve, streamed_state = after(lambda: pruning_curve(fitted, streamed, droprates=[0.0, 0.5]))
+    curve, state = after(lambda: pruning_curve(fitted, held, sparsities=[0.0, 0.5]))
+    streamed_curve, streamed_state = after(lambda: pruning_curve(fitted, streamed, sparsities=[0.0, 0.5]))
     assert streamed_curve == curve and torch.equal(streamed_state, state) and "test_error_mc" in curve[0]
     whole, state = after(lambda: fitted.predictions(x, samples=[0, 4]))
     batched, batched_state = after(lambda: batched_predictions(fitted, streamed.x_test, samples=[0, 4], batch_size=7))

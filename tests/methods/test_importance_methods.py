@@ -39,7 +39,7 @@ def run_and_importance(method, table, out, capsys, *extra):
         f"data.path='{table}'",
         "data.target='label'",
         "model.hidden=[6]",
-        "prune.droprates=[0.0]",
+        "prune.sparsities=[0.0]",
     ]
     config = "sbnn-digits" if method == "sbnn" else f"{method}-digits"
     assert main(["run", config, "--out", str(out), "--quiet", *(arg for s in settings for arg in ("--set", s))]) == 0

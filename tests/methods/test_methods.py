@@ -179,7 +179,7 @@ class MagnitudeMethod(Method):
             state={"net": net, "optimizer": optimizer},
         )
         scores = {name: param.detach().abs() for name, param in net.named_parameters()}
-        net = export(net, prune(scores, Budget(fraction=0.5, level="unit"), net=net))
+        net = export(net, prune(scores, Budget(sparsity=0.5, level="unit"), net=net))
         return MagnitudeFitted(net, history=history)
 
     def restore(self, net, data, options, ctx, state):

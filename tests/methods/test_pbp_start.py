@@ -60,7 +60,7 @@ def test_the_prior_keeps_exactly_the_start_methods_mask_fitted_on_s_p_only():
         optim={"name": "adam", "lr": 0.01},
     )
     scores = alone.scores()
-    expected = prune({site: scores[site] for site in weight_sites(net)}, Budget(fraction=SPARSITY))
+    expected = prune({site: scores[site] for site in weight_sites(net)}, Budget(sparsity=SPARSITY))
     for site, mask in expected.items():
         assert torch.equal(fitted.priors[site].probs > 0.5, mask), site
     kept = sum(int(mask.sum()) for mask in expected.values())

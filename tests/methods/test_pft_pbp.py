@@ -42,7 +42,7 @@ def pft_run(tmp_path_factory):
         "finetune_epochs": 2,
         "perturbation_draws": 1,
     }
-    return out, run(config("pft", options, prune={"droprates": [0.0, 0.8], "include_biases": False}), out)
+    return out, run(config("pft", options, prune={"sparsities": [0.0, 0.8], "include_biases": False}), out)
 
 
 def test_pft_reports_every_start_mask_and_sparsity(pft_run):
@@ -108,7 +108,7 @@ def toy_pft_mask(options, optim, *, seed: int) -> list:
     with torch.no_grad():
         net.weight.fill_(0.03)
     scores = {"weight": torch.tensor([[1.0, 2.0, 3.0, 4.0]])}
-    assert prune(scores, Budget(fraction=0.5))["weight"].int().tolist() == [[0, 0, 1, 1]]
+    assert prune(scores, Budget(sparsity=0.5))["weight"].int().tolist() == [[0, 0, 1, 1]]
     masks = StochasticMasks(
         block_isotropic(scores, 0.5, options.epsilon),
         parameterization=options.parameterization,
@@ -126,7 +126,7 @@ def toy_pft_mask(options, optim, *, seed: int) -> list:
         weights=False,
         mask_lr=options.mask_lr,
     )
-    return prune(masks.ranks({"weight": net.weight.abs()}), Budget(fraction=0.5))["weight"].int().tolist()
+    return prune(masks.ranks({"weight": net.weight.abs()}), Budget(sparsity=0.5))["weight"].int().tolist()
 
 
 def test_pft_at_the_packaged_lambda_rate_moves_a_wrong_start_mask_to_the_best_one():
@@ -151,7 +151,7 @@ def pbp_run(tmp_path_factory):
         config(
             "pbp",
             PBP_OPTIONS,
-            prune={"droprates": [0.0, 0.7], "include_biases": False},
+            prune={"sparsities": [0.0, 0.7], "include_biases": False},
             train={"epochs": 3, "validation": 0.2},
         ),
         out,

@@ -120,7 +120,7 @@ SMALL = {
     "optim": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
     "train": {"epochs": 12},
     "baseline": {"enabled": False},
-    "prune": {"droprates": [0.0], "include_biases": False},
+    "prune": {"sparsities": [0.0], "include_biases": False},
 }
 
 

@@ -42,7 +42,7 @@ def config(**options) -> RunConfig:
             "optim": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
             "baseline": {"enabled": False},
             "device": "cpu",
-            "prune": {"droprates": [0.0, 0.9], "include_biases": False},
+            "prune": {"sparsities": [0.0, 0.9], "include_biases": False},
             "train": {"epochs": 5},
             "saliency": {**OPTIONS, **options},
         }
@@ -113,7 +113,7 @@ def test_saved_network_has_exactly_its_sparsity_and_a_budget_over_its_scores_kee
     total = sum(p.numel() for p in weights.values())
     assert sum(int((p == 0).sum()) for p in weights.values()) == math.floor(0.9 * total)
     assert set(fit.scores()) == set(weights)
-    masks = prune(fit.scores(), Budget(fraction=0.9))
+    masks = prune(fit.scores(), Budget(sparsity=0.9))
     for name, param in weights.items():
         assert torch.equal(masks[name], param != 0)
     point = next(row for row in metrics["pruning_curve"] if row["droprate"] == 0.9)

@@ -48,12 +48,12 @@ def test_a_tied_budget_removes_the_lowest_logits_not_the_first_in_network_order(
     # The prior holds τ0, τ1 in float32 (relative error ~1e-7), a common factor on every logit.
     np.testing.assert_allclose(scores.numpy(), logits, rtol=1e-6)
     for fraction in (0.1, 0.5, 0.9):
-        masks = prune(fitted.scores(), Budget(fraction=fraction))
+        masks = prune(fitted.scores(), Budget(sparsity=fraction))
         removed = np.flatnonzero(~torch.cat([mask.flatten() for mask in masks.values()]).numpy())
         expected = np.argsort(logits, kind="stable")[: math.floor(fraction * logits.size)]
         assert set(removed.tolist()) == set(expected.tolist())
         # Ranked by the rounded probabilities, the same budget takes the first entries instead.
-        by_probability = prune(fitted.inclusion_probabilities(), Budget(fraction=fraction))
+        by_probability = prune(fitted.inclusion_probabilities(), Budget(sparsity=fraction))
         first = np.flatnonzero(~torch.cat([mask.flatten() for mask in by_probability.values()]).numpy())
         assert first.tolist() == list(range(len(expected))) and set(first) != set(expected)
 
@@ -75,7 +75,7 @@ def test_local_reparameterization_on_a_convolution_is_refused_by_name():
         )
 
 
-def test_a_droprate_counts_biases_only_when_asked_and_both_sparsities_are_reported():
+def test_a_sparsity_counts_biases_only_when_asked_and_both_sparsities_are_reported():
     from bayesprune.data import Dataset
     from bayesprune.pipeline.evaluation import pruning_curve
 
@@ -88,7 +88,7 @@ def test_a_droprate_counts_biases_only_when_asked_and_both_sparsities_are_report
     is_bias = np.zeros(logits.size, dtype=bool)
     is_bias[24:30], is_bias[42:44] = True, True  # site order: 0.weight, 0.bias, 2.weight, 2.bias
     with_biases, weights_only = (
-        pruning_curve(fitted, dataset, droprates=[0.5], include_biases=flag)[0] for flag in (True, False)
+        pruning_curve(fitted, dataset, sparsities=[0.5], include_biases=flag)[0] for flag in (True, False)
     )
     # Biases ranked with the weights: half of all 44 parameters go, the lowest logits among all.
     removed_weights = int(np.sum(~is_bias[np.argsort(logits, kind="stable")[:22]]))

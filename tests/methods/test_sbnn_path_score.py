@@ -41,15 +41,13 @@ def fitted_with_an_unused_unit(score: str) -> SBNNFitted:
         net[3].weight.copy_(torch.tensor([[0.0, 1.0]]))
     options = SBNNOptions(pi=0.5, log_tau0=-2.0, log_tau1=0.0, score=score)
     model = build_model(net, SimpleNamespace(task="regression", num_train=10), options.prior())
-    fitted = SBNNFitted(model, SpikeSlabGuide(model))
-    fitted.score = options.score
-    return fitted
+    return SBNNFitted(model, SpikeSlabGuide(model), score=options.score)
 
 
 def test_path_score_prunes_the_input_weights_of_an_unused_unit_first():
     removed = {}
     for score in ("inclusion", "path"):
-        masks = prune(fitted_with_an_unused_unit(score).scores(), Budget(fraction=0.5, scope="layer"))
+        masks = prune(fitted_with_an_unused_unit(score).scores(), Budget(sparsity=0.5, scope="layer"))
         removed[score] = (~masks["1.weight"]).nonzero()[:, 0].unique().tolist()  # rows (units) cut
     assert removed == {"inclusion": [1], "path": [0]}
 

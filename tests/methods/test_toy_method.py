@@ -50,6 +50,10 @@ class ToyFitted(NetworkFitted):
     method = "toy"
     score_name = "weight magnitude"
 
+    def __init__(self, net, power, **kwargs):
+        super().__init__(net, **kwargs)
+        self.power = power
+
     def scores(self):
         params = dict(self.net.named_parameters())
         return {site: params[site].detach().double().abs() ** self.power for site in self.sites}
@@ -75,17 +79,11 @@ class Toy(Method):
         net = net.to(ctx.device)
         history = ctx.train_network("train", net, ctx.batches(data.x_train, data.y_train), epochs=ctx.epochs,
                                     loss=mean_loss(data.task), validate=True)
-        return self._fitted(net, options.power, data, history=history)
+        return ToyFitted(net, options.power, history=history, task=data.task, ctx=ctx)
 
     def restore(self, net, data, options, ctx, state):
         net.load_state_dict(state["net"])
-        return self._fitted(net, state["power"], data)
-
-    @staticmethod
-    def _fitted(net, power, data, history=None):
-        fitted = ToyFitted(net, history=history, task=data.task)
-        fitted.power = power
-        return fitted
+        return ToyFitted(net, state["power"], task=data.task, ctx=ctx)
 '''
 
 CONFIG = """description = "toy: magnitude of a plain MLP (64-100-10) on scikit-learn's digits"

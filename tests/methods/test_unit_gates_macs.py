@@ -92,3 +92,60 @@ def test_the_target_is_the_options_else_the_largest_of_prune_macs():
     assert macs_target(UnitGatesOptions(macs=0.2), run) == 0.2
     assert macs_target(UnitGatesOptions(), run) == 0.5
     assert macs_target(UnitGatesOptions(), FitContext(config={"prune": {}})) is None
+
+
+def test_the_packaged_cnn_settings_remove_units_of_a_small_cnn_within_twice_the_dense_error():
+    """``unit-gates-cnn``'s settings on a small CNN with batch norms (digits, 8x8): units leave, the network
+    keeps at most the packaged share of the MACs, and its test error is at most twice the dense network's
+    trained as long (Adam at the config's rate, its batch-norm statistics estimated again)."""
+    from bayesprune import fit_method
+    from bayesprune.core.normalization import recalibrate
+    from bayesprune.core.plain import maximise_likelihood
+    from bayesprune.data import load_dataset
+    from bayesprune.pipeline.config import load_config
+
+    config = load_config("unit-gates-cnn")
+    options = config.method_options
+    data = load_dataset("digits")
+
+    def small():
+        torch.manual_seed(0)
+        return nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1),
+            nn.BatchNorm2d(16),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, 3, padding=1, stride=2),
+            nn.BatchNorm2d(32),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(32 * 16, 10),
+        )
+
+    def error(net):
+        net.eval()
+        with torch.no_grad():
+            return 100 * float((net(data.x_test).argmax(-1) != data.y_test).float().mean())
+
+    lr, epochs, batch = config.optim.lr, config.train.epochs, config.data.batch_size
+    train = (data.x_train, data.y_train)
+    fitted = fit_method(
+        "unit-gates", small(), train, epochs=epochs, batch_size=batch, optim={"lr": lr}, device="cpu", options=options
+    )
+    dense = small()
+    total = epochs + options.finetune_epochs
+    maximise_likelihood(
+        dense,
+        data.x_train,
+        data.y_train,
+        epochs=total,
+        lr=lr,
+        batch_size=batch,
+        seed=0,
+        callbacks=[],
+        memory_format=torch.contiguous_format,
+    )
+    recalibrate(dense, data.x_train, batch_size=batch, seed=0)
+    metrics = fitted.metrics()
+    assert sum(metrics["learned_architecture"]) < sum(metrics["starting_architecture"])
+    assert count_macs(fitted.net, (1, 8, 8)) <= options.macs * count_macs(small(), (1, 8, 8))
+    assert error(fitted.net) <= 2 * error(dense), (error(fitted.net), error(dense))

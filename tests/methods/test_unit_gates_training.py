@@ -101,3 +101,58 @@ def test_a_prior_that_closes_every_gate_leaves_each_group_its_floor():
         widths[fraction] = fitted.metrics()["learned_architecture"]
     assert widths[0.35] == [4, 3]
     assert widths[0.0] == [10, 8]
+
+
+def test_the_network_trains_in_training_mode_after_units_leave():
+    """Units removed while training give a smaller network that goes on training in training mode (its batch
+    norms normalise by the minibatch's statistics and update their running ones): the rebuilt network came
+    back in another mode would train Algorithm 1's later steps and the fine-tuning with frozen statistics."""
+    net = small_cnn()
+    training = GateTraining(net, UnitGatesOptions(), num_train=40, lr=1e-3, input_shape=(1, 6, 6))
+    training.remove([torch.arange(6) < 4])
+    assert training.gates.units == [4]
+    assert all(module.training for module in training.net.modules())
+    x = torch.randn(40, 1, 6, 6, generator=torch.Generator().manual_seed(5))
+    before = training.net[1].running_mean.clone()
+    training.step(x, torch.zeros(40, dtype=torch.long), 0, 1)
+    assert not torch.equal(training.net[1].running_mean, before)
+
+
+def test_fit_method_trains_the_network_in_training_mode():
+    """``fit_method``'s check of the user's network ran it in eval mode and left it there, so every method fitted
+    from Python trained with frozen batch-norm statistics: after a fit of unit gates without fine-tuning, the
+    batch norm's running mean has moved from its initial zeros (it updates only in training mode)."""
+    from bayesprune import fit_method
+
+    generator = torch.Generator().manual_seed(6)
+    x, y = torch.randn(64, 1, 6, 6, generator=generator) + 1, torch.randint(0, 3, (64,), generator=generator)
+    options = {"log_gamma": -1.0, "finetune_epochs": 0, "recalibrate": False}
+    fitted = fit_method("unit-gates", small_cnn(), (x, y), epochs=1, batch_size=16, device="cpu", options=options)
+    assert float(fitted.net[1].running_mean.abs().max()) > 1e-3
+
+
+def test_the_fine_tuning_progress_bar_shows_the_loss_per_example_as_training_does(capsys):
+    """The reported case: the fine-tuning bar showed the loss N times training's (3196 against 2.29 on
+    digits: eq. 16's (N/B) Σ, not its mean). Oracle: the mean cross-entropy of the fitted network over the
+    training rows, computed here; the bar's last loss of each stage is within a factor 2 of it."""
+    import re
+
+    import torch.nn.functional as F
+
+    import bayesprune
+    from bayesprune.data.registry import load_dataset
+    from bayesprune.models.architectures import build_architecture
+
+    data = load_dataset("digits")
+    torch.manual_seed(0)
+    net = build_architecture("mlp", data.input_shape, data.output_dim, hidden=[32])
+    train, test = (data.x_train, data.y_train), (data.x_test, data.y_test)
+    fitted = bayesprune.fit_method(
+        "unit-gates", net, train, test, options={"finetune_epochs": 1}, epochs=1, progress=True
+    )
+    err = capsys.readouterr().err
+    with torch.no_grad():
+        mean_loss = float(F.cross_entropy(fitted.network().eval()(data.x_train), data.y_train))
+    for stage in ("gates", "fine-tune"):
+        shown = float(re.findall(rf"{stage}: 100%.*loss=([0-9.e+-]+)\]", err)[-1])
+        assert mean_loss / 2 < shown < 2 * mean_loss, (stage, shown, mean_loss)

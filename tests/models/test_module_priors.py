@@ -44,11 +44,16 @@ def test_tables_claim_sites_by_type_module_name_and_glob():
 @pytest.mark.parametrize(
     ("tables", "message"),
     [
-        ([{"modules": "4", "prior": "horseshoe"}], r"^model.priors\[0\].prior must be one of \['group-spike-slab', "),
+        (
+            [{"modules": "4", "prior": "horseshoe"}],
+            r"^model.priors\[0\].prior must be one of \['group-horseshoe', 'group-spike-slab', 'spike-slab'\]",
+        ),
         ([{"prior": "spike-slab"}], r"^model.priors\[0\].modules must be a module name"),
         ([{"modules": "4", "prior": "spike-slab", "tau": 1}], r"^unknown config key 'model.priors\[0\].tau'"),
         ([{"modules": "4", "prior": "spike-slab", "pi": 1.5}], r"^model.priors\[0\].pi must lie in \(0, 1\)"),
         ([{"modules": "4", "prior": "spike-slab", "log_tau0": 2.0}], r"^model.priors\[0\].log_tau0 must be below"),
+        ([{"modules": "4", "prior": "group-horseshoe", "global_scale": 0}], r"^model.priors\[0\].global_scale must be"),
+        ([{"modules": "4", "prior": "group-horseshoe", "pi": 0.5}], r"^unknown config key 'model.priors\[0\].pi'"),
         (
             [{"modules": "Linear", "prior": "spike-slab"}, {"modules": "4.bias", "prior": "group-spike-slab"}],
             r"^model.priors\[1\].modules: '4.bias' claims '4.bias', which model.priors\[0\] claims already",
@@ -141,3 +146,35 @@ def test_a_group_prior_scores_every_weight_of_a_channel_as_its_channel():
     assert (scores == scores[:, :1]).all() and scores[:, 0].unique().numel() == 4
     logits = fitted.guide.inclusion_logits()["4.weight"]
     assert logits.unique().numel() == logits.numel()  # the classifier's weights keep one indicator each
+
+
+class Units(nn.Module):
+    """y = Σ_g x_g · w_g: a grouped convolution whose four output channels each read two inputs of their own."""
+
+    def __init__(self):
+        super().__init__()
+        self.units = nn.Conv1d(8, 4, 1, groups=4, bias=False)
+
+    def forward(self, x):
+        return self.units(x.unsqueeze(-1)).sum((1, 2)).unsqueeze(-1)
+
+
+def test_a_group_horseshoe_ranks_the_units_without_signal_last_and_leaves_the_others_at_least_squares():
+    """Simulated regression whose units 2 and 3 have no effect: their unit logits 2 E_q[log z_g s] fall far below
+    the others', while the horseshoe leaves the large effects near least squares."""
+    torch.manual_seed(0)
+    n = 200
+    x = torch.randn(n, 8)
+    w = torch.tensor([[1.0, -0.5], [0.7, 0.8], [0.0, 0.0], [0.0, 0.0]])
+    y = (x.view(n, 4, 2) * w).sum((1, 2)) + 0.5 * torch.randn(n)
+    priors = [{"modules": "units", "prior": "group-horseshoe", "global_scale": 1.0}]
+    fitted = bp.fit_method(
+        "sbnn", Units(), (x, y), epochs=200, batch_size=n, optim={"lr": 0.03}, priors=priors, noise_scale=0.5
+    )
+    logits = fitted.scores()["units.weight"][:, 0, 0]
+    assert (fitted.scores()["units.weight"] == logits[:, None, None]).all()
+    assert logits[2:].max() < logits[:2].min() - 3
+    least_squares = torch.linalg.lstsq(x, y.unsqueeze(-1)).solution.view(4, 2)
+    means = fitted.guide.mean_params()["units.weight"].view(4, 2)
+    assert means[:2] == pytest.approx(least_squares[:2], abs=0.05)
+    assert fitted.metrics()["site_priors"]["units.weight"] == "group-horseshoe (global_scale=1), model.priors[0]"

@@ -135,7 +135,7 @@ def test_a_regression_run_reports_both_references(tmp_path):
                 "--set",
                 "train.epochs=4",
                 "--set",
-                "prune.droprates=[0.0]",
+                "prune.sparsities=[0.0]",
             ]
         )
         == 0
@@ -178,7 +178,7 @@ def test_the_magnitude_methods_plain_network_is_the_runners(tmp_path):
             "method": "magnitude",
             "optim": {"lr": lr},
             "baseline": {"enabled": False},
-            "prune": {"droprates": [0.0]},
+            "prune": {"sparsities": [0.0]},
         }
     )
     metrics = run(magnitude, tmp_path / "run")

@@ -6,14 +6,15 @@ import json
 
 import pytest
 import torch
+from torch import nn
 
 from bayesprune.methods import get_method
 from bayesprune.pipeline.config import load_config
-from bayesprune.pipeline.runner import run
+from bayesprune.pipeline.runner import _fit_stack, run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-SHORT = ["train.epochs=4", "prune.finetune_epochs=1", "prune.droprates=[0.0, 0.9]"]
+SHORT = ["train.epochs=4", "prune.finetune_epochs=1", "prune.sparsities=[0.0, 0.9]"]
 COMPARED = ("test_error", "baseline_test_error", "train_epochs", "train_steps", "pruning_curve")
 
 
@@ -69,3 +70,15 @@ def assert_close(got, want, where):
         assert got == pytest.approx(want, rel=1e-5, abs=1e-9), where
     else:
         assert got == want, where
+
+
+def test_seeds_whose_networks_the_stack_refuses_are_fitted_one_at_a_time_said_in_one_line(capsys):
+    """Networks of other shapes (a factory that builds each seed's own), or with dropout: each seed fits alone."""
+    config = load_config("magnitude-digits", SHORT)
+    shapes = {1: nn.Linear(2, 3), 2: nn.Linear(2, 4)}
+    assert _fit_stack(config, get_method("magnitude"), [1, 2], lambda seed: (None, (shapes[seed], None))) == {}
+    said = capsys.readouterr().err
+    assert said == (
+        "bayesprune: 2 seeds fitted one at a time: batched fits must share one network shape: fit 2's weight is "
+        "(4, 2), fit 1's (3, 2)\n"
+    )

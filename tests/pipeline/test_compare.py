@@ -79,11 +79,11 @@ def test_the_cells_of_a_comparison():
     )
     assert "torch-pruning" not in {cell.method for cell in cells.values()}
     pft, pbp = cells["pft-s0.9-seed0"].run_config(), cells["pbp-s0.8-seed0"].run_config()
-    assert pft.method_options.sparsities == (0.9,) and pft.prune.droprates == (0.0, 0.9)
+    assert pft.method_options.sparsities == (0.9,) and pft.prune.sparsities == (0.0, 0.9)
     assert pbp.method_options.sparsity == 0.8 and pbp.optim.name == "sgd"  # [optim] of pbp-digits
     sbnn = cells["sbnn-seed0"].run_config()
     assert (
-        sbnn.prune.droprates == (0.0, 0.5, 0.8, 0.9, 0.95) and sbnn.optim.name == "adam" and not sbnn.baseline.enabled
+        sbnn.prune.sparsities == (0.0, 0.5, 0.8, 0.9, 0.95) and sbnn.optim.name == "adam" and not sbnn.baseline.enabled
     )
     assert {config.train.epochs for config in (pft, pbp, sbnn)} == {1}  # the same budget
     assert cells["unit-gates-seed0"].run_config().prune.level == "unit"
@@ -217,7 +217,7 @@ def test_resume_with_a_sparsity_added_evaluates_finished_cells_without_fitting_t
             assert by[(row["method"], row["sparsity"])]["test_error"] == row["test_error"], row
     for method in ("magnitude", "sbnn"):
         held = tomllib.loads((cells / f"{method}-seed0" / "config.toml").read_text())
-        assert held["prune"]["droprates"] == [0.0, 0.5, 0.9]
+        assert held["prune"]["sparsities"] == [0.0, 0.5, 0.9]
 
 
 def test_under_a_budget_each_fit_trains_the_budget_and_probmasks_schedule_ends_inside_it(tmp_path):

@@ -18,15 +18,17 @@ def test_every_row_stands_at_the_mac_target(tmp_path):
         "prune.macs=[0.5]",
         "compare.sparsities=[0.5]",
         "compare.methods=['sparse-vd', 'torch-pruning']",
+        "compare.variants={torch-pruning={scope=['global', 'layer']}}",
         "model.hidden=[40]",
         "data.batch_size=512",
     ]
     with cells_here():
         compare(None, tmp_path / "out", overrides=settings)
-    fit = json.loads((tmp_path / "out" / "cells" / "torch-pruning-m0.5-seed0" / "metrics.json").read_text())
+    fit = json.loads((tmp_path / "out" / "cells" / "torch-pruning-global-m0.5-seed0" / "metrics.json").read_text())
     assert fit["macs_curve"][0]["units_removed"] == 0  # pruned to the target in its fit, nothing cut after
     rows = {row["method"]: row for row in json.loads((tmp_path / "out" / "leaderboard-macs.json").read_text())}
-    assert set(rows) == {"sparse-vd", "torch-pruning"}
+    assert set(rows) == {"sparse-vd", "torch-pruning-global", "torch-pruning-layer"}  # a row per variant
+    assert all(row["seeds"] == 1 for row in rows.values())
 
     def mlp(hidden):
         return nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10))
@@ -39,5 +41,7 @@ def test_every_row_stands_at_the_mac_target(tmp_path):
         kept = round((row["macs"] - 10) / unit)  # the hidden units of a 64-kept-10 network
         assert row["macs"] == count_macs(mlp(kept), (64,))
         weights = 65 * kept + (kept + 1) * 10  # non-zero parameters: Sparse VD's own mask may zero some
-        assert row["params"] == weights if method == "torch-pruning" else 0.9 * weights < row["params"] <= weights
+        assert (
+            row["params"] == weights if method.startswith("torch-pruning") else 0.9 * weights < row["params"] <= weights
+        )
         assert 0 <= row["test_error"] <= 100 and row["latency_ms"] > 0

@@ -97,6 +97,12 @@ def test_the_baseline_is_chosen_at_unit_level_and_refused_at_weight_level():
     both = names([*unit, BOTH])
     assert {"torch-pruning-magnitude-s0.5-seed0", "torch-pruning-taylor-s0.5-seed0"} <= both
     assert not any(name.startswith("torch-pruning-s") for name in both)
+    grid = names(
+        [*unit, "compare.variants={torch-pruning={importance=['magnitude', 'taylor'], scope=['global', 'layer']}}"]
+    )
+    rows = {name.removesuffix("-s0.5-seed0") for name in grid if name.endswith("-s0.5-seed0")}
+    products = {f"torch-pruning-{i}-{s}" for i in ("magnitude", "taylor") for s in ("global", "layer")}
+    assert {row for row in rows if row.startswith("torch-pruning")} == products  # every combination, once
     none = "compare.variants={torch-pruning={importance=[]}}"
     assert not any(name.startswith("torch-pruning") for name in names([*unit, none]))
     assert not any(name.startswith("torch-pruning") for name in names(TINY))  # its sparsities are of units
@@ -220,3 +226,15 @@ def test_a_method_whose_pruned_networks_are_fine_tuned_reports_their_error_and_e
     assert all("test_error_finetuned" in point for point in metrics["pruning_curve"])
     rows = leaderboard_rows([more], [tmp_path / cell.name], options)
     assert [r["sparsity"] for r in rows] == [0.5, 0.8] and rows[0]["test_error"] == row["test_error"]
+
+
+def test_rows_at_equal_macs_get_the_comparisons_fine_tuning_unless_their_fit_has_its_own():
+    """hard-concrete (no fine-tuning of its own) gets ``[prune]``'s, one cell per MAC target; unit gates, whose fit
+    fine-tunes (``unit-gates.finetune_epochs``), gets none on top; Torch-Pruning ``compare.finetune_epochs``."""
+    overrides = [*TINY, "prune.level='unit'", "prune.macs=[0.5, 0.3]", "prune.finetune_epochs=4"]
+    cells = comparison_cells(*load_comparison(None, [*overrides, "compare.methods=['hard-concrete', 'unit-gates']"]))
+    epochs = {cell.name: cell.run_config().prune.finetune_epochs for cell in cells}
+    assert epochs["hard-concrete-m0.5-seed0"] == epochs["hard-concrete-m0.3-seed0"] == 4
+    assert epochs["unit-gates-m0.5-seed0"] == 0
+    assert epochs["torch-pruning-m0.3-seed0"] == 1
+    assert {cell.run_config().method_options.macs for cell in cells if cell.method == "hard-concrete"} == {0.5, 0.3}

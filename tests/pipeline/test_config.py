@@ -53,15 +53,17 @@ def test_missing_config_file_is_named(tmp_path):
         load_config(str(tmp_path / "nope.toml"))
 
 
-def test_reference_values_must_match_their_droprates_by_name():
+def test_reference_values_must_match_their_sparsities_by_name():
     with pytest.raises(ConfigError, match=r"^reference.values must hold 2 numbers"):
-        RunConfig.from_dict({"reference": {"source": "paper", "droprates": [0.0, 0.5], "values": [1.0]}})
+        RunConfig.from_dict({"reference": {"source": "paper", "sparsities": [0.0, 0.5], "values": [1.0]}})
     with pytest.raises(ConfigError, match=r"^reference.values must hold 2 numbers"):
-        RunConfig.from_dict({"reference": {"source": "paper", "droprates": [0.0, 0.5], "values": {"wine": [1.0, "x"]}}})
+        RunConfig.from_dict(
+            {"reference": {"source": "paper", "sparsities": [0.0, 0.5], "values": {"wine": [1.0, "x"]}}}
+        )
     with pytest.raises(ConfigError, match=r"^reference.source must be given"):
-        RunConfig.from_dict({"reference": {"droprates": [0.0], "values": [1.0]}})
+        RunConfig.from_dict({"reference": {"sparsities": [0.0], "values": [1.0]}})
     config = RunConfig.from_dict(
-        {"reference": {"source": "p", "droprates": [0.0, 0.5], "values": {"wine": [1.0, 2.0]}}}
+        {"reference": {"source": "p", "sparsities": [0.0, 0.5], "values": {"wine": [1.0, 2.0]}}}
     )
     assert config.reference.rows("wine") == [{"droprate": 0.0, "value": 1.0}, {"droprate": 0.5, "value": 2.0}]
     assert config.reference.rows("boston") == []
@@ -76,7 +78,7 @@ def test_a_method_that_prunes_units_only_defaults_to_the_unit_level():
     from bayesprune.methods import available_methods
 
     for name, method in available_methods().items():
-        config = RunConfig.from_dict({"method": name, "prune": {"droprates": [0.0]}})
+        config = RunConfig.from_dict({"method": name, "prune": {"sparsities": [0.0]}})
         assert config.prune.level == ("unit" if method.prune_levels == ("unit",) else "weight"), name
     assert RunConfig.from_dict({"method": "unit-gates"}).prune.level == "unit"
     assert RunConfig.from_dict({"method": "sbnn", "prune": {"level": "unit"}}).prune.level == "unit"

@@ -92,7 +92,7 @@ def test_a_run_folder_reads_its_data_from_another_folder_and_once_moved(folders,
 
     work, configs = folders
     table(configs / "table.csv", 30)
-    quick = ["--quiet", "--set", "train.epochs=1", "--set", "baseline.enabled=false", "--set", "prune.droprates=[0.0]"]
+    quick = ["--quiet", "--set", "train.epochs=1", "--set", "baseline.enabled=false", "--set", "prune.sparsities=[0.0]"]
     assert main(["run", "../configs/run.toml", "--out", "run", *quick]) == 0, capsys.readouterr().err
     monkeypatch.chdir(tmp_path)
     assert main(["export", "work/run", "--out", "net.pt2"]) == 0, capsys.readouterr().err
@@ -100,3 +100,22 @@ def test_a_run_folder_reads_its_data_from_another_folder_and_once_moved(folders,
     monkeypatch.chdir(configs)
     assert main(["export", "../moved", "--out", "../moved.pt2"]) == 0, capsys.readouterr().err
     assert (tmp_path / "net.pt2").is_file() and (tmp_path / "moved.pt2").is_file()
+
+
+def test_a_column_added_to_the_table_after_the_fit_is_blamed_on_the_file(folders, capsys):
+    """The reported case: a CSV column added after the fit was blamed on the checkpoint's preprocessing
+    ("checkpoint.pt: preprocessing input_mean must be ... of shape (2,)"). The one line names the data
+    file and the column; nothing is written."""
+    from bayesprune.cli import main
+
+    work, configs = folders
+    table(configs / "table.csv", 30)
+    quick = ["--quiet", "--set", "train.epochs=1", "--set", "baseline.enabled=false", "--set", "prune.sparsities=[0.0]"]
+    assert main(["run", "../configs/run.toml", "--out", "run", *quick]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    (configs / "table.csv").write_text("x,z,y\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(30)))
+    before = sorted(path.name for path in work.rglob("*"))
+    assert main(["export", "run", "--out", "net.pt2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "table.csv" in err and "column 'z' added" in err, err
+    assert sorted(path.name for path in work.rglob("*")) == before

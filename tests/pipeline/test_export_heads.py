@@ -66,7 +66,7 @@ def test_unit_gates_and_a_unit_export_remove_heads_of_a_library_vit(library, tmp
     sets = [flag for item in settings for flag in ("--set", item)]
     assert main(["run", "unit-gates-digits", "--out", "run", "--quiet", *sets]) == 0
     capsys.readouterr()
-    budget = ["--budget", "fraction=0.5", "--budget", "scope=layer"]  # half of each layer's units: heads too
+    budget = ["--budget", "sparsity=0.5", "--budget", "scope=layer"]  # half of each layer's units: heads too
     assert main(["export", "run", "--out", "small.pt2", *budget, "--json", "--repeats", "1"]) == 0
     report = json.loads(capsys.readouterr().out)
 

@@ -56,7 +56,7 @@ def test_onnx_file_computes_the_masked_network_on_raw_inputs(kind, tmp_path):
     else:  # a BatchNorm CNN with a unit budget: the exported file is smaller
         x_raw = torch.rand(60, 1, 8, 8, generator=generator)
         y = (x_raw[:, 0, :4].mean((1, 2)) > x_raw[:, 0, 4:].mean((1, 2))).long()
-        dataset, budget = standardised(x_raw, y, "classification", num_classes=2), Budget(level="unit", fraction=0.5)
+        dataset, budget = standardised(x_raw, y, "classification", num_classes=2), Budget(level="unit", sparsity=0.5)
         net = nn.Sequential(
             nn.Conv2d(1, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 12), nn.ReLU()
         )

@@ -59,15 +59,15 @@ def test_the_exported_network_is_the_fine_tuned_point_of_the_curve(tmp_path):
     curve = pruning_curve(
         fitted,
         dataset,
-        droprates=[0.0, 0.5],
-        budget=lambda droprate: Budget(fraction=droprate, level="unit"),
+        sparsities=[0.0, 0.5],
+        budget=lambda sparsity: Budget(sparsity=sparsity, level="unit"),
         finetuned=lambda masks: tuning.test_metric(fitted.network(), dataset, masks, calibration=fitted.calibration),
     )
     exported = export_fitted(
         fitted,
         dataset,
         out=tmp_path / "net.pt2",
-        budget=Budget(level="unit", fraction=0.5),
+        budget=Budget(level="unit", sparsity=0.5),
         repeats=1,
         finetuning=tuning,
     )
@@ -123,7 +123,7 @@ def test_the_trainable_file_of_a_network_with_its_own_forward_loads_into_the_use
         "sparse-vd", Residual(), (dataset.x_train, dataset.y_train), epochs=1, batch_size=20, device="cpu"
     )
     out = tmp_path / "net.pt2"
-    report = export_fitted(fitted, dataset, out=out, budget=Budget(level="unit", fraction=0.5), repeats=1).report
+    report = export_fitted(fitted, dataset, out=out, budget=Budget(level="unit", sparsity=0.5), repeats=1).report
     assert report["trainable_needs_network"] is True
     with pytest.raises(ValueError, match="pass net="):
         load_trainable(report["trainable_file"])

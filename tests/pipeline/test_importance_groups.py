@@ -30,7 +30,7 @@ def table(tmp_path_factory):
 def run(table, out, *extra):
     settings = ["method='sbnn'", "data.dataset='csv'", f"data.path='{table}'", "data.target='y'"]
     settings += ["data.task='regression'", "model.hidden=[8]", "train.epochs=20", "chains=4", "device='cpu'"]
-    settings += ["prune.droprates=[0.0]", "baseline.epochs=3", "sbnn.predictive_samples=2", *extra]
+    settings += ["prune.sparsities=[0.0]", "baseline.epochs=3", "sbnn.predictive_samples=2", *extra]
     assert main(["run", "--out", str(out), "--quiet", *(arg for s in settings for arg in ("--set", s))]) == 0
     return out
 
@@ -96,7 +96,7 @@ def test_an_npz_table_is_grouped_and_selected_as_a_csv_is(tmp_path, capsys):
     y = (a + x[:, 2] > 0).astype(np.int64)
     np.savez(tmp_path / "t.npz", x_train=x[:150], y_train=y[:150], x_test=x[150:], y_test=y[150:])
     settings = ["method='sbnn'", "data.dataset='npz'", f"data.path='{tmp_path / 't.npz'}'", "model.hidden=[8]"]
-    settings += ["train.epochs=10", "chains=2", "device='cpu'", "prune.droprates=[0.0]", "baseline.epochs=2"]
+    settings += ["train.epochs=10", "chains=2", "device='cpu'", "prune.sparsities=[0.0]", "baseline.epochs=2"]
     settings += ["sbnn.predictive_samples=2"]
     out = tmp_path / "run"
     assert main(["run", "--out", str(out), "--quiet", *(arg for s in settings for arg in ("--set", s))]) == 0

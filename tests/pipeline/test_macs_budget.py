@@ -6,15 +6,18 @@ import json
 import pytest
 import torch
 
+from bayesprune.api import fit_method
 from bayesprune.cli import main
 from bayesprune.core.export import count_macs
 from bayesprune.data import load_dataset
+from bayesprune.data.registry import Dataset
 from bayesprune.models import new_net
 from bayesprune.pipeline.config import load_config
+from bayesprune.pipeline.evaluation import macs_curve
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-QUICK = ["train.epochs=1", "baseline.enabled=false", "prune.droprates=[0.5]", "device='cpu'", "prune.level='unit'"]
+QUICK = ["train.epochs=1", "baseline.enabled=false", "prune.sparsities=[0.5]", "device='cpu'", "prune.level='unit'"]
 SAME_NETWORK = ["model.hidden=[100, 100]", "model.activation='relu'", "model.init='default'"]
 
 
@@ -69,7 +72,7 @@ def test_export_finetune_epochs_and_mac_budget(tmp_path, capsys):
     """``export --finetune-epochs 2`` of a run fitted without fine-tuning gives the network (and test error) that
     exporting a run fitted with ``prune.finetune_epochs = 2`` gives; ``--budget macs=0.5`` exports a network of
     at most half the fitted one's MACs (its own count); a negative count is refused in one line, exit 2."""
-    sets = ["train.epochs=2", "baseline.enabled=false", "device='cpu'", "prune.droprates=[0.0]"]
+    sets = ["train.epochs=2", "baseline.enabled=false", "device='cpu'", "prune.sparsities=[0.0]"]
 
     def run(name, *more):
         argv = ["run", "unit-gates-digits", "--out", str(tmp_path / name), "--quiet"]
@@ -117,3 +120,33 @@ def test_torch_pruning_row_at_the_macs(tmp_path, scope):
     (row,) = metrics["macs_curve"]
     assert row["macs"] == metrics["macs"] <= 0.5 * dense and row["units_removed"] == 0
     assert metrics["macs"] > 0.4 * dense  # the ratio's bisection gets close to the target
+
+
+def test_mac_curve_counts_at_the_datas_input_shape():
+    """A CNN that also runs at 28x28 (its probe size) on 3x32x32 data: the curve's MACs are those of the cut
+    network at 32x32, the data's shape, as the dense count is (counted at 28x28 the fraction read 0.77 of the
+    truth: resnet18 on Fashion-MNIST at 3x32x32 reported 44.8 % of the MACs for a network at 50.0 %)."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8, 2),
+    )
+    x, y = torch.randn(40, 3, 32, 32), torch.randint(0, 2, (40,))
+    fitted = fit_method("magnitude", net, (x, y), epochs=1, device="cpu")
+    shape = (3, 32, 32)
+    data = Dataset("images", "classification", x, y, x, y, shape, 2)
+    dense = count_macs(fitted.net, shape)
+    (row,) = macs_curve(fitted, data, targets=[0.5], dense_macs=dense)
+    kept = round(8 * (1 - row["units_removed"]))
+    smaller = torch.nn.Sequential(
+        torch.nn.Conv2d(3, kept, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(kept, 2),
+    )
+    assert row["macs"] == count_macs(smaller, shape) <= 0.5 * dense
+    assert row["macs_fraction"] == pytest.approx(row["macs"] / dense, abs=1e-6)

@@ -30,7 +30,7 @@ SETTINGS = [
     "baseline.enabled=false",
     "device='cpu'",
     "model.hidden=[16]",
-    "prune.droprates=[0.0, 0.5]",
+    "prune.sparsities=[0.0, 0.5]",
 ]
 
 

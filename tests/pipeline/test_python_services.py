@@ -49,7 +49,7 @@ def test_export_from_python_writes_the_file_and_numbers_the_command_line_does(pb
         "--out",
         tmp_path / "cli.pt2",
         "--budget",
-        "fraction=0.5",
+        "sparsity=0.5",
         "--budget",
         "min_keep=1",
         "--json",
@@ -59,7 +59,7 @@ def test_export_from_python_writes_the_file_and_numbers_the_command_line_does(pb
     assert status == 0
     expected = json.loads(out)
     exported = bp.export(
-        pbp_run, out=tmp_path / "api.pt2", budget=bp.Budget(fraction=0.5, level="unit", min_keep=1), repeats=1
+        pbp_run, out=tmp_path / "api.pt2", budget=bp.Budget(sparsity=0.5, level="unit", min_keep=1), repeats=1
     )
     assert _comparable(exported.report) == _comparable(expected)
     assert exported.report["file"] == str(tmp_path / "api.pt2")

@@ -332,7 +332,7 @@ def test_export_refuses_a_budget_level_the_method_does_not_score(complete_run, t
             "--budget",
             "level=weight",
             "--budget",
-            "fraction=0.5",
+            "sparsity=0.5",
         ]
     )
     err = capsys.readouterr().err

@@ -36,7 +36,7 @@ def test_the_masks_of_every_budget_come_from_one_ranking_and_remove_the_lowest_s
     sorts = []
     argsort = torch.argsort
     monkeypatch.setattr(torch, "argsort", lambda *args, **kwargs: sorts.append(1) or argsort(*args, **kwargs))
-    masks = list(prune_each(scores, [Budget(fraction=fraction) for fraction in fractions]))
+    masks = list(prune_each(scores, [Budget(sparsity=fraction) for fraction in fractions]))
     assert len(sorts) == 1
     for fraction, mask in zip(fractions, masks):
         removed = math.floor(fraction * flat.numel())
@@ -46,7 +46,7 @@ def test_the_masks_of_every_budget_come_from_one_ranking_and_remove_the_lowest_s
 
 
 def test_the_curve_estimates_each_masked_networks_statistics_once_for_its_point_and_mc_predictions(monkeypatch):
-    """A network with batch norms: each droprate that removes weights recalibrates once, shared by the
+    """A network with batch norms: each sparsity that removes weights recalibrates once, shared by the
     point estimate and the Monte-Carlo predictive, which equal :meth:`predict`'s one at a time."""
     x, y = _data()
     torch.manual_seed(0)
@@ -59,11 +59,11 @@ def test_the_curve_estimates_each_masked_networks_statistics_once_for_its_point_
     apply = Calibration.apply
     monkeypatch.setattr(Calibration, "apply", lambda self, net: recalibrations.append(1) or apply(self, net))
     torch.manual_seed(1)
-    curve = pruning_curve(fitted, dataset, droprates=[0.0, 0.5, 0.9])
-    assert len(recalibrations) == 2  # droprate 0 removes nothing: the fit's own statistics
+    curve = pruning_curve(fitted, dataset, sparsities=[0.0, 0.5, 0.9])
+    assert len(recalibrations) == 2  # sparsity 0 removes nothing: the fit's own statistics
     torch.manual_seed(1)
-    for row, droprate in zip(curve, [0.0, 0.5, 0.9]):
-        masks = bp.prune(fitted.scores(), Budget(fraction=droprate)) if droprate else None
+    for row, target in zip(curve, [0.0, 0.5, 0.9]):
+        masks = bp.prune(fitted.scores(), Budget(sparsity=target)) if target else None
         for key, samples in (("test_error", 0), ("test_error_mc", 3)):
             prediction = fitted.predict(x, masks=masks, num_samples=samples)
             assert row[key] == pytest.approx(100 * (prediction.argmax(-1) != y).float().mean().item())
@@ -127,7 +127,7 @@ def test_the_mc_predictive_computes_sigma_once_and_averages_the_draws_of_sample_
         "sbnn", nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)), (x, y), epochs=1, device="cpu"
     )
     model, guide = fitted.model, fitted.guide
-    masks = bp.prune(fitted.scores(), Budget(fraction=0.5))
+    masks = bp.prune(fitted.scores(), Budget(sparsity=0.5))
     torch.manual_seed(3)
     expected = 0.0
     for _ in range(4):
@@ -148,7 +148,7 @@ def test_the_posterior_predictive_draws_y_from_the_curves_draws_of_the_unpruned_
     outputs, which are those of S ``sample_params()`` draws, and the conversion draws y from them without
     evaluating the network again, leaving every number of the curve as it was."""
     from bayesprune.core.predict import DrawOutputs
-    from bayesprune.methods import get_method
+    from bayesprune.methods import FitContext, get_method
 
     x, y = _data(n=48)
     draws_count = 100  # the conversion's posterior draws, which bound its predictive draws
@@ -162,10 +162,10 @@ def test_the_posterior_predictive_draws_y_from_the_curves_draws_of_the_unpruned_
     )
     dataset = Dataset("toy", "classification", x, y, x, y, (6,), 3)
     torch.manual_seed(1)
-    plain = pruning_curve(fitted, dataset, droprates=[0.0, 0.5])
+    plain = pruning_curve(fitted, dataset, sparsities=[0.0, 0.5])
     kept = DrawOutputs(rows=1000)
     torch.manual_seed(1)
-    assert pruning_curve(fitted, dataset, droprates=[0.0, 0.5], unpruned_draws=kept) == plain
+    assert pruning_curve(fitted, dataset, sparsities=[0.0, 0.5], unpruned_draws=kept) == plain
     model, guide = fitted.model, fitted.guide
     torch.manual_seed(1)
     with torch.no_grad():
@@ -173,7 +173,7 @@ def test_the_posterior_predictive_draws_y_from_the_curves_draws_of_the_unpruned_
     outputs = kept.outputs()
     assert outputs.shape == (draws_count, 48, 3) and torch.allclose(outputs, expected, rtol=1e-6, atol=1e-7)
 
-    fitted.unpruned_draws = kept
+    fitted = type(fitted)(model, guide, predictive_samples=draws_count, ctx=FitContext(unpruned_draws=kept))
     monkeypatch.setattr(type(model), "network", lambda *args: pytest.fail("the network was evaluated again"))
     idata = get_method("sbnn").inference_data([fitted], dataset, seed=3)
     labels = idata.posterior_predictive["obs"].sel(chain=0).values  # draws x test points

@@ -107,6 +107,8 @@ def test_a_run_of_several_seeds_resumes_without_fitting_finished_seeds_again(
     tmp_path, short_config, stopper, monkeypatch
 ):
     config = short_config("sbnn", "seeds=[0, 1]", "baseline.enabled=false")
+    # seeds fitted one at a time, each with its checkpoints (seeds trained together write none)
+    monkeypatch.setattr(available_methods()["sbnn"], "fits_together", False)
     counter = stopper()
     whole = without_timings(run(config, tmp_path / "whole"))
     out = tmp_path / "stopped"

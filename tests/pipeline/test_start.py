@@ -17,7 +17,7 @@ from bayesprune.pipeline.config import load_config
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-QUICK = ["train.epochs=1", "baseline.enabled=false", "prune.droprates=[0.5]", "device='cpu'"]
+QUICK = ["train.epochs=1", "baseline.enabled=false", "prune.sparsities=[0.5]", "device='cpu'"]
 #: The default config's network (MLP 64-100-10, ReLU, PyTorch's initialisation), set in unit-gates' digits config.
 SAME_NETWORK = ["model.hidden=[100]", "model.activation='relu'", "model.init='default'"]
 #: unit-gates-digits' 20 epochs of fine-tuning after the fit, left out: these tests read the start.
@@ -206,3 +206,10 @@ def test_comparison_rows_share_one_trained_network(tmp_path):
         ]
         starts = [row["start_test_error"] for row in rows if "start_test_error" in row]  # every row, the baseline's too
         assert len(starts) == len(rows) == 3 and all(start == pytest.approx(direct, abs=1e-4) for start in starts)
+    fitted = {folder.name: (folder / "metrics.json").stat().st_mtime_ns for folder in (out / "cells").iterdir()}
+    with cells_here():
+        compare(None, out, resume=True, seeds=[1, 2], report=lambda *a: None)  # finished cells read back, seed 2 added
+    for name, stamp in fitted.items():
+        assert (out / "cells" / name / "metrics.json").stat().st_mtime_ns == stamp, name  # not fitted again
+    assert (out / "starts" / "seed-2.pt").is_file() and not (out / "starts" / "seed-3.pt").exists()
+    assert len([folder for folder in (out / "cells").iterdir() if folder.name.endswith("seed2")]) == 3

@@ -205,9 +205,9 @@ def test_metrics_and_params_of_a_cell():
         ("pruning_curve.test_error", 30.0, 9500),
     ]
     assert basis_points(0.995) == 9950
-    assert flatten({"seed": 1, "prune": {"droprates": [0.0, 0.5], "scope": "global"}, "a": {"b": {"c": True}}}) == {
+    assert flatten({"seed": 1, "prune": {"sparsities": [0.0, 0.5], "scope": "global"}, "a": {"b": {"c": True}}}) == {
         "seed": "1",
-        "prune.droprates": "[0.0, 0.5]",
+        "prune.sparsities": "[0.0, 0.5]",
         "prune.scope": "global",
         "a.b.c": "true",
     }

@@ -21,7 +21,6 @@ Scores are log α of every kept unit, in float64 (higher keeps).
 
 import copy
 import math
-import time
 
 import torch
 
@@ -34,6 +33,7 @@ from bayesprune.methods.base import NetworkFitted
 from bayesprune.methods.hard_concrete.gates import HardConcreteGates, fold_gates, kept_gate_values
 from bayesprune.methods.hard_concrete.options import HardConcreteOptions
 from bayesprune.methods.hard_concrete.training import GateStage
+from bayesprune.methods.metrics import ARCHITECTURE, NONNEGATIVE, SOME_NUMBERS, numbers, same_length
 
 
 class HardConcreteFitted(NetworkFitted):
@@ -78,7 +78,17 @@ class HardConcreteMethod(Method):
     name = "hard-concrete"
     Options = HardConcreteOptions
     prune_levels = ("unit",)
+    macs_option = "macs"
     quick = ("prune.finetune_epochs=1",)
+    metrics_keys = {
+        "dense_macs": NONNEGATIVE,
+        "learned_macs": NONNEGATIVE,
+        "starting_architecture": ARCHITECTURE,
+        "learned_architecture": ARCHITECTURE,
+        "expected_macs_ratio": numbers(NONNEGATIVE, "non-negative numbers", nonempty=False),
+        "multipliers": SOME_NUMBERS,
+    }
+    metrics_rules = (same_length("learned_architecture", "starting_architecture"),)
     summary = "hard-concrete unit gates under a MAC budget"
     paper = "[Louizos et al. (2018)](https://arxiv.org/abs/1712.01312), L0"
     unsupported = {
@@ -105,7 +115,6 @@ class HardConcreteMethod(Method):
 
     def fit(self, net, data, options, ctx):
         torch.manual_seed(ctx.seed)
-        start = time.perf_counter()
         net = separable_heads(net.to(ctx.device), data.input_shape)
         gates = HardConcreteGates(net, init_open=options.init_open, beta=options.beta, input_shape=data.input_shape)
         macs = ExpectedMacs(net, gates)
@@ -126,10 +135,8 @@ class HardConcreteMethod(Method):
             "expected_macs_ratio": stage.expected_ratio,
             "multipliers": stage.multipliers.values.detach().cpu().tolist(),
         }
-        return HardConcreteFitted(
-            smaller, log_alpha, history=history, seconds=time.perf_counter() - start, report=report, task=data.task
-        )
+        return HardConcreteFitted(smaller, log_alpha, history=history, report=report, task=data.task, ctx=ctx)
 
     def restore(self, net, data, options, ctx, state):
         net.load_state_dict(state["net"])
-        return HardConcreteFitted(net, dict(state["log_alpha"]), task=data.task)
+        return HardConcreteFitted(net, dict(state["log_alpha"]), task=data.task, ctx=ctx)

@@ -3,10 +3,11 @@
 from dataclasses import dataclass
 
 from bayesprune.core.validation import FLAG, option, scale, unit, validate
+from bayesprune.methods.stages import Stage, Staged
 
 
 @dataclass(frozen=True)
-class HardConcreteOptions:
+class HardConcreteOptions(Staged):
     """``[hard-concrete]``: the gates, their MAC-weighted expected-L0 constraint and the cut.
 
     Attributes:
@@ -33,6 +34,9 @@ class HardConcreteOptions:
     warmup: float = option(0.5, unit(open_low=False))
     min_keep_fraction: float = option(0.05, unit(open_low=False))
     recalibrate: bool = option(True, FLAG)
+
+    def fit_stages(self, epochs):
+        return (Stage("gates", "the weights, the units' hard-concrete gates log α and the MAC multiplier", epochs),)
 
     def __post_init__(self):
         validate(self, "hard-concrete")

@@ -18,9 +18,9 @@ paper's relation of the L0 objective to it), prior log odds of a unit's presence
 import torch
 from torch import nn
 
-from bayesprune.core.precision import autocast_calls
 from bayesprune.core.tasks import mean_loss
-from bayesprune.methods.hard_concrete.gates import HardConcreteGates, open_probability, sample_gates
+from bayesprune.methods.hard_concrete.gates import HardConcreteGates, open_probability
+from bayesprune.methods.hard_concrete.program import ExpectedL0Lagrangian, gate_guide, gate_model
 
 
 class Multipliers(nn.Module):
@@ -61,25 +61,27 @@ class GateStage:
         self.ascent = torch.optim.Adam(self.multipliers.parameters(), lr=options.multiplier_lr, maximize=True)
         self.total_steps, self.steps = max(total_steps, 1), 0
         self.expected_ratio = []  # per epoch: E[MACs] / dense at its end
+        # the objective as a Pyro model and guide (:mod:`.program`): the gates a sample site, log α the guide's
+        self.model = gate_model(net, gates, self.loss, gates.raw.detach().clone())
+        self.guide = gate_guide(gates)
+        self.objective = ExpectedL0Lagrangian(lambda probs: self.multipliers.penalty(self.ratio(probs) - self.target()))
 
     def target(self) -> float:
         warm = self.options.warmup * self.total_steps
         progress = 1.0 if warm == 0 else min(self.steps / warm, 1.0)
         return 1.0 - progress * (1.0 - self.options.macs)
 
-    def ratio(self) -> torch.Tensor:
-        """E[MACs] / dense MACs under the current gates."""
-        return self.macs(self.gates.per_layer(open_probability(self.gates.raw, self.gates.beta))) / self.dense
+    def ratio(self, probabilities=None) -> torch.Tensor:
+        """E[MACs] / dense MACs under gates open with ``probabilities`` (P(z ≠ 0) of the current log α by default)."""
+        if probabilities is None:
+            probabilities = open_probability(self.gates.raw, self.gates.beta)
+        return self.macs(self.gates.per_layer(probabilities)) / self.dense
 
     def step(self, x, y, index, num_batches):
-        gates = self.gates
-        z = sample_gates(gates.raw, gates.beta)
         self.optimizer.zero_grad(set_to_none=True)
         self.ascent.zero_grad(set_to_none=True)
-        with gates.applied(self.net, gates.per_layer(z)):
-            data = autocast_calls(lambda x, y: self.loss(self.net(x), y), x.device)(x, y)  # train.precision
-        gap = self.ratio() - self.target()
-        (data + self.multipliers.penalty(gap)).backward()
+        data, penalty = self.objective.terms(self.model, self.guide, x, y)
+        (data + penalty).backward()
         self.optimizer.step()
         self.ascent.step()
         self.steps += 1

@@ -5,13 +5,12 @@ The fit trains the plain network of the run's architecture by the runner's plain
 (:meth:`~bayesprune.methods.FitContext.train_plain`: maximum likelihood with Adam at ``optim.lr``, its
 best epoch kept on the run's validation part or on a held-out fraction of the training rows). Its scores
 are the weights' magnitudes |w| (float64), so the run's pruning curve is global magnitude pruning at
-each droprate (``prune.scope`` and ``prune.min_keep`` as for any method), and ``prune.finetune_epochs``
+each sparsity (``prune.scope`` and ``prune.min_keep`` as for any method), and ``prune.finetune_epochs``
 fine-tunes each pruned network with its mask fixed (Han et al. 2015's prune-then-retrain, one shot).
 Its report holds the plain network's test metric as ``baseline_<metric>``: the fit is that network, so
 the packaged configs train no second one (``baseline.enabled = false``).
 """
 
-import time
 from dataclasses import dataclass
 
 from torch import nn
@@ -21,6 +20,7 @@ from bayesprune.core.validation import option, unit, validate
 from bayesprune.methods import register_method
 from bayesprune.methods.base import Method, NetworkFitted
 from bayesprune.methods.context import train_plain_together
+from bayesprune.methods.stages import Stage, Staged
 
 #: What the plain network's rule does not read, with the reason (:attr:`Method.unsupported`).
 PLAIN_RULE = {
@@ -31,7 +31,7 @@ PLAIN_RULE = {
 
 
 @dataclass(frozen=True)
-class MagnitudeOptions:
+class MagnitudeOptions(Staged):
     """``[magnitude]``: how the plain network keeps its best epoch.
 
     Attributes:
@@ -41,6 +41,11 @@ class MagnitudeOptions:
     """
 
     held_out: float = option(0.2, unit(open_low=False))
+
+    def fit_stages(self, epochs):
+        return (
+            Stage("plain", "the plain network by maximum likelihood (Adam, the runner's plain-network rule)", epochs),
+        )
 
     def __post_init__(self):
         validate(self, "magnitude")
@@ -88,27 +93,24 @@ class MagnitudeMethod(Method):
     paper = "Han et al. (2015), [Learning both weights and connections](https://arxiv.org/abs/1506.02626)"
 
     def fit(self, net, data, options, ctx):
-        start = time.perf_counter()
         history, report = fit_plain_network(net, data, ctx, held_out=options.held_out)
-        return MagnitudeFitted(net, history=history, seconds=time.perf_counter() - start, report=report, task=data.task)
+        return MagnitudeFitted(net, history=history, report=report, task=data.task, ctx=ctx)
 
     fits_together = True
 
     def fit_together(self, nets, datasets, options, contexts):
-        start = time.perf_counter()
         histories = train_plain_together(contexts, "plain", nets, datasets, held_out=options.held_out)
-        seconds = (time.perf_counter() - start) / len(nets)
         return [
             MagnitudeFitted(
                 net,
                 history=history,
-                seconds=seconds,
                 report={f"baseline_{metric_name(data.task)}": network_test_metric(net, data)},
                 task=data.task,
+                ctx=ctx,
             )
-            for net, history, data in zip(nets, histories, datasets)
+            for net, history, data, ctx in zip(nets, histories, datasets, contexts)
         ]
 
     def restore(self, net, data, options, ctx, state):
         net.load_state_dict(state["net"])
-        return MagnitudeFitted(net, task=data.task)
+        return MagnitudeFitted(net, task=data.task, ctx=ctx)

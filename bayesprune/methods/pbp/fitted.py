@@ -21,11 +21,11 @@ class PBPFitted(GuideFitted):
         bound_digest,
         alpha: float,
         history=None,
-        seconds=0.0,
         report=None,
         predictive_samples: int = 20,
+        ctx=None,
     ):
-        super().__init__(model, guide, history=history, seconds=seconds, predictive_samples=predictive_samples)
+        super().__init__(model, guide, history=history, predictive_samples=predictive_samples, ctx=ctx)
         # S \ S_P, the rows the prior never saw: the certificate is valid on these rows only, so they are
         # kept with the fit (indices in the training split as loaded, and their examples' digest), never
         # rebuilt from an editable config; None for a checkpoint written before they were recorded.

@@ -1,7 +1,6 @@
 """PAC-Bayes pruning's :class:`~bayesprune.methods.base.Method`: its three stages and its certificate (paper 000, section 6)."""
 
 import math
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -111,7 +110,6 @@ class PBPMethod(Method):
         x_prior, y_prior = rows_at(data.x_train, prior_rows).to(device), data.y_train[prior_rows].to(device)
         x_bound, y_bound = rows_at(data.x_train, bound_rows).to(device), data.y_train[bound_rows].to(device)
         prior_batches = ctx.batches(x_prior, y_prior)
-        start = time.perf_counter()
         loss = mean_loss(data.task)
         scores = self._start_scores(net, data, options, ctx, prior_rows, prior_batches, loss)
         keep = block_isotropic(scores, options.sparsity, options.epsilon)
@@ -147,27 +145,23 @@ class PBPMethod(Method):
             objective=PACBayesBound(n=len(bound_rows), delta=delta_theorem),
             epochs=ctx.epochs,
         )
-        seconds = time.perf_counter() - start
         loaded = data.extras.get("train_rows", torch.arange(data.num_train))  # rows of the training split as loaded
-        fitted = PBPFitted(
-            model,
-            guide,
-            priors,
-            bound_rows=loaded[bound_rows].clone(),
-            alpha=options.alpha,
-            history=history,
-            bound_digest=examples_digest(x_bound, y_bound),
-            seconds=seconds,
-        )
-        fitted.report = {
-            **self.certificate(fitted, data, options),
+        fit = {
+            "bound_rows": loaded[bound_rows].clone(),
+            "alpha": options.alpha,
+            "history": history,
+            "bound_digest": examples_digest(x_bound, y_bound),
+            "ctx": ctx,
+        }
+        report = {
+            **self.certificate(PBPFitted(model, guide, priors, **fit), data, options),
             "prior_test_error": 100 * float(prior_test.mean()),
             "prior_mc_samples": options.prior_samples,
             "prior_expected_sparsity": prior_guide.masks.expected_sparsity(),
             **histograms,
             "keep_probability_histogram_posterior": guide.masks.histogram(),
         }
-        return fitted
+        return PBPFitted(model, guide, priors, report=report, **fit)
 
     @staticmethod
     def _start_scores(net, data, options, ctx, prior_rows, prior_batches, loss) -> dict:
@@ -338,4 +332,4 @@ class PBPMethod(Method):
         load_module_state(guide, state["guide"])
         if "model" in state:  # the point estimates and batch norm's statistics (checkpoints before them had none)
             load_module_state(model, state["model"])
-        return PBPFitted(model, guide, priors, bound_rows=rows, bound_digest=digest, alpha=alpha)
+        return PBPFitted(model, guide, priors, bound_rows=rows, bound_digest=digest, alpha=alpha, ctx=ctx)

@@ -1,6 +1,6 @@
 """``[pbp]``: the options of PAC-Bayes pruning and the values they may take."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bayesprune.core.criteria import CRITERIA
 from bayesprune.core.gates import PARAMETERIZATIONS
@@ -18,6 +18,7 @@ from bayesprune.core.validation import (
     validate,
 )
 from bayesprune.methods.pbp.start import is_start_method, start_method
+from bayesprune.methods.stages import Stage, Staged, stages_of
 
 #: Ways of drawing networks from Q to estimate its Gibbs risk (:func:`gibbs_errors`).
 SAMPLING = ("networks", "examples")
@@ -28,7 +29,7 @@ MAX_PER_EXAMPLE_DRAWS = 100
 
 
 @dataclass(frozen=True)
-class PBPOptions:
+class PBPOptions(Staged):
     """``[pbp]``: the split, prior, posterior and certificate of PAC-Bayes pruning (paper 000, appendix D.2).
 
     Stage 3 runs ``train.epochs`` epochs; every stage uses ``[optim]`` and ``data.batch_size``.
@@ -109,6 +110,24 @@ class PBPOptions:
             example={"sampling": "examples", "mc_samples": MAX_PER_EXAMPLE_DRAWS + 1},
         ),
     )
+
+    def fit_stages(self, epochs):
+        """Stage 1 (the network on S_P for ``prior_epochs``, or the stages of the method ``start_mask``
+        names, its main stage ``prior_epochs`` long and its other stages as its own options set them),
+        stage 2 (the prior's masks) and stage 3 (the posterior, ``train.epochs``)."""
+        if is_start_method(self.start_mask):
+            method, own, _ = start_method(self)
+            first = tuple(
+                replace(stage, option="prior_epochs" if stage.option is None else f"start_options.{stage.option}")
+                for stage in stages_of(own, self.prior_epochs)
+            )
+        else:
+            first = (Stage("stage 1", "the network on S_P", self.prior_epochs, "prior_epochs"),)
+        return (
+            *first,
+            Stage("stage 2", "the prior's keep-probabilities on S_P", self.prior_mask_epochs, "prior_mask_epochs"),
+            Stage("stage 3", "the posterior Q by the PAC-Bayes bound on S \\ S_P", epochs),
+        )
 
     def __post_init__(self):
         validate(self, "pbp")

@@ -2,7 +2,6 @@
 fine-tuned by PFT."""
 
 import copy
-import time
 from pathlib import Path
 
 import torch
@@ -44,19 +43,12 @@ class PFTMethod(Method):
             }
         return dict(self.unsupported)
 
-    def one_network(self, table):
-        """Its first start mask only, without the equal-budget one-shot baseline (the one-shot mask's own
-        fine-tuning still runs beside it, and the row's ``train_epochs`` counts it)."""
-        masks = list(table.get("start_masks", PFTOptions.start_masks))
-        return {**table, "start_masks": masks[:1], "equal_budget_baseline": False}
-
     def fit(self, net, data, options, ctx):
         torch.manual_seed(ctx.seed)
         generator = torch.Generator().manual_seed(ctx.seed)
         net = net.to(ctx.device)
         loss = mean_loss(data.task)
         batches = ctx.batches(data.x_train, data.y_train)
-        start = time.perf_counter()
         history = History()
         if options.pretrain_epochs and not (options.at_initialization or options.masks_only):
             history = ctx.train_network(
@@ -77,7 +69,6 @@ class PFTMethod(Method):
                         history.step_losses + pair.history.step_losses, history.epoch_losses + pair.history.epoch_losses
                     )
         tuned, ranks, masks = first.net, first.ranks, first.masks
-        seconds = time.perf_counter() - start
         report = {"grid": grid, **{key: [row[key] for row in results] for key in results[0]}}
         report["keep_probability_histogram"] = masks.histogram()
         report["perturbation_scales"] = list(options.perturbation_scales)
@@ -90,7 +81,7 @@ class PFTMethod(Method):
         report["perturbation_increase_dense"] = perturbation_increase(net, data, **noise)
         report["perturbation_increase_pft"] = perturbation_increase(tuned, data, **noise)
         return PFTFitted(
-            tuned, ranks, keep=masks.probabilities(), history=history, seconds=seconds, report=report, task=data.task
+            tuned, ranks, keep=masks.probabilities(), history=history, report=report, task=data.task, ctx=ctx
         )
 
     @staticmethod
@@ -99,7 +90,7 @@ class PFTMethod(Method):
         loss = mean_loss(data.task)
         label = f"{criterion} {sparsity:g}"
         finetune_epochs = 0 if options.masks_only else options.finetune_epochs
-        start_mask = prune(scores, Budget(fraction=sparsity))
+        start_mask = prune(scores, Budget(sparsity=sparsity))
         osp = copy.deepcopy(net)
         ctx.train_network(
             f"one-shot fine-tune {label}", osp, batches, epochs=finetune_epochs, loss=loss, mask=start_mask
@@ -131,7 +122,7 @@ class PFTMethod(Method):
         )
         params = dict(tuned.named_parameters())
         ranks = masks.ranks({site: params[site].abs() for site in masks.sites})
-        end_mask = prune(ranks, Budget(fraction=sparsity))
+        end_mask = prune(ranks, Budget(sparsity=sparsity))
         finetune_history = ctx.train_network(
             f"fine-tune {label}", tuned, batches, epochs=finetune_epochs, loss=loss, mask=end_mask
         )
@@ -150,7 +141,7 @@ class PFTMethod(Method):
         return Pair(numbers, tuned, masks, ranks, history)
 
     def restore(self, net, data, options, ctx, state):
-        return PFTFitted.restore(net, state, task=data.task)
+        return PFTFitted.restore(net, state, task=data.task, ctx=ctx)
 
     def inference_data(self, fits, data, *, seed):
         """λ of the first (start mask, sparsity) pair: q(b) = Bernoulli(λ) of every weight."""

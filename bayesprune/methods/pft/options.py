@@ -1,6 +1,6 @@
 """``[pft]``: the options of probabilistic fine-tuning and the values they may take."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bayesprune.core.criteria import CRITERIA
 from bayesprune.core.gates import INITS, PARAMETERIZATIONS
@@ -16,10 +16,11 @@ from bayesprune.core.validation import (
     unit,
     validate,
 )
+from bayesprune.methods.stages import Stage, Staged
 
 
 @dataclass(frozen=True)
-class PFTOptions:
+class PFTOptions(Staged):
     """``[pft]``: start masks, sparsities and the stages of PFT (paper 000, appendix D.3).
 
     The mask stage runs ``train.epochs`` epochs; every stage uses ``[optim]`` (SGD with momentum 0.9 at
@@ -74,6 +75,29 @@ class PFTOptions:
             example={"init": "block", "sparsities": [0.99], "epsilon": 0.5},
         ),
     )
+
+    def fit_stages(self, epochs):
+        """Stage 1 (the dense network; none at initialisation or for masks only), then for every start
+        mask and sparsity: the one-shot mask's fine-tuning (and, with ``equal_budget_baseline``, its
+        further ``train.epochs``), the masks' stage (``train.epochs``) and PFT's fine-tuning."""
+        dense = not (self.at_initialization or self.masks_only)
+        finetune = 0 if self.masks_only else self.finetune_epochs
+        return (
+            Stage("pretrain", "the dense network", self.pretrain_epochs if dense else 0, "pretrain_epochs"),
+            Stage("one-shot fine-tune", "the one-shot mask's network, mask fixed", finetune, "finetune_epochs"),
+            Stage(
+                "one-shot equal budget",
+                "the one-shot mask's network as long again as PFT's masks",
+                epochs if self.equal_budget_baseline and not self.masks_only else 0,
+            ),
+            Stage("masks", "the keep-probabilities λ (and the weights unless masks only)", epochs),
+            Stage("fine-tune", "PFT's sparse network, its mask fixed", finetune, "finetune_epochs"),
+        )
+
+    def one_network(self):
+        """Its first start mask only, without the equal-budget one-shot baseline (the one-shot mask's own
+        fine-tuning still runs beside it, and the row's ``train_epochs`` counts it)."""
+        return replace(self, start_masks=self.start_masks[:1], equal_budget_baseline=False)
 
     def __post_init__(self):
         validate(self, "pft")

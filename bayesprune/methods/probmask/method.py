@@ -1,8 +1,6 @@
 """ProbMask's :class:`~bayesprune.methods.base.Method`."""
 
 import copy
-import math
-import time
 from pathlib import Path
 
 import torch
@@ -11,9 +9,11 @@ from bayesprune.core.criteria import saliency
 from bayesprune.core.pruning import Budget, lexicographic_ranks, prune
 from bayesprune.core.sites import UNREAD_BY_MASKED_TRAINING
 from bayesprune.core.tasks import masked_copy, mean_loss, network_test_metric
+from bayesprune.core.validation import one_of
 from bayesprune.methods import Method, register_method
+from bayesprune.methods.metrics import FRACTION, NONNEGATIVE, numbers, table_of
 from bayesprune.methods.probmask.fitted import ProbMaskFitted
-from bayesprune.methods.probmask.options import ProbMaskOptions
+from bayesprune.methods.probmask.options import SCOPES, ProbMaskOptions
 from bayesprune.methods.probmask.training import ProbMaskTraining, best_draw, layer_report
 
 #: Training examples the final mask draws are compared on.
@@ -28,6 +28,15 @@ class ProbMaskMethod(Method):
     Options = ProbMaskOptions
     sparsity_option = "sparsity"
     quick = ("probmask.t1=1", "probmask.t2=2", "probmask.finetune_epochs=2")
+    metrics_keys = {
+        "test_error_before_finetune": NONNEGATIVE,
+        "sparsity": FRACTION,
+        "scope": one_of(SCOPES),
+        "remaining_ratio_per_layer": table_of(FRACTION, "fractions of a layer's weights kept"),
+        "share_s_near_binary": FRACTION,
+        "s_histogram": numbers(NONNEGATIVE, "counts of weights"),
+        "magnitude_test_error": NONNEGATIVE,
+    }
     summary = "masks in probability space under one global sparsity budget"
     paper = (
         "Zhou, Zhang, Xu, Zhang (2021), "
@@ -41,16 +50,6 @@ class ProbMaskMethod(Method):
         **UNREAD_BY_MASKED_TRAINING,
     }
 
-    def one_network(self, table):
-        """Without its magnitude baseline (a comparison has its own)."""
-        return {**table, "baseline": False}
-
-    def main_stage_scaled(self, table, factor):
-        """t1 and t2, the epochs between which k falls (eq. 7), at the same fractions of the shorter (or
-        longer) stage: t1 rounded down, t2 rounded and after t1."""
-        t1 = math.floor(table.get("t1", ProbMaskOptions.t1) * factor)
-        return {**table, "t1": t1, "t2": max(t1 + 1, round(table.get("t2", ProbMaskOptions.t2) * factor))}
-
     def fit(self, net, data, options, ctx):
         torch.manual_seed(ctx.seed)
         generator = torch.Generator(device=ctx.device).manual_seed(ctx.seed)
@@ -58,7 +57,6 @@ class ProbMaskMethod(Method):
         loss = mean_loss(data.task)
         batches = ctx.batches(data.x_train, data.y_train)
         dense = copy.deepcopy(net)
-        start = time.perf_counter()
         training = ProbMaskTraining(net, options, ctx.optim, epochs=ctx.epochs, loss=loss)
         history = ctx.train(
             "masks",
@@ -81,7 +79,6 @@ class ProbMaskMethod(Method):
         report = {"test_error_before_finetune": network_test_metric(masked_copy(net, mask), data)}
         finetune_epochs = 0 if options.supermask else options.finetune_epochs
         ctx.train_network("fine-tune", net, batches, epochs=finetune_epochs, loss=loss, mask=mask)
-        seconds = time.perf_counter() - start
         removed = sum(int((~m).sum()) for m in mask.values())
         report.update(
             sparsity=removed / sum(m.numel() for m in mask.values()),
@@ -92,10 +89,10 @@ class ProbMaskMethod(Method):
             report["magnitude_test_error"] = _magnitude_baseline(dense, options, batches, data, loss, ctx)
         keep = training.masks.probabilities()
         ranks = lexicographic_ranks({site: m.double() for site, m in mask.items()}, keep)
-        return ProbMaskFitted(net, ranks, keep=keep, history=history, seconds=seconds, report=report, task=data.task)
+        return ProbMaskFitted(net, ranks, keep=keep, history=history, report=report, task=data.task, ctx=ctx)
 
     def restore(self, net, data, options, ctx, state):
-        return ProbMaskFitted.restore(net, state, task=data.task)
+        return ProbMaskFitted.restore(net, state, task=data.task, ctx=ctx)
 
     def inference_data(self, fits, data, *, seed):
         """s after training: q(m) = Bernoulli(s) of every weight (paper 002, eq. 6)."""
@@ -125,7 +122,7 @@ def _magnitude_baseline(dense, options, batches, data, loss, ctx) -> float:
     """Global magnitude pruning at ``options.sparsity`` of the network trained densely for ``train.epochs``,
     then fine-tuned for ``finetune_epochs``: ProbMask's total epochs."""
     ctx.train_network("magnitude baseline: dense", dense, batches, epochs=ctx.epochs, loss=loss)
-    mask = prune(saliency("magnitude", dense), Budget(fraction=options.sparsity))
+    mask = prune(saliency("magnitude", dense), Budget(sparsity=options.sparsity))
     ctx.train_network(
         "magnitude baseline: fine-tune", dense, batches, epochs=options.finetune_epochs, loss=loss, mask=mask
     )

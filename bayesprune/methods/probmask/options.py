@@ -1,14 +1,16 @@
 """``[probmask]``: the options of ProbMask and the values they may take."""
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from bayesprune.core.validation import FLAG, MAX_COUNT, Rule, count, one_of, option, scale, unit, validate
+from bayesprune.methods.stages import Stage, Staged
 
 SCOPES = ("global", "layer")
 
 
 @dataclass(frozen=True)
-class ProbMaskOptions:
+class ProbMaskOptions(Staged):
     """``[probmask]``: budget, schedules and the final mask (paper 002, Algorithm 1, Table 4).
 
     Training runs ``train.epochs`` = T epochs.
@@ -46,6 +48,34 @@ class ProbMaskOptions:
             example={"t1": 10, "t2": 10},
         ),
     )
+
+    def fit_stages(self, epochs):
+        """The masks' stage (``train.epochs``), the fine-tuning of the sparse network (none for a
+        supermask) and, with ``baseline``, the magnitude baseline's dense training and fine-tuning."""
+        finetune = 0 if self.supermask else self.finetune_epochs
+        own = (
+            Stage("masks", "the weights and the masks' probabilities s under the budget (Algorithm 1)", epochs),
+            Stage("fine-tune", "the sparse network, its mask fixed", finetune, "finetune_epochs"),
+        )
+        if not self.baseline or self.supermask:
+            return own
+        return (
+            *own,
+            Stage("magnitude baseline: dense", "the dense network of the magnitude baseline", epochs),
+            Stage(
+                "magnitude baseline: fine-tune", "the magnitude baseline's sparse network", finetune, "finetune_epochs"
+            ),
+        )
+
+    def one_network(self):
+        """Without its magnitude baseline (a comparison has its own)."""
+        return replace(self, baseline=False)
+
+    def with_epochs(self, epochs, factor):
+        """t1 and t2, the epochs between which k falls (eq. 7), at the same fractions of the shorter (or
+        longer) main stage: t1 rounded down, t2 rounded and after t1."""
+        t1 = math.floor(self.t1 * factor)
+        return replace(self, **epochs, t1=t1, t2=max(t1 + 1, round(self.t2 * factor)))
 
     def __post_init__(self):
         validate(self, "probmask")

@@ -4,7 +4,6 @@ best point and its fine-tuning."""
 import copy
 import hashlib
 import math
-import time
 from pathlib import Path
 
 import torch
@@ -12,7 +11,9 @@ import torch
 from bayesprune.core.loop import History
 from bayesprune.core.sites import UNREAD_BY_MASKED_TRAINING
 from bayesprune.core.tasks import mean_loss, network_test_metric
+from bayesprune.core.validation import Constraint, interval, is_count, is_number, optional
 from bayesprune.methods import Method, register_method
+from bayesprune.methods.metrics import COUNT, NONNEGATIVE, SOME_NUMBERS, numbers, same_length, table_of
 from bayesprune.methods.saliency.fitted import SaliencyFitted
 from bayesprune.methods.saliency.grid import grid_points, spearman_or_none
 from bayesprune.methods.saliency.options import SaliencyOptions
@@ -31,6 +32,30 @@ def _order_key(value: float):
     return (0, value) if math.isfinite(value) else (1, 0.0)
 
 
+#: The keys of ``metrics.json`` holding one value per grid point (:func:`_report`).
+_PER_POINT = ("delta_loss", "error_after_pruning", "error_after_finetune", "gap_before_finetune", "gap_after_finetune")
+#: A grid point of ``metrics.json``: ``[criterion, stages π, penalty λ]``.
+GRID_POINT = Constraint(
+    lambda v: (
+        isinstance(v, list) and len(v) == 3 and isinstance(v[0], str) and is_count(v[1]) and NONNEGATIVE.accepts(v[2])
+    ),
+    "be a [criterion, stages, penalty] list",
+)
+#: A criterion's best point in ``metrics.json`` (``best``): its π, λ, ΔL, gaps and ρ.
+BEST_POINT = Constraint(
+    lambda v: (
+        isinstance(v, dict)
+        and is_count(v.get("stages"))
+        and NONNEGATIVE.accepts(v.get("penalty"))
+        and all(
+            k in v and (v[k] is None or is_number(v[k]))
+            for k in ("delta_loss", "gap_before_finetune", "gap_after_finetune", "rho")
+        )
+    ),
+    "be a table of stages, penalty, delta_loss, gaps and rho",
+)
+
+
 @register_method
 class SaliencyMethod(Method):
     """Multi-stage pruning with loss-model criteria and a step-size penalty, then fine-tuning (paper 001)."""
@@ -39,6 +64,15 @@ class SaliencyMethod(Method):
     Options = SaliencyOptions
     sparsity_option = "sparsity"
     quick = ("saliency.finetune_epochs=2", "saliency.stages=[1, 3]")
+    metrics_keys = {
+        "grid": numbers(GRID_POINT, "[criterion, stages, penalty] points"),
+        **dict.fromkeys(_PER_POINT, SOME_NUMBERS),
+        "error_before_pruning": NONNEGATIVE,
+        "best": table_of(BEST_POINT, "each criterion's best point"),
+        "spearman_rho": optional(interval(-1, 1)),
+        "finetuned_points": COUNT,
+    }
+    metrics_rules = tuple(same_length(key, "grid") for key in _PER_POINT)
     summary = "one-shot and multi-stage criteria MP, OBD, LM, QM, SNIP with a step-size penalty"
     paper = (
         "Laurent, Ballas, George, Ballas, Vincent (2020), "
@@ -46,18 +80,11 @@ class SaliencyMethod(Method):
     )
     unsupported = dict(UNREAD_BY_MASKED_TRAINING)
 
-    def one_network(self, table):
-        """The grid of the network its row reports: the first criterion at the most stages, its best
-        penalty alone fine-tuned (``finetune = "best"``)."""
-        criteria, stages = table.get("criteria", SaliencyOptions.criteria), table.get("stages", SaliencyOptions.stages)
-        return {**table, "criteria": list(criteria)[:1], "stages": [max(stages)], "finetune": "best"}
-
     def fit(self, net, data, options, ctx):
         torch.manual_seed(ctx.seed)
         net = net.to(ctx.device)
         loss = mean_loss(data.task)
         x_train, y_train = data.x_train.to(ctx.device), data.y_train.to(ctx.device)
-        start = time.perf_counter()
         history = ctx.train_network(
             "dense", net, ctx.batches(x_train, y_train), epochs=ctx.epochs, loss=loss, validate=True
         )
@@ -106,7 +133,6 @@ class SaliencyMethod(Method):
         history = History(
             history.step_losses + finetune_history.step_losses, history.epoch_losses + finetune_history.epoch_losses
         )
-        seconds = time.perf_counter() - start
         report = _report(points, best, error_before, options)
         net.train()
         return SaliencyFitted(
@@ -116,13 +142,13 @@ class SaliencyMethod(Method):
             points=points,
             loss_rows=loss_rows.cpu(),
             history=history,
-            seconds=seconds,
             report=report,
             task=data.task,
+            ctx=ctx,
         )
 
     def restore(self, net, data, options, ctx, state):
-        return SaliencyFitted.restore(net, state, task=data.task)
+        return SaliencyFitted.restore(net, state, task=data.task, ctx=ctx)
 
     def report_sections(self, run_dir, metrics):
         """The best point per criterion (Tables 1-3), ΔL against λ for each π (Fig. 1) and the error gap

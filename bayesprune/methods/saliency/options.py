@@ -1,16 +1,17 @@
 """``[saliency]``: the options of one-shot and multi-stage saliency pruning and the values they may take."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bayesprune.core.criteria import CRITERIA
 from bayesprune.core.validation import MAX_COUNT, Constraint, count, list_of, one_of, option, scale, unit, validate
 from bayesprune.methods.saliency.schedules import SPARSITY_SCHEDULES
+from bayesprune.methods.stages import Stage, Staged
 
 FINETUNE_MODES = ("best", "all")
 
 
 @dataclass(frozen=True)
-class SaliencyOptions:
+class SaliencyOptions(Staged):
     """``[saliency]``: the grid of criteria, stages and penalties, and the training around it (paper 001,
     appendix B: MLP on MNIST).
 
@@ -56,6 +57,19 @@ class SaliencyOptions:
     loss_examples: int = option(10_000, count())
     finetune_epochs: int = option(400, count(0))
     finetune: str = option("best", one_of(FINETUNE_MODES))
+
+    def fit_stages(self, epochs):
+        """The dense network (``train.epochs``), then the fine-tuning of each pruned network it keeps
+        (mask fixed; the pruning stages between train nothing)."""
+        return (
+            Stage("dense", "the dense network", epochs),
+            Stage("fine-tune", "each kept pruned network, its mask fixed", self.finetune_epochs, "finetune_epochs"),
+        )
+
+    def one_network(self):
+        """The grid of the network its row reports: the first criterion at the most stages, its best
+        penalty alone fine-tuned (``finetune = "best"``)."""
+        return replace(self, criteria=self.criteria[:1], stages=(max(self.stages),), finetune="best")
 
     def __post_init__(self):
         validate(self, "saliency")

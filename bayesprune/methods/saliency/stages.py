@@ -75,7 +75,7 @@ def _stages(masked, criterion, sparsities, x, y, examples_per_stage, options):
         rows = torch.randperm(len(x), generator=options["generator"])[:examples_per_stage].to(x.device)
         scores = saliency(criterion, masked, x=x[rows], y=y[rows], **options)
         masks = prune(
-            {site: score.masked_fill(~masks[site], -math.inf) for site, score in scores.items()}, Budget(fraction=kappa)
+            {site: score.masked_fill(~masks[site], -math.inf) for site, score in scores.items()}, Budget(sparsity=kappa)
         )
         with torch.no_grad():
             for site, mask in masks.items():

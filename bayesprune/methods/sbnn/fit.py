@@ -1,7 +1,6 @@
 """The spike-and-slab posterior fitted by SVI from one or several starts, and the start kept."""
 
 import copy
-import time
 
 import pyro
 import torch
@@ -67,28 +66,31 @@ def fit_posterior(
         sites=ctx.sites(net),
     ).to(device)
     guide = guide_class(model, init_scale=options.init_scale).to(device)
-    fitted = SBNNFitted(model, guide, predictive_samples=options.predictive_samples)
-    fitted.score = options.score
     objective = OBJECTIVES[options.objective](
         num_particles=options.num_particles,
         local_reparameterization=options.local_reparameterization,
     )
     optim = build_optim(ctx.optim, epochs=ctx.epochs)
     step = svi_step(model, guide, objective=objective, optim=optim, penalty=PENALTIES[options.penalty]())
-    start = time.perf_counter()
     with pyro.validation_enabled(False):  # argument checks cost ~10x per step; the config was validated
-        fitted.history = ctx.train(
+        history = ctx.train(
             stage,
             step,
             ctx.batches(data.x_train, data.y_train),
             epochs=ctx.epochs,
             state={"model": model, "guide": guide, "optimizer": optim},
             scheduler=optim if isinstance(optim, PyroLRScheduler) else None,
-            validate=fitted.predict,
+            validate=SBNNFitted(model, guide).predict,
         )
-    fitted.seconds = time.perf_counter() - start
-    fitted.best_epoch = ctx.best_epoch
-    return fitted
+    return SBNNFitted(
+        model,
+        guide,
+        score=options.score,
+        best_epoch=ctx.best_epoch,
+        history=history,
+        predictive_samples=options.predictive_samples,
+        ctx=ctx,
+    )
 
 
 def fit_starts(net, data, options: SBNNOptions, ctx) -> list:
@@ -135,9 +137,17 @@ def keep_start(fits: list, data, options: SBNNOptions, ctx) -> SBNNFitted:
         scores = [metric(ctx.task, fitted.predict(x.to(ctx.device)).cpu(), y) for fitted in fits]
         best = min(range(len(fits)), key=scores.__getitem__)
     kept = fits[best]
-    kept.starts = [
-        {"start": factor, options.keep: score, "kept": index == best}
-        for index, (factor, score) in enumerate(zip(options.starts, scores))
-    ]
     ctx.best_epoch = kept.best_epoch
-    return kept
+    return SBNNFitted(
+        kept.model,
+        kept.guide,
+        score=kept.score,
+        starts=[
+            {"start": factor, options.keep: score, "kept": index == best}
+            for index, (factor, score) in enumerate(zip(options.starts, scores))
+        ],
+        best_epoch=kept.best_epoch,
+        history=kept.history,
+        predictive_samples=kept.predictive_samples,
+        ctx=ctx,
+    )

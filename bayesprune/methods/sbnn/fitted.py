@@ -18,7 +18,13 @@ class SBNNFitted(GuideFitted):
     """
 
     method = "sbnn"
-    score = "inclusion"
+
+    def __init__(self, model, guide, *, score: str = "inclusion", starts=None, best_epoch=None, **kwargs):
+        """``score``: ``sbnn.score``; ``starts``: ``[{"start", <keep rule>, "kept"}]``, one per start of a fit
+        of several (``sbnn.starts``), else ``None``; ``best_epoch``: the epoch early stopping kept (1-based)
+        or ``None``; ``kwargs``: :class:`~bayesprune.methods.base.GuideFitted`'s."""
+        super().__init__(model, guide, **kwargs)
+        self.score, self.starts, self.best_epoch = score, starts, best_epoch
 
     @property
     def score_name(self) -> str:
@@ -30,9 +36,6 @@ class SBNNFitted(GuideFitted):
 
     def inclusion_probabilities(self) -> dict:
         return self.guide.inclusion_probabilities()
-
-    #: ``[{"start", <keep rule>, "kept"}]``, one per start of a fit of several (``sbnn.starts``); else ``None``.
-    starts = None
 
     def metrics(self) -> dict:
         probs = torch.cat([p.flatten() for p in self.inclusion_probabilities().values()])

@@ -16,9 +16,11 @@ from bayesprune.core.validation import require
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.methods import register_method
 from bayesprune.methods.base import Method
+from bayesprune.methods.context import fit_one_after_another
 from bayesprune.methods.sbnn.fit import build_model, fit_posterior, fit_starts, keep_start, site_prior
 from bayesprune.methods.sbnn.fitted import SBNNFitted
 from bayesprune.methods.sbnn.options import SBNNOptions
+from bayesprune.methods.sbnn.together import fit_together
 
 
 @register_method
@@ -87,14 +89,20 @@ class SBNN(Method):
         )
         return keep_start(fit_starts(net, data, options, ctx), data, options, ctx)
 
+    fits_together = True
+
+    def fit_together(self, nets, datasets, options, contexts):
+        """:meth:`fit` of several seeds' fits trained as one stack (:func:`.together.fit_together`), or one
+        after another where the stack does not hold them (several starts, a learned noise scale)."""
+        fits = fit_together(nets, datasets, options, contexts)
+        return fits if fits is not None else fit_one_after_another(self, nets, datasets, options, contexts)
+
     def restore(self, net, data, options, ctx, state):
         model = build_model(net, data, site_prior(net, options, ctx), noise_scale=ctx.noise_scale, sites=ctx.sites(net))
         guide = SpikeSlabGuide(model, init_scale=options.init_scale)
         load_module_state(model, state["model"])
         load_module_state(guide, state["guide"])
-        fitted = SBNNFitted(model, guide, predictive_samples=options.predictive_samples)
-        fitted.score = options.score
-        return fitted
+        return SBNNFitted(model, guide, score=options.score, predictive_samples=options.predictive_samples, ctx=ctx)
 
     def report_sections(self, run_dir, metrics):
         """The prior of every site: ``[sbnn]``'s, or that of the ``[[model.priors]]`` table that claims it."""

@@ -18,6 +18,7 @@ from bayesprune.core.validation import (
     unit,
     validate,
 )
+from bayesprune.methods.stages import Stage, Staged
 from bayesprune.models.priors import SpikeSlabPrior
 
 #: The most starts one fit makes (``sbnn.starts``): each is a whole fit.
@@ -33,7 +34,7 @@ SCORES = ("inclusion", "path")
 
 
 @dataclass(frozen=True)
-class SBNNOptions:
+class SBNNOptions(Staged):
     """``[sbnn]``: prior, guide and objective of the sBNN.
 
     The defaults below are a config's on packaged or image data; a CSV config takes the packaged
@@ -96,6 +97,10 @@ class SBNNOptions:
             example={"log_tau0": 1.0, "log_tau1": 0.0},
         ),
     )
+
+    def fit_stages(self, epochs):
+        """One variational stage (``train.epochs``) per start (``"svi"``, then ``"svi from start x<factor>"``)."""
+        return (Stage("svi", "the spike-and-slab posterior q(W) by the ELBO (eq. 3.6)", epochs),)
 
     def __post_init__(self):
         validate(self, "sbnn")

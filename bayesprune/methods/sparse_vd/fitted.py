@@ -26,10 +26,10 @@ class SparseVDFitted(Fitted):
         *,
         threshold: float = LOG_ALPHA_THRESHOLD,
         history=None,
-        seconds: float = 0.0,
         predictive_samples: int = 0,
+        ctx=None,
     ):
-        super().__init__(model.net, history=history, seconds=seconds, predictive_samples=predictive_samples)
+        super().__init__(model.net, history=history, predictive_samples=predictive_samples, ctx=ctx)
         self.model, self.guide, self.threshold = model, guide, threshold
 
     def scores(self) -> dict:

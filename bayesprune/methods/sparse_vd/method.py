@@ -1,7 +1,5 @@
 """Sparse Variational Dropout's :class:`~bayesprune.methods.base.Method`."""
 
-import time
-
 import pyro
 import pyro.optim
 from pyro.optim import PyroLRScheduler
@@ -12,6 +10,8 @@ from bayesprune.core.loop import svi_step
 from bayesprune.core.tasks import mean_loss
 from bayesprune.methods import register_method
 from bayesprune.methods.base import Method
+from bayesprune.methods.context import fit_one_after_another
+from bayesprune.methods.metrics import FRACTION, NONNEGATIVE, NUMBER, table_of
 from bayesprune.methods.sparse_vd.fit import build_model, build_optimizer
 from bayesprune.methods.sparse_vd.fitted import SparseVDFitted
 from bayesprune.methods.sparse_vd.model import (
@@ -21,6 +21,7 @@ from bayesprune.methods.sparse_vd.model import (
     weight_sites,
 )
 from bayesprune.methods.sparse_vd.options import SparseVDOptions
+from bayesprune.methods.sparse_vd.together import fit_together
 
 
 @register_method
@@ -30,6 +31,12 @@ class SparseVD(Method):
     name = "sparse-vd"
     Options = SparseVDOptions
     quick = ("sparse-vd.kl_anneal_start=0", "sparse-vd.kl_anneal_end=1")
+    metrics_keys = {
+        "log_alpha_threshold": NUMBER,
+        "fraction_removed_by_threshold": FRACTION,
+        "compression_by_threshold": NONNEGATIVE,
+        "layer_fraction_removed": table_of(FRACTION, "fractions of a layer's weights removed"),
+    }
     summary = "Sparse Variational Dropout: a dropout rate per weight under a log-uniform prior; weights with log α > 3 removed"
     paper = (
         "Molchanov, Ashukha, Vetrov (2017), "
@@ -62,20 +69,16 @@ class SparseVD(Method):
         device = ctx.device
         net = net.to(device)
         batches = ctx.batches(data.x_train, data.y_train)
-        start = time.perf_counter()
         if options.pretrain_epochs:
             ctx.train_network("pretrain", net, batches, epochs=options.pretrain_epochs, loss=mean_loss(data.task))
         model = build_model(net, data, noise_scale=ctx.noise_scale).to(device)
         guide = SparseVDGuide(model, init_log_sigma2=options.init_log_sigma2).to(device)
-        fitted = SparseVDFitted(
-            model, guide, threshold=options.threshold, predictive_samples=options.predictive_samples
-        )
         annealing = KLAnnealing(start=options.kl_anneal_start, end=options.kl_anneal_end)
         objective = SparseVDELBO(annealing=annealing, train_clip=options.train_clip, threshold=options.threshold)
         optim = build_optimizer(options, ctx.optim, epochs=ctx.epochs)
         step = svi_step(model, guide, objective=objective, optim=optim)
         with pyro.validation_enabled(False):  # argument checks cost much per step; the options were validated
-            fitted.history = ctx.train(
+            history = ctx.train(
                 "svi",
                 step,
                 batches,
@@ -83,17 +86,33 @@ class SparseVD(Method):
                 state={"model": model, "guide": guide, "optimizer": optim},
                 scheduler=optim if isinstance(optim, PyroLRScheduler) else None,
                 callbacks=[annealing],
-                validate=fitted.predict,
+                validate=SparseVDFitted(model, guide, threshold=options.threshold).predict,
             )
-        fitted.seconds = time.perf_counter() - start
-        return fitted
+        return SparseVDFitted(
+            model,
+            guide,
+            threshold=options.threshold,
+            history=history,
+            predictive_samples=options.predictive_samples,
+            ctx=ctx,
+        )
+
+    fits_together = True
+
+    def fit_together(self, nets, datasets, options, contexts):
+        """:meth:`fit` of several seeds' fits trained as one stack (:func:`.together.fit_together`), or one
+        after another where the stack does not hold them (networks other than plain MLPs)."""
+        fits = fit_together(nets, datasets, options, contexts)
+        return fits if fits is not None else fit_one_after_another(self, nets, datasets, options, contexts)
 
     def restore(self, net, data, options, ctx, state):
         model = build_model(net, data, noise_scale=ctx.noise_scale)
         guide = SparseVDGuide(model, init_log_sigma2=options.init_log_sigma2)
         load_module_state(model, state["model"])
         load_module_state(guide, state["guide"])
-        return SparseVDFitted(model, guide, threshold=options.threshold, predictive_samples=options.predictive_samples)
+        return SparseVDFitted(
+            model, guide, threshold=options.threshold, predictive_samples=options.predictive_samples, ctx=ctx
+        )
 
     def inference_data(self, fits, data, *, seed):
         """θ, log σ² and log α of the chains and weight draws of q (:func:`.inference_data.to_inference_data`),

@@ -15,10 +15,11 @@ from bayesprune.core.validation import (
     validate,
 )
 from bayesprune.methods.sparse_vd.distributions import LOG_ALPHA_THRESHOLD
+from bayesprune.methods.stages import Stage, Staged
 
 
 @dataclass(frozen=True)
-class SparseVDOptions:
+class SparseVDOptions(Staged):
     """``[sparse-vd]``: the variational family, the objective's schedule and the pruning rule.
 
     Attributes:
@@ -63,6 +64,15 @@ class SparseVDOptions:
             example={"kl_anneal_start": 10, "kl_anneal_end": 5},
         ),
     )
+
+    def fit_stages(self, epochs):
+        """The optional plain pre-training, then the variational stage (``train.epochs``)."""
+        return (
+            Stage(
+                "pretrain", "the deterministic network by maximum likelihood", self.pretrain_epochs, "pretrain_epochs"
+            ),
+            Stage("svi", "θ and log σ² of every weight by the SGVLB (eq. 3)", epochs),
+        )
 
     def __post_init__(self):
         validate(self, "sparse-vd")

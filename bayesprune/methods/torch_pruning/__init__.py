@@ -7,12 +7,11 @@ then Torch-Pruning's ``BasePruner`` removes the fraction ``sparsity`` of the hid
 its magnitude or Taylor importance (Taylor: from the gradient of the mean training loss over every
 training row), from each dependency group alike (``scope = "layer"``) or from the lowest-ranked across
 groups (``"global"``). The network it returns is physically smaller; ``prune.finetune_epochs`` fine-tunes
-it (the run's droprate 0) as the plain network was trained, and its batch-norm statistics are estimated
-again (``prune.recalibrate``). Its scores are the smaller network's |w|, so a further droprate prunes it
+it (the run's sparsity 0) as the plain network was trained, and its batch-norm statistics are estimated
+again (``prune.recalibrate``). Its scores are the smaller network's |w|, so a further sparsity prunes it
 by magnitude at unit level. Its report holds the plain network's test metric as ``plain_<metric>``.
 """
 
-import time
 from dataclasses import dataclass
 
 from bayesprune.core.channels import (
@@ -30,10 +29,11 @@ from bayesprune.core.validation import one_of, option, optional, unit, validate
 from bayesprune.methods import register_method
 from bayesprune.methods.base import Method
 from bayesprune.methods.magnitude import PLAIN_RULE, PlainFitted, fit_plain_network
+from bayesprune.methods.stages import Stage, Staged
 
 
 @dataclass(frozen=True)
-class TorchPruningOptions:
+class TorchPruningOptions(Staged):
     """``[torch-pruning]``: what Torch-Pruning removes from the plain network, and how it ranks it.
 
     Attributes:
@@ -55,6 +55,11 @@ class TorchPruningOptions:
     scope: str = option("layer", one_of(SCOPES))
     held_out: float = option(0.2, unit(open_low=False))
     macs: float | None = option(None, optional(unit(open_high=False)))
+
+    def fit_stages(self, epochs):
+        return (
+            Stage("plain", "the plain network by maximum likelihood (Adam, the runner's plain-network rule)", epochs),
+        )
 
     def __post_init__(self):
         validate(self, "torch-pruning")
@@ -88,7 +93,6 @@ class TorchPruningMethod(Method):
             raise ConfigError(str(error)) from None
 
     def fit(self, net, data, options, ctx):
-        start = time.perf_counter()
         history, plain = fit_plain_network(net, data, ctx, held_out=options.held_out)
         if options.importance == "taylor":
             x, y = data.x_train.to(ctx.device), data.y_train.to(ctx.device)
@@ -102,10 +106,8 @@ class TorchPruningMethod(Method):
             net, macs, ratio = pruned_to_macs(net, shape, options.macs * dense, **pruning)
             report.update(plain_macs=dense, macs=macs, ratio=ratio)
         net.zero_grad(set_to_none=True)
-        return TorchPruningFitted(
-            net.eval(), history=history, seconds=time.perf_counter() - start, report=report, task=data.task
-        )
+        return TorchPruningFitted(net.eval(), history=history, report=report, task=data.task, ctx=ctx)
 
     def restore(self, net, data, options, ctx, state):
         net.load_state_dict(state["net"])
-        return TorchPruningFitted(net, task=data.task)
+        return TorchPruningFitted(net, task=data.task, ctx=ctx)

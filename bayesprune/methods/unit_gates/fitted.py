@@ -11,8 +11,8 @@ class UnitGatesFitted(NetworkFitted):
     method = "unit-gates"
     score_name = "gate logit"
 
-    def __init__(self, net, theta: dict, *, history=None, seconds=0.0, report=None, task="classification"):
-        super().__init__(net, history=history, seconds=seconds, report=report, task=task)
+    def __init__(self, net, theta: dict, *, history=None, report=None, task="classification", ctx=None):
+        super().__init__(net, history=history, report=report, task=task, ctx=ctx)
         self.theta = theta
 
     def scores(self) -> dict:

@@ -1,7 +1,6 @@
 """Bernoulli unit gates' :class:`~bayesprune.methods.base.Method`: gated training, the units kept, the fine-tuning."""
 
 import copy
-import time
 from pathlib import Path
 
 import torch
@@ -12,7 +11,9 @@ from bayesprune.core.gates import UnitGates, separable_heads
 from bayesprune.core.loop import optimizer_step
 from bayesprune.core.normalization import recalibrate
 from bayesprune.core.structure import unit_groups
+from bayesprune.core.validation import Rule, list_of
 from bayesprune.methods import Method, register_method
+from bayesprune.methods.metrics import ARCHITECTURE, COUNT, FRACTION, NONNEGATIVE, SOME_NUMBERS, numbers, same_length
 from bayesprune.methods.unit_gates.fitted import UnitGatesFitted
 from bayesprune.methods.unit_gates.options import UnitGatesOptions
 from bayesprune.methods.unit_gates.training import GateTraining, adam, data_cost
@@ -37,6 +38,31 @@ class UnitGatesMethod(Method):
         "unit-gates.log_gamma=-25.0",
         "optim.lr=0.001",
         "unit-gates.finetune_lr=1e-4",
+    )
+    metrics_keys = {
+        "pruning_ratio": FRACTION,
+        "pruning_ratio_with_input_threshold": FRACTION,
+        "learned_architecture": ARCHITECTURE,
+        "starting_architecture": ARCHITECTURE,
+        "kept_units": numbers(list_of(COUNT, "unit indices", nonempty=False), "lists of unit indices"),
+        "units_alive": numbers(COUNT, "unit counts"),
+        "epoch_seconds": numbers(NONNEGATIVE, "non-negative numbers"),
+        "epoch_test_error": numbers(NONNEGATIVE, "non-negative numbers", nonempty=False),
+        "theta_trajectories": numbers(numbers(SOME_NUMBERS, "lists of θ"), "lists of θ per layer"),
+        "expected_macs_ratio": numbers(NONNEGATIVE, "non-negative numbers", nonempty=False),
+    }
+    metrics_rules = (
+        same_length("learned_architecture", "starting_architecture"),
+        same_length("kept_units", "starting_architecture"),
+        same_length("epoch_seconds", "units_alive"),
+        same_length("theta_trajectories", "units_alive"),
+        Rule(
+            "learned_architecture",
+            lambda m: all(
+                k <= n for k, n in zip(m.get("learned_architecture", ()), m.get("starting_architecture", ()))
+            ),
+            lambda m: "keep at most the starting units of each layer",
+        ),
     )
     summary = "Bernoulli gates on units and filters with Beta or Flattening hyper-priors; units removed while training"
     paper = (
@@ -96,7 +122,6 @@ class UnitGatesMethod(Method):
             macs_target=macs_target(options, ctx),
             total_steps=ctx.epochs * len(batches),
         )
-        start = time.perf_counter()
         history = ctx.train(
             "gates", training.step, batches, epochs=ctx.epochs, callbacks=[training], state={"training": training}
         )
@@ -118,7 +143,6 @@ class UnitGatesMethod(Method):
             _fine_tune(ctx, final, batches, options, data.num_train, first, input_mask)
         if options.recalibrate:
             recalibrate(final, data.x_train, batch_size=ctx.batch_size, seed=ctx.seed)
-        seconds = time.perf_counter() - start
         removed_inputs = 0 if input_mask is None else int((~input_mask).sum())
         report = {
             "pruning_ratio": structured,
@@ -136,9 +160,9 @@ class UnitGatesMethod(Method):
             final,
             split_groups(final, training.gates, theta, data.input_shape),
             history=history,
-            seconds=seconds,
             report=report,
             task=data.task,
+            ctx=ctx,
         )
 
     def inference_data(self, fits, data, *, seed):
@@ -172,7 +196,7 @@ class UnitGatesMethod(Method):
 
     def restore(self, net, data, options, ctx, state):
         net.load_state_dict(state["net"])
-        return UnitGatesFitted(net, dict(state["theta"]), task=data.task)
+        return UnitGatesFitted(net, dict(state["theta"]), task=data.task, ctx=ctx)
 
 
 def macs_target(options, ctx) -> float | None:
@@ -200,7 +224,9 @@ def split_groups(net, gates, theta: dict, input_shape) -> dict:
 
 def _fine_tune(ctx, net, batches, options, num_train, first, input_mask):
     """Section 7.1: the deterministic smaller network trained further at ``finetune_lr``; zeroed
-    input weights stay zero."""
+    input weights stay zero. Its gradient is eq. 16's (N/B) Σ's (the weight precision weighs against it);
+    its progress bar and history show the loss per example, as the gates stage's."""
+    net.train()
     optimizer = adam(net, options.finetune_lr, options.weight_precision)
 
     def loss_fn(x, y):
@@ -211,9 +237,15 @@ def _fine_tune(ctx, net, batches, options, num_train, first, input_mask):
         with torch.no_grad():
             first.mul_(input_mask)
         callbacks.append(_KeepZero(first, input_mask))
+    step = optimizer_step(loss_fn, optimizer)
+
+    def per_example(x, y, index, num_batches):
+        """The step of eq. 16's (N/B) Σ, its loss shown per example: the scale of the gates stage's."""
+        return step(x, y, index, num_batches) / num_train
+
     ctx.train(
         "fine-tune",
-        optimizer_step(loss_fn, optimizer),
+        per_example,
         batches,
         epochs=options.finetune_epochs,
         callbacks=callbacks,

@@ -19,6 +19,7 @@ from bayesprune.core.validation import (
     unit,
     validate,
 )
+from bayesprune.methods.stages import Stage, Staged
 from bayesprune.methods.unit_gates.hyperpriors import BetaHyperPrior, FlatteningHyperPrior, SALHyperPrior
 
 HYPERPRIORS = ("flattening", "beta", "sal")
@@ -34,7 +35,6 @@ SHAPE = Constraint(
     refused=(0, -1.0, 1e300, "1", True),
 )
 
-
 CONDITIONS = ("tolerance", "drop")
 
 
@@ -42,7 +42,7 @@ REMOVE_AT = ("step", "epoch")
 
 
 @dataclass(frozen=True)
-class UnitGatesOptions:
+class UnitGatesOptions(Staged):
     """``[unit-gates]``: the model, hyper-prior, estimator and Algorithm 1's settings (paper 004, section 7).
 
     Attributes:
@@ -154,6 +154,14 @@ class UnitGatesOptions:
             example={"hyperprior": "beta", "beta": 0.5},
         ),
     )
+
+    def fit_stages(self, epochs):
+        """The gates' stage (``train.epochs``, units removed while it trains), then the smaller network's
+        fine-tuning (section 7.1)."""
+        return (
+            Stage("gates", "the weights and the unit gates θ", epochs),
+            Stage("fine-tune", "the smaller network at finetune_lr", self.finetune_epochs, "finetune_epochs"),
+        )
 
     def __post_init__(self):
         validate(self, "unit-gates")

@@ -33,8 +33,8 @@ class Cell:
         label: the leaderboard rows' name (default the method's; ``<method>-<value>`` for a variant).
         sparsity: the sparsity the method was asked for, or ``None`` for a method whose fit does not
             read one (it is evaluated at every sparsity of ``sparsities``).
-        sparsities: where a fit that reads no sparsity is pruned, one row each (its config's droprates).
-        as_fitted: its rows are the network as its method left it (droprate 0): a method that removes
+        sparsities: where a fit that reads no sparsity is pruned, one row each (its config's sparsities).
+        as_fitted: its rows are the network as its method left it (sparsity 0): a method that removes
             units in its fit, at its sparsity or at the width it learned.
         point: the grid point of a sweep cell (key → value).
         certifies: the rows whose ``bound`` this cell's certificate fills (``compare.certify``).
@@ -64,8 +64,8 @@ class Cell:
         return RunConfig.from_dict(copy.deepcopy(self.config))
 
     def entries(self) -> list:
-        """``(target sparsity, droprate)`` of each leaderboard row: the droprate of its pruning curve the row
-        reads (0: the network as fitted; a target of ``None``: the width it learned)."""
+        """``(target sparsity, curve point)`` of each leaderboard row: its target, and the sparsity of the point of
+        its pruning curve the row reads (0: the network as fitted; a target of ``None``: the width it learned)."""
         if self.as_fitted:
             return [(self.sparsity, 0.0)]
         targets = [self.sparsity] if self.sparsity is not None else list(self.sparsities)
@@ -179,7 +179,7 @@ def stale(cell: Cell, folder: Path) -> str | None:
         return f"its config.toml does not load ({error})"
     wanted = cell.run_config().to_dict()
     if cell.sparsity is None and cell.sparsities:  # evaluated at every sparsity: which ones does not change the fit
-        held, wanted = (_without(config, "prune.droprates") for config in (held, wanted))
+        held, wanted = (_without(config, "prune.sparsities") for config in (held, wanted))
     key = first_difference(held, wanted)
     return None if key is None else f"its config.toml differs at {key}"
 
@@ -241,3 +241,13 @@ def execute(cell: Cell, folder: str, threads: int = 1) -> dict:
             pass
     # force: what an earlier attempt left here (a checkpoint that does not resume) is replaced.
     return run(cell.run_config(), folder, force=True)
+
+
+def variant_tables(table: dict) -> list:
+    """``(label suffix, options)`` of each variant of one method's ``compare.variants`` table: every
+    combination of its options' values (the first option's slowest), named by the values joined with
+    ``-``; ``[("", {})]`` for none."""
+    combinations = [("", {})]
+    for option, values in table.items():
+        combinations = [(f"{name}-{value}", {**own, option: value}) for name, own in combinations for value in values]
+    return [(name.lstrip("-"), own) for name, own in combinations]

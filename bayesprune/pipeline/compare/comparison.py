@@ -9,17 +9,18 @@ table taken from its packaged config ``<method>-<compare.options_from>`` with th
 one, and:
 
 * a method with a sparsity option (``Method.sparsity_option``) fits once per sparsity ``s``, that option set
-  to ``s`` and ``prune.droprates = [0, s]``: cell ``<method>-s<s>-seed<k>``;
+  to ``s`` and ``prune.sparsities = [0, s]``: cell ``<method>-s<s>-seed<k>``;
 * a method without one whose scores prune weights (sBNN, Sparse VD, ``magnitude``) fits once per seed and
-  is pruned at every sparsity (``prune.droprates = [0, *sparsities]``): cell ``<method>-seed<k>``;
-* a method without weight-level scores removes units in its fit and is evaluated as fitted (droprate 0):
-  at its sparsity option (``torch-pruning``), or at the width it learned (unit gates; fine-tuned in its fit);
+  is pruned at every sparsity (``prune.sparsities = [0, *sparsities]``): cell ``<method>-seed<k>``;
+* a method without weight-level scores removes units in its fit and is evaluated as fitted (sparsity 0):
+  at its sparsity option (``torch-pruning``), MAC option (a cell per ``prune.macs``) or learned width, fine-tuned
+  by ``[prune]`` unless its fit fine-tunes (a ``finetune_epochs`` option: unit gates);
 * a baseline (``Method.baseline``) always runs where its sparsities mean the comparison's: its plain
   network trained as ``[baseline]`` says, each pruned network fine-tuned ``compare.finetune_epochs``; the
   plain network's metric (``magnitude``'s report) is every row's ``plain_test_error``, so no cell trains
   another (``baseline.enabled = false``).
 
-``compare.variants`` runs a method once per value of one option, rows ``<method>-<value>``. With
+``compare.variants`` runs a method once per combination of its options' values, rows ``<method>-<value>...``. With
 ``compare.certify``, a method that certifies masks (:meth:`~bayesprune.methods.Method.certifying`: PBP,
 paper 000) gets a cell per sparsity and seed started from every other method's mask fitted on S_P
 (``certificate-<method>-s<s>-seed<k>``; its own cells where they start from that mask already,
@@ -28,17 +29,15 @@ paper 000) gets a cell per sparsity and seed started from every other method's m
 
 import copy
 import json
-import math
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import tomli_w
 
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.files import write_text
-from bayesprune.core.validation import is_int
-from bayesprune.methods import Method, available_methods, get_method
-from bayesprune.pipeline.compare.cells import Cell
+from bayesprune.methods import Method, available_methods, get_method, stages
+from bayesprune.pipeline.compare.cells import Cell, variant_tables
 from bayesprune.pipeline.compare.engines import check_engine, run_tracked
 from bayesprune.pipeline.compare.equal_macs import at_macs, macs_rows, write_macs_table
 from bayesprune.pipeline.compare.grid import check_cells, check_grid_dir, refuse_with_resume
@@ -90,8 +89,8 @@ def _base(raw: dict, options: CompareOptions, method: str) -> tuple:
     if prune.get("level", "weight") not in owner.prune_levels:  # its own level; a MAC budget is of units
         prune["level"] = owner.prune_levels[0]
         prune.pop("macs", None)
-    if as_fitted(method) and owner.sparsity_option is None:  # learned width: fine-tuned in its own fit
-        prune["finetune_epochs"] = 0
+    if as_fitted(method) and owner.sparsity_option is None and "finetune_epochs" in owner.Options.__dataclass_fields__:
+        prune["finetune_epochs"] = 0  # fine-tuned in its own fit
     base["prune"] = prune
     return base, table
 
@@ -112,15 +111,15 @@ def method_cells(raw: dict, options: CompareOptions, method: str, *, label: str 
             if sparsity is not None:
                 listed = isinstance(getattr(owner.Options(), option), (list, tuple))  # PFT's sparsities
                 own[option] = [sparsity] if listed else sparsity
-                droprates, name = [0.0] if fitted else [0.0, sparsity], f"{label}-s{sparsity:g}-seed{seed}"
+                sparsities, name = [0.0] if fitted else [0.0, sparsity], f"{label}-s{sparsity:g}-seed{seed}"
             else:
-                droprates, name = [0.0] if fitted else [0.0, *options.sparsities], f"{label}-seed{seed}"
+                sparsities, name = [0.0] if fitted else [0.0, *options.sparsities], f"{label}-seed{seed}"
             config = {
                 **base,
                 "method": method,
                 "seed": seed,
                 method: own,
-                "prune": {**base["prune"], "droprates": droprates},
+                "prune": {**base["prune"], "sparsities": sparsities},
                 "description": f"compare: {label}" + ("" if sparsity is None else f" at sparsity {sparsity:g}"),
             }
             cells.append(
@@ -144,51 +143,24 @@ def _resolved(config: dict) -> dict:
 
 
 def held_to_budget(base: dict, table: dict, method: str, budget: int) -> dict:
-    """``compare.budget_epochs``: ``method``'s stages (``train.epochs``, its main stage, every ``*_epochs``
-    option of its table, and ``prune.finetune_epochs``, each pruned network's fine-tuning) given ``budget``
-    epochs in all, in the proportions its config gives them
-    (:func:`split_epochs`); sets ``base``'s ``train.epochs`` and returns the method's table, cut to the
-    training of the one network its row reports (:meth:`~bayesprune.methods.Method.one_network`) and with
-    the epochs its options name inside the main stage scaled with it
-    (:meth:`~bayesprune.methods.Method.main_stage_scaled`)."""
-    owner = get_method(method)
-    table = owner.one_network(dict(table))
-    resolved = _resolved({**base, "method": method, method: table})
-    if resolved["train"].get("steps") is not None:
+    """``compare.budget_epochs``: ``method``'s declared stages (:mod:`bayesprune.methods.stages`: the main
+    stage, each stage its options declare, and ``prune.finetune_epochs``, each pruned network's fine-tuning)
+    given ``budget`` epochs in all, in the proportions its config gives them; sets ``base``'s
+    ``train.epochs`` and ``prune.finetune_epochs`` and returns the method's table with the options its typed
+    options changed (:func:`~bayesprune.methods.stages.held_to_budget`) written over it."""
+    resolved = RunConfig.from_dict(copy.deepcopy({**base, "method": method, method: table}))
+    if resolved.train.steps is not None:
         raise ConfigError("compare.budget_epochs counts epochs: remove train.steps")
-    stages = {
-        "train.epochs": resolved["train"]["epochs"],
-        **{
-            f"{method}.{key}": value
-            for key, value in resolved[method].items()
-            if key.endswith("_epochs") and is_int(value)
-        },
-        "prune.finetune_epochs": resolved["prune"]["finetune_epochs"],
-    }
-    split = split_epochs(budget, stages, method)
-    epochs = split.pop("train.epochs")
+    given = resolved.method_options
+    options, epochs, finetune = stages.held_to_budget(
+        given, resolved.train.epochs, resolved.prune.finetune_epochs, budget, owner=method
+    )
     base["train"] = {**base.get("train", {}), "epochs": epochs}
-    base["prune"] = {**base.get("prune", {}), "finetune_epochs": split.pop("prune.finetune_epochs")}
-    table = {**table, **{key.partition(".")[2]: value for key, value in split.items()}}
-    return owner.main_stage_scaled(table, epochs / stages["train.epochs"])
-
-
-def split_epochs(budget: int, stages: dict, owner: str) -> dict:
-    """``budget`` epochs over ``stages`` (key → epochs) in their proportions: one to each stage that
-    runs, the rest by largest remainder, so that they sum to ``budget`` exactly; a stage of 0 stays off."""
-    running = {key: epochs for key, epochs in stages.items() if epochs > 0}
-    if budget < len(running):
-        raise ConfigError(
-            f"compare.budget_epochs = {budget}: fewer epochs than the {len(running)} training stages of {owner} "
-            f"({', '.join(running)})"
-        )
-    total = sum(running.values())
-    shares = {key: (budget - len(running)) * epochs / total for key, epochs in running.items()}
-    given = {key: 1 + math.floor(share) for key, share in shares.items()}
-    largest = sorted(running, key=lambda key: shares[key] - math.floor(shares[key]), reverse=True)
-    for key in largest[: budget - sum(given.values())]:
-        given[key] += 1
-    return {**stages, **given}
+    base["prune"] = {**base.get("prune", {}), "finetune_epochs": finetune}
+    changed = {
+        f.name: getattr(options, f.name) for f in fields(options) if getattr(options, f.name) != getattr(given, f.name)
+    }
+    return {**table, **{name: list(value) if isinstance(value, tuple) else value for name, value in changed.items()}}
 
 
 def certificate_cells(raw: dict, options: CompareOptions, cells: list) -> list:
@@ -253,10 +225,9 @@ def comparison_cells(raw: dict, options: CompareOptions) -> list:
                     f"sparsities are not this comparison's (prune.level = {level!r})"
                 )
             continue
-        (option, values), *_ = options.variants.get(method, {None: [None]}).items()
-        for value in values:
-            label = method if option is None else f"{method}-{value}"
-            cells += method_cells(raw, options, method, label=label, own={} if option is None else {option: value})
+        for suffix, own in variant_tables(options.variants.get(method, {})):
+            label = f"{method}-{suffix}" if suffix else method
+            cells += method_cells(raw, options, method, label=label, own=own)
     cells = at_macs(cells)
     if options.certify:
         cells = certificate_cells(raw, options, cells)
@@ -314,7 +285,7 @@ def compare(
                 raise ConfigError(str(error).replace("compare.", "--", 1)) from None
         cells = comparison_cells(raw, options)
         check_engine(engine, jobs=jobs, address=address)
-        folders = check_cells(out, cells)
+        folders = check_cells(out, shared_starts(cells, out, raw, train=False))  # as they will be fitted
         tracker = open_tracker(track, track_uri, out, kind="compare")
         out.mkdir(parents=True, exist_ok=True)
         cells = shared_starts(cells, out, raw)

@@ -53,8 +53,8 @@ def _measured(folder: Path, target: float, dense_macs: int, options) -> dict:
 
 
 def macs_rows(cells: list, folders: list, options, results=None) -> list:
-    """One row per method and ``prune.macs`` target over the cells that finished with a ``macs_curve``
-    (see :data:`COLUMNS`, with ``latency_ms``, ``seeds`` and the ``cells``)."""
+    """One row per method (each ``compare.variants`` row apart) and ``prune.macs`` target over the cells that
+    finished with a ``macs_curve`` (see :data:`COLUMNS`, with ``latency_ms``, ``seeds`` and the ``cells``)."""
     found = {}
     for index, (cell, folder) in enumerate(zip(cells, folders)):
         metrics_file = Path(folder) / "metrics.json"
@@ -65,7 +65,7 @@ def macs_rows(cells: list, folders: list, options, results=None) -> list:
         for row in metrics.get("macs_curve", []):
             entry = {key: row.get(key) for key in ("macs", "macs_fraction", name, f"{name}_finetuned")}
             entry.update(_measured(Path(folder), row["macs_target"], metrics["macs_dense"], options))
-            found.setdefault((cell.method, row["macs_target"]), []).append((cell.name, entry))
+            found.setdefault((cell.label, row["macs_target"]), []).append((cell.name, entry))
     rows = []
     for (method, target), entries in sorted(found.items()):
         keys = [key for key in entries[0][1] if all(e[key] is not None for _, e in entries)]
@@ -128,7 +128,7 @@ def at_macs(cells: list) -> list:
             seen.add((cell.label, target, cell.seed))
             config = copy.deepcopy(cell.config)
             config[cell.method][option] = target
-            config["prune"].update(macs=[target], droprates=[0.0])
+            config["prune"].update(macs=[target], sparsities=[0.0])
             name = f"{cell.label}-m{target:g}-seed{cell.seed}"
             out.append(replace(cell, name=name, config=config, sparsity=None, sparsities=()))
     return out

@@ -101,13 +101,13 @@ def measure(cell, folder: Path, sparsity, options) -> dict:
 
 def _entries(cell, metrics: dict) -> list:
     """``(target sparsity, evaluated sparsity, test metric, training cost)`` of each leaderboard row of a cell:
-    its pruning curve at the droprate the row reads (:meth:`~bayesprune.pipeline.compare.cells.Cell.entries`),
+    its pruning curve at the sparsity the row reads (:meth:`~bayesprune.pipeline.compare.cells.Cell.entries`),
     after ``prune.finetune_epochs`` of fine-tuning where its config asks for them, whose cost is counted."""
     name = metric_name(metrics.get("task", "classification"))
     finetune = cell.run_config().prune.finetune_epochs
     curve = {round(row["droprate"], 6): row[curve_metric(cell, name)] for row in metrics["pruning_curve"]}
     cost = _cost(metrics, finetune)
-    return [(target, droprate or None, curve[round(droprate, 6)], cost) for target, droprate in cell.entries()]
+    return [(target, sparsity or None, curve[round(sparsity, 6)], cost) for target, sparsity in cell.entries()]
 
 
 def _cost(metrics: dict, finetune: int = 0) -> dict:

@@ -29,9 +29,6 @@ DEFAULT = "compare-digits"
 #: Timed forward passes per row (the median of a thousand is as steady as it gets) and the timed batch's rows.
 MAX_LATENCY_REPEATS = 1000
 MAX_LATENCY_BATCH = 65536
-#: Keys of ``[compare]`` read under their old names, each with a one-line note (``budget`` is a mask's sparsity
-#: too, :class:`bayesprune.core.pruning.Budget`).
-RENAMED = {"budget": "budget_epochs"}
 
 
 def _methods(value) -> bool:
@@ -74,12 +71,14 @@ def _foreign_example() -> dict:
 
 
 def _variant(method, table) -> bool:
-    """One option of ``method``'s table → a list of distinct values."""
-    if method not in available_methods() or not isinstance(table, dict) or len(table) != 1:
+    """Options of ``method``'s table → a list of distinct values each."""
+    if method not in available_methods() or not isinstance(table, dict) or not table:
         return False
-    (name, values), *_ = table.items()
     known = {f.name for f in fields(get_method(method).Options)}
-    return name in known and isinstance(values, list) and len({json.dumps(v) for v in values}) == len(values)
+    return all(
+        name in known and isinstance(values, list) and len({json.dumps(v) for v in values}) == len(values)
+        for name, values in table.items()
+    )
 
 
 METHODS = Constraint(
@@ -107,9 +106,9 @@ CONFIGS = Constraint(
 
 VARIANTS = Constraint(
     lambda value: isinstance(value, dict) and all(_variant(method, table) for method, table in value.items()),
-    "be a table of method = {one option of its table = [distinct values]}",
+    "be a table of method = {option of its table = [distinct values], ...}",
     refused=({"no-such-method": {"lr": [1]}}, [1], "text"),
-    allowed="a table of registered method = `{option = [distinct values]}`",
+    allowed="a table of registered method = `{option = [distinct values], ...}`",
     convert=dict,
 )
 
@@ -136,8 +135,8 @@ class CompareOptions:
             (PFT its first start mask, saliency its first criterion at the most stages, ProbMask without its own
             magnitude baseline) and ProbMask's t1, t2 scaled with its main stage (:func:`~bayesprune.pipeline.compare.comparison.held_to_budget`;
             ``prune.finetune_epochs`` is a stage: the baselines' plain network and fine-tuning).
-        variants: method → ``{option = [values]}``: the method runs once per value, each a row named
-            ``<method>-<value>``; an empty list: the method does not run.
+        variants: method → ``{option = [values], ...}``: the method runs once per combination of values, rows
+            ``<method>-<value>[-<value>...]``; an empty list: the method does not run.
     """
 
     methods: tuple | None = option(None, optional(METHODS))
@@ -154,6 +153,10 @@ class CompareOptions:
     certify: bool = option(False, FLAG)
     budget_epochs: int | None = option(None, optional(count(1)))
     variants: dict = option(factory=dict, constraint=VARIANTS)
+
+    #: Keys read under their old names, each with a one-line note (``budget`` is a mask's sparsity too,
+    #: :class:`bayesprune.core.pruning.Budget`).
+    renamed = {"budget": "budget_epochs"}
 
     rules = (
         Rule(
@@ -198,8 +201,8 @@ def comparison_options(raw: dict) -> CompareOptions:
     under their new names (``raw`` then holds those)."""
     table = raw.get("compare", {})
     require(isinstance(table, dict), "compare", "be a table", table)
-    if set(RENAMED) & set(table):
-        raw["compare"] = table = read_renamed(table, "compare", RENAMED)
+    if set(CompareOptions.renamed) & set(table):
+        raw["compare"] = table = read_renamed(table, "compare", CompareOptions.renamed)
     known = {f.name for f in fields(CompareOptions)}
     unknown = sorted(set(table) - known)
     if unknown:
@@ -209,7 +212,8 @@ def comparison_options(raw: dict) -> CompareOptions:
 
 def load_comparison(source: str | None = None, overrides=()) -> tuple:
     """``(raw, options)``: a comparison config (packaged name or TOML path; default ``compare-digits``)
-    with ``section.key=value`` overrides applied, and its validated ``[compare]`` table."""
+    with ``section.key=value`` overrides applied and old key names read as the new ones, and its validated
+    ``[compare]`` table."""
     raw = apply_overrides(_read(source or DEFAULT), overrides)
     if "method" in raw:
         raise ConfigError("a comparison config has no 'method': it runs compare.methods")

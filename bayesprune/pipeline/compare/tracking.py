@@ -5,7 +5,7 @@ the cell and tagged ``method``, ``sparsity`` and ``seed``, nested under a parent
 that holds the tables (``leaderboard.*`` or ``summary.*``) as artifacts. A cell's run holds:
 
 * params: its resolved config (``config.toml``) flattened to ``section.key``, each value written as in TOML/JSON (``0.5``, ``true``, ``[0.0, 0.5]``);
-* metrics: every number of its ``metrics.json``, and each curve in it (``pruning_curve``) as stepped metrics ``<curve>.<key>`` whose step is the droprate
+* metrics: every number of its ``metrics.json``, and each curve in it (``pruning_curve``) as stepped metrics ``<curve>.<key>`` whose step is the sparsity
   (or sparsity) in basis points: step 5000 is sparsity 0.5;
 * artifacts: ``metrics.json``, its config, ``report.md``, the plots and the small tables.
 
@@ -137,14 +137,14 @@ def _number(value) -> bool:
 
 
 def basis_points(fraction: float) -> int:
-    """A droprate or sparsity as a metric step: 0.5 → 5000."""
+    """A sparsity (a curve's ``droprate`` or ``sparsity``) as a metric step: 0.5 → 5000."""
     return round(1e4 * fraction)
 
 
 def cell_metrics(metrics: dict) -> list:
     """``(key, value, step)`` of every number of a cell's ``metrics.json`` (step 0) and of each curve in
     it: a list of rows with a ``droprate`` or ``sparsity``, each other number of a row logged as
-    ``<curve>.<key>`` at that droprate's step (:func:`basis_points`)."""
+    ``<curve>.<key>`` at that point's step (:func:`basis_points`)."""
     found = []
     for key, value in metrics.items():
         if _number(value):
@@ -184,8 +184,8 @@ def sparsity_tag(cell) -> str:
         if option in table:
             value = table[option]
             return ",".join(f"{s:g}" for s in value) if isinstance(value, list) else f"{value:g}"
-    droprates = [d for d in cell.config.get("prune", {}).get("droprates", ()) if d]
-    return ",".join(f"{d:g}" for d in droprates) if droprates else "learned"
+    sparsities = [d for d in cell.config.get("prune", {}).get("sparsities", ()) if d]
+    return ",".join(f"{d:g}" for d in sparsities) if sparsities else "learned"
 
 
 class MlflowTracker:
