@@ -57,7 +57,24 @@ def normal_log_prob(value, scale):
     return -0.5 * (value / scale) ** 2 - scale.log() - _HALF_LOG_TWO_PI
 
 
-class SpikeAndSlab(TorchDistribution):
+class SpikeSlabMixture(TorchDistribution):
+    """What a spike-and-slab prior is whatever it mixes over (a weight's or a row's indicator): a zero-mean
+    mixture of N(0, τ1²) with weight π and N(0, τ0²), with its arguments' constraints, mean and variance."""
+
+    arg_constraints = {"pi": _OPEN_UNIT_INTERVAL, "tau0": positive_finite, "tau1": positive_finite}
+    support = constraints.real
+    has_rsample = False
+
+    @property
+    def mean(self):
+        return self.pi.new_zeros(self.batch_shape)
+
+    @property
+    def variance(self):
+        return (self.pi * self.tau1**2 + (1 - self.pi) * self.tau0**2).expand(self.batch_shape)
+
+
+class SpikeAndSlab(SpikeSlabMixture):
     r"""Marginal spike-and-slab prior π·N(0, τ1²) + (1 − π)·N(0, τ0²) with τ0 < τ1 (paper 003, eq. 3.1).
 
     Args:
@@ -69,10 +86,6 @@ class SpikeAndSlab(TorchDistribution):
     keeps them as they were given (0-dim in every method), and the density, the KL and p* compute with
     those, so that a weight-sized batch does no weight-sized work on constants.
     """
-
-    arg_constraints = {"pi": _OPEN_UNIT_INTERVAL, "tau0": positive_finite, "tau1": positive_finite}
-    support = constraints.real
-    has_rsample = False
 
     def __init__(self, pi, tau0, tau1, validate_args=None):
         self.pi, self.tau0, self.tau1 = broadcast_all(pi, tau0, tau1)
@@ -102,14 +115,6 @@ class SpikeAndSlab(TorchDistribution):
         super(SpikeAndSlab, new).__init__(batch_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new
-
-    @property
-    def mean(self):
-        return self.pi.new_zeros(self.batch_shape)
-
-    @property
-    def variance(self):
-        return (self.pi * self.tau1**2 + (1 - self.pi) * self.tau0**2).expand(self.batch_shape)
 
     def log_prob(self, value):
         if self._validate_args:

@@ -23,17 +23,14 @@ their sum over the site, the only thing a model or an objective reads, is exact.
 import math
 
 import torch
-from pyro.distributions import TorchDistribution
-from torch.distributions import constraints
 from torch.distributions.kl import register_kl
 from torch.distributions.utils import broadcast_all
 
 from bayesprune.core.distributions import (
-    _OPEN_UNIT_INTERVAL,
+    SpikeSlabMixture,
     SpikeSlabPosterior,
     log_sigmoids,
     normal_log_prob,
-    positive_finite,
 )
 
 
@@ -54,7 +51,7 @@ def group_inclusion_logits(loc, scale, pi, tau0, tau1):
     return _row_sums(per_weight) + torch.log(pi / (1 - pi))
 
 
-class GroupSpikeAndSlab(TorchDistribution):
+class GroupSpikeAndSlab(SpikeSlabMixture):
     r"""π(W, Z) of the module docstring, one indicator per row of the first dimension of ``shape``.
 
     Args:
@@ -62,10 +59,6 @@ class GroupSpikeAndSlab(TorchDistribution):
         tau0, tau1: standard deviations of the spike and of the slab, τ0 < τ1 (0-dim).
         shape: the site's shape (the batch shape).
     """
-
-    arg_constraints = {"pi": _OPEN_UNIT_INTERVAL, "tau0": positive_finite, "tau1": positive_finite}
-    support = constraints.real
-    has_rsample = False
 
     def __init__(self, pi, tau0, tau1, shape, validate_args=None):
         self.pi, self.tau0, self.tau1 = broadcast_all(pi, tau0, tau1)
@@ -76,14 +69,6 @@ class GroupSpikeAndSlab(TorchDistribution):
         if torch.Size(batch_shape) != self.batch_shape:
             raise ValueError(f"{type(self).__name__} has the rows of shape {tuple(self.batch_shape)}; it cannot expand")
         return self
-
-    @property
-    def mean(self):
-        return self.pi.new_zeros(self.batch_shape)
-
-    @property
-    def variance(self):
-        return (self.pi * self.tau1**2 + (1 - self.pi) * self.tau0**2).expand(self.batch_shape)
 
     def log_prob(self, value):
         """log Σ_z π(z) Π_j N(w_gj; 0, τ_z²) of every row, spread over the row's elements."""
