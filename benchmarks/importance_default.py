@@ -82,6 +82,11 @@ SIMULATIONS = {
 }
 
 
+def folder_of(simulation: str, network: str, seed: int, args) -> Path:
+    """Where the fit of one table, network and seed lives under ``--runs`` (its run in ``run/``)."""
+    return Path(args.runs) / f"{simulation}-{network}-{seed}{args.tag}"
+
+
 def fit(simulation: str, network: str, seed: int, args) -> Path:
     """The run of one table and network (reused when ``--runs`` holds it)."""
     import pandas as pd
@@ -89,7 +94,7 @@ def fit(simulation: str, network: str, seed: int, args) -> Path:
     from bayesprune.pipeline.config import RunConfig, apply_overrides
     from bayesprune.pipeline.runner import run
 
-    folder = Path(args.runs) / f"{simulation}-{network}-{seed}{args.tag}"
+    folder = folder_of(simulation, network, seed, args)
     if (folder / "run" / "posterior.nc").is_file():
         return folder / "run"
     folder.mkdir(parents=True, exist_ok=True)
@@ -140,25 +145,30 @@ def rules(run: Path) -> dict:
     }
 
 
-def evaluate(args):
-    """Power and false-discovery proportion of every rule on every fitted run, and their means."""
-    totals = {}
+def fitted_runs(args):
+    """``(simulation, network, seed, run folder)`` of every fit of ``args``' grid that has its posterior."""
     for simulation in args.simulations:
         for network in args.networks:
             for seed in args.seeds:
-                run = Path(args.runs) / f"{simulation}-{network}-{seed}{args.tag}" / "run"
-                if not (run / "posterior.nc").is_file():
-                    continue
-                for name, selected in rules(run).items():
-                    relevant = np.arange(len(selected)) < RELEVANT
-                    result = scores(selected, selected.astype(float), relevant, 0.1)
-                    totals.setdefault(name, []).append(result)
-                    totals.setdefault((name, simulation, network), []).append(result)
-                    print(
-                        f"{simulation} {network} seed {seed} {name}: power {result['power']:.2f}, "
-                        f"FDP {result['fdp']:.2f}, selected {int(selected.sum())}",
-                        flush=True,
-                    )
+                run = folder_of(simulation, network, seed, args) / "run"
+                if (run / "posterior.nc").is_file():
+                    yield simulation, network, seed, run
+
+
+def evaluate(args):
+    """Power and false-discovery proportion of every rule on every fitted run, and their means."""
+    totals = {}
+    for simulation, network, seed, run in fitted_runs(args):
+        for name, selected in rules(run).items():
+            relevant = np.arange(len(selected)) < RELEVANT
+            result = scores(selected, selected.astype(float), relevant, 0.1)
+            totals.setdefault(name, []).append(result)
+            totals.setdefault((name, simulation, network), []).append(result)
+            print(
+                f"{simulation} {network} seed {seed} {name}: power {result['power']:.2f}, "
+                f"FDP {result['fdp']:.2f}, selected {int(selected.sum())}",
+                flush=True,
+            )
     print("\n| rule | simulation | network | fits | power | FDR (mean FDP) |\n|---|---|---|---|---|---|")
     for key, results in totals.items():
         name, simulation, network = (key, "all", "all") if isinstance(key, str) else key
@@ -178,28 +188,23 @@ def reproduce(args):
     from bayesprune.analysis.importance import stability_selection
     from bayesprune.pipeline.rundir import load_run
 
-    for simulation in args.simulations:
-        for network in args.networks:
-            for seed in args.seeds:
-                run = Path(args.runs) / f"{simulation}-{network}-{seed}{args.tag}" / "run"
-                if not (run / "posterior.nc").is_file():
-                    continue
-                _, dataset, _ = load_run(run)
-                groups = correlation_groups(dataset.x_train.double().numpy())
-                at_p = az.from_netcdf(str(run / "posterior.nc"))["variational"]["psi"].transpose("chain", "feature")
-                grouped = group_values(at_p.values, groups)
-                half = len(grouped) // 2
-                first, second = grouped[:half], grouped[half : 2 * half]
-                rho = spearmanr(first.mean(axis=0), second.mean(axis=0))[0]
-                chosen = [np.array(stability_selection(part)[0]) for part in (first, second)]
-                names = group_names(groups, [str(name) for name in at_p["feature"].values])
-                print(
-                    f"{simulation} {network} seed {seed}: {len(groups)} groups, two runs of {half} restarts: "
-                    f"Spearman {rho:.3f}, selections differ by {int((chosen[0] != chosen[1]).sum())} groups "
-                    f"({sum(chosen[0])} and {sum(chosen[1])} selected: "
-                    f"{[n for n, k in zip(names, chosen[0]) if k]} / {[n for n, k in zip(names, chosen[1]) if k]})",
-                    flush=True,
-                )
+    for simulation, network, seed, run in fitted_runs(args):
+        _, dataset, _ = load_run(run)
+        groups = correlation_groups(dataset.x_train.double().numpy())
+        at_p = az.from_netcdf(str(run / "posterior.nc"))["variational"]["psi"].transpose("chain", "feature")
+        grouped = group_values(at_p.values, groups)
+        half = len(grouped) // 2
+        first, second = grouped[:half], grouped[half : 2 * half]
+        rho = spearmanr(first.mean(axis=0), second.mean(axis=0))[0]
+        chosen = [np.array(stability_selection(part)[0]) for part in (first, second)]
+        names = group_names(groups, [str(name) for name in at_p["feature"].values])
+        print(
+            f"{simulation} {network} seed {seed}: {len(groups)} groups, two runs of {half} restarts: "
+            f"Spearman {rho:.3f}, selections differ by {int((chosen[0] != chosen[1]).sum())} groups "
+            f"({sum(chosen[0])} and {sum(chosen[1])} selected: "
+            f"{[n for n, k in zip(names, chosen[0]) if k]} / {[n for n, k in zip(names, chosen[1]) if k]})",
+            flush=True,
+        )
 
 
 def main(argv=None):
