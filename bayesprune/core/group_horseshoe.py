@@ -35,7 +35,7 @@ from torch.distributions import constraints
 from torch.distributions.kl import register_kl
 
 from bayesprune.core.distributions import SpikeSlabPosterior, positive_finite
-from bayesprune.core.group_spike_slab import _spread
+from bayesprune.core.group_spike_slab import _spread, whole_site_expand
 
 _HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
 _LGAMMA_HALF = math.lgamma(0.5)
@@ -75,10 +75,7 @@ class GroupHorseshoe(TorchDistribution):
         self.global_scale = torch.as_tensor(global_scale)
         super().__init__(torch.Size(shape), validate_args=validate_args)
 
-    def expand(self, batch_shape, _instance=None):
-        if torch.Size(batch_shape) != self.batch_shape:
-            raise ValueError(f"{type(self).__name__} has the rows of shape {tuple(self.batch_shape)}; it cannot expand")
-        return self
+    expand = whole_site_expand
 
     def log_prob(self, value):
         raise NotImplementedError("the group horseshoe's marginal density has no closed form; its KL is exact")
@@ -120,10 +117,7 @@ class GroupHorseshoePosterior(SpikeSlabPosterior):
         """2 E_q[log z_g s] of every row, shape (n, 1, ..., 1)."""
         return self.row_locs.sum(0) + self.global_locs.sum()
 
-    def expand(self, batch_shape, _instance=None):
-        if torch.Size(batch_shape) != self.batch_shape:
-            raise ValueError(f"{type(self).__name__} has the rows of shape {tuple(self.batch_shape)}; it cannot expand")
-        return self
+    expand = whole_site_expand
 
 
 @register_kl(GroupHorseshoePosterior, GroupHorseshoe)

@@ -51,6 +51,14 @@ def group_inclusion_logits(loc, scale, pi, tau0, tau1):
     return _row_sums(per_weight) + torch.log(pi / (1 - pi))
 
 
+def whole_site_expand(prior, batch_shape, _instance=None):
+    """``expand`` of a prior over a whole site, its rows grouped: the site's own shape is the only batch shape
+    it has (its density couples a row's elements), so any other is refused."""
+    if torch.Size(batch_shape) != prior.batch_shape:
+        raise ValueError(f"{type(prior).__name__} has the rows of shape {tuple(prior.batch_shape)}; it cannot expand")
+    return prior
+
+
 class GroupSpikeAndSlab(SpikeSlabMixture):
     r"""π(W, Z) of the module docstring, one indicator per row of the first dimension of ``shape``.
 
@@ -65,10 +73,7 @@ class GroupSpikeAndSlab(SpikeSlabMixture):
         self.hyperparameters = (self.pi, self.tau0, self.tau1)
         super().__init__(torch.Size(shape), validate_args=validate_args)
 
-    def expand(self, batch_shape, _instance=None):
-        if torch.Size(batch_shape) != self.batch_shape:
-            raise ValueError(f"{type(self).__name__} has the rows of shape {tuple(self.batch_shape)}; it cannot expand")
-        return self
+    expand = whole_site_expand
 
     def log_prob(self, value):
         """log Σ_z π(z) Π_j N(w_gj; 0, τ_z²) of every row, spread over the row's elements."""
@@ -97,10 +102,7 @@ class GroupSpikeSlabPosterior(SpikeSlabPosterior):
         self.row_logits = row_logits
         super().__init__(loc, scale, row_logits, validate_args=validate_args)
 
-    def expand(self, batch_shape, _instance=None):
-        if torch.Size(batch_shape) != self.batch_shape:
-            raise ValueError(f"{type(self).__name__} has the rows of shape {tuple(self.batch_shape)}; it cannot expand")
-        return self
+    expand = whole_site_expand
 
 
 def _normal_kl(loc, scale, tau):
