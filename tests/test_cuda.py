@@ -134,3 +134,37 @@ def test_a_comparisons_plain_network_cells_train_on_cuda_and_write_cpu_networks(
     assert row["test_error"] == metrics["per_sparsity"][0]["test_error"]
     for path in folder.glob("network-*.pt"):
         assert {t.device.type for t in torch.load(path, weights_only=True).values()} == {"cpu"}, path
+
+
+def test_a_stack_the_device_has_no_memory_for_is_fitted_again_in_halves(tmp_path, monkeypatch, capsys):
+    """The CUDA allocator's own out-of-memory error inside a stack's step (a stack of more than one fit asks
+    it for twice the device's memory, through ``bayesprune.core.batched.BEFORE_STEP``): the run's two seeds
+    are fitted one at a time, said in one line, each seed's metrics those of its run alone, and the
+    allocator holds no more than before once the run is done."""
+    from bayesprune.core import batched
+    from bayesprune.pipeline.config import load_config
+
+    total = torch.cuda.get_device_properties(0).total_memory
+
+    def greedy(stack, epoch, index):
+        if stack.count > 1:
+            torch.empty(2 * total, dtype=torch.uint8, device="cuda")
+
+    settings = ["device='cuda'", "train.epochs=2", "prune.finetune_epochs=1", "prune.sparsities=[0.0, 0.9]"]
+    alone = {
+        seed: run(load_config("magnitude-digits", [*settings, f"seed={seed}"]), tmp_path / f"{seed}") for seed in (1, 2)
+    }
+    monkeypatch.setattr(batched, "BEFORE_STEP", [greedy])
+    torch.cuda.synchronize()
+    allocated = torch.cuda.memory_allocated()
+    capsys.readouterr()
+    run(load_config("magnitude-digits", [*settings, "seeds=[1, 2]"]), tmp_path / "together")
+    said = [line for line in capsys.readouterr().err.splitlines() if "device memory" in line]
+    assert said == ["bayesprune: 2 fits together ran out of device memory; fitting 1 at a time"]
+    assert torch.cuda.memory_allocated() <= allocated
+    for seed in (1, 2):
+        together = json.loads((tmp_path / "together" / "seeds" / f"seed-{seed}.json").read_text())
+        assert together["test_error"] == pytest.approx(alone[seed]["test_error"], abs=1e-3)
+        assert together["pruning_curve"][-1]["test_error"] == pytest.approx(
+            alone[seed]["pruning_curve"][-1]["test_error"], abs=1e-3
+        )
