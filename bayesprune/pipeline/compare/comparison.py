@@ -29,6 +29,7 @@ paper 000) gets a cell per sparsity and seed started from every other method's m
 
 import copy
 import json
+from contextlib import ExitStack
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from bayesprune.core.errors import ConfigError
 from bayesprune.core.files import write_text
 from bayesprune.methods import Method, available_methods, get_method, stages
 from bayesprune.pipeline.compare.cells import Cell, variant_tables
-from bayesprune.pipeline.compare.engines import check_engine, run_tracked
+from bayesprune.pipeline.compare.engines import check_engine, engine_started, run_tracked
 from bayesprune.pipeline.compare.equal_macs import at_macs, macs_rows, write_macs_table
 from bayesprune.pipeline.compare.grid import check_cells, check_grid_dir, refuse_with_resume
 from bayesprune.pipeline.compare.leaderboard import leaderboard_rows, write_leaderboard
@@ -270,7 +271,7 @@ def compare(
     out = Path(out)
     if resume:
         refuse_with_resume(config=source, set=list(overrides))
-    with out_lock(out):  # one writer per --out: a run, a comparison or a sweep
+    with out_lock(out), ExitStack() as held:  # one writer per --out: a run, a comparison or a sweep
         saved = check_grid_dir(out, MARKER, resume=resume)
         raw, options = load_comparison(str(saved) if saved else source, () if resume else overrides)
         given = {
@@ -287,6 +288,7 @@ def compare(
         check_engine(engine, jobs=jobs, address=address)
         folders = check_cells(out, shared_starts(cells, out, raw, train=False))  # as they will be fitted
         tracker = open_tracker(track, track_uri, out, kind="compare")
+        held.enter_context(engine_started(engine, address))  # Ray reached before anything is written
         out.mkdir(parents=True, exist_ok=True)
         cells = shared_starts(cells, out, raw)
         # --resume with other lists: the marker holds them from now on (cells dropped keep their folders)
