@@ -151,6 +151,23 @@ def test_a_bad_case_is_refused_in_one_line_naming_its_key_before_anything_is_wri
     assert not out.exists()
 
 
+def test_a_cases_relative_files_are_read_from_the_config_files_folder(tmp_path, monkeypatch):
+    """A case's model.weights and data file, relative, are the files beside the config file (absolute in its cells),
+    as the config's own are; a name found nowhere is read from the current folder."""
+    folder, elsewhere = tmp_path / "configs", tmp_path / "elsewhere"
+    folder.mkdir(), elsewhere.mkdir()
+    (folder / "w.pt").write_bytes(b""), (folder / "table.csv").write_text("x,y\n")
+    sets = '{"model.weights" = "w.pt", data = {path = "table.csv"}, "data.test" = "missing.csv"}'
+    (folder / "cmp.toml").write_text(f'[[compare.cases]]\nname = "own"\nset = {sets}\n')
+    monkeypatch.chdir(elsewhere)
+    raw, options = load_comparison(str(folder / "cmp.toml"))
+    (case,) = options.cases
+    assert case.overrides == {
+        "model": {"weights": str(folder / "w.pt")},
+        "data": {"path": str(folder / "table.csv"), "test": str(elsewhere / "missing.csv")},
+    }
+
+
 def test_seeds_no_case_runs_are_refused(tmp_path, capsys):
     out = tmp_path / "out"
     status = main(["compare", "--out", str(out), "--seeds", "9", "--set", _cases({"name": "a", "seeds": [0, 1]})])

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.validation import count, list_of, require
-from bayesprune.pipeline.config import MAX_SEED
+from bayesprune.pipeline.config import MAX_SEED, _resolve_data_paths
 
 #: The seeds of a comparison (``compare.seeds``) or of one case.
 SEEDS = list_of(count(0, MAX_SEED - 1), "non-negative integers below 2**31")
@@ -146,3 +146,20 @@ def start_key(case: Case) -> str:
     if not kept:
         return ""
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def with_absolute_paths(raw: dict, folder) -> dict:
+    """``raw`` with the relative data files and ``model.weights`` its cases set made absolute, read from ``folder``
+    (the config file's; ``None``: the current folder) where they exist there, else from the current folder, as
+    the config's own are (:func:`~bayesprune.pipeline.config.read_config_file`): its cells and its
+    ``comparison.toml`` find them from any folder."""
+    table = raw.get("compare")
+    cases = table.get("cases") if isinstance(table, dict) else None
+    for case in cases if isinstance(cases, list) else []:
+        own = case.get("set") if isinstance(case, dict) else None
+        for key, value in own.items() if isinstance(own, dict) else ():
+            section, _, name = key.partition(".")
+            if section in ("data", "model") and (name or isinstance(value, dict)):
+                found = _resolve_data_paths({section: {name: value} if name else dict(value)}, folder)[section]
+                own[key] = found[name] if name else found
+    return raw

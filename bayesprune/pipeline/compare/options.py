@@ -22,7 +22,7 @@ from bayesprune.core.validation import (
     validate,
 )
 from bayesprune.methods import available_methods, get_method
-from bayesprune.pipeline.compare.cases import SEEDS, Case, parse_cases
+from bayesprune.pipeline.compare.cases import SEEDS, Case, parse_cases, with_absolute_paths
 from bayesprune.pipeline.config import apply_overrides, load_config, packaged_configs, read_config_file
 
 #: The packaged comparison run when no config is given.
@@ -230,9 +230,11 @@ def comparison_options(raw: dict) -> CompareOptions:
 
 def load_comparison(source: str | None = None, overrides=()) -> tuple:
     """``(raw, options)``: a comparison config (packaged name or TOML path; default ``compare-digits``)
-    with ``section.key=value`` overrides applied and old key names read as the new ones, and its validated
-    ``[compare]`` table."""
-    raw = apply_overrides(_read(source or DEFAULT), overrides)
+    with ``section.key=value`` overrides applied, old key names read as the new ones and its cases' relative
+    files read from its folder, and its validated ``[compare]`` table."""
+    source = source or DEFAULT
+    folder = None if source in comparison_configs() else Path(source).parent
+    raw = with_absolute_paths(apply_overrides(_read(source), overrides), folder)
     if "method" in raw:
         raise ConfigError("a comparison config has no 'method': it runs compare.methods")
     return raw, comparison_options(raw)
