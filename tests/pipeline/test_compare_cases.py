@@ -55,7 +55,8 @@ def test_each_case_is_the_comparison_of_its_config_and_a_case_added_later_is_new
     comparison.toml and --resume: the first case's files untouched, NARROW's cells fitted from a start network of
     their own (the same seed, another network). Every cell, start network and leaderboard row equals those of two
     comparisons without cases, one of each case's config; --seeds 0 7 narrows the call (7 is no case's) and
-    leaves the comparison's seeds as they were."""
+    leaves the comparison's seeds as they were. The first of those comparisons, given both cases in its
+    comparison.toml, keeps its finished cell."""
     out, lines = tmp_path / "cases", []
     compare(None, out, overrides=[*ALONE, "compare.seeds=[0]", _cases({"name": "wide"})], status=lines.append)
     first = {path: path.stat().st_mtime_ns for path in (out / "cells").rglob("*")}
@@ -96,6 +97,16 @@ def test_each_case_is_the_comparison_of_its_config_and_a_case_added_later_is_new
             ("wide", "magnitude"),
             ("narrow", "magnitude"),
         ]
+
+    # the comparison run without cases gains them: its finished cell is the first case's, read back
+    before = {path: path.stat().st_mtime_ns for path in (wide / "cells").rglob("*")}
+    marker = tomllib.loads((wide / "comparison.toml").read_text())
+    marker["compare"]["cases"] = [{"name": "wide"}, NARROW]
+    (wide / "comparison.toml").write_text(tomli_w.dumps(marker))
+    lines.clear()
+    compare(out=wide, resume=True, status=lines.append)
+    assert lines[0] == "bayesprune: 2 cells, 1 finished earlier (read back), 1 to fit"
+    assert {path: path.stat().st_mtime_ns for path in before} == before
 
 
 def test_the_leaderboard_at_equal_macs_has_a_row_per_case_at_its_level(tmp_path):
