@@ -227,14 +227,16 @@ def test_a_step_that_cannot_be_captured_runs_eagerly_and_says_why():
 
 
 def test_a_run_with_graphs_on_gives_the_metrics_of_one_without_and_says_what_they_cost(tmp_path):
-    """``train.graphs = "on"`` through the runner (magnitude pruning's plain network): the same metrics to
-    rounding, and the stage's captures said in one line."""
+    """``train.graphs = "on"`` through the runner: the same metrics to rounding, and the captures of magnitude
+    pruning's plain network (stage 'plain') and of the pruned networks' fine-tuning ('fit') said in one line each."""
     from bayesprune.pipeline.config import load_config
 
     settings = ["device='cuda'", "train.epochs=3", "prune.finetune_epochs=1", "baseline.enabled=false"]
     off = run(load_config("magnitude-digits", settings), tmp_path / "off")
-    with pytest.warns(RuntimeWarning, match=r"train.graphs: stage '\w+': \d+ capture\(s\) in "):
+    with pytest.warns(RuntimeWarning, match=r"train.graphs: stage '\w+': \d+ capture\(s\) in ") as said:
         on = run(load_config("magnitude-digits", [*settings, "train.graphs='on'"]), tmp_path / "on")
+    stages = {str(w.message).split("'")[1] for w in said if "capture(s) in" in str(w.message)}
+    assert {"plain", "fit"} <= stages, stages
     assert on["test_error"] == pytest.approx(off["test_error"], abs=0.5)  # points: a digit or two of 360
     assert [row["test_error"] for row in on["pruning_curve"]] == pytest.approx(
         [row["test_error"] for row in off["pruning_curve"]], abs=1.0
