@@ -209,7 +209,12 @@ def build_parser():
     for grid in (comparing, sweeping):  # the flags compare and sweep share
         grid.add_argument("--out", help="a new folder for the cells and the tables")
         grid.add_argument("--resume", metavar="DIR", help=HELP["grid --resume"])
-        grid.add_argument("--seeds", type=int, nargs="+", help="fit every cell from each seed")
+        grid.add_argument(
+            "--seeds",
+            type=int,
+            nargs="+",
+            help="fit every cell from each seed (compare.cases: narrow every case to them)",
+        )
         overrides(grid, "override a config key for every cell (repeatable)")
         grid.add_argument("--jobs", type=int, default=1, help="cells fitted at once (local engine; one thread each)")
         grid.add_argument("--engine", choices=["local", "ray"], default="local", help=HELP["grid --engine"])

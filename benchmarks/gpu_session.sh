@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The GPU checks of one lent session, as commands on the device machine (issues 40 and 51): the CUDA
-# tests, every method's epoch against deterministic training at float32 and bfloat16 on LeNet-300-100 and
-# on a resnet18 at 3x32x32 (channels-last against the stored layout), the host synchronisations inside the
-# steps, and the LeNet-300-100 leaderboard (compare-lenet300) for as long as its step's limit allows.
+# The GPU checks of one lent session, as commands on the device machine (issues 40 and 51), in this order:
+# the CUDA tests (the CUDA graphs' and the stack's real out-of-memory fallback among them), every method's
+# epoch against deterministic training at float32 and bfloat16 on LeNet-300-100 and on a resnet18 at
+# 3x32x32 (channels-last against the stored layout), the host synchronisations inside the steps,
+# deterministic training with CUDA graphs against without (train.graphs), 8 seeds trained together against
+# one after another (the plain network, the sBNN, Sparse VD), and the LeNet-300-100 leaderboard
+# (compare-lenet300 at the papers' budgets, 3 seeds) for as long as its step's limit allows.
 #
 # The project is built as a wheel and installed, with the wheels it needs beyond the machine's image
 # (benchmarks/gpu_requirements.py), into a folder of its own: the source folder is never on the import
@@ -10,25 +13,35 @@
 # so the wheels and MNIST travel in .whl (ignored by git):
 #
 #   bash benchmarks/gpu_session.sh --wheels            # once, here: the wheels and MNIST's cache into .whl
-#   bash benchmarks/gpu_session.sh checks              # there, .whl carried: tests, syncs, batched fits (<= 420 s)
+#   bash benchmarks/gpu_session.sh checks              # there, .whl carried: tests, syncs, graphs (<= 480 s)
 #   bash benchmarks/gpu_session.sh epochs              # there, a second command: the epoch ratios (<= 570 s)
-#   bash benchmarks/gpu_session.sh leaderboard         # there, a third (<= 480 s)
+#   bash benchmarks/gpu_session.sh batched             # a third: seeds together against one by one (<= 390 s)
+#   bash benchmarks/gpu_session.sh leaderboard         # a fourth (<= 480 s)
 #   bash benchmarks/gpu_session.sh --dry-run [STEP...] # here, on the CPU: the steps in a small form (CI runs it)
 #
 # Steps (name them, or their group, to run only those; the wheel and its requirements always come first):
-# checks = cuda_tests, host_syncs, batched_fits (8 seeds of LeNet-300-100 trained together against one after
-# another); epochs = lenet300_float32, lenet300_bfloat16, resnet18_float32, resnet18_bfloat16,
-# resnet18_bfloat16_contiguous; leaderboard. Each has its own time limit (STEP_LIMIT_SCALE multiplies them all), so one that
-# hangs does not cost the others; the session exits 1 when a step failed, after running the rest. The
-# outputs land in $OUT/gpu-session.tar.gz (checkpoints left out), the step times in $OUT/steps.txt; without
-# $OUT, in a new temporary folder. The dry run trains on a few rows on the CPU with eager kernels and only
-# collects the CUDA tests: it checks that every step's command runs, not what it measures.
+# checks = cuda_tests, host_syncs, graphs_lenet300 (an epoch of LeNet-300-100 on 60,000 images with its steps
+# replayed as CUDA graphs against launched one by one); epochs = lenet300_float32, lenet300_bfloat16,
+# resnet18_float32, resnet18_bfloat16, resnet18_bfloat16_contiguous; batched = batched_fits, batched_sbnn,
+# batched_sparse_vd (8 seeds of LeNet-300-100 trained together against one after another); leaderboard. Each
+# has its own time limit (STEP_LIMIT_SCALE multiplies them all), so one that hangs does not cost the others;
+# the session exits 1 when a step failed, after running the rest. The outputs land in
+# $OUT/gpu-session.tar.gz (checkpoints left out), the step times in $OUT/steps.txt; without $OUT, in a new
+# temporary folder. The dry run trains on a few rows on the CPU with eager kernels and only collects the
+# CUDA tests: it checks that every step's command runs, not what it measures.
+#
+# The leaderboard's cells are single fits (compare runs each seed of a method as a cell of its own: seeds
+# trained together, core/batched.py, serve `bayesprune run` with `seeds = [...]`, not compare); on the GPU
+# its cells run LEADERBOARD_JOBS (3) at a time, each process launching its own kernels, and with
+# LEADERBOARD_GRAPHS=auto their plain optimiser steps run as CUDA graphs (train.graphs; off unless the
+# checks' graph tests passed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
 python="${PYTHON:-python3}"
-checks=(cuda_tests host_syncs batched_fits)
+checks=(cuda_tests host_syncs graphs_lenet300)
 epochs=(lenet300_float32 lenet300_bfloat16 resnet18_float32 resnet18_bfloat16 resnet18_bfloat16_contiguous)
+batched=(batched_fits batched_sbnn batched_sparse_vd)
 
 dry=false
 case "${1:-}" in
@@ -49,11 +62,12 @@ for name in "$@"; do
     case "$name" in
         checks) selected+=("${checks[@]}") ;;
         epochs) selected+=("${epochs[@]}") ;;
+        batched) selected+=("${batched[@]}") ;;
         *)
-            case " leaderboard ${checks[*]} ${epochs[*]} " in
+            case " leaderboard ${checks[*]} ${epochs[*]} ${batched[*]} " in
                 *" $name "*) selected+=("$name") ;;
                 *)
-                    echo "gpu_session.sh: unknown step $name (checks, epochs, leaderboard or one step of them;" \
+                    echo "gpu_session.sh: unknown step $name (checks, epochs, batched, leaderboard or one step of them;" \
                         "or --wheels, --dry-run)" >&2
                     exit 2
                     ;;
@@ -61,7 +75,7 @@ for name in "$@"; do
             ;;
     esac
 done
-[ ${#selected[@]} -gt 0 ] || selected=("${checks[@]}" "${epochs[@]}" leaderboard)
+[ ${#selected[@]} -gt 0 ] || selected=("${checks[@]}" "${epochs[@]}" "${batched[@]}" leaderboard)
 
 work="$(mktemp -d)"
 out="$work/out"
@@ -115,6 +129,7 @@ if $dry; then
     lenet=(--data synthetic --rows 256 --rounds 1 --methods sbnn --kernels eager)
     resnet=(--rows 8 --rounds 1 --methods sbnn --kernels eager)
     syncs=(--methods sbnn)
+    graphs=(--rows 256 --epochs 1 --rounds 1)
     batched=(--fits 2 --epochs 1 --rounds 1)
     board=(compare-digits --methods sbnn --sparsities 0.9 --set train.epochs=1 --set baseline.epochs=1
         --set compare.finetune_epochs=1)
@@ -125,11 +140,13 @@ else
     lenet=(--data synthetic --rounds 1)
     resnet=(--rows 10000 --rounds 1)
     syncs=()
-    batched=(--network lenet300 --rows 60000 --epochs 2 --rounds 1)
-    board=(compare-lenet300)
+    graphs=(--rows 60000 --epochs 2 --rounds 3)
+    batched=(--network lenet300 --rows 60000 --epochs 1 --rounds 1)
+    board=(compare-lenet300 --jobs "${LEADERBOARD_JOBS:-3}")
+    [ "${LEADERBOARD_GRAPHS:-off}" = off ] || board+=(--set "train.graphs='${LEADERBOARD_GRAPHS}'")
 fi
 
-step cuda_tests 120 "$python" -P -m pytest -o addopts="" -p no:cacheprovider --import-mode=importlib -q -m cuda \
+step cuda_tests 180 "$python" -P -m pytest -o addopts="" -p no:cacheprovider --import-mode=importlib -q -m cuda \
     tests/test_cuda.py "${cuda_tests[@]}"
 epoch=("$python" benchmarks/epoch.py --device "$device" --json)
 for precision in float32 bfloat16; do
@@ -140,7 +157,11 @@ done
 step resnet18_bfloat16_contiguous 90 "${epoch[@]}" --network resnet18 "${resnet[@]}" --precision bfloat16 \
     --memory-format contiguous
 step host_syncs 90 "$python" benchmarks/host_syncs.py --device "$device" --json "${syncs[@]}"
-step batched_fits 90 "$python" benchmarks/batched_fits.py --device "$device" --json "${batched[@]}"
+step graphs_lenet300 90 "$python" benchmarks/graphs.py --device "$device" --json "${graphs[@]}"
+step batched_fits 60 "$python" benchmarks/batched_fits.py --device "$device" --json "${batched[@]}"
+step batched_sbnn 90 "$python" benchmarks/batched_fits.py --device "$device" --json --method sbnn "${batched[@]}"
+step batched_sparse_vd 120 "$python" benchmarks/batched_fits.py --device "$device" --json --method sparse-vd \
+    "${batched[@]}"
 # the finished cells stay in the tarball's out/compare; compare --resume continues them
 step leaderboard 360 "$python" -P -m bayesprune compare "${board[@]}" --set "device='$device'" --out "$out/compare"
 finish

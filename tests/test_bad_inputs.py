@@ -235,6 +235,7 @@ CASES = {
     "absent CUDA device": ({}, settings("device='cuda:7'"), "device"),
     "device not a string": ({}, settings("device=3"), "device"),
     "unknown device": ({}, settings("device='tpu'"), "device"),
+    "CUDA graphs on the CPU": ({}, settings("device='cpu'", "train.graphs='on'"), "train.graphs = 'on' needs a CUDA"),
     "list as a dataset name": ({}, settings("data.dataset=[1, 2]"), "data.dataset"),
     "table as an optimiser name": ({}, settings("optim.name={a=1}"), "optim.name"),
     "list as a method": ({}, settings("method=[1]"), "method"),

@@ -134,3 +134,108 @@ def test_a_comparisons_plain_network_cells_train_on_cuda_and_write_cpu_networks(
     assert row["test_error"] == metrics["per_sparsity"][0]["test_error"]
     for path in folder.glob("network-*.pt"):
         assert {t.device.type for t in torch.load(path, weights_only=True).values()} == {"cpu"}, path
+
+
+def test_a_stack_the_device_has_no_memory_for_is_fitted_again_in_halves(tmp_path, monkeypatch, capsys):
+    """The CUDA allocator's own out-of-memory error inside a stack's step (a stack of more than one fit asks
+    it for twice the device's memory, through ``bayesprune.core.batched.BEFORE_STEP``): the run's two seeds
+    are fitted one at a time, said in one line, each seed's metrics those of its run alone, and the
+    allocator holds no more than before once the run is done."""
+    from bayesprune.core import batched
+    from bayesprune.pipeline.config import load_config
+
+    total = torch.cuda.get_device_properties(0).total_memory
+
+    def greedy(stack, epoch, index):
+        if stack.count > 1:
+            torch.empty(2 * total, dtype=torch.uint8, device="cuda")
+
+    settings = ["device='cuda'", "train.epochs=2", "prune.finetune_epochs=1", "prune.sparsities=[0.0, 0.9]"]
+    alone = {
+        seed: run(load_config("magnitude-digits", [*settings, f"seed={seed}"]), tmp_path / f"{seed}") for seed in (1, 2)
+    }
+    monkeypatch.setattr(batched, "BEFORE_STEP", [greedy])
+    torch.cuda.synchronize()
+    allocated = torch.cuda.memory_allocated()
+    capsys.readouterr()
+    run(load_config("magnitude-digits", [*settings, "seeds=[1, 2]"]), tmp_path / "together")
+    said = [line for line in capsys.readouterr().err.splitlines() if "device memory" in line]
+    assert said == ["bayesprune: 2 fits together ran out of device memory; fitting 1 at a time"]
+    assert torch.cuda.memory_allocated() <= allocated
+    for seed in (1, 2):
+        together = json.loads((tmp_path / "together" / "seeds" / f"seed-{seed}.json").read_text())
+        assert together["test_error"] == pytest.approx(alone[seed]["test_error"], abs=1e-3)
+        assert together["pruning_curve"][-1]["test_error"] == pytest.approx(
+            alone[seed]["pruning_curve"][-1]["test_error"], abs=1e-3
+        )
+
+
+def graphed_fit(mode: str, *, precision: str = "float32", loss=None) -> tuple:
+    """``(history, parameters)`` of 3 epochs of a LeNet-300-100 on 700 random images (5 minibatches of 128 and
+    one of 60 an epoch), Adam with a cosine schedule, under ``train.graphs = mode``."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    from bayesprune.core.graphs import graph_mode
+    from bayesprune.core.loop import TensorBatches, optimizer_step, train
+    from bayesprune.core.precision import training_precision
+
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Flatten(), nn.Linear(784, 300), nn.ReLU(), nn.Linear(300, 100), nn.ReLU(), nn.Linear(100, 10)
+    ).cuda()
+    generator = torch.Generator().manual_seed(1)
+    x, y = torch.rand(700, 1, 28, 28, generator=generator), torch.randint(10, (700,), generator=generator)
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=3)
+    objective = loss or F.cross_entropy
+    step = optimizer_step(lambda a, b: objective(net(a), b), optimizer)
+    with graph_mode(mode), training_precision(precision):
+        history = train(step, TensorBatches(x.cuda(), y.cuda(), batch_size=128, seed=2), epochs=3, scheduler=scheduler)
+    return history, [param.detach().cpu() for param in net.parameters()]
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_training_steps_replayed_as_cuda_graphs_end_where_eager_steps_end(precision):
+    """The whole step (forward, backward, Adam) captured after 3 eager steps, captured again at each epoch's
+    new rate (3 captures), the smaller last minibatch of each epoch eager: every step's loss and the
+    parameters those of the same fit launched step by step (capturable Adam's rounding apart)."""
+    eager, eager_params = graphed_fit("off", precision=precision)
+    graphed, graphed_params = graphed_fit("on", precision=precision)
+    assert eager.graphs is None
+    assert graphed.graphs["captures"] == 3 and graphed.graphs["eager"] == 3 + 3 and graphed.graphs["replayed"] == 12
+    assert graphed.graphs["seconds"] > 0
+    assert graphed.step_losses == pytest.approx(eager.step_losses, rel=1e-4, abs=1e-5)
+    for expected, actual in zip(eager_params, graphed_params):
+        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_a_step_that_cannot_be_captured_runs_eagerly_and_says_why():
+    """A loss that reads a value back to the host (``.item()``) cannot be captured: said once, and the fit
+    is the eager one."""
+    import torch.nn.functional as F
+
+    def reading(output, y):
+        loss = F.cross_entropy(output, y)
+        return loss * (1.0 if loss.item() > -1 else 0.0)
+
+    eager, eager_params = graphed_fit("off", loss=reading)
+    with pytest.warns(RuntimeWarning, match=r"train.graphs: stage 'fit' could not be captured \("):
+        graphed, graphed_params = graphed_fit("on", loss=reading)
+    assert graphed.graphs["captures"] == 0 and graphed.graphs["eager"] == 18
+    assert graphed.step_losses == pytest.approx(eager.step_losses, rel=1e-4, abs=1e-5)
+
+
+def test_a_run_with_graphs_on_gives_the_metrics_of_one_without_and_says_what_they_cost(tmp_path):
+    """``train.graphs = "on"`` through the runner (magnitude pruning's plain network): the same metrics to
+    rounding, and the stage's captures said in one line."""
+    from bayesprune.pipeline.config import load_config
+
+    settings = ["device='cuda'", "train.epochs=3", "prune.finetune_epochs=1", "baseline.enabled=false"]
+    off = run(load_config("magnitude-digits", settings), tmp_path / "off")
+    with pytest.warns(RuntimeWarning, match=r"train.graphs: stage '\w+': \d+ capture\(s\) in "):
+        on = run(load_config("magnitude-digits", [*settings, "train.graphs='on'"]), tmp_path / "on")
+    assert on["test_error"] == pytest.approx(off["test_error"], abs=0.5)  # points: a digit or two of 360
+    assert [row["test_error"] for row in on["pruning_curve"]] == pytest.approx(
+        [row["test_error"] for row in off["pruning_curve"]], abs=1.0
+    )

@@ -40,6 +40,12 @@ from bayesprune.core.precision import autocast_calls
 from bayesprune.core.predict import metric
 from bayesprune.core.tasks import predictive_mean
 
+#: Functions called as ``hook(stack, epoch, index)`` before every step of :func:`train_stack` (none by
+#: default). The device's out-of-memory error (``torch.cuda.OutOfMemoryError``) raised by one takes the path
+#: a CUDA device's takes out of the step, so that the fallback to fewer fits at a time
+#: (the runner's, for a run's seeds) runs on the CPU too (``tests/pipeline/test_batched_seeds.py``).
+BEFORE_STEP: list = []
+
 
 class Stack:
     """The parameters of K fits as tensors with a leading fit dimension (``params``: name → ``[K, ...]``
@@ -273,6 +279,8 @@ def train_stack(
     for epoch in range(epochs):
         steps = []
         for index, (x, y) in enumerate(_stacked_minibatches(batches)):
+            for hook in BEFORE_STEP:
+                hook(stack, epoch, index)
             optimizer.zero_grad(set_to_none=True)
             with pyro.validation_enabled(False):  # checking arguments reads them back to the host
                 value = losses(x, y, index, num_batches)

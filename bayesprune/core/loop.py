@@ -15,6 +15,8 @@ from tqdm.auto import tqdm
 
 from bayesprune.core import distributed
 from bayesprune.core.errors import ConfigError, Interrupted, StopNow, TrainingDiverged
+from bayesprune.core.graphs import GraphedStep, graphed
+from bayesprune.core.graphs import report as report_graphs
 from bayesprune.core.layout import laid_out
 from bayesprune.core.penalties import PenaltyScale, UniformPenalty
 from bayesprune.core.precision import autocast_calls
@@ -108,6 +110,8 @@ class History:
 
     step_losses: list = field(default_factory=list)
     epoch_losses: list = field(default_factory=list)
+    #: what the loop's CUDA graphs did and cost (:meth:`bayesprune.core.graphs.GraphedStep.summary`), or ``None``
+    graphs: dict | None = None
 
     @property
     def elbo(self) -> list:
@@ -281,6 +285,10 @@ def train(
         resume: a :class:`LoopState` to continue from: the loop starts after its epoch with its
             history (the caller has restored the parameters and the optimiser).
 
+    Under :func:`~bayesprune.core.graphs.graph_mode` (``train.graphs``) a plain optimiser step on a CUDA
+    device runs as a CUDA graph (:func:`~bayesprune.core.graphs.graphed`); the history's ``graphs`` then
+    holds what the captures cost, also said in one line.
+
     Returns:
         The :class:`History`: every step's loss and each epoch's mean, the float64 sum of the steps'
         losses in step order divided by the number of batches.
@@ -300,13 +308,15 @@ def train(
     on_step, on_epoch = _hooks(callbacks)
     history = History() if resume is None else resume.history
     num_batches = len(batches)
+    run_step = None  # the step as the device runs it (:func:`~bayesprune.core.graphs.graphed`), once it is known
     first = 0 if resume is None else epochs if resume.stopped else resume.epoch
     bar = tqdm(range(first, epochs), disable=not progress, desc=desc, unit="epoch")
     for epoch in bar:
         losses = []
         for index, (x, y) in enumerate(batches):
+            run_step = run_step or graphed(step, x.device, desc)
             with pyro.validation_enabled(False):  # checking arguments reads them back to the host
-                loss = step(x, y, index, num_batches)
+                loss = run_step(x, y, index, num_batches)
             if loss.device.type == "cpu":
                 _check_finite(loss.item(), epoch, index)
             losses.append(loss)
@@ -325,6 +335,9 @@ def train(
         bar.set_postfix(loss=f"{history.epoch_losses[-1]:.4g}")
         if any([bool(hook(epoch, history)) for hook in on_epoch]):
             break
+    if isinstance(run_step, GraphedStep):
+        history.graphs = run_step.summary()
+        report_graphs(desc, history.graphs)
     return history
 
 
@@ -352,6 +365,7 @@ def optimizer_step(loss_fn, optimizer):
         optimizer.step()
         return loss.detach()
 
+    step.optimizer = optimizer  # a CUDA graph may capture the whole step (:mod:`bayesprune.core.graphs`)
     return step
 
 

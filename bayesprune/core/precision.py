@@ -49,7 +49,9 @@ def autocast_calls(function, device: torch.device):
         return function
 
     def under_autocast(*args, **kwargs):
-        with torch.autocast(device.type, dtype=dtype):
+        # autocast's cache of cast weights must not outlive a CUDA graph's capture (bayesprune.core.graphs)
+        capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        with torch.autocast(device.type, dtype=dtype, cache_enabled=not capturing):
             result = function(*args, **kwargs)
         return full_precision(result) if torch.is_tensor(result) else result
 

@@ -28,6 +28,7 @@ from bayesprune.core.early_stopping import EarlyStopping, hold_out
 from bayesprune.core.errors import BayesPruneError, ConfigError, Interrupted
 from bayesprune.core.export import mask_parameters, unmask_parameters
 from bayesprune.core.fused import kernel_mode
+from bayesprune.core.graphs import graph_mode
 from bayesprune.core.layout import resolve_memory_format
 from bayesprune.core.loop import (
     STOP,
@@ -80,6 +81,7 @@ class FitContext:
             (:func:`bayesprune.core.fused.kernel_mode`).
         precision: ``train.precision``, the precision of every stage's forward passes
             (:func:`bayesprune.core.precision.training_precision`).
+        graphs: ``train.graphs``: stages' plain optimiser steps as CUDA graphs (:mod:`bayesprune.core.graphs`).
         config: the run config (TOML layout) the fit is made from, kept in its checkpoints so that
             ``--resume`` refuses a ``config.toml`` edited since (:func:`bayesprune.pipeline.runner.resume_run`).
         augment: applied to every training minibatch's inputs (the data's ``augment``,
@@ -116,6 +118,7 @@ class FitContext:
     method: str = ""
     kernels: str = "auto"
     precision: str = "float32"
+    graphs: str = "off"
     config: dict | None = None
     augment: object = None
     memory_format: torch.memory_format = torch.contiguous_format
@@ -147,6 +150,7 @@ class FitContext:
             method=config.method,
             kernels=config.train.kernels,
             precision=config.train.precision,
+            graphs=config.train.graphs,
             config=config.to_dict(),
             augment=data.augment,
             memory_format=resolve_memory_format(config.train.memory_format, data.input_shape, device),
@@ -223,7 +227,7 @@ class FitContext:
         if self.checkpoint is not None:
             callbacks.append(_StageCheckpoint(self, index, name, state, batches, epochs, stateful))
         start = time.perf_counter()
-        with kernel_mode(self.kernels), training_precision(self.precision):
+        with kernel_mode(self.kernels), training_precision(self.precision), graph_mode(self.graphs):
             history = train(
                 step,
                 batches,
@@ -248,6 +252,7 @@ class FitContext:
                 "batches": batches.generator.get_state(),
                 "best_epoch": self.best_epoch,
                 "seconds": seconds,
+                **({} if history.graphs is None else {"graphs": history.graphs}),
             }
         )
         return history

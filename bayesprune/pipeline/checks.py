@@ -5,6 +5,7 @@ import torch
 
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.fused import check_compiler
+from bayesprune.core.graphs import check_graphs
 from bayesprune.core.layout import resolve_memory_format
 from bayesprune.core.precision import check_precision
 from bayesprune.core.sites import site_names
@@ -208,6 +209,7 @@ def refuse_unsupported(config, method, *, resuming: bool = False):
             raise ConfigError(f"{key} is not supported by method {method.name!r}: {why}")
     if config.train.kernels == "compiled":
         check_compiler(config.torch_device)
+    check_graphs(config.train.graphs, config.torch_device)
     check_precision(config.train.precision, config.torch_device)
 
 

@@ -36,7 +36,7 @@ def pruning_curve(
             Unit-level budgets remove a unit's bias with the unit either way.
         finetuned: ``masks -> metric``, the test metric of the point network fine-tuned with ``masks`` (parameter
             → bool, ``True`` = kept: the sparsity's, a unit's batch-norm entries, the network's own zeros) held fixed
-            (:meth:`bayesprune.pipeline.finetune.FineTuning.test_metric`), reported as ``<metric>_finetuned``;
+            (:class:`bayesprune.pipeline.finetune.FineTunedMetrics`), reported as ``<metric>_finetuned``;
             ``None``: not fine-tuned.
         predictive: ``"every"`` evaluates the Monte-Carlo predictive at every sparsity; ``"unpruned"`` at
             sparsity 0 alone (``<metric>_mc`` is ``None`` at the others), the point estimate at every one.

@@ -66,10 +66,12 @@ class Exported:
             "before any unit left while training)",
         ]
         if report["finetune_epochs"]:
+            choice = report.get("finetune_choice")
+            rate = "" if choice is None else f" at rate {choice['finetune_lr']:g} (chosen on held-out training rows)"
             lines.insert(
                 2,
-                f"fine-tuned for {report['finetune_epochs']} epochs (prune.finetune_epochs), the weights removed held "
-                f"at zero: {name} {report[f'{name}_before_finetuning']:.4g} before, {report[name]:.4g} after",
+                f"fine-tuned for {report['finetune_epochs']} epochs (prune.finetune_epochs){rate}, the weights removed "
+                f"held at zero: {name} {report[f'{name}_before_finetuning']:.4g} before, {report[name]:.4g} after",
             )
         for label, key, sub in (
             ("parameters", "parameters", "total"),
@@ -271,11 +273,11 @@ def export_fitted(
     with torch.no_grad():
         masked = fitted.masked_network(weight_masks).eval()(x)
         difference = (exported(x) - masked).abs().max().item()
-    before = None
+    before = choice = None
     if finetuning is not None:  # the smaller network trained further, the weights removed held at zero
         before = network_test_metric(exported, dataset)
         zeros = {name: p != 0 for name, p in exported.named_parameters() if name in fitted.sites and not p.all()}
-        finetuning.apply(exported, dataset, zeros, calibration=fitted.calibration, teacher=dense)
+        exported, choice = finetuning.apply(exported, dataset, zeros, calibration=fitted.calibration, teacher=dense)
     written = _written(fitted, dataset, exported, brought, weight_masks, (out, trainable, onnx), repeats)
     name, preprocessing = written["metric"], written["preprocessing"]
     run_value = (run_metrics or {}).get(name)
@@ -296,6 +298,7 @@ def export_fitted(
         "trainable_needs_network": None if written["why_not"] else written["needs_network"],
         "finetune_epochs": 0 if finetuning is None else finetuning.epochs,
         f"{name}_before_finetuning": before,
+        **({} if choice is None else {"finetune_choice": choice}),
         **written["onnx"],
         **written["measured"],
     }

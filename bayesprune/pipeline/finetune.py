@@ -5,7 +5,7 @@ fine-tune this way."""
 
 import copy
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -60,8 +60,8 @@ class FineTuning:
     seed, :func:`~bayesprune.core.early_stopping.hold_out`) is set aside, a copy of the network is fine-tuned
     at each rate on the rest, and the copy whose metric on the held-out rows is lowest (the first on a tie)
     is the result (not trained again on every row: the held-out rows are what the choice costs). The test
-    split is never read; the batch-norm statistics are estimated on the rest's inputs. Every choice is
-    kept in :attr:`choices` (``finetune_lr`` and each rate's ``held_out_metrics``)."""
+    split is never read; the batch-norm statistics are estimated on the rest's inputs. The choice is
+    returned with the network (``finetune_lr`` and each rate's ``held_out_metrics``)."""
 
     epochs: int
     lr: float
@@ -72,7 +72,6 @@ class FineTuning:
     temperature: float = 4.0
     candidates: tuple = ()
     held_out: float = 0.2
-    choices: list = field(default_factory=list, compare=False, repr=False)
 
     @classmethod
     def of(cls, config, num_train: int, *, epochs: int | None = None):
@@ -98,15 +97,17 @@ class FineTuning:
         rows = num_train - max(1, round(self.held_out * num_train))
         return len(self.candidates) * self.epochs * math.ceil(rows / self.batch_size)
 
-    def apply(self, net, dataset, masks: dict, *, calibration=None, teacher=None):
-        """:func:`finetune` ``net`` on ``dataset``'s training split (moved to ``net``'s device), its batch-norm
-        statistics estimated again by ``calibration`` where it has any, at ``lr`` or at the rate of
-        ``candidates`` chosen on held-out rows (the chosen copy is returned). With ``distill``, the teacher is
-        ``teacher`` (the dense network, where ``net`` is already smaller), else ``net`` as it is given, unmasked."""
+    def apply(self, net, dataset, masks: dict, *, calibration=None, teacher=None) -> tuple:
+        """``(network, choice)``: :func:`finetune` ``net`` on ``dataset``'s training split (moved to ``net``'s
+        device), its batch-norm statistics estimated again by ``calibration`` where it has any, at ``lr``
+        (``net`` itself, trained; ``choice`` ``None``) or at the rate of ``candidates`` chosen on held-out rows
+        (the chosen copy; ``choice`` ``{"finetune_lr": rate, "held_out_metrics": {rate: metric}}``). With
+        ``distill``, the teacher is ``teacher`` (the dense network, where ``net`` is already smaller), else
+        ``net`` as it is given, unmasked."""
         if self.distill:
             teacher = copy.deepcopy(net if teacher is None else teacher)
         if not self.candidates:
-            return self._train(net, dataset, masks, self.lr, calibration, teacher)
+            return self._train(net, dataset, masks, self.lr, calibration, teacher), None
         part, x_held, y_held = hold_out(dataset, self.held_out, seed=self.seed)
         if calibration is not None:
             calibration = replace(calibration, inputs=part.x_train)
@@ -118,8 +119,7 @@ class FineTuning:
             if scores[-1] < min(scores[:-1], default=math.inf):
                 best = tuned
         chosen = self.candidates[scores.index(min(scores))]
-        self.choices.append({"finetune_lr": chosen, "held_out_metrics": dict(zip(map(str, self.candidates), scores))})
-        return best
+        return best, {"finetune_lr": chosen, "held_out_metrics": dict(zip(map(str, self.candidates), scores))}
 
     def _train(self, net, dataset, masks: dict, lr: float, calibration, teacher):
         device = next(net.parameters()).device
@@ -141,28 +141,41 @@ class FineTuning:
             objective=objective,
         )
 
-    def test_metric(self, net, dataset, masks: dict, *, calibration=None) -> float:
-        """The test metric of ``net`` (a copy is trained) fine-tuned with ``masks`` fixed: what each point of
-        the pruning curve reports as ``<metric>_finetuned``."""
-        tuned = self.apply(copy.deepcopy(net), dataset, masks, calibration=calibration)
+    def test_metric(self, net, dataset, masks: dict, *, calibration=None) -> tuple:
+        """``(metric, choice)``: the test metric of ``net`` (a copy is trained) fine-tuned with ``masks`` fixed,
+        what each point of the pruning curve reports as ``<metric>_finetuned``, and the rate chosen
+        (:meth:`apply`)."""
+        tuned, choice = self.apply(copy.deepcopy(net), dataset, masks, calibration=calibration)
         prediction = predict_network(tuned, dataset.x_test, dataset.task).cpu()
-        return metric(dataset.task, prediction, dataset.y_test, target_std=dataset.target_std)
+        return metric(dataset.task, prediction, dataset.y_test, target_std=dataset.target_std), choice
 
-    def test_metrics(self, fitted, dataset):
-        """``masks -> metric``: :meth:`test_metric` of ``fitted``'s point network with its calibration, each
-        distinct set of masks fine-tuned once (a mask that keeps everything counts as none: the pruning
-        curve's sparsity 0 and a MAC target the network already meets are the same fine-tuning)."""
-        done = {}
+    def test_metrics(self, fitted, dataset) -> "FineTunedMetrics":
+        """``masks -> metric``: :meth:`test_metric` of ``fitted``'s point network with its calibration
+        (:class:`FineTunedMetrics`)."""
+        return FineTunedMetrics(self, fitted, dataset)
 
-        def tuned(masks: dict) -> float:
-            key = tuple(
-                (site, tuple(mask.shape), mask.cpu().numpy().tobytes())
-                for site, mask in sorted(masks.items())
-                if not bool(mask.all())
-            )
-            if key not in done:
-                done[key] = self.test_metric(fitted.network(), dataset, masks, calibration=fitted.calibration)
-            return done[key]
 
-        tuned.choices = self.choices
-        return tuned
+class FineTunedMetrics:
+    """``masks -> metric`` (called): :meth:`FineTuning.test_metric` of ``fitted``'s point network with its
+    calibration, each distinct set of masks fine-tuned once (a mask that keeps everything counts as none:
+    the pruning curve's sparsity 0 and a MAC target the network already meets are the same fine-tuning);
+    :attr:`choices` the rates chosen, one per set of masks fine-tuned, in the order they were."""
+
+    def __init__(self, tuning: FineTuning, fitted, dataset):
+        self.tuning, self.fitted, self.dataset = tuning, fitted, dataset
+        self.done = {}  # masks (their bytes) -> (metric, choice)
+
+    def __call__(self, masks: dict) -> float:
+        key = tuple(
+            (site, tuple(mask.shape), mask.cpu().numpy().tobytes())
+            for site, mask in sorted(masks.items())
+            if not bool(mask.all())
+        )
+        if key not in self.done:
+            network, calibration = self.fitted.network(), self.fitted.calibration
+            self.done[key] = self.tuning.test_metric(network, self.dataset, masks, calibration=calibration)
+        return self.done[key][0]
+
+    @property
+    def choices(self) -> list:
+        return [choice for _, choice in self.done.values() if choice is not None]

@@ -10,6 +10,7 @@ and the config are moved there.
 """
 
 import copy
+import gc
 import json
 import shutil
 import sys
@@ -332,8 +333,10 @@ def _fit_seeds_together(config, method, datasets, device, seeds, *, progress) ->
 
 def _fit_stack(config, method, seeds: list, begin) -> dict:
     """:func:`_fit_seeds_together` of ``seeds`` (``begin(seed)``: the fit's rows and :func:`_start_fit`); a
-    stack the device has no memory for is fitted again as two halves, and networks the stack refuses
-    (other shapes, dropout, batch norm) one at a time, each said in one line."""
+    stack the device has no memory for is fitted again as two halves, each from its fits' start (``begin``
+    again), and networks the stack refuses (other shapes, dropout, batch norm) one at a time, each said in
+    one line. The halves train once the failed stack is gone: the error's traceback holds the frames that
+    hold its tensors, so they are not retried inside the ``except``."""
     begun = [begin(seed) for seed in seeds]
     nets = [start[0] for _, start in begun]
     try:
@@ -343,19 +346,17 @@ def _fit_stack(config, method, seeds: list, begin) -> dict:
         return {}
     try:
         fits = method.fit_together(nets, [rows for rows, _ in begun], config.method_options, [s[3] for _, s in begun])
+        return {seed: (*start, fitted) for seed, (_, start), fitted in zip(seeds, begun, fits)}
     except torch.cuda.OutOfMemoryError:
         if len(seeds) == 1:
             raise
-        del begun, nets
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        half = (len(seeds) + 1) // 2
-        print(
-            f"bayesprune: {len(seeds)} fits together ran out of device memory; fitting {half} at a time",
-            file=sys.stderr,
-        )
-        return {**_fit_stack(config, method, seeds[:half], begin), **_fit_stack(config, method, seeds[half:], begin)}
-    return {seed: (*start, fitted) for seed, (_, start), fitted in zip(seeds, begun, fits)}
+    del begun, nets
+    gc.collect()  # cycles through the failed stack's frames
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    half = (len(seeds) + 1) // 2
+    print(f"bayesprune: {len(seeds)} fits together ran out of device memory; fitting {half} at a time", file=sys.stderr)
+    return {**_fit_stack(config, method, seeds[:half], begin), **_fit_stack(config, method, seeds[half:], begin)}
 
 
 def resume_run(out, *, progress: bool = False) -> dict:

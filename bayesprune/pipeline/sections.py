@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 
 from bayesprune.core.fused import KERNEL_MODES
+from bayesprune.core.graphs import GRAPH_MODES
 from bayesprune.core.layout import MEMORY_FORMATS
 from bayesprune.core.normalization import DEFAULT_BATCHES, MAX_BATCHES, MIN_BATCH_SIZE, Calibration
 from bayesprune.core.precision import PRECISIONS
@@ -221,7 +222,9 @@ class TrainConfig:
     ``precision = "bfloat16"`` runs the forward passes of training under bfloat16 autocast, the
     likelihood, KL and bound terms in float32 (:mod:`bayesprune.core.precision`). ``memory_format``
     lays out training minibatches of images channels-last (``"auto"``: on a CUDA device;
-    :mod:`bayesprune.core.layout`).
+    :mod:`bayesprune.core.layout`). ``graphs`` runs plain optimiser steps as CUDA graphs (``"on"``: refused
+    without a CUDA device; ``"auto"``: networks of at most 2,000,000 weights on a CUDA device;
+    :mod:`bayesprune.core.graphs`).
     """
 
     epochs: int | None = option(None, optional(count()))
@@ -232,6 +235,7 @@ class TrainConfig:
     kernels: str = option("auto", one_of(KERNEL_MODES))
     precision: str = option("float32", one_of(PRECISIONS))
     memory_format: str = option("auto", one_of(MEMORY_FORMATS))
+    graphs: str = option("off", one_of(GRAPH_MODES))
 
     rules = (
         Rule(

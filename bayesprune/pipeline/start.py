@@ -39,7 +39,7 @@ def start_network(config, dataset, *, device, seed: int):
 STARTS = "starts"
 
 
-def shared_starts(cells: list, out: Path, base: dict, *, train: bool = True) -> list:
+def shared_starts(cells: list, out: Path, base: dict, *, train: bool = True, key: str = "") -> list:
     """``cells`` of a comparison in ``out`` made to start from one trained network per seed: where ``base``
     (the comparison's config, TOML layout) asks for ``model.pretrain_epochs``, the network of each seed is
     trained once (:func:`start_network` with the comparison's own ``[optim]``, ``[data]`` and ``[train]``,
@@ -47,13 +47,15 @@ def shared_starts(cells: list, out: Path, base: dict, *, train: bool = True) -> 
     cell of that seed gets it as ``model.weights`` with ``pretrain_epochs = 0``. Without pre-training the
     cells are returned as they are (each builds the same network from its seed, or ``model.weights``).
     ``train = False`` trains nothing: the cells as they will be where their seed's network is trained already
-    (as they are where not), for checking finished cell folders against before any network is trained."""
+    (as they are where not), for checking finished cell folders against before any network is trained.
+    ``key``: what else the network depends on (a comparison case's own network or data,
+    :func:`~bayesprune.pipeline.compare.cases.start_key`), its files ``seed-<seed>-<key>.pt``."""
     model = base.get("model", {})
     if not isinstance(model, dict) or not model.get("pretrain_epochs"):
         return cells
     files = {}
     for seed in sorted({cell.seed for cell in cells}):
-        path = out / STARTS / f"seed-{seed}.pt"
+        path = out / STARTS / f"seed-{seed}{f'-{key}' if key else ''}.pt"
         if train and not path.is_file():
             (out / STARTS).mkdir(exist_ok=True)
             config = _start_config(cells, base, seed)

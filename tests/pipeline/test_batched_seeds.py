@@ -2,12 +2,15 @@
 pruning's plain network) trains them as one stacked model, and each seed's metrics are those of the
 same seed run alone (issue 51, item 1)."""
 
+import gc
 import json
+import weakref
 
 import pytest
 import torch
 from torch import nn
 
+from bayesprune.core import batched
 from bayesprune.methods import get_method
 from bayesprune.pipeline.config import load_config
 from bayesprune.pipeline.runner import _fit_stack, run
@@ -16,6 +19,25 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 SHORT = ["train.epochs=4", "prune.finetune_epochs=1", "prune.sparsities=[0.0, 0.9]"]
 COMPARED = ("test_error", "baseline_test_error", "train_epochs", "train_steps", "pruning_curve")
+
+
+class DeviceMemory:
+    """A device that holds at most ``fits`` fits in one stack: the stack's step raises the device's
+    out-of-memory error (through :data:`bayesprune.core.batched.BEFORE_STEP`) at the third step of its
+    second epoch, after it trained, for a larger stack. It keeps a weak reference to every stack that ran
+    out, and ``leaked`` counts those still alive when a smaller stack starts (the device's memory not given
+    back before the fallback trains)."""
+
+    def __init__(self, fits: int):
+        self.fits, self.failed, self.leaked = fits, [], 0
+
+    def __call__(self, stack, epoch, index):
+        if epoch == index == 0:
+            gc.collect()  # what is still alive is referenced, not garbage
+            self.leaked += sum(ref() is not None for ref in self.failed)
+        if stack.count > self.fits and (epoch, index) == (1, 2):
+            self.failed.append(weakref.ref(next(iter(stack.params.values()))))
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
 
 
 @pytest.mark.parametrize(("validation", "memory"), [(0.0, None), (0.25, None), (0.0, 1)])
@@ -32,14 +54,8 @@ def test_seeds_trained_together_give_each_seeds_own_run(validation, memory, tmp_
         raise AssertionError("a seed was fitted alone")
 
     monkeypatch.setattr(method, "fit", refuse)
-    together = method.fit_together
-
-    def limited(self, nets, *args):
-        if memory is not None and len(nets) > memory:
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory.")
-        return together(self, nets, *args)
-
-    monkeypatch.setattr(method, "fit_together", limited)
+    device = DeviceMemory(memory or 3)
+    monkeypatch.setattr(batched, "BEFORE_STEP", [device])
     capsys.readouterr()
     run(load_config("magnitude-digits", [*settings, "seeds=[1, 2, 3]"]), tmp_path / "together")
     said = capsys.readouterr().err.splitlines()
@@ -48,6 +64,7 @@ def test_seeds_trained_together_give_each_seeds_own_run(validation, memory, tmp_
             "bayesprune: 3 fits together ran out of device memory; fitting 2 at a time",
             "bayesprune: 2 fits together ran out of device memory; fitting 1 at a time",
         ]
+        assert len(device.failed) == 2 and device.leaked == 0
     for seed in (1, 2, 3):
         together = json.loads((tmp_path / "together" / "seeds" / f"seed-{seed}.json").read_text())
         for key in COMPARED:

@@ -46,7 +46,10 @@ def test_finetuning_lowers_the_training_loss_and_keeps_removed_units_removed():
     assert net[0].weight[kept].ne(0).all()
 
 
-def test_the_exported_network_is_the_fine_tuned_point_of_the_curve(tmp_path):
+@pytest.mark.parametrize("candidates", [(), (0.05, 1e-6)], ids=["one rate", "a rate chosen on held-out rows"])
+def test_the_exported_network_is_the_fine_tuned_point_of_the_curve(candidates, tmp_path):
+    """With ``prune.finetune_lr`` candidates the fine-tuned network is the chosen copy: export wrote the
+    network as it was before fine-tuning."""
     x, y = separable(240)
     dataset = Dataset(
         name="toy", task="classification", x_train=x[:160], y_train=y[:160], x_test=x[160:], y_test=y[160:],
@@ -55,13 +58,13 @@ def test_the_exported_network_is_the_fine_tuned_point_of_the_curve(tmp_path):
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 2))
     fitted = fit_method("sparse-vd", net, (dataset.x_train, dataset.y_train), epochs=2, batch_size=40, device="cpu")
-    tuning = FineTuning(epochs=4, lr=0.05, batch_size=40, seed=0)
+    tuning = FineTuning(epochs=4, lr=0.05, batch_size=40, seed=0, candidates=candidates)
     curve = pruning_curve(
         fitted,
         dataset,
         sparsities=[0.0, 0.5],
         budget=lambda sparsity: Budget(sparsity=sparsity, level="unit"),
-        finetuned=lambda masks: tuning.test_metric(fitted.network(), dataset, masks, calibration=fitted.calibration),
+        finetuned=tuning.test_metrics(fitted, dataset),
     )
     exported = export_fitted(
         fitted,
@@ -72,6 +75,7 @@ def test_the_exported_network_is_the_fine_tuned_point_of_the_curve(tmp_path):
         finetuning=tuning,
     )
     report = exported.report
+    assert report.get("finetune_choice", {}).get("finetune_lr") == (candidates[0] if candidates else None)
     assert report["exported"]["parameters"]["total"] < report["dense"]["parameters"]["total"]  # units removed
     assert report["finetune_epochs"] == 4
     assert report["test_error_before_finetuning"] == pytest.approx(curve[1]["test_error"], abs=1e-6)
@@ -81,7 +85,8 @@ def test_the_exported_network_is_the_fine_tuned_point_of_the_curve(tmp_path):
     with torch.no_grad():
         file_outputs = torch.export.load(str(tmp_path / "net.pt2")).module()(dataset.x_test)
         assert torch.allclose(trainable(dataset.x_test), file_outputs, atol=1e-5)
-    assert any("fine-tuned for 4 epochs" in line for line in exported.summary())
+    chosen = " at rate 0.05 (chosen on held-out training rows)," if candidates else " (prune.finetune_epochs),"
+    assert any("fine-tuned for 4 epochs" in line and chosen in line for line in exported.summary())
 
 
 @pytest.mark.parametrize("value", [-1, 1.5, True, "2"])

@@ -39,6 +39,7 @@ class Cell:
         point: the grid point of a sweep cell (key → value).
         certifies: the rows whose ``bound`` this cell's certificate fills (``compare.certify``).
         row: whether the cell gives leaderboard rows of its own (a certificate-only cell does not).
+        case: the comparison case it belongs to (``compare.cases``; ``""``: none).
     """
 
     name: str
@@ -52,6 +53,7 @@ class Cell:
     point: dict = field(default_factory=dict)
     certifies: tuple = ()
     row: bool = True
+    case: str = ""
 
     def __post_init__(self):
         if not self.label:

@@ -25,10 +25,14 @@ one, and:
 paper 000) gets a cell per sparsity and seed started from every other method's mask fitted on S_P
 (``certificate-<method>-s<s>-seed<k>``; its own cells where they start from that mask already,
 :meth:`~bayesprune.methods.Method.certified`); its bound fills the method's ``bound`` column.
+
+``compare.cases`` makes several such comparisons one (another network, MAC level or data each, with its own
+seeds; :mod:`~bayesprune.pipeline.compare.cases`), their cells named by case.
 """
 
 import copy
 import json
+from contextlib import ExitStack
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -37,8 +41,9 @@ import tomli_w
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.files import write_text
 from bayesprune.methods import Method, available_methods, get_method, stages
+from bayesprune.pipeline.compare.cases import merged, start_key
 from bayesprune.pipeline.compare.cells import Cell, variant_tables
-from bayesprune.pipeline.compare.engines import check_engine, run_tracked
+from bayesprune.pipeline.compare.engines import check_engine, engine_started, run_tracked
 from bayesprune.pipeline.compare.equal_macs import at_macs, macs_rows, write_macs_table
 from bayesprune.pipeline.compare.grid import check_cells, check_grid_dir, refuse_with_resume
 from bayesprune.pipeline.compare.leaderboard import leaderboard_rows, write_leaderboard
@@ -211,8 +216,44 @@ def certificate_cells(raw: dict, options: CompareOptions, cells: list) -> list:
     return cells
 
 
-def comparison_cells(raw: dict, options: CompareOptions) -> list:
-    """Every cell of the comparison, each config validated (a bad one raises before anything is written)."""
+def comparison_cells(raw: dict, options: CompareOptions, *, seeds=None) -> list:
+    """Every cell of the comparison, each config validated (a bad one raises before anything is written):
+    with ``compare.cases``, every case's cells (:mod:`~bayesprune.pipeline.compare.cases`), each case narrowed
+    to ``seeds`` where given (a case left without seeds has no cells)."""
+    if not options.cases:
+        return _method_cells(raw, options)
+    cells = []
+    for case in options.cases:
+        own = tuple(seed for seed in case.seeds or options.seeds if seeds is None or seed in seeds)
+        if not own:
+            continue
+        try:
+            grid = _method_cells(merged(raw, case.overrides), replace(options, seeds=own, cases=()))
+        except ConfigError as error:
+            raise ConfigError(f"compare.cases[{case.name}]: {error}") from None
+        cells += [replace(cell, name=case.prefix + cell.name, case=case.name) for cell in grid]
+    names = [cell.name for cell in cells]
+    repeated = next((name for name in names if names.count(name) > 1), None)
+    if repeated is not None:
+        raise ConfigError(f"compare.cases: two cases make a cell named {repeated!r}; rename one of them")
+    return cells
+
+
+def started(cells: list, out: Path, raw: dict, options: CompareOptions, *, train: bool = True) -> list:
+    """``cells`` started from one trained network per seed (:func:`~bayesprune.pipeline.start.shared_starts`),
+    per case where there are cases: each case's network and keys (:func:`~bayesprune.pipeline.compare.cases.start_key`)."""
+    if not options.cases:
+        return shared_starts(cells, out, raw, train=train)
+    out_cells = []
+    for case in options.cases:
+        own = [cell for cell in cells if cell.case == case.name]
+        if own:
+            out_cells += shared_starts(own, out, merged(raw, case.overrides), train=train, key=start_key(case))
+    return out_cells
+
+
+def _method_cells(raw: dict, options: CompareOptions) -> list:
+    """Every cell of one comparison without cases (see the module)."""
     level = _resolved({key: value for key, value in raw.items() if key in ("prune",)})["prune"]["level"]
     baselines = [name for name, method in available_methods().items() if method.baseline]
     cells = []
@@ -260,7 +301,8 @@ def compare(
     leaderboard; returns its rows.
 
     ``methods``, ``sparsities`` and ``seeds`` replace the config's ``[compare]`` lists when given, also
-    on ``resume``: cells are added or dropped, a finished cell is read back, never fitted again. The
+    on ``resume``: cells are added or dropped, a finished cell is read back, never fitted again (with
+    ``compare.cases``, ``seeds`` narrows every case for this call only; the comparison keeps its seeds). The
     resolved comparison is written to ``out/comparison.toml`` before the first cell, so that ``resume``
     continues from it (no config or overrides are given then). Before any fit every cell is checked
     (:func:`check_cells`): all refusals in one error. A failing cell is a row with its reason. ``status``
@@ -270,7 +312,7 @@ def compare(
     out = Path(out)
     if resume:
         refuse_with_resume(config=source, set=list(overrides))
-    with out_lock(out):  # one writer per --out: a run, a comparison or a sweep
+    with out_lock(out), ExitStack() as held:  # one writer per --out: a run, a comparison or a sweep
         saved = check_grid_dir(out, MARKER, resume=resume)
         raw, options = load_comparison(str(saved) if saved else source, () if resume else overrides)
         given = {
@@ -278,17 +320,21 @@ def compare(
             for key, value in (("methods", methods), ("sparsities", sparsities), ("seeds", seeds))
             if value is not None
         }
-        if given:
-            try:
-                options = replace(options, **given)
-            except ConfigError as error:
-                raise ConfigError(str(error).replace("compare.", "--", 1)) from None
-        cells = comparison_cells(raw, options)
+        narrowed = given.pop("seeds", None) if options.cases else None  # with cases, --seeds narrows this call
+        try:
+            options = replace(options, **given)
+            replace(options, seeds=options.seeds if narrowed is None else narrowed)
+        except ConfigError as error:
+            raise ConfigError(str(error).replace("compare.", "--", 1)) from None
+        cells = comparison_cells(raw, options, seeds=narrowed)
+        if not cells:
+            raise ConfigError(f"--seeds {' '.join(map(str, narrowed))}: no case of this comparison runs these seeds")
         check_engine(engine, jobs=jobs, address=address)
-        folders = check_cells(out, shared_starts(cells, out, raw, train=False))  # as they will be fitted
+        folders = check_cells(out, started(cells, out, raw, options, train=False))  # as they will be fitted
         tracker = open_tracker(track, track_uri, out, kind="compare")
+        held.enter_context(engine_started(engine, address))  # Ray reached before anything is written
         out.mkdir(parents=True, exist_ok=True)
-        cells = shared_starts(cells, out, raw)
+        cells = started(cells, out, raw, options)
         # --resume with other lists: the marker holds them from now on (cells dropped keep their folders)
         write_text(
             out / MARKER,

@@ -9,16 +9,17 @@ the same numbers for the same seeds.
 import multiprocessing
 import os
 import signal
-import socket
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import nullcontext
 from pathlib import Path
 
 from bayesprune.core.errors import BayesPruneError, Interrupted
 from bayesprune.core.loop import STOP
 from bayesprune.pipeline.compare.cells import complete, execute, finished, read_json
+from bayesprune.pipeline.compare.ray_head import check_address, started
 
 ENGINES = ("local", "ray")
 
@@ -36,30 +37,14 @@ def check_engine(engine: str, *, jobs: int, address=None):
             import ray  # noqa: F401
         except ImportError:
             raise BayesPruneError("--engine ray needs Ray: pip install 'bayesprune[ray]'") from None
-        target = address if address is not None else os.environ.get("RAY_ADDRESS")
-        if target not in (None, "", "auto", "local"):
-            _probe(target, "--address" if address is not None else "RAY_ADDRESS")
+        check_address(address)
 
 
-#: Seconds a Ray address is given to answer (Ray itself retries for minutes before giving up).
-PROBE_SECONDS = 5
-#: HTTP/2's connection preface and an empty SETTINGS frame: what a gRPC server, as Ray's head is, answers.
-_HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
-
-
-def _probe(address: str, flag: str):
-    """Refuse, within :data:`PROBE_SECONDS`, an address where nothing answers, or something that is not a
-    gRPC server (a Ray head answers HTTP/2 with a SETTINGS frame)."""
-    host, _, port = address.split("://", 1)[-1].rpartition(":")
-    try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=PROBE_SECONDS) as connection:
-            connection.settimeout(PROBE_SECONDS)
-            connection.sendall(_HTTP2_HELLO)
-            answer = connection.recv(9)
-    except (OSError, ValueError):
-        raise BayesPruneError(f"{flag} {address}: no Ray cluster answers there (give host:port of its head)") from None
-    if len(answer) < 4 or answer[3] != 4:
-        raise BayesPruneError(f"{flag} {address}: what answers there is not a Ray cluster's head (no gRPC server)")
+def engine_started(engine: str, address=None):
+    """The engine started for a block (a context manager): Ray started or reached at ``address``
+    (:func:`~bayesprune.pipeline.compare.ray_head.started`), before a grid writes anything; nothing to
+    start for the local engine (its workers start with the cells)."""
+    return started(address) if engine == "ray" else nullcontext()
 
 
 def run_tracked(cells: list, folders: list, tracker, *, engine: str, jobs: int, address, report, status) -> list:
@@ -104,10 +89,11 @@ def run_cells(
     if todo:
         # absolute, never resolved: a folder is never reached through a link (Ray's workers start elsewhere)
         chosen = [(index, cells[index], os.path.abspath(folders[index])) for index in todo]
-        if engine == "ray":
-            _ray(chosen, address=address, finish=finish, progress=progress)
-        else:
-            _local(chosen, jobs=jobs, finish=finish, progress=progress)
+        with engine_started(engine, address):
+            if engine == "ray":
+                _ray(chosen, finish=finish, progress=progress)
+            else:
+                _local(chosen, jobs=jobs, finish=finish, progress=progress)
     return results
 
 
@@ -215,51 +201,30 @@ def _worker_start(parent: int):
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
-def _ray(chosen, *, address, finish, progress):
+def _ray(chosen, *, finish, progress):
+    """One Ray task per cell on the Ray started for the call (:func:`engine_started`)."""
     import ray
 
-    started = not ray.is_initialized()
-    if started:
-        handlers = {number: signal.getsignal(number) for number in STOP_SIGNALS}
-        try:
-            ray.init(
-                address=address,
-                include_dashboard=False,
-                log_to_driver=False,
-                runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
+    task = ray.remote(num_cpus=1)(execute)
+    refs = {task.remote(cell, folder): (index, cell) for index, cell, folder in chosen}
+    while refs:
+        ready, _ = ray.wait(list(refs), num_returns=1, timeout=0.5)
+        for ref in ready:
+            index, _ = refs.pop(ref)
+            try:
+                metrics = ray.get(ref)
+            except ray.exceptions.TaskCancelledError:
+                continue
+            except Exception as error:  # noqa: BLE001 - a cell's own failure is recorded, the others go on
+                metrics = failure(getattr(error, "cause", None) or error)
+            finish(index, metrics)
+        if STOP.signal is not None:
+            for ref in refs:
+                ray.cancel(ref, force=True)
+            raise Interrupted(
+                f"stopped after {progress.done} of {progress.total} cells; run the same command again to continue",
+                STOP.signal,
             )
-        except Exception as error:  # Ray raises ConnectionError, RuntimeError, ValueError, … for a bad address
-            message = " ".join(str(error).split())[:200]
-            raise BayesPruneError(
-                f"--address {address}: no Ray cluster answers ({type(error).__name__}: {message})"
-            ) from None
-        finally:  # Ray puts its own handlers in, which end the driver without stopping its tasks
-            for number, handler in handlers.items():
-                signal.signal(number, handler)
-    try:
-        task = ray.remote(num_cpus=1)(execute)
-        refs = {task.remote(cell, folder): (index, cell) for index, cell, folder in chosen}
-        while refs:
-            ready, _ = ray.wait(list(refs), num_returns=1, timeout=0.5)
-            for ref in ready:
-                index, _ = refs.pop(ref)
-                try:
-                    metrics = ray.get(ref)
-                except ray.exceptions.TaskCancelledError:
-                    continue
-                except Exception as error:  # noqa: BLE001 - a cell's own failure is recorded, the others go on
-                    metrics = failure(getattr(error, "cause", None) or error)
-                finish(index, metrics)
-            if STOP.signal is not None:
-                for ref in refs:
-                    ray.cancel(ref, force=True)
-                raise Interrupted(
-                    f"stopped after {progress.done} of {progress.total} cells; run the same command again to continue",
-                    STOP.signal,
-                )
-    finally:
-        if started:
-            ray.shutdown()
 
 
 def _to_stderr(line: str):

@@ -18,7 +18,8 @@ from bayesprune.core.files import write_text
 from bayesprune.core.tasks import metric_name
 from bayesprune.methods import get_method
 
-#: The columns, in order (the metric's name replaces ``test_error`` for regression).
+#: The columns, in order (the metric's name replaces ``test_error`` for regression; with ``compare.cases``, a
+#: ``case`` column first).
 COLUMNS = ("method", "macs_target", "macs", "macs_fraction", "params", "test_error", "test_error_finetuned")
 
 
@@ -53,8 +54,9 @@ def _measured(folder: Path, target: float, dense_macs: int, options) -> dict:
 
 
 def macs_rows(cells: list, folders: list, options, results=None) -> list:
-    """One row per method (each ``compare.variants`` row apart) and ``prune.macs`` target over the cells that
-    finished with a ``macs_curve`` (see :data:`COLUMNS`, with ``latency_ms``, ``seeds`` and the ``cells``)."""
+    """One row per method (each ``compare.variants`` row apart) and ``prune.macs`` target (and ``compare.cases``
+    case) over the cells that finished with a ``macs_curve`` (see :data:`COLUMNS`, with ``latency_ms``, ``seeds``
+    and the ``cells``)."""
     found = {}
     for index, (cell, folder) in enumerate(zip(cells, folders)):
         metrics_file = Path(folder) / "metrics.json"
@@ -65,12 +67,14 @@ def macs_rows(cells: list, folders: list, options, results=None) -> list:
         for row in metrics.get("macs_curve", []):
             entry = {key: row.get(key) for key in ("macs", "macs_fraction", name, f"{name}_finetuned")}
             entry.update(_measured(Path(folder), row["macs_target"], metrics["macs_dense"], options))
-            found.setdefault((cell.label, row["macs_target"]), []).append((cell.name, entry))
+            found.setdefault((cell.case, cell.label, row["macs_target"]), []).append((cell.name, entry))
+    cases = list(dict.fromkeys(cell.case for cell in cells))
     rows = []
-    for (method, target), entries in sorted(found.items()):
+    for (case, method, target), entries in sorted(found.items(), key=lambda item: (cases.index(item[0][0]), item[0])):
         keys = [key for key in entries[0][1] if all(e[key] is not None for _, e in entries)]
         rows.append(
             {
+                **({"case": case} if case else {}),
                 "method": method,
                 "macs_target": target,
                 **{key: float(np.mean([e[key] for _, e in entries])) for key in keys},

@@ -22,7 +22,8 @@ from bayesprune.core.loop import check_stop
 from bayesprune.core.tasks import metric_name
 from bayesprune.pipeline.compare.cells import curve_metric
 
-#: The leaderboard's columns, in order (the metric's name replaces ``test_error`` for regression).
+#: The leaderboard's columns, in order (the metric's name replaces ``test_error`` for regression; with
+#: ``compare.cases``, a ``case`` column first).
 COLUMNS = (
     "method",
     "sparsity",
@@ -131,36 +132,36 @@ def _mean(values):
 
 
 def leaderboard_rows(cells: list, folders: list, options, results=None) -> list:
-    """One row per method and target sparsity, averaged over seeds (see :data:`COLUMNS`); ``results``
-    (:func:`~bayesprune.pipeline.compare.engines.run_cells`) marks the cells that failed, whose reasons fill the
-    row's ``failed`` column while the other seeds' numbers fill the rest."""
+    """One row per method and target sparsity (and ``compare.cases`` case: a ``case`` column first), averaged over
+    seeds (see :data:`COLUMNS`); ``results`` (:func:`~bayesprune.pipeline.compare.engines.run_cells`) marks the cells
+    that failed, whose reasons fill the row's ``failed`` column while the other seeds' numbers fill the rest."""
     found = {}
-    plain = {}
-    failed = {}  # (method, sparsity) → reasons
+    plain = {}  # (case, seed) → the plain network's metric
+    failed = {}  # (case, method, sparsity) → reasons
     folder_names = {}
-    certified = {}  # (method, sparsity, seed) → the bound of PBP started from that method's mask
+    certified = {}  # (case, method, sparsity, seed) → the bound of PBP started from that method's mask
     name = "test_error"
     references = set()  # the rows of the cells that gave the plain network's metric: listed first
     for index, (cell, folder) in enumerate(zip(cells, folders)):
         result = None if results is None else results[index]
         if result is not None and "failed" in result:
             for target, _ in cell.entries() if cell.row else []:
-                failed.setdefault((cell.label, target), []).append(f"{cell.name}: {result['failed']}")
-                folder_names.setdefault((cell.label, target), []).append(f"cells/{cell.name}")
+                failed.setdefault((cell.case, cell.label, target), []).append(f"{cell.name}: {result['failed']}")
+                folder_names.setdefault((cell.case, cell.label, target), []).append(f"cells/{cell.name}")
             continue
         metrics = json.loads((Path(folder) / "metrics.json").read_text())
         for method in cell.certifies:
-            certified[(method, cell.sparsity, cell.seed)] = metrics["bound"]
+            certified[(cell.case, method, cell.sparsity, cell.seed)] = metrics["bound"]
         if not cell.row:
             continue
         name = metric_name(metrics.get("task", "classification"))
         if f"baseline_{name}" in metrics:  # a cell whose fit is the plain network (magnitude's) reports it
-            plain[cell.seed] = metrics[f"baseline_{name}"]
+            plain[(cell.case, cell.seed)] = metrics[f"baseline_{name}"]
             references.add(cell.label)
         for target, evaluated, value, cost in _entries(cell, metrics):
             check_stop("while measuring the leaderboard; every cell is kept, --resume writes it")
-            folder_names.setdefault((cell.label, target), []).append(f"cells/{cell.name}")
-            found.setdefault((cell.label, target), []).append(
+            folder_names.setdefault((cell.case, cell.label, target), []).append(f"cells/{cell.name}")
+            found.setdefault((cell.case, cell.label, target), []).append(
                 {
                     "seed": cell.seed,
                     name: value,
@@ -169,22 +170,24 @@ def leaderboard_rows(cells: list, folders: list, options, results=None) -> list:
                     **measure(cell, Path(folder), evaluated, options),
                 }
             )
-    for (method, target), entries in found.items():
+    for (case, method, target), entries in found.items():
         for entry in entries:
-            entry["bound"] = certified.get((method, target, entry["seed"]), entry["bound"])
+            entry["bound"] = certified.get((case, method, target, entry["seed"]), entry["bound"])
     rows = []
+    cases = list(dict.fromkeys(cell.case for cell in cells))
     for key in dict.fromkeys([*found, *failed]):
-        method, target = key
+        case, method, target = key
         entries = found.get(key, [])
         values = [entry[name] for entry in entries]
         rows.append(
             {
+                **({"case": case} if case else {}),
                 "method": method,
                 "sparsity": target,
                 "achieved_sparsity": _mean(entry["achieved_sparsity"] for entry in entries),
                 name: float(np.mean(values)) if values else None,
                 f"{name}_std": float(np.std(values, ddof=1)) if len(values) > 1 else None,
-                f"plain_{name}": _mean(plain.get(entry["seed"]) for entry in entries),
+                f"plain_{name}": _mean(plain.get((case, entry["seed"])) for entry in entries),
                 "seeds": len(entries),
                 **{
                     key: _mean(entry[key] for entry in entries)
@@ -194,7 +197,15 @@ def leaderboard_rows(cells: list, folders: list, options, results=None) -> list:
                 "failed": "; ".join(failed.get(key, [])) or None,
             }
         )
-    return sorted(rows, key=lambda row: (row["method"] not in references, row["method"], row["sparsity"] or -1))
+    return sorted(
+        rows,
+        key=lambda row: (
+            cases.index(row.get("case", "")),
+            row["method"] not in references,
+            row["method"],
+            row["sparsity"] or -1,
+        ),
+    )
 
 
 def _format(value, key):
@@ -250,22 +261,27 @@ def pareto_front(points: list) -> list:
 
 def plot_leaderboard(rows: list, path: Path, *, metric: str = "test_error"):
     """Test error against achieved sparsity, in percent: each method's points, its Pareto front as a line,
-    and the plain network's error as a dashed line."""
+    and the plain network's error as a dashed line (with ``compare.cases``, each case's methods and plain
+    network apart)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(8, 5))
-    methods = list(dict.fromkeys(row["method"] for row in rows))
+    series = list(dict.fromkeys((row.get("case", ""), row["method"]) for row in rows))
     colours = plt.get_cmap("tab10")
     plain = [row[f"plain_{metric}"] for row in rows if row.get(f"plain_{metric}") is not None]
     values = [row[metric] for row in rows if row["achieved_sparsity"] is not None]
     # Errors far above the plain network's would flatten every other line: the axis stops at 4x it
     # and a clipped point is drawn on the top edge, its value in the legend.
     top = max(values) * 1.05 if not plain or not values else min(max(values) * 1.05, 4 * float(np.mean(plain)))
-    for index, method in enumerate(methods):
-        mine = [row for row in rows if row["method"] == method and row["achieved_sparsity"] is not None]
+    for index, (case, method) in enumerate(series):
+        mine = [
+            row
+            for row in rows
+            if (row.get("case", ""), row["method"]) == (case, method) and row["achieved_sparsity"] is not None
+        ]
         points = [(100 * row["achieved_sparsity"], row[metric]) for row in mine]
         errors = [row.get(f"{metric}_std") or 0.0 for row in mine]
         colour = colours(index % 10)
@@ -289,10 +305,15 @@ def plot_leaderboard(rows: list, path: Path, *, metric: str = "test_error"):
             color=colour,
             linewidth=1.8,
             linestyle=("-", "--", "-.", ":")[index // 10 % 4],
-            label=method + (f" (off the chart: {clipped})" if clipped else ""),
+            label=(f"{case}: " if case else "") + method + (f" (off the chart: {clipped})" if clipped else ""),
         )
-    if plain:
-        axes.axhline(float(np.mean(plain)), color="grey", linestyle="--", linewidth=1, label="plain network (dense)")
+    for index, case in enumerate(dict.fromkeys(case for case, _ in series)):
+        own = [row[f"plain_{metric}"] for row in rows if row.get("case", "") == case and row.get(f"plain_{metric}")]
+        if own:
+            label = "plain network (dense)" + (f": {case}" if case else "")
+            axes.axhline(
+                float(np.mean(own)), color="grey", linestyle=("--", ":", "-.")[index % 3], linewidth=1, label=label
+            )
     axes.set_ylim(0, top)
     axes.set_xlabel("sparsity (% of weights removed)")
     axes.set_ylabel("test error (%)" if metric == "test_error" else "test RMSE")

@@ -22,7 +22,8 @@ from bayesprune.core.validation import (
     validate,
 )
 from bayesprune.methods import available_methods, get_method
-from bayesprune.pipeline.config import MAX_SEED, apply_overrides, load_config, packaged_configs, read_config_file
+from bayesprune.pipeline.compare.cases import SEEDS, Case, parse_cases, with_absolute_paths
+from bayesprune.pipeline.config import apply_overrides, load_config, packaged_configs, read_config_file
 
 #: The packaged comparison run when no config is given.
 DEFAULT = "compare-digits"
@@ -112,6 +113,14 @@ VARIANTS = Constraint(
     convert=dict,
 )
 
+CASES = Constraint(
+    lambda value: isinstance(value, (list, tuple)) and all(isinstance(item, (dict, Case)) for item in value),
+    "be a list of tables {name = ..., seeds = [...], set = {...}} ([[compare.cases]])",
+    refused=("text", [1], {"name": "a"}),
+    allowed="a list of tables `{name, seeds, set}` (`[[compare.cases]]`), each name its own",
+    convert=parse_cases,
+)
+
 
 @dataclass(frozen=True)
 class CompareOptions:
@@ -137,6 +146,14 @@ class CompareOptions:
             ``prune.finetune_epochs`` is a stage: the baselines' plain network and fine-tuning).
         variants: method → ``{option = [values], ...}``: the method runs once per combination of values, rows
             ``<method>-<value>[-<value>...]``; an empty list: the method does not run.
+        cases: several comparisons in one (:mod:`~bayesprune.pipeline.compare.cases`), each table a ``name``, its
+            ``seeds`` (default ``seeds``) and ``set``, keys written over the comparison's config (dotted keys or
+            nested tables, ``{"model.network" = "mobilenet_v2", "prune.macs" = 0.3}``); its cells are named
+            ``<name>-<cell>`` (a case without keys of its own keeps the names the comparison has without cases),
+            start from the network trained for that case and seed (shared by cases that differ in ``[prune]``,
+            ``[baseline]`` or method tables only), and every leaderboard has a ``case`` column. ``--seeds``
+            narrows every case to those seeds for one call; cases added to a comparison's ``comparison.toml`` are
+            new cells on ``--resume``.
     """
 
     methods: tuple | None = option(None, optional(METHODS))
@@ -144,7 +161,7 @@ class CompareOptions:
         (0.5, 0.8, 0.9, 0.95),
         list_of(unit(), "numbers in (0, 1)", convert=lambda value: tuple(sorted({float(s) for s in value}))),
     )
-    seeds: tuple = option((0,), list_of(count(0, MAX_SEED - 1), "non-negative integers below 2**31"))
+    seeds: tuple = option((0,), SEEDS)
     options_from: str = option("digits", OPTIONS_FROM)
     configs: dict = option(factory=dict, constraint=CONFIGS)
     finetune_epochs: int = option(10, count(0))
@@ -153,6 +170,7 @@ class CompareOptions:
     certify: bool = option(False, FLAG)
     budget_epochs: int | None = option(None, optional(count(1)))
     variants: dict = option(factory=dict, constraint=VARIANTS)
+    cases: tuple = option((), CASES)
 
     #: Keys read under their old names, each with a one-line note (``budget`` is a mask's sparsity too,
     #: :class:`bayesprune.core.pruning.Budget`).
@@ -212,9 +230,11 @@ def comparison_options(raw: dict) -> CompareOptions:
 
 def load_comparison(source: str | None = None, overrides=()) -> tuple:
     """``(raw, options)``: a comparison config (packaged name or TOML path; default ``compare-digits``)
-    with ``section.key=value`` overrides applied and old key names read as the new ones, and its validated
-    ``[compare]`` table."""
-    raw = apply_overrides(_read(source or DEFAULT), overrides)
+    with ``section.key=value`` overrides applied, old key names read as the new ones and its cases' relative
+    files read from its folder, and its validated ``[compare]`` table."""
+    source = source or DEFAULT
+    folder = None if source in comparison_configs() else Path(source).parent
+    raw = with_absolute_paths(apply_overrides(_read(source), overrides), folder)
     if "method" in raw:
         raise ConfigError("a comparison config has no 'method': it runs compare.methods")
     return raw, comparison_options(raw)

@@ -13,6 +13,7 @@ import itertools
 import json
 import re
 import tomllib
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from bayesprune.core.errors import BayesPruneError, ConfigError
 from bayesprune.core.files import write_text
 from bayesprune.methods import available_methods, get_method
 from bayesprune.pipeline.compare.cells import Cell
-from bayesprune.pipeline.compare.engines import check_engine, run_tracked
+from bayesprune.pipeline.compare.engines import check_engine, engine_started, run_tracked
 from bayesprune.pipeline.compare.grid import check_cells, check_grid_dir, refuse_with_resume
 from bayesprune.pipeline.compare.tracking import open_tracker
 from bayesprune.pipeline.config import RunConfig, apply_overrides, parse_override, read_config
@@ -243,7 +244,7 @@ def sweep(
     out = Path(out)
     if resume:
         refuse_with_resume(config=source, grid=list(grid_assignments or ()), set=list(overrides))
-    with out_lock(out):  # one writer per --out: a run, a comparison or a sweep
+    with out_lock(out), ExitStack() as held:  # one writer per --out: a run, a comparison or a sweep
         saved = check_grid_dir(out, MARKER, resume=resume)
         if saved:
             source, raw, grid, held_seeds, overrides = read_marker(saved)
@@ -254,6 +255,7 @@ def sweep(
         check_engine(engine, jobs=jobs, address=address)
         folders = check_cells(out, cells)
         tracker = open_tracker(track, track_uri, out, kind="sweep")
+        held.enter_context(engine_started(engine, address))  # Ray reached before anything is written
         out.mkdir(parents=True, exist_ok=True)
         write_text(
             out / MARKER,
