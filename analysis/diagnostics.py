@@ -20,6 +20,19 @@ from bayesprune.core.errors import Interrupted
 METHOD_ATTRIBUTE = "bayesprune_method"
 
 
+#: The attribute of ``posterior.nc``'s ``sample_stats`` listing the chains (restarts) whose fit did not learn
+#: (:func:`~bayesprune.methods.sbnn.learned.not_learned`); absent where every one did.
+NOT_LEARNED_ATTRIBUTE = "restarts_not_learned"
+
+
+def restarts_not_learned(idata) -> list:
+    """The chains of ``idata`` whose fit predicted its training rows no better than the trivial predictor
+    (:data:`NOT_LEARNED_ATTRIBUTE`; netCDF reads a list of one back as a number)."""
+    stats = getattr(idata, "sample_stats", None)
+    value = None if stats is None else stats.attrs.get(NOT_LEARNED_ATTRIBUTE)
+    return [] if value is None else [int(chain) for chain in np.atleast_1d(value)]
+
+
 def write_posterior(idata, path, *, method: str | None = None) -> Path:
     """Write ``idata`` to a netCDF file (``posterior.nc``) that :func:`arviz.from_netcdf` reads back,
     every group's :data:`METHOD_ATTRIBUTE` set to ``method`` (the registered method that fitted it)."""

@@ -42,6 +42,7 @@ CORE = {
     "model.factory": '`"module:callable"`: your own network, built as `callable(input_shape, output_dim, **options)` with the run\'s working directory importable; recorded in `config.toml` so `load_run` rebuilds it. Not beside `architecture`',
     "model.weights": "a file of your trained network's weights (`torch.save(net.state_dict(), path)` of the network `architecture` or `factory` builds) that every fit starts from instead of the builder's initialisation; read weights-only (a pickled object is refused), a file of another network is refused naming the first key that differs; relative to the config file",
     "model.pretrain_epochs": "epochs of plain dense training (maximum likelihood, the run's optimiser and minibatches) before the method's fit, from the built or loaded network; `start_<metric>` in `metrics.json` is the test metric of the network the fit starts from",
+    "model.pretrain_schedule": "the rate schedule of that dense training (`constant`, `exponential` or `cosine`: a start trained to a plateau); unset, `optim.schedule`. The fits keep `[optim]`'s own",
     "model.noise_scale": "fixed noise standard deviation of the Gaussian likelihood (regression); unset, it is learned",
     "model.expose": 'parameters added to the sites (parameter or module names, globs such as `"*.bn1.*"`, or module type names such as `"BatchNorm2d"`); by default the sites are the parameters of the Linear and convolution layers',
     "model.hide": "parameters taken out of the sites (same forms); they stay point estimates that the optimiser trains",

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bayesprune.analysis.diagnostics import restarts_not_learned
 from bayesprune.analysis.groups import correlation_groups, group_values, named_groups, pooled_group_importance
 from bayesprune.analysis.importance import (
     SELECTION,
@@ -128,6 +129,13 @@ def stability_lines(record: dict) -> list:
         line += (
             f"\nwarning: below {STABLE_SPEARMAN}, so another run from other seeds would rank the groups "
             "differently: fit more restarts (chains) before reporting this ranking"
+        )
+    flagged = record.get("restarts_not_learned", [])
+    if flagged:
+        line += (
+            f"\nwarning: {len(flagged)} of {restarts} restarts did not learn (chains {', '.join(map(str, flagged))}: "
+            "their error on the training rows is no better than that of a predictor that reads no input), "
+            "so their psi is noise pooled with the others'"
         )
     return [line]
 
@@ -258,6 +266,7 @@ def _importance_of(run_dir, config, idata, fitted, groups, names) -> tuple:
             "restarts": len(at_p),
             "half_spearman": half_spearman(group_values(at_p, groups)),
             "input_half_spearman": half_spearman(at_p),
+            **({"restarts_not_learned": flagged} if (flagged := restarts_not_learned(idata)) else {}),
         }
         _choose(group_rows, [row["selected"] for row in group_rows], record, "bayesian-fdr", _BAYESIAN_FDR)
     else:

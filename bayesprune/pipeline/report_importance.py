@@ -6,6 +6,7 @@ import csv
 import json
 from pathlib import Path
 
+from bayesprune.analysis.diagnostics import restarts_not_learned
 from bayesprune.analysis.importance import (
     INTERVAL,
     RHAT_WARNING,
@@ -33,7 +34,22 @@ def pooled_importance_sections(run_dir: Path, idata, top: int) -> list:
     rows = pooled_importance_of(idata, fdr=fdr)
     rule = _pooled_selection(rows, record, fdr, idata)
     chains = idata.posterior.sizes["chain"]
-    return [*_importance_sections(rows, chains, top, rule, record), *filter(None, [_stability(idata)])]
+    return [
+        *_importance_sections(rows, chains, top, rule, record),
+        *filter(None, [_stability(idata), _not_learned(idata, chains)]),
+    ]
+
+
+def _not_learned(idata, chains: int) -> str:
+    """A warning naming the restarts whose fit predicted its training rows no better than the trivial predictor."""
+    flagged = restarts_not_learned(idata)
+    if not flagged:
+        return ""
+    return (
+        f"**Warning: {len(flagged)} of {chains} restarts did not learn** (chains {', '.join(map(str, flagged))}: "
+        "their error on the training rows is no better than that of a predictor that reads no input); their ψ is "
+        "noise pooled with the others'."
+    )
 
 
 _IMPORTANCE = [

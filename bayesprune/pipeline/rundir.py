@@ -87,17 +87,7 @@ def load_run(run_dir):
     if config.data.splits is not None:
         first = 0 if config.data.splits == "all" else config.data.splits[0]
         config = replace(config, data=replace(config.data, splits=[first]))
-    saved = read_checkpoint(run_dir / CHECKPOINT)
-    if saved["method"] != config.method:
-        raise BayesPruneError(
-            f"{run_dir / CHECKPOINT}: saved by method {saved['method']!r}, but config.toml has {config.method!r}"
-        )
-    recorded = _recorded_state_digest(run_dir)
-    if recorded is not None and recorded != state_digest(saved["state"]):
-        raise BayesPruneError(
-            f"{run_dir / CHECKPOINT}: not the fit metrics.json records (one of the two comes from another "
-            "run); put the run's own checkpoint back"
-        )
+    saved = read_run_checkpoint(run_dir, config.method)
     dataset = load_datasets(config)[0]
     check_size(config, dataset)
     _check_columns(config, saved, dataset)
@@ -178,6 +168,24 @@ def _check_preprocessing(path: Path, saved: dict, dataset):
             f"{path}: the fit's data had another {field} than the data config.toml loads now "
             "(the data files changed since the run)"
         )
+
+
+def read_run_checkpoint(run_dir: Path, method: str) -> dict:
+    """``run_dir``'s checkpoint (read weights-only), refused in one line naming it where it is not this run's:
+    saved by another method than ``method`` (its ``config.toml``'s), or not the fit its ``metrics.json``
+    records (another run's, or edited)."""
+    saved = read_checkpoint(run_dir / CHECKPOINT)
+    if saved["method"] != method:
+        raise BayesPruneError(
+            f"{run_dir / CHECKPOINT}: saved by method {saved['method']!r}, but config.toml has {method!r}"
+        )
+    recorded = _recorded_state_digest(run_dir)
+    if recorded is not None and recorded != state_digest(saved["state"]):
+        raise BayesPruneError(
+            f"{run_dir / CHECKPOINT}: not the fit metrics.json records (one of the two comes from another "
+            "run); put the run's own checkpoint back"
+        )
+    return saved
 
 
 def _recorded_state_digest(run_dir: Path):

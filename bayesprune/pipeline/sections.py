@@ -10,6 +10,7 @@ from bayesprune.core.fused import KERNEL_MODES
 from bayesprune.core.graphs import GRAPH_MODES
 from bayesprune.core.layout import MEMORY_FORMATS
 from bayesprune.core.normalization import DEFAULT_BATCHES, MAX_BATCHES, MIN_BATCH_SIZE, Calibration
+from bayesprune.core.optim import SCHEDULES
 from bayesprune.core.precision import PRECISIONS
 from bayesprune.core.pruning import LEVELS, SCOPES
 from bayesprune.core.validation import (
@@ -138,7 +139,8 @@ class ModelConfig:
     key that does not match; :func:`bayesprune.core.checkpoint.load_weights`), instead of the builder's
     random initialisation. ``pretrain_epochs`` (default 0) trains that network densely by maximum likelihood
     first, with the run's optimiser and minibatches (:func:`bayesprune.pipeline.start.start_network`), so that
-    every method of a comparison starts from the same trained network; ``start_<metric>`` in ``metrics.json``
+    every method of a comparison starts from the same trained network; ``pretrain_schedule`` anneals that
+    training's rate its own way (``"cosine"``: a start trained to a plateau) where the fits keep ``[optim]``'s; ``start_<metric>`` in ``metrics.json``
     is the test metric of the network the fit starts from.
 
     ``heads`` gives the number of attention heads of modules that do not hold it as ``num_heads`` or
@@ -182,6 +184,7 @@ class ModelConfig:
         ),
     )
     pretrain_epochs: int = option(0, count(0))
+    pretrain_schedule: str | None = option(None, optional(one_of(SCHEDULES)))
     noise_scale: float | None = option(None, optional(scale()))
     expose: tuple = option((), NAMES)
     hide: tuple = option((), NAMES)

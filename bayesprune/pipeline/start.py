@@ -21,13 +21,15 @@ from bayesprune.pipeline.config import RunConfig
 def start_network(config, dataset, *, device, seed: int):
     """The config's network for ``dataset`` built from ``seed`` (with ``model.weights`` where given), on
     ``device``, after ``model.pretrain_epochs`` of plain training by maximum likelihood with the run's
-    optimiser, schedule, minibatches (seeded with ``seed``), precision and augmentation (none: as built). It is
-    handed over in training mode, as a freshly built network is."""
+    optimiser, schedule (``model.pretrain_schedule`` where given), minibatches (seeded with ``seed``), precision
+    and augmentation (none: as built). It is handed over in training mode, as a freshly built network is."""
     net = new_net(config, dataset.input_shape, dataset.output_dim, seed=seed)
     epochs = config.model.pretrain_epochs
     if not epochs:
         return net
     ctx = FitContext.from_config(config, dataset, device=device, seed=seed)
+    if config.model.pretrain_schedule is not None:
+        ctx = replace(ctx, optim=replace(config.optim, schedule=config.model.pretrain_schedule))
     net = net.to(device)
     ctx.train_network(
         "pretrain", net, ctx.batches(dataset.x_train, dataset.y_train), epochs=epochs, loss=mean_loss(dataset.task)

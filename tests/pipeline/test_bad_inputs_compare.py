@@ -11,6 +11,7 @@ before any fit; ``run --resume`` of a run whose ``config.toml`` was edited is re
 (A Ray address where no Ray head answers: test_ray_address.py.)
 """
 
+import io
 import json
 import os
 import pickle
@@ -99,6 +100,16 @@ class _Planted:
 
 MALICIOUS = pickle.dumps(_Planted())
 
+
+def _other_network(path):
+    """The checkpoint at ``path`` holding another network's state dict (the rest as saved)."""
+    saved = torch.load(path, weights_only=True)
+    saved["state"]["net"] = {"x": torch.zeros(3)}
+    buffer = io.BytesIO()
+    torch.save(saved, buffer)
+    return buffer.getvalue()
+
+
 CASES = {
     # cell folders and cells/ that are links or files: never followed, never written through
     "cells/ a link to a folder outside": (
@@ -162,6 +173,19 @@ CASES = {
         {"cmp": CMP, MAGNITUDE_CELL + "/checkpoint.pt": MALICIOUS},
         [*RESUME, "--sparsities", "0.5", "0.9"],
         "checkpoint.pt",
+    ),
+    "a cell's checkpoint another cell's fit, read to evaluate a sparsity added": (
+        {
+            "cmp": CMP,
+            MAGNITUDE_CELL + "/checkpoint.pt": lambda path: (path.parents[1] / "sbnn-seed0" / path.name).read_bytes(),
+        },
+        [*RESUME, "--sparsities", "0.5", "0.9"],
+        "checkpoint.pt: saved by method 'sbnn'",
+    ),
+    "a cell's checkpoint holding another network, read to evaluate a sparsity added": (
+        {"cmp": CMP, MAGNITUDE_CELL + "/checkpoint.pt": _other_network},
+        [*RESUME, "--sparsities", "0.5", "0.9"],
+        "checkpoint.pt: not the fit metrics.json records",
     ),
     "run --resume with seeds/ a link to a forged seed record": (
         {
@@ -303,7 +327,8 @@ def build(files, root, complete_run, grids):
         elif content == GONE:
             shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
         elif callable(content):
-            path.write_text(content(path))
+            made = content(path)
+            path.write_bytes(made) if isinstance(made, bytes) else path.write_text(made)
         else:
             _build({name.rstrip(): content}, root, complete_run)
 

@@ -18,8 +18,10 @@ from helpers import TINY
 
 pytestmark = pytest.mark.usefixtures("cells_in_this_process")
 
-#: One method beside the baseline, one sparsity, each seed's network pre-trained one epoch (a start file each).
-QUICK = [*TINY, "compare.methods=['sparse-vd']", "compare.sparsities=[0.5]", "model.pretrain_epochs=1"]
+#: One sparsity, each seed's network pre-trained one epoch (a start file each).
+QUICK = [*TINY, "compare.sparsities=[0.5]", "model.pretrain_epochs=1"]
+#: The baseline alone (its plain network's error is every row's plain_test_error).
+ALONE = [*QUICK, "compare.methods=['magnitude']"]
 #: A case of another network (20 hidden units), from the same seed.
 NARROW = {"name": "narrow", "seeds": [0], "set": {"model.hidden": [20]}}
 #: What differs between two fits of one config (timing) or names the folder the row was read from.
@@ -53,23 +55,24 @@ def test_each_case_is_the_comparison_of_its_config_and_a_case_added_later_is_new
     comparison.toml and --resume: the first case's files untouched, NARROW's cells fitted from a start network of
     their own (the same seed, another network). Every cell, start network and leaderboard row equals those of two
     comparisons without cases, one of each case's config; --seeds 0 7 narrows the call (7 is no case's) and
-    leaves the comparison's seeds as they were."""
+    leaves the comparison's seeds as they were. The first of those comparisons, given both cases in its
+    comparison.toml, keeps its finished cell."""
     out, lines = tmp_path / "cases", []
-    compare(None, out, overrides=[*QUICK, "compare.seeds=[0]", _cases({"name": "wide"})], status=lines.append)
+    compare(None, out, overrides=[*ALONE, "compare.seeds=[0]", _cases({"name": "wide"})], status=lines.append)
     first = {path: path.stat().st_mtime_ns for path in (out / "cells").rglob("*")}
     marker = tomllib.loads((out / "comparison.toml").read_text())
     marker["compare"]["cases"].append(NARROW)
     (out / "comparison.toml").write_text(tomli_w.dumps(marker))
     lines.clear()
     rows = compare(out=out, resume=True, seeds=[0, 7], status=lines.append)
-    assert lines[0] == "bayesprune: 4 cells, 2 finished earlier (read back), 2 to fit"
+    assert lines[0] == "bayesprune: 2 cells, 1 finished earlier (read back), 1 to fit"
     assert {path: path.stat().st_mtime_ns for path in first} == first
     assert tomllib.loads((out / "comparison.toml").read_text())["compare"]["seeds"] == [0]
 
     wide, narrow = tmp_path / "wide", tmp_path / "narrow"
     alone = {
-        "wide": compare(None, wide, overrides=[*QUICK, "compare.seeds=[0]"]),
-        "narrow": compare(None, narrow, overrides=[*QUICK, "compare.seeds=[0]", "model.hidden=[20]"]),
+        "wide": compare(None, wide, overrides=[*ALONE, "compare.seeds=[0]"]),
+        "narrow": compare(None, narrow, overrides=[*ALONE, "compare.seeds=[0]", "model.hidden=[20]"]),
     }
     key = start_key(load_comparison(str(out / "comparison.toml"))[1].cases[1])
     assert sorted(path.name for path in (out / "starts").iterdir()) == sorted(["seed-0.pt", f"seed-0-{key}.pt"])
@@ -81,20 +84,53 @@ def test_each_case_is_the_comparison_of_its_config_and_a_case_added_later_is_new
         assert held.keys() == given.keys() and all(torch.equal(held[name], given[name]) for name in held)
     for prefix, separate in (("", wide), ("narrow-", narrow)):
         names = sorted(folder.name for folder in (separate / "cells").iterdir())
-        assert len(names) == 2
+        assert names == ["magnitude-seed0"]
         for name in names:
             assert _metrics(out / "cells" / f"{prefix}{name}") == _metrics(separate / "cells" / name), name
 
-    assert [row["case"] for row in rows] == ["wide", "wide", "narrow", "narrow"]
-    assert _rows(rows[:2]) == _rows(alone["wide"]) and _rows(rows[2:]) == _rows(alone["narrow"])
-    assert rows[2]["plain_test_error"] != rows[0]["plain_test_error"]  # each case's own plain network
+    assert [row["case"] for row in rows] == ["wide", "narrow"]
+    assert _rows(rows[:1]) == _rows(alone["wide"]) and _rows(rows[1:]) == _rows(alone["narrow"])
+    assert rows[1]["plain_test_error"] != rows[0]["plain_test_error"]  # each case's own plain network
+    assert "Per case, method and target sparsity" in (out / "leaderboard.md").read_text()
     with open(out / "leaderboard.csv") as handle:
         assert [(row["case"], row["method"]) for row in csv.DictReader(handle)] == [
             ("wide", "magnitude"),
-            ("wide", "sparse-vd"),
             ("narrow", "magnitude"),
-            ("narrow", "sparse-vd"),
         ]
+
+    # the comparison run without cases gains them: its finished cell is the first case's, read back
+    before = {path: path.stat().st_mtime_ns for path in (wide / "cells").rglob("*")}
+    marker = tomllib.loads((wide / "comparison.toml").read_text())
+    marker["compare"]["cases"] = [{"name": "wide"}, NARROW]
+    (wide / "comparison.toml").write_text(tomli_w.dumps(marker))
+    lines.clear()
+    compare(out=wide, resume=True, status=lines.append)
+    assert lines[0] == "bayesprune: 2 cells, 1 finished earlier (read back), 1 to fit"
+    assert {path: path.stat().st_mtime_ns for path in before} == before
+
+
+def test_the_leaderboard_at_equal_macs_has_a_row_per_case_at_its_level(tmp_path):
+    """Two MAC levels as cases: leaderboard-macs holds each case's Torch-Pruning row at its own target, the
+    30 % row's network smaller (in MACs) than the 50 % row's and each at or below its share of the dense MACs."""
+    settings = [
+        *TINY,
+        "prune.level='unit'",
+        "prune.macs=0.5",
+        "compare.methods=['torch-pruning']",
+        "compare.variants={magnitude={held_out=[]}}",
+        "model.hidden=[40]",
+        "data.batch_size=512",
+        _cases({"name": "half"}, {"name": "third", "set": {"prune.macs": 0.3}}),
+    ]
+    compare(None, tmp_path / "out", overrides=settings)
+    rows = json.loads((tmp_path / "out" / "leaderboard-macs.json").read_text())
+    assert [(row["case"], row["method"], row["macs_target"]) for row in rows] == [
+        ("half", "torch-pruning", 0.5),
+        ("third", "torch-pruning", 0.3),
+    ]
+    assert rows[1]["cells"] == "cells/third-torch-pruning-m0.3-seed0"
+    assert rows[1]["macs"] < rows[0]["macs"] and all(row["macs_fraction"] <= row["macs_target"] for row in rows)
+    assert "Per case, method and `prune.macs` target" in (tmp_path / "out" / "leaderboard-macs.md").read_text()
 
 
 def test_cells_are_named_by_case_seeds_narrow_and_a_level_shares_the_start():
@@ -105,7 +141,7 @@ def test_cells_are_named_by_case_seeds_narrow_and_a_level_shares_the_start():
         {"name": "half", "seeds": [1], "set": {"prune": {"finetune_epochs": 2}}},
         {"name": "small", "set": {"model": {"hidden": [20]}, "sparse-vd": {"threshold": 2.0}}},
     )
-    raw, options = load_comparison(None, [*QUICK, "compare.seeds=[0, 1]", cases])
+    raw, options = load_comparison(None, [*QUICK, "compare.methods=['sparse-vd']", "compare.seeds=[0, 1]", cases])
     cells = {cell.name: cell for cell in comparison_cells(raw, options)}
     assert sorted(cells) == sorted(
         [

@@ -213,3 +213,28 @@ def test_comparison_rows_share_one_trained_network(tmp_path):
         assert (out / "cells" / name / "metrics.json").stat().st_mtime_ns == stamp, name  # not fitted again
     assert (out / "starts" / "seed-2.pt").is_file() and not (out / "starts" / "seed-3.pt").exists()
     assert len([folder for folder in (out / "cells").iterdir() if folder.name.endswith("seed2")]) == 3
+
+
+def test_pretrain_schedule_anneals_the_start_only():
+    """``model.pretrain_schedule``: under an exponential schedule whose factor is 1e-7 the rate after the first
+    epoch is ~1e-10, so three epochs of pre-training end where one epoch at the constant rate ends (closed
+    form of the schedule); at the constant rate the same three epochs move the weights far further. The
+    run's ``[optim]`` keeps its own schedule."""
+    from bayesprune.pipeline.start import start_network
+
+    data = load_dataset("digits")
+
+    def start(epochs, *sets):
+        config = load_config(
+            None, [f"model.pretrain_epochs={epochs}", "optim.schedule='constant'", "optim.gamma=1e-7", *sets]
+        )
+        return config, torch.nn.utils.parameters_to_vector(
+            start_network(config, data, device=torch.device("cpu"), seed=0).parameters()
+        )
+
+    config, annealed = start(3, "model.pretrain_schedule='exponential'")
+    one = start(1)[1]
+    three = start(3)[1]
+    assert config.optim.schedule == "constant"
+    torch.testing.assert_close(annealed, one, atol=1e-5, rtol=0)
+    assert (three - one).abs().max() > 100 * (annealed - one).abs().max() + 1e-3

@@ -1,6 +1,7 @@
 """The spike-and-slab posterior fitted by SVI from one or several starts, and the start kept."""
 
 import copy
+import math
 
 import pyro
 import torch
@@ -93,10 +94,27 @@ def fit_posterior(
     )
 
 
+def initial_means(net, options: SBNNOptions, sites) -> nn.Module:
+    """The network q's means start from (``sbnn.init``): ``net`` itself (``"network"``), or a copy whose every
+    weight tensor among ``sites`` of two or more dimensions is rescaled to the standard deviation
+    sqrt(2 / fan-in) of He et al. (2015, eq. 10), fan-in the inputs of one output unit (``"fan-in"``): the
+    draw's signs and proportions kept, its biases and a tensor of zeros left as they are."""
+    if options.init == "network":
+        return net
+    start = copy.deepcopy(net)
+    with torch.no_grad():
+        for name, param in start.named_parameters():
+            spread = param.std() if name in sites and param.dim() >= 2 and param.numel() > 1 else 0
+            if spread > 0:
+                param.mul_(math.sqrt(2 / param[0].numel()) / spread)
+    return start
+
+
 def fit_starts(net, data, options: SBNNOptions, ctx) -> list:
-    """One fit of ``options`` per factor of ``options.starts``, from ``net``'s weights and biases
-    multiplied by it (each in a stage of its own, the first ``"svi"``, all from ``ctx.seed``)."""
-    fits = []
+    """One fit of ``options`` per factor of ``options.starts``, from the weights and biases of ``net``'s
+    :func:`initial_means` multiplied by it (each in a stage of its own, the first ``"svi"``, all from
+    ``ctx.seed``)."""
+    fits, net = [], initial_means(net, options, ctx.sites(net))
     for index, factor in enumerate(options.starts):
         start = copy.deepcopy(net)
         with torch.no_grad():

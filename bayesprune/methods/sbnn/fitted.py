@@ -18,6 +18,9 @@ class SBNNFitted(GuideFitted):
     """
 
     method = "sbnn"
+    #: ``None``, or the fit's training error and the trivial predictor's where it did not learn
+    #: (:func:`~bayesprune.methods.sbnn.learned.not_learned`, set by the fit).
+    not_learned = None
 
     def __init__(self, model, guide, *, score: str = "inclusion", starts=None, best_epoch=None, **kwargs):
         """``score``: ``sbnn.score``; ``starts``: ``[{"start", <keep rule>, "kept"}]``, one per start of a fit
@@ -44,6 +47,7 @@ class SBNNFitted(GuideFitted):
             "fraction_inclusion_below_half": float((probs < 0.5).float().mean()),
             "site_priors": {name: self.model.prior.describe(name) for name in self.model.sites},
             **({} if self.starts is None else {"starts": self.starts}),
+            **({} if self.not_learned is None else {"not_learned": self.not_learned}),
         }
 
     def state_dict(self) -> dict:

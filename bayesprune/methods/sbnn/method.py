@@ -2,6 +2,7 @@
 
 import torch
 
+from bayesprune.analysis.diagnostics import NOT_LEARNED_ATTRIBUTE
 from bayesprune.analysis.importance import (
     node_importance,
     node_layer_names,
@@ -17,8 +18,16 @@ from bayesprune.guides import SpikeSlabGuide
 from bayesprune.methods import register_method
 from bayesprune.methods.base import Method
 from bayesprune.methods.context import fit_one_after_another
-from bayesprune.methods.sbnn.fit import build_model, fit_posterior, fit_starts, keep_start, site_prior
+from bayesprune.methods.sbnn.fit import (
+    build_model,
+    fit_posterior,
+    fit_starts,
+    initial_means,
+    keep_start,
+    site_prior,
+)
 from bayesprune.methods.sbnn.fitted import SBNNFitted
+from bayesprune.methods.sbnn.learned import not_learned, not_learned_text
 from bayesprune.methods.sbnn.options import SBNNOptions
 from bayesprune.methods.sbnn.together import fit_together
 
@@ -48,6 +57,11 @@ class SBNN(Method):
     #: the fit of the mean, on a simulation; 0.45, the same output scale, as well), where the default start
     #: (1.0) fits it (2.05; benchmarks/importance_default.py, docs/reproductions.md).
     table_network_options = ("starts",)
+    #: Options a CSV table's network other than ``table_config``'s own takes in their place (``sbnn.init``): from
+    #: PyTorch's start a user's MLP of two hidden layers of 100 on make_classification fell into the spike and
+    #: predicted the majority class on 3 of 10 development tables (seeds 0-9, not the measured 100-102); scaled
+    #: by sqrt(6), He's sd for PyTorch's Linear start, it fitted all 10 (docs/reproductions.md).
+    user_network_options = {"init": "fan-in"}
     places_priors = True
     unsupported = {"optim.weight_decay": "the spike-and-slab prior regularises the weights; set it in [sbnn]"}
     legacy_keys = {
@@ -79,15 +93,20 @@ class SBNN(Method):
                 raise ConfigError(f"sbnn.score: 'path' needs a chain of Linear/Conv2d layers: {error}") from None
 
     def fit(self, net, data, options, ctx):
+        """The fit of ``options`` (one start or several, :func:`keep_start`), and whether it learned
+        (:func:`~bayesprune.methods.sbnn.learned.not_learned`: a warning where it did not)."""
         if len(options.starts) == 1 and options.starts[0] == 1:
-            return fit_posterior(net, data, options, ctx)
-        require(
-            options.keep != "validation" or ctx.validation is not None,
-            "sbnn.keep",
-            "be 'elbo' when train.validation is 0 (no training rows held out to compare the starts on)",
-            options.keep,
-        )
-        return keep_start(fit_starts(net, data, options, ctx), data, options, ctx)
+            fitted = fit_posterior(initial_means(net, options, ctx.sites(net)), data, options, ctx)
+        else:
+            require(
+                options.keep != "validation" or ctx.validation is not None,
+                "sbnn.keep",
+                "be 'elbo' when train.validation is 0 (no training rows held out to compare the starts on)",
+                options.keep,
+            )
+            fitted = keep_start(fit_starts(net, data, options, ctx), data, options, ctx)
+        fitted.not_learned = not_learned(fitted, data, ctx.seed)
+        return fitted
 
     fits_together = True
 
@@ -95,7 +114,11 @@ class SBNN(Method):
         """:meth:`fit` of several seeds' fits trained as one stack (:func:`.together.fit_together`), or one
         after another where the stack does not hold them (several starts, a learned noise scale)."""
         fits = fit_together(nets, datasets, options, contexts)
-        return fits if fits is not None else fit_one_after_another(self, nets, datasets, options, contexts)
+        if fits is None:
+            return fit_one_after_another(self, nets, datasets, options, contexts)
+        for fitted, data, ctx in zip(fits, datasets, contexts):
+            fitted.not_learned = not_learned(fitted, data, ctx.seed)
+        return fits
 
     def restore(self, net, data, options, ctx, state):
         model = build_model(net, data, site_prior(net, options, ctx), noise_scale=ctx.noise_scale, sites=ctx.sites(net))
@@ -105,13 +128,16 @@ class SBNN(Method):
         return SBNNFitted(model, guide, score=options.score, predictive_samples=options.predictive_samples, ctx=ctx)
 
     def report_sections(self, run_dir, metrics):
-        """The prior of every site: ``[sbnn]``'s, or that of the ``[[model.priors]]`` table that claims it."""
+        """A warning where the fit did not learn, and the prior of every site: ``[sbnn]``'s, or that of the
+        ``[[model.priors]]`` table that claims it."""
+        sections = [not_learned_text(metrics["not_learned"])] if isinstance(metrics.get("not_learned"), dict) else []
         priors = metrics.get("site_priors")
         if not priors:
-            return []
+            return sections
         rows = "\n".join(f"| `{site}` | {prior} |" for site, prior in priors.items())
         return [
-            f"## Priors\n\nThe prior of every site (`[sbnn]`'s, or a `[[model.priors]]` table's).\n\n| site | prior |\n|---|---|\n{rows}"
+            *sections,
+            f"## Priors\n\nThe prior of every site (`[sbnn]`'s, or a `[[model.priors]]` table's).\n\n| site | prior |\n|---|---|\n{rows}",
         ]
 
     def inference_data(self, fits, dataset, *, seed):
@@ -133,7 +159,7 @@ class SBNN(Method):
         except ValueError:  # not a plain Linear/Conv2d chain (branches, batch norm, grouped convolutions)
             feature_importance = None
         chains = [(fitted.model, fitted.guide, fitted.history) for fitted in fits]
-        return to_inference_data(  # as many predictive draws as the Monte-Carlo predictive: one knob for their cost
+        idata = to_inference_data(  # as many predictive draws as the Monte-Carlo predictive: one knob for their cost
             chains,
             dataset,
             feature_importance=feature_importance,
@@ -144,3 +170,7 @@ class SBNN(Method):
                 None if fitted.unpruned_draws is None else fitted.unpruned_draws.outputs() for fitted in fits
             ],
         )
+        flagged = [chain for chain, fitted in enumerate(fits) if fitted.not_learned is not None]
+        if flagged:  # a fresh dict: the groups share their attributes' dict
+            idata.sample_stats.attrs = {**idata.sample_stats.attrs, NOT_LEARNED_ATTRIBUTE: flagged}
+        return idata

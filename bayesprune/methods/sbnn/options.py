@@ -29,6 +29,10 @@ MAX_STARTS = 32
 KEEP_RULES = ("elbo", "validation")
 
 
+#: ``sbnn.init``: where q's means start before ``sbnn.starts`` scales them (:func:`~bayesprune.methods.sbnn.fit.initial_means`).
+INITS = ("network", "fan-in")
+
+
 #: ``sbnn.score``: what ranks the weights for pruning (:attr:`SBNNFitted.scores`).
 SCORES = ("inclusion", "path")
 
@@ -45,6 +49,17 @@ class SBNNOptions(Staged):
         pi, log_tau0, log_tau1: spike-and-slab prior π, log τ0 < log τ1 (eq. 3.1); the defaults are
             the paper's regression setting (section 4.2).
         init_scale: initial σ of every weight in q.
+        init: where q's means start, before ``starts`` scales them: ``"network"``, the network's own
+            initial (or given) weights, the paper's; ``"fan-in"``, every weight tensor of a site of two or
+            more dimensions rescaled to the standard deviation sqrt(2 / fan-in) of He et al. (2015), which
+            keeps a chain of ReLU layers from shrinking its signal layer after layer (PyTorch's default
+            ``Linear`` start is sqrt(6) times smaller), its biases as they are. Not in paper 003: from
+            PyTorch's start a user's MLP of two hidden layers of 100 lies inside the spike (weights of sd
+            0.06 at fan-in 100, τ0 = e^−2 = 0.135); the spike's pull m / τ0² outweighs the data's gradient,
+            a product of three small layers, every mean reaches zero within 50 epochs, where that gradient
+            vanishes, and the fit stays at the trivial predictor (docs/reproductions.md, The default
+            selection with users' networks). A CSV table's network other than ``sbnn-table``'s own
+            (``model.factory``, other hidden layers) gets ``"fan-in"`` (``SBNN.user_network_options``).
         objective: a key of :data:`bayesprune.core.objectives.OBJECTIVES`.
         penalty: minibatch penalty scheme, ``uniform`` (eq. 4.2) or ``geometric`` (eq. 4.3).
         local_reparameterization: sample pre-activations instead of weights (linear layers only).
@@ -72,6 +87,7 @@ class SBNNOptions(Staged):
     log_tau0: float = option(-6.0, interval(-80, 80))
     log_tau1: float = option(1.0, interval(-80, 80))
     init_scale: float = option(0.01, scale())
+    init: str = option("network", one_of(INITS))
     objective: str = option("analytic-kl", one_of(OBJECTIVES, sort=True))
     penalty: str = option("uniform", one_of(PENALTIES, sort=True))
     local_reparameterization: bool = option(False, FLAG)

@@ -36,6 +36,7 @@ def fits_stacked(models: list, guides: list, options) -> bool:
     learned = any(True for _ in models[0].likelihood.parameters())  # a noise scale fitted with the posterior
     return (
         list(options.starts) == [1]
+        and options.init == "network"
         and options.objective == "analytic-kl"
         and (not options.local_reparameterization or plain_layers(models[0].net) is not None)
         and not learned

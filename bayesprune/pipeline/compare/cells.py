@@ -107,9 +107,9 @@ def check_folder(cell: Cell, folder: Path):
     if why:
         raise BayesPruneError(f"{folder}: holds another fit than this config asks ({why}); give a new --out")
     if finished(folder) and missing_sparsities(cell, check_metrics(cell, folder / "metrics.json")):
-        from bayesprune.core.checkpoint import read_checkpoint
+        from bayesprune.pipeline.rundir import read_run_checkpoint
 
-        read_checkpoint(folder / "checkpoint.pt")  # its saved fit, evaluated again: read before any fit
+        read_run_checkpoint(folder, cell.run_config().method)  # its saved fit, evaluated again: read before any fit
 
 
 def check_metrics(cell: Cell, path: Path) -> dict:

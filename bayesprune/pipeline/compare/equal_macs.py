@@ -104,7 +104,7 @@ def write_macs_table(out: Path, rows: list):
     text = [
         "# Leaderboard at equal MACs",
         "",
-        "Per method and `prune.macs` target (mean over seeds): the MACs of one input and their share of the dense "
+        f"Per {'case, ' * any('case' in row for row in rows)}method and `prune.macs` target (mean over seeds): the MACs of one input and their share of the dense "
         "network's, non-zero parameters, test error before and after fine-tuning, median CPU latency of one batch "
         "on one thread, of each run's network cut to the target by its unit scores and physically smaller.",
         "",

@@ -239,7 +239,7 @@ def write_leaderboard(out: Path, rows: list):
     text = [
         "# Leaderboard",
         "",
-        f"Per method and target sparsity: {name} (mean and standard deviation over seeds) of the pruned network, the "
+        f"Per {'case, ' * any('case' in row for row in rows)}method and target sparsity: {name} (mean and standard deviation over seeds) of the pruned network, the "
         "plain network's, training seconds, and the pruned network (dead units removed): non-zero parameters, "
         "MACs of one input, median CPU latency of one batch on one thread; `bound`: a PAC-Bayes certificate "
         "(PBP's own, and with compare.certify, PBP's posterior started from the method's mask fitted on S_P).",
