@@ -13,7 +13,16 @@ from bayesprune.core.normalization import recalibrate
 from bayesprune.core.structure import unit_groups
 from bayesprune.core.validation import Rule, list_of
 from bayesprune.methods import Method, register_method
-from bayesprune.methods.metrics import ARCHITECTURE, COUNT, FRACTION, NONNEGATIVE, SOME_NUMBERS, numbers, same_length
+from bayesprune.methods.metrics import (
+    ARCHITECTURE,
+    COUNT,
+    FRACTION,
+    NONNEGATIVE,
+    NUMBER,
+    SOME_NUMBERS,
+    numbers,
+    same_length,
+)
 from bayesprune.methods.unit_gates.fitted import UnitGatesFitted
 from bayesprune.methods.unit_gates.options import UnitGatesOptions
 from bayesprune.methods.unit_gates.training import GateTraining, adam, data_cost
@@ -50,6 +59,8 @@ class UnitGatesMethod(Method):
         "epoch_test_error": numbers(NONNEGATIVE, "non-negative numbers", nonempty=False),
         "theta_trajectories": numbers(numbers(SOME_NUMBERS, "lists of θ"), "lists of θ per layer"),
         "expected_macs_ratio": numbers(NONNEGATIVE, "non-negative numbers", nonempty=False),
+        "log_gamma": NUMBER,
+        "weight_precision": NONNEGATIVE,
     }
     metrics_rules = (
         same_length("learned_architecture", "starting_architecture"),
@@ -87,8 +98,9 @@ class UnitGatesMethod(Method):
         """Algorithm 1 gates the units of the network's unit groups (paper 004; one gate per group of
         coupled channels, :class:`~bayesprune.core.gates.UnitGates`), a closed gate computing the network
         with its units removed, under a Flattening term that is flat where θ can be
-        (:meth:`UnitGatesOptions.check_flat_part`)."""
-        options.check_flat_part()
+        (:meth:`UnitGatesOptions.check_flat_part`) at the log γ of the data's rows
+        (:meth:`UnitGatesOptions.for_rows`)."""
+        options.for_rows(data.num_train).check_flat_part()
         try:
             net = separable_heads(copy.deepcopy(net), data.input_shape)
             gates = UnitGates(net, input_shape=data.input_shape)
@@ -106,6 +118,7 @@ class UnitGatesMethod(Method):
             raise ConfigError(f"model: unit-gates gates the units of the network's unit groups; {error}") from None
 
     def fit(self, net, data, options, ctx):
+        options = options.for_rows(data.num_train)
         torch.manual_seed(ctx.seed)
         net = separable_heads(net.to(ctx.device), data.input_shape)
         starting = _weights(net)
@@ -155,6 +168,8 @@ class UnitGatesMethod(Method):
             "epoch_test_error": training.epoch_test_error,
             "theta_trajectories": training.theta_trajectories,
             **({} if training.constraint is None else {"expected_macs_ratio": training.expected_macs_ratio}),
+            "log_gamma": options.log_gamma,  # as fitted: scaled to the data's rows where reference_rows is set
+            "weight_precision": options.weight_precision,
         }
         return UnitGatesFitted(
             final,
