@@ -16,6 +16,7 @@ each the median.
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/batched_fits.py --method sparse-vd --fits 8 --epochs 10
     nice -n 10 python benchmarks/batched_fits.py --network lenet300 --rows 6000 --epochs 2
     python benchmarks/batched_fits.py --device cuda --network lenet300 --rows 60000 --epochs 2 --json
+    python benchmarks/batched_fits.py --device cuda --method sbnn --network lenet300 --rows 60000 --kernels eager
 """
 
 import argparse
@@ -26,6 +27,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from bayesprune.core.fused import KERNEL_MODES
 from bayesprune.core.loop import resolve_device
 from bayesprune.core.tasks import network_test_metric
 from bayesprune.data import load_dataset
@@ -39,9 +41,10 @@ from epoch import synthetic
 LENET300 = {"plain": "mnist-lenet-300-100", "sbnn": "mnist-lenet-300-100", "sparse-vd": "sparse-vd-lenet300"}
 
 
-def setting(network: str, method: str, rows: int, epochs: int):
-    """The config (its network, optimiser, batch size and method) and the data of ``network``."""
+def setting(network: str, method: str, rows: int, epochs: int, kernels: str = "auto"):
+    """The config (its network, optimiser, batch size and method, its ``train.kernels``) and the data of ``network``."""
     plain = ["optim.lr=0.001" if network == "lenet300" else "optim.lr=0.01"] if method == "plain" else []
+    plain = plain or [f"train.kernels={kernels!r}"]
     if network == "lenet300":
         data = synthetic("synthetic-mnist", rows, (1, 28, 28))
         return load_config(LENET300[method], [f"train.epochs={epochs}", *plain]), data
@@ -101,7 +104,7 @@ def trainers(args, config, data, device) -> dict:
 
 def run(args) -> dict:
     torch.set_num_threads(args.threads)
-    config, data = setting(args.network, args.method, args.rows, args.epochs)
+    config, data = setting(args.network, args.method, args.rows, args.epochs, args.kernels)
     device = resolve_device(args.device)
     fits = trainers(args, config, data, device)
     times, fitted = {"separate": [], "together": []}, {}
@@ -150,6 +153,12 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--rows", type=int, default=6000, help="random images for --network lenet300")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    parser.add_argument(
+        "--kernels",
+        choices=KERNEL_MODES,
+        default="auto",
+        help="the method's train.kernels (eager: no torch.compile in the times; a LeNet-300-100's compiles under auto)",
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; times are medians")
     parser.add_argument("--json", action="store_true")

@@ -141,7 +141,9 @@ else
     resnet=(--rows 10000 --rounds 1)
     syncs=()
     graphs=(--rows 60000 --epochs 2 --rounds 3)
-    batched=(--network lenet300 --rows 60000 --epochs 1 --rounds 1)
+    # eager kernels: a LeNet-300-100's compile under train.kernels = "auto" (tens of seconds, once for each
+    # shape: the stack's and one fit's) would be most of one round
+    batched=(--network lenet300 --rows 60000 --epochs 1 --rounds 1 --kernels eager)
     board=(compare-lenet300 --jobs "${LEADERBOARD_JOBS:-3}")
     [ "${LEADERBOARD_GRAPHS:-off}" = off ] || board+=(--set "train.graphs='${LEADERBOARD_GRAPHS}'")
 fi

@@ -139,8 +139,8 @@ def test_a_comparisons_plain_network_cells_train_on_cuda_and_write_cpu_networks(
 def test_a_stack_the_device_has_no_memory_for_is_fitted_again_in_halves(tmp_path, monkeypatch, capsys):
     """The CUDA allocator's own out-of-memory error inside a stack's step (a stack of more than one fit asks
     it for twice the device's memory, through ``bayesprune.core.batched.BEFORE_STEP``): the run's two seeds
-    are fitted one at a time, said in one line, each seed's metrics those of its run alone, and the
-    allocator holds no more than before once the run is done."""
+    are fitted one at a time, said in one line, each seed's metrics those of its run alone (that the failed
+    stack is freed before: tests/pipeline/test_batched_seeds.py)."""
     from bayesprune.core import batched
     from bayesprune.pipeline.config import load_config
 
@@ -155,18 +155,16 @@ def test_a_stack_the_device_has_no_memory_for_is_fitted_again_in_halves(tmp_path
         seed: run(load_config("magnitude-digits", [*settings, f"seed={seed}"]), tmp_path / f"{seed}") for seed in (1, 2)
     }
     monkeypatch.setattr(batched, "BEFORE_STEP", [greedy])
-    torch.cuda.synchronize()
-    allocated = torch.cuda.memory_allocated()
     capsys.readouterr()
     run(load_config("magnitude-digits", [*settings, "seeds=[1, 2]"]), tmp_path / "together")
     said = [line for line in capsys.readouterr().err.splitlines() if "device memory" in line]
     assert said == ["bayesprune: 2 fits together ran out of device memory; fitting 1 at a time"]
-    assert torch.cuda.memory_allocated() <= allocated
     for seed in (1, 2):
         together = json.loads((tmp_path / "together" / "seeds" / f"seed-{seed}.json").read_text())
-        assert together["test_error"] == pytest.approx(alone[seed]["test_error"], abs=1e-3)
+        # to one digit of 360 (0.28 points): the stack's batched products round apart from one fit's on CUDA
+        assert together["test_error"] == pytest.approx(alone[seed]["test_error"], abs=0.3)
         assert together["pruning_curve"][-1]["test_error"] == pytest.approx(
-            alone[seed]["pruning_curve"][-1]["test_error"], abs=1e-3
+            alone[seed]["pruning_curve"][-1]["test_error"], abs=0.3
         )
 
 
@@ -227,14 +225,16 @@ def test_a_step_that_cannot_be_captured_runs_eagerly_and_says_why():
 
 
 def test_a_run_with_graphs_on_gives_the_metrics_of_one_without_and_says_what_they_cost(tmp_path):
-    """``train.graphs = "on"`` through the runner (magnitude pruning's plain network): the same metrics to
-    rounding, and the stage's captures said in one line."""
+    """``train.graphs = "on"`` through the runner: the same metrics to rounding, and the captures of magnitude
+    pruning's plain network (stage 'plain') and of the pruned networks' fine-tuning ('fit') said in one line each."""
     from bayesprune.pipeline.config import load_config
 
     settings = ["device='cuda'", "train.epochs=3", "prune.finetune_epochs=1", "baseline.enabled=false"]
     off = run(load_config("magnitude-digits", settings), tmp_path / "off")
-    with pytest.warns(RuntimeWarning, match=r"train.graphs: stage '\w+': \d+ capture\(s\) in "):
+    with pytest.warns(RuntimeWarning, match=r"train.graphs: stage '\w+': \d+ capture\(s\) in ") as said:
         on = run(load_config("magnitude-digits", [*settings, "train.graphs='on'"]), tmp_path / "on")
+    stages = {str(w.message).split("'")[1] for w in said if "capture(s) in" in str(w.message)}
+    assert {"plain", "fit"} <= stages, stages
     assert on["test_error"] == pytest.approx(off["test_error"], abs=0.5)  # points: a digit or two of 360
     assert [row["test_error"] for row in on["pruning_curve"]] == pytest.approx(
         [row["test_error"] for row in off["pruning_curve"]], abs=1.0

@@ -36,6 +36,7 @@ from bayesprune.core.early_stopping import hold_out
 from bayesprune.core.errors import ConfigError, Interrupted, StopNow, TrainingDiverged
 from bayesprune.core.export import count_macs
 from bayesprune.core.files import arrays_digest, read_npz, replacing
+from bayesprune.core.graphs import graph_mode
 from bayesprune.core.layout import resolve_memory_format
 from bayesprune.core.loop import check_stop, set_rng_state
 from bayesprune.core.normalization import has_running_stats
@@ -86,6 +87,7 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
     progress = progress and distributed.rank() == 0
 
     with (
+        graph_mode(config.train.graphs),  # every training loop of the run: the method's, the baseline's, fine-tuning's
         own_directory(out, resumed_from) as (out, resumed_from),
         staged(out, resumed_from=resumed_from, force=force) as staging,
     ):
@@ -240,9 +242,12 @@ def _fit_splits(
             if config.train.validation > 0:
                 dataset, *validation = hold_out(dataset, config.train.validation, seed=config.seed + index)
             split_config = config.for_data(dataset.num_train)
+            stacked = {}  # the chains after the first, trained together once the first is fitted and evaluated
             for chain in range(chains if index == 0 else 1):
-                if index == chain == 0 and together is not None:  # trained with the run's other seeds
-                    net, baseline_net, start, ctx, fitted = together
+                if chain == 1 and chains > 2:
+                    stacked = _fit_chains_together(config, method, dataset, validation, chains, device, progress)
+                if (index == chain == 0 and together is not None) or chain in stacked:  # trained with others
+                    net, baseline_net, start, ctx, fitted = together if chain == 0 else stacked[chain]
                     set_rng_state(ctx.rng_after)
                 else:
                     net, baseline_net, start, ctx = _start_fit(
@@ -329,6 +334,22 @@ def _fit_seeds_together(config, method, datasets, device, seeds, *, progress) ->
         return dataset, start
 
     return _fit_stack(config, method, list(seeds), begin)
+
+
+def _fit_chains_together(config, method, dataset, validation, chains: int, device, progress) -> dict:
+    """Chain → ``(net, baseline_net, start, ctx, fitted)`` of the first split's chains after the first (seeds
+    ``config.seed + chain``, no checkpoint: only the first chain writes one), trained together as
+    :func:`_fit_seeds_together` trains a run's seeds, when the method supports it; else empty."""
+    if not method.fits_together:
+        return {}
+
+    def begin(seed):
+        return dataset, _start_fit(
+            config, dataset, validation, seed=seed, device=device, progress=progress, first_chain=False
+        )
+
+    fits = _fit_stack(config, method, [config.seed + chain for chain in range(1, chains)], begin)
+    return {seed - config.seed: fit for seed, fit in fits.items()}
 
 
 def _fit_stack(config, method, seeds: list, begin) -> dict:

@@ -11,9 +11,11 @@ import torch
 from torch import nn
 
 from bayesprune.core import batched
+from bayesprune.core.loop import rng_state
+from bayesprune.data import load_dataset
 from bayesprune.methods import get_method
 from bayesprune.pipeline.config import load_config
-from bayesprune.pipeline.runner import _fit_stack, run
+from bayesprune.pipeline.runner import _fit_chains_together, _fit_stack, _start_fit, run
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -99,3 +101,32 @@ def test_seeds_whose_networks_the_stack_refuses_are_fitted_one_at_a_time_said_in
         "bayesprune: 2 seeds fitted one at a time: batched fits must share one network shape: fit 2's weight is "
         "(4, 2), fit 1's (3, 2)\n"
     )
+
+
+def test_a_runs_chains_after_the_first_train_together_each_as_fitted_alone(short_config, tmp_path, monkeypatch):
+    """``chains = 3``: chains 2 and 3 (seeds 1 and 2) are trained as one stack once chain 1 is fitted, each
+    chain's fit (the sBNN's guide) that of the chain fitted alone from its seed; a run asks for that stack."""
+    config = short_config("sbnn", "chains=3", "model.hidden=[8]")
+    method = get_method("sbnn")
+    data = load_dataset("digits")
+    stacked = _fit_chains_together(config, method, data, None, 3, torch.device("cpu"), False)
+    assert sorted(stacked) == [1, 2]
+    for chain, (_, baseline_net, start, ctx, fitted) in stacked.items():
+        assert baseline_net is start is None  # the first chain's alone
+        net, _, _, alone_ctx = _start_fit(config, data, None, seed=chain, device=torch.device("cpu"), progress=False)
+        alone = method.fit(net, data, config.method_options, alone_ctx)
+        assert torch.equal(ctx.rng_after["torch"], rng_state()["torch"])
+        for part, values in alone.state_dict().items():
+            for key, value in values.items():
+                torch.testing.assert_close(fitted.state_dict()[part][key], value, rtol=1e-4, atol=1e-5)
+
+    magnitude = type(get_method("magnitude"))
+    stacks, together = [], magnitude.fit_together
+
+    def counted(self, nets, *args):
+        stacks.append(len(nets))
+        return together(self, nets, *args)
+
+    monkeypatch.setattr(magnitude, "fit_together", counted)
+    run(load_config("magnitude-digits", [*SHORT, "chains=3"]), tmp_path / "run")
+    assert stacks == [2]

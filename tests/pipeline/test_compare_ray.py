@@ -16,20 +16,23 @@ def _metrics(out, name):
     return json.loads((out / "cells" / name / "metrics.json").read_text())
 
 
-def test_the_ray_engine_gives_the_local_numbers(tmp_path, monkeypatch):
+def test_the_ray_engine_gives_the_local_numbers(tmp_path, monkeypatch, capfd):
+    """Ray started as compare starts it (:func:`~bayesprune.pipeline.compare.ray_head.started`: no notice of
+    Ray's on the terminal, shut down after), its head's address given as --address (a real head passes the
+    check of --address: Ray's own GCS client asks it for the cluster's id)."""
     ray = pytest.importorskip("ray")
+    from bayesprune.pipeline.compare.ray_head import started
+
     monkeypatch.chdir(tmp_path)  # Ray's workers import from the driver's folder first: not the source checkout
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     grid = dict(methods=["pbp"], sparsities=[0.5], seeds=[0], overrides=TINY, report=lambda *a: None)
     local = compare(None, tmp_path / "local", **grid)
-    ray.init(
-        num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}}
-    )
-    try:
-        # a real head's address passes the check of --address (Ray's own GCS client asks it for the cluster's id)
+    capfd.readouterr()
+    with started(None):
+        assert not capfd.readouterr().err.strip()  # Ray's token warning and its INFO line were printed here
         head = ray.get_runtime_context().gcs_address
         remote = compare(None, tmp_path / "ray", engine="ray", address=head, **grid)
-    finally:
-        ray.shutdown()
+    assert not ray.is_initialized()
 
     def untimed(value):
         if isinstance(value, dict):

@@ -8,6 +8,7 @@ proxy answering every call with 404), fails the GCS call. :func:`started` then s
 to that cluster) for the block: where that fails, it fails before the grid's folder is made.
 """
 
+import logging
 import os
 import signal
 import socket
@@ -88,8 +89,9 @@ def _stderr_closed():
 def started(address):
     """Ray started for the block (``ray.init`` at ``address``; a local Ray where none is given), shut down
     after it; nothing done where Ray is started already (by the caller, or an outer block). A Ray that
-    does not start is one line naming the address. SIGINT and SIGTERM keep their handlers (Ray puts its
-    own in, which end the driver without stopping its tasks)."""
+    does not start is one line naming the address. Ray's notices below errors (its token authentication
+    warning, "Started a local Ray instance") are kept off the terminal. SIGINT and SIGTERM keep their
+    handlers (Ray puts its own in, which end the driver without stopping its tasks)."""
     import ray
 
     if ray.is_initialized():
@@ -101,6 +103,7 @@ def started(address):
             address=address,
             include_dashboard=False,
             log_to_driver=False,
+            logging_level=logging.ERROR,
             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
         )
     except Exception as error:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError, … here
