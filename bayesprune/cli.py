@@ -145,6 +145,7 @@ HELP = {
     "compare --sparsities": "sparsity budgets: fractions of the weights removed (of the units at prune.level = 'unit')",
     "compare --methods": "methods to compare (default: all, and magnitude, which always runs)",
     "sweep --grid": "a config key and its values (repeatable: the grid is the cross product)",
+    "grid --seeds": "fit every cell from each seed (compare.cases: narrow every case to them)",
     "grid --resume": "continue the grid in DIR with its own config (finished cells are read back, never fitted again; --seeds, compare's --methods and --sparsities add or drop cells; --jobs, --engine, --address and --track may change)",
     "grid --engine": "local process pool (default) or Ray (pip install 'bayesprune[ray]')",
     "grid --track": "log each cell (config as params, metrics.json and its pruning curve as metrics, report and plots as artifacts; one run per cell, tagged method, sparsity, seed) and the tables (a parent run) to MLflow as cells finish; a cell logged before is not logged again (pip install 'bayesprune[track]')",
@@ -209,12 +210,7 @@ def build_parser():
     for grid in (comparing, sweeping):  # the flags compare and sweep share
         grid.add_argument("--out", help="a new folder for the cells and the tables")
         grid.add_argument("--resume", metavar="DIR", help=HELP["grid --resume"])
-        grid.add_argument(
-            "--seeds",
-            type=int,
-            nargs="+",
-            help="fit every cell from each seed (compare.cases: narrow every case to them)",
-        )
+        grid.add_argument("--seeds", type=int, nargs="+", help=HELP["grid --seeds"])
         overrides(grid, "override a config key for every cell (repeatable)")
         grid.add_argument("--jobs", type=int, default=1, help="cells fitted at once (local engine; one thread each)")
         grid.add_argument("--engine", choices=["local", "ray"], default="local", help=HELP["grid --engine"])

@@ -314,7 +314,7 @@ def train(
     for epoch in bar:
         losses = []
         for index, (x, y) in enumerate(batches):
-            run_step = run_step or graphed(step, x.device, desc)
+            run_step = run_step or graphed(step, x.device if torch.is_tensor(x) else torch.device("cpu"), desc)
             with pyro.validation_enabled(False):  # checking arguments reads them back to the host
                 loss = run_step(x, y, index, num_batches)
             if loss.device.type == "cpu":

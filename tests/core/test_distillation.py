@@ -63,7 +63,7 @@ def test_finetuning_distils_from_the_network_before_pruning():
         dense = torch.softmax(net(x), -1)
 
     def gap(distill):
-        tuned = FineTuning(5, 0.01, 32, distill=distill).apply(copy.deepcopy(net), data, masks)
+        tuned, _ = FineTuning(5, 0.01, 32, distill=distill).apply(copy.deepcopy(net), data, masks)
         with torch.no_grad():
             return (torch.softmax(tuned(x), -1) - dense).abs().mean().item()
 
