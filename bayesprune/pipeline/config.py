@@ -256,8 +256,7 @@ def _with_table_defaults(raw: dict, method) -> dict:
     chosen there on held-out rows of tables (docs/reproductions.md), not the digits ones of the general
     defaults. Its top-level keys and ``[data]`` are not taken, nor its ``[model]`` for the user's own network
     (``model.factory``) or another architecture, nor the method's ``table_network_options`` (chosen for the
-    table's network) for any network other than the table's own (other ``[model]`` values, e.g. hidden widths),
-    which takes the method's ``user_network_options`` instead (where its config leaves them out)."""
+    table's network) for any network other than the table's own (other ``[model]`` values, e.g. hidden widths)."""
     name = getattr(method, "table_config", None)
     data = raw.get("data")
     if name is None or not isinstance(data, dict) or data.get("dataset") != "csv":
@@ -271,8 +270,6 @@ def _with_table_defaults(raw: dict, method) -> dict:
     if "model" not in table or any(model.get(key, value) != value for key, value in own.items()):
         for option_name in getattr(method, "table_network_options", ()):  # chosen for the table's own network only
             table.get(method.name, {}).pop(option_name, None)
-        if getattr(method, "user_network_options", None):
-            table.setdefault(method.name, {}).update(method.user_network_options)
     for section, values in table.items():
         if isinstance(values, dict) and section != "data" and isinstance(raw.get(section, {}), dict):
             raw[section] = {**values, **raw.get(section, {})}

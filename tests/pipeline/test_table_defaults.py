@@ -37,13 +37,9 @@ def test_other_data_keep_the_general_defaults(tmp_path):
     for model in ('architecture = "lenet-300-100"', 'factory = "mynets:mlp"'):  # not the table's MLP: no width given
         another = load_config(written(tmp_path, CSV + f"[model]\n{model}\n"))
         assert "hidden" not in another.model.options
-        # the table's settings but its start, chosen for its own network (issue 49: it collapses deeper ones),
-        # and q's means from He's fan-in scale in its place
+        # the table's settings but its start, chosen for its own network (issue 49: it collapses deeper ones)
         assert another.method_options.starts == SBNNOptions().starts != packaged.starts
-        assert another.method_options.init == "fan-in" != packaged.init == SBNNOptions().init
-        assert another.method_options == SBNNOptions(
-            **{**packaged.__dict__, "starts": SBNNOptions().starts, "init": "fan-in"}
-        )
+        assert another.method_options == SBNNOptions(**{**packaged.__dict__, "starts": SBNNOptions().starts})
 
 
 def test_the_tables_start_goes_with_the_tables_network_only(tmp_path):
@@ -52,10 +48,3 @@ def test_the_tables_start_goes_with_the_tables_network_only(tmp_path):
         assert load_config(written(tmp_path, CSV + f"[model]\n{model}\n")).method_options.starts == start
     given = load_config(written(tmp_path, CSV + '[model]\nfactory = "mynets:mlp"\n[sbnn]\nstarts = [0.3]\n'))
     assert given.method_options.starts == (0.3,)
-
-
-def test_the_users_network_starts_from_the_fan_in_scale_unless_its_config_says(tmp_path):
-    for model, init in (("hidden = [100]", "network"), ("hidden = [100, 100]", "fan-in")):
-        assert load_config(written(tmp_path, CSV + f"[model]\n{model}\n")).method_options.init == init
-    given = load_config(written(tmp_path, CSV + '[model]\nfactory = "mynets:mlp"\n[sbnn]\ninit = "network"\n'))
-    assert given.method_options.init == "network"

@@ -57,11 +57,6 @@ class SBNN(Method):
     #: the fit of the mean, on a simulation; 0.45, the same output scale, as well), where the default start
     #: (1.0) fits it (2.05; benchmarks/importance_default.py, docs/reproductions.md).
     table_network_options = ("starts",)
-    #: Options a CSV table's network other than ``table_config``'s own takes in their place (``sbnn.init``): from
-    #: PyTorch's start a user's MLP of two hidden layers of 100 on make_classification fell into the spike and
-    #: predicted the majority class on 3 of 10 development tables (seeds 0-9, not the measured 100-102); scaled
-    #: by sqrt(6), He's sd for PyTorch's Linear start, it fitted all 10 (docs/reproductions.md).
-    user_network_options = {"init": "fan-in"}
     places_priors = True
     unsupported = {"optim.weight_decay": "the spike-and-slab prior regularises the weights; set it in [sbnn]"}
     legacy_keys = {

@@ -58,8 +58,9 @@ class SBNNOptions(Staged):
             0.06 at fan-in 100, τ0 = e^−2 = 0.135); the spike's pull m / τ0² outweighs the data's gradient,
             a product of three small layers, every mean reaches zero within 50 epochs, where that gradient
             vanishes, and the fit stays at the trivial predictor (docs/reproductions.md, The default
-            selection with users' networks). A CSV table's network other than ``sbnn-table``'s own
-            (``model.factory``, other hidden layers) gets ``"fan-in"`` (``SBNN.user_network_options``).
+            selection with users' networks). Not the default for a user's network: there it emptied
+            the selection on diabetes (docs/reproductions.md); a fit that stays in the spike is flagged
+            (:mod:`~bayesprune.methods.sbnn.learned`) and its warning names this option.
         objective: a key of :data:`bayesprune.core.objectives.OBJECTIVES`.
         penalty: minibatch penalty scheme, ``uniform`` (eq. 4.2) or ``geometric`` (eq. 4.3).
         local_reparameterization: sample pre-activations instead of weights (linear layers only).
