@@ -83,6 +83,12 @@ def fit_posterior(
             scheduler=optim if isinstance(optim, PyroLRScheduler) else None,
             validate=SBNNFitted(model, guide).predict,
         )
+    return trained_fit(model, guide, history, options, ctx)
+
+
+def trained_fit(model, guide, history, options: SBNNOptions, ctx) -> SBNNFitted:
+    """The :class:`SBNNFitted` of a model and guide trained by ``ctx`` (alone or in a stack of fits), with
+    ``options``' score and predictive draws."""
     return SBNNFitted(
         model,
         guide,

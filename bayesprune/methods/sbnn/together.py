@@ -27,8 +27,7 @@ from bayesprune.core.precision import autocast_calls, full_precision
 from bayesprune.core.predict import evaluating
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.methods.context import train_stack_together
-from bayesprune.methods.sbnn.fit import build_model, site_prior
-from bayesprune.methods.sbnn.fitted import SBNNFitted
+from bayesprune.methods.sbnn.fit import build_model, site_prior, trained_fit
 
 
 def fits_stacked(models: list, guides: list, options) -> bool:
@@ -99,17 +98,7 @@ def fit_together(nets: list, datasets: list, options, contexts: list) -> list | 
         with torch.no_grad():
             for name, param in trained_params(model, guide).items():
                 param.copy_(stack.params[name][k])
-        fits.append(
-            SBNNFitted(
-                model,
-                guide,
-                score=options.score,
-                best_epoch=ctx.best_epoch,
-                history=history,
-                predictive_samples=options.predictive_samples,
-                ctx=ctx,
-            )
-        )
+        fits.append(trained_fit(model, guide, history, options, ctx))
     pyro.clear_param_store()  # no fit's parameters left for another's guide to read by name
     return fits
 
