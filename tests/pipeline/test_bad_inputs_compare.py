@@ -183,7 +183,7 @@ CASES = {
     "a cell's checkpoint a malicious pickle, read to evaluate a sparsity added": (
         {"cmp": CMP, MAGNITUDE_CELL + "/checkpoint.pt": MALICIOUS},
         [*RESUME, "--sparsities", "0.5", "0.9"],
-        "checkpoint.pt",
+        "checkpoint.pt: holds a pickled object, not a checkpoint, or another file (never unpickled)",
     ),
     "a cell's checkpoint another cell's fit, read to evaluate a sparsity added": (
         {
