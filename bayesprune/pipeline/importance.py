@@ -338,7 +338,8 @@ def _choose(group_rows: list, chosen, record: dict, rule: str, description: str,
 def _select(rule, group_rows, fdr, record, *, config, dataset, groups, copies) -> dict:
     """The record of ``rule`` at level ``fdr`` on the groups (rows of :func:`_importance_of`)."""
     kept = ("restarts", "half_spearman", "input_half_spearman", "grouping", "pooled")
-    record = {**{key: record[key] for key in kept}, "fdr": fdr}
+    restarts = {key: record[key] for key in ("restarts_not_learned", "restarts_refitted") if key in record}
+    record = {**{key: record[key] for key in kept}, **restarts, "fdr": fdr}
     if rule == "stability":
         chosen, frequency = stability_selection(np.array([row["restart_psi"] for row in group_rows]).T, fdr)
         for row, share in zip(group_rows, frequency):

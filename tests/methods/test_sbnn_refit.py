@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from bayesprune.analysis.diagnostics import restarts_not_learned, restarts_refitted
+from bayesprune.cli import main
 from bayesprune.core.errors import Interrupted
 from bayesprune.core.loop import STOP
 from bayesprune.data import Dataset
@@ -138,11 +139,23 @@ def test_every_restart_that_did_not_learn_is_refitted_from_the_fan_in_start(coll
     assert "refitted from the fan-in start" in report and "Restarts 0, 1, 2 of 3 did not learn" in report
 
 
+def test_bayesprune_importance_names_the_refitted_restarts(collapsing, capsys):
+    out = collapsing["default"][0]
+    assert main(["importance", str(out)]) == 0
+    assert "3 of 3 restarts did not learn from the network's start and were fitted again" in capsys.readouterr().out
+    record = json.loads((out / "selection.json").read_text())
+    assert record["restarts_refitted"] == [0, 1, 2] and "restarts_not_learned" not in record
+
+
 def test_a_run_whose_restarts_all_learn_is_the_run_without_the_refit(table, tmp_path):
-    runs = {refit: fitted_run(config(table, "[30]", f"sbnn.refit='{refit}'"), tmp_path / refit) for refit in REFITS}
+    """One hidden layer of 30 from PyTorch's start, 30 epochs: every restart learns."""
+    runs = {
+        refit: fitted_run(config(table, "[30]", "train.epochs=30", f"sbnn.refit='{refit}'"), tmp_path / refit)
+        for refit in REFITS
+    }
     (metrics, caught), (unrefitted, _) = runs["fan-in"], runs["none"]
-    assert metrics == unrefitted and caught == [] and "refitted" not in metrics
-    assert restarts_refitted(posterior(tmp_path / "fan-in")) == []
+    assert metrics == unrefitted and caught == [] and "refitted" not in metrics and metrics["train_epochs"] == 30
+    assert restarts_refitted(posterior(tmp_path / "fan-in")) == restarts_not_learned(posterior(tmp_path / "none")) == []
     np.testing.assert_array_equal(psi(tmp_path / "fan-in"), psi(tmp_path / "none"))
 
 

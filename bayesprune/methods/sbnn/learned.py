@@ -66,6 +66,7 @@ def not_learned_text(record: dict) -> str:
     return (
         f"## Warning: the fit did not learn\n\n**Its error on the training rows, {record['training_error']:.4g}, is "
         f"no better than {record['trivial_training_error']:.4g}, that of a predictor that reads no input**: q's "
-        "means stayed in the spike, and the importance of its inputs is noise. Fit again from another start "
-        '(`sbnn.init = "fan-in"`, `sbnn.starts`) or with more epochs.'
+        "means stayed in the spike, and the importance of its inputs is noise. Such a fit is fitted again from "
+        'the fan-in start by default (`sbnn.refit = "fan-in"`); where that did not learn either (or `sbnn.refit = '
+        '"none"`), fit with more epochs or other starts (`sbnn.starts`).'
     )
