@@ -25,11 +25,28 @@ METHOD_ATTRIBUTE = "bayesprune_method"
 NOT_LEARNED_ATTRIBUTE = "restarts_not_learned"
 
 
+#: The attribute of ``posterior.nc``'s ``sample_stats`` listing the chains whose first fit did not learn and that
+#: were fitted again (``sbnn.refit``), beside :data:`REFIT_START_ATTRIBUTE`, the start they were fitted from;
+#: absent where none was.
+REFITTED_ATTRIBUTE = "restarts_refitted"
+REFIT_START_ATTRIBUTE = "refit_start"
+
+
 def restarts_not_learned(idata) -> list:
     """The chains of ``idata`` whose fit predicted its training rows no better than the trivial predictor
-    (:data:`NOT_LEARNED_ATTRIBUTE`; netCDF reads a list of one back as a number)."""
+    (:data:`NOT_LEARNED_ATTRIBUTE`)."""
+    return _chains(idata, NOT_LEARNED_ATTRIBUTE)
+
+
+def restarts_refitted(idata) -> list:
+    """The chains of ``idata`` fitted again because their first fit did not learn (:data:`REFITTED_ATTRIBUTE`)."""
+    return _chains(idata, REFITTED_ATTRIBUTE)
+
+
+def _chains(idata, attribute: str) -> list:
+    """The chains ``sample_stats``'s ``attribute`` lists (netCDF reads a list of one back as a number)."""
     stats = getattr(idata, "sample_stats", None)
-    value = None if stats is None else stats.attrs.get(NOT_LEARNED_ATTRIBUTE)
+    value = None if stats is None else stats.attrs.get(attribute)
     return [] if value is None else [int(chain) for chain in np.atleast_1d(value)]
 
 

@@ -347,6 +347,11 @@ CASES = {
         ["importance", "done", "--force"],
         "checkpoint.pt",
     ),
+    "export of a checkpoint that is a text file": (
+        {"done": RUN, "done/checkpoint.pt": "hello world"},
+        ["export", "done", "--out", "net.pt2"],
+        "checkpoint.pt: not a readable checkpoint",
+    ),
     "importance of a truncated checkpoint": (
         {"done": RUN, "done/checkpoint.pt": "<truncated>"},
         ["importance", "done", "--force"],

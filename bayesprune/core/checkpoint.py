@@ -92,22 +92,10 @@ def on_cpu(value):
     return value
 
 
-def read_state_dict(path, net=None) -> dict:
-    """The network state dict saved at ``path`` (names → tensors, read ``weights_only``: never unpickled),
-    loaded into ``net`` when given; refused in one line naming the file when it is not one, or is another
-    network's (other names or shapes)."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError) as error:
-        raise BayesPruneError(f"{path}: not a readable network file ({' '.join(str(error).split())[:160]})") from None
-    if not isinstance(state, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in state.items()):
-        raise BayesPruneError(f"{path}: not a network's state dict (names and tensors)")
-    if net is not None:
-        try:
-            net.load_state_dict(state)
-        except RuntimeError as error:
-            raise BayesPruneError(f"{path}: holds another network ({one_line(str(error))[:160]})") from None
-    return state
+#: What ``torch.load`` raises on a file that is no torch file (missing, empty, another format).
+UNREADABLE = (OSError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError)
+#: What its reader of the legacy (non-zip) format raises on other bytes: a text file gives ``KeyError``.
+LEGACY_READER = (KeyError, IndexError)
 
 
 def read_checkpoint(path) -> dict:
@@ -118,7 +106,11 @@ def read_checkpoint(path) -> dict:
     """
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError) as error:
+    except pickle.UnpicklingError:  # torch's message would advise weights_only=False: running the file's code
+        raise BayesPruneError(
+            f"{path}: holds a pickled object, not a checkpoint, or another file (never unpickled)"
+        ) from None
+    except (*UNREADABLE, *LEGACY_READER) as error:
         raise BayesPruneError(f"{path}: not a readable checkpoint ({' '.join(str(error).split())[:200]})") from None
     if not isinstance(saved, dict):
         raise BayesPruneError(f"{path}: not a bayesprune checkpoint")
@@ -291,7 +283,7 @@ def _weights_file(path, key: str) -> dict:
         raise ConfigError(
             f"{key}: {path} holds a pickled object, not weights; save net.state_dict() with torch.save"
         ) from None
-    except (OSError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as error:
+    except (*UNREADABLE, *LEGACY_READER) as error:
         reason = getattr(error, "strerror", None) or one_line(
             str(error).splitlines()[0] if str(error) else type(error).__name__
         )

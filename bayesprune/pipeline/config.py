@@ -418,9 +418,16 @@ def apply_overrides(raw: dict, overrides) -> dict:
         if len(keys) == 2 and keys[0] in _SECTIONS:
             renamed = getattr(_SECTIONS[keys[0]], "renamed", {})
             keys = [keys[0], *read_renamed({keys[1]: value}, keys[0], renamed)]
-        table = raw
-        for key in keys[:-1]:
-            table = table.setdefault(key, {})
-            require(isinstance(table, dict), ".".join(keys[:-1]), "be a table", table)
-        table[keys[-1]] = value
+        set_key(raw, keys, value)
     return _resolve_data_paths(raw, None)
+
+
+def set_key(raw: dict, keys: list, value) -> dict:
+    """``raw`` (TOML layout, changed in place) with the dotted key ``keys`` set to ``value``, the tables on its path
+    made where missing; a value on the path that is no table is refused, naming it."""
+    table = raw
+    for key in keys[:-1]:
+        table = table.setdefault(key, {})
+        require(isinstance(table, dict), ".".join(keys[:-1]), "be a table", table)
+    table[keys[-1]] = value
+    return raw

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bayesprune.analysis.diagnostics import restarts_not_learned
+from bayesprune.analysis.diagnostics import restarts_not_learned, restarts_refitted
 from bayesprune.analysis.groups import correlation_groups, group_values, named_groups, pooled_group_importance
 from bayesprune.analysis.importance import (
     SELECTION,
@@ -129,6 +129,12 @@ def stability_lines(record: dict) -> list:
         line += (
             f"\nwarning: below {STABLE_SPEARMAN}, so another run from other seeds would rank the groups "
             "differently: fit more restarts (chains) before reporting this ranking"
+        )
+    refitted = record.get("restarts_refitted", [])
+    if refitted:
+        line += (
+            f"\n{len(refitted)} of {restarts} restarts did not learn from the network's start and were fitted again "
+            f"from the fan-in start (chains {', '.join(map(str, refitted))})"
         )
     flagged = record.get("restarts_not_learned", [])
     if flagged:
@@ -267,6 +273,7 @@ def _importance_of(run_dir, config, idata, fitted, groups, names) -> tuple:
             "half_spearman": half_spearman(group_values(at_p, groups)),
             "input_half_spearman": half_spearman(at_p),
             **({"restarts_not_learned": flagged} if (flagged := restarts_not_learned(idata)) else {}),
+            **({"restarts_refitted": refitted} if (refitted := restarts_refitted(idata)) else {}),
         }
         _choose(group_rows, [row["selected"] for row in group_rows], record, "bayesian-fdr", _BAYESIAN_FDR)
     else:
@@ -331,7 +338,8 @@ def _choose(group_rows: list, chosen, record: dict, rule: str, description: str,
 def _select(rule, group_rows, fdr, record, *, config, dataset, groups, copies) -> dict:
     """The record of ``rule`` at level ``fdr`` on the groups (rows of :func:`_importance_of`)."""
     kept = ("restarts", "half_spearman", "input_half_spearman", "grouping", "pooled")
-    record = {**{key: record[key] for key in kept}, "fdr": fdr}
+    restarts = {key: record[key] for key in ("restarts_not_learned", "restarts_refitted") if key in record}
+    record = {**{key: record[key] for key in kept}, **restarts, "fdr": fdr}
     if rule == "stability":
         chosen, frequency = stability_selection(np.array([row["restart_psi"] for row in group_rows]).T, fdr)
         for row, share in zip(group_rows, frequency):

@@ -6,7 +6,7 @@ import csv
 import json
 from pathlib import Path
 
-from bayesprune.analysis.diagnostics import restarts_not_learned
+from bayesprune.analysis.diagnostics import REFIT_START_ATTRIBUTE, restarts_not_learned, restarts_refitted
 from bayesprune.analysis.importance import (
     INTERVAL,
     RHAT_WARNING,
@@ -36,8 +36,22 @@ def pooled_importance_sections(run_dir: Path, idata, top: int) -> list:
     chains = idata.posterior.sizes["chain"]
     return [
         *_importance_sections(rows, chains, top, rule, record),
-        *filter(None, [_stability(idata), _not_learned(idata, chains)]),
+        *filter(None, [_stability(idata), _refitted(idata, chains), _not_learned(idata, chains)]),
     ]
+
+
+def _refitted(idata, chains: int) -> str:
+    """A note naming the restarts fitted again because their first fit did not learn, and the start they were
+    fitted again from."""
+    refitted = restarts_refitted(idata)
+    if not refitted:
+        return ""
+    start = idata.sample_stats.attrs.get(REFIT_START_ATTRIBUTE)
+    return (
+        f"Restarts {', '.join(map(str, refitted))} of {chains} did not learn from the network's start (their error "
+        "on the training rows no better than that of a predictor that reads no input) and were fitted again from "
+        f"the {start} start; their ψ is the refit's."
+    )
 
 
 def _not_learned(idata, chains: int) -> str:

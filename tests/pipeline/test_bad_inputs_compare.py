@@ -110,6 +110,17 @@ def _other_network(path):
     return buffer.getvalue()
 
 
+def _state_dict_bytes(net) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(net.state_dict(), buffer)
+    return buffer.getvalue()
+
+
+#: The weights of another network than the comparison's (64-50-10 where it builds 64-100-10).
+OTHER_WEIGHTS = _state_dict_bytes(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 50)))
+#: Three methods (the baseline among them): a refusal of the config's own key is one line, not one per method.
+METHODS = ["compare", "--out", "new", "--methods", "sbnn", "sparse-vd", "--sparsities", "0.5", *TINY]
+
 CASES = {
     # cell folders and cells/ that are links or files: never followed, never written through
     "cells/ a link to a folder outside": (
@@ -172,7 +183,7 @@ CASES = {
     "a cell's checkpoint a malicious pickle, read to evaluate a sparsity added": (
         {"cmp": CMP, MAGNITUDE_CELL + "/checkpoint.pt": MALICIOUS},
         [*RESUME, "--sparsities", "0.5", "0.9"],
-        "checkpoint.pt",
+        "checkpoint.pt: holds a pickled object, not a checkpoint, or another file (never unpickled)",
     ),
     "a cell's checkpoint another cell's fit, read to evaluate a sparsity added": (
         {
@@ -279,6 +290,22 @@ CASES = {
         {},
         ["compare", "--out", "new", "--methods", "unit-gates", "--set", "model.hidden=[]"],
         "unit-gates",
+    ),
+    # the same refusal of every method's cells: one line
+    "a weights file of another network, every method": (
+        {"other.pt": OTHER_WEIGHTS},
+        [*METHODS, "--set", "model.weights='other.pt'"],
+        "model.weights: ",
+    ),
+    "a pickled object as the weights file, every method": (
+        {"net.pt": MALICIOUS},
+        [*METHODS, "--set", "model.weights='net.pt'"],
+        "net.pt holds a pickled object",
+    ),
+    "a MAC target below the floors, every method": (
+        {},
+        [*METHODS, "--set", "prune.level='unit'", "--set", "prune.macs=0.01", "--methods", "sbnn", "unit-gates"],
+        "prune.macs: 0.01 of the dense MACs is below what the floors allow",
     ),
     "a Ray address where nothing answers": ({}, [*NEW, "--engine", "ray", "--address", "127.0.0.1:9"], "--address"),
 }

@@ -7,7 +7,7 @@ import pytest
 
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.validation import RenamedKey
-from bayesprune.pipeline.compare import load_comparison
+from bayesprune.pipeline.compare import comparison_cells, load_comparison
 from bayesprune.pipeline.config import RunConfig, load_config
 from bayesprune.pipeline.export import budget_of
 
@@ -46,6 +46,39 @@ def test_a_comparison_reads_the_old_name_of_its_run_sections_once():
         raw, _ = load_comparison(None, ["prune.droprates=[0.5]"])
     assert [str(note.message).split(";")[0] for note in notes] == ["prune.droprates is renamed prune.sparsities"]
     assert raw["prune"]["sparsities"] == [0.5] and "droprates" not in raw["prune"]
+
+
+#: One comparison of the baseline alone, without fitting (its cells are only built).
+ALONE = ["compare.methods=['magnitude']", "compare.sparsities=[0.5]"]
+
+
+@pytest.mark.parametrize("given", ['{"prune.droprates" = [0.3]}', "{prune = {droprates = [0.3]}}"])
+def test_a_case_reads_an_old_name_as_the_config_and_the_command_line_do(given):
+    """A case's ``set`` is config keys over the comparison's: the old name there, dotted or in a table, is read as
+    the new one with the note a config or ``--set`` gives (the comparison's cells set ``prune.sparsities``, which
+    an old name in the case must override as ``--set`` does, not clash with); its cells are those of the case
+    that gives the new name."""
+    with pytest.warns(RenamedKey) as notes:
+        raw, options = load_comparison(None, [*ALONE, f'compare.cases=[{{name = "c", set = {given}}}]'])
+        old = comparison_cells(raw, options)
+    assert [str(note.message) for note in notes] == [
+        "prune.droprates is renamed prune.sparsities; read as prune.sparsities"
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        new = comparison_cells(
+            *load_comparison(None, [*ALONE, 'compare.cases=[{name = "c", set = {"prune.sparsities" = [0.3]}}]'])
+        )
+    assert [cell.run_config().to_dict() for cell in old] == [cell.run_config().to_dict() for cell in new]
+
+
+def test_a_case_giving_both_names_is_refused_as_a_config_is():
+    both = 'compare.cases=[{name = "c", set = {"prune.droprates" = [0.3], prune = {sparsities = [0.3]}}}]'
+    with pytest.raises(
+        ConfigError,
+        match=r"^compare\.cases\[c\]\.set: prune\.droprates is the old name of prune\.sparsities; give only",
+    ):
+        load_comparison(None, [*ALONE, both])
 
 
 def test_export_budget_fraction_is_read_as_sparsity():

@@ -116,18 +116,18 @@ def initial_means(net, options: SBNNOptions, sites) -> nn.Module:
     return start
 
 
-def fit_starts(net, data, options: SBNNOptions, ctx) -> list:
+def fit_starts(net, data, options: SBNNOptions, ctx, stage: str = "svi") -> list:
     """One fit of ``options`` per factor of ``options.starts``, from the weights and biases of ``net``'s
-    :func:`initial_means` multiplied by it (each in a stage of its own, the first ``"svi"``, all from
-    ``ctx.seed``)."""
+    :func:`initial_means` multiplied by it (each in a stage of its own, the first ``stage``, the others
+    ``"<stage> from start x<factor>"``, all from ``ctx.seed``)."""
     fits, net = [], initial_means(net, options, ctx.sites(net))
     for index, factor in enumerate(options.starts):
         start = copy.deepcopy(net)
         with torch.no_grad():
             for param in start.parameters():
                 param.mul_(factor)
-        stage = "svi" if index == 0 else f"svi from start x{factor:g}"
-        fits.append(fit_posterior(start, data, options, ctx, stage=stage))
+        name = stage if index == 0 else f"{stage} from start x{factor:g}"
+        fits.append(fit_posterior(start, data, options, ctx, stage=name))
     return fits
 
 

@@ -21,6 +21,9 @@ class SBNNFitted(GuideFitted):
     #: ``None``, or the fit's training error and the trivial predictor's where it did not learn
     #: (:func:`~bayesprune.methods.sbnn.learned.not_learned`, set by the fit).
     not_learned = None
+    #: ``None``, or the first fit's training error and the trivial predictor's and the start it was fitted again
+    #: from where that fit did not learn (:func:`~bayesprune.methods.sbnn.refit.refit_record`, set by the fit).
+    refitted = None
 
     def __init__(self, model, guide, *, score: str = "inclusion", starts=None, best_epoch=None, **kwargs):
         """``score``: ``sbnn.score``; ``starts``: ``[{"start", <keep rule>, "kept"}]``, one per start of a fit
@@ -47,6 +50,7 @@ class SBNNFitted(GuideFitted):
             "fraction_inclusion_below_half": float((probs < 0.5).float().mean()),
             "site_priors": {name: self.model.prior.describe(name) for name in self.model.sites},
             **({} if self.starts is None else {"starts": self.starts}),
+            **({} if self.refitted is None else {"refitted": self.refitted}),
             **({} if self.not_learned is None else {"not_learned": self.not_learned}),
         }
 

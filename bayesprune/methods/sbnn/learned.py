@@ -28,11 +28,11 @@ def trivial_error(task: str, y: torch.Tensor) -> float:
     return (y - y.mean()).pow(2).mean().sqrt().item()
 
 
-def not_learned(fitted, data, seed: int) -> dict | None:
+def learning_check(fitted, data, seed: int) -> dict | None:
     """``None`` when ``fitted``'s point estimate (q's means) predicts the first :data:`CHECKED_ROWS` training
     rows better than :data:`LEARNED_SHARE` times :func:`trivial_error`, else its error and the trivial one
-    (``{"seed", "training_error", "trivial_training_error"}``), with a :class:`NotLearned` warning. Training
-    rows read a minibatch at a time (``data.stream``) are not checked (``None``)."""
+    (``{"seed", "training_error", "trivial_training_error"}``). Training rows read a minibatch at a time
+    (``data.stream``) are not checked (``None``)."""
     if not torch.is_tensor(data.x_train):
         return None
     x, y = data.x_train[:CHECKED_ROWS], data.y_train[:CHECKED_ROWS]
@@ -41,14 +41,24 @@ def not_learned(fitted, data, seed: int) -> dict | None:
     trivial = trivial_error(data.task, y)
     if error < LEARNED_SHARE * trivial:
         return None
-    kind = "the most frequent class" if data.task == "classification" else "the mean"
-    warnings.warn(
-        f"sbnn: the fit from seed {seed} did not learn: its error on the training rows, {error:.4g}, is no better "
-        f"than {trivial:.4g}, that of predicting {kind} without reading the inputs; its importances are noise",
-        NotLearned,
-        stacklevel=2,
-    )
     return {"seed": seed, "training_error": error, "trivial_training_error": trivial}
+
+
+def warn_not_learned(record: dict | None, task: str, *, refitted: dict | None = None) -> dict | None:
+    """``record`` (:func:`learning_check`'s) as it is, with a :class:`NotLearned` warning where it is not ``None``;
+    ``refitted``: the record of a first fit it replaced (:func:`~bayesprune.methods.sbnn.refit.refit_record`)."""
+    if record is None:
+        return None
+    kind = "the most frequent class" if task == "classification" else "the mean"
+    again = "" if refitted is None else f", fitted again from the {refitted['start']} start,"
+    warnings.warn(
+        f"sbnn: the fit from seed {record['seed']}{again} did not learn: its error on the training rows, "
+        f"{record['training_error']:.4g}, is no better than {record['trivial_training_error']:.4g}, that of "
+        f"predicting {kind} without reading the inputs; its importances are noise",
+        NotLearned,
+        stacklevel=3,
+    )
+    return record
 
 
 def not_learned_text(record: dict) -> str:
@@ -56,6 +66,7 @@ def not_learned_text(record: dict) -> str:
     return (
         f"## Warning: the fit did not learn\n\n**Its error on the training rows, {record['training_error']:.4g}, is "
         f"no better than {record['trivial_training_error']:.4g}, that of a predictor that reads no input**: q's "
-        "means stayed in the spike, and the importance of its inputs is noise. Fit again from another start "
-        '(`sbnn.init = "fan-in"`, `sbnn.starts`) or with more epochs.'
+        "means stayed in the spike, and the importance of its inputs is noise. Such a fit is fitted again from "
+        'the fan-in start by default (`sbnn.refit = "fan-in"`); where that did not learn either (or `sbnn.refit = '
+        '"none"`), fit with more epochs or other starts (`sbnn.starts`).'
     )

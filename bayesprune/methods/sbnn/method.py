@@ -2,7 +2,7 @@
 
 import torch
 
-from bayesprune.analysis.diagnostics import NOT_LEARNED_ATTRIBUTE
+from bayesprune.analysis.diagnostics import NOT_LEARNED_ATTRIBUTE, REFIT_START_ATTRIBUTE, REFITTED_ATTRIBUTE
 from bayesprune.analysis.importance import (
     node_importance,
     node_layer_names,
@@ -27,8 +27,9 @@ from bayesprune.methods.sbnn.fit import (
     site_prior,
 )
 from bayesprune.methods.sbnn.fitted import SBNNFitted
-from bayesprune.methods.sbnn.learned import not_learned, not_learned_text
+from bayesprune.methods.sbnn.learned import not_learned_text
 from bayesprune.methods.sbnn.options import SBNNOptions
+from bayesprune.methods.sbnn.refit import check_and_refit, check_and_refit_stack, refitted_text
 from bayesprune.methods.sbnn.together import fit_together
 
 
@@ -88,31 +89,33 @@ class SBNN(Method):
                 raise ConfigError(f"sbnn.score: 'path' needs a chain of Linear/Conv2d layers: {error}") from None
 
     def fit(self, net, data, options, ctx):
-        """The fit of ``options`` (one start or several, :func:`keep_start`), and whether it learned
-        (:func:`~bayesprune.methods.sbnn.learned.not_learned`: a warning where it did not)."""
+        """The fit of ``options`` (one start or several, :func:`keep_start`), checked
+        (:func:`~bayesprune.methods.sbnn.learned.learning_check`) and fitted again from ``sbnn.refit``'s start
+        where it did not learn (:func:`~bayesprune.methods.sbnn.refit.check_and_refit`), with a warning where
+        that did not learn either."""
+        return check_and_refit(self._fit_once, net, data, options, ctx)
+
+    @staticmethod
+    def _fit_once(net, data, options, ctx, stage):
         if len(options.starts) == 1 and options.starts[0] == 1:
-            fitted = fit_posterior(initial_means(net, options, ctx.sites(net)), data, options, ctx)
-        else:
-            require(
-                options.keep != "validation" or ctx.validation is not None,
-                "sbnn.keep",
-                "be 'elbo' when train.validation is 0 (no training rows held out to compare the starts on)",
-                options.keep,
-            )
-            fitted = keep_start(fit_starts(net, data, options, ctx), data, options, ctx)
-        fitted.not_learned = not_learned(fitted, data, ctx.seed)
-        return fitted
+            return fit_posterior(initial_means(net, options, ctx.sites(net)), data, options, ctx, stage=stage)
+        require(
+            options.keep != "validation" or ctx.validation is not None,
+            "sbnn.keep",
+            "be 'elbo' when train.validation is 0 (no training rows held out to compare the starts on)",
+            options.keep,
+        )
+        return keep_start(fit_starts(net, data, options, ctx, stage), data, options, ctx)
 
     fits_together = True
 
     def fit_together(self, nets, datasets, options, contexts):
-        """:meth:`fit` of several seeds' fits trained as one stack (:func:`.together.fit_together`), or one
-        after another where the stack does not hold them (several starts, a learned noise scale)."""
-        fits = fit_together(nets, datasets, options, contexts)
+        """:meth:`fit` of several seeds' fits trained as one stack (:func:`.together.fit_together`; those that did
+        not learn refitted as a stack of their own, :func:`~bayesprune.methods.sbnn.refit.check_and_refit_stack`),
+        or one after another where the stack does not hold them (several starts, a learned noise scale)."""
+        fits = check_and_refit_stack(fit_together, nets, datasets, options, contexts)
         if fits is None:
             return fit_one_after_another(self, nets, datasets, options, contexts)
-        for fitted, data, ctx in zip(fits, datasets, contexts):
-            fitted.not_learned = not_learned(fitted, data, ctx.seed)
         return fits
 
     def restore(self, net, data, options, ctx, state):
@@ -123,9 +126,13 @@ class SBNN(Method):
         return SBNNFitted(model, guide, score=options.score, predictive_samples=options.predictive_samples, ctx=ctx)
 
     def report_sections(self, run_dir, metrics):
-        """A warning where the fit did not learn, and the prior of every site: ``[sbnn]``'s, or that of the
-        ``[[model.priors]]`` table that claims it."""
-        sections = [not_learned_text(metrics["not_learned"])] if isinstance(metrics.get("not_learned"), dict) else []
+        """Where the fit was refitted and where it did not learn, and the prior of every site: ``[sbnn]``'s, or
+        that of the ``[[model.priors]]`` table that claims it."""
+        sections = [
+            text(metrics[key])
+            for key, text in (("refitted", refitted_text), ("not_learned", not_learned_text))
+            if isinstance(metrics.get(key), dict)
+        ]
         priors = metrics.get("site_priors")
         if not priors:
             return sections
@@ -166,6 +173,15 @@ class SBNN(Method):
             ],
         )
         flagged = [chain for chain, fitted in enumerate(fits) if fitted.not_learned is not None]
-        if flagged:  # a fresh dict: the groups share their attributes' dict
-            idata.sample_stats.attrs = {**idata.sample_stats.attrs, NOT_LEARNED_ATTRIBUTE: flagged}
+        refitted = [chain for chain, fitted in enumerate(fits) if fitted.refitted is not None]
+        attrs = {
+            **({NOT_LEARNED_ATTRIBUTE: flagged} if flagged else {}),
+            **(
+                {REFITTED_ATTRIBUTE: refitted, REFIT_START_ATTRIBUTE: fits[refitted[0]].refitted["start"]}
+                if refitted
+                else {}
+            ),
+        }
+        if attrs:  # a fresh dict: the groups share their attributes' dict
+            idata.sample_stats.attrs = {**idata.sample_stats.attrs, **attrs}
         return idata

@@ -33,6 +33,10 @@ KEEP_RULES = ("elbo", "validation")
 INITS = ("network", "fan-in")
 
 
+#: ``sbnn.refit``: the start a fit that did not learn is fitted again from (``"none"``: not fitted again).
+REFITS = ("fan-in", "none")
+
+
 #: ``sbnn.score``: what ranks the weights for pruning (:attr:`SBNNFitted.scores`).
 SCORES = ("inclusion", "path")
 
@@ -59,8 +63,15 @@ class SBNNOptions(Staged):
             a product of three small layers, every mean reaches zero within 50 epochs, where that gradient
             vanishes, and the fit stays at the trivial predictor (docs/reproductions.md, The default
             selection with users' networks). Not the default for a user's network: there it emptied
-            the selection on diabetes (docs/reproductions.md); a fit that stays in the spike is flagged
-            (:mod:`~bayesprune.methods.sbnn.learned`) and its warning names this option.
+            the selection on diabetes (docs/reproductions.md); a fit that stays in the spike is fitted again
+            from it (``refit``).
+        refit: where a fit that did not learn (:mod:`~bayesprune.methods.sbnn.learned`: its error on its
+            training rows no better than the trivial predictor's) starts again: ``"fan-in"`` (the default), the
+            ``"fan-in"`` start of ``init``, in a stage ``"svi refit"`` that replaces the fit (its seed, minibatch
+            order and draws the same); ``"none"``, kept as it is. Only that fit: every fit that learns is left as
+            it is (one restart of a run, one member of a stack of restarts). The fit records it (``refitted``
+            in ``metrics.json``, ``restarts_refitted`` in ``posterior.nc``), and warns where the refit did not
+            learn either. Not in paper 003 (docs/reproductions.md, The default selection with users' networks).
         objective: a key of :data:`bayesprune.core.objectives.OBJECTIVES`.
         penalty: minibatch penalty scheme, ``uniform`` (eq. 4.2) or ``geometric`` (eq. 4.3).
         local_reparameterization: sample pre-activations instead of weights (linear layers only).
@@ -89,6 +100,7 @@ class SBNNOptions(Staged):
     log_tau1: float = option(1.0, interval(-80, 80))
     init_scale: float = option(0.01, scale())
     init: str = option("network", one_of(INITS))
+    refit: str = option("fan-in", one_of(REFITS))
     objective: str = option("analytic-kl", one_of(OBJECTIVES, sort=True))
     penalty: str = option("uniform", one_of(PENALTIES, sort=True))
     local_reparameterization: bool = option(False, FLAG)
@@ -116,7 +128,8 @@ class SBNNOptions(Staged):
     )
 
     def fit_stages(self, epochs):
-        """One variational stage (``train.epochs``) per start (``"svi"``, then ``"svi from start x<factor>"``)."""
+        """One variational stage (``train.epochs``) per start (``"svi"``, then ``"svi from start x<factor>"``),
+        and as many again (``"svi refit"``, ...) where the fit did not learn and ``refit`` fits it again."""
         return (Stage("svi", "the spike-and-slab posterior q(W) by the ELBO (eq. 3.6)", epochs),)
 
     def __post_init__(self):

@@ -27,7 +27,7 @@ from bayesprune.core.precision import autocast_calls, full_precision
 from bayesprune.core.predict import evaluating
 from bayesprune.guides import SpikeSlabGuide
 from bayesprune.methods.context import train_stack_together
-from bayesprune.methods.sbnn.fit import build_model, site_prior, trained_fit
+from bayesprune.methods.sbnn.fit import build_model, initial_means, site_prior, trained_fit
 
 
 def fits_stacked(models: list, guides: list, options) -> bool:
@@ -35,7 +35,6 @@ def fits_stacked(models: list, guides: list, options) -> bool:
     learned = any(True for _ in models[0].likelihood.parameters())  # a noise scale fitted with the posterior
     return (
         list(options.starts) == [1]
-        and options.init == "network"
         and options.objective == "analytic-kl"
         and (not options.local_reparameterization or plain_layers(models[0].net) is not None)
         and not learned
@@ -44,10 +43,12 @@ def fits_stacked(models: list, guides: list, options) -> bool:
 
 
 def build_fits(nets: list, datasets: list, options, contexts: list) -> tuple:
-    """Each fit's model and guide as :func:`~bayesprune.methods.sbnn.fit.fit_posterior` builds them."""
+    """Each fit's model and guide as :func:`~bayesprune.methods.sbnn.fit.fit_posterior` builds them, from
+    :func:`~bayesprune.methods.sbnn.fit.initial_means` of its network."""
     models, guides = [], []
     for net, data, ctx in zip(nets, datasets, contexts):
         pyro.clear_param_store()
+        net = initial_means(net, options, ctx.sites(net))
         model = build_model(
             net.to(ctx.device), data, site_prior(net, options, ctx), noise_scale=ctx.noise_scale, sites=ctx.sites(net)
         ).to(ctx.device)
@@ -64,9 +65,10 @@ def trained_params(model, guide) -> dict:
     }
 
 
-def fit_together(nets: list, datasets: list, options, contexts: list) -> list | None:
-    """:func:`~bayesprune.methods.sbnn.fit.fit_posterior` of every fit, trained together; ``None`` where
-    the stack does not compute these fits' objective (:func:`fits_stacked`)."""
+def fit_together(nets: list, datasets: list, options, contexts: list, stage: str = "svi") -> list | None:
+    """:func:`~bayesprune.methods.sbnn.fit.fit_posterior` of every fit from its network's
+    :func:`~bayesprune.methods.sbnn.fit.initial_means`, trained together in ``stage``; ``None`` where the stack
+    does not compute these fits' objective (:func:`fits_stacked`)."""
     models, guides = build_fits(nets, datasets, options, contexts)
     if not fits_stacked(models, guides, options):
         return None
@@ -84,7 +86,7 @@ def fit_together(nets: list, datasets: list, options, contexts: list) -> list | 
     batches = [ctx.batches(data.x_train, data.y_train) for ctx, data in zip(contexts, datasets)]
     histories = train_stack_together(
         contexts,
-        "svi",
+        stage,
         stack,
         batches,
         losses=step.losses,

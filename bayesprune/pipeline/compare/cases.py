@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 
 from bayesprune.core.errors import ConfigError
 from bayesprune.core.validation import count, list_of, require
-from bayesprune.pipeline.config import MAX_SEED, _resolve_data_paths
+from bayesprune.pipeline.config import MAX_SEED, _resolve_data_paths, new_names, set_key
 
 #: The seeds of a comparison (``compare.seeds``) or of one case.
 SEEDS = list_of(count(0, MAX_SEED - 1), "non-negative integers below 2**31")
@@ -102,7 +102,8 @@ def parse_cases(value) -> tuple:
 
 
 def _overrides(table, where: str) -> dict:
-    """A case's ``set`` as one nested table (TOML layout)."""
+    """A case's ``set`` as one nested table (TOML layout), its keys' old names read as a config's are
+    (:func:`~bayesprune.pipeline.config.new_names`)."""
     require(isinstance(table, dict), f"{where}.set", 'be a table of config keys ("model.network" = ...)', table)
     nested, allowed = {}, settable()
     for key, value in table.items():
@@ -113,14 +114,11 @@ def _overrides(table, where: str) -> dict:
                 f"{where}.set: '{key}' cannot be set in a case (a run config's section or top-level key, or a "
                 f"method's table; its seeds are {where}.seeds)"
             )
-        nested = merged(nested, _nest(path, value))
-    return nested
-
-
-def _nest(path: list, value) -> dict:
-    for key in reversed(path):
-        value = {key: value}
-    return value
+        nested = merged(nested, set_key({}, path, value))
+    try:  # read as a config's own tables are: an old name as the new one, with its note; both names refused
+        return new_names(nested)
+    except ConfigError as error:
+        raise ConfigError(f"{where}.set: {error}") from None
 
 
 def merged(base: dict, over: dict) -> dict:

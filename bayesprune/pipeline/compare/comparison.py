@@ -350,9 +350,7 @@ def compare(
                 }
             ),
         )
-        results = run_tracked(
-            cells, folders, tracker, engine=engine, jobs=jobs, address=address, report=report, status=status
-        )
+        results = run_tracked(cells, folders, tracker, engine=engine, jobs=jobs, report=report, status=status)
         rows = leaderboard_rows(cells, folders, options, results)
         write_leaderboard(out, rows)
         write_text(out / "leaderboard.json", json.dumps(rows, indent=1) + "\n")

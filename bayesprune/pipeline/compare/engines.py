@@ -47,18 +47,18 @@ def engine_started(engine: str, address=None):
     return started(address) if engine == "ray" else nullcontext()
 
 
-def run_tracked(cells: list, folders: list, tracker, *, engine: str, jobs: int, address, report, status) -> list:
+def run_tracked(cells: list, folders: list, tracker, *, engine: str, jobs: int, report, status) -> list:
     """:func:`run_cells` as ``compare`` and ``sweep`` run their grid: each finished cell also logged by ``tracker``
     (:func:`~bayesprune.pipeline.compare.tracking.open_tracker`; ``None``: not tracked)."""
     if tracker is not None:
         report = tracker.reporter(report or (lambda *args: None))
-    return run_cells(cells, folders, engine=engine, jobs=jobs, address=address, report=report, status=status)
+    return run_cells(cells, folders, engine=engine, jobs=jobs, report=report, status=status)
 
 
-def run_cells(
-    cells: list, folders: list, *, engine: str = "local", jobs: int = 1, address=None, report=None, status=None
-) -> list:
-    """Execute every cell into its folder on ``engine``; returns their metrics in order.
+def run_cells(cells: list, folders: list, *, engine: str = "local", jobs: int = 1, report=None, status=None) -> list:
+    """Execute every cell into its folder on ``engine`` (checked by :func:`check_engine`, and for Ray started by
+    the caller, :func:`engine_started`: ``compare`` and ``sweep`` reach it before they write anything); returns
+    their metrics in order.
 
     A finished cell is read back, never fitted again (one evaluated at every sparsity is evaluated at
     those it lacks, from its saved fit). A cell whose fit fails (it diverges, the user's
@@ -69,7 +69,6 @@ def run_cells(
     cells in progress stop at the end of their step, keeping their checkpoint, and the call raises
     :class:`~bayesprune.core.errors.Interrupted` (the finished cells are kept for the next call).
     """
-    check_engine(engine, jobs=jobs, address=address)
     progress = Progress(cells, status or _to_stderr, workers=jobs)
     results = [None] * len(cells)
     todo = []
@@ -89,11 +88,10 @@ def run_cells(
     if todo:
         # absolute, never resolved: a folder is never reached through a link (Ray's workers start elsewhere)
         chosen = [(index, cells[index], os.path.abspath(folders[index])) for index in todo]
-        with engine_started(engine, address):
-            if engine == "ray":
-                _ray(chosen, finish=finish, progress=progress)
-            else:
-                _local(chosen, jobs=jobs, finish=finish, progress=progress)
+        if engine == "ray":
+            _ray(chosen, finish=finish, progress=progress)
+        else:
+            _local(chosen, jobs=jobs, finish=finish, progress=progress)
     return results
 
 

@@ -61,7 +61,8 @@ def refuse_with_resume(**given):
 def check_cells(out: Path, cells: list) -> list:
     """The cells' folders, after refusing, before any fit: a ``cells`` folder or a cell folder that is a
     link or a file, a finished cell whose files are tampered or hold another fit (naming the file or
-    the key), and every cell the checks of ``bayesprune run`` refuse, all of them, one line each."""
+    the key), and every cell the checks of ``bayesprune run`` refuse, all of them, one line per reason (a
+    reason every method gives, such as a bad ``model.weights``, said once with the methods that give it)."""
     folder = out / "cells"
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         raise BayesPruneError(f"{folder}: is not a directory (a link or a file); it is never followed")
@@ -72,16 +73,17 @@ def check_cells(out: Path, cells: list) -> list:
     for cell, path in zip(cells, folders):
         why = None if finished(path) else refusal(cell, datasets)
         if why:
-            refused.setdefault((cell.method, why), []).append(cell.name)
+            refused.setdefault(why, []).append(cell)
     if refused:
-        raise CellsRefused(
-            [
-                f"method {method} refuses {len(names)} cell{'s' * (len(names) > 1)} "
-                f"({', '.join(names[:3])}{', …' * (len(names) > 3)}): {why}"
-                for (method, why), names in refused.items()
-            ]
-        )
+        raise CellsRefused([_refused(why, given) for why, given in refused.items()])
     return folders
+
+
+def _refused(why: str, cells: list) -> str:
+    """The line of the cells refused for one reason: the methods that refuse them, the first cells' names."""
+    methods, names = list(dict.fromkeys(cell.method for cell in cells)), [cell.name for cell in cells]
+    who = f"method {methods[0]} refuses" if len(methods) == 1 else f"methods {', '.join(methods)} refuse"
+    return f"{who} {len(names)} cell{'s' * (len(names) > 1)} ({', '.join(names[:3])}{', …' * (len(names) > 3)}): {why}"
 
 
 class CellsRefused(BayesPruneError):

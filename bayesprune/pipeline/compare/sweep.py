@@ -269,9 +269,7 @@ def sweep(
                 }
             ),
         )
-        results = run_tracked(
-            cells, folders, tracker, engine=engine, jobs=jobs, address=address, report=report, status=status
-        )
+        results = run_tracked(cells, folders, tracker, engine=engine, jobs=jobs, report=report, status=status)
         rows = summary_rows(cells, results)
         write_csv(
             out / "summary.csv", [{key: "" if value is None else value for key, value in row.items()} for row in rows]
