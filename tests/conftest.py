@@ -1,5 +1,5 @@
-"""Shared pytest fixtures: a fixed seed, an empty Pyro parameter store and Pyro validation for every test;
-one thread where asked; every method's digits config shortened to seconds (its declared ``Method.quick``);
+"""Shared pytest fixtures: a fixed seed, an empty Pyro parameter store, Pyro validation and one torch thread for
+every test; every method's digits config shortened to seconds (its declared ``Method.quick``);
 a comparison's cells run in the test's own process where asked."""
 
 import pyro
@@ -42,27 +42,21 @@ def kernels(request):
 
 @pytest.fixture(autouse=True)
 def pyro_state():
-    """Seed all RNGs, clear Pyro's parameter store and keep distribution validation on around each test."""
+    """Seed all RNGs, clear Pyro's parameter store and keep distribution validation on around each test, which
+    starts with one intra-op thread (whatever the test before it set: ``bayesprune.cli.main`` sets its own).
+
+    The tests' networks are tiny: a step is per-op overhead, not arithmetic. With two OpenMP threads in each of
+    the suite's workers on a busy two-core machine the threads' spin-waits made them up to 20x slower
+    (test_sbnn_init.py's two fits: 68.5 s at two threads, 3.4 s at one, load ~7); the command line's default is
+    one thread on two cores as well (``bayesprune.pipeline.threads``), and the goldens were recorded at one.
+    """
+    torch.set_num_threads(1)
     pyro.set_rng_seed(0)
     pyro.clear_param_store()
     pyro.enable_validation(True)
     yield
     pyro.clear_param_store()
     pyro.enable_validation(True)
-
-
-@pytest.fixture(scope="module")
-def single_thread():
-    """Run a test module with one intra-op thread, restoring the previous setting afterwards.
-
-    Pyro steps on tiny networks are dominated by per-op overhead; with two OpenMP threads on a busy
-    machine the threads' spin-waits make them an order of magnitude slower. Opt in with
-    ``pytestmark = pytest.mark.usefixtures("single_thread")``.
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

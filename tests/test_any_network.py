@@ -19,8 +19,6 @@ from bayesprune.methods import available_methods
 from bayesprune.pipeline.runner import load_run
 from helpers import shortest_of
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 #: The settings of each weight-level method that keep it short, read from the registry: its digits config at
 #: its ``quick`` settings, every stage it declares one epoch (:func:`helpers.shortest_of`), on 256 digits.
 SHORT = {name: shortest_of(name) for name, method in available_methods().items() if "weight" in method.prune_levels}

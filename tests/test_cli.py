@@ -16,8 +16,6 @@ from bayesprune.cli import main
 from bayesprune.core.errors import ConfigError
 from helpers import signal_after_one_epoch
 
-pytestmark = pytest.mark.usefixtures("single_thread")  # tiny ops on two busy OpenMP threads are ~100x slower
-
 QUICK = ["--quiet", "--set", "train.epochs=2", "--set", "baseline.epochs=1", "--set", "sbnn.predictive_samples=2"]
 
 

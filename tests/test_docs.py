@@ -11,8 +11,6 @@ import pytest
 from bayesprune.cli import main
 from bayesprune.core.validation import MAX_COUNT, Rule, count, one_of, option, unit
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 DOCS = Path(__file__).parents[1] / "docs"
 
 

@@ -29,8 +29,6 @@ from bayesprune.pipeline.config import load_config
 from bayesprune.pipeline.report import SCORES_DIGEST
 from bayesprune.pipeline.runner import run
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 FOLDER = Path(__file__).parent / "golden"
 METHODS = sorted(available_methods())
 #: The default config as it was when its golden was recorded: log tau1 0, log tau0 -5, sigma 0.01 and

@@ -12,8 +12,6 @@ import pytest
 
 from bayesprune.cli import main
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 PATH = Path(__file__).parents[1] / "README.md"
 README = PATH.read_text()
 BLOCKS = re.findall(r"```(\w+)\n(.*?)```", README, flags=re.DOTALL)

@@ -21,8 +21,6 @@ from bayesprune.models.architectures import build_from_factory
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from torchvision_walk import SKIPPED, run_one  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 SUBSET = ["squeezenet1_1", "shufflenet_v2_x0_5"]
 
 

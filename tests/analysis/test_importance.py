@@ -142,7 +142,7 @@ def test_importance_table_and_plot(tmp_path):
 
 
 @pytest.fixture
-def fast_svi(single_thread):
+def fast_svi():
     """One CPU thread and no Pyro argument validation (about 10x faster SVI steps for this tiny network)."""
     pyro.enable_validation(False)
 

@@ -30,9 +30,6 @@ PNG = b"\x89PNG\r\n\x1a\n"
 GROUPS = {"posterior", "posterior_predictive", "observed_data", "variational", "sample_stats"}
 
 
-pytestmark = pytest.mark.usefixtures("single_thread")  # tiny ops on two busy OpenMP threads are ~100x slower
-
-
 def _fit(dataset, likelihood, *, seed, epochs, hidden, lr):
     pyro.clear_param_store()
     pyro.set_rng_seed(seed)
@@ -73,7 +70,7 @@ def _network_means(model, guide, x, samples):
 
 
 @pytest.fixture(scope="module")
-def regression(single_thread):
+def regression():
     dataset = load_dataset("linear-regression", n=200)
     fits = [
         _fit(dataset, Gaussian(dataset.num_train), seed=seed, epochs=epochs, hidden=(8,), lr=0.05)

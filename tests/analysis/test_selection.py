@@ -19,8 +19,6 @@ from bayesprune.analysis.selection import (
 )
 from bayesprune.experiments.common import sbnn_fit_predict, simulation_config
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 @pytest.mark.parametrize("num_features", [10, 100, 37])
 def test_quantile_selection_keeps_the_top_fifth(num_features):

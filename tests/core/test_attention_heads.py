@@ -17,8 +17,6 @@ from bayesprune.core.gates import UnitGates, separable_heads
 from bayesprune.core.heads import HeadsRemovedAttention
 from bayesprune.core.structure import unit_groups
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 SHAPE = (3, 8, 8)  # four patches of 4x4 and a class token: five tokens
 EMBED, HEADS, HEAD_DIM = 32, 4, 8
 

@@ -2,7 +2,6 @@
 ``Linear``'s weights, and ``fit_method`` chooses the sites with ``expose``/``hide`` as a config does."""
 
 import numpy as np
-import pytest
 import tomli_w
 import torch
 from torch import nn
@@ -13,8 +12,6 @@ from bayesprune.cli import main
 from bayesprune.core.sites import site_names
 from bayesprune.data import load_dataset
 from bayesprune.pipeline.runner import load_run
-
-pytestmark = pytest.mark.usefixtures("single_thread")
 
 FACTORY = """
 from torchvision.models import VisionTransformer

@@ -12,8 +12,6 @@ from bayesprune.core.loop import STOP, TensorBatches
 from bayesprune.core.optim import OptimConfig
 from bayesprune.methods.context import FitContext, train_networks_together
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 def mlp(seed: int, hidden: int = 16) -> nn.Module:
     torch.manual_seed(seed)

@@ -16,8 +16,6 @@ from bayesprune.core.pruning import Budget, prune
 from bayesprune.methods.saliency.schedules import sparsity_schedule
 from bayesprune.methods.saliency.stages import loss_change, multi_stage_masks, pruning_stages
 
-pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: per-op overhead, not threads
-
 
 def tiny_mlp(sizes=(3, 4, 3), seed=0):
     torch.manual_seed(seed)

@@ -432,7 +432,6 @@ def test_the_trainable_file_loads_weights_only_trains_and_computes_the_export(tm
         save_trainable(net, tmp_path / "resnet.pt", input_shape=(3, 12, 12))
 
 
-@pytest.mark.usefixtures("single_thread")
 @pytest.mark.parametrize("method", sorted(available_methods()))
 def test_the_export_of_what_the_method_learned_has_the_runs_test_error(method, short_config, tmp_path, capsys):
     """`bayesprune export RUN_DIR` without a budget: the written file, loaded back, errs as the run does."""

@@ -37,8 +37,6 @@ from bayesprune.methods.sbnn import SBNNFitted
 from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
 from bayesprune.models.priors import SpikeSlabPrior
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 def snapshot(guide):
     """An independent copy of the guide's variational parameters."""

@@ -10,8 +10,6 @@ from torch import nn
 
 from bayesprune.methods.unit_gates import GateTraining, UnitGatesOptions
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 def training(n0: int) -> tuple:
     torch.manual_seed(0)

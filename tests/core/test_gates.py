@@ -132,7 +132,6 @@ def relaxed_gate_moments(theta: float, temperature: float):
     return [float(torch.trapezoid(f * density, noise)) for f in (z, z * z, dz, 2 * z * dz)]
 
 
-@pytest.mark.usefixtures("single_thread")
 @pytest.mark.parametrize("temperature", [0.1, 0.02])
 def test_the_concrete_estimate_averages_to_the_gradient_of_the_relaxed_and_as_t_falls_the_bernoulli_expectation(
     temperature,
@@ -295,7 +294,6 @@ def band(n, seed):
     return x, ((x[:, 0] + x[:, 1]).abs() < 1).long()
 
 
-@pytest.mark.usefixtures("single_thread")
 def test_unit_gates_prune_a_wide_network_to_the_few_units_a_known_problem_needs():
     """Algorithm 1 end to end (fit_method) on a problem of known answer: a 32-unit network on the band
     that 2 units solve ends with at most 8 units (2 to 8 over seeds 0-5) and the test error of the plain

@@ -15,8 +15,6 @@ from bayesprune.data.streaming import Augment
 from bayesprune.methods import FitContext, get_method
 from bayesprune.pipeline.config import load_config
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")  # a device object needs no GPU
 
 

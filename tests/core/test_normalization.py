@@ -20,8 +20,6 @@ from bayesprune.methods.base import NetworkFitted
 from bayesprune.pipeline.evaluation import pruning_curve
 from bayesprune.pipeline.runner import load_run
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 FACTORY = """
 from torch import nn
 

@@ -26,8 +26,6 @@ from bayesprune.methods.pbp.guide import DiracSpikeSlabGuide
 from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
 from bayesprune.models.priors import GivenPrior, SpikeSlabPrior
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 DOUBLE = torch.float64
 PI, TAU0, TAU1 = 0.5, 0.05, 1.0
 NOISE = 0.7

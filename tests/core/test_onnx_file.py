@@ -14,8 +14,6 @@ pytest.importorskip("onnxscript")
 from bayesprune.core.export import export, program  # noqa: E402
 from bayesprune.core.onnx_file import OPTIMIZER_LOGGER, _without_per_node_messages, run_onnx, save_onnx  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 def vit_without_a_head():
     net = torchvision.models.VisionTransformer(

@@ -21,8 +21,6 @@ from bayesprune.models import BayesianNetwork, Gaussian, mlp
 from bayesprune.models.priors import SpikeSlabPrior
 from bayesprune.pipeline.config import load_config
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 @contextmanager
 def linear_output_dtypes():

@@ -19,8 +19,6 @@ from bayesprune.guides import SpikeSlabGuide
 from bayesprune.models import BayesianNetwork, Categorical, Gaussian, mlp
 from bayesprune.models.priors import SpikeSlabPrior
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 DOUBLE = torch.float64
 
 

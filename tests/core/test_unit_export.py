@@ -14,8 +14,6 @@ from bayesprune.core.pruning import unit_scores
 from bayesprune.core.sites import site_names
 from bayesprune.core.structure import HeadsRemovedAttention, remove_units, shrunk, unit_groups
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 class SeparateQKV(nn.Module):
     """Multi-head self-attention with query, key and value ``Linear`` s of their own."""

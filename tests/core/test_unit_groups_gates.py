@@ -13,8 +13,6 @@ from bayesprune.core.pruning import unit_scores
 from bayesprune.core.structure import shrunk, unit_groups
 from bayesprune.methods.unit_gates import GateTraining, UnitGatesOptions, split_groups
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 def with_statistics(net):
     """``net`` in eval mode with random batch-norm statistics and affine parameters, so that its

@@ -21,8 +21,6 @@ from bayesprune.data.streaming import Augment, Rows, _one_line, augment_option, 
 from bayesprune.pipeline.evaluation import batched_predictions, pruning_curve
 from helpers import raises_data_error
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 def images(n=50, shape=(3, 6, 5), seed=0):
     generator = torch.Generator().manual_seed(seed)

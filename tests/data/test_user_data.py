@@ -14,8 +14,6 @@ from bayesprune.cli import main
 from bayesprune.data import MAX_INFERRED_CLASSES, Dataset, load_dataset, validate
 from helpers import raises_data_error
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 def digits_arrays(n_train=120, n_test=40, image=True):
     """Scikit-learn's digits in [0, 1], as (N, 1, 8, 8) images or (N, 64) rows."""

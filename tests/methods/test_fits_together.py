@@ -13,8 +13,6 @@ from bayesprune.methods import FitContext, get_method
 from bayesprune.models import new_net
 from bayesprune.pipeline.config import load_config
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 SEEDS = (3, 4)
 SMALL = ["model.hidden=[12]", "train.epochs=3", "train.validation=0.25", "train.patience=1"]
 

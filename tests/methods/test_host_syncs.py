@@ -44,14 +44,14 @@ def _lines_marked() -> set:
 
 
 @pytest.mark.parametrize("method", sorted(available_methods()))
-def test_no_training_step_reads_back_to_the_host(method, single_thread):
+def test_no_training_step_reads_back_to_the_host(method):
     overrides = ["unit-gates.remove_at='epoch'"] if method == "unit-gates" else []
     counted = method_syncs(method, CPU, 1, overrides)
     assert counted["steps"] > 0
     assert counted["most_syncs_in_a_step"] == 0, counted["where"]
 
 
-def test_unit_gates_removing_units_at_every_step_reads_one_decision_a_step(single_thread):
+def test_unit_gates_removing_units_at_every_step_reads_one_decision_a_step():
     """remove_at = "step" (paper 004, Algorithm 1) shrinks the network inside the step: whether a unit
     meets the condition is the one value the host reads."""
     counted = method_syncs("unit-gates", CPU, 1)

@@ -21,8 +21,6 @@ from bayesprune.methods import METHODS, Fitted, Method, available_methods, get_m
 from bayesprune.pipeline.config import RunConfig, load_config, packaged_configs
 from bayesprune.pipeline.runner import load_run
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 def test_every_registered_method_ships_a_packaged_config_that_validates():
     by_method = {}

@@ -19,8 +19,6 @@ from bayesprune.methods.pbp.bounds import (
     sample_risk_bound,
 )
 
-pytestmark = pytest.mark.usefixtures("single_thread")  # tiny tensors: per-op overhead, not threads
-
 
 def brute_kl_inverse(q: float, c: float, points: int = 10**6) -> tuple[float, float]:
     """The largest p of a grid of ``points`` + 1 values on [q, 1] with kl(q ‖ p) ≤ c (scipy's rel_entr

@@ -5,14 +5,11 @@ Hoeffding's inequality with m = draws · n no longer holds: for two draws its fa
 from δ'/2 to about √(δ'/2). The oracles are a classifier whose every network is right with a known
 probability (0.7 wrong, independently per draw) and the Hoeffding guarantee itself, checked by Monte Carlo."""
 
-import pytest
 import torch
 
 from bayesprune.methods import pbp
 from bayesprune.methods.pbp.bounds import sample_risk_bound
 from helpers import OneWeightDecides
-
-pytestmark = pytest.mark.usefixtures("single_thread")
 
 WRONG = 0.7  # the Gibbs risk of the classifier below
 

@@ -17,8 +17,6 @@ from bayesprune.pipeline.config import RunConfig, load_config
 from bayesprune.pipeline.runner import load_run, run
 from helpers import OneWeightDecides
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 SMALL = {
     "data": {"dataset": "digits", "batch_size": 64},
     "model": {"architecture": "mlp", "hidden": [32]},

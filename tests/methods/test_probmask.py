@@ -14,8 +14,6 @@ from bayesprune.models import mlp, new_net
 from bayesprune.pipeline.config import RunConfig
 from bayesprune.pipeline.runner import load_run, run
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 def test_cubic_keep_ratio_is_eq_7():
     assert [cubic_keep_ratio(t, start=2, end=6, final=0.1) for t in (0, 2)] == [1.0, 1.0]

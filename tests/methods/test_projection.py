@@ -9,8 +9,6 @@ from scipy.optimize import minimize
 
 from bayesprune.methods.probmask.projection import project_onto_budget, project_sites
 
-pytestmark = pytest.mark.usefixtures("single_thread")  # small vectors: per-op overhead, not threads
-
 
 def solve_qp(s: np.ndarray, budget: float) -> np.ndarray:
     """argmin ‖x − s‖² s.t. 0 ≤ x ≤ 1, Σx ≤ K, by SLSQP (appendix A.4's problem, no Theorem 1)."""

@@ -19,8 +19,6 @@ from bayesprune.pipeline.checks import load_datasets
 from bayesprune.pipeline.config import RunConfig
 from bayesprune.pipeline.runner import load_run, run
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 CRITERIA = ["magnitude", "obd", "lm", "qm"]
 OPTIONS = {
     "criteria": CRITERIA,

@@ -26,8 +26,6 @@ from bayesprune.methods.sparse_vd.distributions import (
 from bayesprune.methods.sparse_vd.model import KLAnnealing, MaskedLocalReparameterization, linear_decay
 from bayesprune.pipeline.config import OptimConfig, load_config
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 EULER_GAMMA = 0.5772156649015329
 
 

@@ -16,8 +16,6 @@ from bayesprune.methods import FitContext, available_methods, get_method
 from bayesprune.methods.stages import stages_of
 from bayesprune.models.architectures import new_net
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 CPU = torch.device("cpu")
 
 

@@ -12,8 +12,6 @@ from bayesprune.methods.unit_gates import UnitGatesOptions
 from bayesprune.methods.unit_gates.budget import MacConstraint
 from bayesprune.methods.unit_gates.method import macs_target
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 SHAPE = (1, 6, 6)
 
 

@@ -7,8 +7,6 @@ from torch import nn
 from bayesprune.core.errors import ConfigError
 from bayesprune.methods.unit_gates import UnitGatesOptions
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 def small_cnn():
     torch.manual_seed(0)

@@ -6,8 +6,6 @@ from torch import nn
 
 from bayesprune.methods.unit_gates import GateTraining, UnitGatesOptions
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 def small_cnn():
     torch.manual_seed(0)

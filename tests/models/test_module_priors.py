@@ -15,8 +15,6 @@ from bayesprune.methods.sbnn import SBNN
 from bayesprune.models.module_priors import assign_tables, module_priors, read_tables
 from bayesprune.models.priors import SpikeSlabPrior
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 def conv_net():
     return nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 36, 3))

@@ -14,8 +14,6 @@ from bayesprune.methods import available_methods
 from bayesprune.pipeline.config import load_config
 from bayesprune.pipeline.runner import load_run
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 FACTORY = """
 import math
 

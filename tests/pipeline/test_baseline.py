@@ -16,8 +16,6 @@ from bayesprune.data.registry import Dataset
 from bayesprune.pipeline.baseline import least_squares_test_rmse, train_plain
 from bayesprune.pipeline.config import RunConfig
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 def regression(seed=0, n_train=120, n_test=60, d=4, noise=0.3, target_std=2.5):
     """A linear problem with an intercept, targets standardised as the loaders store them."""

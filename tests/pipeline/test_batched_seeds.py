@@ -17,8 +17,6 @@ from bayesprune.methods import get_method
 from bayesprune.pipeline.config import load_config
 from bayesprune.pipeline.runner import _fit_chains_together, _fit_stack, _start_fit, run
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 SHORT = ["train.epochs=4", "prune.finetune_epochs=1", "prune.sparsities=[0.0, 0.9]"]
 COMPARED = ("test_error", "baseline_test_error", "train_epochs", "train_steps", "pruning_curve")
 

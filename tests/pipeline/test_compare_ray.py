@@ -25,6 +25,9 @@ def test_the_ray_engine_gives_the_local_numbers(tmp_path, monkeypatch, capfd):
 
     monkeypatch.chdir(tmp_path)  # Ray's workers import from the driver's folder first: not the source checkout
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    # one CPU for the Ray started here: both cells run in one worker, which imports bayesprune and torch once
+    # (two CPUs started two workers importing them side by side: 22 s of the test's 44 s at load 7, 10 s with one)
+    monkeypatch.setenv("RAY_OVERRIDE_RESOURCES", '{"CPU": 1}')
     grid = dict(methods=["pbp"], sparsities=[0.5], seeds=[0], overrides=TINY, report=lambda *a: None)
     local = compare(None, tmp_path / "local", **grid)
     capfd.readouterr()

@@ -21,8 +21,6 @@ from bayesprune.models.priors import PRIORS, GaussianPrior
 from bayesprune.pipeline.config import load_config
 from bayesprune.pipeline.runner import run
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 SIMULATIONS = ["feature-importance-2var", "feature-importance-many", "feature-selection"]
 
 # Tiny settings: few rows, few epochs, few grid points.

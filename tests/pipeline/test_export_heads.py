@@ -16,8 +16,6 @@ from bayesprune.core.export import load_trainable
 from bayesprune.data import load_dataset
 from bayesprune.pipeline.export import Exported
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 FACTORIES = {
     "timm": """
 from timm.models.vision_transformer import VisionTransformer

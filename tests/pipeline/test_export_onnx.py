@@ -20,8 +20,6 @@ from bayesprune.core.pruning import Budget, expand_unit_masks, prune  # noqa: E4
 from bayesprune.data.registry import Dataset  # noqa: E402
 from bayesprune.pipeline import export as pipeline_export  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 def standardised(x_raw, y, task, *, num_classes=None):
     """A :class:`Dataset` of ``x_raw`` standardised (and a regression ``y``), keeping what was done."""

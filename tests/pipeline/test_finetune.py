@@ -17,8 +17,6 @@ from bayesprune.pipeline.evaluation import pruning_curve
 from bayesprune.pipeline.export import export_fitted
 from bayesprune.pipeline.finetune import FineTuning, finetune
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 def separable(rows: int, *, seed: int = 0):
     generator = torch.Generator().manual_seed(seed)

@@ -14,8 +14,6 @@ from bayesprune.data.registry import Dataset
 from bayesprune.pipeline.config import load_config
 from bayesprune.pipeline.finetune import FineTuning, finetune
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 RATES = (1.0, 0.03, 1e-5)
 
 

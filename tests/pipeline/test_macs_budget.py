@@ -15,8 +15,6 @@ from bayesprune.models import new_net
 from bayesprune.pipeline.config import load_config
 from bayesprune.pipeline.evaluation import macs_curve
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 QUICK = ["train.epochs=1", "baseline.enabled=false", "prune.sparsities=[0.5]", "device='cpu'", "prune.level='unit'"]
 SAME_NETWORK = ["model.hidden=[100, 100]", "model.activation='relu'", "model.init='default'"]
 

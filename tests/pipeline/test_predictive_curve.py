@@ -13,8 +13,6 @@ from bayesprune.pipeline.evaluation import pruning_curve
 from bayesprune.pipeline.rundir import load_run
 from bayesprune.pipeline.sections import PREDICTIVE_CURVE_WEIGHTS, PruneConfig
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 def test_auto_draws_the_predictive_at_every_sparsity_up_to_its_size_and_a_bad_value_is_refused():
     assert PruneConfig().predictive_at(PREDICTIVE_CURVE_WEIGHTS) == "every"

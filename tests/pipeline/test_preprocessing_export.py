@@ -71,7 +71,6 @@ def file_outputs(exported, rows_csv) -> np.ndarray:
         return torch.export.load(str(exported)).module()(torch.tensor(rows, dtype=torch.float32)).numpy()
 
 
-@pytest.mark.usefixtures("single_thread")
 def test_a_csv_classification_export_fed_raw_rows_errs_as_printed(tmp_path, capsys):
     x, y = load_breast_cancer(return_X_y=True)  # features from 0.001 to 4,254: raw rows far from standardised
     train, test = write_split(tmp_path, x, y, test_rows=120)
@@ -82,7 +81,6 @@ def test_a_csv_classification_export_fed_raw_rows_errs_as_printed(tmp_path, caps
     assert error == pytest.approx(report["test_error"], abs=100 / len(labels) + 1e-6), report
 
 
-@pytest.mark.usefixtures("single_thread")
 def test_a_csv_regression_export_fed_raw_rows_gives_the_printed_rmse_in_target_units(tmp_path, capsys):
     x, y = load_diabetes(return_X_y=True, scaled=False)  # targets 25..346, mean 152, std 77
     train, test = write_split(tmp_path, x, y, test_rows=90)

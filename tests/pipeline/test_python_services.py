@@ -12,8 +12,6 @@ from bayesprune.cli import main
 from bayesprune.core.errors import BayesPruneError
 from bayesprune.pipeline.runner import run
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 #: Entries of export's report that differ between two calls on the same run: timings and the paths written.
 UNEQUAL = ("file", "trainable_file", "latency_seconds")
 

@@ -13,8 +13,6 @@ import torch
 from bayesprune.cli import main
 from bayesprune.core.loop import STOP
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 QUICK = ["--quiet", "--set", "train.epochs=1", "--set", "baseline.enabled=false", "--set", "sbnn.predictive_samples=1"]
 
 

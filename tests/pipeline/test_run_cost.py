@@ -19,8 +19,6 @@ from bayesprune.data import Dataset
 from bayesprune.methods.sparse_vd.inference_data import to_inference_data as sparse_vd_inference_data
 from bayesprune.pipeline.evaluation import pruning_curve
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 def _data(n=64, features=6, classes=3, seed=0):
     generator = torch.Generator().manual_seed(seed)

@@ -20,8 +20,6 @@ from bayesprune.methods import FitContext, Method, available_methods, context
 from bayesprune.models import build_architecture
 from bayesprune.pipeline.runner import resume_run, run
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 METHODS = sorted(available_methods())
 #: Wall-clock numbers, which no two runs share.
 TIMINGS = {"train_seconds", "epoch_seconds"}

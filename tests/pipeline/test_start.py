@@ -15,8 +15,6 @@ from bayesprune.methods import available_methods
 from bayesprune.models import new_net
 from bayesprune.pipeline.config import load_config
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 QUICK = ["train.epochs=1", "baseline.enabled=false", "prune.sparsities=[0.5]", "device='cpu'"]
 #: The default config's network (MLP 64-100-10, ReLU, PyTorch's initialisation), set in unit-gates' digits config.
 SAME_NETWORK = ["model.hidden=[100]", "model.activation='relu'", "model.init='default'"]
