@@ -14,6 +14,7 @@ its heads (Torch-Pruning prunes its embedding, not its heads).
 """
 
 import copy
+import warnings
 
 import torch_pruning as tp
 from torch import nn
@@ -66,18 +67,23 @@ def prune_channels(
         if group.heads_of is not None and not isinstance(net.get_submodule(group.name), ATTENTION)
     ]
     num_heads = {net.get_submodule(name): group.units for group in heads for name in group.producers}
-    pruner = tp.pruner.BasePruner(
-        net,
-        example_input(net, input_shape, batch=1),
-        importance=importance_of(importance),
-        pruning_ratio=ratio,
-        global_pruning=scope == "global",
-        ignored_layers=[net.get_submodule(name) for name in ignored],
-        num_heads=num_heads,
-        prune_num_heads=bool(num_heads),
-        prune_head_dims=False,
-        head_pruning_ratio=ratio,
-    )
+    with warnings.catch_warnings():
+        # parameters of no layer (a ViT's class token, position embedding) are cut along their last
+        # dimension of more than one entry, as :func:`bayesprune.core.structure.dependency_graph` says:
+        # Torch-Pruning's default, which it announces once per pruner (every candidate of a bisection)
+        warnings.filterwarnings("ignore", "Unwrapped parameters detected", UserWarning)
+        pruner = tp.pruner.BasePruner(
+            net,
+            example_input(net, input_shape, batch=1),
+            importance=importance_of(importance),
+            pruning_ratio=ratio,
+            global_pruning=scope == "global",
+            ignored_layers=[net.get_submodule(name) for name in ignored],
+            num_heads=num_heads,
+            prune_num_heads=bool(num_heads),
+            prune_head_dims=False,
+            head_pruning_ratio=ratio,
+        )
     pruner.step()
     for group in heads:
         set_heads(net.get_submodule(group.heads_of), pruner.num_heads[net.get_submodule(group.name)], group.block)

@@ -128,3 +128,23 @@ def test_torch_pruning_to_macs(importance, scope):
     pruned, macs, ratio = pruned_to_macs(net, shape, 0.6 * dense, importance=importance, scope=scope)
     assert macs == count_macs(pruned, shape) <= 0.6 * dense and 0 < ratio < 0.95
     assert all(param.grad is not None for param in net.parameters())  # the network given keeps its gradients
+
+
+def test_torch_pruning_cuts_a_vit_without_warning_and_keeps_its_embedding():
+    """torchvision's ViT: the class token and position embedding are parameters of no layer. Torch-Pruning
+    is told how to cut them, as bayesprune's dependency graph is, so it warns nothing (one warning a
+    candidate of the MAC bisection flooded a comparison's log), and the residual stream keeps its width:
+    the MLPs lose units, the embedding none."""
+    import warnings
+
+    from torchvision.models import VisionTransformer
+
+    from bayesprune.core.channels import prune_channels
+
+    torch.manual_seed(0)
+    net = VisionTransformer(image_size=8, patch_size=4, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prune_channels(net, (3, 8, 8), ratio=0.5)
+    assert net.class_token.shape[-1] == net.encoder.pos_embedding.shape[-1] == 8
+    assert net.encoder.layers[0].mlp[0].out_features == 8
