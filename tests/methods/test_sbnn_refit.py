@@ -28,8 +28,6 @@ from bayesprune.pipeline.config import RunConfig, apply_overrides
 from bayesprune.pipeline.rundir import load_run
 from bayesprune.pipeline.runner import resume_run, run
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 #: ``sbnn.refit``'s values.
 REFITS = ("fan-in", "none")
 #: Wall-clock numbers, which no two runs share.

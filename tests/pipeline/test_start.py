@@ -176,15 +176,15 @@ def test_network_test_metric_is_the_direct_error(weights_file):
 
 def test_comparison_rows_share_one_trained_network(tmp_path):
     """compare with model.pretrain_epochs: each seed's network is trained once (out/starts/seed-<s>.pt) and
-    every row of that seed starts from it: the same start error in each row, the file's network's own
-    (computed directly), and no row trains it again (their configs hold it as model.weights)."""
+    every row of that seed starts from it: the same start error in each row (and the leaderboard's
+    ``start_test_error``), the file's network's own (computed directly), and no row trains it again (their configs hold it as model.weights)."""
     from bayesprune.pipeline.compare import compare, load_comparison
     from bayesprune.pipeline.config import RunConfig
     from helpers import TINY, cells_here
 
     out = tmp_path / "cmp"
     with cells_here():
-        compare(
+        leaderboard = compare(
             None,
             out,
             methods=["sbnn", "sparse-vd"],
@@ -207,6 +207,7 @@ def test_comparison_rows_share_one_trained_network(tmp_path):
         ]
         starts = [row["start_test_error"] for row in rows if "start_test_error" in row]  # every row, the baseline's too
         assert len(starts) == len(rows) == 3 and all(start == pytest.approx(direct, abs=1e-4) for start in starts)
+    assert [row["start_test_error"] for row in leaderboard] == pytest.approx([direct] * 3, abs=1e-4)  # shown there
     fitted = {folder.name: (folder / "metrics.json").stat().st_mtime_ns for folder in (out / "cells").iterdir()}
     with cells_here():
         compare(None, out, resume=True, seeds=[1, 2], report=lambda *a: None)  # finished cells read back, seed 2 added

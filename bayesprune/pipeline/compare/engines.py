@@ -56,9 +56,9 @@ def run_tracked(cells: list, folders: list, tracker, *, engine: str, jobs: int, 
 
 
 def run_cells(cells: list, folders: list, *, engine: str = "local", jobs: int = 1, report=None, status=None) -> list:
-    """Execute every cell into its folder on ``engine`` (checked by :func:`check_engine`, and for Ray started by
-    the caller, :func:`engine_started`: ``compare`` and ``sweep`` reach it before they write anything); returns
-    their metrics in order.
+    """Execute every cell into its folder on ``engine``, which the caller has checked (:func:`check_engine`) and,
+    for Ray, started (:func:`engine_started`: ``compare`` and ``sweep`` reach it before they write anything);
+    returns their metrics in order.
 
     A finished cell is read back, never fitted again (one evaluated at every sparsity is evaluated at
     those it lacks, from its saved fit). A cell whose fit fails (it diverges, the user's

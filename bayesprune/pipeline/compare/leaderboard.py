@@ -31,6 +31,7 @@ COLUMNS = (
     "test_error",
     "test_error_std",
     "plain_test_error",
+    "start_test_error",
     "seeds",
     "train_seconds",
     "train_epochs",
@@ -165,6 +166,7 @@ def leaderboard_rows(cells: list, folders: list, options, results=None) -> list:
                 {
                     "seed": cell.seed,
                     name: value,
+                    "start": metrics.get(f"start_{name}"),  # the network the fit started from (model.weights)
                     "bound": metrics.get("bound"),
                     **cost,
                     **measure(cell, Path(folder), evaluated, options),
@@ -188,6 +190,7 @@ def leaderboard_rows(cells: list, folders: list, options, results=None) -> list:
                 name: float(np.mean(values)) if values else None,
                 f"{name}_std": float(np.std(values, ddof=1)) if len(values) > 1 else None,
                 f"plain_{name}": _mean(plain.get((case, entry["seed"])) for entry in entries),
+                f"start_{name}": _mean(entry["start"] for entry in entries),
                 "seeds": len(entries),
                 **{
                     key: _mean(entry[key] for entry in entries)
@@ -240,7 +243,7 @@ def write_leaderboard(out: Path, rows: list):
         "# Leaderboard",
         "",
         f"Per {'case, ' * any('case' in row for row in rows)}method and target sparsity: {name} (mean and standard deviation over seeds) of the pruned network, the "
-        "plain network's, training seconds, and the pruned network (dead units removed): non-zero parameters, "
+        "plain network's, the start network's (the one each fit started from), training seconds, and the pruned network (dead units removed): non-zero parameters, "
         "MACs of one input, median CPU latency of one batch on one thread; `bound`: a PAC-Bayes certificate "
         "(PBP's own, and with compare.certify, PBP's posterior started from the method's mask fitted on S_P).",
         "",
