@@ -4,6 +4,7 @@ for a comparison, that network trained once per seed and shared by every row (:f
 """
 
 import copy
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -41,7 +42,9 @@ def start_network(config, dataset, *, device, seed: int):
 STARTS = "starts"
 
 
-def shared_starts(cells: list, out: Path, base: dict, *, train: bool = True, key: str = "") -> list:
+def shared_starts(
+    cells: list, out: Path, base: dict, *, train: bool = True, key: str = "", status=None, case=""
+) -> list:
     """``cells`` of a comparison in ``out`` made to start from one trained network per seed: where ``base``
     (the comparison's config, TOML layout) asks for ``model.pretrain_epochs``, the network of each seed is
     trained once (:func:`start_network` with the comparison's own ``[optim]``, ``[data]`` and ``[train]``,
@@ -51,7 +54,8 @@ def shared_starts(cells: list, out: Path, base: dict, *, train: bool = True, key
     ``train = False`` trains nothing: the cells as they will be where their seed's network is trained already
     (as they are where not), for checking finished cell folders against before any network is trained.
     ``key``: what else the network depends on (a comparison case's own network or data,
-    :func:`~bayesprune.pipeline.compare.cases.start_key`), its files ``seed-<seed>-<key>.pt``."""
+    :func:`~bayesprune.pipeline.compare.cases.start_key`), its files ``seed-<seed>-<key>.pt``. ``status(line)``
+    is told when a network's training starts and ends (``case``: the comparison case it is for)."""
     model = base.get("model", {})
     if not isinstance(model, dict) or not model.get("pretrain_epochs"):
         return cells
@@ -62,9 +66,15 @@ def shared_starts(cells: list, out: Path, base: dict, *, train: bool = True, key
             (out / STARTS).mkdir(exist_ok=True)
             config = _start_config(cells, base, seed)
             dataset = load_datasets(config)[0]
+            which = f"the start network of seed {seed}{f' ({case})' if case else ''}"
+            say = status or (lambda line: None)
+            epochs = config.model.pretrain_epochs
+            say(f"bayesprune: training {which}, {epochs} epoch{'s' * (epochs != 1)}, before its cells")
+            began = time.perf_counter()
             net = start_network(config, dataset, device=resolve_device(config.device), seed=seed)
             with replacing(path) as temporary:
                 torch.save({name: value.detach().cpu() for name, value in net.state_dict().items()}, temporary)
+            say(f"bayesprune: {which} trained ({(time.perf_counter() - began) / 60:.1f} min)")
         files[seed] = str(path.resolve())
     started = []
     for cell in cells:

@@ -65,7 +65,10 @@ def test_each_case_is_the_comparison_of_its_config_and_a_case_added_later_is_new
     (out / "comparison.toml").write_text(tomli_w.dumps(marker))
     lines.clear()
     rows = compare(out=out, resume=True, seeds=[0, 7], status=lines.append)
-    assert lines[0] == "bayesprune: 2 cells, 1 finished earlier (read back), 1 to fit"
+    assert lines[0].startswith(
+        "bayesprune: training the start network of seed 0 (narrow), 1 epoch,"
+    )  # wide's read back
+    assert lines[2] == "bayesprune: 2 cells, 1 finished earlier (read back), 1 to fit"
     assert {path: path.stat().st_mtime_ns for path in first} == first
     assert tomllib.loads((out / "comparison.toml").read_text())["compare"]["seeds"] == [0]
 
@@ -105,7 +108,10 @@ def test_each_case_is_the_comparison_of_its_config_and_a_case_added_later_is_new
     (wide / "comparison.toml").write_text(tomli_w.dumps(marker))
     lines.clear()
     compare(out=wide, resume=True, status=lines.append)
-    assert lines[0] == "bayesprune: 2 cells, 1 finished earlier (read back), 1 to fit"
+    assert lines[0].startswith(
+        "bayesprune: training the start network of seed 0 (narrow), 1 epoch,"
+    )  # wide's read back
+    assert lines[2] == "bayesprune: 2 cells, 1 finished earlier (read back), 1 to fit"
     assert {path: path.stat().st_mtime_ns for path in before} == before
 
 

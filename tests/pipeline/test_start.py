@@ -175,7 +175,8 @@ def test_network_test_metric_is_the_direct_error(weights_file):
 
 
 def test_comparison_rows_share_one_trained_network(tmp_path):
-    """compare with model.pretrain_epochs: each seed's network is trained once (out/starts/seed-<s>.pt) and
+    """compare with model.pretrain_epochs: each seed's network is trained once (out/starts/seed-<s>.pt, said
+    in the progress lines before the first cell) and
     every row of that seed starts from it: the same start error in each row (and the leaderboard's
     ``start_test_error``), the file's network's own (computed directly), and no row trains it again (their configs hold it as model.weights)."""
     from bayesprune.pipeline.compare import compare, load_comparison
@@ -192,7 +193,11 @@ def test_comparison_rows_share_one_trained_network(tmp_path):
             seeds=[1],
             overrides=[*TINY, "model.pretrain_epochs=3"],
             report=lambda *a: None,
+            status=(lines := []).append,
         )
+    training = [line for line in lines if "start network" in line]
+    assert len(training) == 2 and "seed 1" in training[0] and "3 epochs" in training[0]  # said, then its time
+    assert lines.index(training[1]) < next(i for i, line in enumerate(lines) if "to fit" in line)
     data = load_dataset("digits")
     for seed in (1,):
         raw, _ = load_comparison(None, TINY)
@@ -210,7 +215,10 @@ def test_comparison_rows_share_one_trained_network(tmp_path):
     assert [row["start_test_error"] for row in leaderboard] == pytest.approx([direct] * 3, abs=1e-4)  # shown there
     fitted = {folder.name: (folder / "metrics.json").stat().st_mtime_ns for folder in (out / "cells").iterdir()}
     with cells_here():
-        compare(None, out, resume=True, seeds=[1, 2], report=lambda *a: None)  # finished cells read back, seed 2 added
+        compare(None, out, resume=True, seeds=[1, 2], report=lambda *a: None, status=(lines := []).append)
+    assert [line for line in lines if "start network" in line and "training" in line] == [
+        next(line for line in lines if "seed 2" in line)
+    ]  # finished cells read back, seed 2 added: only its network is trained
     for name, stamp in fitted.items():
         assert (out / "cells" / name / "metrics.json").stat().st_mtime_ns == stamp, name  # not fitted again
     assert (out / "starts" / "seed-2.pt").is_file() and not (out / "starts" / "seed-3.pt").exists()

@@ -43,7 +43,7 @@ from bayesprune.core.files import write_text
 from bayesprune.methods import Method, available_methods, get_method, stages
 from bayesprune.pipeline.compare.cases import merged, start_key
 from bayesprune.pipeline.compare.cells import Cell, variant_tables
-from bayesprune.pipeline.compare.engines import check_engine, engine_started, run_tracked
+from bayesprune.pipeline.compare.engines import check_engine, engine_started, run_tracked, to_stderr
 from bayesprune.pipeline.compare.equal_macs import at_macs, macs_rows, write_macs_table
 from bayesprune.pipeline.compare.grid import check_cells, check_grid_dir, refuse_with_resume
 from bayesprune.pipeline.compare.leaderboard import leaderboard_rows, write_leaderboard
@@ -239,16 +239,20 @@ def comparison_cells(raw: dict, options: CompareOptions, *, seeds=None) -> list:
     return cells
 
 
-def started(cells: list, out: Path, raw: dict, options: CompareOptions, *, train: bool = True) -> list:
-    """``cells`` started from one trained network per seed (:func:`~bayesprune.pipeline.start.shared_starts`),
-    per case where there are cases: each case's network and keys (:func:`~bayesprune.pipeline.compare.cases.start_key`)."""
+def started(cells: list, out: Path, raw: dict, options: CompareOptions, *, train: bool = True, status=None) -> list:
+    """``cells`` started from one trained network per seed (:func:`~bayesprune.pipeline.start.shared_starts`,
+    which tells ``status`` of each it trains), per case where there are cases: each case's network and keys
+    (:func:`~bayesprune.pipeline.compare.cases.start_key`)."""
     if not options.cases:
-        return shared_starts(cells, out, raw, train=train)
+        return shared_starts(cells, out, raw, train=train, status=status)
     out_cells = []
     for case in options.cases:
         own = [cell for cell in cells if cell.case == case.name]
         if own:
-            out_cells += shared_starts(own, out, merged(raw, case.overrides), train=train, key=start_key(case))
+            case_raw = merged(raw, case.overrides)
+            out_cells += shared_starts(
+                own, out, case_raw, train=train, key=start_key(case), status=status, case=case.name
+            )
     return out_cells
 
 
@@ -334,7 +338,7 @@ def compare(
         tracker = open_tracker(track, track_uri, out, kind="compare")
         held.enter_context(engine_started(engine, address))  # Ray reached before anything is written
         out.mkdir(parents=True, exist_ok=True)
-        cells = started(cells, out, raw, options)
+        cells = started(cells, out, raw, options, status=status or to_stderr)
         # --resume with other lists: the marker holds them from now on (cells dropped keep their folders)
         write_text(
             out / MARKER,

@@ -69,7 +69,7 @@ def run_cells(cells: list, folders: list, *, engine: str = "local", jobs: int = 
     cells in progress stop at the end of their step, keeping their checkpoint, and the call raises
     :class:`~bayesprune.core.errors.Interrupted` (the finished cells are kept for the next call).
     """
-    progress = Progress(cells, status or _to_stderr, workers=jobs)
+    progress = Progress(cells, status or to_stderr, workers=jobs)
     results = [None] * len(cells)
     todo = []
     for index, (cell, folder) in enumerate(zip(cells, folders)):
@@ -225,7 +225,8 @@ def _ray(chosen, *, finish, progress):
             )
 
 
-def _to_stderr(line: str):
+def to_stderr(line: str):
+    """A progress line on stderr, at once (the default of every ``status``)."""
     print(line, file=sys.stderr, flush=True)
 
 
