@@ -301,6 +301,8 @@ def test_fit_method_streaming_a_dataloader_fits_as_on_the_tensors():
     held = fitted((x, y))
     streamed = fitted(DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True), stream=True)
     assert streamed.history.epoch_losses == pytest.approx(held.history.epoch_losses, rel=1e-6)
+    # two epochs learn nothing: both fits are checked, found not to have learned and fitted again alike
+    assert held.refitted is not None and streamed.refitted == held.refitted
     with raises_data_error("stream", "not one"):
         fitted((x, y), stream=True)
     with pytest.raises(ConfigError, match="^sbnn.keep must be 'validation' for training rows read a minibatch"):
