@@ -16,7 +16,6 @@ its heads (Torch-Pruning prunes its embedding, not its heads).
 import copy
 import warnings
 
-import torch_pruning as tp
 from torch import nn
 
 from bayesprune.core.export import count_macs
@@ -32,6 +31,8 @@ SCOPES = ("layer", "global")
 def importance_of(name: str):
     """Torch-Pruning's importance ``name``: L2 magnitude of a group's weights, or first-order Taylor
     (|w · ∂L/∂w|, gradients read from the parameters)."""
+    import torch_pruning as tp
+
     if name == "magnitude":
         return tp.importance.MagnitudeImportance(p=2)
     if name == "taylor":
@@ -60,6 +61,8 @@ def prune_channels(
     (``"global"``: Torch-Pruning's ``global_pruning``), ranked by ``importance`` (for ``"taylor"``, the
     gradients already in the parameters' ``.grad``). ``ignored``: module paths left whole (default
     :func:`ignored_layers`). Returns ``net``."""
+    import torch_pruning as tp
+
     ignored = ignored_layers(net, input_shape) if ignored is None else ignored
     heads = [
         group

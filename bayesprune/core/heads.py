@@ -24,10 +24,10 @@ heads leave, :func:`set_heads` updates that count and the module's width attribu
 module then computes the masked one is checked, not assumed (:func:`bayesprune.core.export.check_export`).
 """
 
+import functools
 from fnmatch import fnmatchcase
 
 import torch
-import torch_pruning as tp
 from torch import nn
 
 #: Attributes that hold an attention module's head count, read in this order.
@@ -214,23 +214,30 @@ class HeadsRemovedAttention(nn.Module):
 ATTENTION = (nn.MultiheadAttention, HeadsRemovedAttention)
 
 
-class EmbeddingPruner(tp.pruner.function.BasePruningFunc):
+@functools.cache
+def embedding_pruner():
     """Torch-Pruning's view of a :class:`HeadsRemovedAttention`: one operation whose input and output
-    channels are the embedding (its heads are unit groups of their own)."""
+    channels are the embedding (its heads are unit groups of their own). Built on first use: importing
+    Torch-Pruning (timm, torchvision, torch._dynamo with it) costs seconds that a run of an unstructured
+    method never needs."""
+    import torch_pruning as tp
 
-    def prune_out_channels(self, layer, idxs):
-        keep = sorted(set(range(layer.embed_dim)) - set(idxs))
-        layer.in_proj_weight = self._prune_parameter_and_grad(layer.in_proj_weight, keep, 1)
-        tp.prune_linear_out_channels(layer.out_proj, idxs)
-        layer.embed_dim = len(keep)
-        return layer
+    class EmbeddingPruner(tp.pruner.function.BasePruningFunc):
+        def prune_out_channels(self, layer, idxs):
+            keep = sorted(set(range(layer.embed_dim)) - set(idxs))
+            layer.in_proj_weight = self._prune_parameter_and_grad(layer.in_proj_weight, keep, 1)
+            tp.prune_linear_out_channels(layer.out_proj, idxs)
+            layer.embed_dim = len(keep)
+            return layer
 
-    prune_in_channels = prune_out_channels
+        prune_in_channels = prune_out_channels
 
-    def get_out_channels(self, layer):
-        return layer.embed_dim
+        def get_out_channels(self, layer):
+            return layer.embed_dim
 
-    get_in_channels = get_out_channels
+        get_in_channels = get_out_channels
+
+    return EmbeddingPruner()
 
 
 def heads_removed_macs(module, inputs, output):

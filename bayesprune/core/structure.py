@@ -16,13 +16,12 @@ import copy
 from dataclasses import dataclass
 
 import torch
-import torch_pruning as tp
 from torch import nn
 
 from bayesprune.core.heads import (
     ATTENTION,
-    EmbeddingPruner,
     HeadsRemovedAttention,
+    embedding_pruner,
     head_count,
     heads_owner,
     heads_removable,
@@ -183,12 +182,14 @@ def dependency_graph(net: nn.Module, input_shape=None):
 
 def _traced(module, inputs):
     """Torch-Pruning's graph of ``module`` run on ``inputs``, or the exception its tracing raised."""
+    import torch_pruning as tp
+
     try:
         with torch.enable_grad():
             return tp.DependencyGraph().build_dependency(
                 module,
                 example_inputs=inputs,
-                customized_pruners={HeadsRemovedAttention: EmbeddingPruner()},
+                customized_pruners={HeadsRemovedAttention: embedding_pruner()},
                 verbose=False,
             )
     except Exception as error:  # a tracing failure of any kind is the user's network's

@@ -1,0 +1,25 @@
+"""The command line starts without the libraries that only structured pruning uses: Torch-Pruning imports
+timm, torchvision and torch._dynamo, seconds of every process's start (each of a comparison's workers, each
+command), so it is imported where a dependency graph is built, not with bayesprune or its methods."""
+
+import subprocess
+import sys
+
+#: Imported by ``import torch_pruning``, and by nothing that every run needs.
+STRUCTURED_ONLY = ("torch_pruning", "timm", "torchvision", "torch._dynamo")
+
+PROGRAM = f"""
+import sys
+import bayesprune.cli
+from bayesprune.methods import available_methods
+
+assert len(available_methods()) >= 10
+print(*[name for name in {STRUCTURED_ONLY!r} if name in sys.modules])
+"""
+
+
+def test_bayesprune_and_every_method_import_without_torch_pruning():
+    result = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == []
+
