@@ -22,4 +22,3 @@ def test_bayesprune_and_every_method_import_without_torch_pruning():
     result = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == []
-
