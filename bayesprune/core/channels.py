@@ -8,8 +8,9 @@ fraction a unit-level budget removes. Torch-Pruning prunes the units a unit-leve
 none of them (the output layer, a normalised residual stream) is one of its ``ignored_layers``. The
 heads of timm's and ``transformers``' attention lose whole heads, as a unit budget removes them:
 Torch-Pruning's ``num_heads`` (each query/key/value ``Linear`` → its module's head count) with
-``prune_num_heads`` and the same ratio, its head widths kept (``prune_head_dims = False``); the
-module's head count follows (:func:`bayesprune.core.heads.set_heads`).
+``prune_num_heads`` and the same ratio (per layer, :func:`heads_removed` heads of each), its head
+widths kept (``prune_head_dims = False``); the module's head count follows
+(:func:`bayesprune.core.heads.set_heads`).
 
 An ``nn.MultiheadAttention`` (torchvision's ViT, ``nn.TransformerEncoderLayer``) reads its packed
 in-projection as a weight, so Torch-Pruning's pruner sees no query/key/value layer there and would
@@ -93,6 +94,7 @@ def prune_channels(
             prune_num_heads=bool(num_heads),
             prune_head_dims=False,
             head_pruning_ratio=ratio,
+            head_pruning_ratio_dict=_head_ratios(net, heads, ratio) if scope == "layer" else None,
         )
     scores = {group.gate_site: head_scores(net.get_submodule(group.name), importance) for group in packed}
     pruner.step()
@@ -128,8 +130,7 @@ def head_scores(attention: nn.Module, importance: str) -> torch.Tensor:
 def heads_kept(scores: dict, ratio: float, scope: str) -> dict:
     """Site → boolean mask of the heads kept (``True``), from each attention's :func:`head_scores`, as
     ``BasePruner`` chooses timm's heads at ``head_pruning_ratio = ratio``. ``"layer"``: each module loses
-    its ⌈ratio · heads⌉ lowest-scored heads (Torch-Pruning's ``math.ceil``; a channel group likewise keeps
-    ⌊(1 − ratio) · channels⌋). ``"global"``: the heads of all modules are ranked together by their
+    its :func:`heads_removed` lowest-scored heads. ``"global"``: the heads of all modules are ranked together by their
     scores (each relative to its own module's mean, so comparable across modules), the n − ⌊(1 − ratio) · n⌋
     lowest of all n heads go (every head scoring at most the last of them), as Torch-Pruning ranks its
     heads apart from the channels (in a network that also has timm-style heads, those are ranked by
@@ -137,7 +138,7 @@ def heads_kept(scores: dict, ratio: float, scope: str) -> dict:
     removed = {}
     if scope == "layer":
         for site, score in scores.items():
-            removed[site] = score.topk(min(math.ceil(ratio * len(score)), len(score) - 1), largest=False).indices
+            removed[site] = score.topk(heads_removed(ratio, len(score)), largest=False).indices
     elif scores:
         every = torch.cat(list(scores.values()))
         count = len(every) - int(len(every) * (1 - ratio))
@@ -151,6 +152,27 @@ def heads_kept(scores: dict, ratio: float, scope: str) -> dict:
             keep[score.argmax()] = True
         masks[site] = keep
     return masks
+
+
+def heads_removed(ratio: float, heads: int) -> int:
+    """The heads a module loses per layer at ``ratio``: ⌊ratio · heads⌋, never all. Rounded down where
+    Torch-Pruning rounds up (⌈ratio · heads⌉ in ``BasePruner``, as a channel group keeps ⌊(1 − ratio) ·
+    channels⌋): heads are coarse (a quarter of a block's attention each of 4), and rounding up makes
+    every block lose one at once as the ratio passes a multiple of 1/heads, so that a bisection on the
+    ratio (:func:`pruned_to_macs`) jumped from above a MAC target to far below it (a torchvision ViT of
+    4 blocks of 4 heads: 36 % of the dense MACs at a target of 50 %)."""
+    return min(math.floor(ratio * heads + 1e-9), heads - 1)
+
+
+def _head_ratios(net: nn.Module, heads: list, ratio: float) -> dict:
+    """Torch-Pruning's ``head_pruning_ratio_dict`` that makes its ``math.ceil`` remove
+    :func:`heads_removed` heads of each group of ``heads`` (a query/key/value layer → its ratio): a
+    ratio between one head fewer and that count (``ceil(k - 1/2) = k``), 0 where none leave."""
+    return {
+        net.get_submodule(name): max(heads_removed(ratio, group.units) - 0.5, 0) / group.units
+        for group in heads
+        for name in group.producers
+    }
 
 
 def pruned_to_macs(

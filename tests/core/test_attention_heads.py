@@ -412,7 +412,7 @@ def test_packed_attentions_lose_the_heads_torch_pruning_takes_from_a_timm_vit_of
 ):
     """Torch-Pruning removes whole heads of timm's fused ``qkv`` itself (``prune_num_heads``): a torchvision
     ViT whose attentions hold the same weights and gradients loses the same heads of each block, per layer
-    (Torch-Pruning's count of heads at a ratio) and ranked across blocks."""
+    and ranked across blocks."""
     from bayesprune.core.channels import prune_channels
 
     timm = pytest.importorskip("timm")
@@ -438,7 +438,8 @@ def test_packed_attentions_lose_the_heads_torch_pruning_takes_from_a_timm_vit_of
         prune_channels(net, SHAPE, ratio=ratio, importance=importance, scope=scope, ignored=no_mlp(net))
     kept = [kept_heads(o, a.out_proj.weight) for o, (_, a) in zip(originals, packed_attentions(ours), strict=True)]
     assert kept == [kept_heads(o, b.attn.proj.weight) for o, b in zip(originals, theirs.blocks, strict=True)]
-    assert sum(map(len, kept)) < 2 * HEADS
+    lost = 2 * int(HEADS * ratio) if scope == "layer" else 2 * HEADS - int(2 * HEADS * (1 - ratio))
+    assert sum(map(len, kept)) == 2 * HEADS - lost  # per layer ⌊ratio · heads⌋ of each; globally as channels
 
 
 @pytest.mark.parametrize("layout", ["timm fused qkv", "transformers ViT"])
