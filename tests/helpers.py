@@ -1,7 +1,8 @@
 """What several test modules share: a LeNet-5 written the usual way, a check of one-line data errors,
-the comparisons' one-epoch settings and command-line launch, each method's shortest settings, and a posterior whose every network is right or wrong by one weight."""
+a run's metrics without wall-clock numbers, the comparisons' one-epoch settings and command-line launch, each method's shortest settings, and a posterior whose every network is right or wrong by one weight."""
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -31,6 +32,19 @@ class ClassicLeNet5(nn.Module):
         x = F.max_pool2d(F.relu(self.conv1(x)), 2)
         x = F.max_pool2d(F.relu(self.conv2(x)), 2).view(x.shape[0], -1)
         return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+
+
+#: Wall-clock numbers, which no two runs share.
+TIMINGS = {"train_seconds", "epoch_seconds"}
+
+
+def without_timings(value):
+    """``value`` as ``metrics.json`` holds it, without wall-clock numbers at any depth."""
+    if isinstance(value, dict):
+        return {key: without_timings(item) for key, item in value.items() if key.removesuffix("_std") not in TIMINGS}
+    if isinstance(value, list):
+        return [without_timings(item) for item in value]
+    return json.loads(json.dumps(value))
 
 
 @contextlib.contextmanager

@@ -9,18 +9,26 @@ none of them (the output layer, a normalised residual stream) is one of its ``ig
 heads of timm's and ``transformers``' attention lose whole heads, as a unit budget removes them:
 Torch-Pruning's ``num_heads`` (each query/key/value ``Linear`` → its module's head count) with
 ``prune_num_heads`` and the same ratio, its head widths kept (``prune_head_dims = False``); the
-module's head count follows (:func:`bayesprune.core.heads.set_heads`). ``nn.MultiheadAttention`` keeps
-its heads (Torch-Pruning prunes its embedding, not its heads).
+module's head count follows (:func:`bayesprune.core.heads.set_heads`).
+
+An ``nn.MultiheadAttention`` (torchvision's ViT, ``nn.TransformerEncoderLayer``) reads its packed
+in-projection as a weight, so Torch-Pruning's pruner sees no query/key/value layer there and would
+keep its heads (it can prune only its embedding, which is no unit). Its heads, and those of a
+:class:`~bayesprune.core.heads.HeadsRemovedAttention`, are scored and chosen here as Torch-Pruning
+scores and chooses timm's heads (:func:`head_scores`, :func:`heads_kept`), and removed by
+:func:`bayesprune.core.structure.remove_units`.
 """
 
 import copy
+import math
 import warnings
 
+import torch
 from torch import nn
 
 from bayesprune.core.export import count_macs
 from bayesprune.core.heads import ATTENTION, set_heads
-from bayesprune.core.structure import example_input, unit_groups
+from bayesprune.core.structure import example_input, remove_units, unit_groups
 
 #: Torch-Pruning's importance criteria offered (the ``torch-pruning`` method's ``importance``).
 IMPORTANCES = ("magnitude", "taylor")
@@ -59,16 +67,15 @@ def prune_channels(
     """Prune ``net`` in place with Torch-Pruning's ``BasePruner``: each group loses ``ratio`` of its
     channels (``scope = "layer"``), or ``ratio`` of all channels goes to the lowest-ranked across groups
     (``"global"``: Torch-Pruning's ``global_pruning``), ranked by ``importance`` (for ``"taylor"``, the
-    gradients already in the parameters' ``.grad``). ``ignored``: module paths left whole (default
-    :func:`ignored_layers`). Returns ``net``."""
+    gradients already in the parameters' ``.grad``); the heads of each ``nn.MultiheadAttention`` go at
+    the same ratio (:func:`heads_kept`), scored before any removal. ``ignored``: module paths left whole
+    (default :func:`ignored_layers`; an attention module's path keeps its heads). Returns ``net``."""
     import torch_pruning as tp
 
     ignored = ignored_layers(net, input_shape) if ignored is None else ignored
-    heads = [
-        group
-        for group in unit_groups(net, input_shape)
-        if group.heads_of is not None and not isinstance(net.get_submodule(group.name), ATTENTION)
-    ]
+    groups = unit_groups(net, input_shape)
+    heads = [g for g in groups if g.heads_of is not None and not isinstance(net.get_submodule(g.name), ATTENTION)]
+    packed = [g for g in groups if isinstance(net.get_submodule(g.name), ATTENTION) and g.name not in ignored]
     num_heads = {net.get_submodule(name): group.units for group in heads for name in group.producers}
     with warnings.catch_warnings():
         # parameters of no layer (a ViT's class token, position embedding) are cut along their last
@@ -87,10 +94,63 @@ def prune_channels(
             prune_head_dims=False,
             head_pruning_ratio=ratio,
         )
+    scores = {group.gate_site: head_scores(net.get_submodule(group.name), importance) for group in packed}
     pruner.step()
     for group in heads:
         set_heads(net.get_submodule(group.heads_of), pruner.num_heads[net.get_submodule(group.name)], group.block)
+    masks = {site: keep for site, keep in heads_kept(scores, ratio, scope).items() if not keep.all()}
+    if masks:
+        remove_units(net, masks, input_shape=input_shape)
     return net
+
+
+def head_scores(attention: nn.Module, importance: str) -> torch.Tensor:
+    """``(heads,)``: Torch-Pruning's score of each head of ``attention`` (``nn.MultiheadAttention`` or a
+    :class:`~bayesprune.core.heads.HeadsRemovedAttention`), the score ``BasePruner`` gives a head of
+    timm's fused ``qkv`` (the group of its ``qkv`` rows and its ``proj`` columns), here of the packed
+    ``in_proj_weight``'s rows and ``out_proj.weight``'s columns. Each channel c of the heads' width scores
+    the sum, over its query, key and value rows and its output-projection column, of |w|² (magnitude:
+    ``MagnitudeImportance(p=2)`` sums |w|^p, no root) or |w · ∂L/∂w| (Taylor); divided by the mean over
+    the channels (its ``normalizer = "mean"``, which also cancels its ``group_reduction = "mean"``
+    divisor, the count of layers); a head scores the mean of its channels (``head_imp``). Biases are left
+    out, as its default ``bias = False`` leaves them. One deviation: channels that all score 0 (no
+    gradient reached them) stay 0, where Torch-Pruning's division gives NaN."""
+    parts = (attention.in_proj_weight, attention.out_proj.weight)
+    if importance == "taylor" and any(param.grad is None for param in parts):
+        raise ValueError("Taylor importance reads the gradients in .grad, and an attention module's weights have none")
+    with torch.no_grad():
+        rows, columns = (param.square() if importance == "magnitude" else (param * param.grad).abs() for param in parts)
+    channels = rows.sum(1).view(3, -1).sum(0) + columns.sum(0)
+    mean = channels.mean()
+    return (channels / mean if mean > 0 else channels).view(attention.num_heads, -1).mean(1)
+
+
+def heads_kept(scores: dict, ratio: float, scope: str) -> dict:
+    """Site → boolean mask of the heads kept (``True``), from each attention's :func:`head_scores`, as
+    ``BasePruner`` chooses timm's heads at ``head_pruning_ratio = ratio``. ``"layer"``: each module loses
+    its ⌈ratio · heads⌉ lowest-scored heads (Torch-Pruning's ``math.ceil``; a channel group likewise keeps
+    ⌊(1 − ratio) · channels⌋). ``"global"``: the heads of all modules are ranked together by their
+    scores (each relative to its own module's mean, so comparable across modules), the n − ⌊(1 − ratio) · n⌋
+    lowest of all n heads go (every head scoring at most the last of them), as Torch-Pruning ranks its
+    heads apart from the channels (in a network that also has timm-style heads, those are ranked by
+    Torch-Pruning among themselves). Unlike Torch-Pruning, no module loses every head: its best one stays."""
+    removed = {}
+    if scope == "layer":
+        for site, score in scores.items():
+            removed[site] = score.topk(min(math.ceil(ratio * len(score)), len(score) - 1), largest=False).indices
+    elif scores:
+        every = torch.cat(list(scores.values()))
+        count = len(every) - int(len(every) * (1 - ratio))
+        threshold = every.topk(count, largest=False).values[-1] if count > 0 else -math.inf
+        removed = {site: (score <= threshold).nonzero().flatten() for site, score in scores.items()}
+    masks = {}
+    for site, score in scores.items():
+        keep = torch.ones(len(score), dtype=torch.bool)
+        keep[removed[site]] = False
+        if not keep.any():
+            keep[score.argmax()] = True
+        masks[site] = keep
+    return masks
 
 
 def pruned_to_macs(

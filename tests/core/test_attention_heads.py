@@ -322,6 +322,125 @@ def test_torch_prunings_baseline_removes_whole_heads_and_computes_the_network_wi
         assert (net(x) - expected).abs().max().item() < 1e-5
 
 
+def torchvision_vit(layers=1):
+    """torchvision's ViT (``nn.MultiheadAttention``, a packed in-projection) at this file's sizes, its
+    classifier drawn at random (torchvision zeroes it: no gradient would reach the rest)."""
+    models = pytest.importorskip("torchvision.models")
+    net = models.VisionTransformer(
+        image_size=8, patch_size=4, num_layers=layers, num_heads=HEADS, hidden_dim=EMBED, mlp_dim=37, num_classes=3
+    )
+    nn.init.normal_(net.heads.head.weight, std=0.5)
+    return net.eval()
+
+
+def packed_attentions(net):
+    """``[(path, module)]`` of the ``nn.MultiheadAttention`` s and their smaller replacements."""
+    return [(n, m) for n, m in net.named_modules() if isinstance(m, (nn.MultiheadAttention, HeadsRemovedAttention))]
+
+
+def head_parts(attention, head):
+    """``[(weight, gradient)]`` of ``head``: its query, key and value rows and its output-projection columns."""
+    rows = slice(head * HEAD_DIM, (head + 1) * HEAD_DIM)
+    return [
+        (param.view(3, EMBED, -1)[:, rows], param.grad.view(3, EMBED, -1)[:, rows])
+        if param is attention.in_proj_weight
+        else (param[:, rows], param.grad[:, rows])
+        for param in (attention.in_proj_weight, attention.out_proj.weight)
+    ]
+
+
+def kept_heads(original, weight):
+    """The heads of an output projection's weight ``original`` whose columns ``weight`` still holds."""
+    kept = weight.detach().split(HEAD_DIM, 1)
+    return [h for h, block in enumerate(original.split(HEAD_DIM, 1)) if any(torch.equal(block, k) for k in kept)]
+
+
+def no_mlp(net):
+    """Torch-Pruning's default ignored layers and the MLPs: only heads leave."""
+    from bayesprune.core.channels import ignored_layers
+
+    mlp = [n for n, m in net.named_modules() if isinstance(m, nn.Linear) and ("mlp" in n or "linear" in n)]
+    return ignored_layers(net, SHAPE) + mlp
+
+
+@pytest.mark.parametrize("importance", ["magnitude", "taylor"])
+@pytest.mark.parametrize("layout", ["nn.TransformerEncoderLayer", "torchvision ViT"])
+def test_torch_prunings_baseline_removes_the_lowest_scored_heads_of_a_packed_attention(layout, importance):
+    """Brute force: at ratio 0.5 per layer, the two heads of least L2 norm (magnitude) or Σ|w·∂L/∂w|
+    (Taylor) over their query/key/value rows and output-projection columns, computed here, leave; the
+    smaller network computes the original with those rows (and biases) and columns zeroed."""
+    from bayesprune.core.channels import prune_channels
+
+    torch.manual_seed(0)
+    net = torchvision_vit() if layout == "torchvision ViT" else PatchEncoder().eval()
+    ((name, attention),) = packed_attentions(net)
+    with torch.no_grad():  # heads of clearly different sizes
+        scale = torch.tensor([1.3, 0.5, 1.0, 0.7]).repeat_interleave(HEAD_DIM)
+        attention.in_proj_weight.view(3, EMBED, EMBED).mul_(scale.view(1, -1, 1))
+        attention.out_proj.weight.mul_(scale)
+    net(inputs()).square().mean().backward()
+    original = copy.deepcopy(net)
+    scores = [
+        sum(w.square().sum() for w, _ in head_parts(attention, h)).sqrt()
+        if importance == "magnitude"
+        else sum((w * g).abs().sum() for w, g in head_parts(attention, h))
+        for h in range(HEADS)
+    ]
+    removed = sorted(torch.stack(scores).argsort()[:2].tolist())
+    prune_channels(net, SHAPE, ratio=0.5, importance=importance, ignored=no_mlp(net))
+    smaller = net.get_submodule(name)
+    assert isinstance(smaller, HeadsRemovedAttention) and smaller.num_heads == 2
+    assert kept_heads(attention.out_proj.weight.detach(), smaller.out_proj.weight) == sorted(
+        set(range(HEADS)) - set(removed)
+    )
+    with torch.no_grad():
+        zeroed = original.get_submodule(name)
+        for head in removed:
+            rows = slice(head * HEAD_DIM, (head + 1) * HEAD_DIM)
+            zeroed.in_proj_weight.view(3, EMBED, EMBED)[:, rows] = 0
+            zeroed.in_proj_bias.view(3, EMBED)[:, rows] = 0
+            zeroed.out_proj.weight[:, rows] = 0
+        x = inputs()
+        assert (net(x) - original(x)).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize(
+    "importance, scope, ratio", [("magnitude", "global", 0.5), ("taylor", "global", 0.3), ("taylor", "layer", 0.3)]
+)
+def test_packed_attentions_lose_the_heads_torch_pruning_takes_from_a_timm_vit_of_the_same_weights(
+    importance, scope, ratio
+):
+    """Torch-Pruning removes whole heads of timm's fused ``qkv`` itself (``prune_num_heads``): a torchvision
+    ViT whose attentions hold the same weights and gradients loses the same heads of each block, per layer
+    (Torch-Pruning's count of heads at a ratio) and ranked across blocks."""
+    from bayesprune.core.channels import prune_channels
+
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(0)
+    ours = torchvision_vit(layers=2)
+    theirs = timm.models.vision_transformer.VisionTransformer(
+        img_size=8, patch_size=4, embed_dim=EMBED, depth=2, num_heads=HEADS, num_classes=3
+    ).eval()
+    for net in (ours, theirs):
+        net(inputs()).square().mean().backward()
+    with torch.no_grad():
+        for block, (_, attention) in zip(theirs.blocks, packed_attentions(ours), strict=True):
+            attention.in_proj_weight.mul_(torch.rand(3 * EMBED, 1) * 2)  # heads of different sizes
+            for mine, given in [
+                (block.attn.qkv.weight, attention.in_proj_weight),
+                (block.attn.qkv.bias, attention.in_proj_bias),
+                (block.attn.proj.weight, attention.out_proj.weight),
+            ]:
+                mine.copy_(given)
+                mine.grad.copy_(given.grad)
+    originals = [attention.out_proj.weight.detach().clone() for _, attention in packed_attentions(ours)]
+    for net in (ours, theirs):
+        prune_channels(net, SHAPE, ratio=ratio, importance=importance, scope=scope, ignored=no_mlp(net))
+    kept = [kept_heads(o, a.out_proj.weight) for o, (_, a) in zip(originals, packed_attentions(ours), strict=True)]
+    assert kept == [kept_heads(o, b.attn.proj.weight) for o, b in zip(originals, theirs.blocks, strict=True)]
+    assert sum(map(len, kept)) < 2 * HEADS
+
+
 @pytest.mark.parametrize("layout", ["timm fused qkv", "transformers ViT"])
 def test_a_heads_score_is_the_mean_of_its_query_key_and_value_rows(layout):
     """Any method's weight scores become head scores for a unit budget: the mean over the head's rows of

@@ -134,12 +134,13 @@ def test_torch_pruning_cuts_a_vit_without_warning_and_keeps_its_embedding():
     """torchvision's ViT: the class token and position embedding are parameters of no layer. Torch-Pruning
     is told how to cut them, as bayesprune's dependency graph is, so it warns nothing (one warning a
     candidate of the MAC bisection flooded a comparison's log), and the residual stream keeps its width:
-    the MLPs lose units, the embedding none."""
+    the MLPs lose units and the attention one of its two heads, the embedding nothing."""
     import warnings
 
     from torchvision.models import VisionTransformer
 
     from bayesprune.core.channels import prune_channels
+    from bayesprune.core.heads import HeadsRemovedAttention
 
     torch.manual_seed(0)
     net = VisionTransformer(image_size=8, patch_size=4, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16)
@@ -148,3 +149,26 @@ def test_torch_pruning_cuts_a_vit_without_warning_and_keeps_its_embedding():
         prune_channels(net, (3, 8, 8), ratio=0.5)
     assert net.class_token.shape[-1] == net.encoder.pos_embedding.shape[-1] == 8
     assert net.encoder.layers[0].mlp[0].out_features == 8
+    attention = net.encoder.layers[0].self_attention
+    assert isinstance(attention, HeadsRemovedAttention) and attention.num_heads == 1 and attention.embed_dim == 8
+    assert net(torch.randn(2, 3, 8, 8)).shape == (2, 1000)
+
+
+@pytest.mark.parametrize("importance, scope", [("magnitude", "layer"), ("taylor", "global")])
+def test_torch_pruning_reaches_half_the_macs_of_a_vit(importance, scope):
+    """torchvision's ViT at a target of half its MACs: Torch-Pruning's network costs at most that and
+    within 5 % of it, its heads' MACs gone with its MLP units' (it stalled at 62 % keeping every head)."""
+    from torchvision.models import VisionTransformer
+
+    from bayesprune.core.channels import pruned_to_macs
+
+    torch.manual_seed(0)
+    shape = (3, 16, 16)
+    net = VisionTransformer(
+        image_size=16, patch_size=8, num_layers=2, num_heads=4, hidden_dim=32, mlp_dim=64, num_classes=10
+    )
+    nn.init.normal_(net.heads.head.weight, std=0.1)  # torchvision zeroes it: no gradient would reach the rest
+    net(torch.randn(4, *shape)).square().mean().backward()
+    dense = count_macs(net, shape)
+    pruned, macs, _ = pruned_to_macs(net, shape, 0.5 * dense, importance=importance, scope=scope)
+    assert 0.45 * dense <= macs == count_macs(pruned, shape) <= 0.5 * dense

@@ -27,11 +27,10 @@ from bayesprune.methods.sbnn.learned import NotLearned
 from bayesprune.pipeline.config import RunConfig, apply_overrides
 from bayesprune.pipeline.rundir import load_run
 from bayesprune.pipeline.runner import resume_run, run
+from helpers import without_timings
 
 #: ``sbnn.refit``'s values.
 REFITS = ("fan-in", "none")
-#: Wall-clock numbers, which no two runs share.
-TIMINGS = {"train_seconds", "epoch_seconds"}
 
 
 def classification_table():
@@ -79,14 +78,6 @@ def fitted_run(cfg, out):
         warnings.simplefilter("always")
         metrics = run(cfg, out)
     return without_timings(metrics), [w for w in caught if issubclass(w.category, NotLearned)]
-
-
-def without_timings(value):
-    if isinstance(value, dict):
-        return {key: without_timings(item) for key, item in value.items() if key.removesuffix("_std") not in TIMINGS}
-    if isinstance(value, list):
-        return [without_timings(item) for item in value]
-    return json.loads(json.dumps(value))
 
 
 def posterior(out):

@@ -19,23 +19,13 @@ from bayesprune.data import load_dataset
 from bayesprune.methods import FitContext, Method, available_methods, context
 from bayesprune.models import build_architecture
 from bayesprune.pipeline.runner import resume_run, run
+from helpers import without_timings
 
 METHODS = sorted(available_methods())
-#: Wall-clock numbers, which no two runs share.
-TIMINGS = {"train_seconds", "epoch_seconds"}
 #: Methods whose fit learns probabilities of weights or units: those with ArviZ data of their own.
 PROBABILISTIC = {
     name for name, method in available_methods().items() if method.inference_data is not Method.inference_data
 }
-
-
-def without_timings(value):
-    """``value`` as ``metrics.json`` holds it, without wall-clock numbers at any depth."""
-    if isinstance(value, dict):
-        return {key: without_timings(item) for key, item in value.items() if key.removesuffix("_std") not in TIMINGS}
-    if isinstance(value, list):
-        return [without_timings(item) for item in value]
-    return json.loads(json.dumps(value))
 
 
 class Stopper:

@@ -2,14 +2,18 @@
 ``[torch-pruning]``): the heuristic a practitioner reaches for, run through the library itself
 (:mod:`bayesprune.core.channels`), the baseline of structured (unit-level) pruning.
 
-The fit trains the plain network as the ``magnitude`` method does (the runner's plain-network rule),
-then Torch-Pruning's ``BasePruner`` removes the fraction ``sparsity`` of the hidden units (channels) with
-its magnitude or Taylor importance (Taylor: from the gradient of the mean training loss over every
-training row), from each dependency group alike (``scope = "layer"``) or from the lowest-ranked across
-groups (``"global"``). The network it returns is physically smaller; ``prune.finetune_epochs`` fine-tunes
-it (the run's sparsity 0) as the plain network was trained, and its batch-norm statistics are estimated
-again (``prune.recalibrate``). Its scores are the smaller network's |w|, so a further sparsity prunes it
-by magnitude at unit level. Its report holds the plain network's test metric as ``plain_<metric>``.
+The fit trains the plain network as the ``magnitude`` method does (the runner's plain-network rule), then
+Torch-Pruning's ``BasePruner`` removes the fraction ``sparsity`` of the hidden units (channels) with its
+magnitude or Taylor importance (Taylor: from the gradient of the mean training loss over every training row),
+from each dependency group alike (``scope = "layer"``) or from the lowest-ranked across groups (``"global"``).
+Attention loses whole heads at the same ratio: timm's and ``transformers``' through Torch-Pruning's
+``prune_num_heads``, an ``nn.MultiheadAttention``'s (torchvision's ViT), which its pruner cannot split, scored
+and chosen as Torch-Pruning does those (:func:`bayesprune.core.channels.head_scores`,
+:func:`~bayesprune.core.channels.heads_kept`). The network it returns is physically smaller;
+``prune.finetune_epochs`` fine-tunes it (the run's sparsity 0) as the plain network was trained, and its
+batch-norm statistics are estimated again (``prune.recalibrate``). Its scores are the smaller network's |w|,
+so a further sparsity prunes it by magnitude at unit level. Its report holds the plain network's test metric
+as ``plain_<metric>``.
 """
 
 from dataclasses import dataclass
