@@ -40,15 +40,33 @@ class DeviceMemory:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
 
 
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory):
+    """``alone(validation)``: the metrics of seeds 1, 2 and 3 each run alone (the oracle), run once per
+    validation share for the module (the cases without validation share them)."""
+    runs = {}
+
+    def metrics(validation):
+        if validation not in runs:
+            folder = tmp_path_factory.mktemp(f"alone-{validation}")
+            runs[validation] = {}
+            for seed in (1, 2, 3):
+                run(
+                    load_config("magnitude-digits", [*SHORT, f"train.validation={validation}", f"seed={seed}"]),
+                    folder / f"{seed}",
+                )
+                runs[validation][seed] = json.loads((folder / f"{seed}" / "metrics.json").read_text())
+        return runs[validation]
+
+    return metrics
+
+
 @pytest.mark.parametrize(("validation", "memory"), [(0.0, None), (0.25, None), (0.0, 1)])
-def test_seeds_trained_together_give_each_seeds_own_run(validation, memory, tmp_path, monkeypatch, capsys):
+def test_seeds_trained_together_give_each_seeds_own_run(validation, memory, alone, tmp_path, monkeypatch, capsys):
     """``memory``: the most fits a stack may hold before the device runs out (``None``: any number)."""
     method = type(get_method("magnitude"))
     settings = [*SHORT, f"train.validation={validation}"]
-    alone = {}
-    for seed in (1, 2, 3):
-        run(load_config("magnitude-digits", [*settings, f"seed={seed}"]), tmp_path / f"alone-{seed}")
-        alone[seed] = json.loads((tmp_path / f"alone-{seed}" / "metrics.json").read_text())
+    alone = alone(validation)
 
     def refuse(*args, **kwargs):
         raise AssertionError("a seed was fitted alone")
