@@ -245,7 +245,7 @@ def pruned_and_finetuned(net: nn.Module, dataset, *, ratio: float, importance: s
 
 def check_prunable(net: nn.Module, input_shape):
     """Refuse, in one line, a network Torch-Pruning's pruner cannot prune: one it cannot trace, or one
-    without a unit group."""
+    without a unit group (heads are units: :func:`prune_channels` removes them)."""
     from bayesprune.core.errors import BayesPruneError
     from bayesprune.core.structure import NotTraceable
 
@@ -253,5 +253,7 @@ def check_prunable(net: nn.Module, input_shape):
         groups = unit_groups(net, input_shape)
     except (NotTraceable, ValueError) as error:
         raise BayesPruneError(f"Torch-Pruning's baseline: {error}") from None
-    if not any(group.heads_of is None for group in groups):
-        raise BayesPruneError("Torch-Pruning's baseline: the network has no hidden channels or units to remove")
+    if not groups:
+        raise BayesPruneError(
+            "Torch-Pruning's baseline: the network has no hidden channels, units or attention heads to remove"
+        )

@@ -457,3 +457,30 @@ def test_a_heads_score_is_the_mean_of_its_query_key_and_value_rows(layout):
     # rows of each head in each of query, key and value: (3 projections, heads, head_dim, inputs)
     by_head = torch.cat([scores[f"{name}.weight"].view(-1, HEADS, HEAD_DIM, EMBED) for name in group.producers])
     assert torch.allclose(got, by_head.transpose(0, 1).flatten(1).double().mean(1))
+
+
+class AttentionOnly(nn.Module):
+    """Patches embedded, one ``nn.MultiheadAttention``, a classifier: its heads are its only units."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = nn.Linear(48, EMBED), nn.Linear(EMBED, 3)
+        self.attention = nn.MultiheadAttention(EMBED, HEADS, batch_first=True)
+
+    def forward(self, x):
+        patches = self.embed(x.unfold(2, 4, 4).unfold(3, 4, 4).permute(0, 2, 3, 1, 4, 5).flatten(3).flatten(1, 2))
+        return self.head(self.attention(patches, patches, patches, need_weights=False)[0].mean(1))
+
+
+def test_the_baseline_takes_a_network_whose_only_units_are_heads_and_refuses_one_without_units():
+    from bayesprune.core.channels import check_prunable, prune_channels
+    from bayesprune.core.errors import BayesPruneError
+
+    net = AttentionOnly().eval()
+    check_prunable(net, SHAPE)
+    prune_channels(net, SHAPE, ratio=0.5)
+    assert net.attention.num_heads == 2 and net(inputs()).shape == (4, 3)
+    with pytest.raises(
+        BayesPruneError, match="^Torch-Pruning's baseline: the network has no hidden channels, units or"
+    ):
+        check_prunable(nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 3)), SHAPE)
