@@ -78,6 +78,7 @@ def prune_channels(
     heads = [g for g in groups if g.heads_of is not None and not isinstance(net.get_submodule(g.name), ATTENTION)]
     packed = [g for g in groups if isinstance(net.get_submodule(g.name), ATTENTION) and g.name not in ignored]
     num_heads = {net.get_submodule(name): group.units for group in heads for name in group.producers}
+    head_ratio, head_ratios = _head_ratios(net, heads, ratio, scope)
     with warnings.catch_warnings():
         # parameters of no layer (a ViT's class token, position embedding) are cut along their last
         # dimension of more than one entry, as :func:`bayesprune.core.structure.dependency_graph` says:
@@ -93,8 +94,8 @@ def prune_channels(
             num_heads=num_heads,
             prune_num_heads=bool(num_heads),
             prune_head_dims=False,
-            head_pruning_ratio=ratio,
-            head_pruning_ratio_dict=_head_ratios(net, heads, ratio) if scope == "layer" else None,
+            head_pruning_ratio=head_ratio,
+            head_pruning_ratio_dict=head_ratios,
         )
     scores = {group.gate_site: head_scores(net.get_submodule(group.name), importance) for group in packed}
     pruner.step()
@@ -130,10 +131,10 @@ def head_scores(attention: nn.Module, importance: str) -> torch.Tensor:
 def heads_kept(scores: dict, ratio: float, scope: str) -> dict:
     """Site → boolean mask of the heads kept (``True``), from each attention's :func:`head_scores`, as
     ``BasePruner`` chooses timm's heads at ``head_pruning_ratio = ratio``. ``"layer"``: each module loses
-    its :func:`heads_removed` lowest-scored heads. ``"global"``: the heads of all modules are ranked together by their
-    scores (each relative to its own module's mean, so comparable across modules), the n − ⌊(1 − ratio) · n⌋
-    lowest of all n heads go (every head scoring at most the last of them), as Torch-Pruning ranks its
-    heads apart from the channels (in a network that also has timm-style heads, those are ranked by
+    its :func:`heads_removed` lowest-scored heads. ``"global"``: the heads of all modules are ranked
+    together by their scores (each relative to its own module's mean, so comparable across modules), the
+    :func:`heads_removed` lowest of all of them go (every head scoring at most the last of them), as
+    Torch-Pruning ranks its heads apart from the channels (in a network that also has timm-style heads, those are ranked by
     Torch-Pruning among themselves). Unlike Torch-Pruning, no module loses every head: its best one stays."""
     removed = {}
     if scope == "layer":
@@ -141,7 +142,7 @@ def heads_kept(scores: dict, ratio: float, scope: str) -> dict:
             removed[site] = score.topk(heads_removed(ratio, len(score)), largest=False).indices
     elif scores:
         every = torch.cat(list(scores.values()))
-        count = len(every) - int(len(every) * (1 - ratio))
+        count = heads_removed(ratio, len(every))
         threshold = every.topk(count, largest=False).values[-1] if count > 0 else -math.inf
         removed = {site: (score <= threshold).nonzero().flatten() for site, score in scores.items()}
     masks = {}
@@ -155,21 +156,32 @@ def heads_kept(scores: dict, ratio: float, scope: str) -> dict:
 
 
 def heads_removed(ratio: float, heads: int) -> int:
-    """The heads a module loses per layer at ``ratio``: ⌊ratio · heads⌋, never all. Rounded down where
-    Torch-Pruning rounds up (⌈ratio · heads⌉ in ``BasePruner``, as a channel group keeps ⌊(1 − ratio) ·
-    channels⌋): heads are coarse (a quarter of a block's attention each of 4), and rounding up makes
-    every block lose one at once as the ratio passes a multiple of 1/heads, so that a bisection on the
-    ratio (:func:`pruned_to_macs`) jumped from above a MAC target to far below it (a torchvision ViT of
-    4 blocks of 4 heads: 36 % of the dense MACs at a target of 50 %)."""
+    """The heads that leave at ``ratio`` of ``heads`` (a module's per layer, all modules' globally):
+    ⌊ratio · heads⌋, never all. Rounded down where Torch-Pruning rounds up (⌈ratio · heads⌉ per layer,
+    heads − ⌊(1 − ratio) · heads⌋ globally, as a channel group keeps ⌊(1 − ratio) · channels⌋): heads are
+    coarse (a quarter of a block's attention each of 4), and rounding up removes one more as soon as the
+    ratio passes a multiple of 1/heads, so that a bisection on the ratio (:func:`pruned_to_macs`) jumped
+    from above a MAC target to well below it (a torchvision ViT of 4 blocks of 4 heads at a target of 50 %
+    of the dense MACs: 36.3 % per layer, 47.6 % globally; rounded down 49.8 % and 50.0 %). Rounding down
+    has its steps too, where fewer heads make each larger: 2 blocks of 4 heads, globally, 46.7 % (49.9 %
+    rounded up); per layer 49.7 % (45.8 %)."""
     return min(math.floor(ratio * heads + 1e-9), heads - 1)
 
 
-def _head_ratios(net: nn.Module, heads: list, ratio: float) -> dict:
-    """Torch-Pruning's ``head_pruning_ratio_dict`` that makes its ``math.ceil`` remove
-    :func:`heads_removed` heads of each group of ``heads`` (a query/key/value layer → its ratio): a
-    ratio between one head fewer and that count (``ceil(k - 1/2) = k``), 0 where none leave."""
-    return {
-        net.get_submodule(name): max(heads_removed(ratio, group.units) - 0.5, 0) / group.units
+def _head_ratios(net: nn.Module, heads: list, ratio: float, scope: str) -> tuple:
+    """``(head_pruning_ratio, head_pruning_ratio_dict)`` that make Torch-Pruning's rounding up remove
+    :func:`heads_removed` heads of the groups ``heads``: per layer of each (a query/key/value layer → its
+    ratio), globally of all of them together; a ratio between one head fewer and that count
+    (``ceil(k - 1/2) = k``), 0 where none leave."""
+
+    def between(removed, count):
+        return max(removed - 0.5, 0) / count
+
+    if scope == "global":
+        total = sum(group.units for group in heads)
+        return (between(heads_removed(ratio, total), total) if total else ratio), None
+    return ratio, {
+        net.get_submodule(name): between(heads_removed(ratio, group.units), group.units)
         for group in heads
         for name in group.producers
     }

@@ -438,8 +438,8 @@ def test_packed_attentions_lose_the_heads_torch_pruning_takes_from_a_timm_vit_of
         prune_channels(net, SHAPE, ratio=ratio, importance=importance, scope=scope, ignored=no_mlp(net))
     kept = [kept_heads(o, a.out_proj.weight) for o, (_, a) in zip(originals, packed_attentions(ours), strict=True)]
     assert kept == [kept_heads(o, b.attn.proj.weight) for o, b in zip(originals, theirs.blocks, strict=True)]
-    lost = 2 * int(HEADS * ratio) if scope == "layer" else 2 * HEADS - int(2 * HEADS * (1 - ratio))
-    assert sum(map(len, kept)) == 2 * HEADS - lost  # per layer ⌊ratio · heads⌋ of each; globally as channels
+    lost = 2 * int(HEADS * ratio) if scope == "layer" else int(2 * HEADS * ratio)
+    assert sum(map(len, kept)) == 2 * HEADS - lost  # ⌊ratio · heads⌋ of each block, or of all blocks' heads
 
 
 @pytest.mark.parametrize("layout", ["timm fused qkv", "transformers ViT"])
