@@ -8,8 +8,8 @@ fraction a unit-level budget removes. Torch-Pruning prunes the units a unit-leve
 none of them (the output layer, a normalised residual stream) is one of its ``ignored_layers``. The
 heads of timm's and ``transformers``' attention lose whole heads, as a unit budget removes them:
 Torch-Pruning's ``num_heads`` (each query/key/value ``Linear`` → its module's head count) with
-``prune_num_heads`` and the same ratio (per layer, :func:`heads_removed` heads of each), its head
-widths kept (``prune_head_dims = False``); the module's head count follows
+``prune_num_heads`` and the same ratio (:func:`heads_removed` of each module's heads per layer, of all
+of them globally), its head widths kept (``prune_head_dims = False``); the module's head count follows
 (:func:`bayesprune.core.heads.set_heads`).
 
 An ``nn.MultiheadAttention`` (torchvision's ViT, ``nn.TransformerEncoderLayer``) reads its packed
