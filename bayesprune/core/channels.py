@@ -134,8 +134,9 @@ def heads_kept(scores: dict, ratio: float, scope: str) -> dict:
     its :func:`heads_removed` lowest-scored heads. ``"global"``: the heads of all modules are ranked
     together by their scores (each relative to its own module's mean, so comparable across modules), the
     :func:`heads_removed` lowest of all of them go (every head scoring at most the last of them), as
-    Torch-Pruning ranks its heads apart from the channels (in a network that also has timm-style heads, those are ranked by
-    Torch-Pruning among themselves). Unlike Torch-Pruning, no module loses every head: its best one stays."""
+    Torch-Pruning ranks its heads apart from the channels (in a network that also has timm-style heads,
+    Torch-Pruning ranks those among themselves). Unlike Torch-Pruning, no module loses every head: its best
+    one stays."""
     removed = {}
     if scope == "layer":
         for site, score in scores.items():
