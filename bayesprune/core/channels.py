@@ -49,12 +49,13 @@ def importance_of(name: str):
     raise ValueError(f"unknown Torch-Pruning importance {name!r} (one of {list(IMPORTANCES)})")
 
 
-def ignored_layers(net: nn.Module, input_shape) -> list:
+def ignored_layers(net: nn.Module, input_shape, *, groups=None) -> list:
     """Paths of the ``Linear``/``Conv`` layers Torch-Pruning leaves whole: those that produce no unit
-    group (see the module)."""
+    group (see the module). ``groups``: ``net``'s :func:`~bayesprune.core.structure.unit_groups`, when
+    already found."""
     pruned = {
         name
-        for group in unit_groups(net, input_shape)
+        for group in (unit_groups(net, input_shape) if groups is None else groups)
         if not isinstance(net.get_submodule(group.name), ATTENTION)
         for name in group.producers
     }
@@ -73,8 +74,8 @@ def prune_channels(
     (default :func:`ignored_layers`; an attention module's path keeps its heads). Returns ``net``."""
     import torch_pruning as tp
 
-    ignored = ignored_layers(net, input_shape) if ignored is None else ignored
     groups = unit_groups(net, input_shape)
+    ignored = ignored_layers(net, input_shape, groups=groups) if ignored is None else ignored
     heads = [g for g in groups if g.heads_of is not None and not isinstance(net.get_submodule(g.name), ATTENTION)]
     packed = [g for g in groups if isinstance(net.get_submodule(g.name), ATTENTION) and g.name not in ignored]
     num_heads = {net.get_submodule(name): group.units for group in heads for name in group.producers}
