@@ -299,22 +299,15 @@ def test_torch_prunings_baseline_removes_whole_heads_and_computes_the_network_wi
     """Torch-Pruning's pruner at ratio 0.5 with its head options (the MLP left whole here): two of four
     heads leave, the module's count follows, and the smaller network computes the original with the
     removed heads' output-projection columns zeroed (the heads found by matching the kept columns)."""
-    from bayesprune.core.channels import ignored_layers, prune_channels
+    from bayesprune.core.channels import prune_channels
 
     torch.manual_seed(0)
     net = LAYOUTS[layout][0]()
     original = copy.deepcopy(net)
-    mlp = [
-        name
-        for name, m in net.named_modules()
-        if isinstance(m, nn.Linear) and ("mlp" in name or "intermediate" in name)
-    ]
-    prune_channels(net, SHAPE, ratio=0.5, ignored=ignored_layers(net, SHAPE) + mlp)
+    prune_channels(net, SHAPE, ratio=0.5, ignored=no_mlp(net))
     attention, out_proj = attention_of(net)
     assert getattr(attention, LAYOUTS[layout][1]) == 2 and net.get_submodule(out_proj).in_features == 2 * HEAD_DIM
-    kept_columns = net.get_submodule(out_proj).weight.detach()
-    blocks = original.get_submodule(out_proj).weight.detach().split(HEAD_DIM, dim=1)
-    kept = [h for h, block in enumerate(blocks) if any(torch.equal(block, k) for k in kept_columns.split(HEAD_DIM, 1))]
+    kept = kept_heads(original.get_submodule(out_proj).weight.detach(), net.get_submodule(out_proj).weight)
     assert len(kept) == 2
     x = inputs()
     with torch.no_grad():
@@ -356,10 +349,15 @@ def kept_heads(original, weight):
 
 
 def no_mlp(net):
-    """Torch-Pruning's default ignored layers and the MLPs: only heads leave."""
+    """Torch-Pruning's default ignored layers and the MLPs (timm's and torchvision's ``mlp``, ``transformers``'
+    ``intermediate``, ``nn.TransformerEncoderLayer``'s ``linear1``): only heads leave."""
     from bayesprune.core.channels import ignored_layers
 
-    mlp = [n for n, m in net.named_modules() if isinstance(m, nn.Linear) and ("mlp" in n or "linear" in n)]
+    mlp = [
+        n
+        for n, m in net.named_modules()
+        if isinstance(m, nn.Linear) and any(part in n for part in ("mlp", "intermediate", "linear"))
+    ]
     return ignored_layers(net, SHAPE) + mlp
 
 
