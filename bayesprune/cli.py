@@ -8,6 +8,7 @@ import argparse
 import json
 import signal
 import sys
+from pathlib import Path
 
 from bayesprune.core.errors import BayesPruneError, Interrupted, StopNow, memory_error, one_line, warnings_after_success
 from bayesprune.core.loop import STOP
@@ -27,6 +28,7 @@ def _run(args):
 
 def _run_here(args) -> str:
     """Run or resume in this process; the line to print."""
+    from bayesprune.pipeline.config import load_config
     from bayesprune.pipeline.runner import resume_run, run_file
 
     if args.resume is not None:
@@ -34,21 +36,33 @@ def _run_here(args) -> str:
         given = [flag for flag, value in zip(("a config", "--out", "--set", "--data-root", "--force"), values) if value]
         if given:
             raise BayesPruneError(f"--resume continues the run with its own config.toml; drop {', '.join(given)}")
-        return _result(resume_run(args.resume, progress=not args.quiet), args.resume)
+        metrics = resume_run(args.resume, progress=not args.quiet)
+        return _result(metrics, args.resume, load_config(str(Path(args.resume) / "config.toml")))
     if args.out is None:
         raise BayesPruneError("run needs --out DIR (or --resume DIR)")
     options = {"overrides": args.overrides, "data_root": args.data_root, "force": args.force}
     config, metrics = run_file(args.config, args.out, progress=not args.quiet, **options)
     if config.experiment.name is None:
-        return _result(metrics, args.out)
+        return _result(metrics, args.out, config)
     return f"experiment {config.experiment.name}: results in {args.out}"
 
 
-def _result(metrics, out) -> str:
+def _result(metrics, out, config) -> str:
+    """The line of a finished run: the test metric of the network the user gets (fine-tuned where
+    ``prune.finetune_epochs`` asked, the figure before beside it) and the plain network's."""
     metric = "test_error" if "test_error" in metrics else "test_rmse"
     baseline = metrics.get(f"baseline_{metric}")
     versus = "" if baseline is None else f" (plain network: {baseline:.4g})"
-    return f"{metrics['dataset']}: {metric} {metrics[metric]:.4g}{versus}; results in {out}"
+    value, tuned = metrics[metric], metrics.get(f"{metric}_finetuned")
+    if isinstance(tuned, (int, float)):
+        epochs = config.prune.finetune_epochs
+        value = (
+            f"{tuned:.4g} after fine-tuning {epochs} epoch{'s' if epochs != 1 else ''} "
+            f"(prune.finetune_epochs; {value:.4g} before)"
+        )
+    else:
+        value = f"{value:.4g}"
+    return f"{metrics['dataset']}: {metric} {value}{versus}; results in {out}"
 
 
 def _report(args):

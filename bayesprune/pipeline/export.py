@@ -68,9 +68,10 @@ class Exported:
         if report["finetune_epochs"]:
             choice = report.get("finetune_choice")
             rate = "" if choice is None else f" at rate {choice['finetune_lr']:g} (chosen on held-out training rows)"
+            epochs = report["finetune_epochs"]
             lines.insert(
                 2,
-                f"fine-tuned for {report['finetune_epochs']} epochs (prune.finetune_epochs){rate}, the weights removed "
+                f"fine-tuned for {epochs} epoch{'s' if epochs != 1 else ''} (prune.finetune_epochs){rate}, the weights removed "
                 f"held at zero: {name} {report[f'{name}_before_finetuning']:.4g} before, {report[name]:.4g} after",
             )
         for label, key, sub in (
