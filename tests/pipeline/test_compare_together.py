@@ -9,7 +9,7 @@ import pytest
 from bayesprune.methods import get_method
 from bayesprune.pipeline.compare import compare, comparison_cells, load_comparison
 from bayesprune.pipeline.compare.cells import together_key
-from bayesprune.pipeline.compare.engines import _tasks
+from bayesprune.pipeline.compare.engines import Progress, _tasks
 from bayesprune.pipeline.config import load_config
 from bayesprune.pipeline.runner import run
 from helpers import TINY, assert_close
@@ -80,3 +80,14 @@ def test_the_tasks_of_a_grid(tmp_path):
     assert [sbnn[0], sbnn[2]] in names and [sbnn[1]] in names
     assert all(len(task) == 1 for task in names if task[0].startswith("pbp"))
     assert together_key(cells[begun], folders[begun]) is None
+
+
+def test_progress_names_every_cell_of_the_tasks_running():
+    """With 2 workers the pool marks 3 tasks running (one queued): the line names the 2 tasks' cells."""
+    raw, options = load_comparison(None, [*TINY, f"compare.seeds={SEEDS}"])
+    sbnn = [cell for cell in comparison_cells(raw, options) if cell.method == "sbnn"]
+    pbp = [cell for cell in comparison_cells(raw, options) if cell.method == "pbp"][:2]
+    lines = []
+    progress = Progress([*sbnn, *pbp], lines.append, workers=2)
+    progress.running([[(k, cell, "") for k, cell in enumerate(sbnn)], [(3, pbp[0], "")], [(4, pbp[1], "")]])
+    assert lines == [f"bayesprune: [0/5] fitting {', '.join(cell.name for cell in [*sbnn, pbp[0]])}"]

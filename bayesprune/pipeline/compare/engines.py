@@ -164,7 +164,7 @@ def _local(tasks, *, jobs: int, finish, progress):
         for task in tasks:
             submit(task)
         while pending:
-            progress.running([cell for future, task in pending.items() if future.running() for _, cell, _ in task])
+            progress.running([task for future, task in pending.items() if future.running()])
             ready, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
             for future in ready:
                 task = pending.pop(future)
@@ -309,8 +309,9 @@ class Progress:
             f"bayesprune: {self.total} cells, {read_back} finished earlier (read back), {evaluated}{left} to fit"
         )
 
-    def running(self, cells):
-        names = tuple(cell.name for cell in cells)[: self.workers]  # a pool marks one more as running, queued
+    def running(self, tasks):
+        """``tasks`` (lists of ``(index, cell, folder)``) the pool marks running: one more than it runs, queued."""
+        names = tuple(cell.name for task in tasks[: self.workers] for _, cell, _ in task)
         if names and names != self.current:
             self.current = names
             self.status(f"bayesprune: [{self.done}/{self.total}] fitting {', '.join(names)}")
