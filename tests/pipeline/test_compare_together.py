@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from bayesprune.cli import main
 from bayesprune.methods import get_method
 from bayesprune.pipeline.compare import compare, comparison_cells, load_comparison
 from bayesprune.pipeline.compare.cells import together_key
@@ -61,6 +62,13 @@ def test_cells_that_cannot_train_together_are_fitted_one_at_a_time(tmp_path, mon
     )
 
 
+def test_alone_fits_every_cell_alone(tmp_path, monkeypatch):
+    alone = _fitted_alone(monkeypatch)
+    argv = ["compare", "--out", str(tmp_path / "cmp"), "--methods", "sbnn", "--sparsities", "0.5", "--seeds", "0", "1"]
+    assert main([*argv, "--alone", *(flag for item in TINY for flag in ("--set", item))]) == 0
+    assert sorted(alone) == sorted((name, seed) for name in ("sbnn", "magnitude") for seed in (0, 1))
+
+
 def test_the_tasks_of_a_grid(tmp_path):
     """Cells of one method and config but the seed are one task; a begun cell, and a method that fits one
     network at a time, are tasks alone."""
@@ -80,6 +88,7 @@ def test_the_tasks_of_a_grid(tmp_path):
     assert [sbnn[0], sbnn[2]] in names and [sbnn[1]] in names
     assert all(len(task) == 1 for task in names if task[0].startswith("pbp"))
     assert together_key(cells[begun], folders[begun]) is None
+    assert all(len(task) == 1 for task in _tasks(list(zip(range(len(cells)), cells, folders)), alone=True))
 
 
 def test_progress_names_every_cell_of_the_tasks_running():

@@ -58,21 +58,24 @@ def engine_started(engine: str, address=None):
     return started(address) if engine == "ray" else nullcontext()
 
 
-def run_tracked(cells: list, folders: list, tracker, *, engine: str, jobs: int, report, status) -> list:
+def run_tracked(cells: list, folders: list, tracker, *, engine: str, jobs: int, alone: bool, report, status) -> list:
     """:func:`run_cells` as ``compare`` and ``sweep`` run their grid: each finished cell also logged by ``tracker``
     (:func:`~bayesprune.pipeline.compare.tracking.open_tracker`; ``None``: not tracked)."""
     if tracker is not None:
         report = tracker.reporter(report or (lambda *args: None))
-    return run_cells(cells, folders, engine=engine, jobs=jobs, report=report, status=status)
+    return run_cells(cells, folders, engine=engine, jobs=jobs, alone=alone, report=report, status=status)
 
 
-def run_cells(cells: list, folders: list, *, engine: str = "local", jobs: int = 1, report=None, status=None) -> list:
+def run_cells(
+    cells: list, folders: list, *, engine: str = "local", jobs: int = 1, alone: bool = False, report=None, status=None
+) -> list:
     """Execute every cell into its folder on ``engine``, which the caller has checked (:func:`check_engine`) and,
     for Ray, started (:func:`engine_started`: ``compare`` and ``sweep`` reach it before they write anything);
     returns their metrics in order.
 
     A finished cell is read back, never fitted again (one evaluated at every sparsity is evaluated at
-    those it lacks, from its saved fit). A cell whose fit fails (it diverges, the user's
+    those it lacks, from its saved fit). Cells of one method that differ only in their seed train together
+    (:func:`_tasks`) unless ``alone``. A cell whose fit fails (it diverges, the user's
     network raises) does not stop the others: its result is ``{"failed": "<why>"}`` and its folder
     keeps what the fit left for the next call. ``report(cell, metrics, done, total)`` is called as each
     cell finishes; ``status(line)`` gets the progress (default: a line on stderr per cell: cells done,
@@ -98,7 +101,7 @@ def run_cells(cells: list, folders: list, *, engine: str = "local", jobs: int = 
 
     if todo:
         # absolute, never resolved: a folder is never reached through a link (Ray's workers start elsewhere)
-        tasks = _tasks([(index, cells[index], os.path.abspath(folders[index])) for index in todo])
+        tasks = _tasks([(index, cells[index], os.path.abspath(folders[index])) for index in todo], alone=alone)
         if engine == "ray":
             _ray(tasks, finish=finish, progress=progress)
         else:
@@ -106,12 +109,12 @@ def run_cells(cells: list, folders: list, *, engine: str = "local", jobs: int = 
     return results
 
 
-def _tasks(chosen: list) -> list:
+def _tasks(chosen: list, *, alone: bool = False) -> list:
     """``chosen`` (``(index, cell, folder)``) as tasks: the cells of one :func:`together_key` together (in
-    the order of their first), every other cell alone."""
+    the order of their first), every other cell alone (``alone``: every cell)."""
     tasks, groups = [], {}
     for entry in chosen:
-        key = together_key(entry[1], entry[2])
+        key = None if alone else together_key(entry[1], entry[2])
         if key is None:
             tasks.append([entry])
         elif key in groups:
