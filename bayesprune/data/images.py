@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from bayesprune.core.errors import DataError
+from bayesprune.core.preprocessing import Pixels
 from bayesprune.data.options import _boolean, _choice, _directory, _fraction, _integer, _optional_positive_integer
 from bayesprune.data.registry import CLASSIFICATION, Dataset, register_dataset
 
@@ -25,7 +25,8 @@ from bayesprune.data.registry import CLASSIFICATION, Dataset, register_dataset
 def load_digits(*, test_fraction: float = 0.2, seed: int = 0, flatten: bool = False, shape: str = "1x8x8") -> Dataset:
     """scikit-learn's bundled 8x8 handwritten digits (1,797 images, 10 classes; no network).
 
-    Pixels are divided by 16 to lie in ``[0, 1]``. The split is stratified by class.
+    Pixels are divided by 16 to lie in ``[0, 1]`` (:class:`~bayesprune.core.preprocessing.Pixels`, which an
+    export applies inside its file: it takes the values 0-16). The split is stratified by class.
 
     Args:
         test_fraction: Fraction of the images held out for testing, in ``(0, 1)``.
@@ -57,23 +58,22 @@ def load_digits(*, test_fraction: float = 0.2, seed: int = 0, flatten: bool = Fa
             f"data.test_fraction={test_fraction!r} gives no stratified split of {len(y)} digits: {message}"
         ) from err
     shape = (64,) if flatten else (3, 32, 32) if upsampled else (1, 8, 8)
+    pixels = Pixels(16.0, (64,) if flatten else (1, 8, 8), shape)
 
-    def images(a: np.ndarray) -> torch.Tensor:
-        pixels = torch.from_numpy(a / 16.0).float()
-        if not upsampled:
-            return pixels.reshape(-1, *shape)
-        pixels = F.interpolate(pixels.reshape(-1, 1, 8, 8), size=(32, 32), mode="bilinear", align_corners=False)
-        return pixels.repeat(1, 3, 1, 1)
+    def stored(a: np.ndarray) -> torch.Tensor:  # the values 0-16 as scikit-learn holds them, one image a row
+        return torch.from_numpy(a).float().reshape(-1, *pixels.stored)
 
     return Dataset(
         name="digits",
         task=CLASSIFICATION,
-        x_train=images(x_train),
+        x_train=pixels.apply(stored(x_train)),
         y_train=torch.from_numpy(y_train).long(),
-        x_test=images(x_test),
+        x_test=pixels.apply(stored(x_test)),
         y_test=torch.from_numpy(y_test).long(),
         input_shape=shape,
         num_classes=10,
+        pixels=pixels,
+        raw_x_test=stored(x_test),
     )
 
 
