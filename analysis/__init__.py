@@ -5,12 +5,22 @@ The pruning curve (:func:`bayesprune.pipeline.evaluation.pruning_curve`) and a r
 run, while this package reads posteriors and never fits.
 """
 
-from bayesprune.analysis.diagnostics import plot_diagnostics, summary_table, write_posterior
-from bayesprune.analysis.inference_data import to_inference_data
+import importlib
 
-__all__ = [
-    "plot_diagnostics",
-    "summary_table",
-    "to_inference_data",
-    "write_posterior",
-]
+#: Each name of the package's interface and the module that defines it, imported on first use
+#: (PEP 562): the modules import xarray and matplotlib, a second of every process's start (each
+#: command, each comparison worker), while most processes only read importance or write tables.
+_MODULE_OF = {
+    "plot_diagnostics": "diagnostics",
+    "summary_table": "diagnostics",
+    "to_inference_data": "inference_data",
+    "write_posterior": "diagnostics",
+}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name):
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)

@@ -7,13 +7,15 @@ import contextlib
 import logging
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 
 from bayesprune.analysis.arviz_compat import for_arviz, group, group_names
-from bayesprune.analysis.plots import plot_inclusion_cdfs, plt, save_figure
 from bayesprune.core.errors import Interrupted
+
+if TYPE_CHECKING:  # xarray and matplotlib are imported where a posterior is written or drawn, not here
+    import xarray as xr
 
 #: The attribute of every group of ``posterior.nc`` naming the method whose fit wrote it (``report``
 #: refuses the posterior of another method's run).
@@ -121,6 +123,8 @@ def plot_diagnostics(idata, folder, *, max_features: int = 20) -> dict:
 
 
 def _plot_diagnostics(idata, folder, max_features):
+    from bayesprune.analysis.plots import plot_inclusion_cdfs, plt
+
     posterior = group(idata, "posterior")
     written = {}
     if "psi" in posterior.data_vars:
@@ -175,6 +179,8 @@ def _arviz_ppc(idata):
 def _arviz_or_fallback(arviz_plot, fallback, path, plt, what):
     import arviz as az
 
+    from bayesprune.analysis.plots import save_figure
+
     before = set(plt.get_fignums())
     try:
         _save_result(arviz_plot(az), path, plt)
@@ -194,6 +200,8 @@ def _arviz_or_fallback(arviz_plot, fallback, path, plt, what):
 
 def _save_result(result, path, plt):
     """Save what an ArviZ plot returned: matplotlib axes (0.x) or a PlotCollection (≥ 1)."""
+    from bayesprune.analysis.plots import save_figure
+
     if hasattr(result, "savefig"):
         from bayesprune.core.files import replacing
 

@@ -30,7 +30,6 @@ connections or batch norm); anything else raises ``ValueError``.
 import numpy as np
 import torch
 
-from bayesprune.analysis.plots import plt, save_figure  # pyplot, the Agg backend selected before it loaded
 from bayesprune.analysis.selection import (
     DEFAULT_FDR,
     STABILITY_THRESHOLD,
@@ -500,6 +499,8 @@ def plot_importance(rows, path, *, title="Feature importance"):
             ``psi_high`` and ``selected``, the interval and the selection are drawn).
         path: the PNG file to write.
     """
+    from bayesprune.analysis.plots import plt, save_figure  # matplotlib, imported where a plot is drawn
+
     rows = sorted(rows, key=lambda row: row["psi"])
     positions = np.arange(len(rows))
     psi = np.array([row["psi"] for row in rows])
@@ -539,6 +540,8 @@ def plot_importance_image(rows, input_shape, path, *, title="Feature importance"
     Returns:
         The ψ image drawn, shape ``(C, H, W)``.
     """
+    from bayesprune.analysis.plots import plt, save_figure  # matplotlib, imported where a plot is drawn
+
     channels, height, width = input_shape
     psi = np.asarray([row["psi"] for row in rows], dtype=float).reshape(channels, height, width)
     top = float(psi.max()) if psi.size and psi.max() > 0 else 1.0

@@ -57,7 +57,6 @@ import math
 
 import numpy as np
 import torch
-import xarray as xr
 
 from bayesprune.analysis.arviz_compat import inference_data_from_groups
 from bayesprune.core.predict import evaluating
@@ -119,6 +118,8 @@ def to_inference_data(
             y per output, instead of drawing and evaluating the network again; its ``posterior`` draws of
             the selected sites are then independent of those.
     """
+    import xarray as xr  # here, not with the module: a second of the start of every process that imports it
+
     fits = [tuple(fit)[:3] for fit in fits]
     if not fits:
         raise ValueError("fits is empty: need at least one (model, guide, history)")
@@ -253,6 +254,8 @@ def gate_inference_data(chains: list, *, num_draws: int = 200, seed: int = 0, na
     vector ``<layer>.gate`` of n units, ``(chain, draw, dim_0_<n0>, ...)`` (:func:`site_dims`) for a weight mask);
     ``variational`` holds θ itself as ``<site>.<name>`` (dims ``(chain, ...)``).
     """
+    import xarray as xr
+
     generator = torch.Generator().manual_seed(seed)
     posterior, variational = {}, {}
     for site in chains[0]:

@@ -102,7 +102,9 @@ def _grid(args):
 
     name = args.command
     out = grid_folder(name, args.out, args.resume)  # a new grid, or one to continue
-    engine = {k: getattr(args, k) for k in ("seeds", "jobs", "engine", "address", "overrides", "track", "track_uri")}
+    engine = {
+        k: getattr(args, k) for k in ("seeds", "jobs", "alone", "engine", "address", "overrides", "track", "track_uri")
+    }
     engine["resume"] = args.resume is not None
     engine["status"] = (lambda line: None) if args.quiet else None
     if name == "compare":
@@ -160,7 +162,8 @@ HELP = {
     "compare --methods": "methods to compare (default: all, and magnitude, which always runs)",
     "sweep --grid": "a config key and its values (repeatable: the grid is the cross product)",
     "grid --seeds": "fit every cell from each seed (compare.cases: narrow every case to them)",
-    "grid --resume": "continue the grid in DIR with its own config (finished cells are read back, never fitted again; --seeds, compare's --methods and --sparsities add or drop cells; --jobs, --engine, --address and --track may change)",
+    "grid --resume": "continue the grid in DIR with its own config (finished cells are read back, never fitted again; --seeds, compare's --methods and --sparsities add or drop cells; --jobs, --alone, --engine, --address and --track may change)",
+    "grid --alone": "fit every cell alone, each with its own checkpoint (default: a method's cells that differ only in their seed train together as one stacked model where the method can)",
     "grid --engine": "local process pool (default) or Ray (pip install 'bayesprune[ray]')",
     "grid --track": "log each cell (config as params, metrics.json and its pruning curve as metrics, report and plots as artifacts; one run per cell, tagged method, sparsity, seed) and the tables (a parent run) to MLflow as cells finish; a cell logged before is not logged again (pip install 'bayesprune[track]')",
     "grid --track-uri": "the MLflow store --track logs to: a folder or any tracking URI (default: file:OUT/mlruns; read a file store with MLFLOW_ALLOW_FILE_STORE=true set, as MLflow 3 asks)",
@@ -227,6 +230,7 @@ def build_parser():
         grid.add_argument("--seeds", type=int, nargs="+", help=HELP["grid --seeds"])
         overrides(grid, "override a config key for every cell (repeatable)")
         grid.add_argument("--jobs", type=int, default=1, help="cells fitted at once (local engine; one thread each)")
+        grid.add_argument("--alone", action="store_true", help=HELP["grid --alone"])
         grid.add_argument("--engine", choices=["local", "ray"], default="local", help=HELP["grid --engine"])
         grid.add_argument("--address", help="the Ray cluster's address (default: a local Ray for this call)")
         grid.add_argument("--track", choices=["mlflow"], help=HELP["grid --track"])

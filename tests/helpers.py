@@ -186,3 +186,20 @@ def shortest_of(method: str) -> tuple:
         table = {name: value for name, value in asdict(options).items() if value is not None}
         return table, {name: value for name, value in asdict(config.optim).items() if value is not None}
     raise AssertionError(f"{method}: no budget under 100 epochs runs its stages")
+
+
+def assert_close(got, want, where):
+    """``got`` equals ``want`` with every number to float tolerance, through nested lists and dicts (a curve's
+    rows), which ``pytest.approx`` refuses from pytest 9.2 on."""
+    if isinstance(want, dict):
+        assert set(got) == set(want), where
+        for key in want:
+            assert_close(got[key], want[key], (*where, key))
+    elif isinstance(want, list):
+        assert len(got) == len(want), where
+        for index, (part, wanted) in enumerate(zip(got, want)):
+            assert_close(part, wanted, (*where, index))
+    elif isinstance(want, float):
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-9), where
+    else:
+        assert got == want, where

@@ -182,10 +182,33 @@ def check_stackable(nets: list):
                     f"batched fits must share one network shape: fit {index + 1}'s {name} is {shape}, fit 1's "
                     f"{'absent' if theirs is None else tuple(theirs.shape)}"
                 )
+        for where, module in net.named_modules():
+            for name, value in _attributes(module).items():
+                theirs = _attributes(nets[0].get_submodule(where)).get(name)
+                if not _same(value, theirs):
+                    label = f"{where}.{name}" if where else name
+                    raise ConfigError(
+                        f"batched fits must share one network: fit {index + 1}'s {label} is {value!r}, fit 1's {theirs!r}"
+                    )
         if any(True for _ in net.buffers()):
             raise ConfigError("batched fits: a network with buffers (batch norm) trains one fit at a time")
         if any(isinstance(module, nn.modules.dropout._DropoutNd) for module in net.modules()):
             raise ConfigError("batched fits: a network with dropout trains one fit at a time")
+
+
+def _attributes(module: nn.Module) -> dict:
+    """A module's own attributes beside its parameters, buffers, submodules and hooks (``nn.Module``'s private
+    ones), which its forward may read: the stack runs fit 1's module for every fit."""
+    return {name: value for name, value in vars(module).items() if not name.startswith("_")}
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - values without a truth of equality (arrays): the same object only
+        return a is b
 
 
 @dataclass

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 
 from bayesprune.analysis.diagnostics import METHOD_ATTRIBUTE, plot_diagnostics
-from bayesprune.analysis.plots import plot_loss, plot_pruning_curve, plot_score_cdf
 from bayesprune.analysis.tables import format_value, markdown_table, markdown_text
 from bayesprune.core.errors import BayesPruneError
 from bayesprune.core.files import all_or_nothing, arrays_digest, read_npz, write_text
@@ -47,6 +46,8 @@ def write_report(run_dir) -> Path:
 
 
 def _write_report(run_dir: Path, metrics: dict) -> Path:
+    from bayesprune.analysis.plots import plot_loss, plot_pruning_curve, plot_score_cdf  # matplotlib: not at start
+
     losses = read_losses(run_dir)
     scores = read_scores(run_dir)
     if SCORES_DIGEST in metrics and arrays_digest(scores) != metrics[SCORES_DIGEST]:

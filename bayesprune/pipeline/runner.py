@@ -9,22 +9,16 @@ complete, so ``out`` is never left half-written; after a divergence only the las
 and the config are moved there.
 """
 
-import copy
-import gc
 import json
 import shutil
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from bayesprune.analysis.diagnostics import write_posterior
-from bayesprune.analysis.inference_data import PREDICTIVE_TEST_POINTS
 from bayesprune.analysis.tables import write_csv
 from bayesprune.core import distributed
-from bayesprune.core.batched import check_stackable
 from bayesprune.core.checkpoint import (
     CHECKPOINT_DIGEST,
     read_checkpoint,
@@ -33,22 +27,22 @@ from bayesprune.core.checkpoint import (
     state_digest,
 )
 from bayesprune.core.early_stopping import hold_out
-from bayesprune.core.errors import ConfigError, Interrupted, StopNow, TrainingDiverged
+from bayesprune.core.errors import Interrupted, StopNow, TrainingDiverged
 from bayesprune.core.export import count_macs
 from bayesprune.core.files import arrays_digest, read_npz, replacing
 from bayesprune.core.graphs import graph_mode
 from bayesprune.core.layout import resolve_memory_format
 from bayesprune.core.loop import check_stop, set_rng_state
 from bayesprune.core.normalization import has_running_stats
-from bayesprune.core.predict import DrawOutputs
 from bayesprune.core.preprocessing import preprocessing_of
-from bayesprune.core.tasks import is_classification, network_test_metric
-from bayesprune.methods import FitContext, get_method
+from bayesprune.core.tasks import is_classification
+from bayesprune.methods import get_method
 from bayesprune.pipeline.baseline import least_squares_test_rmse, train_plain
 from bayesprune.pipeline.checks import check_before_fit, run_chains
 from bayesprune.pipeline.config import load_config, new_names
 from bayesprune.pipeline.evaluation import macs_curve, metric_name, pruning_curve
 from bayesprune.pipeline.finetune import FineTuning
+from bayesprune.pipeline.fits import fit_chains_together, fit_seeds_together, start_fit
 from bayesprune.pipeline.processes import check_same_fits, join, own_directory
 from bayesprune.pipeline.report import SCORES_DIGEST, write_report
 from bayesprune.pipeline.rundir import (
@@ -63,15 +57,16 @@ from bayesprune.pipeline.rundir import (
     resumable,
     staged,
 )
-from bayesprune.pipeline.start import start_network
 from bayesprune.pipeline.summary import summarise_seeds, summarise_splits, with_reference, write_metrics
 
 
-def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), resumed_from=None) -> dict:
+def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), resumed_from=None, fitted=None) -> dict:
     """Execute ``config`` and write its run directory ``out``; returns the metrics.
 
     ``inputs`` are further paths ``out`` must not hold (the config file); the data root is one already.
     ``resumed_from`` is the directory of an interrupted run of ``config`` to continue (:func:`resume_run`).
+    ``fitted`` is the fit of a run of one seed trained already with other runs'
+    (:func:`~bayesprune.pipeline.fits.fit_runs_together`).
     """
     out = Path(out)
     files = [config.data.options.get(key) for key in ("root", "path", "train", "test")]  # the data's own files
@@ -94,11 +89,12 @@ def run(config, out, *, force: bool = False, progress: bool = False, inputs=(), 
         (staging / "config.toml").write_text(config.to_toml())
         seeds = config.seeds or [config.seed]
         try:
-            together = (
-                {}
-                if resumed_from is not None
-                else _fit_seeds_together(config, method, datasets, device, seeds, progress=progress)
-            )
+            if fitted is not None:
+                together = {config.seed: fitted}
+            elif resumed_from is None:
+                together = fit_seeds_together(config, method, datasets, device, seeds, progress=progress)
+            else:
+                together = {}
         except (TrainingDiverged, Interrupted, StopNow) as error:
             raise _stopped(error, staging, out, CHECKPOINT) from None
         runs = [
@@ -228,7 +224,7 @@ def _fit_splits(
 ) -> tuple:
     """Fit and evaluate every split from ``config.seed``; the first fit checkpoints to ``checkpoint``
     (continuing from ``resume``, a checkpoint of that fit, when given) unless it was trained with the
-    run's other seeds (``together``, :func:`_fit_seeds_together`), and the run's first writes its
+    run's other seeds (``together``, :func:`fit_seeds_together`), and the run's first writes its
     fit into ``staging``. Returns the metrics and, for the run's first fit, ``(fitted, built, preprocessing)`` for
     :func:`_write_final_checkpoint` (else ``None``): its training-loop checkpoint stays in ``staging``
     until then, so that a run stopped while writing its files resumes from it."""
@@ -245,12 +241,12 @@ def _fit_splits(
             stacked = {}  # the chains after the first, trained together once the first is fitted and evaluated
             for chain in range(chains if index == 0 else 1):
                 if chain == 1 and chains > 2:
-                    stacked = _fit_chains_together(config, method, dataset, validation, chains, device, progress)
+                    stacked = fit_chains_together(config, method, dataset, validation, chains, device, progress)
                 if (index == chain == 0 and together is not None) or chain in stacked:  # trained with others
                     net, baseline_net, start, ctx, fitted = together if chain == 0 else stacked[chain]
                     set_rng_state(ctx.rng_after)
                 else:
-                    net, baseline_net, start, ctx = _start_fit(
+                    net, baseline_net, start, ctx = start_fit(
                         config,
                         dataset,
                         validation,
@@ -287,97 +283,6 @@ def _fit_splits(
     except (TrainingDiverged, Interrupted, StopNow) as error:
         raise _stopped(error, staging, out, checkpoint.name) from None
     return {**summarise_splits(per_split), "chains": chains}, final
-
-
-def _start_fit(
-    config, dataset, validation, *, seed, device, progress, first_chain=True, draws=False, **services
-) -> tuple:
-    """``(net, baseline_net, start, ctx)`` of one fit from ``seed``: its starting network, a copy of it and
-    its test metric (the first chain's only), and its context (``services``: checkpoint, resume) with the
-    calibration of ``prune.recalibrate`` on ``dataset``'s training rows and, where ``draws`` (the run's
-    first fit, whose posterior predictive in ``posterior.nc`` reuses the pruning curve's draws), a recorder
-    of those draws."""
-    net = start_network(config, dataset, device=device, seed=seed)
-    baseline_net = copy.deepcopy(net) if first_chain else None
-    start = network_test_metric(net, dataset) if first_chain else None
-    ctx = FitContext.from_config(
-        config,
-        dataset,
-        device=device,
-        seed=seed,
-        progress=progress,
-        validation=None if validation is None else tuple(validation),
-        calibration=config.prune.calibration(
-            dataset.x_train, batch_size=config.for_data(dataset.num_train).data.batch_size
-        ),
-        unpruned_draws=DrawOutputs(rows=PREDICTIVE_TEST_POINTS) if draws else None,
-        **services,
-    )
-    return net, baseline_net, start, ctx
-
-
-def _fit_seeds_together(config, method, datasets, device, seeds, *, progress) -> dict:
-    """Seed → ``(net, baseline_net, start, ctx, fitted)`` of the first fit of every seed of the run, trained
-    together (:meth:`~bayesprune.methods.Method.fit_together`, no checkpoint while training) when the method
-    supports it and the run has several seeds, one split and one chain; else empty. Networks the stack
-    refuses (batch norm, dropout: :func:`~bayesprune.core.batched.check_stackable`) fit one at a time."""
-    if len(seeds) < 2 or not method.fits_together or len(datasets) > 1 or run_chains(config, datasets[0]) > 1:
-        return {}
-
-    def begin(seed):
-        dataset, validation = datasets[0], None
-        if config.train.validation > 0:
-            dataset, *validation = hold_out(dataset, config.train.validation, seed=seed)
-        start = _start_fit(
-            config, dataset, validation, seed=seed, device=device, progress=progress, draws=seed == seeds[0]
-        )
-        return dataset, start
-
-    return _fit_stack(config, method, list(seeds), begin)
-
-
-def _fit_chains_together(config, method, dataset, validation, chains: int, device, progress) -> dict:
-    """Chain → ``(net, baseline_net, start, ctx, fitted)`` of the first split's chains after the first (seeds
-    ``config.seed + chain``, no checkpoint: only the first chain writes one), trained together as
-    :func:`_fit_seeds_together` trains a run's seeds, when the method supports it; else empty."""
-    if not method.fits_together:
-        return {}
-
-    def begin(seed):
-        return dataset, _start_fit(
-            config, dataset, validation, seed=seed, device=device, progress=progress, first_chain=False
-        )
-
-    fits = _fit_stack(config, method, [config.seed + chain for chain in range(1, chains)], begin)
-    return {seed - config.seed: fit for seed, fit in fits.items()}
-
-
-def _fit_stack(config, method, seeds: list, begin) -> dict:
-    """:func:`_fit_seeds_together` of ``seeds`` (``begin(seed)``: the fit's rows and :func:`_start_fit`); a
-    stack the device has no memory for is fitted again as two halves, each from its fits' start (``begin``
-    again), and networks the stack refuses (other shapes, dropout, batch norm) one at a time, each said in
-    one line. The halves train once the failed stack is gone: the error's traceback holds the frames that
-    hold its tensors, so they are not retried inside the ``except``."""
-    begun = [begin(seed) for seed in seeds]
-    nets = [start[0] for _, start in begun]
-    try:
-        check_stackable(nets)
-    except ConfigError as error:
-        print(f"bayesprune: {len(seeds)} seeds fitted one at a time: {error}", file=sys.stderr)
-        return {}
-    try:
-        fits = method.fit_together(nets, [rows for rows, _ in begun], config.method_options, [s[3] for _, s in begun])
-        return {seed: (*start, fitted) for seed, (_, start), fitted in zip(seeds, begun, fits)}
-    except torch.cuda.OutOfMemoryError:
-        if len(seeds) == 1:
-            raise
-    del begun, nets
-    gc.collect()  # cycles through the failed stack's frames
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    half = (len(seeds) + 1) // 2
-    print(f"bayesprune: {len(seeds)} fits together ran out of device memory; fitting {half} at a time", file=sys.stderr)
-    return {**_fit_stack(config, method, seeds[:half], begin), **_fit_stack(config, method, seeds[half:], begin)}
 
 
 def resume_run(out, *, progress: bool = False) -> dict:

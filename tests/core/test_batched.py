@@ -81,6 +81,27 @@ def test_networks_of_other_shapes_or_with_dropout_or_batch_norm_are_refused_in_o
         StackedNetworks([nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))] * 2)
 
 
+class Scaled(nn.Sequential):
+    """A network whose forward reads an attribute of its own (not a parameter or buffer)."""
+
+    def __init__(self, scale):
+        super().__init__(nn.Linear(2, 3))
+        self.scale = scale
+
+    def forward(self, x):
+        return super().forward(x) * self.scale
+
+
+def test_networks_whose_other_attributes_differ_are_refused_naming_the_attribute():
+    """The stack runs one module's forward for every fit: the fits' own attributes must be the same, or
+    fit 2 would compute fit 1's function."""
+    with pytest.raises(ConfigError, match=r"^batched fits must share one network: fit 2's scale is 2.0, fit 1's 1.0$"):
+        StackedNetworks([Scaled(1.0), Scaled(2.0)])
+    nets = [Scaled(2.0), Scaled(2.0)]
+    x = torch.randn(4, 2)
+    torch.testing.assert_close(StackedNetworks(nets)(x)[1], nets[1](x))
+
+
 def test_contexts_that_differ_beyond_the_seed_are_refused_naming_the_key():
     x, y = problem(40)
     contexts = [FitContext(seed=0, batch_size=8), FitContext(seed=1, batch_size=16)]

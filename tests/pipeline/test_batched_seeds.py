@@ -15,7 +15,9 @@ from bayesprune.core.loop import rng_state
 from bayesprune.data import load_dataset
 from bayesprune.methods import get_method
 from bayesprune.pipeline.config import load_config
-from bayesprune.pipeline.runner import _fit_chains_together, _fit_stack, _start_fit, run
+from bayesprune.pipeline.fits import fit_chains_together, fit_stack, start_fit
+from bayesprune.pipeline.runner import run
+from helpers import assert_close
 
 SHORT = ["train.epochs=4", "prune.finetune_epochs=1", "prune.sparsities=[0.0, 0.9]"]
 COMPARED = ("test_error", "baseline_test_error", "train_epochs", "train_steps", "pruning_curve")
@@ -90,28 +92,11 @@ def test_seeds_trained_together_give_each_seeds_own_run(validation, memory, alon
         assert together.get("best_epoch") == alone[seed].get("best_epoch")
 
 
-def assert_close(got, want, where):
-    """``got`` equals ``want`` with every number to float tolerance, through nested lists and dicts (a curve's
-    rows), which ``pytest.approx`` refuses from pytest 9.2 on."""
-    if isinstance(want, dict):
-        assert set(got) == set(want), where
-        for key in want:
-            assert_close(got[key], want[key], (*where, key))
-    elif isinstance(want, list):
-        assert len(got) == len(want), where
-        for index, (part, wanted) in enumerate(zip(got, want)):
-            assert_close(part, wanted, (*where, index))
-    elif isinstance(want, float):
-        assert got == pytest.approx(want, rel=1e-5, abs=1e-9), where
-    else:
-        assert got == want, where
-
-
 def test_seeds_whose_networks_the_stack_refuses_are_fitted_one_at_a_time_said_in_one_line(capsys):
     """Networks of other shapes (a factory that builds each seed's own), or with dropout: each seed fits alone."""
     config = load_config("magnitude-digits", SHORT)
     shapes = {1: nn.Linear(2, 3), 2: nn.Linear(2, 4)}
-    assert _fit_stack(config, get_method("magnitude"), [1, 2], lambda seed: (None, (shapes[seed], None))) == {}
+    assert fit_stack(config, get_method("magnitude"), [1, 2], lambda seed: (None, (shapes[seed], None))) == {}
     said = capsys.readouterr().err
     assert said == (
         "bayesprune: 2 seeds fitted one at a time: batched fits must share one network shape: fit 2's weight is "
@@ -125,11 +110,11 @@ def test_a_runs_chains_after_the_first_train_together_each_as_fitted_alone(short
     config = short_config("sbnn", "chains=3", "model.hidden=[8]")
     method = get_method("sbnn")
     data = load_dataset("digits")
-    stacked = _fit_chains_together(config, method, data, None, 3, torch.device("cpu"), False)
+    stacked = fit_chains_together(config, method, data, None, 3, torch.device("cpu"), False)
     assert sorted(stacked) == [1, 2]
     for chain, (_, baseline_net, start, ctx, fitted) in stacked.items():
         assert baseline_net is start is None  # the first chain's alone
-        net, _, _, alone_ctx = _start_fit(config, data, None, seed=chain, device=torch.device("cpu"), progress=False)
+        net, _, _, alone_ctx = start_fit(config, data, None, seed=chain, device=torch.device("cpu"), progress=False)
         alone = method.fit(net, data, config.method_options, alone_ctx)
         assert torch.equal(ctx.rng_after["torch"], rng_state()["torch"])
         for part, values in alone.state_dict().items():

@@ -342,10 +342,10 @@ def test_export_refuses_a_budget_level_the_method_does_not_score(complete_run, t
 def test_sigterm_during_bayesprune_report_stops_at_the_next_plot_and_leaves_the_run_as_it_was(
     copy_of, capsys, monkeypatch
 ):
-    from bayesprune.pipeline import report
+    from bayesprune.analysis import plots  # the report imports its plots when it draws them
 
     before = {path.name: path.read_bytes() for path in copy_of.iterdir()}
-    monkeypatch.setattr(report, "plot_loss", stop_on_call(report, "plot_loss"))
+    monkeypatch.setattr(plots, "plot_loss", stop_on_call(plots, "plot_loss"))
     status = main(["report", str(copy_of)])
     err = capsys.readouterr().err
     assert status == 143 and err.startswith("bayesprune: interrupted:") and err.count("\n") == 1, err

@@ -10,7 +10,7 @@ there from its saved fit (:func:`bayesprune.pipeline.runner.extend_curve`).
 import copy
 import glob
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -231,10 +231,7 @@ def execute(cell: Cell, folder: str, threads: int = 1) -> dict:
         metrics = json.loads((folder / "metrics.json").read_text())
         missing = missing_sparsities(cell, metrics)
         return extend_curve(folder, missing) if missing else metrics
-    # an earlier attempt of this very config, stopped (its folder) or killed (a staging folder beside it)
-    attempts = [folder, *folder.parent.glob(f".{glob.escape(folder.name)}.*.partial")]
-    wanted = cell.run_config().to_toml()
-    if any((path / "config.toml").is_file() and (path / "config.toml").read_text() == wanted for path in attempts):
+    if _attempted(cell, folder):
         try:
             return resume_run(folder)
         except Interrupted:
@@ -243,6 +240,65 @@ def execute(cell: Cell, folder: str, threads: int = 1) -> dict:
             pass
     # force: what an earlier attempt left here (a checkpoint that does not resume) is replaced.
     return run(cell.run_config(), folder, force=True)
+
+
+def _attempted(cell: Cell, folder: Path) -> bool:
+    """Whether an earlier attempt of this very config was stopped (its folder) or killed (a staging folder
+    beside it), leaving a run to continue."""
+    attempts = [folder, *folder.parent.glob(f".{glob.escape(folder.name)}.*.partial")]
+    wanted = cell.run_config().to_toml()
+    return any((path / "config.toml").is_file() and (path / "config.toml").read_text() == wanted for path in attempts)
+
+
+def together_key(cell: Cell, folder) -> str | None:
+    """What the cells that train together with ``cell`` share (its config but the seed), or ``None`` for a
+    cell fitted alone: one of a method that does not fit several together
+    (:attr:`~bayesprune.methods.Method.fits_together`), or one begun or finished earlier (it continues, or
+    is read back)."""
+    from bayesprune.methods import get_method
+
+    folder = Path(folder)
+    if not get_method(cell.method).fits_together or finished(folder) or _attempted(cell, folder):
+        return None
+    return replace(cell.run_config(), seed=0).to_toml()
+
+
+def execute_together(cells: list, folders: list, threads: int = 1) -> list | None:
+    """Fit ``cells`` (one :func:`together_key` each, the same) into ``folders`` as one stacked model
+    (:func:`bayesprune.pipeline.fits.fit_runs_together`), each written as :func:`execute` writes it alone;
+    returns their metrics (a cell whose evaluation fails: :func:`failure`), or ``None`` when they cannot train
+    together or their stacked fit fails (nothing written: each is then fitted alone, where it fails alone
+    and keeps its checkpoint). Cells stopped while training together keep no checkpoint."""
+    check_stop("before the cells started")
+    torch.set_num_threads(threads)
+    from bayesprune.core.errors import Interrupted
+    from bayesprune.pipeline.fits import fit_runs_together
+    from bayesprune.pipeline.runner import run
+
+    configs = [cell.run_config() for cell in cells]
+    try:
+        fits = fit_runs_together(configs)
+    except Interrupted:
+        raise
+    except Exception:  # noqa: BLE001 - the cells fitted alone say why, each in its own row
+        return None
+    if fits is None:
+        return None
+    results = []
+    for config, folder, fit in zip(configs, folders, fits):
+        try:
+            results.append(run(config, Path(folder), force=True, fitted=fit))
+        except Interrupted:
+            raise
+        except Exception as error:  # noqa: BLE001 - a cell's own failure is recorded, the others go on
+            results.append(failure(error))
+    return results
+
+
+def failure(error: BaseException) -> dict:
+    """The result of a cell whose fit failed: the reason in one line."""
+    message = " ".join(str(error).split())[:300]
+    return {"failed": f"{type(error).__name__}: {message}" if not isinstance(error, BayesPruneError) else message}
 
 
 def variant_tables(table: dict) -> list:

@@ -292,6 +292,7 @@ def compare(
     sparsities=None,
     seeds=None,
     jobs: int = 1,
+    alone: bool = False,
     engine: str = "local",
     address=None,
     overrides=(),
@@ -310,7 +311,8 @@ def compare(
     resolved comparison is written to ``out/comparison.toml`` before the first cell, so that ``resume``
     continues from it (no config or overrides are given then). Before any fit every cell is checked
     (:func:`check_cells`): all refusals in one error. A failing cell is a row with its reason. ``status``
-    gets progress lines, ``report(cell, metrics, done, total)`` each finished cell; ``track="mlflow"`` logs to
+    gets progress lines, ``report(cell, metrics, done, total)`` each finished cell; ``alone`` fits every cell alone
+    (:func:`~bayesprune.pipeline.compare.engines.run_cells`: else seeds train together); ``track="mlflow"`` logs to
     ``track_uri`` (:mod:`~bayesprune.pipeline.compare.tracking`); rows start alike (:mod:`~bayesprune.pipeline.start`).
     """
     out = Path(out)
@@ -354,7 +356,9 @@ def compare(
                 }
             ),
         )
-        results = run_tracked(cells, folders, tracker, engine=engine, jobs=jobs, report=report, status=status)
+        results = run_tracked(
+            cells, folders, tracker, engine=engine, jobs=jobs, alone=alone, report=report, status=status
+        )
         rows = leaderboard_rows(cells, folders, options, results)
         write_leaderboard(out, rows)
         write_text(out / "leaderboard.json", json.dumps(rows, indent=1) + "\n")

@@ -1,5 +1,8 @@
 """Engines: they only schedule cells (:func:`bayesprune.pipeline.compare.cells.execute`), so every engine gives
-the same numbers for the same seeds.
+the same numbers for the same seeds. Cells of one method that differ only in their seed, where the method
+fits several together (:func:`~bayesprune.pipeline.compare.cells.together_key`), are one task, trained as
+one stacked model (:func:`~bayesprune.pipeline.compare.cells.execute_together`); a task whose cells cannot
+train together is split into one task a cell.
 
 * ``local``: a pool of ``jobs`` worker processes (``spawn``), each with one torch thread.
 * ``ray``: one Ray task per cell (one CPU each) on the cluster at ``address``, or on a local Ray
@@ -13,12 +16,20 @@ import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from bayesprune.core.errors import BayesPruneError, Interrupted
 from bayesprune.core.loop import STOP
-from bayesprune.pipeline.compare.cells import complete, execute, finished, read_json
+from bayesprune.pipeline.compare.cells import (
+    complete,
+    execute,
+    execute_together,
+    failure,
+    finished,
+    read_json,
+    together_key,
+)
 from bayesprune.pipeline.compare.ray_head import check_address, started
 
 ENGINES = ("local", "ray")
@@ -47,21 +58,24 @@ def engine_started(engine: str, address=None):
     return started(address) if engine == "ray" else nullcontext()
 
 
-def run_tracked(cells: list, folders: list, tracker, *, engine: str, jobs: int, report, status) -> list:
+def run_tracked(cells: list, folders: list, tracker, *, engine: str, jobs: int, alone: bool, report, status) -> list:
     """:func:`run_cells` as ``compare`` and ``sweep`` run their grid: each finished cell also logged by ``tracker``
     (:func:`~bayesprune.pipeline.compare.tracking.open_tracker`; ``None``: not tracked)."""
     if tracker is not None:
         report = tracker.reporter(report or (lambda *args: None))
-    return run_cells(cells, folders, engine=engine, jobs=jobs, report=report, status=status)
+    return run_cells(cells, folders, engine=engine, jobs=jobs, alone=alone, report=report, status=status)
 
 
-def run_cells(cells: list, folders: list, *, engine: str = "local", jobs: int = 1, report=None, status=None) -> list:
+def run_cells(
+    cells: list, folders: list, *, engine: str = "local", jobs: int = 1, alone: bool = False, report=None, status=None
+) -> list:
     """Execute every cell into its folder on ``engine``, which the caller has checked (:func:`check_engine`) and,
     for Ray, started (:func:`engine_started`: ``compare`` and ``sweep`` reach it before they write anything);
     returns their metrics in order.
 
     A finished cell is read back, never fitted again (one evaluated at every sparsity is evaluated at
-    those it lacks, from its saved fit). A cell whose fit fails (it diverges, the user's
+    those it lacks, from its saved fit). Cells of one method that differ only in their seed train together
+    (:func:`_tasks`) unless ``alone``. A cell whose fit fails (it diverges, the user's
     network raises) does not stop the others: its result is ``{"failed": "<why>"}`` and its folder
     keeps what the fit left for the next call. ``report(cell, metrics, done, total)`` is called as each
     cell finishes; ``status(line)`` gets the progress (default: a line on stderr per cell: cells done,
@@ -87,54 +101,78 @@ def run_cells(cells: list, folders: list, *, engine: str = "local", jobs: int = 
 
     if todo:
         # absolute, never resolved: a folder is never reached through a link (Ray's workers start elsewhere)
-        chosen = [(index, cells[index], os.path.abspath(folders[index])) for index in todo]
+        tasks = _tasks([(index, cells[index], os.path.abspath(folders[index])) for index in todo], alone=alone)
         if engine == "ray":
-            _ray(chosen, finish=finish, progress=progress)
+            _ray(tasks, finish=finish, progress=progress)
         else:
-            _local(chosen, jobs=jobs, finish=finish, progress=progress)
+            _local(tasks, jobs=jobs, finish=finish, progress=progress)
     return results
 
 
-def failure(error: BaseException) -> dict:
-    """The result of a cell whose fit failed: the reason in one line."""
-    message = " ".join(str(error).split())[:300]
-    return {"failed": f"{type(error).__name__}: {message}" if not isinstance(error, BayesPruneError) else message}
+def _tasks(chosen: list, *, alone: bool = False) -> list:
+    """``chosen`` (``(index, cell, folder)``) as tasks: the cells of one :func:`together_key` together (in
+    the order of their first), every other cell alone (``alone``: every cell)."""
+    tasks, groups = [], {}
+    for entry in chosen:
+        key = None if alone else together_key(entry[1], entry[2])
+        if key is None:
+            tasks.append([entry])
+        elif key in groups:
+            groups[key].append(entry)
+        else:
+            groups[key] = [entry]
+            tasks.append(groups[key])
+    return tasks
+
+
+def execute_task(cells: list, folders: list) -> list | None:
+    """What a worker runs for a task: its cells' metrics (``None``: they could not train together)."""
+    if len(cells) == 1:
+        return [execute(cells[0], folders[0])]
+    return execute_together(cells, folders)
+
+
+def _settle(task: list, results, *, finish, submit):
+    """Hand each cell's result of a finished ``task`` to ``finish``; a task whose cells could not train
+    together (``results`` is ``None``) is submitted again as one task a cell."""
+    if results is None:
+        for entry in task:
+            submit([entry])
+        return
+    for (index, _, _), metrics in zip(task, results):
+        finish(index, metrics)
 
 
 #: Seconds a worker is given to stop at the end of its step after SIGINT or SIGTERM before it is killed.
 STOP_GRACE = 60
 
 
-def _local(chosen, *, jobs: int, finish, progress):
-    # Workers inherit one thread for every library that reads it (BLAS, OpenMP) before they import torch,
-    # and start with SIGINT and SIGTERM blocked until their handlers are in place (_worker_start): a
-    # signal while they start is held, never a worker killed half-started.
-    previous = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = "1"
+def _local(tasks, *, jobs: int, finish, progress):
+    cells = sum(len(task) for task in tasks)
     pool = ProcessPoolExecutor(
-        max_workers=min(jobs, len(chosen)),
+        max_workers=min(jobs, cells),
         mp_context=multiprocessing.get_context("spawn"),
         initializer=_worker_start,
         initargs=(os.getpid(),),
     )
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    pending, workers = {}, set()
+
+    def submit(task):
+        with _starting_workers():  # the pool starts its workers as tasks come
+            future = pool.submit(execute_task, [cell for _, cell, _ in task], [folder for _, _, folder in task])
+        pending[future] = task
+        workers.update(multiprocessing.active_children())
+
     try:
-        pending = {pool.submit(execute, cell, folder): (index, cell) for index, cell, folder in chosen}
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-        if previous is None:
-            os.environ.pop("OMP_NUM_THREADS")
-        else:
-            os.environ["OMP_NUM_THREADS"] = previous
-    workers = list(multiprocessing.active_children())
-    try:
+        for task in tasks:
+            submit(task)
         while pending:
-            progress.running([cell for future, (_, cell) in pending.items() if future.running()])
+            progress.running([task for future, task in pending.items() if future.running()])
             ready, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
             for future in ready:
-                index, _ = pending.pop(future)
+                task = pending.pop(future)
                 try:
-                    metrics = future.result()
+                    results = future.result()
                 except Interrupted:
                     continue  # the worker saw the signal first; the loop below reports it
                 except BrokenProcessPool as error:  # a worker killed (out of memory, SIGKILL): no cell runs further
@@ -143,8 +181,8 @@ def _local(chosen, *, jobs: int, finish, progress):
                         "run the same command again to continue"
                     ) from None
                 except Exception as error:  # noqa: BLE001 - a cell's own failure is recorded, the others go on
-                    metrics = failure(error)
-                finish(index, metrics)
+                    results = [failure(error)] * len(task)
+                _settle(task, results, finish=finish, submit=submit)
             if STOP.signal is not None:
                 raise Interrupted(
                     f"stopped after {progress.done} of {progress.total} cells; the cells in progress keep "
@@ -156,6 +194,24 @@ def _local(chosen, *, jobs: int, finish, progress):
         _stop_workers(workers, STOP.signal or signal.SIGTERM)
         raise
     pool.shutdown()
+
+
+@contextmanager
+def _starting_workers():
+    """Workers started inside inherit one thread for every library that reads it (BLAS, OpenMP) before they
+    import torch, and start with SIGINT and SIGTERM blocked until their handlers are in place
+    (:func:`_worker_start`): a signal while they start is held, never a worker killed half-started."""
+    previous = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        if previous is None:
+            os.environ.pop("OMP_NUM_THREADS")
+        else:
+            os.environ["OMP_NUM_THREADS"] = previous
 
 
 def _stop_workers(workers, number):
@@ -199,23 +255,29 @@ def _worker_start(parent: int):
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
-def _ray(chosen, *, finish, progress):
-    """One Ray task per cell on the Ray started for the call (:func:`engine_started`)."""
+def _ray(tasks, *, finish, progress):
+    """One Ray task per task of cells on the Ray started for the call (:func:`engine_started`)."""
     import ray
 
-    task = ray.remote(num_cpus=1)(execute)
-    refs = {task.remote(cell, folder): (index, cell) for index, cell, folder in chosen}
+    remote = ray.remote(num_cpus=1)(execute_task)
+    refs = {}
+
+    def submit(task):
+        refs[remote.remote([cell for _, cell, _ in task], [folder for _, _, folder in task])] = task
+
+    for task in tasks:
+        submit(task)
     while refs:
         ready, _ = ray.wait(list(refs), num_returns=1, timeout=0.5)
         for ref in ready:
-            index, _ = refs.pop(ref)
+            task = refs.pop(ref)
             try:
-                metrics = ray.get(ref)
+                results = ray.get(ref)
             except ray.exceptions.TaskCancelledError:
                 continue
             except Exception as error:  # noqa: BLE001 - a cell's own failure is recorded, the others go on
-                metrics = failure(getattr(error, "cause", None) or error)
-            finish(index, metrics)
+                results = [failure(getattr(error, "cause", None) or error)] * len(task)
+            _settle(task, results, finish=finish, submit=submit)
         if STOP.signal is not None:
             for ref in refs:
                 ray.cancel(ref, force=True)
@@ -250,8 +312,9 @@ class Progress:
             f"bayesprune: {self.total} cells, {read_back} finished earlier (read back), {evaluated}{left} to fit"
         )
 
-    def running(self, cells):
-        names = tuple(cell.name for cell in cells)[: self.workers]  # a pool marks one more as running, queued
+    def running(self, tasks):
+        """``tasks`` (lists of ``(index, cell, folder)``) the pool marks running: one more than it runs, queued."""
+        names = tuple(cell.name for task in tasks[: self.workers] for _, cell, _ in task)
         if names and names != self.current:
             self.current = names
             self.status(f"bayesprune: [{self.done}/{self.total}] fitting {', '.join(names)}")

@@ -222,6 +222,7 @@ def sweep(
     *,
     seeds=None,
     jobs: int = 1,
+    alone: bool = False,
     engine: str = "local",
     address=None,
     overrides=(),
@@ -239,7 +240,7 @@ def sweep(
     then; the config file may have changed since); ``seeds`` given with ``resume`` add or drop cells,
     a finished cell is never fitted again. Every cell is checked before any fit, and a cell that fails
     while fitting is reported in the summary while the others finish (see
-    :func:`~bayesprune.pipeline.compare.comparison.compare`). ``track="mlflow"`` logs each cell and the summary
+    :func:`~bayesprune.pipeline.compare.comparison.compare`, as is ``alone``). ``track="mlflow"`` logs each cell and the summary
     to MLflow (:mod:`bayesprune.pipeline.compare.tracking`)."""
     out = Path(out)
     if resume:
@@ -269,7 +270,9 @@ def sweep(
                 }
             ),
         )
-        results = run_tracked(cells, folders, tracker, engine=engine, jobs=jobs, report=report, status=status)
+        results = run_tracked(
+            cells, folders, tracker, engine=engine, jobs=jobs, alone=alone, report=report, status=status
+        )
         rows = summary_rows(cells, results)
         write_csv(
             out / "summary.csv", [{key: "" if value is None else value for key, value in row.items()} for row in rows]
