@@ -198,20 +198,24 @@ def load_cifar10(
         limit_test: Keep only the first this many test images (``None``: all).
 
     Returns:
-        A classification :class:`Dataset` of ``(3, 32, 32)`` images in ``[0, 1]``.
+        A classification :class:`Dataset` of ``(3, 32, 32)`` images in ``[0, 1]``, the pixels 0-255 divided by
+        255 (:class:`~bayesprune.core.preprocessing.Pixels`, which an export applies inside its file).
     """
     root = _directory("root", root)
     limit_train = _optional_positive_integer("limit_train", limit_train)
     limit_test = _optional_positive_integer("limit_test", limit_test)
     x_train, y_train = _read_cifar10_batches(root, [f"data_batch_{i}" for i in range(1, 6)])
     x_test, y_test = _read_cifar10_batches(root, ["test_batch"])
+    pixels, raw_x_test = Pixels(255.0, (3, 32, 32), (3, 32, 32)), torch.from_numpy(x_test[:limit_test])
     return Dataset(
         name="cifar10",
         task=CLASSIFICATION,
-        x_train=torch.from_numpy(x_train[:limit_train]).float().div(255.0),
+        x_train=pixels.apply(torch.from_numpy(x_train[:limit_train])),
         y_train=torch.from_numpy(y_train[:limit_train]),
-        x_test=torch.from_numpy(x_test[:limit_test]).float().div(255.0),
+        x_test=pixels.apply(raw_x_test),
         y_test=torch.from_numpy(y_test[:limit_test]),
         input_shape=(3, 32, 32),
         num_classes=10,
+        pixels=pixels,
+        raw_x_test=raw_x_test,
     )

@@ -1,14 +1,16 @@
 """Exports of runs on the built-in image sets take the images as the data files hold them (the digits'
 values 0-16 at 8x8, Fashion-MNIST's 0-255 at 28x28) and apply the loader's own transformation inside the
 file: the scaling to [0, 1] and, at ``data.shape = "3x32x32"``, the bilinear upsampling and the repeated
-grey channel. The reported case: a digits run at 3x32x32 exported a file that refused the 8x8 rows while
+grey channel (CIFAR-10's 0-255 at 3x32x32: the scaling alone). The reported case: a digits run at 3x32x32 exported a file that refused the 8x8 rows while
 its message said it took them "as the data files hold them".
 
 Oracle: the rows read from scikit-learn's digits and from the IDX files written here, untouched, through
-the written ``.pt2`` and ONNX files, against the loader's own transformed test arrays through the fitted
+the written ``.pt2`` and ONNX files (CIFAR-10's batch files written here too), against the loader's own transformed test arrays through the fitted
 network (a fit without inclusion probabilities: the exported network computes the fitted one's function)."""
 
 import gzip
+import hashlib
+import pickle
 import struct
 
 import numpy as np
@@ -45,6 +47,20 @@ def fashion_folder(folder) -> tuple:
     return torch.tensor(images, dtype=torch.float32).unsqueeze(1), torch.tensor(labels, dtype=torch.int64)
 
 
+def cifar10_folder(root, monkeypatch) -> tuple:
+    """CIFAR-10's six batch files of random images (rows of 1024 red, green, then blue values 0-255), their md5
+    sums made the expected ones; the raw test images and labels."""
+    folder, rng, md5 = root / "cifar-10-batches-py", np.random.default_rng(4), {}
+    folder.mkdir()
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        data, labels = rng.integers(0, 256, size=(8, 3072), dtype=np.uint8), rng.integers(0, 10, 8)
+        content = pickle.dumps({"data": data, "labels": labels.tolist()}, protocol=4)
+        (folder / name).write_bytes(content)
+        md5[name] = hashlib.md5(content).hexdigest()
+    monkeypatch.setattr("bayesprune.data.images.CIFAR10_MD5", md5)
+    return torch.tensor(data, dtype=torch.float32).reshape(8, 3, 32, 32), torch.tensor(labels)
+
+
 def small_cnn(shape) -> nn.Module:
     channels, height, width = shape
     return nn.Sequential(
@@ -53,17 +69,25 @@ def small_cnn(shape) -> nn.Module:
     )  # fmt: skip
 
 
-CASES = [("digits", "1x8x8", 16), ("digits", "3x32x32", 16), ("fashion-mnist", "3x32x32", 255)]
+CASES = [
+    ("digits", "1x8x8", 16),
+    ("digits", "3x32x32", 16),
+    ("fashion-mnist", "3x32x32", 255),
+    ("cifar10", "as stored", 255),
+]
 
 
 @pytest.mark.parametrize("name, shape, white", CASES, ids=[f"{name} {shape}" for name, shape, _ in CASES])
-def test_the_exported_files_take_the_images_as_the_data_files_hold_them(name, shape, white, tmp_path):
+def test_the_exported_files_take_the_images_as_the_data_files_hold_them(name, shape, white, tmp_path, monkeypatch):
     onnx = pytest.importorskip("onnxruntime") and pytest.importorskip("onnxscript")
     if name == "digits":
         dataset, (raw, labels) = load_dataset("digits", shape=shape), raw_digits_test_rows()
-    else:
+    elif name == "fashion-mnist":
         raw, labels = fashion_folder(tmp_path / "fashion")
         dataset = load_dataset("fashion-mnist", root=str(tmp_path / "fashion"), shape=shape)
+    else:  # stored as the network takes it: the scaling alone
+        raw, labels = cifar10_folder(tmp_path, monkeypatch)
+        dataset = load_dataset("cifar10", root=str(tmp_path))
     assert raw.max() > 1 and raw.max() <= white  # the files' own values, not the loader's [0, 1]
     torch.manual_seed(0)
     fitted = fit_method("sparse-vd", small_cnn(dataset.input_shape), (dataset.x_train, dataset.y_train), epochs=1)
