@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from bayesprune.core.errors import DataError
+from bayesprune.core.preprocessing import Pixels
 from bayesprune.data.images import _torchvision_dataset
 from bayesprune.data.options import _choice, _directory, _optional_positive_integer
 from bayesprune.data.registry import CLASSIFICATION, Dataset, register_dataset
@@ -93,15 +93,13 @@ def _installed_folder() -> Path:
     )
 
 
-def _images(pixels: torch.Tensor, shape: tuple) -> torch.Tensor:
-    """uint8 ``(N, 28, 28)`` pixels as float32 images in ``[0, 1]`` of ``shape`` (bilinear upsampling,
-    the grey channel repeated), converted a slice at a time so that 60,000 images never sit twice in memory."""
-    images = torch.empty(len(pixels), *shape)
-    for start in range(0, len(pixels), 4096):
-        chunk = pixels[start : start + 4096].unsqueeze(1).float().div(255.0)
-        if shape[1:] != chunk.shape[2:]:
-            chunk = F.interpolate(chunk, size=shape[1:], mode="bilinear", align_corners=False).clamp(0, 1)
-        images[start : start + 4096] = chunk.expand(-1, shape[0], -1, -1)
+def _images(stored: torch.Tensor, pixels: Pixels) -> torch.Tensor:
+    """uint8 ``(N, 1, 28, 28)`` images as float32 images in ``[0, 1]`` of ``pixels.shape`` (:meth:`Pixels.apply`:
+    bilinear upsampling, the grey channel repeated), converted a slice at a time so that 60,000 images
+    never sit twice in memory."""
+    images = torch.empty(len(stored), *pixels.shape)
+    for start in range(0, len(stored), 4096):
+        images[start : start + 4096] = pixels.apply(stored[start : start + 4096])
     return images
 
 
@@ -124,7 +122,8 @@ def load_fashion_mnist(
         shape: ``"1x28x28"`` (as stored) or ``"3x32x32"`` (upsampled, three channels; :data:`SHAPES`).
 
     Returns:
-        A classification :class:`Dataset` of images in ``[0, 1]``.
+        A classification :class:`Dataset` of images in ``[0, 1]``, the pixels 0-255 divided by 255
+        (:class:`~bayesprune.core.preprocessing.Pixels`, which an export applies inside its file).
     """
     size = SHAPES[_choice("shape", shape, tuple(SHAPES))]
     limits = {"train": _optional_positive_integer("limit_train", limit_train)}
@@ -138,9 +137,9 @@ def load_fashion_mnist(
         arrays["x_train"], arrays["x_test"] = (
             arrays[x].squeeze(1).mul(255).round().byte() for x in ("x_train", "x_test")
         )
-    tensors = {}
+    tensors, pixels = {}, Pixels(255.0, (1, 28, 28), size)
     for part, limit in limits.items():
-        tensors[f"x_{part}"] = _images(arrays[f"x_{part}"][:limit], size)
+        tensors[f"x_{part}"] = _images(arrays[f"x_{part}"][:limit].unsqueeze(1), pixels)
         tensors[f"y_{part}"] = arrays[f"y_{part}"][:limit].long().contiguous()
     return Dataset(
         name="fashion-mnist",
@@ -148,5 +147,7 @@ def load_fashion_mnist(
         input_shape=size,
         num_classes=10,
         class_names=CLASS_NAMES,
+        pixels=pixels,
+        raw_x_test=arrays["x_test"][: limits["test"]].unsqueeze(1).contiguous(),
         **tensors,
     )

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from bayesprune.core.errors import DataError
+from bayesprune.core.preprocessing import Pixels
 from bayesprune.data.options import _boolean, _choice, _directory, _fraction, _integer, _optional_positive_integer
 from bayesprune.data.registry import CLASSIFICATION, Dataset, register_dataset
 
@@ -25,7 +25,8 @@ from bayesprune.data.registry import CLASSIFICATION, Dataset, register_dataset
 def load_digits(*, test_fraction: float = 0.2, seed: int = 0, flatten: bool = False, shape: str = "1x8x8") -> Dataset:
     """scikit-learn's bundled 8x8 handwritten digits (1,797 images, 10 classes; no network).
 
-    Pixels are divided by 16 to lie in ``[0, 1]``. The split is stratified by class.
+    Pixels are divided by 16 to lie in ``[0, 1]`` (:class:`~bayesprune.core.preprocessing.Pixels`, which an
+    export applies inside its file: it takes the values 0-16). The split is stratified by class.
 
     Args:
         test_fraction: Fraction of the images held out for testing, in ``(0, 1)``.
@@ -57,23 +58,22 @@ def load_digits(*, test_fraction: float = 0.2, seed: int = 0, flatten: bool = Fa
             f"data.test_fraction={test_fraction!r} gives no stratified split of {len(y)} digits: {message}"
         ) from err
     shape = (64,) if flatten else (3, 32, 32) if upsampled else (1, 8, 8)
+    pixels = Pixels(16.0, (64,) if flatten else (1, 8, 8), shape)
 
-    def images(a: np.ndarray) -> torch.Tensor:
-        pixels = torch.from_numpy(a / 16.0).float()
-        if not upsampled:
-            return pixels.reshape(-1, *shape)
-        pixels = F.interpolate(pixels.reshape(-1, 1, 8, 8), size=(32, 32), mode="bilinear", align_corners=False)
-        return pixels.repeat(1, 3, 1, 1)
+    def stored(a: np.ndarray) -> torch.Tensor:  # the values 0-16 as scikit-learn holds them, one image a row
+        return torch.from_numpy(a).float().reshape(-1, *pixels.stored)
 
     return Dataset(
         name="digits",
         task=CLASSIFICATION,
-        x_train=images(x_train),
+        x_train=pixels.apply(stored(x_train)),
         y_train=torch.from_numpy(y_train).long(),
-        x_test=images(x_test),
+        x_test=pixels.apply(stored(x_test)),
         y_test=torch.from_numpy(y_test).long(),
         input_shape=shape,
         num_classes=10,
+        pixels=pixels,
+        raw_x_test=stored(x_test),
     )
 
 
@@ -198,20 +198,24 @@ def load_cifar10(
         limit_test: Keep only the first this many test images (``None``: all).
 
     Returns:
-        A classification :class:`Dataset` of ``(3, 32, 32)`` images in ``[0, 1]``.
+        A classification :class:`Dataset` of ``(3, 32, 32)`` images in ``[0, 1]``, the pixels 0-255 divided by
+        255 (:class:`~bayesprune.core.preprocessing.Pixels`, which an export applies inside its file).
     """
     root = _directory("root", root)
     limit_train = _optional_positive_integer("limit_train", limit_train)
     limit_test = _optional_positive_integer("limit_test", limit_test)
     x_train, y_train = _read_cifar10_batches(root, [f"data_batch_{i}" for i in range(1, 6)])
     x_test, y_test = _read_cifar10_batches(root, ["test_batch"])
+    pixels, raw_x_test = Pixels(255.0, (3, 32, 32), (3, 32, 32)), torch.from_numpy(x_test[:limit_test])
     return Dataset(
         name="cifar10",
         task=CLASSIFICATION,
-        x_train=torch.from_numpy(x_train[:limit_train]).float().div(255.0),
+        x_train=pixels.apply(torch.from_numpy(x_train[:limit_train])),
         y_train=torch.from_numpy(y_train[:limit_train]),
-        x_test=torch.from_numpy(x_test[:limit_test]).float().div(255.0),
+        x_test=pixels.apply(raw_x_test),
         y_test=torch.from_numpy(y_test[:limit_test]),
         input_shape=(3, 32, 32),
         num_classes=10,
+        pixels=pixels,
+        raw_x_test=raw_x_test,
     )

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from bayesprune.core.errors import DataError
-from bayesprune.core.preprocessing import preprocessing_of
+from bayesprune.core.preprocessing import Pixels, preprocessing_of
 
 CLASSIFICATION = "classification"
 REGRESSION = "regression"
@@ -54,6 +54,10 @@ class Dataset:
         input_std: float32 of shape ``input_shape``: the scale the inputs were divided by, or ``None``.
         augment: what every training minibatch's inputs go through (``data.augment``:
             :class:`~bayesprune.data.streaming.Augment`), or ``None``.
+        pixels: a built-in image set's :class:`~bayesprune.core.preprocessing.Pixels`, what made its inputs
+            of the images as its files hold them, or ``None``.
+        raw_x_test: the test images as the files hold them (``pixels.apply(raw_x_test)`` is ``x_test``), or
+            ``None`` (without ``pixels``).
 
     ``x_train`` may be :class:`~bayesprune.data.streaming.Rows` read on demand instead of a tensor
     (``data.stream``, a user's large ``DataLoader``): methods train on it batch by batch.
@@ -75,6 +79,8 @@ class Dataset:
     input_mean: torch.Tensor | None = None
     input_std: torch.Tensor | None = None
     augment: object = None
+    pixels: Pixels | None = None
+    raw_x_test: torch.Tensor | None = None
 
     @property
     def output_dim(self) -> int:
@@ -194,6 +200,7 @@ def validate(dataset: Dataset) -> None:
     problem = preprocessing_of(dataset).problem(dataset.input_shape)
     if problem:
         raise DataError(f"{where}: {problem}")
+    _check_pixels(where, dataset)
     if dataset.task == REGRESSION:
         if dataset.num_classes is not None:
             raise DataError(f"{where}: num_classes must be None for regression, got {dataset.num_classes!r}")
@@ -203,6 +210,20 @@ def validate(dataset: Dataset) -> None:
                 f"{where}: target_mean and target_std must be finite with target_std > 0, "
                 f"got {dataset.target_mean!r} and {dataset.target_std!r}"
             )
+
+
+def _check_pixels(where: str, dataset: Dataset) -> None:
+    """``raw_x_test`` given with ``pixels`` and made ``x_test`` by them (its first rows checked), ``pixels`` of
+    ``input_shape``."""
+    pixels, raw = dataset.pixels, dataset.raw_x_test
+    if (pixels is None) != (raw is None):
+        raise DataError(f"{where}: pixels and raw_x_test must both be given or both be None")
+    if pixels is None:
+        return
+    if tuple(pixels.shape) != tuple(dataset.input_shape) or tuple(raw.shape) != (len(dataset.x_test), *pixels.stored):
+        raise DataError(f"{where}: pixels and raw_x_test must give x_test of input_shape {tuple(dataset.input_shape)}")
+    if not torch.allclose(pixels.apply(raw[:256]), dataset.x_test[:256], atol=1e-6, rtol=0):  # a loader's slip
+        raise DataError(f"{where}: pixels do not make x_test of raw_x_test")
 
 
 def _check_labels(where: str, field_name: str, y: torch.Tensor, num_classes: int | None) -> None:

@@ -87,12 +87,14 @@ class Exported:
                 lines.append(
                     f"{f'latency {device}, batch {batch} (ms)':<28}{1e3 * seconds:>14.4f}{1e3 * small:>14.4f}{small / seconds:>8.3f}"
                 )
-        done = (
+        done = [_pixels_text(report["pixels"]) + " as the loader does"] if "pixels" in report else []
+        done += (
             ["standardises them with the training split's mean and std"] if report["standardises_inputs"] else []
         ) + (["gives the target in its own units"] if report["scales_outputs"] else [])
         lines.append(
             f"wrote {report['file']}: torch.export.load(path).module() runs it with torch alone (inputs of shape (batch, "
             f"{', '.join(map(str, report['input_shape']))}) as the data files hold them"
+            + ("" if "pixels" not in report else f", pixel values 0-{report['pixels']['white']:g}")
             + (f"; it {' and '.join(done)}" if done else "")
             + ")"
         )
@@ -104,7 +106,7 @@ class Exported:
                 + (
                     ""
                     if not done
-                    else " of the standardised data (load_trainable(path, raw_inputs=True) wraps it as the file above)"
+                    else " of the loader's inputs (load_trainable(path, raw_inputs=True) wraps it as the file above)"
                 )
             )
         else:
@@ -287,7 +289,8 @@ def export_fitted(
         name: written["error"],
         f"run_{name}": run_value if isinstance(run_value, (int, float)) else None,
         f"method_{name}": written["own"],
-        "input_shape": list(shape),
+        "input_shape": list(shape if preprocessing.pixels is None else preprocessing.pixels.stored),
+        **({} if preprocessing.pixels is None else {"pixels": preprocessing.pixels.state()}),
         "recalibrated_statistics": recalibrated,
         "standardises_inputs": preprocessing.input_mean is not None,
         "scales_outputs": preprocessing.scales_targets,
@@ -355,7 +358,7 @@ def _written(fitted, dataset, exported, brought, weight_masks, paths, repeats) -
     out, trainable, onnx = paths
     shape = tuple(dataset.input_shape)
     preprocessing = preprocessing_of(dataset)
-    example = preprocessing.raw_inputs(dataset.x_test[:2])
+    example = next(_raw_batches(dataset, preprocessing, batch_size=2))
     raw_y = dataset.y_test if is_classification(dataset.task) else preprocessing.raw_targets(dataset.y_test)
     # new files, never a link planted there
     partials = _fresh_beside(out), _fresh_beside(trainable), *([_fresh_beside(onnx)] if onnx else [])
@@ -374,10 +377,10 @@ def _written(fitted, dataset, exported, brought, weight_masks, paths, repeats) -
             written["why_not"] = str(error)
         loaded = torch.export.load(str(partials[0])).module()  # the file as written
         with torch.no_grad():
-            outputs = torch.cat([loaded(batch) for batch in _raw_batches(dataset.x_test, preprocessing)])
+            outputs = torch.cat([loaded(batch) for batch in _raw_batches(dataset, preprocessing)])
         written["error"] = metric(dataset.task, predictive_mean(outputs, dataset.task), raw_y)
         if onnx:  # the ONNX file as ONNX Runtime runs it, beside the .pt2's outputs
-            onnx_outputs = run_onnx(partials[2], _raw_batches(dataset.x_test, preprocessing))
+            onnx_outputs = run_onnx(partials[2], _raw_batches(dataset, preprocessing))
             name = written["metric"]
             written["onnx"] = {
                 "onnx_file": str(onnx),
@@ -422,6 +425,18 @@ def removed_units(brought, exported, shape) -> dict:
         kind[0] += group.units - (after[name].units if name in after else group.units)
         kind[1] += group.units
     return counts
+
+
+def _pixels_text(pixels: dict) -> str:
+    """``"divides them by 16, resizes them bilinearly to 32x32 and repeats the grey channel 3 times"`` of a
+    :meth:`~bayesprune.core.preprocessing.Pixels.state`."""
+    stored, shape = pixels["stored"], pixels["shape"]
+    steps = [f"divides them by {pixels['white']:g}"]
+    if stored[1:] != shape[1:]:
+        steps.append(f"resizes them bilinearly to {'x'.join(map(str, shape[1:]))}")
+    if stored[0] != shape[0]:
+        steps.append(f"repeats the grey channel {shape[0]} times")
+    return ", ".join(steps[:-1]) + (" and " if len(steps) > 1 else "") + steps[-1]
 
 
 def _removed_text(removed: dict) -> str:
@@ -471,7 +486,10 @@ def _first_fit_metrics(run_dir: Path) -> dict:
     return metrics if isinstance(metrics, dict) else {}
 
 
-def _raw_batches(x, preprocessing, batch_size: int = 1024):
-    """The test inputs ``x`` in the units of the user's files, ``batch_size`` rows at a time: a tensor
-    split, or rows read on demand (:class:`~bayesprune.data.streaming.Rows`), never held as one tensor."""
-    return (preprocessing.raw_inputs(batch) for batch in chunks(x, batch_size))
+def _raw_batches(dataset, preprocessing, batch_size: int = 1024):
+    """``dataset``'s test inputs as the user's files hold them (float32), ``batch_size`` rows at a time: the
+    images its loader kept (``raw_x_test``), or its inputs' standardisation undone, of a tensor split or of
+    rows read on demand (:class:`~bayesprune.data.streaming.Rows`), never held as one tensor."""
+    if dataset.raw_x_test is not None:
+        return (batch.float() for batch in chunks(dataset.raw_x_test, batch_size))
+    return (preprocessing.raw_inputs(batch) for batch in chunks(dataset.x_test, batch_size))

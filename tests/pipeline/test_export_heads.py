@@ -88,7 +88,7 @@ def test_unit_gates_and_a_unit_export_remove_heads_of_a_library_vit(library, tmp
     assert getattr(attention, "num_heads", getattr(attention, "num_attention_heads", None)) == heads - heads_removed
     assert report["max_abs_difference_to_masked"] < 1e-5
 
-    data = load_dataset("digits")  # the file takes the images as the data files hold them
+    data = load_dataset("digits")  # the file takes the images as the data files hold them: values 0-16
     with torch.no_grad():
-        predicted = torch.export.load("small.pt2").module()(data.x_test).argmax(1)
+        predicted = torch.export.load("small.pt2").module()(data.raw_x_test).argmax(1)
     assert report["test_error"] == pytest.approx(100 * (predicted != data.y_test).float().mean().item())
