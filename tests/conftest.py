@@ -83,3 +83,11 @@ def cells_in_this_process():
     """
     with cells_here():
         yield
+
+
+def pytest_unconfigure(config):
+    """A test process (each xdist worker) ends as a command does, without the interpreter's collections over
+    every module it imported (seconds at the end of every worker, :mod:`bayesprune.core.process_exit`)."""
+    from bayesprune.core.process_exit import exit_without_collection
+
+    exit_without_collection()

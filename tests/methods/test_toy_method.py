@@ -164,8 +164,8 @@ def copy_method(methods: Path, name: str, new: str):
 
 
 #: In one process of the copy (one import of torch): where bayesprune comes from, ``bayesprune list``,
-#: ``python docs/generate.py`` (what the developer of a method runs), a short run and a one-cell
-#: comparison of the toy method, then the shared tests.
+#: ``python docs/generate.py`` (what the developer of a method runs), a short run of each new method and
+#: one comparison of both (their cells and the magnitude cell they share), then the shared tests.
 SESSION = """
 import runpy, sys
 
@@ -177,11 +177,10 @@ from bayesprune.cli import main
 print("imported", bayesprune.__file__, bayesprune.models.__file__)
 assert main(["list"]) == 0
 assert runpy.run_path("docs/generate.py")["main"]() == 0
-assert main(["run", "toy-digits", "--out", "run", "--quiet", "--set", "train.epochs=2", "--set", "baseline.enabled=false"]) == 0
-for method, out in (("toy", "cmp"), ("vd-copy", "cmp-copy")):
-    assert main(["compare", "--out", out, "--methods", method, "--sparsities", "0.5", "--seeds", "0", "--set", "train.epochs=1",
-                 "--set", "baseline.epochs=1", "--set", "compare.finetune_epochs=1"]) == 0
-assert main(["run", "vd-copy-digits", "--out", "run-copy", "--quiet", "--set", "train.epochs=2"]) == 0
+assert main(["run", "toy-digits", "--out", "run", "--quiet", "--set", "train.epochs=1", "--set", "baseline.enabled=false"]) == 0
+assert main(["compare", "--out", "cmp", "--methods", "toy", "vd-copy", "--sparsities", "0.5", "--seeds", "0",
+             "--set", "train.epochs=1", "--set", "baseline.epochs=1", "--set", "compare.finetune_epochs=1"]) == 0
+assert main(["run", "vd-copy-digits", "--out", "run-copy", "--quiet", "--set", "train.epochs=1"]) == 0
 sys.exit(pytest.main(sys.argv[1:]))
 """
 
@@ -218,9 +217,14 @@ def test_the_toy_method_is_listed_documented_run_and_compared(copy, session):
 
     metrics = json.loads((copy / "run" / "metrics.json").read_text())
     assert metrics["method"] == "toy" and metrics["score"] == "weight magnitude"
+    rows = leaderboard(copy)
+    assert set(rows) == {"magnitude", "toy", COPIED} and float(rows["toy"]["sparsity"]) == 0.5
+
+
+def leaderboard(copy) -> dict:
+    """The rows of the comparison of the toy method and the copy of Sparse VD, by method."""
     with open(copy / "cmp" / "leaderboard.csv") as handle:
-        rows = {row["method"]: row for row in csv.DictReader(handle)}
-    assert set(rows) == {"magnitude", "toy"} and float(rows["toy"]["sparsity"]) == 0.5
+        return {row["method"]: row for row in csv.DictReader(handle)}
 
 
 def test_the_shared_method_tests_pass_for_the_toy_method(session):
@@ -236,8 +240,7 @@ def test_a_copy_of_sparse_vd_under_another_name_is_listed_run_compared_and_teste
     assert f"{COPIED}-digits" in session
     metrics = json.loads((copy / "run-copy" / "metrics.json").read_text())
     assert metrics["method"] == COPIED and metrics["score"] == "-log alpha"
-    with open(copy / "cmp-copy" / "leaderboard.csv") as handle:
-        rows = {row["method"]: row for row in csv.DictReader(handle)}
-    assert set(rows) == {"magnitude", COPIED} and float(rows[COPIED]["sparsity"]) == 0.5
+    rows = leaderboard(copy)
+    assert set(rows) == {"magnitude", "toy", COPIED} and float(rows[COPIED]["sparsity"]) == 0.5
     ran = {line.split("::")[0] for line in session.splitlines() if f"[{COPIED}]" in line and "PASSED" in line}
     assert {file for file, selection in SHARED.items() if selection == "toy"} <= ran, session[-3000:]
