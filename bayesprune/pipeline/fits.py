@@ -1,10 +1,11 @@
 """A fit's start, and independent fits of one network shape trained together (issue 51, item 1).
 
-:func:`start_fit` readies one fit (its network, context and start metric), as a run fits it alone;
-:func:`fit_seeds_together` and :func:`fit_chains_together` ready several and train them as one stacked model
-(:meth:`~bayesprune.methods.Method.fit_together`, :mod:`bayesprune.core.batched`): a run's seeds, a run's
-chains after the first, and the cells of a comparison or sweep that differ only in their seed
-(:func:`bayesprune.pipeline.runner.run_together`). Each fit ends where its separate fit ends.
+:func:`start_fit` readies one fit (its network, context and start metric), as a run fits it alone; the
+others ready several and train them as one stacked model (:meth:`~bayesprune.methods.Method.fit_together`,
+:mod:`bayesprune.core.batched`): a run's seeds (:func:`fit_seeds_together`), its chains after the first
+(:func:`fit_chains_together`), the cells of a comparison or sweep that differ only in their seed
+(:func:`fit_runs_together`), and a run's splits after the first (:func:`fit_splits_together`). Each fit
+ends where its separate fit ends.
 """
 
 import copy
@@ -93,6 +94,23 @@ def fit_runs_together(configs: list) -> list | None:
     method = get_method(config.method)
     fits = fit_seeds_together(config, method, datasets, config.torch_device, seeds, progress=False, draws=seeds)
     return [fits[seed] for seed in seeds] if fits else None
+
+
+def fit_splits_together(config, method, datasets: list, device, progress) -> dict:
+    """Split index → ``(net, baseline_net, start, ctx, fitted)`` of a run's splits after the first (each from
+    seed ``config.seed + index`` on its own rows, no checkpoint: the first split alone writes one), trained
+    together as :func:`fit_seeds_together` trains a run's seeds, when the method supports it; else empty."""
+    if len(datasets) < 3 or not method.fits_together:
+        return {}
+
+    def begin(seed):
+        dataset, validation = datasets[seed - config.seed], None
+        if config.train.validation > 0:
+            dataset, *validation = hold_out(dataset, config.train.validation, seed=seed)
+        return dataset, start_fit(config, dataset, validation, seed=seed, device=device, progress=progress)
+
+    fits = fit_stack(config, method, [config.seed + index for index in range(1, len(datasets))], begin)
+    return {seed - config.seed: fit for seed, fit in fits.items()}
 
 
 def fit_chains_together(config, method, dataset, validation, chains: int, device, progress) -> dict:

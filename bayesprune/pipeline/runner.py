@@ -42,7 +42,7 @@ from bayesprune.pipeline.checks import check_before_fit, run_chains
 from bayesprune.pipeline.config import load_config, new_names
 from bayesprune.pipeline.evaluation import macs_curve, metric_name, pruning_curve
 from bayesprune.pipeline.finetune import FineTuning
-from bayesprune.pipeline.fits import fit_chains_together, fit_seeds_together, start_fit
+from bayesprune.pipeline.fits import fit_chains_together, fit_seeds_together, fit_splits_together, start_fit
 from bayesprune.pipeline.processes import check_same_fits, join, own_directory
 from bayesprune.pipeline.report import SCORES_DIGEST, write_report
 from bayesprune.pipeline.rundir import (
@@ -224,15 +224,19 @@ def _fit_splits(
 ) -> tuple:
     """Fit and evaluate every split from ``config.seed``; the first fit checkpoints to ``checkpoint``
     (continuing from ``resume``, a checkpoint of that fit, when given) unless it was trained with the
-    run's other seeds (``together``, :func:`fit_seeds_together`), and the run's first writes its
+    run's other seeds (``together``, :func:`fit_seeds_together`); the splits after the first train together
+    (:func:`fit_splits_together`), as do the first split's chains after the first; the run's first writes its
     fit into ``staging``. Returns the metrics and, for the run's first fit, ``(fitted, built, preprocessing)`` for
     :func:`_write_final_checkpoint` (else ``None``): its training-loop checkpoint stays in ``staging``
     until then, so that a run stopped while writing its files resumes from it."""
     per_split, final = [], None
     chains = run_chains(config, datasets[0])
     # A signal while fitting, evaluating (the plain baseline, a certificate) or writing the fit's files keeps its checkpoint.
+    by_split = {}  # the splits after the first, trained together once the first is fitted and evaluated
     try:
         for index, dataset in enumerate(datasets):
+            if index == 1:
+                by_split = fit_splits_together(config, method, datasets, device, progress)
             fits = []
             validation = None
             if config.train.validation > 0:
@@ -242,8 +246,9 @@ def _fit_splits(
             for chain in range(chains if index == 0 else 1):
                 if chain == 1 and chains > 2:
                     stacked = fit_chains_together(config, method, dataset, validation, chains, device, progress)
-                if (index == chain == 0 and together is not None) or chain in stacked:  # trained with others
-                    net, baseline_net, start, ctx, fitted = together if chain == 0 else stacked[chain]
+                trained = stacked.get(chain) if chain else (by_split.get(index) if index else together)
+                if trained is not None:  # trained with others
+                    net, baseline_net, start, ctx, fitted = trained
                     set_rng_state(ctx.rng_after)
                 else:
                     net, baseline_net, start, ctx = start_fit(

@@ -131,3 +131,53 @@ def test_a_runs_chains_after_the_first_train_together_each_as_fitted_alone(short
     monkeypatch.setattr(magnitude, "fit_together", counted)
     run(load_config("magnitude-digits", [*SHORT, "chains=3"]), tmp_path / "run")
     assert stacks == [2]
+
+
+def _uci(root, splits: int, rows: int = 60):
+    """A UCI folder (the layout of Gal and Ghahramani's splits) of ``rows`` rows y = x1 - 2 x2 + noise, each
+    split holding out its own 10 rows."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, 2, generator=generator)
+    y = x[:, 0] - 2 * x[:, 1] + 0.1 * torch.randn(rows, generator=generator)
+    folder = root / "toy"
+    folder.mkdir(parents=True)
+    (folder / "data.txt").write_text("\n".join(f"{a} {b} {c}" for (a, b), c in zip(x.tolist(), y.tolist())) + "\n")
+    (folder / "index_features.txt").write_text("0\n1\n")
+    (folder / "index_target.txt").write_text("2\n")
+    for split in range(splits):
+        test = set(range(10 * split, 10 * split + 10))
+        (folder / f"index_train_{split}.txt").write_text("\n".join(str(i) for i in range(rows) if i not in test) + "\n")
+        (folder / f"index_test_{split}.txt").write_text("\n".join(map(str, sorted(test))) + "\n")
+    (folder / "n_splits.txt").write_text(f"{splits}\n")
+    return ["data.dataset='uci'", f"data.root='{root}'", "data.name='toy'"]
+
+
+@pytest.mark.parametrize(("method", "alone_seeds"), [("magnitude", [0]), ("sbnn", [0, 1, 2])])
+def test_a_runs_splits_after_the_first_train_together_each_as_its_split_alone(
+    method, alone_seeds, tmp_path, monkeypatch
+):
+    """A UCI run of 3 splits: split 0 is fitted alone (with its checkpoint), splits 1 and 2 (seeds 1 and 2) as
+    one stack where the method's stack holds them (the sBNN's does not hold a learned noise scale: one after
+    another); the run's mean and standard error of every metric are those of the 3 splits each run alone."""
+    uci = _uci(tmp_path / "uci", splits=3)
+    settings = [*SHORT, "prune.sparsities=[0.0, 0.5]", "train.validation=0.2", *uci]
+    config = f"{method}-digits"
+    alone = [
+        run(load_config(config, [*settings, f"data.split={split}", f"seed={split}"]), tmp_path / f"alone-{split}")
+        for split in range(3)
+    ]
+    kind = type(get_method(method))
+    fitted, fit = [], kind.fit
+    monkeypatch.setattr(
+        kind, "fit", lambda self, net, data, options, ctx: fitted.append(ctx.seed) or fit(self, net, data, options, ctx)
+    )
+    together = run(load_config(config, [*settings, "data.splits=[0, 1, 2]"]), tmp_path / "together")
+    assert fitted == alone_seeds
+    for key in ("test_rmse", "test_ll", "baseline_test_rmse"):
+        if key not in alone[0]:
+            continue
+        values = torch.tensor([metrics[key] for metrics in alone], dtype=torch.float64)
+        assert together[f"{key}_mean"] == pytest.approx(float(values.mean()), rel=1e-5), key
+        assert together[f"{key}_stderr"] == pytest.approx(
+            float(values.std(correction=0) / 3**0.5), rel=1e-4, abs=1e-9
+        ), key
