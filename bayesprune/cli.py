@@ -12,6 +12,7 @@ from pathlib import Path
 
 from bayesprune.core.errors import BayesPruneError, Interrupted, StopNow, memory_error, one_line, warnings_after_success
 from bayesprune.core.loop import STOP
+from bayesprune.core.process_exit import exit_without_collection
 from bayesprune.pipeline.config import packaged_configs
 
 
@@ -242,6 +243,7 @@ def build_parser():
 
 
 def main(argv=None):
+    exit_without_collection()
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what a launch of several processes passes on
     previous = {number: signal.signal(number, STOP.request) for number in (signal.SIGINT, signal.SIGTERM)}

@@ -9,6 +9,8 @@ start (each of a comparison's workers, each command):
 import subprocess
 import sys
 
+import pytest
+
 #: Imported by ``import torch_pruning``, and by nothing that every run needs.
 STRUCTURED_ONLY = ("torch_pruning", "timm", "torchvision", "torch._dynamo")
 
@@ -17,6 +19,8 @@ POSTERIOR_AND_PLOTS_ONLY = ("xarray", "pandas", "matplotlib", "arviz")
 
 PROGRAM = f"""
 import sys
+
+import pytest
 import bayesprune.cli
 import bayesprune.pipeline.compare
 import bayesprune.pipeline.runner
@@ -32,3 +36,28 @@ def test_bayesprune_and_every_method_import_without_torch_pruning_xarray_or_matp
     result = subprocess.run([sys.executable, "-c", PROGRAM], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == []
+
+
+#: Prints, last thing at exit, whether the collector's objects were frozen (:func:`gc.freeze`) by then.
+EXIT_PROGRAM = """
+import atexit, gc, os, sys
+atexit.register(lambda: print("frozen" if gc.get_freeze_count() else "not frozen"))  # runs after those below
+{}
+"""
+
+STARTS = {
+    "the command line": "from bayesprune.cli import main; main(['list'])",
+    "a comparison's worker": "from bayesprune.pipeline.compare.engines import _worker_start; _worker_start(os.getppid())",
+    "python alone": "pass",
+}
+
+
+@pytest.mark.parametrize("start", STARTS)
+def test_a_command_and_a_worker_exit_without_the_collectors_walk_over_every_module(tmp_path, start):
+    """The interpreter's last collections walk every object of every module at exit (seconds with torch
+    imported: the local engine's shutdown waited on its workers' for most of its time): the command line and
+    a comparison's worker freeze the objects first, once their ``atexit`` handlers ran."""
+    program = EXIT_PROGRAM.format(STARTS[start])
+    result = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-1] == ("not frozen" if start == "python alone" else "frozen")

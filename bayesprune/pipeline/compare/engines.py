@@ -245,6 +245,9 @@ def _worker_start(parent: int):
 
     for number in STOP_SIGNALS:
         signal.signal(number, request_stop)
+    from bayesprune.core.process_exit import exit_without_collection
+
+    exit_without_collection()  # the pool's shutdown waits for the workers' exit
     if sys.platform.startswith("linux"):
         import ctypes
 
