@@ -267,6 +267,7 @@ def export_fitted(
         f"run_{name}": run_value if isinstance(run_value, (int, float)) else None,
         f"method_{name}": written["own"],
         "input_shape": list(shape if preprocessing.pixels is None else preprocessing.pixels.stored),
+        "inputs": dataset.export_inputs or "as the data files hold them",
         **({} if preprocessing.pixels is None else {"pixels": preprocessing.pixels.state()}),
         "recalibrated_statistics": recalibrated,
         "standardises_inputs": preprocessing.input_mean is not None,
@@ -414,7 +415,7 @@ def _files_lines(report: dict, no_trainable_file) -> list:
     )
     lines = [
         f"wrote {report['file']}: torch.export.load(path).module() runs it with torch alone (inputs of shape (batch, "
-        f"{', '.join(map(str, report['input_shape']))}) as the data files hold them"
+        f"{', '.join(map(str, report['input_shape']))}) {report['inputs']}"
         + ("" if "pixels" not in report else f", pixel values 0-{report['pixels']['white']:g}")
         + (f"; it {' and '.join(done)}" if done else "")
         + ")"
