@@ -127,11 +127,12 @@ ARCHITECTURES = {
 INITIALISATIONS = ("default", "xavier-normal")
 
 
-def build_architecture(name, input_shape, output_dim, *, init="default", **options):
+def build_architecture(name, input_shape, output_dim, /, *, init="default", **options):
     """Build the registered architecture ``name``; bad names or options raise :class:`ConfigError`.
 
     ``init = "xavier-normal"`` redraws every weight from Glorot's normal initialiser and zeroes the
-    biases (paper 004, section 7); ``"default"`` keeps PyTorch's.
+    biases (paper 004, section 7); ``"default"`` keeps PyTorch's. The first three are positional only, so
+    that an option of the same name (``model.name``) reaches the builder and is refused in one line.
     """
     if name not in ARCHITECTURES:
         raise ConfigError(f"model.architecture must be one of {sorted(ARCHITECTURES)}, got {name!r}")
@@ -180,7 +181,7 @@ def network_factory(spec: str):
     return target
 
 
-def build_from_factory(spec: str, input_shape, output_dim: int, *, init: str = "default", **options) -> nn.Module:
+def build_from_factory(spec: str, input_shape, output_dim: int, /, *, init: str = "default", **options) -> nn.Module:
     """The user's network: ``callable(input_shape, output_dim, **options)`` of ``model.factory``."""
     factory = network_factory(spec)
     try:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from concurrent.futures import Future
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -203,3 +204,20 @@ def assert_close(got, want, where):
         assert got == pytest.approx(want, rel=1e-5, abs=1e-9), where
     else:
         assert got == want, where
+
+
+def image_folder(root, classes=None, sizes=(10, 12), count=3, mode="RGB"):
+    """``root/{train,test}/<class>/<k>.png`` random images; ``classes`` maps part to its class names."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    classes = classes or {"train": ["circle", "square"], "test": ["circle", "square"]}
+    for part, names in classes.items():
+        for name in names:
+            (root / part / name).mkdir(parents=True, exist_ok=True)
+            for k in range(count):
+                shape = sizes if mode == "L" else (*sizes, 3)
+                Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8), mode=mode).save(
+                    root / part / name / f"{k}.png"
+                )
+    return str(root)

@@ -174,6 +174,8 @@ BAD_SETTINGS = [
     (["sbnn.log_tau1=1e308"], "sbnn.log_tau1"),
     (["train.epochs=100000000000000000000"], "train.epochs"),
     (["device='cuda:7'"], "device"),
+    (["model.name='lenet-5-caffe'"], "argument 'name'"),  # a key of the builder's own arguments: was a traceback
+    (["model.output_dim=3"], "argument 'output_dim'"),
 ]
 
 

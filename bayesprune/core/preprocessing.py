@@ -14,7 +14,7 @@ raw inputs and gives regression outputs in the target's own units::
 ``bayesprune export`` writes the wrapped network, so its file takes the rows of the user's table.
 
 A built-in image set's loader maps the pixels as its files hold them (the digits' 0-16, Fashion-MNIST's
-0-255) to the network's inputs with :class:`Pixels`: scaled to ``[0, 1]`` and, at a ``data.shape`` other
+and MNIST's IDX files' 0-255) to the network's inputs with :class:`Pixels`: scaled to ``[0, 1]`` and, at a ``data.shape`` other
 than the stored one, resized and its grey channel repeated. The loader and the exported file run the same
 :meth:`Pixels.apply`, so the file takes the images as the files hold them.
 """

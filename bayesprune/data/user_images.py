@@ -148,6 +148,7 @@ def load_image_folder(
     else:
         x_train = _read_images(train, shape)
     to_train = torch.tensor([train.class_to_idx[name] for name in test.classes], dtype=torch.int64)
+    resized = "" if size is None else f", resized to {size[0]}x{size[1]} (torchvision's Resize)"
     return Dataset(
         name=f"image-folder/{Path(root).resolve().name}",
         task=CLASSIFICATION,
@@ -159,4 +160,6 @@ def load_image_folder(
         num_classes=len(train.classes),
         class_names=tuple(train.classes),
         augment=augmentation,
+        export_inputs="as the loader gives them, not image files: float32 values in [0, 1] of the files decoded by "
+        f"Pillow to {'one luminance channel' if grayscale else 'RGB'}{resized} and divided by 255",
     )

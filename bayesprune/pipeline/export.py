@@ -87,30 +87,7 @@ class Exported:
                 lines.append(
                     f"{f'latency {device}, batch {batch} (ms)':<28}{1e3 * seconds:>14.4f}{1e3 * small:>14.4f}{small / seconds:>8.3f}"
                 )
-        done = [_pixels_text(report["pixels"]) + " as the loader does"] if "pixels" in report else []
-        done += (
-            ["standardises them with the training split's mean and std"] if report["standardises_inputs"] else []
-        ) + (["gives the target in its own units"] if report["scales_outputs"] else [])
-        lines.append(
-            f"wrote {report['file']}: torch.export.load(path).module() runs it with torch alone (inputs of shape (batch, "
-            f"{', '.join(map(str, report['input_shape']))}) as the data files hold them"
-            + ("" if "pixels" not in report else f", pixel values 0-{report['pixels']['white']:g}")
-            + (f"; it {' and '.join(done)}" if done else "")
-            + ")"
-        )
-        if self.no_trainable_file is None:
-            lines.append(
-                f"wrote {report['trainable_file']}: bayesprune.core.export.load_trainable(path"
-                + (", net=the network as your code builds it" if report["trainable_needs_network"] else "")
-                + ") rebuilds it as a trainable nn.Module"
-                + (
-                    ""
-                    if not done
-                    else " of the loader's inputs (load_trainable(path, raw_inputs=True) wraps it as the file above)"
-                )
-            )
-        else:
-            lines.append(f"no trainable file: {self.no_trainable_file}")
+        lines += _files_lines(report, self.no_trainable_file)
         if report.get("onnx_file"):
             lines.append(
                 f"wrote {report['onnx_file']}: ONNX Runtime runs it as the file above does; its {name}: "
@@ -290,6 +267,7 @@ def export_fitted(
         f"run_{name}": run_value if isinstance(run_value, (int, float)) else None,
         f"method_{name}": written["own"],
         "input_shape": list(shape if preprocessing.pixels is None else preprocessing.pixels.stored),
+        "inputs": dataset.export_inputs or "as the data files hold them",
         **({} if preprocessing.pixels is None else {"pixels": preprocessing.pixels.state()}),
         "recalibrated_statistics": recalibrated,
         "standardises_inputs": preprocessing.input_mean is not None,
@@ -425,6 +403,33 @@ def removed_units(brought, exported, shape) -> dict:
         kind[0] += group.units - (after[name].units if name in after else group.units)
         kind[1] += group.units
     return counts
+
+
+def _files_lines(report: dict, no_trainable_file) -> list:
+    """The lines of the ``.pt2`` file and of the trainable file (or why there is none): the inputs they take
+    and what the ``.pt2`` file does to them (the loader's :class:`~bayesprune.core.preprocessing.Pixels`, the
+    standardisation) and to the outputs."""
+    done = [_pixels_text(report["pixels"]) + " as the loader does"] if "pixels" in report else []
+    done += (["standardises them with the training split's mean and std"] if report["standardises_inputs"] else []) + (
+        ["gives the target in its own units"] if report["scales_outputs"] else []
+    )
+    lines = [
+        f"wrote {report['file']}: torch.export.load(path).module() runs it with torch alone (inputs of shape (batch, "
+        f"{', '.join(map(str, report['input_shape']))}) {report['inputs']}"
+        + ("" if "pixels" not in report else f", pixel values 0-{report['pixels']['white']:g}")
+        + (f"; it {' and '.join(done)}" if done else "")
+        + ")"
+    ]
+    if no_trainable_file is not None:
+        return [*lines, f"no trainable file: {no_trainable_file}"]
+    inputs = "the loader's images" if "pixels" in report else "the standardised data"
+    return [
+        *lines,
+        f"wrote {report['trainable_file']}: bayesprune.core.export.load_trainable(path"
+        + (", net=the network as your code builds it" if report["trainable_needs_network"] else "")
+        + ") rebuilds it as a trainable nn.Module"
+        + ("" if not done else f" of {inputs} (load_trainable(path, raw_inputs=True) wraps it as the file above)"),
+    ]
 
 
 def _pixels_text(pixels: dict) -> str:

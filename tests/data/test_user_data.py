@@ -12,7 +12,7 @@ from PIL import Image
 
 from bayesprune.cli import main
 from bayesprune.data import MAX_INFERRED_CLASSES, Dataset, load_dataset, validate
-from helpers import raises_data_error
+from helpers import image_folder, raises_data_error
 
 
 def digits_arrays(n_train=120, n_test=40, image=True):
@@ -48,21 +48,6 @@ def write_csv(path, header, rows):
 def table(n=40):
     """Rows ``a, b, label`` with text labels cat/dog/emu and a float target ``y``."""
     return ["a", "b", "label", "y"], [[i, (3 * i) % 7, ("emu", "cat", "dog")[i % 3], 0.5 * i + 1] for i in range(n)]
-
-
-def image_folder(root, classes=None, sizes=(10, 12), count=3, mode="RGB"):
-    """``root/{train,test}/<class>/<k>.png`` random images; ``classes`` maps part to its class names."""
-    rng = np.random.default_rng(0)
-    classes = classes or {"train": ["circle", "square"], "test": ["circle", "square"]}
-    for part, names in classes.items():
-        for name in names:
-            (root / part / name).mkdir(parents=True, exist_ok=True)
-            for k in range(count):
-                shape = sizes if mode == "L" else (*sizes, 3)
-                Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8), mode=mode).save(
-                    root / part / name / f"{k}.png"
-                )
-    return str(root)
 
 
 # npz.

