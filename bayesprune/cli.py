@@ -31,6 +31,7 @@ def _run_here(args) -> str:
     """Run or resume in this process; the line to print."""
     from bayesprune.pipeline.config import load_config
     from bayesprune.pipeline.runner import resume_run, run_file
+    from bayesprune.pipeline.summary import result_line
 
     if args.resume is not None:
         values = (args.config, args.out, args.overrides, args.data_root, args.force)
@@ -38,32 +39,14 @@ def _run_here(args) -> str:
         if given:
             raise BayesPruneError(f"--resume continues the run with its own config.toml; drop {', '.join(given)}")
         metrics = resume_run(args.resume, progress=not args.quiet)
-        return _result(metrics, args.resume, load_config(str(Path(args.resume) / "config.toml")))
+        return result_line(metrics, args.resume, load_config(str(Path(args.resume) / "config.toml")))
     if args.out is None:
         raise BayesPruneError("run needs --out DIR (or --resume DIR)")
     options = {"overrides": args.overrides, "data_root": args.data_root, "force": args.force}
     config, metrics = run_file(args.config, args.out, progress=not args.quiet, **options)
     if config.experiment.name is None:
-        return _result(metrics, args.out, config)
+        return result_line(metrics, args.out, config)
     return f"experiment {config.experiment.name}: results in {args.out}"
-
-
-def _result(metrics, out, config) -> str:
-    """The line of a finished run: the test metric of the network the user gets (fine-tuned where
-    ``prune.finetune_epochs`` asked, the figure before beside it) and the plain network's."""
-    metric = "test_error" if "test_error" in metrics else "test_rmse"
-    baseline = metrics.get(f"baseline_{metric}")
-    versus = "" if baseline is None else f" (plain network: {baseline:.4g})"
-    value, tuned = metrics[metric], metrics.get(f"{metric}_finetuned")
-    if isinstance(tuned, (int, float)):
-        epochs = config.prune.finetune_epochs
-        value = (
-            f"{tuned:.4g} after fine-tuning {epochs} epoch{'s' if epochs != 1 else ''} "
-            f"(prune.finetune_epochs; {value:.4g} before)"
-        )
-    else:
-        value = f"{value:.4g}"
-    return f"{metrics['dataset']}: {metric} {value}{versus}; results in {out}"
 
 
 def _report(args):
@@ -103,10 +86,8 @@ def _grid(args):
 
     name = args.command
     out = grid_folder(name, args.out, args.resume)  # a new grid, or one to continue
-    engine = {
-        k: getattr(args, k) for k in ("seeds", "jobs", "alone", "engine", "address", "overrides", "track", "track_uri")
-    }
-    engine["resume"] = args.resume is not None
+    flags = ("seeds", "jobs", "alone", "engine", "address", "overrides", "track", "track_uri")
+    engine = {k: getattr(args, k) for k in flags} | {"resume": args.resume is not None}
     engine["status"] = (lambda line: None) if args.quiet else None
     if name == "compare":
         from bayesprune.pipeline.compare import compare

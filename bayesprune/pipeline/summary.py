@@ -137,3 +137,21 @@ def summarise_seeds(runs: list, seeds) -> dict:
     metrics["seeds"] = list(seeds)
     metrics["per_seed"] = [{key: run[key] for key in run if not isinstance(run[key], (list, dict))} for run in runs]
     return metrics
+
+
+def result_line(metrics: dict, out, config) -> str:
+    """The line ``bayesprune run`` prints for a finished run: the test metric of the network the user gets (fine-tuned where
+    ``prune.finetune_epochs`` asked, the figure before beside it) and the plain network's."""
+    metric = "test_error" if "test_error" in metrics else "test_rmse"
+    baseline = metrics.get(f"baseline_{metric}")
+    versus = "" if baseline is None else f" (plain network: {baseline:.4g})"
+    value, tuned = metrics[metric], metrics.get(f"{metric}_finetuned")
+    if isinstance(tuned, (int, float)):
+        epochs = config.prune.finetune_epochs
+        value = (
+            f"{tuned:.4g} after fine-tuning {epochs} epoch{'s' if epochs != 1 else ''} "
+            f"(prune.finetune_epochs; {value:.4g} before)"
+        )
+    else:
+        value = f"{value:.4g}"
+    return f"{metrics['dataset']}: {metric} {value}{versus}; results in {out}"
