@@ -57,6 +57,7 @@ def _simulated_dataset(
         normalize=normalize,
         feature_names=_feature_names(x.shape[1]),
         extras=extras,
+        export_inputs=f"as the simulator (data.dataset {name!r}) draws them, not data files",
     )
 
 

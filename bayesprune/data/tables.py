@@ -41,9 +41,10 @@ def _regression_dataset(
     normalize: bool,
     feature_names: tuple[str, ...] | None = None,
     extras: dict | None = None,
+    export_inputs: str | None = None,
 ) -> Dataset:
     """Build a tabular regression :class:`Dataset`, standardising inputs and targets if asked (the
-    statistics kept in the dataset)."""
+    statistics kept in the dataset); ``export_inputs``: :attr:`Dataset.export_inputs`."""
     target_mean, target_std, scaling = 0.0, 1.0, {}
     if normalize:
         x_train, x_test, x_mean, x_std = _standardize(x_train, x_test)
@@ -62,6 +63,7 @@ def _regression_dataset(
         target_std=target_std,
         feature_names=feature_names,
         extras=extras or {},
+        export_inputs=export_inputs,
         **scaling,
     )
 

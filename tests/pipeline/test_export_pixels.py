@@ -195,3 +195,22 @@ def test_an_image_folders_export_says_it_takes_the_loaders_tensors_not_image_fil
         "the files decoded by Pillow to RGB, resized to 8x8 (torchvision's Resize) and divided by 255" in line
     )
     assert "as the data files hold them" not in line
+
+
+def test_a_simulated_tables_export_takes_and_names_the_simulators_own_rows(tmp_path):
+    """A simulator has no data files: the exported file takes the rows as the simulator draws them (before the
+    loader's standardisation, which it applies itself) and its line says so, not "as the data files hold them";
+    its outputs are the fitted network's, scaled back to the simulated target's units."""
+    dataset = load_dataset("linear-regression", n=200, num_features=4)
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    fitted = fit_method("sparse-vd", net, (dataset.x_train, dataset.y_train), epochs=1)
+    exported = export_fitted(fitted, dataset, out=tmp_path / "net.pt2", repeats=1)
+    line = next(line for line in exported.summary() if line.startswith("wrote"))
+    assert "as the simulator (data.dataset 'linear-regression') draws them" in line
+    assert "as the data files hold them" not in line
+    raw = dataset.x_test * dataset.input_std + dataset.input_mean
+    with torch.no_grad():
+        expected = fitted.network().eval()(dataset.x_test) * dataset.target_std + dataset.target_mean
+        written = torch.export.load(str(tmp_path / "net.pt2")).module()(raw)
+    torch.testing.assert_close(written, expected, atol=1e-4, rtol=1e-4)
