@@ -28,6 +28,7 @@ short to repay the first compilation, about 5 s, 14 s with an empty cache, on 2 
 compiles every kernel, ``"eager"`` none.
 """
 
+import logging
 import warnings
 from contextlib import contextmanager
 
@@ -61,8 +62,22 @@ def kernel_mode(mode: str):
 
 def _compiled(function):
     if function not in _Kernels.compiled:
+        _import_cpp_extension_quietly()
         _Kernels.compiled[function] = torch.compile(function, dynamic=True)
     return _Kernels.compiled[function]
+
+
+def _import_cpp_extension_quietly():
+    """Import torch's C++ extension module (the CPU compiler's) with its logger at ERROR: importing it on a machine
+    without CUDA logs ``No CUDA runtime is found, using CUDA_HOME=...`` once, a line in every log of a fit that
+    compiles on the CPU that asks nothing of the user."""
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    previous = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        import torch.utils.cpp_extension  # noqa: F401
+    finally:
+        logger.setLevel(previous)
 
 
 def run_kernel(function, *tensors, **constants):
