@@ -116,13 +116,14 @@ def test_a_posterior_drawn_again_draws_new_weights():
     assert ((draws.std(0) / scale - 1).abs() < 5 / math.sqrt(2 * 4000)).all()
 
 
-def test_compiling_on_a_machine_without_cuda_logs_no_cuda_home_line():
+def test_compiling_on_a_machine_without_cuda_logs_no_cuda_home_line(tmp_path):
     """torch's C++ extension module logs "No CUDA runtime is found" when imported on a machine without CUDA: a
-    compiled kernel imports it quietly (a fresh process: the module logs on its first import only)."""
+    compiled kernel imports it quietly (a fresh process, outside the checkout so that it imports the installed
+    package: the module logs on its first import only)."""
     program = (
         "import sys; from bayesprune.core.fused import _compiled; _compiled(lambda x: x + 1); "
         "assert 'torch.utils.cpp_extension' in sys.modules"
     )
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "No CUDA runtime" not in done.stderr and "CUDA_HOME" not in done.stderr
