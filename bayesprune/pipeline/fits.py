@@ -26,6 +26,15 @@ from bayesprune.pipeline.checks import check_before_fit, run_chains
 from bayesprune.pipeline.start import start_network
 
 
+def held_out(config, dataset, seed: int) -> tuple:
+    """``(dataset, validation)`` of a fit from ``seed``: its training rows, and the rows ``train.validation``
+    holds out by that seed (``None``: none held out)."""
+    if config.train.validation > 0:
+        dataset, *validation = hold_out(dataset, config.train.validation, seed=seed)
+        return dataset, validation
+    return dataset, None
+
+
 def start_fit(
     config, dataset, validation, *, seed, device, progress, first_chain=True, draws=False, **services
 ) -> tuple:
@@ -64,9 +73,7 @@ def fit_seeds_together(config, method, datasets, device, seeds, *, progress, dra
         return {}
 
     def begin(seed):
-        dataset, validation = datasets[0], None
-        if config.train.validation > 0:
-            dataset, *validation = hold_out(dataset, config.train.validation, seed=seed)
+        dataset, validation = held_out(config, datasets[0], seed)
         start = start_fit(
             config, dataset, validation, seed=seed, device=device, progress=progress, draws=seed in (draws or seeds[:1])
         )
@@ -104,9 +111,7 @@ def fit_splits_together(config, method, datasets: list, device, progress) -> dic
         return {}
 
     def begin(seed):
-        dataset, validation = datasets[seed - config.seed], None
-        if config.train.validation > 0:
-            dataset, *validation = hold_out(dataset, config.train.validation, seed=seed)
+        dataset, validation = held_out(config, datasets[seed - config.seed], seed)
         return dataset, start_fit(config, dataset, validation, seed=seed, device=device, progress=progress)
 
     fits = fit_stack(config, method, [config.seed + index for index in range(1, len(datasets))], begin)

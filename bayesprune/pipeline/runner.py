@@ -26,7 +26,6 @@ from bayesprune.core.checkpoint import (
     shapes,
     state_digest,
 )
-from bayesprune.core.early_stopping import hold_out
 from bayesprune.core.errors import Interrupted, StopNow, TrainingDiverged
 from bayesprune.core.export import count_macs
 from bayesprune.core.files import arrays_digest, read_npz, replacing
@@ -42,7 +41,13 @@ from bayesprune.pipeline.checks import check_before_fit, run_chains
 from bayesprune.pipeline.config import load_config, new_names
 from bayesprune.pipeline.evaluation import macs_curve, metric_name, pruning_curve
 from bayesprune.pipeline.finetune import FineTuning
-from bayesprune.pipeline.fits import fit_chains_together, fit_seeds_together, fit_splits_together, start_fit
+from bayesprune.pipeline.fits import (
+    fit_chains_together,
+    fit_seeds_together,
+    fit_splits_together,
+    held_out,
+    start_fit,
+)
 from bayesprune.pipeline.processes import check_same_fits, join, own_directory
 from bayesprune.pipeline.report import SCORES_DIGEST, write_report
 from bayesprune.pipeline.rundir import (
@@ -238,9 +243,7 @@ def _fit_splits(
             if index == 1:
                 by_split = fit_splits_together(config, method, datasets, device, progress)
             fits = []
-            validation = None
-            if config.train.validation > 0:
-                dataset, *validation = hold_out(dataset, config.train.validation, seed=config.seed + index)
+            dataset, validation = held_out(config, dataset, config.seed + index)
             split_config = config.for_data(dataset.num_train)
             stacked = {}  # the chains after the first, trained together once the first is fitted and evaluated
             for chain in range(chains if index == 0 else 1):
